@@ -1,0 +1,219 @@
+"""Device specs, presets of real accelerators, and parsing of strings like ``"4x16GiB"``.
+
+A :class:`Device` mirrors the reference ``torch.fx.experimental.partitioner_utils.Device``
+(name, available memory, logical id) and adds the optional speeds the roofline cost model needs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterable, Mapping
+
+from .errors import DeviceSpecError
+
+__all__ = [
+    "Device",
+    "PRESETS",
+    "parse_bytes",
+    "format_bytes",
+    "parse_devices",
+    "devices_from_dicts",
+]
+
+_UNITS = {
+    "": 1,
+    "B": 1,
+    "KB": 10**3,
+    "MB": 10**6,
+    "GB": 10**9,
+    "TB": 10**12,
+    "KIB": 2**10,
+    "MIB": 2**20,
+    "GIB": 2**30,
+    "TIB": 2**40,
+}
+
+
+@dataclass(frozen=True)
+class Device:
+    """One accelerator (or host) that partitions can be placed on.
+
+    ``memory_bytes`` is the memory available to partitions; ``logical_id`` is the id plans refer
+    to. The speeds are optional: the roofline cost model uses them when given and falls back to
+    :data:`DEFAULT_SPEEDS` otherwise.
+    """
+
+    name: str
+    memory_bytes: int
+    logical_id: int
+    peak_flops: float | None = None  # FLOP/s at the model's dtype
+    memory_bandwidth_bytes_per_s: float | None = None  # device memory bandwidth
+    link_bandwidth_bytes_per_s: float | None = None  # device-to-device transfer rate
+    kind: str = "custom"  # preset name this device came from, for display
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.memory_bytes, int) or isinstance(self.memory_bytes, bool):
+            raise DeviceSpecError(
+                f"device {self.name!r}: memory_bytes must be an int (got {self.memory_bytes!r}); "
+                "use parse_bytes('16GiB') for strings"
+            )
+        if self.memory_bytes < 0:
+            raise DeviceSpecError(
+                f"device {self.name!r}: memory_bytes must be >= 0 (got {self.memory_bytes})"
+            )
+        for field in ("peak_flops", "memory_bandwidth_bytes_per_s", "link_bandwidth_bytes_per_s"):
+            value = getattr(self, field)
+            if value is not None and not value > 0:
+                raise DeviceSpecError(
+                    f"device {self.name!r}: {field} must be > 0 or omitted (got {value!r})"
+                )
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "Device":
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise DeviceSpecError(
+                f"unknown device field(s) {unknown}; valid fields are {sorted(known)}"
+            )
+        values = dict(data)
+        if isinstance(values.get("memory_bytes"), str):
+            values["memory_bytes"] = parse_bytes(values["memory_bytes"])
+        try:
+            return cls(**values)
+        except TypeError as exc:
+            raise DeviceSpecError(f"device {dict(data)!r} is incomplete: {exc}") from None
+
+
+# Speeds used by the roofline model when a device gives none: a modest accelerator.
+DEFAULT_SPEEDS = {
+    "peak_flops": 10e12,
+    "memory_bandwidth_bytes_per_s": 500e9,
+    "link_bandwidth_bytes_per_s": 25e9,
+}
+
+# Public figures (dense FP32/TF32-class throughput is not what models run at, so peak_flops is
+# the BF16/FP16 dense figure; memory is the usable HBM/DRAM size).
+PRESETS: dict[str, dict[str, Any]] = {
+    "h100-80gb": dict(memory_bytes=80 * 2**30, peak_flops=989e12,
+                      memory_bandwidth_bytes_per_s=3.35e12, link_bandwidth_bytes_per_s=450e9),
+    "a100-40gb": dict(memory_bytes=40 * 2**30, peak_flops=312e12,
+                      memory_bandwidth_bytes_per_s=1.555e12, link_bandwidth_bytes_per_s=300e9),
+    "a100-80gb": dict(memory_bytes=80 * 2**30, peak_flops=312e12,
+                      memory_bandwidth_bytes_per_s=2.039e12, link_bandwidth_bytes_per_s=300e9),
+    "v100-16gb": dict(memory_bytes=16 * 2**30, peak_flops=125e12,
+                      memory_bandwidth_bytes_per_s=900e9, link_bandwidth_bytes_per_s=150e9),
+    "t4-16gb": dict(memory_bytes=16 * 2**30, peak_flops=65e12,
+                    memory_bandwidth_bytes_per_s=320e9, link_bandwidth_bytes_per_s=16e9),
+    "tpu-v4": dict(memory_bytes=32 * 2**30, peak_flops=275e12,
+                   memory_bandwidth_bytes_per_s=1.2e12, link_bandwidth_bytes_per_s=100e9),
+    "cpu": dict(memory_bytes=64 * 2**30, peak_flops=1e12,
+                memory_bandwidth_bytes_per_s=100e9, link_bandwidth_bytes_per_s=10e9),
+}
+
+
+def parse_bytes(text: str | int) -> int:
+    """``"16GiB"`` -> 17179869184. Units: B, KB, MB, GB, TB (powers of 10), KiB, MiB, GiB, TiB."""
+    if isinstance(text, int) and not isinstance(text, bool):
+        return text
+    match = re.fullmatch(r"\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([A-Za-z]*)\s*", str(text))
+    unit = match.group(2).upper() if match else ""
+    if match is None or unit not in _UNITS:
+        raise DeviceSpecError(
+            f"cannot read a size from {text!r}; write a number with a unit such as "
+            "'512MiB', '16GiB', '1536KiB' or '1000000B'"
+        )
+    value = float(match.group(1)) * _UNITS[unit]
+    return int(round(value))
+
+
+def format_bytes(n: float) -> str:
+    """1536 -> '1.5 KiB'. For display only; plans keep integer bytes."""
+    value = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(value) < 1024 or unit == "TiB":
+            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.3g} {unit}"
+        value /= 1024
+    return f"{value:.3g} TiB"  # pragma: no cover
+
+
+def _preset_device(preset: str, logical_id: int) -> Device:
+    spec = PRESETS[preset]
+    return Device(name=f"{preset}_{logical_id}", logical_id=logical_id, kind=preset, **spec)
+
+
+def parse_devices(spec: str) -> list[Device]:
+    """Read a device list from a short spec.
+
+    Forms (comma-separated groups; logical ids are assigned in order from 0):
+      ``"4x16GiB"``        four devices of 16 GiB each
+      ``"2xa100-40gb"``    two preset devices; ``"a100-40gb"`` one
+      ``"2x16GiB,1x8GiB"`` heterogeneous groups
+      a path to a JSON file holding a list of device dicts (see :meth:`Device.from_dict`)
+    """
+    text = spec.strip()
+    if not text:
+        raise DeviceSpecError("device spec is empty; write e.g. '4x16GiB' or '2xa100-40gb'")
+    path = Path(text)
+    if text.endswith(".json") or (path.suffix and path.exists()):
+        if not path.exists():
+            raise DeviceSpecError(f"devices file {text!r} does not exist")
+        try:
+            data = json.loads(path.read_text())
+        except json.JSONDecodeError as exc:
+            raise DeviceSpecError(f"devices file {text!r} is not valid JSON: {exc}") from None
+        if isinstance(data, dict):
+            data = data.get("devices", data)
+        if not isinstance(data, list):
+            raise DeviceSpecError(f"devices file {text!r} must hold a list of device objects")
+        return devices_from_dicts(data)
+    devices: list[Device] = []
+    for group in text.split(","):
+        group = group.strip()
+        match = re.fullmatch(r"(?:(\d+)\s*[xX*]\s*)?(.+)", group)
+        assert match is not None  # the pattern matches any non-empty string
+        count = int(match.group(1)) if match.group(1) else 1
+        body = match.group(2).strip()
+        if count < 1:
+            raise DeviceSpecError(f"device count must be >= 1 in {group!r}")
+        for _ in range(count):
+            lid = len(devices)
+            if body.lower() in PRESETS:
+                devices.append(_preset_device(body.lower(), lid))
+            else:
+                try:
+                    memory = parse_bytes(body)
+                except DeviceSpecError:
+                    raise DeviceSpecError(
+                        f"cannot read device group {group!r}: {body!r} is neither a size "
+                        f"(e.g. '16GiB') nor a preset ({', '.join(sorted(PRESETS))})"
+                    ) from None
+                devices.append(Device(name=f"dev_{lid}", memory_bytes=memory, logical_id=lid))
+    return devices
+
+
+def devices_from_dicts(items: Iterable[Mapping[str, Any]]) -> list[Device]:
+    """Build devices from dicts, filling ``name`` and ``logical_id`` by position when missing."""
+    devices = []
+    for i, item in enumerate(items):
+        if not isinstance(item, Mapping):
+            raise DeviceSpecError(f"device #{i} must be an object, got {type(item).__name__}")
+        values = dict(item)
+        preset = values.pop("preset", None)
+        if preset is not None:
+            if str(preset).lower() not in PRESETS:
+                raise DeviceSpecError(
+                    f"unknown preset {preset!r}; valid presets are {sorted(PRESETS)}"
+                )
+            values = {**PRESETS[str(preset).lower()], "kind": str(preset).lower(), **values}
+        values.setdefault("logical_id", i)
+        values.setdefault("name", f"dev_{values['logical_id']}")
+        devices.append(Device.from_dict(values))
+    return devices

@@ -1,0 +1,40 @@
+"""The error hierarchy of the library: one base the app and the CLI catch, a few subclasses.
+
+Messages state the rule, then the values, then the fix (torchgpipe's ``BalanceError`` style).
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "PartitionError",
+    "TraceError",
+    "InfeasibleError",
+    "InvalidPlanError",
+    "DeviceSpecError",
+]
+
+
+class PartitionError(ValueError):
+    """Base of every error the library raises for bad input or an impossible request."""
+
+
+class TraceError(PartitionError):
+    """The model could not be traced into a graph (symbolic_trace and torch.export both failed)."""
+
+
+class InfeasibleError(PartitionError):
+    """No plan satisfies the constraints (a node or the model does not fit the devices)."""
+
+
+class InvalidPlanError(PartitionError):
+    """A plan breaks a rule; ``violations`` lists every broken rule in words."""
+
+    def __init__(self, violations: list[str] | tuple[str, ...]) -> None:
+        self.violations = tuple(violations)
+        count = len(self.violations)
+        head = f"plan is invalid ({count} violation{'s' if count != 1 else ''}):"
+        super().__init__("\n".join([head, *(f"  - {v}" for v in self.violations)]))
+
+
+class DeviceSpecError(PartitionError):
+    """A device description (``"4x16GiB"``, a preset name, a devices file) could not be read."""

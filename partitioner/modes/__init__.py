@@ -1,0 +1,45 @@
+"""The partition modes: one module per algorithm, and a registry front door.
+
+Each mode is ``partition(problem) -> Assignment``; :func:`partitioner.partition` validates the
+input, applies the single-partition rule, calls the mode and turns the assignment into a Plan.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from ..errors import PartitionError
+from . import aot_based, cost_aware, kl_based, size_based, sparse_nn
+from .base import Assignment, Problem
+
+__all__ = ["MODES", "DEFAULT_MODE", "get_mode", "DESCRIPTIONS"]
+
+MODES: dict[str, Callable[[Problem], Assignment]] = {
+    "size_based": size_based.partition,
+    "sparse_nn": sparse_nn.partition,
+    "cost_aware": cost_aware.partition,
+    "kl_based": kl_based.partition,
+    "aot_based": aot_based.partition,
+}
+
+DEFAULT_MODE = "size_based"
+
+DESCRIPTIONS: dict[str, str] = {
+    name: (module.__doc__ or "").strip().split("\n\n")[0]
+    for name, module in {
+        "size_based": size_based,
+        "sparse_nn": sparse_nn,
+        "cost_aware": cost_aware,
+        "kl_based": kl_based,
+        "aot_based": aot_based,
+    }.items()
+}
+
+
+def get_mode(name: str) -> Callable[[Problem], Assignment]:
+    try:
+        return MODES[name]
+    except KeyError:
+        raise PartitionError(
+            f"unknown partition mode {name!r}; valid modes are {', '.join(MODES)}"
+        ) from None

@@ -1,0 +1,129 @@
+"""What every mode receives (:class:`Problem`) and returns (:class:`Assignment`).
+
+Modes propose; :func:`partitioner.partition` applies (torch.fx's capability partitioner keeps
+``propose_partitions`` apart from ``fuse_partitions`` the same way).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+from ..devices import Device, format_bytes
+from ..errors import InfeasibleError
+from ..graph import Graph
+from ..plan import CostModel
+
+__all__ = ["Problem", "Assignment", "node_alone_bytes", "largest_node_check"]
+
+
+@dataclass
+class Assignment:
+    """``part[v]`` is node v's partition (-1 for non-op nodes); ``devices_of[p]`` its devices."""
+
+    part: list[int]
+    devices_of: list[list[int]]
+
+
+@dataclass
+class Problem:
+    graph: Graph
+    devices: list[Device]
+    cost: CostModel
+    options: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def capacity(self) -> dict[int, int]:
+        return {d.logical_id: d.memory_bytes for d in self.devices}
+
+    def devices_by_memory(self) -> list[Device]:
+        """Largest memory first; list order breaks ties."""
+        return sorted(self.devices, key=lambda d: -d.memory_bytes)
+
+    def fits(self, assignment: Assignment) -> bool:
+        """True when every device holds at most its memory."""
+        members: dict[int, list[int]] = {}
+        for v, p in enumerate(assignment.part):
+            if p >= 0:
+                members.setdefault(p, []).append(v)
+        used = {d.logical_id: 0 for d in self.devices}
+        for p, nodes in members.items():
+            for d in assignment.devices_of[p]:
+                used[d] += self.cost.memory_of(nodes)
+        return all(used[d.logical_id] <= d.memory_bytes for d in self.devices)
+
+    def latency(self, assignment: Assignment) -> float:
+        return self.cost.evaluate(assignment.part, assignment.devices_of).latency_s
+
+
+def node_alone_bytes(graph: Graph, v: int) -> int:
+    """Memory node v needs in a partition of its own: its total size plus its inputs' outputs."""
+    return graph.total_bytes[v] + sum(graph.output_bytes[u] for u in graph.preds[v])
+
+
+def largest_node_check(graph: Graph, devices: Sequence[Device]) -> None:
+    """Raise naming the largest node when it fits no device on its own."""
+    biggest = max(graph.op_indices, key=lambda v: node_alone_bytes(graph, v))
+    need = node_alone_bytes(graph, biggest)
+    room = max(d.memory_bytes for d in devices)
+    if need > room:
+        node = graph.nodes[biggest]
+        raise InfeasibleError(
+            f"node {node.name!r} ({node.target}) needs {format_bytes(need)} ({need} B) with its "
+            f"inputs but the largest device has {format_bytes(room)} ({room} B); add memory to a "
+            "device or shrink that layer"
+        )
+
+
+def fill_in_order(problem: Problem, order: Sequence[int]) -> Assignment:
+    """Greedy fill in topological order (the reference's ``size_based`` idea).
+
+    Keep adding nodes to the open partition while its device has room; otherwise open a new
+    partition on an unused device (largest first), or, when none is left, on the device with the
+    most free memory. O(N + E).
+    """
+    graph = problem.graph
+    n = len(graph)
+    part = [-1] * n
+    devices_of: list[list[int]] = []
+    free = {d.logical_id: d.memory_bytes for d in problem.devices}
+    unused = [d.logical_id for d in problem.devices_by_memory()]
+    out, total, preds = graph.output_bytes, graph.total_bytes, graph.preds
+    current = -1
+    counted: set[int] = set()  # outside nodes already charged to the open partition
+    used = 0
+
+    def extra(v: int) -> int:
+        return total[v] + sum(out[u] for u in preds[v] if part[u] != current and u not in counted)
+
+    for v in order:
+        need = extra(v) if current >= 0 else 0
+        if current < 0 or need > free[devices_of[current][0]] - used:
+            if current >= 0:
+                free[devices_of[current][0]] -= used
+            alone = node_alone_bytes(graph, v)
+            candidates = [d for d in unused if free[d] >= alone]
+            if candidates:
+                device = candidates[0]
+                unused.remove(device)
+            else:
+                device = max(free, key=lambda d: (free[d], -d))
+                if free[device] < alone:
+                    node = graph.nodes[v]
+                    raise InfeasibleError(
+                        f"size-based fill ran out of memory at node {node.name!r}: it needs "
+                        f"{format_bytes(alone)} but the most free memory left on any device is "
+                        f"{format_bytes(free[device])}; add a device or memory, or try mode "
+                        "'cost_aware'"
+                    )
+            devices_of.append([device])
+            current = len(devices_of) - 1
+            counted = set()
+            used = 0
+            need = extra(v)
+        part[v] = current
+        used += need
+        counted.update(u for u in preds[v] if part[u] != current)
+    if current >= 0:
+        free[devices_of[current][0]] -= used
+    return Assignment(part, devices_of)

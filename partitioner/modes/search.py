@@ -1,0 +1,181 @@
+"""Local search shared by ``kl_based`` and ``cost_aware``: node moves, swaps and merges.
+
+Every candidate is scored with the exact cost model (:meth:`CostModel.evaluate`, O(N + E)),
+checked against device memory, and only strict improvements (moves, swaps) or non-increases
+(merges, which make the plan simpler) are kept. Unlike the reference ``kl_based_partition``,
+which applies the last swap it tried, each round applies the best one found.
+"""
+
+from __future__ import annotations
+
+from typing import Iterable
+
+from .base import Assignment, Problem
+
+__all__ = ["improve_by_moves", "merge_partitions", "default_budget"]
+
+_EPS = 1e-12
+
+
+def default_budget(problem: Problem) -> int:
+    """Cost-model evaluations a search may spend: more on small graphs, O(N + E) each."""
+    n = max(1, len(problem.graph))
+    return max(20, min(2000, 200_000 // n))
+
+
+class _State:
+    def __init__(self, problem: Problem, a: Assignment) -> None:
+        self.problem = problem
+        self.cost = problem.cost
+        self.part = list(a.part)
+        self.devices_of = [list(d) for d in a.devices_of]
+        self.members: list[set[int]] = [set() for _ in self.devices_of]
+        for v, p in enumerate(self.part):
+            if p >= 0:
+                self.members[p].add(v)
+        self.memory = [self.cost.memory_of(m) for m in self.members]
+        self.capacity = problem.capacity
+        self.used: dict[int, int] = {d: 0 for d in self.capacity}
+        for p, devs in enumerate(self.devices_of):
+            for d in devs:
+                self.used[d] += self.memory[p]
+        self.latency = self.cost.evaluate(self.part, self.devices_of).latency_s
+        self.evals = 0
+
+    def fits(self, changes: dict[int, int]) -> bool:
+        """``changes``: partition -> new memory. True when every device stays within capacity."""
+        delta: dict[int, int] = {}
+        for p, new in changes.items():
+            for d in self.devices_of[p]:
+                delta[d] = delta.get(d, 0) + new - self.memory[p]
+        return all(self.used[d] + x <= self.capacity[d] for d, x in delta.items())
+
+    def apply_memory(self, changes: dict[int, int]) -> None:
+        for p, new in changes.items():
+            for d in self.devices_of[p]:
+                self.used[d] += new - self.memory[p]
+            self.memory[p] = new
+
+    def score(self) -> float:
+        self.evals += 1
+        return self.cost.evaluate(self.part, self.devices_of).latency_s
+
+    def boundary(self) -> list[tuple[int, int]]:
+        """(node, other partition) pairs where the node has an op neighbour in that partition."""
+        pairs = set()
+        cost = self.cost
+        for v, p in enumerate(self.part):
+            if p < 0:
+                continue
+            for w in cost.op_preds[v] + cost.op_users[v]:
+                if self.part[w] != p:
+                    pairs.add((v, self.part[w]))
+        return sorted(pairs)
+
+    def assignment(self) -> Assignment:
+        return Assignment(self.part, self.devices_of)
+
+
+def improve_by_moves(problem: Problem, a: Assignment, budget: int, swaps: bool = True) -> Assignment:
+    """Kernighan-Lin style refinement: each round tries moving every boundary node to a
+    neighbouring partition (and, with ``swaps``, exchanging it with a boundary node there),
+    then applies the best strict improvement. Stops when a round finds none or the budget of
+    evaluations is spent. O(budget * (N + E)).
+    """
+    s = _State(problem, a)
+    while s.evals < budget:
+        best: tuple[float, tuple[tuple[int, int], ...]] | None = None
+        pairs = s.boundary()
+        by_part: dict[int, list[int]] = {}
+        for v, q in pairs:
+            by_part.setdefault(s.part[v], []).append(v)
+        for v, q in pairs:
+            if s.evals >= budget:
+                break
+            p = s.part[v]
+            options: list[tuple[tuple[int, int], ...]] = [((v, q),)]
+            if swaps:
+                options += [((v, q), (w, p)) for w in sorted(set(by_part.get(q, ()))) if w != v]
+            for moves in options:
+                if s.evals >= budget:
+                    break
+                lat = _try(s, moves)
+                if lat is not None and lat < s.latency - _EPS and (best is None or lat < best[0]):
+                    best = (lat, moves)
+        if best is None:
+            break
+        _apply(s, best[1])
+        s.latency = best[0]
+    return s.assignment()
+
+
+def _new_memory(s: _State, moves: Iterable[tuple[int, int]]) -> dict[int, int]:
+    touched: dict[int, set[int]] = {}
+    for v, q in moves:
+        p = s.part[v]
+        touched.setdefault(p, set(s.members[p]))
+        touched.setdefault(q, set(s.members[q]))
+    for v, q in moves:
+        p = s.part[v]
+        touched[p].discard(v)
+        touched[q].add(v)
+    return {p: s.cost.memory_of(m) for p, m in touched.items()}
+
+
+def _try(s: _State, moves: tuple[tuple[int, int], ...]) -> float | None:
+    changes = _new_memory(s, moves)
+    if not s.fits(changes):
+        return None
+    old = [(v, s.part[v]) for v, _ in moves]
+    for v, q in moves:
+        s.part[v] = q
+    lat = s.score()
+    for v, p in old:
+        s.part[v] = p
+    return lat
+
+
+def _apply(s: _State, moves: tuple[tuple[int, int], ...]) -> None:
+    changes = _new_memory(s, moves)
+    for v, q in moves:
+        p = s.part[v]
+        s.members[p].discard(v)
+        s.members[q].add(v)
+        s.part[v] = q
+    s.apply_memory(changes)
+
+
+def merge_partitions(problem: Problem, a: Assignment, budget: int) -> Assignment:
+    """Merge neighbouring partitions on the same devices while the latency does not grow.
+
+    Sweeps the partition edges in topological order and merges the two ends when the exact
+    latency stays the same or drops (the reference ``cost_aware`` accepts such merges too);
+    repeats until a sweep merges nothing or the budget is spent. O(budget * (N + E)).
+    """
+    s = _State(problem, a)
+    merged = True
+    while merged and s.evals < budget:
+        merged = False
+        for v in range(len(s.part)):
+            p = s.part[v]
+            if p < 0:
+                continue
+            for u in s.cost.op_preds[v]:
+                q = s.part[u]
+                p = s.part[v]
+                if q == p or s.devices_of[q] != s.devices_of[p] or s.evals >= budget:
+                    continue
+                moved = sorted(s.members[p])
+                for w in moved:
+                    s.part[w] = q
+                lat = s.score()
+                if lat <= s.latency + _EPS:
+                    s.members[q].update(moved)
+                    s.members[p].clear()
+                    s.apply_memory({q: s.cost.memory_of(s.members[q]), p: 0})
+                    s.latency = min(lat, s.latency)
+                    merged = True
+                else:
+                    for w in moved:
+                        s.part[w] = p
+    return s.assignment()

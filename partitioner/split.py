@@ -1,0 +1,35 @@
+"""Apply a plan: a ``torch.fx.GraphModule`` with one submodule per partition.
+
+Built with ``torch.fx.passes.split_module.split_module``; submodules are named
+``submod_<partition id>`` and run in topological order of the partition DAG.
+"""
+
+from __future__ import annotations
+
+import torch.fx as fx
+from torch.fx.passes.split_module import split_module
+
+from .errors import InvalidPlanError, PartitionError
+from .graph import Graph
+from .plan import Plan
+
+__all__ = ["split"]
+
+
+def split(plan: Plan, graph: Graph) -> fx.GraphModule:
+    """Split the traced model of ``graph`` by ``plan``. Raises when the plan does not fit it."""
+    if graph.graph_module is None:
+        raise PartitionError(
+            f"graph {graph.name!r} has no traced module to split (it was built by hand); "
+            "use partitioner.trace(model, example_inputs)"
+        )
+    problems = [p for p in plan.violations(graph) if "device" not in p]
+    if problems:
+        raise InvalidPlanError(problems)
+    mapping = plan.node_to_partition()
+    gm = graph.graph_module
+
+    def callback(node: fx.Node) -> int:
+        return mapping[node.name]
+
+    return split_module(gm, gm, callback, keep_original_order=False)

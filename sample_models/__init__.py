@@ -1,0 +1,37 @@
+"""Small, readable PyTorch models that exercise every partition mode, and a registry by name.
+
+Each model is one file with a config dataclass (a comment per field), shape comments in its
+forward and a ``build(**overrides)`` that returns ``(module, example_inputs)``. Every model
+traces with ``torch.fx.symbolic_trace`` and every node of the traced graph outputs one tensor.
+
+    >>> import sample_models
+    >>> sample_models.names()
+    ['mlp', 'cnn', 'transformer', 'dlrm', 'unet', 'moe', 'gpt2_small']
+    >>> model, inputs = sample_models.build("mlp", n_layer=4)
+
+A person's own model is loaded with :func:`sample_models.loader.load_factory`.
+"""
+
+from __future__ import annotations
+
+from .registry import (
+    SPECS,
+    ModelSpec,
+    build,
+    config_class,
+    default_devices,
+    describe,
+    names,
+    spec,
+)
+
+__all__ = [
+    "SPECS",
+    "ModelSpec",
+    "build",
+    "config_class",
+    "default_devices",
+    "describe",
+    "names",
+    "spec",
+]

@@ -1,0 +1,67 @@
+"""Helpers the sample models share: validated configs from keyword overrides, seeded building."""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import typing
+from typing import Any, Iterator, TypeVar
+
+import torch
+
+__all__ = ["make_config", "seeded", "require_positive"]
+
+C = TypeVar("C")
+
+
+def make_config(config_cls: type[C], overrides: dict[str, Any], *, model: str = "") -> C:
+    """Build ``config_cls(**overrides)``, checking names and types first.
+
+    An unknown field or a value of the wrong type raises a ``ValueError`` that names the model,
+    the field and the valid choices. Ints are accepted for float fields (and converted); bools
+    are not accepted for int fields.
+    """
+    what = f"model {model!r}" if model else config_cls.__name__
+    hints = typing.get_type_hints(config_cls)
+    fields = [f.name for f in dataclasses.fields(config_cls)]  # type: ignore[arg-type]
+    unknown = sorted(set(overrides) - set(fields))
+    if unknown:
+        raise ValueError(
+            f"{what} has no config field {', '.join(map(repr, unknown))}; "
+            f"valid fields: {', '.join(fields)}"
+        )
+    values: dict[str, Any] = {}
+    for name, value in overrides.items():
+        kind = hints[name]
+        if kind is float and isinstance(value, int) and not isinstance(value, bool):
+            value = float(value)
+        ok = isinstance(value, kind) and not (kind is int and isinstance(value, bool))
+        if not ok:
+            raise ValueError(
+                f"{what}: field {name!r} must be {kind.__name__} "
+                f"(got {value!r} of type {type(value).__name__})"
+            )
+        values[name] = value
+    try:
+        return config_cls(**values)
+    except ValueError as e:
+        raise ValueError(f"{what}: {e}") from e
+
+
+def require_positive(config: object, *names: str) -> None:
+    """Raise ``ValueError`` naming the first of ``names`` whose value on ``config`` is not > 0."""
+    for name in names:
+        value = getattr(config, name)
+        if not value > 0:
+            raise ValueError(
+                f"{type(config).__name__}.{name} must be > 0 (got {value!r}); pass a positive value"
+            )
+
+
+@contextlib.contextmanager
+def seeded(seed: int) -> Iterator[None]:
+    """Seed torch's CPU generator inside the block and restore the caller's state afterwards."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        yield
+

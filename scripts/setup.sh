@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Set up Partition Explorer on a fresh Debian/Ubuntu machine:
+#   system packages (Graphviz's `dot`; with --test also Chromium for the browser test),
+#   a virtualenv in .venv, and the project with its dependencies (torch pinned by constraints.txt).
+# Usage: bash scripts/setup.sh          # for the app and the CLI
+#        bash scripts/setup.sh --test   # also the test dependencies and Chromium
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+want_test=0
+[ "${1:-}" = "--test" ] && want_test=1
+
+need=()
+command -v dot >/dev/null 2>&1 || need+=(graphviz)
+if [ "$want_test" = 1 ] && [ ! -x /usr/bin/chromium ]; then
+  need+=(chromium chromium-driver)
+fi
+if [ "${#need[@]}" -gt 0 ]; then
+  sudo=""
+  [ "$(id -u)" = 0 ] || sudo="sudo"
+  echo "setup: installing system packages: ${need[*]}"
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${need[@]}" >/dev/null
+fi
+
+[ -x .venv/bin/python ] || python3 -m venv .venv
+extra=""
+[ "$want_test" = 1 ] && extra="[dev]"
+echo "setup: installing the project into .venv (torch pinned by constraints.txt)"
+.venv/bin/python -m pip install -q --disable-pip-version-check -c constraints.txt -e ".${extra}"
+echo "setup: done"
