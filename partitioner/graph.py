@@ -160,12 +160,9 @@ def _to_graph_module(model: torch.nn.Module, example_inputs: tuple[Any, ...]) ->
         try:
             exported = torch.export.export(model, tuple(example_inputs), strict=False)
             gm = exported.module()
-            # The unlifted module calls pytree helpers around its graph; rebuild a plain
-            # GraphModule from its graph so split_module and the interpreter see ordinary nodes.
-            plain = fx.GraphModule(gm, gm.graph)
-            plain.graph._codegen = fx.graph.CodeGen()
-            plain.recompile()
-            return plain
+            if not isinstance(gm, fx.GraphModule):  # pragma: no cover - torch API guard
+                raise TypeError(f"torch.export gave a {type(gm).__name__}, not a GraphModule")
+            return gm
         except Exception as export_exc:
             where = fx_where or _user_frame(export_exc)
             raise TraceError(

@@ -9,7 +9,8 @@ exponentially with branching; here both critical paths are one pass over a topol
 O(N + E) for the whole plan.
 
 Memory of a partition is every node's output and parameters plus the outputs of outside nodes it
-reads, each counted once; a device holds the sum of the partitions placed on it.
+reads, each counted once; a device holds the union of the partitions placed on it (a tensor two
+of them read is stored there once, as in the reference's device mapping).
 """
 
 from __future__ import annotations
@@ -126,6 +127,17 @@ class CostModel:
                 if u not in inside:
                     outside.add(u)
         return total + sum(self.out[u] for u in outside)
+
+    def device_memory(
+        self, members: Sequence[Sequence[int]], devices_of: Sequence[Sequence[int]]
+    ) -> dict[int, int]:
+        """Memory each device holds: the union of its partitions' nodes, so a tensor read by
+        two partitions on one device is stored once there (as the reference counts it)."""
+        on_device: dict[int, list[int]] = {}
+        for nodes, devs in zip(members, devices_of):
+            for d in devs:
+                on_device.setdefault(d, []).extend(nodes)
+        return {d: self.memory_of(nodes) for d, nodes in sorted(on_device.items())}
 
     def evaluate(self, part: Sequence[int], devices_of: Sequence[Sequence[int]]) -> Evaluation:
         """Evaluate ``part`` (node index -> partition id, -1 for non-op nodes)."""
@@ -257,6 +269,7 @@ class Plan:
     latency_s: float  # end-to-end critical path over the partition DAG (inf if cyclic)
     critical_path: tuple[int, ...]  # partition ids along it
     transfer_rate_bytes_per_s: float | None
+    device_usage: tuple[tuple[int, int], ...] = ()  # (logical id, bytes held) per used device
     options: tuple[tuple[str, Any], ...] = ()
     model: str = ""
     graph_fingerprint: str = ""
@@ -274,11 +287,10 @@ class Plan:
         raise KeyError(f"no device with logical id {logical_id}")
 
     def device_memory_bytes(self) -> dict[int, int]:
-        """Memory used on each device: the sum of the partitions placed on it."""
+        """Memory used on each device (0 for idle ones); shared inputs of partitions on one
+        device are counted once."""
         used = {d.logical_id: 0 for d in self.devices}
-        for p in self.partitions:
-            for did in p.device_ids:
-                used[did] = used.get(did, 0) + p.memory_bytes
+        used.update(dict(self.device_usage))
         return used
 
     def memory_utilisation(self) -> float:
@@ -325,7 +337,7 @@ class Plan:
                         f"partition {p.id} is placed on unknown device {did}; "
                         f"known logical ids are {sorted(known)}"
                     )
-        memory = {p.id: p.memory_bytes for p in self.partitions}
+        used = dict(self.device_usage)
         edges = {(e.src, e.dst): e.bytes for e in self.edges}
         if graph is not None:
             if self.graph_fingerprint and self.graph_fingerprint != graph.fingerprint():
@@ -352,14 +364,13 @@ class Plan:
                             part[graph.index[name]] = p.id
                 if all(0 <= p.id < len(self.partitions) for p in self.partitions):
                     model = CostModel(graph, [(0.0, 0.0)] * len(graph), None)
-                    ev = model.evaluate(part, [p.device_ids for p in sorted(self.partitions, key=lambda q: q.id)])
-                    memory = dict(enumerate(ev.memory_bytes))
+                    devs = [p.device_ids for p in sorted(self.partitions, key=lambda q: q.id)]
+                    ev = model.evaluate(part, devs)
+                    used = model.device_memory(ev.members, devs)
                     edges = ev.edges
-        used: dict[int, int] = {}
         holders: dict[int, list[int]] = {}
         for p in self.partitions:
             for did in p.device_ids:
-                used[did] = used.get(did, 0) + memory.get(p.id, 0)
                 holders.setdefault(did, []).append(p.id)
         for did in sorted(used):
             dev = known.get(did)
@@ -438,6 +449,7 @@ class Plan:
                 latency_s=float(data["latency_s"]),
                 critical_path=tuple(int(x) for x in data.get("critical_path", ())),
                 transfer_rate_bytes_per_s=None if rate is None else float(rate),
+                device_usage=tuple((int(d), int(b)) for d, b in data.get("device_usage", ())),
                 options=tuple(sorted(_json_normalise(dict(data.get("options", {}))).items())),
                 model=str(data.get("model", "")),
                 graph_fingerprint=str(data.get("graph_fingerprint", "")),
@@ -520,6 +532,7 @@ def build_plan(
         latency_s=ev.latency_s,
         critical_path=tuple(ev.critical_path),
         transfer_rate_bytes_per_s=cost.rate,
+        device_usage=tuple(cost.device_memory(ev.members, new_devices).items()),
         options=tuple(sorted(_json_normalise(dict(options or {})).items())),
         model=graph.name,
         graph_fingerprint=graph.fingerprint(),

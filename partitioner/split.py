@@ -6,6 +6,8 @@ Built with ``torch.fx.passes.split_module.split_module``; submodules are named
 
 from __future__ import annotations
 
+import copy
+
 import torch.fx as fx
 from torch.fx.passes.split_module import split_module
 
@@ -32,4 +34,11 @@ def split(plan: Plan, graph: Graph) -> fx.GraphModule:
     def callback(node: fx.Node) -> int:
         return mapping[node.name]
 
-    return split_module(gm, gm, callback, keep_original_order=False)
+    result = split_module(gm, gm, callback, keep_original_order=False)
+    codegen = gm.graph._codegen
+    if type(codegen) is not fx.graph.CodeGen:
+        # torch.export modules flatten inputs and outputs with a pytree codegen; give the split
+        # module the same calling convention so it is a drop-in replacement.
+        result.graph._codegen = copy.deepcopy(codegen)
+        result.recompile()
+    return result

@@ -60,6 +60,9 @@ def _mlp(widths: list[int], final_relu: bool) -> nn.Sequential:
 
 
 class DLRM(nn.Module):
+    pair_rows: Tensor  # (n_pairs,) int64 buffer
+    pair_cols: Tensor  # (n_pairs,) int64 buffer
+
     def __init__(self, config: DLRMConfig) -> None:
         super().__init__()
         d = config.embedding_dim

@@ -3,15 +3,6 @@
 ``names()`` lists the models, ``build(name, **overrides)`` makes one, ``describe(name)`` says in
 one line what it teaches, ``config_class(name)`` gives the dataclass whose fields are its size
 knobs, and ``default_devices(name)`` the devices the explorer starts with for it.
-
-# NOTE: [Default devices]
-# Each model's default devices are 4 of equal memory, chosen so the default model does not fit
-# on one: its total size (every fx node's output bytes plus the parameter bytes of each
-# call_module node, the reference partitioner's memory model) is about twice one device's
-# memory, while the largest single node (its output, parameters and inputs) takes well under
-# half a device. For ``dlrm`` one device holds the whole dense part plus one embedding table but
-# not two tables, so ``sparse_nn`` puts one table on each device and replicates the rest.
-# The numbers were measured on the default configs; tests/test_sample_models.py checks them.
 """
 
 from __future__ import annotations
@@ -50,6 +41,16 @@ class ModelSpec:
     device_count: int = 4  # default number of devices for this model
     device_memory_bytes: int = 0  # default memory of each device; see NOTE: [Default devices]
 
+
+# NOTE: [Default devices]
+# Each model's default devices are 4 of equal memory, chosen so the default model does not fit
+# on one: its total size (every fx node's output bytes plus the parameter bytes of each
+# call_module node, the reference partitioner's memory model) is about twice one device's
+# memory, while the largest single node (its output, parameters and inputs) takes under half a
+# device. The exception is ``dlrm``: one device holds the whole dense part plus one embedding
+# table but not two tables (so a table takes just over half a device), and ``sparse_nn`` puts
+# one table on each device and replicates the rest.
+# The numbers were measured on the default configs; tests/test_sample_models.py checks them.
 
 SPECS: tuple[ModelSpec, ...] = (
     ModelSpec(

@@ -7,14 +7,6 @@ small's 124M parameters; n_layer=48 gives a deep stack. Memory is dominated by p
 the two ends (the embedding and the LM head, each vocab_size x n_embd) are the largest nodes.
 After Radford et al., "Language Models are Unsupervised Multitask Learners" (2019), and
 Karpathy's nanoGPT ``model.py``.
-
-# NOTE: [Every node outputs one tensor]
-# Size-based partitioners (torch's reference one included) read the tensor metadata of every
-# node, so the forward avoids nodes whose output is not a single tensor: no ``x.size()``
-# (an int), no ``split`` (a tuple), no ``x.device``. Positions come from a cumulative sum of
-# ones shaped like the input, and the causal mask is a registered (block_size, block_size)
-# buffer from which the first T rows and columns are picked with ``index_select`` on those
-# positions. Heads are split and merged with ``unflatten``/``flatten``, which need no sizes.
 """
 
 from __future__ import annotations
@@ -30,6 +22,15 @@ from torch import Tensor, nn
 from ._common import make_config, require_positive, seeded
 
 __all__ = ["TransformerConfig", "CausalSelfAttention", "MLP", "Block", "GPT", "build"]
+
+
+# NOTE: [Every node outputs one tensor]
+# Size-based partitioners (torch's reference one included) read the tensor metadata of every
+# node, so the forward avoids nodes whose output is not a single tensor: no ``x.size()``
+# (an int), no ``split`` (a tuple), no ``x.device``. Positions come from a cumulative sum of
+# ones shaped like the input, and the causal mask is a registered (block_size, block_size)
+# buffer from which the first T rows and columns are picked with ``index_select`` on those
+# positions. Heads are split and merged with ``unflatten``/``flatten``, which need no sizes.
 
 
 @dataclass
@@ -120,6 +121,8 @@ class Block(nn.Module):
 
 
 class GPT(nn.Module):
+    future: Tensor  # (block_size, block_size) bool buffer, True above the diagonal
+
     def __init__(self, config: TransformerConfig) -> None:
         super().__init__()
         self.config = config

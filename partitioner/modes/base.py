@@ -46,11 +46,11 @@ class Problem:
         for v, p in enumerate(assignment.part):
             if p >= 0:
                 members.setdefault(p, []).append(v)
-        used = {d.logical_id: 0 for d in self.devices}
-        for p, nodes in members.items():
-            for d in assignment.devices_of[p]:
-                used[d] += self.cost.memory_of(nodes)
-        return all(used[d.logical_id] <= d.memory_bytes for d in self.devices)
+        pids = sorted(members)
+        used = self.cost.device_memory(
+            [members[p] for p in pids], [assignment.devices_of[p] for p in pids]
+        )
+        return all(used.get(d.logical_id, 0) <= d.memory_bytes for d in self.devices)
 
     def latency(self, assignment: Assignment) -> float:
         return self.cost.evaluate(assignment.part, assignment.devices_of).latency_s

@@ -19,10 +19,8 @@ def saturate(problem: Problem, a: Assignment) -> Assignment:
     for v, p in enumerate(a.part):
         if p >= 0:
             members.setdefault(p, []).append(v)
-    used_bytes: dict[int, int] = {}
-    for p, nodes in members.items():
-        for d in a.devices_of[p]:
-            used_bytes[d] = used_bytes.get(d, 0) + cost.memory_of(nodes)
+    pids = sorted(members)
+    used_bytes = cost.device_memory([members[p] for p in pids], [a.devices_of[p] for p in pids])
     by_id = {d.logical_id: d for d in problem.devices}
     used = [d.logical_id for d in problem.devices if d.logical_id in used_bytes]
     replica_of: dict[int, int] = {}

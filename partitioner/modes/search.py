@@ -33,28 +33,28 @@ class _State:
         for v, p in enumerate(self.part):
             if p >= 0:
                 self.members[p].add(v)
-        self.memory = [self.cost.memory_of(m) for m in self.members]
         self.capacity = problem.capacity
-        self.used: dict[int, int] = {d: 0 for d in self.capacity}
+        self.on_device: dict[int, list[int]] = {d: [] for d in self.capacity}
         for p, devs in enumerate(self.devices_of):
             for d in devs:
-                self.used[d] += self.memory[p]
+                self.on_device[d].append(p)
         self.latency = self.cost.evaluate(self.part, self.devices_of).latency_s
         self.evals = 0
 
-    def fits(self, changes: dict[int, int]) -> bool:
-        """``changes``: partition -> new memory. True when every device stays within capacity."""
-        delta: dict[int, int] = {}
-        for p, new in changes.items():
-            for d in self.devices_of[p]:
-                delta[d] = delta.get(d, 0) + new - self.memory[p]
-        return all(self.used[d] + x <= self.capacity[d] for d, x in delta.items())
-
-    def apply_memory(self, changes: dict[int, int]) -> None:
-        for p, new in changes.items():
-            for d in self.devices_of[p]:
-                self.used[d] += new - self.memory[p]
-            self.memory[p] = new
+    def fits(self, moves: Iterable[tuple[int, int]]) -> bool:
+        """True when every device touched by ``moves`` (node, new partition) stays in capacity."""
+        moved = {v: q for v, q in moves}
+        devices: set[int] = set()
+        for v, q in moved.items():
+            devices.update(self.devices_of[self.part[v]])
+            devices.update(self.devices_of[q])
+        for d in devices:
+            pids = set(self.on_device[d])
+            nodes = [w for p in pids for w in self.members[p] if moved.get(w, p) in pids]
+            nodes += [v for v, q in moved.items() if q in pids and self.part[v] not in pids]
+            if self.cost.memory_of(nodes) > self.capacity[d]:
+                return False
+        return True
 
     def score(self) -> float:
         self.evals += 1
@@ -71,6 +71,12 @@ class _State:
                 if self.part[w] != p:
                     pairs.add((v, self.part[w]))
         return sorted(pairs)
+
+    def apply(self, moves: Iterable[tuple[int, int]]) -> None:
+        for v, q in moves:
+            self.members[self.part[v]].discard(v)
+            self.members[q].add(v)
+            self.part[v] = q
 
     def assignment(self) -> Assignment:
         return Assignment(self.part, self.devices_of)
@@ -104,27 +110,13 @@ def improve_by_moves(problem: Problem, a: Assignment, budget: int, swaps: bool =
                     best = (lat, moves)
         if best is None:
             break
-        _apply(s, best[1])
+        s.apply(best[1])
         s.latency = best[0]
     return s.assignment()
 
 
-def _new_memory(s: _State, moves: Iterable[tuple[int, int]]) -> dict[int, int]:
-    touched: dict[int, set[int]] = {}
-    for v, q in moves:
-        p = s.part[v]
-        touched.setdefault(p, set(s.members[p]))
-        touched.setdefault(q, set(s.members[q]))
-    for v, q in moves:
-        p = s.part[v]
-        touched[p].discard(v)
-        touched[q].add(v)
-    return {p: s.cost.memory_of(m) for p, m in touched.items()}
-
-
 def _try(s: _State, moves: tuple[tuple[int, int], ...]) -> float | None:
-    changes = _new_memory(s, moves)
-    if not s.fits(changes):
+    if not s.fits(moves):
         return None
     old = [(v, s.part[v]) for v, _ in moves]
     for v, q in moves:
@@ -133,16 +125,6 @@ def _try(s: _State, moves: tuple[tuple[int, int], ...]) -> float | None:
     for v, p in old:
         s.part[v] = p
     return lat
-
-
-def _apply(s: _State, moves: tuple[tuple[int, int], ...]) -> None:
-    changes = _new_memory(s, moves)
-    for v, q in moves:
-        p = s.part[v]
-        s.members[p].discard(v)
-        s.members[q].add(v)
-        s.part[v] = q
-    s.apply_memory(changes)
 
 
 def merge_partitions(problem: Problem, a: Assignment, budget: int) -> Assignment:
@@ -172,7 +154,6 @@ def merge_partitions(problem: Problem, a: Assignment, budget: int) -> Assignment
                 if lat <= s.latency + _EPS:
                     s.members[q].update(moved)
                     s.members[p].clear()
-                    s.apply_memory({q: s.cost.memory_of(s.members[q]), p: 0})
                     s.latency = min(lat, s.latency)
                     merged = True
                 else:
