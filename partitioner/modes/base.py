@@ -75,55 +75,72 @@ def largest_node_check(graph: Graph, devices: Sequence[Device]) -> None:
         )
 
 
-def fill_in_order(problem: Problem, order: Sequence[int]) -> Assignment:
+def initial_fill(problem: Problem) -> Assignment:
+    """Contiguous fill; when fragmentation leaves a node nowhere to go, a tighter packing."""
+    try:
+        return fill_in_order(problem, problem.graph.op_indices)
+    except InfeasibleError as first:
+        try:
+            return fill_in_order(problem, problem.graph.op_indices, pack=True)
+        except InfeasibleError:
+            raise first from None
+
+
+def fill_in_order(problem: Problem, order: Sequence[int], pack: bool = False) -> Assignment:
     """Greedy fill in topological order (the reference's ``size_based`` idea).
 
     Keep adding nodes to the open partition while its device has room; otherwise open a new
-    partition on an unused device (largest first), or, when none is left, on the device with the
-    most free memory. O(N + E).
+    partition on an unused device (largest first), or, when none is left, on the used device
+    where the node costs least room (an input already held there is not stored twice). With
+    ``pack``, every node goes to the device with the least room that still holds it (best fit,
+    as the reference's device mapping does): fewer gaps, more partitions. O(N + E), or
+    O(N D + E) for D devices with ``pack``.
     """
     graph = problem.graph
-    n = len(graph)
-    part = [-1] * n
+    part = [-1] * len(graph)
     devices_of: list[list[int]] = []
     free = {d.logical_id: d.memory_bytes for d in problem.devices}
+    held: dict[int, set[int]] = {d.logical_id: set() for d in problem.devices}
     unused = [d.logical_id for d in problem.devices_by_memory()]
     out, total, preds = graph.output_bytes, graph.total_bytes, graph.preds
+
+    def extra(v: int, d: int) -> int:
+        return total[v] + sum(out[u] for u in preds[v] if u not in held[d])
+
     current = -1
-    counted: set[int] = set()  # outside nodes already charged to the open partition
-    used = 0
-
-    def extra(v: int) -> int:
-        return total[v] + sum(out[u] for u in preds[v] if part[u] != current and u not in counted)
-
     for v in order:
-        need = extra(v) if current >= 0 else 0
-        if current < 0 or need > free[devices_of[current][0]] - used:
-            if current >= 0:
-                free[devices_of[current][0]] -= used
+        device = devices_of[current][0] if current >= 0 else -1
+        if pack:
+            fits = [d for d in free if extra(v, d) <= free[d]]
+            if fits:
+                best = min(fits, key=lambda d: (free[d] - extra(v, d), d))
+                if best != device:
+                    device = best
+                    if device in unused:
+                        unused.remove(device)
+                    devices_of.append([device])
+                    current = len(devices_of) - 1
+        if device < 0 or extra(v, device) > free[device]:
             alone = node_alone_bytes(graph, v)
-            candidates = [d for d in unused if free[d] >= alone]
-            if candidates:
-                device = candidates[0]
+            fresh = [d for d in unused if free[d] >= alone]
+            if fresh:
+                device = fresh[0]
                 unused.remove(device)
             else:
-                device = max(free, key=lambda d: (free[d], -d))
-                if free[device] < alone:
+                used = [d for d in free if d not in unused]
+                device = max(used, key=lambda d: (free[d] - extra(v, d), -d))
+                if extra(v, device) > free[device]:
                     node = graph.nodes[v]
                     raise InfeasibleError(
                         f"size-based fill ran out of memory at node {node.name!r}: it needs "
-                        f"{format_bytes(alone)} but the most free memory left on any device is "
-                        f"{format_bytes(free[device])}; add a device or memory, or try mode "
-                        "'cost_aware'"
+                        f"{format_bytes(extra(v, device))} more on device {device} but only "
+                        f"{format_bytes(free[device])} is free there (and less elsewhere); add a "
+                        "device or memory, or try mode 'cost_aware'"
                     )
             devices_of.append([device])
             current = len(devices_of) - 1
-            counted = set()
-            used = 0
-            need = extra(v)
+        free[device] -= extra(v, device)
+        held[device].add(v)
+        held[device].update(preds[v])
         part[v] = current
-        used += need
-        counted.update(u for u in preds[v] if part[u] != current)
-    if current >= 0:
-        free[devices_of[current][0]] -= used
     return Assignment(part, devices_of)

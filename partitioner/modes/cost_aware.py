@@ -10,12 +10,14 @@ force: the best any merging can reach), boundary nodes change device where that 
 critical path, and neighbouring partitions on the same devices are merged whenever the exact
 latency does not grow. A Kernighan-Lin pass then moves boundary nodes
 between devices. The coarse start (one partition per device, refined) is scored too and the
-lower latency wins, fewer partitions breaking ties. O(budget * (N + E)).
+lower latency wins, fewer partitions breaking ties. Both run from the contiguous fill and from a
+best-fit packing (see :func:`kl_based.starts`). O(budget * (N + E)).
 """
 
 from __future__ import annotations
 
-from .base import Assignment, Problem, fill_in_order
+from .base import Assignment, Problem
+from .kl_based import starts
 from .search import default_budget, improve_by_moves, merge_partitions
 
 __all__ = ["partition"]
@@ -24,20 +26,20 @@ __all__ = ["partition"]
 def partition(problem: Problem) -> Assignment:
     graph = problem.graph
     budget = int(problem.options.get("search_budget") or default_budget(problem))
-    coarse = fill_in_order(problem, graph.op_indices)
-    candidates = [improve_by_moves(problem, coarse, budget // 2, swaps=False)]
-    if budget < 2 * len(graph.op_indices):
-        # Too few evaluations to merge node-sized partitions into a readable plan.
-        return candidates[0]
-    # One node per partition on the fill's devices, then merge.
-    part = [-1] * len(graph)
-    devices_of: list[list[int]] = []
-    for v in graph.op_indices:
-        part[v] = len(devices_of)
-        devices_of.append(list(coarse.devices_of[coarse.part[v]]))
-    fine = improve_by_moves(problem, Assignment(part, devices_of), budget // 4, swaps=False)
-    merged = merge_partitions(problem, fine, budget)
-    candidates.append(improve_by_moves(problem, merged, budget // 4, swaps=False))
+    begin = starts(problem)
+    candidates = [improve_by_moves(problem, a, budget // (2 * len(begin)), swaps=False) for a in begin]
+    if budget >= 2 * len(graph.op_indices):
+        for coarse in begin:
+            # One node per partition on the start's devices, then move and merge.
+            part = [-1] * len(graph)
+            devices_of: list[list[int]] = []
+            for v in graph.op_indices:
+                part[v] = len(devices_of)
+                devices_of.append(list(coarse.devices_of[coarse.part[v]]))
+            share = budget // (4 * len(begin))
+            fine = improve_by_moves(problem, Assignment(part, devices_of), share, swaps=False)
+            merged = merge_partitions(problem, fine, share)
+            candidates.append(improve_by_moves(problem, merged, share, swaps=False))
 
     def key(a: Assignment) -> tuple[bool, float, int]:
         return (not problem.fits(a), problem.latency(a), len({p for p in a.part if p >= 0}))

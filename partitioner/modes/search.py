@@ -8,6 +8,7 @@ which applies the last swap it tried, each round applies the best one found.
 
 from __future__ import annotations
 
+import math
 from typing import Iterable
 
 from .base import Assignment, Problem
@@ -83,36 +84,61 @@ class _State:
 
 
 def improve_by_moves(problem: Problem, a: Assignment, budget: int, swaps: bool = True) -> Assignment:
-    """Kernighan-Lin style refinement: each round tries moving every boundary node to a
-    neighbouring partition (and, with ``swaps``, exchanging it with a boundary node there),
-    then applies the best strict improvement. Stops when a round finds none or the budget of
-    evaluations is spent. O(budget * (N + E)).
+    """Kernighan-Lin refinement. Each pass repeatedly applies the best move among nodes not yet
+    moved in the pass (moving a node to a neighbouring partition or, with ``swaps``, exchanging
+    it with a node there), even when that move costs latency, and locks the node; the pass then
+    rolls back to the best plan it saw. Passes repeat while they improve and the budget of
+    evaluations lasts. Going through worse plans is what lets KL leave a plateau that stops a
+    plain descent. O(budget * (N + E)).
     """
     s = _State(problem, a)
+    best_part = list(s.part)
+    best_latency = s.latency
     while s.evals < budget:
-        best: tuple[float, tuple[tuple[int, int], ...]] | None = None
-        pairs = s.boundary()
-        by_part: dict[int, list[int]] = {}
-        for v, q in pairs:
-            by_part.setdefault(s.part[v], []).append(v)
-        for v, q in pairs:
-            if s.evals >= budget:
+        start_latency = best_latency
+        locked: set[int] = set()
+        while s.evals < budget:
+            step = _best_step(s, budget, swaps, locked)
+            if step is None:
                 break
-            p = s.part[v]
-            options: list[tuple[tuple[int, int], ...]] = [((v, q),)]
-            if swaps:
-                options += [((v, q), (w, p)) for w in sorted(set(by_part.get(q, ()))) if w != v]
-            for moves in options:
-                if s.evals >= budget:
-                    break
-                lat = _try(s, moves)
-                if lat is not None and lat < s.latency - _EPS and (best is None or lat < best[0]):
-                    best = (lat, moves)
-        if best is None:
+            lat, moves = step
+            s.apply(moves)
+            s.latency = lat
+            locked.update(v for v, _ in moves)
+            if lat < best_latency - _EPS:
+                best_latency, best_part = lat, list(s.part)
+        s.apply((v, p) for v, p in enumerate(best_part) if p >= 0 and s.part[v] != p)
+        s.latency = best_latency
+        if not best_latency < start_latency - _EPS:
             break
-        s.apply(best[1])
-        s.latency = best[0]
     return s.assignment()
+
+
+def _best_step(
+    s: _State, budget: int, swaps: bool, locked: set[int]
+) -> tuple[float, tuple[tuple[int, int], ...]] | None:
+    pairs = [(v, q) for v, q in s.boundary() if v not in locked]
+    ops = [v for v, p in enumerate(s.part) if p >= 0 and v not in locked]
+    live = [q for q, m in enumerate(s.members) if m]
+    if len(ops) * len(live) * 4 <= budget - s.evals:
+        # Small enough to try every node in every partition, as the reference does.
+        pairs = [(v, q) for v in ops for q in live if q != s.part[v]]
+    by_part: dict[int, list[int]] = {}
+    for v, q in pairs:
+        by_part.setdefault(s.part[v], []).append(v)
+    best: tuple[float, tuple[tuple[int, int], ...]] | None = None
+    for v, q in pairs:
+        p = s.part[v]
+        options: list[tuple[tuple[int, int], ...]] = [((v, q),)]
+        if swaps:
+            options += [((v, q), (w, p)) for w in sorted(set(by_part.get(q, ()))) if w != v]
+        for moves in options:
+            if s.evals >= budget:
+                return best
+            lat = _try(s, moves)
+            if lat is not None and math.isfinite(lat) and (best is None or lat < best[0] - _EPS):
+                best = (lat, moves)
+    return best
 
 
 def _try(s: _State, moves: tuple[tuple[int, int], ...]) -> float | None:

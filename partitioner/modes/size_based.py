@@ -8,10 +8,10 @@ most free memory instead of one partition per leftover node. O(N + E).
 
 from __future__ import annotations
 
-from .base import Assignment, Problem, fill_in_order
+from .base import Assignment, Problem, initial_fill
 
 __all__ = ["partition"]
 
 
 def partition(problem: Problem) -> Assignment:
-    return fill_in_order(problem, problem.graph.op_indices)
+    return initial_fill(problem)

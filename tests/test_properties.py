@@ -1,0 +1,132 @@
+"""Hypothesis properties over random DAGs (no torch needed) and oracle checks of the cost model."""
+
+import math
+
+import networkx as nx
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import partitioner
+from partitioner import Device, InfeasibleError, Plan, synthetic_graph
+
+MODES = ["size_based", "cost_aware", "kl_based"]
+
+
+@st.composite
+def problems(draw):
+    n = draw(st.integers(2, 30))
+    edges = set()
+    for b in range(1, n):
+        for a in draw(st.lists(st.integers(max(0, b - 6), b - 1), max_size=3)):
+            edges.add((a, b))
+    sizes = draw(st.lists(st.integers(1, 64), min_size=n, max_size=n))
+    graph = synthetic_graph(sorted(edges), sizes)
+    latency = {
+        name: (draw(st.floats(0, 10)), draw(st.floats(0, 10))) for name in graph.op_names
+    }
+    k = draw(st.integers(2, 5))
+    need = max(partitioner.modes.base.node_alone_bytes(graph, v) for v in graph.op_indices)
+    memory = max(need, math.ceil(graph.total_size_bytes * draw(st.floats(1.2, 2.0)) / k))
+    devices = [Device(f"d{i}", memory, i) for i in range(k)]
+    rate = draw(st.sampled_from([None, 1.0, 16.0]))
+    return graph, devices, latency, rate
+
+
+def independent_memory(graph, names):
+    inside = {graph.index[n] for n in names}
+    outside = {u for v in inside for u in graph.preds[v] if u not in inside}
+    return sum(graph.total_bytes[v] for v in inside) + sum(graph.output_bytes[u] for u in outside)
+
+
+def oracle_latency(plan):
+    """Plan latency by networkx: each partition becomes an edge weighted by its latency."""
+    g = nx.DiGraph()
+    for p in plan.partitions:
+        g.add_edge(("in", p.id), ("out", p.id), weight=p.latency_s)
+    for e in plan.edges:
+        g.add_edge(("out", e.src), ("in", e.dst), weight=e.latency_s)
+    return nx.dag_longest_path_length(g, weight="weight", default_weight=0)
+
+
+def brute_force_partition_latency(graph, latency, names):
+    """Longest path inside one partition by enumerating every path (exponential: tiny only)."""
+    inside = [graph.index[n] for n in names]
+    g = nx.DiGraph()
+    g.add_nodes_from(inside)
+    g.add_edges_from((u, v) for v in inside for u in graph.preds[v] if u in g)
+    cost = {graph.index[n]: max(latency[n]) for n in names}
+    best = 0.0
+    sources = [v for v in g if g.in_degree(v) == 0]
+    sinks = [v for v in g if g.out_degree(v) == 0]
+    for s in sources:
+        for t in sinks:
+            paths = [[s]] if s == t else nx.all_simple_paths(g, s, t)
+            for path in paths:
+                best = max(best, sum(cost[v] for v in path))
+    return best
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(problems(), st.sampled_from(MODES))
+def test_plans_are_valid(problem, mode):
+    graph, devices, latency, rate = problem
+    try:
+        plan = partitioner.partition(graph, devices, mode=mode, node_latency=latency,
+                                     transfer_rate_bytes_per_s=rate, force_partition=True)
+    except InfeasibleError:
+        # Only allowed when a greedy fill fragments memory; cost_aware/kl start from the same fill.
+        assert graph.total_size_bytes > 0.5 * sum(d.memory_bytes for d in devices)
+        return
+    # Every op node in exactly one partition.
+    names = [n for p in plan.partitions for n in p.node_names]
+    assert sorted(names) == sorted(graph.op_names)
+    # Memory within capacity, recomputed independently.
+    for d in devices:
+        on_device = [n for p in plan.partitions if d.logical_id in p.device_ids for n in p.node_names]
+        assert independent_memory(graph, on_device) <= d.memory_bytes
+    for p in plan.partitions:
+        assert p.memory_bytes == independent_memory(graph, p.node_names)
+    # Acyclic partition DAG, and edges match the node-level data flow.
+    dag = nx.DiGraph([(e.src, e.dst) for e in plan.edges])
+    assert nx.is_directed_acyclic_graph(dag)
+    where = plan.node_to_partition()
+    flows = {(where[graph.nodes[u].name], where[n]) for n in graph.op_names
+             for u in graph.preds[graph.index[n]] if graph.nodes[u].is_op} - {(p, p) for p in where.values()}
+    assert flows == {(e.src, e.dst) for e in plan.edges}
+    assert plan.violations(graph) == []
+    # Latency equals the networkx oracle; JSON round trip is exact.
+    assert math.isclose(plan.latency_s, oracle_latency(plan), rel_tol=1e-9, abs_tol=1e-9)
+    assert Plan.from_json(plan.to_json()) == plan
+
+
+@settings(max_examples=40, deadline=None)
+@given(problems())
+def test_partition_latency_matches_brute_force(problem):
+    graph, devices, latency, rate = problem
+    mapping = {name: i % 2 for i, name in enumerate(graph.op_names)}  # an arbitrary (maybe cyclic) split
+    plan = partitioner.evaluate_plan(graph, devices, mapping, {0: [0], 1: [1]},
+                                     transfer_rate_bytes_per_s=rate, node_latency=latency)
+    for p in plan.partitions:
+        assert math.isclose(p.latency_s, brute_force_partition_latency(graph, latency, p.node_names),
+                            rel_tol=1e-9, abs_tol=1e-9)
+    cyclic = not nx.is_directed_acyclic_graph(nx.DiGraph([(e.src, e.dst) for e in plan.edges]))
+    assert cyclic == math.isinf(plan.latency_s)
+    assert cyclic == any("cycle" in v for v in plan.violations(graph))
+
+
+@settings(max_examples=30, deadline=None)
+@given(problems(), st.sampled_from(MODES))
+def test_invariant_under_renaming(problem, mode):
+    graph, devices, latency, rate = problem
+    renamed_nodes = [
+        partitioner.Node(**{**nd.__dict__, "name": "n_" + nd.name}) for nd in graph.nodes
+    ]
+    renamed = partitioner.Graph(renamed_nodes, name="renamed")
+    kw = dict(mode=mode, transfer_rate_bytes_per_s=rate, force_partition=True)
+    try:
+        a = partitioner.partition(graph, devices, node_latency=latency, **kw)
+    except InfeasibleError:
+        return
+    b = partitioner.partition(renamed, devices, node_latency={"n_" + k: v for k, v in latency.items()}, **kw)
+    assert b.latency_s == a.latency_s
+    assert [tuple("n_" + n for n in p.node_names) for p in a.partitions] == [p.node_names for p in b.partitions]
