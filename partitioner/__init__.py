@@ -20,7 +20,8 @@ from .errors import (
     PartitionError,
     TraceError,
 )
-from .graph import Graph, Node, synthetic_graph, trace
+from .graph import Graph, Node, trace
+from .synthetic import synthetic_graph
 from .modes import DEFAULT_MODE, DESCRIPTIONS, MODES
 from .plan import SCHEMA_VERSION, Edge, Partition, Plan, PlanFormatError
 from .split import split

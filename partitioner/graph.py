@@ -16,7 +16,7 @@ import hashlib
 import logging
 import traceback
 from dataclasses import dataclass
-from typing import Any, Iterable, Sequence
+from typing import Any, Sequence
 
 import torch
 import torch.fx as fx
@@ -335,26 +335,3 @@ def trace(
             f"{graph.name} has no operations to partition (only inputs, attributes and outputs)"
         )
     return graph
-
-
-def synthetic_graph(edges: Iterable[tuple[int, int]], sizes: Sequence[int], name: str = "synthetic") -> Graph:
-    """A torch-free graph of op nodes ``op0..op{n-1}`` (plus one input) for tests and benchmarks.
-
-    ``edges`` go from lower to higher index; node i outputs ``sizes[i]`` bytes.
-    """
-    n = len(sizes)
-    edges = list(edges)
-    inputs: list[list[int]] = [[] for _ in range(n)]
-    for a, b in edges:
-        if not 0 <= a < b < n:
-            raise ValueError(f"edge ({a}, {b}) must go from a lower to a higher index below {n}")
-        inputs[b].append(a + 1)
-    nodes = [Node(name="x", op="placeholder", target="x", output_bytes=4)]
-    for i in range(n):
-        ins = tuple(inputs[i]) or (0,)
-        nodes.append(Node(name=f"op{i}", op="call_function", target="synthetic", inputs=ins,
-                          output_bytes=int(sizes[i])))
-    has_user = {a for a, _ in edges}
-    sinks = [i + 1 for i in range(n) if i not in has_user]
-    nodes.append(Node(name="output", op="output", target="output", inputs=tuple(sinks)))
-    return Graph(nodes, name=name)

@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import random
-
 import torch
-import torch.fx as fx
 
 import partitioner
+from partitioner.synthetic import random_fx_module  # noqa: F401  (re-exported for the tests)
 
 
 class WorkedExample(torch.nn.Module):
@@ -38,32 +36,3 @@ def reference_latencies(graph: partitioner.Graph) -> dict[str, tuple[float, floa
         for nd in graph.nodes
         if nd.is_op
     }
-
-
-def random_fx_module(seed: int, n_ops: int, width: int = 4) -> tuple[fx.GraphModule, tuple[torch.Tensor]]:
-    """A random DAG of adds, ReLUs and Linear layers as a GraphModule (all tensors [width])."""
-    rng = random.Random(seed)
-    root = torch.nn.Module()
-    graph = fx.Graph()
-    values = [graph.placeholder("x")]
-    n_linear = 0
-    for i in range(n_ops):
-        kind = rng.random()
-        a = values[max(0, len(values) - 1 - int(rng.expovariate(0.5)))]
-        if kind < 0.45 and len(values) > 1:
-            b = rng.choice(values)
-            values.append(graph.call_function(torch.add, (a, b)))
-        elif kind < 0.7:
-            name = f"fc{n_linear}"
-            n_linear += 1
-            root.add_module(name, torch.nn.Linear(width, width))
-            values.append(graph.call_module(name, (a,)))
-        else:
-            values.append(graph.call_function(torch.relu, (a,)))
-    used = {arg for node in graph.nodes for arg in node.all_input_nodes}
-    sinks = [v for v in values[1:] if v not in used]
-    graph.output(tuple(sinks) if len(sinks) > 1 else sinks[0])
-    torch.manual_seed(seed)
-    for p in root.parameters():
-        torch.nn.init.normal_(p)
-    return fx.GraphModule(root, graph), (torch.randn(width),)

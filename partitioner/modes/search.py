@@ -24,6 +24,49 @@ def default_budget(problem: Problem) -> int:
     return max(20, min(2000, 200_000 // n))
 
 
+class _DeviceMemory:
+    """Memory held on each device, updated per node move in O(degree).
+
+    A device holds the union of its partitions: every member's total size, plus the output of
+    every non-member that a member reads (once, however many members read it).
+    """
+
+    def __init__(self, s: "_State") -> None:
+        cost = s.cost
+        self.out, self.total, self.preds = cost.out, cost.total, cost.preds
+        self.bytes = {d: 0 for d in s.capacity}
+        self.count: dict[int, dict[int, int]] = {d: {} for d in s.capacity}
+        self.readers: dict[int, dict[int, int]] = {d: {} for d in s.capacity}
+        for v, p in enumerate(s.part):
+            if p >= 0:
+                for d in s.devices_of[p]:
+                    self.add(v, d)
+
+    def add(self, v: int, d: int) -> None:
+        count, readers = self.count[d], self.readers[d]
+        if not count.get(v):
+            if readers.get(v):
+                self.bytes[d] -= self.out[v]
+            self.bytes[d] += self.total[v]
+        count[v] = count.get(v, 0) + 1
+        for u in self.preds[v]:
+            if not readers.get(u) and not count.get(u):
+                self.bytes[d] += self.out[u]
+            readers[u] = readers.get(u, 0) + 1
+
+    def remove(self, v: int, d: int) -> None:
+        count, readers = self.count[d], self.readers[d]
+        for u in self.preds[v]:
+            readers[u] -= 1
+            if not readers[u] and not count.get(u):
+                self.bytes[d] -= self.out[u]
+        count[v] -= 1
+        if not count[v]:
+            self.bytes[d] -= self.total[v]
+            if readers.get(v):
+                self.bytes[d] += self.out[v]
+
+
 class _State:
     def __init__(self, problem: Problem, a: Assignment) -> None:
         self.problem = problem
@@ -35,27 +78,30 @@ class _State:
             if p >= 0:
                 self.members[p].add(v)
         self.capacity = problem.capacity
-        self.on_device: dict[int, list[int]] = {d: [] for d in self.capacity}
-        for p, devs in enumerate(self.devices_of):
-            for d in devs:
-                self.on_device[d].append(p)
+        self.memory = _DeviceMemory(self)
         self.latency = self.cost.evaluate(self.part, self.devices_of).latency_s
         self.evals = 0
 
+    def _shift(self, v: int, p: int, q: int) -> None:
+        for d in self.devices_of[p]:
+            self.memory.remove(v, d)
+        for d in self.devices_of[q]:
+            self.memory.add(v, d)
+
     def fits(self, moves: Iterable[tuple[int, int]]) -> bool:
         """True when every device touched by ``moves`` (node, new partition) stays in capacity."""
-        moved = {v: q for v, q in moves}
-        devices: set[int] = set()
-        for v, q in moved.items():
-            devices.update(self.devices_of[self.part[v]])
-            devices.update(self.devices_of[q])
-        for d in devices:
-            pids = set(self.on_device[d])
-            nodes = [w for p in pids for w in self.members[p] if moved.get(w, p) in pids]
-            nodes += [v for v, q in moved.items() if q in pids and self.part[v] not in pids]
-            if self.cost.memory_of(nodes) > self.capacity[d]:
-                return False
-        return True
+        done = []
+        touched: set[int] = set()
+        for v, q in moves:
+            p = self.part[v] if v not in dict(done) else dict(done)[v]
+            self._shift(v, p, q)
+            done.append((v, p))
+            touched.update(self.devices_of[p])
+            touched.update(self.devices_of[q])
+        ok = all(self.memory.bytes[d] <= self.capacity[d] for d in touched)
+        for (v, p), (_, q) in zip(reversed(done), reversed(list(moves))):
+            self._shift(v, q, p)
+        return ok
 
     def score(self) -> float:
         self.evals += 1
@@ -75,6 +121,7 @@ class _State:
 
     def apply(self, moves: Iterable[tuple[int, int]]) -> None:
         for v, q in moves:
+            self._shift(v, self.part[v], q)
             self.members[self.part[v]].discard(v)
             self.members[q].add(v)
             self.part[v] = q

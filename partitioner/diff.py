@@ -1,0 +1,333 @@
+"""Compare two plans: which nodes moved, and how each partition's memory, latency and traffic changed.
+
+Partitions are matched by id (a partition present in one plan only is reported as added or
+removed); nodes are matched by name. Used by ``partition-explorer diff`` and the app. O(N + E)
+for plans of N nodes and E partition edges.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from .compare import format_seconds, format_table
+from .devices import format_bytes
+from .plan import Plan
+
+__all__ = ["NodeMove", "PartitionDelta", "PlanDiff", "diff_plans", "format_diff"]
+
+
+@dataclass(frozen=True)
+class NodeMove:
+    """A node in different partitions in plans ``a`` and ``b``."""
+
+    node: str
+    from_partition: int
+    from_devices: tuple[int, ...]
+    to_partition: int
+    to_devices: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class PartitionDelta:
+    """One partition id in both plans; the ``*_a`` fields are None when it is only in ``b``
+    (``status == "added"``) and the ``*_b`` fields when it is only in ``a`` (``"removed"``)."""
+
+    id: int
+    status: str  # "added" | "removed" | "changed" | "unchanged"
+    devices_a: tuple[int, ...] | None
+    devices_b: tuple[int, ...] | None
+    nodes_a: int | None  # node count
+    nodes_b: int | None
+    memory_bytes_a: int | None
+    memory_bytes_b: int | None
+    latency_s_a: float | None
+    latency_s_b: float | None
+    bytes_in_a: int | None  # bytes crossing into the partition from other partitions
+    bytes_in_b: int | None
+    bytes_out_a: int | None  # bytes crossing out of it to other partitions
+    bytes_out_b: int | None
+
+    @property
+    def bytes_crossing_a(self) -> int | None:
+        return None if self.bytes_in_a is None or self.bytes_out_a is None else self.bytes_in_a + self.bytes_out_a
+
+    @property
+    def bytes_crossing_b(self) -> int | None:
+        return None if self.bytes_in_b is None or self.bytes_out_b is None else self.bytes_in_b + self.bytes_out_b
+
+    @property
+    def memory_change_bytes(self) -> int:
+        return (self.memory_bytes_b or 0) - (self.memory_bytes_a or 0)
+
+    @property
+    def latency_change_s(self) -> float:
+        return (self.latency_s_b or 0.0) - (self.latency_s_a or 0.0)
+
+    @property
+    def bytes_crossing_change(self) -> int:
+        return (self.bytes_crossing_b or 0) - (self.bytes_crossing_a or 0)
+
+
+@dataclass(frozen=True)
+class PlanDiff:
+    """What changed from plan ``a`` to plan ``b``; build one with :func:`diff_plans`."""
+
+    model_a: str
+    model_b: str
+    mode_a: str
+    mode_b: str
+    same_graph: bool  # both plans record the same graph fingerprint
+    devices_changed: bool  # the device lists differ (names, memory, ids or speeds)
+    latency_s_a: float
+    latency_s_b: float
+    peak_memory_utilisation_a: float
+    peak_memory_utilisation_b: float
+    moves: tuple[NodeMove, ...]  # in plan a's node order
+    partitions: tuple[PartitionDelta, ...]  # every id of either plan, ascending
+    nodes_only_in_a: tuple[str, ...]  # nodes plan b does not place (in a's order)
+    nodes_only_in_b: tuple[str, ...]
+
+    @property
+    def latency_change_s(self) -> float:
+        """``b`` minus ``a``; NaN when both are infinite (cyclic)."""
+        if math.isinf(self.latency_s_a) and math.isinf(self.latency_s_b):
+            return math.nan
+        return self.latency_s_b - self.latency_s_a
+
+    @property
+    def added(self) -> tuple[int, ...]:
+        return tuple(p.id for p in self.partitions if p.status == "added")
+
+    @property
+    def removed(self) -> tuple[int, ...]:
+        return tuple(p.id for p in self.partitions if p.status == "removed")
+
+    @property
+    def is_empty(self) -> bool:
+        """True when the plans place every node alike and score the same."""
+        return (
+            not self.moves
+            and not self.nodes_only_in_a
+            and not self.nodes_only_in_b
+            and all(p.status == "unchanged" for p in self.partitions)
+            and (self.latency_s_a == self.latency_s_b)
+            and not self.devices_changed
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready (non-finite numbers become None)."""
+
+        def clean(value: Any) -> Any:
+            if isinstance(value, float) and not math.isfinite(value):
+                return None
+            if isinstance(value, tuple):
+                return [clean(v) for v in value]
+            return value
+
+        def record(obj: Any, extra: dict[str, Any]) -> dict[str, Any]:
+            data = {k: clean(v) for k, v in vars(obj).items()}
+            data.update({k: clean(v) for k, v in extra.items()})
+            return data
+
+        return {
+            **{k: clean(v) for k, v in vars(self).items() if k not in ("moves", "partitions")},
+            "latency_change_s": clean(self.latency_change_s),
+            "added_partitions": list(self.added),
+            "removed_partitions": list(self.removed),
+            "moves": [record(m, {}) for m in self.moves],
+            "partitions": [
+                record(p, {
+                    "memory_change_bytes": p.memory_change_bytes,
+                    "latency_change_s": clean(p.latency_change_s),
+                    "bytes_crossing_a": p.bytes_crossing_a,
+                    "bytes_crossing_b": p.bytes_crossing_b,
+                    "bytes_crossing_change": p.bytes_crossing_change,
+                })
+                for p in self.partitions
+            ],
+        }
+
+
+def _traffic(plan: Plan) -> tuple[dict[int, int], dict[int, int]]:
+    into: dict[int, int] = {p.id: 0 for p in plan.partitions}
+    out: dict[int, int] = {p.id: 0 for p in plan.partitions}
+    for e in plan.edges:
+        into[e.dst] = into.get(e.dst, 0) + e.bytes
+        out[e.src] = out.get(e.src, 0) + e.bytes
+    return into, out
+
+
+def diff_plans(a: Plan, b: Plan) -> PlanDiff:
+    """Everything that differs from ``a`` to ``b``: node moves, per-partition deltas (matched by
+    id), nodes placed by one plan only, and the end-to-end latency. O(N + E)."""
+    where_a = {n: p for p in a.partitions for n in p.node_names}
+    where_b = {n: p for p in b.partitions for n in p.node_names}
+    moves = tuple(
+        NodeMove(n, pa.id, pa.device_ids, where_b[n].id, where_b[n].device_ids)
+        for n, pa in where_a.items()
+        if n in where_b and where_b[n].id != pa.id
+    )
+    in_a, out_a = _traffic(a)
+    in_b, out_b = _traffic(b)
+    parts_a = {p.id: p for p in a.partitions}
+    parts_b = {p.id: p for p in b.partitions}
+    deltas = []
+    for pid in sorted(set(parts_a) | set(parts_b)):
+        pa, pb = parts_a.get(pid), parts_b.get(pid)
+        delta = PartitionDelta(
+            id=pid,
+            status="",
+            devices_a=None if pa is None else pa.device_ids,
+            devices_b=None if pb is None else pb.device_ids,
+            nodes_a=None if pa is None else len(pa.node_names),
+            nodes_b=None if pb is None else len(pb.node_names),
+            memory_bytes_a=None if pa is None else pa.memory_bytes,
+            memory_bytes_b=None if pb is None else pb.memory_bytes,
+            latency_s_a=None if pa is None else pa.latency_s,
+            latency_s_b=None if pb is None else pb.latency_s,
+            bytes_in_a=None if pa is None else in_a.get(pid, 0),
+            bytes_in_b=None if pb is None else in_b.get(pid, 0),
+            bytes_out_a=None if pa is None else out_a.get(pid, 0),
+            bytes_out_b=None if pb is None else out_b.get(pid, 0),
+        )
+        if pa is None:
+            status = "added"
+        elif pb is None:
+            status = "removed"
+        elif (
+            pa.node_names == pb.node_names
+            and pa.device_ids == pb.device_ids
+            and delta.memory_change_bytes == 0
+            and pa.latency_s == pb.latency_s
+            and delta.bytes_in_a == delta.bytes_in_b
+            and delta.bytes_out_a == delta.bytes_out_b
+        ):
+            status = "unchanged"
+        else:
+            status = "changed"
+        deltas.append(dataclasses.replace(delta, status=status))
+    return PlanDiff(
+        model_a=a.model,
+        model_b=b.model,
+        mode_a=a.mode,
+        mode_b=b.mode,
+        same_graph=bool(a.graph_fingerprint) and a.graph_fingerprint == b.graph_fingerprint,
+        devices_changed=a.devices != b.devices,
+        latency_s_a=a.latency_s,
+        latency_s_b=b.latency_s,
+        peak_memory_utilisation_a=a.memory_utilisation(),
+        peak_memory_utilisation_b=b.memory_utilisation(),
+        moves=moves,
+        partitions=tuple(deltas),
+        nodes_only_in_a=tuple(n for n in where_a if n not in where_b),
+        nodes_only_in_b=tuple(n for n in where_b if n not in where_a),
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# Text
+
+
+def _signed_bytes(n: int) -> str:
+    return ("+" if n > 0 else "-" if n < 0 else "+") + format_bytes(abs(n))
+
+
+def _signed_seconds(s: float) -> str:
+    if math.isnan(s):
+        return "n/a"
+    return ("+" if s >= 0 else "-") + format_seconds(abs(s))
+
+
+def _devices(ids: tuple[int, ...] | None) -> str:
+    return "-" if ids is None else "[" + ",".join(str(i) for i in ids) + "]"
+
+
+def _pair(a: str, b: str, change: str | None) -> str:
+    if a == b and change is None:
+        return a
+    return f"{a} -> {b}" + (f" ({change})" if change else "")
+
+
+def _cell_bytes(a: int | None, b: int | None) -> str:
+    if a is None or b is None:
+        return _pair("-" if a is None else format_bytes(a), "-" if b is None else format_bytes(b), None)
+    if a == b:
+        return format_bytes(a)
+    return _pair(format_bytes(a), format_bytes(b), _signed_bytes(b - a))
+
+
+def _cell_seconds(a: float | None, b: float | None) -> str:
+    if a is None or b is None:
+        return _pair(format_seconds(a), format_seconds(b), None)
+    if a == b:
+        return format_seconds(a)
+    return _pair(format_seconds(a), format_seconds(b), _signed_seconds(b - a))
+
+
+def format_diff(d: PlanDiff, label_a: str = "a", label_b: str = "b") -> str:
+    """A readable report of ``d``: header figures, moved nodes, and a per-partition table."""
+    lines = [f"--- {label_a}", f"+++ {label_b}"]
+    model = d.model_a if d.model_a == d.model_b else f"{d.model_a} -> {d.model_b}"
+    graph_note = "same graph" if d.same_graph else "DIFFERENT graphs (fingerprints differ)"
+    lines.append(f"model: {model} ({graph_note})")
+    lines.append("mode: " + (d.mode_a if d.mode_a == d.mode_b else f"{d.mode_a} -> {d.mode_b}"))
+    if d.devices_changed:
+        lines.append("devices: changed")
+    change = d.latency_change_s
+    if math.isfinite(d.latency_s_a) and d.latency_s_a > 0 and math.isfinite(change):
+        pct = f", {change / d.latency_s_a:+.1%}"
+    else:
+        pct = ""
+    latency = (
+        format_seconds(d.latency_s_a)
+        if d.latency_s_a == d.latency_s_b
+        else f"{format_seconds(d.latency_s_a)} -> {format_seconds(d.latency_s_b)} "
+        f"({_signed_seconds(change)}{pct})"
+    )
+    lines.append(f"end-to-end latency: {latency}")
+    ua, ub = d.peak_memory_utilisation_a, d.peak_memory_utilisation_b
+    lines.append(
+        "peak memory utilisation: " + (f"{ua:.1%}" if ua == ub else f"{ua:.1%} -> {ub:.1%}")
+    )
+    if d.is_empty:
+        lines.append("")
+        lines.append("no differences")
+        return "\n".join(lines)
+    lines.append("")
+    if d.moves:
+        lines.append(f"{len(d.moves)} node(s) moved between partitions:")
+        rows = [
+            [m.node, f"{m.from_partition} on {_devices(m.from_devices)}",
+             f"{m.to_partition} on {_devices(m.to_devices)}"]
+            for m in d.moves
+        ]
+        lines.append(format_table(["node", "from partition", "to partition"], rows))
+    else:
+        lines.append("no node moved between partitions")
+    for label, names in ((f"only in {label_a}", d.nodes_only_in_a), (f"only in {label_b}", d.nodes_only_in_b)):
+        if names:
+            shown = ", ".join(names[:20]) + (f" ... ({len(names)} in all)" if len(names) > 20 else "")
+            lines.append(f"nodes {label}: {shown}")
+    if d.added:
+        lines.append(f"partitions added: {', '.join(map(str, d.added))}")
+    if d.removed:
+        lines.append(f"partitions removed: {', '.join(map(str, d.removed))}")
+    lines.append("")
+    rows = []
+    for p in d.partitions:
+        rows.append([
+            p.id,
+            p.status,
+            _pair(_devices(p.devices_a), _devices(p.devices_b), None),
+            _pair("-" if p.nodes_a is None else str(p.nodes_a), "-" if p.nodes_b is None else str(p.nodes_b), None),
+            _cell_bytes(p.memory_bytes_a, p.memory_bytes_b),
+            _cell_seconds(p.latency_s_a, p.latency_s_b),
+            _cell_bytes(p.bytes_crossing_a, p.bytes_crossing_b),
+        ])
+    lines.append(format_table(
+        ["partition", "status", "devices", "nodes", "memory", "latency", "bytes crossing (in+out)"], rows
+    ))
+    return "\n".join(lines)
