@@ -551,13 +551,10 @@ def cmd_render(args: argparse.Namespace) -> int:
     if fmt is None:
         suffix = Path(args.out).suffix.lower().lstrip(".") if args.out != "-" else ""
         fmt = suffix if suffix in ("svg", "png", "dot") else "svg"
-    graph = load_model(args.model, args.set).graph if args.model else None
-    try:
-        from . import render
-    except ImportError as exc:  # pragma: no cover - render.py ships with the package
-        raise CLIError(f"rendering is unavailable: {exc}", EXIT_INTERNAL) from None
-    source = render.plan_to_dot(plan, graph)
-    data: str | bytes = source if fmt == "dot" else render.render_dot(source, fmt)
+    from .render import plan_to_dot, render_dot
+
+    source = plan_to_dot(plan)
+    data: str | bytes = source if fmt == "dot" else render_dot(source, fmt)
     _write(args.out, data, f"{fmt} drawing")
     return EXIT_OK
 
@@ -641,7 +638,9 @@ unknown device, a budget exceeded. Exit 0 and "OK: ..." when valid, exit 1 other
   partition-explorer render plan.json --format png --out plan.png
   partition-explorer render plan.json --format dot --out - | dot -Tpdf > plan.pdf
 
-Draws the partition DAG as the app does: BFS levels as ranks, devices as colours.
+Draws the partition DAG as the app does: BFS levels as ranks, a colour per device, edges
+labelled with the bytes crossing, the critical path in red, partitions over capacity outlined.
+svg and png need Graphviz's `dot` program; dot needs nothing.
 """,
     "compare": """examples:
   partition-explorer compare transformer
@@ -760,9 +759,6 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--format", choices=["svg", "png", "dot"],
                    help="output format (default: from --out's suffix, else svg)")
     p.add_argument("--out", metavar="FILE", default="-", help="output file (default - : stdout)")
-    p.add_argument("--model", metavar="MODEL", help="also trace MODEL for richer node labels")
-    p.add_argument("--set", metavar="KEY=VALUE", action="append", default=[],
-                   help="a sample model setting for --model, repeatable")
 
     p = command("compare", "run every partition mode on one model and devices, in one table",
                 cmd_compare)

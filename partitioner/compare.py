@@ -26,6 +26,7 @@ __all__ = [
     "ModeResult",
     "compare_modes",
     "default_modes",
+    "best_mode",
     "format_comparison",
     "format_table",
     "format_seconds",
@@ -155,11 +156,21 @@ def format_table(headers: Sequence[str], rows: Iterable[Sequence[Any]], right: S
     return "\n".join(out)
 
 
+def best_mode(results: Sequence[ModeResult]) -> str | None:
+    """The successful mode with the lowest latency; latencies within a relative 1e-9 of each
+    other tie (float noise), and ties go to fewer partitions, then to the earlier result."""
+    ok = [r for r in results if r.ok and r.latency_s is not None and math.isfinite(r.latency_s)]
+    if not ok:
+        return None
+    low = min(r.latency_s for r in ok if r.latency_s is not None)
+    close = [r for r in ok if r.latency_s is not None and r.latency_s <= low * (1 + 1e-9)]
+    return min(close, key=lambda r: r.partitions or 0).mode
+
+
 def format_comparison(results: Sequence[ModeResult]) -> str:
     """The comparison as a table, the fastest successful mode marked with ``*``; failed modes
     show their error (joined onto one line) in place of the numbers."""
-    ok = [r for r in results if r.ok and r.latency_s is not None]
-    best = min(ok, key=lambda r: (r.latency_s, r.partitions)).mode if ok else None
+    best = best_mode(results)
     rows = []
     for r in results:
         mark = "*" if r.mode == best else ""

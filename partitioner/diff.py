@@ -81,6 +81,8 @@ class PlanDiff:
     mode_b: str
     same_graph: bool  # both plans record the same graph fingerprint
     devices_changed: bool  # the device lists differ (names, memory, ids or speeds)
+    transfer_rate_a: float | None  # bytes/s the plan was scored with (None: transfers free)
+    transfer_rate_b: float | None
     latency_s_a: float
     latency_s_b: float
     peak_memory_utilisation_a: float
@@ -115,6 +117,7 @@ class PlanDiff:
             and all(p.status == "unchanged" for p in self.partitions)
             and (self.latency_s_a == self.latency_s_b)
             and not self.devices_changed
+            and self.transfer_rate_a == self.transfer_rate_b
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -216,6 +219,8 @@ def diff_plans(a: Plan, b: Plan) -> PlanDiff:
         mode_b=b.mode,
         same_graph=bool(a.graph_fingerprint) and a.graph_fingerprint == b.graph_fingerprint,
         devices_changed=a.devices != b.devices,
+        transfer_rate_a=a.transfer_rate_bytes_per_s,
+        transfer_rate_b=b.transfer_rate_bytes_per_s,
         latency_s_a=a.latency_s,
         latency_s_b=b.latency_s,
         peak_memory_utilisation_a=a.memory_utilisation(),
@@ -239,6 +244,10 @@ def _signed_seconds(s: float) -> str:
     if math.isnan(s):
         return "n/a"
     return ("+" if s >= 0 else "-") + format_seconds(abs(s))
+
+
+def _rate(rate: float | None) -> str:
+    return "not modelled" if not rate else f"{rate:.3g} B/s"
 
 
 def _devices(ids: tuple[int, ...] | None) -> str:
@@ -276,6 +285,8 @@ def format_diff(d: PlanDiff, label_a: str = "a", label_b: str = "b") -> str:
     lines.append("mode: " + (d.mode_a if d.mode_a == d.mode_b else f"{d.mode_a} -> {d.mode_b}"))
     if d.devices_changed:
         lines.append("devices: changed")
+    if d.transfer_rate_a != d.transfer_rate_b:
+        lines.append(f"transfer rate: {_rate(d.transfer_rate_a)} -> {_rate(d.transfer_rate_b)}")
     change = d.latency_change_s
     if math.isfinite(d.latency_s_a) and d.latency_s_a > 0 and math.isfinite(change):
         pct = f", {change / d.latency_s_a:+.1%}"

@@ -219,8 +219,9 @@ def _is_embedding(node: fx.Node, modules: dict[str, torch.nn.Module]) -> bool:
 
 
 def _target_name(node: fx.Node) -> str:
-    if node.op in ("call_function",):
-        return getattr(node.target, "__qualname__", None) or getattr(node.target, "__name__", str(node.target))
+    if node.op == "call_function":
+        name = getattr(node.target, "__qualname__", None) or getattr(node.target, "__name__", None)
+        return str(name or node.target)
     return str(node.target)
 
 

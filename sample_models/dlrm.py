@@ -83,7 +83,10 @@ class DLRM(nn.Module):
     def forward(self, dense_x: Tensor, indices: Tensor, offsets: Tensor) -> Tensor:
         # dense_x: (B, n_dense); indices: (n_tables, B * bag_size); offsets: (n_tables, B)
         x = self.bottom_mlp(dense_x)  # (B, D)
-        pooled = [table(indices[i], offsets[i]) for i, table in enumerate(self.tables)]  # (B, D)
+        # Pick every table's rows first, so the lookups sit next to each other in the graph.
+        ids = [indices[i] for i in range(len(self.tables))]  # n_tables x (B * bag_size)
+        starts = [offsets[i] for i in range(len(self.tables))]  # n_tables x (B,)
+        pooled = [table(i, o) for table, i, o in zip(self.tables, ids, starts)]  # n_tables x (B, D)
         vectors = torch.stack([x] + pooled, dim=1)  # (B, F, D) with F = n_tables + 1
         dots = torch.bmm(vectors, vectors.transpose(1, 2))  # (B, F, F)
         pairs = dots[:, self.pair_rows, self.pair_cols]  # (B, F * (F - 1) / 2)

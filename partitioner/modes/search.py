@@ -9,7 +9,7 @@ which applies the last swap it tried, each round applies the best one found.
 from __future__ import annotations
 
 import math
-from typing import Iterable
+from typing import Iterable, Sequence
 
 from .base import Assignment, Problem
 
@@ -88,19 +88,17 @@ class _State:
         for d in self.devices_of[q]:
             self.memory.add(v, d)
 
-    def fits(self, moves: Iterable[tuple[int, int]]) -> bool:
-        """True when every device touched by ``moves`` (node, new partition) stays in capacity."""
-        done = []
+    def fits(self, moves: Sequence[tuple[int, int]]) -> bool:
+        """True when every device touched by ``moves`` (distinct nodes, each with its new
+        partition) stays within capacity. Applies the moves to the memory tally and undoes them."""
         touched: set[int] = set()
         for v, q in moves:
-            p = self.part[v] if v not in dict(done) else dict(done)[v]
-            self._shift(v, p, q)
-            done.append((v, p))
-            touched.update(self.devices_of[p])
+            self._shift(v, self.part[v], q)
+            touched.update(self.devices_of[self.part[v]])
             touched.update(self.devices_of[q])
         ok = all(self.memory.bytes[d] <= self.capacity[d] for d in touched)
-        for (v, p), (_, q) in zip(reversed(done), reversed(list(moves))):
-            self._shift(v, q, p)
+        for v, q in reversed(moves):
+            self._shift(v, q, self.part[v])
         return ok
 
     def score(self) -> float:

@@ -1,0 +1,144 @@
+"""What each partition mode does, and why a given plan looks the way it does, in words.
+
+Plain text (Markdown) for the Learn page and the notes under the Explore page's DAG; the
+explanations follow the library's modes (``partitioner/modes/``) and the reference partitioner
+they adapt (``torch.fx.experimental.accelerator_partitioner``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from partitioner import Plan, format_bytes
+from partitioner.compare import format_seconds
+from partitioner.render import over_capacity_devices
+
+__all__ = ["ModeText", "MODE_TEXT", "COST_MODEL", "explain_plan"]
+
+
+@dataclass(frozen=True)
+class ModeText:
+    title: str
+    idea: str  # what the algorithm does
+    shape: str  # what its plans look like, and why
+    use: str  # when to pick it
+
+
+MODE_TEXT: dict[str, ModeText] = {
+    "size_based": ModeText(
+        "Size-based: fill devices in order",
+        "Walk the nodes in topological order and put each into the current partition while its "
+        "device has room; when the next node does not fit, open a new partition on the largest "
+        "device not used yet. It looks only at memory, never at latency. O(N + E).",
+        "Few partitions, each as full as its device allows, in a chain: partition k feeds "
+        "partition k + 1. The last partition is often much smaller than the others (whatever "
+        "was left). Bars in the memory chart sit close to the capacity line.",
+        "The baseline. Use it to see how many devices the model needs at all, and as the start "
+        "the latency-aware modes improve on.",
+    ),
+    "sparse_nn": ModeText(
+        "Sparse NN: spread embedding tables, replicate the dense part",
+        "For recommendation models (DLRM): embedding tables are large but each lookup is cheap, "
+        "while the dense MLPs are small but run on every device. The embedding nodes are packed "
+        "largest first onto the device with the most room left; every stretch of dense nodes "
+        "becomes a partition replicated on every device large enough to hold it.",
+        "One embedding partition per device side by side at one BFS level, fed by and feeding "
+        "dense partitions drawn striped (one stripe per device they are replicated on). A model "
+        "without embedding tables fails with a message saying so.",
+        "Models whose memory is mostly embedding tables (try the dlrm sample).",
+    ),
+    "cost_aware": ModeText(
+        "Cost-aware: merge partitions while latency does not grow",
+        "Start fine-grained (one node per partition, on devices from a size-based fill) and "
+        "merge neighbouring partitions on the same devices whenever the critical-path latency "
+        "does not grow, moving boundary nodes between devices where that shortens the path. The "
+        "coarse start (one partition per device) is scored too and the lower latency wins.",
+        "Often many small partitions: merging stops wherever joining two would lengthen the "
+        "critical path, for example where parallel branches (attention heads, experts) can run "
+        "on different devices at once. With free transfers (no transfer rate) cutting costs "
+        "nothing, so partitions stay small; give a transfer rate to see them merge.",
+        "When latency matters and the graph has parallel branches (moe, unet, dlrm).",
+    ),
+    "kl_based": ModeText(
+        "Kernighan-Lin: swap nodes between partitions",
+        "Start from the size-based fill and repeatedly try moving or swapping boundary nodes "
+        "between partitions, keeping the best move of each round when it lowers the "
+        "critical-path latency and the devices still have room (Kernighan and Lin's graph "
+        "bisection heuristic, scored with the exact cost model).",
+        "Usually the same number of partitions as size_based, with their borders shifted so "
+        "less data crosses between devices or the slowest partition gets lighter.",
+        "To improve a size-based plan without changing its overall shape.",
+    ),
+    "aot_based": ModeText(
+        "Ahead of time: a mapping you give",
+        "Use a node-to-partition and partition-to-devices mapping given ahead of time, for "
+        "example a plan saved earlier and edited by hand; the library only scores it.",
+        "Exactly the mapping given. The Review & edit page uses it: upload a plan or move a "
+        "node, and the plan is re-scored and checked at once.",
+        "Reviewing or hand-tuning a plan before deployment.",
+    ),
+}
+
+COST_MODEL = (
+    "**The cost model** (the reference partitioner's): a node costs the larger of its memory "
+    "time (bytes moved / memory bandwidth) and its compute time (FLOPs / peak FLOP/s); a "
+    "partition costs the longest path through its nodes; the plan costs the longest path "
+    "through the partition DAG, where an edge between partitions on different devices adds "
+    "bytes crossing / transfer rate. Memory of a partition is every node's output and "
+    "parameters plus the outputs of outside nodes it reads. When the whole model fits on one "
+    "device the plan is a single partition, unless *force partitioning* is on; *saturate host* "
+    "then copies the plan onto idle devices."
+)
+
+
+def explain_plan(plan: Plan) -> list[str]:
+    """Sentences (Markdown) on why ``plan`` looks the way it does."""
+    options = plan.options_dict
+    notes: list[str] = []
+    count = len(plan.partitions)
+    if options.get("single_partition"):
+        device = plan.device(plan.partitions[0].device_ids[0]) if plan.partitions and plan.partitions[0].device_ids else None
+        where = f" ({device.name}, {format_bytes(device.memory_bytes)})" if device else ""
+        notes.append(
+            "**One partition:** the whole model fits on the largest device"
+            f"{where}, so no mode runs: splitting would only add transfers. Turn on *force "
+            "partitioning* to see the mode's algorithm anyway, or make the devices smaller."
+        )
+    elif plan.mode in MODE_TEXT:
+        notes.append(f"**{MODE_TEXT[plan.mode].title}.** {MODE_TEXT[plan.mode].shape}")
+    if options.get("edited"):
+        notes.append("**Edited by hand:** this plan was scored as given (no algorithm ran).")
+    replicated = [p.id for p in plan.partitions if len(p.device_ids) > 1]
+    if replicated:
+        why = "saturate host copied the plan onto idle devices" if options.get("saturate_host") else (
+            "the dense part is replicated on every device" if plan.mode == "sparse_nn" else "they were placed so")
+        notes.append(
+            f"**Replicated:** partition(s) {_ids(replicated)} run on several devices ({why}); "
+            "they are drawn striped."
+        )
+    used = plan.device_memory_bytes()
+    idle = [d.name for d in plan.devices if not used.get(d.logical_id)]
+    if idle and count:
+        notes.append(f"**Idle devices:** {', '.join(idle)} hold nothing; saturate host would copy the plan onto them.")
+    over = over_capacity_devices(plan)
+    if over:
+        names = [d.name for d in plan.devices if d.logical_id in over]
+        notes.append(f"**Over capacity:** {', '.join(names)} hold more than their memory (orange outline).")
+    if plan.transfer_rate_bytes_per_s is None and count > 1:
+        notes.append(
+            "**Transfers are free:** no transfer rate was given and the devices give no link "
+            "bandwidth, so cutting the graph costs nothing. Set a transfer rate to see "
+            "communication in the latency."
+        )
+    if plan.critical_path and count > 1:
+        notes.append(
+            f"**Critical path:** partitions {' -> '.join(map(str, plan.critical_path))} "
+            f"(bold red in the DAG) take {format_seconds(plan.latency_s)} end to end; "
+            "shortening any other partition does not lower the latency."
+        )
+    return notes
+
+
+def _ids(ids: list[int]) -> str:
+    shown = ", ".join(map(str, ids[:12]))
+    return shown + (f" and {len(ids) - 12} more" if len(ids) > 12 else "")
