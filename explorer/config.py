@@ -13,7 +13,10 @@ from typing import Any
 import partitioner
 from partitioner import Device
 
-__all__ = ["ModelChoice", "PlanConfig", "device_key", "devices_from_key"]
+__all__ = ["ModelChoice", "PlanConfig", "device_key", "devices_from_key", "DEFAULT_MODEL", "PLAN_MODES"]
+
+DEFAULT_MODEL = "transformer"  # the app opens on it: it needs several of its default devices
+PLAN_MODES = [m for m in partitioner.MODES if m != "aot_based"]  # aot_based: the Review & edit page
 
 DeviceKey = tuple[tuple[str, Any], ...]
 

@@ -46,8 +46,8 @@ def _layout(fig: go.Figure, title: str, height: int = 360) -> go.Figure:
     fig.update_layout(
         title={"text": title, "x": 0, "xanchor": "left"},
         height=height,
-        margin={"l": 10, "r": 10, "t": 50, "b": 10},
-        legend={"orientation": "h", "yanchor": "bottom", "y": 1.0, "xanchor": "right", "x": 1},
+        margin={"l": 10, "r": 10, "t": 40, "b": 10},
+        legend={"orientation": "h", "yanchor": "top", "y": -0.18, "xanchor": "left", "x": 0},
         bargap=0.25,
     )
     return fig
@@ -108,8 +108,7 @@ def memory_figure(plan: Plan) -> go.Figure:
         hovertext=[f"capacity {format_bytes(c or 0)}" for c in capacities],
         hoverinfo="text",
     )
-    fig.update_xaxes(title="partition", type="category", categoryorder="array",
-                     categoryarray=[_label(p.id) for p in parts])
+    fig.update_xaxes(type="category", categoryorder="array", categoryarray=[_label(p.id) for p in parts])
     fig.update_yaxes(title=f"memory ({unit})", rangemode="tozero")
     return _layout(fig, "Memory per partition against its device's capacity")
 
@@ -145,7 +144,7 @@ def device_memory_figure(plan: Plan) -> go.Figure:
         hovertext=[f"capacity {format_bytes(d.memory_bytes)}" for d in devices],
         hoverinfo="text",
     )
-    fig.update_xaxes(title="device", type="category")
+    fig.update_xaxes(type="category")
     fig.update_yaxes(title=f"memory ({unit})", rangemode="tozero")
     return _layout(fig, "Memory per device (shared inputs counted once)", height=300)
 
@@ -191,7 +190,7 @@ def latency_figure(plan: Plan) -> go.Figure:
         hoverinfo="text",
     )
     fig.update_layout(barmode="group")
-    fig.update_xaxes(title="partition", type="category", categoryorder="array", categoryarray=x)
+    fig.update_xaxes(type="category", categoryorder="array", categoryarray=x)
     fig.update_yaxes(title=f"time ({unit})", rangemode="tozero")
     return _layout(fig, f"Latency per partition (end to end {format_seconds(plan.latency_s)})")
 
@@ -226,6 +225,7 @@ def timeline_figure(plan: Plan) -> go.Figure:
             text=[_label(p.id) for p in members],
             textposition="inside",
             insidetextanchor="middle",
+            textangle=0,
             marker={
                 "color": colours.get(d, UNKNOWN_DEVICE_COLOUR),
                 "line": {"color": [CRITICAL_COLOUR if p.id in critical else "#333333" for p in members],
@@ -266,12 +266,14 @@ def comparison_figure(results: Sequence[ModeResult]) -> go.Figure:
     )
     colours = ["#9e9e9e" if not r.ok else COMPUTE_COLOUR for r in results]
     for col, values in enumerate(panels, start=1):
-        fig.add_bar(x=modes, y=values, marker={"color": colours}, showlegend=False,
-                    text=["failed" if v is None else "" for v in values], row=1, col=col)
+        fig.add_bar(x=modes, y=values, marker={"color": colours}, showlegend=False, row=1, col=col)
         for r, v in zip(results, values):
             if v is None:
                 fig.add_annotation(x=r.mode, y=0, text="failed", showarrow=False, yanchor="bottom",
                                    font={"color": WARNING_COLOUR}, row=1, col=col)
     fig.update_yaxes(rangemode="tozero")
-    return _layout(fig, "Modes compared on the same model and devices", height=340)
+    fig.update_annotations(font_size=13)
+    _layout(fig, "", height=320)
+    fig.update_layout(margin={"t": 30})
+    return fig
 

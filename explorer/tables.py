@@ -23,7 +23,9 @@ __all__ = [
     "device_table",
     "edge_table",
     "comparison_table",
+    "best_mode",
     "moves_table",
+    "match_partitions",
     "time_unit",
     "byte_unit",
 ]
@@ -152,8 +154,7 @@ def edge_table(plan: Plan) -> pd.DataFrame:
 
 def comparison_table(results: Sequence[ModeResult]) -> pd.DataFrame:
     """One row per mode; a failed mode keeps its row, with its error text and empty numbers."""
-    ok = [r for r in results if r.ok and r.latency_s is not None]
-    best = min(ok, key=lambda r: (r.latency_s, r.partitions)).mode if ok else None
+    best = best_mode(results)
     rows = []
     for r in results:
         rows.append({
@@ -169,19 +170,57 @@ def comparison_table(results: Sequence[ModeResult]) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def moves_table(plan_a: Plan, plan_b: Plan) -> pd.DataFrame:
-    """Nodes placed in different partitions by ``plan_a`` and ``plan_b``."""
-    from partitioner.diff import diff_plans
+def best_mode(results: Sequence[ModeResult], rel_tol: float = 1e-9) -> str | None:
+    """The successful mode with the lowest latency (equal within ``rel_tol``: floating-point
+    noise between modes that find the same plan), fewer partitions breaking ties."""
+    ok = [r for r in results if r.ok and r.latency_s is not None and math.isfinite(r.latency_s)]
+    if not ok:
+        return None
+    fastest = min(r.latency_s for r in ok)
+    close = [r for r in ok if r.latency_s <= fastest * (1 + rel_tol) + 1e-18]
+    return min(close, key=lambda r: (r.partitions or 0, r.seconds)).mode
 
-    diff = diff_plans(plan_a, plan_b)
-    rows = [
-        {
-            "node": m.node,
-            "from": f"P{m.from_partition} ({_devices_text(plan_a, m.from_devices)})",
-            "to": f"P{m.to_partition} ({_devices_text(plan_b, m.to_devices)})",
-        }
-        for m in diff.moves
-    ]
+
+def match_partitions(before: Plan, after: Plan) -> dict[int, int]:
+    """Partition ids of ``after`` -> the id in ``before`` they continue, by most shared nodes.
+
+    Plans number partitions by their first node, so one moved node can shift every later id;
+    matching by overlap (largest first, each partition of ``before`` used once) tells a moved
+    node from a renumbered partition. Partitions of ``after`` with no match are new. O(N + P log P).
+    """
+    where = before.node_to_partition()
+    overlap: dict[tuple[int, int], int] = {}
+    for p in after.partitions:
+        for name in p.node_names:
+            if name in where:
+                key = (p.id, where[name])
+                overlap[key] = overlap.get(key, 0) + 1
+    matched: dict[int, int] = {}
+    taken: set[int] = set()
+    for (a, b), _ in sorted(overlap.items(), key=lambda kv: (-kv[1], kv[0])):
+        if a not in matched and b not in taken:
+            matched[a] = b
+            taken.add(b)
+    return matched
+
+
+def moves_table(plan_a: Plan, plan_b: Plan) -> pd.DataFrame:
+    """Nodes that ``plan_b`` places with other partners than ``plan_a`` (partitions matched by
+    :func:`match_partitions`, so renumbering alone moves nothing)."""
+    matched = match_partitions(plan_a, plan_b)
+    where_a = plan_a.node_to_partition()
+    parts_a = {p.id: p for p in plan_a.partitions}
+    rows = []
+    for p in sorted(plan_b.partitions, key=lambda p: p.id):
+        for name in p.node_names:
+            if name in where_a and matched.get(p.id) != where_a[name]:
+                old = parts_a[where_a[name]]
+                rows.append({
+                    "node": name,
+                    "from": f"P{old.id} ({_devices_text(plan_a, old.device_ids)})",
+                    "to": f"P{p.id} ({_devices_text(plan_b, p.device_ids)})"
+                          + ("" if p.id in matched else ", new"),
+                })
     return pd.DataFrame(rows, columns=["node", "from", "to"])
 
 

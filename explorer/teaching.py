@@ -119,7 +119,10 @@ def explain_plan(plan: Plan) -> list[str]:
     used = plan.device_memory_bytes()
     idle = [d.name for d in plan.devices if not used.get(d.logical_id)]
     if idle and count:
-        notes.append(f"**Idle devices:** {', '.join(idle)} hold nothing; saturate host would copy the plan onto them.")
+        notes.append(
+            f"**Idle devices:** {', '.join(idle)} hold nothing. Saturate host copies the plan "
+            "onto idle devices when there is a free one for every device in use."
+        )
     over = over_capacity_devices(plan)
     if over:
         names = [d.name for d in plan.devices if d.logical_id in over]

@@ -28,10 +28,10 @@ from typing import Any, Callable, Mapping, Sequence
 
 from .api import evaluate_plan, partition
 from .compare import compare_modes, default_modes, format_comparison, format_seconds, format_table
-from .devices import Device, format_bytes, parse_bytes, parse_devices
+from .devices import PRESETS, Device, format_bytes, parse_bytes, parse_devices
 from .diff import diff_plans, format_diff
 from .errors import InfeasibleError, InvalidPlanError, PartitionError
-from .export import EXPORT_KINDS, export_plan, read_aot_mapping
+from .export import EXPORT_KINDS, ExportError, export_plan, read_aot_mapping
 from .graph import Graph, trace
 from .modes import DEFAULT_MODE, MODES
 from .plan import Plan
@@ -119,7 +119,8 @@ def parse_overrides(model: str, items: Sequence[str]) -> dict[str, Any]:
             values[key] = _convert(raw, kind)
         except ValueError:
             name = getattr(kind, "__name__", str(kind))
-            raise CLIError(f"--set {key}={raw}: {key} of model {model!r} must be a {name} "
+            article = "an" if name[:1] in ("a", "e", "i", "o", "u") else "a"
+            raise CLIError(f"--set {key}={raw}: {key} of model {model!r} must be {article} {name} "
                            f"(e.g. {key}={_example(kind)})") from None
     return values
 
@@ -155,11 +156,18 @@ class LoadedModel:
     default_devices: str | None  # the sample model's default device spec, None for factories
 
 
-def load_model(spec: str, sets: Sequence[str] = ()) -> LoadedModel:
-    """Build and trace MODEL: a sample model name, or ``package.module:factory``."""
+def load_model(spec: str, sets: Sequence[str] = (), devices: str | None = "") -> LoadedModel:
+    """Build and trace MODEL: a sample model name, or ``package.module:factory``. Pass the
+    ``--devices`` value as ``devices`` where the command needs devices: a factory model without
+    them is refused before the (slow) import and trace."""
     import sample_models
     from sample_models.loader import LoaderError, load_factory
 
+    if ":" in spec and devices is None:
+        raise CLIError(
+            f"--devices is required for {spec!r} (only sample models have default devices); "
+            "e.g. --devices 4x16GiB"
+        )
     if ":" in spec:
         if sets:
             raise CLIError(
@@ -498,16 +506,18 @@ def cmd_plan(args: argparse.Namespace) -> int:
     elif mode == "aot_based":
         raise CLIError("--mode aot_based needs --aot-mapping FILE (a plan JSON, an fx-aot export, or "
                        '{"node_to_partition": {...}, "partition_to_devices": {...}})')
-    model = load_model(args.model, args.set)
+    model = load_model(args.model, args.set, args.devices)
     devices = resolve_devices(args.devices, model)
     plan = partition(model.graph, devices, mode=mode, **_partition_kwargs(args), **mapping)
-    exported = export_plan(plan, args.export, model.graph) if args.export else None
-    if args.out == "-":
-        _write("-", plan.to_json(), "plan")
-    else:
+    try:
+        exported = export_plan(plan, args.export, model.graph) if args.export else None
+    except ExportError as exc:
+        raise CLIError(f"{exc} (nothing was written; run without --export to save the plan)",
+                       EXIT_FAIL) from None
+    if args.out != "-" and args.export_out != "-":
         print(format_plan_summary(plan, model.graph))
-        if args.out:
-            _write(args.out, plan.to_json(), "plan")
+    if args.out:
+        _write(args.out, plan.to_json(), "plan")
     if exported is not None:
         _write(args.export_out, json.dumps(exported, indent=2), f"{args.export} export")
     return EXIT_OK
@@ -524,6 +534,7 @@ def cmd_check(args: argparse.Namespace) -> int:
     for note in result.notes:
         print(f"note: {note}", file=sys.stderr)
     where = f"{model.label} on {describe_devices(devices)}"
+    name = "<stdin>" if args.plan == "-" else args.plan
     if result.ok:
         ev = result.evaluated
         assert ev is not None  # no violation means the plan was scored
@@ -534,12 +545,12 @@ def cmd_check(args: argparse.Namespace) -> int:
             budgets.append(f"--max-memory-utilisation {args.max_memory_utilisation:g}")
         within = f"; within {' and '.join(budgets)}" if budgets else ""
         print(
-            f"OK: {args.plan} is valid for {where}: {len(ev.partitions)} partition(s), latency "
+            f"OK: {name} is valid for {where}: {len(ev.partitions)} partition(s), latency "
             f"{format_seconds(ev.latency_s)}, peak memory utilisation {ev.memory_utilisation():.1%}{within}"
         )
         return EXIT_OK
     count = len(result.violations)
-    print(f"FAIL: {args.plan} is not valid for {where}: {count} violation{'s' if count != 1 else ''}")
+    print(f"FAIL: {name} is not valid for {where}: {count} violation{'s' if count != 1 else ''}")
     for i, v in enumerate(result.violations, start=1):
         print(f"  {i}. {v}")
     return EXIT_FAIL
@@ -560,7 +571,7 @@ def cmd_render(args: argparse.Namespace) -> int:
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
-    model = load_model(args.model, args.set)
+    model = load_model(args.model, args.set, args.devices)
     devices = resolve_devices(args.devices, model)
     modes = None
     if args.modes:
@@ -591,10 +602,10 @@ def cmd_diff(args: argparse.Namespace) -> int:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
+    if args.set and not args.model:
+        raise CLIError("--set needs MODEL (the sample model it configures)")
     plan = load_plan(args.plan)
     graph = load_model(args.model, args.set).graph if args.model else None
-    if args.set and not args.model:
-        raise CLIError("--set needs MODEL")
     data = export_plan(plan, args.kind, graph)
     _write(args.out, json.dumps(data, indent=2), f"{args.kind} export")
     return EXIT_OK
@@ -617,11 +628,13 @@ _EXAMPLES = {
   partition-explorer plan mlp --mode aot_based --aot-mapping edited_plan.json --out plan.json
   partition-explorer plan mlp --export pipeline-split-spec --export-out split.json
 
-MODEL is a sample model (mlp, cnn, transformer, dlrm, unet, moe, gpt2_small) or
-package.module:factory, a function taking no arguments that returns (module, example_inputs).
-DEVICES: COUNTxSIZE groups (units B, KiB, MiB, GiB, KB, MB, GB; 4x1536KiB), presets
-(2xa100-40gb, h100-80gb, v100-16gb, t4-16gb, tpu-v4, cpu), mixed (2x16GiB,1x8GiB), or a JSON
-devices file. --node-latency FILE: JSON {"node": [mem_s, compute_s]} or CSV name,mem_s,compute_s.
+MODEL is a sample model ({models}) or
+package.module:factory, a function taking no arguments that returns (module, example_inputs),
+importable from the working folder or PYTHONPATH.
+SPEC: COUNTxSIZE groups (units B, KiB, MiB, GiB, KB, MB, GB; e.g. 4x1536KiB), mixed groups
+(2x16GiB,1x8GiB), a JSON devices file, or presets (2xa100-40gb) of:
+  {presets}.
+--node-latency FILE: JSON {{"node": [mem_s, compute_s]}} or CSV name,mem_s,compute_s.
 """,
     "check": """examples:
   partition-explorer check plan.json transformer --devices 4x16GiB
@@ -697,6 +710,8 @@ def _add_costs(p: argparse.ArgumentParser, partitioning: bool = True) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    import sample_models
+
     from . import __version__
 
     common = argparse.ArgumentParser(add_help=False)
@@ -707,18 +722,28 @@ def build_parser() -> argparse.ArgumentParser:
     fmt = argparse.RawDescriptionHelpFormatter
     parser = argparse.ArgumentParser(
         prog=PROG, formatter_class=fmt, parents=[common],
-        description="Partition PyTorch models across accelerators: make a plan, check it against "
-                    "the model and devices (for CI), draw, compare, diff and export plans. "
-                    "Plans are the same JSON the Partition Explorer app reads and writes.",
-        epilog="run `partition-explorer COMMAND --help` for each command's options and examples.\n"
-               + _COMMON_EPILOG,
+        description="Partition PyTorch models across accelerators: make a plan, check it against\n"
+                    "the model and devices (for CI), draw, compare, diff and export plans. Plans are\n"
+                    "the same JSON the Partition Explorer app reads and writes.",
+        epilog="""quick start:
+  partition-explorer plan transformer --devices 4x16GiB --out plan.json
+  partition-explorer check plan.json transformer --devices 4x16GiB --max-memory-utilisation 0.9
+  partition-explorer compare transformer
+  partition-explorer render plan.json --out plan.svg
+
+run `partition-explorer COMMAND --help` for each command's options and examples.
+""" + _COMMON_EPILOG,
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
     def command(name: str, help_text: str, func: Callable[[argparse.Namespace], int]) -> argparse.ArgumentParser:
+        epilog = _EXAMPLES[name]
+        if name == "plan":
+            epilog = epilog.format(models=", ".join(sample_models.names()),
+                                   presets=", ".join(sorted(PRESETS)))
         p = sub.add_parser(name, help=help_text, description=help_text, parents=[common],
-                           formatter_class=fmt, epilog=_EXAMPLES[name] + _COMMON_EPILOG)
+                           formatter_class=fmt, epilog=epilog + _COMMON_EPILOG)
         p.set_defaults(func=func)
         return p
 
@@ -737,7 +762,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="write the plan JSON here (the summary still prints); - writes the JSON to "
                         "stdout instead of the summary")
     p.add_argument("--export", choices=list(EXPORT_KINDS), help="also export the plan as KIND")
-    p.add_argument("--export-out", metavar="FILE", help="where --export writes (- for stdout)")
+    p.add_argument("--export-out", metavar="FILE",
+                   help="where --export writes; - writes it to stdout instead of the summary")
 
     p = command("check", "validate a plan against the model and devices; exit 1 on any violation",
                 cmd_check)

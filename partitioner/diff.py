@@ -305,7 +305,7 @@ def format_diff(d: PlanDiff, label_a: str = "a", label_b: str = "b") -> str:
     )
     if d.is_empty:
         lines.append("")
-        lines.append("no differences")
+        lines.append("no differences: every node and partition is placed and scored alike")
         return "\n".join(lines)
     lines.append("")
     if d.moves:
@@ -330,7 +330,7 @@ def format_diff(d: PlanDiff, label_a: str = "a", label_b: str = "b") -> str:
     rows = []
     for p in d.partitions:
         rows.append([
-            p.id,
+            str(p.id),
             p.status,
             _pair(_devices(p.devices_a), _devices(p.devices_b), None),
             _pair("-" if p.nodes_a is None else str(p.nodes_a), "-" if p.nodes_b is None else str(p.nodes_b), None),

@@ -98,7 +98,9 @@ def _as_inputs(value: Any, where: str) -> tuple[Tensor, ...]:
     if isinstance(value, Tensor):
         return (value,)
     if isinstance(value, (tuple, list)):
-        bad = [f"#{i}: {type(v).__name__}" for i, v in enumerate(value) if not isinstance(v, Tensor)]
+        bad = [
+            f"#{i}: {type(v).__name__}" for i, v in enumerate(value) if not isinstance(v, Tensor)
+        ]
         if not bad:
             return tuple(value)
         raise LoaderError(
@@ -121,8 +123,8 @@ def load_factory(spec: str) -> tuple[nn.Module, tuple[Tensor, ...]]:
     factory = _resolve(module, attr, spec)
     if not callable(factory):
         raise LoaderError(
-            f"{spec!r} names a value of type {type(factory).__name__}, not a callable; point it at a function "
-            "that takes no arguments and returns (module, example_inputs)"
+            f"{spec!r} names a value of type {type(factory).__name__}, not a callable; point it "
+            "at a function that takes no arguments and returns (module, example_inputs)"
         )
     try:
         result = factory()

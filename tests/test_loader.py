@@ -85,7 +85,10 @@ def factories(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
     return name
 
 
-@pytest.mark.parametrize("factory", ["good", "good_list", "good_tensor", "bare", "Factories.nested"])
+GOOD = ["good", "good_list", "good_tensor", "bare", "Factories.nested"]
+
+
+@pytest.mark.parametrize("factory", GOOD)
 def test_good_factories(factories: str, factory: str) -> None:
     model, inputs = load_factory(f"{factories}:{factory}")
     assert isinstance(model, torch.nn.Module)

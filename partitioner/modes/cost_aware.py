@@ -20,12 +20,16 @@ from .base import Assignment, Problem
 from .kl_based import starts
 from .search import default_budget, improve_by_moves, merge_partitions
 
-__all__ = ["partition"]
+__all__ = ["partition", "search"]
 
 
 def partition(problem: Problem) -> Assignment:
+    return search(problem, int(problem.options.get("search_budget") or default_budget(problem)))
+
+
+def search(problem: Problem, budget: int) -> Assignment:
+    """The cost-aware search with ``budget`` cost-model evaluations."""
     graph = problem.graph
-    budget = int(problem.options.get("search_budget") or default_budget(problem))
     begin = starts(problem)
     candidates = [improve_by_moves(problem, a, budget // (2 * len(begin)), swaps=False) for a in begin]
     if budget >= 2 * len(graph.op_indices):

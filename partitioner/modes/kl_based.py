@@ -5,8 +5,10 @@ which tries swapping every node with every node of every other partition and re-
 whole graph by enumerating paths for each try. Here each try is one O(N + E) evaluation; on
 large graphs only boundary nodes are tried (a node with no neighbour in the other partition
 rarely shortens a path by moving there); each round applies the best move found, not the last
-one tried. The search runs from the contiguous size-based fill and from a best-fit packing,
-and the lower latency wins. O(budget * (N + E)); the budget defaults to
+one tried, and whole partitions may change device (the reference re-maps devices after each
+swap). The search runs from the contiguous size-based fill, from a best-fit packing and from the
+``cost_aware`` plan (KL is a refinement; its result is only as good as where it starts), and
+the lowest latency wins. O(budget * (N + E)); the budget defaults to
 :func:`search.default_budget`.
 """
 
@@ -30,7 +32,11 @@ def starts(problem: Problem) -> list[Assignment]:
 
 
 def partition(problem: Problem) -> Assignment:
+    from . import cost_aware  # cost_aware imports starts() from here
+
     budget = int(problem.options.get("search_budget") or default_budget(problem))
     begin = starts(problem)
-    results = [improve_by_moves(problem, a, budget // len(begin), swaps=True) for a in begin]
-    return min(results, key=problem.latency)
+    results = [improve_by_moves(problem, a, budget // (3 * len(begin)), swaps=True) for a in begin]
+    merged = cost_aware.search(problem, budget // 3)
+    results.append(improve_by_moves(problem, merged, budget // 3, swaps=True))
+    return min(results, key=lambda a: (problem.latency(a), len({p for p in a.part if p >= 0})))

@@ -83,9 +83,12 @@ class _State:
         self.evals = 0
 
     def _shift(self, v: int, p: int, q: int) -> None:
-        for d in self.devices_of[p]:
+        self._shift_devices(v, self.devices_of[p], self.devices_of[q])
+
+    def _shift_devices(self, v: int, old: Sequence[int], new: Sequence[int]) -> None:
+        for d in old:
             self.memory.remove(v, d)
-        for d in self.devices_of[q]:
+        for d in new:
             self.memory.add(v, d)
 
     def fits(self, moves: Sequence[tuple[int, int]]) -> bool:
@@ -129,20 +132,22 @@ class _State:
 
 
 def improve_by_moves(problem: Problem, a: Assignment, budget: int, swaps: bool = True) -> Assignment:
-    """Kernighan-Lin refinement. Each pass repeatedly applies the best move among nodes not yet
-    moved in the pass (moving a node to a neighbouring partition or, with ``swaps``, exchanging
-    it with a node there), even when that move costs latency, and locks the node; the pass then
-    rolls back to the best plan it saw. Passes repeat while they improve and the budget of
-    evaluations lasts. Going through worse plans is what lets KL leave a plateau that stops a
-    plain descent. O(budget * (N + E)).
+    """Kernighan-Lin refinement.
+
+    A descent applies every strictly improving move as soon as it is found (moving a boundary
+    node to a neighbouring partition or, with ``swaps``, exchanging it with a node there). When
+    a sweep finds none, a KL pass takes the best move among nodes not yet moved in the pass even
+    if it costs latency, locks the node, repeats, and rolls back to the best plan it saw: going
+    through worse plans is what lets KL leave a plateau that stops a plain descent. Stops when a
+    pass gains nothing or the budget of evaluations is spent. O(budget * (N + E)).
     """
     s = _State(problem, a)
-    best_part = list(s.part)
-    best_latency = s.latency
     while s.evals < budget:
-        start_latency = best_latency
+        _descend(s, budget, swaps)
+        start_latency = best_latency = s.latency
+        best_part = list(s.part)
         locked: set[int] = set()
-        while s.evals < budget:
+        for _ in range(_KL_STEPS):
             step = _best_step(s, budget, swaps, locked)
             if step is None:
                 break
@@ -152,37 +157,96 @@ def improve_by_moves(problem: Problem, a: Assignment, budget: int, swaps: bool =
             locked.update(v for v, _ in moves)
             if lat < best_latency - _EPS:
                 best_latency, best_part = lat, list(s.part)
-        s.apply((v, p) for v, p in enumerate(best_part) if p >= 0 and s.part[v] != p)
+        s.apply([(v, p) for v, p in enumerate(best_part) if p >= 0 and s.part[v] != p])
         s.latency = best_latency
         if not best_latency < start_latency - _EPS:
             break
     return s.assignment()
 
 
-def _best_step(
-    s: _State, budget: int, swaps: bool, locked: set[int]
-) -> tuple[float, tuple[tuple[int, int], ...]] | None:
+_KL_STEPS = 8  # moves a KL pass may take through worse plans before rolling back
+
+
+def _candidates(s: _State, budget: int, locked: set[int]) -> list[tuple[int, int]]:
     pairs = [(v, q) for v, q in s.boundary() if v not in locked]
     ops = [v for v, p in enumerate(s.part) if p >= 0 and v not in locked]
     live = [q for q, m in enumerate(s.members) if m]
     if len(ops) * len(live) * 4 <= budget - s.evals:
         # Small enough to try every node in every partition, as the reference does.
         pairs = [(v, q) for v in ops for q in live if q != s.part[v]]
+    return pairs
+
+
+def _options(s: _State, pairs: list[tuple[int, int]], swaps: bool) -> list[tuple[tuple[int, int], ...]]:
     by_part: dict[int, list[int]] = {}
     for v, q in pairs:
         by_part.setdefault(s.part[v], []).append(v)
-    best: tuple[float, tuple[tuple[int, int], ...]] | None = None
+    options: list[tuple[tuple[int, int], ...]] = []
     for v, q in pairs:
         p = s.part[v]
-        options: list[tuple[tuple[int, int], ...]] = [((v, q),)]
+        options.append(((v, q),))
         if swaps:
             options += [((v, q), (w, p)) for w in sorted(set(by_part.get(q, ()))) if w != v]
-        for moves in options:
+    return options
+
+
+def _descend(s: _State, budget: int, swaps: bool) -> None:
+    improved = True
+    while improved and s.evals < budget:
+        improved = False
+        for moves in _options(s, _candidates(s, budget, set()), swaps):
             if s.evals >= budget:
-                return best
+                return
+            if any(s.part[v] == q for v, q in moves) or len({s.part[v] for v, _ in moves}) < len(moves):
+                continue  # an earlier move in this sweep changed the picture
+            if len(moves) == 2 and (s.part[moves[0][0]] != moves[1][1] or s.part[moves[1][0]] != moves[0][1]):
+                continue
             lat = _try(s, moves)
-            if lat is not None and math.isfinite(lat) and (best is None or lat < best[0] - _EPS):
-                best = (lat, moves)
+            if lat is not None and lat < s.latency - _EPS:
+                s.apply(moves)
+                s.latency = lat
+                improved = True
+        improved = _move_partitions(s, budget) or improved
+
+
+def _move_partitions(s: _State, budget: int) -> bool:
+    """Re-place whole partitions on another device where that shortens the critical path (the
+    reference re-maps devices after every change; partitions landing together talk for free)."""
+    improved = False
+    for p, members in enumerate(s.members):
+        if not members or len(s.devices_of[p]) != 1:
+            continue
+        for d in sorted(s.capacity):
+            if s.evals >= budget:
+                return improved
+            old = s.devices_of[p]
+            if old == [d]:
+                continue
+            for v in members:
+                s._shift_devices(v, old, [d])
+            fits = s.memory.bytes[d] <= s.capacity[d]
+            s.devices_of[p] = [d]
+            lat = s.score() if fits else math.inf
+            if lat < s.latency - _EPS:
+                s.latency = lat
+                improved = True
+            else:
+                s.devices_of[p] = old
+                for v in members:
+                    s._shift_devices(v, [d], old)
+    return improved
+
+
+def _best_step(
+    s: _State, budget: int, swaps: bool, locked: set[int]
+) -> tuple[float, tuple[tuple[int, int], ...]] | None:
+    best: tuple[float, tuple[tuple[int, int], ...]] | None = None
+    for moves in _options(s, _candidates(s, budget, locked), swaps):
+        if s.evals >= budget:
+            break
+        lat = _try(s, moves)
+        if lat is not None and math.isfinite(lat) and (best is None or lat < best[0] - _EPS):
+            best = (lat, moves)
     return best
 
 

@@ -1,0 +1,162 @@
+"""``render_*`` functions: each draws one part of a page from a Plan with the pure builders."""
+
+from __future__ import annotations
+
+import math
+import shutil
+from typing import Sequence
+
+import streamlit as st
+
+from partitioner import Graph, PartitionError, Plan
+from partitioner.compare import ModeResult, format_seconds
+from partitioner.render import partition_to_dot, plan_to_dot, render_dot
+
+from . import figures, tables, teaching
+
+__all__ = [
+    "render_summary",
+    "render_notes",
+    "render_dag",
+    "render_drilldown",
+    "render_charts",
+    "render_tables",
+    "render_violations",
+    "render_downloads",
+    "render_comparison",
+]
+
+_NODE_LIMIT = 600  # nodes drawn in one partition's drill-down
+
+
+def render_summary(plan: Plan, seconds: float | None = None, reference: Plan | None = None) -> None:
+    """Headline numbers; with ``reference``, each shows its change from that plan."""
+    used = plan.device_memory_bytes()
+    busy = sum(1 for v in used.values() if v)
+    cols = st.columns(5)
+
+    def delta(now: float, before: float | None, fmt) -> str | None:
+        if before is None or not (math.isfinite(now) and math.isfinite(before)) or now == before:
+            return None
+        return ("+" if now > before else "-") + fmt(abs(now - before))
+
+    ref = reference
+    cols[0].metric("Latency (critical path)", format_seconds(plan.latency_s),
+                   delta(plan.latency_s, ref and ref.latency_s, format_seconds), delta_color="inverse")
+    cols[1].metric("Partitions", len(plan.partitions),
+                   None if ref is None else (len(plan.partitions) - len(ref.partitions)) or None,
+                   delta_color="off")
+    cols[2].metric("Devices used", f"{busy} of {len(plan.devices)}")
+    util = plan.memory_utilisation()
+    cols[3].metric("Peak memory utilisation", f"{util:.0%}" if math.isfinite(util) else "inf",
+                   delta(util, ref and ref.memory_utilisation(), lambda x: f"{x:.0%}"), delta_color="inverse")
+    if seconds is not None:
+        cols[4].metric("Time to partition", format_seconds(seconds))
+    else:
+        cols[4].metric("Mode", plan.mode)
+    st.caption(
+        f"Plan: {plan.model or 'model'} | {plan.mode} | {len(plan.partitions)} partitions | "
+        f"latency {format_seconds(plan.latency_s)}"
+    )
+
+
+def render_notes(plan: Plan) -> None:
+    notes = teaching.explain_plan(plan)
+    single = bool(plan.options_dict.get("single_partition"))
+    with st.expander("Why does the plan look like this?", expanded=single):
+        for note in notes:
+            st.markdown(f"- {note}")
+
+
+def render_dag(plan: Plan, key: str) -> None:
+    """The partition DAG: BFS levels as ranks, devices as colours, critical path in red."""
+    highlight = st.toggle("Highlight the critical path", value=True, key=f"{key}_critical")
+    st.graphviz_chart(plan_to_dot(plan, highlight_critical=highlight), width="stretch")
+    st.caption("Boxes are partitions (memory used of the device's capacity, latency); edges carry "
+               "the bytes crossing and their transfer time. Orange dashed outline: device over capacity.")
+
+
+def render_drilldown(plan: Plan, graph: Graph, key: str) -> None:
+    """Pick a partition to see its nodes (drawn only on request, so large models stay quick)."""
+    ids = [p.id for p in sorted(plan.partitions, key=lambda p: p.id)]
+    sizes = {p.id: len(p.node_names) for p in plan.partitions}
+    pick = st.selectbox(
+        "Show the nodes inside a partition", [None, *ids], key=f"{key}_drill",
+        format_func=lambda i: "(none)" if i is None else f"P{i} ({sizes[i]} nodes)",
+    )
+    if pick is None:
+        return
+    if sizes[pick] > _NODE_LIMIT:
+        st.caption(f"P{pick} has {sizes[pick]} nodes; the first {_NODE_LIMIT} are drawn.")
+    st.graphviz_chart(partition_to_dot(plan, graph, pick, max_nodes=_NODE_LIMIT), width="stretch")
+
+
+def render_charts(plan: Plan) -> None:
+    left, right = st.columns(2)
+    with left:
+        st.plotly_chart(figures.memory_figure(plan), key="chart_memory")
+    with right:
+        st.plotly_chart(figures.device_memory_figure(plan), key="chart_device_memory")
+    left, right = st.columns(2)
+    with left:
+        st.plotly_chart(figures.latency_figure(plan), key="chart_latency")
+    with right:
+        st.plotly_chart(figures.timeline_figure(plan), key="chart_timeline")
+
+
+def render_tables(plan: Plan) -> None:
+    with st.expander("Tables: partitions, devices, edges", expanded=False):
+        parts = tables.partition_table(plan)
+        st.dataframe(parts.drop(columns=["memory_bytes"]), hide_index=True,
+                     column_config={"utilisation": st.column_config.NumberColumn(format="percent")})
+        st.dataframe(tables.device_table(plan), hide_index=True,
+                     column_config={"utilisation": st.column_config.NumberColumn(format="percent")})
+        st.dataframe(tables.edge_table(plan), hide_index=True)
+
+
+def render_violations(violations: Sequence[str]) -> None:
+    if not violations:
+        st.success("The plan is valid: every node is placed once, every device has room, data flows one way.")
+        return
+    st.error(f"The plan breaks {len(violations)} rule{'s' if len(violations) != 1 else ''}:\n\n"
+             + "\n".join(f"- {v}" for v in violations))
+
+
+def render_downloads(plan: Plan, key: str, stem: str) -> None:
+    """Plan JSON, and the DAG as SVG (rendered on click; needs Graphviz) and DOT."""
+    dot = plan_to_dot(plan)
+    cols = st.columns(3)
+    cols[0].download_button("Plan (JSON)", plan.to_json(), file_name=f"{stem}.json",
+                            mime="application/json", key=f"{key}_json", on_click="ignore")
+    if shutil.which("dot"):
+        cols[1].download_button("DAG (SVG)", lambda: _svg(dot), file_name=f"{stem}.svg",
+                                mime="image/svg+xml", key=f"{key}_svg", on_click="ignore")
+    else:
+        cols[1].warning("SVG needs Graphviz's `dot`: install Graphviz (apt-get install graphviz).")
+    cols[2].download_button("DAG (DOT)", dot, file_name=f"{stem}.dot", mime="text/vnd.graphviz",
+                            key=f"{key}_dot", on_click="ignore")
+
+
+def _svg(dot: str) -> bytes:
+    try:
+        return render_dot(dot, "svg")
+    except PartitionError as exc:  # the download gets the message instead of a picture
+        return f"<!-- {exc} -->".encode()
+
+
+def render_comparison(results: Sequence[ModeResult]) -> None:
+    frame = tables.comparison_table(results)
+    st.dataframe(
+        frame, hide_index=True,
+        column_config={
+            "peak_memory_utilisation": st.column_config.NumberColumn(format="percent"),
+            "latency_s": st.column_config.NumberColumn(format="%.3e"),
+            "seconds_to_partition": st.column_config.NumberColumn(format="%.3f"),
+            "error": st.column_config.TextColumn(width="large"),
+        },
+    )
+    st.plotly_chart(figures.comparison_figure(results), key="chart_comparison")
+    for r in results:
+        if r.error:
+            st.warning(f"**{r.mode}** found no plan: {r.error}")
+

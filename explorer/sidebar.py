@@ -1,0 +1,228 @@
+"""The sidebar: ``*_ui()`` functions that read the widgets and return what a plan needs.
+
+Rendered by the router on every page, so what a person entered stays put while they move
+between pages; size knobs keep their values per model (``persist_state="session"``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import inspect
+import re
+from typing import Any
+
+import pandas as pd
+import streamlit as st
+
+import partitioner
+import sample_models
+from partitioner import PRESETS, Device
+
+from . import compute
+from .config import DEFAULT_MODEL, PLAN_MODES, ModelChoice, PlanConfig
+from .inputs import (
+    CUSTOM,
+    DEVICE_COLUMNS,
+    InputError,
+    device_rows,
+    exact_bytes_text,
+    parse_node_latency,
+    rows_to_devices,
+    user_models_allowed,
+)
+
+__all__ = ["config_ui", "model_ui", "knobs_ui", "devices_ui", "mode_ui", "DEFAULT_MODEL", "PLAN_MODES", "USER_MODEL"]
+
+USER_MODEL = "your own model..."
+
+
+def config_ui() -> PlanConfig | None:
+    """The whole sidebar; None while an input there is unreadable (the sidebar says why)."""
+    with st.sidebar:
+        st.subheader("Model")
+        choice = model_ui()
+        st.subheader("Devices")
+        devices, rate = devices_ui()
+        st.subheader("Partition mode")
+        mode, options = mode_ui()
+    if choice is None or devices is None or options is None:
+        return None
+    return PlanConfig.build(choice, devices, mode=mode, transfer_rate_bytes_per_s=rate, **options)
+
+
+def model_ui() -> ModelChoice | None:
+    allowed = user_models_allowed()
+    options = sample_models.names() + ([USER_MODEL] if allowed else [])
+    if st.session_state.get("model") not in options:
+        st.session_state["model"] = DEFAULT_MODEL
+    name = st.selectbox(
+        "Model", options, key="model",
+        help="A sample model; start the app with PARTITION_EXPLORER_ALLOW_USER_MODELS=1 "
+        "to load your own." if not allowed else "A sample model, or your own factory.",
+    )
+    _follow_model_devices(name)
+    if name == USER_MODEL:
+        spec = st.text_input(
+            "Model factory (package.module:factory)", key="user_factory", placeholder="my_models:build",
+            help="A callable taking no arguments that returns (module, example_inputs). Its folder "
+            "must be on PYTHONPATH. Loading it runs its code.",
+        )
+        if st.button("Reload the model", key="user_reload", help="Import the factory again after editing it"):
+            compute.trace.clear()
+        if not spec.strip():
+            st.info("Write the import path of your model factory, e.g. `my_models:build`.")
+            return None
+        return ModelChoice(spec.strip(), user=True)
+    st.caption(sample_models.describe(name))
+    return ModelChoice(name, knobs_ui(name))
+
+
+@functools.lru_cache(maxsize=None)
+def _field_comments(cls: type) -> dict[str, str]:
+    """The ``# comment`` after each field in the config dataclass's source (base classes too)."""
+    found: dict[str, str] = {}
+    for klass in reversed(cls.__mro__):
+        try:
+            source = inspect.getsource(klass)
+        except (OSError, TypeError):
+            continue
+        for match in re.finditer(r"^\s+(\w+)\s*:[^#\n]*#\s*(.+)$", source, flags=re.M):
+            found[match.group(1)] = match.group(2).strip()
+    return found
+
+
+def knobs_ui(name: str) -> tuple[tuple[str, Any], ...]:
+    """The size knobs of sample model ``name`` (its config's int, float and bool fields), as
+    sorted overrides of the defaults."""
+    cls = sample_models.config_class(name)
+    defaults = cls()
+    comments = _field_comments(cls)
+    overrides: dict[str, Any] = {}
+    with st.expander("Size knobs", expanded=False):
+        for field in dataclasses.fields(cls):
+            default = getattr(defaults, field.name)
+            key = f"knob_{name}_{field.name}"
+            if not isinstance(default, (bool, int, float)):
+                continue
+            st.session_state.setdefault(key, default)
+            common = dict(key=key, help=comments.get(field.name), persist_state="session")
+            if isinstance(default, bool):
+                value: Any = st.checkbox(field.name, **common)
+            elif isinstance(default, int):
+                value = st.number_input(field.name, step=1, **common)
+            else:
+                value = st.number_input(field.name, format="%g", **common)
+            if value != default:
+                overrides[field.name] = value
+        st.button("Reset to defaults", key=f"knob_reset_{name}", on_click=_reset_knobs, args=(name,))
+    return tuple(sorted(overrides.items()))
+
+
+def _reset_knobs(name: str) -> None:
+    defaults = sample_models.config_class(name)()
+    for field in dataclasses.fields(defaults):
+        key = f"knob_{name}_{field.name}"
+        if key in st.session_state:
+            st.session_state[key] = getattr(defaults, field.name)
+
+
+def _follow_model_devices(name: str) -> None:
+    """On the first run, and when the model changes while 'follow' is on, set the device
+    controls to the model's default devices (on which it needs several devices)."""
+    last = st.session_state.get("devices_for_model")
+    if last == name:
+        return
+    st.session_state["devices_for_model"] = name
+    if name == USER_MODEL or (last is not None and not st.session_state.get("follow_model", True)):
+        return
+    count, memory = sample_models.default_devices(name)
+    st.session_state["dev_count"] = int(count)
+    st.session_state["dev_memory"] = exact_bytes_text(int(memory))
+    st.session_state["dev_preset"] = CUSTOM
+
+
+def devices_ui() -> tuple[list[Device] | None, float | None]:
+    """Devices from the quick controls (count, memory or preset) or the per-device table, and
+    the transfer rate in bytes/s (None: from the devices' link bandwidth, or free)."""
+    st.session_state.setdefault("dev_count", 4)
+    st.session_state.setdefault("dev_memory", "16 GiB")
+    st.session_state.setdefault("dev_preset", CUSTOM)
+    preset = st.selectbox("Device type", [CUSTOM, *sorted(PRESETS)], key="dev_preset",
+                          help="custom: give the memory; a preset brings real memory and speeds")
+    count = st.number_input("Number of devices", min_value=1, max_value=1024, step=1, key="dev_count")
+    memory = st.text_input("Memory per device", key="dev_memory", disabled=preset != CUSTOM,
+                           help="e.g. 16GiB, 512 MiB, 1.5GB" if preset == CUSTOM else
+                           f"set by the preset: {exact_bytes_text(PRESETS[preset]['memory_bytes'])}")
+    base = (int(count), memory, preset)
+    if st.session_state.get("dev_base") != base:
+        st.session_state["dev_base"] = base
+        st.session_state["dev_table_version"] = st.session_state.get("dev_table_version", 0) + 1
+    version = st.session_state["dev_table_version"]
+    table = pd.DataFrame(device_rows(int(count), memory, preset), columns=list(DEVICE_COLUMNS))
+    with st.expander("Edit devices one by one", expanded=False):
+        st.caption("One row per device (add or delete rows for a mixed set). Empty speeds take "
+                   "the preset's or a modest default. Changing the controls above restarts the table.")
+        edited = st.data_editor(
+            table, key=f"dev_table_{version}", num_rows="dynamic", hide_index=True,
+            column_config={
+                "preset": st.column_config.SelectboxColumn(options=[CUSTOM, *sorted(PRESETS)], default=CUSTOM),
+                "memory": st.column_config.TextColumn(help="e.g. 16GiB", default=memory),
+                "peak TFLOP/s": st.column_config.NumberColumn(min_value=0.0, format="%g"),
+                "memory GB/s": st.column_config.NumberColumn(min_value=0.0, format="%g"),
+                "link GB/s": st.column_config.NumberColumn(min_value=0.0, format="%g"),
+            },
+        )
+    rate_gbps = st.number_input(
+        "Transfer rate between devices (GB/s)", min_value=0.0, value=0.0, step=1.0, format="%g",
+        key="transfer_gbps",
+        help="0: use the slowest link bandwidth the devices give; with none, transfers are free",
+    )
+    st.checkbox("Switch to each model's default devices", value=True, key="follow_model",
+                help="When you pick another model, set the devices to ones on which it needs several")
+    rate = float(rate_gbps) * 1e9 if rate_gbps else None
+    try:
+        return rows_to_devices(edited.to_dict("records")), rate
+    except InputError as exc:
+        st.error(str(exc))
+        return None, rate
+
+
+def mode_ui() -> tuple[str, dict[str, Any] | None]:
+    """The mode and its options (None when an uploaded latency file cannot be read)."""
+    st.session_state.setdefault("mode", partitioner.DEFAULT_MODE)
+    mode = st.selectbox("Mode", PLAN_MODES, key="mode",
+                        help="See the Learn page for what each mode does")
+    st.caption(partitioner.DESCRIPTIONS.get(mode, "").split(". ")[0].strip().rstrip(".") + ".")
+    saturate = st.checkbox("Saturate host (copy the plan onto idle devices)", key="saturate_host")
+    force = st.checkbox("Force partitioning when the model fits one device", key="force_partition")
+    source = st.radio(
+        "Node latencies", ["roofline", "upload"], key="latency_source", horizontal=True,
+        format_func={"roofline": "roofline estimate", "upload": "upload per node"}.get,
+        help="Roofline: max(bytes / memory bandwidth, FLOPs / peak FLOP/s) on the slowest device",
+    )
+    node_latency = None
+    if source == "upload":
+        upload = st.file_uploader(
+            "Per-node latencies (CSV or JSON)", type=["csv", "json"], key="latency_file",
+            help='CSV with columns name, mem_s, compute_s; or JSON {"fc1": [mem_s, compute_s], ...}. '
+            "Nodes left out keep the roofline estimate.",
+        )
+        if upload is None:
+            st.caption("Until a file is uploaded the roofline estimate is used.")
+        else:
+            try:
+                node_latency = parse_node_latency(upload.getvalue(), upload.name)
+            except InputError as exc:
+                st.error(str(exc))
+                return mode, None
+    with st.expander("Advanced", expanded=False):
+        budget = st.number_input("Search budget (cost-model evaluations, 0 = automatic)", min_value=0,
+                                 max_value=1_000_000, value=0, step=100, key="search_budget",
+                                 help="Caps the work of cost_aware and kl_based")
+    return mode, {
+        "saturate_host": bool(saturate),
+        "force_partition": bool(force),
+        "search_budget": int(budget) or None,
+        "node_latency": node_latency,
+    }

@@ -1,0 +1,59 @@
+"""What the pages share: the current :class:`PlanConfig` (set by the router from the sidebar)
+and loaders that fetch the cached graph and plan, showing any error with ``st.error``.
+
+Session state holds only small serialisable things: the config (a frozen dataclass of
+tuples), a summary of the current plan, and the hand-edited mapping (``explorer.editing``).
+"""
+
+from __future__ import annotations
+
+import streamlit as st
+
+from partitioner import Graph
+
+from . import compute
+from .config import PlanConfig
+
+__all__ = ["set_config", "current_config", "load_graph", "load_plan", "PLAN_SUMMARY"]
+
+CONFIG = "config"
+PLAN_SUMMARY = "plan_summary"
+
+
+def set_config(config: PlanConfig | None) -> None:
+    st.session_state[CONFIG] = config
+
+
+def current_config() -> PlanConfig | None:
+    """The sidebar's config, or None (with a note) while an input there is unreadable."""
+    config = st.session_state.get(CONFIG)
+    if config is None:
+        st.info("Fix the input marked in the sidebar to see a plan; everything else you entered is kept.")
+    return config
+
+
+def load_graph(config: PlanConfig) -> Graph | None:
+    try:
+        return compute.trace(config.model)
+    except Exception as exc:  # shown in words; the sidebar keeps what was entered
+        st.error(f"Could not build or trace {config.model.label}: {compute.explain_error(exc)}")
+        return None
+
+
+def load_plan(config: PlanConfig) -> tuple[Graph, compute.PlanResult] | None:
+    """The traced graph and the (cached) plan of ``config``; None when tracing failed."""
+    graph = load_graph(config)
+    if graph is None:
+        return None
+    with st.spinner(f"Partitioning with {config.mode}..."):
+        result = compute.plan(config)
+    plan = result.plan
+    st.session_state[PLAN_SUMMARY] = None if plan is None else {
+        "model": config.model.label,
+        "mode": plan.mode,
+        "partitions": len(plan.partitions),
+        "latency_s": plan.latency_s,
+        "devices": len(plan.devices),
+        "memory_utilisation": plan.memory_utilisation(),
+    }
+    return graph, result

@@ -1,0 +1,38 @@
+"""Compare modes: every mode (except aot_based) on the same model and devices."""
+
+from __future__ import annotations
+
+import streamlit as st
+
+from explorer import compute, panels, sidebar, state
+
+
+def _open_mode(mode: str) -> None:
+    st.session_state["mode"] = mode
+    st.session_state["compare_goto_explore"] = True
+
+
+def main() -> None:
+    if st.session_state.pop("compare_goto_explore", False):
+        st.switch_page("views/explore.py")
+    config = state.current_config()
+    if config is None or state.load_graph(config) is None:
+        return
+    st.markdown(f"#### Every mode on {config.model.label}, {len(config.devices)} devices")
+    modes = sidebar.PLAN_MODES
+    results = []
+    with st.status(f"Running {len(modes)} modes...", expanded=False) as status:
+        for mode in modes:
+            status.update(label=f"Running {mode}...")
+            results.append(compute.compare(config.with_mode(mode)))
+        failed = sum(1 for r in results if r.error)
+        status.update(label=f"Ran {len(modes)} modes ({failed} found no plan)", state="complete")
+    panels.render_comparison(results)
+    good = [r.mode for r in results if r.ok]
+    if good:
+        cols = st.columns(len(good))
+        for col, mode in zip(cols, good):
+            col.button(f"Open {mode} on Explore", key=f"compare_open_{mode}", on_click=_open_mode, args=(mode,))
+
+
+main()

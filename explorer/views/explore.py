@@ -1,0 +1,34 @@
+"""Explore: the plan for the sidebar's model, devices and mode; its DAG, charts and tables."""
+
+from __future__ import annotations
+
+import streamlit as st
+
+from explorer import panels, state
+
+
+def main() -> None:
+    config = state.current_config()
+    if config is None:
+        return
+    loaded = state.load_plan(config)
+    if loaded is None:
+        return
+    graph, result = loaded
+    st.markdown(f"#### {config.model.label} on {len(config.devices)} devices, mode `{config.mode}`")
+    if result.plan is None:
+        st.error(f"No plan: {result.error}")
+        return
+    plan = result.plan
+    panels.render_summary(plan, seconds=result.seconds)
+    panels.render_notes(plan)
+    left, right = st.columns([3, 2])
+    with left:
+        panels.render_dag(plan, key="explore")
+    with right:
+        panels.render_drilldown(plan, graph, key="explore")
+    panels.render_charts(plan)
+    panels.render_tables(plan)
+
+
+main()

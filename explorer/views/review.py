@@ -1,0 +1,186 @@
+"""Review & edit: download the plan, load one (file or pasted JSON), move nodes by hand and see
+latency and validity recomputed at once (``partitioner.evaluate_plan`` + ``Plan.violations``).
+
+The edited mapping lives in ``st.session_state["edit"]`` (a small dict, ``explorer.editing``),
+so an error never loses it; messages from loading a plan stay until the next load.
+"""
+
+from __future__ import annotations
+
+import streamlit as st
+
+from partitioner import Device, Graph, Plan
+from explorer import compute, editing, panels, state, tables
+from explorer.config import PlanConfig
+
+EDIT = "edit"
+LOAD_MESSAGE = "plan_load_message"
+UPLOAD_SEEN = "plan_upload_seen"
+
+
+def _load(text: str | bytes, source: str, graph: Graph) -> None:
+    """Read plan JSON into the edit; a bad file leaves the current edit as it was."""
+    try:
+        loaded = Plan.from_json(text)
+        problems = loaded.violations(graph)
+    except Exception as exc:  # PlanFormatError names the fix; anything else is explained too
+        st.session_state[LOAD_MESSAGE] = ("error", f"Could not read {source}: {compute.explain_error(exc)}")
+        return
+    edit = editing.edit_from_plan(loaded, source=source)
+    edit["devices"] = [d.to_dict() for d in loaded.devices]
+    edit["loaded_plan"] = loaded.to_json(indent=None)
+    st.session_state[EDIT] = edit
+    if problems:
+        st.session_state[LOAD_MESSAGE] = (
+            "warning",
+            f"Loaded {source} ({len(loaded.partitions)} partitions); checked against the current model "
+            "it breaks these rules:\n\n" + "\n".join(f"- {p}" for p in problems),
+        )
+    else:
+        st.session_state[LOAD_MESSAGE] = ("success", f"Loaded {source}: valid for the current model.")
+
+
+def load_ui(graph: Graph) -> None:
+    st.markdown("##### Load a plan")
+    left, right = st.columns(2)
+    with left:
+        upload = st.file_uploader("Plan JSON file", type=["json"], key="plan_upload",
+                                  help="A plan saved from this app or `partition-explorer plan`")
+        if upload is not None and st.session_state.get(UPLOAD_SEEN) != upload.file_id:
+            st.session_state[UPLOAD_SEEN] = upload.file_id
+            _load(upload.getvalue(), f"file {upload.name}", graph)
+    with right:
+        text = st.text_area("...or paste plan JSON", key="plan_paste", height=100)
+        if st.button("Load pasted plan", key="plan_paste_load"):
+            if text.strip():
+                _load(text, "the pasted plan", graph)
+            else:
+                st.session_state[LOAD_MESSAGE] = ("error", "Nothing pasted: paste the plan's JSON text first.")
+    message = st.session_state.get(LOAD_MESSAGE)
+    if message:
+        kind, body = message
+        {"error": st.error, "warning": st.warning, "success": st.success}[kind](body)
+
+
+def _devices(edit: dict, config: PlanConfig) -> list[Device]:
+    if edit.get("devices") and st.radio(
+        "Score the plan on", ["plan", "sidebar"], key="review_devices", horizontal=True,
+        format_func={"plan": "the devices in the plan file", "sidebar": "the devices in the sidebar"}.get,
+    ) == "plan":
+        return [Device.from_dict(d) for d in edit["devices"]]
+    return config.device_list()
+
+
+def edit_ui(edit: dict, plan: Plan, graph: Graph) -> dict | None:
+    """Widgets for one edit; returns the new mapping when a button was pressed."""
+    where = plan.node_to_partition()
+    names = [n for n in graph.op_names if n in where]
+    parts = sorted(plan.partitions, key=lambda p: p.id)
+    device_names = {d.logical_id: d.name for d in plan.devices}
+
+    def part_label(pid: int) -> str:
+        if pid == editing.NEW:
+            return "a new partition"
+        p = next(q for q in parts if q.id == pid)
+        return f"P{pid} on {', '.join(device_names.get(d, str(d)) for d in p.device_ids)}"
+
+    st.markdown("##### Move a node")
+    cols = st.columns([3, 3, 2, 1.2])
+    node = cols[0].selectbox("Node", names, key="edit_node",
+                             format_func=lambda n: f"{n} (in P{where[n]})")
+    target = cols[1].selectbox("Move to", [p.id for p in parts] + [editing.NEW], key="edit_target",
+                               format_func=part_label)
+    device = cols[2].selectbox("New partition's device", sorted(device_names), key="edit_device",
+                               format_func=lambda d: device_names[d], disabled=target != editing.NEW)
+    cols[3].markdown("&nbsp;")
+    if cols[3].button("Move", key="edit_move", type="primary") and node is not None:
+        return editing.move_node(edit, node, target, [device])
+    st.markdown("##### Place a partition on other devices")
+    cols = st.columns([3, 5, 1.2])
+    pid = cols[0].selectbox("Partition", [p.id for p in parts], key="edit_place_partition",
+                            format_func=part_label)
+    chosen = cols[1].multiselect("Devices (several: replicated)", sorted(device_names), key="edit_place_devices",
+                                 format_func=lambda d: device_names[d])
+    cols[2].markdown("&nbsp;")
+    if cols[2].button("Place", key="edit_place") and pid is not None:
+        if not chosen:
+            st.warning("Choose at least one device to place the partition on.")
+            return None
+        return editing.place_partition(edit, pid, chosen)
+    return None
+
+
+def main() -> None:
+    config = state.current_config()
+    if config is None:
+        return
+    loaded = state.load_plan(config)
+    if loaded is None:
+        return
+    graph, result = loaded
+    current = result.plan
+    if current is not None:
+        st.markdown("##### Download the current plan")
+        panels.render_downloads(current, key="dl_current", stem=f"{current.model}_{current.mode}")
+    else:
+        st.error(f"The sidebar's settings give no plan: {result.error}")
+    load_ui(graph)
+
+    edit = st.session_state.get(EDIT)
+    if edit is None:
+        if current is None:
+            st.info("Load a plan above to review and edit it.")
+            return
+        edit = editing.edit_from_plan(current, source=f"the {current.mode} plan of {current.model}")
+    st.divider()
+    st.markdown(f"#### Editing {edit['source']}")
+    devices = _devices(edit, config)
+    try:
+        edited = editing.evaluate_edit(edit, graph, devices, config.transfer_rate_bytes_per_s,
+                                       config.node_latency_map())
+    except Exception as exc:  # unknown nodes or devices: PartitionError naming them
+        st.error(f"This mapping does not fit the current model or devices: {compute.explain_error(exc)}\n\n"
+                 "Switch back to the model it was made for, or start over from the current plan.")
+        _reset_button()
+        return
+    shown = editing.edit_from_plan(edited, source=edit["source"])  # ids as the scored plan shows them
+    edit = {**edit, **{k: shown[k] for k in ("node_to_partition", "partition_to_devices")}}
+    changed = edit_ui(edit, edited, graph)
+    if changed is not None:
+        try:  # renumber partitions as the scored plan does, so the ids shown stay right
+            rescored = editing.evaluate_edit(changed, graph, devices, config.transfer_rate_bytes_per_s,
+                                             config.node_latency_map())
+            fresh = editing.edit_from_plan(rescored, source=edit["source"])
+            fresh.update({k: edit[k] for k in ("devices", "loaded_plan") if k in edit})
+            st.session_state[EDIT] = fresh
+        except Exception as exc:
+            st.error(f"That edit cannot be scored: {compute.explain_error(exc)}")
+        else:
+            st.rerun()
+    base = Plan.from_json(edit["loaded_plan"]) if edit.get("loaded_plan") else current
+    panels.render_summary(edited, reference=base)
+    panels.render_violations(edited.violations(graph))
+    left, right = st.columns([3, 2])
+    with left:
+        panels.render_dag(edited, key="review")
+    with right:
+        if base is not None:
+            moves = tables.moves_table(base, edited)
+            st.markdown(f"**Nodes moved** from {edit['source']}: {len(moves)}")
+            if len(moves):
+                st.dataframe(moves, hide_index=True)
+        panels.render_downloads(edited, key="dl_edited", stem=f"{edited.model}_edited")
+        _reset_button()
+    panels.render_charts(edited)
+
+
+def _reset() -> None:
+    st.session_state.pop(EDIT, None)
+    st.session_state.pop(LOAD_MESSAGE, None)
+
+
+def _reset_button() -> None:
+    st.button("Start over from the current plan", key="edit_reset", on_click=_reset)
+
+
+main()

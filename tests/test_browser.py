@@ -1,0 +1,103 @@
+"""One real-browser test: the app in headless Chromium draws the DAG and the charts, and a mode
+change re-plans. Waits with Playwright's ``expect``, never with sleeps. Needs /usr/bin/chromium
+(``bash scripts/setup.sh --test`` installs it); without it the test fails saying so."""
+
+from __future__ import annotations
+
+import os
+import queue
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+CHROMIUM = "/usr/bin/chromium"
+ARTIFACTS = ROOT / "artifacts"
+CHROMIUM_ARGS = [
+    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+    "--disable-background-networking", "--disable-component-update", "--disable-sync",
+]
+START_TIMEOUT_S = 60
+RENDER_TIMEOUT_MS = 90_000
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_for_line(proc: subprocess.Popen, needle: str, timeout_s: float) -> list[str]:
+    """Read the server's output until a line contains ``needle`` (blocking reads in a thread)."""
+    lines: queue.Queue[str | None] = queue.Queue()
+
+    def pump() -> None:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            lines.put(line)
+        lines.put(None)
+
+    threading.Thread(target=pump, daemon=True).start()
+    seen: list[str] = []
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            line = lines.get(timeout=max(0.0, deadline - time.monotonic()))
+        except queue.Empty:
+            raise AssertionError(f"streamlit did not start within {timeout_s} s; output:\n{''.join(seen)}")
+        if line is None:
+            raise AssertionError(f"streamlit exited with {proc.wait()}; output:\n{''.join(seen)}")
+        seen.append(line)
+        if needle in line:
+            return seen
+
+
+@pytest.mark.browser
+def test_app_renders_dag_and_charts_and_re_plans_on_a_mode_change():
+    if not os.path.exists(CHROMIUM):
+        pytest.fail(f"{CHROMIUM} is missing: install Chromium (apt-get install chromium, or "
+                    "bash scripts/setup.sh --test) to run the browser test")
+    from playwright.sync_api import expect, sync_playwright
+
+    port = free_port()
+    streamlit = Path(sys.executable).with_name("streamlit")
+    command = [str(streamlit), "run", "explorer/app.py", "--server.headless", "true",
+               "--server.port", str(port), "--server.address", "127.0.0.1",
+               "--browser.gatherUsageStats", "false"]
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    proc = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+    try:
+        wait_for_line(proc, "URL:", START_TIMEOUT_S)
+        ARTIFACTS.mkdir(exist_ok=True)
+        with sync_playwright() as p:
+            browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+            try:
+                page = browser.new_page(viewport={"width": 1600, "height": 2000})
+                page.goto(f"http://127.0.0.1:{port}/")
+                dag = page.get_by_test_id("stGraphVizChart").locator("svg").first
+                expect(dag).to_be_visible(timeout=RENDER_TIMEOUT_MS)
+                expect(dag).to_contain_text("size_based", timeout=RENDER_TIMEOUT_MS)
+                expect(page.locator(".js-plotly-plot").first).to_be_visible(timeout=RENDER_TIMEOUT_MS)
+                expect(page.locator(".js-plotly-plot")).to_have_count(4, timeout=RENDER_TIMEOUT_MS)
+                page.get_by_label("Mode", exact=True).click()
+                page.get_by_role("option", name="cost_aware", exact=True).click()
+                expect(page.get_by_text("Plan: transformer | cost_aware")).to_be_visible(timeout=RENDER_TIMEOUT_MS)
+                expect(dag).to_contain_text("cost_aware", timeout=RENDER_TIMEOUT_MS)
+                expect(page.locator(".js-plotly-plot")).to_have_count(4, timeout=RENDER_TIMEOUT_MS)
+                expect(page.get_by_test_id("stException")).to_have_count(0)
+                page.screenshot(path=str(ARTIFACTS / "browser_explore.png"))
+            finally:
+                browser.close()
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
