@@ -258,7 +258,7 @@ def comparison_figure(results: Sequence[ModeResult]) -> go.Figure:
     fig = make_subplots(rows=1, cols=4, subplot_titles=(
         f"latency ({unit})", "partitions", "peak memory utilisation (%)", f"time to partition ({took_unit})",
     ))
-    panels = (
+    panels: tuple[list[float | None], ...] = (
         [None if r.latency_s is None else r.latency_s / scale for r in results],
         [r.partitions for r in results],
         [None if r.peak_memory_utilisation is None else 100 * r.peak_memory_utilisation for r in results],

@@ -113,7 +113,7 @@ def rows_to_devices(rows: Iterable[Mapping[str, Any]]) -> list[Device]:
                 speeds[field] = spec.get(field)
                 continue
             try:
-                number = float(value)
+                number = float(value)  # type: ignore[arg-type]
             except (TypeError, ValueError):
                 raise InputError(f"{where}: {column} must be a number (got {value!r})") from None
             if not number > 0:

@@ -42,14 +42,14 @@ def render_summary(plan: Plan, seconds: float | None = None, reference: Plan | N
 
     ref = reference
     cols[0].metric("Latency (critical path)", format_seconds(plan.latency_s),
-                   delta(plan.latency_s, ref and ref.latency_s, format_seconds), delta_color="inverse")
+                   delta(plan.latency_s, None if ref is None else ref.latency_s, format_seconds), delta_color="inverse")
     cols[1].metric("Partitions", len(plan.partitions),
                    None if ref is None else (len(plan.partitions) - len(ref.partitions)) or None,
                    delta_color="off")
     cols[2].metric("Devices used", f"{busy} of {len(plan.devices)}")
     util = plan.memory_utilisation()
     cols[3].metric("Peak memory utilisation", f"{util:.0%}" if math.isfinite(util) else "inf",
-                   delta(util, ref and ref.memory_utilisation(), lambda x: f"{x:.0%}"), delta_color="inverse")
+                   delta(util, None if ref is None else ref.memory_utilisation(), lambda x: f"{x:.0%}"), delta_color="inverse")
     if seconds is not None:
         cols[4].metric("Time to partition", format_seconds(seconds))
     else:

@@ -106,13 +106,13 @@ def knobs_ui(name: str) -> tuple[tuple[str, Any], ...]:
             if not isinstance(default, (bool, int, float)):
                 continue
             st.session_state.setdefault(key, default)
-            common = dict(key=key, help=comments.get(field.name), persist_state="session")
+            tip = comments.get(field.name)
             if isinstance(default, bool):
-                value: Any = st.checkbox(field.name, **common)
+                value: Any = st.checkbox(field.name, key=key, help=tip, persist_state="session")
             elif isinstance(default, int):
-                value = st.number_input(field.name, step=1, **common)
+                value = st.number_input(field.name, step=1, key=key, help=tip, persist_state="session")
             else:
-                value = st.number_input(field.name, format="%g", **common)
+                value = st.number_input(field.name, format="%g", key=key, help=tip, persist_state="session")
             if value != default:
                 overrides[field.name] = value
         st.button("Reset to defaults", key=f"knob_reset_{name}", on_click=_reset_knobs, args=(name,))

@@ -118,19 +118,19 @@ def device_table(plan: Plan) -> pd.DataFrame:
         for d in p.device_ids:
             holders.setdefault(d, []).append(p.id)
     rows = []
-    for d in sorted(plan.devices, key=lambda d: d.logical_id):
-        u = used.get(d.logical_id, 0)
+    for dev in sorted(plan.devices, key=lambda d: d.logical_id):
+        u = used.get(dev.logical_id, 0)
         rows.append({
-            "device": d.name,
-            "id": d.logical_id,
-            "kind": d.kind,
+            "device": dev.name,
+            "id": dev.logical_id,
+            "kind": dev.kind,
             "used": format_bytes(u),
-            "capacity": format_bytes(d.memory_bytes),
+            "capacity": format_bytes(dev.memory_bytes),
             "used_bytes": u,
-            "capacity_bytes": d.memory_bytes,
-            "utilisation": u / d.memory_bytes if d.memory_bytes else (math.inf if u else 0.0),
-            "over_capacity": u > d.memory_bytes,
-            "partitions": ", ".join(map(str, sorted(holders.get(d.logical_id, [])))),
+            "capacity_bytes": dev.memory_bytes,
+            "utilisation": u / dev.memory_bytes if dev.memory_bytes else (math.inf if u else 0.0),
+            "over_capacity": u > dev.memory_bytes,
+            "partitions": ", ".join(map(str, sorted(holders.get(dev.logical_id, [])))),
         })
     return pd.DataFrame(rows)
 
@@ -173,11 +173,12 @@ def comparison_table(results: Sequence[ModeResult]) -> pd.DataFrame:
 def best_mode(results: Sequence[ModeResult], rel_tol: float = 1e-9) -> str | None:
     """The successful mode with the lowest latency (equal within ``rel_tol``: floating-point
     noise between modes that find the same plan), fewer partitions breaking ties."""
-    ok = [r for r in results if r.ok and r.latency_s is not None and math.isfinite(r.latency_s)]
+    ok = [(r.latency_s, r) for r in results
+          if r.ok and r.latency_s is not None and math.isfinite(r.latency_s)]
     if not ok:
         return None
-    fastest = min(r.latency_s for r in ok)
-    close = [r for r in ok if r.latency_s <= fastest * (1 + rel_tol) + 1e-18]
+    fastest = min(latency for latency, _ in ok)
+    close = [r for latency, r in ok if latency <= fastest * (1 + rel_tol) + 1e-18]
     return min(close, key=lambda r: (r.partitions or 0, r.seconds)).mode
 
 

@@ -204,8 +204,17 @@ def test_review_page_loads_a_plan_and_moves_a_node():
     assert moved["node_to_partition"][node] != plan.node_to_partition()[node]
     assert any(m.label == "Partitions" and m.value == str(len(plan.partitions) + 1) for m in at.metric)
     assert at.dataframe[0].value["node"].tolist() == [node]
+    # a node moved against the flow of data makes a cycle: explained, drawn, nothing crashes
+    first = plan.partitions[0].node_names[0]
+    last = len(plan.partitions)  # the ids are 0..len(plan.partitions) after the move
+    at.selectbox(key="edit_node").set_value(first)
+    at.selectbox(key="edit_target").set_value(last).run()
+    at.button(key="edit_move").click().run()
+    assert not at.exception
+    assert any("cycle" in e for e in errors(at))
+    assert any(m.label == "Latency (critical path)" and "inf" in m.value for m in at.metric)
     # crowd every partition onto one device: over capacity, listed in words; the edit is kept
-    for pid in range(len(plan.partitions) + 1):
+    for pid in range(len(set(at.session_state["edit"]["node_to_partition"].values()))):
         at.selectbox(key="edit_place_partition").set_value(pid)
         at.multiselect(key="edit_place_devices").set_value([0])
         at.button(key="edit_place").click().run()
