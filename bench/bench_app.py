@@ -77,11 +77,12 @@ def bench_default(repeat: int) -> None:
     print(f"trace (once, cached by the app): {seconds:.3f} s  ({len(graph.nodes)} nodes)")
     worst = 0.0
     for devices in device_edits(DEFAULT_MODEL):
-        spec = ", ".join(f"{d.name}:{partitioner.format_bytes(d.memory_bytes)}" for d in devices[:2]) + ", ..."
+        sizes = [partitioner.format_bytes(d.memory_bytes) for d in devices]
+        spec = ",".join(f"{sizes.count(s)}x{s}" for s in dict.fromkeys(sizes))
         plan_s, plan = timed(lambda: partitioner.partition(graph, devices, mode=partitioner.DEFAULT_MODE), repeat)
         draw_s, _ = timed(lambda: draw(plan), repeat)  # type: ignore[arg-type]
         worst = max(worst, plan_s + draw_s)
-        print(f"device edit [{len(devices)} devices: {spec}]: plan {plan_s * 1e3:.1f} ms + "
+        print(f"device edit [{spec}]: plan {plan_s * 1e3:.1f} ms + "
               f"DOT/figures/tables {draw_s * 1e3:.1f} ms = {(plan_s + draw_s) * 1e3:.1f} ms "
               f"({len(plan.partitions)} partitions)")  # type: ignore[union-attr]
     print(f"worst re-plan + rebuild after a device edit: {worst * 1e3:.1f} ms "

@@ -48,9 +48,11 @@ class InputError(ValueError):
 def exact_bytes_text(n: int) -> str:
     """A size that parses back to exactly ``n``: 1572864 -> '1.5 MiB', 1000 -> '1000 B'."""
     for unit, scale in _UNITS:
-        value = n / scale
-        if value >= 1 and round(value, 3) * scale == n:
-            return f"{round(value, 3):g} {unit}"
+        value = round(n / scale, 3)
+        if value >= 1:
+            text = f"{value:.3f}".rstrip("0").rstrip(".") + f" {unit}"
+            if partitioner.parse_bytes(text) == n:
+                return text
     return f"{n} B"
 
 

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 from .api import evaluate_plan, partition
+from .costs import node_latencies
 from .compare import compare_modes, default_modes, format_comparison, format_seconds, format_table
 from .devices import PRESETS, Device, format_bytes, parse_bytes, parse_devices
 from .diff import diff_plans, format_diff
@@ -401,9 +402,12 @@ def check_plan(
     Kinds: node unknown (or not an op) / missing / in two partitions, partition without nodes or
     devices, unknown device, memory over capacity (with the figures), a cycle between partitions,
     and the budgets. The graph fingerprint differing is a note, or a violation with ``strict``.
-    O(N + E) plus one plan evaluation.
+    O(N + E) plus one plan evaluation. Raises :class:`PartitionError` for bad input (a
+    ``node_latency`` naming nodes the model lacks), not for a plan that does not fit.
     """
     devices = list(devices)
+    if node_latency:
+        node_latencies(graph, devices, node_latency)  # bad input raises PartitionError (exit 2)
     notes: list[str] = []
     # Plan.violations(graph) checks memory against the plan's own devices: check against the
     # given ones instead, and compare fingerprints here (a changed model is not by itself a

@@ -309,11 +309,23 @@ class Plan:
         return {p.id: list(p.device_ids) for p in self.partitions}
 
     # -- validation -------------------------------------------------------------------------
-    def violations(self, graph: Graph | None = None) -> list[str]:
-        """Every broken rule, in words. With ``graph``, memory is recomputed from it."""
+    def violations(
+        self,
+        graph: Graph | None = None,
+        devices: Sequence[Device] | None = None,
+        check_fingerprint: bool = True,
+    ) -> list[str]:
+        """Every broken rule, in words; an empty list means the plan is valid.
+
+        With ``graph``, membership, memory and data flow are recomputed from it (over the nodes
+        it knows). ``devices`` checks the plan against other devices than its own (a ``check``
+        in CI against today's hardware). ``check_fingerprint`` reports a plan made for a
+        different version of the model.
+        """
         problems: list[str] = []
         ids = [p.id for p in self.partitions]
-        if sorted(ids) != list(range(len(ids))):
+        ids_ok = sorted(ids) == list(range(len(ids)))
+        if not ids_ok:
             problems.append(f"partition ids must be 0..{len(ids) - 1} without gaps (got {sorted(ids)})")
         seen: dict[str, int] = {}
         for p in self.partitions:
@@ -327,7 +339,7 @@ class Plan:
                     )
                 else:
                     seen[name] = p.id
-        known = {d.logical_id: d for d in self.devices}
+        known = {d.logical_id: d for d in (self.devices if devices is None else devices)}
         for p in self.partitions:
             if not p.device_ids:
                 problems.append(f"partition {p.id} has no device; assign one of {sorted(known)}")
@@ -340,15 +352,20 @@ class Plan:
         used = dict(self.device_usage)
         edges = {(e.src, e.dst): e.bytes for e in self.edges}
         if graph is not None:
-            if self.graph_fingerprint and self.graph_fingerprint != graph.fingerprint():
+            if check_fingerprint and self.graph_fingerprint and self.graph_fingerprint != graph.fingerprint():
                 problems.append(
                     f"plan was made for a different graph (fingerprint {self.graph_fingerprint}, "
                     f"model now {graph.fingerprint()}); re-plan or check the model version"
                 )
             op_names = set(graph.op_names)
-            for name in sorted(set(seen) - op_names):
-                what = "is not an op node" if name in graph.index else "does not exist"
-                problems.append(f"node {name!r} in partition {seen[name]} {what} in the model; remove it")
+            for what, names in (
+                ("do not exist in the model", sorted(n for n in seen if n not in graph.index)),
+                ("are not op nodes of the model", sorted(n for n in seen if n in graph.index and n not in op_names)),
+            ):
+                if names:
+                    shown = ", ".join(f"{n!r} (partition {seen[n]})" for n in names[:10])
+                    more = f" and {len(names) - 10} more" if len(names) > 10 else ""
+                    problems.append(f"{len(names)} node(s) in the plan {what}: {shown}{more}; remove them")
             missing = [n for n in graph.op_names if n not in seen]
             if missing:
                 shown = ", ".join(repr(n) for n in missing[:10]) + (" ..." if len(missing) > 10 else "")
@@ -356,18 +373,18 @@ class Plan:
                     f"{len(missing)} node(s) of the model are in no partition: {shown}; "
                     "assign each to a partition"
                 )
-            if not any("does not exist" in s or "not an op" in s or "twice" in s for s in problems):
+            if ids_ok:
+                # Recompute memory and data flow over the nodes the graph knows (first placement
+                # of a duplicated node wins), so figures are today's, not the plan's record.
                 part = [-1] * len(graph)
-                for p in self.partitions:
-                    for name in p.node_names:
-                        if name in graph.index and 0 <= p.id < len(self.partitions):
-                            part[graph.index[name]] = p.id
-                if all(0 <= p.id < len(self.partitions) for p in self.partitions):
-                    model = CostModel(graph, [(0.0, 0.0)] * len(graph), None)
-                    devs = [p.device_ids for p in sorted(self.partitions, key=lambda q: q.id)]
-                    ev = model.evaluate(part, devs)
-                    used = model.device_memory(ev.members, devs)
-                    edges = ev.edges
+                for name, pid in seen.items():
+                    if name in op_names:
+                        part[graph.index[name]] = pid
+                model = CostModel(graph, [(0.0, 0.0)] * len(graph), None)
+                devs = [p.device_ids for p in sorted(self.partitions, key=lambda q: q.id)]
+                ev = model.evaluate(part, devs)
+                used = model.device_memory(ev.members, devs)
+                edges = ev.edges
         holders: dict[int, list[int]] = {}
         for p in self.partitions:
             for did in p.device_ids:
@@ -380,7 +397,7 @@ class Plan:
                     f"{format_bytes(used[did])} ({used[did]} B) of its {format_bytes(dev.memory_bytes)} "
                     f"({dev.memory_bytes} B); move nodes to another device or add memory"
                 )
-        cycle = _find_cycle(len(self.partitions), edges) if ids == list(range(len(ids))) else []
+        cycle = _find_cycle(len(self.partitions), edges) if ids_ok else []
         if cycle:
             problems.append(
                 "partitions depend on each other in a cycle "
@@ -389,9 +406,9 @@ class Plan:
             )
         return problems
 
-    def validate(self, graph: Graph | None = None) -> list[str]:
+    def validate(self, graph: Graph | None = None, devices: Sequence[Device] | None = None) -> list[str]:
         """Alias of :meth:`violations`: an empty list means the plan is valid."""
-        return self.violations(graph)
+        return self.violations(graph, devices)
 
     def check(self, graph: Graph | None = None) -> "Plan":
         """Raise :class:`InvalidPlanError` listing every violation; return self when valid."""

@@ -6,15 +6,14 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import pytest
 from streamlit.testing.v1 import AppTest
 
 import partitioner
 import sample_models
-from explorer.inputs import ALLOW_USER_MODELS_ENV
-from explorer.teaching import MODE_TEXT
 from explorer.config import DEFAULT_MODEL, PLAN_MODES
+from explorer.inputs import ALLOW_USER_MODELS_ENV
 from explorer.sidebar import USER_MODEL
+from explorer.teaching import MODE_TEXT
 
 APP = str(Path(__file__).resolve().parents[1] / "explorer" / "app.py")
 TIMEOUT = 120
@@ -186,8 +185,8 @@ def test_review_page_loads_a_plan_and_moves_a_node():
     module, example = sample_models.build(DEFAULT_MODEL)
     graph = partitioner.trace(module, example, name=DEFAULT_MODEL)
     count, memory = sample_models.default_devices(DEFAULT_MODEL)
-    plan = partitioner.partition(graph, partitioner.parse_devices(f"{count}x{memory}B"), mode="kl_based")
-    at.file_uploader(key="plan_upload").upload("kl.json", plan.to_json().encode(), "application/json")
+    plan = partitioner.partition(graph, partitioner.parse_devices(f"{count}x{memory}B"), mode="size_based")
+    at.file_uploader(key="plan_upload").upload("size.json", plan.to_json().encode(), "application/json")
     at.run()
     assert not at.exception
     assert any("valid for the current model" in s.value for s in at.success)
@@ -219,6 +218,8 @@ def test_review_page_loads_a_plan_and_moves_a_node():
         at.multiselect(key="edit_place_devices").set_value([0])
         at.button(key="edit_place").click().run()
         assert not at.exception
+        if any("add memory" in e for e in errors(at)):
+            break
     assert any("add memory" in e for e in errors(at))
     assert charts(at)[0] == 1
     at.switch_page("views/learn.py").run()

@@ -161,7 +161,7 @@ def test_plan_then_check_round_trip_passes(runs):
 
 @pytest.mark.parametrize("case, expected", [
     ("check_missing", "1 node(s) of the model are in no partition: 'relu_1'; assign each to a partition"),
-    ("check_unknown", "node 'ghost' in partition 0 does not exist in the model; remove it"),
+    ("check_unknown", "node(s) in the plan do not exist in the model: 'ghost' (partition 0); remove them"),
     ("check_memory", "device dev_0 (id 0) holds partition(s) [0] using 22.2 KiB (22784 B) of its "
                      "16 KiB (16384 B)"),
     ("check_cycle", "partitions depend on each other in a cycle 0 -> 1 -> 2 -> 0"),
@@ -238,7 +238,7 @@ def test_check_plan_messages(graph, base_plan):
         return "\n".join(result.violations)
 
     assert "in no partition: 'relu_1'" in violations(_missing)
-    assert "node 'ghost' in partition 0 does not exist" in violations(_unknown)
+    assert "do not exist in the model: 'ghost' (partition 0)" in violations(_unknown)
     assert "cycle 0 -> 1 -> 2 -> 0" in violations(_cycle)
     assert "unknown device 7" in violations(_bad_device)
     memory = violations(None, partitioner.parse_devices("4x16KiB"))
@@ -255,6 +255,8 @@ def test_check_plan_messages(graph, base_plan):
     # Budgets cannot be scored while nodes are missing: a note says so.
     result = check_plan(Plan.from_dict(edited(base_plan, _missing)), graph, devs, max_latency_s=1.0)
     assert any("budgets (--max-latency) not checked" in n for n in result.notes)
+    with pytest.raises(partitioner.PartitionError, match="not op nodes of the graph: ghost"):
+        check_plan(base_plan, graph, devs, node_latency={"ghost": (1.0, 1.0)})
 
 
 def test_check_plan_changed_model_is_a_note_unless_strict(base_plan):

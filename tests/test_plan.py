@@ -75,7 +75,7 @@ def test_missing_and_unknown_nodes(plan_and_graph):
     data = plan.to_dict()
     data["partitions"][0]["node_names"] = ["not_a_node"]
     problems = Plan.from_dict(data).violations(graph)
-    assert any("'not_a_node' in partition 0 does not exist" in p for p in problems)
+    assert any("do not exist in the model: 'not_a_node' (partition 0)" in p for p in problems)
     assert any("in no partition" in p for p in problems)
     with pytest.raises(partitioner.InvalidPlanError, match="violation"):
         Plan.from_dict(data).check(graph)

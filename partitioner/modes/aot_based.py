@@ -7,7 +7,7 @@ fed by ``PartitionerConfig.node_to_partition_mapping`` and
 
 from __future__ import annotations
 
-from ..errors import PartitionError
+from ..errors import InvalidPlanError, PartitionError
 from .base import Assignment, Problem
 
 __all__ = ["partition"]
@@ -41,8 +41,9 @@ def partition(problem: Problem) -> Assignment:
     if bad:
         problems.append(f"partition_to_devices uses unknown logical device id(s) {bad} (known: {sorted(known)})")
     if problems:
-        raise PartitionError("aot_based mapping is incomplete: " + "; ".join(problems)
-                             + ". Fix the mappings so they cover every op node of the model.")
+        raise InvalidPlanError(
+            [f"{p}; fix the mapping so it covers every op node of the model once" for p in problems]
+        )
     part = [-1] * len(graph)
     for name, p in node_to_partition.items():
         if graph.nodes[graph.index[name]].is_op:
