@@ -56,6 +56,20 @@ class Problem:
         return self.cost.evaluate(assignment.part, assignment.devices_of).latency_s
 
 
+def pick_best(problem: Problem, candidates: Sequence[Assignment]) -> Assignment:
+    """The feasible candidate with the lowest latency; among latencies equal up to rounding,
+    the one with the fewest partitions (a plan of 50 partitions that is no faster than one of 3
+    only makes review harder)."""
+    scored = []
+    for a in candidates:
+        count = len({p for p in a.part if p >= 0})
+        scored.append((not problem.fits(a), problem.latency(a), count, a))
+    feasible = [s for s in scored if not s[0]] or scored
+    best = min(s[1] for s in feasible)
+    close = [s for s in feasible if s[1] <= best + 1e-9 * max(1.0, abs(best))]
+    return min(close, key=lambda s: (s[2], s[1]))[3]
+
+
 def node_alone_bytes(graph: Graph, v: int) -> int:
     """Memory node v needs in a partition of its own: its total size plus its inputs' outputs."""
     return graph.total_bytes[v] + sum(graph.output_bytes[u] for u in graph.preds[v])

@@ -16,7 +16,7 @@ best-fit packing (see :func:`kl_based.starts`). O(budget * (N + E)).
 
 from __future__ import annotations
 
-from .base import Assignment, Problem
+from .base import Assignment, Problem, pick_best
 from .kl_based import starts
 from .search import default_budget, improve_by_moves, merge_partitions
 
@@ -45,7 +45,4 @@ def search(problem: Problem, budget: int) -> Assignment:
             merged = merge_partitions(problem, fine, share)
             candidates.append(improve_by_moves(problem, merged, share, swaps=False))
 
-    def key(a: Assignment) -> tuple[bool, float, int]:
-        return (not problem.fits(a), problem.latency(a), len({p for p in a.part if p >= 0}))
-
-    return min(candidates, key=key)
+    return pick_best(problem, candidates)

@@ -15,7 +15,7 @@ the lowest latency wins. O(budget * (N + E)); the budget defaults to
 from __future__ import annotations
 
 from ..errors import InfeasibleError
-from .base import Assignment, Problem, fill_in_order, initial_fill
+from .base import Assignment, Problem, fill_in_order, initial_fill, pick_best
 from .search import default_budget, improve_by_moves
 
 __all__ = ["partition", "starts"]
@@ -39,4 +39,4 @@ def partition(problem: Problem) -> Assignment:
     results = [improve_by_moves(problem, a, budget // (3 * len(begin)), swaps=True) for a in begin]
     merged = cost_aware.search(problem, budget // 3)
     results.append(improve_by_moves(problem, merged, budget // 3, swaps=True))
-    return min(results, key=lambda a: (problem.latency(a), len({p for p in a.part if p >= 0})))
+    return pick_best(problem, results)
