@@ -43,8 +43,9 @@ def setup(n_ops: int, seed: int = 0) -> tuple[partitioner.Graph, list[Device], d
 
 def mode_args(mode: str, graph, devices, kw) -> tuple[str, list[Device], dict[str, Any]]:
     if mode == "size_based+saturate_host":
-        return "size_based", devices * 1 + [Device(f"dev_{i}", devices[0].memory_bytes, i)
-                                            for i in range(len(devices), 2 * len(devices))], {**kw, "saturate_host": True}
+        # Twice the devices, so the plan has idle devices to be copied onto.
+        extra = [Device(f"dev_{i}", devices[0].memory_bytes, i) for i in range(len(devices), 2 * len(devices))]
+        return "size_based", devices + extra, {**kw, "saturate_host": True}
     if mode == "aot_based":
         base = partitioner.partition(graph, devices, mode="size_based", **kw)
         return "aot_based", devices, {**kw, "node_to_partition": base.node_to_partition(),
@@ -116,7 +117,7 @@ def main(argv: list[str] | None = None) -> int:
             note = ""
             if mode in timed_out:
                 ref = None
-                note = f"reference skipped (timed out on a smaller graph)"
+                note = "reference skipped (timed out on a smaller graph)"
             else:
                 ref = run_reference(n_ops, mode, args.limit)
                 if ref is None:

@@ -6,7 +6,7 @@ import torch
 import partitioner
 from partitioner import Device, InfeasibleError, PartitionError
 
-from examples import WorkedExample, random_fx_module, reference_latencies
+from examples import random_fx_module, reference_latencies
 
 
 def devices(n, memory):

@@ -8,8 +8,9 @@ import partitioner
 
 def test_library_imports_no_ui_code():
     code = (
-        "import sys, partitioner, partitioner.cli, partitioner.render, partitioner.compare; "
-        "bad = sorted(m for m in sys.modules if m.split('.')[0] in {'streamlit', 'plotly', 'pandas'}); "
+        "import sys, partitioner, partitioner.cli, partitioner.render, partitioner.compare, "
+        "partitioner.diff, partitioner.export; "
+        "bad = sorted(m for m in sys.modules if m.split('.')[0] in {'streamlit', 'plotly', 'pandas', 'graphviz'}); "
         "print(','.join(bad))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
