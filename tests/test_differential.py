@@ -13,7 +13,7 @@ from partitioner.reference import reference_partition
 
 from examples import random_fx_module, reference_latencies
 
-CASES = [(seed, n_ops, share) for seed in range(6) for n_ops, share in ((10, 0.45), (14, 0.35))]
+CASES = [(seed, n_ops, share) for seed in range(12) for n_ops, share in ((10, 0.45), (14, 0.35))]
 LATENCY_MODES = {"cost_aware", "kl_based"}
 
 

@@ -19,9 +19,10 @@ _EPS = 1e-12
 
 
 def default_budget(problem: Problem) -> int:
-    """Cost-model evaluations a search may spend: more on small graphs, O(N + E) each."""
+    """Cost-model evaluations a search may spend, each O(N + E): 40 per op node while the
+    graph is small, then capped so the whole search costs about 200,000 node visits."""
     n = max(1, len(problem.graph))
-    return max(20, min(2000, 200_000 // n))
+    return max(100, min(2000, 40 * len(problem.graph.op_indices), 200_000 // n))
 
 
 class _DeviceMemory:
