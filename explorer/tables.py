@@ -6,7 +6,6 @@ the human form. Nothing here imports Streamlit.
 
 from __future__ import annotations
 
-import heapq
 import math
 from typing import Iterable, Sequence
 
@@ -32,34 +31,8 @@ __all__ = [
 
 
 def schedule(plan: Plan) -> dict[int, tuple[float, float]]:
-    """Partition id -> (start s, finish s) on the partition DAG's longest-path schedule.
-
-    start = max over parents of (parent finish + edge latency), finish = start + latency, the
-    rule the cost model uses, so the largest finish equals ``plan.latency_s``. Empty when the
-    partitions form a cycle (a hand-edited plan). O(P + E).
-    """
-    ids = [p.id for p in plan.partitions]
-    latency = {p.id: p.latency_s for p in plan.partitions}
-    incoming: dict[int, list[tuple[int, float]]] = {i: [] for i in ids}
-    children: dict[int, list[int]] = {i: [] for i in ids}
-    indegree = {i: 0 for i in ids}
-    for e in plan.edges:
-        if e.src in latency and e.dst in latency:
-            incoming[e.dst].append((e.src, e.latency_s))
-            children[e.src].append(e.dst)
-            indegree[e.dst] += 1
-    ready = [i for i in ids if indegree[i] == 0]
-    heapq.heapify(ready)
-    times: dict[int, tuple[float, float]] = {}
-    while ready:
-        p = heapq.heappop(ready)
-        start = max((times[q][1] + lat for q, lat in incoming[p]), default=0.0)
-        times[p] = (start, start + latency[p])
-        for c in children[p]:
-            indegree[c] -= 1
-            if indegree[c] == 0:
-                heapq.heappush(ready, c)
-    return times if len(times) == len(ids) else {}
+    """Partition id -> (start s, finish s); see :meth:`partitioner.Plan.schedule`."""
+    return plan.schedule()
 
 
 def incoming_transfer_s(plan: Plan) -> dict[int, float]:

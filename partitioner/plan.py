@@ -302,6 +302,28 @@ class Plan:
                 util = max(util, used[d.logical_id] / d.memory_bytes if d.memory_bytes else math.inf)
         return util
 
+    def schedule(self) -> dict[int, tuple[float, float]]:
+        """Partition id -> (start s, finish s) on the partition DAG's longest-path schedule:
+        start = max over parents of (parent finish + edge latency), finish = start + latency,
+        so the largest finish is :attr:`latency_s`. Empty when the partitions form a cycle.
+        O(P + E)."""
+        num = len(self.partitions)
+        if sorted(p.id for p in self.partitions) != list(range(num)):
+            return {}
+        edges = {(e.src, e.dst): e.latency_s for e in self.edges}
+        order = _toposort(num, edges)
+        if order is None:
+            return {}
+        latency = {p.id: p.latency_s for p in self.partitions}
+        incoming: dict[int, list[tuple[int, float]]] = {p: [] for p in range(num)}
+        for (a, b), lat in edges.items():
+            incoming[b].append((a, lat))
+        times: dict[int, tuple[float, float]] = {}
+        for p in order:
+            start = max((times[q][1] + lat for q, lat in incoming[p]), default=0.0)
+            times[p] = (start, start + latency[p])
+        return times
+
     def node_to_partition(self) -> dict[str, int]:
         return {name: p.id for p in self.partitions for name in p.node_names}
 

@@ -79,3 +79,11 @@ def test_missing_and_unknown_nodes(plan_and_graph):
     assert any("in no partition" in p for p in problems)
     with pytest.raises(partitioner.InvalidPlanError, match="violation"):
         Plan.from_dict(data).check(graph)
+
+
+def test_schedule_ends_at_the_plan_latency(plan_and_graph):
+    plan, _ = plan_and_graph
+    times = plan.schedule()
+    assert max(finish for _, finish in times.values()) == plan.latency_s
+    for e in plan.edges:
+        assert times[e.dst][0] >= times[e.src][1] + e.latency_s
