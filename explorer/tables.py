@@ -13,6 +13,7 @@ import pandas as pd
 
 from partitioner import Plan, format_bytes
 from partitioner.compare import ModeResult, format_seconds
+from partitioner.diff import match_partitions
 from partitioner.render import over_capacity_devices, partition_capacity
 
 __all__ = [
@@ -153,29 +154,6 @@ def best_mode(results: Sequence[ModeResult], rel_tol: float = 1e-9) -> str | Non
     fastest = min(latency for latency, _ in ok)
     close = [r for latency, r in ok if latency <= fastest * (1 + rel_tol) + 1e-18]
     return min(close, key=lambda r: (r.partitions or 0, r.seconds)).mode
-
-
-def match_partitions(before: Plan, after: Plan) -> dict[int, int]:
-    """Partition ids of ``after`` -> the id in ``before`` they continue, by most shared nodes.
-
-    Plans number partitions by their first node, so one moved node can shift every later id;
-    matching by overlap (largest first, each partition of ``before`` used once) tells a moved
-    node from a renumbered partition. Partitions of ``after`` with no match are new. O(N + P log P).
-    """
-    where = before.node_to_partition()
-    overlap: dict[tuple[int, int], int] = {}
-    for p in after.partitions:
-        for name in p.node_names:
-            if name in where:
-                key = (p.id, where[name])
-                overlap[key] = overlap.get(key, 0) + 1
-    matched: dict[int, int] = {}
-    taken: set[int] = set()
-    for (a, b), _ in sorted(overlap.items(), key=lambda kv: (-kv[1], kv[0])):
-        if a not in matched and b not in taken:
-            matched[a] = b
-            taken.add(b)
-    return matched
 
 
 def moves_table(plan_a: Plan, plan_b: Plan) -> pd.DataFrame:

@@ -163,13 +163,71 @@ def _traffic(plan: Plan) -> tuple[dict[int, int], dict[int, int]]:
     return into, out
 
 
+def match_partitions(before: Plan, after: Plan) -> dict[int, int]:
+    """Partition ids of ``after`` -> the id in ``before`` they continue, by most shared nodes.
+
+    Plans number partitions by their first node, so one moved node can shift every later id;
+    matching by overlap (largest first, each partition of ``before`` used once) tells a moved
+    node from a renumbered partition. Partitions of ``after`` with no match are new.
+    O(N + P log P).
+    """
+    where = before.node_to_partition()
+    overlap: dict[tuple[int, int], int] = {}
+    for p in after.partitions:
+        for name in p.node_names:
+            if name in where:
+                key = (p.id, where[name])
+                overlap[key] = overlap.get(key, 0) + 1
+    matched: dict[int, int] = {}
+    taken: set[int] = set()
+    for (x, y), _ in sorted(overlap.items(), key=lambda kv: (-kv[1], kv[0])):
+        if x not in matched and y not in taken:
+            matched[x] = y
+            taken.add(y)
+    return matched
+
+
+def _aligned(a: Plan, b: Plan) -> tuple[Plan, dict[int, int]]:
+    """``b`` with its partitions renumbered to the ids of the partitions of ``a`` they continue
+    (:func:`match_partitions`); new ones are numbered after ``a``'s. Also returns the map from
+    aligned id back to ``b``'s own id."""
+    matched = match_partitions(a, b)
+    next_id = max((p.id for p in a.partitions), default=-1) + 1
+    new_id: dict[int, int] = {}
+    for p in sorted(b.partitions, key=lambda p: p.id):
+        if p.id in matched:
+            new_id[p.id] = matched[p.id]
+        else:
+            new_id[p.id] = next_id
+            next_id += 1
+    partitions = tuple(
+        dataclasses.replace(
+            p,
+            id=new_id[p.id],
+            parents=tuple(sorted(new_id[x] for x in p.parents if x in new_id)),
+            children=tuple(sorted(new_id[x] for x in p.children if x in new_id)),
+        )
+        for p in b.partitions
+    )
+    edges = tuple(
+        dataclasses.replace(e, src=new_id[e.src], dst=new_id[e.dst])
+        for e in b.edges
+        if e.src in new_id and e.dst in new_id
+    )
+    aligned = dataclasses.replace(b, partitions=partitions, edges=edges)
+    return aligned, {v: k for k, v in new_id.items()}
+
+
 def diff_plans(a: Plan, b: Plan) -> PlanDiff:
-    """Everything that differs from ``a`` to ``b``: node moves, per-partition deltas (matched by
-    id), nodes placed by one plan only, and the end-to-end latency. O(N + E)."""
+    """Everything that differs from ``a`` to ``b``: node moves, per-partition deltas, nodes
+    placed by one plan only, and the end-to-end latency. Partitions are matched by shared nodes
+    (:func:`match_partitions`), so renumbering alone moves nothing; deltas carry ``a``'s ids, and
+    partitions new in ``b`` are numbered after ``a``'s. O(N + E + P log P)."""
+    b, own_id = _aligned(a, b)
     where_a = {n: p for p in a.partitions for n in p.node_names}
     where_b = {n: p for p in b.partitions for n in p.node_names}
     moves = tuple(
-        NodeMove(n, pa.id, pa.device_ids, where_b[n].id, where_b[n].device_ids)
+        NodeMove(n, pa.id, pa.device_ids, own_id[where_b[n].id], where_b[n].device_ids)
         for n, pa in where_a.items()
         if n in where_b and where_b[n].id != pa.id
     )

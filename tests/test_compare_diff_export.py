@@ -265,3 +265,18 @@ def test_pipeline_split_spec_errors_say_where_and_what_to_do(mlp, transformer):
         export_plan(other, "onnx")
     single = partitioner.partition(graph, devs)
     assert to_pipeline_split_spec(single, graph)["split_spec"] == {}
+
+
+def test_diff_matches_renumbered_partitions_by_shared_nodes():
+    n = 12
+    graph = partitioner.synthetic_graph([(i, i + 1) for i in range(n - 1)], [10] * n)
+    devices = partitioner.parse_devices("4x1KiB")
+    thirds = {f"op{i}": i // 4 for i in range(n)}
+    a = partitioner.evaluate_plan(graph, devices, thirds, {0: [0], 1: [1], 2: [2]})
+    # op1 alone in a new partition: every later partition shifts its id by one.
+    moved = {**thirds, "op1": 9}
+    b = partitioner.evaluate_plan(graph, devices, moved, {0: [0], 1: [1], 2: [2], 9: [3]})
+    assert [p.id for p in b.partitions if "op4" in p.node_names] == [2]  # renumbered
+    d = diff_plans(a, b)
+    assert [(m.node, m.from_partition, m.to_partition) for m in d.moves] == [("op1", 0, 1)]
+    assert [p.status for p in d.partitions if p.status == "added"] == ["added"]
