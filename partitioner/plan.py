@@ -110,8 +110,10 @@ class CostModel:
         self.op_users = tuple(tuple(j for j in us if is_op[j]) for us in graph.users)
 
     def comm_s(self, nbytes: int, src_devices: Sequence[int], dst_devices: Sequence[int]) -> float:
-        """Transfer time of an edge; free between partitions on the same device(s)."""
-        if src_devices and tuple(src_devices) == tuple(dst_devices):
+        """Transfer time of an edge: free when every device of the destination already holds a
+        copy of the source (the reference frees only identical device lists, which charges a
+        replicated partition for feeding a partition on one of its own devices)."""
+        if src_devices and set(dst_devices) <= set(src_devices):
             return 0.0
         if not self.rate or math.isinf(self.rate):
             return 0.0
