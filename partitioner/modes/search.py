@@ -9,13 +9,14 @@ which applies the last swap it tried, each round applies the best one found.
 from __future__ import annotations
 
 import math
-from typing import Iterable, Sequence
+from typing import Iterable, Iterator, Sequence
 
 from .base import Assignment, Problem
 
 __all__ = ["improve_by_moves", "merge_partitions", "default_budget"]
 
 _EPS = 1e-12
+_CHECKS_PER_EVAL = 20  # memory checks that cost the budget one evaluation
 
 
 def default_budget(problem: Problem) -> int:
@@ -82,6 +83,7 @@ class _State:
         self.memory = _DeviceMemory(self)
         self.latency = self.cost.evaluate(self.part, self.devices_of).latency_s
         self.evals = 0
+        self.tries = 0
 
     def _shift(self, v: int, p: int, q: int) -> None:
         self._shift_devices(v, self.devices_of[p], self.devices_of[q])
@@ -178,17 +180,20 @@ def _candidates(s: _State, budget: int, locked: set[int]) -> list[tuple[int, int
     return pairs
 
 
-def _options(s: _State, pairs: list[tuple[int, int]], swaps: bool) -> list[tuple[tuple[int, int], ...]]:
-    by_part: dict[int, list[int]] = {}
+def _options(s: _State, pairs: list[tuple[int, int]], swaps: bool) -> Iterator[tuple[tuple[int, int], ...]]:
+    """Moves to try, lazily: each (node, partition) pair, then its swaps with that partition's
+    boundary nodes."""
+    by_part: dict[int, set[int]] = {}
     for v, q in pairs:
-        by_part.setdefault(s.part[v], []).append(v)
-    options: list[tuple[tuple[int, int], ...]] = []
+        by_part.setdefault(s.part[v], set()).add(v)
+    ordered = {p: sorted(nodes) for p, nodes in by_part.items()}
     for v, q in pairs:
         p = s.part[v]
-        options.append(((v, q),))
+        yield ((v, q),)
         if swaps:
-            options += [((v, q), (w, p)) for w in sorted(set(by_part.get(q, ()))) if w != v]
-    return options
+            for w in ordered.get(q, ()):
+                if w != v:
+                    yield ((v, q), (w, p))
 
 
 def _descend(s: _State, budget: int, swaps: bool) -> None:
@@ -252,6 +257,9 @@ def _best_step(
 
 
 def _try(s: _State, moves: tuple[tuple[int, int], ...]) -> float | None:
+    s.tries += 1
+    if s.tries % _CHECKS_PER_EVAL == 0:
+        s.evals += 1  # memory checks are cheap, not free: they draw on the budget too
     if not s.fits(moves):
         return None
     old = [(v, s.part[v]) for v, _ in moves]
