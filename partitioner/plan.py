@@ -19,7 +19,7 @@ import dataclasses
 import json
 import math
 from dataclasses import dataclass
-from typing import Any, Mapping, Sequence
+from typing import Any, Iterable, Mapping, Sequence
 
 from .devices import Device, format_bytes
 from .errors import InvalidPlanError, PartitionError
@@ -201,7 +201,7 @@ class CostModel:
         return Evaluation(members, memory, latency, edges, order, finish, total, path, levels)
 
 
-def _toposort(num: int, edges: Mapping[tuple[int, int], int]) -> list[int] | None:
+def _toposort(num: int, edges: Iterable[tuple[int, int]]) -> list[int] | None:
     """Kahn's algorithm; lowest id first among ready partitions, None when there is a cycle."""
     import heapq
 
