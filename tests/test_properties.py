@@ -130,3 +130,56 @@ def test_invariant_under_renaming(problem, mode):
     b = partitioner.partition(renamed, devices, node_latency={"n_" + k: v for k, v in latency.items()}, **kw)
     assert b.latency_s == a.latency_s
     assert [tuple("n_" + n for n in p.node_names) for p in a.partitions] == [p.node_names for p in b.partitions]
+
+
+@settings(max_examples=40, deadline=None)
+@given(problems(), st.lists(st.tuples(st.integers(0, 10**6), st.integers(0, 10**6)), max_size=25))
+def test_incremental_device_memory_equals_full_recompute(problem, moves):
+    """The local search tallies device memory move by move; after any sequence of moves (and
+    of tentative checks, which must leave no trace) it equals a full recompute."""
+    from partitioner.api import _problem
+    from partitioner.modes.base import Assignment
+    from partitioner.modes.search import _State
+
+    graph, devices, latency, rate = problem
+    ops = list(graph.op_indices)
+    k = len(devices)
+    part = [-1] * len(graph)
+    for i, v in enumerate(ops):
+        part[v] = i % k
+    state = _State(_problem(graph, devices, rate, latency, {}), Assignment(part, [[d] for d in range(k)]))
+    for a, b in moves:
+        v, q = ops[a % len(ops)], b % k
+        if q == state.part[v]:
+            continue
+        state.fits([(v, q)])  # a tentative check undoes itself
+        state.apply([(v, q)])
+        members = [[w for w in range(len(graph)) if state.part[w] == p] for p in range(k)]
+        expected = state.cost.device_memory(members, state.devices_of)
+        assert {d: b for d, b in state.memory.bytes.items() if b} == {d: b for d, b in expected.items() if b}
+
+
+@settings(max_examples=40, deadline=None)
+@given(problems())
+def test_moves_off_the_critical_path_never_shorten_it(problem):
+    """The search skips moves that touch no partition on the critical path; check that no such
+    move could have lowered the latency."""
+    from partitioner.api import _problem
+    from partitioner.modes.base import Assignment
+    from partitioner.modes.search import _State
+
+    graph, devices, latency, rate = problem
+    k = len(devices)
+    part = [-1] * len(graph)
+    for i, v in enumerate(graph.op_indices):
+        part[v] = (i * 7 // 3) % k
+    state = _State(_problem(graph, devices, rate, latency, {}), Assignment(part, [[d] for d in range(k)]))
+    if not math.isfinite(state.latency):
+        return
+    for v in graph.op_indices:
+        for q in range(k):
+            if q != state.part[v] and not state.touches_critical([(v, q)]):
+                p = state.part[v]
+                state.part[v] = q
+                assert state.cost.evaluate(state.part, state.devices_of).latency_s >= state.latency - 1e-9
+                state.part[v] = p

@@ -81,7 +81,9 @@ class _State:
                 self.members[p].add(v)
         self.capacity = problem.capacity
         self.memory = _DeviceMemory(self)
-        self.latency = self.cost.evaluate(self.part, self.devices_of).latency_s
+        self.last = self.cost.evaluate(self.part, self.devices_of)
+        self.latency = self.last.latency_s
+        self.critical = set(self.last.critical_path)
         self.evals = 0
         self.tries = 0
 
@@ -109,7 +111,22 @@ class _State:
 
     def score(self) -> float:
         self.evals += 1
-        return self.cost.evaluate(self.part, self.devices_of).latency_s
+        self.last = self.cost.evaluate(self.part, self.devices_of)
+        return self.last.latency_s
+
+    def touches_critical(self, moves: Iterable[tuple[int, int]]) -> bool:
+        """Whether ``moves`` change a partition on the current critical path. # NOTE: [Pruning]
+        A move of node v from p to q changes only p's and q's latencies and the edges at p and
+        q; if the critical path passes through neither, it keeps its length and the plan cannot
+        get faster, so such moves need no evaluation in a descent."""
+        return any(self.part[v] in self.critical or q in self.critical for v, q in moves)
+
+    def settle(self, latency: float, evaluation_is_current: bool) -> None:
+        """Record the latency of the state just reached and its critical path."""
+        if not evaluation_is_current:
+            self.score()
+        self.latency = latency
+        self.critical = set(self.last.critical_path)
 
     def boundary(self) -> list[tuple[int, int]]:
         """(node, other partition) pairs where the node has an op neighbour in that partition."""
@@ -156,12 +173,13 @@ def improve_by_moves(problem: Problem, a: Assignment, budget: int, swaps: bool =
                 break
             lat, moves = step
             s.apply(moves)
-            s.latency = lat
+            s.settle(lat, evaluation_is_current=False)
             locked.update(v for v, _ in moves)
             if lat < best_latency - _EPS:
                 best_latency, best_part = lat, list(s.part)
-        s.apply([(v, p) for v, p in enumerate(best_part) if p >= 0 and s.part[v] != p])
-        s.latency = best_latency
+        rollback = [(v, p) for v, p in enumerate(best_part) if p >= 0 and s.part[v] != p]
+        s.apply(rollback)
+        s.settle(best_latency, evaluation_is_current=not rollback and s.latency == best_latency)
         if not best_latency < start_latency - _EPS:
             break
     return s.assignment()
@@ -207,10 +225,12 @@ def _descend(s: _State, budget: int, swaps: bool) -> None:
                 continue  # an earlier move in this sweep changed the picture
             if len(moves) == 2 and (s.part[moves[0][0]] != moves[1][1] or s.part[moves[1][0]] != moves[0][1]):
                 continue
+            if not s.touches_critical(moves):
+                continue
             lat = _try(s, moves)
             if lat is not None and lat < s.latency - _EPS:
                 s.apply(moves)
-                s.latency = lat
+                s.settle(lat, evaluation_is_current=True)
                 improved = True
         improved = _move_partitions(s, budget) or improved
 
@@ -220,7 +240,7 @@ def _move_partitions(s: _State, budget: int) -> bool:
     reference re-maps devices after every change; partitions landing together talk for free)."""
     improved = False
     for p, members in enumerate(s.members):
-        if not members or len(s.devices_of[p]) != 1:
+        if not members or len(s.devices_of[p]) != 1 or p not in s.critical:
             continue
         for d in sorted(s.capacity):
             if s.evals >= budget:
@@ -234,7 +254,7 @@ def _move_partitions(s: _State, budget: int) -> bool:
             s.devices_of[p] = [d]
             lat = s.score() if fits else math.inf
             if lat < s.latency - _EPS:
-                s.latency = lat
+                s.settle(lat, evaluation_is_current=True)
                 improved = True
             else:
                 s.devices_of[p] = old
