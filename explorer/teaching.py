@@ -49,25 +49,29 @@ MODE_TEXT: dict[str, ModeText] = {
     ),
     "cost_aware": ModeText(
         "Cost-aware: merge partitions while latency does not grow",
-        "Start fine-grained (one node per partition, on devices from a size-based fill) and "
-        "merge neighbouring partitions on the same devices whenever the critical-path latency "
-        "does not grow, moving boundary nodes between devices where that shortens the path. The "
-        "coarse start (one partition per device) is scored too and the lower latency wins.",
-        "Often many small partitions: merging stops wherever joining two would lengthen the "
-        "critical path, for example where parallel branches (attention heads, experts) can run "
-        "on different devices at once. With free transfers (no transfer rate) cutting costs "
-        "nothing, so partitions stay small; give a transfer rate to see them merge.",
+        "Start fine-grained (one node per partition, on devices from a size-based fill or a "
+        "best-fit packing), move boundary nodes between devices where that shortens the "
+        "critical path, then merge neighbouring partitions on the same devices whenever the "
+        "critical-path latency does not grow (chains merge for free). The coarse start (one "
+        "partition per device, refined) is scored too: the lower latency wins, and among equal "
+        "latencies the plan with fewer partitions.",
+        "As few partitions as the latency allows. Extra small partitions remain only where "
+        "joining them would lengthen the critical path, for example where parallel branches "
+        "(attention heads, experts) run on different devices at once, or where a partition must "
+        "wait for data from another device while its neighbour need not.",
         "When latency matters and the graph has parallel branches (moe, unet, dlrm).",
     ),
     "kl_based": ModeText(
-        "Kernighan-Lin: swap nodes between partitions",
-        "Start from the size-based fill and repeatedly try moving or swapping boundary nodes "
-        "between partitions, keeping the best move of each round when it lowers the "
-        "critical-path latency and the devices still have room (Kernighan and Lin's graph "
-        "bisection heuristic, scored with the exact cost model).",
-        "Usually the same number of partitions as size_based, with their borders shifted so "
-        "less data crosses between devices or the slowest partition gets lighter.",
-        "To improve a size-based plan without changing its overall shape.",
+        "Kernighan-Lin: move and swap nodes between partitions",
+        "Kernighan and Lin's graph bisection heuristic, scored with the exact cost model: a "
+        "descent moves or swaps boundary nodes (and re-places whole partitions on other devices) "
+        "whenever that lowers the critical-path latency and the devices still have room; then a "
+        "pass takes the best move even when it costs latency, locks the node, repeats a few "
+        "times and rolls back to the best plan seen, which lets it leave a plateau. It runs from "
+        "the size-based fill, a best-fit packing and the cost-aware plan; the best result wins.",
+        "Usually few partitions with their borders shifted so less data crosses between devices "
+        "or the slowest partition gets lighter; never slower than the size-based plan.",
+        "To improve a plan by local changes, and to see how far local search gets.",
     ),
     "aot_based": ModeText(
         "Ahead of time: a mapping you give",
@@ -83,9 +87,10 @@ COST_MODEL = (
     "**The cost model** (the reference partitioner's): a node costs the larger of its memory "
     "time (bytes moved / memory bandwidth) and its compute time (FLOPs / peak FLOP/s); a "
     "partition costs the longest path through its nodes; the plan costs the longest path "
-    "through the partition DAG, where an edge between partitions on different devices adds "
-    "bytes crossing / transfer rate. Memory of a partition is every node's output and "
-    "parameters plus the outputs of outside nodes it reads. When the whole model fits on one "
+    "through the partition DAG, where an edge adds bytes crossing / transfer rate unless every "
+    "device of its destination already holds its source. Memory of a partition is every "
+    "node's output and parameters plus the outputs of outside nodes it reads; a device holds "
+    "the union of its partitions, so a tensor two of them read is stored there once. When the whole model fits on one "
     "device the plan is a single partition, unless *force partitioning* is on; *saturate host* "
     "then copies the plan onto idle devices."
 )
