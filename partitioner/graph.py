@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import os
 import traceback
 from dataclasses import dataclass
 from typing import Any, Sequence
@@ -137,8 +138,8 @@ class Graph:
 def _user_frame(exc: BaseException) -> str:
     """The deepest traceback frame outside torch: where the user's model failed to trace."""
     frames = traceback.extract_tb(exc.__traceback__)
-    torch_dir = torch.__file__.rsplit("/", 1)[0]
-    user = [f for f in frames if not f.filename.startswith(torch_dir) and "partitioner" not in f.filename]
+    ours = (os.path.dirname(torch.__file__), os.path.dirname(__file__))
+    user = [f for f in frames if not f.filename.startswith(ours)]
     if not user:
         return ""
     f = user[-1]
