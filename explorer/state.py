@@ -14,7 +14,7 @@ from partitioner import Graph
 from . import compute
 from .config import PlanConfig
 
-__all__ = ["set_config", "current_config", "load_graph", "load_plan", "PLAN_SUMMARY"]
+__all__ = ["set_config", "current_config", "load_graph", "load_plan", "current_plan", "PLAN_SUMMARY"]
 
 CONFIG = "config"
 PLAN_SUMMARY = "plan_summary"
@@ -57,3 +57,15 @@ def load_plan(config: PlanConfig) -> tuple[Graph, compute.PlanResult] | None:
         "memory_utilisation": plan.memory_utilisation(),
     }
     return graph, result
+
+
+def current_plan() -> tuple[PlanConfig, Graph, compute.PlanResult] | None:
+    """The sidebar's config with its graph and plan; None (the reason already shown) when the
+    config is unreadable or the model does not trace."""
+    config = current_config()
+    if config is None:
+        return None
+    loaded = load_plan(config)
+    if loaded is None:
+        return None
+    return (config, *loaded)

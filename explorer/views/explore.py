@@ -8,13 +8,10 @@ from explorer import panels, state
 
 
 def main() -> None:
-    config = state.current_config()
-    if config is None:
-        return
-    loaded = state.load_plan(config)
+    loaded = state.current_plan()
     if loaded is None:
         return
-    graph, result = loaded
+    config, graph, result = loaded
     st.markdown(f"#### {config.model.label} on {len(config.devices)} devices, mode `{config.mode}`")
     if result.plan is None:
         st.error(f"No plan: {result.error}")

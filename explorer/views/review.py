@@ -111,13 +111,10 @@ def edit_ui(edit: dict, plan: Plan, graph: Graph) -> dict | None:
 
 
 def main() -> None:
-    config = state.current_config()
-    if config is None:
-        return
-    loaded = state.load_plan(config)
+    loaded = state.current_plan()
     if loaded is None:
         return
-    graph, result = loaded
+    config, graph, result = loaded
     current = result.plan
     if current is not None:
         st.markdown("##### Download the current plan")
