@@ -409,11 +409,9 @@ def check_plan(
     if node_latency:
         node_latencies(graph, devices, node_latency)  # bad input raises PartitionError (exit 2)
     notes: list[str] = []
-    # Plan.violations(graph) checks memory against the plan's own devices: check against the
-    # given ones instead, and compare fingerprints here (a changed model is not by itself a
-    # violation: the plan may still fit).
-    rebased = dataclasses.replace(plan, devices=tuple(devices), graph_fingerprint="")
-    problems = list(rebased.violations(graph))
+    # Check against the given devices, and compare fingerprints here (a changed model is not
+    # by itself a violation: the plan may still fit).
+    problems = plan.violations(graph, devices, check_fingerprint=False)
     if plan.graph_fingerprint and plan.graph_fingerprint != graph.fingerprint():
         message = (
             f"the model's graph changed since the plan was made (fingerprint "

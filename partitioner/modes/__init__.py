@@ -14,25 +14,22 @@ from .base import Assignment, Problem
 
 __all__ = ["MODES", "DEFAULT_MODE", "get_mode", "DESCRIPTIONS"]
 
+_MODULES = {
+    "size_based": size_based,
+    "sparse_nn": sparse_nn,
+    "cost_aware": cost_aware,
+    "kl_based": kl_based,
+    "aot_based": aot_based,
+}
+
 MODES: dict[str, Callable[[Problem], Assignment]] = {
-    "size_based": size_based.partition,
-    "sparse_nn": sparse_nn.partition,
-    "cost_aware": cost_aware.partition,
-    "kl_based": kl_based.partition,
-    "aot_based": aot_based.partition,
+    name: module.partition for name, module in _MODULES.items()
 }
 
 DEFAULT_MODE = "size_based"
 
 DESCRIPTIONS: dict[str, str] = {
-    name: (module.__doc__ or "").strip().split("\n\n")[0]
-    for name, module in {
-        "size_based": size_based,
-        "sparse_nn": sparse_nn,
-        "cost_aware": cost_aware,
-        "kl_based": kl_based,
-        "aot_based": aot_based,
-    }.items()
+    name: (module.__doc__ or "").strip().split("\n\n")[0] for name, module in _MODULES.items()
 }
 
 

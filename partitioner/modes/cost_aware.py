@@ -27,10 +27,11 @@ def partition(problem: Problem) -> Assignment:
     return search(problem, int(problem.options.get("search_budget") or default_budget(problem)))
 
 
-def search(problem: Problem, budget: int) -> Assignment:
-    """The cost-aware search with ``budget`` cost-model evaluations."""
+def search(problem: Problem, budget: int, begin: list[Assignment] | None = None) -> Assignment:
+    """The cost-aware search with ``budget`` cost-model evaluations, from ``begin`` (default:
+    :func:`kl_based.starts`)."""
     graph = problem.graph
-    begin = starts(problem)
+    begin = begin or starts(problem)
     candidates = [improve_by_moves(problem, a, budget // (2 * len(begin)), swaps=False) for a in begin]
     if budget >= 2 * len(graph.op_indices):
         for coarse in begin:

@@ -37,6 +37,6 @@ def partition(problem: Problem) -> Assignment:
     budget = int(problem.options.get("search_budget") or default_budget(problem))
     begin = starts(problem)
     results = [improve_by_moves(problem, a, budget // (3 * len(begin)), swaps=True) for a in begin]
-    merged = cost_aware.search(problem, budget // 3)
+    merged = cost_aware.search(problem, budget // 3, begin)
     results.append(improve_by_moves(problem, merged, budget // 3, swaps=True))
     return pick_best(problem, results)

@@ -189,13 +189,12 @@ _KL_STEPS = 8  # moves a KL pass may take through worse plans before rolling bac
 
 
 def _candidates(s: _State, budget: int, locked: set[int]) -> list[tuple[int, int]]:
-    pairs = [(v, q) for v, q in s.boundary() if v not in locked]
     ops = [v for v, p in enumerate(s.part) if p >= 0 and v not in locked]
     live = [q for q, m in enumerate(s.members) if m]
     if len(ops) * len(live) * 4 <= budget - s.evals:
         # Small enough to try every node in every partition, as the reference does.
-        pairs = [(v, q) for v in ops for q in live if q != s.part[v]]
-    return pairs
+        return [(v, q) for v in ops for q in live if q != s.part[v]]
+    return [(v, q) for v, q in s.boundary() if v not in locked]
 
 
 def _options(s: _State, pairs: list[tuple[int, int]], swaps: bool) -> Iterator[tuple[tuple[int, int], ...]]:
