@@ -19,8 +19,8 @@ from typing import Any
 
 import partitioner
 from partitioner import Device
-from partitioner.reference import reference_partition
-from partitioner.synthetic import random_fx_module
+from partitioner.testing.reference import reference_partition
+from partitioner.testing.synthetic import random_fx_module
 
 MODES = ["size_based", "cost_aware", "kl_based", "aot_based", "size_based+saturate_host"]
 

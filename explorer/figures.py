@@ -13,7 +13,8 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from partitioner import Plan, format_bytes
-from partitioner.compare import ModeResult, format_seconds
+from partitioner.compare import ModeResult
+from partitioner.units import format_seconds
 from partitioner.render import (
     CRITICAL_COLOUR,
     UNKNOWN_DEVICE_COLOUR,

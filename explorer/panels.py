@@ -9,7 +9,8 @@ from typing import Sequence
 import streamlit as st
 
 from partitioner import Graph, PartitionError, Plan
-from partitioner.compare import ModeResult, format_seconds
+from partitioner.compare import ModeResult
+from partitioner.units import format_seconds
 from partitioner.render import partition_to_dot, plan_to_dot, render_dot
 
 from . import figures, tables, teaching

@@ -12,7 +12,8 @@ from typing import Iterable, Sequence
 import pandas as pd
 
 from partitioner import Plan, format_bytes
-from partitioner.compare import ModeResult, format_seconds
+from partitioner.compare import ModeResult
+from partitioner.units import format_seconds
 from partitioner.diff import match_partitions
 from partitioner.render import over_capacity_devices, partition_capacity
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from partitioner import Plan, format_bytes
-from partitioner.compare import format_seconds
+from partitioner.units import format_seconds
 from partitioner.render import over_capacity_devices
 
 __all__ = ["ModeText", "MODE_TEXT", "COST_MODEL", "explain_plan"]

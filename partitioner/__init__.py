@@ -12,19 +12,22 @@ from __future__ import annotations
 
 from .api import evaluate_plan, partition
 from .costs import node_latencies, roofline_latencies
-from .devices import PRESETS, Device, format_bytes, parse_bytes, parse_devices
+from .devices import PRESETS, Device, parse_devices
 from .errors import (
     DeviceSpecError,
     InfeasibleError,
     InvalidPlanError,
     PartitionError,
+    RunError,
+    ShardingError,
     TraceError,
 )
-from .graph import Graph, Node, trace
-from .synthetic import synthetic_graph
+from .graph import Graph, Node
 from .modes import DEFAULT_MODE, DESCRIPTIONS, MODES
 from .plan import SCHEMA_VERSION, Edge, Partition, Plan, PlanFormatError
-from .split import split
+from .runtime import split
+from .trace import trace
+from .units import format_bytes, format_seconds, parse_bytes
 
 __all__ = [
     "trace",
@@ -33,12 +36,12 @@ __all__ = [
     "split",
     "Graph",
     "Node",
-    "synthetic_graph",
     "Device",
     "PRESETS",
     "parse_bytes",
     "parse_devices",
     "format_bytes",
+    "format_seconds",
     "node_latencies",
     "roofline_latencies",
     "Plan",
@@ -54,6 +57,8 @@ __all__ = [
     "InvalidPlanError",
     "PlanFormatError",
     "DeviceSpecError",
+    "RunError",
+    "ShardingError",
 ]
 
 __version__ = "0.1.0"

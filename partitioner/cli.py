@@ -33,7 +33,8 @@ from .devices import PRESETS, Device, format_bytes, parse_bytes, parse_devices
 from .diff import diff_plans, format_diff
 from .errors import InfeasibleError, InvalidPlanError, PartitionError
 from .export import EXPORT_KINDS, ExportError, export_plan, read_aot_mapping
-from .graph import Graph, trace
+from .graph import Graph
+from .trace import trace
 from .modes import DEFAULT_MODE, MODES
 from .plan import Plan
 

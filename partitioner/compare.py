@@ -21,6 +21,7 @@ from .errors import PartitionError
 from .graph import Graph
 from .modes import MODES, get_mode
 from .plan import Plan
+from .units import format_seconds
 
 __all__ = [
     "ModeResult",
@@ -124,19 +125,6 @@ def compare_modes(
 
 # --------------------------------------------------------------------------------------------
 # Text formatting
-
-
-def format_seconds(seconds: float | None) -> str:
-    """2.25e-05 -> '22.5 us'. For display only; plans keep float seconds."""
-    if seconds is None:
-        return "-"
-    if math.isinf(seconds):
-        return "inf (cycle)"
-    value = abs(seconds)
-    for unit, scale in (("s", 1.0), ("ms", 1e-3), ("us", 1e-6), ("ns", 1e-9)):
-        if value >= scale or unit == "ns":
-            return f"{seconds / scale:.3g} {unit}"
-    return f"{seconds:.3g} s"  # pragma: no cover
 
 
 def format_table(headers: Sequence[str], rows: Iterable[Sequence[Any]], right: Sequence[int] = ()) -> str:

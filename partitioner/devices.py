@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 from .errors import DeviceSpecError
+from .units import format_bytes, parse_bytes
 
 __all__ = [
     "Device",
@@ -23,20 +24,6 @@ __all__ = [
     "parse_devices",
     "devices_from_dicts",
 ]
-
-_UNITS = {
-    "": 1,
-    "B": 1,
-    "KB": 10**3,
-    "MB": 10**6,
-    "GB": 10**9,
-    "TB": 10**12,
-    "KIB": 2**10,
-    "MIB": 2**20,
-    "GIB": 2**30,
-    "TIB": 2**40,
-}
-
 
 @dataclass(frozen=True)
 class Device:
@@ -117,31 +104,6 @@ PRESETS: dict[str, dict[str, Any]] = {
     "cpu": dict(memory_bytes=64 * 2**30, peak_flops=1e12,
                 memory_bandwidth_bytes_per_s=100e9, link_bandwidth_bytes_per_s=10e9),
 }
-
-
-def parse_bytes(text: str | int) -> int:
-    """``"16GiB"`` -> 17179869184. Units: B, KB, MB, GB, TB (powers of 10), KiB, MiB, GiB, TiB."""
-    if isinstance(text, int) and not isinstance(text, bool):
-        return text
-    match = re.fullmatch(r"\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([A-Za-z]*)\s*", str(text))
-    unit = match.group(2).upper() if match else ""
-    if match is None or unit not in _UNITS:
-        raise DeviceSpecError(
-            f"cannot read a size from {text!r}; write a number with a unit such as "
-            "'512MiB', '16GiB', '1536KiB' or '1000000B'"
-        )
-    value = float(match.group(1)) * _UNITS[unit]
-    return int(round(value))
-
-
-def format_bytes(n: float) -> str:
-    """1536 -> '1.5 KiB'. For display only; plans keep integer bytes."""
-    value = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if abs(value) < 1024 or unit == "TiB":
-            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.3g} {unit}"
-        value /= 1024
-    return f"{value:.3g} TiB"  # pragma: no cover
 
 
 def _preset_device(preset: str, logical_id: int) -> Device:

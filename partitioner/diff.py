@@ -12,7 +12,8 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from .compare import format_seconds, format_table
+from .compare import format_table
+from .units import format_seconds
 from .devices import format_bytes
 from .plan import Plan
 

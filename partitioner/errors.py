@@ -11,6 +11,8 @@ __all__ = [
     "InfeasibleError",
     "InvalidPlanError",
     "DeviceSpecError",
+    "RunError",
+    "ShardingError",
 ]
 
 
@@ -38,3 +40,17 @@ class InvalidPlanError(PartitionError):
 
 class DeviceSpecError(PartitionError):
     """A device description (``"4x16GiB"``, a preset name, a devices file) could not be read."""
+
+
+class RunError(PartitionError):
+    """A run on real processes (or a worker process) failed, hung or died; the message names the
+    rank, the partition or stage, and the cause."""
+
+    def __init__(self, message: str, rank: int | None = None, partition: int | None = None) -> None:
+        super().__init__(message)
+        self.rank = rank
+        self.partition = partition
+
+
+class ShardingError(PartitionError):
+    """A parameter's partition list (autodist's ``"1,4"`` form) is invalid for its shape."""

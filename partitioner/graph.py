@@ -1,32 +1,19 @@
-"""Trace a model with torch.fx and annotate its nodes into a small index-based graph.
-
-Sizes follow ``torch.fx.passes.graph_manipulation.get_size_of_node`` (the reference
-partitioner's memory model); shapes come from running the graph on fake tensors
-(``torch._subclasses.fake_tensor.FakeTensorMode``), FLOPs from
-``torch.utils.flop_counter.FlopCounterMode`` on the same fake run, so annotating a large model
-costs no real compute or memory.
+"""The small index-array graph every algorithm shares: annotated nodes in topological order.
 
 The algorithms never see ``torch.fx.Node`` objects: they read the plain integer-indexed arrays of
-:class:`Graph`, which keeps them fast and lets the tests build random DAGs without torch.
+:class:`Graph`, which keeps them fast and lets the tests build random DAGs without torch. This
+module imports no torch; :mod:`partitioner.trace` builds a Graph from a model.
 """
 
 from __future__ import annotations
 
 import hashlib
-import logging
-import os
-import traceback
 from dataclasses import dataclass
 from typing import Any, Sequence
 
-import torch
-import torch.fx as fx
-
 from .errors import TraceError
 
-__all__ = ["Node", "Graph", "trace", "OP_KINDS"]
-
-logger = logging.getLogger(__name__)
+__all__ = ["Node", "Graph", "OP_KINDS"]
 
 OP_KINDS = ("call_module", "call_function", "call_method")
 
@@ -67,12 +54,12 @@ class Graph:
     def __init__(
         self,
         nodes: Sequence[Node],
-        graph_module: fx.GraphModule | None = None,
+        graph_module: Any = None,
         example_inputs: tuple[Any, ...] | None = None,
         name: str = "",
     ) -> None:
         self.nodes: tuple[Node, ...] = tuple(nodes)
-        self.graph_module = graph_module
+        self.graph_module = graph_module  # the traced torch.fx.GraphModule, None for synthetic graphs
         self.example_inputs = example_inputs
         self.name = name
         self.index: dict[str, int] = {}
@@ -129,211 +116,3 @@ class Graph:
         for nd in self.nodes:
             h.update(f"{nd.name}|{nd.op}|{nd.target}|{nd.inputs}|{nd.total_bytes};".encode())
         return h.hexdigest()[:16]
-
-
-# --------------------------------------------------------------------------------------------
-# Tracing
-
-
-def _user_frame(exc: BaseException) -> str:
-    """The deepest traceback frame outside torch: where the user's model failed to trace."""
-    frames = traceback.extract_tb(exc.__traceback__)
-    ours = (os.path.dirname(torch.__file__), os.path.dirname(__file__))
-    user = [f for f in frames if not f.filename.startswith(ours)]
-    if not user:
-        return ""
-    f = user[-1]
-    return f"{f.filename}:{f.lineno} in {f.name}: {(f.line or '').strip()}"
-
-
-def _to_graph_module(model: torch.nn.Module, example_inputs: tuple[Any, ...]) -> fx.GraphModule:
-    if isinstance(model, fx.GraphModule):
-        return model
-    if not isinstance(model, torch.nn.Module):
-        raise TraceError(
-            f"trace() needs an nn.Module or a torch.fx.GraphModule (got {type(model).__name__})"
-        )
-    try:
-        return fx.symbolic_trace(model)
-    except Exception as fx_exc:  # data-dependent control flow, unsupported Python, ...
-        logger.info("symbolic_trace failed (%s); falling back to torch.export", fx_exc)
-        fx_where = _user_frame(fx_exc)
-        try:
-            exported = torch.export.export(model, tuple(example_inputs), strict=False)
-            gm = exported.module()
-            if not isinstance(gm, fx.GraphModule):  # pragma: no cover - torch API guard
-                raise TypeError(f"torch.export gave a {type(gm).__name__}, not a GraphModule")
-            return gm
-        except Exception as export_exc:
-            where = fx_where or _user_frame(export_exc)
-            raise TraceError(
-                f"could not trace {type(model).__name__}: torch.fx.symbolic_trace failed with "
-                f"{type(fx_exc).__name__}: {str(fx_exc).splitlines()[0] if str(fx_exc) else ''}"
-                + (f" at {where}" if where else "")
-                + f"; torch.export also failed with {type(export_exc).__name__}: "
-                + (str(export_exc).splitlines()[0] if str(export_exc) else "")
-                + ". Fix: remove Python control flow that depends on tensor values (use "
-                "torch.where / torch.cond), or mark the helper with torch.fx.wrap, "
-                "or pass an already traced torch.fx.GraphModule."
-            ) from export_exc
-
-
-def _tensor_bytes(value: Any) -> int:
-    if isinstance(value, torch.Tensor):
-        return value.numel() * value.element_size()
-    if isinstance(value, (list, tuple)):
-        return sum(_tensor_bytes(v) for v in value)
-    if isinstance(value, dict):
-        return sum(_tensor_bytes(v) for v in value.values())
-    return 0
-
-
-def _flat_inputs(node: fx.Node) -> list[fx.Node]:
-    found: dict[fx.Node, None] = {}
-    fx.node.map_arg(node.args, found.setdefault)
-    fx.node.map_arg(node.kwargs, found.setdefault)
-    return list(found)
-
-
-def _module_path(node: fx.Node) -> str:
-    if node.op == "call_module":
-        return str(node.target)
-    stack = node.meta.get("nn_module_stack")
-    if stack:
-        last = list(stack.values())[-1]
-        path = last[0] if isinstance(last, tuple) else str(last)
-        return str(path).removeprefix("L['self'].").removeprefix("L__self__.")
-    if node.op == "get_attr":
-        return str(node.target).rpartition(".")[0]
-    return ""
-
-
-def _is_embedding(node: fx.Node, modules: dict[str, torch.nn.Module]) -> bool:
-    # Same rule as the reference partitioner (a module whose type name contains "Embedding"),
-    # plus the functional and ATen forms that torch.export produces.
-    if node.op == "call_module":
-        return "Embedding" in type(modules.get(str(node.target))).__name__
-    if node.op == "call_function":
-        name = getattr(node.target, "__name__", str(node.target))
-        return "embedding" in name
-    return False
-
-
-def _target_name(node: fx.Node) -> str:
-    if node.op == "call_function":
-        name = getattr(node.target, "__qualname__", None) or getattr(node.target, "__name__", None)
-        return str(name or node.target)
-    return str(node.target)
-
-
-class _Annotator(fx.Interpreter):
-    """Runs the graph once, recording each node's output value and FLOPs."""
-
-    def __init__(self, gm: fx.GraphModule, counter: Any) -> None:
-        super().__init__(gm, garbage_collect_values=True)
-        self.counter = counter
-        self.records: dict[str, tuple[Any, int]] = {}
-
-    def run_node(self, n: fx.Node) -> Any:
-        before = self.counter.get_total_flops() if self.counter is not None else 0
-        result = super().run_node(n)
-        flops = (self.counter.get_total_flops() - before) if self.counter is not None else 0
-        meta = _describe(result)
-        self.records[n.name] = (meta, int(flops))
-        return result
-
-
-def _describe(value: Any) -> tuple[tuple[int, ...] | None, str | None, int]:
-    if isinstance(value, torch.Tensor):
-        return tuple(value.shape), str(value.dtype).removeprefix("torch."), _tensor_bytes(value)
-    return None, None, _tensor_bytes(value)
-
-
-def _run_annotation(gm: fx.GraphModule, example_inputs: tuple[Any, ...]) -> dict[str, tuple[Any, int]]:
-    from torch._subclasses.fake_tensor import FakeTensorMode
-    from torch.utils.flop_counter import FlopCounterMode
-
-    try:
-        fake_mode = FakeTensorMode(allow_non_fake_inputs=True)
-        with fake_mode:
-            fake_inputs = [
-                fake_mode.from_tensor(t) if isinstance(t, torch.Tensor) else t for t in example_inputs
-            ]
-            with FlopCounterMode(display=False) as counter:
-                annotator = _Annotator(gm, counter)
-                annotator.run(*fake_inputs)
-        return annotator.records
-    except Exception as exc:  # an op without a fake kernel: annotate on real tensors instead
-        logger.info("fake-tensor annotation failed (%s); running on real tensors", exc)
-    try:
-        with torch.no_grad(), FlopCounterMode(display=False) as counter:
-            annotator = _Annotator(gm, counter)
-            annotator.run(*example_inputs)
-        return annotator.records
-    except Exception as exc:
-        where = _user_frame(exc)
-        raise TraceError(
-            f"running the traced graph on the example inputs failed with {type(exc).__name__}: "
-            f"{str(exc).splitlines()[0] if str(exc) else ''}"
-            + (f" at {where}" if where else "")
-            + ". Fix: check that example_inputs match the model's forward() (count, shapes, dtypes)."
-        ) from exc
-
-
-def trace(
-    model: torch.nn.Module | fx.GraphModule,
-    example_inputs: Sequence[Any] | torch.Tensor,
-    name: str | None = None,
-) -> Graph:
-    """Trace ``model`` and annotate every node (shape, dtype, bytes, parameters, FLOPs).
-
-    Accepts an ``nn.Module`` (``symbolic_trace``, falling back to ``torch.export`` when tracing
-    meets data-dependent control flow) or an already traced ``GraphModule``. Raises
-    :class:`TraceError` naming the failing line and the fix when neither works.
-    O(N) fake-tensor ops for N nodes.
-    """
-    if isinstance(example_inputs, torch.Tensor):
-        example_inputs = (example_inputs,)
-    inputs = tuple(example_inputs)
-    gm = _to_graph_module(model, inputs)
-    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
-    if len(placeholders) != len(inputs):
-        raise TraceError(
-            f"the traced model takes {len(placeholders)} input(s) "
-            f"({', '.join(p.name for p in placeholders)}) but {len(inputs)} example input(s) "
-            "were given; pass one example tensor per forward() argument"
-        )
-    records = _run_annotation(gm, inputs)
-    modules = dict(gm.named_modules())
-    position: dict[fx.Node, int] = {}
-    nodes: list[Node] = []
-    for fx_node in gm.graph.nodes:
-        (shape, dtype, out_bytes), flops = records.get(fx_node.name, ((None, None, 0), 0))
-        param_bytes = 0
-        if fx_node.op == "call_module":
-            sub = modules[str(fx_node.target)]
-            param_bytes = sum(p.numel() * p.element_size() for p in sub.parameters())
-        if fx_node.op == "output":
-            out_bytes = 0
-        position[fx_node] = len(nodes)
-        nodes.append(
-            Node(
-                name=fx_node.name,
-                op=fx_node.op,
-                target=_target_name(fx_node),
-                inputs=tuple(position[i] for i in _flat_inputs(fx_node)),
-                module_path=_module_path(fx_node),
-                shape=shape,
-                dtype=dtype,
-                output_bytes=int(out_bytes),
-                param_bytes=int(param_bytes),
-                flops=int(flops),
-                is_embedding=_is_embedding(fx_node, modules),
-            )
-        )
-    graph = Graph(nodes, gm, inputs, name=name or type(model).__name__)
-    if not graph.op_indices:
-        raise TraceError(
-            f"{graph.name} has no operations to partition (only inputs, attributes and outputs)"
-        )
-    return graph

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Iterable, Mapping
 
-from .compare import format_seconds
+from .units import format_seconds
 from .devices import Device, format_bytes
 from .errors import PartitionError
 from .plan import Partition, Plan

@@ -8,12 +8,15 @@ traces with ``torch.fx.symbolic_trace`` and every node of the traced graph outpu
     >>> sample_models.names()
     ['mlp', 'cnn', 'transformer', 'dlrm', 'unet', 'moe', 'gpt2_small']
     >>> model, inputs = sample_models.build("mlp", n_layer=4)
+    >>> module, inputs, kwargs = sample_models.load("transformer", {"n_layer": 2})
 
-A person's own model is loaded with :func:`sample_models.loader.load_factory`.
+:func:`load` is the one front door the app and the command line share: sample models by name,
+a person's own ``package.module:factory``, and Hugging Face architectures as ``hf:<model_type>``.
 """
 
 from __future__ import annotations
 
+from .load import ModelSpecError, label, load, parse_overrides
 from .registry import (
     SPECS,
     ModelSpec,
@@ -26,6 +29,10 @@ from .registry import (
 )
 
 __all__ = [
+    "load",
+    "label",
+    "parse_overrides",
+    "ModelSpecError",
     "SPECS",
     "ModelSpec",
     "build",

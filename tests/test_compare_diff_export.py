@@ -14,7 +14,9 @@ import torch
 import partitioner
 import sample_models
 from partitioner import Device, PartitionError
-from partitioner.compare import ModeResult, best_mode, compare_modes, format_comparison, format_seconds
+from partitioner.compare import ModeResult, best_mode, compare_modes, format_comparison
+from partitioner.testing.synthetic import synthetic_graph
+from partitioner.units import format_seconds
 from partitioner.diff import diff_plans, format_diff
 from partitioner.export import (
     ExportError,
@@ -46,7 +48,7 @@ def transformer() -> tuple[partitioner.Graph, torch.nn.Module, tuple[torch.Tenso
 
 
 def chain_graph(n: int = 8, size: int = 100) -> partitioner.Graph:
-    return partitioner.synthetic_graph([(i, i + 1) for i in range(n - 1)], [size] * n)
+    return synthetic_graph([(i, i + 1) for i in range(n - 1)], [size] * n)
 
 
 # --------------------------------------------------------------------------------------------
@@ -269,7 +271,7 @@ def test_pipeline_split_spec_errors_say_where_and_what_to_do(mlp, transformer):
 
 def test_diff_matches_renumbered_partitions_by_shared_nodes():
     n = 12
-    graph = partitioner.synthetic_graph([(i, i + 1) for i in range(n - 1)], [10] * n)
+    graph = synthetic_graph([(i, i + 1) for i in range(n - 1)], [10] * n)
     devices = partitioner.parse_devices("4x1KiB")
     thirds = {f"op{i}": i // 4 for i in range(n)}
     a = partitioner.evaluate_plan(graph, devices, thirds, {0: [0], 1: [1], 2: [2]})

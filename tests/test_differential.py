@@ -9,7 +9,7 @@ import torch
 
 import partitioner
 from partitioner import Device, InfeasibleError, PartitionError
-from partitioner.reference import reference_partition
+from partitioner.testing.reference import reference_partition
 
 from examples import random_fx_module, reference_latencies
 

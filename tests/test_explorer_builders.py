@@ -18,7 +18,7 @@ from explorer.config import ModelChoice, PlanConfig, device_key, devices_from_ke
 from partitioner import Device, Plan
 from partitioner.compare import ModeResult, compare_modes
 from partitioner.render import CRITICAL_COLOUR, WARNING_COLOUR, device_colours
-from partitioner.synthetic import synthetic_graph
+from partitioner.testing.synthetic import synthetic_graph
 
 MiB = 2**20
 

@@ -7,7 +7,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import partitioner
-from partitioner import Device, InfeasibleError, Plan, synthetic_graph
+from partitioner import Device, InfeasibleError, Plan
+from partitioner.testing.synthetic import synthetic_graph
 
 MODES = ["size_based", "cost_aware", "kl_based"]
 

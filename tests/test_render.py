@@ -17,7 +17,7 @@ from partitioner.render import (
     plan_to_dot,
     render_dot,
 )
-from partitioner.synthetic import synthetic_graph
+from partitioner.testing.synthetic import synthetic_graph
 
 KiB = 1024
 

@@ -11,9 +11,9 @@ import copy
 import torch.fx as fx
 from torch.fx.passes.split_module import split_module
 
-from .errors import InvalidPlanError, PartitionError
-from .graph import Graph
-from .plan import Plan
+from ..errors import InvalidPlanError, PartitionError
+from ..graph import Graph
+from ..plan import Plan
 
 __all__ = ["split"]
 
