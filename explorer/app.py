@@ -28,5 +28,6 @@ PAGES = [
 ]
 
 page = st.navigation(PAGES, position="top")
+state.follow_page_request()
 state.set_config(sidebar.config_ui())
 page.run()

@@ -1,5 +1,7 @@
-"""The app's cached work: trace a model (``st.cache_resource``), make plans and comparisons
-(``st.cache_data``, keyed by the hashable :class:`~explorer.config.PlanConfig`).
+"""The app's cached work: trace a model (``st.cache_resource``, keyed by the model choice and its
+reload generation) and make plans (``st.cache_data``, keyed by the graph's fingerprint, the
+devices, the mode and the :class:`~partitioner.options.PartitionOptions`). The Compare page reads
+the same plan cache as Explore, one mode at a time.
 
 Failures are returned as text rather than raised, so a failing plan is cached like a good one
 (no re-run on every widget change) and the page shows the message with ``st.error``.
@@ -15,8 +17,9 @@ import streamlit as st
 import partitioner
 import sample_models
 from partitioner import Graph, Plan
-from partitioner.compare import ModeResult, compare_modes
-from sample_models.loader import LoaderError, load_factory
+from partitioner.api import partition_with
+from partitioner.compare import ModeResult
+from sample_models.loader import LoaderError
 
 from .config import ModelChoice, PlanConfig
 
@@ -35,17 +38,15 @@ def explain_error(exc: BaseException) -> str:
     )
 
 
-@st.cache_resource(show_spinner="Tracing the model...", max_entries=24)
+@st.cache_resource(show_spinner="Tracing the model...", max_entries=8)
 def trace(choice: ModelChoice) -> Graph:
-    """The traced, annotated graph of a sample model (with its size overrides) or of a
-    person's factory. Raises PartitionError, LoaderError or ValueError."""
-    if choice.user:
-        module, inputs = load_factory(choice.name)
-        name = choice.name.rpartition(":")[2]
-    else:
-        module, inputs = sample_models.build(choice.name, **dict(choice.overrides))
-        name = choice.name
-    return partitioner.trace(module, inputs, name=name)
+    """The traced, annotated graph of a sample model (with its size overrides), an ``hf:`` model
+    or a person's factory. A new ``choice.generation`` ("Reload the model") imports the factory's
+    module again. Raises PartitionError, LoaderError or ValueError."""
+    module, inputs, kwargs = sample_models.load(choice.name, dict(choice.overrides),
+                                                reload=choice.generation > 0)
+    extra = {"example_kwargs": kwargs} if kwargs else {}
+    return partitioner.trace(module, inputs, name=choice.label, **extra)
 
 
 @dataclass(frozen=True)
@@ -55,22 +56,27 @@ class PlanResult:
     seconds: float  # time the mode took
 
 
-@st.cache_data(show_spinner=False, max_entries=128)
-def plan(config: PlanConfig) -> PlanResult:
-    """Partition the traced model of ``config``; errors come back as text."""
+@st.cache_data(show_spinner=False, max_entries=256)
+def _plan(config: PlanConfig, fingerprint: str) -> PlanResult:
     graph = trace(config.model)
     start = time.perf_counter()
     try:
-        result = partitioner.partition(graph, config.device_list(), mode=config.mode,
-                                       **config.partition_kwargs())
+        result = partition_with(graph, config.device_list(), config.mode, config.options)
     except Exception as exc:  # shown to the person; a bug in a mode must not crash the page
         return PlanResult(None, explain_error(exc), time.perf_counter() - start)
     return PlanResult(result, None, time.perf_counter() - start)
 
 
-@st.cache_data(show_spinner=False, max_entries=128)
+def plan(config: PlanConfig) -> PlanResult:
+    """Partition the traced model of ``config``; errors come back as text. Cached by the graph's
+    fingerprint as well as the config, so a changed model never shows a stale plan."""
+    return _plan(config, trace(config.model).fingerprint())
+
+
 def compare(config: PlanConfig) -> ModeResult:
-    """``config.mode``'s row of the comparison (the page runs modes one by one, so it can
-    show progress and reuse each mode's cached row)."""
-    graph = trace(config.model)
-    return compare_modes(graph, config.device_list(), [config.mode], **config.partition_kwargs())[0]
+    """``config.mode``'s row of the comparison, from the same cache as :func:`plan`."""
+    r = plan(config)
+    p = r.plan
+    if p is None:
+        return ModeResult(config.mode, None, None, None, r.seconds, r.error, None)
+    return ModeResult(config.mode, p.latency_s, len(p.partitions), p.memory_utilisation(), r.seconds, None, p)

@@ -1,8 +1,8 @@
 """The hashable description of one plan request: which model, which devices, which mode.
 
 Frozen dataclasses of tuples, so they key ``st.cache_resource`` / ``st.cache_data`` and fit in
-session state; :meth:`PlanConfig.partition_kwargs` turns one into the keyword arguments of
-:func:`partitioner.partition`.
+session state; a config carries the library's own :class:`~partitioner.options.PartitionOptions`,
+built once from the sidebar's widgets.
 """
 
 from __future__ import annotations
@@ -11,7 +11,9 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 import partitioner
+import sample_models
 from partitioner import Device
+from partitioner.options import PartitionOptions
 
 __all__ = ["ModelChoice", "PlanConfig", "device_key", "devices_from_key", "DEFAULT_MODEL", "PLAN_MODES"]
 
@@ -25,16 +27,15 @@ DeviceKey = tuple[tuple[str, Any], ...]
 class ModelChoice:
     """A sample model with size overrides, or a person's own ``package.module:factory``."""
 
-    name: str  # sample model name, or the factory import path when ``user`` is True
+    name: str  # sample model name, hf:<name>, or the factory import path when ``user`` is True
     overrides: tuple[tuple[str, Any], ...] = ()  # sorted (field, value) pairs of the config
     user: bool = False
+    generation: int = 0  # bumped by "Reload the model": a new key, so the factory is imported again
 
     @property
     def label(self) -> str:
-        if not self.overrides:
-            return self.name
-        knobs = ", ".join(f"{k}={v}" for k, v in self.overrides)
-        return f"{self.name} ({knobs})"
+        """The name plans record: the same as the command line's (``sample_models.label``)."""
+        return sample_models.label(self.name, dict(self.overrides))
 
 
 def device_key(device: Device) -> DeviceKey:
@@ -53,34 +54,23 @@ class PlanConfig:
     model: ModelChoice
     devices: tuple[DeviceKey, ...]
     mode: str = partitioner.DEFAULT_MODE
-    transfer_rate_bytes_per_s: float | None = None
-    saturate_host: bool = False
-    force_partition: bool = False
-    search_budget: int | None = None
-    node_latency: tuple[tuple[str, float, float], ...] = ()  # (name, memory s, compute s)
+    options: PartitionOptions = PartitionOptions()
 
     @classmethod
-    def build(cls, model: ModelChoice, devices: list[Device], **options: Any) -> "PlanConfig":
-        latency = options.pop("node_latency", None) or {}
-        rows = tuple(sorted((str(n), float(m), float(c)) for n, (m, c) in dict(latency).items()))
-        return cls(model, tuple(device_key(d) for d in devices), node_latency=rows, **options)
+    def build(cls, model: ModelChoice, devices: list[Device], mode: str = partitioner.DEFAULT_MODE,
+              **options: Any) -> "PlanConfig":
+        """``options`` are :meth:`PartitionOptions.build`'s keyword arguments."""
+        return cls(model, tuple(device_key(d) for d in devices), mode, PartitionOptions.build(**options))
+
+    @property
+    def transfer_rate_bytes_per_s(self) -> float | None:
+        return self.options.transfer_rate_bytes_per_s
 
     def device_list(self) -> list[Device]:
         return devices_from_key(self.devices)
 
     def node_latency_map(self) -> dict[str, tuple[float, float]] | None:
-        return {n: (m, c) for n, m, c in self.node_latency} or None
+        return self.options.node_latency_dict
 
     def with_mode(self, mode: str) -> "PlanConfig":
         return replace(self, mode=mode)
-
-    def partition_kwargs(self) -> dict[str, Any]:
-        """Keyword arguments of :func:`partitioner.partition` (and ``compare_modes``), less the
-        graph, the devices and the mode."""
-        return {
-            "transfer_rate_bytes_per_s": self.transfer_rate_bytes_per_s,
-            "node_latency": self.node_latency_map(),
-            "saturate_host": self.saturate_host,
-            "force_partition": self.force_partition,
-            "search_budget": self.search_budget,
-        }

@@ -6,9 +6,6 @@ field, the rule and the fix, so the app can show it with ``st.error`` as it is.
 
 from __future__ import annotations
 
-import csv
-import io
-import json
 import math
 import os
 import sys
@@ -16,6 +13,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import partitioner
 from partitioner import PRESETS, Device, DeviceSpecError
+from partitioner.readers import LatencyFileError, read_node_latency_text
 
 __all__ = [
     "InputError",
@@ -134,73 +132,13 @@ def rows_to_devices(rows: Iterable[Mapping[str, Any]]) -> list[Device]:
     return devices
 
 
-def _pair(name: str, value: Any, where: str) -> tuple[str, tuple[float, float]]:
-    if isinstance(value, Mapping):
-        value = (value.get("mem_s", value.get("memory_s")), value.get("compute_s"))
-    if not isinstance(value, Sequence) or isinstance(value, str) or len(value) != 2:
-        raise InputError(
-            f"{where}: node {name!r} needs a pair [memory seconds, compute seconds] (got {value!r})"
-        )
-    try:
-        mem_s, compute_s = float(value[0]), float(value[1])
-    except (TypeError, ValueError):
-        raise InputError(f"{where}: node {name!r} has a non-numeric latency {value!r}") from None
-    if not (math.isfinite(mem_s) and math.isfinite(compute_s)) or mem_s < 0 or compute_s < 0:
-        raise InputError(f"{where}: node {name!r} latencies must be finite and >= 0 (got {value!r})")
-    return name, (mem_s, compute_s)
-
-
 def parse_node_latency(data: bytes | str, filename: str = "latency.json") -> dict[str, tuple[float, float]]:
-    """Per-node latencies ``{name: (memory seconds, compute seconds)}`` from a JSON or CSV file.
-
-    JSON: ``{"fc1": [1e-6, 2e-6], ...}``, or ``{"fc1": {"mem_s": .., "compute_s": ..}}``, or a
-    list of ``{"name": .., "mem_s": .., "compute_s": ..}``. CSV: a header with ``name``,
-    ``mem_s`` and ``compute_s`` columns, one node per row.
-    """
-    text = data.decode("utf-8-sig", errors="replace") if isinstance(data, bytes) else data
-    where = filename or "latency file"
-    if not text.strip():
-        raise InputError(f"{where} is empty; give one (memory s, compute s) pair per node name")
-    if filename.lower().endswith(".csv") or not text.lstrip().startswith(("{", "[")):
-        reader = csv.DictReader(io.StringIO(text))
-        fields = [f.strip().lower() for f in reader.fieldnames or []]
-        need = {"name", "mem_s", "compute_s"}
-        if not need <= set(fields):
-            raise InputError(
-                f"{where}: a latency CSV needs the header columns name, mem_s, compute_s "
-                f"(got {', '.join(fields) or 'none'})"
-            )
-        result = {}
-        for line, row in enumerate(reader, start=2):
-            row = {str(k).strip().lower(): v for k, v in row.items() if k is not None}
-            name = (row.get("name") or "").strip()
-            if not name:
-                raise InputError(f"{where} line {line}: the name column is empty")
-            key, pair = _pair(name, (row.get("mem_s"), row.get("compute_s")), f"{where} line {line}")
-            result[key] = pair
-        if not result:
-            raise InputError(f"{where} has a header but no rows; add one row per node")
-        return result
+    """Per-node latencies from an uploaded JSON or CSV file: the library's one reader
+    (:func:`partitioner.readers.read_node_latency_text`), its errors as :class:`InputError`."""
     try:
-        loaded = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise InputError(
-            f"{where} is not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg})"
-        ) from None
-    items: list[tuple[str, Any]]
-    if isinstance(loaded, Mapping):
-        items = [(str(k), v) for k, v in loaded.items()]
-    elif isinstance(loaded, list):
-        items = []
-        for i, entry in enumerate(loaded):
-            if not isinstance(entry, Mapping) or "name" not in entry:
-                raise InputError(f"{where} item {i}: each list item needs name, mem_s and compute_s")
-            items.append((str(entry["name"]), entry))
-    else:
-        raise InputError(f"{where} must hold an object {{name: [mem_s, compute_s]}} or a list")
-    if not items:
-        raise InputError(f"{where} names no node; give one (memory s, compute s) pair per node")
-    return dict(_pair(name, value, where) for name, value in items)
+        return read_node_latency_text(data, filename)
+    except LatencyFileError as exc:
+        raise InputError(str(exc)) from None
 
 
 def user_models_allowed(environ: Mapping[str, str] | None = None, argv: Sequence[str] | None = None) -> bool:

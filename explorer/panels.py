@@ -63,7 +63,7 @@ def render_summary(plan: Plan, seconds: float | None = None, reference: Plan | N
 
 def render_notes(plan: Plan) -> None:
     notes = teaching.explain_plan(plan)
-    single = bool(plan.options_dict.get("single_partition"))
+    single = plan.provenance.single_partition
     with st.expander("Why does the plan look like this?", expanded=single):
         for note in notes:
             st.markdown(f"- {note}")

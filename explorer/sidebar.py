@@ -19,7 +19,7 @@ import partitioner
 import sample_models
 from partitioner import PRESETS, Device
 
-from . import compute
+from . import state
 from .config import DEFAULT_MODEL, PLAN_MODES, ModelChoice, PlanConfig
 from .inputs import (
     CUSTOM,
@@ -69,11 +69,11 @@ def model_ui() -> ModelChoice | None:
             "must be on PYTHONPATH. Loading it runs its code.",
         )
         if st.button("Reload the model", key="user_reload", help="Import the factory again after editing it"):
-            compute.trace.clear()
+            state.bump_model_generation()
         if not spec.strip():
             st.info("Write the import path of your model factory, e.g. `my_models:build`.")
             return None
-        return ModelChoice(spec.strip(), user=True)
+        return ModelChoice(spec.strip(), user=True, generation=state.model_generation())
     st.caption(sample_models.describe(name))
     return ModelChoice(name, knobs_ui(name))
 

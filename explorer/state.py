@@ -14,10 +14,39 @@ from partitioner import Graph
 from . import compute
 from .config import PlanConfig
 
-__all__ = ["set_config", "current_config", "load_graph", "load_plan", "current_plan", "PLAN_SUMMARY"]
+__all__ = ["set_config", "current_config", "load_graph", "load_plan", "current_plan", "PLAN_SUMMARY",
+           "model_generation", "bump_model_generation", "open_page", "follow_page_request"]
 
-CONFIG = "config"
-PLAN_SUMMARY = "plan_summary"
+# Every session-state key the pages share lives here.
+CONFIG = "config"  # the sidebar's PlanConfig (None while an input is unreadable)
+PLAN_SUMMARY = "plan_summary"  # small facts about the current plan, for the Learn page
+MODEL_GENERATION = "model_generation"  # bumped by "Reload the model"
+GOTO_PAGE = "goto_page"  # a page another page asked to open on the next run
+MODE = "mode"  # the sidebar's mode selectbox
+
+
+def model_generation() -> int:
+    return int(st.session_state.get(MODEL_GENERATION, 0))
+
+
+def bump_model_generation() -> None:
+    """A person edited their factory: the next trace imports its module again."""
+    st.session_state[MODEL_GENERATION] = model_generation() + 1
+
+
+def open_page(page: str, mode: str | None = None) -> None:
+    """Widget callback: open ``page`` (a ``views/*.py`` path) on the next run, with ``mode``
+    selected; everything else in the sidebar stays as it is."""
+    if mode is not None:
+        st.session_state[MODE] = mode
+    st.session_state[GOTO_PAGE] = page
+
+
+def follow_page_request() -> None:
+    """Called by the router before the sidebar is drawn: switch to a page another page asked for."""
+    page = st.session_state.pop(GOTO_PAGE, None)
+    if page:
+        st.switch_page(page)
 
 
 def set_config(config: PlanConfig | None) -> None:

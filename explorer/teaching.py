@@ -98,10 +98,9 @@ COST_MODEL = (
 
 def explain_plan(plan: Plan) -> list[str]:
     """Sentences (Markdown) on why ``plan`` looks the way it does."""
-    options = plan.options_dict
     notes: list[str] = []
     count = len(plan.partitions)
-    if options.get("single_partition"):
+    if plan.provenance.single_partition:
         device = plan.device(plan.partitions[0].device_ids[0]) if plan.partitions and plan.partitions[0].device_ids else None
         where = f" ({device.name}, {format_bytes(device.memory_bytes)})" if device else ""
         notes.append(
@@ -111,11 +110,11 @@ def explain_plan(plan: Plan) -> list[str]:
         )
     elif plan.mode in MODE_TEXT:
         notes.append(f"**{MODE_TEXT[plan.mode].title}.** {MODE_TEXT[plan.mode].shape}")
-    if options.get("edited"):
+    if plan.provenance.edited:
         notes.append("**Edited by hand:** this plan was scored as given (no algorithm ran).")
     replicated = [p.id for p in plan.partitions if len(p.device_ids) > 1]
     if replicated:
-        why = "saturate host copied the plan onto idle devices" if options.get("saturate_host") else (
+        why = "saturate host copied the plan onto idle devices" if plan.options.saturate_host else (
             "the dense part is replicated on every device" if plan.mode == "sparse_nn" else "they were placed so")
         notes.append(
             f"**Replicated:** partition(s) {_ids(replicated)} run on several devices ({why}); "

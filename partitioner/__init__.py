@@ -10,7 +10,10 @@ Pure Python and torch; nothing here imports a UI library.
 
 from __future__ import annotations
 
-from .api import evaluate_plan, partition
+import importlib
+from typing import TYPE_CHECKING, Any
+
+from .api import check_plan, evaluate_plan, partition
 from .costs import node_latencies, roofline_latencies
 from .devices import PRESETS, Device, parse_devices
 from .errors import (
@@ -24,16 +27,38 @@ from .errors import (
 )
 from .graph import Graph, Node
 from .modes import DEFAULT_MODE, DESCRIPTIONS, MODES
+from .options import PartitionOptions
 from .plan import SCHEMA_VERSION, Edge, Partition, Plan, PlanFormatError
-from .runtime import split
-from .trace import trace
 from .units import format_bytes, format_seconds, parse_bytes
+from .validate import Violation
+
+if TYPE_CHECKING:  # pragma: no cover - for type checkers; at run time these load on first use
+    from .runtime.run import run
+    from .runtime.split import split
+    from .trace import trace
+
+# Torch sits at the edges (trace in; split modules and real runs out): those names load on
+# first use, so `import partitioner` and the algorithms do not pay for importing torch.
+_LAZY = {"trace": ("trace", "trace"), "split": ("runtime.split", "split"), "run": ("runtime.run", "run")}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        module_name, attr = _LAZY[name]
+        value = getattr(importlib.import_module(f"{__name__}.{module_name}"), attr)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 __all__ = [
     "trace",
     "partition",
     "evaluate_plan",
     "split",
+    "run",
+    "check_plan",
+    "PartitionOptions",
+    "Violation",
     "Graph",
     "Node",
     "Device",

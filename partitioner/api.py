@@ -1,4 +1,6 @@
-"""The front door: :func:`partition` validates input, picks the mode and returns a Plan.
+"""The front door: :func:`partition` validates input, picks the mode and returns a Plan;
+:func:`evaluate_plan` scores a given mapping; :func:`check_plan` checks a plan against a model,
+devices and budgets (the command line's ``check`` and the app's Review page).
 
 Mirrors ``Partitioner.partition_graph`` of ``torch.fx.experimental.accelerator_partitioner``:
 ``aot_based`` first; then the single-partition rule when the whole model fits one device (unless
@@ -9,34 +11,46 @@ then ``saturate_host``.
 from __future__ import annotations
 
 import logging
-from typing import Any, Mapping, Sequence
+import math
+from dataclasses import dataclass
+from typing import Mapping, Sequence
 
-from .costs import node_latencies
-from .devices import Device, format_bytes
+from .costs import CostModel, node_latencies
+from .devices import MAX_DEVICES, Device
 from .errors import DeviceSpecError, InfeasibleError, InvalidPlanError, PartitionError
 from .graph import Graph
 from .modes import MODES, get_mode
 from .modes.base import Assignment, Problem, largest_node_check
 from .modes.saturate_host import saturate
-from .plan import CostModel, Plan, build_plan
+from .options import PartitionOptions
+from .plan import Plan, Provenance, build_plan
+from .units import format_bytes, format_seconds
+from .validate import GRAPH_CHANGED, LATENCY_BUDGET, MEMORY_BUDGET, Violation
 
-__all__ = ["partition", "evaluate_plan", "check_devices", "resolve_transfer_rate"]
+__all__ = ["partition", "partition_with", "evaluate_plan", "check_plan", "CheckResult",
+           "check_devices", "resolve_transfer_rate"]
 
 logger = logging.getLogger(__name__)
 
 
 def check_devices(devices: Sequence[Device]) -> list[Device]:
-    """Validate a device list at the boundary: non-empty, Device objects, unique ids and names."""
+    """Validate a device list at the boundary: non-empty, Device objects, unique ids. O(D)."""
     devices = list(devices)
     if not devices:
         raise DeviceSpecError("no devices given; describe at least one, e.g. parse_devices('2x16GiB')")
+    if len(devices) > MAX_DEVICES:
+        raise DeviceSpecError(
+            f"at most {MAX_DEVICES} devices can be planned for (got {len(devices)}); describe a "
+            "smaller cluster, or plan one node's devices and replicate the plan"
+        )
+    seen: set[int] = set()
+    dupes: set[int] = set()
     for d in devices:
         if not isinstance(d, Device):
             raise DeviceSpecError(f"expected partitioner.Device objects, got {type(d).__name__}")
-    ids = [d.logical_id for d in devices]
-    dupes = sorted({i for i in ids if ids.count(i) > 1})
+        (dupes if d.logical_id in seen else seen).add(d.logical_id)
     if dupes:
-        raise DeviceSpecError(f"logical device ids must be unique; {dupes} repeat")
+        raise DeviceSpecError(f"logical device ids must be unique; {sorted(dupes)} repeat")
     return devices
 
 
@@ -44,7 +58,7 @@ def resolve_transfer_rate(devices: Sequence[Device], rate: float | None) -> floa
     """An explicit rate wins; otherwise the slowest link among devices that give one (or None:
     transfers cost nothing)."""
     if rate is not None:
-        if not (isinstance(rate, (int, float)) and rate > 0):
+        if isinstance(rate, bool) or not isinstance(rate, (int, float)) or not rate > 0 or math.isnan(rate):
             raise PartitionError(
                 f"transfer_rate_bytes_per_s must be a positive number (got {rate!r}); "
                 "e.g. 25e9 for 25 GB/s, or None to ignore transfers"
@@ -54,16 +68,15 @@ def resolve_transfer_rate(devices: Sequence[Device], rate: float | None) -> floa
     return float(min(links)) if links else None
 
 
-def _problem(graph: Graph, devices: Sequence[Device], rate: float | None,
-             node_latency: Mapping[str, Sequence[float]] | None, options: dict[str, Any]) -> Problem:
+def _problem(graph: Graph, devices: Sequence[Device], options: PartitionOptions) -> Problem:
     if not isinstance(graph, Graph):
         raise PartitionError(
             f"partition() needs a partitioner.Graph (got {type(graph).__name__}); "
             "call partitioner.trace(model, example_inputs) first"
         )
     devices = check_devices(devices)
-    latencies = node_latencies(graph, devices, node_latency)
-    cost = CostModel(graph, latencies, resolve_transfer_rate(devices, rate))
+    latencies = node_latencies(graph, devices, options.node_latency_dict)
+    cost = CostModel(graph, latencies, resolve_transfer_rate(devices, options.transfer_rate_bytes_per_s))
     return Problem(graph, devices, cost, options)
 
 
@@ -87,32 +100,34 @@ def partition(
     evaluations of ``cost_aware`` and ``kl_based``. Raises :class:`PartitionError` (a
     ``ValueError``) naming the node or device and the fix when no valid plan exists.
     """
+    options = PartitionOptions.build(
+        transfer_rate_bytes_per_s=transfer_rate_bytes_per_s,
+        node_latency=node_latency,
+        saturate_host=saturate_host,
+        force_partition=force_partition,
+        search_budget=search_budget,
+        node_to_partition=node_to_partition if mode == "aot_based" else None,
+        partition_to_devices=partition_to_devices if mode == "aot_based" else None,
+    )
+    return partition_with(graph, devices, mode, options)
+
+
+def partition_with(graph: Graph, devices: Sequence[Device], mode: str, options: PartitionOptions) -> Plan:
+    """:func:`partition` with its options as one :class:`PartitionOptions` record (what the app,
+    the command line and :func:`partitioner.compare.compare_modes` pass)."""
     get_mode(mode)
-    options: dict[str, Any] = {"saturate_host": bool(saturate_host)}
-    if force_partition:
-        options["force_partition"] = True
-    if search_budget is not None:
-        options["search_budget"] = int(search_budget)
-    if node_latency:
-        options["node_latency"] = "given"
-    if mode == "aot_based":
-        options["node_to_partition"] = dict(node_to_partition or {})
-        options["partition_to_devices"] = {
-            int(k): list(v) for k, v in (partition_to_devices or {}).items()
-        }
-    problem = _problem(graph, devices, transfer_rate_bytes_per_s, node_latency, options)
+    problem = _problem(graph, devices, options)
     devices = problem.devices
     total = graph.total_size_bytes
     biggest = max(devices, key=lambda d: (d.memory_bytes, -d.logical_id))
     capacity = sum(d.memory_bytes for d in devices)
+    single = False
     if mode == "aot_based":
         assignment = MODES[mode](problem)
-    elif total <= biggest.memory_bytes and not force_partition:
+    elif total <= biggest.memory_bytes and not options.force_partition:
         logger.info("whole model (%d B) fits device %s: one partition", total, biggest.name)
-        options["single_partition"] = True
-        assignment = Assignment(
-            [0 if nd.is_op else -1 for nd in graph.nodes], [[biggest.logical_id]]
-        )
+        single = True
+        assignment = Assignment([0 if nd.is_op else -1 for nd in graph.nodes], [[biggest.logical_id]])
     elif total > capacity:
         raise InfeasibleError(
             f"the model needs {format_bytes(total)} ({total} B) but all {len(devices)} devices "
@@ -121,16 +136,17 @@ def partition(
     else:
         largest_node_check(graph, devices)
         assignment = MODES[mode](problem)
-    if saturate_host:
+    if options.saturate_host:
         assignment = saturate(problem, assignment)
-    plan = build_plan(graph, problem.cost, assignment.part, assignment.devices_of, devices, mode, options)
+    provenance = Provenance(options.replace(aot=None), single_partition=single)
+    plan = build_plan(graph, problem.cost, assignment.part, assignment.devices_of, devices, mode, provenance)
     problems = plan.violations()
     if problems:
         if mode == "aot_based":
             raise InvalidPlanError(problems)
         raise InfeasibleError(
             f"mode {mode!r} found no plan within the devices' memory:\n  - "
-            + "\n  - ".join(problems)
+            + "\n  - ".join(v.message for v in problems)
             + "\nadd memory or devices, or try another mode"
         )
     return plan
@@ -144,17 +160,113 @@ def evaluate_plan(
     transfer_rate_bytes_per_s: float | None = None,
     node_latency: Mapping[str, Sequence[float]] | None = None,
     mode: str = "aot_based",
+    edited: bool = False,
 ) -> Plan:
     """Score a given mapping without insisting it is valid (for editing a plan by hand).
 
     Unlike :func:`partition` it never raises for memory over capacity or a cycle: the returned
     plan records them and :meth:`Plan.violations` lists them. Unknown nodes still raise.
+    ``mode`` is the mode the mapping came from and ``edited`` whether a person changed it.
     """
-    options = {
-        "node_to_partition": dict(node_to_partition),
-        "partition_to_devices": {int(k): list(v) for k, v in partition_to_devices.items()},
-    }
-    problem = _problem(graph, devices, transfer_rate_bytes_per_s, node_latency, options)
+    options = PartitionOptions.build(transfer_rate_bytes_per_s=transfer_rate_bytes_per_s,
+                                     node_latency=node_latency, node_to_partition=node_to_partition,
+                                     partition_to_devices=partition_to_devices)
+    problem = _problem(graph, devices, options)
     assignment = MODES["aot_based"](problem)
+    provenance = Provenance(options.replace(aot=None), edited=edited)
     return build_plan(graph, problem.cost, assignment.part, assignment.devices_of,
-                      problem.devices, mode, {"edited": True})
+                      problem.devices, mode, provenance)
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    """What :func:`check_plan` found: every violation, notes that do not fail the check, and the
+    plan as re-evaluated on the model and devices (None when it could not be)."""
+
+    violations: tuple[Violation, ...]
+    notes: tuple[str, ...]
+    evaluated: Plan | None
+
+    @property
+    def ok(self) -> bool:
+        return not self.violations
+
+
+def check_plan(
+    plan: Plan,
+    graph: Graph,
+    devices: Sequence[Device],
+    transfer_rate_bytes_per_s: float | None = None,
+    node_latency: Mapping[str, Sequence[float]] | None = None,
+    max_latency_s: float | None = None,
+    max_memory_utilisation: float | None = None,
+    strict: bool = False,
+) -> CheckResult:
+    """Validate ``plan`` against ``graph`` and ``devices``; collects every violation.
+
+    Kinds: see :mod:`partitioner.validate`, plus the budgets. The transfer rate defaults to the
+    one the plan was made with. A changed graph fingerprint is a note, or a violation with
+    ``strict``. O(N + E) plus one plan evaluation. Raises :class:`PartitionError` for bad input
+    (a ``node_latency`` naming nodes the model lacks), not for a plan that does not fit.
+    """
+    devices = check_devices(devices)
+    if node_latency:
+        node_latencies(graph, devices, node_latency)  # bad input raises PartitionError (exit 2)
+    if transfer_rate_bytes_per_s is None:
+        transfer_rate_bytes_per_s = plan.transfer_rate_bytes_per_s
+    if node_latency is None and plan.options.node_latency is not None:
+        node_latency = plan.options.node_latency_dict  # the plan's own figures
+    notes: list[str] = []
+    problems = plan.violations(graph, devices, check_fingerprint=False)
+    if plan.graph_fingerprint and plan.graph_fingerprint != graph.fingerprint():
+        changed = (f"the model's graph changed since the plan was made (fingerprint "
+                   f"{plan.graph_fingerprint} in the plan, {graph.fingerprint()} now)")
+        if strict:
+            problems.insert(0, Violation(GRAPH_CHANGED, changed + "; re-plan, or drop --strict to "
+                                                              "accept a plan that still fits"))
+        else:
+            notes.append(changed + "; checking the plan against the model as it is now")
+    names = [n for p in plan.partitions for n in p.node_names]
+    known = {d.logical_id for d in devices}
+    scorable = (
+        set(names) == set(graph.op_names)
+        and len(names) == len(set(names))
+        and all(p.device_ids and set(p.device_ids) <= known for p in plan.partitions)
+    )
+    evaluated: Plan | None = None
+    budgets = [flag for flag, v in (("--max-latency", max_latency_s),
+                                    ("--max-memory-utilisation", max_memory_utilisation)) if v is not None]
+    if scorable:
+        evaluated = evaluate_plan(graph, devices, plan.node_to_partition(), plan.partition_to_devices(),
+                                  transfer_rate_bytes_per_s, node_latency, mode=plan.mode,
+                                  edited=plan.provenance.edited)
+    elif budgets:
+        notes.append(f"budgets ({', '.join(budgets)}) not checked: the plan must cover the model's "
+                     "nodes and name known devices first")
+    if evaluated is not None:
+        latency = evaluated.latency_s
+        if max_latency_s is not None and math.isfinite(latency) and latency > max_latency_s:
+            problems.append(Violation(
+                LATENCY_BUDGET,
+                f"end-to-end latency {format_seconds(latency)} ({latency:.6g} s) exceeds the budget "
+                f"--max-latency {max_latency_s:g} s by {latency / max_latency_s - 1:.1%}; compare "
+                "modes (`partition-explorer compare`), add devices, or raise the budget",
+            ))
+        if max_memory_utilisation is not None:
+            used = evaluated.device_memory_bytes()
+            over = [d for d in devices
+                    if d.memory_bytes and used.get(d.logical_id, 0) > max_memory_utilisation * d.memory_bytes]
+            if over:
+                shown = "; ".join(
+                    f"{d.name} (id {d.logical_id}) {used[d.logical_id] / d.memory_bytes:.1%}: "
+                    f"{format_bytes(used[d.logical_id])} ({used[d.logical_id]} B) of "
+                    f"{format_bytes(d.memory_bytes)} ({d.memory_bytes} B)" for d in over)
+                problems.append(Violation(
+                    MEMORY_BUDGET,
+                    f"peak memory utilisation {evaluated.memory_utilisation():.1%} exceeds the budget "
+                    f"--max-memory-utilisation {max_memory_utilisation:g} ({max_memory_utilisation:.1%}) "
+                    f"on device(s) {shown}; spread the model over more devices, add memory, or raise "
+                    "the budget",
+                    device=over[0].logical_id,
+                ))
+    return CheckResult(tuple(problems), tuple(notes), evaluated)

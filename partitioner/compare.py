@@ -1,45 +1,36 @@
 """Run several partition modes on one graph and devices, and tabulate their results side by side.
 
-Shared by ``partition-explorer compare`` and the app's comparison view. Each mode is timed with
-``time.perf_counter``; a mode that fails (no plan fits, the model has no embeddings for
-``sparse_nn``, ...) gives a result with its error message instead of stopping the others.
-Also holds the small text-table and number formatters the CLI reports share.
+Shared by ``partition-explorer compare`` and the app's comparison view (data here; the text table
+is the command line's, in ``cli/report.py``). Each mode is timed with ``time.perf_counter``; a mode
+that fails (no plan fits, the model has no embeddings for ``sparse_nn``, ...) gives a result with
+its error message instead of stopping the others. The best mode follows the one best-plan rule,
+:func:`partitioner.costs.best_index`.
 """
 
 from __future__ import annotations
 
-import inspect
 import logging
-import math
 import time
 from dataclasses import dataclass
 from typing import Any, Iterable, Sequence
 
-from .api import partition
+from .api import partition_with
+from .costs import best_index
 from .devices import Device
 from .errors import PartitionError
 from .graph import Graph
 from .modes import MODES, get_mode
+from .options import PartitionOptions
 from .plan import Plan
-from .units import format_seconds
 
 __all__ = [
     "ModeResult",
     "compare_modes",
     "default_modes",
     "best_mode",
-    "format_comparison",
-    "format_table",
-    "format_seconds",
 ]
 
 logger = logging.getLogger(__name__)
-
-# Keyword arguments of partition() that compare_modes passes through to every mode.
-_PASS_THROUGH = tuple(
-    name for name in inspect.signature(partition).parameters if name not in ("graph", "devices", "mode")
-)
-
 
 @dataclass(frozen=True)
 class ModeResult:
@@ -81,28 +72,32 @@ def compare_modes(
     graph: Graph,
     devices: Sequence[Device],
     modes: Iterable[str] | None = None,
+    options: PartitionOptions | None = None,
     **partition_kwargs: Any,
 ) -> list[ModeResult]:
     """Partition ``graph`` over ``devices`` with each of ``modes`` (default: :func:`default_modes`).
 
-    ``partition_kwargs`` go to :func:`partitioner.partition` unchanged (``transfer_rate_bytes_per_s``,
-    ``node_latency``, ``saturate_host``, ``force_partition``, ...). Results come back in the order
+    ``options`` (or the same fields as keyword arguments of :meth:`PartitionOptions.build`:
+    ``transfer_rate_bytes_per_s``, ``node_latency``, ``saturate_host``, ``force_partition``, ...)
+    apply to every mode. Results come back in the order
     of ``modes``. An unknown mode or keyword raises :class:`PartitionError` before anything runs;
     a mode that fails yields a :class:`ModeResult` holding its error. Cost: the sum of the modes'.
     """
     names = default_modes() if modes is None else list(modes)
     for name in names:
         get_mode(name)
-    unknown = sorted(set(partition_kwargs) - set(_PASS_THROUGH))
-    if unknown:
-        raise PartitionError(
-            f"compare_modes() got unknown option(s) {unknown}; valid options are {list(_PASS_THROUGH)}"
-        )
+    if options is None:
+        try:
+            options = PartitionOptions.build(**partition_kwargs)
+        except TypeError as exc:
+            raise PartitionError(f"compare_modes() got an unknown option: {exc}") from None
+    elif partition_kwargs:
+        raise PartitionError("compare_modes() takes options= or keyword options, not both")
     results = []
     for name in names:
         start = time.perf_counter()
         try:
-            plan = partition(graph, devices, mode=name, **partition_kwargs)
+            plan = partition_with(graph, devices, name, options)
         except PartitionError as exc:
             seconds = time.perf_counter() - start
             logger.info("mode %s failed: %s", name, exc)
@@ -123,60 +118,9 @@ def compare_modes(
     return results
 
 
-# --------------------------------------------------------------------------------------------
-# Text formatting
-
-
-def format_table(headers: Sequence[str], rows: Iterable[Sequence[Any]], right: Sequence[int] = ()) -> str:
-    """Plain-text table with a dashed rule under the headers; columns in ``right`` align right."""
-    body = [[str(c) for c in row] for row in rows]
-    widths = [len(h) for h in headers]
-    for row in body:
-        for i, cell in enumerate(row):
-            widths[i] = max(widths[i], len(cell))
-
-    def line(cells: Sequence[str]) -> str:
-        parts = [c.rjust(w) if i in right else c.ljust(w) for i, (c, w) in enumerate(zip(cells, widths))]
-        return "  ".join(parts).rstrip()
-
-    out = [line(list(headers)), "  ".join("-" * w for w in widths)]
-    out.extend(line(row) for row in body)
-    return "\n".join(out)
-
-
 def best_mode(results: Sequence[ModeResult]) -> str | None:
-    """The successful mode with the lowest latency; latencies within a relative 1e-9 of each
-    other tie (float noise), and ties go to fewer partitions, then to the earlier result."""
-    ok = [r for r in results if r.ok and r.latency_s is not None and math.isfinite(r.latency_s)]
-    if not ok:
-        return None
-    low = min(r.latency_s for r in ok if r.latency_s is not None)
-    close = [r for r in ok if r.latency_s is not None and r.latency_s <= low * (1 + 1e-9)]
-    return min(close, key=lambda r: r.partitions or 0).mode
-
-
-def format_comparison(results: Sequence[ModeResult]) -> str:
-    """The comparison as a table, the fastest successful mode marked with ``*``; failed modes
-    show their error (joined onto one line) in place of the numbers."""
-    best = best_mode(results)
-    rows = []
-    for r in results:
-        mark = "*" if r.mode == best else ""
-        if r.ok:
-            util = r.peak_memory_utilisation
-            rows.append([
-                r.mode + mark,
-                format_seconds(r.latency_s),
-                r.partitions,
-                "-" if util is None else f"{util:.1%}",
-                format_seconds(r.seconds),
-                "",
-            ])
-        else:
-            message = " ".join(part.strip() for part in (r.error or "").splitlines())
-            rows.append([r.mode, "-", "-", "-", format_seconds(r.seconds), f"failed: {message}"])
-    table = format_table(
-        ["mode", "latency", "partitions", "peak memory", "time taken", "error"], rows, right=(1, 2, 3, 4)
-    )
-    note = f"\n* lowest latency: {best}" if best else "\nno mode found a plan"
-    return table + note
+    """The successful mode the one best-plan rule prefers (:func:`partitioner.costs.best_index`:
+    the lowest latency, fewer partitions winning near ties); None when every mode failed."""
+    ok = [r for r in results if r.ok and r.latency_s is not None and r.partitions is not None]
+    best = best_index([(r.latency_s or 0.0, r.partitions or 0) for r in ok])
+    return None if best is None else ok[best].mode

@@ -1,19 +1,44 @@
-"""Node latencies for the cost model: a roofline estimate from device specs, or given per node.
+"""The cost model: node latencies (a roofline estimate, or given per node) and :class:`CostModel`,
+the only code that computes a plan's memory and latency.
 
 A node costs a pair (memory seconds, compute seconds), like the reference's ``NodeLatency``
-(``torch.fx.experimental.partitioner_utils``); its latency is the larger of the two.
+(``torch.fx.experimental.partitioner_utils``); its latency is the larger of the two. A partition
+costs the critical path through its nodes; the plan costs the critical path over the partition
+DAG, where an edge between partitions on different devices adds bytes crossing / transfer rate.
+# NOTE: [One pass, not every path]
+The reference walks every path with a DFS, which revisits shared sub-paths and grows
+exponentially with branching; here both critical paths are one pass over a topological order,
+O(N + E) for the whole plan.
+
+Memory of a partition is every node's output and parameters plus the outputs of outside nodes it
+reads, each counted once; a device holds the union of the partitions placed on it (a tensor two
+of them read is stored there once, as in the reference's device mapping).
 """
 
 from __future__ import annotations
 
+import heapq
 import logging
-from typing import Mapping, Sequence
+import math
+from dataclasses import dataclass
+from typing import Iterable, Mapping, Sequence
 
 from .devices import DEFAULT_SPEEDS, Device
 from .errors import PartitionError
+from .options import check_latency_pair
 from .graph import Graph
 
-__all__ = ["NodeLatency", "roofline_latencies", "node_latencies"]
+__all__ = [
+    "NodeLatency",
+    "roofline_latencies",
+    "node_latencies",
+    "CostModel",
+    "Evaluation",
+    "toposort",
+    "find_cycle",
+    "NEAR_TIE",
+    "best_index",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -67,17 +92,215 @@ def node_latencies(
             f"{shown}; use node names from the traced graph (e.g. {', '.join(graph.op_names[:3])})"
         )
     for name, pair in node_latency.items():
-        try:
-            mem_s, compute_s = (float(v) for v in pair)
-        except (TypeError, ValueError):
-            raise PartitionError(
-                f"node_latency[{name!r}] must be a pair (memory seconds, compute seconds), got {pair!r}"
-            ) from None
-        if mem_s < 0 or compute_s < 0:
-            raise PartitionError(f"node_latency[{name!r}] must be non-negative, got {pair!r}")
+        mem_s, compute_s = check_latency_pair(name, pair)
         latencies[graph.index[name]] = (mem_s, compute_s)
     missing = len(graph.op_indices) - len(node_latency)
     if missing > 0:
         logger.info("node_latency covers %d op nodes; %d keep their roofline estimate",
                     len(node_latency), missing)
     return latencies
+
+
+# --------------------------------------------------------------------------------------------
+# The cost model of a plan
+
+
+@dataclass
+class Evaluation:
+    """Everything the cost model derives from one assignment (mutable scratch, not a result)."""
+
+    members: list[list[int]]  # node indices per partition, topological order
+    memory_bytes: list[int]
+    latency: list[tuple[float, float, float]]  # (overall, mem, compute) per partition
+    edges: dict[tuple[int, int], int]  # (src, dst) -> bytes
+    order: list[int] | None  # topological order of partitions; None if cyclic
+    finish_s: list[float]
+    latency_s: float
+    critical_path: list[int]
+    bfs_level: list[int]
+
+
+class CostModel:
+    """The reference cost model over a :class:`Graph`, evaluated in O(N + E) per assignment."""
+
+    def __init__(
+        self,
+        graph: Graph,
+        latencies: Sequence[tuple[float, float]],
+        transfer_rate_bytes_per_s: float | None,
+    ) -> None:
+        self.graph = graph
+        self.n = len(graph)
+        self.mem_s = [float(m) for m, _ in latencies]
+        self.compute_s = [float(c) for _, c in latencies]
+        self.node_s = [max(m, c) for m, c in zip(self.mem_s, self.compute_s)]
+        self.rate = transfer_rate_bytes_per_s
+        self.out = graph.output_bytes
+        self.total = graph.total_bytes
+        self.preds = graph.preds
+        is_op = [nd.is_op for nd in graph.nodes]
+        self.is_op = is_op
+        self.op_preds = tuple(tuple(j for j in ps if is_op[j]) for ps in graph.preds)
+        self.op_users = tuple(tuple(j for j in us if is_op[j]) for us in graph.users)
+
+    def comm_s(self, nbytes: int, src_devices: Sequence[int], dst_devices: Sequence[int]) -> float:
+        """Transfer time of an edge: free when every device of the destination already holds a
+        copy of the source (the reference frees only identical device lists, which charges a
+        replicated partition for feeding a partition on one of its own devices)."""
+        if src_devices and set(dst_devices) <= set(src_devices):
+            return 0.0
+        if not self.rate or math.isinf(self.rate):
+            return 0.0
+        return nbytes / self.rate
+
+    def memory_of(self, members: Sequence[int]) -> int:
+        inside = set(members)
+        outside: set[int] = set()
+        total = 0
+        for v in members:
+            total += self.total[v]
+            for u in self.preds[v]:
+                if u not in inside:
+                    outside.add(u)
+        return total + sum(self.out[u] for u in outside)
+
+    def device_memory(
+        self, members: Sequence[Sequence[int]], devices_of: Sequence[Sequence[int]]
+    ) -> dict[int, int]:
+        """Memory each device holds: the union of its partitions' nodes, so a tensor read by
+        two partitions on one device is stored once there (as the reference counts it)."""
+        on_device: dict[int, list[int]] = {}
+        for nodes, devs in zip(members, devices_of):
+            for d in devs:
+                on_device.setdefault(d, []).extend(nodes)
+        return {d: self.memory_of(nodes) for d, nodes in sorted(on_device.items())}
+
+    def evaluate(self, part: Sequence[int], devices_of: Sequence[Sequence[int]]) -> Evaluation:
+        """Evaluate ``part`` (node index -> partition id, -1 for non-op nodes)."""
+        num = len(devices_of)
+        members: list[list[int]] = [[] for _ in range(num)]
+        for v in range(self.n):
+            p = part[v]
+            if p >= 0:
+                members[p].append(v)
+        memory = [self.memory_of(m) for m in members]
+        # Critical path inside each partition: best (overall, mem, compute) path ending at v.
+        best: dict[int, tuple[float, float, float]] = {}
+        latency = [(0.0, 0.0, 0.0)] * num
+        edges: dict[tuple[int, int], int] = {}
+        counted: set[tuple[int, int]] = set()
+        for v in range(self.n):
+            p = part[v]
+            if p < 0:
+                continue
+            top = (0.0, 0.0, 0.0)
+            for u in self.op_preds[v]:
+                q = part[u]
+                if q < 0:  # an op node in no partition (an invalid plan): no edge, no cycle
+                    continue
+                if q == p:
+                    if best[u][0] > top[0]:
+                        top = best[u]
+                elif (u, p) not in counted:
+                    counted.add((u, p))
+                    edges[(q, p)] = edges.get((q, p), 0) + self.out[u]
+            cur = (top[0] + self.node_s[v], top[1] + self.mem_s[v], top[2] + self.compute_s[v])
+            best[v] = cur
+            if cur[0] > latency[p][0]:
+                latency[p] = cur
+        order = toposort(num, edges)
+        finish = [math.inf] * num
+        levels = [-1] * num
+        path: list[int] = []
+        total = math.inf
+        if order is not None:
+            parents: list[list[int]] = [[] for _ in range(num)]
+            for (a, b) in edges:
+                parents[b].append(a)
+            came_from = [-1] * num
+            for p in order:
+                start, level = 0.0, 0
+                for q in parents[p]:
+                    t = finish[q] + self.comm_s(edges[(q, p)], devices_of[q], devices_of[p])
+                    if t > start or came_from[p] < 0 and t >= start:
+                        start, came_from[p] = t, q
+                    level = max(level, levels[q] + 1)
+                finish[p] = start + latency[p][0]
+                levels[p] = level
+            total = max(finish) if finish else 0.0
+            if num:
+                p = max(range(num), key=lambda i: (finish[i], -i))
+                while p >= 0:
+                    path.append(p)
+                    p = came_from[p]
+                path.reverse()
+        return Evaluation(members, memory, latency, edges, order, finish, total, path, levels)
+
+
+def toposort(num: int, edges: Iterable[tuple[int, int]]) -> list[int] | None:
+    """Kahn's algorithm; lowest id first among ready partitions, None when there is a cycle."""
+    indeg = [0] * num
+    children: list[list[int]] = [[] for _ in range(num)]
+    for (a, b) in edges:
+        children[a].append(b)
+        indeg[b] += 1
+    ready = [p for p in range(num) if indeg[p] == 0]
+    heapq.heapify(ready)
+    order = []
+    while ready:
+        p = heapq.heappop(ready)
+        order.append(p)
+        for c in children[p]:
+            indeg[c] -= 1
+            if indeg[c] == 0:
+                heapq.heappush(ready, c)
+    return order if len(order) == num else None
+
+
+def find_cycle(num: int, edges: Mapping[tuple[int, int], int]) -> list[int]:
+    """One cycle of partition ids (for error messages), or [] when the DAG is acyclic."""
+    children: list[list[int]] = [[] for _ in range(num)]
+    for (a, b) in sorted(edges):
+        children[a].append(b)
+    state = [0] * num  # 0 new, 1 on stack, 2 done
+    stack: list[int] = []
+    for root in range(num):
+        if state[root]:
+            continue
+        work = [(root, iter(children[root]))]
+        state[root] = 1
+        stack.append(root)
+        while work:
+            node, it = work[-1]
+            nxt = next(it, None)
+            if nxt is None:
+                work.pop()
+                stack.pop()
+                state[node] = 2
+            elif state[nxt] == 1:
+                return stack[stack.index(nxt):] + [nxt]
+            elif state[nxt] == 0:
+                state[nxt] = 1
+                stack.append(nxt)
+                work.append((nxt, iter(children[nxt])))
+    return []
+
+
+# NOTE: [One best-plan rule]
+# Two plans whose latencies differ by less than NEAR_TIE (relative) are a near tie, and the one
+# with fewer partitions wins it: a plan of 94 partitions that is 0.1 % faster than one of 3 only
+# makes review, deployment and transfers harder, and the 0.1 % is within the cost model's error.
+# The modes (choosing among their candidates), compare_modes' "best" and the app use this rule.
+NEAR_TIE = 0.01
+
+
+def best_index(scores: Sequence[tuple[float, int]]) -> int | None:
+    """Index of the best of ``(latency_s, partition count)`` pairs: the fewest partitions among
+    those within :data:`NEAR_TIE` of the lowest finite latency, then the lower latency, then the
+    earlier entry. None when no latency is finite."""
+    finite = [i for i, (lat, _) in enumerate(scores) if math.isfinite(lat)]
+    if not finite:
+        return None
+    low = min(scores[i][0] for i in finite)
+    close = [i for i in finite if scores[i][0] <= low + NEAR_TIE * abs(low)]
+    return min(close, key=lambda i: (scores[i][1], scores[i][0], i))

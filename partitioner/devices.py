@@ -23,7 +23,12 @@ __all__ = [
     "format_bytes",
     "parse_devices",
     "devices_from_dicts",
+    "MAX_DEVICES",
 ]
+
+# More devices than this is a cluster, not a partitioning question; checks stay linear below it
+# and the app's device table stays responsive.
+MAX_DEVICES = 4096
 
 @dataclass(frozen=True)
 class Device:
@@ -43,6 +48,12 @@ class Device:
     kind: str = "custom"  # preset name this device came from, for display
 
     def __post_init__(self) -> None:
+        if not isinstance(self.logical_id, int) or isinstance(self.logical_id, bool):
+            raise DeviceSpecError(
+                f"device {self.name!r}: logical_id must be an integer (got {self.logical_id!r})"
+            )
+        if not isinstance(self.name, str):
+            raise DeviceSpecError(f"device name must be a string (got {self.name!r})")
         if not isinstance(self.memory_bytes, int) or isinstance(self.memory_bytes, bool):
             raise DeviceSpecError(
                 f"device {self.name!r}: memory_bytes must be an int (got {self.memory_bytes!r}); "
@@ -54,9 +65,10 @@ class Device:
             )
         for field in ("peak_flops", "memory_bandwidth_bytes_per_s", "link_bandwidth_bytes_per_s"):
             value = getattr(self, field)
-            if value is not None and not value > 0:
+            if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
+                                      or not 0 < value < float("inf")):
                 raise DeviceSpecError(
-                    f"device {self.name!r}: {field} must be > 0 or omitted (got {value!r})"
+                    f"device {self.name!r}: {field} must be a positive, finite number or omitted (got {value!r})"
                 )
 
     def to_dict(self) -> dict[str, Any]:
@@ -128,43 +140,66 @@ def parse_devices(spec: str) -> list[Device]:
         if not path.exists():
             raise DeviceSpecError(f"devices file {text!r} does not exist")
         try:
-            data = json.loads(path.read_text())
+            data = json.loads(path.read_text(encoding="utf-8"))
         except json.JSONDecodeError as exc:
             raise DeviceSpecError(f"devices file {text!r} is not valid JSON: {exc}") from None
+        except (OSError, UnicodeDecodeError) as exc:
+            raise DeviceSpecError(
+                f"cannot read devices file {text!r} ({type(exc).__name__}: {exc}); give a readable "
+                "JSON file holding a list of devices"
+            ) from None
+        except RecursionError:
+            raise DeviceSpecError(f"devices file {text!r} is nested too deeply; write a flat list of devices") from None
         if isinstance(data, dict):
             data = data.get("devices", data)
         if not isinstance(data, list):
             raise DeviceSpecError(f"devices file {text!r} must hold a list of device objects")
         return devices_from_dicts(data)
     devices: list[Device] = []
-    for group in text.split(","):
-        group = group.strip()
+    groups = [g.strip() for g in text.split(",")]
+    for group in groups:
+        if not group:
+            raise DeviceSpecError(
+                f"device spec {spec!r} has an empty group (a stray comma); write groups like "
+                "'4x16GiB' or '2x16GiB,1x8GiB'"
+            )
         match = re.fullmatch(r"(?:(\d+)\s*[xX*]\s*)?(.+)", group)
-        assert match is not None  # the pattern matches any non-empty string
+        if match is None:  # pragma: no cover - the pattern matches any non-empty string
+            raise DeviceSpecError(f"cannot read device group {group!r}; write e.g. '4x16GiB'")
         count = int(match.group(1)) if match.group(1) else 1
         body = match.group(2).strip()
         if count < 1:
             raise DeviceSpecError(f"device count must be >= 1 in {group!r}")
+        if len(devices) + count > MAX_DEVICES:
+            raise DeviceSpecError(
+                f"device spec {spec!r} describes more than {MAX_DEVICES} devices; plan for at most "
+                f"{MAX_DEVICES} (e.g. one node's devices) and replicate the plan"
+            )
+        if body.lower() in PRESETS:
+            memory = -1
+        else:
+            try:
+                memory = parse_bytes(body)
+            except DeviceSpecError:
+                raise DeviceSpecError(
+                    f"cannot read device group {group!r}: {body!r} is neither a size "
+                    f"(e.g. '16GiB') nor a preset ({', '.join(sorted(PRESETS))})"
+                ) from None
         for _ in range(count):
             lid = len(devices)
-            if body.lower() in PRESETS:
+            if memory < 0:
                 devices.append(_preset_device(body.lower(), lid))
             else:
-                try:
-                    memory = parse_bytes(body)
-                except DeviceSpecError:
-                    raise DeviceSpecError(
-                        f"cannot read device group {group!r}: {body!r} is neither a size "
-                        f"(e.g. '16GiB') nor a preset ({', '.join(sorted(PRESETS))})"
-                    ) from None
                 devices.append(Device(name=f"dev_{lid}", memory_bytes=memory, logical_id=lid))
     return devices
 
 
 def devices_from_dicts(items: Iterable[Mapping[str, Any]]) -> list[Device]:
     """Build devices from dicts, filling ``name`` and ``logical_id`` by position when missing."""
-    devices = []
+    devices: list[Device] = []
     for i, item in enumerate(items):
+        if i >= MAX_DEVICES:
+            raise DeviceSpecError(f"at most {MAX_DEVICES} devices can be planned for; describe fewer")
         if not isinstance(item, Mapping):
             raise DeviceSpecError(f"device #{i} must be an object, got {type(item).__name__}")
         values = dict(item)

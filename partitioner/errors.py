@@ -5,6 +5,8 @@ Messages state the rule, then the values, then the fix (torchgpipe's ``BalanceEr
 
 from __future__ import annotations
 
+from typing import Sequence
+
 __all__ = [
     "PartitionError",
     "TraceError",
@@ -29,9 +31,10 @@ class InfeasibleError(PartitionError):
 
 
 class InvalidPlanError(PartitionError):
-    """A plan breaks a rule; ``violations`` lists every broken rule in words."""
+    """A plan breaks a rule; ``violations`` lists every broken rule (typed
+    :class:`partitioner.validate.Violation` records, or strings), each printing as its message."""
 
-    def __init__(self, violations: list[str] | tuple[str, ...]) -> None:
+    def __init__(self, violations: Sequence[object]) -> None:
         self.violations = tuple(violations)
         count = len(self.violations)
         head = f"plan is invalid ({count} violation{'s' if count != 1 else ''}):"

@@ -16,7 +16,7 @@ a person's own ``package.module:factory``, and Hugging Face architectures as ``h
 
 from __future__ import annotations
 
-from .load import ModelSpecError, label, load, parse_overrides
+from .load import ModelSpecError, is_factory, is_hf, label, load, parse_overrides
 from .registry import (
     SPECS,
     ModelSpec,
@@ -33,6 +33,8 @@ __all__ = [
     "label",
     "parse_overrides",
     "ModelSpecError",
+    "is_factory",
+    "is_hf",
     "SPECS",
     "ModelSpec",
     "build",

@@ -42,7 +42,7 @@ def label(spec: str, overrides: Mapping[str, Any] | None = None) -> str:
     return f"{spec}({shown})" if shown else spec
 
 
-def load(spec: str, overrides: Mapping[str, Any] | None = None) -> Loaded:
+def load(spec: str, overrides: Mapping[str, Any] | None = None, reload: bool = False) -> Loaded:
     """Build ``spec`` with ``overrides``; returns ``(module, example_inputs, example_kwargs)``.
 
     Raises :class:`LoaderError` (a ``ValueError``) naming the spec and the fix: an unknown
@@ -61,8 +61,19 @@ def load(spec: str, overrides: Mapping[str, Any] | None = None) -> Loaded:
                 f"size overrides apply to sample and hf: models only; {spec!r} is a factory: "
                 "change its arguments in the factory function instead"
             )
-        module, inputs = load_factory(spec)
+        module, inputs = load_factory(spec, reload=reload)
         return module, inputs, {}
+    _check_known(spec)
+    try:
+        module, inputs = registry.build(spec, **overrides)
+    except LoaderError:
+        raise
+    except (TypeError, ValueError) as exc:
+        raise ModelSpecError(str(exc)) from None
+    return module, inputs, {}
+
+
+def _check_known(spec: str) -> None:
     names = registry.names()
     if spec not in names:
         close = difflib.get_close_matches(spec, names, n=1)
@@ -72,13 +83,6 @@ def load(spec: str, overrides: Mapping[str, Any] | None = None) -> Loaded:
             "Face architecture as hf:<model_type>, or your own factory as package.module:factory "
             "(a function returning (module, example_inputs))"
         )
-    try:
-        module, inputs = registry.build(spec, **overrides)
-    except LoaderError:
-        raise
-    except (TypeError, ValueError) as exc:
-        raise ModelSpecError(str(exc)) from None
-    return module, inputs, {}
 
 
 def parse_overrides(spec: str, items: typing.Sequence[str]) -> dict[str, Any]:
@@ -93,10 +97,8 @@ def parse_overrides(spec: str, items: typing.Sequence[str]) -> dict[str, Any]:
                 "arguments in the factory function instead"
             )
         return {}
-    try:
-        cls = registry.config_class(spec)
-    except ValueError as exc:
-        raise ModelSpecError(str(exc)) from None
+    _check_known(spec)
+    cls = registry.config_class(spec)
     hints = typing.get_type_hints(cls)
     listing = ", ".join(
         f"{f.name} ({getattr(hints[f.name], '__name__', hints[f.name])}, default {f.default!r})"

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import difflib
 import importlib
+import sys
 from types import ModuleType
 from typing import Any
 
@@ -52,14 +53,22 @@ def parse_spec(spec: str) -> tuple[str, str]:
     return module_name, attr
 
 
-def _import(module_name: str, spec: str) -> ModuleType:
+def _import(module_name: str, spec: str, reload: bool = False) -> ModuleType:
     try:
+        if reload and module_name in sys.modules:
+            importlib.invalidate_caches()
+            return importlib.reload(sys.modules[module_name])
         return importlib.import_module(module_name)
     except ImportError as e:
         raise LoaderError(
             f"cannot import module {module_name!r} (from {spec!r}): {e}; check the spelling "
             "and that its folder is on PYTHONPATH (or run from that folder)"
         ) from e
+    except SystemExit as e:
+        raise LoaderError(
+            f"importing module {module_name!r} (from {spec!r}) called sys.exit({e.code!r}); "
+            "a model module must not exit: move that code under `if __name__ == '__main__':`"
+        ) from None
     except Exception as e:  # the module's own code failed while importing
         raise LoaderError(
             f"importing module {module_name!r} (from {spec!r}) raised "
@@ -112,14 +121,15 @@ def _as_inputs(value: Any, where: str) -> tuple[Tensor, ...]:
     )
 
 
-def load_factory(spec: str) -> tuple[nn.Module, tuple[Tensor, ...]]:
+def load_factory(spec: str, reload: bool = False) -> tuple[nn.Module, tuple[Tensor, ...]]:
     """Import ``package.module:factory``, call ``factory()`` and return ``(module, inputs)``.
 
     ``inputs`` is always a tuple of tensors. Every failure raises :class:`LoaderError` naming
     the spec, what went wrong and the fix. Runs the factory's code: see the module docstring.
+    ``reload`` imports the module again, so an edited file takes effect.
     """
     module_name, attr = parse_spec(spec)
-    module = _import(module_name, spec)
+    module = _import(module_name, spec, reload)
     factory = _resolve(module, attr, spec)
     if not callable(factory):
         raise LoaderError(
@@ -128,6 +138,10 @@ def load_factory(spec: str) -> tuple[nn.Module, tuple[Tensor, ...]]:
         )
     try:
         result = factory()
+    except SystemExit as e:
+        raise LoaderError(
+            f"factory {spec!r} called sys.exit({e.code!r}); it must return (module, example_inputs)"
+        ) from None
     except Exception as e:
         raise LoaderError(
             f"factory {spec!r} raised {type(e).__name__}: {e}; it must take no arguments and "

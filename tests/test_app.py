@@ -10,6 +10,7 @@ from streamlit.testing.v1 import AppTest
 
 import partitioner
 import sample_models
+from explorer import compute
 from explorer.config import DEFAULT_MODEL, PLAN_MODES
 from explorer.inputs import ALLOW_USER_MODELS_ENV
 from explorer.sidebar import USER_MODEL
@@ -121,11 +122,11 @@ def test_knobs_are_kept_per_model():
     at = start()
     at.number_input(key="knob_transformer_n_layer").set_value(1).run()
     small = summary(at)
-    assert small["model"] == "transformer (n_layer=1)"
+    assert small["model"] == "transformer(n_layer=1)"
     at.selectbox(key="model").set_value("mlp").run()
     at.selectbox(key="model").set_value("transformer").run()
     assert at.number_input(key="knob_transformer_n_layer").value == 1
-    assert summary(at)["model"] == "transformer (n_layer=1)"
+    assert summary(at)["model"] == "transformer(n_layer=1)"
 
 
 def test_uploaded_node_latencies_are_used_and_bad_files_explained():
@@ -175,7 +176,7 @@ def test_review_page_downloads_and_rejects_bad_plans():
     assert any("not valid JSON" in e for e in errors(at))
     at.text_area(key="plan_paste").set_value(json.dumps({"schema_version": 99})).run()
     at.button(key="plan_paste_load").click().run()
-    assert any("schema_version must be 1" in e for e in errors(at))
+    assert any("schema_version must be one of [1, 2]" in e for e in errors(at))
     at.text_area(key="plan_paste").set_value(json.dumps({"schema_version": 1, "mode": "x"})).run()
     at.button(key="plan_paste_load").click().run()
     assert any("lacks the field" in e for e in errors(at))
@@ -266,3 +267,56 @@ def test_user_models_only_when_the_operator_allows(monkeypatch, tmp_path):
     at.text_input(key="user_factory").set_value("my_models_for_app_test:build").run()
     assert not at.exception and not errors(at)
     assert summary(at)["model"] == "my_models_for_app_test:build" and charts(at)[0] == 1
+
+
+def test_reload_the_model_shows_the_edited_factory(monkeypatch, tmp_path):
+    source = ("import torch\n"
+              "def build():\n"
+              "    layers = [torch.nn.Linear(64, 64) for _ in range({n})]\n"
+              "    return torch.nn.Sequential(*layers), (torch.randn(2, 64),)\n")
+    path = tmp_path / "my_models_for_reload_test.py"
+    path.write_text(source.format(n=2))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setenv(ALLOW_USER_MODELS_ENV, "1")
+    at = start()
+    at.selectbox(key="model").set_value(USER_MODEL).run()
+    at.number_input(key="dev_count").set_value(4).run()
+    at.text_input(key="dev_memory").set_value("48KiB").run()
+    at.text_input(key="user_factory").set_value("my_models_for_reload_test:build").run()
+    assert not at.exception and not errors(at)
+    before = at.session_state["config"]
+    graph_before = compute.trace(before.model)
+    assert len(graph_before.op_indices) == 2
+    path.write_text(source.format(n=5))  # the person edits their model file
+    at.button(key="user_reload").click().run()
+    assert not at.exception and not errors(at)
+    after = at.session_state["config"]
+    graph_after = compute.trace(after.model)
+    assert len(graph_after.op_indices) == 5 and graph_after.fingerprint() != graph_before.fingerprint()
+    plan = compute.plan(after).plan
+    assert plan is not None and len(plan.node_to_partition()) == 5
+    assert summary(at)["partitions"] == len(plan.partitions)
+
+
+def test_the_app_and_the_command_line_make_the_same_plan(tmp_path):
+    import subprocess
+    import sys
+
+    at = start()
+    at.selectbox(key="model").set_value("mlp").run()
+    at.selectbox(key="mode").set_value("kl_based").run()
+    config = at.session_state["config"]
+    ours = compute.plan(config).plan
+    assert ours is not None
+    count, memory = sample_models.default_devices("mlp")
+    out = tmp_path / "plan.json"
+    cmd = [sys.executable, "-m", "cli", "plan", "mlp", "--devices", f"{count}x{memory}B",
+           "--mode", "kl_based", "--out", str(out)]
+    if config.transfer_rate_bytes_per_s:
+        cmd += ["--transfer-rate", repr(config.transfer_rate_bytes_per_s)]
+    subprocess.run(cmd, check=True, capture_output=True, cwd=Path(APP).parents[1])
+    theirs = partitioner.Plan.from_json(out.read_text())
+    assert theirs.model == ours.model == "mlp"
+    assert theirs.node_to_partition() == ours.node_to_partition()
+    assert theirs.partition_to_devices() == ours.partition_to_devices()
+    assert theirs.latency_s == ours.latency_s and theirs.graph_fingerprint == ours.graph_fingerprint

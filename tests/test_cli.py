@@ -3,7 +3,7 @@ failing case of ``check``, and the helpers and error paths in process.
 
 A subprocess costs about 2 s of torch import plus about 2 s for its first trace (FakeTensorMode
 imports torch._dynamo), so the subprocess cases are few and run in parallel; everything else
-calls :func:`partitioner.cli.main` or the helpers directly.
+calls :func:`cli.main.main` or the helpers directly.
 """
 
 from __future__ import annotations
@@ -21,14 +21,11 @@ import pytest
 import partitioner
 import sample_models
 from partitioner import Plan
-from partitioner.cli import (
-    CLIError,
-    check_plan,
-    describe_devices,
-    main,
-    parse_overrides,
-    read_node_latency,
-)
+from cli.inputs import CLIError, read_node_latency
+from cli.main import main
+from cli.report import describe_devices
+from partitioner.api import check_plan
+from sample_models import parse_overrides
 
 SETTINGS = dict(n_layer=4, hidden=64, in_features=64, out_features=64, batch_size=8)
 SETS = [a for k, v in SETTINGS.items() for a in ("--set", f"{k}={v}")]
@@ -97,7 +94,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory, graph: partitioner.Graph,
         {**base_plan.node_to_partition(), "layers_3": 2}, {0: [0], 1: [1], 2: [2]})
     (work / "moved.json").write_text(two.to_json())
     (work / "my_models.py").write_text(FACTORY)
-    py = [sys.executable, "-m", "partitioner.cli"]
+    py = [sys.executable, "-m", "cli"]
     jobs: dict[str, list[list[str]]] = {
         # plan -> check round trip: the CLI's own plan passes the CI-style check.
         "round_trip": [
@@ -150,7 +147,7 @@ def ok(run: subprocess.CompletedProcess[str], code: int = 0) -> str:
 
 def test_plan_then_check_round_trip_passes(runs):
     out = ok(runs["round_trip"])
-    assert out.startswith("OK: rt.json is valid for mlp(n_layer=4,")
+    assert out.startswith("OK: rt.json is valid for mlp(batch_size=8,hidden=64,in_features=64,n_layer=4,")
     assert "4 partition(s)" in out and "within --max-memory-utilisation 0.9" in out
     work = runs["round_trip"].cwd  # type: ignore[attr-defined]
     plan = Plan.from_json((work / "rt.json").read_text())
@@ -235,7 +232,7 @@ def test_check_plan_messages(graph, base_plan):
         plan = Plan.from_dict(edited(base_plan, edit)) if edit else base_plan
         result = check_plan(plan, graph, devices, **kw)
         assert not result.ok
-        return "\n".join(result.violations)
+        return "\n".join(v.message for v in result.violations)
 
     assert "in no partition: 'relu_1'" in violations(_missing)
     assert "do not exist in the model: 'ghost' (partition 0)" in violations(_unknown)
@@ -266,7 +263,7 @@ def test_check_plan_changed_model_is_a_note_unless_strict(base_plan):
     result = check_plan(base_plan, smaller, devs)
     assert result.ok and "graph changed since the plan was made" in result.notes[0]
     strict = check_plan(base_plan, smaller, devs, strict=True)
-    assert not strict.ok and "drop --strict" in strict.violations[0]
+    assert not strict.ok and "drop --strict" in strict.violations[0].message
 
 
 # --------------------------------------------------------------------------------------------
@@ -288,7 +285,7 @@ def test_bad_inputs_exit_2_with_the_fix(capsys, tmp_path):
     code, _, err = run_main(capsys, "plan", "mlp", "--set", "n_layer=four")
     assert code == 2 and "n_layer of model 'mlp' must be an int (e.g. n_layer=4)" in err
     code, _, err = run_main(capsys, "plan", "my_models:tiny", "--set", "n_layer=3", "--devices", "1x1MiB")
-    assert code == 2 and "--set applies to sample models only" in err
+    assert code == 2 and "--set applies to sample and hf: models only" in err
     code, _, err = run_main(capsys, "compare", "my_models:tiny")
     assert code == 2 and "--devices is required for 'my_models:tiny'" in err
     code, _, err = run_main(capsys, "plan", *MODEL, "--mode", "aot_based")
@@ -339,9 +336,9 @@ def test_plan_summary_aot_mapping_and_node_latency(capsys, tmp_path, base_plan):
     code, out, _ = run_main(capsys, "plan", *MODEL, "--devices", DEVICES, "--node-latency", str(csv_file),
                             "--out", "-")
     plan = Plan.from_json(out)
-    assert plan.options_dict["node_latency"] == "given" and plan.partitions[0].latency_s >= 1.2
+    assert plan.options.node_latency is not None and plan.partitions[0].latency_s >= 1.2
     (tmp_path / "bad.csv").write_text("layers_0,0.5\n")
-    with pytest.raises(CLIError, match="bad.csv, line 1: expected 3 columns"):
+    with pytest.raises(CLIError, match="bad.csv line 1: expected the columns name,mem_s,compute_s"):
         read_node_latency(str(tmp_path / "bad.csv"))
     (tmp_path / "ghost.json").write_text('{"ghost": [1, 1]}')
     code, _, err = run_main(capsys, "plan", *MODEL, "--devices", DEVICES, "--node-latency",
@@ -378,7 +375,7 @@ def test_compare_table(capsys):
 def test_helpers():
     assert parse_overrides("transformer", ["n_layer=2", "bias=false", "tie_weights=1"]) == {
         "n_layer": 2, "bias": False, "tie_weights": True}
-    with pytest.raises(CLIError, match="--set expects KEY=VALUE \\(got 'n_layer'\\)"):
+    with pytest.raises(ValueError, match="--set expects KEY=VALUE \\(got 'n_layer'\\)"):
         parse_overrides("mlp", ["n_layer"])
     assert describe_devices(partitioner.parse_devices("2xa100-40gb,1x8GiB")) == (
         "3 devices (2 x a100-40gb (40 GiB) + 1 x 8 GiB)")

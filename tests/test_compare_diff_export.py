@@ -14,10 +14,13 @@ import torch
 import partitioner
 import sample_models
 from partitioner import Device, PartitionError
-from partitioner.compare import ModeResult, best_mode, compare_modes, format_comparison
+from partitioner.compare import ModeResult, best_mode, compare_modes
+from partitioner.costs import NEAR_TIE
 from partitioner.testing.synthetic import synthetic_graph
 from partitioner.units import format_seconds
-from partitioner.diff import diff_plans, format_diff
+from cli.diff_report import format_diff
+from cli.report import format_comparison
+from partitioner.diff import diff_plans
 from partitioner.export import (
     ExportError,
     export_plan,
@@ -94,7 +97,12 @@ def test_format_comparison_marks_best_and_shows_errors():
     ]
     assert best_mode(results) == "c"  # ties within float noise go to fewer partitions
     text = format_comparison(results)
-    assert "c*" in text and "failed: it broke: - here" in text and "lowest latency: c" in text
+    assert "c*" in text and "failed: it broke: - here" in text and "best: c" in text
+    # A plan with more partitions must earn them: within NEAR_TIE of the fastest, fewer win.
+    near = [ModeResult("many", 1e-3, 94, 0.5, 0.1, None, None),
+            ModeResult("few", 1e-3 * (1 + NEAR_TIE / 2), 3, 0.5, 0.1, None, None),
+            ModeResult("slow", 1e-3 * (1 + 2 * NEAR_TIE), 1, 0.5, 0.1, None, None)]
+    assert best_mode(near) == "few"
     assert format_seconds(2.25e-5) == "22.5 us" and format_seconds(1.5) == "1.5 s"
     assert format_seconds(math.inf) == "inf (cycle)" and format_seconds(None) == "-"
 

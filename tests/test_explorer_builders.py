@@ -16,6 +16,7 @@ import sample_models
 from explorer import editing, figures, inputs, tables, teaching
 from explorer.config import ModelChoice, PlanConfig, device_key, devices_from_key
 from partitioner import Device, Plan
+from partitioner.api import partition_with
 from partitioner.compare import ModeResult, compare_modes
 from partitioner.render import CRITICAL_COLOUR, WARNING_COLOUR, device_colours
 from partitioner.testing.synthetic import synthetic_graph
@@ -285,7 +286,7 @@ def test_parse_node_latency_json_and_csv_forms():
     ("{nope", "x.json", "not valid JSON"),
     ('{"fc1": [1]}', "x.json", "needs a pair"),
     ('{"fc1": [1, -2]}', "x.json", ">= 0"),
-    ("node,time\nfc1,1\n", "x.csv", "name, mem_s, compute_s"),
+    ("node,time\nfc1,1\n", "x.csv", "name,mem_s,compute_s"),
     ("name,mem_s,compute_s\nfc1,abc,1\n", "x.csv", "line 2"),
 ])
 def test_parse_node_latency_errors(text, name, message):
@@ -330,10 +331,10 @@ def test_edits_that_break_rules_are_scored_and_explained(mlp):
     edit = editing.edit_from_plan(plan, "test")
     crowded = editing.place_partition(edit, 1, [0])
     scored = editing.evaluate_edit(crowded, mlp, devices)
-    assert any("move nodes to another device or add memory" in v for v in scored.violations(mlp))
+    assert any("move nodes to another device or add memory" in v.message for v in scored.violations(mlp))
     first = plan.partitions[0].node_names[0]
     cyclic = editing.evaluate_edit(editing.move_node(edit, first, 1), mlp, devices)
-    assert any("cycle" in v for v in cyclic.violations(mlp))
+    assert any("cycle" in v.message for v in cyclic.violations(mlp))
     replicated = editing.place_partition(edit, 0, [1, 0, 1])
     assert replicated["partition_to_devices"]["0"] == [0, 1]
 
@@ -373,9 +374,9 @@ def test_plan_config_is_hashable_and_feeds_partition(mlp):
     names = {n.name for n in mlp.nodes}
     node = next(n for n in ("linear", "layers_0") if n in names)
     config = PlanConfig.build(ModelChoice("mlp"), devices, node_latency={node: (1e-6, 2e-6)})
-    plan = partitioner.partition(mlp, config.device_list(), mode=config.mode, **config.partition_kwargs())
-    assert plan.options_dict.get("node_latency") == "given"
-    assert ModelChoice("mlp", (("n_layer", 4),)).label == "mlp (n_layer=4)"
+    plan = partition_with(mlp, config.device_list(), config.mode, config.options)
+    assert plan.options.node_latency == ((node, (1e-6, 2e-6)),)
+    assert ModelChoice("mlp", (("n_layer", 4),)).label == "mlp(n_layer=4)" == sample_models.label("mlp", {"n_layer": 4})
 
 
 def test_pure_builders_import_no_streamlit():

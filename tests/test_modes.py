@@ -49,10 +49,10 @@ def test_partition_latency_is_critical_path_inside(worked_example):
 def test_single_partition_when_model_fits_one_device(worked_example):
     graph, a = worked_example
     plan = partitioner.partition(graph, devices(2, 10_000), mode="cost_aware")
-    assert len(plan.partitions) == 1 and plan.options_dict["single_partition"] is True
+    assert len(plan.partitions) == 1 and plan.provenance.single_partition is True
     assert plan.partitions[0].memory_bytes == graph.total_size_bytes
     forced = partitioner.partition(graph, devices(2, 10_000), mode="size_based", force_partition=True)
-    assert "single_partition" not in forced.options_dict
+    assert forced.provenance.single_partition is False
 
 
 def test_model_larger_than_all_devices(worked_example):

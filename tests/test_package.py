@@ -8,7 +8,7 @@ import partitioner
 
 def test_library_imports_no_ui_code():
     code = (
-        "import sys, partitioner, partitioner.cli, partitioner.render, partitioner.compare, "
+        "import sys, partitioner, partitioner.api, partitioner.render, partitioner.compare, "
         "partitioner.diff, partitioner.export; "
         "bad = sorted(m for m in sys.modules if m.split('.')[0] in {'streamlit', 'plotly', 'pandas', 'graphviz'}); "
         "print(','.join(bad))"

@@ -8,6 +8,7 @@ from hypothesis import strategies as st
 
 import partitioner
 from partitioner import Device, InfeasibleError, Plan
+from partitioner.options import PartitionOptions
 from partitioner.testing.synthetic import synthetic_graph
 
 MODES = ["size_based", "cost_aware", "kl_based"]
@@ -112,7 +113,7 @@ def test_partition_latency_matches_brute_force(problem):
                             rel_tol=1e-9, abs_tol=1e-9)
     cyclic = not nx.is_directed_acyclic_graph(nx.DiGraph([(e.src, e.dst) for e in plan.edges]))
     assert cyclic == math.isinf(plan.latency_s)
-    assert cyclic == any("cycle" in v for v in plan.violations(graph))
+    assert cyclic == any("cycle" in v.message for v in plan.violations(graph))
 
 
 @settings(max_examples=30, deadline=None)
@@ -148,7 +149,7 @@ def test_incremental_device_memory_equals_full_recompute(problem, moves):
     part = [-1] * len(graph)
     for i, v in enumerate(ops):
         part[v] = i % k
-    state = _State(_problem(graph, devices, rate, latency, {}), Assignment(part, [[d] for d in range(k)]))
+    state = _State(_problem(graph, devices, PartitionOptions.build(transfer_rate_bytes_per_s=rate, node_latency=latency)), Assignment(part, [[d] for d in range(k)]))
     for a, b in moves:
         v, q = ops[a % len(ops)], b % k
         if q == state.part[v]:
@@ -174,7 +175,7 @@ def test_moves_off_the_critical_path_never_shorten_it(problem):
     part = [-1] * len(graph)
     for i, v in enumerate(graph.op_indices):
         part[v] = (i * 7 // 3) % k
-    state = _State(_problem(graph, devices, rate, latency, {}), Assignment(part, [[d] for d in range(k)]))
+    state = _State(_problem(graph, devices, PartitionOptions.build(transfer_rate_bytes_per_s=rate, node_latency=latency)), Assignment(part, [[d] for d in range(k)]))
     if not math.isfinite(state.latency):
         return
     for v in graph.op_indices:

@@ -7,14 +7,7 @@ import streamlit as st
 from explorer import compute, panels, sidebar, state
 
 
-def _open_mode(mode: str) -> None:
-    st.session_state["mode"] = mode
-    st.session_state["compare_goto_explore"] = True
-
-
 def main() -> None:
-    if st.session_state.pop("compare_goto_explore", False):
-        st.switch_page("views/explore.py")
     config = state.current_config()
     if config is None or state.load_graph(config) is None:
         return
@@ -32,7 +25,7 @@ def main() -> None:
     if good:
         cols = st.columns(len(good))
         for col, mode in zip(cols, good):
-            col.button(f"Open {mode} on Explore", key=f"compare_open_{mode}", on_click=_open_mode, args=(mode,))
+            col.button(f"Open {mode} on Explore", key=f"compare_open_{mode}", on_click=state.open_page, args=("views/explore.py", mode))
 
 
 main()

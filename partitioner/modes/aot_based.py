@@ -15,17 +15,17 @@ __all__ = ["partition"]
 
 def partition(problem: Problem) -> Assignment:
     graph = problem.graph
-    node_to_partition = problem.options.get("node_to_partition")
-    partition_to_devices = problem.options.get("partition_to_devices")
-    if not node_to_partition or not partition_to_devices:
+    aot = problem.options.aot
+    if aot is None or not aot.node_to_partition or not aot.partition_to_devices:
         raise PartitionError(
             "mode 'aot_based' needs node_to_partition ({node name: partition id}) and "
             "partition_to_devices ({partition id: [logical device ids]}); pass both, e.g. from "
             "a saved plan's node_to_partition() and partition_to_devices()"
         )
-    pids = sorted({int(p) for p in node_to_partition.values()})
+    node_to_partition = dict(aot.node_to_partition)
+    pids = sorted(set(node_to_partition.values()))
     index = {p: i for i, p in enumerate(pids)}
-    devices = {int(k): [int(d) for d in v] for k, v in partition_to_devices.items()}
+    devices = {k: list(v) for k, v in aot.partition_to_devices}
     problems = []
     unknown = sorted(n for n in node_to_partition if n not in graph.index)
     if unknown:
@@ -47,5 +47,5 @@ def partition(problem: Problem) -> Assignment:
     part = [-1] * len(graph)
     for name, p in node_to_partition.items():
         if graph.nodes[graph.index[name]].is_op:
-            part[graph.index[name]] = index[int(p)]
+            part[graph.index[name]] = index[p]
     return Assignment(part, [devices[p] for p in pids])

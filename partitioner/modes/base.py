@@ -7,14 +7,16 @@ Modes propose; :func:`partitioner.partition` applies (torch.fx's capability part
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Sequence
 
-from ..devices import Device, format_bytes
+from ..costs import CostModel, best_index
+from ..devices import Device
 from ..errors import InfeasibleError
 from ..graph import Graph
-from ..plan import CostModel
+from ..options import PartitionOptions
+from ..units import format_bytes
 
-__all__ = ["Problem", "Assignment", "node_alone_bytes", "largest_node_check"]
+__all__ = ["Problem", "Assignment", "pick_best", "node_alone_bytes", "largest_node_check"]
 
 
 @dataclass
@@ -30,7 +32,7 @@ class Problem:
     graph: Graph
     devices: list[Device]
     cost: CostModel
-    options: dict[str, Any] = field(default_factory=dict)
+    options: PartitionOptions = field(default_factory=PartitionOptions)
 
     @property
     def capacity(self) -> dict[int, int]:
@@ -57,17 +59,12 @@ class Problem:
 
 
 def pick_best(problem: Problem, candidates: Sequence[Assignment]) -> Assignment:
-    """The feasible candidate with the lowest latency; among latencies equal up to rounding,
-    the one with the fewest partitions (a plan of 50 partitions that is no faster than one of 3
-    only makes review harder)."""
-    scored = []
-    for a in candidates:
-        count = len({p for p in a.part if p >= 0})
-        scored.append((not problem.fits(a), problem.latency(a), count, a))
-    feasible = [s for s in scored if not s[0]] or scored
-    best = min(s[1] for s in feasible)
-    close = [s for s in feasible if s[1] <= best + 1e-9 * max(1.0, abs(best))]
-    return min(close, key=lambda s: (s[2], s[1]))[3]
+    """The feasible candidate the one best-plan rule prefers (:func:`partitioner.costs.best_index`:
+    lowest latency, fewer partitions winning near ties); infeasible ones only when none fits."""
+    feasible = [a for a in candidates if problem.fits(a)] or list(candidates)
+    scores = [(problem.latency(a), len({p for p in a.part if p >= 0})) for a in feasible]
+    best = best_index(scores)
+    return feasible[0 if best is None else best]
 
 
 def node_alone_bytes(graph: Graph, v: int) -> int:
@@ -87,74 +84,3 @@ def largest_node_check(graph: Graph, devices: Sequence[Device]) -> None:
             f"inputs but the largest device has {format_bytes(room)} ({room} B); add memory to a "
             "device or shrink that layer"
         )
-
-
-def initial_fill(problem: Problem) -> Assignment:
-    """Contiguous fill; when fragmentation leaves a node nowhere to go, a tighter packing."""
-    try:
-        return fill_in_order(problem, problem.graph.op_indices)
-    except InfeasibleError as first:
-        try:
-            return fill_in_order(problem, problem.graph.op_indices, pack=True)
-        except InfeasibleError:
-            raise first from None
-
-
-def fill_in_order(problem: Problem, order: Sequence[int], pack: bool = False) -> Assignment:
-    """Greedy fill in topological order (the reference's ``size_based`` idea).
-
-    Keep adding nodes to the open partition while its device has room; otherwise open a new
-    partition on an unused device (largest first), or, when none is left, on the used device
-    where the node costs least room (an input already held there is not stored twice). With
-    ``pack``, every node goes to the device with the least room that still holds it (best fit,
-    as the reference's device mapping does): fewer gaps, more partitions. O(N + E), or
-    O(N D + E) for D devices with ``pack``.
-    """
-    graph = problem.graph
-    part = [-1] * len(graph)
-    devices_of: list[list[int]] = []
-    free = {d.logical_id: d.memory_bytes for d in problem.devices}
-    held: dict[int, set[int]] = {d.logical_id: set() for d in problem.devices}
-    unused = [d.logical_id for d in problem.devices_by_memory()]
-    out, total, preds = graph.output_bytes, graph.total_bytes, graph.preds
-
-    def extra(v: int, d: int) -> int:
-        return total[v] + sum(out[u] for u in preds[v] if u not in held[d])
-
-    current = -1
-    for v in order:
-        device = devices_of[current][0] if current >= 0 else -1
-        if pack:
-            fits = [d for d in free if extra(v, d) <= free[d]]
-            if fits:
-                best = min(fits, key=lambda d: (free[d] - extra(v, d), d))
-                if best != device:
-                    device = best
-                    if device in unused:
-                        unused.remove(device)
-                    devices_of.append([device])
-                    current = len(devices_of) - 1
-        if device < 0 or extra(v, device) > free[device]:
-            alone = node_alone_bytes(graph, v)
-            fresh = [d for d in unused if free[d] >= alone]
-            if fresh:
-                device = fresh[0]
-                unused.remove(device)
-            else:
-                used = [d for d in free if d not in unused]
-                device = max(used, key=lambda d: (free[d] - extra(v, d), -d))
-                if extra(v, device) > free[device]:
-                    node = graph.nodes[v]
-                    raise InfeasibleError(
-                        f"size-based fill ran out of memory at node {node.name!r}: it needs "
-                        f"{format_bytes(extra(v, device))} more on device {device} but only "
-                        f"{format_bytes(free[device])} is free there (and less elsewhere); add a "
-                        "device or memory, or try mode 'cost_aware'"
-                    )
-            devices_of.append([device])
-            current = len(devices_of) - 1
-        free[device] -= extra(v, device)
-        held[device].add(v)
-        held[device].update(preds[v])
-        part[v] = current
-    return Assignment(part, devices_of)

@@ -11,25 +11,25 @@ critical path, and neighbouring partitions on the same devices are merged whenev
 latency does not grow. A Kernighan-Lin pass then moves boundary nodes
 between devices. The coarse start (one partition per device, refined) is scored too and the
 lower latency wins, fewer partitions breaking ties. Both run from the contiguous fill and from a
-best-fit packing (see :func:`kl_based.starts`). O(budget * (N + E)).
+best-fit packing (see :func:`size_based.starts`). O(budget * (N + E)).
 """
 
 from __future__ import annotations
 
 from .base import Assignment, Problem, pick_best
-from .kl_based import starts
 from .search import default_budget, improve_by_moves, merge_partitions
+from .size_based import starts
 
 __all__ = ["partition", "search"]
 
 
 def partition(problem: Problem) -> Assignment:
-    return search(problem, int(problem.options.get("search_budget") or default_budget(problem)))
+    return search(problem, problem.options.search_budget or default_budget(problem))
 
 
 def search(problem: Problem, budget: int, begin: list[Assignment] | None = None) -> Assignment:
     """The cost-aware search with ``budget`` cost-model evaluations, from ``begin`` (default:
-    :func:`kl_based.starts`)."""
+    :func:`size_based.starts`)."""
     graph = problem.graph
     begin = begin or starts(problem)
     candidates = [improve_by_moves(problem, a, budget // (2 * len(begin)), swaps=False) for a in begin]

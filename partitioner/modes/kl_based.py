@@ -14,27 +14,16 @@ the lowest latency wins. O(budget * (N + E)); the budget defaults to
 
 from __future__ import annotations
 
-from ..errors import InfeasibleError
-from .base import Assignment, Problem, fill_in_order, initial_fill, pick_best
+from . import cost_aware
+from .base import Assignment, Problem, pick_best
 from .search import default_budget, improve_by_moves
+from .size_based import starts
 
-__all__ = ["partition", "starts"]
-
-
-def starts(problem: Problem) -> list[Assignment]:
-    """The contiguous fill and, where it exists, the best-fit packing."""
-    found = [initial_fill(problem)]
-    try:
-        found.append(fill_in_order(problem, problem.graph.op_indices, pack=True))
-    except InfeasibleError:
-        pass
-    return found
+__all__ = ["partition"]
 
 
 def partition(problem: Problem) -> Assignment:
-    from . import cost_aware  # cost_aware imports starts() from here
-
-    budget = int(problem.options.get("search_budget") or default_budget(problem))
+    budget = problem.options.search_budget or default_budget(problem)
     begin = starts(problem)
     results = [improve_by_moves(problem, a, budget // (3 * len(begin)), swaps=True) for a in begin]
     merged = cost_aware.search(problem, budget // 3, begin)

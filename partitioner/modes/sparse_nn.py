@@ -12,7 +12,7 @@ devices. O(N log N + E).
 
 from __future__ import annotations
 
-from ..devices import format_bytes
+from ..units import format_bytes
 from ..errors import InfeasibleError
 from .base import Assignment, Problem
 

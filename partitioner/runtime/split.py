@@ -14,6 +14,7 @@ from torch.fx.passes.split_module import split_module
 from ..errors import InvalidPlanError, PartitionError
 from ..graph import Graph
 from ..plan import Plan
+from ..validate import DEVICE_KINDS
 
 __all__ = ["split"]
 
@@ -25,7 +26,7 @@ def split(plan: Plan, graph: Graph) -> fx.GraphModule:
             f"graph {graph.name!r} has no traced module to split (it was built by hand); "
             "use partitioner.trace(model, example_inputs)"
         )
-    problems = [p for p in plan.violations(graph) if "device" not in p]
+    problems = [v for v in plan.violations(graph) if v.kind not in DEVICE_KINDS]
     if problems:
         raise InvalidPlanError(problems)
     mapping = plan.node_to_partition()

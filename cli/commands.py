@@ -1,0 +1,308 @@
+"""The plan commands: plan, check, render, compare, diff, export.
+
+Each command module registers itself with ``register(subparsers)``; :mod:`cli.main` dispatches.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any, Callable
+
+import sample_models
+from partitioner import PRESETS, parse_devices
+from partitioner.api import check_plan, partition_with
+from partitioner.compare import compare_modes, default_modes
+from partitioner.diff import diff_plans
+from partitioner.errors import PartitionError
+from partitioner.export import EXPORT_KINDS, ExportError, export_plan, read_aot_mapping
+from partitioner.modes import DEFAULT_MODE, MODES
+from partitioner.options import AotMapping
+from partitioner.units import format_seconds
+
+from .diff_report import format_diff
+from .inputs import (EXIT_FAIL, EXIT_OK, CLIError, add_cost_arguments, add_model_arguments,
+                     load_model, load_plan, partition_options, positive_float, read_json,
+                     read_node_latency, resolve_devices, write_output)
+from .report import describe_devices, format_comparison, format_plan_summary
+
+__all__ = ["register", "COMMON_EPILOG"]
+
+
+def cmd_plan(args: argparse.Namespace) -> int:
+    if args.out == "-" and args.export and args.export_out == "-":
+        raise CLIError("--out - and --export-out - both write to stdout; send one to a file")
+    if args.export and not args.export_out:
+        raise CLIError(f"--export {args.export} needs --export-out FILE (or - for stdout)")
+    mode = args.mode or ("aot_based" if args.aot_mapping else DEFAULT_MODE)
+    mapping: dict[str, Any] = {}
+    if args.aot_mapping:
+        if mode != "aot_based":
+            raise CLIError(f"--aot-mapping is for --mode aot_based (got --mode {mode}); drop one")
+        try:
+            n2p, p2d = read_aot_mapping(read_json(args.aot_mapping, "aot mapping file"))
+        except PartitionError as exc:
+            raise CLIError(f"aot mapping file {args.aot_mapping}: {exc}") from None
+        mapping = {"node_to_partition": n2p, "partition_to_devices": p2d}
+    elif mode == "aot_based":
+        raise CLIError("--mode aot_based needs --aot-mapping FILE (a plan JSON, an fx-aot export, or "
+                       '{"node_to_partition": {...}, "partition_to_devices": {...}})')
+    model = load_model(args.model, args.set, args.devices)
+    devices = resolve_devices(args.devices, model)
+    options = partition_options(args)
+    if mapping:
+        options = options.replace(aot=AotMapping.build(mapping["node_to_partition"], mapping["partition_to_devices"]))
+    plan = partition_with(model.graph, devices, mode, options)
+    try:
+        exported = export_plan(plan, args.export, model.graph) if args.export else None
+    except ExportError as exc:
+        raise CLIError(f"{exc} (nothing was written; run without --export to save the plan)",
+                       EXIT_FAIL) from None
+    if args.out != "-" and args.export_out != "-":
+        print(format_plan_summary(plan, model.graph))
+    if args.out:
+        write_output(args.out, plan.to_json(), "plan")
+    if exported is not None:
+        write_output(args.export_out, json.dumps(exported, indent=2), f"{args.export} export")
+    return EXIT_OK
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    plan = load_plan(args.plan)
+    model = load_model(args.model, args.set)
+    devices = parse_devices(args.devices) if args.devices else list(plan.devices)
+    rate = args.transfer_rate  # None: the rate the plan was made with
+    node_latency = read_node_latency(args.node_latency) if args.node_latency else None
+    result = check_plan(plan, model.graph, devices, rate, node_latency, args.max_latency,
+                        args.max_memory_utilisation, args.strict)
+    for note in result.notes:
+        print(f"note: {note}", file=sys.stderr)
+    where = f"{model.label} on {describe_devices(devices)}"
+    name = "<stdin>" if args.plan == "-" else args.plan
+    if result.ok:
+        ev = result.evaluated
+        assert ev is not None  # no violation means the plan was scored
+        budgets = []
+        if args.max_latency is not None:
+            budgets.append(f"--max-latency {args.max_latency:g} s")
+        if args.max_memory_utilisation is not None:
+            budgets.append(f"--max-memory-utilisation {args.max_memory_utilisation:g}")
+        within = f"; within {' and '.join(budgets)}" if budgets else ""
+        print(
+            f"OK: {name} is valid for {where}: {len(ev.partitions)} partition(s), latency "
+            f"{format_seconds(ev.latency_s)}, peak memory utilisation {ev.memory_utilisation():.1%}{within}"
+        )
+        return EXIT_OK
+    count = len(result.violations)
+    print(f"FAIL: {name} is not valid for {where}: {count} violation{'s' if count != 1 else ''}")
+    for i, v in enumerate(result.violations, start=1):
+        print(f"  {i}. {v}")
+    return EXIT_FAIL
+
+
+def cmd_render(args: argparse.Namespace) -> int:
+    plan = load_plan(args.plan)
+    fmt = args.format
+    if fmt is None:
+        suffix = Path(args.out).suffix.lower().lstrip(".") if args.out != "-" else ""
+        fmt = suffix if suffix in ("svg", "png", "dot") else "svg"
+    from partitioner.render import plan_to_dot, render_dot
+
+    source = plan_to_dot(plan)
+    data: str | bytes = source if fmt == "dot" else render_dot(source, fmt)
+    write_output(args.out, data, f"{fmt} drawing")
+    return EXIT_OK
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    model = load_model(args.model, args.set, args.devices)
+    devices = resolve_devices(args.devices, model)
+    modes = None
+    if args.modes:
+        modes = [m.strip() for item in args.modes for m in item.split(",") if m.strip()]
+    results = compare_modes(model.graph, devices, modes, options=partition_options(args))
+    if args.json:
+        print(json.dumps({
+            "model": model.label,
+            "graph_fingerprint": model.graph.fingerprint(),
+            "devices": [d.to_dict() for d in devices],
+            "results": [r.to_dict(include_plan=args.include_plans) for r in results],
+        }, indent=2))
+    else:
+        print(f"model {model.label} on {describe_devices(devices)}")
+        print()
+        print(format_comparison(results))
+    return EXIT_OK if any(r.ok for r in results) else EXIT_FAIL
+
+
+def cmd_diff(args: argparse.Namespace) -> int:
+    a, b = load_plan(args.a), load_plan(args.b)
+    d = diff_plans(a, b)
+    if args.json:
+        print(json.dumps(d.to_dict(), indent=2))
+    else:
+        print(format_diff(d, args.a, args.b))
+    return EXIT_FAIL if args.exit_code and not d.is_empty else EXIT_OK
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    if args.set and not args.model:
+        raise CLIError("--set needs MODEL (the sample model it configures)")
+    plan = load_plan(args.plan)
+    graph = load_model(args.model, args.set).graph if args.model else None
+    data = export_plan(plan, args.kind, graph)
+    write_output(args.out, json.dumps(data, indent=2), f"{args.kind} export")
+    return EXIT_OK
+
+
+COMMON_EPILOG = """
+exit codes: 0 ok; 1 the plan does not fit (violations, budgets, no plan found);
+            2 usage error or bad input; 3 internal error (rerun with --debug, report it)
+"""
+
+EXAMPLES = {
+    "plan": """examples:
+  partition-explorer plan mlp                                  # sample model, its default devices
+  partition-explorer plan transformer --set n_layer=8 --devices 4x16GiB --mode cost_aware --out plan.json
+  partition-explorer plan mlp --devices 4x1536KiB --mode kl_based --transfer-rate 25e9
+  partition-explorer plan my_models:build --devices 2xa100-40gb,1x8GiB --out - > plan.json
+  partition-explorer plan mlp --mode aot_based --aot-mapping edited_plan.json --out plan.json
+  partition-explorer plan mlp --export pipeline-split-spec --export-out split.json
+
+MODEL is a sample model ({models}) or
+package.module:factory, a function taking no arguments that returns (module, example_inputs),
+importable from the working folder or PYTHONPATH.
+SPEC: COUNTxSIZE groups (units B, KiB, MiB, GiB, KB, MB, GB; e.g. 4x1536KiB), mixed groups
+(2x16GiB,1x8GiB), a JSON devices file, or presets (2xa100-40gb) of:
+  {presets}.
+--node-latency FILE: JSON {{"node": [mem_s, compute_s]}} or CSV name,mem_s,compute_s.
+""",
+    "check": """examples:
+  partition-explorer check plan.json transformer --devices 4x16GiB
+  partition-explorer check plan.json transformer --devices 4x16GiB --max-memory-utilisation 0.9
+  partition-explorer check plan.json my_models:build --max-latency 0.002
+
+Re-traces MODEL and validates the plan against it and the devices (default: the devices
+recorded in the plan). Every violation is listed: a node missing from the plan or unknown to
+the model, memory over a device's capacity (with the figures), a cycle between partitions, an
+unknown device, a budget exceeded. Exit 0 and "OK: ..." when valid, exit 1 otherwise.
+""",
+    "render": """examples:
+  partition-explorer render plan.json --out plan.svg
+  partition-explorer render plan.json --format png --out plan.png
+  partition-explorer render plan.json --format dot --out - | dot -Tpdf > plan.pdf
+
+Draws the partition DAG as the app does: BFS levels as ranks, a colour per device, edges
+labelled with the bytes crossing, the critical path in red, partitions over capacity outlined.
+svg and png need Graphviz's `dot` program; dot needs nothing.
+""",
+    "compare": """examples:
+  partition-explorer compare transformer
+  partition-explorer compare mlp --devices 4x1536KiB --transfer-rate 25e9
+  partition-explorer compare dlrm --modes size_based,sparse_nn --json
+
+Runs every mode but aot_based (or --modes) on the same model and devices; a mode that fails
+shows its error in the table. Exit 1 only when every mode failed.
+""",
+    "diff": """examples:
+  partition-explorer diff old.json new.json
+  partition-explorer diff old.json new.json --json
+  partition-explorer diff committed.json fresh.json --exit-code   # CI: fail when the plan changed
+
+Partitions are matched by id; nodes by name.
+""",
+    "export": """examples:
+  partition-explorer export plan.json --kind fx-aot --out aot.json
+  partition-explorer export plan.json transformer --kind pipeline-split-spec --out split.json
+
+fx-aot: {"node_to_partition": {node: pid}, "partition_to_logical_device_mapping": {pid: [ids]},
+"devices": [...]}: the mappings of torch.fx.experimental.partitioner_utils.PartitionerConfig
+(aot_based mode); partitioner.export.to_reference_config builds that config with fx.Node keys.
+pipeline-split-spec: {"split_spec": {"<module path>": "beginning"}, "stages": [...]} for
+torch.distributed.pipelining.pipeline(module, args, split_spec={k: SplitPoint.BEGINNING ...});
+needs MODEL, and a plan whose partitions run one after another, each starting at a submodule.
+""",
+}
+
+
+
+
+def _command(sub: Any, common: argparse.ArgumentParser, name: str, help_text: str, func: Callable[[argparse.Namespace], int]) -> argparse.ArgumentParser:
+        epilog = EXAMPLES[name]
+        if name == "plan":
+            epilog = epilog.format(models=", ".join(sample_models.names()),
+                                   presets=", ".join(sorted(PRESETS)))
+        p = sub.add_parser(name, help=help_text, description=help_text, parents=[common],
+                           formatter_class=argparse.RawDescriptionHelpFormatter,
+                       epilog=epilog + COMMON_EPILOG)
+        p.set_defaults(func=func)
+        return p
+
+
+def register(sub: Any, common: argparse.ArgumentParser) -> None:
+    """Add the plan commands to ``sub`` (the parser's subparsers)."""
+    p = _command(sub, common, "plan", "partition a model over devices and print (or save) the plan", cmd_plan)
+    add_model_arguments(p)
+    p.add_argument("--devices", metavar="SPEC",
+                   help="devices: 4x16GiB, 2xa100-40gb, 2x16GiB,1x8GiB or devices.json "
+                        "(default for sample models: their default devices)")
+    p.add_argument("--mode", choices=list(MODES),
+                   help=f"partition mode (default {DEFAULT_MODE}; aot_based with --aot-mapping)")
+    add_cost_arguments(p)
+    p.add_argument("--aot-mapping", metavar="FILE",
+                   help="for aot_based: a plan JSON, an fx-aot export, or "
+                        '{"node_to_partition": {...}, "partition_to_devices": {...}}')
+    p.add_argument("--out", metavar="FILE",
+                   help="write the plan JSON here (the summary still prints); - writes the JSON to "
+                        "stdout instead of the summary")
+    p.add_argument("--export", choices=list(EXPORT_KINDS), help="also export the plan as KIND")
+    p.add_argument("--export-out", metavar="FILE",
+                   help="where --export writes; - writes it to stdout instead of the summary")
+
+    p = _command(sub, common, "check", "validate a plan against the model and devices; exit 1 on any violation",
+                cmd_check)
+    p.add_argument("plan", metavar="PLAN.json", help="the plan file (- for stdin)")
+    add_model_arguments(p)
+    p.add_argument("--devices", metavar="SPEC",
+                   help="devices to check against (default: the devices recorded in the plan)")
+    add_cost_arguments(p, partitioning=False)
+    p.add_argument("--max-latency", metavar="SECONDS", type=positive_float,
+                   help="fail when the end-to-end latency exceeds this many seconds")
+    p.add_argument("--max-memory-utilisation", metavar="FRACTION", type=positive_float,
+                   help="fail when any device uses more than this fraction of its memory, e.g. 0.9")
+    p.add_argument("--strict", action="store_true",
+                   help="also fail when the model's graph changed since the plan was made, "
+                        "even if the plan still fits")
+
+    p = _command(sub, common, "render", "draw a plan's partition DAG as SVG, PNG or Graphviz DOT", cmd_render)
+    p.add_argument("plan", metavar="PLAN.json", help="the plan file (- for stdin)")
+    p.add_argument("--format", choices=["svg", "png", "dot"],
+                   help="output format (default: from --out's suffix, else svg)")
+    p.add_argument("--out", metavar="FILE", default="-", help="output file (default - : stdout)")
+
+    p = _command(sub, common, "compare", "run every partition mode on one model and devices, in one table",
+                cmd_compare)
+    add_model_arguments(p)
+    p.add_argument("--devices", metavar="SPEC",
+                   help="devices (default for sample models: their default devices)")
+    p.add_argument("--modes", metavar="MODE,...", action="append",
+                   help=f"modes to run (default: {', '.join(default_modes())})")
+    add_cost_arguments(p)
+    p.add_argument("--json", action="store_true", help="print JSON for machines instead of the table")
+    p.add_argument("--include-plans", action="store_true", help="with --json, include each full plan")
+
+    p = _command(sub, common, "diff", "show what changed between two plans: moved nodes, per-partition deltas",
+                cmd_diff)
+    p.add_argument("a", metavar="A.json", help="the old plan")
+    p.add_argument("b", metavar="B.json", help="the new plan")
+    p.add_argument("--json", action="store_true", help="print JSON for machines")
+    p.add_argument("--exit-code", action="store_true", help="exit 1 when the plans differ")
+
+    p = _command(sub, common, "export", "export a plan for torch: fx-aot mappings or a pipelining split spec",
+                cmd_export)
+    p.add_argument("plan", metavar="PLAN.json", help="the plan file (- for stdin)")
+    add_model_arguments(p, optional=True)
+    p.add_argument("--kind", required=True, choices=list(EXPORT_KINDS), help="export format")
+    p.add_argument("--out", metavar="FILE", default="-", help="output file (default - : stdout)")

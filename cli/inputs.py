@@ -1,0 +1,202 @@
+"""What the command line reads: models (one ``sample_models.load`` for every front end), device
+specs, plan files, node-latency files (the library's one reader), and the shared arguments.
+
+Bad input raises :class:`CLIError` (exit 2 unless said) with a message naming the input and the fix.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+import sample_models
+from partitioner import Device, Graph, Plan, PartitionError, parse_devices, trace
+from partitioner.options import PartitionOptions
+from partitioner.readers import read_node_latency_text
+from partitioner.units import parse_rate
+from sample_models.loader import LoaderError
+
+__all__ = ["CLIError", "EXIT_OK", "EXIT_FAIL", "EXIT_USAGE", "EXIT_INTERNAL", "LoadedModel",
+           "load_model", "resolve_devices", "load_plan", "read_json", "read_text",
+           "read_node_latency", "write_output", "add_model_arguments", "add_cost_arguments",
+           "partition_options", "positive_float", "rate"]
+
+EXIT_OK, EXIT_FAIL, EXIT_USAGE, EXIT_INTERNAL = 0, 1, 2, 3
+MAX_INPUT_BYTES = 256 * 2**20  # larger plan or mapping files are not plans
+
+
+class CLIError(Exception):
+    """Bad input found by the command line itself; ``code`` is the exit status (2 unless said)."""
+
+    def __init__(self, message: str, code: int = EXIT_USAGE) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def read_text(path: str, what: str) -> str:
+    if path == "-":
+        return sys.stdin.read()
+    p = Path(path)
+    if not p.exists():
+        raise CLIError(f"{what} {path!r} does not exist; check the path")
+    if p.is_dir():
+        raise CLIError(f"{what} {path!r} is a folder; give a file")
+    try:
+        if p.stat().st_size > MAX_INPUT_BYTES:
+            raise CLIError(f"{what} {path!r} is larger than {MAX_INPUT_BYTES // 2**20} MiB; give the right file")
+        return p.read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise CLIError(f"{what} {path!r} is not a UTF-8 text file") from None
+    except OSError as exc:
+        raise CLIError(f"cannot read {what} {path!r}: {exc.strerror or exc}") from None
+
+
+def read_json(path: str, what: str) -> Any:
+    text = read_text(path, what)
+    try:
+        return json.loads(text)
+    except RecursionError:
+        raise CLIError(f"{what} {path}: nested too deeply to be valid input; fix the file") from None
+    except json.JSONDecodeError as exc:
+        name = "<stdin>" if path == "-" else path
+        raise CLIError(
+            f"{what} {name}: not valid JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}; "
+            "fix the file, or write it again with `partition-explorer plan ... --out FILE`"
+        ) from None
+
+
+def load_plan(path: str) -> Plan:
+    """A plan file, with errors that name the file (exit 2)."""
+    data = read_json(path, "plan file")
+    try:
+        return Plan.from_dict(data)
+    except PartitionError as exc:
+        raise CLIError(f"plan file {path}: {exc}") from None
+
+
+@dataclass(frozen=True)
+class LoadedModel:
+    graph: Graph
+    label: str  # sample_models.label(spec, overrides): the same name the app records
+    default_devices: str | None  # the sample model's default device spec, None otherwise
+
+
+def load_model(spec: str, sets: Sequence[str] = (), devices: str | None = "") -> LoadedModel:
+    """Build and trace MODEL (a sample model, ``hf:<name>`` or ``package.module:factory``) with
+    ``sample_models.load``. Pass the ``--devices`` value as ``devices`` where the command needs
+    devices: a factory model without them is refused before the (slow) import and trace."""
+    if sample_models.is_factory(spec) and devices is None:
+        raise CLIError(f"--devices is required for {spec!r} (only sample models have default "
+                       "devices); e.g. --devices 4x16GiB")
+    if sample_models.is_factory(spec) and os.getcwd() not in sys.path and "" not in sys.path:
+        sys.path.insert(0, os.getcwd())  # as `python -m` does: factories next to the user
+    try:
+        overrides = sample_models.parse_overrides(spec, list(sets))
+        module, inputs, kwargs = sample_models.load(spec, overrides)
+    except (LoaderError, ValueError) as exc:
+        raise CLIError(str(exc)) from None
+    label = sample_models.label(spec, overrides)
+    trace_kwargs: dict[str, Any] = {"example_kwargs": kwargs} if kwargs else {}
+    graph = trace(module, inputs, name=label, **trace_kwargs)
+    default = None
+    if spec in sample_models.names():
+        count, memory = sample_models.default_devices(spec)
+        default = f"{count}x{memory}B"
+    return LoadedModel(graph, label, default)
+
+
+def resolve_devices(spec: str | None, model: LoadedModel) -> list[Device]:
+    if spec is None:
+        if model.default_devices is None:
+            raise CLIError(f"--devices is required for {model.label!r} (only sample models have "
+                           "default devices); e.g. --devices 4x16GiB")
+        spec = model.default_devices
+    return parse_devices(spec)
+
+
+def read_node_latency(path: str) -> dict[str, tuple[float, float]]:
+    """A node-latency file (JSON or CSV), read by the library's one reader."""
+    text = read_text(path, "node-latency file")
+    try:
+        return read_node_latency_text(text, path)
+    except PartitionError as exc:
+        raise CLIError(str(exc)) from None
+
+
+def partition_options(args: argparse.Namespace) -> PartitionOptions:
+    """The :class:`PartitionOptions` of the shared cost and partitioning arguments."""
+    return PartitionOptions.build(
+        transfer_rate_bytes_per_s=args.transfer_rate,
+        node_latency=read_node_latency(args.node_latency) if args.node_latency else None,
+        saturate_host=getattr(args, "saturate_host", False),
+        force_partition=getattr(args, "force_partition", False),
+        search_budget=getattr(args, "search_budget", None),
+    )
+
+
+def rate(text: str) -> float:
+    """argparse type of --transfer-rate: bytes per second, a number or a size like 25GB."""
+    try:
+        return parse_rate(text)
+    except PartitionError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not (value > 0 and math.isfinite(value)):
+        raise argparse.ArgumentTypeError(f"expected a finite number > 0, got {text}")
+    return value
+
+
+def write_output(path: str, data: str | bytes, what: str) -> None:
+    if path == "-":
+        if isinstance(data, bytes):
+            sys.stdout.flush()
+            sys.stdout.buffer.write(data)
+            sys.stdout.buffer.flush()
+        else:
+            sys.stdout.write(data if data.endswith("\n") else data + "\n")
+        return
+    try:
+        if isinstance(data, bytes):
+            Path(path).write_bytes(data)
+        else:
+            Path(path).write_text(data if data.endswith("\n") else data + "\n", encoding="utf-8")
+    except OSError as exc:
+        raise CLIError(f"cannot write {what} to {path!r}: {exc.strerror or exc}") from None
+    print(f"wrote {what} to {path}", file=sys.stderr)
+
+
+def add_model_arguments(p: argparse.ArgumentParser, optional: bool = False) -> None:
+    p.add_argument("model", metavar="MODEL", nargs="?" if optional else None,
+                   help="a sample model name, hf:<name>, or package.module:factory"
+                        + (" (needed for pipeline-split-spec)" if optional else ""))
+    p.add_argument("--set", metavar="KEY=VALUE", action="append", default=[],
+                   help="a sample model setting, repeatable: --set n_layer=4 --set bias=false")
+
+
+def add_cost_arguments(p: argparse.ArgumentParser, partitioning: bool = True) -> None:
+    p.add_argument("--transfer-rate", metavar="BYTES_PER_S", type=rate,
+                   help="device-to-device transfer rate, e.g. 25e9 or 25GB "
+                        + ("(default: the slowest device link given, else transfers are free)"
+                           if partitioning else "(default: the rate recorded in the plan)"))
+    p.add_argument("--node-latency", metavar="FILE",
+                   help='measured node latencies: JSON {"node": [mem_s, compute_s]} or CSV '
+                        "name,mem_s,compute_s (other nodes keep the roofline estimate)")
+    if partitioning:
+        p.add_argument("--saturate-host", action="store_true",
+                       help="replicate the plan onto idle devices")
+        p.add_argument("--force-partition", action="store_true",
+                       help="partition even when the whole model fits one device")
+        p.add_argument("--search-budget", type=int, metavar="N",
+                       help="cap the cost-model evaluations of cost_aware and kl_based")

@@ -1,0 +1,126 @@
+"""What the command line prints: plan summaries, comparison and diff tables (plain text).
+
+The numbers come from the Plan and the library's results; this module only lays them out.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterable, Sequence
+
+from partitioner import Device, Graph, Plan
+from partitioner.compare import ModeResult, best_mode
+from partitioner.costs import NEAR_TIE
+from partitioner.units import format_bytes, format_rate, format_seconds
+
+__all__ = ["describe_devices", "format_plan_summary", "format_table", "format_comparison"]
+
+
+def describe_devices(devices: Sequence[Device]) -> str:
+    """``4 devices (4 x 16 GiB)``; groups consecutive devices of one kind and size."""
+    groups: list[list[Any]] = []
+    for d in devices:
+        key = (d.kind, d.memory_bytes)
+        if groups and groups[-1][0] == key:
+            groups[-1][1] += 1
+        else:
+            groups.append([key, 1])
+    parts = []
+    for (kind, memory), count in groups:
+        size = format_bytes(memory)
+        parts.append(f"{count} x " + (f"{kind} ({size})" if kind != "custom" else size))
+    n = len(devices)
+    return f"{n} device{'s' if n != 1 else ''} ({' + '.join(parts)})"
+
+
+def _rate_text(plan: Plan) -> str:
+    rate = plan.transfer_rate_bytes_per_s
+    return "not modelled (transfers are free)" if not rate else format_rate(rate)
+
+
+def format_plan_summary(plan: Plan, graph: Graph | None = None) -> str:
+    """The summary ``plan`` prints: a partition table, a device table, the end-to-end figures."""
+    capacity = {d.logical_id: d.memory_bytes for d in plan.devices}
+    head = f"model {plan.model or '?'}"
+    if graph is not None:
+        head += f": {len(graph.op_indices)} op nodes, {format_bytes(graph.total_size_bytes)}"
+    lines = [
+        head,
+        f"mode {plan.mode}; {describe_devices(plan.devices)}; transfer rate {_rate_text(plan)}",
+        "",
+    ]
+    rows = []
+    for p in plan.partitions:
+        room = min((capacity.get(i, 0) for i in p.device_ids), default=0)
+        share = f"{p.memory_bytes / room:.1%} of {format_bytes(room)}" if room else "-"
+        rows.append([p.id, ",".join(map(str, p.device_ids)), len(p.node_names),
+                     format_bytes(p.memory_bytes), share, format_seconds(p.latency_s), p.bfs_level])
+    lines.append(format_table(
+        ["partition", "devices", "nodes", "memory", "of capacity", "latency", "level"], rows,
+        right=(0, 2, 3, 4, 5, 6),
+    ))
+    lines.append("")
+    used = plan.device_memory_bytes()
+    holders: dict[int, list[int]] = {}
+    for p in plan.partitions:
+        for i in p.device_ids:
+            holders.setdefault(i, []).append(p.id)
+    rows = []
+    for d in plan.devices:
+        u = used.get(d.logical_id, 0)
+        rows.append([d.logical_id, d.name, format_bytes(u), format_bytes(d.memory_bytes),
+                     f"{u / d.memory_bytes:.1%}" if d.memory_bytes else "-",
+                     ",".join(map(str, holders.get(d.logical_id, []))) or "idle"])
+    lines.append(format_table(
+        ["device", "name", "used", "capacity", "utilisation", "partitions"], rows, right=(0, 2, 3, 4)
+    ))
+    lines.append("")
+    path = " -> ".join(map(str, plan.critical_path))
+    lines.append(f"end-to-end latency: {format_seconds(plan.latency_s)} (critical path: partitions {path})")
+    lines.append(f"peak memory utilisation: {plan.memory_utilisation():.1%}")
+    return "\n".join(lines)
+
+
+def format_table(headers: Sequence[str], rows: Iterable[Sequence[Any]], right: Sequence[int] = ()) -> str:
+    """Plain-text table with a dashed rule under the headers; columns in ``right`` align right."""
+    body = [[str(c) for c in row] for row in rows]
+    widths = [len(h) for h in headers]
+    for row in body:
+        for i, cell in enumerate(row):
+            widths[i] = max(widths[i], len(cell))
+
+    def line(cells: Sequence[str]) -> str:
+        parts = [c.rjust(w) if i in right else c.ljust(w) for i, (c, w) in enumerate(zip(cells, widths))]
+        return "  ".join(parts).rstrip()
+
+    out = [line(list(headers)), "  ".join("-" * w for w in widths)]
+    out.extend(line(row) for row in body)
+    return "\n".join(out)
+
+
+def format_comparison(results: Sequence[ModeResult]) -> str:
+    """The comparison as a table, the best mode (:func:`partitioner.compare.best_mode`) marked
+    with ``*``; failed modes
+    show their error (joined onto one line) in place of the numbers."""
+    best = best_mode(results)
+    rows = []
+    for r in results:
+        mark = "*" if r.mode == best else ""
+        if r.ok:
+            util = r.peak_memory_utilisation
+            rows.append([
+                r.mode + mark,
+                format_seconds(r.latency_s),
+                r.partitions,
+                "-" if util is None else f"{util:.1%}",
+                format_seconds(r.seconds),
+                "",
+            ])
+        else:
+            message = " ".join(part.strip() for part in (r.error or "").splitlines())
+            rows.append([r.mode, "-", "-", "-", format_seconds(r.seconds), f"failed: {message}"])
+    table = format_table(
+        ["mode", "latency", "partitions", "peak memory", "time taken", "error"], rows, right=(1, 2, 3, 4)
+    )
+    note = (f"\n* best: {best} (lowest latency; within {NEAR_TIE:.0%} of it, fewer partitions win)"
+            if best else "\nno mode found a plan")
+    return table + note

@@ -1,0 +1,104 @@
+"""The architecture holds: no import circle, small modules, torch and the UI at the edges."""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+import networkx as nx
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGES = ("partitioner", "cli", "explorer", "sample_models")
+MAX_LINES = 400
+
+
+def _modules() -> dict[str, Path]:
+    found = {}
+    for package in PACKAGES:
+        for path in sorted((ROOT / package).rglob("*.py")):
+            parts = list(path.relative_to(ROOT).with_suffix("").parts)
+            if parts[-1] == "__init__":
+                parts.pop()
+            found[".".join(parts)] = path
+    return found
+
+
+def _is_type_checking(node: ast.If) -> bool:
+    test = node.test
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
+
+
+def _imports(name: str, path: Path, known: set[str]) -> set[str]:
+    """Project modules ``name`` imports anywhere (functions included), except under
+    ``if TYPE_CHECKING:``; ``from pkg import mod`` counts as importing ``pkg.mod``."""
+    tree = ast.parse(path.read_text(), str(path))
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    skip: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and _is_type_checking(node):
+            skip.update(id(n) for child in node.body for n in ast.walk(child))
+    out: set[str] = set()
+    for node in ast.walk(tree):
+        if id(node) in skip:
+            continue
+        if isinstance(node, ast.Import):
+            targets = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join(anchor + ([base] if base else []))
+            targets = [base] + [f"{base}.{alias.name}" for alias in node.names]
+        else:
+            continue
+        for target in targets:
+            while target and target not in known:
+                target = target.rpartition(".")[0]
+            if target and target != name:
+                out.add(target)
+    return out
+
+
+def test_no_import_circle():
+    modules = _modules()
+    graph = nx.DiGraph()
+    for name, path in modules.items():
+        graph.add_node(name)
+        for target in _imports(name, path, set(modules)):
+            # A package importing its own submodules (its front door) is not a circle.
+            if not target.startswith(name + "."):
+                graph.add_edge(name, target)
+    # A submodule importing its package's __init__ only to reach a sibling counts as that
+    # sibling: drop edges to an ancestor package, which re-exports by design.
+    for a, b in list(graph.edges):
+        if a.startswith(b + "."):
+            graph.remove_edge(a, b)
+    cycles = list(nx.simple_cycles(graph))
+    assert cycles == [], f"import circles: {cycles[:5]}"
+
+
+def test_no_source_file_over_400_lines():
+    long = {str(p.relative_to(ROOT)): n for p in _modules().values()
+            if (n := len(p.read_text().splitlines())) > MAX_LINES}
+    assert long == {}, f"split these modules: {long}"
+
+
+def _fresh(code: str) -> str:
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT)
+    return out.stdout.strip()
+
+
+def test_algorithms_do_not_import_torch():
+    assert _fresh("import sys, partitioner.modes, partitioner.api, partitioner.plan; "
+                  "print('torch' in sys.modules)") == "False"
+
+
+def test_library_imports_no_ui_library():
+    code = ("import sys, partitioner, partitioner.api, partitioner.render, partitioner.compare, "
+            "partitioner.diff, partitioner.export, partitioner.trace; "
+            "print(sorted(m for m in sys.modules if m.split('.')[0] in "
+            "{'streamlit', 'plotly', 'graphviz', 'pandas'}))")
+    assert _fresh(code) == "[]"
