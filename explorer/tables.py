@@ -12,7 +12,7 @@ from typing import Iterable, Sequence
 import pandas as pd
 
 from partitioner import Plan, format_bytes
-from partitioner.compare import ModeResult
+from partitioner.compare import ModeResult, best_mode
 from partitioner.units import format_seconds
 from partitioner.diff import match_partitions
 from partitioner.render import over_capacity_devices, partition_capacity
@@ -24,7 +24,6 @@ __all__ = [
     "device_table",
     "edge_table",
     "comparison_table",
-    "best_mode",
     "moves_table",
     "match_partitions",
     "time_unit",
@@ -128,33 +127,23 @@ def edge_table(plan: Plan) -> pd.DataFrame:
 
 
 def comparison_table(results: Sequence[ModeResult]) -> pd.DataFrame:
-    """One row per mode; a failed mode keeps its row, with its error text and empty numbers."""
+    """One row per mode, in units people read; a failed mode keeps its row, with its error text.
+    The best mode (the one best-plan rule, :func:`partitioner.compare.best_mode`) is starred."""
     best = best_mode(results)
     rows = []
     for r in results:
+        util = r.peak_memory_utilisation
         rows.append({
-            "mode": r.mode,
-            "best": r.mode == best,
-            "latency": format_seconds(r.latency_s),
-            "latency_s": r.latency_s,
-            "partitions": r.partitions,
-            "peak_memory_utilisation": r.peak_memory_utilisation,
-            "seconds_to_partition": r.seconds,
-            "error": r.error or "",
+            "Mode": r.mode,
+            "Best": "\u2605 best" if r.mode == best else "",
+            "Latency": format_seconds(r.latency_s) if r.ok else "-",
+            "Partitions": "-" if r.partitions is None else str(r.partitions),
+            "Peak memory": "-" if util is None else f"{util:.1%}",
+            "Time to plan": format_seconds(r.seconds),
+            "Error": r.error or "",
         })
-    return pd.DataFrame(rows)
-
-
-def best_mode(results: Sequence[ModeResult], rel_tol: float = 1e-9) -> str | None:
-    """The successful mode with the lowest latency (equal within ``rel_tol``: floating-point
-    noise between modes that find the same plan), fewer partitions breaking ties."""
-    ok = [(r.latency_s, r) for r in results
-          if r.ok and r.latency_s is not None and math.isfinite(r.latency_s)]
-    if not ok:
-        return None
-    fastest = min(latency for latency, _ in ok)
-    close = [r for latency, r in ok if latency <= fastest * (1 + rel_tol) + 1e-18]
-    return min(close, key=lambda r: (r.partitions or 0, r.seconds)).mode
+    return pd.DataFrame(rows, columns=["Mode", "Best", "Latency", "Partitions", "Peak memory",
+                                       "Time to plan", "Error"])
 
 
 def moves_table(plan_a: Plan, plan_b: Plan) -> pd.DataFrame:

@@ -17,7 +17,7 @@ from explorer import editing, figures, inputs, tables, teaching
 from explorer.config import ModelChoice, PlanConfig, device_key, devices_from_key
 from partitioner import Device, Plan
 from partitioner.api import partition_with
-from partitioner.compare import ModeResult, compare_modes
+from partitioner.compare import ModeResult, best_mode, compare_modes
 from partitioner.render import CRITICAL_COLOUR, WARNING_COLOUR, device_colours
 from partitioner.testing.synthetic import synthetic_graph
 
@@ -113,10 +113,11 @@ def test_comparison_table_keeps_failed_modes_with_their_error(mlp):
     results = compare_modes(mlp, partitioner.parse_devices("4x64KiB"), ["size_based", "sparse_nn"],
                             force_partition=True)
     frame = tables.comparison_table(results)
-    assert list(frame["mode"]) == ["size_based", "sparse_nn"]
-    failed = frame.set_index("mode").loc["sparse_nn"]
-    assert "embedding" in failed["error"] and math.isnan(failed["latency_s"])
-    assert frame.set_index("mode").loc["size_based", "best"]
+    assert list(frame["Mode"]) == ["size_based", "sparse_nn"]
+    failed = frame.set_index("Mode").loc["sparse_nn"]
+    assert "embedding" in failed["Error"] and failed["Latency"] == "-"
+    assert frame.set_index("Mode").loc["size_based", "Best"].endswith("best")
+    assert not any(c.islower() or "_" in c for c in frame.columns)  # headers people read
 
 
 def test_best_mode_ignores_floating_point_noise():
@@ -124,10 +125,10 @@ def test_best_mode_ignores_floating_point_noise():
         return ModeResult(mode, latency, parts, 0.5, 0.01, None, None)
 
     rows = [result("size_based", 2.2510592000000006e-05, 3), result("cost_aware", 2.2510592e-05, 17)]
-    assert tables.best_mode(rows) == "size_based"
+    assert best_mode(rows) == "size_based"
     rows.append(result("kl_based", 1e-05, 5))
-    assert tables.best_mode(rows) == "kl_based"
-    assert tables.best_mode([ModeResult("x", None, None, None, 0.1, "failed", None)]) is None
+    assert best_mode(rows) == "kl_based"
+    assert best_mode([ModeResult("x", None, None, None, 0.1, "failed", None)]) is None
 
 
 def test_moves_table_lists_moved_nodes_not_renumbered_partitions(mlp):
