@@ -16,6 +16,7 @@ if str(ROOT) not in sys.path:  # `streamlit run explorer/app.py` runs this file 
 
 import streamlit as st  # noqa: E402
 
+import sample_models  # noqa: E402
 from explorer import sidebar, state  # noqa: E402
 
 st.set_page_config(page_title="Partition Explorer", page_icon=":material/account_tree:", layout="wide")
@@ -28,6 +29,9 @@ PAGES = [
 ]
 
 page = st.navigation(PAGES, position="top")
+state.restore_from_url(sample_models.names(), sidebar.PLAN_MODES)
+state.keep_widget_state()
 state.follow_page_request()
 state.set_config(sidebar.config_ui())
+state.write_url()
 page.run()

@@ -35,6 +35,8 @@ from .inputs import (
 __all__ = ["config_ui", "model_ui", "knobs_ui", "devices_ui", "mode_ui", "DEFAULT_MODEL", "PLAN_MODES", "USER_MODEL"]
 
 USER_MODEL = "your own model..."
+# A PCIe-class link: with free transfers every mode finds the same plan, which hides what they do.
+DEFAULT_TRANSFER_GBPS = 25.0
 
 
 def config_ui() -> PlanConfig | None:
@@ -173,8 +175,9 @@ def devices_ui() -> tuple[list[Device] | None, float | None]:
                 "link GB/s": st.column_config.NumberColumn(min_value=0.0, format="%g"),
             },
         )
+    st.session_state.setdefault("transfer_gbps", DEFAULT_TRANSFER_GBPS)
     rate_gbps = st.number_input(
-        "Transfer rate between devices (GB/s)", min_value=0.0, value=0.0, step=1.0, format="%g",
+        "Transfer rate between devices (GB/s)", min_value=0.0, step=1.0, format="%g",
         key="transfer_gbps",
         help="0: use the slowest link bandwidth the devices give; with none, transfers are free",
     )

@@ -25,6 +25,85 @@ GOTO_PAGE = "goto_page"  # a page another page asked to open on the next run
 MODE = "mode"  # the sidebar's mode selectbox
 
 
+# Sidebar widgets whose values outlive a page switch (Streamlit drops the state of widgets a run
+# did not draw, and a page switch can end a run before the sidebar is drawn) and that the URL
+# carries, so a view can be shared and survives a reload. Buttons, uploads and the per-device
+# table cannot be set from code and are not kept.
+PERSISTENT = ("model", "user_factory", "dev_preset", "dev_count", "dev_memory", "transfer_gbps",
+              "follow_model", "mode", "saturate_host", "force_partition", "latency_source", "search_budget")
+URL_KEYS = {"model": str, "dev_preset": str, "dev_count": int, "dev_memory": str, "transfer_gbps": float,
+            "mode": str, "saturate_host": bool, "force_partition": bool}
+URL_RESTORED = "url_restored"
+
+
+def _persistent(key: str) -> bool:
+    return key in PERSISTENT or (key.startswith("knob_") and not key.startswith("knob_reset_"))
+
+
+def keep_widget_state() -> None:
+    """Re-own the sidebar's widget values at the start of a run, so a page switch keeps them."""
+    for key in list(st.session_state.keys()):
+        if isinstance(key, str) and _persistent(key):
+            st.session_state[key] = st.session_state[key]
+
+
+def _from_text(kind: type, text: str) -> object:
+    if kind is bool:
+        return text.lower() in ("1", "true", "yes", "on")
+    if kind is int:
+        return int(text)
+    if kind is float:
+        return float(text)
+    return text
+
+
+def _knob_value(text: str) -> object:
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return {"true": True, "false": False}.get(text.lower(), text)
+
+
+def restore_from_url(models: list[str], modes: list[str]) -> None:
+    """On a session's first run, set the sidebar from the URL's query parameters (those a
+    shared link carries); unreadable values are ignored, never raised."""
+    if st.session_state.get(URL_RESTORED):
+        return
+    st.session_state[URL_RESTORED] = True
+    params = st.query_params.to_dict()
+    if params.get("model") not in models:
+        return
+    for key, text in params.items():
+        try:
+            if key in URL_KEYS:
+                value = _from_text(URL_KEYS[key], text)
+                if key == "mode" and value not in modes:
+                    continue
+                if key == "dev_count" and not 1 <= int(str(value)) <= 1024:
+                    continue
+                st.session_state[key] = value
+            elif key.startswith("knob_"):
+                st.session_state[key] = _knob_value(text)
+        except (TypeError, ValueError):
+            continue
+    if "dev_count" in params or "dev_memory" in params or "dev_preset" in params:
+        st.session_state["devices_for_model"] = params["model"]  # the URL's devices, not the defaults
+
+
+def write_url() -> None:
+    """Put the sidebar's current settings in the URL (a link to this view)."""
+    params = {}
+    model = st.session_state.get("model")
+    for key in list(URL_KEYS) + sorted(k for k in st.session_state.keys()
+                                       if isinstance(k, str) and k.startswith(f"knob_{model}_")):
+        if key in st.session_state and st.session_state[key] is not None:
+            params[key] = str(st.session_state[key])
+    if params != st.query_params.to_dict():
+        st.query_params.from_dict(params)
+
+
 def model_generation() -> int:
     return int(st.session_state.get(MODEL_GENERATION, 0))
 

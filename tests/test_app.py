@@ -151,13 +151,21 @@ def test_compare_page_tabulates_every_mode_and_shows_failures():
     at.switch_page("views/compare.py").run()
     assert not at.exception
     frame = at.dataframe[0].value
-    assert list(frame["mode"]) == PLAN_MODES
-    assert frame.set_index("mode").loc["sparse_nn", "error"]  # the transformer has no tables to spread
+    assert list(frame["Mode"]) == PLAN_MODES
+    assert frame.set_index("Mode").loc["sparse_nn", "Error"]  # the transformer has no tables to spread
     assert charts(at)[1] == 1
     at.button(key="compare_open_cost_aware").click().run()
     assert not at.exception
     assert at.selectbox(key="mode").value == "cost_aware"
     assert summary(at)["mode"] == "cost_aware" and charts(at)[0] == 1
+    # Opening a mode from Compare keeps the model and devices the person chose.
+    at.selectbox(key="model").set_value("dlrm").run()
+    at.number_input(key="dev_count").set_value(5).run()
+    at.switch_page("views/compare.py").run()
+    at.button(key="compare_open_sparse_nn").click().run()
+    assert not at.exception
+    assert at.selectbox(key="model").value == "dlrm" and at.number_input(key="dev_count").value == 5
+    assert summary(at)["mode"] == "sparse_nn" and summary(at)["model"] == "dlrm"
 
 
 def review(at: AppTest) -> AppTest:
@@ -320,3 +328,34 @@ def test_the_app_and_the_command_line_make_the_same_plan(tmp_path):
     assert theirs.node_to_partition() == ours.node_to_partition()
     assert theirs.partition_to_devices() == ours.partition_to_devices()
     assert theirs.latency_s == ours.latency_s and theirs.graph_fingerprint == ours.graph_fingerprint
+
+
+def test_settings_live_in_the_url_so_a_view_can_be_shared_and_reloaded():
+    at = start()
+    at.selectbox(key="model").set_value("mlp").run()
+    at.number_input(key="dev_count").set_value(6).run()
+    at.selectbox(key="mode").set_value("kl_based").run()
+    params = dict(at.query_params)
+    assert params["model"] == ["mlp"] or params["model"] == "mlp"
+    # A fresh session opened on that URL (a reload, or a colleague's browser) shows the same view.
+    fresh = AppTest.from_file(APP, default_timeout=TIMEOUT)
+    for key, value in params.items():
+        fresh.query_params[key] = value[0] if isinstance(value, list) else value
+    fresh.run()
+    assert not fresh.exception
+    assert fresh.selectbox(key="model").value == "mlp" and fresh.number_input(key="dev_count").value == 6
+    assert fresh.selectbox(key="mode").value == "kl_based"
+    assert fresh.session_state["config"] == at.session_state["config"]
+    # Nonsense in the URL is ignored, never a traceback.
+    odd = AppTest.from_file(APP, default_timeout=TIMEOUT)
+    odd.query_params.update({"model": "mlp", "dev_count": "lots", "mode": "fastest"})
+    odd.run()
+    assert not odd.exception and odd.selectbox(key="mode").value == partitioner.DEFAULT_MODE
+
+
+def test_default_scenario_shows_modes_that_differ():
+    at = start()
+    at.switch_page("views/compare.py").run()
+    frame = at.dataframe[0].value.set_index("Mode")
+    ok = frame[frame["Error"] == ""]
+    assert ok["Latency"].nunique() > 1  # a real link bandwidth: the modes' plans differ
