@@ -135,7 +135,10 @@ def partition_with(graph: Graph, devices: Sequence[Device], mode: str, options: 
         )
     else:
         largest_node_check(graph, devices)
-        assignment = MODES[mode](problem)
+        try:
+            assignment = MODES[mode](problem)
+        except InfeasibleError as exc:
+            raise InfeasibleError(f"mode {mode!r} found no plan: {exc}") from None
     if options.saturate_host:
         assignment = saturate(problem, assignment)
     provenance = Provenance(options.replace(aot=None), single_partition=single)

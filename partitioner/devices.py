@@ -29,6 +29,7 @@ __all__ = [
 # More devices than this is a cluster, not a partitioning question; checks stay linear below it
 # and the app's device table stays responsive.
 MAX_DEVICES = 4096
+MAX_MEMORY_BYTES = 2**60  # 1 EiB a device: beyond any accelerator, and within int64 for tables
 
 @dataclass(frozen=True)
 class Device:
@@ -59,9 +60,10 @@ class Device:
                 f"device {self.name!r}: memory_bytes must be an int (got {self.memory_bytes!r}); "
                 "use parse_bytes('16GiB') for strings"
             )
-        if self.memory_bytes < 0:
+        if not 0 <= self.memory_bytes <= MAX_MEMORY_BYTES:
             raise DeviceSpecError(
-                f"device {self.name!r}: memory_bytes must be >= 0 (got {self.memory_bytes})"
+                f"device {self.name!r}: memory_bytes must be between 0 and {MAX_MEMORY_BYTES} "
+                f"(1 EiB; got {self.memory_bytes}); write the memory of one device, e.g. 80GiB"
             )
         for field in ("peak_flops", "memory_bandwidth_bytes_per_s", "link_bandwidth_bytes_per_s"):
             value = getattr(self, field)

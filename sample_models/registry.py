@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable
 
+import torch
 from torch import Tensor, nn
 
 from . import cnn, dlrm, gpt2_small, mlp, moe, transformer, unet
@@ -129,13 +130,43 @@ def spec(name: str) -> ModelSpec:
         ) from None
 
 
+# NOTE: [Sample model sizes]
+# Sample models are built with real weights (a split is checked against them), so their size
+# knobs are bounded by what this kind of machine can hold many times over: a model is first
+# built on the meta device (no memory), and refused when its weights or its example inputs would
+# exceed these. Real-size architectures are the hf: models, built with meta weights.
+MAX_PARAMETER_BYTES = 2 * 2**30
+MAX_INPUT_BYTES = 256 * 2**20
+
+
+def _bytes(tensors: Any) -> int:
+    return sum(t.numel() * t.element_size() for t in tensors)
+
+
 def build(name: str, **overrides: Any) -> tuple[nn.Module, tuple[Tensor, ...]]:
     """Build model ``name`` in eval mode with deterministic weights, and its example inputs.
 
     ``overrides`` are fields of ``config_class(name)``; an unknown field or a value of the wrong
-    type raises ``ValueError`` naming the valid fields.
+    type raises ``ValueError`` naming the valid fields, and sizes past NOTE: [Sample model sizes]
+    raise ``ValueError`` naming the limit.
     """
-    return spec(name).builder(**overrides)
+    entry = spec(name)
+    try:
+        with torch.device("meta"):
+            probe, probe_inputs = entry.builder(**overrides)
+    except (ValueError, TypeError):
+        raise
+    except Exception as exc:  # a size the model cannot be built at (e.g. a negative width)
+        raise ValueError(f"model {name!r} cannot be built with {overrides}: {exc}") from None
+    weights, inputs = _bytes(probe.parameters()), _bytes(t for t in probe_inputs if isinstance(t, Tensor))
+    if weights > MAX_PARAMETER_BYTES or inputs > MAX_INPUT_BYTES:
+        raise ValueError(
+            f"model {name!r} with {overrides} would need {weights / 2**30:.3g} GiB of weights and "
+            f"{inputs / 2**20:.3g} MiB of inputs; sample models are built for real, up to "
+            f"{MAX_PARAMETER_BYTES / 2**30:g} GiB of weights and {MAX_INPUT_BYTES / 2**20:g} MiB of "
+            "inputs: lower the size settings, or use an hf: model (built without weights) for real sizes"
+        )
+    return entry.builder(**overrides)
 
 
 def describe(name: str) -> str:

@@ -1,5 +1,6 @@
 """Hypothesis properties over random DAGs (no torch needed) and oracle checks of the cost model."""
 
+import itertools
 import math
 
 import networkx as nx
@@ -185,3 +186,47 @@ def test_moves_off_the_critical_path_never_shorten_it(problem):
                 state.part[v] = q
                 assert state.cost.evaluate(state.part, state.devices_of).latency_s >= state.latency - 1e-9
                 state.part[v] = p
+
+
+def _valid_placement_exists(graph, devices) -> bool:
+    """Exhaustive oracle: some node -> device map fits every device (partitions as runs)."""
+    ops = list(graph.op_indices)
+    for choice in itertools.product(range(len(devices)), repeat=len(ops)):
+        held = {d: set() for d in range(len(devices))}
+        for v, d in zip(ops, choice):
+            held[d].add(v)
+        if all(independent_memory(graph, [graph.nodes[v].name for v in held[d]]) <= devices[d].memory_bytes
+               for d in held if held[d]):
+            return True
+    return False
+
+
+@st.composite
+def tiny_problems(draw):
+    n = draw(st.integers(2, 7))
+    edges = sorted({(a, b) for b in range(1, n) for a in draw(st.lists(st.integers(0, b - 1), max_size=2))})
+    sizes = draw(st.lists(st.integers(1, 40), min_size=n, max_size=n))
+    graph = synthetic_graph(edges, sizes)
+    k = draw(st.integers(2, 3))
+    memory = draw(st.integers(max(partitioner.modes.base.node_alone_bytes(graph, v) for v in graph.op_indices),
+                              graph.total_size_bytes))
+    return graph, [Device(f"d{i}", memory, i) for i in range(k)]
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(tiny_problems())
+def test_every_search_finds_a_plan_whenever_one_exists(problem):
+    graph, devices = problem
+    if not _valid_placement_exists(graph, devices):
+        return
+    for mode in MODES:
+        plan = partitioner.partition(graph, devices, mode=mode, force_partition=True)
+        assert plan.violations(graph) == [], mode
+
+
+def test_the_smallest_case_the_fill_refused():
+    graph = synthetic_graph(edges=[(1, 3)], sizes=[32] * 4)
+    devices = [Device("a", 80, 0), Device("b", 80, 1)]
+    assert _valid_placement_exists(graph, devices)
+    for mode in MODES:
+        assert partitioner.partition(graph, devices, mode=mode).violations(graph) == [], mode

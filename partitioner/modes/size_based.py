@@ -15,7 +15,7 @@ from ..errors import InfeasibleError
 from ..units import format_bytes
 from .base import Assignment, Problem, node_alone_bytes
 
-__all__ = ["partition", "initial_fill", "fill_in_order", "starts"]
+__all__ = ["partition", "initial_fill", "fill_in_order", "starts", "pack_by_size", "exhaustive_fit"]
 
 
 def partition(problem: Problem) -> Assignment:
@@ -33,14 +33,130 @@ def starts(problem: Problem) -> list[Assignment]:
 
 
 def initial_fill(problem: Problem) -> Assignment:
-    """Contiguous fill; when fragmentation leaves a node nowhere to go, a tighter packing."""
+    """Contiguous fill; when fragmentation leaves a node nowhere to go, a tighter packing, then a
+    packing by size that ignores order, then (small graphs) an exhaustive search. The searches
+    start from whichever succeeds, so none of them depends on the contiguous fill succeeding."""
     try:
         return fill_in_order(problem, problem.graph.op_indices)
     except InfeasibleError as first:
-        try:
-            return fill_in_order(problem, problem.graph.op_indices, pack=True)
-        except InfeasibleError:
-            raise first from None
+        for fallback in (lambda: fill_in_order(problem, problem.graph.op_indices, pack=True),
+                         lambda: pack_by_size(problem), lambda: exhaustive_fit(problem)):
+            try:
+                found = fallback()
+            except InfeasibleError:
+                continue
+            if found is not None:
+                return found
+        raise first from None
+
+
+def _runs(problem: Problem, device_of: Sequence[int]) -> Assignment:
+    """Node -> device as partitions: maximal runs of one device in topological order, so the
+    partition DAG is acyclic whatever the placement (every edge goes forward in the order)."""
+    part = [-1] * len(problem.graph)
+    devices_of: list[list[int]] = []
+    last = None
+    for v in problem.graph.op_indices:
+        if device_of[v] != last:
+            devices_of.append([device_of[v]])
+            last = device_of[v]
+        part[v] = len(devices_of) - 1
+    return Assignment(part, devices_of)
+
+
+class _Tally:
+    """Bytes each device holds as nodes are placed and removed (the union rule of the cost
+    model: a node's total bytes, plus the outputs it reads from nodes elsewhere, once)."""
+
+    def __init__(self, problem: Problem) -> None:
+        self.graph = problem.graph
+        self.free = {d.logical_id: d.memory_bytes for d in problem.devices}
+        self.where = [-1] * len(problem.graph)
+        self.reads: dict[int, dict[int, int]] = {d: {} for d in self.free}
+
+    def extra(self, v: int, d: int) -> int:
+        """Bytes ``v`` adds on ``d`` when nodes are placed in topological order (nothing on ``d``
+        reads ``v`` yet)."""
+        g = self.graph
+        more = g.total_bytes[v]
+        for u in g.preds[v]:
+            if self.where[u] != d and not self.reads[d].get(u):
+                more += g.output_bytes[u]
+        return more
+
+    def place(self, v: int, d: int) -> int:
+        cost = self.extra(v, d)
+        self.free[d] -= cost
+        self.where[v] = d
+        reads = self.reads[d]
+        for u in self.graph.preds[v]:
+            reads[u] = reads.get(u, 0) + 1
+        return cost
+
+    def remove(self, v: int, d: int, cost: int) -> None:
+        reads = self.reads[d]
+        for u in self.graph.preds[v]:
+            reads[u] -= 1
+        self.where[v] = -1
+        self.free[d] += cost
+
+
+def pack_by_size(problem: Problem) -> Assignment:
+    """First fit decreasing: the largest nodes first, each on the device with the most room
+    left that holds it (no regard for order; partitions are then runs). O(N D + E)."""
+    graph = problem.graph
+    order = sorted(graph.op_indices, key=lambda v: -node_alone_bytes(graph, v))
+    # Each node is charged as if all its inputs lived elsewhere: an over-estimate of the union a
+    # device really holds, so a packing found here always fits.
+    chosen = [-1] * len(graph)
+    room = {d.logical_id: d.memory_bytes for d in problem.devices}
+    for v in order:
+        need = node_alone_bytes(graph, v)
+        fits = [d for d in room if room[d] >= need]
+        if not fits:
+            raise InfeasibleError(f"no device has room for node {graph.nodes[v].name!r}")
+        d = max(fits, key=lambda i: (room[i], -i))
+        chosen[v] = d
+        room[d] -= need
+    return _runs(problem, chosen)
+
+
+def exhaustive_fit(problem: Problem, max_ops: int = 12) -> Assignment | None:
+    """Depth-first search over node -> device placements with exact memory pruning, for graphs
+    of at most ``max_ops`` op nodes (exponential: D ** N at worst; devices of equal memory that
+    are still empty are tried once). Returns None when no placement fits or the graph is large."""
+    graph = problem.graph
+    ops = list(graph.op_indices)
+    if len(ops) > max_ops:
+        return None
+    tally = _Tally(problem)
+    devices = [d.logical_id for d in problem.devices]
+    capacity = {d.logical_id: d.memory_bytes for d in problem.devices}
+    used = {d: 0 for d in devices}
+
+    def search(i: int) -> bool:
+        if i == len(ops):
+            return True
+        v = ops[i]
+        empty_tried: set[int] = set()
+        for d in devices:
+            if used[d] == 0:
+                if capacity[d] in empty_tried:
+                    continue
+                empty_tried.add(capacity[d])
+            if tally.extra(v, d) > tally.free[d]:
+                continue
+            cost = tally.place(v, d)
+            used[d] += 1
+            if search(i + 1):
+                return True
+            used[d] -= 1
+            tally.remove(v, d, cost)
+        return False
+
+    if not search(0):
+        return None
+    return _runs(problem, tally.where)
 
 
 def fill_in_order(problem: Problem, order: Sequence[int], pack: bool = False) -> Assignment:
