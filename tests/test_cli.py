@@ -367,7 +367,7 @@ def test_diff_json_exit_code_and_export_fx_aot(capsys, tmp_path, base_plan, grap
 def test_compare_table(capsys):
     code, out, _ = run_main(capsys, "compare", *MODEL, "--devices", DEVICES, "--modes", "size_based,sparse_nn")
     assert code == 0
-    assert "size_based*" in out and "failed: sparse_nn needs embedding nodes" in out
+    assert "size_based*" in out and "failed: mode 'sparse_nn' found no plan: sparse_nn needs embedding nodes" in out
     code, out, _ = run_main(capsys, "compare", *MODEL, "--devices", DEVICES, "--modes", "sparse_nn")
     assert code == 1 and "no mode found a plan" in out
 
