@@ -18,6 +18,7 @@ import torch
 import torch.fx as fx
 
 from .errors import TraceError
+from .functionalize import remove_inplace
 from .graph import Graph, Node
 
 __all__ = ["trace"]
@@ -184,7 +185,7 @@ def trace(
     if isinstance(example_inputs, torch.Tensor):
         example_inputs = (example_inputs,)
     inputs = tuple(example_inputs)
-    gm = _to_graph_module(model, inputs)
+    gm, _ = remove_inplace(_to_graph_module(model, inputs))  # NOTE: [In-place ops and partitions]
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
     if len(placeholders) != len(inputs):
         raise TraceError(
