@@ -9,10 +9,12 @@ costs no real compute or memory. The result is a :class:`~partitioner.graph.Grap
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import traceback
-from typing import Any, Sequence
+import warnings
+from typing import Any, Iterator, Sequence
 
 import torch
 import torch.fx as fx
@@ -170,18 +172,45 @@ def _run_annotation(gm: fx.GraphModule, example_inputs: tuple[Any, ...]) -> dict
         ) from exc
 
 
+@contextlib.contextmanager
+def _quiet(verbose: bool) -> Iterator[None]:
+    """Hold back what torch logs and warns while tracing (a failed fake-tensor run logs a long
+    traceback; torch.export prints graphs) unless ``verbose``: the TraceError says what matters."""
+    if verbose or logging.getLogger().isEnabledFor(logging.INFO):  # the CLI's --verbose
+        yield
+        return
+    previous = logging.root.manager.disable
+    logging.disable(logging.ERROR)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            yield
+    finally:
+        logging.disable(previous)
+
+
 def trace(
     model: torch.nn.Module | fx.GraphModule,
     example_inputs: Sequence[Any] | torch.Tensor,
     name: str | None = None,
+    verbose: bool = False,
 ) -> Graph:
     """Trace ``model`` and annotate every node (shape, dtype, bytes, parameters, FLOPs).
 
     Accepts an ``nn.Module`` (``symbolic_trace``, falling back to ``torch.export`` when tracing
     meets data-dependent control flow) or an already traced ``GraphModule``. Raises
-    :class:`TraceError` naming the failing line and the fix when neither works.
-    O(N) fake-tensor ops for N nodes.
+    :class:`TraceError` naming the failing line and the fix when neither works. torch's own
+    log output while tracing is shown only with ``verbose``. O(N) fake-tensor ops for N nodes.
     """
+    with _quiet(verbose):
+        return _trace(model, example_inputs, name)
+
+
+def _trace(
+    model: torch.nn.Module | fx.GraphModule,
+    example_inputs: Sequence[Any] | torch.Tensor,
+    name: str | None,
+) -> Graph:
     if isinstance(example_inputs, torch.Tensor):
         example_inputs = (example_inputs,)
     inputs = tuple(example_inputs)

@@ -121,3 +121,19 @@ def test_huge_device_counts_fail_fast_and_checks_are_linear():
     assert partitioner.api.check_devices(devices) == devices
     with pytest.raises(PartitionError, match=r"unique; \[7\] repeat"):
         partitioner.api.check_devices(devices[:10] + [Device("again", 10, 7)])
+
+
+def test_a_factory_with_wrong_shapes_gives_one_clean_message(tmp_path, monkeypatch, capsys):
+    (tmp_path / "shapes_for_test.py").write_text(
+        "import torch\n"
+        "def build():\n"
+        "    return torch.nn.Sequential(torch.nn.Linear(16, 16)), (torch.randn(2, 8),)\n"
+        "def leave():\n"
+        "    import sys\n"
+        "    sys.exit(3)\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert main(["plan", "shapes_for_test:build", "--devices", "2x1GiB"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "example_inputs match the model's forward()" in err[0]
+    assert main(["plan", "shapes_for_test:leave", "--devices", "2x1GiB"]) == 2
+    assert "called sys.exit(3)" in capsys.readouterr().err
