@@ -76,7 +76,8 @@ def _problem(graph: Graph, devices: Sequence[Device], options: PartitionOptions)
         )
     devices = check_devices(devices)
     latencies = node_latencies(graph, devices, options.node_latency_dict)
-    cost = CostModel(graph, latencies, resolve_transfer_rate(devices, options.transfer_rate_bytes_per_s))
+    cost = CostModel(graph, latencies, resolve_transfer_rate(devices, options.transfer_rate_bytes_per_s),
+                     options.cost_model)
     return Problem(graph, devices, cost, options)
 
 
@@ -91,16 +92,21 @@ def partition(
     partition_to_devices: Mapping[int, Sequence[int]] | None = None,
     force_partition: bool = False,
     search_budget: int | None = None,
+    cost_model: str = "physical",
 ) -> Plan:
     """Partition ``graph`` over ``devices`` with ``mode``; returns a valid :class:`Plan`.
 
     ``node_latency`` maps node names to (memory seconds, compute seconds); nodes it leaves out
     get a roofline estimate. ``force_partition`` skips the single-partition rule so the
     algorithms can be seen on models that fit one device. ``search_budget`` caps the cost-model
-    evaluations of ``cost_aware`` and ``kl_based``. Raises :class:`PartitionError` (a
-    ``ValueError``) naming the node or device and the fix when no valid plan exists.
+    evaluations of ``cost_aware`` and ``kl_based``. ``cost_model`` is ``"physical"`` (a device
+    runs one partition at a time; shared tensors stored once) or ``"torch"`` (exactly
+    ``torch.fx.experimental.partitioner_utils``): every mode optimises and checks memory under
+    it. Raises :class:`PartitionError` (a ``ValueError``) naming the node or device and the fix
+    when no valid plan exists.
     """
     options = PartitionOptions.build(
+        cost_model=cost_model,
         transfer_rate_bytes_per_s=transfer_rate_bytes_per_s,
         node_latency=node_latency,
         saturate_host=saturate_host,
@@ -164,6 +170,7 @@ def evaluate_plan(
     node_latency: Mapping[str, Sequence[float]] | None = None,
     mode: str = "aot_based",
     edited: bool = False,
+    cost_model: str = "physical",
 ) -> Plan:
     """Score a given mapping without insisting it is valid (for editing a plan by hand).
 
@@ -173,7 +180,7 @@ def evaluate_plan(
     """
     options = PartitionOptions.build(transfer_rate_bytes_per_s=transfer_rate_bytes_per_s,
                                      node_latency=node_latency, node_to_partition=node_to_partition,
-                                     partition_to_devices=partition_to_devices)
+                                     partition_to_devices=partition_to_devices, cost_model=cost_model)
     problem = _problem(graph, devices, options)
     assignment = MODES["aot_based"](problem)
     provenance = Provenance(options.replace(aot=None), edited=edited)
@@ -204,6 +211,7 @@ def check_plan(
     max_latency_s: float | None = None,
     max_memory_utilisation: float | None = None,
     strict: bool = False,
+    cost_model: str | None = None,
 ) -> CheckResult:
     """Validate ``plan`` against ``graph`` and ``devices``; collects every violation.
 
@@ -242,7 +250,7 @@ def check_plan(
     if scorable:
         evaluated = evaluate_plan(graph, devices, plan.node_to_partition(), plan.partition_to_devices(),
                                   transfer_rate_bytes_per_s, node_latency, mode=plan.mode,
-                                  edited=plan.provenance.edited)
+                                  edited=plan.provenance.edited, cost_model=cost_model or plan.cost_model)
     elif budgets:
         notes.append(f"budgets ({', '.join(budgets)}) not checked: the plan must cover the model's "
                      "nodes and name known devices first")

@@ -128,7 +128,12 @@ class CostModel:
         graph: Graph,
         latencies: Sequence[tuple[float, float]],
         transfer_rate_bytes_per_s: float | None,
+        cost_model: str = "physical",
     ) -> None:
+        if cost_model not in ("physical", "torch"):
+            raise PartitionError(f"unknown cost model {cost_model!r}; choose 'physical' or 'torch'")
+        self.cost_model = cost_model
+        self.torch = cost_model == "torch"
         self.graph = graph
         self.n = len(graph)
         self.mem_s = [float(m) for m, _ in latencies]
@@ -145,15 +150,24 @@ class CostModel:
 
     def comm_s(self, nbytes: int, src_devices: Sequence[int], dst_devices: Sequence[int]) -> float:
         """Transfer time of an edge: free when every device of the destination already holds a
-        copy of the source (the reference frees only identical device lists, which charges a
-        replicated partition for feeding a partition on one of its own devices)."""
-        if src_devices and set(dst_devices) <= set(src_devices):
+        copy of the source (torch frees only identical device lists, which charges a replicated
+        partition for feeding a partition on one of its own devices: the "torch" model does)."""
+        if self.torch:
+            if src_devices and list(src_devices) == list(dst_devices):
+                return 0.0
+        elif src_devices and set(dst_devices) <= set(src_devices):
             return 0.0
         if not self.rate or math.isinf(self.rate):
             return 0.0
         return nbytes / self.rate
 
     def memory_of(self, members: Sequence[int]) -> int:
+        """A partition's bytes. Physical: its nodes' outputs and parameters, plus each outside
+        output it reads, once. Torch (``Partition.recalculate_mem_size``): the same over its
+        nodes and the inputs and attributes they read, with an outside output counted again for
+        every node that reads it."""
+        if self.torch:
+            return self._torch_memory_of(members)
         inside = set(members)
         outside: set[int] = set()
         total = 0
@@ -164,11 +178,28 @@ class CostModel:
                     outside.add(u)
         return total + sum(self.out[u] for u in outside)
 
+    def _torch_memory_of(self, members: Sequence[int]) -> int:
+        nodes = set(members)
+        nodes.update(u for v in members for u in self.preds[v] if not self.is_op[u])
+        total = 0
+        for v in nodes:
+            total += self.total[v]
+            total += sum(self.out[u] for u in self.preds[v] if u not in nodes)
+        return total
+
     def device_memory(
         self, members: Sequence[Sequence[int]], devices_of: Sequence[Sequence[int]]
     ) -> dict[int, int]:
-        """Memory each device holds: the union of its partitions' nodes, so a tensor read by
-        two partitions on one device is stored once there (as the reference counts it)."""
+        """Memory each device holds. Physical: the union of its partitions' nodes, so a tensor
+        read by two partitions on one device is stored once there. Torch: the sum of its
+        partitions' memory, as torch's device mapping subtracts each from the device."""
+        if self.torch:
+            used: dict[int, int] = {}
+            for nodes, devs in zip(members, devices_of):
+                size = self.memory_of(nodes)
+                for d in devs:
+                    used[d] = used.get(d, 0) + size
+            return dict(sorted(used.items()))
         on_device: dict[int, list[int]] = {}
         for nodes, devs in zip(members, devices_of):
             for d in devs:
@@ -208,6 +239,8 @@ class CostModel:
             best[v] = cur
             if cur[0] > latency[p][0]:
                 latency[p] = cur
+        if self.torch:
+            edges = self._torch_edge_bytes(part, members, edges)
         order = toposort(num, edges)
         finish = [math.inf] * num
         levels = [-1] * num
@@ -218,6 +251,7 @@ class CostModel:
             for (a, b) in edges:
                 parents[b].append(a)
             came_from = [-1] * num
+            free_at: dict[int, tuple[float, int]] = {}  # device -> (when free, last partition)
             for p in order:
                 start, level = 0.0, 0
                 for q in parents[p]:
@@ -225,8 +259,19 @@ class CostModel:
                     if t > start or came_from[p] < 0 and t >= start:
                         start, came_from[p] = t, q
                     level = max(level, levels[q] + 1)
+                if not self.torch:
+                    # NOTE: [A device runs one partition at a time] Partitions sharing a device
+                    # run in this topological order; one starts when its inputs have arrived and
+                    # each of its devices has finished the partition before it.
+                    for d in devices_of[p]:
+                        t, last = free_at.get(d, (0.0, -1))
+                        if t > start:
+                            start, came_from[p] = t, last
                 finish[p] = start + latency[p][0]
                 levels[p] = level
+                if not self.torch:
+                    for d in devices_of[p]:
+                        free_at[d] = (finish[p], p)
             total = max(finish) if finish else 0.0
             if num:
                 p = max(range(num), key=lambda i: (finish[i], -i))
@@ -235,6 +280,32 @@ class CostModel:
                     p = came_from[p]
                 path.reverse()
         return Evaluation(members, memory, latency, edges, order, finish, total, path, levels)
+
+
+    def _torch_edge_bytes(self, part: Sequence[int], members: Sequence[Sequence[int]],
+                          edges: Mapping[tuple[int, int], int]) -> dict[tuple[int, int], int]:
+        """Bytes of each partition edge as ``get_comm_latency_between`` counts them: every node
+        of the parent (its ops, and the inputs and attributes it holds) that the child reads,
+        once, so an input both partitions read counts as sent from the parent."""
+        held: dict[int, set[int]] = {}  # non-op node -> partitions that hold it
+        for p, nodes in enumerate(members):
+            for v in nodes:
+                for u in self.preds[v]:
+                    if not self.is_op[u]:
+                        held.setdefault(u, set()).add(p)
+        out: dict[tuple[int, int], int] = {}
+        for (q, p) in edges:
+            seen: set[int] = set()
+            total = 0
+            for v in members[p]:
+                for u in self.preds[v]:
+                    if u in seen:
+                        continue
+                    if (self.is_op[u] and part[u] == q) or (not self.is_op[u] and q in held.get(u, ())):
+                        seen.add(u)
+                        total += self.out[u]
+            out[(q, p)] = total
+        return out
 
 
 def toposort(num: int, edges: Iterable[tuple[int, int]]) -> list[int] | None:

@@ -15,7 +15,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
-from .costs import CostModel, toposort
+from .costs import CostModel, node_latencies, toposort
 from .devices import Device
 from .errors import InvalidPlanError, PartitionError
 from .graph import Graph
@@ -107,6 +107,29 @@ class Plan:
         return self.provenance.options
 
     @property
+    def cost_model(self) -> str:
+        """``"physical"`` or ``"torch"``: the cost model the figures were computed under."""
+        return self.provenance.options.cost_model
+
+    def rescore(self, graph: Graph, cost_model: str | None = None,
+                transfer_rate_bytes_per_s: float | None = None) -> "Plan":
+        """The same partitions and devices scored on ``graph`` under ``cost_model`` (default:
+        this plan's) and ``transfer_rate_bytes_per_s`` (default: this plan's). Never raises for
+        a plan that does not fit: the result records it. O(N + E)."""
+        options = self.options.replace(
+            cost_model=cost_model or self.cost_model,
+            transfer_rate_bytes_per_s=transfer_rate_bytes_per_s or self.transfer_rate_bytes_per_s)
+        part = [-1] * len(graph)
+        for name, pid in self.node_to_partition().items():
+            if name in graph.index and graph.nodes[graph.index[name]].is_op:
+                part[graph.index[name]] = pid
+        devices_of = [list(p.device_ids) for p in sorted(self.partitions, key=lambda p: p.id)]
+        latencies = node_latencies(graph, list(self.devices), options.node_latency_dict)
+        cost = CostModel(graph, latencies, options.transfer_rate_bytes_per_s, options.cost_model)
+        provenance = dataclasses.replace(self.provenance, options=options)
+        return build_plan(graph, cost, part, devices_of, self.devices, self.mode, provenance)
+
+    @property
     def mode_label(self) -> str:
         """``"size_based"``, or ``"size_based, edited"`` once a person changed it."""
         return f"{self.mode}, edited" if self.provenance.edited else self.mode
@@ -141,9 +164,6 @@ class Plan:
         """Logical ids of the devices holding more than their memory."""
         return tuple(i for i, u in self.device_utilisation().items() if u > 1.0)
 
-    def partitions_on(self, logical_id: int) -> tuple[int, ...]:
-        return tuple(p.id for p in self.partitions if logical_id in p.device_ids)
-
     def schedule(self) -> dict[int, tuple[float, float]]:
         """Partition id -> (start s, finish s) in the plan's schedule; the largest finish is
         :attr:`latency_s`. Empty when the partitions form a cycle."""
@@ -167,10 +187,6 @@ class Plan:
         """Every broken rule as a typed :class:`~partitioner.validate.Violation`; an empty list
         means the plan is valid. See :func:`partitioner.validate.plan_violations`."""
         return plan_violations(self, graph, devices, check_fingerprint)
-
-    def validate(self, graph: Graph | None = None, devices: Sequence[Device] | None = None) -> list[Violation]:
-        """Alias of :meth:`violations`: an empty list means the plan is valid."""
-        return self.violations(graph, devices)
 
     def check(self, graph: Graph | None = None) -> "Plan":
         """Raise :class:`InvalidPlanError` listing every violation; return self when valid."""
@@ -257,7 +273,7 @@ def _float(value: Any) -> float:
 def _int(value: Any) -> int:
     if isinstance(value, bool) or (isinstance(value, float) and not value.is_integer()):
         raise TypeError(f"expected an integer, got {value!r}")
-    return int(value)
+    return int(value)  # an infinite float raises OverflowError: a format error
 
 
 def _partition_from_dict(p: Mapping[str, Any]) -> Partition:

@@ -46,5 +46,5 @@ def test_parse_devices_bad_group_names_the_fix():
 
 
 def test_device_rejects_negative_memory():
-    with pytest.raises(DeviceSpecError, match="memory_bytes must be >= 0"):
+    with pytest.raises(DeviceSpecError, match="memory_bytes must be between 0 and"):
         Device("d", -1, 0)

@@ -42,13 +42,31 @@ def independent_memory(graph, names):
 
 
 def oracle_latency(plan):
-    """Plan latency by networkx: each partition becomes an edge weighted by its latency."""
+    """Plan latency by networkx (torch's model): each partition an edge weighted by its latency."""
     g = nx.DiGraph()
     for p in plan.partitions:
         g.add_edge(("in", p.id), ("out", p.id), weight=p.latency_s)
     for e in plan.edges:
         g.add_edge(("out", e.src), ("in", e.dst), weight=e.latency_s)
     return nx.dag_longest_path_length(g, weight="weight", default_weight=0)
+
+
+def list_schedule(plan):
+    """Independent simulation of the physical model: partitions in networkx's lexicographic
+    topological order; each waits for its inputs and for every one of its devices to be free."""
+    g = nx.DiGraph()
+    g.add_nodes_from(p.id for p in plan.partitions)
+    g.add_edges_from((e.src, e.dst) for e in plan.edges)
+    by_id = {p.id: p for p in plan.partitions}
+    transfer = {(e.src, e.dst): e.latency_s for e in plan.edges}
+    free, times = {}, {}
+    for p in nx.lexicographical_topological_sort(g):
+        ready = max([times[q][1] + transfer[(q, p)] for q in g.predecessors(p)], default=0.0)
+        start = max([ready] + [free.get(d, 0.0) for d in by_id[p].device_ids])
+        times[p] = (start, start + by_id[p].latency_s)
+        for d in by_id[p].device_ids:
+            free[d] = times[p][1]
+    return times
 
 
 def brute_force_partition_latency(graph, latency, names):
@@ -98,7 +116,18 @@ def test_plans_are_valid(problem, mode):
     assert flows == {(e.src, e.dst) for e in plan.edges}
     assert plan.violations(graph) == []
     # Latency equals the networkx oracle; JSON round trip is exact.
-    assert math.isclose(plan.latency_s, oracle_latency(plan), rel_tol=1e-9, abs_tol=1e-9)
+    # The physical model: a device runs one partition at a time, so no two partitions on one
+    # device overlap, and the latency is the finish of an independent list schedule.
+    times = list_schedule(plan)
+    assert math.isclose(plan.latency_s, max(f for _, f in times.values()), rel_tol=1e-9, abs_tol=1e-9)
+    schedule = plan.schedule()
+    for p in plan.partitions:
+        assert math.isclose(schedule[p.id][0], times[p.id][0], rel_tol=1e-9, abs_tol=1e-12)
+    for d in {d for p in plan.partitions for d in p.device_ids}:
+        spans = sorted(schedule[p.id] for p in plan.partitions if d in p.device_ids)
+        assert all(a[1] <= b[0] + 1e-12 for a, b in zip(spans, spans[1:])), (d, spans)
+    # Never faster than the same partitions without the device rule (torch's critical path).
+    assert plan.latency_s >= oracle_latency(plan) - 1e-9
     assert Plan.from_json(plan.to_json()) == plan
 
 

@@ -107,7 +107,21 @@ class _State:
         ok = all(self.memory.bytes[d] <= self.capacity[d] for d in touched)
         for v, q in reversed(moves):
             self._shift(v, q, self.part[v])
+        if ok and self.cost.torch:
+            ok = self._fits_torch(moves, touched)
         return ok
+
+    def _fits_torch(self, moves: Sequence[tuple[int, int]], touched: set[int]) -> bool:
+        """Torch's memory rule (each partition on its own, an outside input counted per reader)
+        is never below the union rule the tally keeps: check the touched devices exactly."""
+        moved = dict(moves)
+        members: list[list[int]] = [[] for _ in self.devices_of]
+        for v, p in enumerate(self.part):
+            if p >= 0:
+                members[moved.get(v, p)].append(v)
+        on = [p for p, m in enumerate(members) if m and touched & set(self.devices_of[p])]
+        used = self.cost.device_memory([members[p] for p in on], [self.devices_of[p] for p in on])
+        return all(used[d] <= self.capacity[d] for d in touched if d in used)
 
     def score(self) -> float:
         self.evals += 1

@@ -26,7 +26,9 @@ def starts(problem: Problem) -> list[Assignment]:
     """Where the searches start: the contiguous fill and, where it exists, the best-fit packing."""
     found = [initial_fill(problem)]
     try:
-        found.append(fill_in_order(problem, problem.graph.op_indices, pack=True))
+        packed = fill_in_order(problem, problem.graph.op_indices, pack=True)
+        if problem.fits(packed):
+            found.append(packed)
     except InfeasibleError:
         pass
     return found
@@ -37,17 +39,22 @@ def initial_fill(problem: Problem) -> Assignment:
     packing by size that ignores order, then (small graphs) an exhaustive search. The searches
     start from whichever succeeds, so none of them depends on the contiguous fill succeeding."""
     try:
-        return fill_in_order(problem, problem.graph.op_indices)
-    except InfeasibleError as first:
-        for fallback in (lambda: fill_in_order(problem, problem.graph.op_indices, pack=True),
-                         lambda: pack_by_size(problem), lambda: exhaustive_fit(problem)):
-            try:
-                found = fallback()
-            except InfeasibleError:
-                continue
-            if found is not None:
-                return found
-        raise first from None
+        found = fill_in_order(problem, problem.graph.op_indices)
+        if problem.fits(found):  # the fills count memory as the physical model does
+            return found
+        first = InfeasibleError(f"the size-based fill does not fit under the {problem.cost.cost_model} "
+                                "cost model's memory rule; add a device or memory")
+    except InfeasibleError as exc:
+        first = exc
+    for fallback in (lambda: fill_in_order(problem, problem.graph.op_indices, pack=True),
+                     lambda: pack_by_size(problem), lambda: exhaustive_fit(problem)):
+        try:
+            candidate = fallback()
+        except InfeasibleError:
+            continue
+        if candidate is not None and problem.fits(candidate):
+            return candidate
+    raise first
 
 
 def _runs(problem: Problem, device_of: Sequence[int]) -> Assignment:

@@ -30,7 +30,7 @@ logger = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class ReferenceResult:
-    plan: Plan  # the reference's partitions, scored by our cost model
+    plan: Plan  # the reference's partitions, scored by our cost model (``cost_model``)
     reported_latency_s: float  # the reference's own critical-path latency
     split_module: fx.GraphModule  # the reference's module_with_submodules
 
@@ -44,6 +44,7 @@ def reference_partition(
     saturate_host: bool = False,
     node_to_partition: Mapping[str, int] | None = None,
     partition_to_devices: Mapping[int, Sequence[int]] | None = None,
+    cost_model: str = "physical",
 ) -> ReferenceResult:
     """Partition ``graph`` with torch's reference partitioner. Raises :class:`PartitionError`
     with the reference's message when it fails (it raises ``RuntimeError`` for infeasible input).
@@ -103,6 +104,7 @@ def reference_partition(
         transfer_rate_bytes_per_s,
         node_latency,
         mode=f"reference:{mode}",
+        cost_model=cost_model,
     )
     return ReferenceResult(plan, float(reported), result.module_with_submodules)
 
