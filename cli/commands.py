@@ -26,7 +26,7 @@ from .diff_report import format_diff
 from .inputs import (EXIT_FAIL, EXIT_OK, CLIError, add_cost_arguments, add_model_arguments,
                      load_model, load_plan, partition_options, positive_float, read_json,
                      read_node_latency, resolve_devices, write_output)
-from .report import describe_devices, format_comparison, format_plan_summary
+from .report import describe_devices, format_comparison, format_cost_models, format_plan_summary
 
 __all__ = ["register", "COMMON_EPILOG"]
 
@@ -75,12 +75,24 @@ def cmd_check(args: argparse.Namespace) -> int:
     devices = parse_devices(args.devices) if args.devices else list(plan.devices)
     rate = args.transfer_rate  # None: the rate the plan was made with
     node_latency = read_node_latency(args.node_latency) if args.node_latency else None
-    result = check_plan(plan, model.graph, devices, rate, node_latency, args.max_latency,
-                        args.max_memory_utilisation, args.strict)
-    for note in result.notes:
+    models = ["physical", "torch"] if args.cost_model == "both" else [args.cost_model or plan.cost_model]
+    results = {m: check_plan(plan, model.graph, devices, rate, node_latency, args.max_latency,
+                             args.max_memory_utilisation, args.strict, cost_model=m) for m in models}
+    for note in dict.fromkeys(n for r in results.values() for n in r.notes):
         print(f"note: {note}", file=sys.stderr)
     where = f"{model.label} on {describe_devices(devices)}"
     name = "<stdin>" if args.plan == "-" else args.plan
+    if len(models) > 1:
+        print(format_cost_models(results))
+        print()
+    code = EXIT_OK
+    for m, result in results.items():
+        tag = f"[{m} cost model] " if len(models) > 1 else ""
+        code = max(code, _report_check(result, args, f"{tag}{name}", where))
+    return code
+
+
+def _report_check(result: Any, args: argparse.Namespace, name: str, where: str) -> int:
     if result.ok:
         ev = result.evaluated
         assert ev is not None  # no violation means the plan was scored

@@ -137,6 +137,7 @@ def partition_options(args: argparse.Namespace) -> PartitionOptions:
         saturate_host=getattr(args, "saturate_host", False),
         force_partition=getattr(args, "force_partition", False),
         search_budget=getattr(args, "search_budget", None),
+        cost_model=getattr(args, "cost_model", None) or "physical",
     )
 
 
@@ -193,6 +194,12 @@ def add_cost_arguments(p: argparse.ArgumentParser, partitioning: bool = True) ->
     p.add_argument("--node-latency", metavar="FILE",
                    help='measured node latencies: JSON {"node": [mem_s, compute_s]} or CSV '
                         "name,mem_s,compute_s (other nodes keep the roofline estimate)")
+    p.add_argument("--cost-model", choices=["physical", "torch"] + ([] if partitioning else ["both"]),
+                   default=None if not partitioning else "physical",
+                   help="physical (default: a device runs one partition at a time, shared tensors "
+                        "stored once) or torch (the numbers torch.fx's partitioner_utils computes)"
+                        + ("" if partitioning else "; both: check under each, side by side "
+                           "(default: the plan's own)"))
     if partitioning:
         p.add_argument("--saturate-host", action="store_true",
                        help="replicate the plan onto idle devices")

@@ -12,7 +12,8 @@ from partitioner.compare import ModeResult, best_mode
 from partitioner.costs import NEAR_TIE
 from partitioner.units import format_bytes, format_rate, format_seconds
 
-__all__ = ["describe_devices", "format_plan_summary", "format_table", "format_comparison"]
+__all__ = ["describe_devices", "format_plan_summary", "format_table", "format_comparison",
+           "format_cost_models"]
 
 
 def describe_devices(devices: Sequence[Device]) -> str:
@@ -124,3 +125,20 @@ def format_comparison(results: Sequence[ModeResult]) -> str:
     note = (f"\n* best: {best} (lowest latency; within {NEAR_TIE:.0%} of it, fewer partitions win)"
             if best else "\nno mode found a plan")
     return table + note
+
+
+def format_cost_models(results: dict[str, Any]) -> str:
+    """Each cost model's figures for the same partitions, side by side, and why they differ."""
+    plans = {m: r.evaluated for m, r in results.items()}
+    rows = []
+    for m, p in plans.items():
+        if p is None:
+            rows.append([m, "-", "-", "-"])
+            continue
+        transfer = sum(e.bytes for e in p.edges if e.latency_s > 0)
+        rows.append([m, format_seconds(p.latency_s), f"{p.memory_utilisation():.1%}", format_bytes(transfer)])
+    table = format_table(["cost model", "latency", "peak memory", "bytes sent"], rows, right=(1, 2, 3))
+    return (table + "\nphysical: a device runs one partition at a time; a tensor read twice is stored "
+            "once; only op outputs crossing devices are sent.\ntorch: partitioner_utils' numbers: "
+            "an outside input is counted for every node reading it; inputs both partitions hold "
+            "count as sent.")

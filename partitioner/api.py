@@ -228,7 +228,7 @@ def check_plan(
     if node_latency is None and plan.options.node_latency is not None:
         node_latency = plan.options.node_latency_dict  # the plan's own figures
     notes: list[str] = []
-    problems = plan.violations(graph, devices, check_fingerprint=False)
+    problems = plan.violations(graph, devices, check_fingerprint=False, cost_model=cost_model)
     if plan.graph_fingerprint and plan.graph_fingerprint != graph.fingerprint():
         changed = (f"the model's graph changed since the plan was made (fingerprint "
                    f"{plan.graph_fingerprint} in the plan, {graph.fingerprint()} now)")

@@ -183,10 +183,11 @@ class Plan:
         graph: Graph | None = None,
         devices: Sequence[Device] | None = None,
         check_fingerprint: bool = True,
+        cost_model: str | None = None,
     ) -> list[Violation]:
         """Every broken rule as a typed :class:`~partitioner.validate.Violation`; an empty list
         means the plan is valid. See :func:`partitioner.validate.plan_violations`."""
-        return plan_violations(self, graph, devices, check_fingerprint)
+        return plan_violations(self, graph, devices, check_fingerprint, cost_model)
 
     def check(self, graph: Graph | None = None) -> "Plan":
         """Raise :class:`InvalidPlanError` listing every violation; return self when valid."""

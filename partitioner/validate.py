@@ -88,13 +88,14 @@ def plan_violations(
     graph: Graph | None = None,
     devices: Sequence[Device] | None = None,
     check_fingerprint: bool = True,
+    cost_model: str | None = None,
 ) -> list[Violation]:
     """Every broken rule of ``plan``; an empty list means it is valid.
 
     With ``graph``, membership, memory and data flow are recomputed from it (over the nodes it
     knows). ``devices`` checks the plan against other devices than its own (a ``check`` in CI
     against today's hardware). ``check_fingerprint`` reports a plan made for a different version
-    of the model. O(N + E).
+    of the model. Memory is counted under ``cost_model`` (default: the plan's). O(N + E).
     """
     found: list[Violation] = []
     ids = [p.id for p in plan.partitions]
@@ -161,7 +162,7 @@ def plan_violations(
             for name, pid in seen.items():
                 if name in op_names:
                     part[graph.index[name]] = pid
-            model = CostModel(graph, [(0.0, 0.0)] * len(graph), None)
+            model = CostModel(graph, [(0.0, 0.0)] * len(graph), None, cost_model or plan.cost_model)
             devs = [p.device_ids for p in sorted(plan.partitions, key=lambda q: q.id)]
             ev = model.evaluate(part, devs)
             used = model.device_memory(ev.members, devs)

@@ -379,3 +379,17 @@ def test_helpers():
         parse_overrides("mlp", ["n_layer"])
     assert describe_devices(partitioner.parse_devices("2xa100-40gb,1x8GiB")) == (
         "3 devices (2 x a100-40gb (40 GiB) + 1 x 8 GiB)")
+
+
+def test_check_under_both_cost_models(tmp_path, capsys):
+    out = tmp_path / "p.json"
+    assert main(["plan", *MODEL, "--devices", DEVICES, "--transfer-rate", "1e9", "--out", str(out)]) == 0
+    capsys.readouterr()
+    code, text, _ = run_main(capsys, "check", str(out), *MODEL, "--cost-model", "both")
+    assert code == 0
+    assert "physical" in text and "torch" in text and "[torch cost model]" in text
+    rows = {line.split()[0]: line.split() for line in text.splitlines() if line.startswith(("physical ", "torch "))}
+    assert set(rows) == {"physical", "torch"}
+    assert main(["plan", *MODEL, "--devices", DEVICES, "--cost-model", "torch", "--out", str(out)]) == 0
+    plan = Plan.from_json(out.read_text())
+    assert plan.cost_model == "torch"

@@ -90,3 +90,53 @@ def test_saturate_host_against_reference(worked_example):
     ours, ref = _compare(graph, devices, "size_based", saturate_host=True,
                          transfer_rate_bytes_per_s=2.0, node_latency=reference_latencies(graph))
     assert [p.device_ids for p in ours.partitions] == [p.device_ids for p in ref.plan.partitions]
+
+
+def _torch_figures(plan, graph, node_latency, rate):
+    """Memory per partition and end-to-end latency of ``plan``'s partitions, computed by torch's
+    own partitioner_utils on torch Partition objects."""
+    import copy
+
+    from torch.fx.experimental.accelerator_partitioner import set_parents_and_children
+    from torch.fx.experimental.partitioner_utils import (NodeLatency, Partition,
+                                                          get_latency_of_partitioned_graph,
+                                                          get_partition_to_latency_mapping)
+    from torch.fx.passes.graph_manipulation import get_size_of_all_nodes
+
+    gm = copy.deepcopy(graph.graph_module)
+    get_size_of_all_nodes(gm, list(graph.example_inputs))
+    by_name = {n.name: n for n in gm.graph.nodes}
+    parts = []
+    for p in plan.partitions:
+        tp = Partition(p.id)
+        for name in p.node_names:
+            tp.add_node(by_name[name])
+        tp.logical_device_ids = list(p.device_ids)
+        parts.append(tp)
+    set_parents_and_children(parts)
+    latency = {by_name[n]: NodeLatency(*node_latency[n]) for n in node_latency}
+    for n in gm.graph.nodes:
+        latency.setdefault(n, NodeLatency(0.0, 0.0))
+    total = get_latency_of_partitioned_graph(parts, get_partition_to_latency_mapping(parts, latency), rate)
+    return [tp.used_mem_bytes for tp in parts], total
+
+
+@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("mode", ["size_based", "kl_based"])
+def test_torch_cost_model_equals_torchs_own_functions(seed, mode):
+    gm, inputs = random_fx_module(seed, 14)
+    graph = partitioner.trace(gm, inputs)
+    memory = max(int(graph.total_size_bytes * 0.5),
+                 max(partitioner.modes.base.node_alone_bytes(graph, v) for v in graph.op_indices))
+    devices = [Device(f"dev_{i}", memory, i) for i in range(4)]
+    latency = reference_latencies(graph)
+    plan = partitioner.partition(graph, devices, mode=mode, transfer_rate_bytes_per_s=2.0, node_latency=latency)
+    torch_plan = plan.rescore(graph, "torch")
+    assert torch_plan.cost_model == "torch" and torch_plan.node_to_partition() == plan.node_to_partition()
+    memory_by_torch, latency_by_torch = _torch_figures(torch_plan, graph, latency, 2.0)
+    assert [p.memory_bytes for p in torch_plan.partitions] == memory_by_torch
+    assert torch_plan.latency_s == pytest.approx(latency_by_torch, rel=1e-9)
+    # The physical model never charges more memory than torch's per-reader count, and a device
+    # running one partition at a time is never faster than torch's overlapping schedule when
+    # transfers agree; each difference is one of the two documented rules.
+    assert all(a.memory_bytes <= b.memory_bytes for a, b in zip(plan.partitions, torch_plan.partitions))
