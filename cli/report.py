@@ -78,6 +78,12 @@ def format_plan_summary(plan: Plan, graph: Graph | None = None) -> str:
     path = " -> ".join(map(str, plan.critical_path))
     lines.append(f"end-to-end latency: {format_seconds(plan.latency_s)} (critical path: partitions {path})")
     lines.append(f"peak memory utilisation: {plan.memory_utilisation():.1%}")
+    if plan.provenance.single_partition:
+        lines.append("one partition: the whole model fits the largest device, so no mode runs "
+                     "(splitting would only add transfers); --force-partition shows the mode at work")
+    if plan.provenance.forced_cap_bytes is not None:
+        lines.append(f"forced: the model fits one device; the mode ran with each device limited to "
+                     f"{format_bytes(plan.provenance.forced_cap_bytes)} so it spread the model")
     return "\n".join(lines)
 
 

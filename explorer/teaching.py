@@ -110,6 +110,14 @@ def explain_plan(plan: Plan) -> list[str]:
         )
     elif plan.mode in MODE_TEXT:
         notes.append(f"**{MODE_TEXT[plan.mode].title}.** {MODE_TEXT[plan.mode].shape}")
+    cap = plan.provenance.forced_cap_bytes
+    if cap is not None:
+        notes.append(
+            f"**Forced partitioning:** the whole model fits one device, so to show the mode at "
+            f"work it ran with every device limited to {format_bytes(cap)} (about half the model "
+            f"or more), which makes it spread the model over {len(plan.device_usage)} devices. "
+            "Without the limit it would keep one partition: transfers only add latency."
+        )
     if plan.provenance.edited:
         notes.append("**Edited by hand:** this plan was scored as given (no algorithm ran).")
     replicated = [p.id for p in plan.partitions if len(p.device_ids) > 1]

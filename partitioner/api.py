@@ -10,6 +10,7 @@ then ``saturate_host``.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 from dataclasses import dataclass
@@ -20,7 +21,7 @@ from .devices import MAX_DEVICES, Device
 from .errors import DeviceSpecError, InfeasibleError, InvalidPlanError, PartitionError
 from .graph import Graph
 from .modes import MODES, get_mode
-from .modes.base import Assignment, Problem, largest_node_check
+from .modes.base import Assignment, Problem, largest_node_check, node_alone_bytes
 from .modes.saturate_host import saturate
 from .options import PartitionOptions
 from .plan import Plan, Provenance, build_plan
@@ -118,6 +119,32 @@ def partition(
     return partition_with(graph, devices, mode, options)
 
 
+def _run_mode(problem: Problem, mode: str) -> Assignment:
+    try:
+        return MODES[mode](problem)
+    except InfeasibleError as exc:
+        raise InfeasibleError(f"mode {mode!r} found no plan: {exc}") from None
+
+
+def _forced(problem: Problem, mode: str, plain: Assignment) -> tuple[Assignment, int | None]:
+    """NOTE: [Forced partitioning] The model fits one device, but the person asked to see the
+    mode at work: the mode runs on devices limited to a share of the model (half, then more
+    where half leaves no plan), so it spreads the model over at least two of them."""
+    graph = problem.graph
+    total = graph.total_size_bytes
+    floor = max(node_alone_bytes(graph, v) for v in graph.op_indices)
+    for share in (0.5, 0.6, 0.75, 0.9):
+        cap = max(floor, int(total * share) + 1)
+        capped = [dataclasses.replace(d, memory_bytes=min(d.memory_bytes, cap)) for d in problem.devices]
+        try:
+            found = MODES[mode](dataclasses.replace(problem, devices=capped))
+        except InfeasibleError:
+            continue
+        if len({d for p in set(found.part) if p >= 0 for d in found.devices_of[p]}) >= 2:
+            return found, cap
+    return plain, None
+
+
 def partition_with(graph: Graph, devices: Sequence[Device], mode: str, options: PartitionOptions) -> Plan:
     """:func:`partition` with its options as one :class:`PartitionOptions` record (what the app,
     the command line and :func:`partitioner.compare.compare_modes` pass)."""
@@ -128,6 +155,7 @@ def partition_with(graph: Graph, devices: Sequence[Device], mode: str, options: 
     biggest = max(devices, key=lambda d: (d.memory_bytes, -d.logical_id))
     capacity = sum(d.memory_bytes for d in devices)
     single = False
+    forced: int | None = None
     if mode == "aot_based":
         assignment = MODES[mode](problem)
     elif total <= biggest.memory_bytes and not options.force_partition:
@@ -141,13 +169,12 @@ def partition_with(graph: Graph, devices: Sequence[Device], mode: str, options: 
         )
     else:
         largest_node_check(graph, devices)
-        try:
-            assignment = MODES[mode](problem)
-        except InfeasibleError as exc:
-            raise InfeasibleError(f"mode {mode!r} found no plan: {exc}") from None
+        assignment = _run_mode(problem, mode)
+        if total <= biggest.memory_bytes and len(devices) > 1:
+            assignment, forced = _forced(problem, mode, assignment)
     if options.saturate_host:
         assignment = saturate(problem, assignment)
-    provenance = Provenance(options.replace(aot=None), single_partition=single)
+    provenance = Provenance(options.replace(aot=None), single_partition=single, forced_cap_bytes=forced)
     plan = build_plan(graph, problem.cost, assignment.part, assignment.devices_of, devices, mode, provenance)
     problems = plan.violations()
     if problems:

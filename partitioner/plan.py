@@ -73,15 +73,19 @@ class Provenance:
     options: PartitionOptions = field(default_factory=PartitionOptions)
     single_partition: bool = False  # the whole model fit one device, so one partition (torch's rule)
     edited: bool = False  # a person moved nodes or re-placed partitions after ``mode`` made it
+    forced_cap_bytes: int | None = None  # force_partition on a model that fits one device: the
+    # memory each device was limited to while the mode ran, so it spread the model
 
     def to_dict(self) -> dict[str, Any]:
         return {"options": self.options.to_dict(), "single_partition": self.single_partition,
-                "edited": self.edited}
+                "edited": self.edited, "forced_cap_bytes": self.forced_cap_bytes}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "Provenance":
+        cap = data.get("forced_cap_bytes")
         return cls(PartitionOptions.from_dict(dict(data.get("options", {}))),
-                   bool(data.get("single_partition", False)), bool(data.get("edited", False)))
+                   bool(data.get("single_partition", False)), bool(data.get("edited", False)),
+                   None if cap is None else int(cap))
 
 
 @dataclass(frozen=True)

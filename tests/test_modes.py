@@ -4,6 +4,7 @@ import pytest
 import torch
 
 import partitioner
+import sample_models
 from partitioner import Device, InfeasibleError, PartitionError
 
 from examples import random_fx_module, reference_latencies
@@ -168,3 +169,18 @@ def test_split_outputs_equal_model(mode, seed):
     split = partitioner.split(plan, graph)
     assert len([n for n, _ in split.named_children()]) == len(plan.partitions)
     torch.testing.assert_close(split(*inputs), gm(*inputs))
+
+
+@pytest.mark.parametrize("mode", ["size_based", "cost_aware", "kl_based"])
+def test_force_partition_spreads_a_model_that_fits_one_device(mode):
+    module, inputs, _ = sample_models.load("mlp")
+    graph = partitioner.trace(module, inputs)
+    devices = partitioner.parse_devices("4x64MiB")
+    assert graph.total_size_bytes < devices[0].memory_bytes
+    assert len(partitioner.partition(graph, devices, mode=mode).partitions) == 1
+    plan = partitioner.partition(graph, devices, mode=mode, force_partition=True)
+    used = {d for p in plan.partitions for d in p.device_ids}
+    assert len(used) >= 2 and plan.violations(graph) == []
+    cap = plan.provenance.forced_cap_bytes
+    assert cap is not None and cap < devices[0].memory_bytes
+    assert max(plan.device_memory_bytes().values()) <= cap
