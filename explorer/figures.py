@@ -240,12 +240,38 @@ def timeline_figure(plan: Plan) -> go.Figure:
             hoverinfo="text",
             showlegend=False,
         )
+    # Transfers as their own bars, on an "incoming" row under each receiving device: from the
+    # moment the producer finishes until the data has arrived (bytes / transfer rate).
+    categories = []
+    for d in device_order:
+        categories.append(names.get(d, f"unknown {d}"))
+        moving = [e for e in plan.edges if e.latency_s > 0 and d in _devices_of(plan, e.dst)]
+        if not moving:
+            continue
+        row = f"{names.get(d, d)} incoming"
+        categories.append(row)
+        fig.add_bar(
+            orientation="h", y=[row] * len(moving),
+            base=[times[e.src][1] / scale for e in moving],
+            x=[e.latency_s / scale for e in moving],
+            text=[f"P{e.src}\u2192P{e.dst}" for e in moving], textposition="inside",
+            insidetextanchor="middle", textangle=0,
+            marker={"color": "#d9d9d9", "pattern": {"shape": "/"}, "line": {"color": "#666666", "width": 0.5}},
+            hovertext=[f"transfer P{e.src}\u2192P{e.dst}: {format_bytes(e.bytes)} in "
+                       f"{format_seconds(e.latency_s)}, {format_seconds(times[e.src][1])} to "
+                       f"{format_seconds(times[e.src][1] + e.latency_s)}" for e in moving],
+            hoverinfo="text", showlegend=False,
+        )
     fig.update_layout(barmode="overlay")
     fig.update_yaxes(title="device", type="category", autorange="reversed",
-                     categoryorder="array", categoryarray=[names.get(d, f"unknown {d}") for d in device_order])
+                     categoryorder="array", categoryarray=categories)
     fig.update_xaxes(title=f"time ({unit})", range=[0, finish / scale * 1.02 if finish > 0 else 1])
-    height = max(220, 60 + 40 * len(device_order))
-    return _layout(fig, "Timeline per device (red outline: critical path)", height=height)
+    height = max(220, 60 + 40 * len(categories))
+    return _layout(fig, "Timeline per device (red outline: critical path; hatched: transfers)", height=height)
+
+
+def _devices_of(plan: Plan, pid: int) -> tuple[int, ...]:
+    return next((p.device_ids for p in plan.partitions if p.id == pid), ())
 
 
 def comparison_figure(results: Sequence[ModeResult]) -> go.Figure:

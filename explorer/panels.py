@@ -107,9 +107,7 @@ def render_charts(plan: Plan) -> None:
 
 def render_tables(plan: Plan) -> None:
     with st.expander("Tables: partitions, devices, edges", expanded=False):
-        parts = tables.partition_table(plan)
-        st.dataframe(parts.drop(columns=["memory_bytes"]), hide_index=True,
-                     column_config={"utilisation": st.column_config.NumberColumn(format="percent")})
+        st.dataframe(tables.readable_partition_table(plan), hide_index=True)
         st.dataframe(tables.device_table(plan), hide_index=True,
                      column_config={"utilisation": st.column_config.NumberColumn(format="percent")})
         st.dataframe(tables.edge_table(plan), hide_index=True)

@@ -84,6 +84,34 @@ def partition_table(plan: Plan) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def readable_partition_table(plan: Plan) -> pd.DataFrame:
+    """:func:`partition_table` for people: headers in words, times in one unit chosen for the
+    plan (enough digits to tell start from finish), memory in binary units, share in percent."""
+    data = partition_table(plan)
+    unit, scale = time_unit(max([plan.latency_s] + [p.latency_s for p in plan.partitions]
+                                if math.isfinite(plan.latency_s) else [0.0]))
+
+    def t(v: float) -> str:
+        return "-" if v is None or not math.isfinite(v) else f"{v / scale:.4g} {unit}"
+
+    nodes = data["nodes"]
+    return pd.DataFrame({
+        "Partition": [f"P{i}" for i in data["partition"]],
+        "Devices": data["devices"],
+        "Nodes": [f"{n} node{'s' if n != 1 else ''}" for n in nodes],
+        "Memory": data["memory"],
+        "Of capacity": ["-" if not math.isfinite(u) else f"{u:.1%}" for u in data["utilisation"]],
+        "Latency": [t(v) for v in data["latency_s"]],
+        "Compute": [t(v) for v in data["compute_s"]],
+        "Memory time": [t(v) for v in data["memory_s"]],
+        "Transfer in": [t(v) for v in data["transfer_in_s"]],
+        "Start": [t(v) for v in data["start_s"]],
+        "Finish": [t(v) for v in data["finish_s"]],
+        "Critical path": ["yes" if c else "" for c in data["critical"]],
+        "BFS level": data["bfs_level"],
+    })
+
+
 def device_table(plan: Plan) -> pd.DataFrame:
     """One row per device: kind, memory used (shared inputs counted once) of capacity."""
     used = plan.device_memory_bytes()

@@ -203,7 +203,8 @@ def test_timeline_places_each_partition_on_its_devices_at_its_start(plans):
     placed = {}
     for bar in fig.data:
         for y, label, base, width in zip(bar.y, bar.text, bar.base, bar.x):
-            placed.setdefault(int(label[1:]), []).append((y, base, width))
+            if "\u2192" not in label:  # transfers are checked below
+                placed.setdefault(int(label[1:]), []).append((y, base, width))
     names = {d.logical_id: d.name for d in plan.devices}
     for p in plan.partitions:
         rows = placed[p.id]
@@ -310,7 +311,7 @@ def test_move_node_to_new_partition_and_back(mlp):
     plan = partitioner.partition(mlp, devices, force_partition=True)
     edit = editing.edit_from_plan(plan, "test")
     json.dumps(edit)  # small and serialisable for session state
-    last = plan.partitions[-1]
+    last = [p for p in plan.partitions if len(p.node_names) > 1][-1]
     node = last.node_names[-1]
     moved = editing.move_node(edit, node, editing.NEW, [3])
     new_id = len(plan.partitions)
@@ -387,3 +388,34 @@ def test_pure_builders_import_no_streamlit():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+
+def test_timeline_draws_transfers_as_their_own_bars():
+    graph = synthetic_graph([(0, 1), (1, 2)], [100, 100, 100])
+    devices = [Device(f"d{i}", 1000, i) for i in range(3)]
+    plan = partitioner.evaluate_plan(graph, devices, {"op0": 0, "op1": 1, "op2": 2},
+                                     {0: [0], 1: [1], 2: [2]}, transfer_rate_bytes_per_s=100.0)
+    fig = figures.timeline_figure(plan)
+    times = tables.schedule(plan)
+    unit, scale = tables.time_unit(plan.latency_s)
+    transfers = {label: (y, base, width) for bar in fig.data
+                 for y, label, base, width in zip(bar.y, bar.text, bar.base, bar.x) if "\u2192" in label}
+    assert set(transfers) == {"P0\u2192P1", "P1\u2192P2"}
+    for e in plan.edges:
+        y, base, width = transfers[f"P{e.src}\u2192P{e.dst}"]
+        assert y == f"d{e.dst} incoming" and e.latency_s == pytest.approx(1.0)
+        assert base == pytest.approx(times[e.src][1] / scale) and width == pytest.approx(e.latency_s / scale)
+        # The receiving partition starts when its data has arrived: no unexplained gap.
+        assert times[e.dst][0] == pytest.approx(times[e.src][1] + e.latency_s)
+
+
+def test_readable_partition_table_has_units_and_digits(plans):
+    plan = plans["cost_aware"]
+    frame = tables.readable_partition_table(plan)
+    assert list(frame["Partition"]) == [f"P{p.id}" for p in plan.partitions]
+    unit, scale = tables.time_unit(plan.latency_s)
+    for row, p in zip(frame.itertuples(), plan.partitions):
+        assert row.Start.endswith(unit) and row.Finish.endswith(unit)
+        assert float(row.Finish.split()[0]) == pytest.approx(p.finish_s / scale, rel=1e-3)
+    assert all(n.endswith("node" if n.startswith("1 ") else "nodes") for n in frame["Nodes"])
