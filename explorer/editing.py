@@ -12,10 +12,12 @@ edit with :func:`partitioner.evaluate_plan` and lists ``Plan.violations`` in wor
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any, Mapping, Sequence
 
 import partitioner
 from partitioner import Device, Graph, Plan
+from partitioner.diff import diff_plans
 
 __all__ = ["edit_from_plan", "move_node", "place_partition", "new_partition_id", "evaluate_edit", "NEW"]
 
@@ -77,15 +79,18 @@ def evaluate_edit(
     devices: Sequence[Device],
     transfer_rate_bytes_per_s: float | None = None,
     node_latency: Mapping[str, Sequence[float]] | None = None,
+    base: Plan | None = None,
 ) -> Plan:
     """Score the edit against ``graph`` and ``devices`` (never raises for memory over capacity
     or a cycle; raises :class:`partitioner.PartitionError` for nodes or devices the model does
-    not have)."""
-    return partitioner.evaluate_plan(
-        graph,
-        devices,
-        edit["node_to_partition"],
-        {int(k): v for k, v in edit["partition_to_devices"].items()},
-        transfer_rate_bytes_per_s=transfer_rate_bytes_per_s,
-        node_latency=node_latency,
-    )
+    not have). With ``base`` (the plan the edit started from) the result keeps its mode and cost
+    model and is marked edited when it differs from it (renumbering alone is no change)."""
+    kwargs = dict(transfer_rate_bytes_per_s=transfer_rate_bytes_per_s, node_latency=node_latency)
+    if base is not None:
+        kwargs.update(mode=base.mode, cost_model=base.cost_model)
+    scored = partitioner.evaluate_plan(
+        graph, devices, edit["node_to_partition"],
+        {int(k): v for k, v in edit["partition_to_devices"].items()}, **kwargs)
+    if base is not None and not diff_plans(base, scored).is_empty:
+        scored = dataclasses.replace(scored, provenance=dataclasses.replace(scored.provenance, edited=True))
+    return scored

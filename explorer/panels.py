@@ -37,7 +37,9 @@ def render_summary(plan: Plan, seconds: float | None = None, reference: Plan | N
     cols = st.columns(5)
 
     def delta(now: float, before: float | None, fmt) -> str | None:
-        if before is None or not (math.isfinite(now) and math.isfinite(before)) or now == before:
+        if before is None or not (math.isfinite(now) and math.isfinite(before)):
+            return None
+        if abs(now - before) <= 1e-9 * max(abs(now), abs(before), 1e-300):  # float noise: no change
             return None
         return ("+" if now > before else "-") + fmt(abs(now - before))
 
@@ -54,10 +56,11 @@ def render_summary(plan: Plan, seconds: float | None = None, reference: Plan | N
     if seconds is not None:
         cols[4].metric("Time to partition", format_seconds(seconds))
     else:
-        cols[4].metric("Mode", plan.mode)
+        cols[4].metric("Mode", plan.mode_label)
+    count = len(plan.partitions)
     st.caption(
-        f"Plan: {plan.model or 'model'} | {plan.mode} | {len(plan.partitions)} partitions | "
-        f"latency {format_seconds(plan.latency_s)}"
+        f"Plan: {plan.model or 'model'} | {plan.mode_label} | {count} partition{'s' if count != 1 else ''} | "
+        f"latency {format_seconds(plan.latency_s)} | {plan.cost_model} cost model"
     )
 
 

@@ -359,3 +359,26 @@ def test_default_scenario_shows_modes_that_differ():
     frame = at.dataframe[0].value.set_index("Mode")
     ok = frame[frame["Error"] == ""]
     assert ok["Latency"].nunique() > 1  # a real link bandwidth: the modes' plans differ
+
+
+def test_review_shows_a_loaded_plans_own_figures():
+    at = review(start())
+    module, example = sample_models.build(DEFAULT_MODEL)
+    graph = partitioner.trace(module, example, name=DEFAULT_MODEL)
+    count, memory = sample_models.default_devices(DEFAULT_MODEL)
+    plan = partitioner.partition(graph, partitioner.parse_devices(f"{count}x{memory}B"), mode="cost_aware",
+                                 transfer_rate_bytes_per_s=1e9)
+    at.file_uploader(key="plan_upload").upload("slow_link.json", plan.to_json().encode(), "application/json")
+    at.run()
+    assert not at.exception
+    latency = next(m for m in at.metric if m.label == "Latency (critical path)")
+    assert latency.value == partitioner.format_seconds(plan.latency_s) and not latency.delta
+    assert any("sidebar's rate" in i.value and "1 GB/s" in i.value for i in at.info)
+    mode = next(m for m in at.metric if m.label == "Mode")
+    assert mode.value == "cost_aware"  # not aot_based: the edit keeps the mode it came from
+    # after a move it is the cost_aware plan, edited
+    node = plan.partitions[0].node_names[-1]
+    at.selectbox(key="edit_node").set_value(node)
+    at.selectbox(key="edit_target").set_value(-1).run()
+    at.button(key="edit_move").click().run()
+    assert next(m for m in at.metric if m.label == "Mode").value == "cost_aware, edited"

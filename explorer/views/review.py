@@ -10,6 +10,7 @@ from __future__ import annotations
 import streamlit as st
 
 from partitioner import Device, Graph, Plan
+from partitioner.units import format_rate, format_seconds
 from explorer import compute, editing, panels, state, tables
 from explorer.config import PlanConfig
 
@@ -132,12 +133,17 @@ def main() -> None:
     st.divider()
     st.markdown(f"#### Editing {edit['source']}")
     devices = _devices(edit, config)
+    base = Plan.from_json(edit["loaded_plan"]) if edit.get("loaded_plan") else current
+    # A loaded plan is scored with its own transfer rate and node latencies (the figures
+    # `partition-explorer check` gives for it); the sidebar's are a separate comparison below.
+    rate, latency = ((base.transfer_rate_bytes_per_s, base.options.node_latency_dict) if edit.get("loaded_plan")
+                     and base is not None else (config.transfer_rate_bytes_per_s, config.node_latency_map()))
     try:
-        edited = editing.evaluate_edit(edit, graph, devices, config.transfer_rate_bytes_per_s,
-                                       config.node_latency_map())
+        edited = editing.evaluate_edit(edit, graph, devices, rate, latency, base=base)
     except Exception as exc:  # unknown nodes or devices: PartitionError naming them
+        made_for = f" ({base.model})" if base is not None and base.model else ""
         st.error(f"This mapping does not fit the current model or devices: {compute.explain_error(exc)}\n\n"
-                 "Switch back to the model it was made for, or start over from the current plan.")
+                 f"Switch back to the model it was made for{made_for}, or start over from the current plan.")
         _reset_button()
         return
     shown = editing.edit_from_plan(edited, source=edit["source"])  # ids as the scored plan shows them
@@ -145,8 +151,7 @@ def main() -> None:
     changed = edit_ui(edit, edited, graph)
     if changed is not None:
         try:  # renumber partitions as the scored plan does, so the ids shown stay right
-            rescored = editing.evaluate_edit(changed, graph, devices, config.transfer_rate_bytes_per_s,
-                                             config.node_latency_map())
+            rescored = editing.evaluate_edit(changed, graph, devices, rate, latency, base=base)
             fresh = editing.edit_from_plan(rescored, source=edit["source"])
             fresh.update({k: edit[k] for k in ("devices", "loaded_plan") if k in edit})
             st.session_state[EDIT] = fresh
@@ -154,8 +159,13 @@ def main() -> None:
             st.error(f"That edit cannot be scored: {compute.explain_error(exc)}")
         else:
             st.rerun()
-    base = Plan.from_json(edit["loaded_plan"]) if edit.get("loaded_plan") else current
     panels.render_summary(edited, reference=base)
+    if edit.get("loaded_plan") and rate != config.transfer_rate_bytes_per_s:
+        sidebar_view = edited.rescore(graph, transfer_rate_bytes_per_s=config.transfer_rate_bytes_per_s)
+        st.info(f"These are the plan's own figures, at the transfer rate it was made with "
+                f"({format_rate(rate)}). Re-scored at the sidebar's rate "
+                f"({format_rate(config.transfer_rate_bytes_per_s)}) the same partitions take "
+                f"{format_seconds(sidebar_view.latency_s)}.")
     panels.render_violations(edited.violations(graph))
     left, right = st.columns([3, 2])
     with left:
