@@ -43,7 +43,7 @@ MODE_TEXT: dict[str, ModeText] = {
         "largest first onto the device with the most room left; every stretch of dense nodes "
         "becomes a partition replicated on every device large enough to hold it.",
         "One embedding partition per device side by side at one BFS level, fed by and feeding "
-        "dense partitions drawn striped (one stripe per device they are replicated on). A model "
+        "dense partitions drawn with a colour bar (one cell per device they are replicated on). A model "
         "without embedding tables fails with a message saying so.",
         "Models whose memory is mostly embedding tables (try the dlrm sample).",
     ),
@@ -126,7 +126,7 @@ def explain_plan(plan: Plan) -> list[str]:
             "the dense part is replicated on every device" if plan.mode == "sparse_nn" else "they were placed so")
         notes.append(
             f"**Replicated:** partition(s) {_ids(replicated)} run on several devices ({why}); "
-            "they are drawn striped."
+            "they are drawn with a colour bar, one cell per device."
         )
     used = plan.device_memory_bytes()
     idle = [d.name for d in plan.devices if not used.get(d.logical_id)]

@@ -8,12 +8,14 @@ and devices are emitted sorted), so a plan's DOT can be diffed in review.
 The partition DAG follows the reference partitioner's picture of a plan
 (``torch.fx.experimental.accelerator_partitioner``: partitions with BFS levels, parents,
 children and logical devices): one box per partition, ranked by BFS level, filled with the
-colour of its device (striped when replicated), edges labelled with the bytes crossing and
+colour of its device (a bar of device colours when replicated), edges labelled with the bytes crossing and
 their transfer latency, the critical path drawn bold red and partitions on a device over its
 memory outlined in orange.
 """
 
 from __future__ import annotations
+
+import html
 
 from typing import TYPE_CHECKING, Iterable, Mapping
 
@@ -111,6 +113,14 @@ def _fill(colours: Mapping[int, str], device_ids: Iterable[int]) -> tuple[str, s
     return "striped", ":".join(fills)
 
 
+def _replica_label(text: str, colours: Sequence[str]) -> str:
+    """An HTML-like DOT label: a bar with one cell per device colour above the text."""
+    body = "<BR/>".join(html.escape(line) for line in text.split("\n"))
+    bar = "".join(f'<TD BGCOLOR="{c}" HEIGHT="10" WIDTH="24"></TD>' for c in colours)
+    return (f'<<TABLE BORDER="0" CELLBORDER="0" CELLSPACING="0" CELLPADDING="3"><TR>{bar}</TR>'
+            f'<TR><TD COLSPAN="{len(colours)}">{body}</TD></TR></TABLE>>')
+
+
 def _default_title(plan: Plan) -> str:
     name = plan.model or "model"
     return (
@@ -152,7 +162,7 @@ def plan_to_dot(
 
     One box per partition (id, device names, memory used of the device's capacity, latency,
     node count), ``rank=same`` per BFS level (top to bottom), a fill colour per device
-    (:func:`device_colours`; replicated partitions are striped), partitions on a device over
+    (:func:`device_colours`; a replicated partition has a bar of its devices' colours), partitions on a device over
     its memory outlined in :data:`WARNING_COLOUR`, edges labelled with the bytes crossing and
     their transfer latency, the critical path in bold :data:`CRITICAL_COLOUR`. ``graph`` is
     accepted for symmetry with :func:`partition_to_dot` and is not needed. O(P + E); above 150
@@ -175,7 +185,16 @@ def plan_to_dot(
     ]
     for p in sorted(plan.partitions, key=lambda p: p.id):
         style, fill = _fill(colours, p.device_ids)
-        attrs = [f"label={_q(_partition_label(plan, p, short))}", f"fillcolor={_q(fill)}"]
+        label = _partition_label(plan, p, short)
+        if style == "striped":
+            # NOTE: [Replicas] One stripe per device as an HTML table, not Graphviz's "striped"
+            # style, which the browser's renderer draws with an empty path and a line through
+            # the label: a bar of the devices' colours over a light body holding the text.
+            attrs = [f"label={_replica_label(label, fill.split(':'))}", 'fillcolor="#f7f7f7"',
+                     'margin="0"']
+            style = "filled"
+        else:
+            attrs = [f"label={_q(label)}", f"fillcolor={_q(fill)}"]
         styles = [style, "rounded"] if style == "filled" else [style]
         if any(d in over for d in p.device_ids):
             styles.append("dashed")
