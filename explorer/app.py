@@ -29,7 +29,7 @@ PAGES = [
 ]
 
 page = st.navigation(PAGES, position="top")
-state.restore_from_url(sample_models.names(), sidebar.PLAN_MODES)
+state.restore_from_url(sample_models.names(), sidebar.PLAN_MODES, sidebar.default_device_controls)
 state.keep_widget_state()
 state.follow_page_request()
 state.set_config(sidebar.config_ui())

@@ -85,7 +85,8 @@ def evaluate_edit(
     or a cycle; raises :class:`partitioner.PartitionError` for nodes or devices the model does
     not have). With ``base`` (the plan the edit started from) the result keeps its mode and cost
     model and is marked edited when it differs from it (renumbering alone is no change)."""
-    kwargs = dict(transfer_rate_bytes_per_s=transfer_rate_bytes_per_s, node_latency=node_latency)
+    kwargs: dict[str, Any] = dict(transfer_rate_bytes_per_s=transfer_rate_bytes_per_s,
+                                  node_latency=node_latency, keep_ids=True)
     if base is not None:
         kwargs.update(mode=base.mode, cost_model=base.cost_model)
     scored = partitioner.evaluate_plan(

@@ -56,7 +56,7 @@ def render_summary(plan: Plan, seconds: float | None = None, reference: Plan | N
     if seconds is not None:
         cols[4].metric("Time to partition", format_seconds(seconds))
     else:
-        cols[4].metric("Mode", plan.mode_label)
+        cols[4].metric("Mode", plan.mode, "edited" if plan.provenance.edited else None, delta_color="off")
     count = len(plan.partitions)
     st.caption(
         f"Plan: {plan.model or 'model'} | {plan.mode_label} | {count} partition{'s' if count != 1 else ''} | "

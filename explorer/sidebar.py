@@ -129,6 +129,12 @@ def _reset_knobs(name: str) -> None:
             st.session_state[key] = getattr(defaults, field.name)
 
 
+def default_device_controls(name: str) -> tuple[int, str]:
+    """(count, memory text) of the device controls for sample model ``name``."""
+    count, memory = sample_models.default_devices(name)
+    return int(count), exact_bytes_text(int(memory))
+
+
 def _follow_model_devices(name: str) -> None:
     """On the first run, and when the model changes while 'follow' is on, set the device
     controls to the model's default devices (on which it needs several devices)."""

@@ -7,6 +7,8 @@ tuples), a summary of the current plan, and the hand-edited mapping (``explorer.
 
 from __future__ import annotations
 
+from typing import Callable
+
 import streamlit as st
 
 from partitioner import Graph
@@ -66,7 +68,8 @@ def _knob_value(text: str) -> object:
     return {"true": True, "false": False}.get(text.lower(), text)
 
 
-def restore_from_url(models: list[str], modes: list[str]) -> None:
+def restore_from_url(models: list[str], modes: list[str],
+                     device_defaults: Callable[[str], tuple[int, str]] | None = None) -> None:
     """On a session's first run, set the sidebar from the URL's query parameters (those a
     shared link carries); unreadable values are ignored, never raised."""
     if st.session_state.get(URL_RESTORED):
@@ -75,6 +78,9 @@ def restore_from_url(models: list[str], modes: list[str]) -> None:
     params = st.query_params.to_dict()
     if params.get("model") not in models:
         return
+    if device_defaults is not None:  # what the link leaves out is the model's default devices
+        count, memory = device_defaults(params["model"])
+        st.session_state.update({"dev_count": count, "dev_memory": memory, "dev_preset": "custom"})
     for key, text in params.items():
         try:
             if key in URL_KEYS:
@@ -88,8 +94,7 @@ def restore_from_url(models: list[str], modes: list[str]) -> None:
                 st.session_state[key] = _knob_value(text)
         except (TypeError, ValueError):
             continue
-    if "dev_count" in params or "dev_memory" in params or "dev_preset" in params:
-        st.session_state["devices_for_model"] = params["model"]  # the URL's devices, not the defaults
+    st.session_state["devices_for_model"] = params["model"]  # the link's devices, not reset again
 
 
 def write_url() -> None:

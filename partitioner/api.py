@@ -198,12 +198,15 @@ def evaluate_plan(
     mode: str = "aot_based",
     edited: bool = False,
     cost_model: str = "physical",
+    keep_ids: bool = False,
 ) -> Plan:
     """Score a given mapping without insisting it is valid (for editing a plan by hand).
 
     Unlike :func:`partition` it never raises for memory over capacity or a cycle: the returned
     plan records them and :meth:`Plan.violations` lists them. Unknown nodes still raise.
-    ``mode`` is the mode the mapping came from and ``edited`` whether a person changed it.
+    ``mode`` is the mode the mapping came from and ``edited`` whether a person changed it;
+    ``keep_ids`` keeps the mapping's partition ids (in order, gaps closed) instead of numbering
+    partitions by their first node.
     """
     options = PartitionOptions.build(transfer_rate_bytes_per_s=transfer_rate_bytes_per_s,
                                      node_latency=node_latency, node_to_partition=node_to_partition,
@@ -212,7 +215,7 @@ def evaluate_plan(
     assignment = MODES["aot_based"](problem)
     provenance = Provenance(options.replace(aot=None), edited=edited)
     return build_plan(graph, problem.cost, assignment.part, assignment.devices_of,
-                      problem.devices, mode, provenance)
+                      problem.devices, mode, provenance, keep_ids=keep_ids)
 
 
 @dataclass(frozen=True)

@@ -344,12 +344,15 @@ def build_plan(
     devices: Sequence[Device],
     mode: str,
     provenance: Provenance | None = None,
+    keep_ids: bool = False,
 ) -> Plan:
     """Turn an assignment into a :class:`Plan`.
 
     Partitions are renumbered by their first node in topological order, so equal assignments
-    give equal plans whatever ids the mode used. Never raises for an invalid layout: the plan
-    records what it is, and :meth:`Plan.violations` says what is wrong.
+    give equal plans whatever ids the mode used; with ``keep_ids`` (a plan edited by hand) they
+    keep their order and only gaps close, so a partition keeps its name across edits. Never
+    raises for an invalid layout: the plan records what it is, and :meth:`Plan.violations` says
+    what is wrong.
     """
     num = len(devices_of)
     first = [len(part)] * num
@@ -357,7 +360,8 @@ def build_plan(
         if p >= 0 and v < first[p]:
             first[p] = v
     used = [p for p in range(num) if first[p] < len(part)]
-    used.sort(key=lambda p: first[p])
+    if not keep_ids:
+        used.sort(key=lambda p: first[p])
     renumber = {old: new for new, old in enumerate(used)}
     new_part = [renumber[p] if p >= 0 else -1 for p in part]
     new_devices = [tuple(sorted(set(int(d) for d in devices_of[old]))) for old in used]

@@ -381,4 +381,9 @@ def test_review_shows_a_loaded_plans_own_figures():
     at.selectbox(key="edit_node").set_value(node)
     at.selectbox(key="edit_target").set_value(-1).run()
     at.button(key="edit_move").click().run()
-    assert next(m for m in at.metric if m.label == "Mode").value == "cost_aware, edited"
+    mode = next(m for m in at.metric if m.label == "Mode")
+    assert mode.value == "cost_aware" and mode.delta == "edited"
+    # Partition ids stay stable across an edit: the moves table names the old and the new one.
+    moves = at.dataframe[0].value
+    assert moves["node"].tolist() == [node]
+    assert moves["from"].tolist()[0].startswith("P0 ") and moves["to"].tolist()[0].startswith(f"P{len(plan.partitions)} ")

@@ -92,6 +92,34 @@ def test_app_renders_dag_and_charts_and_re_plans_on_a_mode_change():
                 expect(page.locator(".js-plotly-plot")).to_have_count(4, timeout=RENDER_TIMEOUT_MS)
                 expect(page.get_by_test_id("stException")).to_have_count(0)
                 page.screenshot(path=str(ARTIFACTS / "browser_explore.png"))
+                # Compare: every mode in one table and chart.
+                page.goto(f"http://127.0.0.1:{port}/compare")
+                expect(page.get_by_text("Every mode on transformer")).to_be_visible(timeout=RENDER_TIMEOUT_MS)
+                expect(page.locator(".js-plotly-plot").first).to_be_visible(timeout=RENDER_TIMEOUT_MS)
+                page.screenshot(path=str(ARTIFACTS / "browser_compare.png"), full_page=True)
+                # Saturate host on 6 devices, opened from a shared link: each replica shows the
+                # colours of both its devices in the drawn SVG.
+                page.goto(f"http://127.0.0.1:{port}/?model=transformer&dev_count=6&saturate_host=true")
+                dag = page.get_by_test_id("stGraphVizChart").locator("svg").first
+                expect(dag).to_contain_text("P0 on dev_0, dev_", timeout=RENDER_TIMEOUT_MS)
+                shapes = dag.evaluate(
+                    """svg => [...svg.querySelectorAll('g.node')]
+                        .filter(g => g.querySelector('title') && g.querySelector('title').textContent === 'p0')
+                        .flatMap(g => [...g.querySelectorAll('polygon, path')])
+                        .map(e => [e.getAttribute('fill'), e.tagName, e.getAttribute('d')])""")
+                fills = {f for f, _, _ in shapes if f and f not in ("none", "#f7f7f7", "transparent")}
+                assert len(fills) == 2, shapes
+                assert all(d for _, tag, d in shapes if tag == "path"), shapes
+                page.screenshot(path=str(ARTIFACTS / "browser_saturate_host.png"))
+                # Review after an edit: move a node to a new partition.
+                page.goto(f"http://127.0.0.1:{port}/review")
+                expect(page.get_by_text("Editing the size_based plan")).to_be_visible(timeout=RENDER_TIMEOUT_MS)
+                page.get_by_label("Move to").click()
+                page.get_by_role("option", name="a new partition").click()
+                page.get_by_role("button", name="Move", exact=True).click()
+                expect(page.get_by_text("size_based, edited").first).to_be_visible(timeout=RENDER_TIMEOUT_MS)
+                expect(page.get_by_test_id("stException")).to_have_count(0)
+                page.screenshot(path=str(ARTIFACTS / "browser_review_edit.png"), full_page=True)
             finally:
                 browser.close()
     finally:

@@ -138,10 +138,13 @@ def test_moves_table_lists_moved_nodes_not_renumbered_partitions(mlp):
     edit = editing.edit_from_plan(plan, "test")
     node = plan.partitions[0].node_names[-1]
     moved = editing.evaluate_edit(editing.move_node(edit, node, editing.NEW, [2]), mlp, devices)
-    assert moved.node_to_partition()[node] == 1  # the new partition took id 1: later ids shifted
+    new = len(plan.partitions)
+    assert moved.node_to_partition()[node] == new  # a new id; every other partition keeps its own
+    assert {p.id: p.node_names for p in moved.partitions if p.id != new} == {
+        p.id: tuple(n for n in p.node_names if n != node) for p in plan.partitions}
     frame = tables.moves_table(plan, moved)
-    assert list(frame["node"]) == [node] and frame["to"][0].endswith(", new")
-    assert tables.match_partitions(plan, moved) == {0: 0, **{p + 1: p for p in range(1, len(plan.partitions))}}
+    assert list(frame["node"]) == [node] and frame["to"][0] == f"P{new} (dev_2), new"
+    assert tables.match_partitions(plan, moved) == {p.id: p.id for p in plan.partitions}
 
 
 def test_units():
