@@ -15,11 +15,12 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
-from .costs import CostModel, node_latencies, toposort
+from .costs import CostModel, node_latencies
 from .devices import Device
 from .errors import InvalidPlanError, PartitionError
 from .graph import Graph
 from .options import PartitionOptions
+from .plan_schema import upgrade
 from .validate import Violation, plan_violations
 
 __all__ = [
@@ -219,6 +220,7 @@ class Plan:
                 f"plan schema_version must be one of {list(_READABLE_VERSIONS)} (got {version!r}); "
                 "re-export the plan with this version of partition-explorer"
             )
+        data = upgrade(data)
         try:
             partitions = tuple(_partition_from_dict(p) for p in data["partitions"])
             devices = tuple(Device.from_dict(d) for d in data["devices"])
@@ -227,8 +229,7 @@ class Plan:
                 for e in data.get("edges", ())
             )
             rate = data.get("transfer_rate_bytes_per_s")
-            provenance = (_provenance_v1(data) if version == 1
-                          else Provenance.from_dict(data.get("provenance", {})))
+            provenance = Provenance.from_dict(data.get("provenance", {}))
             plan = cls(
                 mode=str(data["mode"]),
                 partitions=partitions,
@@ -248,8 +249,6 @@ class Plan:
             if isinstance(exc, PartitionError):
                 raise PlanFormatError(f"plan JSON has a bad value: {exc}") from None
             raise PlanFormatError(f"plan JSON has a field of the wrong type: {exc}") from None
-        if version == 1:
-            plan = _with_schedule_v1(plan)
         return plan
 
     @classmethod
@@ -296,44 +295,6 @@ def _partition_from_dict(p: Mapping[str, Any]) -> Partition:
         start_s=_float(p.get("start_s", 0.0)),
         finish_s=_float(p.get("finish_s", 0.0)),
     )
-
-
-def _provenance_v1(data: Mapping[str, Any]) -> Provenance:
-    """Version 1 kept options as a loose dict (with "node_latency": "given" and, for aot_based,
-    the mapping again); read what carries over."""
-    old = dict(data.get("options", {}))
-    budget = old.get("search_budget")
-    options = PartitionOptions(
-        transfer_rate_bytes_per_s=None if data.get("transfer_rate_bytes_per_s") is None
-        else float(data["transfer_rate_bytes_per_s"]),
-        saturate_host=bool(old.get("saturate_host", False)),
-        force_partition=bool(old.get("force_partition", False)),
-        search_budget=None if budget is None else int(budget),
-    )
-    return Provenance(options, bool(old.get("single_partition", False)), bool(old.get("edited", False)))
-
-
-def _with_schedule_v1(plan: Plan) -> Plan:
-    """Version 1 did not store start and finish times: derive them from the recorded partition
-    latencies and edges (the longest-path schedule v1's latency was)."""
-    num = len(plan.partitions)
-    if sorted(p.id for p in plan.partitions) != list(range(num)):
-        return plan
-    edges = {(e.src, e.dst): e.latency_s for e in plan.edges}
-    order = toposort(num, edges)
-    if order is None:
-        return plan
-    by_id = {p.id: p for p in plan.partitions}
-    incoming: dict[int, list[tuple[int, float]]] = {p: [] for p in range(num)}
-    for (a, b), lat in edges.items():
-        incoming[b].append((a, lat))
-    times: dict[int, tuple[float, float]] = {}
-    for p in order:
-        start = max((times[q][1] + lat for q, lat in incoming[p]), default=0.0)
-        times[p] = (start, start + by_id[p].latency_s)
-    partitions = tuple(dataclasses.replace(p, start_s=times[p.id][0], finish_s=times[p.id][1])
-                       for p in plan.partitions)
-    return dataclasses.replace(plan, partitions=partitions)
 
 
 def build_plan(

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import html
 
-from typing import TYPE_CHECKING, Iterable, Mapping
+from typing import TYPE_CHECKING, Iterable, Mapping, Sequence
 
 from .units import format_seconds
 from .devices import Device, format_bytes

@@ -1,0 +1,58 @@
+"""Plan JSON migrations: older schema versions upgraded, as dicts, to the current one.
+
+Schema 1 (the first release) kept options as a loose dict (``"node_latency": "given"``, and for
+``aot_based`` the mapping again) and stored no start or finish times; schema 2 records a typed
+provenance and the schedule. :func:`upgrade` turns a version-1 dict into a version-2 dict that
+:meth:`partitioner.plan.Plan.from_dict` reads like any other.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+from .costs import toposort
+
+__all__ = ["upgrade"]
+
+
+def upgrade(data: Mapping[str, Any]) -> dict[str, Any]:
+    """A plan dict of any readable version as a version-2 dict (unchanged when already 2)."""
+    out = dict(data)
+    if out.get("schema_version") != 1:
+        return out
+    old = dict(out.pop("options", {}) or {})
+    options: dict[str, Any] = {}
+    if out.get("transfer_rate_bytes_per_s") is not None:
+        options["transfer_rate_bytes_per_s"] = out["transfer_rate_bytes_per_s"]
+    for key in ("saturate_host", "force_partition", "search_budget"):
+        if old.get(key):
+            options[key] = old[key]
+    out["provenance"] = {"options": options, "single_partition": bool(old.get("single_partition", False)),
+                         "edited": bool(old.get("edited", False))}
+    out["partitions"] = _with_schedule(list(out.get("partitions", [])), list(out.get("edges", [])))
+    out["schema_version"] = 2
+    return out
+
+
+def _with_schedule(partitions: list[Any], edges: list[Any]) -> list[Any]:
+    """Start and finish times from the recorded latencies and edges: the longest-path schedule
+    version 1's latency was. Left as they are when the plan is malformed or cyclic."""
+    try:
+        ids = sorted(int(p["id"]) for p in partitions)
+        if ids != list(range(len(ids))):
+            return partitions
+        cost = {(int(e["src"]), int(e["dst"])): float(e["latency_s"]) for e in edges}
+        latency = {int(p["id"]): float(p["latency_s"]) for p in partitions}
+    except (KeyError, TypeError, ValueError):
+        return partitions
+    order = toposort(len(ids), cost)
+    if order is None:
+        return partitions
+    incoming: dict[int, list[tuple[int, float]]] = {p: [] for p in ids}
+    for (a, b), lat in cost.items():
+        incoming[b].append((a, lat))
+    times: dict[int, tuple[float, float]] = {}
+    for p in order:
+        start = max((times[q][1] + lat for q, lat in incoming[p]), default=0.0)
+        times[p] = (start, start + latency[p])
+    return [{**p, "start_s": times[int(p["id"])][0], "finish_s": times[int(p["id"])][1]} for p in partitions]
