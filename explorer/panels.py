@@ -86,7 +86,7 @@ def render_drilldown(plan: Plan, graph: Graph, key: str) -> None:
     sizes = {p.id: len(p.node_names) for p in plan.partitions}
     pick = st.selectbox(
         "Show the nodes inside a partition", [None, *ids], key=f"{key}_drill",
-        format_func=lambda i: "(none)" if i is None else f"P{i} ({sizes[i]} nodes)",
+        format_func=lambda i: "(none)" if i is None else f"P{i} ({sizes[i]} node{'s' if sizes[i] != 1 else ''})",
     )
     if pick is None:
         return

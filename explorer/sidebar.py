@@ -173,12 +173,18 @@ def devices_ui() -> tuple[list[Device] | None, float | None]:
                    "the preset's or a modest default. Changing the controls above restarts the table.")
         edited = st.data_editor(
             table, key=f"dev_table_{version}", num_rows="dynamic", hide_index=True,
+            # Narrow columns, so all six fit the sidebar's width.
             column_config={
-                "preset": st.column_config.SelectboxColumn(options=[CUSTOM, *sorted(PRESETS)], default=CUSTOM),
-                "memory": st.column_config.TextColumn(help="e.g. 16GiB", default=memory),
-                "peak TFLOP/s": st.column_config.NumberColumn(min_value=0.0, format="%g"),
-                "memory GB/s": st.column_config.NumberColumn(min_value=0.0, format="%g"),
-                "link GB/s": st.column_config.NumberColumn(min_value=0.0, format="%g"),
+                "name": st.column_config.TextColumn(width="small"),
+                "preset": st.column_config.SelectboxColumn(options=[CUSTOM, *sorted(PRESETS)], default=CUSTOM,
+                                                           width="small"),
+                "memory": st.column_config.TextColumn(help="e.g. 16GiB", default=memory, width="small"),
+                "peak TFLOP/s": st.column_config.NumberColumn("TFLOP/s", min_value=0.0, format="%g",
+                                                              width="small", help="peak TFLOP/s"),
+                "memory GB/s": st.column_config.NumberColumn("mem GB/s", min_value=0.0, format="%g",
+                                                             width="small", help="memory bandwidth, GB/s"),
+                "link GB/s": st.column_config.NumberColumn("link GB/s", min_value=0.0, format="%g",
+                                                           width="small", help="link bandwidth, GB/s"),
             },
         )
     st.session_state.setdefault("transfer_gbps", DEFAULT_TRANSFER_GBPS)

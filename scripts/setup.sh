@@ -19,8 +19,14 @@ if [ "${#need[@]}" -gt 0 ]; then
   sudo=""
   [ "$(id -u)" = 0 ] || sudo="sudo"
   echo "setup: installing system packages: ${need[*]}"
-  $sudo apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${need[@]}" >/dev/null
+  # Another apt process (unattended upgrades, a second set-up) may hold the lock: wait for it
+  # rather than fail at once.
+  lock_wait=(-o DPkg::Lock::Timeout=600)
+  if pgrep -x apt-get >/dev/null 2>&1 || pgrep -x dpkg >/dev/null 2>&1 || pgrep -x unattended-upgr >/dev/null 2>&1; then
+    echo "setup: another apt process is running; waiting for its lock (up to 10 minutes)"
+  fi
+  $sudo apt-get "${lock_wait[@]}" update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get "${lock_wait[@]}" install -y -qq "${need[@]}" >/dev/null
 fi
 
 [ -x .venv/bin/python ] || python3 -m venv .venv
