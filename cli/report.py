@@ -13,7 +13,7 @@ from partitioner.costs import NEAR_TIE
 from partitioner.units import format_bytes, format_rate, format_seconds
 
 __all__ = ["describe_devices", "format_plan_summary", "format_table", "format_comparison",
-           "format_cost_models"]
+           "format_cost_models", "format_gap"]
 
 
 def describe_devices(devices: Sequence[Device]) -> str:
@@ -78,6 +78,7 @@ def format_plan_summary(plan: Plan, graph: Graph | None = None) -> str:
     path = " -> ".join(map(str, plan.critical_path))
     lines.append(f"end-to-end latency: {format_seconds(plan.latency_s)} (critical path: partitions {path})")
     lines.append(f"peak memory utilisation: {plan.memory_utilisation():.1%}")
+    lines.append(f"best possible: {format_gap(plan)}")
     if plan.provenance.single_partition:
         lines.append("one partition: the whole model fits the largest device, so no mode runs "
                      "(splitting would only add transfers); --force-partition shows the mode at work")
@@ -148,3 +149,17 @@ def format_cost_models(results: dict[str, Any]) -> str:
             "once; only op outputs crossing devices are sent.\ntorch: partitioner_utils' numbers: "
             "an outside input is counted for every node reading it; inputs both partitions hold "
             "count as sent.")
+
+
+def format_gap(plan: Plan) -> str:
+    """``optimal`` or ``within 12.5% of the best possible (lower bound 22.1 us)``."""
+    if plan.proven_optimal:
+        return "optimal (proven by the solver)"
+    gap = plan.gap_to_bound
+    if gap <= 1e-9:
+        return (f"optimal: the latency equals the lower bound {format_seconds(plan.lower_bound_s)} "
+                "(the heaviest path of nodes), which no plan can beat")
+    if gap == float("inf"):
+        return "no bound (cyclic plan or zero-cost graph)"
+    return (f"within {gap:.1%} of the best possible (no plan can beat the lower bound "
+            f"{format_seconds(plan.lower_bound_s)}: the heaviest path of nodes)")

@@ -118,6 +118,7 @@ class Evaluation:
     latency_s: float
     critical_path: list[int]
     bfs_level: list[int]
+    start_s: list[float]
 
 
 class CostModel:
@@ -134,6 +135,7 @@ class CostModel:
             raise PartitionError(f"unknown cost model {cost_model!r}; choose 'physical' or 'torch'")
         self.cost_model = cost_model
         self.torch = cost_model == "torch"
+        self._bound: float | None = None
         self.graph = graph
         self.n = len(graph)
         self.mem_s = [float(m) for m, _ in latencies]
@@ -147,6 +149,19 @@ class CostModel:
         self.is_op = is_op
         self.op_preds = tuple(tuple(j for j in ps if is_op[j]) for ps in graph.preds)
         self.op_users = tuple(tuple(j for j in us if is_op[j]) for us in graph.users)
+
+    def lower_bound_s(self) -> float:
+        """A lower bound on the latency of every plan of this graph: the node-level critical
+        path without transfers. # NOTE: [Lower bound] Any path of nodes runs through a chain
+        of partitions in order (the partition DAG is acyclic), each holding its part of the path
+        within its own latency; transfers and waiting for a device only add time. So no plan
+        is faster than the heaviest path of nodes, and so than the largest single node. O(N + E)."""
+        if self._bound is None:
+            best = [0.0] * self.n
+            for v in range(self.n):
+                best[v] = self.node_s[v] + max((best[u] for u in self.preds[v]), default=0.0)
+            self._bound = max(best, default=0.0)
+        return float(self._bound)
 
     def comm_s(self, nbytes: int, src_devices: Sequence[int], dst_devices: Sequence[int]) -> float:
         """Transfer time of an edge: free when every device of the destination already holds a
@@ -243,6 +258,7 @@ class CostModel:
             edges = self._torch_edge_bytes(part, members, edges)
         order = toposort(num, edges)
         finish = [math.inf] * num
+        begin = [math.inf] * num
         levels = [-1] * num
         path: list[int] = []
         total = math.inf
@@ -267,6 +283,7 @@ class CostModel:
                         t, last = free_at.get(d, (0.0, -1))
                         if t > start:
                             start, came_from[p] = t, last
+                begin[p] = start
                 finish[p] = start + latency[p][0]
                 levels[p] = level
                 if not self.torch:
@@ -279,7 +296,7 @@ class CostModel:
                     path.append(p)
                     p = came_from[p]
                 path.reverse()
-        return Evaluation(members, memory, latency, edges, order, finish, total, path, levels)
+        return Evaluation(members, memory, latency, edges, order, finish, total, path, levels, begin)
 
 
     def _torch_edge_bytes(self, part: Sequence[int], members: Sequence[Sequence[int]],

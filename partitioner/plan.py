@@ -104,6 +104,8 @@ class Plan:
     provenance: Provenance = field(default_factory=Provenance)
     model: str = ""
     graph_fingerprint: str = ""
+    lower_bound_s: float = 0.0  # no plan of this graph can be faster (NOTE: [Lower bound])
+    proven_optimal: bool = False  # a solver proved no plan is faster than this one
     schema_version: int = SCHEMA_VERSION
 
     # -- queries ----------------------------------------------------------------------------
@@ -133,6 +135,15 @@ class Plan:
         cost = CostModel(graph, latencies, options.transfer_rate_bytes_per_s, options.cost_model)
         provenance = dataclasses.replace(self.provenance, options=options)
         return build_plan(graph, cost, part, devices_of, self.devices, self.mode, provenance)
+
+    @property
+    def gap_to_bound(self) -> float:
+        """How far the latency is above the lower bound, as a fraction (0 = provably optimal)."""
+        if self.proven_optimal:
+            return 0.0
+        if not (self.lower_bound_s > 0 and math.isfinite(self.latency_s)):
+            return math.inf
+        return max(0.0, self.latency_s / self.lower_bound_s - 1.0)
 
     @property
     def mode_label(self) -> str:
@@ -242,6 +253,8 @@ class Plan:
                 provenance=provenance,
                 model=str(data.get("model", "")),
                 graph_fingerprint=str(data.get("graph_fingerprint", "")),
+                lower_bound_s=_float(data.get("lower_bound_s", 0.0)),
+                proven_optimal=bool(data.get("proven_optimal", False)),
             )
         except KeyError as exc:
             raise PlanFormatError(f"plan JSON lacks the field {exc.args[0]!r}") from None
@@ -345,7 +358,7 @@ def build_plan(
             bfs_level=ev.bfs_level[p],
             parents=tuple(sorted(parents[p])),
             children=tuple(sorted(children[p])),
-            start_s=ev.finish_s[p] - ev.latency[p][0] if math.isfinite(ev.finish_s[p]) else math.inf,
+            start_s=ev.start_s[p],
             finish_s=ev.finish_s[p],
         )
         for p in range(len(used))
@@ -366,4 +379,5 @@ def build_plan(
         provenance=provenance or Provenance(),
         model=graph.name,
         graph_fingerprint=graph.fingerprint(),
+        lower_bound_s=cost.lower_bound_s(),
     )

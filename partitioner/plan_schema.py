@@ -29,7 +29,8 @@ def upgrade(data: Mapping[str, Any]) -> dict[str, Any]:
             options[key] = old[key]
     out["provenance"] = {"options": options, "single_partition": bool(old.get("single_partition", False)),
                          "edited": bool(old.get("edited", False))}
-    out["partitions"] = _with_schedule(list(out.get("partitions", [])), list(out.get("edges", [])))
+    if isinstance(out.get("partitions"), list):
+        out["partitions"] = _with_schedule(out["partitions"], list(out.get("edges", []) or []))
     out["schema_version"] = 2
     return out
 
@@ -39,6 +40,8 @@ def _with_schedule(partitions: list[Any], edges: list[Any]) -> list[Any]:
     version 1's latency was. Left as they are when the plan is malformed or cyclic."""
     try:
         ids = sorted(int(p["id"]) for p in partitions)
+        if not all(isinstance(p, dict) for p in partitions):
+            return partitions
         if ids != list(range(len(ids))):
             return partitions
         cost = {(int(e["src"]), int(e["dst"])): float(e["latency_s"]) for e in edges}

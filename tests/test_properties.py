@@ -126,6 +126,15 @@ def test_plans_are_valid(problem, mode):
     for d in {d for p in plan.partitions for d in p.device_ids}:
         spans = sorted(schedule[p.id] for p in plan.partitions if d in p.device_ids)
         assert all(a[1] <= b[0] + 1e-12 for a, b in zip(spans, spans[1:])), (d, spans)
+    # The lower bound holds for every plan, and is the heaviest path of nodes (networkx).
+    assert plan.lower_bound_s <= plan.latency_s + 1e-9
+    g = nx.DiGraph()
+    g.add_nodes_from(range(len(graph)))
+    g.add_edges_from((u, v) for v in range(len(graph)) for u in graph.preds[v])
+    weight = {graph.index[n]: max(latency[n]) for n in latency}
+    heaviest = max((sum(weight.get(v, 0.0) for v in path) for path in
+                    [nx.dag_longest_path(g, weight=None)]), default=0.0)
+    assert plan.lower_bound_s >= heaviest - 1e-9
     # Never faster than the same partitions without the device rule (torch's critical path).
     assert plan.latency_s >= oracle_latency(plan) - 1e-9
     assert Plan.from_json(plan.to_json()) == plan
