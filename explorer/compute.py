@@ -9,7 +9,9 @@ Failures are returned as text rather than raised, so a failing plan is cached li
 
 from __future__ import annotations
 
+import threading
 import time
+from collections import OrderedDict
 from dataclasses import dataclass
 
 import streamlit as st
@@ -38,15 +40,46 @@ def explain_error(exc: BaseException) -> str:
     )
 
 
-@st.cache_resource(show_spinner="Tracing the model...", max_entries=8)
+# NOTE: [Graph cache] Traced graphs keep their modules (a split is checked against the weights),
+# so the cache shared by every session is bounded by the bytes those weights and inputs take,
+# not by a count: a few large models evict the oldest ones rather than exhaust the server.
+MAX_CACHE_BYTES = 2 * 2**30
+_GRAPHS: OrderedDict[ModelChoice, tuple[Graph, int]] = OrderedDict()
+_LOCK = threading.Lock()
+
+
+def _graph_bytes(graph: Graph) -> int:
+    weights = sum(t.numel() * t.element_size()
+                  for t in (graph.graph_module.state_dict().values() if graph.graph_module is not None else ()))
+    return int(weights) + sum(nd.output_bytes for nd in graph.nodes if nd.op == "placeholder")
+
+
 def trace(choice: ModelChoice) -> Graph:
     """The traced, annotated graph of a sample model (with its size overrides), an ``hf:`` model
-    or a person's factory. A new ``choice.generation`` ("Reload the model") imports the factory's
-    module again. Raises PartitionError, LoaderError or ValueError."""
-    module, inputs, kwargs = sample_models.load(choice.name, dict(choice.overrides),
-                                                reload=choice.generation > 0)
-    extra = {"example_kwargs": kwargs} if kwargs else {}
-    return partitioner.trace(module, inputs, name=choice.label, **extra)
+    or a person's factory, from a cache shared by all sessions (NOTE: [Graph cache]). A new
+    ``choice.generation`` ("Reload the model") imports the factory's module again. Raises
+    PartitionError, LoaderError or ValueError."""
+    with _LOCK:
+        if choice in _GRAPHS:
+            _GRAPHS.move_to_end(choice)
+            return _GRAPHS[choice][0]
+    with st.spinner("Tracing the model..."):
+        module, inputs, kwargs = sample_models.load(choice.name, dict(choice.overrides),
+                                                    reload=choice.generation > 0)
+        extra = {"example_kwargs": kwargs} if kwargs else {}
+        graph = partitioner.trace(module, inputs, name=choice.label, **extra)
+    size = _graph_bytes(graph)
+    with _LOCK:
+        _GRAPHS[choice] = (graph, size)
+        while len(_GRAPHS) > 1 and sum(b for _, b in _GRAPHS.values()) > MAX_CACHE_BYTES:
+            _GRAPHS.popitem(last=False)
+    return graph
+
+
+def cached_graph_bytes() -> int:
+    """Bytes the graph cache holds now (for the benchmark and the tests)."""
+    with _LOCK:
+        return sum(b for _, b in _GRAPHS.values())
 
 
 @dataclass(frozen=True)

@@ -193,7 +193,8 @@ def devices_ui() -> tuple[list[Device] | None, float | None]:
         key="transfer_gbps",
         help="0: use the slowest link bandwidth the devices give; with none, transfers are free",
     )
-    st.checkbox("Switch to each model's default devices", value=True, key="follow_model",
+    st.session_state.setdefault("follow_model", True)
+    st.checkbox("Switch to each model's default devices", key="follow_model",
                 help="When you pick another model, set the devices to ones on which it needs several")
     rate = float(rate_gbps) * 1e9 if rate_gbps else None
     try:

@@ -135,7 +135,7 @@ def spec(name: str) -> ModelSpec:
 # knobs are bounded by what this kind of machine can hold many times over: a model is first
 # built on the meta device (no memory), and refused when its weights or its example inputs would
 # exceed these. Real-size architectures are the hf: models, built with meta weights.
-MAX_PARAMETER_BYTES = 2 * 2**30
+MAX_PARAMETER_BYTES = 512 * 2**20
 MAX_INPUT_BYTES = 256 * 2**20
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from streamlit.testing.v1 import AppTest
 
 import partitioner
@@ -387,3 +388,18 @@ def test_review_shows_a_loaded_plans_own_figures():
     moves = at.dataframe[0].value
     assert moves["node"].tolist() == [node]
     assert moves["from"].tolist()[0].startswith("P0 ") and moves["to"].tolist()[0].startswith(f"P{len(plan.partitions)} ")
+
+
+def test_graph_cache_is_bounded_by_bytes(monkeypatch):
+    from explorer.config import ModelChoice
+
+    monkeypatch.setattr(compute, "_GRAPHS", type(compute._GRAPHS)())
+    small = ModelChoice("mlp", (("n_layer", 2),))
+    size = compute._graph_bytes(compute.trace(small))
+    monkeypatch.setattr(compute, "MAX_CACHE_BYTES", int(size * 2.5))
+    for n in (3, 4, 5):
+        compute.trace(ModelChoice("mlp", (("n_layer", n),)))
+        assert compute.cached_graph_bytes() <= compute.MAX_CACHE_BYTES or len(compute._GRAPHS) == 1
+    assert small not in compute._GRAPHS  # the oldest went first
+    with pytest.raises(ValueError, match="sample models are built for real, up to 0.5 GiB"):
+        sample_models.load("mlp", {"hidden": 20000})
