@@ -232,9 +232,10 @@ def mode_ui() -> tuple[str, dict[str, Any] | None]:
             except InputError as exc:
                 st.error(str(exc))
                 return mode, None
+    st.session_state.setdefault("search_budget", 0)
     with st.expander("Advanced", expanded=False):
         budget = st.number_input("Search budget (cost-model evaluations, 0 = automatic)", min_value=0,
-                                 max_value=1_000_000, value=0, step=100, key="search_budget",
+                                 max_value=1_000_000, step=100, key="search_budget",
                                  help="Caps the work of cost_aware and kl_based")
     return mode, {
         "saturate_host": bool(saturate),
