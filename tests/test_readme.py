@@ -41,3 +41,12 @@ def test_library_snippet_runs():
     code = _block("## The library", "python")
     done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
+
+
+def test_real_run_example_runs(tmp_path):
+    script = _block("## Running a plan for real", "bash")
+    (tmp_path / ".venv").symlink_to(Path(sys.executable).parents[1])
+    done = subprocess.run(["bash", "-euo", "pipefail", "-c", script], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "outputs equal the model" in done.stdout and "calibrated on this machine" in done.stdout
