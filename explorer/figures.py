@@ -7,7 +7,7 @@ the DAG and in every chart. Each builder is O(P + E) and imports no Streamlit.
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Any, Sequence
 
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
@@ -304,3 +304,18 @@ def comparison_figure(results: Sequence[ModeResult]) -> go.Figure:
     fig.update_layout(margin={"t": 30})
     return fig
 
+
+
+def run_figure(partitions: Sequence[Any], unit_s: float | None = None) -> go.Figure:
+    """Predicted latency against measured compute (and input wait) per partition of a real run
+    (``partitioner.runtime.run.PartitionRun`` records)."""
+    largest = max([max(p.predicted_s, p.compute_s + p.wait_s) for p in partitions] + [0.0])
+    unit, scale = time_unit(unit_s or largest)
+    names = [f"P{p.id}" for p in partitions]
+    fig = go.Figure()
+    fig.add_bar(name="predicted", x=names, y=[p.predicted_s / scale for p in partitions], marker_color="#9ecae1")
+    fig.add_bar(name="measured compute", x=names, y=[p.compute_s / scale for p in partitions], marker_color="#3182bd")
+    fig.add_bar(name="waiting for inputs", x=names, y=[p.wait_s / scale for p in partitions], marker_color="#fdae6b")
+    fig.update_layout(barmode="group")
+    fig.update_yaxes(title=f"time ({unit})")
+    return _layout(fig, "Predicted against measured, per partition", height=320)

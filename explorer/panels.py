@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+
 import math
 import shutil
 from typing import Sequence
@@ -166,3 +168,43 @@ def render_comparison(results: Sequence[ModeResult]) -> None:
         if r.error:
             st.warning(f"**{r.mode}** found no plan: {r.error}")
 
+
+
+RUN_RESULTS = "run_results"  # plan JSON hash -> RunResult of its last real run
+
+
+def render_real_run(plan: Plan, graph: Graph) -> None:
+    """Run the plan on one local process per device (torch.distributed, gloo) and show the
+    measurement beside the prediction. The ranks are processes of their own, with a time limit;
+    the page shows their progress and keeps the last result of each plan."""
+    from partitioner import RunError
+    from partitioner.runtime.run import run
+
+    key = hashlib.sha256(plan.to_json(indent=None).encode()).hexdigest()[:16]
+    results = st.session_state.setdefault(RUN_RESULTS, {})
+    with st.expander("Run on local processes", expanded=key in results):
+        st.caption(f"Starts {len(plan.devices)} processes (one per device) on this machine with "
+                   "torch.distributed over gloo, runs each partition where the plan puts it, and "
+                   "checks the outputs against the model. Takes a few seconds per process.")
+        if st.button("Run on local processes", key="run_local"):
+            with st.status("Starting processes...", expanded=True) as status:
+                try:
+                    results[key] = run(plan, graph, graph.example_inputs or (), timeout_s=120,
+                                       progress=lambda text: status.update(label=text))
+                    status.update(label="Run finished", state="complete")
+                except RunError as exc:
+                    status.update(label="The run failed", state="error")
+                    st.error(f"The run failed: {exc}")
+        result = results.get(key)
+        if result is None:
+            return
+        if result.outputs_equal:
+            st.success(f"Outputs equal the model's. Measured end to end "
+                       f"{format_seconds(result.measured_latency_s)} on {result.world_size} processes "
+                       f"(predicted {format_seconds(result.predicted_latency_s)}).")
+        else:
+            st.error("The outputs of the run differ from the model's.")
+        st.plotly_chart(figures.run_figure(result.partitions), key="chart_real_run")
+        st.caption("Predicted figures use the roofline estimate of the devices you described; this "
+                   "machine's processes share its cores, so expect a constant factor. "
+                   "`partition-explorer run --calibrate` re-scores with timings measured here.")

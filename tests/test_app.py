@@ -403,3 +403,11 @@ def test_graph_cache_is_bounded_by_bytes(monkeypatch):
     assert small not in compute._GRAPHS  # the oldest went first
     with pytest.raises(ValueError, match="sample models are built for real, up to 0.5 GiB"):
         sample_models.load("mlp", {"hidden": 20000})
+
+
+def test_explore_runs_the_plan_on_local_processes():
+    at = start()
+    at.button(key="run_local").click().run(timeout=300)
+    assert not at.exception
+    assert any("Outputs equal the model's" in s.value for s in at.success), [e.value for e in at.error]
+    assert any(c.proto.spec and "measured" in c.proto.spec for c in at.get("plotly_chart"))

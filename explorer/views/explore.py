@@ -26,6 +26,7 @@ def main() -> None:
         panels.render_drilldown(plan, graph, key="explore")
     panels.render_charts(plan)
     panels.render_tables(plan)
+    panels.render_real_run(plan, graph)
 
 
 main()
