@@ -208,3 +208,16 @@ def render_real_run(plan: Plan, graph: Graph) -> None:
         st.caption("Predicted figures use the roofline estimate of the devices you described; this "
                    "machine's processes share its cores, so expect a constant factor. "
                    "`partition-explorer run --calibrate` re-scores with timings measured here.")
+
+
+def render_cost_models(plan: Plan, graph: Graph) -> None:
+    """The same partitions under both cost models, side by side, and where they differ."""
+    other = "torch" if plan.cost_model == "physical" else "physical"
+    try:
+        there = plan.rescore(graph, other)
+    except PartitionError as exc:
+        st.caption(f"Cannot score the plan under the {other} cost model: {exc}")
+        return
+    with st.expander(f"Physical and torch's numbers for this plan", expanded=False):
+        st.dataframe(tables.cost_model_table(plan, there), hide_index=True)
+        st.caption("The Learn page explains the differences with a tiny example each.")

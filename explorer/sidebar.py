@@ -212,6 +212,10 @@ def mode_ui() -> tuple[str, dict[str, Any] | None]:
     st.caption(partitioner.DESCRIPTIONS.get(mode, "").split(". ")[0].strip().rstrip(".") + ".")
     saturate = st.checkbox("Saturate host (copy the plan onto idle devices)", key="saturate_host")
     force = st.checkbox("Force partitioning when the model fits one device", key="force_partition")
+    torch_numbers = st.checkbox("Numbers as torch's partitioner computes them", key="torch_cost_model",
+                                help="torch.fx's partitioner_utils: an input counted for every node "
+                                "reading it, partitions on one device overlapping in time. The Learn "
+                                "page explains the differences.")
     source = st.radio(
         "Node latencies", ["roofline", "upload"], key="latency_source", horizontal=True,
         format_func={"roofline": "roofline estimate", "upload": "upload per node"}.get,
@@ -242,4 +246,5 @@ def mode_ui() -> tuple[str, dict[str, Any] | None]:
         "force_partition": bool(force),
         "search_budget": int(budget) or None,
         "node_latency": node_latency,
+        "cost_model": "torch" if torch_numbers else "physical",
     }

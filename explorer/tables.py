@@ -207,3 +207,20 @@ def byte_unit(largest: float) -> tuple[str, float]:
         if largest >= scale:
             return unit, scale
     return "B", 1.0
+
+
+def cost_model_table(plan: Plan, other: Plan) -> pd.DataFrame:
+    """One row per partition (and one for the plan): memory and timing under the plan's cost
+    model and the other one, for the same partitions."""
+    by = {plan.cost_model: plan, other.cost_model: other}
+    phys, torch_ = by.get("physical", plan), by.get("torch", other)
+    rows = [{"": "whole plan", "latency, physical": format_seconds(phys.latency_s),
+             "latency, torch": format_seconds(torch_.latency_s),
+             "peak memory, physical": f"{phys.memory_utilisation():.1%}",
+             "peak memory, torch": f"{torch_.memory_utilisation():.1%}"}]
+    for a, b in zip(sorted(phys.partitions, key=lambda p: p.id), sorted(torch_.partitions, key=lambda p: p.id)):
+        rows.append({"": f"P{a.id}", "latency, physical": f"finishes {format_seconds(a.finish_s)}",
+                     "latency, torch": f"finishes {format_seconds(b.finish_s)}",
+                     "peak memory, physical": format_bytes(a.memory_bytes),
+                     "peak memory, torch": format_bytes(b.memory_bytes)})
+    return pd.DataFrame(rows)

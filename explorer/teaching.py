@@ -84,15 +84,32 @@ MODE_TEXT: dict[str, ModeText] = {
 }
 
 COST_MODEL = (
-    "**The cost model** (the reference partitioner's): a node costs the larger of its memory "
+    "**The cost model** (physical, the default): a node costs the larger of its memory "
     "time (bytes moved / memory bandwidth) and its compute time (FLOPs / peak FLOP/s); a "
-    "partition costs the longest path through its nodes; the plan costs the longest path "
-    "through the partition DAG, where an edge adds bytes crossing / transfer rate unless every "
-    "device of its destination already holds its source. Memory of a partition is every "
-    "node's output and parameters plus the outputs of outside nodes it reads; a device holds "
-    "the union of its partitions, so a tensor two of them read is stored there once. When the whole model fits on one "
-    "device the plan is a single partition, unless *force partitioning* is on; *saturate host* "
-    "then copies the plan onto idle devices."
+    "partition costs the longest path through its nodes; a device runs one partition at a "
+    "time, so the plan's latency is when the last partition finishes, each starting once its "
+    "inputs have arrived (an edge adds bytes crossing / transfer rate unless every device of "
+    "its destination already holds its source) and its device is free. Memory of a partition "
+    "is every node's output and parameters plus the outputs of outside nodes it reads; a device "
+    "holds the union of its partitions, so a tensor two of them read is stored there once. "
+    "When the whole model fits on one device the plan is a single partition, unless *force "
+    "partitioning* is on; *saturate host* then copies the plan onto idle devices. Every plan "
+    "is measured against a **lower bound**, the heaviest path of nodes, which no plan can beat: "
+    "\"within 5 % of the best possible\" means at most 5 % slower than any plan could be."
+)
+
+TWO_COST_MODELS = (
+    "**Two cost models.** torch's partitioner (`partitioner_utils`) counts differently; switch "
+    "the sidebar to *numbers as torch's partitioner computes them* to see its figures.\n\n"
+    "- **A tensor read twice.** `y = x @ W` on one device, then `a = relu(y)` and `b = tanh(y)` "
+    "in a partition on another: torch adds `y`'s bytes once for `a` and once for `b` (each node "
+    "counts its outside inputs), so the partition needs two copies by its count; the physical "
+    "model stores `y` once. Plans that fit physically can be refused by torch's count.\n"
+    "- **Two partitions on one device.** P1 and P2 both on GPU 0, each 1 ms, neither reading "
+    "the other: torch's critical path lets them overlap (1 ms); a device runs one at a time, "
+    "so the physical latency is 2 ms. torch's model rewards many tiny partitions this way.\n"
+    "- Also: torch charges, on an edge, inputs both partitions read from the model (as if the "
+    "parent sent them), and frees a transfer only between identical device lists."
 )
 
 

@@ -411,3 +411,20 @@ def test_explore_runs_the_plan_on_local_processes():
     assert not at.exception
     assert any("Outputs equal the model's" in s.value for s in at.success), [e.value for e in at.error]
     assert any(c.proto.spec and "measured" in c.proto.spec for c in at.get("plotly_chart"))
+
+
+def test_torchs_numbers_on_request_and_both_side_by_side():
+    at = start()
+    table = next(df.value for df in at.dataframe if "latency, torch" in df.value.columns)
+    assert list(table.columns) == ["", "latency, physical", "latency, torch", "peak memory, physical",
+                                   "peak memory, torch"]
+    assert at.session_state["config"].options.cost_model == "physical"
+    at.checkbox(key="torch_cost_model").check().run()
+    assert not at.exception
+    config = at.session_state["config"]
+    assert config.options.cost_model == "torch" and compute.plan(config).plan.cost_model == "torch"
+    assert any("torch cost model" in c.value for c in at.caption)
+    review(at)
+    assert any("latency, torch" in df.value.columns for df in at.dataframe)
+    at.switch_page("views/learn.py").run()
+    assert any("Two cost models" in m.value for m in at.markdown)

@@ -19,6 +19,7 @@ def main() -> None:
     plan = result.plan
     panels.render_summary(plan, seconds=result.seconds)
     panels.render_notes(plan)
+    panels.render_cost_models(plan, graph)
     left, right = st.columns([3, 2])
     with left:
         panels.render_dag(plan, key="explore")

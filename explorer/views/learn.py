@@ -17,6 +17,7 @@ def main() -> None:
         "of partitions and transfers, the **critical path**, is the plan's latency."
     )
     st.markdown(teaching.COST_MODEL)
+    st.markdown(teaching.TWO_COST_MODELS)
     config = st.session_state.get(state.CONFIG)
     plan = None
     if config is not None:

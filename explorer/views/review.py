@@ -167,6 +167,7 @@ def main() -> None:
                 f"({format_rate(config.transfer_rate_bytes_per_s)}) the same partitions take "
                 f"{format_seconds(sidebar_view.latency_s)}.")
     panels.render_violations(edited.violations(graph))
+    panels.render_cost_models(edited, graph)
     left, right = st.columns([3, 2])
     with left:
         panels.render_dag(edited, key="review")
