@@ -1,0 +1,125 @@
+"""Pipeline stages and schedules: the simulator against the closed forms, action order against
+torch's own schedules, the DP split against brute force, the stash against a hand count."""
+
+from __future__ import annotations
+
+import itertools
+import json
+
+import pytest
+import torch
+
+import partitioner
+from partitioner import Device, pipeline
+from partitioner.pipeline import stages as stage_mod
+from partitioner.testing.synthetic import synthetic_graph
+
+
+@pytest.mark.parametrize("p, m", [(4, 8), (2, 4), (8, 64), (3, 5)])
+def test_gpipe_bubble_with_equal_stages(p, m):
+    for training in (True, False):
+        sim = pipeline.simulate([0.01] * p, microbatches=m, schedule="gpipe", training=training)
+        assert sim.bubble_fraction == pytest.approx((p - 1) / (m + p - 1))
+    one = pipeline.simulate([0.01] * p, microbatches=m, schedule="1f1b")
+    assert one.step_time_s == pytest.approx(pipeline.simulate([0.01] * p, m, "gpipe").step_time_s)
+    assert one.stage_peak_stash == tuple(min(p - s, m) for s in range(p))  # 1F1B: at most p - stage
+    assert pipeline.simulate([0.01] * p, m, "gpipe").stage_peak_stash == (m,) * p  # GPipe: all m
+
+
+@pytest.mark.parametrize("schedule, name", [("gpipe", "GPipe"), ("1f1b", "1F1B")])
+@pytest.mark.parametrize("p, m", [(2, 4), (4, 8), (3, 6)])
+def test_action_order_equals_torchs(schedule, name, p, m):
+    from torch.distributed.pipelining._schedule_visualizer import get_schedule_ops
+
+    theirs = get_schedule_ops(name, p, m)
+    ours = pipeline.actions(schedule, p, m)
+    for rank, (a, b) in enumerate(zip(ours, theirs)):
+        kind = {"FORWARD": "F", "F": "F", "FULL_BACKWARD": "B", "B": "B"}
+        b = [x for x in b if x is not None and str(x.computation_type).rsplit(".", 1)[-1] in kind]
+        got = [(s, k, mb) for s, k, mb in a]
+        want = [(int(x.stage_index), kind[str(x.computation_type).rsplit(".", 1)[-1]], int(x.microbatch_index))
+                for x in b]
+        if schedule == "1f1b" and rank == p - 1:
+            # torch 2.13's Schedule1F1B list numbers the last rank's forwards 1..m (its runtime
+            # is right): ours keeps 0..m-1.
+            want = [(s, k, mb - 1 if k == "F" else mb) for s, k, mb in want]
+        assert got == want, (rank, got, want)
+
+
+def test_every_schedule_simulates_and_zero_bubble_beats_1f1b():
+    times = [0.01] * 4
+    sims = {s: pipeline.simulate(times, 8, s) for s in ("gpipe", "1f1b", "interleaved_1f1b", "zero_bubble")}
+    assert all(0 <= s.bubble_fraction < 1 for s in sims.values())
+    assert sims["zero_bubble"].bubble_fraction < sims["interleaved_1f1b"].bubble_fraction
+    with pytest.raises(partitioner.PartitionError, match="unknown schedule 'fastest'"):
+        pipeline.simulate(times, 8, "fastest")
+
+
+def _brute_force(cost, k):
+    n = len(cost)
+    best = float("inf")
+    for cuts in itertools.combinations(range(1, n), k - 1):
+        bounds = (0, *cuts, n)
+        best = min(best, max(sum(cost[a:b]) for a, b in zip(bounds, bounds[1:])))
+    return best
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_dp_split_equals_brute_force_on_chains(seed):
+    import random
+
+    rng = random.Random(seed)
+    n, k = rng.randint(4, 9), rng.randint(2, 4)
+    sizes = [rng.randint(1, 50) for _ in range(n)]
+    graph = synthetic_graph([(i, i + 1) for i in range(n - 1)], sizes)
+    latency = {f"op{i}": (0.0, float(rng.randint(1, 20))) for i in range(n)}
+    devices = [Device(f"d{i}", 10**9, i) for i in range(k)]
+    pp = pipeline.plan(graph, devices, stages=k, microbatches=1, schedule="gpipe", training="sgd",
+                       transfer_rate_bytes_per_s=None, node_latency=latency)
+    stage_cost = [f + b for f, b in zip(pp.stage_forward_s, pp.stage_backward_s)]
+    per_node = [3.0 * max(latency[f"op{i}"]) for i in range(n)]  # forward + twice for backward
+    assert max(stage_cost) == pytest.approx(_brute_force(per_node, k))
+    assert [n for s in pp.stages for n in s] == [f"op{i}" for i in range(n)]
+
+
+def test_stash_memory_matches_a_hand_count():
+    sizes = [100, 200, 300, 400]
+    graph = synthetic_graph([(0, 1), (1, 2), (2, 3)], sizes)
+    devices = [Device(f"d{i}", 10**9, i) for i in range(2)]
+    for schedule, held in (("gpipe", (4, 4)), ("1f1b", (2, 1))):
+        pp = pipeline.plan(graph, devices, stages=2, microbatches=4, schedule=schedule, training="adam",
+                           transfer_rate_bytes_per_s=None, node_latency={f"op{i}": (0.0, 1.0) for i in range(4)})
+        split = [sum(sizes[int(n[2:])] for n in stage) for stage in pp.stages]
+        # Activations per microbatch are a quarter of the traced batch's; GPipe holds all 4
+        # microbatches, 1F1B holds 2 on the first stage and 1 on the last.
+        assert pp.stage_stash_bytes == tuple(int(b / 4 * h) for b, h in zip(split, held))
+        assert pp.stage_memory_bytes == pp.stage_stash_bytes  # synthetic nodes hold no parameters
+
+
+def test_plan_on_a_real_model_beats_equal_layers_and_round_trips(tmp_path):
+    import sample_models
+
+    module, inputs, _ = sample_models.load("transformer", {"n_layer": 6})
+    graph = partitioner.trace(module, inputs)
+    pp = pipeline.plan(graph, partitioner.parse_devices("4x64MiB"), stages=4, microbatches=8,
+                       schedule="1f1b", training="adam")
+    baselines = {name: step for name, step, _ in pp.baselines}
+    assert pp.step_time_s <= min(baselines.values()) + 1e-12
+    assert len(pp.stage_memory_bytes) == 4 and all(b > 0 for b in pp.stage_memory_bytes)
+    data = json.loads(pp.to_json())
+    assert data["kind"] == "pipeline" and [tuple(s) for s in data["stages"]] == list(pp.stages)
+    with pytest.raises(partitioner.InfeasibleError, match="no split .* fits the devices' memory"):
+        pipeline.plan(graph, partitioner.parse_devices("4x64KiB"), stages=4, microbatches=8, training="adam")
+
+
+def test_pipeline_command_writes_the_plan(tmp_path, capsys):
+    from cli.main import main
+
+    out = tmp_path / "pipe.json"
+    assert main(["pipeline", "transformer", "--devices", "2x64MiB", "--stages", "2", "--microbatches", "4", "--schedule", "gpipe",
+                 "--training", "sgd", "--out", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "step time" in text and "equal layers split" in text
+    data = json.loads(out.read_text())
+    assert data["schedule"] == "gpipe" and len(data["stages"]) == 2 and data["training"] == "sgd"
+    assert main(["pipeline", "transformer", "--stages", "0"]) == 2
