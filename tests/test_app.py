@@ -214,7 +214,8 @@ def test_review_page_loads_a_plan_and_moves_a_node():
     assert len(set(moved["node_to_partition"].values())) == len(plan.partitions) + 1
     assert moved["node_to_partition"][node] != plan.node_to_partition()[node]
     assert any(m.label == "Partitions" and m.value == str(len(plan.partitions) + 1) for m in at.metric)
-    assert at.dataframe[0].value["node"].tolist() == [node]
+    moves = next(df.value for df in at.dataframe if "node" in df.value.columns)
+    assert moves["node"].tolist() == [node]
     # a node moved against the flow of data makes a cycle: explained, drawn, nothing crashes
     first = plan.partitions[0].node_names[0]
     last = len(plan.partitions)  # the ids are 0..len(plan.partitions) after the move
@@ -385,7 +386,7 @@ def test_review_shows_a_loaded_plans_own_figures():
     mode = next(m for m in at.metric if m.label == "Mode")
     assert mode.value == "cost_aware" and mode.delta == "edited"
     # Partition ids stay stable across an edit: the moves table names the old and the new one.
-    moves = at.dataframe[0].value
+    moves = next(df.value for df in at.dataframe if "node" in df.value.columns)
     assert moves["node"].tolist() == [node]
     assert moves["from"].tolist()[0].startswith("P0 ") and moves["to"].tolist()[0].startswith(f"P{len(plan.partitions)} ")
 
