@@ -429,3 +429,23 @@ def test_torchs_numbers_on_request_and_both_side_by_side():
     assert any("latency, torch" in df.value.columns for df in at.dataframe)
     at.switch_page("views/learn.py").run()
     assert any("Two cost models" in m.value for m in at.markdown)
+
+
+def test_bad_inputs_in_the_app_are_messages_not_tracebacks():
+    at = start()
+    for memory in ("1e400GiB", "99999999999999999999 TiB", "lots", "-4GiB", ""):
+        at.text_input(key="dev_memory").set_value(memory).run()
+        assert not at.exception, (memory, at.exception)
+        assert errors(at) or at.info, memory  # the sidebar says what is wrong
+    at.text_input(key="dev_memory").set_value("4MiB").run()
+    at.radio(key="latency_source").set_value("upload").run()
+    nested = ("{\"a\":" * 50_000 + "1" + "}" * 50_000).encode()
+    for name, data in (("deep.json", nested), ("nan.csv", b"layers_0,nan,1\n"), ("bin.json", b"\x00\xff" * 64)):
+        at.file_uploader(key="latency_file").upload(name, data, "application/octet-stream")
+        at.run()
+        assert not at.exception, (name, at.exception)
+        assert errors(at), name
+    at.radio(key="latency_source").set_value("roofline").run()
+    at.selectbox(key="model").set_value("mlp").run()
+    at.number_input(key="knob_mlp_hidden").set_value(100_000).run()
+    assert not at.exception and any("lower the size settings" in e for e in errors(at))
