@@ -4,14 +4,17 @@ time and bubbles, each stage's memory, against the splits people use today."""
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from typing import Any
 
 from partitioner import pipeline
+from partitioner.export import to_pipeline_split_spec
 from partitioner.pipeline.schedules import SCHEDULES
 from partitioner.units import format_bytes, format_seconds
 
-from .inputs import EXIT_OK, add_model_arguments, load_model, rate, resolve_devices, write_output
+from .inputs import (EXIT_FAIL, EXIT_OK, CLIError, add_model_arguments, load_model, positive_float, rate,
+                     resolve_devices, write_output)
 from .report import format_table
 
 __all__ = ["register"]
@@ -20,11 +23,19 @@ EXAMPLES = """examples:
   partition-explorer pipeline transformer --stages 4 --microbatches 8 --schedule 1f1b
   partition-explorer pipeline gpt2_small --devices 4x1GiB --stages 4 --microbatches 16 --training adam
   partition-explorer pipeline transformer --stages 4 --schedule zero_bubble --training sgd --out pipe.json
+  partition-explorer pipeline mlp --stages 2 --microbatches 4 --training adam --run
+  partition-explorer pipeline mlp --stages 2 --microbatches 4 --run --out -
+  partition-explorer pipeline transformer --stages 2 --split-spec-out split.json
 
 The split minimises the slowest stage (forward + backward + outgoing transfer per microbatch)
 under each device's memory, exactly, by dynamic programming over cut points; the step time and
 bubble fraction come from simulating the schedule's per-rank action lists (the same order as
 torch.distributed.pipelining's schedules). Equal-layer and by-parameter splits are shown beside it.
+
+--run runs the split for real with torch.distributed.pipelining (gpipe, 1f1b, interleaved_1f1b),
+one process per rank over gloo, on the model's example batch cut into the microbatches; it checks
+the outputs (and, with --training, every gradient) against the model in one process and prints
+the measured step time beside the simulated one. Exit 1 when they differ.
 """
 
 
@@ -41,6 +52,12 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
     p.add_argument("--transfer-rate", metavar="BYTES_PER_S", type=rate, default=25e9,
                    help="link rate between stages (default 25GB)")
     p.add_argument("--out", metavar="FILE", help="write the pipeline plan JSON here (- for stdout)")
+    p.add_argument("--split-spec-out", metavar="FILE",
+                   help="write the split_spec of torch.distributed.pipelining.pipeline for these stages")
+    p.add_argument("--run", action="store_true",
+                   help="run the stages on local processes with torch's schedules and compare")
+    p.add_argument("--timeout", metavar="SECONDS", type=positive_float, default=180.0,
+                   help="with --run: end the run (and every process) after this long (default 180)")
     p.set_defaults(func=run)
 
 
@@ -49,10 +66,24 @@ def run(args: argparse.Namespace) -> int:
     devices = resolve_devices(args.devices, model)
     pp = pipeline.plan(model.graph, devices, stages=args.stages, microbatches=args.microbatches,
                        schedule=args.schedule, training=args.training, transfer_rate_bytes_per_s=args.transfer_rate)
+    if args.out == "-" and args.split_spec_out == "-":
+        raise CLIError("--out - and --split-spec-out - both write to stdout; send one to a file")
+    if args.split_spec_out:
+        spec = to_pipeline_split_spec(pp.as_plan(model.graph, devices, args.transfer_rate), model.graph)
+        write_output(args.split_spec_out, json.dumps(spec, indent=2), "split spec")
+    result = None
+    if args.run:
+        quiet = args.out == "-"
+        result = pipeline.run(pp, model.graph, model.graph.example_inputs or (), timeout_s=args.timeout,
+                              progress=None if quiet else (lambda text: print(f"  {text}", file=sys.stderr)))
     if args.out:
-        write_output(args.out, pp.to_json(), "pipeline plan")
+        data = pp.to_dict()
+        if result is not None:
+            data["run"] = result.to_dict()
+        write_output(args.out, json.dumps(data, indent=2), "pipeline plan")
+    status = EXIT_OK if result is None or _agrees(result) else EXIT_FAIL
     if args.out == "-":
-        return EXIT_OK
+        return status
     caps = {d.logical_id: d.memory_bytes for d in devices}
     rows = [[s, len(nodes), format_seconds(f), format_seconds(b), format_bytes(mem), format_bytes(stash),
              f"{mem / caps[d]:.1%}"]
@@ -67,5 +98,20 @@ def run(args: argparse.Namespace) -> int:
     for name, step, sizes in pp.baselines:
         gain = step / pp.step_time_s - 1 if pp.step_time_s else 0.0
         print(f"  {name} split {list(sizes)}: {format_seconds(step)} ({gain:+.1%} slower than this split)")
+    if result is not None:
+        print(f"\nran on {result.world_size} processes ({result.backend}): step measured "
+              f"{format_seconds(result.measured_step_s)} against {format_seconds(result.simulated_step_s)} "
+              "simulated (roofline estimates; per-stage forward below)")
+        rows = [[s, format_seconds(sim), format_seconds(got)]
+                for s, (sim, got) in enumerate(zip(result.simulated_forward_s, result.stage_forward_s))]
+        print(format_table(["stage", "forward/mb simulated", "forward/mb measured"], rows, right=(1, 2)))
+        print(f"outputs {'equal' if result.outputs_equal else 'DIFFER from'} the model in one process"
+              + ("" if result.gradients_equal is None else
+                 f"; gradients {'equal' if result.gradients_equal else 'DIFFER from'} the model's"
+                 f" (loss {result.loss:.4g})"))
     sys.stdout.flush()
-    return EXIT_OK
+    return status
+
+
+def _agrees(result: Any) -> bool:
+    return bool(result.outputs_equal) and result.gradients_equal is not False

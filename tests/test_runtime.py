@@ -17,21 +17,6 @@ from partitioner.runtime.launch import free_port, launch
 from partitioner.testing import faults
 
 
-def _children() -> set[int]:
-    me = str(os.getpid())
-    found = set()
-    for status in Path("/proc").glob("[0-9]*/status"):
-        try:
-            fields = dict(line.split(":\t", 1) for line in status.read_text().splitlines() if ":\t" in line)
-        except OSError:
-            continue
-        if fields.get("PPid", "").strip() == me:
-            cmdline = (status.parent / "cmdline").read_bytes().replace(b"\0", b" ")
-            if b"resource_tracker" not in cmdline:  # multiprocessing's one shared helper
-                found.add(int(status.parent.name))
-    return found
-
-
 class ForkJoin(torch.nn.Module):
     def __init__(self) -> None:
         super().__init__()
@@ -52,7 +37,7 @@ def fork_join():
 
 def test_a_fork_join_plan_on_three_processes_equals_the_model(fork_join):
     model, x, graph = fork_join
-    before = _children()
+    before = faults.child_pids()
     where = {"a": 0, "relu": 0, "b": 1, "c": 2, "tanh": 2}
     plan = partitioner.evaluate_plan(graph, [Device(f"d{i}", 10**6, i) for i in range(3)],
                                      {n: where.get(n, 3) for n in graph.op_names}, {0: [0], 1: [1], 2: [2], 3: [0]})
@@ -63,7 +48,7 @@ def test_a_fork_join_plan_on_three_processes_equals_the_model(fork_join):
     by_id = {p.id: p for p in result.partitions}
     assert by_id[3].received_bytes > 0 and by_id[0].received_bytes == 0  # the join received
     assert all(p.compute_s > 0 for p in result.partitions)
-    assert _children() <= before
+    assert faults.child_pids() <= before
 
 
 def test_a_replicated_plan_runs_on_every_device_holding_it(fork_join):
@@ -78,7 +63,7 @@ def test_a_replicated_plan_runs_on_every_device_holding_it(fork_join):
 
 
 def test_failures_end_the_run_with_the_rank_and_leave_nothing_behind():
-    before = _children()
+    before = faults.child_pids()
     assert launch(faults.all_reduce_rank, 2, timeout_s=60) == [1, 1]
     with pytest.raises(RunError, match=r"rank 1 failed: ValueError: injected failure on rank 1") as raised:
         launch(faults.raise_on, 2, (1,), timeout_s=60)
@@ -87,7 +72,7 @@ def test_failures_end_the_run_with_the_rank_and_leave_nothing_behind():
         launch(faults.sleep_on, 2, (1, 600.0), timeout_s=8)
     with pytest.raises(RunError, match=r"rank 0 died \(exit code 7\)"):
         launch(faults.exit_on, 2, (0,), timeout_s=60)
-    assert _children() <= before
+    assert faults.child_pids() <= before
     for _ in range(2):  # the ports runs used are released: two in a row bind again
         with socket.socket() as s:
             s.bind(("127.0.0.1", free_port()))
@@ -96,10 +81,10 @@ def test_failures_end_the_run_with_the_rank_and_leave_nothing_behind():
 def test_wrong_inputs_are_a_clear_error_before_any_process_starts(fork_join):
     _, x, graph = fork_join
     plan = partitioner.partition(graph, [Device(f"d{i}", 10**6, i) for i in range(2)], force_partition=True)
-    before = _children()
+    before = faults.child_pids()
     with pytest.raises(RunError, match=r"does not run on the example inputs.*4x3 and 16x16"):
         partitioner.run(plan, graph, (torch.randn(4, 3),), timeout_s=60)  # wrong input width
-    assert _children() <= before
+    assert faults.child_pids() <= before
 
 
 def test_the_command_line_runs_a_plan_and_calibrates(tmp_path):

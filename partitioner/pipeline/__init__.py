@@ -4,12 +4,29 @@ over per-rank action lists, and the split that minimises the simulated step time
     from partitioner import pipeline
     sim = pipeline.simulate([0.01] * 4, microbatches=8, schedule="gpipe")
     pp = pipeline.plan(graph, devices, stages=4, microbatches=8, schedule="1f1b")
+    result = pipeline.run(pp, graph, graph.example_inputs)   # on real processes
 """
 
 from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
 
 from .schedules import SCHEDULES, actions
 from .simulate import Simulation, simulate, simulate_actions
 from .stages import PipelinePlan, plan
 
-__all__ = ["simulate", "simulate_actions", "Simulation", "actions", "SCHEDULES", "plan", "PipelinePlan"]
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .runner import PipelineRun, run
+
+
+def __getattr__(name: str) -> Any:
+    # The real run needs torch.distributed: load it on first use.
+    if name in ("run", "PipelineRun"):
+        from . import runner
+
+        return getattr(runner, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+__all__ = ["simulate", "simulate_actions", "Simulation", "actions", "SCHEDULES", "plan", "PipelinePlan", "run", "PipelineRun"]

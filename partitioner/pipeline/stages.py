@@ -17,13 +17,16 @@ import dataclasses
 import json
 import math
 from dataclasses import dataclass
-from typing import Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from ..costs import node_latencies
 from ..devices import Device
 from ..errors import InfeasibleError, PartitionError
 from ..graph import Graph
 from .simulate import simulate
+
+if TYPE_CHECKING:
+    from ..plan import Plan
 
 __all__ = ["PipelinePlan", "plan", "OPTIMIZER_COPIES"]
 
@@ -56,6 +59,17 @@ class PipelinePlan:
 
     def to_json(self, indent: int | None = 2) -> str:
         return json.dumps(self.to_dict(), indent=indent)
+
+    def as_plan(self, graph: Graph, devices: Sequence[Device],
+                transfer_rate_bytes_per_s: float | None = None) -> "Plan":
+        """The stages as a :class:`~partitioner.plan.Plan` (one partition per stage, on its
+        device; one forward pass, no microbatches): the DAG, memory and export views of any
+        plan apply to it."""
+        from ..api import evaluate_plan
+
+        mapping = {name: s for s, names in enumerate(self.stages) for name in names}
+        return evaluate_plan(graph, devices, mapping, {s: [d] for s, d in enumerate(self.device_ids)},
+                             transfer_rate_bytes_per_s=transfer_rate_bytes_per_s, keep_ids=True)
 
 
 def _crossing(graph: Graph, order: Sequence[int]) -> list[int]:

@@ -78,9 +78,10 @@ def _child(rank: int, world_size: int, port: int, backend: str, timeout_s: float
 _CONSEQUENCES = ("Connection reset by peer", "Connection closed by peer", "gloo/transport", "Broken pipe")
 
 
-def _root_cause(rank: int, message: str, results: Any, grace_s: float = 2.0) -> RunError:
+def _root_cause(rank: int, message: str, results: Any, procs: list[Any], grace_s: float = 2.0) -> RunError:
     """The first failure reported is often a peer's consequence (its connection to the failed
-    rank broke): wait a moment for the others and report the one that is not."""
+    rank broke): wait a moment for the others and report the one that is not, or the rank that
+    died without a word."""
     errors = [(rank, message)]
     deadline = time.monotonic() + grace_s
     while time.monotonic() < deadline:
@@ -90,7 +91,13 @@ def _root_cause(rank: int, message: str, results: Any, grace_s: float = 2.0) -> 
             continue
         if kind == "error":
             errors.append((r, value))
-    cause = next(((r, m) for r, m in errors if not any(c in m for c in _CONSEQUENCES)), errors[0])
+    cause = next(((r, m) for r, m in errors if not any(c in m for c in _CONSEQUENCES)), None)
+    if cause is None:
+        dead = [r for r, p in enumerate(procs) if p.exitcode not in (None, 0)]
+        if dead:
+            return RunError(f"rank {dead[0]} died (exit code {procs[dead[0]].exitcode}) before reporting a "
+                            f"result; rank {rank} lost its connection to it", rank=dead[0])
+        cause = errors[0]
     return RunError(f"rank {cause[0]} failed: {cause[1]}", rank=cause[0])
 
 
@@ -148,7 +155,7 @@ def launch(entry: Callable[..., Any], world_size: int, args: tuple[Any, ...] = (
                 if progress:
                     progress(f"rank {rank} finished")
             else:
-                failure = _root_cause(rank, value, results)
+                failure = _root_cause(rank, value, results, procs)
     finally:
         for p in procs:
             if p.is_alive():

@@ -1,0 +1,336 @@
+"""Run a pipeline plan for real with torch's own engine: ``torch.distributed.pipelining``.
+
+Each stage of the plan becomes a ``PipelineStage`` around a ``GraphModule`` cut from the traced
+graph, and ranks run ``ScheduleGPipe``, ``Schedule1F1B`` or ``ScheduleInterleaved1F1B`` over the
+launcher of :mod:`partitioner.runtime.launch` (gloo on CPU, NCCL on GPUs, the torchrun
+environment), one process per rank. The outputs (and, when training, the loss and every
+parameter's gradient) are checked against the single-process model; the measured step time of
+each rank and each stage's forward time per microbatch come back beside the simulated ones.
+
+# NOTE: [Carrying values across cuts]
+``PipelineStage`` passes one tuple of tensors from stage s to stage s + 1 only, so a value made
+in stage 0 and read in stage 2 (a skip connection, an attention mask, the token ids) is carried:
+every stage returns the tensors live after its cut, its own and those it passes through.
+Values that are not tensors (``x.size(0)`` under symbolic tracing) cannot cross; the reading
+stage recomputes them from the tensors it receives. A stage module keeps the original module's
+qualified names (``layers.0.fc.weight``), so gradients compare by name.
+
+We do not use ``pipeline(module, split_spec=...)``: it re-traces with ``torch.export``, whose node
+names differ from the traced graph the plan's cut points name, and it cannot take a cut between
+two operations of one submodule. Stages built from our own graph run under the same schedules.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import time
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
+
+import torch
+import torch.fx as fx
+from torch.utils._pytree import tree_flatten
+
+from ..errors import RunError
+from ..graph import Graph
+from ..runtime.launch import default_backend, launch, report_progress
+from ..runtime.run import _picklable
+from .schedules import stages_per_rank
+from .stages import PipelinePlan
+
+__all__ = ["PipelineRun", "run", "build_stage_modules", "RUNNABLE"]
+
+logger = logging.getLogger(__name__)
+
+# Our schedule names -> torch's classes that run them.
+RUNNABLE = {"gpipe": "ScheduleGPipe", "1f1b": "Schedule1F1B", "interleaved_1f1b": "ScheduleInterleaved1F1B"}
+
+
+@dataclass(frozen=True)
+class PipelineRun:
+    """A pipeline plan as it ran on ``world_size`` processes."""
+
+    outputs_equal: bool  # the merged microbatch outputs equal the model's (torch.testing.assert_close)
+    gradients_equal: bool | None  # training: every parameter's gradient equals the model's; else None
+    loss: float | None  # training: the mean microbatch loss on the last stage
+    measured_step_s: float  # the slowest rank's best step
+    simulated_step_s: float
+    rank_step_s: tuple[float, ...]
+    stage_forward_s: tuple[float, ...]  # measured forward per microbatch, per stage
+    simulated_forward_s: tuple[float, ...]
+    world_size: int
+    backend: str
+    schedule: str
+    microbatches: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def _mse(output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    """The training loss of a run: mean squared error against a fixed random target."""
+    return torch.nn.functional.mse_loss(output.float(), target.float())
+
+
+def _microbatches(inputs: Sequence[torch.Tensor], m: int) -> list[tuple[torch.Tensor, ...]]:
+    """The example batch cut into ``m`` equal microbatches along dimension 0, as the schedule
+    cuts it (the plan's costs are per microbatch of the same batch)."""
+    sizes = {x.shape[0] for x in inputs}
+    if len(sizes) != 1:
+        raise RunError(f"the inputs' first dimensions differ ({sorted(sizes)}); a pipelined run cuts "
+                       "every input into microbatches along dimension 0, which must be the batch")
+    batch = sizes.pop()
+    if batch % m:
+        raise RunError(f"the example batch of {batch} does not split into {m} equal microbatches; choose "
+                       f"a microbatch count that divides {batch}, or a larger batch (sample models: "
+                       f"--set batch_size={m * max(1, -(-batch // m))})")
+    chunks = [x.chunk(m) for x in inputs]
+    return [tuple(c[k] for c in chunks) for k in range(m)]
+
+
+def build_stage_modules(graph: Graph, stages: Sequence[Sequence[str]],
+                        example_inputs: Sequence[Any]) -> list[fx.GraphModule]:
+    """One ``GraphModule`` per stage (see NOTE: [Carrying values across cuts]); stage 0 takes the
+    model's inputs, the last returns the model's output leaves (one tensor, or a tuple)."""
+    gm = graph.graph_module
+    if gm is None:
+        raise RunError(f"graph {graph.name!r} has no traced module to run; use partitioner.trace(model, inputs)")
+    nodes = list(gm.graph.nodes)
+    stage_of: dict[str, int] = {}
+    for s, names in enumerate(stages):
+        for name in names:
+            stage_of[name] = s
+    is_tensor: dict[str, bool] = {}
+
+    class _Types(fx.Interpreter):
+        def run_node(self, n: fx.Node) -> Any:
+            value = super().run_node(n)
+            is_tensor[n.name] = isinstance(value, torch.Tensor)
+            return value
+
+    with torch.no_grad():
+        _Types(gm).run(*example_inputs)
+    placeholders = [n for n in nodes if n.op == "placeholder"]
+    for p in placeholders:
+        if not is_tensor[p.name]:
+            raise RunError(f"input {p.name!r} is not a tensor; a pipeline passes tensors between stages")
+        stage_of[p.name] = -1
+    missing = [n.name for n in nodes if n.op not in ("placeholder", "get_attr", "output") and n.name not in stage_of]
+    if missing:
+        raise RunError(f"the plan's stages miss {len(missing)} operation(s) of the model ({missing[:3]}); "
+                       "was the plan made for this model?")
+    output = next(n for n in nodes if n.op == "output")
+    leaves = tree_flatten(output.args[0])[0]
+    if not all(isinstance(a, fx.Node) and is_tensor[a.name] for a in leaves):
+        raise RunError("the model returns values that are not tensors; a pipeline's last stage returns tensors")
+    count = len(stages)
+
+    def needs(n: fx.Node, s: int, into: set[str]) -> None:
+        """Tensors from before stage s that computing ``n`` in stage s reads (through non-tensor
+        values, which the stage recomputes)."""
+        for a in n.all_input_nodes:
+            if a.op == "get_attr" or stage_of.get(a.name) == s:
+                continue
+            if is_tensor[a.name]:
+                into.add(a.name)
+            else:
+                needs(a, s, into)
+
+    reads: list[set[str]] = [set() for _ in range(count + 1)]  # index count: the model's output
+    for n in nodes:
+        if n.name in stage_of and stage_of[n.name] >= 0:
+            needs(n, stage_of[n.name], reads[stage_of[n.name]])
+    needs(output, count, reads[count])
+    order = {n.name: i for i, n in enumerate(nodes)}
+    carried = []  # carried[c]: tensors live after stage c, in graph order
+    for c in range(count - 1):
+        live = {v for t in range(c + 1, count + 1) for v in reads[t] if stage_of[v] <= c}
+        carried.append(sorted(live, key=order.__getitem__))
+    by_name = {n.name: n for n in nodes}
+    modules = []
+    for s in range(count):
+        g = fx.Graph()
+        env: dict[str, fx.Node] = {}
+        inputs = [p.name for p in placeholders] if s == 0 else carried[s - 1]
+        for name in inputs:
+            env[name] = g.placeholder(name)
+
+        def value(a: fx.Node, s: int = s, g: fx.Graph = g, env: dict[str, fx.Node] = env) -> fx.Node:
+            if a.name not in env:  # a parameter, or a non-tensor to recompute here
+                env[a.name] = g.node_copy(a, lambda b: value(b))
+            return env[a.name]
+
+        for n in nodes:
+            if stage_of.get(n.name) == s and n.op != "placeholder":
+                env[n.name] = g.node_copy(n, value)
+        if s == count - 1:
+            outs = [value(by_name[a.name]) for a in leaves]
+        else:
+            outs = [value(by_name[v]) for v in carried[s]]
+        g.output(outs[0] if len(outs) == 1 else tuple(outs))
+        module = fx.GraphModule(gm, g, class_name=f"Stage{s}")
+        modules.append(_picklable(module))
+    return modules
+
+
+def _entry(rank: int, world_size: int, modules: list[fx.GraphModule], schedule: str, m: int,
+           inputs: tuple[Any, ...], target: torch.Tensor | None, repeats: int) -> dict[str, Any]:
+    """What each rank runs: its stages (stage s on rank s mod world size) under torch's schedule."""
+    from torch.distributed.pipelining import PipelineStage
+    from torch.distributed.pipelining import schedules as torch_schedules
+
+    count = len(modules)
+    local = [s for s in range(count) if s % world_size == rank]
+    device = torch.device(f"cuda:{rank}") if torch.cuda.is_available() and default_backend() == "nccl" else torch.device("cpu")
+    forward_times: dict[int, list[float]] = {s: [] for s in local}
+    built = []
+    for s in local:
+        module = modules[s].to(device).eval()  # dropout off: the run must equal the model exactly
+        started: list[float] = []
+        module.register_forward_pre_hook(lambda *_, started=started: started.append(time.perf_counter()))
+        module.register_forward_hook(
+            lambda *_, s=s, started=started: forward_times[s].append(time.perf_counter() - started.pop()))
+        built.append(PipelineStage(module, s, count, device))
+    cls = getattr(torch_schedules, RUNNABLE[schedule])
+    loss_fn = _mse if target is not None else None
+    sched = cls(built if len(built) > 1 or schedule == "interleaved_1f1b" else built[0], n_microbatches=m,
+                loss_fn=loss_fn)
+    best = float("inf")
+    outputs: Any = None
+    losses: list[torch.Tensor] = []
+    last_here = (count - 1) in local
+    for attempt in range(repeats + 1):  # the first step infers shapes and warms up
+        for st in built:
+            st.submod.zero_grad(set_to_none=True)
+        for times in forward_times.values():
+            times.clear()
+        losses = []
+        kwargs: dict[str, Any] = {}
+        if target is not None and last_here:
+            kwargs = {"target": target, "losses": losses}
+        args = inputs if 0 in local else ()
+        torch.distributed.barrier()
+        t0 = time.perf_counter()
+        if target is None:
+            with torch.no_grad():
+                out = sched.step(*args, **kwargs)
+        else:
+            out = sched.step(*args, **kwargs)
+        took = time.perf_counter() - t0
+        torch.distributed.barrier()
+        if attempt > 0 and took < best:
+            best = took
+        if last_here:
+            outputs = out
+        report_progress(f"step {attempt + 1} of {repeats + 1}")
+    grads = {}
+    if target is not None:
+        for st in built:
+            for name, p in st.submod.named_parameters():
+                if p.grad is not None:
+                    grads[name] = p.grad.detach().cpu()
+    return {"outputs": outputs, "step_s": best, "grads": grads,
+            "forward_s": {s: (sum(t) / len(t) if t else 0.0) for s, t in forward_times.items()},
+            "loss": float(torch.stack(losses).detach().mean()) if losses else None}
+
+
+def _close(a: Any, b: Any) -> bool:
+    try:
+        torch.testing.assert_close(a, b)
+        return True
+    except (AssertionError, TypeError, ValueError):
+        return False
+
+
+def run(pp: PipelinePlan, graph: Graph, example_inputs: Sequence[Any] | torch.Tensor, *,
+        backend: str | None = None, timeout_s: float = 180.0, repeats: int = 2,
+        progress: Callable[[str], None] | None = None) -> PipelineRun:
+    """Run ``pp`` on ``example_inputs`` (the batch, cut into ``pp.microbatches`` microbatches
+    along dimension 0) on ``len(pp.stages) / stages-per-rank`` processes. Training plans (``pp.training``) run forward and backward with a mean-squared
+    loss and compare every gradient. Raises :class:`RunError` when a rank fails or the run passes
+    ``timeout_s``; no process outlives the call."""
+    if pp.schedule not in RUNNABLE:
+        raise RunError(f"schedule {pp.schedule!r} is simulated only; a real run takes "
+                       f"{', '.join(RUNNABLE)} (torch's ScheduleGPipe, Schedule1F1B, ScheduleInterleaved1F1B)")
+    if isinstance(example_inputs, torch.Tensor):
+        example_inputs = (example_inputs,)
+    inputs = tuple(example_inputs)
+    if not all(isinstance(x, torch.Tensor) and x.dim() > 0 for x in inputs):
+        raise RunError("a pipelined run splits every input along dimension 0 into microbatches: "
+                       "the model's inputs must all be tensors with a batch dimension")
+    per_rank = stages_per_rank(pp.schedule) if pp.schedule == "interleaved_1f1b" else 1
+    count = len(pp.stages)
+    if count % per_rank:
+        raise RunError(f"{pp.schedule} runs {per_rank} stages per process; the plan has {count}")
+    world = count // per_rank
+    modules = build_stage_modules(graph, pp.stages, inputs)
+    m = pp.microbatches
+    mbs = _microbatches(inputs, m)
+    gm = graph.graph_module
+    assert gm is not None
+    # The reference: the same microbatches through the whole model in this process.
+    reference_outs = []
+    training = pp.training is not None
+    gm.eval()
+    reference_grads: dict[str, torch.Tensor] = {}
+    target = None
+    if training:
+        with torch.no_grad():
+            first = tree_flatten(gm(*mbs[0]))[0]
+        if len(first) != 1:
+            raise RunError(f"a training run needs a model with one output tensor (this one returns {len(first)})")
+        gen = torch.Generator().manual_seed(0)
+        target = torch.randn((first[0].shape[0] * m, *first[0].shape[1:]), generator=gen)
+        gm.zero_grad(set_to_none=True)
+        for k, mb in enumerate(mbs):
+            out = tree_flatten(gm(*mb))[0][0]
+            rows = out.shape[0]
+            (_mse(out, target[k * rows:(k + 1) * rows]) / m).backward()
+            reference_outs.append([out.detach()])
+        reference_grads = {n: p.grad.detach().clone() for n, p in gm.named_parameters() if p.grad is not None}
+        gm.zero_grad(set_to_none=True)
+    else:
+        with torch.no_grad():
+            reference_outs = [tree_flatten(gm(*mb))[0] for mb in mbs]
+    reference = [torch.cat([outs[i] for outs in reference_outs]) for i in range(len(reference_outs[0]))]
+    backend = backend or default_backend()
+    if progress:
+        progress(f"{count} stages on {world} processes, {m} microbatches, {pp.schedule}")
+    try:
+        results = launch(_entry, world, (modules, pp.schedule, m, inputs, target, repeats),
+                         timeout_s=timeout_s, backend=backend, progress=progress)
+    except RunError as exc:
+        where = ""
+        if exc.rank is not None:
+            held = [s for s in range(count) if s % world == exc.rank]
+            where = f" (rank {exc.rank} runs stage(s) {held})"
+        raise RunError(f"{exc}{where}", rank=exc.rank) from None
+    last = results[(count - 1) % world]
+    got = tree_flatten(last["outputs"])[0]
+    outputs_equal = len(got) == len(reference) and all(_close(a, b) for a, b in zip(got, reference))
+    gradients_equal = None
+    if training:
+        # A tied weight (an LM head sharing the embedding) held by two stages gets its gradient
+        # in two pieces, under either name: add them up under the model's own name.
+        canonical: dict[int, str] = {}
+        alias = {}
+        for name, p in gm.named_parameters(remove_duplicate=False):
+            alias[name] = canonical.setdefault(id(p), name)
+        grads: dict[str, torch.Tensor] = {}
+        for r in results:
+            for name, g in r["grads"].items():
+                key = alias.get(name, name)
+                grads[key] = grads[key] + g if key in grads else g
+        gradients_equal = set(grads) == set(reference_grads) and all(
+            _close(grads[n], reference_grads[n]) for n in reference_grads)
+    forward = {}
+    for r in results:
+        forward.update(r["forward_s"])
+    return PipelineRun(
+        outputs_equal=outputs_equal, gradients_equal=gradients_equal, loss=last["loss"],
+        measured_step_s=max(r["step_s"] for r in results), simulated_step_s=pp.step_time_s,
+        rank_step_s=tuple(r["step_s"] for r in results),
+        stage_forward_s=tuple(float(forward[s]) for s in range(count)),
+        simulated_forward_s=tuple(pp.stage_forward_s), world_size=world, backend=backend,
+        schedule=pp.schedule, microbatches=m)
