@@ -18,14 +18,14 @@ import streamlit as st
 
 import partitioner
 import sample_models
-from partitioner import Graph, Plan
+from partitioner import Graph, Plan, pipeline
 from partitioner.api import partition_with
 from partitioner.compare import ModeResult
 from sample_models.loader import LoaderError
 
 from .config import ModelChoice, PlanConfig
 
-__all__ = ["trace", "plan", "compare", "PlanResult", "explain_error"]
+__all__ = ["trace", "plan", "compare", "PlanResult", "explain_error", "pipeline_plan", "PipelineResult"]
 
 
 def explain_error(exc: BaseException) -> str:
@@ -113,3 +113,35 @@ def compare(config: PlanConfig) -> ModeResult:
     if p is None:
         return ModeResult(config.mode, None, None, None, r.seconds, r.error, None)
     return ModeResult(config.mode, p.latency_s, len(p.partitions), p.memory_utilisation(), r.seconds, None, p)
+
+
+@dataclass(frozen=True)
+class PipelineResult:
+    plan: "pipeline.PipelinePlan | None"
+    stage_plan: Plan | None  # the stages as a Plan, for the DAG view
+    error: str | None
+    seconds: float
+
+
+@st.cache_data(show_spinner=False, max_entries=128)
+def _pipeline_plan(config: PlanConfig, fingerprint: str, ranks: int, stages: int, microbatches: int,
+                   schedule: str, training: str | None) -> PipelineResult:
+    graph = trace(config.model)
+    devices = config.device_list()[:ranks]
+    start = time.perf_counter()
+    try:
+        pp = pipeline.plan(graph, devices, stages=stages, microbatches=microbatches, schedule=schedule,
+                           training=training, transfer_rate_bytes_per_s=config.transfer_rate_bytes_per_s,
+                           node_latency=config.node_latency_map())
+        seconds = time.perf_counter() - start
+        stage_plan = pp.as_plan(graph, devices, config.transfer_rate_bytes_per_s)
+    except Exception as exc:  # shown to the person, like a mode's failure
+        return PipelineResult(None, None, explain_error(exc), time.perf_counter() - start)
+    return PipelineResult(pp, stage_plan, None, seconds)
+
+
+def pipeline_plan(config: PlanConfig, ranks: int, stages: int, microbatches: int, schedule: str,
+                  training: str | None) -> PipelineResult:
+    """The pipeline split of the config's model on its first ``ranks`` devices; errors as text."""
+    return _pipeline_plan(config, trace(config.model).fingerprint(), ranks, stages, microbatches, schedule,
+                          training)

@@ -449,3 +449,49 @@ def test_bad_inputs_in_the_app_are_messages_not_tracebacks():
     at.selectbox(key="model").set_value("mlp").run()
     at.number_input(key="knob_mlp_hidden").set_value(100_000).run()
     assert not at.exception and any("lower the size settings" in e for e in errors(at))
+
+
+def test_pipeline_page_splits_simulates_and_explains_what_cannot_be():
+    at = start()
+    at.switch_page("views/pipeline.py").run()
+    assert not at.exception and not errors(at)
+    metrics = {m.label: m.value for m in at.metric}
+    assert "Step time" in metrics and metrics["Bubble"].endswith("%")
+    assert charts(at)[1] == 3  # schedule timeline, microbatch sweep, memory per stage
+    splits = at.dataframe[0].value
+    assert list(splits["split"]) == ["this split (exact DP)", "equal layers", "by parameters"]
+    stages = at.dataframe[1].value
+    assert len(stages) == at.number_input(key="pp_ranks").value
+    # Interleaved schedules hold two stages per device; training adds the backward.
+    at.selectbox(key="pp_schedule").set_value("interleaved_1f1b").run()
+    at.selectbox(key="pp_training").set_value("training, Adam").run()
+    assert not at.exception and not errors(at)
+    assert len(at.dataframe[1].value) == 2 * at.number_input(key="pp_ranks").value
+    # A microbatch count the schedule cannot take is a message, and the controls keep their values.
+    at.number_input(key="pp_microbatches").set_value(3).run()
+    assert not at.exception
+    assert any("multiple of" in e for e in errors(at))
+    assert at.selectbox(key="pp_schedule").value == "interleaved_1f1b"
+    # The choices survive a trip to another page.
+    at.switch_page("views/explore.py").run()
+    at.switch_page("views/pipeline.py").run()
+    assert at.number_input(key="pp_microbatches").value == 3
+
+
+def test_pipeline_page_runs_the_split_on_local_processes():
+    at = start()
+    at.selectbox(key="model").set_value("mlp").run()
+    at.text_input(key="dev_memory").set_value("1 GiB").run()
+    at.switch_page("views/pipeline.py").run()
+    # A batch (mlp: 64 rows) that does not cut into the microbatches: the page says so up front.
+    at.number_input(key="pp_ranks").set_value(2).run()
+    at.number_input(key="pp_microbatches").set_value(5).run()
+    assert any("does not split into 5" in i.value for i in at.info)
+    assert not [b for b in at.button if b.key == "pp_run"]
+    at.number_input(key="pp_microbatches").set_value(4).run()
+    at.selectbox(key="pp_training").set_value("training, SGD").run()
+    at.button(key="pp_run").click().run(timeout=240)
+    assert not at.exception and not errors(at)
+    assert any("Outputs and gradients equal the model's" in s.value for s in at.success)
+    measured = [d.value for d in at.dataframe if "forward / microbatch, measured" in d.value.columns]
+    assert len(measured) == 1 and list(measured[0]["stage"]) == [0, 1]

@@ -39,7 +39,7 @@ from ..runtime.run import _picklable
 from .schedules import stages_per_rank
 from .stages import PipelinePlan
 
-__all__ = ["PipelineRun", "run", "build_stage_modules", "RUNNABLE"]
+__all__ = ["PipelineRun", "run", "check_runnable", "build_stage_modules", "RUNNABLE"]
 
 logger = logging.getLogger(__name__)
 
@@ -82,9 +82,10 @@ def _microbatches(inputs: Sequence[torch.Tensor], m: int) -> list[tuple[torch.Te
                        "every input into microbatches along dimension 0, which must be the batch")
     batch = sizes.pop()
     if batch % m:
+        bigger = m * max(1, -(-batch // m))
         raise RunError(f"the example batch of {batch} does not split into {m} equal microbatches; choose "
-                       f"a microbatch count that divides {batch}, or a larger batch (sample models: "
-                       f"--set batch_size={m * max(1, -(-batch // m))})")
+                       f"a microbatch count that divides {batch}, or a batch of {bigger} (sample models: "
+                       f"batch_size={bigger} under Size knobs, --set batch_size={bigger} on the command line)")
     chunks = [x.chunk(m) for x in inputs]
     return [tuple(c[k] for c in chunks) for k in range(m)]
 
@@ -243,6 +244,26 @@ def _close(a: Any, b: Any) -> bool:
         return False
 
 
+def check_runnable(pp: PipelinePlan, example_inputs: Sequence[Any] | torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """The inputs as a tuple, or :class:`RunError` saying why ``pp`` cannot run on them (a
+    schedule that is simulated only, inputs without a batch dimension, a batch that does not cut
+    into the microbatches): cheap, for a page to ask before it offers the run."""
+    if pp.schedule not in RUNNABLE:
+        raise RunError(f"schedule {pp.schedule!r} is simulated only; a real run takes "
+                       f"{', '.join(RUNNABLE)} (torch's ScheduleGPipe, Schedule1F1B, ScheduleInterleaved1F1B)")
+    if isinstance(example_inputs, torch.Tensor):
+        example_inputs = (example_inputs,)
+    inputs = tuple(example_inputs)
+    if not inputs or not all(isinstance(x, torch.Tensor) and x.dim() > 0 for x in inputs):
+        raise RunError("a pipelined run splits every input along dimension 0 into microbatches: "
+                       "the model's inputs must all be tensors with a batch dimension")
+    per_rank = stages_per_rank(pp.schedule) if pp.schedule == "interleaved_1f1b" else 1
+    if len(pp.stages) % per_rank:
+        raise RunError(f"{pp.schedule} runs {per_rank} stages per process; the plan has {len(pp.stages)}")
+    _microbatches(inputs, pp.microbatches)
+    return inputs
+
+
 def run(pp: PipelinePlan, graph: Graph, example_inputs: Sequence[Any] | torch.Tensor, *,
         backend: str | None = None, timeout_s: float = 180.0, repeats: int = 2,
         progress: Callable[[str], None] | None = None) -> PipelineRun:
@@ -250,20 +271,9 @@ def run(pp: PipelinePlan, graph: Graph, example_inputs: Sequence[Any] | torch.Te
     along dimension 0) on ``len(pp.stages) / stages-per-rank`` processes. Training plans (``pp.training``) run forward and backward with a mean-squared
     loss and compare every gradient. Raises :class:`RunError` when a rank fails or the run passes
     ``timeout_s``; no process outlives the call."""
-    if pp.schedule not in RUNNABLE:
-        raise RunError(f"schedule {pp.schedule!r} is simulated only; a real run takes "
-                       f"{', '.join(RUNNABLE)} (torch's ScheduleGPipe, Schedule1F1B, ScheduleInterleaved1F1B)")
-    if isinstance(example_inputs, torch.Tensor):
-        example_inputs = (example_inputs,)
-    inputs = tuple(example_inputs)
-    if not all(isinstance(x, torch.Tensor) and x.dim() > 0 for x in inputs):
-        raise RunError("a pipelined run splits every input along dimension 0 into microbatches: "
-                       "the model's inputs must all be tensors with a batch dimension")
-    per_rank = stages_per_rank(pp.schedule) if pp.schedule == "interleaved_1f1b" else 1
+    inputs = check_runnable(pp, example_inputs)
     count = len(pp.stages)
-    if count % per_rank:
-        raise RunError(f"{pp.schedule} runs {per_rank} stages per process; the plan has {count}")
-    world = count // per_rank
+    world = count // (stages_per_rank(pp.schedule) if pp.schedule == "interleaved_1f1b" else 1)
     modules = build_stage_modules(graph, pp.stages, inputs)
     m = pp.microbatches
     mbs = _microbatches(inputs, m)

@@ -1,0 +1,168 @@
+"""Pipeline: the sidebar's model cut into pipeline stages for a schedule (torch.distributed.
+pipelining's GPipe, 1F1B, Interleaved 1F1B, zero bubble); the schedule's timeline with its
+bubbles, the step time against the microbatch count, each stage's memory, the split against the
+ones people use, and a real run on local processes."""
+
+from __future__ import annotations
+
+import hashlib
+
+import pandas as pd
+import streamlit as st
+
+from explorer import compute, panels, pipeline_figures, state
+from partitioner import Graph, RunError, format_bytes, pipeline
+from partitioner.pipeline.runner import check_runnable
+from partitioner.pipeline.schedules import SCHEDULES, stages_per_rank
+from partitioner.units import format_seconds
+
+PIPELINE_RUNS = "pipeline_runs"  # pipeline plan JSON hash -> its last real run
+TRAINING = {"inference": None, "training, SGD": "sgd", "training, Adam": "adam"}
+SWEEP = (1, 2, 4, 8, 16, 32, 64, 128)
+
+
+def _controls(device_count: int) -> tuple[int, int, str, str | None]:
+    cols = st.columns(4)
+    ranks = cols[0].number_input("Devices in the pipeline", min_value=1, max_value=max(1, device_count),
+                                 value=min(4, device_count), step=1, key="pp_ranks",
+                                 help="the first N devices of the sidebar, one pipeline rank each")
+    microbatches = cols[1].number_input("Microbatches", min_value=1, max_value=1024, value=8, step=1,
+                                        key="pp_microbatches", help="the batch is cut into this many")
+    schedule = cols[2].selectbox("Schedule", list(SCHEDULES), index=1, key="pp_schedule",
+                                 help="interleaved and zero-bubble schedules hold two stages per device")
+    training = cols[3].selectbox("Work", list(TRAINING), key="pp_training",
+                                 help="training adds the backward, gradients and optimizer state")
+    return int(ranks), int(microbatches), schedule, TRAINING[training]
+
+
+def _simulate(pp: pipeline.PipelinePlan, microbatches: int) -> pipeline.Simulation:
+    """The plan's stages with the same batch cut into ``microbatches``."""
+    scale = pp.microbatches / microbatches
+    return pipeline.simulate([f * scale for f in pp.stage_forward_s], microbatches, pp.schedule,
+                             backward_s=[b * scale for b in pp.stage_backward_s],
+                             transfer_s=[t * scale for t in pp.stage_transfer_s] or 0.0,
+                             training=pp.training is not None)
+
+
+def _splits_table(pp: pipeline.PipelinePlan) -> pd.DataFrame:
+    rows = [{"split": "this split (exact DP)", "operations per stage": str([len(s) for s in pp.stages]),
+             "step time": format_seconds(pp.step_time_s), "against this split": "-"}]
+    for name, step, sizes in pp.baselines:
+        rows.append({"split": name, "operations per stage": str(list(sizes)), "step time": format_seconds(step),
+                     "against this split": f"{step / pp.step_time_s - 1:+.1%}" if pp.step_time_s else "-"})
+    return pd.DataFrame(rows)
+
+
+def _stages_table(pp: pipeline.PipelinePlan, names: dict[int, str], caps: list[int]) -> pd.DataFrame:
+    rows = []
+    for s, nodes in enumerate(pp.stages):
+        rows.append({
+            "stage": s, "device": names[pp.device_ids[s]], "operations": len(nodes),
+            "from": nodes[0], "to": nodes[-1], "forward / microbatch": format_seconds(pp.stage_forward_s[s]),
+            "backward / microbatch": format_seconds(pp.stage_backward_s[s]) if pp.training else "-",
+            "transfer out": format_seconds(pp.stage_transfer_s[s]) if s < len(pp.stage_transfer_s) else "-",
+            "memory": format_bytes(pp.stage_memory_bytes[s]), "of which stashed": format_bytes(pp.stage_stash_bytes[s]),
+            "of device": f"{pp.stage_memory_bytes[s] / caps[s]:.1%}",
+        })
+    return pd.DataFrame(rows)
+
+
+def _real_run(pp: pipeline.PipelinePlan, graph: Graph) -> None:
+    key = hashlib.sha256(pp.to_json(indent=None).encode()).hexdigest()[:16]
+    results = st.session_state.setdefault(PIPELINE_RUNS, {})
+    with st.expander("Run on local processes", expanded=key in results):
+        st.caption("Runs these stages with torch.distributed.pipelining's own schedule, one process per "
+                   "device over gloo, on the model's example batch cut into the microbatches; checks the "
+                   "outputs (and when training, every gradient) against the model in one process.")
+        try:
+            check_runnable(pp, graph.example_inputs or ())
+        except RunError as exc:
+            st.info(f"Cannot run this plan: {exc}.")
+            return
+        if st.button("Run on local processes", key="pp_run"):
+            with st.status("Starting processes...", expanded=True) as status:
+                try:
+                    results[key] = pipeline.run(pp, graph, graph.example_inputs or (), timeout_s=180,
+                                                progress=lambda text: status.update(label=text))
+                    status.update(label="Run finished", state="complete")
+                except RunError as exc:
+                    status.update(label="The run failed", state="error")
+                    st.error(f"The run failed: {exc}")
+        result = results.get(key)
+        if result is None:
+            return
+        same = result.outputs_equal and result.gradients_equal is not False
+        words = "Outputs" + (" and gradients" if result.gradients_equal is not None else "")
+        (st.success if same else st.error)(
+            f"{words} {'equal' if same else 'differ from'} the model's. Step measured "
+            f"{format_seconds(result.measured_step_s)} on {result.world_size} processes, simulated "
+            f"{format_seconds(result.simulated_step_s)}.")
+        st.dataframe(pd.DataFrame({
+            "stage": list(range(len(result.stage_forward_s))),
+            "forward / microbatch, simulated": [format_seconds(t) for t in result.simulated_forward_s],
+            "forward / microbatch, measured": [format_seconds(t) for t in result.stage_forward_s],
+            "measured / simulated": [f"{m / s:.3g}x" if s > 0 else "-"
+                                     for m, s in zip(result.stage_forward_s, result.simulated_forward_s)],
+        }), hide_index=True)
+        st.caption("Simulated times use the roofline estimate of the devices you described; this machine's "
+                   "processes share its cores, so expect a constant factor.")
+
+
+def main() -> None:
+    config = state.current_config()
+    if config is None:
+        return
+    graph = state.load_graph(config)
+    if graph is None:
+        return
+    devices = config.device_list()
+    st.markdown(f"#### Pipeline stages for {config.model.label}")
+    ranks, microbatches, schedule, training = _controls(len(devices))
+    per_rank = stages_per_rank(schedule) if schedule in ("interleaved_1f1b", "zero_bubble") else 1
+    with st.spinner("Splitting into stages..."):
+        result = compute.pipeline_plan(config, ranks, ranks * per_rank, microbatches, schedule, training)
+    if result.plan is None:
+        st.error(f"No pipeline plan: {result.error}")
+        return
+    pp = result.plan
+    equal = dict((name, step) for name, step, _ in pp.baselines)
+    cols = st.columns(4)
+    cols[0].metric("Step time", format_seconds(pp.step_time_s))
+    cols[1].metric("Bubble", f"{pp.bubble_fraction:.1%}")
+    for col, name in zip(cols[2:], ("equal layers", "by parameters")):
+        if name in equal and pp.step_time_s > 0:
+            gain = equal[name] / pp.step_time_s - 1
+            col.metric(f"Split by {name}" if name == "parameters" else f"Split into {name}",
+                       format_seconds(equal[name]), f"{gain:+.1%} slower" if gain >= 0.0005 else "same step time",
+                       delta_color="inverse" if gain >= 0.0005 else "off")
+    st.caption(f"{len(pp.stages)} stages on {ranks} device{'s' if ranks != 1 else ''}, {microbatches} "
+               f"microbatches, {'training with ' + training if training else 'inference'}; split in "
+               f"{format_seconds(result.seconds)} by an exact dynamic program over cut points (the slowest "
+               "stage under each device's memory), then simulated over the schedule's per-rank actions.")
+    st.plotly_chart(pipeline_figures.schedule_figure(_simulate(pp, microbatches), ranks), key="pp_schedule_chart")
+    left, right = st.columns(2)
+    sweep = []
+    for m in SWEEP:
+        try:
+            sim = _simulate(pp, m)
+        except Exception:  # counts the schedule refuses (interleaved: a multiple of the ranks)
+            continue
+        sweep.append((m, sim.step_time_s, sim.bubble_fraction))
+    caps = [next(d.memory_bytes for d in devices if d.logical_id == i) for i in pp.device_ids]
+    with left:
+        st.plotly_chart(pipeline_figures.microbatch_figure(sweep, microbatches), key="pp_sweep_chart")
+    with right:
+        st.plotly_chart(pipeline_figures.stage_memory_figure(pp, caps), key="pp_memory_chart")
+    st.markdown("##### The split against the ones people use")
+    st.dataframe(_splits_table(pp), hide_index=True)
+    st.markdown("##### Stages")
+    st.dataframe(_stages_table(pp, {d.logical_id: d.name for d in devices}, caps), hide_index=True)
+    if result.stage_plan is not None:
+        with st.expander("Stage DAG (the stages as a plan: one forward pass, no microbatches)"):
+            panels.render_dag(result.stage_plan, key="pipeline")
+    st.download_button("Download the pipeline plan (JSON)", pp.to_json(), file_name="pipeline.json",
+                       mime="application/json", key="pp_download")
+    _real_run(pp, graph)
+
+
+main()
