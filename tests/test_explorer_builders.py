@@ -422,3 +422,24 @@ def test_readable_partition_table_has_units_and_digits(plans):
         assert row.Start.endswith(unit) and row.Finish.endswith(unit)
         assert float(row.Finish.split()[0]) == pytest.approx(p.finish_s / scale, rel=1e-3)
     assert all(n.endswith("node" if n.startswith("1 ") else "nodes") for n in frame["Nodes"])
+
+
+def test_pipeline_figures_draw_every_action_and_each_stage_against_its_device():
+    from explorer import pipeline_figures
+    from partitioner import Device, pipeline
+    from partitioner.testing.synthetic import synthetic_graph
+
+    sim = pipeline.simulate([0.01, 0.02, 0.01], microbatches=4, schedule="1f1b")
+    fig = pipeline_figures.schedule_figure(sim, ranks=3)
+    drawn = sum(len(t.x) for t in fig.data if t.name in pipeline_figures.KIND_NAMES.values())
+    assert drawn == len(sim.timeline) == 3 * 4 * 2  # a forward and a backward per stage and microbatch
+    idle = next(t for t in fig.data if t.name == "idle (bubble)")
+    assert list(idle.y) == ["rank 0", "rank 1", "rank 2"]
+    graph = synthetic_graph([(i, i + 1) for i in range(7)], [10] * 8)
+    pp = pipeline.plan(graph, [Device(f"d{i}", 1000, i) for i in range(2)], stages=2, microbatches=2,
+                       schedule="gpipe", training="sgd")
+    memory = pipeline_figures.stage_memory_figure(pp, [1000, 1000])
+    stacked = [t for t in memory.data if t.type == "bar"]
+    assert [sum(v) for v in zip(*(t.y for t in stacked))] == pytest.approx(list(pp.stage_memory_bytes))
+    sweep = pipeline_figures.microbatch_figure([(1, 0.04, 0.5), (4, 0.02, 0.2)], chosen=4)
+    assert [list(t.x) for t in sweep.data] == [[1, 4], [1, 4]]

@@ -50,3 +50,15 @@ def test_real_run_example_runs(tmp_path):
                           text=True, timeout=600)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert "outputs equal the model" in done.stdout and "calibrated on this machine" in done.stdout
+
+
+def test_pipeline_examples_run(tmp_path):
+    script = _block("## Pipelines", "bash")
+    (tmp_path / ".venv").symlink_to(Path(sys.executable).parents[1])
+    done = subprocess.run(["bash", "-euo", "pipefail", "-c", script], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    pipe = json.loads((tmp_path / "pipe.json").read_text())
+    assert pipe["kind"] == "pipeline" and len(pipe["stages"]) == 4 and pipe["training"] == "adam"
+    assert "outputs equal the model in one process; gradients equal the model's" in done.stdout
+    assert json.loads((tmp_path / "split.json").read_text())["num_stages"] == 2
