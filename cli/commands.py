@@ -12,12 +12,14 @@ from pathlib import Path
 from typing import Any, Callable
 
 import sample_models
-from partitioner import PRESETS, parse_devices
+from partitioner import PRESETS, Device, parse_devices
+from partitioner.devices import MAX_MEMORY_BYTES
+from partitioner.pipeline import PipelinePlan
 from partitioner.api import check_plan, partition_with
 from partitioner.compare import compare_modes, default_modes
 from partitioner.diff import diff_plans
 from partitioner.errors import PartitionError
-from partitioner.export import EXPORT_KINDS, ExportError, export_plan, read_aot_mapping
+from partitioner.export import EXPORT_KINDS, ExportError, export_plan, read_aot_mapping, to_pipeline_split_spec
 from partitioner.modes import DEFAULT_MODE, MODES
 from partitioner.options import AotMapping
 from partitioner.units import format_seconds
@@ -162,11 +164,32 @@ def cmd_diff(args: argparse.Namespace) -> int:
 def cmd_export(args: argparse.Namespace) -> int:
     if args.set and not args.model:
         raise CLIError("--set needs MODEL (the sample model it configures)")
+    raw = read_json(args.plan, "plan file")
+    if isinstance(raw, dict) and raw.get("kind") == "pipeline":
+        data = _export_pipeline(args, raw)
+        write_output(args.out, json.dumps(data, indent=2), f"{args.kind} export")
+        return EXIT_OK
     plan = load_plan(args.plan)
     graph = load_model(args.model, args.set).graph if args.model else None
     data = export_plan(plan, args.kind, graph)
     write_output(args.out, json.dumps(data, indent=2), f"{args.kind} export")
     return EXIT_OK
+
+
+def _export_pipeline(args: argparse.Namespace, raw: dict[str, Any]) -> dict[str, Any]:
+    """A pipeline plan (``partition-explorer pipeline --out``) exports its stages' split spec."""
+    if args.kind != "pipeline-split-spec":
+        raise CLIError(f"{args.plan} is a pipeline plan; it exports as --kind pipeline-split-spec only")
+    if not args.model:
+        raise CLIError("the pipeline-split-spec export needs MODEL (module paths come from the traced model)")
+    try:
+        pp = PipelinePlan.from_dict(raw)
+    except PartitionError as exc:
+        raise CLIError(f"plan file {args.plan}: {exc}") from None
+    graph = load_model(args.model, args.set).graph
+    # The split spec names module paths only: any device of the recorded ids will do.
+    devices = [Device(f"device {d}", MAX_MEMORY_BYTES, d) for d in sorted(set(pp.device_ids))]
+    return to_pipeline_split_spec(pp.as_plan(graph, devices), graph)
 
 
 COMMON_EPILOG = """
@@ -228,6 +251,7 @@ Partitions are matched by id; nodes by name.
     "export": """examples:
   partition-explorer export plan.json --kind fx-aot --out aot.json
   partition-explorer export plan.json transformer --kind pipeline-split-spec --out split.json
+  partition-explorer export pipe.json transformer --kind pipeline-split-spec --out split.json   (a pipeline plan)
 
 fx-aot: {"node_to_partition": {node: pid}, "partition_to_logical_device_mapping": {pid: [ids]},
 "devices": [...]}: the mappings of torch.fx.experimental.partitioner_utils.PartitionerConfig

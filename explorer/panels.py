@@ -6,7 +6,7 @@ import hashlib
 
 import math
 import shutil
-from typing import Sequence
+from typing import Any, Callable, Sequence
 
 import streamlit as st
 
@@ -173,11 +173,26 @@ def render_comparison(results: Sequence[ModeResult]) -> None:
 RUN_RESULTS = "run_results"  # plan JSON hash -> RunResult of its last real run
 
 
+def run_with_status(start: Callable[[Callable[[str], None]], Any]) -> Any | None:
+    """Call ``start(progress)`` (a run on local processes) under a status box that shows its
+    progress; its :class:`~partitioner.RunError` becomes a message and None."""
+    from partitioner import RunError
+
+    with st.status("Starting processes...", expanded=True) as status:
+        try:
+            result = start(lambda text: status.update(label=text))
+        except RunError as exc:
+            status.update(label="The run failed", state="error")
+            st.error(f"The run failed: {exc}")
+            return None
+        status.update(label="Run finished", state="complete")
+        return result
+
+
 def render_real_run(plan: Plan, graph: Graph) -> None:
     """Run the plan on one local process per device (torch.distributed, gloo) and show the
     measurement beside the prediction. The ranks are processes of their own, with a time limit;
     the page shows their progress and keeps the last result of each plan."""
-    from partitioner import RunError
     from partitioner.runtime.run import run
 
     key = hashlib.sha256(plan.to_json(indent=None).encode()).hexdigest()[:16]
@@ -187,14 +202,10 @@ def render_real_run(plan: Plan, graph: Graph) -> None:
                    "torch.distributed over gloo, runs each partition where the plan puts it, and "
                    "checks the outputs against the model. Takes a few seconds per process.")
         if st.button("Run on local processes", key="run_local"):
-            with st.status("Starting processes...", expanded=True) as status:
-                try:
-                    results[key] = run(plan, graph, graph.example_inputs or (), timeout_s=120,
-                                       progress=lambda text: status.update(label=text))
-                    status.update(label="Run finished", state="complete")
-                except RunError as exc:
-                    status.update(label="The run failed", state="error")
-                    st.error(f"The run failed: {exc}")
+            done = run_with_status(lambda progress: run(plan, graph, graph.example_inputs or (), timeout_s=120,
+                                                        progress=progress))
+            if done is not None:
+                results[key] = done
         result = results.get(key)
         if result is None:
             return

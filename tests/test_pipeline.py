@@ -123,3 +123,14 @@ def test_pipeline_command_writes_the_plan(tmp_path, capsys):
     data = json.loads(out.read_text())
     assert data["schedule"] == "gpipe" and len(data["stages"]) == 2 and data["training"] == "sgd"
     assert main(["pipeline", "transformer", "--stages", "0"]) == 2
+    # The plan file round-trips and exports the split spec of torch's pipeline() at its cuts.
+    pp = pipeline.PipelinePlan.from_dict(data)
+    assert json.loads(pp.to_json()) == data
+    spec = tmp_path / "split.json"
+    assert main(["export", str(out), "transformer", "--kind", "pipeline-split-spec", "--out", str(spec)]) == 0
+    exported = json.loads(spec.read_text())
+    assert exported["num_stages"] == 2 and len(exported["split_spec"]) == 1
+    first = pp.stages[1][0]
+    assert exported["stages"][1]["first_node"] == first
+    assert main(["export", str(out), "--kind", "pipeline-split-spec", "--out", "-"]) == 2
+    assert "needs MODEL" in capsys.readouterr().err

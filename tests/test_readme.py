@@ -43,21 +43,22 @@ def test_library_snippet_runs():
     assert done.returncode == 0, done.stderr[-3000:]
 
 
-def test_real_run_example_runs(tmp_path):
-    script = _block("## Running a plan for real", "bash")
+def _run_block(after: str, tmp_path: Path) -> subprocess.CompletedProcess:
+    """The section's bash block, in a fresh folder holding only the set-up's .venv."""
     (tmp_path / ".venv").symlink_to(Path(sys.executable).parents[1])
-    done = subprocess.run(["bash", "-euo", "pipefail", "-c", script], cwd=tmp_path, capture_output=True,
-                          text=True, timeout=600)
+    done = subprocess.run(["bash", "-euo", "pipefail", "-c", _block(after, "bash")], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    return done
+
+
+def test_real_run_example_runs(tmp_path):
+    done = _run_block("## Running a plan for real", tmp_path)
     assert "outputs equal the model" in done.stdout and "calibrated on this machine" in done.stdout
 
 
 def test_pipeline_examples_run(tmp_path):
-    script = _block("## Pipelines", "bash")
-    (tmp_path / ".venv").symlink_to(Path(sys.executable).parents[1])
-    done = subprocess.run(["bash", "-euo", "pipefail", "-c", script], cwd=tmp_path, capture_output=True,
-                          text=True, timeout=600)
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    done = _run_block("## Pipelines", tmp_path)
     pipe = json.loads((tmp_path / "pipe.json").read_text())
     assert pipe["kind"] == "pipeline" and len(pipe["stages"]) == 4 and pipe["training"] == "adam"
     assert "outputs equal the model in one process; gradients equal the model's" in done.stdout

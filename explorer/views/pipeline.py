@@ -80,14 +80,10 @@ def _real_run(pp: pipeline.PipelinePlan, graph: Graph) -> None:
             st.info(f"Cannot run this plan: {exc}.")
             return
         if st.button("Run on local processes", key="pp_run"):
-            with st.status("Starting processes...", expanded=True) as status:
-                try:
-                    results[key] = pipeline.run(pp, graph, graph.example_inputs or (), timeout_s=180,
-                                                progress=lambda text: status.update(label=text))
-                    status.update(label="Run finished", state="complete")
-                except RunError as exc:
-                    status.update(label="The run failed", state="error")
-                    st.error(f"The run failed: {exc}")
+            done = panels.run_with_status(lambda progress: pipeline.run(
+                pp, graph, graph.example_inputs or (), timeout_s=180, progress=progress))
+            if done is not None:
+                results[key] = done
         result = results.get(key)
         if result is None:
             return

@@ -63,6 +63,29 @@ class PipelinePlan:
     def to_json(self, indent: int | None = 2) -> str:
         return json.dumps(self.to_dict(), indent=indent)
 
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "PipelinePlan":
+        """Read :meth:`to_dict`'s JSON back; raises :class:`PartitionError` naming what is wrong."""
+        if not isinstance(data, Mapping) or data.get("kind") != "pipeline":
+            raise PartitionError('not a pipeline plan (its JSON has no "kind": "pipeline")')
+        try:
+            return cls(
+                stages=tuple(tuple(str(n) for n in s) for s in data["stages"]),
+                device_ids=tuple(int(d) for d in data["device_ids"]), schedule=str(data["schedule"]),
+                microbatches=int(data["microbatches"]), training=data.get("training"),
+                stage_forward_s=tuple(float(x) for x in data["stage_forward_s"]),
+                stage_backward_s=tuple(float(x) for x in data["stage_backward_s"]),
+                stage_transfer_s=tuple(float(x) for x in data["stage_transfer_s"]),
+                stage_memory_bytes=tuple(int(x) for x in data["stage_memory_bytes"]),
+                stage_stash_bytes=tuple(int(x) for x in data["stage_stash_bytes"]),
+                step_time_s=float(data["step_time_s"]), bubble_fraction=float(data["bubble_fraction"]),
+                baselines=tuple((str(n), float(t), tuple(int(x) for x in sizes)) for n, t, sizes in data["baselines"]),
+                model=str(data.get("model", "")), graph_fingerprint=str(data.get("graph_fingerprint", "")))
+        except KeyError as exc:
+            raise PartitionError(f"the pipeline plan lacks its {exc.args[0]!r} field") from None
+        except (TypeError, ValueError) as exc:
+            raise PartitionError(f"the pipeline plan has a malformed field: {exc}") from None
+
     def as_plan(self, graph: Graph, devices: Sequence[Device],
                 transfer_rate_bytes_per_s: float | None = None) -> "Plan":
         """The stages as a :class:`~partitioner.plan.Plan` (one partition per stage, on its
