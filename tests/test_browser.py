@@ -120,6 +120,13 @@ def test_app_renders_dag_and_charts_and_re_plans_on_a_mode_change():
                 expect(page.get_by_text("size_based, edited").first).to_be_visible(timeout=RENDER_TIMEOUT_MS)
                 expect(page.get_by_test_id("stException")).to_have_count(0)
                 page.screenshot(path=str(ARTIFACTS / "browser_review_edit.png"), full_page=True)
+                # Pipeline: the schedule's timeline, the microbatch sweep and memory per stage.
+                page.goto(f"http://127.0.0.1:{port}/pipeline")
+                expect(page.get_by_text("Pipeline stages for transformer")).to_be_visible(timeout=RENDER_TIMEOUT_MS)
+                expect(page.locator(".js-plotly-plot")).to_have_count(3, timeout=RENDER_TIMEOUT_MS)
+                expect(page.get_by_text("Schedule 1f1b: step")).to_be_visible(timeout=RENDER_TIMEOUT_MS)
+                expect(page.get_by_test_id("stException")).to_have_count(0)
+                page.screenshot(path=str(ARTIFACTS / "browser_pipeline.png"), full_page=True)
             finally:
                 browser.close()
     finally:

@@ -157,7 +157,7 @@ def build_stage_modules(graph: Graph, stages: Sequence[Sequence[str]],
         for name in inputs:
             env[name] = g.placeholder(name)
 
-        def value(a: fx.Node, s: int = s, g: fx.Graph = g, env: dict[str, fx.Node] = env) -> fx.Node:
+        def value(a: fx.Node, g: fx.Graph = g, env: dict[str, fx.Node] = env) -> fx.Node:
             if a.name not in env:  # a parameter, or a non-tensor to recompute here
                 env[a.name] = g.node_copy(a, lambda b: value(b))
             return env[a.name]
