@@ -95,7 +95,8 @@ class PipelinePlan:
 
         mapping = {name: s for s, names in enumerate(self.stages) for name in names}
         return evaluate_plan(graph, devices, mapping, {s: [d] for s, d in enumerate(self.device_ids)},
-                             transfer_rate_bytes_per_s=transfer_rate_bytes_per_s, keep_ids=True)
+                             transfer_rate_bytes_per_s=transfer_rate_bytes_per_s, keep_ids=True,
+                             mode=f"pipeline {self.schedule}")
 
 
 def _crossing(graph: Graph, order: Sequence[int]) -> list[int]:
