@@ -26,15 +26,28 @@ class ModeText:
 
 MODE_TEXT: dict[str, ModeText] = {
     "size_based": ModeText(
-        "Size-based: fill devices in order",
-        "Walk the nodes in topological order and put each into the current partition while its "
-        "device has room; when the next node does not fit, open a new partition on the largest "
-        "device not used yet. It looks only at memory, never at latency. O(N + E).",
+        "Size-based: torch's fill, devices in list order",
+        "Torch's own size_based, node for node: walk the nodes in topological order and put each "
+        "into the current partition while its device has room; when the next node does not fit, "
+        "open a new partition on the first unused device (in list order) that holds it. Once "
+        "every device has a partition, each remaining node becomes a partition of its own, placed "
+        "on the device with the least room that still holds it. It looks only at memory, never "
+        "at latency. O(N + E).",
         "Few partitions, each as full as its device allows, in a chain: partition k feeds "
-        "partition k + 1. The last partition is often much smaller than the others (whatever "
-        "was left). Bars in the memory chart sit close to the capacity line.",
-        "The baseline. Use it to see how many devices the model needs at all, and as the start "
-        "the latency-aware modes improve on.",
+        "partition k + 1. When devices run out, a tail of one-node partitions shares the devices "
+        "(torch's device-mapping test: devices of 120 B and 160 B give three partitions on "
+        "devices 0, 1, 0).",
+        "To see the plan torch's partitioner makes, and how many devices the model needs at all.",
+    ),
+    "largest_first": ModeText(
+        "Largest first: fill the largest device first",
+        "The same walk as size-based, but each new partition opens on the largest unused device, "
+        "and once devices run out the remaining nodes join the device where they cost the least "
+        "room. When fragmentation leaves a node nowhere to go it tries a best-fit packing, a "
+        "packing by size and, on small graphs, an exhaustive search. O(N + E).",
+        "Fewer partitions than size-based when devices differ in size (two where torch's fill "
+        "makes three on its own device-mapping test); the last partition is often small.",
+        "When size-based runs out of devices, and as the start the latency-aware modes improve on.",
     ),
     "sparse_nn": ModeText(
         "Sparse NN: spread embedding tables, replicate the dense part",
@@ -49,7 +62,7 @@ MODE_TEXT: dict[str, ModeText] = {
     ),
     "cost_aware": ModeText(
         "Cost-aware: merge partitions while latency does not grow",
-        "Start fine-grained (one node per partition, on devices from a size-based fill or a "
+        "Start fine-grained (one node per partition, on devices from the largest-first fill or a "
         "best-fit packing), move boundary nodes between devices where that shortens the "
         "critical path, then merge neighbouring partitions on the same devices whenever the "
         "critical-path latency does not grow (chains merge for free). The coarse start (one "
@@ -68,7 +81,7 @@ MODE_TEXT: dict[str, ModeText] = {
         "whenever that lowers the critical-path latency and the devices still have room; then a "
         "pass takes the best move even when it costs latency, locks the node, repeats a few "
         "times and rolls back to the best plan seen, which lets it leave a plateau. It runs from "
-        "the size-based fill, a best-fit packing and the cost-aware plan; the best result wins.",
+        "the largest-first fill, a best-fit packing and the cost-aware plan; the best result wins.",
         "Usually few partitions with their borders shifted so less data crosses between devices "
         "or the slowest partition gets lighter; never slower than the size-based plan.",
         "To improve a plan by local changes, and to see how far local search gets.",

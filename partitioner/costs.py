@@ -17,16 +17,15 @@ of them read is stored there once, as in the reference's device mapping).
 
 from __future__ import annotations
 
-import heapq
 import logging
 import math
 from dataclasses import dataclass
-from typing import Iterable, Mapping, Sequence
+from typing import Mapping, Sequence
 
 from .devices import DEFAULT_SPEEDS, Device
 from .errors import PartitionError
 from .options import check_latency_pair
-from .graph import Graph
+from .graph import Graph, toposort
 
 __all__ = [
     "NodeLatency",
@@ -34,8 +33,6 @@ __all__ = [
     "node_latencies",
     "CostModel",
     "Evaluation",
-    "toposort",
-    "find_cycle",
     "NEAR_TIE",
     "best_index",
 ]
@@ -193,27 +190,40 @@ class CostModel:
                     outside.add(u)
         return total + sum(self.out[u] for u in outside)
 
+    def torch_held(self, members: Sequence[int]) -> set[int]:
+        """Torch's ``Partition.nodes``: the ops and the inputs and attributes they read."""
+        held = set(members)
+        held.update(u for v in members for u in self.preds[v] if not self.is_op[u])
+        return held
+
+    def torch_extra(self, v: int, held: set[int]) -> int:  # torch's get_extra_size_of
+        return self.total[v] + sum(self.out[u] for u in self.preds[v] if u not in held)
+
     def _torch_memory_of(self, members: Sequence[int]) -> int:
-        nodes = set(members)
-        nodes.update(u for v in members for u in self.preds[v] if not self.is_op[u])
-        total = 0
-        for v in nodes:
-            total += self.total[v]
-            total += sum(self.out[u] for u in self.preds[v] if u not in nodes)
-        return total
+        held = self.torch_held(members)
+        return sum(self.torch_extra(v, held) for v in held)
 
     def device_memory(
         self, members: Sequence[Sequence[int]], devices_of: Sequence[Sequence[int]]
     ) -> dict[int, int]:
         """Memory each device holds. Physical: the union of its partitions' nodes, so a tensor
-        read by two partitions on one device is stored once there. Torch: the sum of its
-        partitions' memory, as torch's device mapping subtracts each from the device."""
+        read by two partitions on one device is stored once there. Torch (the rule of
+        ``get_device_to_partitions_mapping``): the device's first partition costs its memory;
+        each later one (in partition order) costs its nodes' sizes plus the inputs they read
+        that no partition on the device holds yet, counted per reader."""
         if self.torch:
             used: dict[int, int] = {}
+            held_on: dict[int, set[int]] = {}
             for nodes, devs in zip(members, devices_of):
-                size = self.memory_of(nodes)
+                held = self.torch_held(nodes)
                 for d in devs:
-                    used[d] = used.get(d, 0) + size
+                    if d not in held_on:
+                        used[d] = self._torch_memory_of(nodes)
+                        held_on[d] = set(held)
+                    else:
+                        union = held_on[d] | held
+                        used[d] += sum(self.torch_extra(v, union) for v in held)
+                        held_on[d] = union
             return dict(sorted(used.items()))
         on_device: dict[int, list[int]] = {}
         for nodes, devs in zip(members, devices_of):
@@ -325,60 +335,6 @@ class CostModel:
         return out
 
 
-def toposort(num: int, edges: Iterable[tuple[int, int]]) -> list[int] | None:
-    """Kahn's algorithm; lowest id first among ready partitions, None when there is a cycle."""
-    indeg = [0] * num
-    children: list[list[int]] = [[] for _ in range(num)]
-    for (a, b) in edges:
-        children[a].append(b)
-        indeg[b] += 1
-    ready = [p for p in range(num) if indeg[p] == 0]
-    heapq.heapify(ready)
-    order = []
-    while ready:
-        p = heapq.heappop(ready)
-        order.append(p)
-        for c in children[p]:
-            indeg[c] -= 1
-            if indeg[c] == 0:
-                heapq.heappush(ready, c)
-    return order if len(order) == num else None
-
-
-def find_cycle(num: int, edges: Mapping[tuple[int, int], int]) -> list[int]:
-    """One cycle of partition ids (for error messages), or [] when the DAG is acyclic."""
-    children: list[list[int]] = [[] for _ in range(num)]
-    for (a, b) in sorted(edges):
-        children[a].append(b)
-    state = [0] * num  # 0 new, 1 on stack, 2 done
-    stack: list[int] = []
-    for root in range(num):
-        if state[root]:
-            continue
-        work = [(root, iter(children[root]))]
-        state[root] = 1
-        stack.append(root)
-        while work:
-            node, it = work[-1]
-            nxt = next(it, None)
-            if nxt is None:
-                work.pop()
-                stack.pop()
-                state[node] = 2
-            elif state[nxt] == 1:
-                return stack[stack.index(nxt):] + [nxt]
-            elif state[nxt] == 0:
-                state[nxt] = 1
-                stack.append(nxt)
-                work.append((nxt, iter(children[nxt])))
-    return []
-
-
-# NOTE: [One best-plan rule]
-# Two plans whose latencies differ by less than NEAR_TIE (relative) are a near tie, and the one
-# with fewer partitions wins it: a plan of 94 partitions that is 0.1 % faster than one of 3 only
-# makes review, deployment and transfers harder, and the 0.1 % is within the cost model's error.
-# The modes (choosing among their candidates), compare_modes' "best" and the app use this rule.
 NEAR_TIE = 0.01
 
 

@@ -8,12 +8,13 @@ module imports no torch; :mod:`partitioner.trace` builds a Graph from a model.
 from __future__ import annotations
 
 import hashlib
+import heapq
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any, Iterable, Mapping, Sequence
 
 from .errors import TraceError
 
-__all__ = ["Node", "Graph", "OP_KINDS"]
+__all__ = ["Node", "Graph", "OP_KINDS", "toposort", "find_cycle"]
 
 OP_KINDS = ("call_module", "call_function", "call_method")
 
@@ -116,3 +117,59 @@ class Graph:
         for nd in self.nodes:
             h.update(f"{nd.name}|{nd.op}|{nd.target}|{nd.inputs}|{nd.total_bytes};".encode())
         return h.hexdigest()[:16]
+
+
+def toposort(num: int, edges: Iterable[tuple[int, int]]) -> list[int] | None:
+    """Kahn's algorithm; lowest id first among ready partitions, None when there is a cycle."""
+    indeg = [0] * num
+    children: list[list[int]] = [[] for _ in range(num)]
+    for (a, b) in edges:
+        children[a].append(b)
+        indeg[b] += 1
+    ready = [p for p in range(num) if indeg[p] == 0]
+    heapq.heapify(ready)
+    order = []
+    while ready:
+        p = heapq.heappop(ready)
+        order.append(p)
+        for c in children[p]:
+            indeg[c] -= 1
+            if indeg[c] == 0:
+                heapq.heappush(ready, c)
+    return order if len(order) == num else None
+
+
+def find_cycle(num: int, edges: Mapping[tuple[int, int], int]) -> list[int]:
+    """One cycle of partition ids (for error messages), or [] when the DAG is acyclic."""
+    children: list[list[int]] = [[] for _ in range(num)]
+    for (a, b) in sorted(edges):
+        children[a].append(b)
+    state = [0] * num  # 0 new, 1 on stack, 2 done
+    stack: list[int] = []
+    for root in range(num):
+        if state[root]:
+            continue
+        work = [(root, iter(children[root]))]
+        state[root] = 1
+        stack.append(root)
+        while work:
+            node, it = work[-1]
+            nxt = next(it, None)
+            if nxt is None:
+                work.pop()
+                stack.pop()
+                state[node] = 2
+            elif state[nxt] == 1:
+                return stack[stack.index(nxt):] + [nxt]
+            elif state[nxt] == 0:
+                state[nxt] = 1
+                stack.append(nxt)
+                work.append((nxt, iter(children[nxt])))
+    return []
+
+
+# NOTE: [One best-plan rule]
+# Two plans whose latencies differ by less than NEAR_TIE (relative) are a near tie, and the one
+# with fewer partitions wins it: a plan of 94 partitions that is 0.1 % faster than one of 3 only
+# makes review, deployment and transfers harder, and the 0.1 % is within the cost model's error.
+# The modes (choosing among their candidates), compare_modes' "best" and the app use this rule.

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from .costs import toposort
+from .graph import toposort
 
 __all__ = ["upgrade"]
 

@@ -11,7 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Mapping, Sequence
 
-from .costs import CostModel, find_cycle
+from .costs import CostModel
+from .graph import find_cycle
 from .devices import Device
 from .graph import Graph
 from .units import format_bytes

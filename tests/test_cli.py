@@ -195,7 +195,7 @@ def test_render_writes_svg(runs):
 def test_compare_json_lists_every_mode(runs):
     data = json.loads(ok(runs["compare"]))
     results = {r["mode"]: r for r in data["results"]}
-    assert list(results) == ["size_based", "sparse_nn", "cost_aware", "kl_based"]
+    assert list(results) == ["size_based", "largest_first", "sparse_nn", "cost_aware", "kl_based"]
     assert "embedding" in results["sparse_nn"]["error"] and results["sparse_nn"]["latency_s"] is None
     assert results["size_based"]["partitions"] == 4 and results["size_based"]["error"] is None
     assert data["model"].startswith("mlp(") and len(data["devices"]) == 4

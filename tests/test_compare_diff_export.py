@@ -61,7 +61,7 @@ def chain_graph(n: int = 8, size: int = 100) -> partitioner.Graph:
 def test_compare_modes_runs_every_mode_but_aot_and_keeps_failures():
     graph = chain_graph()
     results = compare_modes(graph, devices(4, 350), force_partition=True)
-    assert [r.mode for r in results] == ["size_based", "sparse_nn", "cost_aware", "kl_based"]
+    assert [r.mode for r in results] == ["size_based", "largest_first", "sparse_nn", "cost_aware", "kl_based"]
     by_mode = {r.mode: r for r in results}
     failed = by_mode["sparse_nn"]
     assert failed.error and "embedding" in failed.error and failed.plan is None

@@ -1,9 +1,10 @@
 """Differential tests: every mode against torch's own accelerator_partitioner on the same graph,
 devices, node latencies and transfer rate. Both plans are scored by our cost model. Where the
-reference's plan is valid, ours must be valid too, and for kl_based its latency no higher (both scored by the physical model, where a device
-runs one partition at a time). Scored by our "torch" cost model, torch's partitions get exactly
-the latency torch's own functions report. (size_based ignores latency by design, and the
-reference's greedy fill sometimes lands on a faster plan by chance.)"""
+reference's plan is valid, ours must be valid too, for kl_based its latency no higher (both
+scored by the physical model, where a device runs one partition at a time), and size_based's
+partitions and devices equal torch's. Under ``cost_model="torch"``, cost_aware and kl_based are
+never slower than torch's by torch's own latency. Scored by our "torch" cost model, torch's
+partitions get exactly the latency torch's own functions report."""
 
 import pytest
 import torch
@@ -53,7 +54,38 @@ def test_against_reference(mode, seed, n_ops, share):
         assert ref.plan.rescore(graph, "torch").latency_s == pytest.approx(ref.reported_latency_s, rel=1e-9)
     if ours is None:
         return  # neither partitioner finds a valid plan; test_reference_is_run_on_most_cases guards
+    if mode == "size_based":  # torch's fill, node for node: the same partitions on the same devices
+        assert _shape(ours) == _shape(ref.plan)
     torch.testing.assert_close(partitioner.split(ours, graph)(*inputs), gm(*inputs))
+
+
+def _shape(plan):
+    return [(sorted(p.node_names), list(p.device_ids)) for p in plan.partitions]
+
+
+@pytest.mark.parametrize("mode", ["cost_aware", "kl_based"])
+def test_searches_under_torchs_model_never_slower_than_torch(mode):
+    """Scored as torch scores (``cost_model="torch"``), our plan's latency is never above the one
+    torch's own partitioner reports for its plan, on every case where torch's plan is valid."""
+    compared = 0
+    for seed, n_ops, share in CASES:
+        gm, inputs = random_fx_module(seed, n_ops)
+        graph = partitioner.trace(gm, inputs)
+        memory = max(int(graph.total_size_bytes * share),
+                     max(partitioner.modes.base.node_alone_bytes(graph, v) for v in graph.op_indices))
+        devices = [Device(f"dev_{i}", memory, i) for i in range(4)]
+        kw = dict(transfer_rate_bytes_per_s=2.0, node_latency=reference_latencies(graph))
+        try:
+            ref = reference_partition(graph, devices, mode, cost_model="torch", **kw)
+        except PartitionError:
+            continue
+        if ref.plan.violations(graph):
+            continue
+        ours = partitioner.partition(graph, devices, mode=mode, cost_model="torch", **kw)
+        assert ours.violations(graph) == []
+        assert ours.latency_s <= ref.reported_latency_s * (1 + 1e-9), (seed, n_ops, ours.latency_s)
+        compared += 1
+    assert compared >= len(CASES) // 2
 
 
 def test_reference_is_run_on_most_cases():

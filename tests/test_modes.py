@@ -70,7 +70,7 @@ def test_node_that_fits_no_device_is_named(worked_example):
 
 def test_unknown_mode_lists_valid_ones(worked_example):
     graph, _ = worked_example
-    with pytest.raises(PartitionError, match="unknown partition mode 'fastest'; valid modes are size_based, sparse_nn"):
+    with pytest.raises(PartitionError, match="unknown partition mode 'fastest'; valid modes are size_based, largest_first, sparse_nn"):
         partitioner.partition(graph, devices(4, 125), mode="fastest")
 
 

@@ -258,7 +258,12 @@ def test_every_search_finds_a_plan_whenever_one_exists(problem):
     if not _valid_placement_exists(graph, devices):
         return
     for mode in MODES:
-        plan = partitioner.partition(graph, devices, mode=mode, force_partition=True)
+        try:
+            plan = partitioner.partition(graph, devices, mode=mode, force_partition=True)
+        except InfeasibleError as exc:
+            # size_based is torch's fill and fails where torch's does, naming the fill that does not
+            assert mode == "size_based" and "largest_first" in str(exc), (mode, exc)
+            continue
         assert plan.violations(graph) == [], mode
 
 
@@ -266,5 +271,5 @@ def test_the_smallest_case_the_fill_refused():
     graph = synthetic_graph(edges=[(1, 3)], sizes=[32] * 4)
     devices = [Device("a", 80, 0), Device("b", 80, 1)]
     assert _valid_placement_exists(graph, devices)
-    for mode in MODES:
+    for mode in set(MODES) - {"size_based"}:  # torch's own fill refuses it (see above)
         assert partitioner.partition(graph, devices, mode=mode).violations(graph) == [], mode

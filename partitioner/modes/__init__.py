@@ -9,13 +9,14 @@ from __future__ import annotations
 from typing import Callable
 
 from ..errors import PartitionError
-from . import aot_based, cost_aware, kl_based, size_based, sparse_nn
+from . import aot_based, cost_aware, kl_based, largest_first, size_based, sparse_nn
 from .base import Assignment, Problem
 
 __all__ = ["MODES", "DEFAULT_MODE", "get_mode", "DESCRIPTIONS"]
 
 _MODULES = {
     "size_based": size_based,
+    "largest_first": largest_first,
     "sparse_nn": sparse_nn,
     "cost_aware": cost_aware,
     "kl_based": kl_based,

@@ -11,14 +11,16 @@ critical path, and neighbouring partitions on the same devices are merged whenev
 latency does not grow. A Kernighan-Lin pass then moves boundary nodes
 between devices. The coarse start (one partition per device, refined) is scored too and the
 lower latency wins, fewer partitions breaking ties. Both run from the contiguous fill and from a
-best-fit packing (see :func:`size_based.starts`). O(budget * (N + E)).
+best-fit packing (see :func:`fills.starts`). Under ``cost_model="torch"`` torch's own merge
+sequence (:mod:`.torch_merge`) is one more candidate on small graphs. O(budget * (N + E)).
 """
 
 from __future__ import annotations
 
 from .base import Assignment, Problem, pick_best
+from .fills import starts
 from .search import default_budget, improve_by_moves, merge_partitions
-from .size_based import starts
+from .torch_merge import merge_sequence
 
 __all__ = ["partition", "search"]
 
@@ -29,7 +31,7 @@ def partition(problem: Problem) -> Assignment:
 
 def search(problem: Problem, budget: int, begin: list[Assignment] | None = None) -> Assignment:
     """The cost-aware search with ``budget`` cost-model evaluations, from ``begin`` (default:
-    :func:`size_based.starts`)."""
+    :func:`fills.starts`)."""
     graph = problem.graph
     begin = begin or starts(problem)
     candidates = [improve_by_moves(problem, a, budget // (2 * len(begin)), swaps=False) for a in begin]
@@ -45,5 +47,8 @@ def search(problem: Problem, budget: int, begin: list[Assignment] | None = None)
             fine = improve_by_moves(problem, Assignment(part, devices_of), share, swaps=False)
             merged = merge_partitions(problem, fine, share)
             candidates.append(improve_by_moves(problem, merged, share, swaps=False))
-
+    if problem.cost.torch:  # torch's own merge sequence, on small graphs: never slower than torch
+        theirs = merge_sequence(problem)
+        if theirs is not None:
+            candidates.append(improve_by_moves(problem, theirs, budget // 4, swaps=False))
     return pick_best(problem, candidates)

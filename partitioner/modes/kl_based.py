@@ -17,7 +17,7 @@ from __future__ import annotations
 from . import cost_aware
 from .base import Assignment, Problem, pick_best
 from .search import default_budget, improve_by_moves
-from .size_based import starts
+from .fills import starts
 
 __all__ = ["partition"]
 

@@ -1,10 +1,14 @@
-"""``size_based``: greedy fill of devices in topological order.
+"""``size_based``: torch's greedy fill, node for node.
 
-Reference: ``Partitioner.size_based_partition`` in ``torch.fx.experimental.accelerator_partitioner``.
-Differences: the next partition opens on the largest unused device (the reference takes the
-first in list order), and when devices run out the remaining nodes go to the device with the
-most free memory instead of one partition per leftover node. The fills here also give the
-searches (:mod:`.cost_aware`, :mod:`.kl_based`) their starting points. O(N + E).
+Reference: ``Partitioner.size_based_partition`` in ``torch.fx.experimental.accelerator_partitioner``,
+reproduced step by step so the plan has the same node sets and device ids as torch's wherever torch
+succeeds: the next partition opens on the first device in list order that holds the node alone;
+memory is counted as torch counts it (``get_extra_size_of``, an input read from outside charged
+to every node that reads it); once every device has a partition, each remaining node becomes a
+partition of its own, mapped best-fit onto the device with the least memory left that still holds it
+(``get_device_to_partitions_mapping``). Where torch's fill fails, the error names
+``largest_first`` (:mod:`.fills`), which opens partitions on the largest device first and packs
+the leftovers. O(N + E) for the fill, O(L * D * (N + E)) for L leftover nodes on D devices.
 """
 
 from __future__ import annotations
@@ -13,214 +17,143 @@ from typing import Sequence
 
 from ..errors import InfeasibleError
 from ..units import format_bytes
-from .base import Assignment, Problem, node_alone_bytes
+from .base import Assignment, Problem
 
-__all__ = ["partition", "initial_fill", "fill_in_order", "starts", "pack_by_size", "exhaustive_fit"]
+__all__ = ["partition", "torch_fill", "torch_singletons", "map_onto_devices"]
+
+_BETTER = "mode 'largest_first' (the largest device first, leftovers packed) may still find a plan"
 
 
 def partition(problem: Problem) -> Assignment:
-    return initial_fill(problem)
-
-
-def starts(problem: Problem) -> list[Assignment]:
-    """Where the searches start: the contiguous fill and, where it exists, the best-fit packing."""
-    found = [initial_fill(problem)]
-    try:
-        packed = fill_in_order(problem, problem.graph.op_indices, pack=True)
-        if problem.fits(packed):
-            found.append(packed)
-    except InfeasibleError:
-        pass
+    found = torch_fill(problem)
+    if not problem.fits(found):
+        raise InfeasibleError(
+            f"torch's size_based plan does not fit under the {problem.cost.cost_model} cost model's "
+            f"memory rule; {_BETTER}"
+        )
     return found
 
 
-def initial_fill(problem: Problem) -> Assignment:
-    """Contiguous fill; when fragmentation leaves a node nowhere to go, a tighter packing, then a
-    packing by size that ignores order, then (small graphs) an exhaustive search. The searches
-    start from whichever succeeds, so none of them depends on the contiguous fill succeeding."""
-    try:
-        found = fill_in_order(problem, problem.graph.op_indices)
-        if problem.fits(found):  # the fills count memory as the physical model does
-            return found
-        first = InfeasibleError(f"the size-based fill does not fit under the {problem.cost.cost_model} "
-                                "cost model's memory rule; add a device or memory")
-    except InfeasibleError as exc:
-        first = exc
-    for fallback in (lambda: fill_in_order(problem, problem.graph.op_indices, pack=True),
-                     lambda: pack_by_size(problem), lambda: exhaustive_fit(problem)):
-        try:
-            candidate = fallback()
-        except InfeasibleError:
-            continue
-        if candidate is not None and problem.fits(candidate):
-            return candidate
-    raise first
-
-
-def _runs(problem: Problem, device_of: Sequence[int]) -> Assignment:
-    """Node -> device as partitions: maximal runs of one device in topological order, so the
-    partition DAG is acyclic whatever the placement (every edge goes forward in the order)."""
-    part = [-1] * len(problem.graph)
+def torch_fill(problem: Problem) -> Assignment:
+    """Torch's ``size_based_partition`` over the index graph; raises where torch raises."""
+    graph, cost = problem.graph, problem.cost
+    nodes, preds, extra = graph.nodes, graph.preds, cost.torch_extra
+    devices = list(problem.devices)
+    capacity = problem.capacity
+    members: list[list[int]] = []  # op nodes of each partition, in order
+    held: list[set[int]] = []  # torch's Partition.nodes: ops plus the inputs and attributes they read
+    used: list[int] = []  # torch's used_mem_bytes (recalculate_mem_size), kept incrementally
     devices_of: list[list[int]] = []
-    last = None
-    for v in problem.graph.op_indices:
-        if device_of[v] != last:
-            devices_of.append([device_of[v]])
-            last = device_of[v]
-        part[v] = len(devices_of) - 1
-    return Assignment(part, devices_of)
+    occupied: set[int] = set()
 
+    def open_partition() -> int:
+        members.append([])
+        held.append(set())
+        used.append(0)
+        devices_of.append([])
+        return len(members) - 1
 
-class _Tally:
-    """Bytes each device holds as nodes are placed and removed (the union rule of the cost
-    model: a node's total bytes, plus the outputs it reads from nodes elsewhere, once)."""
+    def add(p: int, v: int) -> None:  # Partition.add_node
+        fresh = [u for u in preds[v] if not nodes[u].is_op and u not in held[p]]
+        held[p].update(fresh)
+        held[p].add(v)
+        members[p].append(v)
+        used[p] += sum(graph.total_bytes[u] for u in fresh) + extra(v, held[p])
 
-    def __init__(self, problem: Problem) -> None:
-        self.graph = problem.graph
-        self.free = {d.logical_id: d.memory_bytes for d in problem.devices}
-        self.where = [-1] * len(problem.graph)
-        self.reads: dict[int, dict[int, int]] = {d: {} for d in self.free}
-
-    def extra(self, v: int, d: int) -> int:
-        """Bytes ``v`` adds on ``d`` when nodes are placed in topological order (nothing on ``d``
-        reads ``v`` yet)."""
-        g = self.graph
-        more = g.total_bytes[v]
-        for u in g.preds[v]:
-            if self.where[u] != d and not self.reads[d].get(u):
-                more += g.output_bytes[u]
-        return more
-
-    def place(self, v: int, d: int) -> int:
-        cost = self.extra(v, d)
-        self.free[d] -= cost
-        self.where[v] = d
-        reads = self.reads[d]
-        for u in self.graph.preds[v]:
-            reads[u] = reads.get(u, 0) + 1
-        return cost
-
-    def remove(self, v: int, d: int, cost: int) -> None:
-        reads = self.reads[d]
-        for u in self.graph.preds[v]:
-            reads[u] -= 1
-        self.where[v] = -1
-        self.free[d] += cost
-
-
-def pack_by_size(problem: Problem) -> Assignment:
-    """First fit decreasing: the largest nodes first, each on the device with the most room
-    left that holds it (no regard for order; partitions are then runs). O(N D + E)."""
-    graph = problem.graph
-    order = sorted(graph.op_indices, key=lambda v: -node_alone_bytes(graph, v))
-    # Each node is charged as if all its inputs lived elsewhere: an over-estimate of the union a
-    # device really holds, so a packing found here always fits.
-    chosen = [-1] * len(graph)
-    room = {d.logical_id: d.memory_bytes for d in problem.devices}
-    for v in order:
-        need = node_alone_bytes(graph, v)
-        fits = [d for d in room if room[d] >= need]
-        if not fits:
-            raise InfeasibleError(f"no device has room for node {graph.nodes[v].name!r}")
-        d = max(fits, key=lambda i: (room[i], -i))
-        chosen[v] = d
-        room[d] -= need
-    return _runs(problem, chosen)
-
-
-def exhaustive_fit(problem: Problem, max_ops: int = 12) -> Assignment | None:
-    """Depth-first search over node -> device placements with exact memory pruning, for graphs
-    of at most ``max_ops`` op nodes (exponential: D ** N at worst; devices of equal memory that
-    are still empty are tried once). Returns None when no placement fits or the graph is large."""
-    graph = problem.graph
-    ops = list(graph.op_indices)
-    if len(ops) > max_ops:
-        return None
-    tally = _Tally(problem)
-    devices = [d.logical_id for d in problem.devices]
-    capacity = {d.logical_id: d.memory_bytes for d in problem.devices}
-    used = {d: 0 for d in devices}
-
-    def search(i: int) -> bool:
-        if i == len(ops):
-            return True
-        v = ops[i]
-        empty_tried: set[int] = set()
+    def device_for(v: int) -> int:  # find_device_based_on_size
+        need = extra(v, set())
         for d in devices:
-            if used[d] == 0:
-                if capacity[d] in empty_tried:
-                    continue
-                empty_tried.add(capacity[d])
-            if tally.extra(v, d) > tally.free[d]:
+            if d.logical_id not in occupied and d.memory_bytes >= need:
+                occupied.add(d.logical_id)
+                return d.logical_id
+        raise InfeasibleError(
+            f"torch's size_based finds no free device for node {nodes[v].name!r} ({format_bytes(need)} "
+            f"with its inputs); {_BETTER}, or add a device or memory"
+        )
+
+    left: dict[int, int] = {}  # torch's partition_to_left_mem_bytes
+    p = open_partition()
+    for v in graph.op_indices:
+        if len(members) > len(devices):  # every device has a partition: one partition per node
+            add(open_partition(), v)
+            continue
+        need = extra(v, held[p])
+        if used[p] == 0:
+            d = device_for(v)
+            left[p] = capacity[d]
+            devices_of[p].append(d)
+        elif left[p] < need:
+            if len(members) == len(devices):
+                add(open_partition(), v)
                 continue
-            cost = tally.place(v, d)
-            used[d] += 1
-            if search(i + 1):
-                return True
-            used[d] -= 1
-            tally.remove(v, d, cost)
-        return False
+            d = device_for(v)
+            p = open_partition()
+            need = extra(v, held[p])
+            left[p] = capacity[d]
+            devices_of[p].append(d)
+        add(p, v)
+        left[p] -= need
+    if not _map(problem, held, used, devices_of):
+        name = nodes[max(held[next(q for q, devs in enumerate(devices_of) if not devs)])].name
+        raise InfeasibleError(
+            f"torch's size_based cannot map the partition of node {name!r} onto a device (\"Cannot "
+            f"Get a Valid Partition to Logical Device Mapping\"); {_BETTER}, or add a device or memory"
+        )
+    return _assignment(len(graph), members, devices_of)
 
-    if not search(0):
-        return None
-    return _runs(problem, tally.where)
+
+def torch_singletons(problem: Problem) -> Assignment:
+    """One node per partition, mapped onto devices as torch's ``cost_aware`` starts: a start
+    that fits under torch's memory rule where the contiguous fills do not."""
+    members = [[v] for v in problem.graph.op_indices]
+    devices_of = map_onto_devices(problem, members)
+    if devices_of is None:
+        raise InfeasibleError("torch's device mapping finds no device for some one-node partition; "
+                              "add a device or memory")
+    return _assignment(len(problem.graph), members, devices_of)
 
 
-def fill_in_order(problem: Problem, order: Sequence[int], pack: bool = False) -> Assignment:
-    """Greedy fill in topological order (the reference's ``size_based`` idea).
+def map_onto_devices(problem: Problem, members: Sequence[Sequence[int]]) -> list[list[int]] | None:
+    """Torch's ``get_device_to_partitions_mapping`` for partitions without devices (``members``:
+    each partition's op nodes): their devices, or None where torch's mapping fails."""
+    cost = problem.cost
+    held = [cost.torch_held(m) for m in members]
+    used = [sum(cost.torch_extra(v, h) for v in h) for h in held]
+    devices_of: list[list[int]] = [[] for _ in held]
+    return devices_of if _map(problem, held, used, devices_of) else None
 
-    Keep adding nodes to the open partition while its device has room; otherwise open a new
-    partition on an unused device (largest first), or, when none is left, on the used device
-    where the node costs least room (an input already held there is not stored twice). With
-    ``pack``, every node goes to the device with the least room that still holds it (best fit,
-    as the reference's device mapping does): fewer gaps, more partitions. O(N + E), or
-    O(N D + E) for D devices with ``pack``.
-    """
-    graph = problem.graph
-    part = [-1] * len(graph)
-    devices_of: list[list[int]] = []
-    free = {d.logical_id: d.memory_bytes for d in problem.devices}
-    held: dict[int, set[int]] = {d.logical_id: set() for d in problem.devices}
-    unused = [d.logical_id for d in problem.devices_by_memory()]
-    out, total, preds = graph.output_bytes, graph.total_bytes, graph.preds
 
-    def extra(v: int, d: int) -> int:
-        return total[v] + sum(out[u] for u in preds[v] if u not in held[d])
+def _map(problem: Problem, held: list[set[int]], used: list[int], devices_of: list[list[int]]) -> bool:
+    """Each partition without a device goes, in order, to the device with the least memory left
+    (ties in the previous order) whose room exceeds what the partition adds there; False when one
+    finds none (its devices stay empty)."""
+    extra = problem.cost.torch_extra
+    order = [d.logical_id for d in problem.devices]
+    left = {d.logical_id: d.memory_bytes for d in problem.devices}
+    on: dict[int, set[int]] = {d: set() for d in order}
+    for q, devs in enumerate(devices_of):
+        for d in devs:
+            on[d] |= held[q]
+            left[d] -= used[q]
+    for q, devs in enumerate(devices_of):
+        if devs:
+            continue
+        order.sort(key=lambda d: left[d])
+        for d in order:
+            need = used[q] if not on[d] else sum(extra(v, on[d] | held[q]) for v in held[q])
+            if need < left[d]:
+                devs.append(d)
+                on[d] |= held[q]
+                left[d] -= need
+                break
+        else:
+            return False
+    return True
 
-    current = -1
-    for v in order:
-        device = devices_of[current][0] if current >= 0 else -1
-        if pack:
-            fits = [d for d in free if extra(v, d) <= free[d]]
-            if fits:
-                best = min(fits, key=lambda d: (free[d] - extra(v, d), d))
-                if best != device:
-                    device = best
-                    if device in unused:
-                        unused.remove(device)
-                    devices_of.append([device])
-                    current = len(devices_of) - 1
-        if device < 0 or extra(v, device) > free[device]:
-            alone = node_alone_bytes(graph, v)
-            fresh = [d for d in unused if free[d] >= alone]
-            if fresh:
-                device = fresh[0]
-                unused.remove(device)
-            else:
-                used = [d for d in free if d not in unused]
-                device = max(used, key=lambda d: (free[d] - extra(v, d), -d))
-                if extra(v, device) > free[device]:
-                    node = graph.nodes[v]
-                    raise InfeasibleError(
-                        f"size-based fill ran out of memory at node {node.name!r}: it needs "
-                        f"{format_bytes(extra(v, device))} more on device {device} but only "
-                        f"{format_bytes(free[device])} is free there (and less elsewhere); add a "
-                        "device or memory"
-                    )
-            devices_of.append([device])
-            current = len(devices_of) - 1
-        free[device] -= extra(v, device)
-        held[device].add(v)
-        held[device].update(preds[v])
-        part[v] = current
+
+def _assignment(n: int, members: Sequence[Sequence[int]], devices_of: list[list[int]]) -> Assignment:
+    part = [-1] * n
+    for q, vs in enumerate(members):
+        for v in vs:
+            part[v] = q
     return Assignment(part, devices_of)
