@@ -35,7 +35,7 @@ from torch.utils._pytree import tree_flatten
 from ..errors import RunError
 from ..graph import Graph
 from ..runtime.launch import default_backend, launch, report_progress
-from ..runtime.run import _picklable
+from ..runtime.run import picklable
 from .schedules import stages_per_rank
 from .stages import PipelinePlan
 
@@ -171,7 +171,7 @@ def build_stage_modules(graph: Graph, stages: Sequence[Sequence[str]],
             outs = [value(by_name[v]) for v in carried[s]]
         g.output(outs[0] if len(outs) == 1 else tuple(outs))
         module = fx.GraphModule(gm, g, class_name=f"Stage{s}")
-        modules.append(_picklable(module))
+        modules.append(picklable(module))
     return modules
 
 

@@ -179,7 +179,7 @@ def _walk(rank: int, world_size: int, gm: fx.GraphModule, owners: dict[str, tupl
     return {"outputs": outputs, "latency_s": best, "timings": timings}
 
 
-def _picklable(gm: fx.GraphModule) -> fx.GraphModule:
+def picklable(gm: fx.GraphModule) -> fx.GraphModule:
     """Drop type annotations that are strings (a model written with ``from __future__ import
     annotations``): fx would emit them as globals that cannot be pickled for the ranks."""
     for module in [gm, *gm.modules()]:
@@ -212,7 +212,7 @@ def prepare(plan: Plan, graph: Graph, example_inputs: Sequence[Any] | torch.Tens
     if isinstance(example_inputs, torch.Tensor):
         example_inputs = (example_inputs,)
     inputs = tuple(example_inputs)
-    gm = _picklable(split(plan, graph))
+    gm = picklable(split(plan, graph))
     rank_of = {d.logical_id: i for i, d in enumerate(plan.devices)}
     owners: dict[str, tuple[int, ...]] = {}
     part_of_submod = {}
