@@ -26,6 +26,7 @@ PAGES = [
     st.Page("views/compare.py", title="Compare modes", icon=":material/bar_chart:"),
     st.Page("views/review.py", title="Review & edit plan", icon=":material/edit_note:"),
     st.Page("views/pipeline.py", title="Pipeline", icon=":material/view_timeline:"),
+    st.Page("views/training.py", title="Training memory", icon=":material/memory:"),
     st.Page("views/learn.py", title="Learn", icon=":material/school:"),
 ]
 

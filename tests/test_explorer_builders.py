@@ -443,3 +443,29 @@ def test_pipeline_figures_draw_every_action_and_each_stage_against_its_device():
     assert [sum(v) for v in zip(*(t.y for t in stacked))] == pytest.approx(list(pp.stage_memory_bytes))
     sweep = pipeline_figures.microbatch_figure([(1, 0.04, 0.5), (4, 0.02, 0.2)], chosen=4)
     assert [list(t.x) for t in sweep.data] == [[1, 4], [1, 4]]
+
+
+def test_training_memory_builders():
+    from explorer import training_figures
+    from partitioner.remat import RematResult
+
+    module, inputs, _ = sample_models.load("mlp")
+    graph = partitioner.trace(module, inputs)
+    ops = [graph.nodes[v].name for v in graph.op_indices]
+    results = [RematResult(b, tuple(ops[:k]), tuple(ops[k:k + 2]), 100 * k, 10, 1000 * (4 - k), 1e-9 * (4 - k),
+                           {n: 100 for n in ops[:k]}) for b, k in ((0.0, 0), (0.5, 2), (1.0, 4))]
+    fig = training_figures.tradeoff_figure(results, 0.5)
+    assert list(fig.data[0].y) == [0, 200, 400] and len(fig.data) == 2  # the sweep and the current budget
+    dot = training_figures.remat_to_dot(graph, results[1])
+    saved, redo = training_figures.STATUS_COLOURS["saved"], training_figures.STATUS_COLOURS["recomputed"]
+    assert dot.count(f'fillcolor="{saved}"') == 2 and dot.count(f'fillcolor="{redo}"') == 2
+    assert dot.count("fillcolor=") == len(ops)
+    devices = [partitioner.Device("a", 1000, 0), partitioner.Device("b", 2000, 1)]
+    used = {0: {"parameters": 10, "gradients": 10, "optimizer": 20, "activations": 5},
+            1: {"parameters": 30, "gradients": 30, "optimizer": 60, "activations": 7}}
+    fig = training_figures.training_memory_figure(used, devices)
+    bars = [t for t in fig.data if t.type == "bar"]
+    assert [t.name for t in bars] == list(training_figures.PARTS)
+    kib = 1024  # the axis unit follows the largest figure (2,000 B: KiB)
+    assert [sum(t.y[i] for t in bars) for i in range(2)] == pytest.approx([45 / kib, 127 / kib])
+    assert list(fig.data[-1].y) == pytest.approx([1000 / kib, 2000 / kib])

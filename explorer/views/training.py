@@ -1,0 +1,118 @@
+"""Training memory: what functorch's min-cut (the partitioner ``torch.compile`` runs on every
+training graph) saves for the backward and what it recomputes, under an activation memory budget;
+the trade-off over budgets; and each device's training memory under the current plan."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+
+import pandas as pd
+import streamlit as st
+
+from explorer import compute, panels, state, training_figures
+from partitioner import Graph, PartitionError, format_bytes, remat
+from partitioner.units import format_seconds
+
+RESULTS = "remat_results"  # (graph fingerprint, loss) -> the sweep's results
+BUDGETS = (0.0, 0.25, 0.5, 0.75, 1.0)
+OPTIMIZERS = {"Adam (2 states)": "adam", "SGD with momentum (1 state)": "sgd", "no optimizer state": "none"}
+
+
+def _sweep(graph: Graph, loss: str) -> list[remat.RematResult] | None:
+    key = (graph.fingerprint(), loss)
+    results = st.session_state.setdefault(RESULTS, {})
+    if key in results:
+        return results[key]
+    st.caption("Traces the model's forward and backward together (AOT autograd) and runs torch's "
+               "min_cut_rematerialization_partition at budgets 0, 0.25, 0.5, 0.75 and 1, in a worker "
+               "process stopped after 5 minutes. A few seconds for the small samples, about a minute "
+               "for gpt2_small.")
+    if not st.button("Trace the joint graph and run min-cut", key="tm_run", type="primary"):
+        return None
+    try:
+        done = panels.run_with_status(lambda progress: remat.sweep(
+            graph, graph.example_inputs or (), BUDGETS, loss, timeout_s=300))
+    except PartitionError as exc:
+        st.error(f"Cannot analyse training for this model: {exc}")
+        return None
+    if done is not None:
+        results[key] = done
+    return done
+
+
+def _memory(graph: Graph, result: remat.RematResult, results: list[remat.RematResult], optimizer: str) -> None:
+    config = state.current_config()
+    planned = compute.plan(config) if config is not None else None
+    if planned is None or planned.plan is None:
+        st.info("No plan for the sidebar's devices yet: see the Explore page.")
+        return
+    plan = planned.plan
+    used = remat.training_memory(plan, graph, result, optimizer)
+    st.plotly_chart(training_figures.training_memory_figure(used, plan.devices), key="tm_memory_chart")
+    fitting = remat.largest_fitting_budget(plan, graph, results, optimizer)
+    if fitting is None:
+        st.warning("No budget of the sweep fits every device: even recomputing all that can be, parameters, "
+                   "gradients and optimizer state need more than some device holds. Add devices or memory, "
+                   "or pick a lighter optimizer.")
+    elif fitting.budget == result.budget:
+        st.success(f"Every device fits at budget {result.budget:g}; that is the largest budget of the sweep "
+                   "that fits (the least recomputation).")
+    else:
+        st.info(f"The largest budget of the sweep at which every device fits is {fitting.budget:g} "
+                f"(saves {format_bytes(fitting.saved_activation_bytes)}, recomputes {fitting.recomputed_ops} ops).")
+    caps = {d.logical_id: d.memory_bytes for d in plan.devices}
+    st.dataframe(pd.DataFrame([{"device": d, **{k: format_bytes(v) for k, v in parts.items()},
+                                "total": format_bytes(sum(parts.values())),
+                                "of capacity": f"{sum(parts.values()) / caps[d]:.1%}"}
+                               for d, parts in used.items()]), hide_index=True)
+    st.caption(f"Plan: {plan.mode_label} on the sidebar's devices. Gradients take the parameters' bytes "
+               "again; optimizer state is kept in the parameters' dtype; a replicated partition counts on "
+               "each of its devices.")
+
+
+def main() -> None:
+    config = state.current_config()
+    if config is None:
+        return
+    graph = state.load_graph(config)
+    if graph is None:
+        return
+    st.markdown(f"#### Training memory for {config.model.label}")
+    cols = st.columns(3)
+    budget = cols[0].select_slider("Activation memory budget", options=list(BUDGETS), value=0.5, key="tm_budget",
+                                   help="torch's activation_memory_budget: 1 saves what min-cut would, 0 "
+                                        "recomputes all it can")
+    loss = cols[1].selectbox("Loss", list(remat.LOSSES), key="tm_loss", help="of every floating-point output")
+    optimizer = OPTIMIZERS[cols[2].selectbox("Optimizer", list(OPTIMIZERS), key="tm_optimizer")]
+    results = _sweep(graph, loss)
+    if not results:
+        return
+    by_budget = {r.budget: r for r in results}
+    result, save_all, redo_all = by_budget[budget], by_budget[1.0], by_budget[0.0]
+    cols = st.columns(4)
+    cols[0].metric("Saved activations", format_bytes(result.saved_activation_bytes),
+                   f"{result.saved_activation_bytes - save_all.saved_activation_bytes:+,} B against budget 1",
+                   delta_color="inverse")
+    cols[1].metric("Recomputed ops", result.recomputed_ops, f"of {redo_all.recomputed_ops} at budget 0", delta_color="off")
+    cols[2].metric("Recompute FLOPs", f"{result.recompute_flops:,}")
+    cols[3].metric("Recompute time", format_seconds(result.recompute_time_s), "at 10 TFLOP/s", delta_color="off")
+    if not all(r.gradients_equal for r in results):
+        st.error("The split forward and backward did not give eager's gradients at some budget.")
+    left, right = st.columns(2)
+    with left:
+        st.plotly_chart(training_figures.tradeoff_figure(results, budget), key="tm_tradeoff_chart")
+    with right:
+        _memory(graph, result, results, optimizer)
+    st.markdown("##### What the backward reads and recomputes")
+    st.caption("Blue: the backward reads the node's saved output; orange: the backward computes it "
+               "again; grey: neither. Hover a node for its details.")
+    dot = training_figures.remat_to_dot(graph, result)
+    st.graphviz_chart(dot, width="stretch")
+    digest = hashlib.sha256(dot.encode()).hexdigest()[:8]
+    st.download_button("Download the results (JSON)", data=json.dumps(
+        [r.to_dict() for r in results], indent=2), file_name=f"remat-{digest}.json", mime="application/json",
+        key="tm_download")
+
+
+main()
