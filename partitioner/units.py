@@ -70,7 +70,9 @@ def format_bytes(n: float) -> str:
     value = float(n)
     for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
         if abs(value) < 1024 or unit == "TiB":
-            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.3g} {unit}"
+            if unit == "B":
+                return f"{value:.0f} {unit}"
+            return f"{value:.0f} {unit}" if abs(value) >= 999.5 else f"{value:.3g} {unit}"  # not 1e+03
         value /= 1024
     return f"{value:.3g} TiB"  # pragma: no cover
 

@@ -63,3 +63,10 @@ def test_pipeline_examples_run(tmp_path):
     assert pipe["kind"] == "pipeline" and len(pipe["stages"]) == 4 and pipe["training"] == "adam"
     assert "outputs equal the model in one process; gradients equal the model's" in done.stdout
     assert json.loads((tmp_path / "split.json").read_text())["num_stages"] == 2
+
+
+def test_training_memory_examples_run(tmp_path):
+    done = _run_block("## Training memory", tmp_path)
+    assert "recomputed:" in done.stdout
+    results = json.loads((tmp_path / "remat.json").read_text())["results"]
+    assert [r["budget"] for r in results] == [i / 10 for i in range(11)] and all(r["gradients_equal"] for r in results)

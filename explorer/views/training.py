@@ -91,9 +91,9 @@ def main() -> None:
     by_budget = {r.budget: r for r in results}
     result, save_all, redo_all = by_budget[budget], by_budget[1.0], by_budget[0.0]
     cols = st.columns(4)
+    less = save_all.saved_activation_bytes - result.saved_activation_bytes
     cols[0].metric("Saved activations", format_bytes(result.saved_activation_bytes),
-                   f"{result.saved_activation_bytes - save_all.saved_activation_bytes:+,} B against budget 1",
-                   delta_color="inverse")
+                   f"-{format_bytes(less)} against budget 1" if less else "as at budget 1", delta_color="inverse")
     cols[1].metric("Recomputed ops", result.recomputed_ops, f"of {redo_all.recomputed_ops} at budget 0", delta_color="off")
     cols[2].metric("Recompute FLOPs", f"{result.recompute_flops:,}")
     cols[3].metric("Recompute time", format_seconds(result.recompute_time_s), "at 10 TFLOP/s", delta_color="off")
@@ -108,7 +108,7 @@ def main() -> None:
     st.caption("Blue: the backward reads the node's saved output; orange: the backward computes it "
                "again; grey: neither. Hover a node for its details.")
     dot = training_figures.remat_to_dot(graph, result)
-    st.graphviz_chart(dot, width="stretch")
+    st.graphviz_chart(dot, width="content")  # natural size: labels stay legible on long graphs
     digest = hashlib.sha256(dot.encode()).hexdigest()[:8]
     st.download_button("Download the results (JSON)", data=json.dumps(
         [r.to_dict() for r in results], indent=2), file_name=f"remat-{digest}.json", mime="application/json",
