@@ -16,7 +16,7 @@ from typing import Sequence
 from partitioner import __version__
 from partitioner.errors import InfeasibleError, InvalidPlanError, PartitionError
 
-from . import commands, pipeline, remat, run
+from . import commands, pipeline, remat, run, shard
 from .inputs import EXIT_FAIL, EXIT_INTERNAL, EXIT_OK, EXIT_USAGE, CLIError
 
 __all__ = ["main", "build_parser", "PROG"]
@@ -24,7 +24,7 @@ __all__ = ["main", "build_parser", "PROG"]
 PROG = "partition-explorer"
 
 # Each module has register(subparsers, common) adding its commands with set_defaults(func=...).
-COMMAND_MODULES = (commands, run, pipeline, remat)
+COMMAND_MODULES = (commands, run, pipeline, remat, shard)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -1,0 +1,125 @@
+"""``partition-explorer shard``: shard parameters along an axis (autodist's partition lists, as
+DTensor's tensor parallelism): each device's memory, the collectives the spec implies, and a real
+run on local processes."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+from partitioner import sharding, tensor_parallel
+from partitioner.errors import RunError, ShardingError
+from partitioner.units import format_bytes, format_seconds
+
+from .inputs import (EXIT_FAIL, EXIT_OK, CLIError, add_model_arguments, load_model, positive_float, rate,
+                     read_text, resolve_devices, write_output)
+from .report import format_table
+
+__all__ = ["register"]
+
+EXAMPLES = """examples:
+  partition-explorer shard transformer --devices 2x7MiB --suggest
+  partition-explorer shard transformer --devices 2x7MiB --suggest --training --run
+  partition-explorer shard mlp --devices 2x2MiB --spec spec.json --out -
+
+A spec file is JSON: {"<parameter name>": "<partition list>"}, names as named_parameters()
+gives them, e.g. {"fc1.weight": "2,1", "fc2.weight": "1,2"} (autodist's form: shards per axis,
+at most one axis above 1). The weight of a Linear split along its output features (axis 0) runs
+as DTensor's ColwiseParallel, along its input features (axis 1) as RowwiseParallel; an
+Embedding's table split by rows as RowwiseParallel. All the devices run the model together.
+--suggest shards MLP pairs (column then row: one all-reduce) and embeddings until every device
+fits, the pairs that save the most memory per byte communicated first. --run runs it with
+parallelize_module over gloo, one process per device, and checks the outputs against one process
+and the collectives CommDebugMode counts against the prediction (exit 1 when either differs).
+"""
+
+
+def register(sub: Any, common: argparse.ArgumentParser) -> None:
+    p = sub.add_parser("shard", help="shard parameters along an axis (tensor parallelism)",
+                       description="shard parameters along an axis: memory per device, collectives, a real run",
+                       parents=[common], formatter_class=argparse.RawDescriptionHelpFormatter, epilog=EXAMPLES)
+    add_model_arguments(p)
+    p.add_argument("--devices", metavar="SPEC", help="the devices running the model together (default: the model's)")
+    which = p.add_mutually_exclusive_group(required=True)
+    which.add_argument("--spec", metavar="FILE", help="a JSON spec {parameter: partition list}")
+    which.add_argument("--suggest", action="store_true", help="suggest a spec that makes the model fit")
+    p.add_argument("--training", action="store_true", help="count the backward's collectives too")
+    p.add_argument("--transfer-rate", metavar="BYTES_PER_S", type=rate, default=25e9,
+                   help="link rate between the devices (default 25GB)")
+    p.add_argument("--run", action="store_true", help="run it on local processes with DTensor and compare")
+    p.add_argument("--timeout", metavar="SECONDS", type=positive_float, default=180.0,
+                   help="with --run: end the run (and every process) after this long (default 180)")
+    p.add_argument("--out", metavar="FILE", help="write the spec, memory and collectives as JSON (- for stdout)")
+    p.set_defaults(func=run)
+
+
+def _read_spec(path: str) -> dict[str, str]:
+    try:
+        data = json.loads(read_text(path, "spec file"))
+    except json.JSONDecodeError as exc:
+        raise CLIError(f"{path} is not JSON ({exc}); write {{\"fc1.weight\": \"2,1\"}}") from None
+    if not isinstance(data, dict) or not all(isinstance(v, (str, list)) for v in data.values()):
+        raise CLIError(f"{path} must map parameter names to partition lists, e.g. {{\"fc1.weight\": \"2,1\"}}")
+    return {str(k): v if isinstance(v, str) else sharding.format_partition_list(v) for k, v in data.items()}
+
+
+def run(args: argparse.Namespace) -> int:
+    model = load_model(args.model, args.set, args.devices)
+    devices = resolve_devices(args.devices, model)
+    graph = model.graph
+    try:
+        spec = tensor_parallel.suggest(graph, devices, args.transfer_rate) if args.suggest else _read_spec(args.spec)
+        plan = tensor_parallel.tp_plan(graph, spec, len(devices), args.transfer_rate, training=args.training)
+        before = sharding.device_memory(graph, devices, {})
+        after = sharding.device_memory(graph, devices, plan.spec)
+    except ShardingError as exc:
+        raise CLIError(str(exc)) from None
+    result = None
+    if args.run:
+        from partitioner.runtime.run import picklable
+        from partitioner.runtime.tp_run import run_sharded
+
+        quiet = args.out == "-"
+        try:
+            result = run_sharded(picklable(graph.graph_module), graph.example_inputs or (), plan,
+                                 training=args.training, timeout_s=args.timeout,
+                                 progress=None if quiet else (lambda text: print(f"  {text}", file=sys.stderr)))
+        except RunError as exc:
+            raise CLIError(f"the sharded run failed: {exc}", EXIT_FAIL) from None
+    status = EXIT_OK if result is None or (result.outputs_equal and result.counts_match) else EXIT_FAIL
+    if args.out:
+        data = {"model": model.label, "spec": plan.spec, "styles": plan.styles,
+                "memory_before": before, "memory_after": after,
+                "collectives": [vars(c) for c in plan.collectives]}
+        if result is not None:
+            data["run"] = result.to_dict()
+        write_output(args.out, json.dumps(data, indent=2), "shard report")
+        if args.out == "-":
+            return status
+    params = sharding.parameter_shapes(graph)
+    rows = [[name, str(list(params[name][0])), value,
+             " ".join(str(list(s)) for s in sharding.shard_shapes(params[name][0], value))]
+            for name, value in plan.spec.items() if value.replace(",", "").strip("1")]
+    print(f"model {model.label}: {len(devices)} devices running it together, {len(rows)} parameters sharded")
+    print(format_table(["parameter", "shape", "spec", "shards"], rows))
+    caps = {d.logical_id: d.memory_bytes for d in devices}
+    rows = [[d, format_bytes(before[d]), format_bytes(after[d]), format_bytes(caps[d]),
+             "yes" if after[d] <= caps[d] else "NO"] for d in sorted(after)]
+    print()
+    print(format_table(["device", "memory unsharded", "memory sharded", "capacity", "fits"], rows, right=(1, 2, 3)))
+    rows = [[c.kind, c.node, c.module, "backward" if c.backward else "forward", format_bytes(c.nbytes),
+             format_seconds(c.time_s)] for c in plan.collectives]
+    print(f"\ncollectives: {plan.counts(False) or 'none'} forward"
+          + (f", {plan.counts(True) or 'none'} backward" if args.training else "")
+          + f"; {format_seconds(plan.comm_time_s)} at {args.transfer_rate / 1e9:g} GB/s")
+    if rows:
+        print(format_table(["collective", "tensor", "module", "pass", "bytes", "time"], rows, right=(4, 5)))
+    if result is not None:
+        print(f"\nran on {result.world_size} processes ({result.backend}): outputs "
+              f"{'equal' if result.outputs_equal else 'DIFFER from'} the model in one process "
+              f"(max difference {result.max_abs_diff:.2g}); collectives counted {result.forward_counts} forward"
+              + (f", {result.backward_counts} backward" if args.training else "")
+              + f": {'as predicted' if result.counts_match else 'NOT as predicted'}")
+    return status
