@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import asdict, dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Any, Sequence
 
 import torch
 import torch.fx as fx
@@ -123,8 +123,11 @@ def sweep(model: torch.nn.Module | Graph, example_inputs: Sequence[Any] | torch.
     for b in budgets:
         _check(b, loss)
     inputs = (example_inputs,) if isinstance(example_inputs, torch.Tensor) else tuple(example_inputs)
-    gm = model.graph_module if isinstance(model, Graph) else None
-    if gm is None:
+    if isinstance(model, Graph):
+        gm = model.graph_module
+        if gm is None:
+            raise PartitionError(f"graph {model.name!r} has no traced module; use partitioner.trace")
+    else:
         import partitioner  # its lazy ``trace`` (importing the submodule would shadow the function)
 
         gm = partitioner.trace(model, inputs).graph_module
@@ -182,7 +185,7 @@ def _sweep(gm: fx.GraphModule, inputs: tuple[Any, ...], budgets: tuple[float, ..
             seen.update(fw=fw, bw=bw, outputs=kw.get("num_fwd_outputs", 1), solver_s=time.perf_counter() - start)
             return fw, bw
 
-        def keep(graph_module: fx.GraphModule, _: Any) -> Callable[..., Any]:
+        def keep(graph_module: fx.GraphModule, _: Any) -> Any:
             return make_boxed_func(graph_module)
 
         seen["start"] = time.perf_counter()
@@ -190,7 +193,8 @@ def _sweep(gm: fx.GraphModule, inputs: tuple[Any, ...], budgets: tuple[float, ..
         for p in trainable.values():
             p.grad = None
         with fx_traceback.preserve_node_meta(), functorch_config.patch(activation_memory_budget=budget):
-            compiled = aot_function(forward, fw_compiler=keep, bw_compiler=keep, partition_fn=partition)
+            compiled = aot_function(forward, fw_compiler=keep, bw_compiler=keep,  # type: ignore[arg-type]
+                                    partition_fn=partition)
             _loss(compiled(state, *inputs), loss).backward()
         # The split forward and backward must give eager's gradients.
         eager = torch.autograd.grad(_loss(module(*inputs), loss), list(trainable.values()), allow_unused=True)

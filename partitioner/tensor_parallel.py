@@ -194,7 +194,7 @@ def tp_plan(graph: Graph, spec: Mapping[str, str | Sequence[int]], world_size: i
                 sharded_out.add(v)
             else:
                 add("all_gather", v, module, False, "column-parallel output read by a layer that needs it whole")
-            if training and source_is_op:
+            if training and source is not None and source_is_op:
                 add("all_reduce", source, module, True, "gradient of a column-parallel layer's input is partial")
         else:
             chain = source
@@ -204,7 +204,7 @@ def tp_plan(graph: Graph, spec: Mapping[str, str | Sequence[int]], world_size: i
             layouts[module] = {"style": "rowwise", "input": "shard" if from_shard else "replicate",
                                "output": "replicate"}
             add("all_reduce", v, module, False, "row-parallel partial sums are added")
-            if training and not from_shard and source_is_op and kinds[module] == "linear":
+            if training and not from_shard and source is not None and source_is_op and kinds[module] == "linear":
                 add("all_gather", source, module, True, "gradient of a row-parallel layer's replicated input")
     return TPPlan(world_size, layouts, full, tuple(out))
 
@@ -240,10 +240,10 @@ def suggest(graph: Graph, devices: Sequence[Device], transfer_rate_bytes_per_s: 
             continue
         saved = (math.prod(first[0]) * first[1] + math.prod(second[0]) * second[1]) * (n - 1) // n
         comm = graph.nodes[by_target[follower]].output_bytes or 1
-        spec = {f"{module}.weight": format_partition_list([n, 1]), f"{follower}.weight": format_partition_list([1, n])}
+        pair = {f"{module}.weight": format_partition_list([n, 1]), f"{follower}.weight": format_partition_list([1, n])}
         if f"{module}.bias" in params:  # ColwiseParallel splits the bias with the weight
-            spec[f"{module}.bias"] = str(n)
-        candidates.append((saved / comm, spec))
+            pair[f"{module}.bias"] = str(n)
+        candidates.append((saved / comm, pair))
         taken.update((module, follower))
     for module, kind in kinds.items():
         w = weight(module)

@@ -74,7 +74,7 @@ def _entry(rank: int, world_size: int, module: torch.nn.Module, inputs: tuple[An
         return Shard(-1) if name == "shard" else Replicate()
 
     mesh = init_device_mesh("cpu", (world_size,))
-    plan = {}
+    plan: dict[str, Any] = {}
     for path, s in styles.items():
         if s["style"] == "colwise":
             plan[path] = ColwiseParallel(input_layouts=layout(s["input"]), output_layouts=layout(s["output"]))
