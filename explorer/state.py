@@ -34,7 +34,7 @@ MODE = "mode"  # the sidebar's mode selectbox
 PERSISTENT = ("model", "user_factory", "dev_preset", "dev_count", "dev_memory", "transfer_gbps",
               "follow_model", "mode", "saturate_host", "force_partition", "latency_source", "search_budget",
               "torch_cost_model", "pp_ranks", "pp_microbatches", "pp_schedule", "pp_training", "tm_budget", "tm_loss",
-              "tm_optimizer")
+              "tm_optimizer", "sh_training")
 URL_KEYS = {"model": str, "dev_preset": str, "dev_count": int, "dev_memory": str, "transfer_gbps": float,
             "mode": str, "saturate_host": bool, "force_partition": bool, "torch_cost_model": bool}
 URL_RESTORED = "url_restored"

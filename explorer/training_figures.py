@@ -1,6 +1,7 @@
-"""Pure builders for the Training memory page: the trade-off between saved activations and
-recomputation over the budget sweep, each device's training memory stacked against its
-capacity, and the traced graph coloured by what min-cut saves and recomputes (Graphviz DOT).
+"""Pure builders for the Training memory and Sharding pages: the trade-off between saved
+activations and recomputation over the budget sweep, each device's training memory stacked
+against its capacity, the traced graph coloured by what min-cut saves and recomputes (Graphviz
+DOT), and each device's memory before and after a shard spec.
 
 No Streamlit here; each builder is linear in what it draws.
 """
@@ -18,7 +19,8 @@ from partitioner.units import format_bytes, format_seconds
 from .figures import _layout
 from .tables import byte_unit, time_unit
 
-__all__ = ["tradeoff_figure", "training_memory_figure", "remat_to_dot", "PARTS", "STATUS_COLOURS"]
+__all__ = ["tradeoff_figure", "training_memory_figure", "shard_memory_figure", "remat_to_dot", "PARTS",
+           "STATUS_COLOURS"]
 
 PARTS = {"parameters": "#4c78a8", "gradients": "#72b7b2", "optimizer": "#b279a2", "activations": "#f58518"}
 STATUS_COLOURS = {"saved": "#4c78a8", "recomputed": "#f58518", "neither": "#e6e6e6"}
@@ -100,3 +102,23 @@ def remat_to_dot(graph: Graph, result: RematResult, max_nodes: int = 600) -> str
 
 def _esc(text: str) -> str:
     return text.replace("\\", "\\\\").replace('"', '\\"')
+
+
+def shard_memory_figure(before: Mapping[int, int], after: Mapping[int, int], devices: Sequence[Device]) -> go.Figure:
+    """Each device's memory with every parameter whole, beside its memory under the shard spec,
+    against its capacity."""
+    ids = [d.logical_id for d in devices]
+    caps = {d.logical_id: d.memory_bytes for d in devices}
+    unit, scale = byte_unit(max([before[d] for d in ids] + [after[d] for d in ids] + list(caps.values()) + [1]))
+    x = [f"{d.name} ({d.logical_id})" for d in devices]
+    fig = go.Figure()
+    fig.add_bar(x=x, y=[before[d] / scale for d in ids], name="unsharded", marker={"color": "#bab0ac"},
+                hovertext=[f"unsharded: {format_bytes(before[d])}" for d in ids], hoverinfo="text")
+    fig.add_bar(x=x, y=[after[d] / scale for d in ids], name="with the spec", marker={"color": "#4c78a8"},
+                hovertext=[f"with the spec: {format_bytes(after[d])}" for d in ids], hoverinfo="text")
+    fig.add_scatter(x=x, y=[caps[d] / scale for d in ids], mode="markers", name="capacity",
+                    marker={"symbol": "line-ew-open", "size": 40, "color": "#e45756", "line": {"width": 3}},
+                    hovertext=[f"capacity {format_bytes(caps[d])}" for d in ids], hoverinfo="text")
+    fig.update_layout(barmode="group")
+    fig.update_yaxes(title=f"memory ({unit})", rangemode="tozero")
+    return _layout(fig, "Memory per device, unsharded and with the spec")

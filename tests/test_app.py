@@ -516,3 +516,33 @@ def test_training_memory_page_runs_min_cut_and_keeps_the_choices():
     at.switch_page("views/explore.py").run()
     at.switch_page("views/training.py").run()
     assert at.select_slider(key="tm_budget").value == 1.0 and at.metric
+
+
+def test_sharding_page_suggests_edits_and_runs():
+    at = start()
+    at.text_input(key="dev_memory").set_value("7 MiB").run()
+    at.number_input(key="dev_count").set_value(2).run()
+    at.switch_page("views/sharding.py").run()
+    assert not at.exception and not errors(at)
+    assert any("Over capacity" in w.value for w in at.warning)  # 7.8 MiB each, unsharded
+    at.button(key="sh_suggest").click().run()
+    assert not at.exception and not errors(at)
+    assert any("Every device fits" in s.value for s in at.success)
+    collectives = [d.value for d in at.dataframe if "collective" in d.value.columns][0]
+    assert set(collectives["collective"]) == {"all_reduce"} and len(collectives) == 4
+    at.switch_page("views/explore.py").run()
+    at.switch_page("views/sharding.py").run()
+    assert any("Every device fits" in s.value for s in at.success)  # the suggestion was kept
+    at.button(key="sh_run").click().run(timeout=240)
+    assert not at.exception and not errors(at)
+    assert any("as predicted" in s.value and "Outputs equal" in s.value for s in at.success)
+    # An entry that cannot run (as if typed in the table) is a message naming it; the edits stay.
+    specs = at.session_state["shard_specs"]
+    (key,) = specs
+    specs[key]["blocks.0.ln_1.weight"] = "2"
+    at.session_state["shard_specs"] = specs
+    at.session_state["shard_editor_version"] = at.session_state["shard_editor_version"] + 1
+    at.run()
+    assert not at.exception
+    assert any("blocks.0.ln_1.weight: only the weights of Linear and Embedding" in e for e in errors(at))
+    assert at.session_state["shard_specs"][key]["blocks.0.ln_1.weight"] == "2"

@@ -136,6 +136,14 @@ def test_app_renders_dag_and_charts_and_re_plans_on_a_mode_change():
                     "recomputed", timeout=RENDER_TIMEOUT_MS)
                 expect(page.get_by_test_id("stException")).to_have_count(0)
                 page.screenshot(path=str(ARTIFACTS / "browser_training.png"), full_page=True)
+                # Sharding: a suggestion on two 7 MiB devices, the memory before and after.
+                page.goto(f"http://127.0.0.1:{port}/sharding?model=transformer&dev_count=2&dev_memory=7%20MiB")
+                page.get_by_role("button", name="Suggest a spec that fits").click()
+                expect(page.get_by_text("Every device fits.")).to_be_visible(timeout=RENDER_TIMEOUT_MS)
+                expect(page.get_by_text("Memory per device, unsharded and with the spec")).to_be_visible(
+                    timeout=RENDER_TIMEOUT_MS)
+                expect(page.get_by_test_id("stException")).to_have_count(0)
+                page.screenshot(path=str(ARTIFACTS / "browser_sharding.png"), full_page=True)
             finally:
                 browser.close()
     finally:

@@ -70,3 +70,10 @@ def test_training_memory_examples_run(tmp_path):
     assert "recomputed:" in done.stdout
     results = json.loads((tmp_path / "remat.json").read_text())["results"]
     assert [r["budget"] for r in results] == [i / 10 for i in range(11)] and all(r["gradients_equal"] for r in results)
+
+
+def test_sharding_examples_run(tmp_path):
+    done = _run_block("## Sharding", tmp_path)
+    assert "as predicted" in done.stdout and "outputs equal the model" in done.stdout
+    report = json.loads((tmp_path / "shard.json").read_text())
+    assert report["spec"]["blocks.0.mlp.c_fc.bias"] == "2" and report["styles"]["blocks.0.mlp.c_proj"]["style"] == "rowwise"

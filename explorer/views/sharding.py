@@ -1,0 +1,122 @@
+"""Sharding: the sidebar's devices run the model together (tensor parallelism); a person shards
+parameters along an axis (autodist's partition lists, DTensor's Colwise/RowwiseParallel), sees
+each device's memory and the collectives the spec adds, and runs it on local processes."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+
+import pandas as pd
+import streamlit as st
+
+from explorer import panels, state, training_figures
+from partitioner import Graph, ShardingError, format_bytes, sharding, tensor_parallel
+from partitioner.units import format_seconds
+
+SPECS = "shard_specs"  # graph fingerprint -> {parameter: partition list}, the person's edits
+VERSION = "shard_editor_version"  # bumped when a suggestion replaces the table
+RUNS = "shard_runs"  # spec hash -> its last real run
+
+
+def _table(graph: Graph, spec: dict[str, str]) -> pd.DataFrame:
+    """One row per parameter, the sharded ones first (each group in ``named_parameters()`` order)."""
+    params = sharding.parameter_shapes(graph)
+    names = sorted(params, key=lambda n: n not in spec)
+    return pd.DataFrame([{"parameter": name, "shape": str(list(params[name][0])),
+                          "bytes": format_bytes(math.prod(params[name][0]) * params[name][1]),
+                          "spec": spec.get(name, "")} for name in names])
+
+
+def _run(graph: Graph, plan: tensor_parallel.TPPlan, training: bool) -> None:
+    from partitioner.runtime.run import picklable
+    from partitioner.runtime.tp_run import run_sharded
+
+    key = hashlib.sha256(json.dumps([plan.spec, training], sort_keys=True).encode()).hexdigest()[:16]
+    runs = st.session_state.setdefault(RUNS, {})
+    with st.expander("Run on local processes", expanded=key in runs):
+        st.caption(f"Starts {plan.world_size} processes with torch.distributed over gloo, applies the styles "
+                   "with parallelize_module, runs the example inputs and compares the outputs with one process, "
+                   "and the collectives CommDebugMode counts with the prediction.")
+        if st.button("Run on local processes", key="sh_run"):
+            done = panels.run_with_status(lambda progress: run_sharded(
+                picklable(graph.graph_module), graph.example_inputs or (), plan, training=training,
+                timeout_s=180, progress=progress))
+            if done is not None:
+                runs[key] = done
+        result = runs.get(key)
+        if result is None:
+            return
+        good = result.outputs_equal and result.counts_match
+        (st.success if good else st.error)(
+            f"Outputs {'equal' if result.outputs_equal else 'differ from'} the model's (max difference "
+            f"{result.max_abs_diff:.2g}); collectives counted {result.forward_counts} forward"
+            + (f", {result.backward_counts} backward" if training else "")
+            + f": {'as predicted' if result.counts_match else 'not as predicted'}.")
+
+
+def main() -> None:
+    config = state.current_config()
+    if config is None:
+        return
+    graph = state.load_graph(config)
+    if graph is None:
+        return
+    devices = config.device_list()
+    st.markdown(f"#### Sharding {config.model.label} over {len(devices)} devices")
+    if len(devices) < 2 or graph.graph_module is None:
+        st.info("Sharding needs at least two devices (set them in the sidebar) and a traced model.")
+        return
+    specs = st.session_state.setdefault(SPECS, {})
+    key = graph.fingerprint()
+    spec = specs.setdefault(key, {})
+    cols = st.columns([1, 1, 2])
+    training = cols[1].toggle("Training (count the backward)", key="sh_training")
+    rate = config.transfer_rate_bytes_per_s
+    if cols[0].button("Suggest a spec that fits", key="sh_suggest"):
+        try:
+            spec = specs[key] = tensor_parallel.suggest(graph, devices, rate)
+            st.session_state[VERSION] = st.session_state.get(VERSION, 0) + 1
+        except ShardingError as exc:
+            st.error(f"No suggestion: {exc}")
+    cols[2].caption("A Linear's weight split by rows (\"n,1\") runs column-parallel, by columns (\"1,n\") "
+                    "row-parallel; an Embedding split by rows, row-parallel. n is the number of devices.")
+    edited = st.data_editor(_table(graph, spec), key=f"sh_editor_{st.session_state.get(VERSION, 0)}",
+                            disabled=["parameter", "shape", "bytes"], hide_index=True, width="stretch",
+                            column_config={"spec": st.column_config.TextColumn(
+                                "spec", help="autodist's partition list, e.g. 2,1; empty = replicated")})
+    spec = specs[key] = {row["parameter"]: str(row["spec"]).strip() for _, row in edited.iterrows()
+                         if str(row["spec"] or "").strip()}
+    try:
+        plan = tensor_parallel.tp_plan(graph, spec, len(devices), rate, training=training)
+        before = sharding.device_memory(graph, devices, {})
+        after = sharding.device_memory(graph, devices, plan.spec)
+    except ShardingError as exc:
+        st.error(f"{exc}. Your edits are kept; fix the spec in the table.")
+        return
+    over = [d.name for d in devices if after[d.logical_id] > d.memory_bytes]
+    metrics = st.columns(3)
+    metrics[0].metric("Largest device memory", format_bytes(max(after.values())),
+                      f"-{format_bytes(max(before.values()) - max(after.values()))} sharded", delta_color="inverse")
+    metrics[1].metric("Collectives per step", sum(plan.counts(None).values()))
+    metrics[2].metric("Communication time", format_seconds(plan.comm_time_s))
+    (st.warning if over else st.success)(f"Over capacity: {', '.join(over)}." if over else "Every device fits.")
+    left, right = st.columns(2)
+    with left:
+        st.plotly_chart(training_figures.shard_memory_figure(before, after, devices), key="sh_memory_chart")
+    with right:
+        st.markdown("##### Collectives the spec adds")
+        if plan.collectives:
+            st.dataframe(pd.DataFrame([{"collective": c.kind, "tensor": c.node, "module": c.module,
+                                        "pass": "backward" if c.backward else "forward",
+                                        "bytes": format_bytes(c.nbytes), "time": format_seconds(c.time_s),
+                                        "why": c.reason} for c in plan.collectives]), hide_index=True)
+        else:
+            st.caption("None: nothing is sharded.")
+    st.download_button("Download the spec (JSON)", json.dumps(plan.spec, indent=2), file_name="shard_spec.json",
+                       mime="application/json", key="sh_download")
+    _run(graph, plan, training)
+
+
+main()
