@@ -16,7 +16,7 @@ from partitioner import Graph
 from . import compute
 from .config import PlanConfig
 
-__all__ = ["set_config", "current_config", "load_graph", "load_plan", "current_plan", "PLAN_SUMMARY",
+__all__ = ["set_config", "current_config", "load_graph", "page_inputs", "load_plan", "current_plan", "PLAN_SUMMARY",
            "model_generation", "bump_model_generation", "open_page", "follow_page_request"]
 
 # Every session-state key the pages share lives here.
@@ -153,6 +153,15 @@ def load_graph(config: PlanConfig) -> Graph | None:
     except Exception as exc:  # shown in words; the sidebar keeps what was entered
         st.error(f"Could not build or trace {config.model.label}: {compute.explain_error(exc)}")
         return None
+
+
+def page_inputs() -> tuple[PlanConfig, Graph] | None:
+    """The sidebar's config and its traced model, or None once a note says what is missing."""
+    config = current_config()
+    if config is None:
+        return None
+    graph = load_graph(config)
+    return None if graph is None else (config, graph)
 
 
 def load_plan(config: PlanConfig) -> tuple[Graph, compute.PlanResult] | None:

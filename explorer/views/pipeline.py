@@ -105,12 +105,10 @@ def _real_run(pp: pipeline.PipelinePlan, graph: Graph) -> None:
 
 
 def main() -> None:
-    config = state.current_config()
-    if config is None:
+    inputs = state.page_inputs()
+    if inputs is None:
         return
-    graph = state.load_graph(config)
-    if graph is None:
-        return
+    config, graph = inputs
     devices = config.device_list()
     st.markdown(f"#### Pipeline stages for {config.model.label}")
     ranks, microbatches, schedule, training = _controls(len(devices))

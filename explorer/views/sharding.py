@@ -57,12 +57,10 @@ def _run(graph: Graph, plan: tensor_parallel.TPPlan, training: bool) -> None:
 
 
 def main() -> None:
-    config = state.current_config()
-    if config is None:
+    inputs = state.page_inputs()
+    if inputs is None:
         return
-    graph = state.load_graph(config)
-    if graph is None:
-        return
+    config, graph = inputs
     devices = config.device_list()
     st.markdown(f"#### Sharding {config.model.label} over {len(devices)} devices")
     if len(devices) < 2 or graph.graph_module is None:

@@ -72,12 +72,10 @@ def _memory(graph: Graph, result: remat.RematResult, results: list[remat.RematRe
 
 
 def main() -> None:
-    config = state.current_config()
-    if config is None:
+    inputs = state.page_inputs()
+    if inputs is None:
         return
-    graph = state.load_graph(config)
-    if graph is None:
-        return
+    config, graph = inputs
     st.markdown(f"#### Training memory for {config.model.label}")
     cols = st.columns(3)
     budget = cols[0].select_slider("Activation memory budget", options=list(BUDGETS), value=0.5, key="tm_budget",
