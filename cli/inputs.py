@@ -88,7 +88,7 @@ class LoadedModel:
 
 
 def load_model(spec: str, sets: Sequence[str] = (), devices: str | None = "") -> LoadedModel:
-    """Build and trace MODEL (a sample model, ``hf:<name>`` or ``package.module:factory``) with
+    """Build and trace MODEL (a sample model or ``package.module:factory``) with
     ``sample_models.load``. Pass the ``--devices`` value as ``devices`` where the command needs
     devices: a factory model without them is refused before the (slow) import and trace."""
     if sample_models.is_factory(spec) and devices is None:
@@ -180,7 +180,7 @@ def write_output(path: str, data: str | bytes, what: str) -> None:
 
 def add_model_arguments(p: argparse.ArgumentParser, optional: bool = False) -> None:
     p.add_argument("model", metavar="MODEL", nargs="?" if optional else None,
-                   help="a sample model name, hf:<name>, or package.module:factory"
+                   help="a sample model name, or package.module:factory"
                         + (" (needed for pipeline-split-spec)" if optional else ""))
     p.add_argument("--set", metavar="KEY=VALUE", action="append", default=[],
                    help="a sample model setting, repeatable: --set n_layer=4 --set bias=false")

@@ -55,8 +55,8 @@ def _graph_bytes(graph: Graph) -> int:
 
 
 def trace(choice: ModelChoice) -> Graph:
-    """The traced, annotated graph of a sample model (with its size overrides), an ``hf:`` model
-    or a person's factory, from a cache shared by all sessions (NOTE: [Graph cache]). A new
+    """The traced, annotated graph of a sample model (with its size overrides) or a person's
+    factory, from a cache shared by all sessions (NOTE: [Graph cache]). A new
     ``choice.generation`` ("Reload the model") imports the factory's module again. Raises
     PartitionError, LoaderError or ValueError."""
     with _LOCK:

@@ -27,7 +27,7 @@ DeviceKey = tuple[tuple[str, Any], ...]
 class ModelChoice:
     """A sample model with size overrides, or a person's own ``package.module:factory``."""
 
-    name: str  # sample model name, hf:<name>, or the factory import path when ``user`` is True
+    name: str  # sample model name, or the factory import path when ``user`` is True
     overrides: tuple[tuple[str, Any], ...] = ()  # sorted (field, value) pairs of the config
     user: bool = False
     generation: int = 0  # bumped by "Reload the model": a new key, so the factory is imported again

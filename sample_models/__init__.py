@@ -11,7 +11,7 @@ traces with ``torch.fx.symbolic_trace`` and every node of the traced graph outpu
     >>> module, inputs, kwargs = sample_models.load("transformer", {"n_layer": 2})
 
 :func:`load` is the one front door the app and the command line share: sample models by name,
-a person's own ``package.module:factory``, and Hugging Face architectures as ``hf:<model_type>``.
+and a person's own ``package.module:factory`` (``hf:<model_type>`` names are refused with a message).
 """
 
 from __future__ import annotations

@@ -52,8 +52,13 @@ def load(spec: str, overrides: Mapping[str, Any] | None = None, reload: bool = F
     spec = str(spec).strip()
     overrides = dict(overrides or {})
     if is_hf(spec):
-        from . import hf  # optional: needs the `transformers` extra
-
+        try:
+            from . import hf  # type: ignore[attr-defined]  # optional: Hugging Face architectures
+        except ImportError:
+            raise ModelSpecError(
+                f"{spec!r}: Hugging Face architectures (hf:<name>) are not supported in this version; "
+                f"use a sample model ({', '.join(registry.names())}) or your own package.module:factory"
+            ) from None
         return hf.load_hf(spec[3:], overrides)
     if is_factory(spec):
         if overrides:

@@ -134,7 +134,7 @@ def spec(name: str) -> ModelSpec:
 # Sample models are built with real weights (a split is checked against them), so their size
 # knobs are bounded by what this kind of machine can hold many times over: a model is first
 # built on the meta device (no memory), and refused when its weights or its example inputs would
-# exceed these. Real-size architectures are the hf: models, built with meta weights.
+# exceed these.
 MAX_PARAMETER_BYTES = 512 * 2**20
 MAX_INPUT_BYTES = 256 * 2**20
 
@@ -164,7 +164,7 @@ def build(name: str, **overrides: Any) -> tuple[nn.Module, tuple[Tensor, ...]]:
             f"model {name!r} with {overrides} would need {weights / 2**30:.3g} GiB of weights and "
             f"{inputs / 2**20:.3g} MiB of inputs; sample models are built for real, up to "
             f"{MAX_PARAMETER_BYTES / 2**30:g} GiB of weights and {MAX_INPUT_BYTES / 2**20:g} MiB of "
-            "inputs: lower the size settings, or use an hf: model (built without weights) for real sizes"
+            "inputs: lower the size settings, or load your own model as package.module:factory"
         )
     return entry.builder(**overrides)
 

@@ -71,6 +71,7 @@ BAD = [
     ["plan", *MLP, "--transfer-rate", "1e400"],
     ["plan", *MLP, "--search-budget", "-3"],
     ["plan", "mlp", "--set", "hidden=100000000"],
+    ["plan", "hf:llama"],
     ["plan", "mlp", "--set", "n_layer=-1"],
     ["plan", "mlp", "--set", "hidden"],
     ["plan", "mlp", "--set", "nope=1"],
