@@ -21,13 +21,15 @@ __all__ = ["starts", "initial_fill", "fill_in_order", "pack_by_size", "exhaustiv
 
 
 def starts(problem: Problem) -> list[Assignment]:
-    """Where the searches start: the largest-first fill, a best-fit packing and torch's fill,
-    each where it fits under the cost model in force (torch's memory rule can refuse the first two
-    where torch's own fill fits)."""
+    """Where the searches start: the largest-first fill and a best-fit packing, and under the
+    "torch" cost model torch's fill (torch's memory rule can refuse the first two where torch's own
+    fill fits), or when none fits, one node per partition mapped as torch maps them."""
     found: list[Assignment] = []
     first: InfeasibleError | None = None
-    for fill in (initial_fill, lambda p: fill_in_order(p, p.graph.op_indices, pack=True), torch_fill,
-                 torch_singletons):
+    fills = [initial_fill, lambda p: fill_in_order(p, p.graph.op_indices, pack=True)]
+    if problem.cost.torch:
+        fills.append(torch_fill)
+    for fill in fills:
         try:
             candidate = fill(problem)
         except InfeasibleError as exc:
@@ -35,6 +37,11 @@ def starts(problem: Problem) -> list[Assignment]:
             continue
         if problem.fits(candidate) and candidate not in found:
             found.append(candidate)
+    if not found and problem.cost.torch:  # many one-node partitions: a slow start, the last resort
+        try:
+            found.append(torch_singletons(problem))
+        except InfeasibleError as exc:
+            first = first or exc
     if not found:
         raise first or InfeasibleError("no fill fits the devices; add a device or memory")
     return found
