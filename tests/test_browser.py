@@ -130,7 +130,8 @@ def test_app_renders_dag_and_charts_and_re_plans_on_a_mode_change():
                 # Training memory: min-cut in its worker, then the graph coloured by what it saves.
                 page.goto(f"http://127.0.0.1:{port}/training")
                 page.get_by_role("button", name="Trace the joint graph and run min-cut").click()
-                expect(page.get_by_text("Activation memory against recomputation")).to_be_visible(timeout=180_000)
+                expect(page.get_by_text("Activation memory against recomputation").first).to_be_visible(
+                    timeout=180_000)
                 expect(page.locator(".js-plotly-plot")).to_have_count(2, timeout=RENDER_TIMEOUT_MS)
                 expect(page.get_by_test_id("stGraphVizChart").locator("svg").first).to_contain_text(
                     "recomputed", timeout=RENDER_TIMEOUT_MS)
@@ -140,7 +141,7 @@ def test_app_renders_dag_and_charts_and_re_plans_on_a_mode_change():
                 page.goto(f"http://127.0.0.1:{port}/sharding?model=transformer&dev_count=2&dev_memory=7%20MiB")
                 page.get_by_role("button", name="Suggest a spec that fits").click()
                 expect(page.get_by_text("Every device fits.")).to_be_visible(timeout=RENDER_TIMEOUT_MS)
-                expect(page.get_by_text("Memory per device, unsharded and with the spec")).to_be_visible(
+                expect(page.get_by_text("Memory per device, unsharded and with the spec").first).to_be_visible(
                     timeout=RENDER_TIMEOUT_MS)
                 expect(page.get_by_test_id("stException")).to_have_count(0)
                 page.screenshot(path=str(ARTIFACTS / "browser_sharding.png"), full_page=True)
