@@ -16,7 +16,7 @@ from partitioner import PRESETS, Device, parse_devices
 from partitioner.devices import MAX_MEMORY_BYTES
 from partitioner.pipeline import PipelinePlan
 from partitioner.api import check_plan, partition_with
-from partitioner.compare import compare_modes, default_modes
+from partitioner.compare import compare_modes, default_modes, gaps
 from partitioner.diff import diff_plans
 from partitioner.errors import PartitionError
 from partitioner.export import EXPORT_KINDS, ExportError, export_plan, read_aot_mapping, to_pipeline_split_spec
@@ -137,12 +137,15 @@ def cmd_compare(args: argparse.Namespace) -> int:
     if args.modes:
         modes = [m.strip() for item in args.modes for m in item.split(",") if m.strip()]
     results = compare_modes(model.graph, devices, modes, options=partition_options(args))
+    gap = gaps(results)
     if args.json:
         print(json.dumps({
             "model": model.label,
             "graph_fingerprint": model.graph.fingerprint(),
             "devices": [d.to_dict() for d in devices],
-            "results": [r.to_dict(include_plan=args.include_plans) for r in results],
+            "results": [{**r.to_dict(include_plan=args.include_plans),
+                         "gap_to_bound": gap.get(r.mode, (None, None))[0],
+                         "gap_to_optimal": gap.get(r.mode, (None, None))[1]} for r in results],
         }, indent=2))
     else:
         print(f"model {model.label} on {describe_devices(devices)}")

@@ -138,6 +138,7 @@ def partition_options(args: argparse.Namespace) -> PartitionOptions:
         force_partition=getattr(args, "force_partition", False),
         search_budget=getattr(args, "search_budget", None),
         cost_model=getattr(args, "cost_model", None) or "physical",
+        time_limit_s=getattr(args, "time_limit", None),
     )
 
 
@@ -207,3 +208,5 @@ def add_cost_arguments(p: argparse.ArgumentParser, partitioning: bool = True) ->
                        help="partition even when the whole model fits one device")
         p.add_argument("--search-budget", type=int, metavar="N",
                        help="cap the cost-model evaluations of cost_aware and kl_based")
+        p.add_argument("--time-limit", type=positive_float, metavar="SECONDS",
+                       help="the optimal mode's solver time limit (default 10)")

@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Any, Iterable, Sequence
 
 from partitioner import Device, Graph, Plan
-from partitioner.compare import ModeResult, best_mode
+from partitioner.compare import ModeResult, best_mode, gaps
 from partitioner.costs import NEAR_TIE
 from partitioner.units import format_bytes, format_rate, format_seconds
 
@@ -110,27 +110,34 @@ def format_comparison(results: Sequence[ModeResult]) -> str:
     with ``*``; failed modes
     show their error (joined onto one line) in place of the numbers."""
     best = best_mode(results)
+    gap = gaps(results)
     rows = []
     for r in results:
         mark = "*" if r.mode == best else ""
         if r.ok:
             util = r.peak_memory_utilisation
+            to_bound, to_best = gap.get(r.mode, (None, None))
             rows.append([
                 r.mode + mark,
                 format_seconds(r.latency_s),
                 r.partitions,
                 "-" if util is None else f"{util:.1%}",
+                "-" if to_bound is None else f"{to_bound:.1%}",
+                "-" if to_best is None else f"{to_best:+.1%}",
                 format_seconds(r.seconds),
                 "",
             ])
         else:
             message = " ".join(part.strip() for part in (r.error or "").splitlines())
-            rows.append([r.mode, "-", "-", "-", format_seconds(r.seconds), f"failed: {message}"])
+            rows.append([r.mode, "-", "-", "-", "-", "-", format_seconds(r.seconds), f"failed: {message}"])
     table = format_table(
-        ["mode", "latency", "partitions", "peak memory", "time taken", "error"], rows, right=(1, 2, 3, 4)
+        ["mode", "latency", "partitions", "peak memory", "gap to bound", "vs optimal", "time taken", "error"],
+        rows, right=(1, 2, 3, 4, 5, 6),
     )
     note = (f"\n* best: {best} (lowest latency; within {NEAR_TIE:.0%} of it, fewer partitions win)"
             if best else "\nno mode found a plan")
+    note += ("\ngap to bound: how far above the strongest proven lower bound (no plan is faster "
+             "than it); vs optimal: against the optimal mode's plan")
     return table + note
 
 
@@ -152,14 +159,5 @@ def format_cost_models(results: dict[str, Any]) -> str:
 
 
 def format_gap(plan: Plan) -> str:
-    """``optimal`` or ``within 12.5% of the best possible (lower bound 22.1 us)``."""
-    if plan.proven_optimal:
-        return "optimal (proven by the solver)"
-    gap = plan.gap_to_bound
-    if gap <= 1e-9:
-        return (f"optimal: the latency equals the lower bound {format_seconds(plan.lower_bound_s)} "
-                "(the heaviest path of nodes), which no plan can beat")
-    if gap == float("inf"):
-        return "no bound (cyclic plan or zero-cost graph)"
-    return (f"within {gap:.1%} of the best possible (no plan can beat the lower bound "
-            f"{format_seconds(plan.lower_bound_s)}: the heaviest path of nodes)")
+    """``optimal (...)`` or ``within 12.5% of the best possible (...)``: :meth:`Plan.bound_summary`."""
+    return plan.bound_summary()

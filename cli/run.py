@@ -63,7 +63,7 @@ def run(args: argparse.Namespace) -> int:
         measured = measure_node_latencies(model.graph, inputs)
         plan = evaluate_plan(model.graph, list(plan.devices), plan.node_to_partition(), plan.partition_to_devices(),
                              plan.transfer_rate_bytes_per_s, measured, mode=plan.mode,
-                             edited=plan.provenance.edited, cost_model=plan.cost_model)
+                             edited=plan.provenance.edited, cost_model=plan.cost_model, keep_ids=True)
     result = run_plan(plan, model.graph, inputs, timeout_s=args.timeout, repeats=max(1, args.repeats),
                       progress=progress)
     if args.json:

@@ -105,7 +105,7 @@ def run(args: argparse.Namespace) -> int:
     print(f"model {model.label}: {len(devices)} devices running it together, {len(rows)} parameters sharded")
     print(format_table(["parameter", "shape", "spec", "shards"], rows))
     caps = {d.logical_id: d.memory_bytes for d in devices}
-    rows = [[d, format_bytes(before[d]), format_bytes(after[d]), format_bytes(caps[d]),
+    rows = [[str(d), format_bytes(before[d]), format_bytes(after[d]), format_bytes(caps[d]),
              "yes" if after[d] <= caps[d] else "NO"] for d in sorted(after)]
     print()
     print(format_table(["device", "memory unsharded", "memory sharded", "capacity", "fits"], rows, right=(1, 2, 3)))

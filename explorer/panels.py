@@ -60,10 +60,7 @@ def render_summary(plan: Plan, seconds: float | None = None, reference: Plan | N
     else:
         cols[4].metric("Mode", plan.mode, "edited" if plan.provenance.edited else None, delta_color="off")
     count = len(plan.partitions)
-    gap = plan.gap_to_bound
-    best = ("optimal (equals the lower bound)" if gap <= 1e-9 else
-            f"within {gap:.1%} of the best possible (lower bound {format_seconds(plan.lower_bound_s)})"
-            if math.isfinite(gap) else "no bound")
+    best = plan.bound_summary()
     st.caption(
         f"Plan: {plan.model or 'model'} | {plan.mode_label} | {count} partition{'s' if count != 1 else ''} | "
         f"latency {format_seconds(plan.latency_s)} | {best} | {plan.cost_model} cost model"

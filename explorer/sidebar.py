@@ -237,14 +237,19 @@ def mode_ui() -> tuple[str, dict[str, Any] | None]:
                 st.error(str(exc))
                 return mode, None
     st.session_state.setdefault("search_budget", 0)
-    with st.expander("Advanced", expanded=False):
+    st.session_state.setdefault("time_limit_s", 10)
+    with st.expander("Advanced", expanded=mode == "optimal"):
         budget = st.number_input("Search budget (cost-model evaluations, 0 = automatic)", min_value=0,
                                  max_value=1_000_000, step=100, key="search_budget",
                                  help="Caps the work of cost_aware and kl_based")
+        limit = st.number_input("Solver time limit (s)", min_value=1, max_value=600, step=5, key="time_limit_s",
+                                help="How long the optimal mode's solver may search; it runs in a "
+                                "worker process and keeps the best plan found")
     return mode, {
         "saturate_host": bool(saturate),
         "force_partition": bool(force),
         "search_budget": int(budget) or None,
+        "time_limit_s": float(limit),
         "node_latency": node_latency,
         "cost_model": "torch" if torch_numbers else "physical",
     }

@@ -32,7 +32,7 @@ MODE = "mode"  # the sidebar's mode selectbox
 # carries, so a view can be shared and survives a reload. Buttons, uploads and the per-device
 # table cannot be set from code and are not kept.
 PERSISTENT = ("model", "user_factory", "dev_preset", "dev_count", "dev_memory", "transfer_gbps",
-              "follow_model", "mode", "saturate_host", "force_partition", "latency_source", "search_budget",
+              "follow_model", "mode", "saturate_host", "force_partition", "latency_source", "search_budget", "time_limit_s",
               "torch_cost_model", "pp_ranks", "pp_microbatches", "pp_schedule", "pp_training", "tm_budget", "tm_loss",
               "tm_optimizer", "sh_training")
 URL_KEYS = {"model": str, "dev_preset": str, "dev_count": int, "dev_memory": str, "transfer_gbps": float,

@@ -12,7 +12,7 @@ from typing import Iterable, Sequence
 import pandas as pd
 
 from partitioner import Plan, format_bytes
-from partitioner.compare import ModeResult, best_mode
+from partitioner.compare import ModeResult, best_mode, gaps
 from partitioner.units import format_seconds
 from partitioner.diff import match_partitions
 from partitioner.render import over_capacity_devices, partition_capacity
@@ -158,20 +158,24 @@ def comparison_table(results: Sequence[ModeResult]) -> pd.DataFrame:
     """One row per mode, in units people read; a failed mode keeps its row, with its error text.
     The best mode (the one best-plan rule, :func:`partitioner.compare.best_mode`) is starred."""
     best = best_mode(results)
+    gap = gaps(results)
     rows = []
     for r in results:
         util = r.peak_memory_utilisation
+        to_bound, to_best = gap.get(r.mode, (None, None))
         rows.append({
             "Mode": r.mode,
             "Best": "\u2605 best" if r.mode == best else "",
             "Latency": format_seconds(r.latency_s) if r.ok else "-",
             "Partitions": "-" if r.partitions is None else str(r.partitions),
             "Peak memory": "-" if util is None else f"{util:.1%}",
+            "Gap to bound": "-" if to_bound is None else f"{to_bound:.1%}",
+            "Gap to optimal": "-" if to_best is None else f"{to_best:+.1%}",
             "Time to plan": format_seconds(r.seconds),
             "Error": r.error or "",
         })
     return pd.DataFrame(rows, columns=["Mode", "Best", "Latency", "Partitions", "Peak memory",
-                                       "Time to plan", "Error"])
+                                       "Gap to bound", "Gap to optimal", "Time to plan", "Error"])
 
 
 def moves_table(plan_a: Plan, plan_b: Plan) -> pd.DataFrame:

@@ -86,6 +86,20 @@ MODE_TEXT: dict[str, ModeText] = {
         "or the slowest partition gets lighter; never slower than the size-based plan.",
         "To improve a plan by local changes, and to see how far local search gets.",
     ),
+    "optimal": ModeText(
+        "Optimal: an exact solver with a time limit",
+        "The heuristics run first; the best of them warm-starts CP-SAT (OR-Tools), which "
+        "searches plans of a few partitions per device (every plan on tiny graphs) for the "
+        "lowest latency under the chosen cost model, in a worker process with a time limit. A "
+        "second model drops partitions altogether (each node on any devices, a transfer on "
+        "every input from elsewhere, memory exact) and proves a lower bound no plan can beat. "
+        "Graphs of more than 200 ops are coarsened first: chains contracted, then runs of "
+        "consecutive nodes grouped.",
+        "The fastest plan the solver found in its time, never slower than the heuristics; "
+        "\"optimal\" when its latency meets the proven bound (within 0.01 %).",
+        "To know how good a heuristic's plan is, and for final plans of models up to a few "
+        "hundred ops where seconds of solving are worth it.",
+    ),
     "aot_based": ModeText(
         "Ahead of time: a mapping you give",
         "Use a node-to-partition and partition-to-devices mapping given ahead of time, for "
@@ -108,7 +122,11 @@ COST_MODEL = (
     "When the whole model fits on one device the plan is a single partition, unless *force "
     "partitioning* is on; *saturate host* then copies the plan onto idle devices. Every plan "
     "is measured against a **lower bound**, the heaviest path of nodes, which no plan can beat: "
-    "\"within 5 % of the best possible\" means at most 5 % slower than any plan could be."
+    "\"within 5 % of the best possible\" means at most 5 % slower than any plan could be. The "
+    "*optimal* mode proves a stronger bound (memory forces nodes apart, and data that crosses "
+    "devices takes time); Compare measures every mode by the strongest bound any of them proved. "
+    "A gap is an upper limit on what a better plan could gain: 12 % means no plan, found by "
+    "anyone, can be more than 12 % faster; 0 % means the plan is optimal."
 )
 
 TWO_COST_MODELS = (
@@ -148,6 +166,8 @@ def explain_plan(plan: Plan) -> list[str]:
             f"or more), which makes it spread the model over {len(plan.device_usage)} devices. "
             "Without the limit it would keep one partition: transfers only add latency."
         )
+    if plan.provenance.solver:
+        notes.append(f"**The solver:** {plan.provenance.solver}. So the plan is {plan.bound_summary()}.")
     if plan.provenance.edited:
         notes.append("**Edited by hand:** this plan was scored as given (no algorithm ran).")
     replicated = [p.id for p in plan.partitions if len(p.device_ids) > 1]

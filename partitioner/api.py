@@ -94,6 +94,7 @@ def partition(
     force_partition: bool = False,
     search_budget: int | None = None,
     cost_model: str = "physical",
+    time_limit_s: float | None = None,
 ) -> Plan:
     """Partition ``graph`` over ``devices`` with ``mode``; returns a valid :class:`Plan`.
 
@@ -103,7 +104,9 @@ def partition(
     evaluations of ``cost_aware`` and ``kl_based``. ``cost_model`` is ``"physical"`` (a device
     runs one partition at a time; shared tensors stored once) or ``"torch"`` (exactly
     ``torch.fx.experimental.partitioner_utils``): every mode optimises and checks memory under
-    it. Raises :class:`PartitionError` (a ``ValueError``) naming the node or device and the fix
+    it. ``time_limit_s`` bounds the ``optimal`` mode's solver (default 10 s). Every plan carries
+    ``lower_bound_s``, a proven lower bound on the latency of any plan, and ``proven_optimal``.
+    Raises :class:`PartitionError` (a ``ValueError``) naming the node or device and the fix
     when no valid plan exists.
     """
     options = PartitionOptions.build(
@@ -113,6 +116,7 @@ def partition(
         saturate_host=saturate_host,
         force_partition=force_partition,
         search_budget=search_budget,
+        time_limit_s=time_limit_s,
         node_to_partition=node_to_partition if mode == "aot_based" else None,
         partition_to_devices=partition_to_devices if mode == "aot_based" else None,
     )
@@ -172,10 +176,14 @@ def partition_with(graph: Graph, devices: Sequence[Device], mode: str, options: 
         assignment = _run_mode(problem, mode)
         if total <= biggest.memory_bytes and len(devices) > 1:
             assignment, forced = _forced(problem, mode, assignment)
+            if forced is not None:  # a solver's bound on capped devices says nothing of these
+                assignment = dataclasses.replace(assignment, lower_bound_s=0.0)
     if options.saturate_host:
         assignment = saturate(problem, assignment)
-    provenance = Provenance(options.replace(aot=None), single_partition=single, forced_cap_bytes=forced)
-    plan = build_plan(graph, problem.cost, assignment.part, assignment.devices_of, devices, mode, provenance)
+    provenance = Provenance(options.replace(aot=None), single_partition=single, forced_cap_bytes=forced,
+                            solver=assignment.note)
+    plan = build_plan(graph, problem.cost, assignment.part, assignment.devices_of, devices, mode,
+                      provenance, keep_ids=assignment.ordered, lower_bound_s=assignment.lower_bound_s)
     problems = plan.violations()
     if problems:
         if mode == "aot_based":
@@ -280,7 +288,8 @@ def check_plan(
     if scorable:
         evaluated = evaluate_plan(graph, devices, plan.node_to_partition(), plan.partition_to_devices(),
                                   transfer_rate_bytes_per_s, node_latency, mode=plan.mode,
-                                  edited=plan.provenance.edited, cost_model=cost_model or plan.cost_model)
+                                  edited=plan.provenance.edited, cost_model=cost_model or plan.cost_model,
+                                  keep_ids=True)
     elif budgets:
         notes.append(f"budgets ({', '.join(budgets)}) not checked: the plan must cover the model's "
                      "nodes and name known devices first")

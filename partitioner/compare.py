@@ -28,6 +28,7 @@ __all__ = [
     "compare_modes",
     "default_modes",
     "best_mode",
+    "gaps",
 ]
 
 logger = logging.getLogger(__name__)
@@ -124,3 +125,21 @@ def best_mode(results: Sequence[ModeResult]) -> str | None:
     ok = [r for r in results if r.ok and r.latency_s is not None and r.partitions is not None]
     best = best_index([(r.latency_s or 0.0, r.partitions or 0) for r in ok])
     return None if best is None else ok[best].mode
+
+
+def gaps(results: Sequence[ModeResult]) -> dict[str, tuple[float | None, float | None]]:
+    """Per successful mode: (how far its latency is above the strongest lower bound any of the
+    results proved, how far above the ``optimal`` mode's latency), as fractions; None where there
+    is no bound or no optimal result. # NOTE: [Lower bound] Every plan's bound holds for every
+    plan of the same graph, devices and options, so the largest one is the best to measure by."""
+    ok = [r for r in results if r.ok and r.plan is not None and r.latency_s is not None]
+    bound = max((r.plan.lower_bound_s for r in ok if r.plan is not None
+                 and r.plan.provenance.forced_cap_bytes is None), default=0.0)
+    best = next((r.latency_s for r in ok if r.mode == "optimal"), None)
+    out: dict[str, tuple[float | None, float | None]] = {}
+    for r in ok:
+        lat = float(r.latency_s or 0.0)
+        to_bound = max(0.0, lat / bound - 1.0) if bound > 0 else None
+        to_best = lat / best - 1.0 if best else None
+        out[r.mode] = (to_bound, to_best)
+    return out

@@ -20,7 +20,10 @@ from .devices import Device
 from .errors import InvalidPlanError, PartitionError
 from .graph import Graph
 from .options import PartitionOptions
+from .plan_schema import as_float as _float
+from .plan_schema import as_int as _int
 from .plan_schema import upgrade
+from .units import format_seconds
 from .validate import Violation, plan_violations
 
 __all__ = [
@@ -31,9 +34,13 @@ __all__ = [
     "Provenance",
     "build_plan",
     "PlanFormatError",
+    "OPTIMALITY_TOLERANCE",
 ]
 
 SCHEMA_VERSION = 2
+# A plan within this fraction of its proven lower bound is called optimal: the solver measures
+# time in ticks of 1e-8 of a plan's latency, rounded down, so the bound can fall short by that.
+OPTIMALITY_TOLERANCE = 1e-4
 _READABLE_VERSIONS = (1, 2)
 
 
@@ -76,17 +83,18 @@ class Provenance:
     edited: bool = False  # a person moved nodes or re-placed partitions after ``mode`` made it
     forced_cap_bytes: int | None = None  # force_partition on a model that fits one device: the
     # memory each device was limited to while the mode ran, so it spread the model
+    solver: str = ""  # what the optimal mode's solver did (status, search space, time)
 
     def to_dict(self) -> dict[str, Any]:
         return {"options": self.options.to_dict(), "single_partition": self.single_partition,
-                "edited": self.edited, "forced_cap_bytes": self.forced_cap_bytes}
+                "edited": self.edited, "forced_cap_bytes": self.forced_cap_bytes, "solver": self.solver}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "Provenance":
         cap = data.get("forced_cap_bytes")
         return cls(PartitionOptions.from_dict(dict(data.get("options", {}))),
                    bool(data.get("single_partition", False)), bool(data.get("edited", False)),
-                   None if cap is None else int(cap))
+                   None if cap is None else int(cap), str(data.get("solver", "")))
 
 
 @dataclass(frozen=True)
@@ -105,7 +113,7 @@ class Plan:
     model: str = ""
     graph_fingerprint: str = ""
     lower_bound_s: float = 0.0  # no plan of this graph can be faster (NOTE: [Lower bound])
-    proven_optimal: bool = False  # a solver proved no plan is faster than this one
+    proven_optimal: bool = False  # latency within OPTIMALITY_TOLERANCE of lower_bound_s
     schema_version: int = SCHEMA_VERSION
 
     # -- queries ----------------------------------------------------------------------------
@@ -134,7 +142,10 @@ class Plan:
         latencies = node_latencies(graph, list(self.devices), options.node_latency_dict)
         cost = CostModel(graph, latencies, options.transfer_rate_bytes_per_s, options.cost_model)
         provenance = dataclasses.replace(self.provenance, options=options)
-        return build_plan(graph, cost, part, devices_of, self.devices, self.mode, provenance)
+        # The solver's bound holds under both cost models (NOTE: [Relaxation bound]), not at another rate.
+        same_rate = options.transfer_rate_bytes_per_s == self.options.transfer_rate_bytes_per_s
+        return build_plan(graph, cost, part, devices_of, self.devices, self.mode, provenance, keep_ids=True,
+                          lower_bound_s=self.lower_bound_s if same_rate else 0.0)
 
     @property
     def gap_to_bound(self) -> float:
@@ -144,6 +155,20 @@ class Plan:
         if not (self.lower_bound_s > 0 and math.isfinite(self.latency_s)):
             return math.inf
         return max(0.0, self.latency_s / self.lower_bound_s - 1.0)
+
+    def bound_summary(self) -> str:
+        """One line on how far the plan can be from the best (the app and the command line show
+        it): ``optimal ...`` or ``within 12.5% of the best possible ...``, naming the bound's source."""
+        solved = ("proven by the" in self.provenance.solver and "by none" not in self.provenance.solver
+                  and self.provenance.forced_cap_bytes is None)
+        source = "proven by CP-SAT" if solved else "the heaviest path of nodes"
+        bound = format_seconds(self.lower_bound_s)
+        if self.proven_optimal:
+            return f"optimal: no plan can beat the lower bound {bound} ({source}) by more than 0.01%"
+        gap = self.gap_to_bound
+        if gap == math.inf:
+            return "no bound (cyclic plan or zero-cost graph)"
+        return f"within {gap:.1%} of the best possible (no plan can beat the lower bound {bound}: {source})"
 
     @property
     def mode_label(self) -> str:
@@ -278,21 +303,6 @@ class Plan:
         return cls.from_dict(data)
 
 
-def _float(value: Any) -> float:
-    if isinstance(value, bool):
-        raise TypeError(f"expected a number, got {value!r}")
-    out = float(value)
-    if math.isnan(out):
-        raise ValueError("a figure is NaN")
-    return out
-
-
-def _int(value: Any) -> int:
-    if isinstance(value, bool) or (isinstance(value, float) and not value.is_integer()):
-        raise TypeError(f"expected an integer, got {value!r}")
-    return int(value)  # an infinite float raises OverflowError: a format error
-
-
 def _partition_from_dict(p: Mapping[str, Any]) -> Partition:
     return Partition(
         id=_int(p["id"]),
@@ -319,8 +329,13 @@ def build_plan(
     mode: str,
     provenance: Provenance | None = None,
     keep_ids: bool = False,
+    lower_bound_s: float = 0.0,
 ) -> Plan:
     """Turn an assignment into a :class:`Plan`.
+
+    ``lower_bound_s`` is a bound proven elsewhere (the optimal mode's solver); the plan's bound is
+    the larger of it and the cost model's own (NOTE: [Lower bound]), and the plan is
+    ``proven_optimal`` when its latency is within :data:`OPTIMALITY_TOLERANCE` of that bound.
 
     Partitions are renumbered by their first node in topological order, so equal assignments
     give equal plans whatever ids the mode used; with ``keep_ids`` (a plan edited by hand) they
@@ -340,6 +355,7 @@ def build_plan(
     new_part = [renumber[p] if p >= 0 else -1 for p in part]
     new_devices = [tuple(sorted(set(int(d) for d in devices_of[old]))) for old in used]
     ev = cost.evaluate(new_part, new_devices)
+    bound = max(cost.lower_bound_s(), float(lower_bound_s))
     names = [nd.name for nd in graph.nodes]
     parents: list[set[int]] = [set() for _ in used]
     children: list[set[int]] = [set() for _ in used]
@@ -379,5 +395,6 @@ def build_plan(
         provenance=provenance or Provenance(),
         model=graph.name,
         graph_fingerprint=graph.fingerprint(),
-        lower_bound_s=cost.lower_bound_s(),
+        lower_bound_s=bound,
+        proven_optimal=math.isfinite(ev.latency_s) and ev.latency_s <= bound * (1 + OPTIMALITY_TOLERANCE),
     )

@@ -8,11 +8,12 @@ provenance and the schedule. :func:`upgrade` turns a version-1 dict into a versi
 
 from __future__ import annotations
 
+import math
 from typing import Any, Mapping
 
 from .graph import toposort
 
-__all__ = ["upgrade"]
+__all__ = ["upgrade", "as_float", "as_int"]
 
 
 def upgrade(data: Mapping[str, Any]) -> dict[str, Any]:
@@ -59,3 +60,18 @@ def _with_schedule(partitions: list[Any], edges: list[Any]) -> list[Any]:
         start = max((times[q][1] + lat for q, lat in incoming[p]), default=0.0)
         times[p] = (start, start + latency[p])
     return [{**p, "start_s": times[int(p["id"])][0], "finish_s": times[int(p["id"])][1]} for p in partitions]
+
+
+def as_float(value: Any) -> float:
+    if isinstance(value, bool):
+        raise TypeError(f"expected a number, got {value!r}")
+    out = float(value)
+    if math.isnan(out):
+        raise ValueError("a figure is NaN")
+    return out
+
+
+def as_int(value: Any) -> int:
+    if isinstance(value, bool) or (isinstance(value, float) and not value.is_integer()):
+        raise TypeError(f"expected an integer, got {value!r}")
+    return int(value)  # an infinite float raises OverflowError: a format error

@@ -149,6 +149,7 @@ def test_uploaded_node_latencies_are_used_and_bad_files_explained():
 
 def test_compare_page_tabulates_every_mode_and_shows_failures():
     at = start()
+    at.number_input(key="time_limit_s").set_value(2).run()
     at.switch_page("views/compare.py").run()
     assert not at.exception
     frame = at.dataframe[0].value
@@ -357,6 +358,7 @@ def test_settings_live_in_the_url_so_a_view_can_be_shared_and_reloaded():
 
 def test_default_scenario_shows_modes_that_differ():
     at = start()
+    at.number_input(key="time_limit_s").set_value(2).run()
     at.switch_page("views/compare.py").run()
     frame = at.dataframe[0].value.set_index("Mode")
     ok = frame[frame["Error"] == ""]
@@ -429,6 +431,26 @@ def test_torchs_numbers_on_request_and_both_side_by_side():
     assert any("latency, torch" in df.value.columns for df in at.dataframe)
     at.switch_page("views/learn.py").run()
     assert any("Two cost models" in m.value for m in at.markdown)
+
+
+def test_optimal_mode_says_how_far_from_the_best_and_compare_measures_every_mode():
+    at = start()
+    at.number_input(key="time_limit_s").set_value(2).run()
+    at.selectbox(key="mode").set_value("optimal").run()
+    assert not at.exception
+    config = at.session_state["config"]
+    assert config.mode == "optimal" and config.options.time_limit_s == 2
+    plan = compute.plan(config).plan
+    assert plan.provenance.solver.startswith("CP-SAT searched")
+    assert any(plan.bound_summary() in c.value for c in at.caption)
+    at.switch_page("views/compare.py").run()
+    frame = at.dataframe[0].value.set_index("Mode")
+    assert frame.loc["optimal", "Gap to optimal"] == "+0.0%"
+    ok = frame[frame["Error"] == ""]
+    assert all(float(g.rstrip("%")) >= -1e-9 for g in ok["Gap to optimal"])
+    assert all(g.endswith("%") for g in ok["Gap to bound"])
+    at.switch_page("views/learn.py").run()
+    assert any("Optimal: an exact solver" in m.value for m in at.markdown)
 
 
 def test_bad_inputs_in_the_app_are_messages_not_tracebacks():

@@ -112,7 +112,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory, graph: partitioner.Graph,
         "check_malformed": [py + ["check", "broken.json", *MODEL]],
         "plan_unknown_model": [py + ["plan", "mlpp"]],
         "render": [py + ["render", "base.json", "--format", "svg", "--out", "plan.svg"]],
-        "compare": [py + ["compare", *MODEL, "--devices", DEVICES, "--json"]],
+        "compare": [py + ["compare", *MODEL, "--devices", DEVICES, "--json", "--time-limit", "2"]],
         "diff": [py + ["diff", "base.json", "moved.json"]],
         "export": [py + ["export", "base.json", "--kind", "fx-aot"]],
         # The installed console script, on the user's own factory in the working folder.
@@ -195,7 +195,10 @@ def test_render_writes_svg(runs):
 def test_compare_json_lists_every_mode(runs):
     data = json.loads(ok(runs["compare"]))
     results = {r["mode"]: r for r in data["results"]}
-    assert list(results) == ["size_based", "largest_first", "sparse_nn", "cost_aware", "kl_based"]
+    assert list(results) == ["size_based", "largest_first", "sparse_nn", "cost_aware", "kl_based", "optimal"]
+    for r in results.values():  # measured against the strongest bound, and against optimal
+        if r["error"] is None:
+            assert r["gap_to_bound"] >= 0 and r["gap_to_optimal"] >= -1e-9
     assert "embedding" in results["sparse_nn"]["error"] and results["sparse_nn"]["latency_s"] is None
     assert results["size_based"]["partitions"] == 4 and results["size_based"]["error"] is None
     assert data["model"].startswith("mlp(") and len(data["devices"]) == 4

@@ -14,7 +14,7 @@ import torch
 import partitioner
 import sample_models
 from partitioner import Device, PartitionError
-from partitioner.compare import ModeResult, best_mode, compare_modes
+from partitioner.compare import ModeResult, best_mode, compare_modes, gaps
 from partitioner.costs import NEAR_TIE
 from partitioner.testing.synthetic import synthetic_graph
 from partitioner.units import format_seconds
@@ -60,8 +60,9 @@ def chain_graph(n: int = 8, size: int = 100) -> partitioner.Graph:
 
 def test_compare_modes_runs_every_mode_but_aot_and_keeps_failures():
     graph = chain_graph()
-    results = compare_modes(graph, devices(4, 350), force_partition=True)
-    assert [r.mode for r in results] == ["size_based", "largest_first", "sparse_nn", "cost_aware", "kl_based"]
+    results = compare_modes(graph, devices(4, 350), force_partition=True, time_limit_s=3)
+    assert [r.mode for r in results] == ["size_based", "largest_first", "sparse_nn", "cost_aware", "kl_based",
+                                         "optimal"]
     by_mode = {r.mode: r for r in results}
     failed = by_mode["sparse_nn"]
     assert failed.error and "embedding" in failed.error and failed.plan is None
@@ -75,6 +76,15 @@ def test_compare_modes_runs_every_mode_but_aot_and_keeps_failures():
         failed.mode = "x"  # type: ignore[misc]
     json.dumps([r.to_dict() for r in results])
     assert "plan" in results[0].to_dict(include_plan=True)
+    # Every mode measured by the strongest bound any of them proved, and against optimal.
+    gap = gaps(results)
+    assert set(gap) == {r.mode for r in results if r.ok}
+    bound = max(r.plan.lower_bound_s for r in results if r.ok)
+    for r in results:
+        if r.ok:
+            assert gap[r.mode][0] == pytest.approx(r.latency_s / bound - 1)
+            assert gap[r.mode][1] == pytest.approx(r.latency_s / by_mode["optimal"].latency_s - 1)
+            assert gap[r.mode][1] >= -1e-9  # optimal is never slower than a heuristic
 
 
 def test_compare_modes_validates_modes_and_options_first():

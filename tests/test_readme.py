@@ -43,6 +43,15 @@ def test_library_snippet_runs():
     assert done.returncode == 0, done.stderr[-3000:]
 
 
+def test_optimal_snippet_runs():
+    code = _block("### Cost models", "python")
+    assert 'mode="optimal"' in code
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "CP-SAT searched" in done.stdout
+    assert "of the best possible" in done.stdout or "optimal: no plan can beat" in done.stdout
+
+
 def _run_block(after: str, tmp_path: Path) -> subprocess.CompletedProcess:
     """The section's bash block, in a fresh folder holding only the set-up's .venv."""
     (tmp_path / ".venv").symlink_to(Path(sys.executable).parents[1])

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Callable
 
 from ..errors import PartitionError
-from . import aot_based, cost_aware, kl_based, largest_first, size_based, sparse_nn
+from . import aot_based, cost_aware, kl_based, largest_first, optimal, size_based, sparse_nn
 from .base import Assignment, Problem
 
 __all__ = ["MODES", "DEFAULT_MODE", "get_mode", "DESCRIPTIONS"]
@@ -21,6 +21,7 @@ _MODULES = {
     "cost_aware": cost_aware,
     "kl_based": kl_based,
     "aot_based": aot_based,
+    "optimal": optimal,
 }
 
 MODES: dict[str, Callable[[Problem], Assignment]] = {

@@ -21,10 +21,17 @@ __all__ = ["Problem", "Assignment", "pick_best", "node_alone_bytes", "largest_no
 
 @dataclass
 class Assignment:
-    """``part[v]`` is node v's partition (-1 for non-op nodes); ``devices_of[p]`` its devices."""
+    """``part[v]`` is node v's partition (-1 for non-op nodes); ``devices_of[p]`` its devices.
+
+    ``ordered``: the ids are the order the partitions run in (a topological order in which each
+    device runs its partitions), so the plan keeps them; otherwise partitions are numbered by
+    their first node. ``lower_bound_s`` and ``note``: a solver's proven bound and what it did."""
 
     part: list[int]
     devices_of: list[list[int]]
+    ordered: bool = False
+    lower_bound_s: float = 0.0
+    note: str = ""
 
 
 @dataclass

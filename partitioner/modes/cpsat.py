@@ -1,0 +1,222 @@
+"""The exact models of the ``optimal`` mode, as CP-SAT programs (OR-Tools): a plan model that
+finds plans, and a node-level relaxation that proves a lower bound on every plan.
+
+Everything here takes plain integers (times in ticks, memory in bytes) and runs in a worker
+process (:func:`solve` is the worker's entry); :mod:`.optimal` builds the inputs and reads the
+answers. OR-Tools is imported inside the functions.
+
+# NOTE: [Plan model]
+Each device d has ``k`` ordered slots; a slot is one partition, and slot j+1 on a device starts
+after slot j ends (a device runs one partition at a time). Each unit (an op node, or a contracted
+group) goes to exactly one slot. A unit finishes at ``T[g] >= S[slot] + w[g]`` and after each
+input unit, ``T[g] >= T[h] + w[g]`` (inside a partition this is its critical path; across
+partitions it is implied). ``F[s] >= T[g]`` for its units. A tensor u read in another slot b
+makes an edge (slot of u -> b): ``S[b] >= F[a] + sum of the crossing tensors' transfer ticks``
+(no transfer on one device), and ranks along edges keep the partition DAG acyclic. A device holds
+the union of its slots' nodes plus every outside tensor they read, once. Under the torch cost
+model there is one slot per device, memory counts an outside tensor once per reading node, and an
+input both partitions read travels with the edge (``partitioner_utils``). The objective is the
+latest finish. With as many slots per device as units, every plan is one of its solutions.
+
+# NOTE: [Relaxation bound]
+Drop partitions: every node runs on one or more devices; it finishes ``w`` after each input,
+plus that input's transfer when it runs on a device the input is not on; memory per device is
+exact (the union rule). Any plan of either cost model satisfies these constraints with the same
+or less time and memory (a partition waits for all its inputs; torch's counts are never lower),
+so the relaxation's optimum, and CP-SAT's proven bound on it, bounds every plan's latency from
+below. Durations and transfers are rounded down to ticks, which keeps the bound valid.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["SlotInput", "RelaxInput", "solve", "solve_slots", "solve_relaxation", "Tensor"]
+
+# (producer unit, or -1 for an input or attribute; bytes; ((reader unit, reading nodes), ...);
+# transfer ticks; torch's held bytes for an input or attribute)
+Tensor = tuple[int, int, tuple[tuple[int, int], ...], int, int]
+
+
+@dataclass(frozen=True)
+class SlotInput:
+    unit_w: tuple[int, ...]  # ticks
+    unit_preds: tuple[tuple[int, ...], ...]
+    unit_bytes: tuple[int, ...]  # total bytes of the unit's ops
+    tensors: tuple[Tensor, ...]
+    capacity: tuple[int, ...]  # bytes per device index
+    slots_per_device: int
+    torch: bool
+    hint: tuple[int, ...] | None  # slot per unit
+    time_limit_s: float
+
+
+@dataclass(frozen=True)
+class RelaxInput:
+    node_w: tuple[int, ...]  # ticks per op
+    node_preds: tuple[tuple[int, ...], ...]  # op inputs
+    node_bytes: tuple[int, ...]
+    tensors: tuple[Tensor, ...]  # as in SlotInput, units being ops
+    capacity: tuple[int, ...]
+    hint: tuple[int, ...] | None  # device per op
+    time_limit_s: float
+
+
+def _solver(time_limit_s: float) -> Any:
+    from ortools.sat.python import cp_model
+
+    solver = cp_model.CpSolver()
+    solver.parameters.max_time_in_seconds = float(time_limit_s)
+    solver.parameters.num_workers = max(1, min(8, os.cpu_count() or 1))
+    solver.parameters.random_seed = 0
+    return solver
+
+
+def _horizon(w: tuple[int, ...], tensors: tuple[Tensor, ...]) -> int:
+    return sum(w) + sum(t[3] for t in tensors) + 1
+
+
+def solve_slots(inp: SlotInput) -> dict[str, Any]:
+    """The plan model; ``slot`` per unit (slot s is device s // k, position s % k), the slots'
+    start ticks and ranks, the objective and CP-SAT's bound in ticks, and its status."""
+    from ortools.sat.python import cp_model
+
+    m = cp_model.CpModel()
+    k = inp.slots_per_device
+    num_units, num_slots = len(inp.unit_w), len(inp.capacity) * k
+    horizon = _horizon(inp.unit_w, inp.tensors)
+    dev = [s // k for s in range(num_slots)]
+    x = [[m.new_bool_var("") for _ in range(num_slots)] for _ in range(num_units)]
+    for g in range(num_units):
+        m.add_exactly_one(x[g])
+    start = [m.new_int_var(0, horizon, f"S{s}") for s in range(num_slots)]
+    finish = [m.new_int_var(0, horizon, f"F{s}") for s in range(num_slots)]
+    done = [m.new_int_var(0, horizon, f"T{g}") for g in range(num_units)]
+    rank = [m.new_int_var(0, num_slots - 1, f"R{s}") for s in range(num_slots)]
+    for s in range(num_slots):
+        m.add(finish[s] >= start[s])
+        for g in range(num_units):
+            m.add(done[g] >= start[s] + inp.unit_w[g]).only_enforce_if(x[g][s])
+            m.add(finish[s] >= done[g]).only_enforce_if(x[g][s])
+        if not inp.torch and s % k < k - 1:  # a device runs its slots one after another
+            m.add(start[s + 1] >= finish[s])
+            m.add(rank[s + 1] >= rank[s] + 1)
+    for g, preds in enumerate(inp.unit_preds):
+        for h in preds:
+            m.add(done[g] >= done[h] + inp.unit_w[g])
+    on = [[sum(x[g][d * k + j] for j in range(k)) for d in range(len(inp.capacity))]
+          for g in range(num_units)]
+    edge = {(a, b): m.new_bool_var("") for a in range(num_slots) for b in range(num_slots) if a != b}
+    comm: dict[tuple[int, int], list[Any]] = {key: [] for key in edge}
+    memory: list[list[Any]] = [[inp.unit_bytes[g] * on[g][d] for g in range(num_units)]
+                               for d in range(len(inp.capacity))]
+    for src, nbytes, readers, ticks, held in inp.tensors:
+        for d in range(len(inp.capacity)):  # memory: an outside tensor read on the device
+            if inp.torch and src >= 0:
+                for h, count in readers:  # counted again for each reading node
+                    there = m.new_bool_var("")
+                    m.add(there >= on[h][d] - on[src][d])
+                    memory[d].append(nbytes * count * there)
+                continue
+            there = m.new_bool_var("")
+            for h, _ in readers:
+                m.add(there >= on[h][d] - (on[src][d] if src >= 0 else 0))
+            memory[d].append((held if inp.torch else nbytes) * there)
+        if src < 0:
+            if inp.torch:  # an input two partitions read counts as sent along their edge
+                reads = []
+                for b in range(num_slots):
+                    r = m.new_bool_var("")
+                    for h, _ in readers:
+                        m.add_implication(x[h][b], r)
+                    reads.append(r)
+                for (a, b) in edge:
+                    both = m.new_bool_var("")
+                    m.add(both >= reads[a] + reads[b] - 1)
+                    comm[(a, b)].append(ticks * both)
+            continue
+        for b in range(num_slots):
+            read = m.new_bool_var("")
+            for h, _ in readers:
+                m.add(read >= x[h][b] - x[src][b])
+            for a in range(num_slots):
+                if a == b:
+                    continue
+                if dev[a] == dev[b] and a > b:
+                    m.add_bool_or([x[src][a].Not(), read.Not()])  # a device's slots run in order
+                    continue
+                cross = m.new_bool_var("")
+                m.add(cross >= x[src][a] + read - 1)
+                m.add_implication(cross, edge[(a, b)])
+                if dev[a] != dev[b]:
+                    comm[(a, b)].append(ticks * cross)
+    for (a, b), var in edge.items():
+        m.add(start[b] >= finish[a] + sum(comm[(a, b)])).only_enforce_if(var)
+        m.add(rank[b] >= rank[a] + 1).only_enforce_if(var)
+    for d, terms in enumerate(memory):
+        m.add(sum(terms) <= inp.capacity[d])
+    latency = m.new_int_var(0, horizon, "latency")
+    m.add_max_equality(latency, finish)
+    m.minimize(latency)
+    if inp.hint is not None:
+        for g, s in enumerate(inp.hint):
+            for t in range(num_slots):
+                m.add_hint(x[g][t], t == s)
+    solver = _solver(inp.time_limit_s)
+    began = time.perf_counter()
+    status = solver.solve(m)
+    out: dict[str, Any] = {"status": solver.status_name(status), "wall_s": time.perf_counter() - began,
+                           "bound": int(solver.best_objective_bound)}
+    if status in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+        out["objective"] = int(solver.objective_value)
+        out["slot"] = [next(s for s in range(num_slots) if solver.value(x[g][s])) for g in range(num_units)]
+        out["start"] = [solver.value(v) for v in start]
+        out["rank"] = [solver.value(v) for v in rank]
+    return out
+
+
+def solve_relaxation(inp: RelaxInput) -> dict[str, Any]:
+    """The relaxation of NOTE: [Relaxation bound]: CP-SAT's proven bound in ticks, and status."""
+    from ortools.sat.python import cp_model
+
+    m = cp_model.CpModel()
+    num, devices = len(inp.node_w), len(inp.capacity)
+    horizon = _horizon(inp.node_w, inp.tensors)
+    x = [[m.new_bool_var("") for _ in range(devices)] for _ in range(num)]
+    done = [m.new_int_var(inp.node_w[v], horizon, f"T{v}") for v in range(num)]
+    for v in range(num):
+        m.add_bool_or(x[v])
+        for u in inp.node_preds[v]:
+            m.add(done[v] >= done[u] + inp.node_w[v])
+    memory: list[list[Any]] = [[inp.node_bytes[v] * x[v][d] for v in range(num)] for d in range(devices)]
+    for src, nbytes, readers, ticks, _ in inp.tensors:
+        for d in range(devices):
+            there = m.new_bool_var("")
+            for h, _ in readers:
+                m.add(there >= x[h][d] - (x[src][d] if src >= 0 else 0))
+                if src >= 0 and ticks:
+                    m.add(done[h] >= done[src] + inp.node_w[h] + ticks * (x[h][d] - x[src][d]))
+            memory[d].append(nbytes * there)
+    for d, terms in enumerate(memory):
+        m.add(sum(terms) <= inp.capacity[d])
+    latency = m.new_int_var(0, horizon, "latency")
+    m.add_max_equality(latency, done)
+    m.minimize(latency)
+    if inp.hint is not None:
+        for v, dv in enumerate(inp.hint):
+            for d in range(devices):
+                m.add_hint(x[v][d], d == dv)
+    solver = _solver(inp.time_limit_s)
+    status = solver.solve(m)
+    return {"status": solver.status_name(status), "bound": int(solver.best_objective_bound)}
+
+
+def solve(slots: SlotInput, relax: RelaxInput | None) -> dict[str, Any]:
+    """The worker's entry: the plan model, then the relaxation (when given)."""
+    out = {"slots": solve_slots(slots)}
+    if relax is not None:
+        out["relax"] = solve_relaxation(relax)
+    return out
