@@ -159,8 +159,7 @@ class Plan:
     def bound_summary(self) -> str:
         """One line on how far the plan can be from the best (the app and the command line show
         it): ``optimal ...`` or ``within 12.5% of the best possible ...``, naming the bound's source."""
-        solved = ("proven by the" in self.provenance.solver and "by none" not in self.provenance.solver
-                  and self.provenance.forced_cap_bytes is None)
+        solved = "proven by the" in self.provenance.solver and self.provenance.forced_cap_bytes is None
         source = "proven by CP-SAT" if solved else "the heaviest path of nodes"
         bound = format_seconds(self.lower_bound_s)
         if self.proven_optimal:

@@ -273,3 +273,19 @@ def test_the_smallest_case_the_fill_refused():
     assert _valid_placement_exists(graph, devices)
     for mode in set(MODES) - {"size_based"}:  # torch's own fill refuses it (see above)
         assert partitioner.partition(graph, devices, mode=mode).violations(graph) == [], mode
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(problems())
+def test_kl_based_is_never_worse_than_cost_aware(problem):
+    graph, devices, latency, rate = problem
+    kwargs = dict(node_latency=latency, transfer_rate_bytes_per_s=rate, force_partition=True)
+    try:
+        merged = partitioner.partition(graph, devices, mode="cost_aware", **kwargs)
+    except InfeasibleError:
+        return
+    kl = partitioner.partition(graph, devices, mode="kl_based", **kwargs)
+    # Within the one near-tie tolerance a plan of fewer partitions may win.
+    assert kl.latency_s <= merged.latency_s * (1 + partitioner.costs.NEAR_TIE) + 1e-12
+    if kl.latency_s > merged.latency_s:
+        assert len(kl.partitions) < len(merged.partitions)

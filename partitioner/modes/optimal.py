@@ -89,6 +89,8 @@ def partition(problem: Problem) -> Assignment:
     relax = answer.get("relax")
     if relax and relax["status"] in ("OPTIMAL", "FEASIBLE", "UNKNOWN"):
         bound_ticks = max(bound_ticks, relax["bound"])
+    if bound_ticks * tick <= cost.lower_bound_s():  # no better than the heaviest path of nodes
+        bound_ticks = 0
     found = _decode(problem, units, k, slots) if "slot" in slots else None
     chosen = best
     if found is not None and problem.fits(found):
@@ -101,10 +103,10 @@ def partition(problem: Problem) -> Assignment:
              f"plans of up to {k} partition{'s' if k > 1 else ''} per device"
              + (f" over {len(units)} groups of the {len(ops)} ops (chains contracted)" if coarse else ""))
     kept = "its plan" if chosen is found else "kept the best heuristic plan (the solver found none faster)"
-    proof = ("the node-level relaxation" if relax and relax["bound"] >= bound_ticks and relax["bound"] > 0
-             else "the solver" if bound_ticks else "none beyond the critical path")
-    chosen.note = (f"CP-SAT searched {space} for {slots['wall_s']:.1f} s ({slots['status'].lower()}); "
-                   f"{kept}; bound {format_seconds(chosen.lower_bound_s)} proven by {proof}")
+    proof = "the node-level relaxation" if relax and relax["bound"] >= bound_ticks else "the plan model"
+    proved = (f"bound {format_seconds(chosen.lower_bound_s)} proven by {proof}" if bound_ticks
+              else "no solver bound (the heaviest path of nodes stands)")
+    chosen.note = f"CP-SAT searched {space} for {slots['wall_s']:.1f} s ({slots['status'].lower()}); {kept}; {proved}"
     return chosen
 
 
@@ -201,8 +203,8 @@ def _slot_input(problem: Problem, units: Sequence[Sequence[int]], tick: float, k
 
 
 def _slot_hint(problem: Problem, units: Sequence[Sequence[int]], a: Assignment, k: int) -> tuple[int, ...] | None:
-    """``a`` as a slot per unit, when it fits the plan model (one device per partition, units
-    whole, at most ``k`` partitions per device)."""
+    """``a`` as a slot per unit, when it fits the plan model (one device per partition, at most
+    ``k`` partitions per device)."""
     index = {d.logical_id: i for i, d in enumerate(problem.devices)}
     ev = problem.cost.evaluate(a.part, a.devices_of)
     if ev.order is None or any(len(a.devices_of[p]) != 1 for p in set(a.part) if p >= 0):
@@ -218,11 +220,9 @@ def _slot_hint(problem: Problem, units: Sequence[Sequence[int]], a: Assignment, 
     if any(n > k for n in used.values()):
         return None
     hint = []
-    for members in units:
-        parts = {a.part[v] for v in members}
-        if len(parts) != 1:
-            return None
-        hint.append(position[parts.pop()])
+    for members in units:  # a unit split between partitions goes where most of it is (CP-SAT repairs)
+        parts = [a.part[v] for v in members]
+        hint.append(position[max(set(parts), key=lambda p: (parts.count(p), -p))])
     return tuple(hint)
 
 
