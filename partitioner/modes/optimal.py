@@ -105,7 +105,7 @@ def partition(problem: Problem) -> Assignment:
     kept = "its plan" if chosen is found else "kept the best heuristic plan (the solver found none faster)"
     proof = "the node-level relaxation" if relax and relax["bound"] >= bound_ticks else "the plan model"
     proved = (f"bound {format_seconds(chosen.lower_bound_s)} proven by {proof}" if bound_ticks
-              else "no solver bound (the heaviest path of nodes stands)")
+              else "it proved no bound above the heaviest path of nodes")
     chosen.note = f"CP-SAT searched {space} for {slots['wall_s']:.1f} s ({slots['status'].lower()}); {kept}; {proved}"
     return chosen
 
