@@ -146,6 +146,7 @@ class CostModel:
         self.is_op = is_op
         self.op_preds = tuple(tuple(j for j in ps if is_op[j]) for ps in graph.preds)
         self.op_users = tuple(tuple(j for j in us if is_op[j]) for us in graph.users)
+        self.op_order = graph.op_indices
 
     def lower_bound_s(self) -> float:
         """A lower bound on the latency of every plan of this graph: the node-level critical
@@ -240,30 +241,34 @@ class CostModel:
             if p >= 0:
                 members[p].append(v)
         memory = [self.memory_of(m) for m in members]
-        # Critical path inside each partition: best (overall, mem, compute) path ending at v.
-        best: dict[int, tuple[float, float, float]] = {}
-        latency = [(0.0, 0.0, 0.0)] * num
+        # Critical path inside each partition: the longest path ending at v, and where it came
+        # from; the memory and compute seconds along each partition's longest path are summed
+        # afterwards, in path order (the same sums, without a tuple per node).
+        best = [0.0] * self.n
+        came = [-1] * self.n
+        end = [-1] * num
         edges: dict[tuple[int, int], int] = {}
         counted: set[tuple[int, int]] = set()
-        for v in range(self.n):
+        node_s, out, op_preds = self.node_s, self.out, self.op_preds
+        for v in self.op_order:
             p = part[v]
             if p < 0:
                 continue
-            top = (0.0, 0.0, 0.0)
-            for u in self.op_preds[v]:
+            top, arg = 0.0, -1
+            for u in op_preds[v]:
                 q = part[u]
-                if q < 0:  # an op node in no partition (an invalid plan): no edge, no cycle
-                    continue
                 if q == p:
-                    if best[u][0] > top[0]:
-                        top = best[u]
-                elif (u, p) not in counted:
+                    if best[u] > top:
+                        top, arg = best[u], u
+                elif q >= 0 and (u, p) not in counted:  # q < 0: an op in no partition (invalid plan)
                     counted.add((u, p))
-                    edges[(q, p)] = edges.get((q, p), 0) + self.out[u]
-            cur = (top[0] + self.node_s[v], top[1] + self.mem_s[v], top[2] + self.compute_s[v])
-            best[v] = cur
-            if cur[0] > latency[p][0]:
-                latency[p] = cur
+                    edges[(q, p)] = edges.get((q, p), 0) + out[u]
+            cur = top + node_s[v]
+            best[v], came[v] = cur, arg
+            e = end[p]
+            if e < 0 and cur > 0.0 or e >= 0 and cur > best[e]:
+                end[p] = v
+        latency = [self._path_latency(end[p], came) for p in range(num)]
         if self.torch:
             edges = self._torch_edge_bytes(part, members, edges)
         order = toposort(num, edges)
@@ -308,6 +313,20 @@ class CostModel:
                 path.reverse()
         return Evaluation(members, memory, latency, edges, order, finish, total, path, levels, begin)
 
+
+    def _path_latency(self, v: int, came: Sequence[int]) -> tuple[float, float, float]:
+        """(overall, mem, compute) seconds of the path ending at v (``came``: its links), summed
+        from its first node, as the critical path was."""
+        path = []
+        while v >= 0:
+            path.append(v)
+            v = came[v]
+        total = mem = compute = 0.0
+        for u in reversed(path):
+            total += self.node_s[u]
+            mem += self.mem_s[u]
+            compute += self.compute_s[u]
+        return (total, mem, compute)
 
     def _torch_edge_bytes(self, part: Sequence[int], members: Sequence[Sequence[int]],
                           edges: Mapping[tuple[int, int], int]) -> dict[tuple[int, int], int]:
