@@ -63,6 +63,7 @@ class Graph:
         self.graph_module = graph_module  # the traced torch.fx.GraphModule, None for synthetic graphs
         self.example_inputs = example_inputs
         self.name = name
+        self.tied_parameters: tuple[tuple[str, ...], ...] = ()  # names of one tensor, counted once
         self.index: dict[str, int] = {}
         for i, node in enumerate(self.nodes):
             if node.name in self.index:

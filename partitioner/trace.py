@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import operator
 import os
 import traceback
 import warnings
-from typing import Any, Iterator, Sequence
+from typing import Any, Iterator, Mapping, Sequence
 
 import torch
 import torch.fx as fx
@@ -31,14 +32,15 @@ def _user_frame(exc: BaseException) -> str:
     """The deepest traceback frame outside torch: where the user's model failed to trace."""
     frames = traceback.extract_tb(exc.__traceback__)
     ours = (os.path.dirname(torch.__file__), os.path.dirname(__file__))
-    user = [f for f in frames if not f.filename.startswith(ours)]
+    user = [f for f in frames if not f.filename.startswith(ours) and not f.filename.startswith("<")]
     if not user:
         return ""
     f = user[-1]
     return f"{f.filename}:{f.lineno} in {f.name}: {(f.line or '').strip()}"
 
 
-def _to_graph_module(model: torch.nn.Module, example_inputs: tuple[Any, ...]) -> fx.GraphModule:
+def _to_graph_module(model: torch.nn.Module, example_inputs: tuple[Any, ...],
+                     example_kwargs: dict[str, Any]) -> fx.GraphModule:
     if isinstance(model, fx.GraphModule):
         return model
     if not isinstance(model, torch.nn.Module):
@@ -46,28 +48,68 @@ def _to_graph_module(model: torch.nn.Module, example_inputs: tuple[Any, ...]) ->
             f"trace() needs an nn.Module or a torch.fx.GraphModule (got {type(model).__name__})"
         )
     try:
+        if example_kwargs:  # symbolic_trace cannot bind keyword inputs: torch.export can
+            raise TypeError("keyword inputs are traced with torch.export")
         return fx.symbolic_trace(model)
     except Exception as fx_exc:  # data-dependent control flow, unsupported Python, ...
         logger.info("symbolic_trace failed (%s); falling back to torch.export", fx_exc)
-        fx_where = _user_frame(fx_exc)
+        fx_where = "" if example_kwargs else _user_frame(fx_exc)
         try:
-            exported = torch.export.export(model, tuple(example_inputs), strict=False)
+            exported = torch.export.export(model, tuple(example_inputs), kwargs=example_kwargs or None,
+                                           strict=False)
             gm = exported.module()
             if not isinstance(gm, fx.GraphModule):  # pragma: no cover - torch API guard
                 raise TypeError(f"torch.export gave a {type(gm).__name__}, not a GraphModule")
             return gm
         except Exception as export_exc:
             where = fx_where or _user_frame(export_exc)
+            unflattenable = "pytree" in str(export_exc)
+            fix = ("Fix: the model's outputs hold an object torch.export cannot flatten (a cache, a "
+                   "custom class): return tensors only (for Hugging Face models, use_cache=False)."
+                   if unflattenable else
+                   "Fix: remove Python control flow that depends on tensor values (use "
+                   "torch.where / torch.cond), or mark the helper with torch.fx.wrap, "
+                   "or pass an already traced torch.fx.GraphModule.")
             raise TraceError(
-                f"could not trace {type(model).__name__}: torch.fx.symbolic_trace failed with "
-                f"{type(fx_exc).__name__}: {str(fx_exc).splitlines()[0] if str(fx_exc) else ''}"
-                + (f" at {where}" if where else "")
-                + f"; torch.export also failed with {type(export_exc).__name__}: "
+                f"could not trace {type(model).__name__}: "
+                + ("" if example_kwargs else
+                   f"torch.fx.symbolic_trace failed with {type(fx_exc).__name__}: "
+                   f"{str(fx_exc).splitlines()[0] if str(fx_exc) else ''}"
+                   + (f" at {where}" if where else "") + "; ")
+                + f"torch.export failed with {type(export_exc).__name__}: "
                 + (str(export_exc).splitlines()[0] if str(export_exc) else "")
-                + ". Fix: remove Python control flow that depends on tensor values (use "
-                "torch.where / torch.cond), or mark the helper with torch.fx.wrap, "
-                "or pass an already traced torch.fx.GraphModule."
+                + ". " + fix
             ) from export_exc
+
+
+def _merge_tied_attributes(gm: fx.GraphModule) -> tuple[tuple[str, ...], ...]:
+    """One ``get_attr`` node per tensor: a parameter reached under two names (GPT-2's LM head
+    tied to its embedding) is read through the first name, so its bytes count once. Returns the
+    groups of names that were one tensor. O(N)."""
+    first: dict[int, fx.Node] = {}
+    groups: dict[int, list[str]] = {}
+    for node in list(gm.graph.nodes):
+        if node.op != "get_attr":
+            continue
+        try:
+            value = operator.attrgetter(str(node.target))(gm)
+        except AttributeError:
+            continue
+        if not isinstance(value, torch.Tensor):
+            continue
+        key = id(value)
+        if key not in first:
+            first[key] = node
+            groups[key] = [str(node.target)]
+            continue
+        groups[key].append(str(node.target))
+        node.replace_all_uses_with(first[key])
+        gm.graph.erase_node(node)
+    tied = tuple(tuple(names) for names in groups.values() if len(names) > 1)
+    if tied:
+        gm.recompile()
+        logger.info("tied parameters counted once: %s", tied)
+    return tied
 
 
 def _tensor_bytes(value: Any) -> int:
@@ -194,27 +236,51 @@ def trace(
     example_inputs: Sequence[Any] | torch.Tensor,
     name: str | None = None,
     verbose: bool = False,
+    example_kwargs: Mapping[str, Any] | None = None,
 ) -> Graph:
     """Trace ``model`` and annotate every node (shape, dtype, bytes, parameters, FLOPs).
 
     Accepts an ``nn.Module`` (``symbolic_trace``, falling back to ``torch.export`` when tracing
-    meets data-dependent control flow) or an already traced ``GraphModule``. Raises
-    :class:`TraceError` naming the failing line and the fix when neither works. torch's own
-    log output while tracing is shown only with ``verbose``. O(N) fake-tensor ops for N nodes.
+    meets data-dependent control flow) or an already traced ``GraphModule``; keyword inputs go
+    in ``example_kwargs`` (as ``torch.export`` takes them; such models are traced by export, and
+    the graph's inputs are the positional ones then the keyword ones). A model with a
+    ``config.use_cache`` (Hugging Face) is traced with the cache off, so no cache object is in
+    its outputs. Parameters reached under two names (tied weights) become one node, so their
+    bytes count once (``graph.tied_parameters`` lists them). Raises :class:`TraceError` naming
+    the failing line and the fix when neither works. torch's own log output while tracing is
+    shown only with ``verbose``. O(N) fake-tensor ops for N nodes.
     """
-    with _quiet(verbose):
-        return _trace(model, example_inputs, name)
+    if isinstance(example_inputs, Mapping):
+        raise TraceError(
+            f"example_inputs is a dict ({', '.join(map(str, list(example_inputs)[:4]))}); pass keyword "
+            "inputs as example_kwargs, e.g. trace(model, (), example_kwargs={'input_ids': ids})"
+        )
+    # Hugging Face models return cache objects torch.export cannot flatten: trace with the cache
+    # off (each sub-model may hold its own config), and put it back afterwards.
+    configs = {id(c): c for m in (model.modules() if isinstance(model, torch.nn.Module) else ())
+               if getattr(c := getattr(m, "config", None), "use_cache", False) is True}
+    try:
+        for c in configs.values():
+            c.use_cache = False
+        with _quiet(verbose):
+            return _trace(model, example_inputs, name, dict(example_kwargs or {}))
+    finally:
+        for c in configs.values():
+            c.use_cache = True
 
 
 def _trace(
     model: torch.nn.Module | fx.GraphModule,
     example_inputs: Sequence[Any] | torch.Tensor,
     name: str | None,
+    example_kwargs: dict[str, Any],
 ) -> Graph:
     if isinstance(example_inputs, torch.Tensor):
         example_inputs = (example_inputs,)
-    inputs = tuple(example_inputs)
-    gm, _ = remove_inplace(_to_graph_module(model, inputs))  # NOTE: [In-place ops and partitions]
+    args = tuple(example_inputs)
+    gm, _ = remove_inplace(_to_graph_module(model, args, example_kwargs))  # NOTE: [In-place ops and partitions]
+    tied = _merge_tied_attributes(gm)
+    inputs = args + tuple(torch.utils._pytree.tree_leaves(example_kwargs)) if example_kwargs else args
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
     if len(placeholders) != len(inputs):
         raise TraceError(
@@ -251,6 +317,7 @@ def _trace(
             )
         )
     graph = Graph(nodes, gm, inputs, name=name or type(model).__name__)
+    graph.tied_parameters = tied
     if not graph.op_indices:
         raise TraceError(
             f"{graph.name} has no operations to partition (only inputs, attributes and outputs)"

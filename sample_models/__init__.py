@@ -11,7 +11,9 @@ traces with ``torch.fx.symbolic_trace`` and every node of the traced graph outpu
     >>> module, inputs, kwargs = sample_models.load("transformer", {"n_layer": 2})
 
 :func:`load` is the one front door the app and the command line share: sample models by name,
-and a person's own ``package.module:factory`` (``hf:<model_type>`` names are refused with a message).
+a person's own ``package.module:factory``, and Hugging Face architectures built from their configs
+(``hf:<model_type>`` or a preset such as ``hf:llama-3-8b``; :mod:`sample_models.hf`, needs
+``transformers``).
 """
 
 from __future__ import annotations

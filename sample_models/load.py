@@ -52,13 +52,8 @@ def load(spec: str, overrides: Mapping[str, Any] | None = None, reload: bool = F
     spec = str(spec).strip()
     overrides = dict(overrides or {})
     if is_hf(spec):
-        try:
-            from . import hf  # type: ignore[attr-defined]  # optional: Hugging Face architectures
-        except ImportError:
-            raise ModelSpecError(
-                f"{spec!r}: Hugging Face architectures (hf:<name>) are not supported in this version; "
-                f"use a sample model ({', '.join(registry.names())}) or your own package.module:factory"
-            ) from None
+        from . import hf  # Hugging Face architectures; transformers is imported there, if installed
+
         return hf.load_hf(spec[3:], overrides)
     if is_factory(spec):
         if overrides:

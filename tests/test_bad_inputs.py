@@ -72,6 +72,8 @@ BAD = [
     ["plan", *MLP, "--search-budget", "-3"],
     ["plan", "mlp", "--set", "hidden=100000000"],
     ["plan", "hf:llama"],
+    ["plan", "hf:no_such_type", "--devices", "2x1GiB"],
+    ["plan", "hf:gpt2", "--set", "n_layers=2", "--devices", "2x1GiB"],
     ["plan", "mlp", "--set", "n_layer=-1"],
     ["plan", "mlp", "--set", "hidden"],
     ["plan", "mlp", "--set", "nope=1"],

@@ -62,7 +62,7 @@ def tiny(draw):
     return graph, [Device("a", memory, 0), Device("b", memory, 1)], latency, rate
 
 
-@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(tiny())
 def test_optimal_equals_brute_force_on_tiny_graphs(case):
     graph, devices, latency, rate = case
@@ -116,7 +116,7 @@ def medium(draw):
     return graph, [Device(f"d{i}", memory, i) for i in range(k)], latency, rate, model
 
 
-@settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=4, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(medium())
 def test_the_bound_never_exceeds_any_plan(case):
     graph, devices, latency, rate, model = case

@@ -52,6 +52,13 @@ def test_optimal_snippet_runs():
     assert "of the best possible" in done.stdout or "optimal: no plan can beat" in done.stdout
 
 
+def test_hugging_face_examples_run(tmp_path):
+    done = _run_block("## Hugging Face models", tmp_path)
+    plan = json.loads((tmp_path / "llama_plan.json").read_text())
+    assert plan["model"] == "hf:llama-3-8b(dtype=bf16)" and len(plan["partitions"]) >= 2
+    assert "kl_based" in done.stdout
+
+
 def _run_block(after: str, tmp_path: Path) -> subprocess.CompletedProcess:
     """The section's bash block, in a fresh folder holding only the set-up's .venv."""
     (tmp_path / ".venv").symlink_to(Path(sys.executable).parents[1])

@@ -332,7 +332,7 @@ def test_partition_and_split_reproduce_the_model(name: str, mode: str) -> None:
     graph = library_graph(name)
     devices = default_device_list(name)
     try:
-        plan = partitioner.partition(graph, devices, mode=mode, time_limit_s=3 if mode == "optimal" else None)
+        plan = partitioner.partition(graph, devices, mode=mode, time_limit_s=1 if mode == "optimal" else None)
     except partitioner.PartitionError as e:
         # sparse_nn is only defined for models with embedding tables whose dense part fits
         # beside them; elsewhere it must refuse with a message that names the mode and a fix.
