@@ -262,6 +262,9 @@ fx-aot: {"node_to_partition": {node: pid}, "partition_to_logical_device_mapping"
 pipeline-split-spec: {"split_spec": {"<module path>": "beginning"}, "stages": [...]} for
 torch.distributed.pipelining.pipeline(module, args, split_spec={k: SplitPoint.BEGINNING ...});
 needs MODEL, and a plan whose partitions run one after another, each starting at a submodule.
+accelerate-device-map: {"device_map": {"<module path>": device id}, "split_modules": [...]} for
+from_pretrained(device_map=...) / accelerate.dispatch_model, at the coarsest modules on one device;
+needs MODEL; split_modules lists modules the plan puts on several devices (a map cannot).
 """,
 }
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import importlib.util
 import inspect
 import re
 from typing import Any
@@ -32,9 +33,11 @@ from .inputs import (
     user_models_allowed,
 )
 
-__all__ = ["config_ui", "model_ui", "knobs_ui", "devices_ui", "mode_ui", "DEFAULT_MODEL", "PLAN_MODES", "USER_MODEL"]
+__all__ = ["config_ui", "model_ui", "knobs_ui", "devices_ui", "mode_ui", "hf_ui", "DEFAULT_MODEL", "PLAN_MODES",
+           "USER_MODEL", "HF_MODEL"]
 
 USER_MODEL = "your own model..."
+HF_MODEL = "Hugging Face architecture..."
 # A PCIe-class link: with free transfers every mode finds the same plan, which hides what they do.
 DEFAULT_TRANSFER_GBPS = 25.0
 
@@ -55,7 +58,7 @@ def config_ui() -> PlanConfig | None:
 
 def model_ui() -> ModelChoice | None:
     allowed = user_models_allowed()
-    options = sample_models.names() + ([USER_MODEL] if allowed else [])
+    options = sample_models.names() + [HF_MODEL] + ([USER_MODEL] if allowed else [])
     if st.session_state.get("model") not in options:
         st.session_state["model"] = DEFAULT_MODEL
     name = st.selectbox(
@@ -64,6 +67,8 @@ def model_ui() -> ModelChoice | None:
         "to load your own." if not allowed else "A sample model, or your own factory.",
     )
     _follow_model_devices(name)
+    if name == HF_MODEL:
+        return hf_ui()
     if name == USER_MODEL:
         spec = st.text_input(
             "Model factory (package.module:factory)", key="user_factory", placeholder="my_models:build",
@@ -78,6 +83,34 @@ def model_ui() -> ModelChoice | None:
         return ModelChoice(spec.strip(), user=True, generation=state.model_generation())
     st.caption(sample_models.describe(name))
     return ModelChoice(name, knobs_ui(name))
+
+
+def hf_ui() -> ModelChoice | None:
+    """A ``transformers`` architecture or preset by name, with config fields; None (and a message
+    saying what to do) when transformers is missing or a field is wrong."""
+    if importlib.util.find_spec("transformers") is None:
+        st.info("Hugging Face architectures need the transformers package: run "
+                "`.venv/bin/pip install -c constraints.txt -e \".[hf]\"` and restart the app.")
+        return None
+    from sample_models.hf import PRESETS
+
+    st.session_state.setdefault("hf_name", "gpt2")
+    st.session_state.setdefault("hf_set", "n_layer=2")
+    name = st.text_input("Architecture or preset", key="hf_name",
+                         help="A transformers model type (llama, gpt2, t5, bert, vit, mixtral, ...) or a "
+                         f"checkpoint's config: {', '.join(PRESETS)}. Nothing is downloaded; models over "
+                         "50 M parameters get meta weights (shapes only).")
+    sets = st.text_input("Config fields", key="hf_set", placeholder="num_hidden_layers=2 dtype=bf16",
+                         help="field=value pairs of its transformers config, space-separated; "
+                         "dtype=bf16, fp16 or fp32 sets the weights' and activations' type")
+    spec = "hf:" + name.strip().removeprefix("hf:")
+    try:
+        overrides = sample_models.parse_overrides(spec, sets.split())
+    except ValueError as exc:
+        st.error(str(exc))
+        return None
+    st.caption("Built from its config with transformers. A real-size model takes seconds to trace.")
+    return ModelChoice(spec, tuple(sorted(overrides.items())))
 
 
 @functools.lru_cache(maxsize=None)
@@ -142,7 +175,7 @@ def _follow_model_devices(name: str) -> None:
     if last == name:
         return
     st.session_state["devices_for_model"] = name
-    if name == USER_MODEL or (last is not None and not st.session_state.get("follow_model", True)):
+    if name in (USER_MODEL, HF_MODEL) or (last is not None and not st.session_state.get("follow_model", True)):
         return
     count, memory = sample_models.default_devices(name)
     st.session_state["dev_count"] = int(count)

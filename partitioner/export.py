@@ -313,9 +313,23 @@ def _pipeline(plan: Plan, graph: Graph | None) -> dict[str, Any]:
     return to_pipeline_split_spec(plan, graph)
 
 
+def _device_map(plan: Plan, graph: Graph | None) -> dict[str, Any]:
+    if graph is None:
+        raise ExportError(
+            "the accelerate-device-map export needs the model (module paths come from the traced "
+            "graph); pass the graph, e.g. `partition-explorer export plan.json MODEL --kind "
+            "accelerate-device-map`"
+        )
+    from .device_map import to_device_map
+
+    exported = to_device_map(plan, graph)
+    return {"device_map": exported.device_map, "split_modules": list(exported.split_modules)}
+
+
 EXPORT_KINDS: dict[str, Callable[[Plan, Graph | None], dict[str, Any]]] = {
     "fx-aot": _fx_aot,
     "pipeline-split-spec": _pipeline,
+    "accelerate-device-map": _device_map,
 }
 
 

@@ -257,7 +257,7 @@ def trace(
         )
     # Hugging Face models return cache objects torch.export cannot flatten: trace with the cache
     # off (each sub-model may hold its own config), and put it back afterwards.
-    configs = {id(c): c for m in (model.modules() if isinstance(model, torch.nn.Module) else ())
+    configs: dict[int, Any] = {id(c): c for m in (model.modules() if isinstance(model, torch.nn.Module) else ())
                if getattr(c := getattr(m, "config", None), "use_cache", False) is True}
     try:
         for c in configs.values():

@@ -14,7 +14,7 @@ import sample_models
 from explorer import compute
 from explorer.config import DEFAULT_MODEL, PLAN_MODES
 from explorer.inputs import ALLOW_USER_MODELS_ENV
-from explorer.sidebar import USER_MODEL
+from explorer.sidebar import HF_MODEL, USER_MODEL
 from explorer.teaching import MODE_TEXT
 
 APP = str(Path(__file__).resolve().parents[1] / "explorer" / "app.py")
@@ -53,6 +53,7 @@ def test_opens_on_a_model_that_needs_several_devices_and_shows_a_plan():
 
 def test_every_sample_model_and_mode_runs_without_exception():
     at = start()
+    at.number_input(key="time_limit_s").set_value(1).run()  # the optimal mode's solver
     for model in MODELS:
         at.selectbox(key="model").set_value(model).run()
         assert not at.exception, (model, at.exception)
@@ -568,3 +569,17 @@ def test_sharding_page_suggests_edits_and_runs():
     assert not at.exception
     assert any("blocks.0.ln_1.weight: only the weights of Linear and Embedding" in e for e in errors(at))
     assert at.session_state["shard_specs"][key]["blocks.0.ln_1.weight"] == "2"
+
+
+def test_a_hugging_face_architecture_by_name():
+    pytest.importorskip("transformers")
+    at = start()
+    at.selectbox(key="model").set_value(HF_MODEL).run()
+    at.text_input(key="hf_name").set_value("gpt2").run()
+    at.text_input(key="hf_set").set_value("n_layer=2 n_embd=64 n_head=4 vocab_size=1000").run()
+    at.text_input(key="dev_memory").set_value("1 MiB").run()
+    assert not at.exception, at.exception
+    assert summary(at)["model"] == "hf:gpt2(n_embd=64,n_head=4,n_layer=2,vocab_size=1000)"
+    assert summary(at)["partitions"] >= 2 and charts(at)[0] >= 1
+    at.text_input(key="hf_set").set_value("n_layers=2").run()  # a typo is a message naming the field
+    assert not at.exception and any("did you mean n_layer" in e for e in errors(at))

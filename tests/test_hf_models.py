@@ -107,3 +107,38 @@ def test_llama_3_8b_traces_on_meta_weights_without_their_memory():
     assert int(ops) > 1000
     assert int(size) > 30 * 2**30  # 8 billion fp32 parameters are in the graph's figures...
     assert int(rss) < 2 * 2**30  # ...but never in this process's memory
+
+
+def test_a_plan_exports_as_an_accelerate_device_map_and_accelerates_map_scores_as_a_plan():
+    accelerate = pytest.importorskip("accelerate")
+    from accelerate.utils import check_device_map
+
+    from partitioner.device_map import accelerate_plan, from_device_map, to_device_map
+
+    model, args, _ = sample_models.load("hf:gpt2", SMALL["hf:gpt2"])
+    graph = partitioner.trace(model, args)
+    devices = partitioner.parse_devices(f"3x{int(graph.total_size_bytes * 0.45)}B")
+    plan = partitioner.partition(graph, devices, mode="kl_based")
+    exported = to_device_map(plan, graph)
+    check_device_map(model, exported.device_map)  # covers every parameter
+    where = plan.node_to_partition()
+    for p in plan.partitions:  # where the plan follows module boundaries, the map agrees with it
+        for name in p.node_names:
+            path = graph.node(name).module_path
+            keys = [k for k in exported.device_map if not k or path == k or path.startswith(k + ".")]
+            if path and keys and not any(path == s or path.startswith(s + ".") for s in exported.split_modules):
+                assert exported.device_map[max(keys, key=len)] == p.device_ids[0], name
+    # Read back, the map gives the plan's devices for every node of a module it names whole.
+    node_to_partition, partition_to_devices = from_device_map(graph, exported.device_map)
+    assert set(node_to_partition) == set(where)
+    with torch.no_grad():
+        expected = first_tensor(model(*args))
+        dispatched = accelerate.dispatch_model(model, device_map={k: "cpu" for k in exported.device_map})
+        torch.testing.assert_close(first_tensor(dispatched(*args)), expected)
+    theirs = accelerate_plan(model, graph, devices)
+    assert theirs.mode == "accelerate" and sorted(theirs.node_to_partition()) == sorted(where)
+    # Accelerate fills devices by parameter bytes; activations, which our cost model counts, can
+    # overfill them: its plan is scored and any violation is memory, never a cycle.
+    assert all(v.kind == "memory" for v in theirs.violations(graph))
+    if not theirs.violations(graph):
+        assert plan.latency_s <= theirs.latency_s * (1 + 1e-9)

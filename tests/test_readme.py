@@ -56,6 +56,8 @@ def test_hugging_face_examples_run(tmp_path):
     done = _run_block("## Hugging Face models", tmp_path)
     plan = json.loads((tmp_path / "llama_plan.json").read_text())
     assert plan["model"] == "hf:llama-3-8b(dtype=bf16)" and len(plan["partitions"]) >= 2
+    device_map = json.loads((tmp_path / "device_map.json").read_text())["device_map"]
+    assert set(device_map.values()) == {0, 1} and any(k.startswith("model.layers.") for k in device_map)
     assert "kl_based" in done.stdout
 
 

@@ -1,0 +1,128 @@
+"""Plans and Hugging Face Accelerate ``device_map``s (module path -> device), both ways.
+
+:func:`to_device_map` turns a plan into the ``device_map`` that ``from_pretrained(device_map=...)``
+and ``accelerate.dispatch_model`` take, at the coarsest modules whose nodes and parameters all sit
+on one device; a module split between devices cannot be expressed and is listed. :func:`from_device_map`
+reads a device map back as a node-to-partition mapping, and :func:`accelerate_plan` scores the map
+Accelerate's ``infer_auto_device_map`` (what ``device_map="auto"`` runs) gives for the same
+devices, so the two can be compared on one cost model. Accelerate is imported only there.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Mapping, Sequence
+
+from .devices import Device
+from .errors import PartitionError
+from .graph import Graph
+from .plan import Plan
+
+__all__ = ["DeviceMap", "to_device_map", "from_device_map", "accelerate_plan"]
+
+
+@dataclass(frozen=True)
+class DeviceMap:
+    device_map: dict[str, int]  # module path (or parameter name) -> logical device id
+    split_modules: tuple[str, ...]  # modules whose nodes the plan puts on several devices
+
+
+def _owners(graph: Graph) -> dict[int, list[str]]:
+    """Op node -> the names it stands for: its module path, and the parameters it reads."""
+    out: dict[int, list[str]] = {v: [graph.nodes[v].module_path] if graph.nodes[v].module_path else []
+                                 for v in graph.op_indices}
+    for u, node in enumerate(graph.nodes):
+        if node.op == "get_attr":
+            for v in graph.users[u]:
+                if v in out:
+                    out[v].append(node.target)
+                    break  # a parameter goes with its first reader
+    for v in graph.op_indices:  # a call_module node owns its module's parameters
+        if graph.nodes[v].op == "call_module":
+            out[v].append(graph.nodes[v].target)
+    return out
+
+
+def to_device_map(plan: Plan, graph: Graph) -> DeviceMap:
+    """The plan as an Accelerate device map: every module or parameter name the graph reads,
+    merged up to the coarsest module on one device. O(N * depth)."""
+    where = plan.node_to_partition()
+    device_of = {p.id: p.device_ids[0] for p in plan.partitions}
+    devices: dict[str, set[int]] = {}  # every prefix of every name -> devices under it
+    children: dict[str, set[str]] = {}
+    for v, names in _owners(graph).items():
+        d = device_of[where[graph.nodes[v].name]]
+        for name in names:
+            parts = name.split(".")
+            for i in range(len(parts) + 1):
+                prefix = ".".join(parts[:i])
+                devices.setdefault(prefix, set()).add(d)
+                if i < len(parts):
+                    children.setdefault(prefix, set()).add(".".join(parts[:i + 1]))
+    device_map: dict[str, int] = {}
+    split: list[str] = []
+
+    def visit(prefix: str) -> None:
+        on = devices.get(prefix, set())
+        if len(on) == 1 or not children.get(prefix):
+            if len(on) > 1:
+                split.append(prefix)
+            device_map[prefix] = min(on)
+            return
+        for child in sorted(children[prefix]):
+            visit(child)
+
+    visit("")
+    return DeviceMap(device_map, tuple(sorted(split)))
+
+
+def from_device_map(graph: Graph, device_map: Mapping[str, Any]) -> tuple[dict[str, int], dict[int, list[int]]]:
+    """A device map as (node -> partition, partition -> devices): each op on the device of the
+    longest entry naming its module or a parameter it reads (ops outside every module follow the
+    op before them), one partition per device in order of first use. Raises naming an entry
+    Accelerate offloaded to "cpu" or "disk", which plans do not model."""
+    offloaded = sorted(k for k, d in device_map.items() if not isinstance(d, int))
+    if offloaded:
+        raise PartitionError(
+            f"the device map offloads {len(offloaded)} module(s) to cpu or disk (e.g. {offloaded[0]!r}); "
+            "give the devices more memory (max_memory) so every module sits on an accelerator"
+        )
+
+    def lookup(name: str) -> int | None:
+        parts = name.split(".") if name else []
+        for i in range(len(parts), -1, -1):
+            key = ".".join(parts[:i])
+            if key in device_map:
+                return int(device_map[key])
+        return None
+
+    owners = _owners(graph)
+    partition_of_device: dict[int, int] = {}
+    node_to_partition: dict[str, int] = {}
+    last: int | None = None
+    for v in graph.op_indices:
+        found = [d for d in (lookup(n) for n in owners[v]) if d is not None]
+        d = found[0] if found else last if last is not None else int(min(device_map.values(), default=0))
+        last = d
+        node_to_partition[graph.nodes[v].name] = partition_of_device.setdefault(d, len(partition_of_device))
+    return node_to_partition, {p: [d] for d, p in partition_of_device.items()}
+
+
+def accelerate_plan(model: Any, graph: Graph, devices: Sequence[Device], **options: Any) -> Plan:
+    """The plan Accelerate's ``infer_auto_device_map`` makes for ``model`` with each device's
+    memory as ``max_memory`` (keeping the model's no-split modules whole), scored by our cost model
+    (``options``: :func:`partitioner.evaluate_plan`'s). Needs ``accelerate``."""
+    try:
+        from accelerate import infer_auto_device_map
+    except ImportError:
+        raise PartitionError("comparing with Accelerate needs the accelerate package; "
+                             "pip install 'partition-explorer[hf]'") from None
+    from .api import evaluate_plan
+
+    ids = [d.logical_id for d in devices]
+    device_map = infer_auto_device_map(
+        model, max_memory={i: d.memory_bytes for i, d in zip(ids, devices)},
+        no_split_module_classes=list(getattr(model, "_no_split_modules", None) or []))
+    node_to_partition, partition_to_devices = from_device_map(graph, device_map)
+    return evaluate_plan(graph, devices, node_to_partition, partition_to_devices, mode="accelerate",
+                         keep_ids=True, **options)
