@@ -79,7 +79,9 @@ def to_device_map(plan: Plan, graph: Graph) -> DeviceMap:
 def from_device_map(graph: Graph, device_map: Mapping[str, Any]) -> tuple[dict[str, int], dict[int, list[int]]]:
     """A device map as (node -> partition, partition -> devices): each op on the device of the
     longest entry naming its module or a parameter it reads (ops outside every module follow the
-    op before them), one partition per device in order of first use. Raises naming an entry
+    op before them); each run of consecutive ops on one device is a partition, so the partitions
+    form a DAG whatever the map (Accelerate may put a shared module, such as a rotary embedding,
+    on a later device than its first reader). Raises naming an entry
     Accelerate offloaded to "cpu" or "disk", which plans do not model."""
     offloaded = sorted(k for k, d in device_map.items() if not isinstance(d, int))
     if offloaded:
@@ -97,15 +99,17 @@ def from_device_map(graph: Graph, device_map: Mapping[str, Any]) -> tuple[dict[s
         return None
 
     owners = _owners(graph)
-    partition_of_device: dict[int, int] = {}
     node_to_partition: dict[str, int] = {}
+    partition_to_devices: dict[int, list[int]] = {}
     last: int | None = None
-    for v in graph.op_indices:
-        found = [d for d in (lookup(n) for n in owners[v]) if d is not None]
+    for v in graph.op_indices:  # a new partition wherever the device changes: runs of a
+        found = [d for d in (lookup(n) for n in owners[v]) if d is not None]  # topological order
         d = found[0] if found else last if last is not None else int(min(device_map.values(), default=0))
+        if d != last:
+            partition_to_devices[len(partition_to_devices)] = [d]
         last = d
-        node_to_partition[graph.nodes[v].name] = partition_of_device.setdefault(d, len(partition_of_device))
-    return node_to_partition, {p: [d] for d, p in partition_of_device.items()}
+        node_to_partition[graph.nodes[v].name] = len(partition_to_devices) - 1
+    return node_to_partition, partition_to_devices
 
 
 def accelerate_plan(model: Any, graph: Graph, devices: Sequence[Device], **options: Any) -> Plan:

@@ -117,7 +117,7 @@ def load_hf(name: str, overrides: Mapping[str, Any]) -> tuple[nn.Module, tuple[t
         size = int(getattr(config, "image_size", 224))
         channels = int(getattr(config, "num_channels", 3))
         pixels = torch.randn(1, channels, size, size, generator=generator).to(DTYPES[dtype_name])
-        return model, (pixels,), {}
+        return model, (pixels.to("meta") if is_meta(model) else pixels,), {}  # a conv needs one device
     vocab = int(getattr(config, "vocab_size", 1000))
     limit = int(getattr(config, "max_position_embeddings", 0) or getattr(config, "n_positions", 0) or SEQUENCE)
     ids = torch.randint(0, vocab, (1, min(SEQUENCE, limit)), generator=generator)
