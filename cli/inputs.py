@@ -85,6 +85,7 @@ class LoadedModel:
     graph: Graph
     label: str  # sample_models.label(spec, overrides): the same name the app records
     default_devices: str | None  # the sample model's default device spec, None otherwise
+    module: Any = None  # the built nn.Module (hf: models: for Accelerate's device map)
 
 
 def load_model(spec: str, sets: Sequence[str] = (), devices: str | None = "") -> LoadedModel:
@@ -104,11 +105,14 @@ def load_model(spec: str, sets: Sequence[str] = (), devices: str | None = "") ->
     label = sample_models.label(spec, overrides)
     trace_kwargs: dict[str, Any] = {"example_kwargs": kwargs} if kwargs else {}
     graph = trace(module, inputs, name=label, **trace_kwargs)
+    scale = sample_models.weight_scale(spec, overrides)
+    if scale != 1.0:  # quantized weights (hf: dtype=int8, ...): counted at their stored size
+        graph = graph.with_weight_bytes(scale)
     default = None
     if spec in sample_models.names():
         count, memory = sample_models.default_devices(spec)
         default = f"{count}x{memory}B"
-    return LoadedModel(graph, label, default)
+    return LoadedModel(graph, label, default, module if sample_models.is_hf(spec) else None)
 
 
 def resolve_devices(spec: str | None, model: LoadedModel) -> list[Device]:

@@ -68,6 +68,9 @@ def trace(choice: ModelChoice) -> Graph:
                                                     reload=choice.generation > 0)
         extra = {"example_kwargs": kwargs} if kwargs else {}
         graph = partitioner.trace(module, inputs, name=choice.label, **extra)
+        scale = sample_models.weight_scale(choice.name, dict(choice.overrides))
+        if scale != 1.0:  # quantized weights (hf: dtype=int8, ...): counted at their stored size
+            graph = graph.with_weight_bytes(scale)
     size = _graph_bytes(graph)
     with _LOCK:
         _GRAPHS[choice] = (graph, size)

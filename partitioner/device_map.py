@@ -10,6 +10,7 @@ devices, so the two can be compared on one cost model. Accelerate is imported on
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
@@ -124,9 +125,15 @@ def accelerate_plan(model: Any, graph: Graph, devices: Sequence[Device], **optio
     from .api import evaluate_plan
 
     ids = [d.logical_id for d in devices]
-    device_map = infer_auto_device_map(
-        model, max_memory={i: d.memory_bytes for i, d in zip(ids, devices)},
-        no_split_module_classes=list(getattr(model, "_no_split_modules", None) or []))
+    quiet = logging.getLogger("accelerate.utils.modeling")  # "device N is not available": we plan
+    level = quiet.level                                       # for devices this machine lacks
+    quiet.setLevel(logging.ERROR)
+    try:
+        device_map = infer_auto_device_map(
+            model, max_memory={i: d.memory_bytes for i, d in zip(ids, devices)},
+            no_split_module_classes=list(getattr(model, "_no_split_modules", None) or []))
+    finally:
+        quiet.setLevel(level)
     node_to_partition, partition_to_devices = from_device_map(graph, device_map)
     return evaluate_plan(graph, devices, node_to_partition, partition_to_devices, mode="accelerate",
                          keep_ids=True, **options)

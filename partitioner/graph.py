@@ -7,6 +7,7 @@ module imports no torch; :mod:`partitioner.trace` builds a Graph from a model.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import heapq
 from dataclasses import dataclass
@@ -111,6 +112,17 @@ class Graph:
             return self.nodes[self.index[name]]
         except KeyError:
             raise KeyError(f"no node named {name!r} in graph {self.name!r}") from None
+
+    def with_weight_bytes(self, scale: float) -> "Graph":
+        """The same graph with every parameter's bytes times ``scale`` (weights stored in 8 or
+        4 bits while activations keep their type: 0.5 or 0.25 of bf16); outputs of ops and the
+        traced module are unchanged. O(N)."""
+        nodes = [dataclasses.replace(nd, param_bytes=int(nd.param_bytes * scale),
+                                     output_bytes=int(nd.output_bytes * scale) if nd.op == "get_attr"
+                                     else nd.output_bytes) for nd in self.nodes]
+        graph = Graph(nodes, self.graph_module, self.example_inputs, name=self.name)
+        graph.tied_parameters = self.tied_parameters
+        return graph
 
     def fingerprint(self) -> str:
         """A short hash of names, ops and edges: plans record it to detect a changed model."""

@@ -17,7 +17,7 @@ from torch import nn
 
 from .loader import LoaderError
 
-__all__ = ["load_hf", "PRESETS", "REAL_WEIGHTS_MAX_PARAMS", "is_meta"]
+__all__ = ["load_hf", "PRESETS", "REAL_WEIGHTS_MAX_PARAMS", "is_meta", "weight_scale", "DTYPES"]
 
 # The configs of the published checkpoints (their config.json), as (model type, fields).
 PRESETS: dict[str, tuple[str, dict[str, Any]]] = {
@@ -70,12 +70,22 @@ def is_meta(module: nn.Module) -> bool:
 
 
 DTYPES = {"fp32": torch.float32, "float32": torch.float32, "bf16": torch.bfloat16,
-          "bfloat16": torch.bfloat16, "fp16": torch.float16, "float16": torch.float16}
+          "bfloat16": torch.bfloat16, "fp16": torch.float16, "float16": torch.float16,
+          "fp8": torch.bfloat16, "int8": torch.bfloat16, "int4": torch.bfloat16}
+# Quantized weights: the model runs in bf16 and its parameters are counted at this share of
+# their bf16 bytes (trace, then Graph.with_weight_bytes; see weight_scale).
+WEIGHT_SCALE = {"fp8": 0.5, "int8": 0.5, "int4": 0.25}
+
+
+def weight_scale(overrides: Mapping[str, Any]) -> float:
+    """The share of bf16 bytes the weights take under ``overrides``' dtype (1 when unquantized)."""
+    return WEIGHT_SCALE.get(str(overrides.get("dtype", "fp32")), 1.0)
 
 
 def load_hf(name: str, overrides: Mapping[str, Any]) -> tuple[nn.Module, tuple[torch.Tensor, ...], dict[str, Any]]:
     """``name`` is a preset (:data:`PRESETS`) or a ``transformers`` model type; ``overrides`` are
-    config fields, and ``dtype`` (fp32, bf16, fp16) the weights' and activations' type."""
+    config fields, and ``dtype`` (fp32, bf16, fp16) the weights' and activations' type; fp8,
+    int8 and int4 build bf16 weights whose bytes :func:`weight_scale` scales after tracing."""
     transformers = _transformers()
     overrides = dict(overrides)
     dtype_name = str(overrides.pop("dtype", "fp32"))

@@ -19,7 +19,7 @@ from torch import Tensor, nn
 from . import registry
 from .loader import LoaderError, load_factory
 
-__all__ = ["load", "label", "parse_overrides", "is_factory", "is_hf", "ModelSpecError"]
+__all__ = ["load", "label", "parse_overrides", "is_factory", "is_hf", "ModelSpecError", "weight_scale"]
 
 Loaded = tuple[nn.Module, tuple[Tensor, ...], dict[str, Any]]
 
@@ -40,6 +40,16 @@ def label(spec: str, overrides: Mapping[str, Any] | None = None) -> str:
     """``"transformer(n_layer=2)"``: the name a plan records for ``spec`` with ``overrides``."""
     shown = ",".join(f"{k}={v}" for k, v in sorted((overrides or {}).items()))
     return f"{spec}({shown})" if shown else spec
+
+
+def weight_scale(spec: str, overrides: Mapping[str, Any] | None = None) -> float:
+    """What a traced graph's parameter bytes are multiplied by (``Graph.with_weight_bytes``):
+    below 1 for hf: models with quantized weights (``dtype=int8``), else 1."""
+    if not is_hf(spec):
+        return 1.0
+    from . import hf
+
+    return hf.weight_scale(overrides or {})
 
 
 def load(spec: str, overrides: Mapping[str, Any] | None = None, reload: bool = False) -> Loaded:

@@ -80,6 +80,12 @@ def test_dtype_setting_halves_the_weights():
     bf16 = partitioner.trace(*sample_models.load("hf:llama", {**SMALL["hf:llama"], "dtype": "bf16"})[:2])
     weights = [sum(n.output_bytes for n in g.nodes if n.op == "get_attr") for g in (fp32, bf16)]
     assert weights[1] * 2 == weights[0]
+    for dtype, share in (("int8", 2), ("int4", 4)):  # quantized weights: bf16 bytes / 2 or / 4
+        overrides = {**SMALL["hf:llama"], "dtype": dtype}
+        scale = sample_models.weight_scale("hf:llama", overrides)
+        graph = partitioner.trace(*sample_models.load("hf:llama", overrides)[:2]).with_weight_bytes(scale)
+        assert sum(n.output_bytes for n in graph.nodes if n.op == "get_attr") * share == weights[1]
+        assert [n.output_bytes for n in graph.nodes if n.is_op] == [n.output_bytes for n in bf16.nodes if n.is_op]
 
 
 def test_bad_names_and_fields_say_the_fix():
@@ -142,3 +148,17 @@ def test_a_plan_exports_as_an_accelerate_device_map_and_accelerates_map_scores_a
     assert all(v.kind == "memory" for v in theirs.violations(graph))
     if not theirs.violations(graph):
         assert plan.latency_s <= theirs.latency_s * (1 + 1e-9)
+
+
+def test_compare_on_the_command_line_puts_accelerate_beside_the_modes():
+    pytest.importorskip("accelerate")
+    import json
+
+    sets = [f"--set={k}={v}" for k, v in SMALL["hf:llama"].items()]
+    done = subprocess.run([sys.executable, "-m", "cli", "compare", "hf:llama", *sets, "--devices", "3x800KiB",
+                           "--modes", "size_based,kl_based", "--json"], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    rows = {r["mode"]: r for r in json.loads(done.stdout)["results"]}
+    assert list(rows) == ["size_based", "kl_based", "accelerate"]
+    accelerate = rows["accelerate"]
+    assert accelerate["latency_s"] is not None or "does not fit by our count" in accelerate["error"]

@@ -18,6 +18,9 @@ def main() -> None:
         return
     plan = result.plan
     panels.render_summary(plan, seconds=result.seconds)
+    if graph.tied_parameters:
+        st.caption("Tied parameters, one tensor counted once: "
+                   + "; ".join(" = ".join(f"`{n}`" for n in names) for names in graph.tied_parameters))
     panels.render_notes(plan)
     panels.render_cost_models(plan, graph)
     left, right = st.columns([3, 2])
