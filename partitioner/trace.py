@@ -78,6 +78,7 @@ def _to_graph_module(model: torch.nn.Module, example_inputs: tuple[Any, ...],
                    + (f" at {where}" if where else "") + "; ")
                 + f"torch.export failed with {type(export_exc).__name__}: "
                 + (str(export_exc).splitlines()[0] if str(export_exc) else "")
+                + (f" at {export_where}" if (export_where := _user_frame(export_exc)) and export_where != fx_where else "")
                 + ". " + fix
             ) from export_exc
 

@@ -79,6 +79,21 @@ def _horizon(w: tuple[int, ...], tensors: tuple[Tensor, ...]) -> int:
     return sum(w) + sum(t[3] for t in tensors) + 1
 
 
+def _finish(m: Any, memory: list[list[Any]], capacity: tuple[int, ...], ends: list[Any], horizon: int,
+            x: list[list[Any]], hint: tuple[int, ...] | None) -> None:
+    """Both models' tail: memory within capacity, minimise the latest end, hint each row of ``x``
+    (a unit's choice among slots or devices) with the choice in ``hint``."""
+    for d, terms in enumerate(memory):
+        m.add(sum(terms) <= capacity[d])
+    latency = m.new_int_var(0, horizon, "latency")
+    m.add_max_equality(latency, ends)
+    m.minimize(latency)
+    if hint is not None:
+        for row, chosen in zip(x, hint):
+            for i, var in enumerate(row):
+                m.add_hint(var, i == chosen)
+
+
 def solve_slots(inp: SlotInput) -> dict[str, Any]:
     """The plan model; ``slot`` per unit (slot s is device s // k, position s % k), the slots'
     start ticks and ranks, the objective and CP-SAT's bound in ticks, and its status."""
@@ -156,15 +171,7 @@ def solve_slots(inp: SlotInput) -> dict[str, Any]:
     for (a, b), var in edge.items():
         m.add(start[b] >= finish[a] + sum(comm[(a, b)])).only_enforce_if(var)
         m.add(rank[b] >= rank[a] + 1).only_enforce_if(var)
-    for d, terms in enumerate(memory):
-        m.add(sum(terms) <= inp.capacity[d])
-    latency = m.new_int_var(0, horizon, "latency")
-    m.add_max_equality(latency, finish)
-    m.minimize(latency)
-    if inp.hint is not None:
-        for g, s in enumerate(inp.hint):
-            for t in range(num_slots):
-                m.add_hint(x[g][t], t == s)
+    _finish(m, memory, inp.capacity, finish, horizon, x, inp.hint)
     solver = _solver(inp.time_limit_s)
     began = time.perf_counter()
     status = solver.solve(m)
@@ -200,15 +207,7 @@ def solve_relaxation(inp: RelaxInput) -> dict[str, Any]:
                 if src >= 0 and ticks:
                     m.add(done[h] >= done[src] + inp.node_w[h] + ticks * (x[h][d] - x[src][d]))
             memory[d].append(nbytes * there)
-    for d, terms in enumerate(memory):
-        m.add(sum(terms) <= inp.capacity[d])
-    latency = m.new_int_var(0, horizon, "latency")
-    m.add_max_equality(latency, done)
-    m.minimize(latency)
-    if inp.hint is not None:
-        for v, dv in enumerate(inp.hint):
-            for d in range(devices):
-                m.add_hint(x[v][d], d == dv)
+    _finish(m, memory, inp.capacity, done, horizon, x, inp.hint)
     solver = _solver(inp.time_limit_s)
     status = solver.solve(m)
     return {"status": solver.status_name(status), "bound": int(solver.best_objective_bound)}
