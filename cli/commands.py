@@ -9,7 +9,6 @@ import argparse
 import importlib.util
 import json
 import sys
-import time
 from pathlib import Path
 from typing import Any, Callable
 
@@ -18,16 +17,16 @@ from partitioner import PRESETS, Device, parse_devices
 from partitioner.devices import MAX_MEMORY_BYTES
 from partitioner.pipeline import PipelinePlan
 from partitioner.api import check_plan, partition_with
-from partitioner.compare import ModeResult, compare_modes, default_modes, gaps
+from partitioner.compare import compare_modes, default_modes, gaps
 from partitioner.diff import diff_plans
 from partitioner.errors import PartitionError
 from partitioner.export import EXPORT_KINDS, ExportError, export_plan, read_aot_mapping, to_pipeline_split_spec
 from partitioner.modes import DEFAULT_MODE, MODES
-from partitioner.options import AotMapping, PartitionOptions
+from partitioner.options import AotMapping
 from partitioner.units import format_seconds
 
 from .diff_report import format_diff
-from .inputs import (EXIT_FAIL, EXIT_OK, CLIError, LoadedModel, add_cost_arguments, add_model_arguments,
+from .inputs import (EXIT_FAIL, EXIT_OK, CLIError, add_cost_arguments, add_model_arguments,
                      load_model, load_plan, partition_options, positive_float, read_json,
                      read_node_latency, resolve_devices, write_output)
 from .report import describe_devices, format_comparison, format_cost_models, format_plan_summary
@@ -134,28 +133,6 @@ def cmd_render(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _accelerate_result(model: LoadedModel, devices: list[Device], options: PartitionOptions) -> ModeResult:
-    """The device map Accelerate's ``infer_auto_device_map`` gives the same model and memories,
-    scored on our cost model, as one more row; a map that overfills a device by our count (it
-    weighs parameters only) keeps its row with the reason."""
-    from partitioner.device_map import accelerate_plan
-
-    began = time.perf_counter()
-    try:
-        plan = accelerate_plan(model.module, model.graph, devices, cost_model=options.cost_model,
-                               transfer_rate_bytes_per_s=options.transfer_rate_bytes_per_s,
-                               node_latency=options.node_latency_dict)
-    except PartitionError as exc:
-        return ModeResult("accelerate", None, None, None, time.perf_counter() - began, str(exc), None)
-    seconds = time.perf_counter() - began
-    problems = plan.violations(model.graph)
-    if problems:
-        return ModeResult("accelerate", None, None, None, seconds,
-                          f"its device map does not fit by our count (latency {format_seconds(plan.latency_s)}): "
-                          f"{problems[0].message}", None)
-    return ModeResult("accelerate", plan.latency_s, len(plan.partitions), plan.memory_utilisation(), seconds, None, plan)
-
-
 def cmd_compare(args: argparse.Namespace) -> int:
     model = load_model(args.model, args.set, args.devices)
     devices = resolve_devices(args.devices, model)
@@ -164,7 +141,12 @@ def cmd_compare(args: argparse.Namespace) -> int:
         modes = [m.strip() for item in args.modes for m in item.split(",") if m.strip()]
     results = compare_modes(model.graph, devices, modes, options=partition_options(args))
     if model.module is not None and importlib.util.find_spec("accelerate") is not None:
-        results.append(_accelerate_result(model, devices, partition_options(args)))
+        from partitioner.device_map import accelerate_result
+
+        options = partition_options(args)
+        results.append(accelerate_result(model.module, model.graph, devices, cost_model=options.cost_model,
+                                         transfer_rate_bytes_per_s=options.transfer_rate_bytes_per_s,
+                                         node_latency=options.node_latency_dict))
     gap = gaps(results)
     if args.json:
         print(json.dumps({

@@ -9,6 +9,7 @@ Failures are returned as text rather than raised, so a failing plan is cached li
 
 from __future__ import annotations
 
+import importlib.util
 import threading
 import time
 from collections import OrderedDict
@@ -116,6 +117,25 @@ def compare(config: PlanConfig) -> ModeResult:
     if p is None:
         return ModeResult(config.mode, None, None, None, r.seconds, r.error, None)
     return ModeResult(config.mode, p.latency_s, len(p.partitions), p.memory_utilisation(), r.seconds, None, p)
+
+
+@st.cache_data(show_spinner=False, max_entries=16)
+def _accelerate(config: PlanConfig, fingerprint: str) -> ModeResult:
+    from partitioner.device_map import accelerate_result
+
+    module, _, _ = sample_models.load(config.model.name, dict(config.model.overrides))
+    options = config.options
+    return accelerate_result(module, trace(config.model), config.device_list(), cost_model=options.cost_model,
+                             transfer_rate_bytes_per_s=options.transfer_rate_bytes_per_s,
+                             node_latency=options.node_latency_dict)
+
+
+def accelerate(config: PlanConfig) -> ModeResult | None:
+    """The row of Accelerate's ``infer_auto_device_map`` for an hf: model (None for other models,
+    or without accelerate), scored on our cost model; cached per model and devices."""
+    if not sample_models.is_hf(config.model.name) or importlib.util.find_spec("accelerate") is None:
+        return None
+    return _accelerate(config.with_mode("accelerate"), trace(config.model).fingerprint())
 
 
 @dataclass(frozen=True)

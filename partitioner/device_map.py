@@ -11,15 +11,20 @@ devices, so the two can be compared on one cost model. Accelerate is imported on
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import dataclass
-from typing import Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from .devices import Device
 from .errors import PartitionError
 from .graph import Graph
 from .plan import Plan
+from .units import format_seconds
 
-__all__ = ["DeviceMap", "to_device_map", "from_device_map", "accelerate_plan"]
+if TYPE_CHECKING:  # pragma: no cover
+    from .compare import ModeResult
+
+__all__ = ["DeviceMap", "to_device_map", "from_device_map", "accelerate_plan", "accelerate_result"]
 
 
 @dataclass(frozen=True)
@@ -137,3 +142,23 @@ def accelerate_plan(model: Any, graph: Graph, devices: Sequence[Device], **optio
     node_to_partition, partition_to_devices = from_device_map(graph, device_map)
     return evaluate_plan(graph, devices, node_to_partition, partition_to_devices, mode="accelerate",
                          keep_ids=True, **options)
+
+
+def accelerate_result(model: Any, graph: Graph, devices: Sequence[Device], **options: Any) -> "ModeResult":
+    """:func:`accelerate_plan` as a row beside the modes' (:func:`partitioner.compare.compare_modes`):
+    named ``accelerate``; a map that overfills a device by our count (it weighs parameters only)
+    keeps its row with the reason and its latency in the message."""
+    from .compare import ModeResult
+
+    began = time.perf_counter()
+    try:
+        plan = accelerate_plan(model, graph, devices, **options)
+    except PartitionError as exc:
+        return ModeResult("accelerate", None, None, None, time.perf_counter() - began, str(exc), None)
+    seconds = time.perf_counter() - began
+    problems = plan.violations(graph)
+    if problems:
+        return ModeResult("accelerate", None, None, None, seconds,
+                          f"its device map does not fit by our count (latency {format_seconds(plan.latency_s)}): "
+                          f"{problems[0].message}", None)
+    return ModeResult("accelerate", plan.latency_s, len(plan.partitions), plan.memory_utilisation(), seconds, None, plan)

@@ -581,5 +581,13 @@ def test_a_hugging_face_architecture_by_name():
     assert not at.exception, at.exception
     assert summary(at)["model"] == "hf:gpt2(n_embd=64,n_head=4,n_layer=2,vocab_size=1000)"
     assert summary(at)["partitions"] >= 2 and charts(at)[0] >= 1
+    at.number_input(key="time_limit_s").set_value(1).run()
+    at.switch_page("views/compare.py").run()  # Accelerate's own device map beside the modes
+    assert not at.exception, at.exception
+    frame = at.dataframe[0].value.set_index("Mode")
+    assert list(frame.index) == PLAN_MODES + ["accelerate"]
+    row = frame.loc["accelerate"]
+    assert row["Latency"] != "-" or "does not fit by our count" in row["Error"]
+    at.switch_page("views/explore.py").run()
     at.text_input(key="hf_set").set_value("n_layers=2").run()  # a typo is a message naming the field
     assert not at.exception and any("did you mean n_layer" in e for e in errors(at))

@@ -18,10 +18,14 @@ def main() -> None:
         for mode in modes:
             status.update(label=f"Running {mode}...")
             results.append(compute.compare(config.with_mode(mode)))
+        theirs = compute.accelerate(config)  # hf: models: Accelerate's own device map, on our cost model
+        if theirs is not None:
+            status.update(label="Scoring Accelerate's device map...")
+            results.append(theirs)
         failed = sum(1 for r in results if r.error)
         status.update(label=f"Ran {len(modes)} modes ({failed} found no plan)", state="complete")
     panels.render_comparison(results)
-    good = [r.mode for r in results if r.ok]
+    good = [r.mode for r in results if r.ok and r.mode in modes]
     if good:
         cols = st.columns(len(good))
         for col, mode in zip(cols, good):
