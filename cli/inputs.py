@@ -183,12 +183,24 @@ def write_output(path: str, data: str | bytes, what: str) -> None:
     print(f"wrote {what} to {path}", file=sys.stderr)
 
 
+class _DtypeAction(argparse.Action):
+    """``--dtype bf16`` is ``--set dtype=bf16`` (hf: models)."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
+                 option_string: str | None = None) -> None:
+        namespace.set = [*(getattr(namespace, "set", None) or []), f"dtype={values}"]
+
+
 def add_model_arguments(p: argparse.ArgumentParser, optional: bool = False) -> None:
     p.add_argument("model", metavar="MODEL", nargs="?" if optional else None,
-                   help="a sample model name, or package.module:factory"
-                        + (" (needed for pipeline-split-spec)" if optional else ""))
+                   help="a sample model name, hf:<model type or preset> (hf:llama, hf:llama-3-8b), or "
+                        "package.module:factory" + (" (needed for pipeline-split-spec)" if optional else ""))
     p.add_argument("--set", metavar="KEY=VALUE", action="append", default=[],
-                   help="a sample model setting, repeatable: --set n_layer=4 --set bias=false")
+                   help="a model setting, repeatable: --set n_layer=4 --set bias=false (hf: models: "
+                        "fields of the transformers config)")
+    p.add_argument("--dtype", action=_DtypeAction, metavar="DTYPE",
+                   choices=["fp32", "bf16", "fp16", "fp8", "int8", "int4"],
+                   help="hf: models: the weights' type (fp8, int8, int4: weights only; activations bf16)")
 
 
 def add_cost_arguments(p: argparse.ArgumentParser, partitioning: bool = True) -> None:

@@ -64,7 +64,10 @@ def trace(choice: ModelChoice) -> Graph:
         if choice in _GRAPHS:
             _GRAPHS.move_to_end(choice)
             return _GRAPHS[choice][0]
-    with st.spinner("Tracing the model..."):
+    waiting = ("Building the model from its config (weights on the meta device when large) and tracing it: "
+               "about 5 s per thousand operations; the result is kept for this session..."
+               if sample_models.is_hf(choice.name) else "Tracing the model...")
+    with st.spinner(waiting):
         module, inputs, kwargs = sample_models.load(choice.name, dict(choice.overrides),
                                                     reload=choice.generation > 0)
         extra = {"example_kwargs": kwargs} if kwargs else {}

@@ -31,6 +31,7 @@ __all__ = ["DeviceMap", "to_device_map", "from_device_map", "accelerate_plan", "
 class DeviceMap:
     device_map: dict[str, int]  # module path (or parameter name) -> logical device id
     split_modules: tuple[str, ...]  # modules whose nodes the plan puts on several devices
+    reasons: tuple[str, ...] = ()  # per split module: which partitions and devices, and why
 
 
 def _owners(graph: Graph) -> dict[int, list[str]]:
@@ -55,14 +56,17 @@ def to_device_map(plan: Plan, graph: Graph) -> DeviceMap:
     where = plan.node_to_partition()
     device_of = {p.id: p.device_ids[0] for p in plan.partitions}
     devices: dict[str, set[int]] = {}  # every prefix of every name -> devices under it
+    partitions: dict[str, set[int]] = {}
     children: dict[str, set[str]] = {}
     for v, names in _owners(graph).items():
-        d = device_of[where[graph.nodes[v].name]]
+        pid = where[graph.nodes[v].name]
+        d = device_of[pid]
         for name in names:
             parts = name.split(".")
             for i in range(len(parts) + 1):
                 prefix = ".".join(parts[:i])
                 devices.setdefault(prefix, set()).add(d)
+                partitions.setdefault(prefix, set()).add(pid)
                 if i < len(parts):
                     children.setdefault(prefix, set()).add(".".join(parts[:i + 1]))
     device_map: dict[str, int] = {}
@@ -79,7 +83,12 @@ def to_device_map(plan: Plan, graph: Graph) -> DeviceMap:
             visit(child)
 
     visit("")
-    return DeviceMap(device_map, tuple(sorted(split)))
+    reasons = tuple(
+        f"{name or 'the model'}: its nodes run in partitions {', '.join(map(str, sorted(partitions[name])))} "
+        f"on devices {', '.join(map(str, sorted(devices[name])))}, and a device map puts a module on one "
+        f"device (mapped to {device_map[name]}; the others read it from there)"
+        for name in sorted(split))
+    return DeviceMap(device_map, tuple(sorted(split)), reasons)
 
 
 def from_device_map(graph: Graph, device_map: Mapping[str, Any]) -> tuple[dict[str, int], dict[int, list[int]]]:

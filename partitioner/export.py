@@ -323,7 +323,8 @@ def _device_map(plan: Plan, graph: Graph | None) -> dict[str, Any]:
     from .device_map import to_device_map
 
     exported = to_device_map(plan, graph)
-    return {"device_map": exported.device_map, "split_modules": list(exported.split_modules)}
+    return {"device_map": exported.device_map, "split_modules": list(exported.split_modules),
+            "not_following_module_boundaries": list(exported.reasons)}
 
 
 EXPORT_KINDS: dict[str, Callable[[Plan, Graph | None], dict[str, Any]]] = {

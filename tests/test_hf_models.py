@@ -132,6 +132,9 @@ def test_a_plan_exports_as_an_accelerate_device_map_and_accelerates_map_scores_a
     plan = partitioner.partition(graph, devices, mode="kl_based")
     exported = to_device_map(plan, graph)
     check_device_map(model, exported.device_map)  # covers every parameter
+    assert len(exported.reasons) == len(exported.split_modules)
+    for module, reason in zip(exported.split_modules, exported.reasons):
+        assert reason.startswith(module or "the model") and "partitions" in reason
     where = plan.node_to_partition()
     for p in plan.partitions:  # where the plan follows module boundaries, the map agrees with it
         for name in p.node_names:
