@@ -150,7 +150,7 @@ def test_uploaded_node_latencies_are_used_and_bad_files_explained():
 
 def test_compare_page_tabulates_every_mode_and_shows_failures():
     at = start()
-    at.number_input(key="time_limit_s").set_value(2).run()
+    at.number_input(key="time_limit_s").set_value(1).run()
     at.switch_page("views/compare.py").run()
     assert not at.exception
     frame = at.dataframe[0].value
@@ -359,7 +359,7 @@ def test_settings_live_in_the_url_so_a_view_can_be_shared_and_reloaded():
 
 def test_default_scenario_shows_modes_that_differ():
     at = start()
-    at.number_input(key="time_limit_s").set_value(2).run()
+    at.number_input(key="time_limit_s").set_value(1).run()
     at.switch_page("views/compare.py").run()
     frame = at.dataframe[0].value.set_index("Mode")
     ok = frame[frame["Error"] == ""]

@@ -43,7 +43,10 @@ def test_small_configs_trace_partition_and_split_equal_the_model(spec):
     devices = partitioner.parse_devices(f"3x{int(graph.total_size_bytes * 0.45)}B")
     with torch.no_grad():
         expected = first_tensor(model(*args, **kwargs))
-    for mode in ("sparse_nn", "optimal", "size_based", "largest_first", "cost_aware", "kl_based"):
+    modes = ["sparse_nn", "size_based", "largest_first", "cost_aware", "kl_based"]
+    if spec in ("hf:gpt2", "hf:t5"):  # the solver's worker takes seconds: two architectures are enough
+        modes.append("optimal")
+    for mode in modes:
         try:
             plan = partitioner.partition(graph, devices, mode=mode, time_limit_s=1)
         except partitioner.PartitionError as exc:  # no tables (ViT), or the dense part fits beside none

@@ -58,7 +58,6 @@ def test_hugging_face_examples_run(tmp_path):
     assert plan["model"] == "hf:llama-3-8b(dtype=bf16)" and len(plan["partitions"]) >= 2
     device_map = json.loads((tmp_path / "device_map.json").read_text())["device_map"]
     assert set(device_map.values()) == {0, 1} and any(k.startswith("model.layers.") for k in device_map)
-    assert "kl_based" in done.stdout
 
 
 def _run_block(after: str, tmp_path: Path) -> subprocess.CompletedProcess:
