@@ -80,6 +80,7 @@ def partition(problem: Problem) -> Assignment:
             raise
         logger.warning("solver failed (%s); keeping the best heuristic plan", exc)
         best.note = f"solver failed ({str(exc).splitlines()[0]}); the best heuristic plan is shown"
+        best.ordered = True
         return best
     slots = answer["slots"]
     bound_ticks = 0
@@ -93,8 +94,10 @@ def partition(problem: Problem) -> Assignment:
         bound_ticks = 0
     found = _decode(problem, units, k, slots) if "slot" in slots else None
     chosen = best
+    if chosen is not None:  # keep the heuristic's ids: its latency depends on the order a device
+        chosen.ordered = True  # runs its partitions, which is the order of the ids compared here
     if found is not None and problem.fits(found):
-        if chosen is None or problem.latency(found) < problem.latency(chosen) * (1 - 1e-9):
+        if chosen is None or problem.latency(found) <= problem.latency(chosen) * (1 + 1e-9):
             chosen = found
     if chosen is None:
         raise InfeasibleError(f"the solver found no plan within the devices' memory ({slots['status']})")
