@@ -125,8 +125,18 @@ def _heuristics(problem: Problem) -> list[Assignment]:
         except InfeasibleError:
             continue
         if problem.fits(a) and math.isfinite(problem.latency(a)):
-            found.append(a)
+            found += [a, _by_first_node(a)]  # the mode's ids, and the plan's (see Assignment.ordered)
     return found
+
+
+def _by_first_node(a: Assignment) -> Assignment:
+    """``a`` with partitions numbered by their first node, as a plan numbers a mode's partitions."""
+    ids: dict[int, int] = {}
+    for p in a.part:
+        if p >= 0 and p not in ids:
+            ids[p] = len(ids)
+    old = {new: p for p, new in ids.items()}
+    return Assignment([ids[p] if p >= 0 else -1 for p in a.part], [list(a.devices_of[old[i]]) for i in range(len(ids))])
 
 
 def _comm_s(problem: Problem, u: int) -> float:
