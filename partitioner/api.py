@@ -181,7 +181,8 @@ def partition_with(graph: Graph, devices: Sequence[Device], mode: str, options: 
     if options.saturate_host:
         assignment = saturate(problem, assignment)
     provenance = Provenance(options.replace(aot=None), single_partition=single, forced_cap_bytes=forced,
-                            solver=assignment.note)
+                            solver=assignment.note,
+                            solver_bound=assignment.lower_bound_s > problem.cost.lower_bound_s())
     plan = build_plan(graph, problem.cost, assignment.part, assignment.devices_of, devices, mode,
                       provenance, keep_ids=assignment.ordered, lower_bound_s=assignment.lower_bound_s)
     problems = plan.violations()

@@ -303,26 +303,23 @@ def _fx_aot(plan: Plan, graph: Graph | None) -> dict[str, Any]:
     return to_fx_aot(plan)
 
 
-def _pipeline(plan: Plan, graph: Graph | None) -> dict[str, Any]:
+def _needs_graph(kind: str, graph: Graph | None) -> Graph:
     if graph is None:
         raise ExportError(
-            "the pipeline-split-spec export needs the model (module paths come from the traced "
-            "graph); pass the graph, e.g. `partition-explorer export plan.json MODEL --kind "
-            "pipeline-split-spec`"
+            f"the {kind} export needs the model (module paths come from the traced graph); pass the "
+            f"graph, e.g. `partition-explorer export plan.json MODEL --kind {kind}`"
         )
-    return to_pipeline_split_spec(plan, graph)
+    return graph
+
+
+def _pipeline(plan: Plan, graph: Graph | None) -> dict[str, Any]:
+    return to_pipeline_split_spec(plan, _needs_graph("pipeline-split-spec", graph))
 
 
 def _device_map(plan: Plan, graph: Graph | None) -> dict[str, Any]:
-    if graph is None:
-        raise ExportError(
-            "the accelerate-device-map export needs the model (module paths come from the traced "
-            "graph); pass the graph, e.g. `partition-explorer export plan.json MODEL --kind "
-            "accelerate-device-map`"
-        )
     from .device_map import to_device_map
 
-    exported = to_device_map(plan, graph)
+    exported = to_device_map(plan, _needs_graph("accelerate-device-map", graph))
     return {"device_map": exported.device_map, "split_modules": list(exported.split_modules),
             "not_following_module_boundaries": list(exported.reasons)}
 

@@ -20,9 +20,7 @@ from .devices import Device
 from .errors import InvalidPlanError, PartitionError
 from .graph import Graph
 from .options import PartitionOptions
-from .plan_schema import as_float as _float
-from .plan_schema import as_int as _int
-from .plan_schema import upgrade
+from .plan_schema import as_float as _float, as_int as _int, upgrade
 from .units import format_seconds
 from .validate import Violation, plan_violations
 
@@ -84,17 +82,20 @@ class Provenance:
     forced_cap_bytes: int | None = None  # force_partition on a model that fits one device: the
     # memory each device was limited to while the mode ran, so it spread the model
     solver: str = ""  # what the optimal mode's solver did (status, search space, time)
+    solver_bound: bool = False  # lower_bound_s is the solver's (above the heaviest path of nodes)
 
     def to_dict(self) -> dict[str, Any]:
         return {"options": self.options.to_dict(), "single_partition": self.single_partition,
-                "edited": self.edited, "forced_cap_bytes": self.forced_cap_bytes, "solver": self.solver}
+                "edited": self.edited, "forced_cap_bytes": self.forced_cap_bytes, "solver": self.solver,
+                "solver_bound": self.solver_bound}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "Provenance":
         cap = data.get("forced_cap_bytes")
         return cls(PartitionOptions.from_dict(dict(data.get("options", {}))),
                    bool(data.get("single_partition", False)), bool(data.get("edited", False)),
-                   None if cap is None else int(cap), str(data.get("solver", "")))
+                   None if cap is None else int(cap), str(data.get("solver", "")),
+                   bool(data.get("solver_bound", False)))
 
 
 @dataclass(frozen=True)
@@ -159,8 +160,7 @@ class Plan:
     def bound_summary(self) -> str:
         """One line on how far the plan can be from the best (the app and the command line show
         it): ``optimal ...`` or ``within 12.5% of the best possible ...``, naming the bound's source."""
-        solved = "proven by the" in self.provenance.solver and self.provenance.forced_cap_bytes is None
-        source = "proven by CP-SAT" if solved else "the heaviest path of nodes"
+        source = "proven by CP-SAT" if self.provenance.solver_bound else "the heaviest path of nodes"
         bound = format_seconds(self.lower_bound_s)
         if self.proven_optimal:
             return f"optimal: no plan can beat the lower bound {bound} ({source}) by more than 0.01%"

@@ -46,11 +46,10 @@ def partition(problem: Problem) -> Assignment:
         raise PartitionError("the optimal mode needs OR-Tools, which is not installed; "
                              "pip install ortools (or reinstall partition-explorer), or use kl_based")
     limit = problem.options.time_limit_s or DEFAULT_TIME_LIMIT_S
-    heuristics = _heuristics(problem)
-    best = min(heuristics, key=lambda a: (problem.latency(a), _count(a))) if heuristics else None
+    heuristics = _heuristics(problem)  # (latency, assignment), each scored once
+    upper, best = min(heuristics, key=lambda la: (la[0], _count(la[1])), default=(math.inf, None))
     cost = problem.cost
     ops = list(graph.op_indices)
-    upper = problem.latency(best) if best is not None else math.inf
     if not math.isfinite(upper):
         upper = sum(cost.node_s) + sum(_comm_s(problem, u) for u in ops)
     if upper <= 0:  # nothing takes time: every plan is optimal
@@ -97,7 +96,7 @@ def partition(problem: Problem) -> Assignment:
     if chosen is not None:  # keep the heuristic's ids: its latency depends on the order a device
         chosen.ordered = True  # runs its partitions, which is the order of the ids compared here
     if found is not None and problem.fits(found):
-        if chosen is None or problem.latency(found) <= problem.latency(chosen) * (1 + 1e-9):
+        if chosen is None or problem.latency(found) <= upper * (1 + 1e-9):
             chosen = found
     if chosen is None:
         raise InfeasibleError(f"the solver found no plan within the devices' memory ({slots['status']})")
@@ -117,15 +116,17 @@ def _count(a: Assignment) -> int:
     return len({p for p in a.part if p >= 0})
 
 
-def _heuristics(problem: Problem) -> list[Assignment]:
+def _heuristics(problem: Problem) -> list[tuple[float, Assignment]]:
+    """The fitting plans of the heuristics with their latencies: each with the mode's ids and as
+    a plan numbers it (see ``Assignment.ordered``)."""
     found = []
     for mode in (kl_based, largest_first, size_based):
         try:
             a = mode.partition(problem)
         except InfeasibleError:
             continue
-        if problem.fits(a) and math.isfinite(problem.latency(a)):
-            found += [a, _by_first_node(a)]  # the mode's ids, and the plan's (see Assignment.ordered)
+        if problem.fits(a):
+            found += [(lat, v) for v in (a, _by_first_node(a)) if math.isfinite(lat := problem.latency(v))]
     return found
 
 
