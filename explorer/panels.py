@@ -13,23 +13,19 @@ import streamlit as st
 from partitioner import Graph, PartitionError, Plan
 from partitioner.compare import ModeResult
 from partitioner.units import format_seconds
-from partitioner.render import partition_to_dot, plan_to_dot, render_dot
+from partitioner.render import plan_to_dot, render_dot
 
 from . import figures, tables, teaching
 
 __all__ = [
     "render_summary",
     "render_notes",
-    "render_dag",
-    "render_drilldown",
     "render_charts",
     "render_tables",
     "render_violations",
     "render_downloads",
     "render_comparison",
 ]
-
-_NODE_LIMIT = 600  # nodes drawn in one partition's drill-down
 
 
 def render_summary(plan: Plan, seconds: float | None = None, reference: Plan | None = None) -> None:
@@ -75,33 +71,10 @@ def render_notes(plan: Plan) -> None:
             st.markdown(f"- {note}")
 
 
-def render_dag(plan: Plan, key: str) -> None:
-    """The partition DAG: BFS levels as ranks, devices as colours, critical path in red."""
-    highlight = st.toggle("Highlight the critical path", value=True, key=f"{key}_critical")
-    st.graphviz_chart(plan_to_dot(plan, highlight_critical=highlight), width="stretch")
-    st.caption("Boxes are partitions (memory used of the device's capacity, latency); edges carry "
-               "the bytes crossing and their transfer time. Orange dashed outline: device over capacity.")
-
-
-def render_drilldown(plan: Plan, graph: Graph, key: str) -> None:
-    """Pick a partition to see its nodes (drawn only on request, so large models stay quick)."""
-    ids = [p.id for p in sorted(plan.partitions, key=lambda p: p.id)]
-    sizes = {p.id: len(p.node_names) for p in plan.partitions}
-    pick = st.selectbox(
-        "Show the nodes inside a partition", [None, *ids], key=f"{key}_drill",
-        format_func=lambda i: "(none)" if i is None else f"P{i} ({sizes[i]} node{'s' if sizes[i] != 1 else ''})",
-    )
-    if pick is None:
-        return
-    if sizes[pick] > _NODE_LIMIT:
-        st.caption(f"P{pick} has {sizes[pick]} nodes; the first {_NODE_LIMIT} are drawn.")
-    st.graphviz_chart(partition_to_dot(plan, graph, pick, max_nodes=_NODE_LIMIT), width="stretch")
-
-
-def render_charts(plan: Plan) -> None:
+def render_charts(plan: Plan, overlay: str = "device", graph: Graph | None = None) -> None:
     left, right = st.columns(2)
     with left:
-        st.plotly_chart(figures.memory_figure(plan), key="chart_memory")
+        st.plotly_chart(figures.memory_figure(plan, overlay, graph), key="chart_memory")
     with right:
         st.plotly_chart(figures.device_memory_figure(plan), key="chart_device_memory")
     left, right = st.columns(2)
@@ -226,6 +199,6 @@ def render_cost_models(plan: Plan, graph: Graph) -> None:
     except PartitionError as exc:
         st.caption(f"Cannot score the plan under the {other} cost model: {exc}")
         return
-    with st.expander(f"Physical and torch's numbers for this plan", expanded=False):
+    with st.expander("Physical and torch's numbers for this plan", expanded=False):
         st.dataframe(tables.cost_model_table(plan, there), hide_index=True)
         st.caption("The Learn page explains the differences with a tiny example each.")

@@ -14,7 +14,7 @@ import pandas as pd
 from partitioner import Plan, format_bytes
 from partitioner.compare import ModeResult, best_mode, gaps
 from partitioner.units import format_seconds
-from partitioner.diff import match_partitions
+from partitioner.diff import PlanDiff, match_partitions
 from partitioner.render import over_capacity_devices, partition_capacity
 
 __all__ = [
@@ -25,6 +25,7 @@ __all__ = [
     "edge_table",
     "comparison_table",
     "moves_table",
+    "partition_delta_table",
     "match_partitions",
     "time_unit",
     "byte_unit",
@@ -228,3 +229,26 @@ def cost_model_table(plan: Plan, other: Plan) -> pd.DataFrame:
                      "peak memory, physical": format_bytes(a.memory_bytes),
                      "peak memory, torch": format_bytes(b.memory_bytes)})
     return pd.DataFrame(rows)
+
+
+def partition_delta_table(diff: PlanDiff) -> pd.DataFrame:
+    """The library's per-partition deltas (:func:`partitioner.diff.diff_plans`), a row per id
+    of either plan that is not unchanged: devices, nodes, memory, latency and bytes crossing, A
+    then B."""
+    def cell(value: object, fmt) -> str:
+        return "-" if value is None else fmt(value)
+
+    rows = []
+    for d in diff.partitions:
+        if d.status == "unchanged":
+            continue
+        rows.append({
+            "partition": f"P{d.id}", "status": d.status,
+            "devices": f"{cell(d.devices_a, list)} -> {cell(d.devices_b, list)}",
+            "nodes": f"{cell(d.nodes_a, str)} -> {cell(d.nodes_b, str)}",
+            "memory": f"{cell(d.memory_bytes_a, format_bytes)} -> {cell(d.memory_bytes_b, format_bytes)}",
+            "latency": f"{cell(d.latency_s_a, format_seconds)} -> {cell(d.latency_s_b, format_seconds)}",
+            "bytes crossing": f"{cell(d.bytes_crossing_a, format_bytes)} -> {cell(d.bytes_crossing_b, format_bytes)}",
+        })
+    return pd.DataFrame(rows, columns=["partition", "status", "devices", "nodes", "memory", "latency",
+                                       "bytes crossing"])

@@ -11,7 +11,7 @@ import re
 
 from .errors import DeviceSpecError
 
-__all__ = ["BYTE_UNITS", "parse_bytes", "format_bytes", "format_seconds", "format_rate", "parse_rate"]
+__all__ = ["BYTE_UNITS", "parse_bytes", "format_bytes", "format_seconds", "format_rate", "parse_rate", "format_flops"]
 
 BYTE_UNITS = {
     "": 1,
@@ -102,3 +102,11 @@ def format_rate(rate: float | None) -> str:
         if rate >= scale:
             return f"{rate / scale:.3g} {unit}"
     return f"{rate:.3g} B/s"
+
+
+def format_flops(n: int) -> str:
+    """``n`` floating-point operations in the largest unit that keeps a digit: ``'1.5 GFLOP'``."""
+    for unit, scale in (("TFLOP", 1e12), ("GFLOP", 1e9), ("MFLOP", 1e6), ("kFLOP", 1e3)):
+        if n >= scale:
+            return f"{n / scale:.3g} {unit}"
+    return f"{n} FLOP"

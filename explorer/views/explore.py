@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import streamlit as st
 
-from explorer import panels, state
+from explorer import graph_panels, panels, state
 
 
 def main() -> None:
@@ -23,12 +23,18 @@ def main() -> None:
                    + "; ".join(" = ".join(f"`{n}`" for n in names) for names in graph.tied_parameters))
     panels.render_notes(plan)
     panels.render_cost_models(plan, graph)
+    overlay, query = graph_panels.view_controls("explore", graph, plan)
+    view = st.segmented_control("Show", ["Partition DAG", "Model graph by module"], key="explore_view",
+                                default="Partition DAG") or "Partition DAG"
     left, right = st.columns([3, 2])
     with left:
-        panels.render_dag(plan, key="explore")
+        if view == "Partition DAG":
+            graph_panels.render_dag(plan, graph, key="explore", overlay=overlay, query=query)
+        else:
+            graph_panels.render_model_graph(plan, graph, key="explore", overlay=overlay, query=query)
     with right:
-        panels.render_drilldown(plan, graph, key="explore")
-    panels.render_charts(plan)
+        graph_panels.render_drilldown(plan, graph, key="explore", overlay=overlay, query=query)
+    panels.render_charts(plan, overlay, graph)
     panels.render_tables(plan)
     panels.render_real_run(plan, graph)
 

@@ -10,7 +10,7 @@ import hashlib
 import pandas as pd
 import streamlit as st
 
-from explorer import compute, panels, pipeline_figures, state
+from explorer import compute, graph_panels, panels, pipeline_figures, state
 from partitioner import Graph, RunError, format_bytes, pipeline
 from partitioner.pipeline.runner import check_runnable
 from partitioner.pipeline.schedules import SCHEDULES, stages_per_rank
@@ -153,7 +153,7 @@ def main() -> None:
     st.dataframe(_stages_table(pp, {d.logical_id: d.name for d in devices}, caps), hide_index=True)
     if result.stage_plan is not None:
         with st.expander("Stage DAG (the stages as a plan: one forward pass, no microbatches)"):
-            panels.render_dag(result.stage_plan, key="pipeline")
+            graph_panels.render_dag(result.stage_plan, graph, key="pipeline")
     st.download_button("Download the pipeline plan (JSON)", pp.to_json(), file_name="pipeline.json",
                        mime="application/json", key="pp_download")
     _real_run(pp, graph)

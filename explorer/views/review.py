@@ -11,7 +11,7 @@ import streamlit as st
 
 from partitioner import Device, Graph, Plan
 from partitioner.units import format_rate, format_seconds
-from explorer import compute, editing, panels, state, tables
+from explorer import compute, editing, graph_panels, panels, state, tables
 from explorer.config import PlanConfig
 
 EDIT = "edit"
@@ -170,7 +170,7 @@ def main() -> None:
     panels.render_cost_models(edited, graph)
     left, right = st.columns([3, 2])
     with left:
-        panels.render_dag(edited, key="review")
+        graph_panels.render_dag(edited, graph, key="review")
     with right:
         if base is not None:
             moves = tables.moves_table(base, edited)

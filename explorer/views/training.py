@@ -10,6 +10,7 @@ import json
 import pandas as pd
 import streamlit as st
 
+from explorer.viewer import show_graph
 from explorer import compute, panels, state, training_figures
 from partitioner import Graph, PartitionError, format_bytes, remat
 from partitioner.units import format_seconds
@@ -106,7 +107,7 @@ def main() -> None:
     st.caption("Blue: the backward reads the node's saved output; orange: the backward computes it "
                "again; grey: neither. Hover a node for its details.")
     dot = training_figures.remat_to_dot(graph, result)
-    st.graphviz_chart(dot, width="content")  # natural size: labels stay legible on long graphs
+    show_graph(dot, key="tm_graph", height=640)
     digest = hashlib.sha256(dot.encode()).hexdigest()[:8]
     st.download_button("Download the results (JSON)", data=json.dumps(
         [r.to_dict() for r in results], indent=2), file_name=f"remat-{digest}.json", mime="application/json",

@@ -7,7 +7,7 @@ Modes propose; :func:`partitioner.partition` applies (torch.fx's capability part
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import Any, Protocol, Sequence
 
 from ..costs import CostModel, best_index
 from ..devices import Device
@@ -16,7 +16,7 @@ from ..graph import Graph
 from ..options import PartitionOptions
 from ..units import format_bytes
 
-__all__ = ["Problem", "Assignment", "pick_best", "node_alone_bytes", "largest_node_check"]
+__all__ = ["Problem", "Recorder", "Assignment", "pick_best", "node_alone_bytes", "largest_node_check"]
 
 
 @dataclass
@@ -34,12 +34,21 @@ class Assignment:
     note: str = ""
 
 
+class Recorder(Protocol):
+    """Receives an algorithm's decisions as it makes them (:mod:`partitioner.steps` keeps them)."""
+
+    def __call__(self, kind: str, text: str, moves: Sequence[tuple[int, int]] = (),
+                 devices: Sequence[tuple[int, Sequence[int]]] = (), accepted: bool = True,
+                 latency_s: float | None = None) -> Any: ...
+
+
 @dataclass
 class Problem:
     graph: Graph
     devices: list[Device]
     cost: CostModel
     options: PartitionOptions = field(default_factory=PartitionOptions)
+    record: Recorder | None = None  # a decision trace is being kept (the Learn page's steps)
 
     @property
     def capacity(self) -> dict[int, int]:

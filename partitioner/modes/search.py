@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 from typing import Iterable, Iterator, Sequence
 
+from ..units import format_seconds
 from .base import Assignment, Problem
 
 __all__ = ["improve_by_moves", "merge_partitions", "default_budget"]
@@ -86,6 +87,7 @@ class _State:
         self.critical = set(self.last.critical_path)
         self.evals = 0
         self.tries = 0
+        self.record = problem.record
 
     def _shift(self, v: int, p: int, q: int) -> None:
         self._shift_devices(v, self.devices_of[p], self.devices_of[q])
@@ -186,12 +188,18 @@ def improve_by_moves(problem: Problem, a: Assignment, budget: int, swaps: bool =
             if step is None:
                 break
             lat, moves = step
+            if s.record is not None:
+                s.record("take", _describe(s, moves, lat, "the best of this KL step, taken even if slower"),
+                         moves, latency_s=lat)
             s.apply(moves)
             s.settle(lat, evaluation_is_current=False)
             locked.update(v for v, _ in moves)
             if lat < best_latency - _EPS:
                 best_latency, best_part = lat, list(s.part)
         rollback = [(v, p) for v, p in enumerate(best_part) if p >= 0 and s.part[v] != p]
+        if s.record is not None and rollback:
+            s.record("roll back", f"the KL pass rolls back {len(rollback)} move(s) to the best plan it saw "
+                     f"(latency {format_seconds(best_latency)})", rollback, latency_s=best_latency)
         s.apply(rollback)
         s.settle(best_latency, evaluation_is_current=not rollback and s.latency == best_latency)
         if not best_latency < start_latency - _EPS:
@@ -241,7 +249,11 @@ def _descend(s: _State, budget: int, swaps: bool) -> None:
             if not s.touches_critical(moves):
                 continue
             lat = _try(s, moves)
-            if lat is not None and lat < s.latency - _EPS:
+            taken = lat is not None and lat < s.latency - _EPS
+            if s.record is not None:
+                s.record("move", _describe(s, moves, lat, "shorter: taken" if taken else "not shorter"),
+                         moves, accepted=taken, latency_s=lat)
+            if taken and lat is not None:
                 s.apply(moves)
                 s.settle(lat, evaluation_is_current=True)
                 improved = True
@@ -266,7 +278,12 @@ def _move_partitions(s: _State, budget: int) -> bool:
             fits = s.memory.bytes[d] <= s.capacity[d]
             s.devices_of[p] = [d]
             lat = s.score() if fits else math.inf
-            if lat < s.latency - _EPS:
+            taken = lat < s.latency - _EPS
+            if s.record is not None:
+                s.record("device", f"P{p} to device {d}: " + (
+                    f"latency {format_seconds(lat)}, taken" if taken else "does not fit" if not fits else f"latency {format_seconds(lat)}, not shorter"),
+                    devices=[(p, [d])], accepted=taken, latency_s=lat if fits else None)
+            if taken:
                 s.settle(lat, evaluation_is_current=True)
                 improved = True
             else:
@@ -284,9 +301,19 @@ def _best_step(
         if s.evals >= budget:
             break
         lat = _try(s, moves)
+        if s.record is not None:
+            s.record("try", _describe(s, moves, lat, "a candidate of this KL step"), moves, accepted=False, latency_s=lat)
         if lat is not None and math.isfinite(lat) and (best is None or lat < best[0] - _EPS):
             best = (lat, moves)
     return best
+
+
+def _describe(s: _State, moves: Sequence[tuple[int, int]], lat: float | None, outcome: str) -> str:
+    """One line on a tried move or swap for a decision trace."""
+    names = s.cost.graph.nodes
+    what = " and ".join(f"{names[v].name} P{s.part[v]} -> P{q}" for v, q in moves)
+    result = "does not fit" if lat is None else f"latency {format_seconds(lat)}"
+    return f"{what}: {result}, {outcome}"
 
 
 def _try(s: _State, moves: tuple[tuple[int, int], ...]) -> float | None:
@@ -334,7 +361,13 @@ def merge_partitions(problem: Problem, a: Assignment, budget: int) -> Assignment
     latency stays the same or drops (the reference ``cost_aware`` accepts such merges too);
     repeats until a sweep merges nothing or the budget is spent. O(budget * (N + E)).
     """
-    s = _State(problem, _contract_chains(problem, a))
+    contracted = _contract_chains(problem, a)
+    if problem.record is not None:
+        shifts = [(v, q) for v, (p, q) in enumerate(zip(a.part, contracted.part)) if p != q]
+        problem.record("contract", f"{len({a.part[v] for v, _ in shifts})} partition(s) merged into their only "
+                       "parent on the same devices (never slower, no evaluation needed)", shifts,
+                       latency_s=problem.latency(contracted))
+    s = _State(problem, contracted)
     merged = True
     while merged and s.evals < budget:
         merged = False
@@ -351,6 +384,11 @@ def merge_partitions(problem: Problem, a: Assignment, budget: int) -> Assignment
                 for w in moved:
                     s.part[w] = q
                 lat = s.score()
+                if s.record is not None:
+                    ok = lat <= s.latency + _EPS
+                    s.record("merge", f"merge P{p} into P{q}: latency {format_seconds(lat)}, " + (
+                        "not longer: merged" if ok else "longer: kept apart"),
+                        [(w, q) for w in moved], accepted=ok, latency_s=lat)
                 if lat <= s.latency + _EPS:
                     s.members[q].update(moved)
                     s.members[p].clear()

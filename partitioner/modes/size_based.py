@@ -72,28 +72,43 @@ def torch_fill(problem: Problem) -> Assignment:
             f"with its inputs); {_BETTER}, or add a device or memory"
         )
 
+    record = problem.record
+    alone = "every device has a partition: it gets one of its own, given a device at the end"
+
+    def placed(q: int, v: int, why: str) -> None:
+        if record is not None:
+            record("place", f"{nodes[v].name} -> P{q}: {why}", [(v, q)],
+                   [(q, devices_of[q])] if devices_of[q] else [])
+
     left: dict[int, int] = {}  # torch's partition_to_left_mem_bytes
     p = open_partition()
     for v in graph.op_indices:
         if len(members) > len(devices):  # every device has a partition: one partition per node
-            add(open_partition(), v)
+            add(q := open_partition(), v)
+            placed(q, v, alone)
             continue
         need = extra(v, held[p])
+        why = f"it needs {format_bytes(need)} and P{p} has {format_bytes(left.get(p, 0))} left"
         if used[p] == 0:
             d = device_for(v)
             left[p] = capacity[d]
             devices_of[p].append(d)
+            why = f"P{p} opens on the first free device that holds it ({format_bytes(need)})"
         elif left[p] < need:
             if len(members) == len(devices):
-                add(open_partition(), v)
+                add(q := open_partition(), v)
+                placed(q, v, f"P{p} is full ({format_bytes(left[p])} left); " + alone)
                 continue
             d = device_for(v)
+            full = f"P{p} is full ({format_bytes(left[p])} left, it needs {format_bytes(need)}); "
             p = open_partition()
             need = extra(v, held[p])
             left[p] = capacity[d]
             devices_of[p].append(d)
+            why = full + f"P{p} opens on the next free device"
         add(p, v)
         left[p] -= need
+        placed(p, v, why)
     if not _map(problem, held, used, devices_of):
         name = nodes[max(held[next(q for q, devs in enumerate(devices_of) if not devs)])].name
         raise InfeasibleError(
@@ -143,6 +158,10 @@ def _map(problem: Problem, held: list[set[int]], used: list[int], devices_of: li
         for d in order:
             need = used[q] if not on[d] else _adds(cost, held[q], on[d])
             if need < left[d]:
+                if problem.record is not None:
+                    name = next(x.name for x in problem.devices if x.logical_id == d)
+                    problem.record("map", f"P{q} -> {name}: the device with the least memory left ({format_bytes(left[d])}) "
+                                   f"that holds what it adds ({format_bytes(need)})", [], [(q, [d])])
                 devs.append(d)
                 on[d] |= held[q]
                 left[d] -= need

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import math
 
-from ..errors import InfeasibleError
 from .base import Assignment, Problem
 from .size_based import map_onto_devices
 

@@ -1,0 +1,153 @@
+"""The graph views of a page: the partition DAG, a partition's nodes, the model collapsed by
+module, two plans side by side, and an algorithm's steps, all in the pan-and-zoom viewer.
+
+Widgets hold the choices (overlay, search, expanded modules, the drill-down), keyed per page,
+so each page keeps its own view; the DOT comes from the library's builders.
+"""
+
+from __future__ import annotations
+
+import streamlit as st
+
+from partitioner import Graph, Plan
+from partitioner.collapse import collapse, collapsed_to_dot, search
+from partitioner.costs import node_latencies
+from partitioner.diff import diff_plans
+from partitioner.dot import device_colours
+from partitioner.nodeview import partition_to_dot, step_to_dot
+from partitioner.overlay import OVERLAYS, partition_values
+from partitioner.render import plan_to_dot
+from partitioner.steps import DecisionTrace
+from partitioner.units import format_seconds
+
+from . import tables
+from .viewer import show_graph
+
+__all__ = ["view_controls", "render_dag", "render_drilldown", "render_model_graph", "render_side_by_side",
+           "render_step", "node_seconds", "NODE_LIMIT"]
+
+NODE_LIMIT = 600  # nodes drawn in one partition's drill-down
+_PARTITION_ID = r"^p\d+$"
+_MODULE_ID = r"^m:"
+
+
+def node_seconds(plan: Plan, graph: Graph) -> list[float]:
+    """Each node's latency under the plan's devices and options (the cost model's max(memory, compute))."""
+    return [max(m, c) for m, c in node_latencies(graph, list(plan.devices), plan.options.node_latency_dict)]
+
+
+def view_controls(key: str, graph: Graph, plan: Plan | None = None) -> tuple[str, str]:
+    """Colour-by and search widgets; returns (overlay, query). A query matching nothing says so."""
+    cols = st.columns([2, 3])
+    overlay = cols[0].selectbox("Colour by", OVERLAYS, key=f"{key}_overlay",
+                                help="The same scale colours the charts below.")
+    query = cols[1].text_input("Search a node or module", key=f"{key}_search",
+                               placeholder="e.g. blocks.3.mlp or c_fc").strip()
+    if query:
+        hit = search(graph, query, plan)
+        if not hit.nodes:
+            st.warning(f"No node or module name contains `{query}`; try part of a name, e.g. "
+                       f"`{graph.nodes[graph.op_indices[len(graph.op_indices) // 2]].module_path or graph.op_names[0]}`.")
+        else:
+            where = ", ".join(f"P{p}" for p in hit.partitions) or "no partition"
+            st.caption(f"`{query}` matches {len(hit.nodes)} node{'s' if len(hit.nodes) != 1 else ''} in {where} "
+                       "(outlined in blue).")
+    return overlay, query
+
+
+def render_dag(plan: Plan, graph: Graph | None, key: str, overlay: str = "device", query: str = "") -> None:
+    """The partition DAG: BFS levels as ranks, devices as colours, critical path in red; a
+    click on a partition opens it in the drill-down."""
+    highlight = st.toggle("Highlight the critical path", value=True, key=f"{key}_critical")
+    hits = search(graph, query, plan).partitions if query and graph is not None else ()
+
+    def open_partition(node_id: str) -> None:
+        st.session_state[f"{key}_drill"] = int(node_id[1:])
+
+    show_graph(plan_to_dot(plan, graph, highlight_critical=highlight, overlay=overlay, highlight=hits),
+               key=f"{key}_dag", clickable=_PARTITION_ID, on_click=open_partition,
+               focus=f"p{hits[0]}" if hits else None)
+    st.caption("Boxes are partitions (memory used of the device's capacity, latency); edges carry "
+               "the bytes crossing and their transfer time. Orange dashed outline: device over capacity.")
+
+
+def render_drilldown(plan: Plan, graph: Graph, key: str, overlay: str = "device", query: str = "") -> None:
+    """Pick a partition (or click one in the DAG) to see its nodes."""
+    ids = [p.id for p in sorted(plan.partitions, key=lambda p: p.id)]
+    sizes = {p.id: len(p.node_names) for p in plan.partitions}
+    if st.session_state.get(f"{key}_drill") not in (None, *ids):
+        st.session_state[f"{key}_drill"] = None  # a partition of an earlier plan
+    pick = st.selectbox(
+        "Show the nodes inside a partition", [None, *ids], key=f"{key}_drill",
+        format_func=lambda i: "(none)" if i is None else f"P{i} ({sizes[i]} node{'s' if sizes[i] != 1 else ''})",
+    )
+    if pick is None:
+        return
+    if sizes[pick] > NODE_LIMIT:
+        st.caption(f"P{pick} has {sizes[pick]} nodes; the first {NODE_LIMIT} are drawn.")
+    hits = search(graph, query, plan).nodes if query else ()
+    names = {graph.nodes[v].name for v in hits}
+    inside = [v for v in hits if graph.nodes[v].name in set(next(p for p in plan.partitions if p.id == pick).node_names)]
+    show_graph(partition_to_dot(plan, graph, pick, max_nodes=NODE_LIMIT, overlay=overlay,
+                                node_s=node_seconds(plan, graph), highlight=names),
+               key=f"{key}_nodes", focus=f"n{inside[0]}" if inside else None)
+
+
+def render_model_graph(plan: Plan, graph: Graph, key: str, overlay: str = "device", query: str = "") -> None:
+    """The whole model, collapsed by module (a box per repeated block with its sums and a bar of
+    its devices); a click on a box expands it, the list below collapses it again."""
+    state_key = f"{key}_expanded"
+    expanded = list(st.session_state.get(state_key, []))
+
+    def toggle(node_id: str) -> None:
+        module = node_id[2:]
+        now = list(st.session_state.get(state_key, []))
+        if module in now:
+            now = [m for m in now if m != module and not m.startswith(module + ".")]
+        else:
+            now.append(module)
+        st.session_state[state_key] = now
+
+    cg = collapse(graph, plan, node_seconds(plan, graph), expanded=expanded)
+    hits = set(search(graph, query, plan).nodes) if query else set()
+    boxes = sorted({cg.box_of[v] for v in hits if cg.box_of[v] >= 0})
+    title = f"{plan.model or 'model'}: {len(graph.op_indices)} nodes in {len(cg.groups)} boxes"
+    show_graph(collapsed_to_dot(cg, plan, overlay=overlay, highlight=boxes, title=title), key=f"{key}_model",
+               clickable=_MODULE_ID, on_click=toggle, focus=f"m:{cg.groups[boxes[0]].key}" if boxes else None,
+               hint="scroll to zoom, drag to pan, hover for sums, click a double-bordered box to expand it")
+    prefixes = sorted({g.key for g in cg.groups if g.expandable} | set(expanded))
+    st.multiselect("Expanded modules (a box per submodule)", prefixes, key=state_key,
+                   help="Click a double-bordered box to expand it; remove it here to collapse it again.")
+
+
+def render_side_by_side(a: Plan, b: Plan, label_a: str, label_b: str, key: str, graph: Graph | None = None) -> None:
+    """Two plans as two DAGs with one colour scheme (the devices' colours, and one overlay
+    scale over both), then the library's diff: moved nodes and per-partition deltas."""
+    overlay = st.selectbox("Colour both by", OVERLAYS, key=f"{key}_overlay")
+    scale = None
+    if overlay != "device":
+        values = [*partition_values(a, overlay, graph).values(), *partition_values(b, overlay, graph).values()]
+        scale = (min(values), max(values)) if values else None
+    if device_colours(a.devices) != device_colours(b.devices):
+        st.caption("The plans list different devices: a colour may name a different device on each side.")
+    left, right = st.columns(2)
+    for col, plan, label, side in ((left, a, label_a, "a"), (right, b, label_b, "b")):
+        with col:
+            st.markdown(f"**{label}**")
+            show_graph(plan_to_dot(plan, graph, overlay=overlay, scale=scale, title=label), key=f"{key}_{side}", height=480)
+    diff = diff_plans(a, b)
+    moves = tables.moves_table(a, b)
+    deltas = tables.partition_delta_table(diff)
+    st.markdown(f"**{len(moves)} node{'s' if len(moves) != 1 else ''} moved**, "
+                f"{len(deltas)} partition{'s' if len(deltas) != 1 else ''} changed; latency "
+                f"{format_seconds(diff.latency_s_a)} -> {format_seconds(diff.latency_s_b)}")
+    if len(moves):
+        st.dataframe(moves, hide_index=True)
+    if len(deltas):
+        st.dataframe(deltas, hide_index=True)
+
+
+def render_step(trace: DecisionTrace, index: int, plan: Plan, key: str) -> None:
+    """One decision of ``trace`` drawn on the model (``plan``: whose devices give the colours)."""
+    show_graph(step_to_dot(trace, index, plan.devices), key=key, height=520,
+               hint="scroll to zoom, drag to pan; outlined: this step's nodes (blue taken, red dashed tried)")

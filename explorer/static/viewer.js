@@ -1,0 +1,186 @@
+// Pan-and-zoom viewer for a Graphviz SVG laid out on the server (explorer/viewer.py).
+//
+// Zoom changes the SVG's viewBox, so text is drawn again at every scale and stays sharp.
+// Wheel: zoom about the pointer; drag: pan; the buttons: zoom in, out, fit. Hovering a node or
+// edge shows its Graphviz tooltip in a box; clicking a node whose id matches data.clickable
+// sends that id to Python (the "clicked" trigger). The view box is kept per viewer on
+// window.__peViews and restored when the same layout comes back on a rerun; data.focus zooms
+// onto one node (a search hit). No network access, no dependency.
+
+const XLINK = "http://www.w3.org/1999/xlink";
+
+function views() {
+  if (!window.__peViews) window.__peViews = new Map();
+  return window.__peViews;
+}
+
+function parseBox(svg) {
+  const vb = (svg.getAttribute("viewBox") || "").trim().split(/[\s,]+/).map(Number);
+  if (vb.length === 4 && vb.every(Number.isFinite) && vb[2] > 0 && vb[3] > 0) return vb;
+  const w = parseFloat(svg.getAttribute("width")) || 100;
+  const h = parseFloat(svg.getAttribute("height")) || 100;
+  return [0, 0, w, h];
+}
+
+export default function (component) {
+  const { data, parentElement, setTriggerValue } = component;
+  if (!data || !data.svg) return;
+  const root = document.createElement("div");
+  root.className = "pe-viewer";
+  root.innerHTML =
+    '<div class="pe-toolbar">' +
+    '<button type="button" data-act="in" title="Zoom in">+</button>' +
+    '<button type="button" data-act="out" title="Zoom out">&minus;</button>' +
+    '<button type="button" data-act="fit" title="Fit the whole graph">Fit</button>' +
+    '<span class="pe-hint"></span></div>' +
+    '<div class="pe-stage"></div><div class="pe-tip" role="tooltip"></div>';
+  // Replace an earlier render's viewer, keeping the <style> Streamlit put beside it.
+  parentElement.querySelectorAll(":scope > .pe-viewer").forEach((old) => old.remove());
+  parentElement.appendChild(root);
+  const stage = root.querySelector(".pe-stage");
+  const tip = root.querySelector(".pe-tip");
+  root.querySelector(".pe-hint").textContent = data.hint || "scroll to zoom, drag to pan";
+  stage.innerHTML = data.svg;
+  const svg = stage.querySelector("svg");
+  if (!svg) return;
+  const full = parseBox(svg);
+  svg.removeAttribute("width");
+  svg.removeAttribute("height");
+  svg.setAttribute("preserveAspectRatio", "xMidYMid meet");
+  svg.style.width = "100%";
+  svg.style.height = "100%";
+  svg.style.display = "block";
+
+  // Height: the natural height at this width, between a floor and data.height.
+  const width = root.clientWidth || 800;
+  const natural = (full[3] * width) / full[2];
+  const maxHeight = data.height || 560;
+  stage.style.height = Math.round(Math.max(160, Math.min(maxHeight, natural))) + "px";
+
+  // Tooltips: Graphviz writes them as xlink:title on an <a>; keep them as data and drop the
+  // <title> elements so the browser's own tooltip does not show over ours.
+  svg.querySelectorAll("title").forEach((t) => t.remove());
+  svg.querySelectorAll("a").forEach((a) => {
+    const text = a.getAttributeNS(XLINK, "title") || a.getAttribute("xlink:title");
+    const owner = a.closest("g.node, g.edge, g.cluster");
+    if (text && owner) owner.setAttribute("data-tip", text);
+    a.removeAttributeNS(XLINK, "title");
+    a.removeAttribute("xlink:title");
+  });
+
+  const id = data.view || "viewer";
+  const layout = full.join(" ") + "|" + svg.querySelectorAll("g.node").length;
+  const saved = views().get(id);
+  // First view: the whole graph when it fits at one SVG unit a pixel or larger; otherwise that
+  // scale from the top, so a tall graph opens readable (Fit shows it whole).
+  const stageW = stage.clientWidth || width;
+  const stageH = stage.clientHeight || maxHeight;
+  const opening = full[2] <= stageW && full[3] <= stageH ? full.slice()
+    : [full[0] + Math.max(0, (full[2] - stageW) / 2), full[1], Math.min(full[2], stageW) , stageH * Math.min(full[2], stageW) / stageW];
+  let box = saved && saved.layout === layout ? saved.box.slice() : opening;
+  const apply = () => {
+    svg.setAttribute("viewBox", box.map((x) => x.toFixed(2)).join(" "));
+    views().set(id, { layout, box: box.slice(), focus: data.focus || null });
+  };
+  const zoomAt = (factor, cx, cy) => {
+    const w = Math.min(full[2] * 4, Math.max(full[2] / 400, box[2] * factor));
+    const f = w / box[2];
+    box = [cx - (cx - box[0]) * f, cy - (cy - box[1]) * f, box[2] * f, box[3] * f];
+    apply();
+  };
+  const toSvg = (clientX, clientY) => {
+    const m = svg.getScreenCTM();
+    if (!m) return { x: box[0] + box[2] / 2, y: box[1] + box[3] / 2 };
+    const p = new DOMPoint(clientX, clientY).matrixTransform(m.inverse());
+    return { x: p.x, y: p.y };
+  };
+  const centre = () => ({ x: box[0] + box[2] / 2, y: box[1] + box[3] / 2 });
+
+  // A new search hit: zoom onto it (the node's box a third of the view), once per hit.
+  if (data.focus && (!saved || saved.focus !== data.focus)) {
+    const target = svg.getElementById ? svg.getElementById(data.focus) : null;
+    if (target && target.getBBox) {
+      const b = target.getBBox();
+      const m = target.getCTM && svg.getCTM ? svg.getCTM().inverse().multiply(target.getCTM()) : null;
+      const p = m ? new DOMPoint(b.x + b.width / 2, b.y + b.height / 2).matrixTransform(m)
+                  : { x: b.x + b.width / 2, y: b.y + b.height / 2 };
+      const w = Math.min(full[2], Math.max(b.width * 3, full[2] / 50, 300));
+      const h = (w * full[3]) / full[2];
+      box = [p.x - w / 2, p.y - h / 2, w, h];
+    }
+  }
+  apply();
+
+  const onWheel = (e) => {
+    e.preventDefault();
+    const p = toSvg(e.clientX, e.clientY);
+    zoomAt(Math.exp(Math.max(-200, Math.min(200, e.deltaY)) * 0.002), p.x, p.y);
+  };
+  let drag = null;
+  const onDown = (e) => {
+    if (e.button !== 0) return;
+    const node = e.target.closest ? e.target.closest("g.node") : null;  // before capture retargets
+    drag = { x: e.clientX, y: e.clientY, box: box.slice(), moved: false, node };
+    stage.setPointerCapture && stage.setPointerCapture(e.pointerId);
+  };
+  const onMove = (e) => {
+    if (drag) {
+      const dx = e.clientX - drag.x;
+      const dy = e.clientY - drag.y;
+      if (Math.abs(dx) + Math.abs(dy) > 3) drag.moved = true;
+      if (drag.moved) {
+        const r = stage.getBoundingClientRect();
+        const scale = Math.min(r.width / drag.box[2], r.height / drag.box[3]) || 1;
+        box = [drag.box[0] - dx / scale, drag.box[1] - dy / scale, drag.box[2], drag.box[3]];
+        apply();
+        tip.style.display = "none";
+        return;
+      }
+    }
+    const owner = e.target.closest && e.target.closest("[data-tip]");
+    if (!owner) {
+      tip.style.display = "none";
+      return;
+    }
+    tip.textContent = owner.getAttribute("data-tip");
+    tip.style.display = "block";
+    const r = root.getBoundingClientRect();
+    let left = e.clientX - r.left + 14;
+    if (left + tip.offsetWidth > r.width) left = Math.max(0, e.clientX - r.left - tip.offsetWidth - 14);
+    tip.style.left = left + "px";
+    tip.style.top = e.clientY - r.top + 14 + "px";
+  };
+  const onUp = (e) => {
+    const was = drag;
+    drag = null;
+    if (!was || was.moved || !data.clickable) return;
+    const node = was.node;
+    if (node && new RegExp(data.clickable).test(node.id)) setTriggerValue("clicked", node.id);
+  };
+  const onLeave = () => {
+    tip.style.display = "none";
+  };
+  const onButton = (e) => {
+    const act = e.target.getAttribute && e.target.getAttribute("data-act");
+    const c = centre();
+    if (act === "in") zoomAt(1 / 1.4, c.x, c.y);
+    else if (act === "out") zoomAt(1.4, c.x, c.y);
+    else if (act === "fit") {
+      box = full.slice();
+      apply();
+    }
+  };
+  stage.addEventListener("wheel", onWheel, { passive: false });
+  stage.addEventListener("pointerdown", onDown);
+  stage.addEventListener("pointermove", onMove);
+  stage.addEventListener("pointerup", onUp);
+  stage.addEventListener("pointerleave", onLeave);
+  root.querySelector(".pe-toolbar").addEventListener("click", onButton);
+  return () => {
+    stage.removeEventListener("wheel", onWheel);
+    stage.removeEventListener("pointerdown", onDown);
+    stage.removeEventListener("pointermove", onMove);
+    stage.removeEventListener("pointerup", onUp);
+    stage.removeEventListener("pointerleave", onLeave);
+  };
+}
