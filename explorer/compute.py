@@ -19,7 +19,7 @@ import streamlit as st
 
 import partitioner
 import sample_models
-from partitioner import Graph, Plan, pipeline
+from partitioner import Graph, Plan, pipeline, steps
 from partitioner.api import partition_with
 from partitioner.compare import ModeResult
 from sample_models.loader import LoaderError
@@ -171,3 +171,17 @@ def pipeline_plan(config: PlanConfig, ranks: int, stages: int, microbatches: int
     """The pipeline split of the config's model on its first ``ranks`` devices; errors as text."""
     return _pipeline_plan(config, trace(config.model).fingerprint(), ranks, stages, microbatches, schedule,
                           training)
+
+
+@st.cache_resource(show_spinner=False, max_entries=8)
+def _decision_trace(config: PlanConfig, fingerprint: str, algorithm: str) -> "steps.DecisionTrace | str":
+    try:
+        return steps.record(trace(config.model), config.device_list(), algorithm, options=config.options)
+    except Exception as exc:  # shown in words on the Learn page
+        return explain_error(exc)
+
+
+def decision_trace(config: PlanConfig, algorithm: str) -> "steps.DecisionTrace | str":
+    """``algorithm``'s decisions on the config's model and devices (:func:`partitioner.steps.record`),
+    kept per model, devices and algorithm; the error text where it finds no plan."""
+    return _decision_trace(config, trace(config.model).fingerprint(), algorithm)

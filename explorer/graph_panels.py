@@ -149,5 +149,8 @@ def render_side_by_side(a: Plan, b: Plan, label_a: str, label_b: str, key: str, 
 
 def render_step(trace: DecisionTrace, index: int, plan: Plan, key: str) -> None:
     """One decision of ``trace`` drawn on the model (``plan``: whose devices give the colours)."""
+    decision = trace.decisions[index]
+    first = decision.moves[0][0] if decision.moves else None
     show_graph(step_to_dot(trace, index, plan.devices), key=key, height=520,
+               focus=None if first is None else f"n{first}",
                hint="scroll to zoom, drag to pan; outlined: this step's nodes (blue taken, red dashed tried)")

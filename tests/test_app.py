@@ -37,7 +37,7 @@ def errors(at: AppTest) -> list[str]:
 
 
 def charts(at: AppTest) -> tuple[int, int]:
-    return len(at.get("graphviz_chart")), len(at.get("plotly_chart"))
+    return len(at.get("bidi_component")), len(at.get("plotly_chart"))  # graph viewers, charts
 
 
 def test_opens_on_a_model_that_needs_several_devices_and_shows_a_plan():

@@ -35,7 +35,9 @@ export default function (component) {
     '<span class="pe-hint"></span></div>' +
     '<div class="pe-stage"></div><div class="pe-tip" role="tooltip"></div>';
   // Replace an earlier render's viewer, keeping the <style> Streamlit put beside it.
-  parentElement.querySelectorAll(":scope > .pe-viewer").forEach((old) => old.remove());
+  Array.from(parentElement.children).forEach((old) => {
+    if (old.classList && old.classList.contains("pe-viewer")) old.remove();
+  });
   parentElement.appendChild(root);
   const stage = root.querySelector(".pe-stage");
   const tip = root.querySelector(".pe-tip");
@@ -71,12 +73,14 @@ export default function (component) {
   const id = data.view || "viewer";
   const layout = full.join(" ") + "|" + svg.querySelectorAll("g.node").length;
   const saved = views().get(id);
-  // First view: the whole graph when it fits at one SVG unit a pixel or larger; otherwise that
-  // scale from the top, so a tall graph opens readable (Fit shows it whole).
+  // First view: the whole graph when it fits at half an SVG unit a pixel or more; otherwise the
+  // top of it at the width's fit (at least that half scale), so a tall graph opens readable.
   const stageW = stage.clientWidth || width;
   const stageH = stage.clientHeight || maxHeight;
-  const opening = full[2] <= stageW && full[3] <= stageH ? full.slice()
-    : [full[0] + Math.max(0, (full[2] - stageW) / 2), full[1], Math.min(full[2], stageW) , stageH * Math.min(full[2], stageW) / stageW];
+  const s = Math.max(0.5, Math.min(1.5, stageW / full[2]));
+  const fits = Math.min(stageW / full[2], stageH / full[3]) >= 0.5;
+  const opening = fits ? full.slice()
+    : [full[0] + Math.max(0, (full[2] - stageW / s) / 2), full[1], stageW / s, stageH / s];
   let box = saved && saved.layout === layout ? saved.box.slice() : opening;
   const apply = () => {
     svg.setAttribute("viewBox", box.map((x) => x.toFixed(2)).join(" "));
@@ -96,16 +100,16 @@ export default function (component) {
   };
   const centre = () => ({ x: box[0] + box[2] / 2, y: box[1] + box[3] / 2 });
 
-  // A new search hit: zoom onto it (the node's box a third of the view), once per hit.
+  // A new search hit (or a step's node): centre it at about one SVG unit a pixel, once per hit.
+  apply();
   if (data.focus && (!saved || saved.focus !== data.focus)) {
-    const target = svg.getElementById ? svg.getElementById(data.focus) : null;
-    if (target && target.getBBox) {
-      const b = target.getBBox();
-      const m = target.getCTM && svg.getCTM ? svg.getCTM().inverse().multiply(target.getCTM()) : null;
-      const p = m ? new DOMPoint(b.x + b.width / 2, b.y + b.height / 2).matrixTransform(m)
-                  : { x: b.x + b.width / 2, y: b.y + b.height / 2 };
-      const w = Math.min(full[2], Math.max(b.width * 3, full[2] / 50, 300));
-      const h = (w * full[3]) / full[2];
+    const target = stage.querySelector(`[id="${CSS.escape(data.focus)}"]`);
+    const m = svg.getScreenCTM();
+    if (target && m) {
+      const r = target.getBoundingClientRect();
+      const p = new DOMPoint(r.x + r.width / 2, r.y + r.height / 2).matrixTransform(m.inverse());
+      const w = Math.min(full[2] * 1.2, Math.max((r.width / m.a) * 4, stageW));
+      const h = (w * stageH) / stageW;
       box = [p.x - w / 2, p.y - h / 2, w, h];
     }
   }
@@ -177,6 +181,7 @@ export default function (component) {
   stage.addEventListener("pointerleave", onLeave);
   root.querySelector(".pe-toolbar").addEventListener("click", onButton);
   return () => {
+    root.remove();
     stage.removeEventListener("wheel", onWheel);
     stage.removeEventListener("pointerdown", onDown);
     stage.removeEventListener("pointermove", onMove);

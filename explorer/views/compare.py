@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import streamlit as st
 
-from explorer import compute, panels, sidebar, state
+from explorer import compute, graph_panels, panels, sidebar, state
+from partitioner import Graph, PartitionError, Plan
+from partitioner.compare import ModeResult
 
 
 def main() -> None:
     config = state.current_config()
-    if config is None or state.load_graph(config) is None:
+    graph = None if config is None else state.load_graph(config)
+    if config is None or graph is None:
         return
     st.markdown(f"#### Every mode on {config.model.label}, {len(config.devices)} devices")
     modes = sidebar.PLAN_MODES
@@ -30,6 +33,29 @@ def main() -> None:
         cols = st.columns(len(good))
         for col, mode in zip(cols, good):
             col.button(f"Open {mode} on Explore", key=f"compare_open_{mode}", on_click=state.open_page, args=("views/explore.py", mode))
+    _side_by_side(results, graph)
+
+
+def _side_by_side(results: list[ModeResult], graph: Graph) -> None:
+    """Two plans (two modes' results, or plan files) as two DAGs and the diff between them."""
+    st.markdown("#### Side by side")
+    plans = {f"{r.mode} plan": r.plan for r in results if r.ok and r.plan is not None}
+    with st.expander("Add plan files to compare (JSON from the command line or a download)"):
+        for upload in st.file_uploader("Plan files", type=["json"], accept_multiple_files=True,
+                                       key="compare_uploads") or []:
+            try:
+                plans[f"file {upload.name}"] = Plan.from_json(upload.getvalue())
+            except PartitionError as exc:
+                st.error(f"{upload.name} is not a plan: {exc}. Download a plan from Explore or write one "
+                         "with `partition-explorer partition ... --out plan.json`.")
+    names = list(plans)
+    if len(names) < 2:
+        st.info("Side by side needs two plans: at least two modes must find one, or add plan files.")
+        return
+    cols = st.columns(2)
+    left = cols[0].selectbox("Left", names, index=0, key="compare_left")
+    right = cols[1].selectbox("Right", names, index=min(1, len(names) - 1), key="compare_right")
+    graph_panels.render_side_by_side(plans[left], plans[right], left, right, key="compare_sbs", graph=graph)
 
 
 main()

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import streamlit as st
 
-from explorer import compute, state, teaching
+from explorer import compute, graph_panels, state, teaching
+from partitioner import steps
+from partitioner.units import format_seconds
 
 
 def main() -> None:
@@ -29,6 +31,8 @@ def main() -> None:
         st.markdown(f"#### Your current plan ({plan.model}, `{plan.mode}`)")
         for note in teaching.explain_plan(plan):
             st.markdown(f"- {note}")
+    if config is not None and plan is not None:
+        _step_through(config, plan)
     st.markdown("#### The modes")
     for mode, text in teaching.MODE_TEXT.items():
         current = plan is not None and plan.mode == mode
@@ -45,6 +49,49 @@ def main() -> None:
         "- Tick *saturate host* with more devices than the plan needs: partitions become striped (replicated).\n"
         "- On Review & edit, move a node to another partition and read the violations."
     )
+
+
+_MAX_STEP_NODES = 400  # the node graph is drawn at every step
+
+
+def _step_through(config, plan) -> None:
+    """One algorithm on the current model, a decision at a time: the graph coloured by where
+    each node is after it, and the latency so far. The trace is computed once per model."""
+    graph = compute.trace(config.model)
+    st.markdown(f"#### Step through an algorithm on {plan.model}")
+    if len(graph.op_indices) > _MAX_STEP_NODES:
+        st.info(f"{plan.model} has {len(graph.op_indices)} operations; the steps are drawn for models of up to "
+                f"{_MAX_STEP_NODES}. Pick a smaller model (transformer, mlp) in the sidebar to step through.")
+        return
+    algorithm = st.selectbox("Algorithm", list(steps.ALGORITHMS), format_func=steps.ALGORITHMS.get, key="learn_algorithm")
+    trace = compute.decision_trace(config, algorithm)
+    if isinstance(trace, str):
+        st.warning(f"{steps.ALGORITHMS[algorithm]} finds no plan here: {trace}")
+        return
+    count = len(trace.decisions)
+    if count == 0:
+        st.info("The algorithm made no decision on this model (nothing to move or merge).")
+        return
+    if st.session_state.get("learn_step", 1) > count:
+        st.session_state["learn_step"] = count
+
+    def shift(by: int) -> None:
+        st.session_state["learn_step"] = min(count, max(1, st.session_state.get("learn_step", 1) + by))
+
+    cols = st.columns([1, 1, 6])
+    cols[0].button("Previous", key="learn_prev", on_click=shift, args=(-1,), width="stretch")
+    cols[1].button("Next", key="learn_next", on_click=shift, args=(1,), width="stretch")
+    index = cols[2].slider("Decision", 1, count, key="learn_step") - 1 if count > 1 else 0
+    decision, frame = trace.decisions[index], trace.frames[index]
+    taken = sum(d.accepted for d in trace.decisions[: index + 1])
+    metrics = st.columns(3)
+    metrics[0].metric("Decision", f"{index + 1} of {count}", f"{taken} taken so far", delta_color="off")
+    metrics[1].metric("Latency after it", "plan not complete" if frame.latency_s is None else format_seconds(frame.latency_s))
+    metrics[2].metric("Partitions", len({p for p in frame.part if p >= 0}))
+    (st.success if decision.accepted else st.warning)(f"**{decision.kind}** ({'taken' if decision.accepted else 'tried, not taken'}): {decision.text}")
+    graph_panels.render_step(trace, index, plan, key="learn_steps")
+    if trace.truncated:
+        st.caption("The trace stopped recording after 20,000 decisions; the algorithm itself ran to its end.")
 
 
 main()

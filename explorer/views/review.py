@@ -180,6 +180,9 @@ def main() -> None:
         panels.render_downloads(edited, key="dl_edited", stem=f"{edited.model}_edited")
         _reset_button()
     panels.render_charts(edited)
+    if base is not None and st.toggle("Side by side with the plan before the edit", key="review_sbs_on"):
+        graph_panels.render_side_by_side(base, edited, f"before: {edit['source']}", "after the edit",
+                                         key="review_sbs", graph=graph)
 
 
 def _reset() -> None:
