@@ -80,7 +80,7 @@ def test_app_renders_dag_and_charts_and_re_plans_on_a_mode_change():
             try:
                 page = browser.new_page(viewport={"width": 1600, "height": 2000})
                 page.goto(f"http://127.0.0.1:{port}/")
-                dag = page.get_by_test_id("stGraphVizChart").locator("svg").first
+                dag = page.locator(".pe-stage svg").first
                 expect(dag).to_be_visible(timeout=RENDER_TIMEOUT_MS)
                 expect(dag).to_contain_text("size_based", timeout=RENDER_TIMEOUT_MS)
                 expect(page.locator(".js-plotly-plot").first).to_be_visible(timeout=RENDER_TIMEOUT_MS)
@@ -96,15 +96,51 @@ def test_app_renders_dag_and_charts_and_re_plans_on_a_mode_change():
                 page.goto(f"http://127.0.0.1:{port}/compare")
                 expect(page.get_by_text("Every mode on transformer")).to_be_visible(timeout=RENDER_TIMEOUT_MS)
                 expect(page.locator(".js-plotly-plot").first).to_be_visible(timeout=RENDER_TIMEOUT_MS)
+                expect(page.locator(".pe-stage svg")).to_have_count(2, timeout=RENDER_TIMEOUT_MS)  # side by side
                 page.screenshot(path=str(ARTIFACTS / "browser_compare.png"), full_page=True)
+                page.get_by_text("Side by side").scroll_into_view_if_needed()
+                page.screenshot(path=str(ARTIFACTS / "browser_side_by_side.png"))
+                # Learn: a step of the size-based fill, the graph coloured after it.
+                page.goto(f"http://127.0.0.1:{port}/learn")
+                steps = page.locator(".pe-stage svg").first
+                expect(steps).to_contain_text("not placed", timeout=RENDER_TIMEOUT_MS)
+                page.get_by_role("button", name="Next").click()
+                expect(page.get_by_text("2 of ")).to_be_visible(timeout=RENDER_TIMEOUT_MS)
+                page.get_by_role("button", name="Next").click()
+                expect(page.get_by_text("3 of ")).to_be_visible(timeout=RENDER_TIMEOUT_MS)
+                page.get_by_text("Step through an algorithm").scroll_into_view_if_needed()
+                page.screenshot(path=str(ARTIFACTS / "browser_learn_step.png"))
+                # gpt2_small: zoom into the DAG, hover a partition for its tooltip, then the model
+                # collapsed by module.
+                page.goto(f"http://127.0.0.1:{port}/?model=gpt2_small&mode=cost_aware")
+                dag = page.locator(".pe-stage svg").first
+                expect(dag).to_contain_text("gpt2_small | cost_aware", timeout=180_000)
+                before = dag.get_attribute("viewBox")
+                box = dag.bounding_box()
+                assert box is not None
+                page.mouse.move(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2)
+                page.mouse.wheel(0, -400)
+                expect(dag).not_to_have_attribute("viewBox", before or "", timeout=RENDER_TIMEOUT_MS)
+                width = lambda: float((dag.get_attribute("viewBox") or "0 0 0 0").split()[2])  # noqa: E731
+                assert width() < float((before or "0 0 1 0").split()[2])  # zoomed in: a smaller view box
+                page.locator(".pe-toolbar button[data-act=fit]").first.click()
+                dag.locator("g.node#p1").hover()
+                tip = page.locator(".pe-tip").first
+                expect(tip).to_be_visible(timeout=RENDER_TIMEOUT_MS)
+                expect(tip).to_contain_text("P1 on dev_")
+                expect(tip).to_contain_text("nodes:")
+                page.screenshot(path=str(ARTIFACTS / "browser_gpt2_tooltip.png"))
+                page.get_by_text("Model graph by module").click()
+                expect(page.locator(".pe-stage svg").first).to_contain_text("blocks.11", timeout=RENDER_TIMEOUT_MS)
+                expect(page.get_by_test_id("stException")).to_have_count(0)
+                page.screenshot(path=str(ARTIFACTS / "browser_gpt2_collapsed.png"))
                 # Saturate host on 6 devices, opened from a shared link: each replica shows the
                 # colours of both its devices in the drawn SVG.
                 page.goto(f"http://127.0.0.1:{port}/?model=transformer&dev_count=6&saturate_host=true")
-                dag = page.get_by_test_id("stGraphVizChart").locator("svg").first
+                dag = page.locator(".pe-stage svg").first
                 expect(dag).to_contain_text("P0 on dev_0, dev_", timeout=RENDER_TIMEOUT_MS)
                 shapes = dag.evaluate(
-                    """svg => [...svg.querySelectorAll('g.node')]
-                        .filter(g => g.querySelector('title') && g.querySelector('title').textContent === 'p0')
+                    """svg => [...svg.querySelectorAll('g.node#p0')]
                         .flatMap(g => [...g.querySelectorAll('polygon, path')])
                         .map(e => [e.getAttribute('fill'), e.tagName, e.getAttribute('d')])""")
                 fills = {f for f, _, _ in shapes if f and f not in ("none", "#f7f7f7", "transparent")}
@@ -133,8 +169,7 @@ def test_app_renders_dag_and_charts_and_re_plans_on_a_mode_change():
                 expect(page.get_by_text("Activation memory against recomputation").first).to_be_visible(
                     timeout=180_000)
                 expect(page.locator(".js-plotly-plot")).to_have_count(2, timeout=RENDER_TIMEOUT_MS)
-                expect(page.get_by_test_id("stGraphVizChart").locator("svg").first).to_contain_text(
-                    "recomputed", timeout=RENDER_TIMEOUT_MS)
+                expect(page.locator(".pe-stage svg").first).to_contain_text("recomputed", timeout=RENDER_TIMEOUT_MS)
                 expect(page.get_by_test_id("stException")).to_have_count(0)
                 page.screenshot(path=str(ARTIFACTS / "browser_training.png"), full_page=True)
                 # Sharding: a suggestion on two 7 MiB devices, the memory before and after.
