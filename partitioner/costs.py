@@ -271,48 +271,59 @@ class CostModel:
         latency = [self._path_latency(end[p], came) for p in range(num)]
         if self.torch:
             edges = self._torch_edge_bytes(part, members, edges)
+        order, finish, begin, levels, path, total = self.schedule([t for t, _, _ in latency], edges, devices_of)
+        return Evaluation(members, memory, latency, edges, order, finish, total, path, levels, begin)
+
+    def schedule(self, latency: Sequence[float], edges: Mapping[tuple[int, int], int],
+                 devices_of: Sequence[Sequence[int]]
+                 ) -> tuple[list[int] | None, list[float], list[float], list[int], list[int], float]:
+        """The plan's schedule from each partition's latency and the partition edges: (topological
+        order or None when cyclic, finish, start, BFS level, critical path, end-to-end latency).
+        O(P + E log E) for P partitions and E edges (parents are visited in id order, so ties on
+        the critical path break alike however the edges were collected)."""
+        num = len(devices_of)
         order = toposort(num, edges)
         finish = [math.inf] * num
         begin = [math.inf] * num
         levels = [-1] * num
         path: list[int] = []
         total = math.inf
-        if order is not None:
-            parents: list[list[int]] = [[] for _ in range(num)]
-            for (a, b) in edges:
-                parents[b].append(a)
-            came_from = [-1] * num
-            free_at: dict[int, tuple[float, int]] = {}  # device -> (when free, last partition)
-            for p in order:
-                start, level = 0.0, 0
-                for q in parents[p]:
-                    t = finish[q] + self.comm_s(edges[(q, p)], devices_of[q], devices_of[p])
-                    if t > start or came_from[p] < 0 and t >= start:
-                        start, came_from[p] = t, q
-                    level = max(level, levels[q] + 1)
-                if not self.torch:
-                    # NOTE: [A device runs one partition at a time] Partitions sharing a device
-                    # run in this topological order; one starts when its inputs have arrived and
-                    # each of its devices has finished the partition before it.
-                    for d in devices_of[p]:
-                        t, last = free_at.get(d, (0.0, -1))
-                        if t > start:
-                            start, came_from[p] = t, last
-                begin[p] = start
-                finish[p] = start + latency[p][0]
-                levels[p] = level
-                if not self.torch:
-                    for d in devices_of[p]:
-                        free_at[d] = (finish[p], p)
-            total = max(finish) if finish else 0.0
-            if num:
-                p = max(range(num), key=lambda i: (finish[i], -i))
-                while p >= 0:
-                    path.append(p)
-                    p = came_from[p]
-                path.reverse()
-        return Evaluation(members, memory, latency, edges, order, finish, total, path, levels, begin)
-
+        if order is None:
+            return order, finish, begin, levels, path, total
+        parents: list[list[int]] = [[] for _ in range(num)]
+        for (a, b) in sorted(edges):
+            parents[b].append(a)
+        came_from = [-1] * num
+        free_at: dict[int, tuple[float, int]] = {}  # device -> (when free, last partition)
+        for p in order:
+            start, level = 0.0, 0
+            for q in parents[p]:
+                t = finish[q] + self.comm_s(edges[(q, p)], devices_of[q], devices_of[p])
+                if t > start or came_from[p] < 0 and t >= start:
+                    start, came_from[p] = t, q
+                level = max(level, levels[q] + 1)
+            if not self.torch:
+                # NOTE: [A device runs one partition at a time] Partitions sharing a device
+                # run in this topological order; one starts when its inputs have arrived and
+                # each of its devices has finished the partition before it.
+                for d in devices_of[p]:
+                    t, last = free_at.get(d, (0.0, -1))
+                    if t > start:
+                        start, came_from[p] = t, last
+            begin[p] = start
+            finish[p] = start + latency[p]
+            levels[p] = level
+            if not self.torch:
+                for d in devices_of[p]:
+                    free_at[d] = (finish[p], p)
+        total = max(finish) if finish else 0.0
+        if num:
+            p = max(range(num), key=lambda i: (finish[i], -i))
+            while p >= 0:
+                path.append(p)
+                p = came_from[p]
+            path.reverse()
+        return order, finish, begin, levels, path, total
 
     def _path_latency(self, v: int, came: Sequence[int]) -> tuple[float, float, float]:
         """(overall, mem, compute) seconds of the path ending at v (``came``: its links), summed

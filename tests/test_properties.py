@@ -200,6 +200,49 @@ def test_incremental_device_memory_equals_full_recompute(problem, moves):
         assert {d: b for d, b in state.memory.bytes.items() if b} == {d: b for d, b in expected.items() if b}
 
 
+@settings(max_examples=60, deadline=None)
+@given(problems(), st.integers(1, 6), st.lists(st.tuples(st.integers(0, 10**6), st.integers(0, 10**6),
+                                                       st.booleans()), max_size=30))
+def test_incremental_evaluation_equals_full_re_evaluation_after_every_move(problem, parts, moves):
+    """The searches' incremental cost model (a move updates two partitions and the edges at the
+    node) gives the latency, critical path, edges and each partition's latency of a full
+    evaluation after every move, every undone trial and every device change."""
+    from partitioner.api import _problem
+    from partitioner.incremental import IncrementalCost
+
+    graph, devices, latency, rate = problem
+    cost = _problem(graph, devices, PartitionOptions.build(transfer_rate_bytes_per_s=rate, node_latency=latency)).cost
+    ops = list(graph.op_indices)
+    part = [-1] * len(graph)
+    for i, v in enumerate(ops):
+        part[v] = i * parts // len(ops)
+    devices_of = [[p % len(devices)] for p in range(parts)]
+    inc = IncrementalCost(cost, part, devices_of)
+    for a, b, trial in moves:
+        v, q = ops[a % len(ops)], b % parts
+        if b % 7 == 0:  # a partition placed on another device
+            devices_of[q] = [a % len(devices)]
+        elif trial:  # a tried swap leaves nothing behind and scores as if applied
+            before = list(part)
+            swap = [(v, q), (ops[b % len(ops)], a % parts)]
+            tried = inc.trial(swap)
+            assert part == before
+            inc.apply(swap)
+            assert cost.evaluate(part, devices_of).latency_s == tried[0] or math.isinf(tried[0])
+            inc.apply([(w, p) for w, p in enumerate(before) if p >= 0 and part[w] != p])
+        else:
+            inc.move(v, q)
+            if a % 3:  # a move not scheduled before the next one
+                continue
+        full = cost.evaluate(part, devices_of)
+        total, path = inc.schedule()
+        assert total == full.latency_s or (math.isinf(total) and math.isinf(full.latency_s))
+        assert inc.edges == full.edges
+        if full.order is not None:
+            assert path == full.critical_path
+            assert inc.inner == [t for t, _, _ in full.latency]
+
+
 @settings(max_examples=40, deadline=None)
 @given(problems())
 def test_moves_off_the_critical_path_never_shorten_it(problem):

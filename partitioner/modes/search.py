@@ -1,7 +1,8 @@
 """Local search shared by ``kl_based`` and ``cost_aware``: node moves, swaps and merges.
 
-Every candidate is scored with the exact cost model (:meth:`CostModel.evaluate`, O(N + E)),
-checked against device memory, and only strict improvements (moves, swaps) or non-increases
+Every candidate is scored with the exact cost model, kept up to date per move under the physical
+model (:class:`~partitioner.incremental.IncrementalCost`; :meth:`CostModel.evaluate`, O(N + E),
+under torch's), checked against device memory, and only strict improvements (moves, swaps) or non-increases
 (merges, which make the plan simpler) are kept. Unlike the reference ``kl_based_partition``,
 which applies the last swap it tried, each round applies the best one found.
 """
@@ -12,6 +13,7 @@ import math
 from typing import Iterable, Iterator, Sequence
 
 from ..units import format_seconds
+from ..incremental import DeviceMemory, IncrementalCost
 from .base import Assignment, Problem
 
 __all__ = ["improve_by_moves", "merge_partitions", "default_budget"]
@@ -27,49 +29,6 @@ def default_budget(problem: Problem) -> int:
     return max(100, min(2000, 40 * len(problem.graph.op_indices), 200_000 // n))
 
 
-class _DeviceMemory:
-    """Memory held on each device, updated per node move in O(degree).
-
-    A device holds the union of its partitions: every member's total size, plus the output of
-    every non-member that a member reads (once, however many members read it).
-    """
-
-    def __init__(self, s: "_State") -> None:
-        cost = s.cost
-        self.out, self.total, self.preds = cost.out, cost.total, cost.preds
-        self.bytes = {d: 0 for d in s.capacity}
-        self.count: dict[int, dict[int, int]] = {d: {} for d in s.capacity}
-        self.readers: dict[int, dict[int, int]] = {d: {} for d in s.capacity}
-        for v, p in enumerate(s.part):
-            if p >= 0:
-                for d in s.devices_of[p]:
-                    self.add(v, d)
-
-    def add(self, v: int, d: int) -> None:
-        count, readers = self.count[d], self.readers[d]
-        if not count.get(v):
-            if readers.get(v):
-                self.bytes[d] -= self.out[v]
-            self.bytes[d] += self.total[v]
-        count[v] = count.get(v, 0) + 1
-        for u in self.preds[v]:
-            if not readers.get(u) and not count.get(u):
-                self.bytes[d] += self.out[u]
-            readers[u] = readers.get(u, 0) + 1
-
-    def remove(self, v: int, d: int) -> None:
-        count, readers = self.count[d], self.readers[d]
-        for u in self.preds[v]:
-            readers[u] -= 1
-            if not readers[u] and not count.get(u):
-                self.bytes[d] -= self.out[u]
-        count[v] -= 1
-        if not count[v]:
-            self.bytes[d] -= self.total[v]
-            if readers.get(v):
-                self.bytes[d] += self.out[v]
-
-
 class _State:
     def __init__(self, problem: Problem, a: Assignment) -> None:
         self.problem = problem
@@ -81,13 +40,15 @@ class _State:
             if p >= 0:
                 self.members[p].add(v)
         self.capacity = problem.capacity
-        self.memory = _DeviceMemory(self)
-        self.last = self.cost.evaluate(self.part, self.devices_of)
-        self.latency = self.last.latency_s
-        self.critical = set(self.last.critical_path)
-        self.evals = 0
-        self.tries = 0
+        self.memory = DeviceMemory(self.cost, self.part, self.devices_of, self.capacity)
+        # Physical model: each try updates the touched partitions only (NOTE: [Incremental]).
+        self.inc = None if self.cost.torch else IncrementalCost(self.cost, self.part, self.devices_of)
+        self.path: list[int] = []  # critical path of the plan scored last
+        self.evals = self.tries = 0
         self.record = problem.record
+        self.latency = self.score()
+        self.critical = set(self.path)
+        self.evals = 0  # the start's own scoring is not the search's
 
     def _shift(self, v: int, p: int, q: int) -> None:
         self._shift_devices(v, self.devices_of[p], self.devices_of[q])
@@ -127,8 +88,12 @@ class _State:
 
     def score(self) -> float:
         self.evals += 1
-        self.last = self.cost.evaluate(self.part, self.devices_of)
-        return self.last.latency_s
+        if self.inc is not None:
+            latency, self.path = self.inc.schedule()
+            return latency
+        last = self.cost.evaluate(self.part, self.devices_of)
+        self.path = last.critical_path
+        return last.latency_s
 
     def touches_critical(self, moves: Iterable[tuple[int, int]]) -> bool:
         """Whether ``moves`` change a partition on the current critical path. # NOTE: [Pruning]
@@ -142,7 +107,7 @@ class _State:
         if not evaluation_is_current:
             self.score()
         self.latency = latency
-        self.critical = set(self.last.critical_path)
+        self.critical = set(self.path)
 
     def boundary(self) -> list[tuple[int, int]]:
         """(node, other partition) pairs where the node has an op neighbour in that partition."""
@@ -161,7 +126,10 @@ class _State:
             self._shift(v, self.part[v], q)
             self.members[self.part[v]].discard(v)
             self.members[q].add(v)
-            self.part[v] = q
+            if self.inc is not None:
+                self.inc.move(v, q)
+            else:
+                self.part[v] = q
 
     def assignment(self) -> Assignment:
         return Assignment(self.part, self.devices_of)
@@ -322,6 +290,15 @@ def _try(s: _State, moves: tuple[tuple[int, int], ...]) -> float | None:
         s.evals += 1  # memory checks are cheap, not free: they draw on the budget too
     if not s.fits(moves):
         return None
+    return _score(s, moves)
+
+
+def _score(s: _State, moves: Sequence[tuple[int, int]]) -> float:
+    """The latency with ``moves`` applied, then undone."""
+    if s.inc is not None:
+        s.evals += 1
+        lat, s.path = s.inc.trial(moves)
+        return lat
     old = [(v, s.part[v]) for v, _ in moves]
     for v, q in moves:
         s.part[v] = q
@@ -380,21 +357,14 @@ def merge_partitions(problem: Problem, a: Assignment, budget: int) -> Assignment
                 p = s.part[v]
                 if q == p or s.devices_of[q] != s.devices_of[p] or s.evals >= budget:
                     continue
-                moved = sorted(s.members[p])
-                for w in moved:
-                    s.part[w] = q
-                lat = s.score()
+                moves = tuple((w, q) for w in sorted(s.members[p]))
+                lat = _score(s, moves)
+                ok = lat <= s.latency + _EPS
                 if s.record is not None:
-                    ok = lat <= s.latency + _EPS
                     s.record("merge", f"merge P{p} into P{q}: latency {format_seconds(lat)}, " + (
-                        "not longer: merged" if ok else "longer: kept apart"),
-                        [(w, q) for w in moved], accepted=ok, latency_s=lat)
-                if lat <= s.latency + _EPS:
-                    s.members[q].update(moved)
-                    s.members[p].clear()
+                        "not longer: merged" if ok else "longer: kept apart"), moves, accepted=ok, latency_s=lat)
+                if ok:
+                    s.apply(moves)
                     s.latency = min(lat, s.latency)
                     merged = True
-                else:
-                    for w in moved:
-                        s.part[w] = p
     return s.assignment()

@@ -11,7 +11,7 @@ import torch.fx as fx
 
 from ..graph import Graph, Node
 
-__all__ = ["synthetic_graph", "random_fx_module"]
+__all__ = ["synthetic_graph", "random_fx_module", "blocks_graph"]
 
 
 def synthetic_graph(edges: Iterable[tuple[int, int]], sizes: Sequence[int], name: str = "synthetic") -> Graph:
@@ -34,6 +34,36 @@ def synthetic_graph(edges: Iterable[tuple[int, int]], sizes: Sequence[int], name
     has_user = {a for a, _ in edges}
     sinks = [i + 1 for i in range(n) if i not in has_user]
     nodes.append(Node(name="output", op="output", target="output", inputs=tuple(sinks)))
+    return Graph(nodes, name=name)
+
+
+def blocks_graph(blocks: int, per_block: int = 25, name: str = "blocks") -> Graph:
+    """A torch-free transformer-shaped graph: ``blocks`` repeated blocks ``blocks.<i>`` of
+    ``per_block`` op nodes (a residual chain with an attention-like fan-out of three branches
+    in ``blocks.<i>.attn`` and the rest in ``blocks.<i>.mlp``), between an embedding and a head.
+    Module paths are set, so the graph collapses by module as a traced model does."""
+    out, params = 4096, 65536
+    nodes = [Node(name="x", op="placeholder", target="x", output_bytes=out)]
+    nodes.append(Node("embed", "call_module", "embed", (0,), "embed", output_bytes=out, param_bytes=params * 8, flops=out))
+    prev = 1
+    for b in range(blocks):
+        base = len(nodes)
+        branches = [len(nodes) + i for i in range(3)]
+        for i in range(3):
+            nodes.append(Node(f"b{b}_qkv{i}", "call_module", f"blocks.{b}.attn.proj{i}", (prev,), f"blocks.{b}.attn.proj{i}",
+                              output_bytes=out, param_bytes=params, flops=64 * out))
+        nodes.append(Node(f"b{b}_attn", "call_function", "attention", tuple(branches), f"blocks.{b}.attn",
+                          output_bytes=out, flops=128 * out))
+        last = len(nodes) - 1
+        for i in range(max(0, per_block - 5)):
+            nodes.append(Node(f"b{b}_mlp{i}", "call_module", f"blocks.{b}.mlp.fc{i}", (last,), f"blocks.{b}.mlp.fc{i}",
+                              output_bytes=out, param_bytes=params, flops=64 * out))
+            last = len(nodes) - 1
+        nodes.append(Node(f"b{b}_add", "call_function", "add", (prev, last), f"blocks.{b}", output_bytes=out, flops=out))
+        prev = len(nodes) - 1
+        assert len(nodes) - base == max(5, per_block)
+    nodes.append(Node("head", "call_module", "head", (prev,), "head", output_bytes=out, param_bytes=params * 8, flops=out))
+    nodes.append(Node("output", "output", "output", (len(nodes) - 1,)))
     return Graph(nodes, name=name)
 
 

@@ -1,0 +1,202 @@
+"""The physical cost model kept up to date under node moves, for the local searches.
+
+NOTE: [Incremental] :meth:`CostModel.evaluate` walks every node and edge, O(N + E), for each candidate a search
+tries. A move of node v from partition p to q changes only p's and q's internal critical paths
+and the partition edges at v; the rest of the plan is as it was. :class:`IncrementalCost` keeps
+each partition's members and internal latency and the partition edges (with, for each op and
+partition, how many members read it), updates them per move in O(|p| + |q| + deg v), and
+schedules the partition DAG (:meth:`CostModel.schedule`, O(P + E log E)) for the latency, so a
+try costs a few partitions' nodes instead of the whole graph. A test checks it against
+:meth:`CostModel.evaluate` after every move of random move sequences on random graphs. The
+"torch" cost model counts edge bytes per parent's held inputs and is evaluated in full.
+:class:`DeviceMemory` keeps what each device holds the same way (both cost models' searches).
+"""
+
+from __future__ import annotations
+
+from typing import Iterable, Mapping, Sequence
+
+from .costs import CostModel
+
+__all__ = ["IncrementalCost", "DeviceMemory"]
+
+
+class IncrementalCost:
+    """Latency and critical path of ``part`` on ``devices_of`` under the physical cost model.
+
+    ``part`` and ``devices_of`` are shared, not copied: :meth:`move` writes ``part``, and a
+    caller may change ``devices_of[p]`` in place (a partition placed on another device) between
+    calls, since placement changes no edge and no internal path.
+    """
+
+    def __init__(self, cost: CostModel, part: list[int], devices_of: list[list[int]]) -> None:
+        if cost.torch:
+            raise ValueError("incremental evaluation covers the physical cost model only")
+        self.cost = cost
+        self.part = part
+        self.devices_of = devices_of
+        num = len(devices_of)
+        self.members: list[set[int]] = [set() for _ in range(num)]
+        for v, p in enumerate(part):
+            if p >= 0:
+                self.members[p].add(v)
+        self.readers: dict[tuple[int, int], int] = {}  # (op u, partition p) -> members of p reading u
+        self.edges: dict[tuple[int, int], int] = {}  # (src, dst) -> bytes, as evaluate() counts them
+        self._links: dict[tuple[int, int], int] = {}  # (src, dst) -> (u, dst) pairs behind the edge
+        op_preds, out = cost.op_preds, cost.out
+        for v, p in enumerate(part):
+            if p < 0:
+                continue
+            for u in op_preds[v]:
+                key = (u, p)
+                n = self.readers.get(key, 0)
+                self.readers[key] = n + 1
+                if not n and part[u] != p and part[u] >= 0:
+                    self._link(part[u], p, out[u])
+        self._best = [0.0] * cost.n  # scratch: the longest path ending at each node, within its partition
+        self.inner = [self._inner(p) for p in range(num)]
+        self._dirty: set[int] = set()
+
+    # -- updates ----------------------------------------------------------------------------
+    def _link(self, a: int, b: int, nbytes: int) -> None:
+        self.edges[(a, b)] = self.edges.get((a, b), 0) + nbytes
+        self._links[(a, b)] = self._links.get((a, b), 0) + 1
+
+    def _unlink(self, a: int, b: int, nbytes: int) -> None:
+        left = self._links[(a, b)] - 1
+        if left:
+            self._links[(a, b)] = left
+            self.edges[(a, b)] -= nbytes
+        else:
+            del self._links[(a, b)], self.edges[(a, b)]
+
+    def move(self, v: int, q: int) -> None:
+        """Node v into partition q: O(deg v) now, O(|p| + |q|) at the next :meth:`schedule`."""
+        part, out = self.part, self.cost.out
+        p = part[v]
+        if p == q:
+            return
+        for u in self.cost.op_preds[v]:  # v reads u: from p's readers to q's
+            r = part[u]
+            n = self.readers[(u, p)] - 1
+            if n:
+                self.readers[(u, p)] = n
+            else:
+                del self.readers[(u, p)]
+                if r != p and r >= 0:
+                    self._unlink(r, p, out[u])
+            n = self.readers.get((u, q), 0)
+            self.readers[(u, q)] = n + 1
+            if not n and r != q and r >= 0:
+                self._link(r, q, out[u])
+        for r in {part[w] for w in self.cost.op_users[v]}:  # v's output now leaves from q
+            if r < 0 or (v, r) not in self.readers:
+                continue
+            if r != p:
+                self._unlink(p, r, out[v])
+            if r != q:
+                self._link(q, r, out[v])
+        part[v] = q
+        self.members[p].discard(v)
+        self.members[q].add(v)
+        self._dirty.update((p, q))  # their internal paths, recomputed when next scheduled
+
+    def apply(self, moves: Iterable[tuple[int, int]]) -> list[tuple[int, int]]:
+        """Apply ``moves``; returns the moves that undo them (apply those to revert)."""
+        undo = []
+        for v, q in moves:
+            undo.append((v, self.part[v]))
+            self.move(v, q)
+        undo.reverse()
+        return undo
+
+    # -- queries ----------------------------------------------------------------------------
+    def _inner(self, p: int) -> float:
+        """p's internal critical path, with evaluate()'s order and ties."""
+        part, best, node_s, op_preds = self.part, self._best, self.cost.node_s, self.cost.op_preds
+        longest = 0.0
+        for v in sorted(self.members[p]):
+            top = 0.0
+            for u in op_preds[v]:
+                if part[u] == p and best[u] > top:
+                    top = best[u]
+            cur = top + node_s[v]
+            best[v] = cur
+            if cur > longest:
+                longest = cur
+        return longest
+
+    def _flush(self) -> None:
+        for p in self._dirty:
+            self.inner[p] = self._inner(p)
+        self._dirty.clear()
+
+    def trial(self, moves: Sequence[tuple[int, int]]) -> tuple[float, list[int]]:
+        """:meth:`schedule` with ``moves`` applied, then undone (the touched partitions' paths
+        are restored, not recomputed)."""
+        self._flush()  # the saved paths must be current ones
+        saved = {p: self.inner[p] for v, q in moves for p in (self.part[v], q)}
+        undo = self.apply(moves)
+        result = self.schedule()
+        self.apply(undo)
+        for p, inner in saved.items():
+            self.inner[p] = inner
+        self._dirty.difference_update(saved)
+        return result
+
+    def schedule(self) -> tuple[float, list[int]]:
+        """(end-to-end latency, critical path of partition ids) of the current plan."""
+        self._flush()
+        _, _, _, _, path, total = self.cost.schedule(self.inner, self.edges, self.devices_of)
+        return total, path
+
+    def latency(self) -> float:
+        return self.schedule()[0]
+
+    def check(self, devices_of: Sequence[Sequence[int]] | None = None) -> tuple[float, float]:
+        """(this latency, the full evaluation's) for tests."""
+        full = self.cost.evaluate(self.part, devices_of or self.devices_of)
+        return self.latency(), full.latency_s
+
+
+class DeviceMemory:
+    """Memory held on each device, updated per node move in O(degree).
+
+    A device holds the union of its partitions: every member's total size, plus the output of
+    every non-member that a member reads (once, however many members read it).
+    """
+
+    def __init__(self, cost: CostModel, part: Sequence[int], devices_of: Sequence[Sequence[int]],
+                 capacity: Mapping[int, int]) -> None:
+        self.out, self.total, self.preds = cost.out, cost.total, cost.preds
+        self.bytes = {d: 0 for d in capacity}
+        self.count: dict[int, dict[int, int]] = {d: {} for d in capacity}
+        self.readers: dict[int, dict[int, int]] = {d: {} for d in capacity}
+        for v, p in enumerate(part):
+            if p >= 0:
+                for d in devices_of[p]:
+                    self.add(v, d)
+
+    def add(self, v: int, d: int) -> None:
+        count, readers = self.count[d], self.readers[d]
+        if not count.get(v):
+            if readers.get(v):
+                self.bytes[d] -= self.out[v]
+            self.bytes[d] += self.total[v]
+        count[v] = count.get(v, 0) + 1
+        for u in self.preds[v]:
+            if not readers.get(u) and not count.get(u):
+                self.bytes[d] += self.out[u]
+            readers[u] = readers.get(u, 0) + 1
+
+    def remove(self, v: int, d: int) -> None:
+        count, readers = self.count[d], self.readers[d]
+        for u in self.preds[v]:
+            readers[u] -= 1
+            if not readers[u] and not count.get(u):
+                self.bytes[d] -= self.out[u]
+        count[v] -= 1
+        if not count[v]:
+            self.bytes[d] -= self.total[v]
+            if readers.get(v):
+                self.bytes[d] += self.out[v]
