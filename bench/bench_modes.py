@@ -1,10 +1,10 @@
 """Benchmark every partition mode against torch's reference partitioner, measured in one run.
 
 For each graph size it prints our time, the reference's time (run in a child process with a time
-limit), the ratio, and both plans' latencies scored by our cost model (plus the reference's own
-figure). Usage:
+limit), the ratio, both plans' latencies scored by our cost model (plus the reference's own
+figure), and our plan's gap to its proven lower bound (``plan.gap_to_bound``). Usage:
 
-    .venv/bin/python bench/bench_modes.py                 # sizes 20 50 100 500 2000, limit 60 s
+    .venv/bin/python bench/bench_modes.py                 # sizes 50 150 500 2000 10000, limit 60 s
     .venv/bin/python bench/bench_modes.py --sizes 100 --limit 30
 """
 
@@ -98,12 +98,12 @@ def time_ours(graph, devices, mode, kw, repeat: int) -> tuple[float, partitioner
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--sizes", type=int, nargs="+", default=[20, 50, 100, 500, 2000])
+    parser.add_argument("--sizes", type=int, nargs="+", default=[50, 150, 500, 2000, 10000])
     parser.add_argument("--modes", nargs="+", default=MODES)
     parser.add_argument("--limit", type=float, default=60.0, help="seconds the reference may take")
     args = parser.parse_args(argv)
     header = (f"{'mode':<26}{'nodes':>6}{'ours s':>10}{'ref s':>10}{'speedup':>11}"
-              f"{'our lat':>10}{'ref lat':>10}{'ref own':>10}  note")
+              f"{'our lat':>10}{'ref lat':>10}{'ref own':>10}{'our gap':>9}  note")
     print(header)
     print("-" * len(header))
     timed_out: set[str] = set()
@@ -145,7 +145,8 @@ def main(argv: list[str] | None = None) -> int:
                 target = " OVER 1 s TARGET"
                 failures += 1
             print(f"{mode:<26}{len(graph.op_indices):>6}{ours_s:>10.4f}{ref_s:>10}{ratio:>11}"
-                  f"{plan.latency_s:>10.0f}{ref_lat:>10}{ref_own:>10}  {note}{target}", flush=True)
+                  f"{plan.latency_s:>10.0f}{ref_lat:>10}{ref_own:>10}{plan.gap_to_bound:>9.1%}  {note}{target}",
+                  flush=True)
     return 1 if failures else 0
 
 

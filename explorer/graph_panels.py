@@ -13,7 +13,6 @@ from partitioner import Graph, Plan
 from partitioner.collapse import collapse, collapsed_to_dot, search
 from partitioner.costs import node_latencies
 from partitioner.diff import diff_plans
-from partitioner.dot import device_colours
 from partitioner.nodeview import partition_to_dot, step_to_dot
 from partitioner.overlay import OVERLAYS, partition_values
 from partitioner.render import plan_to_dot
@@ -128,7 +127,7 @@ def render_side_by_side(a: Plan, b: Plan, label_a: str, label_b: str, key: str, 
     if overlay != "device":
         values = [*partition_values(a, overlay, graph).values(), *partition_values(b, overlay, graph).values()]
         scale = (min(values), max(values)) if values else None
-    if device_colours(a.devices) != device_colours(b.devices):
+    if sorted((d.logical_id, d.name) for d in a.devices) != sorted((d.logical_id, d.name) for d in b.devices):
         st.caption("The plans list different devices: a colour may name a different device on each side.")
     left, right = st.columns(2)
     for col, plan, label, side in ((left, a, label_a, "a"), (right, b, label_b, "b")):

@@ -16,8 +16,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Collection, Mapping, Sequence
 
 from .devices import format_bytes
-from .dot import UNKNOWN_DEVICE_COLOUR, device_colours, device_names, html_text, quote
-from .overlay import colour_for, formatter, overlay_legend
+from .dot import HIGHLIGHT_COLOUR, UNKNOWN_DEVICE_COLOUR, device_colours, device_names, html_text, quote
+from .overlay import colour_for, formatter, legend_node
 from .units import format_flops, format_seconds
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -207,13 +207,12 @@ def collapsed_to_dot(cg: CollapsedGraph, plan: "Plan | None" = None, *, overlay:
         if g.expandable:
             attrs.append("peripheries=2")
         if b in highlight:
-            attrs += ['color="#1f5fd6"', "penwidth=4"]
+            attrs += [f'color="{HIGHLIGHT_COLOUR}"', "penwidth=4"]
         lines.append(f"  b{b} [{', '.join(attrs)}];")
     for a, b, n in cg.edges:
         dashed = single[a] is None or single[b] is None or single[a] != single[b]
         lines.append(f"  b{a} -> b{b} [label={quote(format_bytes(n))}{', style=dashed' if dashed and plan is not None else ''}];")
     if values:
-        lines.append(f'  scale [shape=plaintext, style="", margin=0, label=<<TABLE BORDER="0" CELLBORDER="1" '
-                     f'CELLSPACING="0" CELLPADDING="3">{overlay_legend(overlay, low, high)}</TABLE>>];')
+        lines.append(legend_node(overlay, low, high))
     lines.append("}")
     return "\n".join(lines) + "\n"

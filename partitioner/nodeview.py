@@ -11,7 +11,7 @@ from .devices import Device, format_bytes
 from .dot import HIGHLIGHT_COLOUR, WARNING_COLOUR, device_colours, device_names as _device_names, fill as _fill
 from .dot import quote as _q
 from .errors import PartitionError
-from .overlay import colour_for, node_values, overlay_legend
+from .overlay import colour_for, node_values, legend_node
 from .plan import Plan
 from .units import format_flops, format_seconds
 
@@ -159,8 +159,7 @@ def partition_to_dot(plan: Plan, graph: "Graph", partition_id: int, *, max_nodes
         note = f"{len(unknown)} node(s) not in this model: {shown_unknown}"
         lines.append(f'  unknown [shape=note, label={_q(note)}, fillcolor="{WARNING_COLOUR}"];')
     if values:
-        lines.append(f'  scale [shape=plaintext, margin=0, label=<<TABLE BORDER="0" CELLBORDER="1" '
-                     f'CELLSPACING="0" CELLPADDING="3">{overlay_legend(overlay, low, high)}</TABLE>>];')
+        lines.append(legend_node(overlay, low, high))
     lines.append("}")
     return "\n".join(lines) + "\n"
 

@@ -19,7 +19,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from .plan import Plan
 
 __all__ = ["OVERLAYS", "SCALE", "plotly_scale", "colour_for", "partition_values", "node_values",
-           "formatter", "legend_stops", "overlay_legend"]
+           "formatter", "legend_stops", "overlay_legend", "legend_node"]
 
 OVERLAYS = ("device", "memory", "latency", "flops", "bytes crossing")
 SCALE: tuple[str, ...] = ("#ffffcc", "#ffeda0", "#fed976", "#feb24c", "#fd8d3c", "#fc6b4a")
@@ -110,3 +110,9 @@ def overlay_legend(overlay: str, low: float, high: float) -> str:
 
 def _html(text: str) -> str:
     return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def legend_node(overlay: str, low: float, high: float) -> str:
+    """A DOT node (one line) holding the overlay's scale, for the node graphs."""
+    return (f'  scale [shape=plaintext, style="", margin=0, label=<<TABLE BORDER="0" CELLBORDER="1" '
+            f'CELLSPACING="0" CELLPADDING="3">{overlay_legend(overlay, low, high)}</TABLE>>];')

@@ -266,20 +266,13 @@ class Plan:
             rate = data.get("transfer_rate_bytes_per_s")
             provenance = Provenance.from_dict(data.get("provenance", {}))
             plan = cls(
-                mode=str(data["mode"]),
-                partitions=partitions,
-                devices=devices,
-                edges=edges,
-                latency_s=_float(data["latency_s"]),
-                critical_path=tuple(int(x) for x in data.get("critical_path", ())),
+                mode=str(data["mode"]), partitions=partitions, devices=devices, edges=edges,
+                latency_s=_float(data["latency_s"]), critical_path=tuple(int(x) for x in data.get("critical_path", ())),
                 transfer_rate_bytes_per_s=None if rate is None else _float(rate),
-                device_usage=tuple((int(d), int(b)) for d, b in data.get("device_usage", ())),
-                provenance=provenance,
-                model=str(data.get("model", "")),
-                graph_fingerprint=str(data.get("graph_fingerprint", "")),
+                device_usage=tuple((int(d), int(b)) for d, b in data.get("device_usage", ())), provenance=provenance,
+                model=str(data.get("model", "")), graph_fingerprint=str(data.get("graph_fingerprint", "")),
                 lower_bound_s=_float(data.get("lower_bound_s", 0.0)),
-                proven_optimal=bool(data.get("proven_optimal", False)),
-            )
+                proven_optimal=bool(data.get("proven_optimal", False)))
         except KeyError as exc:
             raise PlanFormatError(f"plan JSON lacks the field {exc.args[0]!r}") from None
         except (TypeError, ValueError, OverflowError, AttributeError) as exc:
@@ -304,19 +297,22 @@ class Plan:
 
 def _partition_from_dict(p: Mapping[str, Any]) -> Partition:
     return Partition(
-        id=_int(p["id"]),
-        node_names=tuple(str(n) for n in p["node_names"]),
-        device_ids=tuple(_int(d) for d in p["device_ids"]),
-        memory_bytes=_int(p["memory_bytes"]),
-        memory_latency_s=_float(p["memory_latency_s"]),
-        compute_latency_s=_float(p["compute_latency_s"]),
-        latency_s=_float(p["latency_s"]),
-        bfs_level=_int(p["bfs_level"]),
+        id=_int(p["id"]), node_names=tuple(str(n) for n in p["node_names"]),
+        device_ids=tuple(_int(d) for d in p["device_ids"]), memory_bytes=_int(p["memory_bytes"]),
+        memory_latency_s=_float(p["memory_latency_s"]), compute_latency_s=_float(p["compute_latency_s"]),
+        latency_s=_float(p["latency_s"]), bfs_level=_int(p["bfs_level"]),
         parents=tuple(_int(x) for x in p["parents"]),
         children=tuple(_int(x) for x in p["children"]),
         start_s=_float(p.get("start_s", 0.0)),
         finish_s=_float(p.get("finish_s", 0.0)),
     )
+
+
+def _numbered(cost: CostModel, part: Sequence[int], order: Sequence[int],
+              devices_of: Sequence[Sequence[int]]) -> tuple[list[int], Any]:
+    renumber = {old: new for new, old in enumerate(order)}
+    new_part = [renumber[p] if p >= 0 else -1 for p in part]
+    return new_part, cost.evaluate(new_part, devices_of)
 
 
 def build_plan(
@@ -337,8 +333,10 @@ def build_plan(
     ``proven_optimal`` when its latency is within :data:`OPTIMALITY_TOLERANCE` of that bound.
 
     Partitions are renumbered by their first node in topological order, so equal assignments
-    give equal plans whatever ids the mode used; with ``keep_ids`` (a plan edited by hand) they
-    keep their order and only gaps close, so a partition keeps its name across edits. Never
+    give equal plans whatever ids the mode used, except where that order is slower (a device
+    runs its partitions in id order among those ready): then the mode's order is kept. With
+    ``keep_ids`` (a plan edited by hand) they keep their order and only gaps close, so a
+    partition keeps its name across edits. Never
     raises for an invalid layout: the plan records what it is, and :meth:`Plan.violations` says
     what is wrong.
     """
@@ -347,13 +345,15 @@ def build_plan(
     for v, p in enumerate(part):
         if p >= 0 and v < first[p]:
             first[p] = v
-    used = [p for p in range(num) if first[p] < len(part)]
-    if not keep_ids:
-        used.sort(key=lambda p: first[p])
-    renumber = {old: new for new, old in enumerate(used)}
-    new_part = [renumber[p] if p >= 0 else -1 for p in part]
+    own = [p for p in range(num) if first[p] < len(part)]
+    used = own if keep_ids else sorted(own, key=lambda p: first[p])
     new_devices = [tuple(sorted(set(int(d) for d in devices_of[old]))) for old in used]
-    ev = cost.evaluate(new_part, new_devices)
+    new_part, ev = _numbered(cost, part, used, new_devices)
+    if used != own:  # a device runs its ready partitions in id order: renumber only if no slower
+        kept_devices = [tuple(sorted(set(int(d) for d in devices_of[old]))) for old in own]
+        kept_part, kept = _numbered(cost, part, own, kept_devices)
+        if kept.latency_s < ev.latency_s * (1 - 1e-12):
+            used, new_part, new_devices, ev = own, kept_part, kept_devices, kept
     bound = max(cost.lower_bound_s(), float(lower_bound_s))
     names = [nd.name for nd in graph.nodes]
     parents: list[set[int]] = [set() for _ in used]

@@ -195,3 +195,25 @@ def test_a_device_running_two_partitions_in_the_better_order():
                                  force_partition=True, time_limit_s=2)
     assert plan.latency_s == pytest.approx(4.25) and plan.proven_optimal
     assert partitioner.Plan.from_json(plan.to_json()).latency_s == plan.latency_s
+
+
+def test_a_plan_keeps_the_run_order_its_mode_chose_where_renumbering_is_slower():
+    # The same worked case, built from a heuristic's assignment: numbered by first node, the
+    # device would run op0 first (4.5 s); the plan keeps the mode's ids (op1 first, 4.25 s).
+    # Found by Hypothesis as kl_based ending slower than the cost_aware plan it started from.
+    from partitioner.api import _problem
+    from partitioner.plan import build_plan
+
+    graph = synthetic_graph([(0, 2), (1, 2)], [5, 6, 1])
+    devices = [Device("a", 15, 0), Device("b", 15, 1)]
+    options = partitioner.PartitionOptions.build(node_latency={n: (0.0, 1.0) for n in graph.op_names},
+                                                 transfer_rate_bytes_per_s=4.0)
+    cost = _problem(graph, devices, options).cost
+    op0, op1, op2 = (graph.index[n] for n in graph.op_names)
+    part = [-1] * len(graph)
+    part[op0], part[op1], part[op2] = 1, 0, 2  # P0 = op1 runs first on device a
+    plan = build_plan(graph, cost, part, [[0], [0], [1]], devices, "kl_based")
+    assert plan.latency_s == pytest.approx(4.25)
+    assert plan.partitions[0].node_names == ("op1",)
+    part[op0], part[op1] = 0, 1  # the first-node order is the faster one here: numbered as usual
+    assert build_plan(graph, cost, part, [[0], [0], [1]], devices, "kl_based").partitions[0].node_names == ("op0",)
