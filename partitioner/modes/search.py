@@ -1,10 +1,10 @@
 """Local search shared by ``kl_based`` and ``cost_aware``: node moves, swaps and merges.
 
-Every candidate is scored with the exact cost model, kept up to date per move under the physical
-model (:class:`~partitioner.incremental.IncrementalCost`; :meth:`CostModel.evaluate`, O(N + E),
-under torch's), checked against device memory, and only strict improvements (moves, swaps) or non-increases
-(merges, which make the plan simpler) are kept. Unlike the reference ``kl_based_partition``,
-which applies the last swap it tried, each round applies the best one found.
+Every candidate is scored with the exact cost model, kept up to date per move under the
+physical model (:class:`~partitioner.incremental.IncrementalCost`; :meth:`CostModel.evaluate`,
+O(N + E), under torch's), checked against device memory, and only strict improvements (moves,
+swaps) or non-increases (merges, which make the plan simpler) are kept. Unlike the reference
+``kl_based_partition``, which applies the last swap it tried, each round applies the best one found.
 """
 
 from __future__ import annotations
