@@ -27,7 +27,7 @@ sys.path.insert(0, str(ROOT))
 import partitioner  # noqa: E402
 from explorer import tables  # noqa: E402
 from partitioner.collapse import collapse, collapsed_to_dot  # noqa: E402
-from partitioner.costs import node_latencies  # noqa: E402
+from partitioner.costs import node_seconds  # noqa: E402
 from partitioner.diff import diff_plans  # noqa: E402
 from partitioner.nodeview import partition_to_dot  # noqa: E402
 from partitioner.render import plan_to_dot, render_dot  # noqa: E402
@@ -78,7 +78,7 @@ def main() -> None:
                                          transfer_rate_bytes_per_s=25e9)
         other = partitioner.evaluate_plan(graph, devices, where, {p: [(p // 2) % 8] for p in range(blocks)},
                                           transfer_rate_bytes_per_s=25e9)
-        node_s = [max(m, c) for m, c in node_latencies(graph, list(plan.devices), None)]
+        node_s = node_seconds(graph, list(plan.devices))
         n = len(graph.op_indices)
         rows.append((f"{n} nodes: partition DAG ({len(plan.partitions)} partitions)",
                      timed(lambda: render_dot(plan_to_dot(plan, graph, overlay="latency")))))

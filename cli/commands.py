@@ -139,11 +139,11 @@ def cmd_compare(args: argparse.Namespace) -> int:
     modes = None
     if args.modes:
         modes = [m.strip() for item in args.modes for m in item.split(",") if m.strip()]
-    results = compare_modes(model.graph, devices, modes, options=partition_options(args))
+    options = partition_options(args)
+    results = compare_modes(model.graph, devices, modes, options=options)
     if model.module is not None and importlib.util.find_spec("accelerate") is not None:
         from partitioner.device_map import accelerate_result
 
-        options = partition_options(args)
         results.append(accelerate_result(model.module, model.graph, devices, cost_model=options.cost_model,
                                          transfer_rate_bytes_per_s=options.transfer_rate_bytes_per_s,
                                          node_latency=options.node_latency_dict))

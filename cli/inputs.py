@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 import sample_models
-from partitioner import Device, Graph, Plan, PartitionError, parse_devices, trace
+from partitioner import Device, Graph, Plan, PartitionError, parse_devices
 from partitioner.options import PartitionOptions
 from partitioner.readers import read_node_latency_text
 from partitioner.units import parse_rate
@@ -99,15 +99,12 @@ def load_model(spec: str, sets: Sequence[str] = (), devices: str | None = "") ->
         sys.path.insert(0, os.getcwd())  # as `python -m` does: factories next to the user
     try:
         overrides = sample_models.parse_overrides(spec, list(sets))
-        module, inputs, kwargs = sample_models.load(spec, overrides)
+        loaded = sample_models.load(spec, overrides)
     except (LoaderError, ValueError) as exc:
         raise CLIError(str(exc)) from None
     label = sample_models.label(spec, overrides)
-    trace_kwargs: dict[str, Any] = {"example_kwargs": kwargs} if kwargs else {}
-    graph = trace(module, inputs, name=label, **trace_kwargs)
-    scale = sample_models.weight_scale(spec, overrides)
-    if scale != 1.0:  # quantized weights (hf: dtype=int8, ...): counted at their stored size
-        graph = graph.with_weight_bytes(scale)
+    graph = sample_models.trace_loaded(spec, overrides, loaded, label)
+    module = loaded[0]
     default = None
     if spec in sample_models.names():
         count, memory = sample_models.default_devices(spec)

@@ -68,13 +68,8 @@ def trace(choice: ModelChoice) -> Graph:
                "about 5 s per thousand operations; the result is kept for this session..."
                if sample_models.is_hf(choice.name) else "Tracing the model...")
     with st.spinner(waiting):
-        module, inputs, kwargs = sample_models.load(choice.name, dict(choice.overrides),
-                                                    reload=choice.generation > 0)
-        extra = {"example_kwargs": kwargs} if kwargs else {}
-        graph = partitioner.trace(module, inputs, name=choice.label, **extra)
-        scale = sample_models.weight_scale(choice.name, dict(choice.overrides))
-        if scale != 1.0:  # quantized weights (hf: dtype=int8, ...): counted at their stored size
-            graph = graph.with_weight_bytes(scale)
+        loaded = sample_models.load(choice.name, dict(choice.overrides), reload=choice.generation > 0)
+        graph = sample_models.trace_loaded(choice.name, dict(choice.overrides), loaded, choice.label)
     size = _graph_bytes(graph)
     with _LOCK:
         _GRAPHS[choice] = (graph, size)

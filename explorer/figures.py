@@ -65,14 +65,36 @@ def memory_figure(plan: Plan, overlay: str = "device", graph: Graph | None = Non
     its device as a step line; partitions on a device over its memory are orange. With another
     ``overlay`` the bars take that metric's colour on the graph views' scale (same colours)."""
     parts = sorted(plan.partitions, key=lambda p: p.id)
-    if overlay != "device":
-        return _overlay_bars(plan, parts, overlay, graph)
-    colours = device_colours(plan.devices)
-    over = over_capacity_devices(plan)
     names = {d.logical_id: d.name for d in plan.devices}
     capacities = [partition_capacity(plan, p) for p in parts]
     unit, scale = byte_unit(max([p.memory_bytes for p in parts] + [c or 0 for c in capacities] + [1]))
     fig = go.Figure()
+    if overlay != "device":
+        _overlay_bars(fig, plan, parts, overlay, graph, scale)
+    else:
+        _device_bars(fig, plan, parts, names, capacities, scale)
+    fig.add_scatter(
+        name="device capacity",
+        x=[_label(p.id) for p in parts],
+        y=[(c or 0) / scale for c in capacities],
+        mode="lines+markers",
+        line={"color": _CAPACITY_COLOUR, "dash": "dash", "shape": "hvh"},
+        marker={"symbol": "line-ew-open", "size": 14, "color": _CAPACITY_COLOUR},
+        hovertext=[f"capacity {format_bytes(c or 0)}" for c in capacities],
+        hoverinfo="text",
+    )
+    fig.update_xaxes(type="category", categoryorder="array", categoryarray=[_label(p.id) for p in parts])
+    fig.update_yaxes(title=f"memory ({unit})", rangemode="tozero")
+    title = ("Memory per partition against its device's capacity" if overlay == "device"
+             else f"Memory per partition, coloured by {overlay}")
+    return _layout(fig, title)
+
+
+def _device_bars(fig: go.Figure, plan: Plan, parts: Sequence[Partition], names: dict[int, str],
+                 capacities: Sequence[int | None], scale: float) -> None:
+    """A bar trace per device (its colour; over capacity in orange), so the legend names devices."""
+    colours = device_colours(plan.devices)
+    over = over_capacity_devices(plan)
     groups: dict[str, list[int]] = {}
     for i, p in enumerate(parts):
         if any(d in over for d in p.device_ids):
@@ -104,40 +126,20 @@ def memory_figure(plan: Plan, overlay: str = "device", graph: Graph | None = Non
             ],
             hoverinfo="text",
         )
-    fig.add_scatter(
-        name="device capacity",
-        x=[_label(p.id) for p in parts],
-        y=[(c or 0) / scale for c in capacities],
-        mode="lines+markers",
-        line={"color": _CAPACITY_COLOUR, "dash": "dash", "shape": "hvh"},
-        marker={"symbol": "line-ew-open", "size": 14, "color": _CAPACITY_COLOUR},
-        hovertext=[f"capacity {format_bytes(c or 0)}" for c in capacities],
-        hoverinfo="text",
-    )
-    fig.update_xaxes(type="category", categoryorder="array", categoryarray=[_label(p.id) for p in parts])
-    fig.update_yaxes(title=f"memory ({unit})", rangemode="tozero")
-    return _layout(fig, "Memory per partition against its device's capacity")
 
 
-def _overlay_bars(plan: Plan, parts: Sequence[Partition], overlay: str, graph: Graph | None) -> go.Figure:
+def _overlay_bars(fig: go.Figure, plan: Plan, parts: Sequence[Partition], overlay: str, graph: Graph | None,
+                  scale: float) -> None:
+    """One bar trace coloured by ``overlay`` on :func:`partitioner.overlay.plotly_scale`."""
     values = partition_values(plan, overlay, graph)
-    capacities = [partition_capacity(plan, p) for p in parts]
-    unit, scale = byte_unit(max([p.memory_bytes for p in parts] + [c or 0 for c in capacities] + [1]))
     low, high = (min(values.values()), max(values.values())) if values else (0.0, 1.0)
     fmt = formatter(overlay)
-    fig = go.Figure()
     fig.add_bar(name=f"coloured by {overlay}", x=[_label(p.id) for p in parts], y=[p.memory_bytes / scale for p in parts],
                 marker={"color": [values[p.id] for p in parts], "colorscale": plotly_scale(), "cmin": low,
                         "cmax": high if high > low else low + 1, "line": {"color": "#333333", "width": 0.5},
                         "colorbar": {"title": {"text": overlay}, "thickness": 12}},
                 hovertext=[f"P{p.id}: {format_bytes(p.memory_bytes)}, {overlay} {fmt(values[p.id])}" for p in parts],
                 hoverinfo="text")
-    fig.add_scatter(name="device capacity", x=[_label(p.id) for p in parts], y=[(c or 0) / scale for c in capacities],
-                    mode="lines+markers", line={"color": _CAPACITY_COLOUR, "dash": "dash", "shape": "hvh"},
-                    marker={"symbol": "line-ew-open", "size": 14, "color": _CAPACITY_COLOUR})
-    fig.update_xaxes(type="category", categoryorder="array", categoryarray=[_label(p.id) for p in parts])
-    fig.update_yaxes(title=f"memory ({unit})", rangemode="tozero")
-    return _layout(fig, f"Memory per partition, coloured by {overlay}")
 
 
 def device_memory_figure(plan: Plan) -> go.Figure:

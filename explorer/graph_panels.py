@@ -10,8 +10,8 @@ from __future__ import annotations
 import streamlit as st
 
 from partitioner import Graph, Plan
-from partitioner.collapse import collapse, collapsed_to_dot, search
-from partitioner.costs import node_latencies
+from partitioner.collapse import SearchHit, collapse, collapsed_to_dot, search
+from partitioner import costs
 from partitioner.diff import diff_plans
 from partitioner.nodeview import partition_to_dot, step_to_dot
 from partitioner.overlay import OVERLAYS, partition_values
@@ -22,7 +22,7 @@ from partitioner.units import format_seconds
 from . import tables
 from .viewer import show_graph
 
-__all__ = ["view_controls", "render_dag", "render_drilldown", "render_model_graph", "render_side_by_side",
+__all__ = ["NO_HIT", "view_controls", "render_dag", "render_drilldown", "render_model_graph", "render_side_by_side",
            "render_step", "node_seconds", "NODE_LIMIT"]
 
 NODE_LIMIT = 600  # nodes drawn in one partition's drill-down
@@ -32,18 +32,22 @@ _MODULE_ID = r"^m:"
 
 def node_seconds(plan: Plan, graph: Graph) -> list[float]:
     """Each node's latency under the plan's devices and options (the cost model's max(memory, compute))."""
-    return [max(m, c) for m, c in node_latencies(graph, list(plan.devices), plan.options.node_latency_dict)]
+    return costs.node_seconds(graph, list(plan.devices), plan.options.node_latency_dict)
 
 
-def view_controls(key: str, graph: Graph, plan: Plan | None = None) -> tuple[str, str]:
-    """Colour-by and search widgets; returns (overlay, query). A query matching nothing says so."""
+NO_HIT = SearchHit("", (), ())
+
+
+def view_controls(key: str, graph: Graph, plan: Plan | None = None) -> tuple[str, SearchHit]:
+    """Colour-by and search widgets; returns (overlay, what the search found). A query matching
+    nothing says so."""
     cols = st.columns([2, 3])
     overlay = cols[0].selectbox("Colour by", OVERLAYS, key=f"{key}_overlay",
                                 help="The same scale colours the charts below.")
     query = cols[1].text_input("Search a node or module", key=f"{key}_search",
                                placeholder="e.g. blocks.3.mlp or c_fc").strip()
+    hit = search(graph, query, plan) if query else NO_HIT
     if query:
-        hit = search(graph, query, plan)
         if not hit.nodes:
             st.warning(f"No node or module name contains `{query}`; try part of a name, e.g. "
                        f"`{graph.nodes[graph.op_indices[len(graph.op_indices) // 2]].module_path or graph.op_names[0]}`.")
@@ -51,27 +55,30 @@ def view_controls(key: str, graph: Graph, plan: Plan | None = None) -> tuple[str
             where = ", ".join(f"P{p}" for p in hit.partitions) or "no partition"
             st.caption(f"`{query}` matches {len(hit.nodes)} node{'s' if len(hit.nodes) != 1 else ''} in {where} "
                        "(outlined in blue).")
-    return overlay, query
+    return overlay, hit
 
 
-def render_dag(plan: Plan, graph: Graph | None, key: str, overlay: str = "device", query: str = "") -> None:
-    """The partition DAG: BFS levels as ranks, devices as colours, critical path in red; a
-    click on a partition opens it in the drill-down."""
+def render_dag(plan: Plan, graph: Graph, key: str, overlay: str = "device", hit: SearchHit = NO_HIT,
+               drilldown: bool = False) -> None:
+    """The partition DAG: BFS levels as ranks, devices as colours, critical path in red; with
+    ``drilldown`` (a :func:`render_drilldown` on the page), a click on a partition opens it there."""
     highlight = st.toggle("Highlight the critical path", value=True, key=f"{key}_critical")
-    hits = search(graph, query, plan).partitions if query and graph is not None else ()
+    hits = hit.partitions
 
     def open_partition(node_id: str) -> None:
         st.session_state[f"{key}_drill"] = int(node_id[1:])
 
     show_graph(plan_to_dot(plan, graph, highlight_critical=highlight, overlay=overlay, highlight=hits),
-               key=f"{key}_dag", clickable=_PARTITION_ID, on_click=open_partition,
-               focus=f"p{hits[0]}" if hits else None)
+               key=f"{key}_dag", clickable=_PARTITION_ID if drilldown else None,
+               on_click=open_partition if drilldown else None, focus=f"p{hits[0]}" if hits else None)
     st.caption("Boxes are partitions (memory used of the device's capacity, latency); edges carry "
                "the bytes crossing and their transfer time. Orange dashed outline: device over capacity.")
 
 
-def render_drilldown(plan: Plan, graph: Graph, key: str, overlay: str = "device", query: str = "") -> None:
-    """Pick a partition (or click one in the DAG) to see its nodes."""
+def render_drilldown(plan: Plan, graph: Graph, key: str, overlay: str = "device", hit: SearchHit = NO_HIT,
+                     node_s: list[float] | None = None) -> None:
+    """Pick a partition (or click one in the DAG) to see its nodes (``node_s``: their latencies,
+    :func:`node_seconds`)."""
     ids = [p.id for p in sorted(plan.partitions, key=lambda p: p.id)]
     sizes = {p.id: len(p.node_names) for p in plan.partitions}
     if st.session_state.get(f"{key}_drill") not in (None, *ids):
@@ -84,15 +91,16 @@ def render_drilldown(plan: Plan, graph: Graph, key: str, overlay: str = "device"
         return
     if sizes[pick] > NODE_LIMIT:
         st.caption(f"P{pick} has {sizes[pick]} nodes; the first {NODE_LIMIT} are drawn.")
-    hits = search(graph, query, plan).nodes if query else ()
-    names = {graph.nodes[v].name for v in hits}
-    inside = [v for v in hits if graph.nodes[v].name in set(next(p for p in plan.partitions if p.id == pick).node_names)]
+    names = {graph.nodes[v].name for v in hit.nodes}
+    members = set(next(p for p in plan.partitions if p.id == pick).node_names)
+    inside = [v for v in hit.nodes if graph.nodes[v].name in members]
     show_graph(partition_to_dot(plan, graph, pick, max_nodes=NODE_LIMIT, overlay=overlay,
-                                node_s=node_seconds(plan, graph), highlight=names),
+                                node_s=node_s or node_seconds(plan, graph), highlight=names),
                key=f"{key}_nodes", focus=f"n{inside[0]}" if inside else None)
 
 
-def render_model_graph(plan: Plan, graph: Graph, key: str, overlay: str = "device", query: str = "") -> None:
+def render_model_graph(plan: Plan, graph: Graph, key: str, overlay: str = "device", hit: SearchHit = NO_HIT,
+                       node_s: list[float] | None = None) -> None:
     """The whole model, collapsed by module (a box per repeated block with its sums and a bar of
     its devices); a click on a box expands it, the list below collapses it again."""
     state_key = f"{key}_expanded"
@@ -107,9 +115,8 @@ def render_model_graph(plan: Plan, graph: Graph, key: str, overlay: str = "devic
             now.append(module)
         st.session_state[state_key] = now
 
-    cg = collapse(graph, plan, node_seconds(plan, graph), expanded=expanded)
-    hits = set(search(graph, query, plan).nodes) if query else set()
-    boxes = sorted({cg.box_of[v] for v in hits if cg.box_of[v] >= 0})
+    cg = collapse(graph, plan, node_s or node_seconds(plan, graph), expanded=expanded)
+    boxes = sorted({cg.box_of[v] for v in hit.nodes if cg.box_of[v] >= 0})
     title = f"{plan.model or 'model'}: {len(graph.op_indices)} nodes in {len(cg.groups)} boxes"
     show_graph(collapsed_to_dot(cg, plan, overlay=overlay, highlight=boxes, title=title), key=f"{key}_model",
                clickable=_MODULE_ID, on_click=toggle, focus=f"m:{cg.groups[boxes[0]].key}" if boxes else None,

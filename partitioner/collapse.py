@@ -194,8 +194,7 @@ def collapsed_to_dot(cg: CollapsedGraph, plan: "Plan | None" = None, *, overlay:
         bar = "".join(f'<TD BGCOLOR="{colours.get(d, UNKNOWN_DEVICE_COLOUR)}" HEIGHT="8" WIDTH="{max(4, round(60 * n / total))}"></TD>'
                       for d, n in g.devices)
         single.append(g.devices[0][0] if len(g.devices) == 1 else None)
-        alone = single[b]
-        fill = colour_for(values[b], low, high) if values else colours.get(alone, "#f7f7f7") if alone is not None else "#f7f7f7"
+        fill = colour_for(values[b], low, high) if values else colours.get(single[b], "#f7f7f7")  # type: ignore[arg-type]
         text = f"{g.label}\n{len(g.members)} nodes | {format_bytes(g.memory_bytes)}\n{format_seconds(g.latency_s)}" \
             if len(g.members) > 1 else f"{g.label}\n{format_bytes(g.memory_bytes)} | {format_seconds(g.latency_s)}"
         body = "<BR/>".join(html_text(t) for t in text.split("\n"))

@@ -31,6 +31,7 @@ __all__ = [
     "NodeLatency",
     "roofline_latencies",
     "node_latencies",
+    "node_seconds",
     "CostModel",
     "Evaluation",
     "NEAR_TIE",
@@ -96,6 +97,12 @@ def node_latencies(
         logger.info("node_latency covers %d op nodes; %d keep their roofline estimate",
                     len(node_latency), missing)
     return latencies
+
+
+def node_seconds(graph: Graph, devices: Sequence[Device],
+                 node_latency: Mapping[str, Sequence[float]] | None = None) -> list[float]:
+    """Each node's latency: the larger of its memory and compute time (:attr:`CostModel.node_s`)."""
+    return [max(m, c) for m, c in node_latencies(graph, devices, node_latency)]
 
 
 # --------------------------------------------------------------------------------------------
@@ -318,7 +325,7 @@ class CostModel:
                     free_at[d] = (finish[p], p)
         total = max(finish) if finish else 0.0
         if num:
-            p = max(range(num), key=lambda i: (finish[i], -i))
+            p = max(range(num), key=finish.__getitem__)  # the first of equals: the lowest id
             while p >= 0:
                 path.append(p)
                 p = came_from[p]

@@ -6,7 +6,7 @@ and the partition edges at v; the rest of the plan is as it was. :class:`Increme
 each partition's members and internal latency and the partition edges (with, for each op and
 partition, how many members read it), updates them per move in O(|p| + |q| + deg v), and
 schedules the partition DAG (:meth:`CostModel.schedule`, O(P + E log E)) for the latency, so a
-try costs a few partitions' nodes instead of the whole graph. A test checks it against
+try costs the touched partitions' nodes and the partition DAG instead of the whole graph. A test checks it against
 :meth:`CostModel.evaluate` after every move of random move sequences on random graphs. The
 "torch" cost model counts edge bytes per parent's held inputs and is evaluated in full.
 :class:`DeviceMemory` keeps what each device holds the same way (both cost models' searches).
@@ -149,14 +149,6 @@ class IncrementalCost:
         self._flush()
         _, _, _, _, path, total = self.cost.schedule(self.inner, self.edges, self.devices_of)
         return total, path
-
-    def latency(self) -> float:
-        return self.schedule()[0]
-
-    def check(self, devices_of: Sequence[Sequence[int]] | None = None) -> tuple[float, float]:
-        """(this latency, the full evaluation's) for tests."""
-        full = self.cost.evaluate(self.part, devices_of or self.devices_of)
-        return self.latency(), full.latency_s
 
 
 class DeviceMemory:

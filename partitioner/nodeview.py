@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Iterable, Sequence
 
 from .devices import Device, format_bytes
-from .dot import HIGHLIGHT_COLOUR, WARNING_COLOUR, device_colours, device_names as _device_names, fill as _fill
+from .dot import CRITICAL_COLOUR, HIGHLIGHT_COLOUR, WARNING_COLOUR, device_colours, device_names as _device_names, fill as _fill
 from .dot import quote as _q
 from .errors import PartitionError
 from .overlay import colour_for, node_values, legend_node
@@ -91,7 +91,7 @@ def partition_to_dot(plan: Plan, graph: "Graph", partition_id: int, *, max_nodes
     if overlay != "device":
         part_of = {graph.index[n]: q for n, q in where.items() if n in graph.index}
         values = node_values(graph, overlay, node_s or [0.0] * len(graph), part_of)
-        low, high = min(values[v] for v in inside), max(values[v] for v in inside)
+        low, high = min((values[v] for v in inside), default=0.0), max((values[v] for v in inside), default=0.0)
     stubs_in: dict[int, str] = {}
     stubs_out: dict[int, None] = {}
     edges: list[str] = []
@@ -182,12 +182,12 @@ def step_to_dot(trace: "DecisionTrace", index: int, devices: Sequence[Device]) -
         p = frame.part[v]
         on = frame.devices_of.get(p, ()) if p >= 0 else ()
         fill = colours.get(on[0], "#ffffff") if on else "#ffffff"
-        label = f"{graph.nodes[v].name}\n" + (f"P{p}" if p >= 0 else "not placed")
-        attrs = [f"label={_q(label)}", f'fillcolor="{fill}"', f'id="n{v}"',
-                 f"tooltip={_q(node_tip(graph, v, placement=label.split(chr(10))[1]))}"]
+        where = f"P{p}" if p >= 0 else "not placed"
+        attrs = [f"label={_q(graph.nodes[v].name + chr(10) + where)}", f'fillcolor="{fill}"', f'id="n{v}"',
+                 f"tooltip={_q(node_tip(graph, v, placement=where))}"]
         if v in touched:
-            attrs += (['color="#1f5fd6"', "penwidth=4"] if decision.accepted
-                      else ['color="#d62728"', "penwidth=3", 'style="rounded,filled,dashed"'])
+            attrs += ([f'color="{HIGHLIGHT_COLOUR}"', "penwidth=4"] if decision.accepted
+                      else [f'color="{CRITICAL_COLOUR}"', "penwidth=3", 'style="rounded,filled,dashed"'])
         lines.append(f"  n{v} [{', '.join(attrs)}];")
     ops = set(graph.op_indices)
     for v in graph.op_indices:

@@ -2,7 +2,7 @@
 
 The partition DAG, the node graphs, the collapsed graph and the app's charts colour by the same
 metric through the same scale, so a colour means the same number everywhere on a page. ``device``
-is categorical (:func:`partitioner.render.device_colours`); the others are sequential, light to
+is categorical (:func:`partitioner.dot.device_colours`); the others are sequential, light to
 dark (the light half of ColorBrewer's YlOrRd, so black labels stay readable), linear from the
 smallest to the largest value shown. Pure Python: no UI import.
 """
@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Callable, Mapping, Sequence
 
 from .devices import format_bytes
+from .dot import html_text
 from .units import format_flops, format_seconds
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -103,13 +104,9 @@ def node_values(graph: "Graph", overlay: str, node_s: Sequence[float],
 
 def overlay_legend(overlay: str, low: float, high: float) -> str:
     """HTML-like table rows for an overlay's scale (four stops), to put in a legend table."""
-    cells = "".join(f'<TD BGCOLOR="{c}">{_html(t)}</TD>' for t, c in legend_stops(low, high, overlay))
-    return f'<TR><TD COLSPAN="2"><B>{_html(overlay)}</B></TD></TR><TR><TD COLSPAN="2"><TABLE BORDER="0" ' \
+    cells = "".join(f'<TD BGCOLOR="{c}">{html_text(t)}</TD>' for t, c in legend_stops(low, high, overlay))
+    return f'<TR><TD COLSPAN="2"><B>{html_text(overlay)}</B></TD></TR><TR><TD COLSPAN="2"><TABLE BORDER="0" ' \
            f'CELLSPACING="0" CELLPADDING="3"><TR>{cells}</TR></TABLE></TD></TR>'
-
-
-def _html(text: str) -> str:
-    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
 
 def legend_node(overlay: str, low: float, high: float) -> str:

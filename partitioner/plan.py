@@ -15,7 +15,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
-from .costs import CostModel, node_latencies
+from .costs import CostModel, Evaluation, node_latencies
 from .devices import Device
 from .errors import InvalidPlanError, PartitionError
 from .graph import Graph
@@ -309,10 +309,10 @@ def _partition_from_dict(p: Mapping[str, Any]) -> Partition:
 
 
 def _numbered(cost: CostModel, part: Sequence[int], order: Sequence[int],
-              devices_of: Sequence[Sequence[int]]) -> tuple[list[int], Any]:
+              devices: Mapping[int, tuple[int, ...]]) -> Evaluation:
+    """The evaluation of ``part`` with partition ``order[i]`` numbered i."""
     renumber = {old: new for new, old in enumerate(order)}
-    new_part = [renumber[p] if p >= 0 else -1 for p in part]
-    return new_part, cost.evaluate(new_part, devices_of)
+    return cost.evaluate([renumber[p] if p >= 0 else -1 for p in part], [devices[p] for p in order])
 
 
 def build_plan(
@@ -347,13 +347,13 @@ def build_plan(
             first[p] = v
     own = [p for p in range(num) if first[p] < len(part)]
     used = own if keep_ids else sorted(own, key=lambda p: first[p])
-    new_devices = [tuple(sorted(set(int(d) for d in devices_of[old]))) for old in used]
-    new_part, ev = _numbered(cost, part, used, new_devices)
+    norm = {p: tuple(sorted(set(int(d) for d in devices_of[p]))) for p in own}
+    ev = _numbered(cost, part, used, norm)
     if used != own:  # a device runs its ready partitions in id order: renumber only if no slower
-        kept_devices = [tuple(sorted(set(int(d) for d in devices_of[old]))) for old in own]
-        kept_part, kept = _numbered(cost, part, own, kept_devices)
+        kept = _numbered(cost, part, own, norm)
         if kept.latency_s < ev.latency_s * (1 - 1e-12):
-            used, new_part, new_devices, ev = own, kept_part, kept_devices, kept
+            used, ev = own, kept
+    new_devices = [norm[p] for p in used]
     bound = max(cost.lower_bound_s(), float(lower_bound_s))
     names = [nd.name for nd in graph.nodes]
     parents: list[set[int]] = [set() for _ in used]

@@ -169,15 +169,18 @@ def plan_to_dot(
         else:
             attrs = [f"label={_q(label)}", f"fillcolor={_q(fill)}"]
         styles = [style, "rounded"] if style == "filled" else [style]
-        if any(d in over for d in p.device_ids):
+        overfull = any(d in over for d in p.device_ids)
+        if overfull:
             styles.append("dashed")
             attrs += [f'color="{WARNING_COLOUR}"', "penwidth=3"]
-            attrs.append(f"tooltip={_q(f'P{p.id}: its device holds more than its memory')}")
         elif p.id in critical_nodes:
             attrs += [f'color="{CRITICAL_COLOUR}"', "penwidth=2"]
         if p.id in marked:
             attrs += [f'color="{HIGHLIGHT_COLOUR}"', "penwidth=5"]
-        attrs += [f'id="p{p.id}"', f"tooltip={_q(_partition_tip(plan, p, graph, overlay, values))}"]
+        tip = _partition_tip(plan, p, graph, overlay, values)
+        if overfull:
+            tip = f"P{p.id}: its device holds more than its memory\n" + tip
+        attrs += [f'id="p{p.id}"', f"tooltip={_q(tip)}"]
         attrs.append(f"style={_q(','.join(styles))}")
         lines.append(f"  p{p.id} [{', '.join(attrs)}];")
     levels: dict[int, list[int]] = {}

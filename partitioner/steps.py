@@ -121,6 +121,7 @@ def record(graph: Graph, devices: Sequence[Device], algorithm: str, *, budget: i
     short enough to step through). Raises :class:`PartitionError` for an unknown algorithm and
     :class:`~partitioner.errors.InfeasibleError` where the algorithm finds no plan."""
     from .modes import size_based
+    from .modes.cost_aware import singletons
     from .modes.fills import starts
     from .modes.search import improve_by_moves, merge_partitions
 
@@ -128,29 +129,20 @@ def record(graph: Graph, devices: Sequence[Device], algorithm: str, *, budget: i
         raise PartitionError(f"unknown algorithm {algorithm!r}; choose one of {', '.join(ALGORITHMS)}")
     problem = _problem(graph, devices, options or PartitionOptions())
     keeper = _Keeper()
-    n = len(graph)
     if algorithm == "size_based":
-        start = Assignment([-1] * n, [])
         problem.record = keeper
         result = size_based.torch_fill(problem)
-        return DecisionTrace(algorithm, graph, start, tuple(keeper.decisions), result, None, keeper.truncated)
+        return DecisionTrace(algorithm, graph, Assignment([-1] * len(graph), []), tuple(keeper.decisions),
+                             result, None, keeper.truncated)
     try:
         begin = size_based.partition(problem)
     except PartitionError:
         begin = starts(problem)[0]
+    start = begin if algorithm == "kl_pass" else singletons(problem, begin)  # as cost_aware starts
+    start_latency = problem.latency(start)
+    problem.record = keeper
     if algorithm == "kl_pass":
-        start = begin
-        problem.record = keeper
         result = improve_by_moves(problem, start, budget, swaps=True)
     else:
-        part = [-1] * n
-        devices_of: list[list[int]] = []
-        for v in graph.op_indices:  # one node per partition on the fill's devices, as cost_aware starts
-            part[v] = len(devices_of)
-            devices_of.append(list(begin.devices_of[begin.part[v]]))
-        start = Assignment(part, devices_of)
-        problem.record = keeper
         result = merge_partitions(problem, start, budget)
-    problem.record = None
-    return DecisionTrace(algorithm, graph, start, tuple(keeper.decisions), result, problem.latency(start),
-                         keeper.truncated)
+    return DecisionTrace(algorithm, graph, start, tuple(keeper.decisions), result, start_latency, keeper.truncated)

@@ -18,7 +18,7 @@ a person's own ``package.module:factory``, and Hugging Face architectures built 
 
 from __future__ import annotations
 
-from .load import ModelSpecError, is_factory, is_hf, label, load, parse_overrides, weight_scale
+from .load import ModelSpecError, is_factory, is_hf, label, load, parse_overrides, trace_loaded, weight_scale
 from .registry import (
     SPECS,
     ModelSpec,
@@ -38,6 +38,7 @@ __all__ = [
     "is_factory",
     "is_hf",
     "weight_scale",
+    "trace_loaded",
     "SPECS",
     "ModelSpec",
     "build",

@@ -83,6 +83,17 @@ def load(spec: str, overrides: Mapping[str, Any] | None = None, reload: bool = F
     return module, inputs, {}
 
 
+def trace_loaded(spec: str, overrides: Mapping[str, Any] | None, loaded: Loaded, name: str) -> Any:
+    """The ``partitioner.Graph`` of what :func:`load` returned for ``spec``: traced with its example
+    kwargs, its parameter bytes scaled to the stored dtype (:func:`weight_scale`)."""
+    from partitioner import trace  # the library never imports sample_models: no circle
+
+    module, inputs, kwargs = loaded
+    graph = trace(module, inputs, name=name, **({"example_kwargs": kwargs} if kwargs else {}))
+    scale = weight_scale(spec, overrides)
+    return graph if scale == 1.0 else graph.with_weight_bytes(scale)  # quantized weights (hf: dtype=int8)
+
+
 def _check_known(spec: str) -> None:
     names = registry.names()
     if spec not in names:

@@ -14,7 +14,7 @@ import partitioner
 import sample_models
 from partitioner import steps
 from partitioner.collapse import collapse, collapsed_to_dot, search
-from partitioner.costs import node_latencies
+from partitioner.costs import node_seconds
 from partitioner.nodeview import partition_to_dot, step_to_dot
 from partitioner.overlay import SCALE, colour_for, node_values, partition_values
 from partitioner.render import plan_to_dot
@@ -29,7 +29,7 @@ def traced():
     graph = partitioner.trace(model, inputs)
     devices = partitioner.parse_devices(f"4x{sample_models.spec('transformer').device_memory_bytes}")
     plan = partitioner.partition(graph, devices, mode="cost_aware")
-    node_s = [max(m, c) for m, c in node_latencies(graph, list(plan.devices), plan.options.node_latency_dict)]
+    node_s = node_seconds(graph, list(plan.devices), plan.options.node_latency_dict)
     return graph, devices, plan, node_s
 
 

@@ -41,7 +41,7 @@ export default function (component) {
   parentElement.appendChild(root);
   const stage = root.querySelector(".pe-stage");
   const tip = root.querySelector(".pe-tip");
-  root.querySelector(".pe-hint").textContent = data.hint || "scroll to zoom, drag to pan";
+  root.querySelector(".pe-hint").textContent = data.hint;
   stage.innerHTML = data.svg;
   const svg = stage.querySelector("svg");
   if (!svg) return;
@@ -69,6 +69,13 @@ export default function (component) {
     a.removeAttributeNS(XLINK, "title");
     a.removeAttribute("xlink:title");
   });
+
+  if (data.clickable) {
+    const clickable = new RegExp(data.clickable);
+    svg.querySelectorAll("g.node").forEach((g) => {
+      if (clickable.test(g.id)) g.classList.add("pe-click");
+    });
+  }
 
   const id = data.view || "viewer";
   const layout = full.join(" ") + "|" + svg.querySelectorAll("g.node").length;
@@ -100,9 +107,10 @@ export default function (component) {
   };
   const centre = () => ({ x: box[0] + box[2] / 2, y: box[1] + box[3] / 2 });
 
-  // A new search hit (or a step's node): centre it at about one SVG unit a pixel, once per hit.
-  apply();
+  // A new search hit (or a step's node): centre it at about one SVG unit a pixel, once per hit
+  // (measured on screen, so the view box is set first).
   if (data.focus && (!saved || saved.focus !== data.focus)) {
+    apply();
     const target = stage.querySelector(`[id="${CSS.escape(data.focus)}"]`);
     const m = svg.getScreenCTM();
     if (target && m) {
@@ -159,7 +167,7 @@ export default function (component) {
     drag = null;
     if (!was || was.moved || !data.clickable) return;
     const node = was.node;
-    if (node && new RegExp(data.clickable).test(node.id)) setTriggerValue("clicked", node.id);
+    if (node && node.classList.contains("pe-click")) setTriggerValue("clicked", node.id);
   };
   const onLeave = () => {
     tip.style.display = "none";

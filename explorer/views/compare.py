@@ -4,16 +4,17 @@ from __future__ import annotations
 
 import streamlit as st
 
+import sample_models
 from explorer import compute, graph_panels, panels, sidebar, state
 from partitioner import Graph, PartitionError, Plan
 from partitioner.compare import ModeResult
 
 
 def main() -> None:
-    config = state.current_config()
-    graph = None if config is None else state.load_graph(config)
-    if config is None or graph is None:
+    inputs = state.page_inputs()
+    if inputs is None:
         return
+    config, graph = inputs
     st.markdown(f"#### Every mode on {config.model.label}, {len(config.devices)} devices")
     modes = sidebar.PLAN_MODES
     results = []
@@ -21,11 +22,12 @@ def main() -> None:
         for mode in modes:
             status.update(label=f"Running {mode}...")
             results.append(compute.compare(config.with_mode(mode)))
+        failed = sum(1 for r in results if r.error)
+        if sample_models.is_hf(config.model.name):
+            status.update(label="Scoring Accelerate's device map...")
         theirs = compute.accelerate(config)  # hf: models: Accelerate's own device map, on our cost model
         if theirs is not None:
-            status.update(label="Scoring Accelerate's device map...")
             results.append(theirs)
-        failed = sum(1 for r in results if r.error)
         status.update(label=f"Ran {len(modes)} modes ({failed} found no plan)", state="complete")
     panels.render_comparison(results)
     good = [r.mode for r in results if r.ok and r.mode in modes]

@@ -23,17 +23,18 @@ def main() -> None:
                    + "; ".join(" = ".join(f"`{n}`" for n in names) for names in graph.tied_parameters))
     panels.render_notes(plan)
     panels.render_cost_models(plan, graph)
-    overlay, query = graph_panels.view_controls("explore", graph, plan)
+    overlay, hit = graph_panels.view_controls("explore", graph, plan)
+    node_s = graph_panels.node_seconds(plan, graph)
     view = st.segmented_control("Show", ["Partition DAG", "Model graph by module"], key="explore_view",
                                 default="Partition DAG") or "Partition DAG"
     left, right = st.columns([3, 2])
     with left:
         if view == "Partition DAG":
-            graph_panels.render_dag(plan, graph, key="explore", overlay=overlay, query=query)
+            graph_panels.render_dag(plan, graph, key="explore", overlay=overlay, hit=hit, drilldown=True)
         else:
-            graph_panels.render_model_graph(plan, graph, key="explore", overlay=overlay, query=query)
+            graph_panels.render_model_graph(plan, graph, key="explore", overlay=overlay, hit=hit, node_s=node_s)
     with right:
-        graph_panels.render_drilldown(plan, graph, key="explore", overlay=overlay, query=query)
+        graph_panels.render_drilldown(plan, graph, key="explore", overlay=overlay, hit=hit, node_s=node_s)
     panels.render_charts(plan, overlay, graph)
     panels.render_tables(plan)
     panels.render_real_run(plan, graph)

@@ -5,7 +5,8 @@ from __future__ import annotations
 import streamlit as st
 
 from explorer import compute, graph_panels, state, teaching
-from partitioner import steps
+from explorer.config import PlanConfig
+from partitioner import Graph, Plan, steps
 from partitioner.units import format_seconds
 
 
@@ -21,18 +22,19 @@ def main() -> None:
     st.markdown(teaching.COST_MODEL)
     st.markdown(teaching.TWO_COST_MODELS)
     config = st.session_state.get(state.CONFIG)
-    plan = None
+    plan = graph = None
     if config is not None:
         try:
-            plan = compute.plan(config).plan if compute.trace(config.model) is not None else None
+            graph = compute.trace(config.model)
+            plan = compute.plan(config).plan
         except Exception:  # the Explore page shows the error in full
             plan = None
     if plan is not None:
         st.markdown(f"#### Your current plan ({plan.model}, `{plan.mode}`)")
         for note in teaching.explain_plan(plan):
             st.markdown(f"- {note}")
-    if config is not None and plan is not None:
-        _step_through(config, plan)
+    if config is not None and plan is not None and graph is not None:
+        _step_through(config, plan, graph)
     st.markdown("#### The modes")
     for mode, text in teaching.MODE_TEXT.items():
         current = plan is not None and plan.mode == mode
@@ -54,10 +56,9 @@ def main() -> None:
 _MAX_STEP_NODES = 400  # the node graph is drawn at every step
 
 
-def _step_through(config, plan) -> None:
+def _step_through(config: PlanConfig, plan: Plan, graph: Graph) -> None:
     """One algorithm on the current model, a decision at a time: the graph coloured by where
     each node is after it, and the latency so far. The trace is computed once per model."""
-    graph = compute.trace(config.model)
     st.markdown(f"#### Step through an algorithm on {plan.model}")
     if len(graph.op_indices) > _MAX_STEP_NODES:
         st.info(f"{plan.model} has {len(graph.op_indices)} operations; the steps are drawn for models of up to "

@@ -22,11 +22,21 @@ from .fills import starts
 from .search import default_budget, improve_by_moves, merge_partitions
 from .torch_merge import merge_sequence
 
-__all__ = ["partition", "search"]
+__all__ = ["partition", "search", "singletons"]
 
 
 def partition(problem: Problem) -> Assignment:
     return search(problem, problem.options.search_budget or default_budget(problem))
+
+
+def singletons(problem: Problem, coarse: Assignment) -> Assignment:
+    """One node per partition, each on the devices its node has in ``coarse``."""
+    part = [-1] * len(problem.graph)
+    devices_of: list[list[int]] = []
+    for v in problem.graph.op_indices:
+        part[v] = len(devices_of)
+        devices_of.append(list(coarse.devices_of[coarse.part[v]]))
+    return Assignment(part, devices_of)
 
 
 def search(problem: Problem, budget: int, begin: list[Assignment] | None = None) -> Assignment:
@@ -36,15 +46,9 @@ def search(problem: Problem, budget: int, begin: list[Assignment] | None = None)
     begin = begin or starts(problem)
     candidates = [improve_by_moves(problem, a, budget // (2 * len(begin)), swaps=False) for a in begin]
     if budget >= 2 * len(graph.op_indices):
-        for coarse in begin:
-            # One node per partition on the start's devices, then move and merge.
-            part = [-1] * len(graph)
-            devices_of: list[list[int]] = []
-            for v in graph.op_indices:
-                part[v] = len(devices_of)
-                devices_of.append(list(coarse.devices_of[coarse.part[v]]))
+        for coarse in begin:  # one node per partition on the start's devices, then move and merge
             share = budget // (4 * len(begin))
-            fine = improve_by_moves(problem, Assignment(part, devices_of), share, swaps=False)
+            fine = improve_by_moves(problem, singletons(problem, coarse), share, swaps=False)
             merged = merge_partitions(problem, fine, share)
             candidates.append(improve_by_moves(problem, merged, share, swaps=False))
     if problem.cost.torch:  # torch's own merge sequence, on small graphs: never slower than torch

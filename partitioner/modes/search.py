@@ -35,17 +35,21 @@ class _State:
         self.cost = problem.cost
         self.part = list(a.part)
         self.devices_of = [list(d) for d in a.devices_of]
-        self.members: list[set[int]] = [set() for _ in self.devices_of]
-        for v, p in enumerate(self.part):
-            if p >= 0:
-                self.members[p].add(v)
         self.capacity = problem.capacity
         self.memory = DeviceMemory(self.cost, self.part, self.devices_of, self.capacity)
         # Physical model: each try updates the touched partitions only (NOTE: [Incremental]).
         self.inc = None if self.cost.torch else IncrementalCost(self.cost, self.part, self.devices_of)
+        if self.inc is not None:
+            self.members = self.inc.members  # kept by inc.move
+        else:
+            self.members = [set() for _ in self.devices_of]
+            for v, p in enumerate(self.part):
+                if p >= 0:
+                    self.members[p].add(v)
         self.path: list[int] = []  # critical path of the plan scored last
-        self.evals = self.tries = 0
+        self.tries = 0
         self.record = problem.record
+        self.evals = 0
         self.latency = self.score()
         self.critical = set(self.path)
         self.evals = 0  # the start's own scoring is not the search's
@@ -124,11 +128,11 @@ class _State:
     def apply(self, moves: Iterable[tuple[int, int]]) -> None:
         for v, q in moves:
             self._shift(v, self.part[v], q)
-            self.members[self.part[v]].discard(v)
-            self.members[q].add(v)
             if self.inc is not None:
-                self.inc.move(v, q)
+                self.inc.move(v, q)  # part and members
             else:
+                self.members[self.part[v]].discard(v)
+                self.members[q].add(v)
                 self.part[v] = q
 
     def assignment(self) -> Assignment:
@@ -339,12 +343,12 @@ def merge_partitions(problem: Problem, a: Assignment, budget: int) -> Assignment
     repeats until a sweep merges nothing or the budget is spent. O(budget * (N + E)).
     """
     contracted = _contract_chains(problem, a)
+    s = _State(problem, contracted)
     if problem.record is not None:
         shifts = [(v, q) for v, (p, q) in enumerate(zip(a.part, contracted.part)) if p != q]
         problem.record("contract", f"{len({a.part[v] for v, _ in shifts})} partition(s) merged into their only "
                        "parent on the same devices (never slower, no evaluation needed)", shifts,
-                       latency_s=problem.latency(contracted))
-    s = _State(problem, contracted)
+                       latency_s=s.latency)
     merged = True
     while merged and s.evals < budget:
         merged = False

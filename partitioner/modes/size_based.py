@@ -88,19 +88,19 @@ def torch_fill(problem: Problem) -> Assignment:
             placed(q, v, alone)
             continue
         need = extra(v, held[p])
-        why = f"it needs {format_bytes(need)} and P{p} has {format_bytes(left.get(p, 0))} left"
+        why = "" if record is None else f"it needs {format_bytes(need)} and P{p} has {format_bytes(left.get(p, 0))} left"
         if used[p] == 0:
             d = device_for(v)
             left[p] = capacity[d]
             devices_of[p].append(d)
-            why = f"P{p} opens on the first free device that holds it ({format_bytes(need)})"
+            why = "" if record is None else f"P{p} opens on the first free device that holds it ({format_bytes(need)})"
         elif left[p] < need:
             if len(members) == len(devices):
                 add(q := open_partition(), v)
-                placed(q, v, f"P{p} is full ({format_bytes(left[p])} left); " + alone)
+                placed(q, v, "" if record is None else f"P{p} is full ({format_bytes(left[p])} left); " + alone)
                 continue
             d = device_for(v)
-            full = f"P{p} is full ({format_bytes(left[p])} left, it needs {format_bytes(need)}); "
+            full = "" if record is None else f"P{p} is full ({format_bytes(left[p])} left, it needs {format_bytes(need)}); "
             p = open_partition()
             need = extra(v, held[p])
             left[p] = capacity[d]
