@@ -14,6 +14,8 @@ try costs the touched partitions' nodes and the partition DAG instead of the who
 
 from __future__ import annotations
 
+import math
+from heapq import heappop, heappush
 from typing import Iterable, Mapping, Sequence
 
 from .costs import CostModel
@@ -41,8 +43,12 @@ class IncrementalCost:
             if p >= 0:
                 self.members[p].add(v)
         self.readers: dict[tuple[int, int], int] = {}  # (op u, partition p) -> members of p reading u
-        self.edges: dict[tuple[int, int], int] = {}  # (src, dst) -> bytes, as evaluate() counts them
         self._links: dict[tuple[int, int], int] = {}  # (src, dst) -> (u, dst) pairs behind the edge
+        # The partition DAG both ways: parents[dst][src] = bytes, as evaluate() counts them.
+        self.parents: list[dict[int, int]] = [{} for _ in range(num)]
+        self.children: list[set[int]] = [set() for _ in range(num)]
+        self._backward = 0  # edges from a higher partition id to a lower one
+        self._free_transfers = not cost.rate or math.isinf(cost.rate)  # as CostModel.comm_s
         op_preds, out = cost.op_preds, cost.out
         for v, p in enumerate(part):
             if p < 0:
@@ -58,17 +64,31 @@ class IncrementalCost:
         self._dirty: set[int] = set()
 
     # -- updates ----------------------------------------------------------------------------
+    @property
+    def edges(self) -> dict[tuple[int, int], int]:
+        """(src, dst) -> bytes, as :meth:`CostModel.evaluate` counts them."""
+        return {(a, b): n for b, ps in enumerate(self.parents) for a, n in ps.items()}
+
     def _link(self, a: int, b: int, nbytes: int) -> None:
-        self.edges[(a, b)] = self.edges.get((a, b), 0) + nbytes
-        self._links[(a, b)] = self._links.get((a, b), 0) + 1
+        n = self._links.get((a, b), 0)
+        self._links[(a, b)] = n + 1
+        into = self.parents[b]
+        if n:
+            into[a] += nbytes
+        else:
+            into[a] = nbytes
+            self.children[a].add(b)
+            self._backward += a > b
 
     def _unlink(self, a: int, b: int, nbytes: int) -> None:
         left = self._links[(a, b)] - 1
         if left:
             self._links[(a, b)] = left
-            self.edges[(a, b)] -= nbytes
+            self.parents[b][a] -= nbytes
         else:
-            del self._links[(a, b)], self.edges[(a, b)]
+            del self._links[(a, b)], self.parents[b][a]
+            self.children[a].discard(b)
+            self._backward -= a > b
 
     def move(self, v: int, q: int) -> None:
         """Node v into partition q: O(deg v) now, O(|p| + |q|) at the next :meth:`schedule`."""
@@ -145,10 +165,69 @@ class IncrementalCost:
         return result
 
     def schedule(self) -> tuple[float, list[int]]:
-        """(end-to-end latency, critical path of partition ids) of the current plan."""
+        """(end-to-end latency, critical path of partition ids) of the current plan: what
+        :meth:`CostModel.schedule` gives for it (its order, ties and arithmetic), from the
+        partition DAG kept by the moves instead of one rebuilt from the edges, and without the
+        start times and levels a search does not read. O(P log P + E), O(P + E) while every
+        edge goes from a lower partition id to a higher one: the lowest-id-first topological
+        order is then the ids in turn, and needs no heap."""
         self._flush()
-        _, _, _, _, path, total = self.cost.schedule(self.inner, self.edges, self.devices_of)
+        num = len(self.devices_of)
+        if not num:
+            return 0.0, []
+        parents, devices_of, inner = self.parents, self.devices_of, self.inner
+        rate, free_transfers = self.cost.rate, self._free_transfers
+        finish = [0.0] * num
+        came_from = [-1] * num
+        free_at: dict[int, tuple[float, int]] = {}  # device -> (when free, last partition)
+        done = 0
+        for p in self._order(num):
+            done += 1
+            start, came = 0.0, -1
+            dst = devices_of[p]
+            for q, nbytes in parents[p].items():  # the latest arrival; the lowest id among equals
+                src = devices_of[q]
+                if free_transfers or (src and (dst == src or set(dst) <= set(src))):
+                    t = finish[q]
+                else:
+                    t = finish[q] + nbytes / rate  # type: ignore[operator]  # free_transfers: no rate
+                if t > start or t == start and (came < 0 or q < came):
+                    start, came = t, q
+            for d in dst:
+                t, last = free_at.get(d, (0.0, -1))
+                if t > start:
+                    start, came = t, last
+            end = start + inner[p]
+            finish[p], came_from[p] = end, came
+            for d in dst:
+                free_at[d] = (end, p)
+        if done < num:  # a cycle
+            return math.inf, []
+        total = max(finish)
+        p = finish.index(total)  # the first of equals: the lowest id
+        path = []
+        while p >= 0:
+            path.append(p)
+            p = came_from[p]
+        path.reverse()
         return total, path
+
+    def _order(self, num: int) -> Iterable[int]:
+        """The partitions in :func:`toposort`'s order (the lowest ready id first)."""
+        if not self._backward:
+            return range(num)
+        children = self.children
+        indeg = [len(ps) for ps in self.parents]
+        ready = [p for p in range(num) if not indeg[p]]  # ascending: already a heap
+        order = []
+        while ready:
+            p = heappop(ready)
+            order.append(p)
+            for c in children[p]:
+                indeg[c] -= 1
+                if not indeg[c]:
+                    heappush(ready, c)
+        return order
 
 
 class DeviceMemory:
