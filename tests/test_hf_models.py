@@ -2,7 +2,6 @@
 outputs), tied weights counted once, every mode valid and a split equal to the model on small
 configs, and a real-size preset on meta weights without the memory."""
 
-import resource
 import subprocess
 import sys
 

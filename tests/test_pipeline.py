@@ -7,11 +7,9 @@ import itertools
 import json
 
 import pytest
-import torch
 
 import partitioner
 from partitioner import Device, pipeline
-from partitioner.pipeline import stages as stage_mod
 from partitioner.testing.synthetic import synthetic_graph
 
 

@@ -332,3 +332,25 @@ def test_kl_based_is_never_worse_than_cost_aware(problem):
     assert kl.latency_s <= merged.latency_s * (1 + partitioner.costs.NEAR_TIE) + 1e-12
     if kl.latency_s > merged.latency_s:
         assert len(kl.partitions) < len(merged.partitions)
+
+
+@settings(max_examples=40, deadline=None)
+@given(problems())
+def test_priority_starts_are_valid_forward_fills(problem):
+    """The time-ordered fills are valid starts: every op node placed, within memory, no two
+    alike, and every partition edge going forward (the orders are topological)."""
+    from partitioner.api import _problem
+    from partitioner.modes.fills import priority_starts
+
+    graph, devices, latency, rate = problem
+    prob = _problem(graph, devices, PartitionOptions.build(transfer_rate_bytes_per_s=rate, node_latency=latency))
+    found = priority_starts(prob, 3)
+    assert len(found) <= 3
+    for i, a in enumerate(found):
+        assert prob.fits(a)
+        assert all(a.part[v] >= 0 for v in graph.op_indices)
+        assert math.isfinite(prob.latency(a))  # acyclic
+        assert a not in found[:i]
+        # Every partition edge goes forward in the fill's order: a node never waits on a later run.
+        assert all(a.part[u] <= a.part[v] for v in graph.op_indices for u in graph.preds[v] if a.part[u] >= 0)
+    assert priority_starts(prob, 0) == []

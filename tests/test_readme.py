@@ -53,7 +53,7 @@ def test_optimal_snippet_runs():
 
 
 def test_hugging_face_examples_run(tmp_path):
-    done = _run_block("## Hugging Face models", tmp_path)
+    _run_block("## Hugging Face models", tmp_path)
     plan = json.loads((tmp_path / "llama_plan.json").read_text())
     assert plan["model"] == "hf:llama-3-8b(dtype=bf16)" and len(plan["partitions"]) >= 2
     device_map = json.loads((tmp_path / "device_map.json").read_text())["device_map"]

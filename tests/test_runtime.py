@@ -4,7 +4,6 @@ a few seconds (every process imports torch), so the cases are few and combined."
 
 from __future__ import annotations
 
-import os
 import socket
 from pathlib import Path
 

@@ -11,18 +11,22 @@ critical path, and neighbouring partitions on the same devices are merged whenev
 latency does not grow. A Kernighan-Lin pass then moves boundary nodes
 between devices. The coarse start (one partition per device, refined) is scored too and the
 lower latency wins, fewer partitions breaking ties. Both run from the contiguous fill and from a
-best-fit packing (see :func:`fills.starts`). Under ``cost_model="torch"`` torch's own merge
+best-fit packing (see :func:`fills.starts`); where the budget affords 200 evaluations a start,
+best-fit fills of the nodes in time order (:func:`fills.priority_starts`) are refined as coarse
+starts too. Under ``cost_model="torch"`` torch's own merge
 sequence (:mod:`.torch_merge`) is one more candidate on small graphs. O(budget * (N + E)).
 """
 
 from __future__ import annotations
 
 from .base import Assignment, Problem, pick_best
-from .fills import starts
+from .fills import priority_starts, starts
 from .search import default_budget, improve_by_moves, merge_partitions
 from .torch_merge import merge_sequence
 
 __all__ = ["partition", "search", "singletons"]
+
+_EVALS_PER_START = 200  # a budget this large per start affords the priority-ordered starts too
 
 
 def partition(problem: Problem) -> Assignment:
@@ -41,10 +45,11 @@ def singletons(problem: Problem, coarse: Assignment) -> Assignment:
 
 def search(problem: Problem, budget: int, begin: list[Assignment] | None = None) -> Assignment:
     """The cost-aware search with ``budget`` cost-model evaluations, from ``begin`` (default:
-    :func:`fills.starts`)."""
+    :func:`fills.starts`) and the priority-ordered starts the budget affords."""
     graph = problem.graph
     begin = begin or starts(problem)
-    candidates = [improve_by_moves(problem, a, budget // (2 * len(begin)), swaps=False) for a in begin]
+    every = begin + priority_starts(problem, budget // _EVALS_PER_START - len(begin), begin)
+    candidates = [improve_by_moves(problem, a, budget // (2 * len(every)), swaps=False) for a in every]
     if budget >= 2 * len(graph.op_indices):
         for coarse in begin:  # one node per partition on the start's devices, then move and merge
             share = budget // (4 * len(begin))

@@ -152,8 +152,10 @@ def plan(graph: Graph, devices: Sequence[Device], stages: int = 4, microbatches:
     device_of = [devices[s % len(devices)] for s in range(stages)]
     pre_f, pre_b, pre_p, pre_a = ([0.0] for _ in range(4))
     for i in range(n):
-        pre_f.append(pre_f[-1] + fwd[i]); pre_b.append(pre_b[-1] + bwd[i])
-        pre_p.append(pre_p[-1] + params[i]); pre_a.append(pre_a[-1] + acts[i])
+        pre_f.append(pre_f[-1] + fwd[i])
+        pre_b.append(pre_b[-1] + bwd[i])
+        pre_p.append(pre_p[-1] + params[i])
+        pre_a.append(pre_a[-1] + acts[i])
 
     def memory(a: int, b: int, s: int) -> int:
         stashed = (pre_a[b] - pre_a[a]) * (stash[s] if training else 1)
