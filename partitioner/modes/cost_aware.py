@@ -51,11 +51,12 @@ def search(problem: Problem, budget: int, begin: list[Assignment] | None = None)
     every = begin + priority_starts(problem, budget // _EVALS_PER_START - len(begin), begin)
     candidates = [improve_by_moves(problem, a, budget // (2 * len(every)), swaps=False) for a in every]
     if budget >= 2 * len(graph.op_indices):
-        for coarse in begin:  # one node per partition on the start's devices, then move and merge
-            share = budget // (4 * len(begin))
-            fine = improve_by_moves(problem, singletons(problem, coarse), share, swaps=False)
-            merged = merge_partitions(problem, fine, share)
-            candidates.append(improve_by_moves(problem, merged, share, swaps=False))
+        # One node per partition on the first start's devices, then move and merge (a plan of
+        # many partitions costs many evaluations: once, not per start).
+        share = budget // 8
+        fine = improve_by_moves(problem, singletons(problem, begin[0]), share, swaps=False)
+        merged = merge_partitions(problem, fine, share)
+        candidates.append(improve_by_moves(problem, merged, share, swaps=False))
     if problem.cost.torch:  # torch's own merge sequence, on small graphs: never slower than torch
         theirs = merge_sequence(problem)
         if theirs is not None:
