@@ -177,12 +177,14 @@ def test_invariant_under_renaming(problem, mode):
 @given(problems(), st.lists(st.tuples(st.integers(0, 10**6), st.integers(0, 10**6)), max_size=25))
 def test_incremental_device_memory_equals_full_recompute(problem, moves):
     """The local search tallies device memory move by move; after any sequence of moves (and
-    of tentative checks, which must leave no trace) it equals a full recompute."""
+    of tentative checks, which must leave no trace and agree with a full recompute) it equals a
+    full recompute. Devices are tight here, so both answers of a check occur."""
     from partitioner.api import _problem
     from partitioner.modes.base import Assignment
     from partitioner.modes.search import _State
 
     graph, devices, latency, rate = problem
+    devices = [Device(d.name, max(1, d.memory_bytes * 2 // 3), d.logical_id) for d in devices]
     ops = list(graph.op_indices)
     k = len(devices)
     part = [-1] * len(graph)
@@ -193,7 +195,14 @@ def test_incremental_device_memory_equals_full_recompute(problem, moves):
         v, q = ops[a % len(ops)], b % k
         if q == state.part[v]:
             continue
-        state.fits([(v, q)])  # a tentative check undoes itself
+        w = ops[b % len(ops)]
+        swap = [(v, q), (w, state.part[v])] if state.part[w] == q and w != v else [(v, q)]
+        for tried in ([(v, q)], swap):  # a tentative check agrees with a recompute and undoes itself
+            moved = dict(tried)
+            members = [[u for u in range(len(graph)) if moved.get(u, state.part[u]) == p] for p in range(k)]
+            used = state.cost.device_memory(members, state.devices_of)
+            touched = {d for u, p in tried for d in (*state.devices_of[p], *state.devices_of[state.part[u]])}
+            assert state.fits(tried) == all(used.get(d, 0) <= state.capacity[d] for d in touched)
         state.apply([(v, q)])
         members = [[w for w in range(len(graph)) if state.part[w] == p] for p in range(k)]
         expected = state.cost.device_memory(members, state.devices_of)
