@@ -5,10 +5,10 @@ tries. A move of node v from partition p to q changes only p's and q's internal 
 and the partition edges at v; the rest of the plan is as it was. :class:`IncrementalCost` keeps
 each partition's members and internal latency and the partition edges (with, for each op and
 partition, how many members read it), updates them per move in O(|p| + |q| + deg v), and
-schedules the partition DAG (:meth:`CostModel.schedule`, O(P + E log E)) for the latency, so a
-try costs the touched partitions' nodes and the partition DAG instead of the whole graph. A test checks it against
-:meth:`CostModel.evaluate` after every move of random move sequences on random graphs. The
-"torch" cost model counts edge bytes per parent's held inputs and is evaluated in full.
+schedules the partition DAG it keeps as :meth:`CostModel.schedule` would (O(P log P + E)) for
+the latency, so a try costs the touched partitions' nodes and the partition DAG instead of the
+whole graph. A test checks it against :meth:`CostModel.evaluate` after every move of random
+move sequences on random graphs. The "torch" cost model counts edge bytes per parent's held inputs and is evaluated in full.
 :class:`DeviceMemory` keeps what each device holds the same way (both cost models' searches).
 """
 

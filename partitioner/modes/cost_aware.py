@@ -4,17 +4,17 @@ Reference: ``Partitioner.cost_aware_partition`` (torch.fx.experimental.accelerat
 which starts from one node per partition and, each round, tries every pair of partitions,
 re-mapping devices and re-walking every path for each pair: O(N^2) evaluations per round, each
 exponential in the branching. # NOTE: [Cost-aware search]
-Here the devices come from a size-based fill; the plan starts from one node per partition on
-those devices (whose latency is the node-level critical path plus the transfers the devices
-force: the best any merging can reach), boundary nodes change device where that shortens the
-critical path, and neighbouring partitions on the same devices are merged whenever the exact
-latency does not grow. A Kernighan-Lin pass then moves boundary nodes
-between devices. The coarse start (one partition per device, refined) is scored too and the
-lower latency wins, fewer partitions breaking ties. Both run from the contiguous fill and from a
-best-fit packing (see :func:`fills.starts`); where the budget affords 200 evaluations a start,
-best-fit fills of the nodes in time order (:func:`fills.priority_starts`) are refined as coarse
-starts too. Under ``cost_model="torch"`` torch's own merge
-sequence (:mod:`.torch_merge`) is one more candidate on small graphs. O(budget * (N + E)).
+Here the plan starts from fills and is refined: boundary nodes move between partitions and
+devices where that shortens the critical path, with Kernighan-Lin passes to leave plateaus
+(:func:`search.improve_by_moves`). The coarse starts are the contiguous fill and a best-fit
+packing (see :func:`fills.starts`) and, where the budget affords 200 evaluations a start,
+best-fit fills of the nodes in time order (:func:`fills.priority_starts`). A fine start is
+scored too: one node per partition on the first start's devices (whose latency is the
+node-level critical path plus the transfers the devices force: the best any merging can reach),
+refined, with neighbouring partitions on the same devices merged whenever the exact latency
+does not grow, and refined again. The lowest latency wins, fewer partitions winning near ties.
+Under ``cost_model="torch"`` torch's own merge sequence (:mod:`.torch_merge`) is one more
+candidate on small graphs. O(budget * (N + E)).
 """
 
 from __future__ import annotations

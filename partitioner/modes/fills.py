@@ -50,7 +50,7 @@ def starts(problem: Problem) -> list[Assignment]:
 def priority_starts(problem: Problem, count: int, taken: Sequence[Assignment] = ()) -> list[Assignment]:
     """Up to ``count`` more starts: best-fit fills (``pack``) of the nodes ordered by their earliest
     start, by their latest start that keeps the node-level critical path, and by the middle of
-    the two (fits and duplicates of ``taken`` left out). # NOTE: [Priority orders]
+    the two (fills that do not fit, and duplicates of ``taken``, left out). # NOTE: [Priority orders]
     A fill cuts its order into runs per device, and a device runs its partitions one after
     another, so a run that mixes a long side branch with the start of the main chain holds the
     chain up. Ordered by time instead of by index, each run holds the work of one stretch of the
