@@ -62,12 +62,13 @@ MODE_TEXT: dict[str, ModeText] = {
     ),
     "cost_aware": ModeText(
         "Cost-aware: merge partitions while latency does not grow",
-        "Start fine-grained (one node per partition, on devices from the largest-first fill or a "
-        "best-fit packing), move boundary nodes between devices where that shortens the "
-        "critical path, then merge neighbouring partitions on the same devices whenever the "
-        "critical-path latency does not grow (chains merge for free). The coarse start (one "
-        "partition per device, refined) is scored too: the lower latency wins, and among equal "
-        "latencies the plan with fewer partitions.",
+        "Start fine-grained (one node per partition, on devices from the largest-first fill), "
+        "move boundary nodes between devices where that shortens the critical path, then merge "
+        "neighbouring partitions on the same devices whenever the critical-path latency does "
+        "not grow (chains merge for free). Coarse starts are refined and scored too: the "
+        "largest-first fill, a best-fit packing and, where the budget allows, fills of the nodes "
+        "in time order along the critical path. The lowest latency wins, and among latencies "
+        "within 1 % the plan with fewer partitions.",
         "As few partitions as the latency allows. Extra small partitions remain only where "
         "joining them would lengthen the critical path, for example where parallel branches "
         "(attention heads, experts) run on different devices at once, or where a partition must "
@@ -80,10 +81,11 @@ MODE_TEXT: dict[str, ModeText] = {
         "descent moves or swaps boundary nodes (and re-places whole partitions on other devices) "
         "whenever that lowers the critical-path latency and the devices still have room; then a "
         "pass takes the best move even when it costs latency, locks the node, repeats a few "
-        "times and rolls back to the best plan seen, which lets it leave a plateau. It runs from "
-        "the largest-first fill, a best-fit packing and the cost-aware plan; the best result wins.",
+        "times and rolls back to the best plan seen, which lets it leave a plateau. It refines "
+        "the cost-aware plan and keeps it where it finds nothing better.",
         "Usually few partitions with their borders shifted so less data crosses between devices "
-        "or the slowest partition gets lighter; never slower than the size-based plan.",
+        "or the slowest partition gets lighter; never slower than the cost-aware plan (beyond "
+        "the 1 % within which fewer partitions win).",
         "To improve a plan by local changes, and to see how far local search gets.",
     ),
     "optimal": ModeText(
