@@ -10,7 +10,7 @@ re-maps devices after each swap). KL is a refinement, only as good as where it s
 from the ``cost_aware`` plan, computed with cost_aware's whole budget from the same fills, and
 keeps that plan where its moves and swaps find nothing better, so it is never worse than
 cost_aware. (Runs from the fills themselves, as the reference starts, cost a quarter of the
-time and, once cost_aware refines the time-ordered fills, gained 1 % on one of 36 random graphs
+time and, once cost_aware refines the time-ordered fills, gained 1 % on one of 27 graphs
 and lost as much on another.) O(budget * (N + E)); the budget
 defaults to :func:`search.default_budget`.
 """
