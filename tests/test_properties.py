@@ -363,3 +363,26 @@ def test_priority_starts_are_valid_forward_fills(problem):
         # Every partition edge goes forward in the fill's order: a node never waits on a later run.
         assert all(a.part[u] <= a.part[v] for v in graph.op_indices for u in graph.preds[v] if a.part[u] >= 0)
     assert priority_starts(prob, 0) == []
+
+
+@settings(max_examples=60, deadline=None)
+@given(problems(), st.lists(st.integers(0, 7), min_size=30, max_size=30))
+def test_dropping_empty_partitions_keeps_the_latency(problem, where):
+    """``compact`` renumbers the partitions a search left non-empty, in their order: the same
+    schedule and latency (cyclic plans stay cyclic), with no empty partition left."""
+    from partitioner.api import _problem
+    from partitioner.modes.base import Assignment, compact
+
+    graph, devices, latency, rate = problem
+    cost = _problem(graph, devices, PartitionOptions.build(transfer_rate_bytes_per_s=rate, node_latency=latency)).cost
+    part = [-1] * len(graph)
+    for i, v in enumerate(graph.op_indices):
+        part[v] = where[i % len(where)]  # partitions 0..7, some of them empty
+    a = Assignment(part, [[p % len(devices)] for p in range(8)])
+    b = compact(a)
+    assert sorted({p for p in b.part if p >= 0}) == list(range(len(b.devices_of)))
+    before, after = cost.evaluate(a.part, a.devices_of), cost.evaluate(b.part, b.devices_of)
+    assert after.latency_s == before.latency_s or math.isinf(before.latency_s) and math.isinf(after.latency_s)
+    used = sorted({p for p in a.part if p >= 0})
+    if before.order is not None:  # the partitions left run in the order they ran in
+        assert after.order == [used.index(p) for p in before.order if p in used]

@@ -16,7 +16,7 @@ from ..graph import Graph
 from ..options import PartitionOptions
 from ..units import format_bytes
 
-__all__ = ["Problem", "Recorder", "Assignment", "pick_best", "node_alone_bytes", "largest_node_check"]
+__all__ = ["Problem", "Recorder", "Assignment", "pick_best", "compact", "node_alone_bytes", "largest_node_check"]
 
 
 @dataclass
@@ -81,6 +81,15 @@ def pick_best(problem: Problem, candidates: Sequence[Assignment]) -> Assignment:
     scores = [(problem.latency(a), len({p for p in a.part if p >= 0})) for a in feasible]
     best = best_index(scores)
     return feasible[0 if best is None else best]
+
+
+def compact(a: Assignment) -> Assignment:
+    """``a`` without the partitions that moves and merges left empty, the others in their order.
+    An empty partition has no edges and takes no time, so neither the schedule's order of the
+    others nor the latency changes; a search from the result schedules fewer partitions."""
+    used = sorted({p for p in a.part if p >= 0})
+    new = {p: i for i, p in enumerate(used)}
+    return Assignment([new[p] if p >= 0 else -1 for p in a.part], [list(a.devices_of[p]) for p in used])
 
 
 def node_alone_bytes(graph: Graph, v: int) -> int:

@@ -19,7 +19,7 @@ candidate on small graphs. O(budget * (N + E)).
 
 from __future__ import annotations
 
-from .base import Assignment, Problem, pick_best
+from .base import Assignment, Problem, compact, pick_best
 from .fills import priority_starts, starts
 from .search import default_budget, improve_by_moves, merge_partitions
 from .torch_merge import merge_sequence
@@ -54,8 +54,8 @@ def search(problem: Problem, budget: int, begin: list[Assignment] | None = None)
         # One node per partition on the first start's devices, then move and merge (a plan of
         # many partitions costs many evaluations: once, not per start).
         share = budget // 8
-        fine = improve_by_moves(problem, singletons(problem, begin[0]), share, swaps=False)
-        merged = merge_partitions(problem, fine, share)
+        fine = compact(improve_by_moves(problem, singletons(problem, begin[0]), share, swaps=False))
+        merged = compact(merge_partitions(problem, fine, share))
         candidates.append(improve_by_moves(problem, merged, share, swaps=False))
     if problem.cost.torch:  # torch's own merge sequence, on small graphs: never slower than torch
         theirs = merge_sequence(problem)
