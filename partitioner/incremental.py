@@ -260,6 +260,24 @@ class DeviceMemory:
                 self.bytes[d] += self.out[u]
             readers[u] = readers.get(u, 0) + 1
 
+    def added(self, v: int, d: int) -> int:
+        """The bytes :meth:`add` would add to ``d``, without adding."""
+        count, readers, out = self.count[d], self.readers[d], self.out
+        more = 0 if count.get(v) else self.total[v] - (out[v] if readers.get(v) else 0)
+        for u in self.preds[v]:
+            if not readers.get(u) and not count.get(u):
+                more += out[u]
+        return more
+
+    def removed(self, v: int, d: int) -> int:
+        """The bytes :meth:`remove` would free on ``d``, without removing."""
+        count, readers, out = self.count[d], self.readers[d], self.out
+        less = self.total[v] - (out[v] if readers.get(v) else 0) if count[v] == 1 else 0
+        for u in self.preds[v]:
+            if readers[u] == 1 and not count.get(u):
+                less += out[u]
+        return less
+
     def remove(self, v: int, d: int) -> None:
         count, readers = self.count[d], self.readers[d]
         for u in self.preds[v]:

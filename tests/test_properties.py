@@ -203,6 +203,11 @@ def test_incremental_device_memory_equals_full_recompute(problem, moves):
             used = state.cost.device_memory(members, state.devices_of)
             touched = {d for u, p in tried for d in (*state.devices_of[p], *state.devices_of[state.part[u]])}
             assert state.fits(tried) == all(used.get(d, 0) <= state.capacity[d] for d in touched)
+        old, new = state.devices_of[state.part[v]], state.devices_of[q]
+        for d in set(old) ^ set(new):  # a single move is priced device by device, without applying it
+            change = state.memory.added(v, d) if d in new else -state.memory.removed(v, d)
+            moved = [[u for u in range(len(graph)) if (q if u == v else state.part[u]) == p] for p in range(k)]
+            assert state.memory.bytes[d] + change == state.cost.device_memory(moved, state.devices_of).get(d, 0)
         state.apply([(v, q)])
         members = [[w for w in range(len(graph)) if state.part[w] == p] for p in range(k)]
         expected = state.cost.device_memory(members, state.devices_of)

@@ -65,8 +65,17 @@ class _State:
 
     def fits(self, moves: Sequence[tuple[int, int]]) -> bool:
         """True when every device touched by ``moves`` (distinct nodes, each with its new
-        partition) stays within capacity. Applies the moves to the memory tally and undoes them."""
-        touched: set[int] = set()
+        partition) stays within capacity. One move is priced per device; more are applied to the
+        memory tally and undone."""
+        if len(moves) == 1:
+            ((v, q),) = moves
+            old, new = self.devices_of[self.part[v]], self.devices_of[q]
+            touched = {*old, *new}
+            memory, capacity = self.memory, self.capacity
+            ok = all(memory.bytes[d] + (0 if d in old else memory.added(v, d))
+                     - (0 if d in new else memory.removed(v, d)) <= capacity[d] for d in touched)
+            return ok and (not self.cost.torch or self._fits_torch(moves, touched))
+        touched = set()
         for v, q in moves:
             self._shift(v, self.part[v], q)
             touched.update(self.devices_of[self.part[v]])
