@@ -187,7 +187,8 @@ class IncrementalCost:
             dst = devices_of[p]
             for q, nbytes in parents[p].items():  # the latest arrival; the lowest id among equals
                 src = devices_of[q]
-                if free_transfers or (src and (dst == src or set(dst) <= set(src))):
+                if free_transfers or (src and (dst == src or (dst[0] in src if len(dst) == 1  # one device: no sets
+                                                              else set(dst) <= set(src)))):
                     t = finish[q]
                 else:
                     t = finish[q] + nbytes / rate  # type: ignore[operator]  # free_transfers: no rate

@@ -234,8 +234,8 @@ def test_incremental_evaluation_equals_full_re_evaluation_after_every_move(probl
     inc = IncrementalCost(cost, part, devices_of)
     for a, b, trial in moves:
         v, q = ops[a % len(ops)], b % parts
-        if b % 7 == 0:  # a partition placed on another device
-            devices_of[q] = [a % len(devices)]
+        if b % 7 == 0:  # a partition placed on another device, or copied onto two
+            devices_of[q] = [a % len(devices)] if a % 2 else sorted({a % len(devices), b % len(devices)})
         elif trial:  # a tried swap leaves nothing behind and scores as if applied
             before = list(part)
             swap = [(v, q), (ops[b % len(ops)], a % parts)]
