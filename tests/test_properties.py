@@ -230,7 +230,10 @@ def test_incremental_evaluation_equals_full_re_evaluation_after_every_move(probl
     part = [-1] * len(graph)
     for i, v in enumerate(ops):
         part[v] = i * parts // len(ops)
-    devices_of = [[p % len(devices)] for p in range(parts)]
+    # Every third partition copied onto two devices (a transfer is free only onto a device
+    # that holds a copy of the source).
+    devices_of = [[p % len(devices)] if p % 3 else sorted({p % len(devices), (p + 1) % len(devices)})
+                  for p in range(parts)]
     inc = IncrementalCost(cost, part, devices_of)
     for a, b, trial in moves:
         v, q = ops[a % len(ops)], b % parts
