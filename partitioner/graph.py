@@ -15,7 +15,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 from .errors import TraceError
 
-__all__ = ["Node", "Graph", "OP_KINDS", "toposort", "find_cycle"]
+__all__ = ["Node", "Graph", "OP_KINDS", "toposort", "toposort_children", "find_cycle"]
 
 OP_KINDS = ("call_module", "call_function", "call_method")
 
@@ -134,13 +134,20 @@ class Graph:
 
 def toposort(num: int, edges: Iterable[tuple[int, int]]) -> list[int] | None:
     """Kahn's algorithm; lowest id first among ready partitions, None when there is a cycle."""
-    indeg = [0] * num
     children: list[list[int]] = [[] for _ in range(num)]
     for (a, b) in edges:
         children[a].append(b)
-        indeg[b] += 1
-    ready = [p for p in range(num) if indeg[p] == 0]
-    heapq.heapify(ready)
+    return toposort_children(children)
+
+
+def toposort_children(children: Sequence[Iterable[int]]) -> list[int] | None:
+    """:func:`toposort` of the DAG given as each partition's children."""
+    num = len(children)
+    indeg = [0] * num
+    for cs in children:
+        for c in cs:
+            indeg[c] += 1
+    ready = [p for p in range(num) if indeg[p] == 0]  # ascending: already a heap
     order = []
     while ready:
         p = heapq.heappop(ready)

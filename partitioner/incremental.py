@@ -15,10 +15,10 @@ move sequences on random graphs. The "torch" cost model counts edge bytes per pa
 from __future__ import annotations
 
 import math
-from heapq import heappop, heappush
 from typing import Iterable, Mapping, Sequence
 
 from .costs import CostModel
+from .graph import toposort_children
 
 __all__ = ["IncrementalCost", "DeviceMemory"]
 
@@ -179,10 +179,11 @@ class IncrementalCost:
         rate, free_transfers = self.cost.rate, self._free_transfers
         finish = [0.0] * num
         came_from = [-1] * num
+        order = toposort_children(self.children) if self._backward else range(num)
+        if order is None:  # a cycle
+            return math.inf, []
         free_at: dict[int, tuple[float, int]] = {}  # device -> (when free, last partition)
-        done = 0
-        for p in self._order(num):
-            done += 1
+        for p in order:
             start, came = 0.0, -1
             dst = devices_of[p]
             for q, nbytes in parents[p].items():  # the latest arrival; the lowest id among equals
@@ -202,8 +203,6 @@ class IncrementalCost:
             finish[p], came_from[p] = end, came
             for d in dst:
                 free_at[d] = (end, p)
-        if done < num:  # a cycle
-            return math.inf, []
         total = max(finish)
         p = finish.index(total)  # the first of equals: the lowest id
         path = []
@@ -212,23 +211,6 @@ class IncrementalCost:
             p = came_from[p]
         path.reverse()
         return total, path
-
-    def _order(self, num: int) -> Iterable[int]:
-        """The partitions in :func:`toposort`'s order (the lowest ready id first)."""
-        if not self._backward:
-            return range(num)
-        children = self.children
-        indeg = [len(ps) for ps in self.parents]
-        ready = [p for p in range(num) if not indeg[p]]  # ascending: already a heap
-        order = []
-        while ready:
-            p = heappop(ready)
-            order.append(p)
-            for c in children[p]:
-                indeg[c] -= 1
-                if not indeg[c]:
-                    heappush(ready, c)
-        return order
 
 
 class DeviceMemory:

@@ -43,11 +43,11 @@ def singletons(problem: Problem, coarse: Assignment) -> Assignment:
     return Assignment(part, devices_of)
 
 
-def search(problem: Problem, budget: int, begin: list[Assignment] | None = None) -> Assignment:
-    """The cost-aware search with ``budget`` cost-model evaluations, from ``begin`` (default:
-    :func:`fills.starts`) and the priority-ordered starts the budget affords."""
+def search(problem: Problem, budget: int) -> Assignment:
+    """The cost-aware search with ``budget`` cost-model evaluations, from :func:`fills.starts`
+    and the priority-ordered starts the budget affords."""
     graph = problem.graph
-    begin = begin or starts(problem)
+    begin = starts(problem)
     every = begin + priority_starts(problem, budget // _EVALS_PER_START - len(begin), begin)
     candidates = [improve_by_moves(problem, a, budget // (2 * len(every)), swaps=False) for a in every]
     if budget >= 2 * len(graph.op_indices):
