@@ -1,11 +1,13 @@
 """Benchmark every partition mode against torch's reference partitioner, measured in one run.
 
-For each graph size it prints our time, the reference's time (run in a child process with a time
-limit), the ratio, both plans' latencies scored by our cost model (plus the reference's own
-figure), and our plan's gap to its proven lower bound (``plan.gap_to_bound``). Usage:
+For each graph size (random torch.fx graphs) and sample model it prints our time, the
+reference's time (run in a child process with a time limit), the ratio, both plans' latencies
+scored by our cost model (plus the reference's own figure), and our plan's gap to its proven
+lower bound (``plan.gap_to_bound``). Usage:
 
-    .venv/bin/python bench/bench_modes.py                 # sizes 50 150 500 2000 10000, limit 60 s
+    .venv/bin/python bench/bench_modes.py                 # sizes 50 150 500 2000 10000, gpt2_small:n_layer=2, moe
     .venv/bin/python bench/bench_modes.py --sizes 100 --limit 30
+    .venv/bin/python bench/bench_modes.py --sizes --models gpt2_small:n_layer=4 --modes kl_based
 """
 
 from __future__ import annotations
@@ -32,9 +34,17 @@ def reference_latencies(graph: partitioner.Graph) -> dict[str, tuple[float, floa
             for nd in graph.nodes if nd.is_op}
 
 
-def setup(n_ops: int, seed: int = 0) -> tuple[partitioner.Graph, list[Device], dict[str, Any]]:
-    gm, inputs = random_fx_module(seed, n_ops, width=8)
-    graph = partitioner.trace(gm, inputs)
+def setup(case: int | str, seed: int = 0) -> tuple[partitioner.Graph, list[Device], dict[str, Any]]:
+    """A random graph of ``case`` op nodes, or the sample model ``name:field=value,...``."""
+    if isinstance(case, str):
+        import sample_models
+
+        name, _, fields = case.partition(":")
+        model, inputs = sample_models.build(name, **sample_models.parse_overrides(name, [f for f in fields.split(",") if f]))
+        graph = partitioner.trace(model, inputs)
+    else:
+        gm, inputs = random_fx_module(seed, case, width=8)
+        graph = partitioner.trace(gm, inputs)
     memory = int(graph.total_size_bytes * 0.35)  # the model needs three of the four devices
     devices = [Device(f"dev_{i}", memory, i) for i in range(4)]
     kw = dict(transfer_rate_bytes_per_s=2.0, node_latency=reference_latencies(graph))
@@ -53,7 +63,7 @@ def mode_args(mode: str, graph, devices, kw) -> tuple[str, list[Device], dict[st
     return mode, devices, kw
 
 
-def _reference_child(n_ops: int, mode: str, queue: mp.Queue) -> None:
+def _reference_child(n_ops: int | str, mode: str, queue: mp.Queue) -> None:
     import logging
 
     logging.disable(logging.CRITICAL)
@@ -73,7 +83,7 @@ def _reference_child(n_ops: int, mode: str, queue: mp.Queue) -> None:
         queue.put((time.perf_counter() - start, None, None, False, f"{type(exc).__name__}: {exc}"))
 
 
-def run_reference(n_ops: int, mode: str, limit: float) -> tuple[Any, ...] | None:
+def run_reference(n_ops: int | str, mode: str, limit: float) -> tuple[Any, ...] | None:
     ctx = mp.get_context("fork")
     queue: mp.Queue = ctx.Queue()
     child = ctx.Process(target=_reference_child, args=(n_ops, mode, queue))
@@ -98,7 +108,9 @@ def time_ours(graph, devices, mode, kw, repeat: int) -> tuple[float, partitioner
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--sizes", type=int, nargs="+", default=[50, 150, 500, 2000, 10000])
+    parser.add_argument("--sizes", type=int, nargs="*", default=[50, 150, 500, 2000, 10000])
+    parser.add_argument("--models", nargs="*", default=["gpt2_small:n_layer=2", "moe"],
+                        help="sample models as name:field=value,... (the reference runs on them too)")
     parser.add_argument("--modes", nargs="+", default=MODES)
     parser.add_argument("--limit", type=float, default=60.0, help="seconds the reference may take")
     args = parser.parse_args(argv)
@@ -108,21 +120,24 @@ def main(argv: list[str] | None = None) -> int:
     print("-" * len(header))
     timed_out: set[str] = set()
     failures = 0
-    for n_ops in args.sizes:
+    cases: list[int | str] = [*args.sizes, *args.models]
+    for n_ops in cases:
         graph, devices, kw = setup(n_ops)
+        if isinstance(n_ops, str):
+            timed_out = set()  # a model is not a larger random graph
         for mode in args.modes:
             name, devs, mkw = mode_args(mode, graph, devices, kw)
-            ours_s, plan = time_ours(graph, devs, name, mkw, repeat=3 if n_ops <= 500 else 1)
+            ours_s, plan = time_ours(graph, devs, name, mkw, repeat=3 if len(graph.op_indices) <= 500 else 1)
             assert not plan.violations(graph), plan.violations(graph)
-            note = ""
+            note = f"{n_ops} " if isinstance(n_ops, str) else ""
             if mode in timed_out:
                 ref = None
-                note = "reference skipped (timed out on a smaller graph)"
+                note += "reference skipped (timed out on a smaller graph)"
             else:
                 ref = run_reference(n_ops, mode, args.limit)
                 if ref is None:
                     timed_out.add(mode)
-                    note = f"reference over the {args.limit:.0f} s limit"
+                    note += f"reference over the {args.limit:.0f} s limit"
             if ref is None:
                 ref_s = f">{args.limit:.0f}"
                 ratio = f">{args.limit / ours_s:.0f}x"
@@ -134,14 +149,14 @@ def main(argv: list[str] | None = None) -> int:
                 ref_lat = f"{lat:.0f}" if lat is not None else "-"
                 ref_own = f"{own:.0f}" if own is not None else "-"
                 if error:
-                    note = f"reference failed: {error[:60]}"
+                    note += f"reference failed: {error[:60]}"
                 elif not valid:
-                    note = "reference plan invalid in our memory model"
+                    note += "reference plan invalid in our memory model"
                 elif lat is not None and plan.latency_s > lat + 1e-9 and mode not in ("size_based", "aot_based"):
-                    note = "OUR LATENCY HIGHER"
+                    note += "OUR LATENCY HIGHER"
                     failures += 1
             target = ""
-            if n_ops >= 2000 and ours_s >= 1.0:
+            if len(graph.op_indices) >= 2000 and ours_s >= 1.0:
                 target = " OVER 1 s TARGET"
                 failures += 1
             print(f"{mode:<26}{len(graph.op_indices):>6}{ours_s:>10.4f}{ref_s:>10}{ratio:>11}"

@@ -62,12 +62,13 @@ MODE_TEXT: dict[str, ModeText] = {
     ),
     "cost_aware": ModeText(
         "Cost-aware: merge partitions while latency does not grow",
-        "Start fine-grained (one node per partition, on devices from the largest-first fill), "
-        "move boundary nodes between devices where that shortens the critical path, then merge "
-        "neighbouring partitions on the same devices whenever the critical-path latency does "
-        "not grow (chains merge for free). Coarse starts are refined and scored too: the "
-        "largest-first fill, a best-fit packing and, where the budget allows, fills of the nodes "
-        "in time order along the critical path. The lowest latency wins, and among latencies "
+        "Start from coarse plans: the largest-first fill, a best-fit packing, the best cut of "
+        "the nodes in time order (along the critical path) into one run per device, and, where "
+        "the budget allows, fills of the nodes in time order. Move boundary nodes between "
+        "partitions and devices where that shortens the critical path. On graphs small enough "
+        "for the budget, also start fine-grained (one node per partition), move nodes, then "
+        "merge neighbouring partitions on the same devices whenever the critical-path latency "
+        "does not grow (chains merge for free). The lowest latency wins, and among latencies "
         "within 1 % the plan with fewer partitions.",
         "As few partitions as the latency allows. Extra small partitions remain only where "
         "joining them would lengthen the critical path, for example where parallel branches "

@@ -7,20 +7,27 @@ exponential in the branching. # NOTE: [Cost-aware search]
 Here the plan starts from fills and is refined: boundary nodes move between partitions and
 devices where that shortens the critical path, with Kernighan-Lin passes to leave plateaus
 (:func:`search.improve_by_moves`). The coarse starts are the contiguous fill and a best-fit
-packing (see :func:`fills.starts`) and, where the budget affords 200 evaluations a start,
-best-fit fills of the nodes in time order (:func:`fills.priority_starts`). A fine start is
-scored too: one node per partition on the first start's devices (whose latency is the
-node-level critical path plus the transfers the devices force: the best any merging can reach),
-refined, with neighbouring partitions on the same devices merged whenever the exact latency
-does not grow, and refined again. The lowest latency wins, fewer partitions winning near ties.
+packing (see :func:`fills.starts`), the best cut of each time order into one run per device
+(:func:`segments.segment_starts`, a dynamic programme over the cuts) and, where the budget
+affords 200 evaluations a start, best-fit fills of the nodes in time order
+(:func:`fills.priority_starts`). Where the budget affords 16 evaluations a node (graphs of
+up to about 100 op nodes under the default budget), a fine start is scored too: one node per
+partition on the first start's devices (whose latency is the node-level critical path plus the
+transfers the devices force: the best any merging can reach), refined, with neighbouring
+partitions on the same devices merged whenever the exact latency does not grow, and refined
+again; with less, its three phases would each get under two evaluations a node and its plan of
+many partitions is rarely the best (at 150 nodes it won on one graph of eight, for 40 % of the
+time). The lowest latency wins, fewer partitions winning near ties.
 Under ``cost_model="torch"`` torch's own merge sequence (:mod:`.torch_merge`) is one more
-candidate on small graphs. O(budget * (N + E)).
+candidate on small graphs. O(budget * (N + E)), plus O(N L deg) for the segmentations (runs of up
+to L nodes).
 """
 
 from __future__ import annotations
 
 from .base import Assignment, Problem, compact, pick_best
 from .fills import priority_starts, starts
+from .segments import segment_starts
 from .search import default_budget, improve_by_moves, merge_partitions
 from .torch_merge import merge_sequence
 
@@ -44,15 +51,17 @@ def singletons(problem: Problem, coarse: Assignment) -> Assignment:
 
 
 def search(problem: Problem, budget: int) -> Assignment:
-    """The cost-aware search with ``budget`` cost-model evaluations, from :func:`fills.starts`
-    and the priority-ordered starts the budget affords."""
+    """The cost-aware search with ``budget`` cost-model evaluations, from :func:`fills.starts`,
+    the segmentations and the priority-ordered starts the budget affords."""
     graph = problem.graph
     begin = starts(problem)
-    every = begin + priority_starts(problem, budget // _EVALS_PER_START - len(begin), begin)
+    every = begin + segment_starts(problem, begin)
+    every += priority_starts(problem, budget // _EVALS_PER_START - len(begin), every)
     candidates = [improve_by_moves(problem, a, budget // (2 * len(every)), swaps=False) for a in every]
-    if budget >= 2 * len(graph.op_indices):
+    if budget >= 16 * len(graph.op_indices):
         # One node per partition on the first start's devices, then move and merge (a plan of
-        # many partitions costs many evaluations: once, not per start).
+        # many partitions costs many evaluations: once, not per start, and only where each
+        # phase affords two evaluations a node).
         share = budget // 8
         fine = compact(improve_by_moves(problem, singletons(problem, begin[0]), share, swaps=False))
         merged = compact(merge_partitions(problem, fine, share))

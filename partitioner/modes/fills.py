@@ -15,6 +15,7 @@ from typing import Sequence
 from ..errors import InfeasibleError
 from ..units import format_bytes
 from .base import Assignment, Problem, node_alone_bytes
+from .segments import time_orders
 from .size_based import torch_fill, torch_singletons
 
 __all__ = ["starts", "priority_starts", "initial_fill", "fill_in_order", "pack_by_size", "exhaustive_fit"]
@@ -58,26 +59,12 @@ def priority_starts(problem: Problem, count: int, taken: Sequence[Assignment] = 
     O(count (N D + E)) for D devices."""
     if count <= 0:
         return []
-    graph, node_s = problem.graph, problem.cost.node_s
-    n = len(graph)
-    earliest = [0.0] * n
-    for v in range(n):  # node indices are a topological order
-        for u in graph.preds[v]:
-            earliest[v] = max(earliest[v], earliest[u] + node_s[u])
-    tail = [0.0] * n  # the longest path from v to the end, v included
-    for v in reversed(range(n)):
-        tail[v] = node_s[v] + max((tail[w] for w in graph.users[v]), default=0.0)
-    span = max((earliest[v] + tail[v] for v in range(n)), default=0.0)
-    latest = [span - t for t in tail]
-    ops = graph.op_indices
     found: list[Assignment] = []
-    # Each key is topological: an edge u -> v gives earliest[u] <= earliest[v] and latest[u] <=
-    # latest[v], and the index breaks ties.
-    for key in (earliest.__getitem__, latest.__getitem__, lambda v: earliest[v] + latest[v]):
+    for order in time_orders(problem):
         if len(found) == count:
             break
         try:
-            candidate = fill_in_order(problem, sorted(ops, key=lambda v: (key(v), v)), pack=True)
+            candidate = fill_in_order(problem, order, pack=True)
         except InfeasibleError:
             continue
         if problem.fits(candidate) and candidate not in found and candidate not in taken:
