@@ -48,10 +48,12 @@ def starts(problem: Problem) -> list[Assignment]:
     return found
 
 
-def priority_starts(problem: Problem, count: int, taken: Sequence[Assignment] = ()) -> list[Assignment]:
+def priority_starts(problem: Problem, count: int, taken: Sequence[Assignment] = (),
+                    orders: Sequence[Sequence[int]] | None = None) -> list[Assignment]:
     """Up to ``count`` more starts: best-fit fills (``pack``) of the nodes ordered by their earliest
     start, by their latest start that keeps the node-level critical path, and by the middle of
-    the two (fills that do not fit, and duplicates of ``taken``, left out). # NOTE: [Priority orders]
+    the two (:func:`segments.time_orders`, unless ``orders`` are given; fills that do not fit,
+    and duplicates of ``taken``, left out). # NOTE: [Priority orders]
     A fill cuts its order into runs per device, and a device runs its partitions one after
     another, so a run that mixes a long side branch with the start of the main chain holds the
     chain up. Ordered by time instead of by index, each run holds the work of one stretch of the
@@ -60,7 +62,7 @@ def priority_starts(problem: Problem, count: int, taken: Sequence[Assignment] = 
     if count <= 0:
         return []
     found: list[Assignment] = []
-    for order in time_orders(problem):
+    for order in time_orders(problem) if orders is None else orders:
         if len(found) == count:
             break
         try:

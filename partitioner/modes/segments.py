@@ -13,9 +13,9 @@ the bytes entering it from earlier nodes over the transfer rate (as if they arri
 run before it ended, which over-counts parallel arrivals: the exact cost model then scores the
 result). A run longer than the largest device holds is never extended, so the work is
 O(N L deg) for runs of at most L nodes; above :data:`MAX_STEPS` steps it gives up (large
-graphs start from the fills alone). A shortest path over a DAG of cut positions (networkx's
-``dag_longest_path`` turned around) would express the same recursion, but building its
-O(N L) edges costs more than running it, so the recursion is written out.
+graphs start from the fills alone). The recursion is a shortest path over the DAG of (runs used,
+cut position) pairs, which networkx's shortest paths would find too, but building that DAG's
+O(N L D) edges as Python objects costs more than running the recursion, so it is written out.
 """
 
 from __future__ import annotations
@@ -123,11 +123,12 @@ def segmentation(problem: Problem, order: Sequence[int]) -> Assignment | None:
     return Assignment(part, [[devices[k].logical_id] for k in range(runs)])
 
 
-def segment_starts(problem: Problem, taken: Sequence[Assignment] = ()) -> list[Assignment]:
-    """:func:`segmentation` of each of :func:`time_orders` that fits, duplicates (of each other
-    and of ``taken``) left out."""
+def segment_starts(problem: Problem, taken: Sequence[Assignment] = (),
+                   orders: Sequence[Sequence[int]] | None = None) -> list[Assignment]:
+    """:func:`segmentation` of each of ``orders`` (default :func:`time_orders`) that fits,
+    duplicates (of each other and of ``taken``) left out."""
     found: list[Assignment] = []
-    for order in time_orders(problem):
+    for order in time_orders(problem) if orders is None else orders:
         candidate = segmentation(problem, order)
         if candidate is not None and candidate not in found and candidate not in taken and problem.fits(candidate):
             found.append(candidate)
