@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from .base import Assignment, Problem, compact, pick_best
 from .fills import priority_starts, starts
-from .segments import segment_starts, time_orders
+from .segments import affordable, segment_starts, time_orders
 from .search import default_budget, improve_by_moves, merge_partitions
 from .torch_merge import merge_sequence
 
@@ -55,9 +55,10 @@ def search(problem: Problem, budget: int) -> Assignment:
     the segmentations and the priority-ordered starts the budget affords."""
     graph = problem.graph
     begin = starts(problem)
-    orders = time_orders(problem)
-    every = begin + segment_starts(problem, begin, orders)
-    every += priority_starts(problem, budget // _EVALS_PER_START - len(begin), every, orders)
+    count = budget // _EVALS_PER_START - len(begin)  # the priority fills the budget affords
+    orders = time_orders(problem) if count > 0 or affordable(problem) else []
+    every = begin + (segment_starts(problem, begin, orders) if orders else [])
+    every += priority_starts(problem, count, every, orders)
     candidates = [improve_by_moves(problem, a, budget // (2 * len(every)), swaps=False) for a in every]
     if budget >= 16 * len(graph.op_indices):
         # One node per partition on the first start's devices, then move and merge (a plan of

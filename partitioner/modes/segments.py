@@ -25,9 +25,18 @@ from typing import Sequence
 
 from .base import Assignment, Problem
 
-__all__ = ["time_orders", "segmentation", "segment_starts", "MAX_STEPS"]
+__all__ = ["time_orders", "segmentation", "segment_starts", "affordable", "MAX_STEPS"]
 
 MAX_STEPS = 60_000  # node visits of one segmentation: three cost about what a search's budget does
+
+
+def affordable(problem: Problem) -> bool:
+    """Whether a segmentation's runs (as many nodes as the largest device holds, judged by the
+    average node) keep its work under :data:`MAX_STEPS`. O(N)."""
+    n = len(problem.graph.op_indices)
+    held = sum(problem.cost.total[v] for v in problem.graph.op_indices) or 1
+    room = max(d.memory_bytes for d in problem.devices)
+    return n * min(n, math.ceil(n * room / held)) <= MAX_STEPS
 
 
 def time_orders(problem: Problem) -> list[list[int]]:
@@ -69,9 +78,8 @@ def segmentation(problem: Problem, order: Sequence[int]) -> Assignment | None:
     finish[0][0] = 0.0
     longest = [0.0] * cost.n  # the longest path ending at each node, within the run
     counted = [-1] * cost.n  # the run start that counted this outside input already
-    total_bytes = sum(total[v] for v in order) or 1
-    if n * min(n, math.ceil(n * room[0] / total_bytes)) > MAX_STEPS:
-        return None  # runs of this many nodes: the programme would pass its cap
+    if not affordable(problem):
+        return None
     steps = 0
     for i in range(n):
         reached = [k for k in range(kmax) if finish[k][i] < inf]
