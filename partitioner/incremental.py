@@ -8,7 +8,8 @@ partition, how many members read it), updates them per move in O(|p| + |q| + deg
 schedules the partition DAG it keeps as :meth:`CostModel.schedule` would (O(P log P + E)) for
 the latency, so a try costs the touched partitions' nodes and the partition DAG instead of the
 whole graph. A test checks it against :meth:`CostModel.evaluate` after every move of random
-move sequences on random graphs. The "torch" cost model counts edge bytes per parent's held inputs and is evaluated in full.
+move sequences on random graphs. The "torch" cost model counts edge bytes per parent's held
+inputs and is evaluated in full.
 :class:`DeviceMemory` keeps what each device holds the same way (both cost models' searches).
 """
 

@@ -57,7 +57,7 @@ def search(problem: Problem, budget: int) -> Assignment:
     begin = starts(problem)
     count = budget // _EVALS_PER_START - len(begin)  # the priority fills the budget affords
     orders = time_orders(problem) if count > 0 or affordable(problem) else []
-    every = begin + (segment_starts(problem, begin, orders) if orders else [])
+    every = begin + segment_starts(problem, begin, orders)
     every += priority_starts(problem, count, every, orders)
     candidates = [improve_by_moves(problem, a, budget // (2 * len(every)), swaps=False) for a in every]
     if budget >= 16 * len(graph.op_indices):

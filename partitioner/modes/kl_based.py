@@ -11,8 +11,8 @@ from the ``cost_aware`` plan, computed with cost_aware's whole budget from the s
 keeps that plan where its moves and swaps find nothing better, so it is never worse than
 cost_aware. (Runs from the fills themselves, as the reference starts, cost a quarter of the
 time and, once cost_aware refines the time-ordered fills, gained 1 % on one of 27 graphs
-and lost as much on another.) O(budget * (N + E)); the budget
-defaults to :func:`search.default_budget`.
+and lost as much on another.) O(budget * (N + E)); the budget defaults to
+:func:`search.default_budget`.
 """
 
 from __future__ import annotations

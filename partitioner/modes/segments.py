@@ -63,6 +63,8 @@ def segmentation(problem: Problem, order: Sequence[int]) -> Assignment | None:
     """The cut of topological ``order`` into runs on distinct devices with the least estimated
     latency (NOTE: [Segmentation DP]); fewer runs win ties. None when no cut fits the devices
     or the work would pass :data:`MAX_STEPS`."""
+    if not affordable(problem):
+        return None
     cost = problem.cost
     out, total, preds, node_s, is_op = cost.out, cost.total, cost.preds, cost.node_s, cost.is_op
     per_byte = 0.0 if not cost.rate or math.isinf(cost.rate) else 1.0 / cost.rate
@@ -78,8 +80,6 @@ def segmentation(problem: Problem, order: Sequence[int]) -> Assignment | None:
     finish[0][0] = 0.0
     longest = [0.0] * cost.n  # the longest path ending at each node, within the run
     counted = [-1] * cost.n  # the run start that counted this outside input already
-    if not affordable(problem):
-        return None
     steps = 0
     for i in range(n):
         reached = [k for k in range(kmax) if finish[k][i] < inf]
@@ -136,6 +136,8 @@ def segment_starts(problem: Problem, taken: Sequence[Assignment] = (),
     """:func:`segmentation` of each of ``orders`` (default :func:`time_orders`) that fits,
     duplicates (of each other and of ``taken``) left out."""
     found: list[Assignment] = []
+    if not affordable(problem):
+        return found
     for order in time_orders(problem) if orders is None else orders:
         candidate = segmentation(problem, order)
         if candidate is not None and candidate not in found and candidate not in taken and problem.fits(candidate):
