@@ -363,14 +363,20 @@ def test_priority_starts_are_valid_forward_fills(problem):
     prob = _problem(graph, devices, PartitionOptions.build(transfer_rate_bytes_per_s=rate, node_latency=latency))
     found = priority_starts(prob, 3)
     assert len(found) <= 3
+    check_forward_starts(prob, found)
+    assert priority_starts(prob, 0) == []
+
+
+def check_forward_starts(prob, found):
+    """Starts a search may take: every op node placed, within memory, acyclic, no two alike, and
+    every partition edge going forward (a node never waits on a later run)."""
+    graph = prob.graph
     for i, a in enumerate(found):
         assert prob.fits(a)
         assert all(a.part[v] >= 0 for v in graph.op_indices)
         assert math.isfinite(prob.latency(a))  # acyclic
         assert a not in found[:i]
-        # Every partition edge goes forward in the fill's order: a node never waits on a later run.
         assert all(a.part[u] <= a.part[v] for v in graph.op_indices for u in graph.preds[v] if a.part[u] >= 0)
-    assert priority_starts(prob, 0) == []
 
 
 @settings(max_examples=60, deadline=None)

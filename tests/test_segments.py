@@ -13,7 +13,7 @@ from partitioner.modes.segments import segment_starts, segmentation, time_orders
 from partitioner.options import PartitionOptions
 from partitioner.testing.synthetic import synthetic_graph
 
-from test_properties import problems
+from test_properties import check_forward_starts, problems
 
 
 def _prob(graph, devices, latency=None, rate=None):
@@ -49,13 +49,9 @@ def test_segment_starts_are_valid_forward_runs(problem):
     graph, devices, latency, rate = problem
     prob = _prob(graph, devices, latency, rate)
     found = segment_starts(prob)
-    for i, a in enumerate(found):
-        assert prob.fits(a)
-        assert all(a.part[v] >= 0 for v in graph.op_indices)
+    check_forward_starts(prob, found)
+    for a in found:
         assert len({d for ds in a.devices_of for d in ds}) == len(a.devices_of) <= len(devices)
-        assert math.isfinite(prob.latency(a))
-        assert all(a.part[u] <= a.part[v] for v in graph.op_indices for u in graph.preds[v] if a.part[u] >= 0)
-        assert a not in found[:i]
 
 
 @settings(max_examples=80, deadline=None)
