@@ -4,8 +4,8 @@
     .venv/bin/python bench/bench_app.py --apptest   # also full Streamlit reruns under AppTest
 
 Prints figures, asserts nothing (the target for a device edit on the default model is < 1 s).
-The builders are the ones the app calls (``explorer.figures``, ``explorer.tables``,
-``partitioner.render``); the numbers leave out the browser's own drawing.
+The builders are the ones the app calls (``explorer.builders.figures``, ``explorer.builders.tables``,
+``partitioner.draw.dag``); the numbers leave out the browser's own drawing.
 """
 
 from __future__ import annotations
@@ -22,9 +22,9 @@ sys.path.insert(0, str(ROOT))
 
 import partitioner  # noqa: E402
 import sample_models  # noqa: E402
-from explorer import figures, tables  # noqa: E402
-from explorer.config import DEFAULT_MODEL, PLAN_MODES  # noqa: E402
-from partitioner.render import plan_to_dot, render_dot  # noqa: E402
+from explorer.builders import figures, tables
+from explorer.builders.config import DEFAULT_MODEL, PLAN_MODES
+from partitioner.draw.dag import plan_to_dot, render_dot
 
 TARGET_S = 1.0
 

@@ -13,12 +13,12 @@ import json
 import subprocess
 import sys
 
-from sample_models.hf import PRESETS
+from sample_models._hf import PRESETS
 
 CHILD = r"""
 import json, math, resource, sys, time
 import partitioner, sample_models
-from partitioner.device_map import accelerate_plan
+from partitioner.interop.device_map import accelerate_plan
 name = sys.argv[1]
 began = time.perf_counter()
 model, args, kwargs = sample_models.load("hf:" + name, {"dtype": "bf16"})

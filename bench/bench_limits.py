@@ -1,7 +1,7 @@
 """How much memory the largest models the app accepts cost, and how a rerun scales with devices.
 
 Prints (1) the process's resident memory after tracing each sample model at its default size and
-at the largest width the knob bound allows (sample_models.registry.MAX_PARAMETER_BYTES, found by
+at the largest width the knob bound allows (sample_models._registry.MAX_PARAMETER_BYTES, found by
 bisection on the meta device, which costs no memory), and (2) the app's rerun time (AppTest)
 with 4 devices and with the most the sidebar accepts, as a ratio measured in the same run.
 
@@ -22,7 +22,7 @@ sys.path.insert(0, str(ROOT))
 
 import partitioner  # noqa: E402
 import sample_models  # noqa: E402
-from sample_models import registry  # noqa: E402
+from sample_models import _registry as registry
 
 WIDTH = {"mlp": "hidden", "cnn": "base_channels", "transformer": "n_embd", "dlrm": "rows_per_table",
          "unet": "base_channels", "moe": "expert_hidden", "gpt2_small": "n_layer"}

@@ -21,7 +21,7 @@ from typing import Any
 
 import partitioner
 from partitioner import Device
-from partitioner.modes.base import node_alone_bytes
+from partitioner.accelerator._base import node_alone_bytes
 from partitioner.testing.reference import reference_partition
 from partitioner.testing.synthetic import random_fx_module
 

@@ -19,8 +19,8 @@ sys.path.insert(0, str(ROOT))
 
 import partitioner  # noqa: E402
 import sample_models  # noqa: E402
-from partitioner import Device, pipeline  # noqa: E402
-from partitioner.testing.synthetic import synthetic_graph  # noqa: E402
+from partitioner import Device, pipeline
+from partitioner.testing.synthetic import synthetic_graph
 
 
 def main() -> None:

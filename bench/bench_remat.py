@@ -19,8 +19,8 @@ sys.path.insert(0, str(ROOT))
 
 import partitioner  # noqa: E402
 import sample_models  # noqa: E402
-from partitioner import remat  # noqa: E402
-from partitioner.units import format_bytes, format_seconds  # noqa: E402
+from partitioner import remat
+from partitioner.units import format_bytes, format_seconds
 
 BUDGETS = (0.0, 0.25, 0.5, 0.75, 1.0)
 

@@ -18,8 +18,8 @@ sys.path.insert(0, str(ROOT))
 
 import partitioner  # noqa: E402
 import sample_models  # noqa: E402
-from partitioner.runtime.calibrate import measure_node_latencies  # noqa: E402
-from partitioner.units import format_seconds  # noqa: E402
+from partitioner.runtime.calibrate import measure_node_latencies
+from partitioner.units import format_seconds
 
 CASES = [("mlp", 2), ("mlp", 4), ("transformer", 3), ("cnn", 2)]
 

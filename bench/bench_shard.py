@@ -18,8 +18,10 @@ sys.path.insert(0, str(ROOT))
 
 import partitioner  # noqa: E402
 import sample_models  # noqa: E402
-from partitioner import Device, ShardingError, sharding, tensor_parallel  # noqa: E402
-from partitioner.units import format_bytes, format_seconds  # noqa: E402
+from partitioner import Device, ShardingError
+from partitioner import sharding
+from partitioner.sharding import tensor_parallel
+from partitioner.units import format_bytes, format_seconds
 
 
 def main() -> None:

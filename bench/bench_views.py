@@ -25,13 +25,13 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 import partitioner  # noqa: E402
-from explorer import tables  # noqa: E402
-from partitioner.collapse import collapse, collapsed_to_dot  # noqa: E402
-from partitioner.costs import node_seconds  # noqa: E402
-from partitioner.diff import diff_plans  # noqa: E402
-from partitioner.nodeview import partition_to_dot  # noqa: E402
-from partitioner.render import plan_to_dot, render_dot  # noqa: E402
-from partitioner.testing.synthetic import blocks_graph  # noqa: E402
+from explorer.builders import tables
+from partitioner.draw.collapse import collapse, collapsed_to_dot
+from partitioner.cost.model import node_seconds
+from partitioner.plan.diff import diff_plans
+from partitioner.draw.nodeview import partition_to_dot
+from partitioner.draw.dag import plan_to_dot, render_dot
+from partitioner.testing.synthetic import blocks_graph
 
 TARGET_S = 2.0
 REFERENCE_LIMIT_S = 120

@@ -16,20 +16,38 @@ import sample_models
 from partitioner import PRESETS, Device, parse_devices
 from partitioner.devices import MAX_MEMORY_BYTES
 from partitioner.pipeline import PipelinePlan
-from partitioner.api import check_plan, partition_with
-from partitioner.compare import compare_modes, default_modes, gaps
-from partitioner.diff import diff_plans
+from partitioner.accelerator.api import check_plan, partition_with
+from partitioner.accelerator.compare import compare_modes, default_modes, gaps
+from partitioner.plan.diff import diff_plans
 from partitioner.errors import PartitionError
-from partitioner.export import EXPORT_KINDS, ExportError, export_plan, read_aot_mapping, to_pipeline_split_spec
-from partitioner.modes import DEFAULT_MODE, MODES
+from partitioner.interop.export import (
+    EXPORT_KINDS,
+    ExportError,
+    export_plan,
+    read_aot_mapping,
+    to_pipeline_split_spec,
+)
+from partitioner.accelerator.modes import DEFAULT_MODE, MODES
 from partitioner.options import AotMapping
 from partitioner.units import format_seconds
 
-from .diff_report import format_diff
-from .inputs import (EXIT_FAIL, EXIT_OK, CLIError, add_cost_arguments, add_model_arguments,
-                     load_model, load_plan, partition_options, positive_float, read_json,
-                     read_node_latency, resolve_devices, write_output)
-from .report import describe_devices, format_comparison, format_cost_models, format_plan_summary
+from cli.diff_report import format_diff
+from cli.inputs import (
+    EXIT_FAIL,
+    EXIT_OK,
+    CLIError,
+    add_cost_arguments,
+    add_model_arguments,
+    load_model,
+    load_plan,
+    partition_options,
+    positive_float,
+    read_json,
+    read_node_latency,
+    resolve_devices,
+    write_output,
+)
+from cli.report import describe_devices, format_comparison, format_cost_models, format_plan_summary
 
 __all__ = ["register", "COMMON_EPILOG"]
 
@@ -125,7 +143,7 @@ def cmd_render(args: argparse.Namespace) -> int:
     if fmt is None:
         suffix = Path(args.out).suffix.lower().lstrip(".") if args.out != "-" else ""
         fmt = suffix if suffix in ("svg", "png", "dot") else "svg"
-    from partitioner.render import plan_to_dot, render_dot
+    from partitioner.draw.dag import plan_to_dot, render_dot
 
     source = plan_to_dot(plan)
     data: str | bytes = source if fmt == "dot" else render_dot(source, fmt)
@@ -142,7 +160,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     options = partition_options(args)
     results = compare_modes(model.graph, devices, modes, options=options)
     if model.module is not None and importlib.util.find_spec("accelerate") is not None:
-        from partitioner.device_map import accelerate_result
+        from partitioner.interop.device_map import accelerate_result
 
         results.append(accelerate_result(model.module, model.graph, devices, cost_model=options.cost_model,
                                          transfer_rate_bytes_per_s=options.transfer_rate_bytes_per_s,
@@ -207,7 +225,8 @@ def _export_pipeline(args: argparse.Namespace, raw: dict[str, Any]) -> dict[str,
 
 COMMON_EPILOG = """
 exit codes: 0 ok; 1 the plan does not fit (violations, budgets, no plan found);
-            2 usage error or bad input; 3 internal error (rerun with --debug, report it)
+            2 usage error or bad input; 3 internal error (rerun with --debug, report it);
+            4 a run on real processes or a worker failed (the message names the rank)
 """
 
 EXAMPLES = {
@@ -268,7 +287,7 @@ Partitions are matched by id; nodes by name.
 
 fx-aot: {"node_to_partition": {node: pid}, "partition_to_logical_device_mapping": {pid: [ids]},
 "devices": [...]}: the mappings of torch.fx.experimental.partitioner_utils.PartitionerConfig
-(aot_based mode); partitioner.export.to_reference_config builds that config with fx.Node keys.
+(aot_based mode); partitioner.interop.export.to_reference_config builds that config with fx.Node keys.
 pipeline-split-spec: {"split_spec": {"<module path>": "beginning"}, "stages": [...]} for
 torch.distributed.pipelining.pipeline(module, args, split_spec={k: SplitPoint.BEGINNING ...});
 needs MODEL, and a plan whose partitions run one after another, each starting at a submodule.

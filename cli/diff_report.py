@@ -1,14 +1,14 @@
 """The text report of a plan diff (``partition-explorer diff``); the data is
-:func:`partitioner.diff.diff_plans`'s."""
+:func:`partitioner.plan.diff.diff_plans`'s."""
 
 from __future__ import annotations
 
 import math
 
-from partitioner.diff import PlanDiff
+from partitioner.plan.diff import PlanDiff
 from partitioner.units import format_bytes, format_seconds
 
-from .report import format_table
+from cli.report import format_table
 
 __all__ = ["format_diff"]
 

@@ -18,16 +18,16 @@ from typing import Any, Sequence
 import sample_models
 from partitioner import Device, Graph, Plan, PartitionError, parse_devices
 from partitioner.options import PartitionOptions
-from partitioner.readers import read_node_latency_text
+from partitioner.interop.readers import read_node_latency_text
 from partitioner.units import parse_rate
-from sample_models.loader import LoaderError
+from sample_models._user import LoaderError
 
-__all__ = ["CLIError", "EXIT_OK", "EXIT_FAIL", "EXIT_USAGE", "EXIT_INTERNAL", "LoadedModel",
+__all__ = ["CLIError", "EXIT_OK", "EXIT_FAIL", "EXIT_USAGE", "EXIT_INTERNAL", "EXIT_RUN", "LoadedModel",
            "load_model", "resolve_devices", "load_plan", "read_json", "read_text",
            "read_node_latency", "write_output", "add_model_arguments", "add_cost_arguments",
            "partition_options", "positive_float", "rate"]
 
-EXIT_OK, EXIT_FAIL, EXIT_USAGE, EXIT_INTERNAL = 0, 1, 2, 3
+EXIT_OK, EXIT_FAIL, EXIT_USAGE, EXIT_INTERNAL, EXIT_RUN = 0, 1, 2, 3, 4
 MAX_INPUT_BYTES = 256 * 2**20  # larger plan or mapping files are not plans
 
 

@@ -3,7 +3,9 @@
 Exit codes: 0 success; 1 the plan does not fit (``check`` found violations or a budget was
 exceeded, ``plan`` found no plan that fits, every ``compare`` mode failed, ``diff --exit-code``
 found differences); 2 usage error or bad input (unknown model, bad device spec, malformed JSON,
-missing file); 3 an internal error (a bug: rerun with ``--debug`` and report the traceback).
+missing file); 3 an internal error (a bug: rerun with ``--debug`` and report the traceback); 4 a
+run on real processes or a worker failed (a rank raised, died or passed its time limit: the
+message names the rank and the cause).
 """
 
 from __future__ import annotations
@@ -14,17 +16,17 @@ import sys
 from typing import Sequence
 
 from partitioner import __version__
-from partitioner.errors import InfeasibleError, InvalidPlanError, PartitionError
+from partitioner.errors import InfeasibleError, InvalidPlanError, PartitionError, RunError
 
-from . import commands, pipeline, remat, run, shard
-from .inputs import EXIT_FAIL, EXIT_INTERNAL, EXIT_OK, EXIT_USAGE, CLIError
+from cli import commands, execute, pipeline, remat, shard
+from cli.inputs import EXIT_FAIL, EXIT_INTERNAL, EXIT_OK, EXIT_RUN, EXIT_USAGE, CLIError
 
 __all__ = ["main", "build_parser", "PROG"]
 
 PROG = "partition-explorer"
 
 # Each module has register(subparsers, common) adding its commands with set_defaults(func=...).
-COMMAND_MODULES = (commands, run, pipeline, remat, shard)
+COMMAND_MODULES = (commands, execute, pipeline, remat, shard)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -61,7 +63,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     verbose, debug = getattr(args, "verbose", False), getattr(args, "debug", False)
-    logging.basicConfig(force=True, 
+    logging.basicConfig(
+        force=True,
         level=logging.DEBUG if debug else logging.INFO if verbose else logging.WARNING,
         format="%(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
@@ -71,6 +74,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except CLIError as exc:
         print(f"{PROG} {args.command}: error: {exc}", file=sys.stderr)
         return exc.code
+    except RunError as exc:
+        print(f"{PROG} {args.command}: the run failed: {exc}", file=sys.stderr)
+        return EXIT_RUN
     except (InfeasibleError, InvalidPlanError) as exc:
         print(f"{PROG} {args.command}: no valid plan: {exc}", file=sys.stderr)
         return EXIT_FAIL

@@ -9,13 +9,23 @@ import sys
 from typing import Any
 
 from partitioner import pipeline
-from partitioner.export import to_pipeline_split_spec
+from partitioner.interop.export import to_pipeline_split_spec
 from partitioner.pipeline.schedules import SCHEDULES
 from partitioner.units import format_bytes, format_seconds
 
-from .inputs import (EXIT_FAIL, EXIT_OK, CLIError, add_model_arguments, load_model, positive_float, rate,
-                     resolve_devices, write_output)
-from .report import format_table
+from cli.commands import COMMON_EPILOG
+from cli.inputs import (
+    EXIT_FAIL,
+    EXIT_OK,
+    CLIError,
+    add_model_arguments,
+    load_model,
+    positive_float,
+    rate,
+    resolve_devices,
+    write_output,
+)
+from cli.report import format_table
 
 __all__ = ["register"]
 
@@ -42,7 +52,7 @@ the measured step time beside the simulated one. Exit 1 when they differ.
 def register(sub: Any, common: argparse.ArgumentParser) -> None:
     p = sub.add_parser("pipeline", help="split a model into pipeline stages and simulate a schedule",
                        description="split a model into pipeline stages and simulate a schedule",
-                       parents=[common], formatter_class=argparse.RawDescriptionHelpFormatter, epilog=EXAMPLES)
+                       parents=[common], formatter_class=argparse.RawDescriptionHelpFormatter, epilog=EXAMPLES + COMMON_EPILOG)
     add_model_arguments(p)
     p.add_argument("--devices", metavar="SPEC", help="devices, one per stage (default: the model's)")
     p.add_argument("--stages", type=int, default=4, help="pipeline stages (default 4)")

@@ -11,8 +11,17 @@ from partitioner import remat
 from partitioner.errors import RunError
 from partitioner.units import format_bytes, format_seconds
 
-from .inputs import EXIT_FAIL, EXIT_OK, CLIError, add_model_arguments, load_model, positive_float, write_output
-from .report import format_table
+from cli.commands import COMMON_EPILOG
+from cli.inputs import (
+    EXIT_FAIL,
+    EXIT_OK,
+    CLIError,
+    add_model_arguments,
+    load_model,
+    positive_float,
+    write_output,
+)
+from cli.report import format_table
 
 __all__ = ["register"]
 
@@ -45,7 +54,7 @@ def _budget(text: str) -> float:
 def register(sub: Any, common: argparse.ArgumentParser) -> None:
     p = sub.add_parser("remat", help="what training saves and recomputes (functorch's min-cut)",
                        description="what training saves for the backward and recomputes, by torch's min-cut",
-                       parents=[common], formatter_class=argparse.RawDescriptionHelpFormatter, epilog=EXAMPLES)
+                       parents=[common], formatter_class=argparse.RawDescriptionHelpFormatter, epilog=EXAMPLES + COMMON_EPILOG)
     add_model_arguments(p)
     p.add_argument("--budget", type=_budget, default=0.5, help="activation memory budget, 0 to 1 (default 0.5)")
     p.add_argument("--sweep", action="store_true", help="every budget from 0 to 1 in steps of 0.1")

@@ -8,8 +8,8 @@ from __future__ import annotations
 from typing import Any, Iterable, Sequence
 
 from partitioner import Device, Graph, Plan
-from partitioner.compare import ModeResult, best_mode, gaps
-from partitioner.costs import NEAR_TIE
+from partitioner.accelerator.compare import ModeResult, best_mode, gaps
+from partitioner.cost.model import NEAR_TIE
 from partitioner.units import format_bytes, format_rate, format_seconds
 
 __all__ = ["describe_devices", "format_plan_summary", "format_table", "format_comparison",
@@ -106,7 +106,7 @@ def format_table(headers: Sequence[str], rows: Iterable[Sequence[Any]], right: S
 
 
 def format_comparison(results: Sequence[ModeResult]) -> str:
-    """The comparison as a table, the best mode (:func:`partitioner.compare.best_mode`) marked
+    """The comparison as a table, the best mode (:func:`partitioner.accelerator.compare.best_mode`) marked
     with ``*``; failed modes
     show their error (joined onto one line) in place of the numbers."""
     best = best_mode(results)

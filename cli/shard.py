@@ -9,13 +9,25 @@ import json
 import sys
 from typing import Any
 
-from partitioner import sharding, tensor_parallel
+from partitioner import sharding
+from partitioner.sharding import tensor_parallel
 from partitioner.errors import RunError, ShardingError
 from partitioner.units import format_bytes, format_seconds
 
-from .inputs import (EXIT_FAIL, EXIT_OK, CLIError, add_model_arguments, load_model, positive_float, rate,
-                     read_text, resolve_devices, write_output)
-from .report import format_table
+from cli.commands import COMMON_EPILOG
+from cli.inputs import (
+    EXIT_FAIL,
+    EXIT_OK,
+    CLIError,
+    add_model_arguments,
+    load_model,
+    positive_float,
+    rate,
+    read_text,
+    resolve_devices,
+    write_output,
+)
+from cli.report import format_table
 
 __all__ = ["register"]
 
@@ -39,7 +51,7 @@ and the collectives CommDebugMode counts against the prediction (exit 1 when eit
 def register(sub: Any, common: argparse.ArgumentParser) -> None:
     p = sub.add_parser("shard", help="shard parameters along an axis (tensor parallelism)",
                        description="shard parameters along an axis: memory per device, collectives, a real run",
-                       parents=[common], formatter_class=argparse.RawDescriptionHelpFormatter, epilog=EXAMPLES)
+                       parents=[common], formatter_class=argparse.RawDescriptionHelpFormatter, epilog=EXAMPLES + COMMON_EPILOG)
     add_model_arguments(p)
     p.add_argument("--devices", metavar="SPEC", help="the devices running the model together (default: the model's)")
     which = p.add_mutually_exclusive_group(required=True)
@@ -78,8 +90,8 @@ def run(args: argparse.Namespace) -> int:
         raise CLIError(str(exc)) from None
     result = None
     if args.run:
-        from partitioner.runtime.run import picklable
-        from partitioner.runtime.tp_run import run_sharded
+        from partitioner.runtime.execute import picklable
+        from partitioner.sharding.tp_run import run_sharded
 
         quiet = args.out == "-"
         try:

@@ -17,7 +17,7 @@ if str(ROOT) not in sys.path:  # `streamlit run explorer/app.py` runs this file 
 import streamlit as st  # noqa: E402
 
 import sample_models  # noqa: E402
-from explorer import sidebar, state  # noqa: E402
+from explorer import sidebar, state
 
 st.set_page_config(page_title="Partition Explorer", page_icon=":material/account_tree:", layout="wide")
 

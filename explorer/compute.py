@@ -19,12 +19,13 @@ import streamlit as st
 
 import partitioner
 import sample_models
-from partitioner import Graph, Plan, pipeline, steps
-from partitioner.api import partition_with
-from partitioner.compare import ModeResult
-from sample_models.loader import LoaderError
+from partitioner import Graph, Plan, pipeline
+from partitioner.accelerator import steps
+from partitioner.accelerator.api import partition_with
+from partitioner.accelerator.compare import ModeResult
+from sample_models._user import LoaderError
 
-from .config import ModelChoice, PlanConfig
+from explorer.builders.config import ModelChoice, PlanConfig
 
 __all__ = ["trace", "plan", "compare", "PlanResult", "explain_error", "pipeline_plan", "PipelineResult"]
 
@@ -119,7 +120,7 @@ def compare(config: PlanConfig) -> ModeResult:
 
 @st.cache_data(show_spinner=False, max_entries=16)
 def _accelerate(config: PlanConfig, fingerprint: str) -> ModeResult:
-    from partitioner.device_map import accelerate_result
+    from partitioner.interop.device_map import accelerate_result
 
     module, _, _ = sample_models.load(config.model.name, dict(config.model.overrides))
     options = config.options
@@ -177,6 +178,6 @@ def _decision_trace(config: PlanConfig, fingerprint: str, algorithm: str) -> "st
 
 
 def decision_trace(config: PlanConfig, algorithm: str) -> "steps.DecisionTrace | str":
-    """``algorithm``'s decisions on the config's model and devices (:func:`partitioner.steps.record`),
+    """``algorithm``'s decisions on the config's model and devices (:func:`partitioner.accelerator.steps.record`),
     kept per model, devices and algorithm; the error text where it finds no plan."""
     return _decision_trace(config, trace(config.model).fingerprint(), algorithm)

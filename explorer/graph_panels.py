@@ -10,17 +10,17 @@ from __future__ import annotations
 import streamlit as st
 
 from partitioner import Graph, Plan
-from partitioner.collapse import SearchHit, collapse, collapsed_to_dot, search
-from partitioner import costs
-from partitioner.diff import diff_plans
-from partitioner.nodeview import partition_to_dot, step_to_dot
-from partitioner.overlay import OVERLAYS, partition_values
-from partitioner.render import plan_to_dot
-from partitioner.steps import DecisionTrace
+from partitioner.draw.collapse import SearchHit, collapse, collapsed_to_dot, search
+from partitioner.cost import model as costs
+from partitioner.plan.diff import diff_plans
+from partitioner.draw.nodeview import partition_to_dot, step_to_dot
+from partitioner.draw.overlay import OVERLAYS, partition_values
+from partitioner.draw.dag import plan_to_dot
+from partitioner.accelerator.steps import DecisionTrace
 from partitioner.units import format_seconds
 
-from . import tables
-from .viewer import show_graph
+from explorer.builders import tables
+from explorer.viewer import show_graph
 
 __all__ = ["NO_HIT", "view_controls", "render_dag", "render_drilldown", "render_model_graph", "render_side_by_side",
            "render_step", "node_seconds", "NODE_LIMIT"]

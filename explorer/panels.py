@@ -11,11 +11,11 @@ from typing import Any, Callable, Sequence
 import streamlit as st
 
 from partitioner import Graph, PartitionError, Plan
-from partitioner.compare import ModeResult
+from partitioner.accelerator.compare import ModeResult
 from partitioner.units import format_seconds
-from partitioner.render import plan_to_dot, render_dot
+from partitioner.draw.dag import plan_to_dot, render_dot
 
-from . import figures, tables, teaching
+from explorer.builders import figures, tables, teaching
 
 __all__ = [
     "render_summary",
@@ -163,7 +163,7 @@ def render_real_run(plan: Plan, graph: Graph) -> None:
     """Run the plan on one local process per device (torch.distributed, gloo) and show the
     measurement beside the prediction. The ranks are processes of their own, with a time limit;
     the page shows their progress and keeps the last result of each plan."""
-    from partitioner.runtime.run import run
+    from partitioner.runtime.execute import run
 
     key = hashlib.sha256(plan.to_json(indent=None).encode()).hexdigest()[:16]
     results = st.session_state.setdefault(RUN_RESULTS, {})

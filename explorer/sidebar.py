@@ -20,9 +20,9 @@ import partitioner
 import sample_models
 from partitioner import PRESETS, Device
 
-from . import state
-from .config import DEFAULT_MODEL, PLAN_MODES, ModelChoice, PlanConfig
-from .inputs import (
+from explorer import state
+from explorer.builders.config import DEFAULT_MODEL, PLAN_MODES, ModelChoice, PlanConfig
+from explorer.builders.inputs import (
     CUSTOM,
     DEVICE_COLUMNS,
     InputError,
@@ -92,7 +92,7 @@ def hf_ui() -> ModelChoice | None:
         st.info("Hugging Face architectures need the transformers package: run "
                 "`.venv/bin/pip install -c constraints.txt -e \".[hf]\"` and restart the app.")
         return None
-    from sample_models.hf import PRESETS
+    from sample_models._hf import PRESETS
 
     st.session_state.setdefault("hf_name", "gpt2")
     st.session_state.setdefault("hf_set", "n_layer=2")

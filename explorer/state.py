@@ -2,7 +2,7 @@
 and loaders that fetch the cached graph and plan, showing any error with ``st.error``.
 
 Session state holds only small serialisable things: the config (a frozen dataclass of
-tuples), a summary of the current plan, and the hand-edited mapping (``explorer.editing``).
+tuples), a summary of the current plan, and the hand-edited mapping (``explorer.builders.editing``).
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ import streamlit as st
 
 from partitioner import Graph
 
-from . import compute
-from .config import PlanConfig
+from explorer import compute
+from explorer.builders.config import PlanConfig
 
 __all__ = ["set_config", "current_config", "load_graph", "page_inputs", "load_plan", "current_plan", "PLAN_SUMMARY",
            "model_generation", "bump_model_generation", "open_page", "follow_page_request"]

@@ -18,7 +18,7 @@ from typing import Any, Callable
 import streamlit as st
 
 from partitioner import PartitionError
-from partitioner.render import render_dot
+from partitioner.draw.dag import render_dot
 
 __all__ = ["show_graph", "svg_of"]
 

@@ -13,10 +13,10 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from .api import check_plan, evaluate_plan, partition
-from .costs import node_latencies, roofline_latencies
-from .devices import PRESETS, Device, parse_devices
-from .errors import (
+from partitioner.accelerator.api import check_plan, evaluate_plan, partition
+from partitioner.cost.model import node_latencies, roofline_latencies
+from partitioner.devices import PRESETS, Device, parse_devices
+from partitioner.errors import (
     DeviceSpecError,
     InfeasibleError,
     InvalidPlanError,
@@ -25,21 +25,21 @@ from .errors import (
     ShardingError,
     TraceError,
 )
-from .graph import Graph, Node
-from .modes import DEFAULT_MODE, DESCRIPTIONS, MODES
-from .options import PartitionOptions
-from .plan import SCHEMA_VERSION, Edge, Partition, Plan, PlanFormatError
-from .units import format_bytes, format_seconds, parse_bytes
-from .validate import Violation
+from partitioner.graph import Graph, Node
+from partitioner.accelerator.modes import DEFAULT_MODE, DESCRIPTIONS, MODES
+from partitioner.options import PartitionOptions
+from partitioner.plan.records import SCHEMA_VERSION, Edge, Partition, Plan, PlanFormatError
+from partitioner.units import format_bytes, format_seconds, parse_bytes
+from partitioner.plan.validate import Violation
 
 if TYPE_CHECKING:  # pragma: no cover - for type checkers; at run time these load on first use
-    from .runtime.run import run
-    from .runtime.split import split
-    from .trace import trace
+    from partitioner.runtime.execute import run
+    from partitioner.runtime.splitting import split
+    from partitioner.tracing.tracer import trace
 
 # Torch sits at the edges (trace in; split modules and real runs out): those names load on
 # first use, so `import partitioner` and the algorithms do not pay for importing torch.
-_LAZY = {"trace": ("trace", "trace"), "split": ("runtime.split", "split"), "run": ("runtime.run", "run")}
+_LAZY = {"trace": ("tracing", "trace"), "split": ("runtime.splitting", "split"), "run": ("runtime.execute", "run")}
 
 
 def __getattr__(name: str) -> Any:

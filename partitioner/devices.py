@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
-from .errors import DeviceSpecError
-from .units import format_bytes, parse_bytes
+from partitioner.errors import DeviceSpecError
+from partitioner.units import format_bytes, parse_bytes
 
 __all__ = [
     "Device",

@@ -32,7 +32,7 @@ class InfeasibleError(PartitionError):
 
 class InvalidPlanError(PartitionError):
     """A plan breaks a rule; ``violations`` lists every broken rule (typed
-    :class:`partitioner.validate.Violation` records, or strings), each printing as its message."""
+    :class:`partitioner.plan.validate.Violation` records, or strings), each printing as its message."""
 
     def __init__(self, violations: Sequence[object]) -> None:
         self.violations = tuple(violations)
@@ -45,9 +45,10 @@ class DeviceSpecError(PartitionError):
     """A device description (``"4x16GiB"``, a preset name, a devices file) could not be read."""
 
 
-class RunError(PartitionError):
+class RunError(RuntimeError):
     """A run on real processes (or a worker process) failed, hung or died; the message names the
-    rank, the partition or stage, and the cause."""
+    rank, the partition or stage, and the cause. Not a :class:`PartitionError`: the input was
+    fine, the run was not (the command line exits with its own code for it)."""
 
     def __init__(self, message: str, rank: int | None = None, partition: int | None = None) -> None:
         super().__init__(message)

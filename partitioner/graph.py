@@ -13,7 +13,7 @@ import heapq
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping, Sequence
 
-from .errors import TraceError
+from partitioner.errors import TraceError
 
 __all__ = ["Node", "Graph", "OP_KINDS", "toposort", "toposort_children", "find_cycle"]
 

@@ -1,7 +1,7 @@
 """How a plan is asked for: :class:`PartitionOptions`, one frozen, typed record passed down the
 call chain (torch's ``PartitionerConfig`` plays this part in the reference partitioner).
 
-The app, the command line and :func:`partitioner.compare.compare_modes` build one with
+The app, the command line and :func:`partitioner.accelerator.compare.compare_modes` build one with
 :meth:`PartitionOptions.build`, so the same inputs mean the same plan everywhere; a
 :class:`~partitioner.plan.Plan` records the options it was made with in its provenance.
 """
@@ -13,7 +13,7 @@ import math
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
-from .errors import PartitionError
+from partitioner.errors import PartitionError
 
 __all__ = ["PartitionOptions", "AotMapping", "COST_MODELS", "NodeLatencyTable", "check_latency_pair"]
 

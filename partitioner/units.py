@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 import re
 
-from .errors import DeviceSpecError
+from partitioner.errors import DeviceSpecError
 
 __all__ = ["BYTE_UNITS", "parse_bytes", "format_bytes", "format_seconds", "format_rate", "parse_rate", "format_flops"]
 

@@ -12,14 +12,23 @@ traces with ``torch.fx.symbolic_trace`` and every node of the traced graph outpu
 
 :func:`load` is the one front door the app and the command line share: sample models by name,
 a person's own ``package.module:factory``, and Hugging Face architectures built from their configs
-(``hf:<model_type>`` or a preset such as ``hf:llama-3-8b``; :mod:`sample_models.hf`, needs
+(``hf:<model_type>`` or a preset such as ``hf:llama-3-8b``; :mod:`sample_models._hf`, needs
 ``transformers``).
 """
 
 from __future__ import annotations
 
-from .load import ModelSpecError, is_factory, is_hf, label, load, parse_overrides, trace_loaded, weight_scale
-from .registry import (
+from sample_models._loading import (
+    ModelSpecError,
+    is_factory,
+    is_hf,
+    label,
+    load,
+    parse_overrides,
+    trace_loaded,
+    weight_scale,
+)
+from sample_models._registry import (
     SPECS,
     ModelSpec,
     build,

@@ -23,7 +23,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from ._common import make_config, require_positive, seeded
+from sample_models._common import make_config, require_positive, seeded
 
 __all__ = ["DLRMConfig", "DLRM", "build"]
 

@@ -12,8 +12,8 @@ from typing import Any
 
 from torch import Tensor, nn
 
-from ._common import make_config
-from .transformer import TransformerConfig, build_from_config
+from sample_models._common import make_config
+from sample_models.transformer import TransformerConfig, build_from_config
 
 __all__ = ["GPT2SmallConfig", "build"]
 

@@ -19,7 +19,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ._common import make_config, require_positive, seeded
+from sample_models._common import make_config, require_positive, seeded
 
 __all__ = ["TransformerConfig", "CausalSelfAttention", "MLP", "Block", "GPT", "build"]
 

@@ -91,14 +91,43 @@ def _fresh(code: str) -> str:
     return out.stdout.strip()
 
 
-def test_algorithms_do_not_import_torch():
-    assert _fresh("import sys, partitioner.modes, partitioner.api, partitioner.plan; "
-                  "print('torch' in sys.modules)") == "False"
+def test_no_test_file_over_400_lines():
+    long = {str(p.relative_to(ROOT)): n for p in sorted((ROOT / "tests").rglob("*.py"))
+            if (n := len(p.read_text().splitlines())) > MAX_LINES}
+    assert long == {}, f"split these test files: {long}"
+
+
+def test_no_module_named_like_a_public_function():
+    """``partitioner.trace`` must stay the function: no module or package of that name anywhere."""
+    import partitioner
+
+    public = {name for name in partitioner.__all__ if callable(getattr(partitioner, name))}
+    clash = sorted(name for name in _modules() if name.rpartition(".")[2] in public)
+    assert clash == [], f"rename these modules: {clash}"
+
+
+TORCH_FREE = ("partitioner.accelerator", "partitioner.cost", "partitioner.plan", "partitioner.draw",
+              "partitioner.pipeline", "partitioner.remat", "partitioner.sharding", "partitioner.runtime",
+              "partitioner.accelerator.steps", "partitioner.accelerator.compare",
+              "partitioner.pipeline.stages", "partitioner.pipeline.simulate",
+              "partitioner.remat.memory", "partitioner.sharding.tensor_parallel",
+              "partitioner.runtime.worker", "partitioner.interop.readers")
+
+
+def test_algorithm_packages_import_no_torch():
+    assert _fresh(f"import sys, {', '.join(TORCH_FREE)}; print('torch' in sys.modules)") == "False"
 
 
 def test_library_imports_no_ui_library():
-    code = ("import sys, partitioner, partitioner.api, partitioner.render, partitioner.compare, "
-            "partitioner.diff, partitioner.export, partitioner.trace; "
+    code = ("import sys, partitioner, partitioner.draw.dag, partitioner.accelerator.compare, "
+            "partitioner.plan.diff, partitioner.interop.export, partitioner.tracing; "
+            "import partitioner.remat, partitioner.sharding.tensor_parallel, partitioner.runtime.execute; "
             "print(sorted(m for m in sys.modules if m.split('.')[0] in "
             "{'streamlit', 'plotly', 'graphviz', 'pandas'}))")
     assert _fresh(code) == "[]"
+
+
+def test_trace_is_the_function_after_importing_its_package():
+    code = ("import partitioner, partitioner.tracing, torch; "
+            "g = partitioner.trace(torch.nn.Linear(2, 2), (torch.randn(1, 2),)); print(len(g.op_names))")
+    assert _fresh(code) == "1"

@@ -8,8 +8,8 @@ import partitioner
 
 def test_library_imports_no_ui_code():
     code = (
-        "import sys, partitioner, partitioner.api, partitioner.render, partitioner.compare, "
-        "partitioner.diff, partitioner.export; "
+        "import sys, partitioner, partitioner.accelerator.api, partitioner.draw.dag, partitioner.accelerator.compare, "
+        "partitioner.plan.diff, partitioner.interop.export; "
         "bad = sorted(m for m in sys.modules if m.split('.')[0] in {'streamlit', 'plotly', 'pandas', 'graphviz'}); "
         "print(','.join(bad))"
     )

@@ -10,6 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text()
 
@@ -21,6 +23,7 @@ def _block(after: str, language: str) -> str:
     return match.group(1)
 
 
+@pytest.mark.slow
 def test_command_line_examples_run_in_order(tmp_path):
     script = _block("## Command line", "bash")
     assert ".venv/bin/partition-explorer" in script and "my_models:build" in script
@@ -37,12 +40,14 @@ def test_command_line_examples_run_in_order(tmp_path):
     assert "forced: the model fits one device" in done.stdout  # the factory's plan says how it spread
 
 
+@pytest.mark.slow
 def test_library_snippet_runs():
     code = _block("## The library", "python")
     done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
 
 
+@pytest.mark.slow
 def test_optimal_snippet_runs():
     code = _block("### Cost models", "python")
     assert 'mode="optimal"' in code
@@ -52,6 +57,7 @@ def test_optimal_snippet_runs():
     assert "of the best possible" in done.stdout or "optimal: no plan can beat" in done.stdout
 
 
+@pytest.mark.slow
 def test_hugging_face_examples_run(tmp_path):
     _run_block("## Hugging Face models", tmp_path)
     plan = json.loads((tmp_path / "llama_plan.json").read_text())
@@ -69,11 +75,13 @@ def _run_block(after: str, tmp_path: Path) -> subprocess.CompletedProcess:
     return done
 
 
+@pytest.mark.slow
 def test_real_run_example_runs(tmp_path):
     done = _run_block("## Running a plan for real", tmp_path)
     assert "outputs equal the model" in done.stdout and "calibrated on this machine" in done.stdout
 
 
+@pytest.mark.slow
 def test_pipeline_examples_run(tmp_path):
     done = _run_block("## Pipelines", tmp_path)
     pipe = json.loads((tmp_path / "pipe.json").read_text())
@@ -82,6 +90,7 @@ def test_pipeline_examples_run(tmp_path):
     assert json.loads((tmp_path / "split.json").read_text())["num_stages"] == 2
 
 
+@pytest.mark.slow
 def test_training_memory_examples_run(tmp_path):
     done = _run_block("## Training memory", tmp_path)
     assert "recomputed:" in done.stdout
@@ -89,6 +98,7 @@ def test_training_memory_examples_run(tmp_path):
     assert [r["budget"] for r in results] == [i / 10 for i in range(11)] and all(r["gradients_equal"] for r in results)
 
 
+@pytest.mark.slow
 def test_sharding_examples_run(tmp_path):
     done = _run_block("## Sharding", tmp_path)
     assert "as predicted" in done.stdout and "outputs equal the model" in done.stdout

@@ -7,7 +7,7 @@ import streamlit as st
 import sample_models
 from explorer import compute, graph_panels, panels, sidebar, state
 from partitioner import Graph, PartitionError, Plan
-from partitioner.compare import ModeResult
+from partitioner.accelerator.compare import ModeResult
 
 
 def main() -> None:

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import streamlit as st
 
-from explorer import compute, graph_panels, state, teaching
-from explorer.config import PlanConfig
-from partitioner import Graph, Plan, steps
+from explorer import compute, graph_panels, state
+from explorer.builders import teaching
+from explorer.builders.config import PlanConfig
+from partitioner import Graph, Plan
+from partitioner.accelerator import steps
 from partitioner.units import format_seconds
 
 

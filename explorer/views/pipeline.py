@@ -10,8 +10,9 @@ import hashlib
 import pandas as pd
 import streamlit as st
 
-from explorer import compute, graph_panels, panels, pipeline_figures, state
-from partitioner import Graph, RunError, format_bytes, pipeline
+from explorer import compute, graph_panels, panels, state
+from explorer.builders import pipeline_figures
+from partitioner import Graph, PartitionError, format_bytes, pipeline
 from partitioner.pipeline.runner import check_runnable
 from partitioner.pipeline.schedules import SCHEDULES, stages_per_rank
 from partitioner.units import format_seconds
@@ -76,7 +77,7 @@ def _real_run(pp: pipeline.PipelinePlan, graph: Graph) -> None:
                    "outputs (and when training, every gradient) against the model in one process.")
         try:
             check_runnable(pp, graph.example_inputs or ())
-        except RunError as exc:
+        except PartitionError as exc:
             st.info(f"Cannot run this plan: {exc}.")
             return
         if st.button("Run on local processes", key="pp_run"):

@@ -1,7 +1,7 @@
 """Review & edit: download the plan, load one (file or pasted JSON), move nodes by hand and see
 latency and validity recomputed at once (``partitioner.evaluate_plan`` + ``Plan.violations``).
 
-The edited mapping lives in ``st.session_state["edit"]`` (a small dict, ``explorer.editing``),
+The edited mapping lives in ``st.session_state["edit"]`` (a small dict, ``explorer.builders.editing``),
 so an error never loses it; messages from loading a plan stay until the next load.
 """
 
@@ -11,8 +11,9 @@ import streamlit as st
 
 from partitioner import Device, Graph, Plan
 from partitioner.units import format_rate, format_seconds
-from explorer import compute, editing, graph_panels, panels, state, tables
-from explorer.config import PlanConfig
+from explorer import compute, graph_panels, panels, state
+from explorer.builders import editing, tables
+from explorer.builders.config import PlanConfig
 
 EDIT = "edit"
 LOAD_MESSAGE = "plan_load_message"

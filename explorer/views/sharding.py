@@ -11,8 +11,11 @@ import math
 import pandas as pd
 import streamlit as st
 
-from explorer import panels, state, training_figures
-from partitioner import Graph, ShardingError, format_bytes, sharding, tensor_parallel
+from explorer import panels, state
+from explorer.builders import training_figures
+from partitioner import Graph, ShardingError, format_bytes
+from partitioner import sharding
+from partitioner.sharding import tensor_parallel
 from partitioner.units import format_seconds
 
 SPECS = "shard_specs"  # graph fingerprint -> {parameter: partition list}, the person's edits
@@ -30,8 +33,8 @@ def _table(graph: Graph, spec: dict[str, str]) -> pd.DataFrame:
 
 
 def _run(graph: Graph, plan: tensor_parallel.TPPlan, training: bool) -> None:
-    from partitioner.runtime.run import picklable
-    from partitioner.runtime.tp_run import run_sharded
+    from partitioner.runtime.execute import picklable
+    from partitioner.sharding.tp_run import run_sharded
 
     key = hashlib.sha256(json.dumps([plan.spec, training], sort_keys=True).encode()).hexdigest()[:16]
     runs = st.session_state.setdefault(RUNS, {})

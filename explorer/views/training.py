@@ -11,8 +11,10 @@ import pandas as pd
 import streamlit as st
 
 from explorer.viewer import show_graph
-from explorer import compute, panels, state, training_figures
-from partitioner import Graph, PartitionError, format_bytes, remat
+from explorer import compute, panels, state
+from explorer.builders import training_figures
+from partitioner import Graph, PartitionError, format_bytes
+from partitioner import remat
 from partitioner.units import format_seconds
 
 RESULTS = "remat_results"  # (graph fingerprint, loss) -> the sweep's results

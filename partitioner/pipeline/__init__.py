@@ -11,19 +11,19 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from .schedules import SCHEDULES, actions
-from .simulate import Simulation, simulate, simulate_actions
-from .stages import PipelinePlan, plan
+from partitioner.pipeline.schedules import SCHEDULES, actions
+from partitioner.pipeline.simulate import Simulation, simulate, simulate_actions
+from partitioner.pipeline.stages import PipelinePlan, plan
 
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .runner import PipelineRun, run
+    from partitioner.pipeline.runner import PipelineRun, run
 
 
 def __getattr__(name: str) -> Any:
     # The real run needs torch.distributed: load it on first use.
     if name in ("run", "PipelineRun"):
-        from . import runner
+        from partitioner.pipeline import runner
 
         return getattr(runner, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -32,12 +32,12 @@ import torch
 import torch.fx as fx
 from torch.utils._pytree import tree_flatten
 
-from ..errors import RunError
-from ..graph import Graph
-from ..runtime.launch import default_backend, launch, report_progress
-from ..runtime.run import picklable
-from .schedules import stages_per_rank
-from .stages import PipelinePlan
+from partitioner.errors import PartitionError, RunError
+from partitioner.graph import Graph
+from partitioner.runtime.launch import default_backend, launch, report_progress
+from partitioner.runtime.execute import picklable
+from partitioner.pipeline.schedules import stages_per_rank
+from partitioner.pipeline.stages import PipelinePlan
 
 __all__ = ["PipelineRun", "run", "check_runnable", "build_stage_modules", "RUNNABLE"]
 
@@ -78,12 +78,12 @@ def _microbatches(inputs: Sequence[torch.Tensor], m: int) -> list[tuple[torch.Te
     cuts it (the plan's costs are per microbatch of the same batch)."""
     sizes = {x.shape[0] for x in inputs}
     if len(sizes) != 1:
-        raise RunError(f"the inputs' first dimensions differ ({sorted(sizes)}); a pipelined run cuts "
+        raise PartitionError(f"the inputs' first dimensions differ ({sorted(sizes)}); a pipelined run cuts "
                        "every input into microbatches along dimension 0, which must be the batch")
     batch = sizes.pop()
     if batch % m:
         bigger = m * max(1, -(-batch // m))
-        raise RunError(f"the example batch of {batch} does not split into {m} equal microbatches; choose "
+        raise PartitionError(f"the example batch of {batch} does not split into {m} equal microbatches; choose "
                        f"a microbatch count that divides {batch}, or a batch of {bigger} (sample models: "
                        f"batch_size={bigger} under Size knobs, --set batch_size={bigger} on the command line)")
     chunks = [x.chunk(m) for x in inputs]
@@ -96,7 +96,7 @@ def build_stage_modules(graph: Graph, stages: Sequence[Sequence[str]],
     model's inputs, the last returns the model's output leaves (one tensor, or a tuple)."""
     gm = graph.graph_module
     if gm is None:
-        raise RunError(f"graph {graph.name!r} has no traced module to run; use partitioner.trace(model, inputs)")
+        raise PartitionError(f"graph {graph.name!r} has no traced module to run; use partitioner.trace(model, inputs)")
     nodes = list(gm.graph.nodes)
     stage_of: dict[str, int] = {}
     for s, names in enumerate(stages):
@@ -115,16 +115,16 @@ def build_stage_modules(graph: Graph, stages: Sequence[Sequence[str]],
     placeholders = [n for n in nodes if n.op == "placeholder"]
     for p in placeholders:
         if not is_tensor[p.name]:
-            raise RunError(f"input {p.name!r} is not a tensor; a pipeline passes tensors between stages")
+            raise PartitionError(f"input {p.name!r} is not a tensor; a pipeline passes tensors between stages")
         stage_of[p.name] = -1
     missing = [n.name for n in nodes if n.op not in ("placeholder", "get_attr", "output") and n.name not in stage_of]
     if missing:
-        raise RunError(f"the plan's stages miss {len(missing)} operation(s) of the model ({missing[:3]}); "
+        raise PartitionError(f"the plan's stages miss {len(missing)} operation(s) of the model ({missing[:3]}); "
                        "was the plan made for this model?")
     output = next(n for n in nodes if n.op == "output")
     leaves = tree_flatten(output.args[0])[0]
     if not all(isinstance(a, fx.Node) and is_tensor[a.name] for a in leaves):
-        raise RunError("the model returns values that are not tensors; a pipeline's last stage returns tensors")
+        raise PartitionError("the model returns values that are not tensors; a pipeline's last stage returns tensors")
     count = len(stages)
 
     def needs(n: fx.Node, s: int, into: set[str]) -> None:
@@ -245,21 +245,21 @@ def _close(a: Any, b: Any) -> bool:
 
 
 def check_runnable(pp: PipelinePlan, example_inputs: Sequence[Any] | torch.Tensor) -> tuple[torch.Tensor, ...]:
-    """The inputs as a tuple, or :class:`RunError` saying why ``pp`` cannot run on them (a
+    """The inputs as a tuple, or :class:`PartitionError` saying why ``pp`` cannot run on them (a
     schedule that is simulated only, inputs without a batch dimension, a batch that does not cut
     into the microbatches): cheap, for a page to ask before it offers the run."""
     if pp.schedule not in RUNNABLE:
-        raise RunError(f"schedule {pp.schedule!r} is simulated only; a real run takes "
+        raise PartitionError(f"schedule {pp.schedule!r} is simulated only; a real run takes "
                        f"{', '.join(RUNNABLE)} (torch's ScheduleGPipe, Schedule1F1B, ScheduleInterleaved1F1B)")
     if isinstance(example_inputs, torch.Tensor):
         example_inputs = (example_inputs,)
     inputs = tuple(example_inputs)
     if not inputs or not all(isinstance(x, torch.Tensor) and x.dim() > 0 for x in inputs):
-        raise RunError("a pipelined run splits every input along dimension 0 into microbatches: "
+        raise PartitionError("a pipelined run splits every input along dimension 0 into microbatches: "
                        "the model's inputs must all be tensors with a batch dimension")
     per_rank = stages_per_rank(pp.schedule) if pp.schedule == "interleaved_1f1b" else 1
     if len(pp.stages) % per_rank:
-        raise RunError(f"{pp.schedule} runs {per_rank} stages per process; the plan has {len(pp.stages)}")
+        raise PartitionError(f"{pp.schedule} runs {per_rank} stages per process; the plan has {len(pp.stages)}")
     _microbatches(inputs, pp.microbatches)
     return inputs
 

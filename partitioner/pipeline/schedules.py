@@ -79,7 +79,7 @@ def _from_torch(name: str, ranks: int, m: int, per_rank: int) -> tuple[tuple[Act
 def actions(schedule: str, ranks: int, microbatches: int, training: bool = True) -> list[list[Action]]:
     """Each rank's actions in order. Inference (``training=False``) keeps only the forwards."""
     if schedule not in SCHEDULES:
-        from ..errors import PartitionError
+        from partitioner.errors import PartitionError
 
         raise PartitionError(f"unknown schedule {schedule!r}; choose one of {', '.join(SCHEDULES)}")
     if schedule == "gpipe":

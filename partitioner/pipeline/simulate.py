@@ -14,8 +14,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Sequence
 
-from ..errors import PartitionError
-from .schedules import Action, actions, stages_per_rank
+from partitioner.errors import PartitionError
+from partitioner.pipeline.schedules import Action, actions, stages_per_rank
 
 __all__ = ["Simulation", "simulate", "simulate_actions"]
 

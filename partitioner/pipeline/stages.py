@@ -22,19 +22,19 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 import numpy as np
 
-from ..costs import node_latencies
-from ..devices import Device
-from ..errors import InfeasibleError, PartitionError
-from ..graph import Graph
-from .simulate import simulate
+from partitioner.cost.model import node_latencies
+from partitioner.cost.training import training_copies
+from partitioner.devices import Device
+from partitioner.errors import InfeasibleError, PartitionError
+from partitioner.graph import Graph
+from partitioner.pipeline.simulate import simulate
 
 if TYPE_CHECKING:
-    from ..plan import Plan
+    from partitioner.plan.records import Plan
 
-__all__ = ["PipelinePlan", "plan", "OPTIMIZER_COPIES"]
+__all__ = ["PipelinePlan", "plan"]
 
 # Copies of the parameters a stage holds: weights, + gradients, + optimizer state.
-OPTIMIZER_COPIES = {None: 1, "none": 1, "sgd": 2, "adam": 4}
 
 
 @dataclass(frozen=True)
@@ -91,7 +91,7 @@ class PipelinePlan:
         """The stages as a :class:`~partitioner.plan.Plan` (one partition per stage, on its
         device; one forward pass, no microbatches): the DAG, memory and export views of any
         plan apply to it."""
-        from ..api import evaluate_plan
+        from partitioner.accelerator.api import evaluate_plan
 
         mapping = {name: s for s, names in enumerate(self.stages) for name in names}
         return evaluate_plan(graph, devices, mapping, {s: [d] for s, d in enumerate(self.device_ids)},
@@ -126,7 +126,7 @@ def plan(graph: Graph, devices: Sequence[Device], stages: int = 4, microbatches:
     """Cut ``graph`` into ``stages`` contiguous stages on ``devices`` (stage s on device s mod
     len(devices)) for ``schedule`` with ``microbatches``; ``training`` is None, "sgd" or "adam".
     Raises :class:`InfeasibleError` when no split fits the devices' memory."""
-    if training not in OPTIMIZER_COPIES:
+    if training not in (None, "none", "sgd", "adam"):
         raise PartitionError(f"training must be None, 'sgd' or 'adam' (got {training!r})")
     if microbatches < 1 or stages < 1:
         raise PartitionError(f"stages and microbatches must be >= 1 (got {stages}, {microbatches})")
@@ -141,13 +141,13 @@ def plan(graph: Graph, devices: Sequence[Device], stages: int = 4, microbatches:
     m = microbatches
     fwd = [max(lat[v]) / m for v in order]
     bwd = [2.0 * f for f in fwd] if training else [0.0] * n
-    copies = OPTIMIZER_COPIES[training]
+    copies = training_copies(None if training in (None, "none") else training)
     params = [graph.nodes[v].param_bytes * copies for v in order]
     acts = [graph.nodes[v].output_bytes / m for v in order]
     cross = _crossing(graph, order)
     rate = transfer_rate_bytes_per_s
     comm = [(c / m) / rate if rate else 0.0 for c in cross]
-    stash = simulate([1.0] * stages if schedule in ("gpipe", "1f1b") else [1.0] * stages, m,
+    stash = simulate([1.0] * stages, m,
                      schedule, training=bool(training)).stage_peak_stash
     device_of = [devices[s % len(devices)] for s in range(stages)]
     pre_f, pre_b, pre_p, pre_a = ([0.0] for _ in range(4))

@@ -14,8 +14,8 @@ from typing import Any, Sequence
 import torch
 import torch.fx as fx
 
-from ..errors import PartitionError
-from ..graph import Graph
+from partitioner.errors import PartitionError
+from partitioner.graph import Graph
 
 __all__ = ["measure_node_latencies"]
 

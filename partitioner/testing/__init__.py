@@ -3,6 +3,6 @@
 
 from __future__ import annotations
 
-from .synthetic import synthetic_graph
+from partitioner.testing.synthetic import synthetic_graph
 
 __all__ = ["synthetic_graph"]

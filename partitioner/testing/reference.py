@@ -16,12 +16,12 @@ from typing import Mapping, Sequence
 
 import torch.fx as fx
 
-from ..api import evaluate_plan, resolve_transfer_rate
-from ..costs import node_latencies
-from ..devices import Device
-from ..errors import PartitionError
-from ..graph import Graph
-from ..plan import Plan
+from partitioner.accelerator.api import evaluate_plan, resolve_transfer_rate
+from partitioner.cost.model import node_latencies
+from partitioner.devices import Device
+from partitioner.errors import PartitionError
+from partitioner.graph import Graph
+from partitioner.plan.records import Plan
 
 __all__ = ["ReferenceResult", "reference_partition"]
 

@@ -9,7 +9,7 @@ from typing import Iterable, Sequence
 import torch
 import torch.fx as fx
 
-from ..graph import Graph, Node
+from partitioner.graph import Graph, Node
 
 __all__ = ["synthetic_graph", "random_fx_module", "blocks_graph"]
 

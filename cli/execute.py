@@ -1,0 +1,116 @@
+"""``partition-explorer run``: run a plan on local processes with torch.distributed and put the
+measurement beside the prediction."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+from partitioner.accelerator.api import evaluate_plan
+from partitioner.runtime.calibrate import measure_node_latencies
+from partitioner.runtime.execute import prepare, run_rank
+from partitioner.runtime.execute import run as run_plan
+from partitioner.units import format_bytes, format_seconds
+
+from cli.commands import COMMON_EPILOG
+from cli.inputs import (
+    EXIT_FAIL,
+    EXIT_OK,
+    CLIError,
+    add_model_arguments,
+    load_model,
+    load_plan,
+    positive_float,
+)
+from cli.report import format_table
+
+__all__ = ["register"]
+
+EXAMPLES = """examples:
+  partition-explorer plan mlp --devices 4x1536KiB --out plan.json
+  partition-explorer run plan.json mlp
+  partition-explorer run plan.json mlp --calibrate
+  partition-explorer run plan.json mlp --timeout 60 --json
+
+Starts one process per device of the plan (gloo on CPU, NCCL on GPUs), each running its
+partitions; checks the outputs against the model in one process; prints each partition's
+measured compute time and input wait beside the plan's prediction. Exit 1 when the outputs
+differ. Across hosts, run the same plan under torchrun (see the README).
+"""
+
+
+def register(sub: Any, common: argparse.ArgumentParser) -> None:
+    p = sub.add_parser("run", help="run a plan on local processes and compare with its prediction",
+                       description="run a plan on local processes and compare with its prediction",
+                       parents=[common], formatter_class=argparse.RawDescriptionHelpFormatter,
+                       epilog=EXAMPLES + COMMON_EPILOG)
+    p.add_argument("plan", metavar="PLAN.json", help="the plan file (- for stdin)")
+    add_model_arguments(p)
+    p.add_argument("--timeout", metavar="SECONDS", type=positive_float, default=120.0,
+                   help="end the run (and every process) after this long (default 120)")
+    p.add_argument("--repeats", type=int, default=3, help="timed walks after a warm-up (default 3)")
+    p.add_argument("--calibrate", action="store_true",
+                   help="time every node on this machine and re-score the plan with those latencies "
+                        "instead of the roofline estimate, before comparing")
+    p.add_argument("--json", action="store_true", help="print JSON for machines")
+    p.add_argument("--torchrun", action="store_true",
+                   help="this process is one rank of a torchrun job (RANK, WORLD_SIZE and the "
+                        "rendezvous come from torchrun): run this rank's partitions, rank 0 reports")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    plan = load_plan(args.plan)
+    model = load_model(args.model, args.set)
+    inputs = model.graph.example_inputs or ()
+    if args.torchrun:
+        return _torchrun(args, plan, model.graph, inputs)
+    progress = None if args.json else (lambda text: print(f"  {text}", file=sys.stderr))
+    if args.calibrate:
+        measured = measure_node_latencies(model.graph, inputs)
+        plan = evaluate_plan(model.graph, list(plan.devices), plan.node_to_partition(), plan.partition_to_devices(),
+                             plan.transfer_rate_bytes_per_s, measured, mode=plan.mode,
+                             edited=plan.provenance.edited, cost_model=plan.cost_model, keep_ids=True)
+    result = run_plan(plan, model.graph, inputs, timeout_s=args.timeout, repeats=max(1, args.repeats),
+                      progress=progress)
+    if args.json:
+        print(json.dumps({"plan": args.plan, "model": model.label, "calibrated": args.calibrate,
+                          "run": result.to_dict()}, indent=2))
+    else:
+        rows = [[f"P{p.id}", ",".join(map(str, p.ranks)), format_seconds(p.predicted_s),
+                 format_seconds(p.compute_s), format_seconds(p.wait_s), format_bytes(p.received_bytes),
+                 f"{p.ratio:.3g}x"] for p in result.partitions]
+        print(format_table(["partition", "ranks", "predicted", "measured", "waiting", "received",
+                            "measured/predicted"], rows, right=(2, 3, 4, 5, 6)))
+        how = "calibrated on this machine" if args.calibrate else "roofline"
+        print(f"\nend to end ({how}): predicted {format_seconds(result.predicted_latency_s)}, measured "
+              f"{format_seconds(result.measured_latency_s)} on {result.world_size} processes "
+              f"({result.backend}); outputs {'equal the model' if result.outputs_equal else 'DIFFER from the model'}")
+    return EXIT_OK if result.outputs_equal else EXIT_FAIL
+
+
+def _torchrun(args: argparse.Namespace, plan: Any, graph: Any, inputs: Any) -> int:
+    """One rank of ``torchrun --nproc-per-node N [--nnodes M --rdzv-endpoint HOST:PORT] -m cli run
+    plan.json MODEL --torchrun``: every rank runs its partitions; rank 0 checks the outputs."""
+    import os
+
+    import torch
+
+    world = int(os.environ.get("WORLD_SIZE", "0"))
+    if world != len(plan.devices):
+        raise CLIError(f"the plan has {len(plan.devices)} devices but torchrun started {world or 'no'} "
+                       f"processes; start it with {len(plan.devices)} in all (--nnodes x --nproc-per-node)")
+    prepared = prepare(plan, graph, inputs)
+    result = run_rank(prepared, repeats=max(1, args.repeats))
+    if int(os.environ["RANK"]) != 0:
+        return EXIT_OK
+    try:
+        torch.testing.assert_close(result["outputs"], prepared.reference)
+        equal = True
+    except AssertionError:
+        equal = False
+    print(json.dumps({"rank": 0, "world_size": world, "outputs_equal": equal,
+                      "measured_latency_s": result["latency_s"], "predicted_latency_s": plan.latency_s}))
+    return EXIT_OK if equal else EXIT_FAIL

@@ -1,0 +1,349 @@
+"""Pure Plotly builders over a Plan: memory against capacity, latency parts, a device timeline,
+and a comparison of modes.
+
+Colours come from :func:`partitioner.draw.dag.device_colours`, so a device has the same colour in
+the DAG and in every chart. Each builder is O(P + E) and imports no Streamlit.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+from partitioner import Graph, Plan, format_bytes
+from partitioner.accelerator.compare import ModeResult
+from partitioner.draw.overlay import formatter, partition_values, plotly_scale
+from partitioner.plan.records import Partition
+from partitioner.units import format_seconds
+from partitioner.draw.dag import (
+    CRITICAL_COLOUR,
+    UNKNOWN_DEVICE_COLOUR,
+    WARNING_COLOUR,
+    device_colours,
+    over_capacity_devices,
+    partition_capacity,
+)
+
+from explorer.builders.tables import byte_unit, incoming_transfer_s, schedule, time_unit
+
+__all__ = [
+    "memory_figure",
+    "device_memory_figure",
+    "latency_figure",
+    "timeline_figure",
+    "comparison_figure",
+    "COMPUTE_COLOUR",
+    "MEMORY_COLOUR",
+    "TRANSFER_COLOUR",
+]
+
+COMPUTE_COLOUR = "#4c78a8"
+MEMORY_COLOUR = "#72b7b2"
+TRANSFER_COLOUR = "#b279a2"
+_CAPACITY_COLOUR = "#333333"
+
+
+def _layout(fig: go.Figure, title: str, height: int = 360) -> go.Figure:
+    fig.update_layout(
+        title={"text": title, "x": 0, "xanchor": "left"},
+        height=height,
+        margin={"l": 10, "r": 10, "t": 40, "b": 10},
+        legend={"orientation": "h", "yanchor": "top", "y": -0.18, "xanchor": "left", "x": 0},
+        bargap=0.25,
+    )
+    return fig
+
+
+def _label(pid: int) -> str:
+    return f"P{pid}"
+
+
+def memory_figure(plan: Plan, overlay: str = "device", graph: Graph | None = None) -> go.Figure:
+    """Per-partition memory (a bar per partition, in its device's colour) with the capacity of
+    its device as a step line; partitions on a device over its memory are orange. With another
+    ``overlay`` the bars take that metric's colour on the graph views' scale (same colours)."""
+    parts = sorted(plan.partitions, key=lambda p: p.id)
+    names = {d.logical_id: d.name for d in plan.devices}
+    capacities = [partition_capacity(plan, p) for p in parts]
+    unit, scale = byte_unit(max([p.memory_bytes for p in parts] + [c or 0 for c in capacities] + [1]))
+    fig = go.Figure()
+    if overlay != "device":
+        _overlay_bars(fig, plan, parts, overlay, graph, scale)
+    else:
+        _device_bars(fig, plan, parts, names, capacities, scale)
+    fig.add_scatter(
+        name="device capacity",
+        x=[_label(p.id) for p in parts],
+        y=[(c or 0) / scale for c in capacities],
+        mode="lines+markers",
+        line={"color": _CAPACITY_COLOUR, "dash": "dash", "shape": "hvh"},
+        marker={"symbol": "line-ew-open", "size": 14, "color": _CAPACITY_COLOUR},
+        hovertext=[f"capacity {format_bytes(c or 0)}" for c in capacities],
+        hoverinfo="text",
+    )
+    fig.update_xaxes(type="category", categoryorder="array", categoryarray=[_label(p.id) for p in parts])
+    fig.update_yaxes(title=f"memory ({unit})", rangemode="tozero")
+    title = ("Memory per partition against its device's capacity" if overlay == "device"
+             else f"Memory per partition, coloured by {overlay}")
+    return _layout(fig, title)
+
+
+def _device_bars(fig: go.Figure, plan: Plan, parts: Sequence[Partition], names: dict[int, str],
+                 capacities: Sequence[int | None], scale: float) -> None:
+    """A bar trace per device (its colour; over capacity in orange), so the legend names devices."""
+    colours = device_colours(plan.devices)
+    over = over_capacity_devices(plan)
+    groups: dict[str, list[int]] = {}
+    for i, p in enumerate(parts):
+        if any(d in over for d in p.device_ids):
+            key = "over capacity"
+        elif p.device_ids:
+            key = names.get(p.device_ids[0], f"unknown device {p.device_ids[0]}")
+            if len(p.device_ids) > 1:
+                key += f" +{len(p.device_ids) - 1} replicas"
+        else:
+            key = "no device"
+        groups.setdefault(key, []).append(i)
+    for key in sorted(groups, key=lambda k: (k == "over capacity", groups[k][0])):
+        members = groups[key]
+        first = parts[members[0]]
+        colour = (
+            WARNING_COLOUR if key == "over capacity"
+            else colours.get(first.device_ids[0], UNKNOWN_DEVICE_COLOUR) if first.device_ids
+            else UNKNOWN_DEVICE_COLOUR
+        )
+        fig.add_bar(
+            name=key,
+            x=[_label(parts[i].id) for i in members],
+            y=[parts[i].memory_bytes / scale for i in members],
+            marker={"color": colour, "line": {"color": "#333333", "width": 0.5}},
+            hovertext=[
+                f"P{parts[i].id} on {', '.join(names.get(d, str(d)) for d in parts[i].device_ids)}: "
+                f"{format_bytes(parts[i].memory_bytes)} of {format_bytes(capacities[i] or 0)}"
+                for i in members
+            ],
+            hoverinfo="text",
+        )
+
+
+def _overlay_bars(fig: go.Figure, plan: Plan, parts: Sequence[Partition], overlay: str, graph: Graph | None,
+                  scale: float) -> None:
+    """One bar trace coloured by ``overlay`` on :func:`partitioner.draw.overlay.plotly_scale`."""
+    values = partition_values(plan, overlay, graph)
+    low, high = (min(values.values()), max(values.values())) if values else (0.0, 1.0)
+    fmt = formatter(overlay)
+    fig.add_bar(name=f"coloured by {overlay}", x=[_label(p.id) for p in parts], y=[p.memory_bytes / scale for p in parts],
+                marker={"color": [values[p.id] for p in parts], "colorscale": plotly_scale(), "cmin": low,
+                        "cmax": high if high > low else low + 1, "line": {"color": "#333333", "width": 0.5},
+                        "colorbar": {"title": {"text": overlay}, "thickness": 12}},
+                hovertext=[f"P{p.id}: {format_bytes(p.memory_bytes)}, {overlay} {fmt(values[p.id])}" for p in parts],
+                hoverinfo="text")
+
+
+def device_memory_figure(plan: Plan) -> go.Figure:
+    """Memory each device holds (shared inputs counted once) against its capacity."""
+    devices = sorted(plan.devices, key=lambda d: d.logical_id)
+    used = plan.device_memory_bytes()
+    colours = device_colours(plan.devices)
+    over = over_capacity_devices(plan)
+    unit, scale = byte_unit(max([d.memory_bytes for d in devices] + list(used.values()) + [1]))
+    x = [d.name for d in devices]
+    fig = go.Figure()
+    fig.add_bar(
+        name="used",
+        x=x,
+        y=[used.get(d.logical_id, 0) / scale for d in devices],
+        marker={"color": [WARNING_COLOUR if d.logical_id in over else colours[d.logical_id] for d in devices],
+                "line": {"color": "#333333", "width": 0.5}},
+        hovertext=[
+            f"{d.name}: {format_bytes(used.get(d.logical_id, 0))} of {format_bytes(d.memory_bytes)}"
+            + (" (over capacity)" if d.logical_id in over else "")
+            for d in devices
+        ],
+        hoverinfo="text",
+    )
+    fig.add_scatter(
+        name="capacity",
+        x=x,
+        y=[d.memory_bytes / scale for d in devices],
+        mode="markers",
+        marker={"symbol": "line-ew-open", "size": 30, "color": _CAPACITY_COLOUR, "line": {"width": 3}},
+        hovertext=[f"capacity {format_bytes(d.memory_bytes)}" for d in devices],
+        hoverinfo="text",
+    )
+    fig.update_xaxes(type="category")
+    fig.update_yaxes(title=f"memory ({unit})", rangemode="tozero")
+    return _layout(fig, "Memory per device (shared inputs counted once)", height=300)
+
+
+def latency_figure(plan: Plan) -> go.Figure:
+    """Per partition: compute and memory time along its critical path, its slowest incoming
+    transfer, its latency (a marker: each node costs the larger of its memory and compute
+    time) and a star on the partitions of the end-to-end critical path."""
+    parts = sorted(plan.partitions, key=lambda p: p.id)
+    comm = incoming_transfer_s(plan)
+    critical = set(plan.critical_path)
+    largest = max([max(p.compute_latency_s, p.memory_latency_s, p.latency_s, comm[p.id]) for p in parts] + [0.0])
+    unit, scale = time_unit(largest)
+    x = [_label(p.id) for p in parts]
+    fig = go.Figure()
+    for name, values, colour in (
+        ("compute", [p.compute_latency_s for p in parts], COMPUTE_COLOUR),
+        ("memory", [p.memory_latency_s for p in parts], MEMORY_COLOUR),
+        ("communication in", [comm[p.id] for p in parts], TRANSFER_COLOUR),
+    ):
+        fig.add_bar(
+            name=name, x=x, y=[v / scale for v in values], marker={"color": colour},
+            hovertext=[f"P{p.id} {name}: {format_seconds(v)}" for p, v in zip(parts, values)],
+            hoverinfo="text",
+        )
+    fig.add_scatter(
+        name="partition latency",
+        x=x,
+        y=[p.latency_s / scale for p in parts],
+        mode="markers",
+        marker={"symbol": "diamond", "size": 10, "color": "#222222"},
+        hovertext=[f"P{p.id} latency {format_seconds(p.latency_s)}" for p in parts],
+        hoverinfo="text",
+    )
+    crit = [p for p in parts if p.id in critical]
+    fig.add_scatter(
+        name="critical path",
+        x=[_label(p.id) for p in crit],
+        y=[max(p.latency_s, p.compute_latency_s, p.memory_latency_s, comm[p.id]) / scale * 1.08 for p in crit],
+        mode="markers",
+        marker={"symbol": "star", "size": 13, "color": CRITICAL_COLOUR},
+        hovertext=[f"P{p.id} is on the critical path" for p in crit],
+        hoverinfo="text",
+    )
+    fig.update_layout(barmode="group")
+    fig.update_xaxes(type="category", categoryorder="array", categoryarray=x)
+    fig.update_yaxes(title=f"time ({unit})", rangemode="tozero")
+    return _layout(fig, f"Latency per partition (end to end {format_seconds(plan.latency_s)})")
+
+
+def timeline_figure(plan: Plan) -> go.Figure:
+    """A Gantt-like chart: each partition from its start to its finish on each of its devices
+    (replicas appear on every device), on the longest-path schedule of the partition DAG."""
+    times = schedule(plan)
+    colours = device_colours(plan.devices)
+    names = {d.logical_id: d.name for d in plan.devices}
+    critical = set(plan.critical_path)
+    fig = go.Figure()
+    if not times:
+        fig.add_annotation(text="The partitions form a cycle: no schedule exists.", showarrow=False,
+                           x=0.5, y=0.5, xref="paper", yref="paper")
+        return _layout(fig, "Timeline per device", height=200)
+    finish = max(f for _, f in times.values())
+    unit, scale = time_unit(finish)
+    rows: dict[int, list] = {}
+    for p in sorted(plan.partitions, key=lambda p: p.id):
+        for d in p.device_ids:
+            rows.setdefault(d, []).append(p)
+    device_order = sorted(rows)
+    for d in device_order:
+        members = rows[d]
+        fig.add_bar(
+            name=names.get(d, f"unknown {d}"),
+            orientation="h",
+            y=[names.get(d, f"unknown {d}")] * len(members),
+            base=[times[p.id][0] / scale for p in members],
+            x=[max(p.latency_s, 0.0) / scale for p in members],
+            text=[_label(p.id) for p in members],
+            textposition="inside",
+            insidetextanchor="middle",
+            textangle=0,
+            marker={
+                "color": colours.get(d, UNKNOWN_DEVICE_COLOUR),
+                "line": {"color": [CRITICAL_COLOUR if p.id in critical else "#333333" for p in members],
+                         "width": [2.5 if p.id in critical else 0.5 for p in members]},
+            },
+            hovertext=[
+                f"P{p.id} on {names.get(d, d)}: {format_seconds(times[p.id][0])} to "
+                f"{format_seconds(times[p.id][1])}" + (" (critical path)" if p.id in critical else "")
+                for p in members
+            ],
+            hoverinfo="text",
+            showlegend=False,
+        )
+    # Transfers as their own bars, on an "incoming" row under each receiving device: from the
+    # moment the producer finishes until the data has arrived (bytes / transfer rate).
+    categories = []
+    for d in device_order:
+        categories.append(names.get(d, f"unknown {d}"))
+        moving = [e for e in plan.edges if e.latency_s > 0 and d in _devices_of(plan, e.dst)]
+        if not moving:
+            continue
+        row = f"{names.get(d, d)} incoming"
+        categories.append(row)
+        fig.add_bar(
+            orientation="h", y=[row] * len(moving),
+            base=[times[e.src][1] / scale for e in moving],
+            x=[e.latency_s / scale for e in moving],
+            text=[f"P{e.src}\u2192P{e.dst}" for e in moving], textposition="inside",
+            insidetextanchor="middle", textangle=0,
+            marker={"color": "#d9d9d9", "pattern": {"shape": "/"}, "line": {"color": "#666666", "width": 0.5}},
+            hovertext=[f"transfer P{e.src}\u2192P{e.dst}: {format_bytes(e.bytes)} in "
+                       f"{format_seconds(e.latency_s)}, {format_seconds(times[e.src][1])} to "
+                       f"{format_seconds(times[e.src][1] + e.latency_s)}" for e in moving],
+            hoverinfo="text", showlegend=False,
+        )
+    fig.update_layout(barmode="overlay")
+    fig.update_yaxes(title="device", type="category", autorange="reversed",
+                     categoryorder="array", categoryarray=categories)
+    fig.update_xaxes(title=f"time ({unit})", range=[0, finish / scale * 1.02 if finish > 0 else 1])
+    height = max(220, 60 + 40 * len(categories))
+    return _layout(fig, "Timeline per device (red outline: critical path; hatched: transfers)", height=height)
+
+
+def _devices_of(plan: Plan, pid: int) -> tuple[int, ...]:
+    return next((p.device_ids for p in plan.partitions if p.id == pid), ())
+
+
+def comparison_figure(results: Sequence[ModeResult]) -> go.Figure:
+    """Latency, partition count, peak memory utilisation and time taken, one panel each; a
+    failed mode has no bar and says 'failed' in its place."""
+    modes = [r.mode for r in results]
+    ok = [r for r in results if r.ok]
+    largest = max([r.latency_s or 0.0 for r in ok] + [0.0])
+    unit, scale = time_unit(largest)
+    took_unit, took_scale = time_unit(max([r.seconds for r in results] + [0.0]))
+    fig = make_subplots(rows=1, cols=4, subplot_titles=(
+        f"latency ({unit})", "partitions", "peak memory utilisation (%)", f"time to partition ({took_unit})",
+    ))
+    panels: tuple[list[float | None], ...] = (
+        [None if r.latency_s is None else r.latency_s / scale for r in results],
+        [r.partitions for r in results],
+        [None if r.peak_memory_utilisation is None else 100 * r.peak_memory_utilisation for r in results],
+        [r.seconds / took_scale for r in results],
+    )
+    colours = ["#9e9e9e" if not r.ok else COMPUTE_COLOUR for r in results]
+    for col, values in enumerate(panels, start=1):
+        fig.add_bar(x=modes, y=values, marker={"color": colours}, showlegend=False, row=1, col=col)
+        for r, v in zip(results, values):
+            if v is None:
+                fig.add_annotation(x=r.mode, y=0, text="failed", showarrow=False, yanchor="bottom",
+                                   font={"color": WARNING_COLOUR}, row=1, col=col)
+    fig.update_yaxes(rangemode="tozero")
+    fig.update_annotations(font_size=13)
+    _layout(fig, "", height=320)
+    fig.update_layout(margin={"t": 30})
+    return fig
+
+
+
+def run_figure(partitions: Sequence[Any], unit_s: float | None = None) -> go.Figure:
+    """Predicted latency against measured compute (and input wait) per partition of a real run
+    (``partitioner.runtime.execute.PartitionRun`` records)."""
+    largest = max([max(p.predicted_s, p.compute_s + p.wait_s) for p in partitions] + [0.0])
+    unit, scale = time_unit(unit_s or largest)
+    names = [f"P{p.id}" for p in partitions]
+    fig = go.Figure()
+    fig.add_bar(name="predicted", x=names, y=[p.predicted_s / scale for p in partitions], marker_color="#9ecae1")
+    fig.add_bar(name="measured compute", x=names, y=[p.compute_s / scale for p in partitions], marker_color="#3182bd")
+    fig.add_bar(name="waiting for inputs", x=names, y=[p.wait_s / scale for p in partitions], marker_color="#fdae6b")
+    fig.update_layout(barmode="group")
+    fig.update_yaxes(title=f"time ({unit})")
+    return _layout(fig, "Predicted against measured, per partition", height=320)

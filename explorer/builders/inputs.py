@@ -1,0 +1,151 @@
+"""Reading what a person types or uploads: device tables, sizes, per-node latency files.
+
+Every failure raises :class:`InputError` (a ``ValueError``) whose message names the row or
+field, the rule and the fix, so the app can show it with ``st.error`` as it is.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import sys
+from typing import Any, Iterable, Mapping, Sequence
+
+import partitioner
+from partitioner import PRESETS, Device, DeviceSpecError
+from partitioner.interop.readers import LatencyFileError, read_node_latency_text
+
+__all__ = [
+    "InputError",
+    "DEVICE_COLUMNS",
+    "CUSTOM",
+    "exact_bytes_text",
+    "device_rows",
+    "rows_to_devices",
+    "parse_node_latency",
+    "user_models_allowed",
+    "ALLOW_USER_MODELS_ENV",
+]
+
+ALLOW_USER_MODELS_ENV = "PARTITION_EXPLORER_ALLOW_USER_MODELS"
+CUSTOM = "custom"
+# Columns of the device table (st.data_editor); speeds in the units people quote.
+DEVICE_COLUMNS = ("name", "preset", "memory", "peak TFLOP/s", "memory GB/s", "link GB/s")
+_SPEEDS = (  # (column, Device field, scale from the column's unit to the field's)
+    ("peak TFLOP/s", "peak_flops", 1e12),
+    ("memory GB/s", "memory_bandwidth_bytes_per_s", 1e9),
+    ("link GB/s", "link_bandwidth_bytes_per_s", 1e9),
+)
+_UNITS = (("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10))
+
+
+class InputError(ValueError):
+    """Something a person typed or uploaded cannot be read; the message says how to fix it."""
+
+
+def exact_bytes_text(n: int) -> str:
+    """A size that parses back to exactly ``n``: 1572864 -> '1.5 MiB', 1000 -> '1000 B'."""
+    for unit, scale in _UNITS:
+        value = round(n / scale, 3)
+        if value >= 1:
+            text = f"{value:.3f}".rstrip("0").rstrip(".") + f" {unit}"
+            if partitioner.parse_bytes(text) == n:
+                return text
+    return f"{n} B"
+
+
+def device_rows(count: int, memory: str, preset: str = CUSTOM) -> list[dict[str, Any]]:
+    """Rows of the device table for ``count`` equal devices (a preset, or ``memory`` each)."""
+    if preset != CUSTOM and preset not in PRESETS:
+        raise InputError(f"unknown preset {preset!r}; choose one of {', '.join(sorted(PRESETS))}")
+    rows = []
+    for i in range(int(count)):
+        row: dict[str, Any] = {"name": f"dev_{i}", "preset": preset, "memory": memory}
+        if preset != CUSTOM:
+            spec = PRESETS[preset]
+            row["name"] = f"{preset}_{i}"
+            row["memory"] = exact_bytes_text(spec["memory_bytes"])
+            for column, field, scale in _SPEEDS:
+                row[column] = spec[field] / scale
+        else:
+            for column, _, _ in _SPEEDS:
+                row[column] = None
+        rows.append(row)
+    return rows
+
+
+def _blank(value: Any) -> bool:
+    if value is None:
+        return True
+    if isinstance(value, float) and math.isnan(value):
+        return True
+    return isinstance(value, str) and not value.strip()
+
+
+def rows_to_devices(rows: Iterable[Mapping[str, Any]]) -> list[Device]:
+    """Devices from table rows, logical ids 0.. in row order. A blank memory or speed takes the
+    row's preset value; a blank name becomes ``dev_<i>``."""
+    devices: list[Device] = []
+    for i, row in enumerate(rows):
+        name = str(row.get("name") or "").strip() or f"dev_{i}"
+        where = f"device row {i + 1} ({name})"
+        preset = row.get("preset")
+        preset = CUSTOM if _blank(preset) else str(preset).strip().lower()
+        if preset != CUSTOM and preset not in PRESETS:
+            raise InputError(
+                f"{where}: unknown preset {preset!r}; choose one of {CUSTOM}, {', '.join(sorted(PRESETS))}"
+            )
+        spec = PRESETS.get(preset, {})
+        memory = row.get("memory")
+        if _blank(memory):
+            if not spec:
+                raise InputError(f"{where}: memory is empty; write a size such as '16GiB' or pick a preset")
+            memory_bytes = int(spec["memory_bytes"])
+        else:
+            try:
+                memory_bytes = partitioner.parse_bytes(str(memory).strip())
+            except DeviceSpecError as exc:
+                raise InputError(f"{where}: {exc}") from None
+        speeds: dict[str, float | None] = {}
+        for column, field, scale in _SPEEDS:
+            value = row.get(column)
+            if _blank(value):
+                speeds[field] = spec.get(field)
+                continue
+            try:
+                number = float(value)  # type: ignore[arg-type]
+            except (TypeError, ValueError):
+                raise InputError(f"{where}: {column} must be a number (got {value!r})") from None
+            if not number > 0:
+                raise InputError(f"{where}: {column} must be > 0 or left empty (got {value!r})")
+            speeds[field] = number * scale
+        try:
+            devices.append(Device(name=name, memory_bytes=memory_bytes, logical_id=i, kind=preset, **speeds))
+        except DeviceSpecError as exc:
+            raise InputError(f"{where}: {exc}") from None
+    if not devices:
+        raise InputError("the device table is empty; add at least one row (or set the count above 0)")
+    names = [d.name for d in devices]
+    dupes = sorted({n for n in names if names.count(n) > 1})
+    if dupes:
+        raise InputError(f"device names must be unique; {', '.join(dupes)} repeat; rename one of them")
+    return devices
+
+
+def parse_node_latency(data: bytes | str, filename: str = "latency.json") -> dict[str, tuple[float, float]]:
+    """Per-node latencies from an uploaded JSON or CSV file: the library's one reader
+    (:func:`partitioner.interop.readers.read_node_latency_text`), its errors as :class:`InputError`."""
+    try:
+        return read_node_latency_text(data, filename)
+    except LatencyFileError as exc:
+        raise InputError(str(exc)) from None
+
+
+def user_models_allowed(environ: Mapping[str, str] | None = None, argv: Sequence[str] | None = None) -> bool:
+    """True when the operator started the app allowing ``package.module:factory`` models:
+    ``PARTITION_EXPLORER_ALLOW_USER_MODELS=1`` or ``streamlit run explorer/app.py --
+    --allow-user-models``. Loading one runs its code, so it is off unless asked for."""
+    environ = os.environ if environ is None else environ
+    argv = sys.argv if argv is None else argv
+    flag = environ.get(ALLOW_USER_MODELS_ENV, "").strip().lower() in ("1", "true", "yes", "on")
+    return flag or "--allow-user-models" in argv

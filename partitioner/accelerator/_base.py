@@ -1,0 +1,111 @@
+"""What every mode receives (:class:`Problem`) and returns (:class:`Assignment`).
+
+Modes propose; :func:`partitioner.partition` applies (torch.fx's capability partitioner keeps
+``propose_partitions`` apart from ``fuse_partitions`` the same way).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Protocol, Sequence
+
+from partitioner.cost.model import CostModel, best_index
+from partitioner.devices import Device
+from partitioner.errors import InfeasibleError
+from partitioner.graph import Graph
+from partitioner.options import PartitionOptions
+from partitioner.units import format_bytes
+
+__all__ = ["Problem", "Recorder", "Assignment", "pick_best", "compact", "node_alone_bytes", "largest_node_check"]
+
+
+@dataclass
+class Assignment:
+    """``part[v]`` is node v's partition (-1 for non-op nodes); ``devices_of[p]`` its devices.
+
+    ``ordered``: the ids are the order the partitions run in (a topological order in which each
+    device runs its partitions), so the plan keeps them; otherwise partitions are numbered by
+    their first node. ``lower_bound_s`` and ``note``: a solver's proven bound and what it did."""
+
+    part: list[int]
+    devices_of: list[list[int]]
+    ordered: bool = False
+    lower_bound_s: float = 0.0
+    note: str = ""
+
+
+class Recorder(Protocol):
+    """Receives an algorithm's decisions as it makes them (:mod:`partitioner.accelerator.steps` keeps them)."""
+
+    def __call__(self, kind: str, text: str, moves: Sequence[tuple[int, int]] = (),
+                 devices: Sequence[tuple[int, Sequence[int]]] = (), accepted: bool = True,
+                 latency_s: float | None = None) -> Any: ...
+
+
+@dataclass
+class Problem:
+    graph: Graph
+    devices: list[Device]
+    cost: CostModel
+    options: PartitionOptions = field(default_factory=PartitionOptions)
+    record: Recorder | None = None  # a decision trace is being kept (the Learn page's steps)
+
+    @property
+    def capacity(self) -> dict[int, int]:
+        return {d.logical_id: d.memory_bytes for d in self.devices}
+
+    def devices_by_memory(self) -> list[Device]:
+        """Largest memory first; list order breaks ties."""
+        return sorted(self.devices, key=lambda d: -d.memory_bytes)
+
+    def fits(self, assignment: Assignment) -> bool:
+        """True when every device holds at most its memory."""
+        members: dict[int, list[int]] = {}
+        for v, p in enumerate(assignment.part):
+            if p >= 0:
+                members.setdefault(p, []).append(v)
+        pids = sorted(members)
+        used = self.cost.device_memory(
+            [members[p] for p in pids], [assignment.devices_of[p] for p in pids]
+        )
+        return all(used.get(d.logical_id, 0) <= d.memory_bytes for d in self.devices)
+
+    def latency(self, assignment: Assignment) -> float:
+        return self.cost.evaluate(assignment.part, assignment.devices_of).latency_s
+
+
+def pick_best(problem: Problem, candidates: Sequence[Assignment]) -> Assignment:
+    """The feasible candidate the one best-plan rule prefers (:func:`partitioner.cost.model.best_index`:
+    lowest latency, fewer partitions winning near ties); infeasible ones only when none fits."""
+    feasible = [a for a in candidates if problem.fits(a)] or list(candidates)
+    scores = [(problem.latency(a), len({p for p in a.part if p >= 0})) for a in feasible]
+    best = best_index(scores)
+    return feasible[0 if best is None else best]
+
+
+def compact(a: Assignment) -> Assignment:
+    """``a`` without the partitions that moves and merges left empty, the others in their order.
+    An empty partition has no edges and takes no time, so neither the schedule's order of the
+    others nor the latency changes; a search from the result schedules fewer partitions."""
+    used = sorted({p for p in a.part if p >= 0})
+    new = {p: i for i, p in enumerate(used)}
+    return Assignment([new[p] if p >= 0 else -1 for p in a.part], [list(a.devices_of[p]) for p in used])
+
+
+def node_alone_bytes(graph: Graph, v: int) -> int:
+    """Memory node v needs in a partition of its own: its total size plus its inputs' outputs."""
+    return graph.total_bytes[v] + sum(graph.output_bytes[u] for u in graph.preds[v])
+
+
+def largest_node_check(graph: Graph, devices: Sequence[Device]) -> None:
+    """Raise naming the largest node when it fits no device on its own."""
+    biggest = max(graph.op_indices, key=lambda v: node_alone_bytes(graph, v))
+    need = node_alone_bytes(graph, biggest)
+    room = max(d.memory_bytes for d in devices)
+    if need > room:
+        node = graph.nodes[biggest]
+        raise InfeasibleError(
+            f"node {node.name!r} ({node.target}) needs {format_bytes(need)} ({need} B) with its "
+            f"inputs but the largest device has {format_bytes(room)} ({room} B); add memory to a "
+            "device or shrink that layer"
+        )

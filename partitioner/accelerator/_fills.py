@@ -1,0 +1,266 @@
+"""The project's fills: where ``largest_first`` and the searches (:mod:`.cost_aware`,
+:mod:`.kl_based`) start.
+
+The contiguous fill walks the nodes in topological order and opens each new partition on the
+largest unused device (torch's ``size_based``, in :mod:`.size_based`, takes the first in list
+order); when devices run out the remaining nodes go to the device where they cost least room
+instead of one partition per leftover node. When fragmentation leaves a node nowhere to go: a
+best-fit packing, a packing by size that ignores order, and (small graphs) an exhaustive search.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+from partitioner.errors import InfeasibleError
+from partitioner.units import format_bytes
+from partitioner.accelerator._base import Assignment, Problem, node_alone_bytes
+from partitioner.accelerator._segments import time_orders
+from partitioner.accelerator.size_based import torch_fill, torch_singletons
+
+__all__ = ["starts", "priority_starts", "initial_fill", "fill_in_order", "pack_by_size", "exhaustive_fit"]
+
+
+def starts(problem: Problem) -> list[Assignment]:
+    """Where the searches start: the largest-first fill and a best-fit packing, and under the
+    "torch" cost model torch's fill (torch's memory rule can refuse the first two where torch's own
+    fill fits), or when none fits, one node per partition mapped as torch maps them."""
+    found: list[Assignment] = []
+    first: InfeasibleError | None = None
+    fills = [initial_fill, lambda p: fill_in_order(p, p.graph.op_indices, pack=True)]
+    if problem.cost.torch:
+        fills.append(torch_fill)
+    for fill in fills:
+        try:
+            candidate = fill(problem)
+        except InfeasibleError as exc:
+            first = first or exc
+            continue
+        if problem.fits(candidate) and candidate not in found:
+            found.append(candidate)
+    if not found and problem.cost.torch:  # many one-node partitions: a slow start, the last resort
+        try:
+            found.append(torch_singletons(problem))
+        except InfeasibleError as exc:
+            first = first or exc
+    if not found:
+        raise first or InfeasibleError("no fill fits the devices; add a device or memory")
+    return found
+
+
+def priority_starts(problem: Problem, count: int, taken: Sequence[Assignment] = (),
+                    orders: Sequence[Sequence[int]] | None = None) -> list[Assignment]:
+    """Up to ``count`` more starts: best-fit fills (``pack``) of the nodes ordered by their earliest
+    start, by their latest start that keeps the node-level critical path, and by the middle of
+    the two (:func:`segments.time_orders`, unless ``orders`` are given; fills that do not fit,
+    and duplicates of ``taken``, left out). # NOTE: [Priority orders]
+    A fill cuts its order into runs per device, and a device runs its partitions one after
+    another, so a run that mixes a long side branch with the start of the main chain holds the
+    chain up. Ordered by time instead of by index, each run holds the work of one stretch of the
+    critical path, and the runs' own critical paths add up to little more than the whole one.
+    O(count (N D + E)) for D devices."""
+    if count <= 0:
+        return []
+    found: list[Assignment] = []
+    for order in time_orders(problem) if orders is None else orders:
+        if len(found) == count:
+            break
+        try:
+            candidate = fill_in_order(problem, order, pack=True)
+        except InfeasibleError:
+            continue
+        if problem.fits(candidate) and candidate not in found and candidate not in taken:
+            found.append(candidate)
+    return found
+
+
+def initial_fill(problem: Problem) -> Assignment:
+    """Mode ``largest_first``: contiguous fill, the largest device first; when fragmentation leaves a node nowhere to go, a tighter packing, then a
+    packing by size that ignores order, then (small graphs) an exhaustive search. The searches
+    start from whichever succeeds, so none of them depends on the contiguous fill succeeding."""
+    try:
+        found = fill_in_order(problem, problem.graph.op_indices)
+        if problem.fits(found):  # the fills count memory as the physical model does
+            return found
+        first = InfeasibleError(f"the largest-first fill does not fit under the {problem.cost.cost_model} "
+                                "cost model's memory rule; add a device or memory")
+    except InfeasibleError as exc:
+        first = exc
+    for fallback in (lambda: fill_in_order(problem, problem.graph.op_indices, pack=True),
+                     lambda: pack_by_size(problem), lambda: exhaustive_fit(problem)):
+        try:
+            candidate = fallback()
+        except InfeasibleError:
+            continue
+        if candidate is not None and problem.fits(candidate):
+            return candidate
+    raise first
+
+
+def _runs(problem: Problem, device_of: Sequence[int]) -> Assignment:
+    """Node -> device as partitions: maximal runs of one device in topological order, so the
+    partition DAG is acyclic whatever the placement (every edge goes forward in the order)."""
+    part = [-1] * len(problem.graph)
+    devices_of: list[list[int]] = []
+    last = None
+    for v in problem.graph.op_indices:
+        if device_of[v] != last:
+            devices_of.append([device_of[v]])
+            last = device_of[v]
+        part[v] = len(devices_of) - 1
+    return Assignment(part, devices_of)
+
+
+class _Tally:
+    """Bytes each device holds as nodes are placed and removed (the union rule of the cost
+    model: a node's total bytes, plus the outputs it reads from nodes elsewhere, once)."""
+
+    def __init__(self, problem: Problem) -> None:
+        self.graph = problem.graph
+        self.free = {d.logical_id: d.memory_bytes for d in problem.devices}
+        self.where = [-1] * len(problem.graph)
+        self.reads: dict[int, dict[int, int]] = {d: {} for d in self.free}
+
+    def extra(self, v: int, d: int) -> int:
+        """Bytes ``v`` adds on ``d`` when nodes are placed in topological order (nothing on ``d``
+        reads ``v`` yet)."""
+        g = self.graph
+        more = g.total_bytes[v]
+        for u in g.preds[v]:
+            if self.where[u] != d and not self.reads[d].get(u):
+                more += g.output_bytes[u]
+        return more
+
+    def place(self, v: int, d: int) -> int:
+        cost = self.extra(v, d)
+        self.free[d] -= cost
+        self.where[v] = d
+        reads = self.reads[d]
+        for u in self.graph.preds[v]:
+            reads[u] = reads.get(u, 0) + 1
+        return cost
+
+    def remove(self, v: int, d: int, cost: int) -> None:
+        reads = self.reads[d]
+        for u in self.graph.preds[v]:
+            reads[u] -= 1
+        self.where[v] = -1
+        self.free[d] += cost
+
+
+def pack_by_size(problem: Problem) -> Assignment:
+    """First fit decreasing: the largest nodes first, each on the device with the most room
+    left that holds it (no regard for order; partitions are then runs). O(N D + E)."""
+    graph = problem.graph
+    order = sorted(graph.op_indices, key=lambda v: -node_alone_bytes(graph, v))
+    # Each node is charged as if all its inputs lived elsewhere: an over-estimate of the union a
+    # device really holds, so a packing found here always fits.
+    chosen = [-1] * len(graph)
+    room = {d.logical_id: d.memory_bytes for d in problem.devices}
+    for v in order:
+        need = node_alone_bytes(graph, v)
+        fits = [d for d in room if room[d] >= need]
+        if not fits:
+            raise InfeasibleError(f"no device has room for node {graph.nodes[v].name!r}")
+        d = max(fits, key=lambda i: (room[i], -i))
+        chosen[v] = d
+        room[d] -= need
+    return _runs(problem, chosen)
+
+
+def exhaustive_fit(problem: Problem, max_ops: int = 12) -> Assignment | None:
+    """Depth-first search over node -> device placements with exact memory pruning, for graphs
+    of at most ``max_ops`` op nodes (exponential: D ** N at worst; devices of equal memory that
+    are still empty are tried once). Returns None when no placement fits or the graph is large."""
+    graph = problem.graph
+    ops = list(graph.op_indices)
+    if len(ops) > max_ops:
+        return None
+    tally = _Tally(problem)
+    devices = [d.logical_id for d in problem.devices]
+    capacity = {d.logical_id: d.memory_bytes for d in problem.devices}
+    used = {d: 0 for d in devices}
+
+    def search(i: int) -> bool:
+        if i == len(ops):
+            return True
+        v = ops[i]
+        empty_tried: set[int] = set()
+        for d in devices:
+            if used[d] == 0:
+                if capacity[d] in empty_tried:
+                    continue
+                empty_tried.add(capacity[d])
+            if tally.extra(v, d) > tally.free[d]:
+                continue
+            cost = tally.place(v, d)
+            used[d] += 1
+            if search(i + 1):
+                return True
+            used[d] -= 1
+            tally.remove(v, d, cost)
+        return False
+
+    if not search(0):
+        return None
+    return _runs(problem, tally.where)
+
+
+def fill_in_order(problem: Problem, order: Sequence[int], pack: bool = False) -> Assignment:
+    """Greedy fill in topological order (the reference's ``size_based`` idea).
+
+    Keep adding nodes to the open partition while its device has room; otherwise open a new
+    partition on an unused device (largest first), or, when none is left, on the used device
+    where the node costs least room (an input already held there is not stored twice). With
+    ``pack``, every node goes to the device with the least room that still holds it (best fit,
+    as the reference's device mapping does): fewer gaps, more partitions. O(N + E), or
+    O(N D + E) for D devices with ``pack``.
+    """
+    graph = problem.graph
+    part = [-1] * len(graph)
+    devices_of: list[list[int]] = []
+    free = {d.logical_id: d.memory_bytes for d in problem.devices}
+    held: dict[int, set[int]] = {d.logical_id: set() for d in problem.devices}
+    unused = [d.logical_id for d in problem.devices_by_memory()]
+    out, total, preds = graph.output_bytes, graph.total_bytes, graph.preds
+
+    def extra(v: int, d: int) -> int:
+        return total[v] + sum(out[u] for u in preds[v] if u not in held[d])
+
+    current = -1
+    for v in order:
+        device = devices_of[current][0] if current >= 0 else -1
+        if pack:
+            fits = [d for d in free if extra(v, d) <= free[d]]
+            if fits:
+                best = min(fits, key=lambda d: (free[d] - extra(v, d), d))
+                if best != device:
+                    device = best
+                    if device in unused:
+                        unused.remove(device)
+                    devices_of.append([device])
+                    current = len(devices_of) - 1
+        if device < 0 or extra(v, device) > free[device]:
+            alone = node_alone_bytes(graph, v)
+            fresh = [d for d in unused if free[d] >= alone]
+            if fresh:
+                device = fresh[0]
+                unused.remove(device)
+            else:
+                used = [d for d in free if d not in unused]
+                device = max(used, key=lambda d: (free[d] - extra(v, d), -d))
+                if extra(v, device) > free[device]:
+                    node = graph.nodes[v]
+                    raise InfeasibleError(
+                        f"largest-first fill ran out of memory at node {node.name!r}: it needs "
+                        f"{format_bytes(extra(v, device))} more on device {device} but only "
+                        f"{format_bytes(free[device])} is free there (and less elsewhere); add a "
+                        "device or memory"
+                    )
+            devices_of.append([device])
+            current = len(devices_of) - 1
+        free[device] -= extra(v, device)
+        held[device].add(v)
+        held[device].update(preds[v])
+        part[v] = current
+    return Assignment(part, devices_of)

@@ -1,0 +1,383 @@
+"""Local search shared by ``kl_based`` and ``cost_aware``: node moves, swaps and merges.
+
+Every candidate is scored with the exact cost model, kept up to date per move under the
+physical model (:class:`~partitioner.cost.incremental.IncrementalCost`; :meth:`CostModel.evaluate`,
+O(N + E), under torch's), checked against device memory, and only strict improvements (moves,
+swaps) or non-increases (merges, which make the plan simpler) are kept. Unlike the reference
+``kl_based_partition``, which applies the last swap it tried, each round applies the best one found.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Iterable, Iterator, Sequence
+
+from partitioner.units import format_seconds
+from partitioner.cost.incremental import DeviceMemory, IncrementalCost
+from partitioner.accelerator._base import Assignment, Problem
+
+__all__ = ["improve_by_moves", "merge_partitions", "default_budget"]
+
+_EPS = 1e-12
+_CHECKS_PER_EVAL = 20  # memory checks that cost the budget one evaluation
+
+
+def default_budget(problem: Problem) -> int:
+    """Cost-model evaluations a search may spend, each O(N + E): 40 per op node while the
+    graph is small, then capped so the whole search costs about 200,000 node visits."""
+    n = max(1, len(problem.graph))
+    return max(100, min(2000, 40 * len(problem.graph.op_indices), 200_000 // n))
+
+
+class _State:
+    def __init__(self, problem: Problem, a: Assignment) -> None:
+        self.problem = problem
+        self.cost = problem.cost
+        self.part = list(a.part)
+        self.devices_of = [list(d) for d in a.devices_of]
+        self.capacity = problem.capacity
+        self.memory = DeviceMemory(self.cost, self.part, self.devices_of, self.capacity)
+        # Physical model: each try updates the touched partitions only (NOTE: [Incremental]).
+        self.inc = None if self.cost.torch else IncrementalCost(self.cost, self.part, self.devices_of)
+        if self.inc is not None:
+            self.members = self.inc.members  # kept by inc.move
+        else:
+            self.members = [set() for _ in self.devices_of]
+            for v, p in enumerate(self.part):
+                if p >= 0:
+                    self.members[p].add(v)
+        self.path: list[int] = []  # critical path of the plan scored last
+        self.tries = 0
+        self.record = problem.record
+        self.evals = 0
+        self.latency = self.score()
+        self.critical = set(self.path)
+        self.evals = 0  # the start's own scoring is not the search's
+
+    def _shift(self, v: int, p: int, q: int) -> None:
+        self._shift_devices(v, self.devices_of[p], self.devices_of[q])
+
+    def _shift_devices(self, v: int, old: Sequence[int], new: Sequence[int]) -> None:
+        for d in old:
+            self.memory.remove(v, d)
+        for d in new:
+            self.memory.add(v, d)
+
+    def fits(self, moves: Sequence[tuple[int, int]]) -> bool:
+        """True when every device touched by ``moves`` (distinct nodes, each with its new
+        partition) stays within capacity. One move is priced per device; more are applied to the
+        memory tally and undone."""
+        if len(moves) == 1:
+            ((v, q),) = moves
+            old, new = self.devices_of[self.part[v]], self.devices_of[q]
+            touched = {*old, *new}
+            memory, capacity = self.memory, self.capacity
+            ok = all(memory.bytes[d] + (0 if d in old else memory.added(v, d))
+                     - (0 if d in new else memory.removed(v, d)) <= capacity[d] for d in touched)
+            return ok and (not self.cost.torch or self._fits_torch(moves, touched))
+        touched = set()
+        for v, q in moves:
+            self._shift(v, self.part[v], q)
+            touched.update(self.devices_of[self.part[v]])
+            touched.update(self.devices_of[q])
+        ok = all(self.memory.bytes[d] <= self.capacity[d] for d in touched)
+        for v, q in reversed(moves):
+            self._shift(v, q, self.part[v])
+        if ok and self.cost.torch:
+            ok = self._fits_torch(moves, touched)
+        return ok
+
+    def _fits_torch(self, moves: Sequence[tuple[int, int]], touched: set[int]) -> bool:
+        """Torch's memory rule (each partition on its own, an outside input counted per reader)
+        is never below the union rule the tally keeps: check the touched devices exactly."""
+        moved = dict(moves)
+        members: list[list[int]] = [[] for _ in self.devices_of]
+        for v, p in enumerate(self.part):
+            if p >= 0:
+                members[moved.get(v, p)].append(v)
+        on = [p for p, m in enumerate(members) if m and touched & set(self.devices_of[p])]
+        used = self.cost.device_memory([members[p] for p in on], [self.devices_of[p] for p in on])
+        return all(used[d] <= self.capacity[d] for d in touched if d in used)
+
+    def score(self) -> float:
+        self.evals += 1
+        if self.inc is not None:
+            latency, self.path = self.inc.schedule()
+            return latency
+        last = self.cost.evaluate(self.part, self.devices_of)
+        self.path = last.critical_path
+        return last.latency_s
+
+    def touches_critical(self, moves: Iterable[tuple[int, int]]) -> bool:
+        """Whether ``moves`` change a partition on the current critical path. # NOTE: [Pruning]
+        A move of node v from p to q changes only p's and q's latencies and the edges at p and
+        q; if the critical path passes through neither, it keeps its length and the plan cannot
+        get faster, so such moves need no evaluation in a descent."""
+        return any(self.part[v] in self.critical or q in self.critical for v, q in moves)
+
+    def settle(self, latency: float, evaluation_is_current: bool) -> None:
+        """Record the latency of the state just reached and its critical path."""
+        if not evaluation_is_current:
+            self.score()
+        self.latency = latency
+        self.critical = set(self.path)
+
+    def boundary(self) -> list[tuple[int, int]]:
+        """(node, other partition) pairs where the node has an op neighbour in that partition."""
+        pairs = set()
+        cost = self.cost
+        for v, p in enumerate(self.part):
+            if p < 0:
+                continue
+            for w in cost.op_preds[v] + cost.op_users[v]:
+                if self.part[w] != p:
+                    pairs.add((v, self.part[w]))
+        return sorted(pairs)
+
+    def apply(self, moves: Iterable[tuple[int, int]]) -> None:
+        for v, q in moves:
+            self._shift(v, self.part[v], q)
+            if self.inc is not None:
+                self.inc.move(v, q)  # part and members
+            else:
+                self.members[self.part[v]].discard(v)
+                self.members[q].add(v)
+                self.part[v] = q
+
+    def assignment(self) -> Assignment:
+        return Assignment(self.part, self.devices_of)
+
+
+def improve_by_moves(problem: Problem, a: Assignment, budget: int, swaps: bool = True) -> Assignment:
+    """Kernighan-Lin refinement.
+
+    A descent applies every strictly improving move as soon as it is found (moving a boundary
+    node to a neighbouring partition or, with ``swaps``, exchanging it with a node there). When
+    a sweep finds none, a KL pass takes the best move among nodes not yet moved in the pass even
+    if it costs latency, locks the node, repeats, and rolls back to the best plan it saw: going
+    through worse plans is what lets KL leave a plateau that stops a plain descent. Stops when a
+    pass gains nothing or the budget of evaluations is spent. O(budget * (N + E)).
+    """
+    s = _State(problem, a)
+    while s.evals < budget:
+        _descend(s, budget, swaps)
+        start_latency = best_latency = s.latency
+        best_part = list(s.part)
+        locked: set[int] = set()
+        for _ in range(_KL_STEPS):
+            step = _best_step(s, budget, swaps, locked)
+            if step is None:
+                break
+            lat, moves = step
+            if s.record is not None:
+                s.record("take", _describe(s, moves, lat, "the best of this KL step, taken even if slower"),
+                         moves, latency_s=lat)
+            s.apply(moves)
+            s.settle(lat, evaluation_is_current=False)
+            locked.update(v for v, _ in moves)
+            if lat < best_latency - _EPS:
+                best_latency, best_part = lat, list(s.part)
+        rollback = [(v, p) for v, p in enumerate(best_part) if p >= 0 and s.part[v] != p]
+        if s.record is not None and rollback:
+            s.record("roll back", f"the KL pass rolls back {len(rollback)} move(s) to the best plan it saw "
+                     f"(latency {format_seconds(best_latency)})", rollback, latency_s=best_latency)
+        s.apply(rollback)
+        s.settle(best_latency, evaluation_is_current=not rollback and s.latency == best_latency)
+        if not best_latency < start_latency - _EPS:
+            break
+    return s.assignment()
+
+
+_KL_STEPS = 8  # moves a KL pass may take through worse plans before rolling back
+
+
+def _candidates(s: _State, budget: int, locked: set[int]) -> list[tuple[int, int]]:
+    ops = [v for v, p in enumerate(s.part) if p >= 0 and v not in locked]
+    live = [q for q, m in enumerate(s.members) if m]
+    if len(ops) * len(live) * 4 <= budget - s.evals:
+        # Small enough to try every node in every partition, as the reference does.
+        return [(v, q) for v in ops for q in live if q != s.part[v]]
+    return [(v, q) for v, q in s.boundary() if v not in locked]
+
+
+def _options(s: _State, pairs: list[tuple[int, int]], swaps: bool) -> Iterator[tuple[tuple[int, int], ...]]:
+    """Moves to try, lazily: each (node, partition) pair, then its swaps with that partition's
+    boundary nodes."""
+    by_part: dict[int, set[int]] = {}
+    for v, q in pairs:
+        by_part.setdefault(s.part[v], set()).add(v)
+    ordered = {p: sorted(nodes) for p, nodes in by_part.items()}
+    for v, q in pairs:
+        p = s.part[v]
+        yield ((v, q),)
+        if swaps:
+            for w in ordered.get(q, ()):
+                if w != v:
+                    yield ((v, q), (w, p))
+
+
+def _descend(s: _State, budget: int, swaps: bool) -> None:
+    improved = True
+    while improved and s.evals < budget:
+        improved = False
+        for moves in _options(s, _candidates(s, budget, set()), swaps):
+            if s.evals >= budget:
+                return
+            if any(s.part[v] == q for v, q in moves) or len({s.part[v] for v, _ in moves}) < len(moves):
+                continue  # an earlier move in this sweep changed the picture
+            if len(moves) == 2 and (s.part[moves[0][0]] != moves[1][1] or s.part[moves[1][0]] != moves[0][1]):
+                continue
+            if not s.touches_critical(moves):
+                continue
+            lat = _try(s, moves)
+            taken = lat is not None and lat < s.latency - _EPS
+            if s.record is not None:
+                s.record("move", _describe(s, moves, lat, "shorter: taken" if taken else "not shorter"),
+                         moves, accepted=taken, latency_s=lat)
+            if taken and lat is not None:
+                s.apply(moves)
+                s.settle(lat, evaluation_is_current=True)
+                improved = True
+        improved = _move_partitions(s, budget) or improved
+
+
+def _move_partitions(s: _State, budget: int) -> bool:
+    """Re-place whole partitions on another device where that shortens the critical path (the
+    reference re-maps devices after every change; partitions landing together talk for free)."""
+    improved = False
+    for p, members in enumerate(s.members):
+        if not members or len(s.devices_of[p]) != 1 or p not in s.critical:
+            continue
+        for d in sorted(s.capacity):
+            if s.evals >= budget:
+                return improved
+            old = s.devices_of[p]
+            if old == [d]:
+                continue
+            for v in members:
+                s._shift_devices(v, old, [d])
+            fits = s.memory.bytes[d] <= s.capacity[d]
+            s.devices_of[p] = [d]
+            lat = s.score() if fits else math.inf
+            taken = lat < s.latency - _EPS
+            if s.record is not None:
+                s.record("device", f"P{p} to device {d}: " + (
+                    f"latency {format_seconds(lat)}, taken" if taken else "does not fit" if not fits else f"latency {format_seconds(lat)}, not shorter"),
+                    devices=[(p, [d])], accepted=taken, latency_s=lat if fits else None)
+            if taken:
+                s.settle(lat, evaluation_is_current=True)
+                improved = True
+            else:
+                s.devices_of[p] = old
+                for v in members:
+                    s._shift_devices(v, [d], old)
+    return improved
+
+
+def _best_step(
+    s: _State, budget: int, swaps: bool, locked: set[int]
+) -> tuple[float, tuple[tuple[int, int], ...]] | None:
+    best: tuple[float, tuple[tuple[int, int], ...]] | None = None
+    for moves in _options(s, _candidates(s, budget, locked), swaps):
+        if s.evals >= budget:
+            break
+        lat = _try(s, moves)
+        if s.record is not None:
+            s.record("try", _describe(s, moves, lat, "a candidate of this KL step"), moves, accepted=False, latency_s=lat)
+        if lat is not None and math.isfinite(lat) and (best is None or lat < best[0] - _EPS):
+            best = (lat, moves)
+    return best
+
+
+def _describe(s: _State, moves: Sequence[tuple[int, int]], lat: float | None, outcome: str) -> str:
+    """One line on a tried move or swap for a decision trace."""
+    names = s.cost.graph.nodes
+    what = " and ".join(f"{names[v].name} P{s.part[v]} -> P{q}" for v, q in moves)
+    result = "does not fit" if lat is None else f"latency {format_seconds(lat)}"
+    return f"{what}: {result}, {outcome}"
+
+
+def _try(s: _State, moves: tuple[tuple[int, int], ...]) -> float | None:
+    s.tries += 1
+    if s.tries % _CHECKS_PER_EVAL == 0:
+        s.evals += 1  # memory checks are cheap, not free: they draw on the budget too
+    if not s.fits(moves):
+        return None
+    return _score(s, moves)
+
+
+def _score(s: _State, moves: Sequence[tuple[int, int]]) -> float:
+    """The latency with ``moves`` applied, then undone."""
+    if s.inc is not None:
+        s.evals += 1
+        lat, s.path = s.inc.trial(moves)
+        return lat
+    old = [(v, s.part[v]) for v, _ in moves]
+    for v, q in moves:
+        s.part[v] = q
+    lat = s.score()
+    for v, p in old:
+        s.part[v] = p
+    return lat
+
+
+def _contract_chains(problem: Problem, a: Assignment) -> Assignment:
+    """Merge every partition into its only parent when that parent has no other child and both
+    sit on the same devices. Such a merge never lengthens a path (the pair still starts when the
+    parent did and its critical path is at most the sum of theirs), so it needs no evaluation.
+    O(N + E)."""
+    ev = problem.cost.evaluate(a.part, a.devices_of)
+    if ev.order is None:
+        return a
+    num = len(a.devices_of)
+    parents: list[set[int]] = [set() for _ in range(num)]
+    children: list[set[int]] = [set() for _ in range(num)]
+    for (x, y) in ev.edges:
+        children[x].add(y)
+        parents[y].add(x)
+    root = list(range(num))
+    for p in ev.order:
+        if len(children[p]) == 1:
+            (q,) = children[p]
+            if parents[q] == {p} and a.devices_of[q] == a.devices_of[p]:
+                root[q] = root[p]
+    return Assignment([root[p] if p >= 0 else -1 for p in a.part], [list(d) for d in a.devices_of])
+
+
+def merge_partitions(problem: Problem, a: Assignment, budget: int) -> Assignment:
+    """Merge neighbouring partitions on the same devices while the latency does not grow.
+
+    Chains are contracted first without evaluation (:func:`_contract_chains`); then it sweeps the partition edges in topological order and merges the two ends when the exact
+    latency stays the same or drops (the reference ``cost_aware`` accepts such merges too);
+    repeats until a sweep merges nothing or the budget is spent. O(budget * (N + E)).
+    """
+    contracted = _contract_chains(problem, a)
+    s = _State(problem, contracted)
+    if problem.record is not None:
+        shifts = [(v, q) for v, (p, q) in enumerate(zip(a.part, contracted.part)) if p != q]
+        problem.record("contract", f"{len({a.part[v] for v, _ in shifts})} partition(s) merged into their only "
+                       "parent on the same devices (never slower, no evaluation needed)", shifts,
+                       latency_s=s.latency)
+    merged = True
+    while merged and s.evals < budget:
+        merged = False
+        for v in range(len(s.part)):
+            p = s.part[v]
+            if p < 0:
+                continue
+            for u in s.cost.op_preds[v]:
+                q = s.part[u]
+                p = s.part[v]
+                if q == p or s.devices_of[q] != s.devices_of[p] or s.evals >= budget:
+                    continue
+                moves = tuple((w, q) for w in sorted(s.members[p]))
+                lat = _score(s, moves)
+                ok = lat <= s.latency + _EPS
+                if s.record is not None:
+                    s.record("merge", f"merge P{p} into P{q}: latency {format_seconds(lat)}, " + (
+                        "not longer: merged" if ok else "longer: kept apart"), moves, accepted=ok, latency_s=lat)
+                if ok:
+                    s.apply(moves)
+                    s.latency = min(lat, s.latency)
+                    merged = True
+    return s.assignment()

@@ -1,0 +1,105 @@
+"""Torch's ``cost_aware`` merge sequence, step for step, scored by the "torch" cost model.
+
+Reference: ``Partitioner.cost_aware_partition``: one node per partition; each round tries every
+pair of partitions whose BFS levels differ by at most one or that are connected, merges the pair
+whose merged plan (re-mapped onto devices) has the lowest latency not above the current one
+(the last such pair on ties), and stops when no pair qualifies. Under ``cost_model="torch"`` the
+``cost_aware`` and ``kl_based`` searches take this plan as one more candidate on small graphs, so
+they are never slower than torch's by torch's own latency. Each try is one O(N + E) evaluation
+instead of torch's path enumeration, but the rounds are O(P^2) tries as in torch: O(P^3 (N + E))
+in all, so it runs only up to :data:`MAX_OPS` op nodes.
+"""
+
+from __future__ import annotations
+
+import math
+
+from partitioner.accelerator._base import Assignment, Problem
+from partitioner.accelerator.size_based import map_onto_devices
+
+__all__ = ["MAX_OPS", "merge_sequence"]
+
+MAX_OPS = 24
+
+
+def merge_sequence(problem: Problem) -> Assignment | None:
+    """Torch's cost_aware plan, or None when the graph is larger than :data:`MAX_OPS` ops or
+    torch's final partitions cannot all be mapped onto devices."""
+    graph = problem.graph
+    if len(graph.op_indices) > MAX_OPS:
+        return None
+    cost = problem.cost
+    parts: list[frozenset[int]] = [frozenset([v]) for v in graph.op_indices]
+
+    def children(ps: list[frozenset[int]]) -> list[set[int]]:
+        owner = {v: i for i, p in enumerate(ps) for v in p}
+        return [{owner[u] for v in p for u in cost.op_users[v] if owner[u] != i} for i, p in enumerate(ps)]
+
+    def levels(ps: list[frozenset[int]]) -> list[int]:  # get_bfs_level_partition: longest path depth
+        kids = children(ps)
+        indeg = [0] * len(ps)
+        for ks in kids:
+            for k in ks:
+                indeg[k] += 1
+        level = [0] * len(ps)
+        frontier = [i for i in range(len(ps)) if indeg[i] == 0]
+        while frontier:
+            i = frontier.pop()
+            for k in kids[i]:
+                level[k] = max(level[k], level[i] + 1)
+                indeg[k] -= 1
+                if not indeg[k]:
+                    frontier.append(k)
+        return level
+
+    def score(ps: list[frozenset[int]], mapped: bool) -> float:
+        devices_of = map_onto_devices(problem, [sorted(p) for p in ps])
+        if devices_of is None and mapped:
+            return math.inf
+        part = [-1] * len(graph)
+        for i, p in enumerate(ps):
+            for v in p:
+                part[v] = i
+        return cost.evaluate(part, devices_of or [[] for _ in ps]).latency_s
+
+    while len(parts) > 1:
+        current = score(parts, mapped=False)
+        level, kids = levels(parts), children(parts)
+        best: tuple[int, int] | None = None
+        for i in range(len(parts) - 1):
+            for j in range(i + 1, len(parts)):
+                if abs(level[i] - level[j]) > 1 and j not in kids[i] and i not in kids[j]:
+                    continue
+                merged = [p for k, p in enumerate(parts) if k not in (i, j)] + [parts[i] | parts[j]]
+                if _cyclic(merged, children(merged)):
+                    continue
+                new = score(merged, mapped=True)
+                if new <= current:
+                    best, current = (i, j), new
+        if best is None:
+            break
+        i, j = best
+        parts = [p for k, p in enumerate(parts) if k not in (i, j)] + [parts[i] | parts[j]]
+    members = [sorted(p) for p in parts]
+    devices_of = map_onto_devices(problem, members)
+    if devices_of is None:
+        return None
+    part = [-1] * len(graph)
+    for i, p in enumerate(members):
+        for v in p:
+            part[v] = i
+    return Assignment(part, devices_of)
+
+
+def _cyclic(parts: list[frozenset[int]], kids: list[set[int]]) -> bool:
+    """Torch's ``check_dependency`` on the merged (last) partition: does it reach itself?"""
+    start = len(parts) - 1
+    seen, stack = {start}, [start]
+    while stack:
+        for k in kids[stack.pop()]:
+            if k == start:
+                return True
+            if k not in seen:
+                seen.add(k)
+                stack.append(k)
+    return False

@@ -1,0 +1,323 @@
+"""The front door: :func:`partition` validates input, picks the mode and returns a Plan;
+:func:`evaluate_plan` scores a given mapping; :func:`check_plan` checks a plan against a model,
+devices and budgets (the command line's ``check`` and the app's Review page).
+
+Mirrors ``Partitioner.partition_graph`` of ``torch.fx.experimental.accelerator_partitioner``:
+``aot_based`` first; then the single-partition rule when the whole model fits one device (unless
+``force_partition``); an error when it fits all devices together nowhere; otherwise the mode;
+then ``saturate_host``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import math
+from dataclasses import dataclass
+from typing import Mapping, Sequence
+
+from partitioner.cost.model import CostModel, node_latencies
+from partitioner.devices import MAX_DEVICES, Device
+from partitioner.errors import DeviceSpecError, InfeasibleError, InvalidPlanError, PartitionError
+from partitioner.graph import Graph
+from partitioner.accelerator.modes import MODES, get_mode
+from partitioner.accelerator._base import Assignment, Problem, largest_node_check, node_alone_bytes
+from partitioner.accelerator.saturate_host import saturate
+from partitioner.options import PartitionOptions
+from partitioner.plan.records import Plan, Provenance, build_plan
+from partitioner.units import format_bytes, format_seconds
+from partitioner.plan.validate import GRAPH_CHANGED, LATENCY_BUDGET, MEMORY_BUDGET, Violation
+
+__all__ = ["partition", "partition_with", "evaluate_plan", "check_plan", "CheckResult",
+           "check_devices", "resolve_transfer_rate"]
+
+logger = logging.getLogger(__name__)
+
+
+def check_devices(devices: Sequence[Device]) -> list[Device]:
+    """Validate a device list at the boundary: non-empty, Device objects, unique ids. O(D)."""
+    devices = list(devices)
+    if not devices:
+        raise DeviceSpecError("no devices given; describe at least one, e.g. parse_devices('2x16GiB')")
+    if len(devices) > MAX_DEVICES:
+        raise DeviceSpecError(
+            f"at most {MAX_DEVICES} devices can be planned for (got {len(devices)}); describe a "
+            "smaller cluster, or plan one node's devices and replicate the plan"
+        )
+    seen: set[int] = set()
+    dupes: set[int] = set()
+    for d in devices:
+        if not isinstance(d, Device):
+            raise DeviceSpecError(f"expected partitioner.Device objects, got {type(d).__name__}")
+        (dupes if d.logical_id in seen else seen).add(d.logical_id)
+    if dupes:
+        raise DeviceSpecError(f"logical device ids must be unique; {sorted(dupes)} repeat")
+    return devices
+
+
+def resolve_transfer_rate(devices: Sequence[Device], rate: float | None) -> float | None:
+    """An explicit rate wins; otherwise the slowest link among devices that give one (or None:
+    transfers cost nothing)."""
+    if rate is not None:
+        if isinstance(rate, bool) or not isinstance(rate, (int, float)) or not rate > 0 or math.isnan(rate):
+            raise PartitionError(
+                f"transfer_rate_bytes_per_s must be a positive number (got {rate!r}); "
+                "e.g. 25e9 for 25 GB/s, or None to ignore transfers"
+            )
+        return float(rate)
+    links = [d.link_bandwidth_bytes_per_s for d in devices if d.link_bandwidth_bytes_per_s]
+    return float(min(links)) if links else None
+
+
+def _problem(graph: Graph, devices: Sequence[Device], options: PartitionOptions) -> Problem:
+    if not isinstance(graph, Graph):
+        raise PartitionError(
+            f"partition() needs a partitioner.Graph (got {type(graph).__name__}); "
+            "call partitioner.trace(model, example_inputs) first"
+        )
+    devices = check_devices(devices)
+    latencies = node_latencies(graph, devices, options.node_latency_dict)
+    cost = CostModel(graph, latencies, resolve_transfer_rate(devices, options.transfer_rate_bytes_per_s),
+                     options.cost_model)
+    return Problem(graph, devices, cost, options)
+
+
+def partition(
+    graph: Graph,
+    devices: Sequence[Device],
+    mode: str = "size_based",
+    transfer_rate_bytes_per_s: float | None = None,
+    node_latency: Mapping[str, Sequence[float]] | None = None,
+    saturate_host: bool = False,
+    node_to_partition: Mapping[str, int] | None = None,
+    partition_to_devices: Mapping[int, Sequence[int]] | None = None,
+    force_partition: bool = False,
+    search_budget: int | None = None,
+    cost_model: str = "physical",
+    time_limit_s: float | None = None,
+) -> Plan:
+    """Partition ``graph`` over ``devices`` with ``mode``; returns a valid :class:`Plan`.
+
+    ``node_latency`` maps node names to (memory seconds, compute seconds); nodes it leaves out
+    get a roofline estimate. ``force_partition`` skips the single-partition rule so the
+    algorithms can be seen on models that fit one device. ``search_budget`` caps the cost-model
+    evaluations of ``cost_aware`` and ``kl_based``. ``cost_model`` is ``"physical"`` (a device
+    runs one partition at a time; shared tensors stored once) or ``"torch"`` (exactly
+    ``torch.fx.experimental.partitioner_utils``): every mode optimises and checks memory under
+    it. ``time_limit_s`` bounds the ``optimal`` mode's solver (default 10 s). Every plan carries
+    ``lower_bound_s``, a proven lower bound on the latency of any plan, and ``proven_optimal``.
+    Raises :class:`PartitionError` (a ``ValueError``) naming the node or device and the fix
+    when no valid plan exists.
+    """
+    options = PartitionOptions.build(
+        cost_model=cost_model,
+        transfer_rate_bytes_per_s=transfer_rate_bytes_per_s,
+        node_latency=node_latency,
+        saturate_host=saturate_host,
+        force_partition=force_partition,
+        search_budget=search_budget,
+        time_limit_s=time_limit_s,
+        node_to_partition=node_to_partition if mode == "aot_based" else None,
+        partition_to_devices=partition_to_devices if mode == "aot_based" else None,
+    )
+    return partition_with(graph, devices, mode, options)
+
+
+def _run_mode(problem: Problem, mode: str) -> Assignment:
+    try:
+        return MODES[mode](problem)
+    except InfeasibleError as exc:
+        raise InfeasibleError(f"mode {mode!r} found no plan: {exc}") from None
+
+
+def _forced(problem: Problem, mode: str, plain: Assignment) -> tuple[Assignment, int | None]:
+    """NOTE: [Forced partitioning] The model fits one device, but the person asked to see the
+    mode at work: the mode runs on devices limited to a share of the model (half, then more
+    where half leaves no plan), so it spreads the model over at least two of them."""
+    graph = problem.graph
+    total = graph.total_size_bytes
+    floor = max(node_alone_bytes(graph, v) for v in graph.op_indices)
+    for share in (0.5, 0.6, 0.75, 0.9):
+        cap = max(floor, int(total * share) + 1)
+        capped = [dataclasses.replace(d, memory_bytes=min(d.memory_bytes, cap)) for d in problem.devices]
+        try:
+            found = MODES[mode](dataclasses.replace(problem, devices=capped))
+        except InfeasibleError:
+            continue
+        if len({d for p in set(found.part) if p >= 0 for d in found.devices_of[p]}) >= 2:
+            return found, cap
+    return plain, None
+
+
+def partition_with(graph: Graph, devices: Sequence[Device], mode: str, options: PartitionOptions) -> Plan:
+    """:func:`partition` with its options as one :class:`PartitionOptions` record (what the app,
+    the command line and :func:`partitioner.accelerator.compare.compare_modes` pass)."""
+    get_mode(mode)
+    problem = _problem(graph, devices, options)
+    devices = problem.devices
+    total = graph.total_size_bytes
+    biggest = max(devices, key=lambda d: (d.memory_bytes, -d.logical_id))
+    capacity = sum(d.memory_bytes for d in devices)
+    single = False
+    forced: int | None = None
+    if mode == "aot_based":
+        assignment = MODES[mode](problem)
+    elif total <= biggest.memory_bytes and not options.force_partition:
+        logger.info("whole model (%d B) fits device %s: one partition", total, biggest.name)
+        single = True
+        assignment = Assignment([0 if nd.is_op else -1 for nd in graph.nodes], [[biggest.logical_id]])
+    elif total > capacity:
+        raise InfeasibleError(
+            f"the model needs {format_bytes(total)} ({total} B) but all {len(devices)} devices "
+            f"together have {format_bytes(capacity)} ({capacity} B); add devices or memory"
+        )
+    else:
+        largest_node_check(graph, devices)
+        assignment = _run_mode(problem, mode)
+        if total <= biggest.memory_bytes and len(devices) > 1:
+            assignment, forced = _forced(problem, mode, assignment)
+            if forced is not None:  # a solver's bound on capped devices says nothing of these
+                assignment = dataclasses.replace(assignment, lower_bound_s=0.0)
+    if options.saturate_host:
+        assignment = saturate(problem, assignment)
+    provenance = Provenance(options.replace(aot=None), single_partition=single, forced_cap_bytes=forced,
+                            solver=assignment.note,
+                            solver_bound=assignment.lower_bound_s > problem.cost.lower_bound_s())
+    plan = build_plan(graph, problem.cost, assignment.part, assignment.devices_of, devices, mode,
+                      provenance, keep_ids=assignment.ordered, lower_bound_s=assignment.lower_bound_s)
+    problems = plan.violations()
+    if problems:
+        if mode == "aot_based":
+            raise InvalidPlanError(problems)
+        raise InfeasibleError(
+            f"mode {mode!r} found no plan within the devices' memory:\n  - "
+            + "\n  - ".join(v.message for v in problems)
+            + "\nadd memory or devices, or try another mode"
+        )
+    return plan
+
+
+def evaluate_plan(
+    graph: Graph,
+    devices: Sequence[Device],
+    node_to_partition: Mapping[str, int],
+    partition_to_devices: Mapping[int, Sequence[int]],
+    transfer_rate_bytes_per_s: float | None = None,
+    node_latency: Mapping[str, Sequence[float]] | None = None,
+    mode: str = "aot_based",
+    edited: bool = False,
+    cost_model: str = "physical",
+    keep_ids: bool = False,
+) -> Plan:
+    """Score a given mapping without insisting it is valid (for editing a plan by hand).
+
+    Unlike :func:`partition` it never raises for memory over capacity or a cycle: the returned
+    plan records them and :meth:`Plan.violations` lists them. Unknown nodes still raise.
+    ``mode`` is the mode the mapping came from and ``edited`` whether a person changed it;
+    ``keep_ids`` keeps the mapping's partition ids (in order, gaps closed) instead of numbering
+    partitions by their first node.
+    """
+    options = PartitionOptions.build(transfer_rate_bytes_per_s=transfer_rate_bytes_per_s,
+                                     node_latency=node_latency, node_to_partition=node_to_partition,
+                                     partition_to_devices=partition_to_devices, cost_model=cost_model)
+    problem = _problem(graph, devices, options)
+    assignment = MODES["aot_based"](problem)
+    provenance = Provenance(options.replace(aot=None), edited=edited)
+    return build_plan(graph, problem.cost, assignment.part, assignment.devices_of,
+                      problem.devices, mode, provenance, keep_ids=keep_ids)
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    """What :func:`check_plan` found: every violation, notes that do not fail the check, and the
+    plan as re-evaluated on the model and devices (None when it could not be)."""
+
+    violations: tuple[Violation, ...]
+    notes: tuple[str, ...]
+    evaluated: Plan | None
+
+    @property
+    def ok(self) -> bool:
+        return not self.violations
+
+
+def check_plan(
+    plan: Plan,
+    graph: Graph,
+    devices: Sequence[Device],
+    transfer_rate_bytes_per_s: float | None = None,
+    node_latency: Mapping[str, Sequence[float]] | None = None,
+    max_latency_s: float | None = None,
+    max_memory_utilisation: float | None = None,
+    strict: bool = False,
+    cost_model: str | None = None,
+) -> CheckResult:
+    """Validate ``plan`` against ``graph`` and ``devices``; collects every violation.
+
+    Kinds: see :mod:`partitioner.plan.validate`, plus the budgets. The transfer rate defaults to the
+    one the plan was made with. A changed graph fingerprint is a note, or a violation with
+    ``strict``. O(N + E) plus one plan evaluation. Raises :class:`PartitionError` for bad input
+    (a ``node_latency`` naming nodes the model lacks), not for a plan that does not fit.
+    """
+    devices = check_devices(devices)
+    if node_latency:
+        node_latencies(graph, devices, node_latency)  # bad input raises PartitionError (exit 2)
+    if transfer_rate_bytes_per_s is None:
+        transfer_rate_bytes_per_s = plan.transfer_rate_bytes_per_s
+    if node_latency is None and plan.options.node_latency is not None:
+        node_latency = plan.options.node_latency_dict  # the plan's own figures
+    notes: list[str] = []
+    problems = plan.violations(graph, devices, check_fingerprint=False, cost_model=cost_model)
+    if plan.graph_fingerprint and plan.graph_fingerprint != graph.fingerprint():
+        changed = (f"the model's graph changed since the plan was made (fingerprint "
+                   f"{plan.graph_fingerprint} in the plan, {graph.fingerprint()} now)")
+        if strict:
+            problems.insert(0, Violation(GRAPH_CHANGED, changed + "; re-plan, or drop --strict to "
+                                                              "accept a plan that still fits"))
+        else:
+            notes.append(changed + "; checking the plan against the model as it is now")
+    names = [n for p in plan.partitions for n in p.node_names]
+    known = {d.logical_id for d in devices}
+    scorable = (
+        set(names) == set(graph.op_names)
+        and len(names) == len(set(names))
+        and all(p.device_ids and set(p.device_ids) <= known for p in plan.partitions)
+    )
+    evaluated: Plan | None = None
+    budgets = [flag for flag, v in (("--max-latency", max_latency_s),
+                                    ("--max-memory-utilisation", max_memory_utilisation)) if v is not None]
+    if scorable:
+        evaluated = evaluate_plan(graph, devices, plan.node_to_partition(), plan.partition_to_devices(),
+                                  transfer_rate_bytes_per_s, node_latency, mode=plan.mode,
+                                  edited=plan.provenance.edited, cost_model=cost_model or plan.cost_model,
+                                  keep_ids=True)
+    elif budgets:
+        notes.append(f"budgets ({', '.join(budgets)}) not checked: the plan must cover the model's "
+                     "nodes and name known devices first")
+    if evaluated is not None:
+        latency = evaluated.latency_s
+        if max_latency_s is not None and math.isfinite(latency) and latency > max_latency_s:
+            problems.append(Violation(
+                LATENCY_BUDGET,
+                f"end-to-end latency {format_seconds(latency)} ({latency:.6g} s) exceeds the budget "
+                f"--max-latency {max_latency_s:g} s by {latency / max_latency_s - 1:.1%}; compare "
+                "modes (`partition-explorer compare`), add devices, or raise the budget",
+            ))
+        if max_memory_utilisation is not None:
+            used = evaluated.device_memory_bytes()
+            over = [d for d in devices
+                    if d.memory_bytes and used.get(d.logical_id, 0) > max_memory_utilisation * d.memory_bytes]
+            if over:
+                shown = "; ".join(
+                    f"{d.name} (id {d.logical_id}) {used[d.logical_id] / d.memory_bytes:.1%}: "
+                    f"{format_bytes(used[d.logical_id])} ({used[d.logical_id]} B) of "
+                    f"{format_bytes(d.memory_bytes)} ({d.memory_bytes} B)" for d in over)
+                problems.append(Violation(
+                    MEMORY_BUDGET,
+                    f"peak memory utilisation {evaluated.memory_utilisation():.1%} exceeds the budget "
+                    f"--max-memory-utilisation {max_memory_utilisation:g} ({max_memory_utilisation:.1%}) "
+                    f"on device(s) {shown}; spread the model over more devices, add memory, or raise "
+                    "the budget",
+                    device=over[0].logical_id,
+                ))
+    return CheckResult(tuple(problems), tuple(notes), evaluated)

@@ -1,0 +1,252 @@
+"""``optimal``: an exact solver for the cost model in force (CP-SAT, from OR-Tools), with a time
+limit; it returns the best plan found and a proven lower bound on every plan's latency.
+
+The heuristic modes run first (``kl_based``, which includes ``cost_aware``, and the fills); the
+best of them warm-starts the solver and sets its time scale, and is kept when the solver finds
+nothing better. The models (NOTE: [Plan model], NOTE: [Relaxation bound] in :mod:`.cpsat`) run in
+a worker process with a time limit, never in the caller's. Graphs of more than
+:data:`MAX_UNITS` op nodes are coarsened first (chains contracted, then runs of consecutive
+nodes grouped), and the plan says so; the bound then comes from the node-level relaxation only
+while the graph has at most :data:`RELAX_LIMIT` ops, else from the critical path.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import logging
+import math
+from typing import Sequence
+
+from partitioner.errors import InfeasibleError, PartitionError, RunError
+from partitioner.units import format_seconds
+from partitioner.runtime.worker import run_in_worker
+from partitioner.accelerator import kl_based, largest_first, size_based
+from partitioner.accelerator._base import Assignment, Problem
+from partitioner.accelerator._cpsat import RelaxInput, SlotInput, Tensor, solve
+
+__all__ = ["partition", "coarsen", "MAX_UNITS", "RELAX_LIMIT", "DEFAULT_TIME_LIMIT_S", "MAX_DEVICES"]
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_TIME_LIMIT_S = 10.0
+MAX_UNITS = 200  # units (ops or contracted groups) the plan model takes
+RELAX_LIMIT = 400  # ops the relaxation takes without coarsening
+MAX_DEVICES = 16
+TICKS = 10 ** 8  # ticks in the best heuristic's latency: the solver's time resolution
+MAX_SLOTS = 16  # slots (partitions) the plan model holds over all devices
+
+
+def partition(problem: Problem) -> Assignment:
+    graph, devices = problem.graph, problem.devices
+    if len(devices) > MAX_DEVICES:
+        raise PartitionError(
+            f"optimal plans for at most {MAX_DEVICES} devices (got {len(devices)}); use kl_based "
+            "or cost_aware for larger clusters")
+    if importlib.util.find_spec("ortools") is None:
+        raise PartitionError("the optimal mode needs OR-Tools, which is not installed; "
+                             "pip install ortools (or reinstall partition-explorer), or use kl_based")
+    limit = problem.options.time_limit_s or DEFAULT_TIME_LIMIT_S
+    heuristics = _heuristics(problem)  # (latency, assignment), each scored once
+    upper, best = min(heuristics, key=lambda la: (la[0], _count(la[1])), default=(math.inf, None))
+    cost = problem.cost
+    ops = list(graph.op_indices)
+    if not math.isfinite(upper):
+        upper = sum(cost.node_s) + sum(_comm_s(problem, u) for u in ops)
+    if upper <= 0:  # nothing takes time: every plan is optimal
+        if best is None:
+            raise InfeasibleError("no plan fits the devices' memory")
+        return best
+    tick = upper / TICKS
+    units, coarse = coarsen(problem, MAX_UNITS)
+    k = _slots_per_device(problem, units, best)
+    hint = _slot_hint(problem, units, best, k) if best is not None else None
+    slot_input = _slot_input(problem, units, tick, k, hint, 0.6 * limit)
+    relax_input = None
+    if len(ops) <= RELAX_LIMIT:
+        node_units = [[v] for v in ops]
+        dev_hint = None
+        if best is not None and all(len(best.devices_of[best.part[v]]) == 1 for v in ops):
+            index = {d.logical_id: i for i, d in enumerate(devices)}
+            dev_hint = tuple(index[best.devices_of[best.part[v]][0]] for v in ops)
+        base = _slot_input(problem, node_units, tick, 1, None, 0.0)
+        relax_input = RelaxInput(base.unit_w, base.unit_preds, base.unit_bytes, base.tensors,
+                                 base.capacity, dev_hint, 0.4 * limit)
+    try:
+        answer = run_in_worker(solve, (slot_input, relax_input), timeout_s=1.5 * limit + 30,
+                               what="the optimal mode's solver")
+    except RunError as exc:
+        if best is None:
+            raise
+        logger.warning("solver failed (%s); keeping the best heuristic plan", exc)
+        best.note = f"solver failed ({str(exc).splitlines()[0]}); the best heuristic plan is shown"
+        best.ordered = True
+        return best
+    slots = answer["slots"]
+    bound_ticks = 0
+    complete = not coarse and k >= len(units)  # every plan is a solution of the plan model
+    if complete and slots["status"] in ("OPTIMAL", "FEASIBLE", "UNKNOWN", "INFEASIBLE"):
+        bound_ticks = slots["bound"] if slots["status"] != "INFEASIBLE" else 0
+    relax = answer.get("relax")
+    if relax and relax["status"] in ("OPTIMAL", "FEASIBLE", "UNKNOWN"):
+        bound_ticks = max(bound_ticks, relax["bound"])
+    if bound_ticks * tick <= cost.lower_bound_s():  # no better than the heaviest path of nodes
+        bound_ticks = 0
+    found = _decode(problem, units, k, slots) if "slot" in slots else None
+    chosen = best
+    if chosen is not None:  # keep the heuristic's ids: its latency depends on the order a device
+        chosen.ordered = True  # runs its partitions, which is the order of the ids compared here
+    if found is not None and problem.fits(found):
+        if chosen is None or problem.latency(found) <= upper * (1 + 1e-9):
+            chosen = found
+    if chosen is None:
+        raise InfeasibleError(f"the solver found no plan within the devices' memory ({slots['status']})")
+    chosen.lower_bound_s = bound_ticks * tick
+    space = ("every plan" if complete else
+             f"plans of up to {k} partition{'s' if k > 1 else ''} per device"
+             + (f" over {len(units)} groups of the {len(ops)} ops (chains contracted)" if coarse else ""))
+    kept = "its plan" if chosen is found else "kept the best heuristic plan (the solver found none faster)"
+    proof = "the node-level relaxation" if relax and relax["bound"] >= bound_ticks else "the plan model"
+    proved = (f"bound {format_seconds(chosen.lower_bound_s)} proven by {proof}" if bound_ticks
+              else "it proved no bound above the heaviest path of nodes")
+    chosen.note = f"CP-SAT searched {space} for {slots['wall_s']:.1f} s ({slots['status'].lower()}); {kept}; {proved}"
+    return chosen
+
+
+def _count(a: Assignment) -> int:
+    return len({p for p in a.part if p >= 0})
+
+
+def _heuristics(problem: Problem) -> list[tuple[float, Assignment]]:
+    """The fitting plans of the heuristics with their latencies: each with the mode's ids and as
+    a plan numbers it (see ``Assignment.ordered``)."""
+    found = []
+    for mode in (kl_based, largest_first, size_based):
+        try:
+            a = mode.partition(problem)
+        except InfeasibleError:
+            continue
+        if problem.fits(a):
+            found += [(lat, v) for v in (a, _by_first_node(a)) if math.isfinite(lat := problem.latency(v))]
+    return found
+
+
+def _by_first_node(a: Assignment) -> Assignment:
+    """``a`` with partitions numbered by their first node, as a plan numbers a mode's partitions."""
+    ids: dict[int, int] = {}
+    for p in a.part:
+        if p >= 0 and p not in ids:
+            ids[p] = len(ids)
+    old = {new: p for p, new in ids.items()}
+    return Assignment([ids[p] if p >= 0 else -1 for p in a.part], [list(a.devices_of[old[i]]) for i in range(len(ids))])
+
+
+def _comm_s(problem: Problem, u: int) -> float:
+    rate = problem.cost.rate
+    return 0.0 if not rate or math.isinf(rate) else problem.graph.output_bytes[u] / rate
+
+
+def coarsen(problem: Problem, limit: int) -> tuple[list[list[int]], bool]:
+    """Op nodes grouped into at most ``limit`` units listed in a topological order: each op its
+    own unit when there are few enough; else chains (an op whose only op input has it as its only
+    op user) contracted, then consecutive units merged. Returns the units and whether any were
+    merged. O(N + E)."""
+    cost, ops = problem.cost, problem.graph.op_indices
+    if len(ops) <= limit:
+        return [[v] for v in ops], False
+    unit_of: dict[int, int] = {}
+    units: list[list[int]] = []
+    for v in ops:
+        preds = cost.op_preds[v]
+        if len(preds) == 1 and len(cost.op_users[preds[0]]) == 1:
+            g = unit_of[preds[0]]
+        else:
+            g = len(units)
+            units.append([])
+        units[g].append(v)
+        unit_of[v] = g
+    if len(units) > limit:  # every edge goes forward in this order, so runs of it stay acyclic
+        size = math.ceil(len(units) / limit)
+        units = [sum(units[i:i + size], []) for i in range(0, len(units), size)]
+    return [sorted(u) for u in units], True
+
+
+def _slots_per_device(problem: Problem, units: Sequence[Sequence[int]], best: Assignment | None) -> int:
+    if problem.cost.torch:
+        return 1
+    most = MAX_SLOTS // len(problem.devices)
+    if len(units) * len(problem.devices) <= MAX_SLOTS:
+        return len(units)  # small enough for every plan
+    want = 2
+    if best is not None:
+        per_device: dict[int, int] = {}
+        for p in {p for p in best.part if p >= 0}:
+            for d in best.devices_of[p]:
+                per_device[d] = per_device.get(d, 0) + 1
+        want = max(want, max(per_device.values(), default=1))
+    return max(1, min(want, most))
+
+
+def _slot_input(problem: Problem, units: Sequence[Sequence[int]], tick: float, k: int,
+                hint: tuple[int, ...] | None, time_limit_s: float) -> SlotInput:
+    cost, graph = problem.cost, problem.graph
+    unit_of = {v: g for g, members in enumerate(units) for v in members}
+    w, preds, size = [], [], []
+    for members in units:
+        inside = set(members)
+        longest: dict[int, float] = {}
+        for v in members:  # the unit's own critical path
+            longest[v] = cost.node_s[v] + max((longest[u] for u in cost.op_preds[v] if u in inside), default=0.0)
+        w.append(int(max(longest.values()) // tick))
+        preds.append(tuple(sorted({unit_of[u] for v in members for u in cost.op_preds[v]} - {unit_of[members[0]]})))
+        size.append(sum(cost.total[v] for v in members))
+    tensors: list[Tensor] = []
+    for u in range(len(graph)):
+        src = unit_of.get(u, -1)
+        if src < 0 and cost.is_op[u]:
+            continue
+        counts: dict[int, int] = {}
+        for v in graph.users[u]:
+            if cost.is_op[v] and unit_of[v] != src:
+                counts[unit_of[v]] = counts.get(unit_of[v], 0) + 1
+        if counts:
+            ticks = int(_comm_s(problem, u) // tick)
+            tensors.append((src, cost.out[u], tuple(sorted(counts.items())), ticks, cost.total[u]))
+    capacity = tuple(d.memory_bytes for d in problem.devices)
+    return SlotInput(tuple(w), tuple(preds), tuple(size), tuple(tensors), capacity, k,
+                     cost.torch, hint, time_limit_s)
+
+
+def _slot_hint(problem: Problem, units: Sequence[Sequence[int]], a: Assignment, k: int) -> tuple[int, ...] | None:
+    """``a`` as a slot per unit, when it fits the plan model (one device per partition, at most
+    ``k`` partitions per device)."""
+    index = {d.logical_id: i for i, d in enumerate(problem.devices)}
+    ev = problem.cost.evaluate(a.part, a.devices_of)
+    if ev.order is None or any(len(a.devices_of[p]) != 1 for p in set(a.part) if p >= 0):
+        return None
+    position: dict[int, int] = {}
+    used: dict[int, int] = {}
+    for p in ev.order:
+        if not ev.members[p]:
+            continue
+        d = index[a.devices_of[p][0]]
+        position[p] = d * k + used.get(d, 0)
+        used[d] = used.get(d, 0) + 1
+    if any(n > k for n in used.values()):
+        return None
+    hint = []
+    for members in units:  # a unit split between partitions goes where most of it is (CP-SAT repairs)
+        parts = [a.part[v] for v in members]
+        hint.append(position[max(set(parts), key=lambda p: (parts.count(p), -p))])
+    return tuple(hint)
+
+
+def _decode(problem: Problem, units: Sequence[Sequence[int]], k: int, answer: dict) -> Assignment:
+    """The solver's slots as partitions numbered in the order they run (rank, then start)."""
+    used = sorted(set(answer["slot"]), key=lambda s: (answer["rank"][s], answer["start"][s], s))
+    ids = {s: i for i, s in enumerate(used)}
+    part = [-1] * len(problem.graph)
+    for g, members in enumerate(units):
+        for v in members:
+            part[v] = ids[answer["slot"][g]]
+    devices_of = [[problem.devices[s // k].logical_id] for s in used]
+    return Assignment(part, devices_of, ordered=True)

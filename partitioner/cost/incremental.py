@@ -1,0 +1,275 @@
+"""The physical cost model kept up to date under node moves, for the local searches.
+
+NOTE: [Incremental] :meth:`CostModel.evaluate` walks every node and edge, O(N + E), for each candidate a search
+tries. A move of node v from partition p to q changes only p's and q's internal critical paths
+and the partition edges at v; the rest of the plan is as it was. :class:`IncrementalCost` keeps
+each partition's members and internal latency and the partition edges (with, for each op and
+partition, how many members read it), updates them per move in O(|p| + |q| + deg v), and
+schedules the partition DAG it keeps as :meth:`CostModel.schedule` would (O(P log P + E)) for
+the latency, so a try costs the touched partitions' nodes and the partition DAG instead of the
+whole graph. A test checks it against :meth:`CostModel.evaluate` after every move of random
+move sequences on random graphs. The "torch" cost model counts edge bytes per parent's held
+inputs and is evaluated in full.
+:class:`DeviceMemory` keeps what each device holds the same way (both cost models' searches).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Iterable, Mapping, Sequence
+
+from partitioner.cost.model import CostModel
+from partitioner.graph import toposort_children
+
+__all__ = ["IncrementalCost", "DeviceMemory"]
+
+
+class IncrementalCost:
+    """Latency and critical path of ``part`` on ``devices_of`` under the physical cost model.
+
+    ``part`` and ``devices_of`` are shared, not copied: :meth:`move` writes ``part``, and a
+    caller may change ``devices_of[p]`` in place (a partition placed on another device) between
+    calls, since placement changes no edge and no internal path.
+    """
+
+    def __init__(self, cost: CostModel, part: list[int], devices_of: list[list[int]]) -> None:
+        if cost.torch:
+            raise ValueError("incremental evaluation covers the physical cost model only")
+        self.cost = cost
+        self.part = part
+        self.devices_of = devices_of
+        num = len(devices_of)
+        self.members: list[set[int]] = [set() for _ in range(num)]
+        for v, p in enumerate(part):
+            if p >= 0:
+                self.members[p].add(v)
+        self.readers: dict[tuple[int, int], int] = {}  # (op u, partition p) -> members of p reading u
+        self._links: dict[tuple[int, int], int] = {}  # (src, dst) -> (u, dst) pairs behind the edge
+        # The partition DAG both ways: parents[dst][src] = bytes, as evaluate() counts them.
+        self.parents: list[dict[int, int]] = [{} for _ in range(num)]
+        self.children: list[set[int]] = [set() for _ in range(num)]
+        self._backward = 0  # edges from a higher partition id to a lower one
+        self._free_transfers = not cost.rate or math.isinf(cost.rate)  # as CostModel.comm_s
+        op_preds, out = cost.op_preds, cost.out
+        for v, p in enumerate(part):
+            if p < 0:
+                continue
+            for u in op_preds[v]:
+                key = (u, p)
+                n = self.readers.get(key, 0)
+                self.readers[key] = n + 1
+                if not n and part[u] != p and part[u] >= 0:
+                    self._link(part[u], p, out[u])
+        self._best = [0.0] * cost.n  # scratch: the longest path ending at each node, within its partition
+        self.inner = [self._inner(p) for p in range(num)]
+        self._dirty: set[int] = set()
+
+    # -- updates ----------------------------------------------------------------------------
+    @property
+    def edges(self) -> dict[tuple[int, int], int]:
+        """(src, dst) -> bytes, as :meth:`CostModel.evaluate` counts them."""
+        return {(a, b): n for b, ps in enumerate(self.parents) for a, n in ps.items()}
+
+    def _link(self, a: int, b: int, nbytes: int) -> None:
+        n = self._links.get((a, b), 0)
+        self._links[(a, b)] = n + 1
+        into = self.parents[b]
+        if n:
+            into[a] += nbytes
+        else:
+            into[a] = nbytes
+            self.children[a].add(b)
+            self._backward += a > b
+
+    def _unlink(self, a: int, b: int, nbytes: int) -> None:
+        left = self._links[(a, b)] - 1
+        if left:
+            self._links[(a, b)] = left
+            self.parents[b][a] -= nbytes
+        else:
+            del self._links[(a, b)], self.parents[b][a]
+            self.children[a].discard(b)
+            self._backward -= a > b
+
+    def move(self, v: int, q: int) -> None:
+        """Node v into partition q: O(deg v) now, O(|p| + |q|) at the next :meth:`schedule`."""
+        part, out = self.part, self.cost.out
+        p = part[v]
+        if p == q:
+            return
+        for u in self.cost.op_preds[v]:  # v reads u: from p's readers to q's
+            r = part[u]
+            n = self.readers[(u, p)] - 1
+            if n:
+                self.readers[(u, p)] = n
+            else:
+                del self.readers[(u, p)]
+                if r != p and r >= 0:
+                    self._unlink(r, p, out[u])
+            n = self.readers.get((u, q), 0)
+            self.readers[(u, q)] = n + 1
+            if not n and r != q and r >= 0:
+                self._link(r, q, out[u])
+        for r in {part[w] for w in self.cost.op_users[v]}:  # v's output now leaves from q
+            if r < 0 or (v, r) not in self.readers:
+                continue
+            if r != p:
+                self._unlink(p, r, out[v])
+            if r != q:
+                self._link(q, r, out[v])
+        part[v] = q
+        self.members[p].discard(v)
+        self.members[q].add(v)
+        self._dirty.update((p, q))  # their internal paths, recomputed when next scheduled
+
+    def apply(self, moves: Iterable[tuple[int, int]]) -> list[tuple[int, int]]:
+        """Apply ``moves``; returns the moves that undo them (apply those to revert)."""
+        undo = []
+        for v, q in moves:
+            undo.append((v, self.part[v]))
+            self.move(v, q)
+        undo.reverse()
+        return undo
+
+    # -- queries ----------------------------------------------------------------------------
+    def _inner(self, p: int) -> float:
+        """p's internal critical path, with evaluate()'s order and ties."""
+        part, best, node_s, op_preds = self.part, self._best, self.cost.node_s, self.cost.op_preds
+        longest = 0.0
+        for v in sorted(self.members[p]):
+            top = 0.0
+            for u in op_preds[v]:
+                if part[u] == p and best[u] > top:
+                    top = best[u]
+            cur = top + node_s[v]
+            best[v] = cur
+            if cur > longest:
+                longest = cur
+        return longest
+
+    def _flush(self) -> None:
+        for p in self._dirty:
+            self.inner[p] = self._inner(p)
+        self._dirty.clear()
+
+    def trial(self, moves: Sequence[tuple[int, int]]) -> tuple[float, list[int]]:
+        """:meth:`schedule` with ``moves`` applied, then undone (the touched partitions' paths
+        are restored, not recomputed)."""
+        self._flush()  # the saved paths must be current ones
+        saved = {p: self.inner[p] for v, q in moves for p in (self.part[v], q)}
+        undo = self.apply(moves)
+        result = self.schedule()
+        self.apply(undo)
+        for p, inner in saved.items():
+            self.inner[p] = inner
+        self._dirty.difference_update(saved)
+        return result
+
+    def schedule(self) -> tuple[float, list[int]]:
+        """(end-to-end latency, critical path of partition ids) of the current plan: what
+        :meth:`CostModel.schedule` gives for it (its order, ties and arithmetic), from the
+        partition DAG kept by the moves instead of one rebuilt from the edges, and without the
+        start times and levels a search does not read. O(P log P + E), O(P + E) while every
+        edge goes from a lower partition id to a higher one: the lowest-id-first topological
+        order is then the ids in turn, and needs no heap."""
+        self._flush()
+        num = len(self.devices_of)
+        if not num:
+            return 0.0, []
+        parents, devices_of, inner = self.parents, self.devices_of, self.inner
+        rate, free_transfers = self.cost.rate, self._free_transfers
+        finish = [0.0] * num
+        came_from = [-1] * num
+        order = toposort_children(self.children) if self._backward else range(num)
+        if order is None:  # a cycle
+            return math.inf, []
+        free_at: dict[int, tuple[float, int]] = {}  # device -> (when free, last partition)
+        for p in order:
+            start, came = 0.0, -1
+            dst = devices_of[p]
+            for q, nbytes in parents[p].items():  # the latest arrival; the lowest id among equals
+                src = devices_of[q]
+                if free_transfers or (src and (dst == src or (dst[0] in src if len(dst) == 1  # one device: no sets
+                                                              else set(dst) <= set(src)))):
+                    t = finish[q]
+                else:
+                    t = finish[q] + nbytes / rate  # type: ignore[operator]  # free_transfers: no rate
+                if t > start or t == start and (came < 0 or q < came):
+                    start, came = t, q
+            for d in dst:
+                t, last = free_at.get(d, (0.0, -1))
+                if t > start:
+                    start, came = t, last
+            end = start + inner[p]
+            finish[p], came_from[p] = end, came
+            for d in dst:
+                free_at[d] = (end, p)
+        total = max(finish)
+        p = finish.index(total)  # the first of equals: the lowest id
+        path = []
+        while p >= 0:
+            path.append(p)
+            p = came_from[p]
+        path.reverse()
+        return total, path
+
+
+class DeviceMemory:
+    """Memory held on each device, updated per node move in O(degree).
+
+    A device holds the union of its partitions: every member's total size, plus the output of
+    every non-member that a member reads (once, however many members read it).
+    """
+
+    def __init__(self, cost: CostModel, part: Sequence[int], devices_of: Sequence[Sequence[int]],
+                 capacity: Mapping[int, int]) -> None:
+        self.out, self.total, self.preds = cost.out, cost.total, cost.preds
+        self.bytes = {d: 0 for d in capacity}
+        self.count: dict[int, dict[int, int]] = {d: {} for d in capacity}
+        self.readers: dict[int, dict[int, int]] = {d: {} for d in capacity}
+        for v, p in enumerate(part):
+            if p >= 0:
+                for d in devices_of[p]:
+                    self.add(v, d)
+
+    def add(self, v: int, d: int) -> None:
+        count, readers = self.count[d], self.readers[d]
+        if not count.get(v):
+            if readers.get(v):
+                self.bytes[d] -= self.out[v]
+            self.bytes[d] += self.total[v]
+        count[v] = count.get(v, 0) + 1
+        for u in self.preds[v]:
+            if not readers.get(u) and not count.get(u):
+                self.bytes[d] += self.out[u]
+            readers[u] = readers.get(u, 0) + 1
+
+    def added(self, v: int, d: int) -> int:
+        """The bytes :meth:`add` would add to ``d``, without adding."""
+        count, readers, out = self.count[d], self.readers[d], self.out
+        more = 0 if count.get(v) else self.total[v] - (out[v] if readers.get(v) else 0)
+        for u in self.preds[v]:
+            if not readers.get(u) and not count.get(u):
+                more += out[u]
+        return more
+
+    def removed(self, v: int, d: int) -> int:
+        """The bytes :meth:`remove` would free on ``d``, without removing."""
+        count, readers, out = self.count[d], self.readers[d], self.out
+        less = self.total[v] - (out[v] if readers.get(v) else 0) if count[v] == 1 else 0
+        for u in self.preds[v]:
+            if readers[u] == 1 and not count.get(u):
+                less += out[u]
+        return less
+
+    def remove(self, v: int, d: int) -> None:
+        count, readers = self.count[d], self.readers[d]
+        for u in self.preds[v]:
+            readers[u] -= 1
+            if not readers[u] and not count.get(u):
+                self.bytes[d] -= self.out[u]
+        count[v] -= 1
+        if not count[v]:
+            self.bytes[d] -= self.total[v]
+            if readers.get(v):
+                self.bytes[d] += self.out[v]

@@ -1,0 +1,224 @@
+"""The model graph collapsed by module: one box per repeated block, expandable, with its sums.
+
+A node's box is the module it runs in, cut at the first numbered component of its path
+(``transformer.h.3.attn.c_attn`` is in ``transformer.h.3``; ``wte`` stays ``wte``): repeated
+blocks (``h.0`` ... ``h.11``, ``layers.N``) become one box each, as in the graph viewers people
+know (Model Explorer, TensorBoard). Expanding a box shows the next level of its path, down to
+single nodes. A box sums its members' output and parameter bytes, FLOPs and latencies, and
+counts them per device and partition (its colour bar). Nodes outside any module stay single,
+unless the boxes would be more than ``max_boxes``: then each run of them in topological order is
+one box. Pure Python over the index graph; :func:`collapse` is O(N + E).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Collection, Mapping, Sequence
+
+from partitioner.devices import format_bytes
+from partitioner.draw.dot import (
+    HIGHLIGHT_COLOUR,
+    UNKNOWN_DEVICE_COLOUR,
+    device_colours,
+    device_names,
+    html_text,
+    quote,
+)
+from partitioner.draw.overlay import colour_for, formatter, legend_node
+from partitioner.units import format_flops, format_seconds
+
+if TYPE_CHECKING:  # pragma: no cover
+    from partitioner.graph import Graph
+    from partitioner.plan.records import Plan
+
+__all__ = ["Group", "CollapsedGraph", "collapse", "collapsed_to_dot", "box_values", "search", "SearchHit", "MAX_BOXES"]
+
+MAX_BOXES = 300  # above this many boxes, runs of nodes outside any module are merged
+
+
+@dataclass(frozen=True)
+class Group:
+    """One box: the op nodes of a module (or a single node, or a run of top-level nodes)."""
+
+    key: str  # module path prefix; "node:<name>" for a single node; "run:<first>" for a run
+    label: str
+    members: tuple[int, ...]  # node indices, topological order
+    output_bytes: int
+    param_bytes: int
+    flops: int
+    latency_s: float  # the sum of its nodes' latencies (not a critical path)
+    devices: tuple[tuple[int, int], ...]  # (logical device id, members placed there), by id
+    partitions: tuple[int, ...]
+    expandable: bool
+
+    @property
+    def memory_bytes(self) -> int:
+        return self.output_bytes + self.param_bytes
+
+
+@dataclass(frozen=True)
+class CollapsedGraph:
+    groups: tuple[Group, ...]
+    edges: tuple[tuple[int, int, int], ...]  # (src box, dst box, bytes: each output once per box)
+    box_of: tuple[int, ...]  # node index -> box index (-1 for placeholders, attributes, output)
+
+
+def _box_key(graph: "Graph", v: int, expanded: Collection[str]) -> tuple[str, bool]:
+    """(key, expandable) of node v's box under ``expanded``."""
+    nd = graph.nodes[v]
+    parts = nd.module_path.split(".") if nd.module_path else []
+    if not parts:
+        return f"node:{nd.name}", False
+    cut = next((i + 1 for i, c in enumerate(parts) if c.isdigit()), 1)
+    key = ".".join(parts[:cut])
+    while key in expanded:
+        if cut >= len(parts):
+            return f"node:{nd.name}", False
+        cut += 1
+        key = ".".join(parts[:cut])
+    return key, True
+
+
+def collapse(graph: "Graph", plan: "Plan | None" = None, node_s: Sequence[float] | None = None,
+             expanded: Collection[str] = (), max_boxes: int = MAX_BOXES) -> CollapsedGraph:
+    """The op nodes of ``graph`` grouped into boxes (see the module doc); ``plan`` gives each box
+    its devices and partitions, ``node_s`` its latency (the cost model's per-node seconds)."""
+    ops = graph.op_indices
+    keys = {v: _box_key(graph, v, expanded) for v in ops}
+    if len({k for k, _ in keys.values()}) > max_boxes:
+        run = ""
+        for v in ops:  # merge each run of single nodes (outside any module) into one box
+            if keys[v][0].startswith("node:") and not graph.nodes[v].module_path:
+                run = run or f"run:{graph.nodes[v].name}"
+                keys[v] = (run, False)
+            else:
+                run = ""
+    where = plan.node_to_partition() if plan is not None else {}
+    on = {p.id: p.device_ids for p in plan.partitions} if plan is not None else {}
+    order: dict[str, int] = {}
+    members: list[list[int]] = []
+    for v in ops:
+        b = order.setdefault(keys[v][0], len(order))
+        if b == len(members):
+            members.append([])
+        members[b].append(v)
+    box_of = [-1] * len(graph)
+    for b, vs in enumerate(members):
+        for v in vs:
+            box_of[v] = b
+    groups = []
+    for key, b in order.items():
+        vs = members[b]
+        devices: dict[int, int] = {}
+        parts: set[int] = set()
+        for v in vs:
+            p = where.get(graph.nodes[v].name)
+            if p is not None:
+                parts.add(p)
+                for d in on.get(p, ()):
+                    devices[d] = devices.get(d, 0) + 1
+        label = graph.nodes[vs[0]].name if key.startswith("node:") else (
+            f"{graph.nodes[vs[0]].name} ... {graph.nodes[vs[-1]].name}" if key.startswith("run:") else key)
+        groups.append(Group(
+            key, label, tuple(vs), sum(graph.output_bytes[v] for v in vs), sum(graph.nodes[v].param_bytes for v in vs),
+            sum(graph.nodes[v].flops for v in vs), sum(node_s[v] for v in vs) if node_s is not None else 0.0,
+            tuple(sorted(devices.items())), tuple(sorted(parts)), keys[vs[0]][1]))
+    edges: dict[tuple[int, int], int] = {}
+    for v in ops:
+        seen: set[int] = set()
+        for w in graph.users[v]:
+            b = box_of[w]
+            if b >= 0 and b != box_of[v] and b not in seen:
+                seen.add(b)
+                edges[(box_of[v], b)] = edges.get((box_of[v], b), 0) + graph.output_bytes[v]
+    return CollapsedGraph(tuple(groups), tuple((a, b, n) for (a, b), n in sorted(edges.items())), tuple(box_of))
+
+
+@dataclass(frozen=True)
+class SearchHit:
+    query: str
+    nodes: tuple[int, ...]  # node indices whose name or module path contains the query
+    partitions: tuple[int, ...]  # partitions holding them
+
+
+def search(graph: "Graph", query: str, plan: "Plan | None" = None) -> SearchHit:
+    """Op nodes whose name or module path contains ``query`` (case-insensitive), and their
+    partitions in ``plan``."""
+    q = query.strip().lower()
+    if not q:
+        return SearchHit(query, (), ())
+    hits = tuple(v for v in graph.op_indices
+                 if q in graph.nodes[v].name.lower() or q in graph.nodes[v].module_path.lower())
+    where = plan.node_to_partition() if plan is not None else {}
+    parts = sorted({where[graph.nodes[v].name] for v in hits if graph.nodes[v].name in where})
+    return SearchHit(query, hits, tuple(parts))
+
+
+def _tip(g: Group, plan: "Plan | None", overlay: str, value: float | None) -> str:
+    lines = [g.label, f"{len(g.members)} node{'s' if len(g.members) != 1 else ''}",
+             f"output {format_bytes(g.output_bytes)}, parameters {format_bytes(g.param_bytes)}",
+             f"{format_flops(g.flops)}, latency {format_seconds(g.latency_s)} (sum of its nodes)"]
+    if plan is not None and g.devices:
+        lines.append("devices: " + ", ".join(f"{device_names(plan, [d])} ({n})" for d, n in g.devices))
+        lines.append("partitions: " + ", ".join(f"P{p}" for p in g.partitions))
+    if value is not None and overlay != "device":
+        lines.append(f"{overlay}: {formatter(overlay)(value)}")
+    if g.expandable:
+        lines.append("click to expand")
+    return "\n".join(lines)
+
+
+def box_values(cg: CollapsedGraph, overlay: str) -> list[float]:
+    """Each box's value of ``overlay`` (memory, latency, FLOPs, or the bytes leaving it)."""
+    if overlay == "memory":
+        return [float(g.memory_bytes) for g in cg.groups]
+    if overlay == "latency":
+        return [g.latency_s for g in cg.groups]
+    if overlay == "flops":
+        return [float(g.flops) for g in cg.groups]
+    out = [0.0] * len(cg.groups)
+    for a, _, n in cg.edges:
+        out[a] += n
+    return out
+
+
+def collapsed_to_dot(cg: CollapsedGraph, plan: "Plan | None" = None, *, overlay: str = "device",
+                     highlight: Collection[int] = (), title: str = "") -> str:
+    """DOT of a collapsed graph: a box per group with its sums and a bar of its devices' colours
+    (widths by member count), fill by ``overlay`` (the device's colour when a box sits on one
+    device), edges with the bytes crossing, dashed where they change device. Boxes have DOT ids
+    ``m:<key>`` and tooltips; ``highlight``: box indices outlined thick (search hits)."""
+    colours: Mapping[int, str] = device_colours(plan.devices) if plan is not None else {}
+    values = box_values(cg, overlay) if overlay != "device" else []
+    low, high = (min(values), max(values)) if values else (0.0, 0.0)
+    lines = ["digraph model {",
+             f"  graph [rankdir=TB, labelloc=t, fontname=Helvetica, fontsize=14, label={quote(title)}, nodesep=0.25, ranksep=0.35];",
+             '  node [shape=box, style="rounded,filled", fontname=Helvetica, fontsize=10, margin="0.08,0.04"];',
+             '  edge [fontname=Helvetica, fontsize=8, color="#666666"];']
+    single: list[int | None] = []
+    for b, g in enumerate(cg.groups):
+        total = sum(n for _, n in g.devices) or 1
+        bar = "".join(f'<TD BGCOLOR="{colours.get(d, UNKNOWN_DEVICE_COLOUR)}" HEIGHT="8" WIDTH="{max(4, round(60 * n / total))}"></TD>'
+                      for d, n in g.devices)
+        single.append(g.devices[0][0] if len(g.devices) == 1 else None)
+        fill = colour_for(values[b], low, high) if values else colours.get(single[b], "#f7f7f7")  # type: ignore[arg-type]
+        text = f"{g.label}\n{len(g.members)} nodes | {format_bytes(g.memory_bytes)}\n{format_seconds(g.latency_s)}" \
+            if len(g.members) > 1 else f"{g.label}\n{format_bytes(g.memory_bytes)} | {format_seconds(g.latency_s)}"
+        body = "<BR/>".join(html_text(t) for t in text.split("\n"))
+        span = max(1, len(g.devices))
+        label = ('<<TABLE BORDER="0" CELLBORDER="0" CELLSPACING="0" CELLPADDING="2">'
+                 + (f"<TR>{bar}</TR>" if bar else "") + f'<TR><TD COLSPAN="{span}">{body}</TD></TR></TABLE>>')
+        attrs = [f"label={label}", f'fillcolor="{fill}"', f'id={quote("m:" + g.key)}',
+                 f"tooltip={quote(_tip(g, plan, overlay, values[b] if values else None))}"]
+        if g.expandable:
+            attrs.append("peripheries=2")
+        if b in highlight:
+            attrs += [f'color="{HIGHLIGHT_COLOUR}"', "penwidth=4"]
+        lines.append(f"  b{b} [{', '.join(attrs)}];")
+    for a, b, n in cg.edges:
+        dashed = single[a] is None or single[b] is None or single[a] != single[b]
+        lines.append(f"  b{a} -> b{b} [label={quote(format_bytes(n))}{', style=dashed' if dashed and plan is not None else ''}];")
+    if values:
+        lines.append(legend_node(overlay, low, high))
+    lines.append("}")
+    return "\n".join(lines) + "\n"

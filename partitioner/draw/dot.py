@@ -1,0 +1,89 @@
+"""The DOT vocabulary every drawing shares: device colours, quoting, labels with a device bar.
+
+:mod:`partitioner.draw.dag` draws the partition DAG with it, :mod:`partitioner.draw.nodeview` the node
+graphs (one partition's nodes, the whole graph collapsed by module, an algorithm's steps).
+Pure string building: no UI import, no Graphviz import.
+"""
+
+from __future__ import annotations
+
+import html
+
+from typing import Iterable, Mapping, Sequence
+
+from partitioner.devices import Device
+from partitioner.plan.records import Partition, Plan
+
+__all__ = ["PALETTE", "CRITICAL_COLOUR", "WARNING_COLOUR", "HIGHLIGHT_COLOUR", "UNKNOWN_DEVICE_COLOUR",
+           "device_colours", "over_capacity_devices", "partition_capacity", "quote", "percent",
+           "device_names", "fill", "bar_label", "html_text"]
+
+# Light fills that keep black text readable; colour-blind-safe order for the first eight
+# (Okabe-Ito hues lightened), then more. Device i (in logical-id order) gets PALETTE[i % 16].
+PALETTE: tuple[str, ...] = (
+    "#a6cee3", "#fdbf6f", "#b2df8a", "#cab2d6", "#ffff99", "#8dd3c7", "#fccde5", "#d9d9d9",
+    "#80b1d3", "#bebada", "#ccebc5", "#ffed6f", "#e5c494", "#b3de69", "#fb9a99", "#bc80bd",
+)
+CRITICAL_COLOUR = "#d62728"  # critical-path edges and outlines
+WARNING_COLOUR = "#ff7f0e"  # partitions on a device over its memory
+HIGHLIGHT_COLOUR = "#1f5fd6"  # search hits
+UNKNOWN_DEVICE_COLOUR = "#ffffff"  # a device id the plan does not list (hand-edited plans)
+
+
+def device_colours(devices: Iterable[Device]) -> dict[int, str]:
+    """Logical id -> fill colour, stable for a device list (by sorted logical id)."""
+    ids = sorted({d.logical_id for d in devices})
+    return {lid: PALETTE[i % len(PALETTE)] for i, lid in enumerate(ids)}
+
+
+def over_capacity_devices(plan: Plan) -> set[int]:
+    """Logical ids of devices holding more than their memory (from ``plan.device_usage``)."""
+    used = plan.device_memory_bytes()
+    return {d.logical_id for d in plan.devices if used.get(d.logical_id, 0) > d.memory_bytes}
+
+
+def partition_capacity(plan: Plan, partition: Partition) -> int | None:
+    """Memory of the smallest device the partition is placed on (None if none is known)."""
+    sizes = [d.memory_bytes for d in plan.devices if d.logical_id in partition.device_ids]
+    return min(sizes) if sizes else None
+
+
+def quote(text: str) -> str:
+    """A DOT double-quoted string; ``\\n`` in ``text`` stays a DOT line break."""
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
+
+
+def percent(used: int, capacity: int | None) -> str:
+    """``used`` as a share of ``capacity`` (``?`` when unknown)."""
+    if capacity is None:
+        return "?"
+    if capacity == 0:
+        return "inf%" if used else "0%"
+    return f"{used / capacity:.0%}"
+
+
+def device_names(plan: Plan, ids: Iterable[int]) -> str:
+    """The names of devices ``ids`` of ``plan``, comma-separated."""
+    known = {d.logical_id: d.name for d in plan.devices}
+    return ", ".join(known.get(i, f"unknown device {i}") for i in ids) or "no device"
+
+
+def fill(colours: Mapping[int, str], device_ids: Iterable[int]) -> tuple[str, str]:
+    """(style, fillcolor) for a partition: striped with one stripe per device when replicated."""
+    fills = [colours.get(d, UNKNOWN_DEVICE_COLOUR) for d in device_ids] or [UNKNOWN_DEVICE_COLOUR]
+    if len(fills) == 1:
+        return "filled", fills[0]
+    return "striped", ":".join(fills)
+
+
+def bar_label(text: str, colours: Sequence[str]) -> str:
+    """An HTML-like DOT label: a bar with one cell per device colour above the text."""
+    body = "<BR/>".join(html.escape(line) for line in text.split("\n"))
+    bar = "".join(f'<TD BGCOLOR="{c}" HEIGHT="10" WIDTH="24"></TD>' for c in colours)
+    return (f'<<TABLE BORDER="0" CELLBORDER="0" CELLSPACING="0" CELLPADDING="3"><TR>{bar}</TR>'
+            f'<TR><TD COLSPAN="{len(colours)}">{body}</TD></TR></TABLE>>')
+
+
+def html_text(text: str) -> str:
+    """``text`` escaped for an HTML-like DOT label."""
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;").replace('"', "&quot;")

@@ -1,0 +1,205 @@
+"""DOT of node graphs: the nodes inside one partition, each with its details on hover.
+
+Built from the same vocabulary as the partition DAG (:mod:`partitioner.draw.dot`); pure strings.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Iterable, Sequence
+
+from partitioner.devices import Device, format_bytes
+from partitioner.draw.dot import (
+    CRITICAL_COLOUR,
+    HIGHLIGHT_COLOUR,
+    WARNING_COLOUR,
+    device_colours,
+    device_names as _device_names,
+    fill as _fill,
+)
+from partitioner.draw.dot import quote as _q
+from partitioner.errors import PartitionError
+from partitioner.draw.overlay import colour_for, node_values, legend_node
+from partitioner.plan.records import Plan
+from partitioner.units import format_flops, format_seconds
+
+if TYPE_CHECKING:  # pragma: no cover
+    from partitioner.graph import Graph
+    from partitioner.accelerator.steps import DecisionTrace
+
+__all__ = ["partition_to_dot", "node_tip", "step_to_dot"]
+
+
+def _shape(shape: tuple[int, ...] | None, dtype: str | None) -> str:
+    if shape is None:
+        return dtype or ""
+    text = "(" + ", ".join(str(s) for s in shape) + ")"
+    return f"{text} {dtype}" if dtype else text
+
+
+def node_tip(graph: "Graph", v: int, node_s: Sequence[float] | None = None, placement: str = "") -> str:
+    """The hover text of node ``v``: module path, op, shape and dtype, bytes, FLOPs, latency
+    (``node_s``: the cost model's per-node seconds) and ``placement`` (its partition and device)."""
+    nd = graph.nodes[v]
+    lines = [nd.name, f"module: {nd.module_path or '(top level)'}", f"{nd.op}: {nd.target}"]
+    shape = _shape(nd.shape, nd.dtype)
+    if shape:
+        lines.append(f"output: {shape}")
+    lines.append(f"output {format_bytes(nd.output_bytes)}, parameters {format_bytes(nd.param_bytes)}")
+    if nd.flops:
+        lines.append(format_flops(nd.flops))
+    if node_s is not None:
+        lines.append(f"latency {format_seconds(node_s[v])}")
+    if placement:
+        lines.append(placement)
+    return "\n".join(lines)
+
+
+def partition_to_dot(plan: Plan, graph: "Graph", partition_id: int, *, max_nodes: int = 600,
+                     overlay: str = "device", node_s: Sequence[float] | None = None,
+                     highlight: Iterable[str] = ()) -> str:
+    """DOT source of the node DAG inside partition ``partition_id``.
+
+    Nodes are labelled with name, op and target, output shape and dtype, and bytes (output plus
+    parameters); an input read from another partition or from the model's inputs is a dashed
+    stub naming where it comes from; outputs read by other partitions point to a dashed stub
+    per consuming partition. Names the graph does not know (a plan made for another model) are
+    listed in a note. At most ``max_nodes`` nodes are drawn (the rest are counted in the
+    title). Each node has the DOT id ``n<index>`` and a tooltip (:func:`node_tip`; ``node_s`` adds
+    its latency); ``overlay`` colours the nodes by that metric, ``highlight`` outlines the named
+    nodes. O(nodes + their edges).
+    """
+    by_id = {p.id: p for p in plan.partitions}
+    if partition_id not in by_id:
+        raise PartitionError(
+            f"plan has no partition {partition_id}; choose one of {sorted(by_id) or 'none'}"
+        )
+    p = by_id[partition_id]
+    where = plan.node_to_partition()
+    known = [n for n in p.node_names if n in graph.index]
+    unknown = [n for n in p.node_names if n not in graph.index]
+    shown = known[:max_nodes]
+    inside = {graph.index[n] for n in shown}
+    colours = device_colours(plan.devices)
+    _, fill = _fill(colours, p.device_ids)
+    fill = fill.split(":")[0]
+    title = f"P{p.id} on {_device_names(plan, p.device_ids)}: {len(p.node_names)} nodes"
+    if len(known) > len(shown):
+        title += f" (first {len(shown)} drawn)"
+    lines = [
+        "digraph partition {",
+        f"  graph [rankdir=TB, labelloc=t, fontname=Helvetica, fontsize=14, label={_q(title)}];",
+        f'  node [shape=box, style="rounded,filled", fillcolor="{fill}", fontname=Helvetica, fontsize=10];',
+        "  edge [fontname=Helvetica, fontsize=8];",
+    ]
+    placed = f"P{p.id} on {_device_names(plan, p.device_ids)}"
+    marked = set(highlight)
+    values: list[float] = []
+    low = high = 0.0
+    if overlay != "device":
+        part_of = {graph.index[n]: q for n, q in where.items() if n in graph.index}
+        values = node_values(graph, overlay, node_s or [0.0] * len(graph), part_of)
+        low, high = min((values[v] for v in inside), default=0.0), max((values[v] for v in inside), default=0.0)
+    stubs_in: dict[int, str] = {}
+    stubs_out: dict[int, None] = {}
+    edges: list[str] = []
+    for v in sorted(inside):
+        nd = graph.nodes[v]
+        parts = [nd.name, f"{nd.op}: {nd.target}"]
+        shape = _shape(nd.shape, nd.dtype)
+        if shape:
+            parts.append(shape)
+        size = format_bytes(nd.output_bytes)
+        if nd.param_bytes:
+            size += f" + params {format_bytes(nd.param_bytes)}"
+        if nd.flops:
+            size += f" | {format_flops(nd.flops)}"
+        parts.append(size)
+        attrs = [f"label={_q(chr(10).join(parts))}", f'id="n{v}"', f"tooltip={_q(node_tip(graph, v, node_s, placed))}"]
+        if values:
+            attrs.append(f'fillcolor="{colour_for(values[v], low, high)}"')
+        if nd.name in marked:
+            attrs += [f'color="{HIGHLIGHT_COLOUR}"', "penwidth=4"]
+        lines.append(f"  n{v} [{', '.join(attrs)}];")
+        for u in graph.preds[v]:
+            if u in inside:
+                edges.append(f"  n{u} -> n{v};")
+                continue
+            src = graph.nodes[u]
+            if src.name in where:
+                origin = f"from P{where[src.name]}"
+            elif src.op == "placeholder":
+                origin = "model input"
+            elif src.op == "get_attr":
+                origin = "attribute"
+            elif src.name in p.node_names:
+                origin = "this partition (not drawn)"
+            else:
+                origin = "no partition"
+            stubs_in[u] = f"{src.name}\n{origin}\n{format_bytes(src.output_bytes)}"
+            edges.append(f"  in{u} -> n{v} [style=dashed];")
+        for w in graph.users[v]:
+            if w in inside:
+                continue
+            dst = graph.nodes[w]
+            if dst.name in where and where[dst.name] != p.id:
+                q = where[dst.name]
+                stubs_out[q] = None
+                edges.append(f"  n{v} -> out{q} [style=dashed];")
+            elif dst.op == "output":
+                stubs_out[-1] = None
+                edges.append(f"  n{v} -> out_model [style=dashed];")
+    for u in sorted(stubs_in):
+        lines.append(
+            f'  in{u} [label={_q(stubs_in[u])}, style="dashed", fillcolor=white, fontcolor="#555555"];'
+        )
+    for q in sorted(stubs_out):
+        if q < 0:
+            lines.append('  out_model [label="model output", style="dashed", fontcolor="#555555"];')
+        else:
+            target = by_id.get(q)
+            devices = _device_names(plan, target.device_ids) if target else "?"
+            label = _q(f"to P{q}" + "\n" + devices)
+            lines.append(f'  out{q} [label={label}, style="dashed", fontcolor="#555555"];')
+    lines.extend(sorted(set(edges)))
+    if unknown:
+        shown_unknown = ", ".join(unknown[:8]) + (" ..." if len(unknown) > 8 else "")
+        note = f"{len(unknown)} node(s) not in this model: {shown_unknown}"
+        lines.append(f'  unknown [shape=note, label={_q(note)}, fillcolor="{WARNING_COLOUR}"];')
+    if values:
+        lines.append(legend_node(overlay, low, high))
+    lines.append("}")
+    return "\n".join(lines) + "\n"
+
+
+def step_to_dot(trace: "DecisionTrace", index: int, devices: Sequence[Device]) -> str:
+    """DOT of the model's nodes after decision ``index``: each node in its partition's device
+    colour (white while not placed) and labelled with the partition; the decision's nodes
+    outlined (blue when taken, dashed red when only tried)."""
+    graph = trace.graph
+    frame = trace.frames[index]
+    decision = trace.decisions[index]
+    colours = device_colours(devices)
+    touched = {v for v, _ in decision.moves}
+    for p, _ in decision.devices:
+        touched.update(v for v, q in enumerate(frame.part) if q == p)
+    lines = ["digraph steps {", "  graph [rankdir=TB, nodesep=0.2, ranksep=0.3];",
+             '  node [shape=box, style="rounded,filled", fontname=Helvetica, fontsize=10, margin="0.06,0.03"];',
+             '  edge [color="#888888", arrowsize=0.6];']
+    for v in graph.op_indices:
+        p = frame.part[v]
+        on = frame.devices_of.get(p, ()) if p >= 0 else ()
+        fill = colours.get(on[0], "#ffffff") if on else "#ffffff"
+        where = f"P{p}" if p >= 0 else "not placed"
+        attrs = [f"label={_q(graph.nodes[v].name + chr(10) + where)}", f'fillcolor="{fill}"', f'id="n{v}"',
+                 f"tooltip={_q(node_tip(graph, v, placement=where))}"]
+        if v in touched:
+            attrs += ([f'color="{HIGHLIGHT_COLOUR}"', "penwidth=4"] if decision.accepted
+                      else [f'color="{CRITICAL_COLOUR}"', "penwidth=3", 'style="rounded,filled,dashed"'])
+        lines.append(f"  n{v} [{', '.join(attrs)}];")
+    ops = set(graph.op_indices)
+    for v in graph.op_indices:
+        for u in graph.preds[v]:
+            if u in ops:
+                lines.append(f"  n{u} -> n{v};")
+    lines.append("}")
+    return "\n".join(lines) + "\n"

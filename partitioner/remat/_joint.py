@@ -1,0 +1,222 @@
+"""The joint trace (torch): what functorch's min-cut saves for the backward and what it recomputes.
+
+``torch._functorch.partitioners.min_cut_rematerialization_partition`` (what ``torch.compile``
+runs on every training graph) splits the joint forward-backward graph into a forward that saves
+some values and a backward that recomputes the rest, under ``activation_memory_budget`` (1: save
+what min-cut would; 0: recompute all it can). :func:`analyze` traces the joint graph with AOT
+autograd and runs that real function (nothing here reimplements the min-cut), then maps its
+decisions back onto the forward graph that :func:`partitioner.trace` gives, so the explorer can
+draw them: each aten node carries the name of the traced node it came from (``meta["custom"]``,
+set while an ``fx.Interpreter`` runs the traced graph under ``preserve_node_meta``).
+
+The joint trace imports heavy modules and some of torch's estimators abort the process on CPU,
+so by default the work runs in a fresh worker interpreter with a time limit
+(:func:`partitioner.runtime.worker.run_in_worker`); a failure raises :class:`~partitioner.errors.RunError` naming the cause.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Sequence
+
+import torch
+import torch.fx as fx
+
+from partitioner.devices import DEFAULT_SPEEDS
+from partitioner.errors import PartitionError
+from partitioner.graph import Graph
+from partitioner.remat.memory import RematResult, check_request
+
+__all__ = ["analyze", "sweep", "VIEW_OPS"]
+
+_TAG = "partition_explorer_node"
+
+
+def analyze(model: torch.nn.Module | Graph, example_inputs: Sequence[Any] | torch.Tensor,
+            budget: float = 0.5, loss: str = "sum", *, timeout_s: float | None = 300.0,
+            flops_per_s: float = DEFAULT_SPEEDS["peak_flops"]) -> RematResult:
+    """Run functorch's min-cut on ``model``'s joint graph at ``budget``. The loss is the sum (or
+    mean) of every floating-point output. ``timeout_s=None`` runs in this process (tests,
+    benchmarks); otherwise in a worker process that is stopped at the limit."""
+    return sweep(model, example_inputs, (budget,), loss, timeout_s=timeout_s, flops_per_s=flops_per_s)[0]
+
+
+def sweep(model: torch.nn.Module | Graph, example_inputs: Sequence[Any] | torch.Tensor,
+          budgets: Sequence[float] = (0.0, 0.25, 0.5, 0.75, 1.0), loss: str = "sum", *,
+          timeout_s: float | None = 300.0,
+          flops_per_s: float = DEFAULT_SPEEDS["peak_flops"]) -> list[RematResult]:
+    """:func:`analyze` at each budget, in one worker (the imports are paid once)."""
+    for b in budgets:
+        check_request(b, loss)
+    inputs = (example_inputs,) if isinstance(example_inputs, torch.Tensor) else tuple(example_inputs)
+    if isinstance(model, Graph):
+        gm = model.graph_module
+        if gm is None:
+            raise PartitionError(f"graph {model.name!r} has no traced module; use partitioner.trace")
+    else:
+        import partitioner  # its lazy ``trace`` (importing the submodule would shadow the function)
+
+        gm = partitioner.trace(model, inputs).graph_module
+    args = (gm, inputs, tuple(float(b) for b in budgets), loss, flops_per_s)
+    if timeout_s is None:
+        return _sweep(*args)
+    from partitioner.runtime.execute import picklable
+    from partitioner.runtime.worker import run_in_worker
+
+    return run_in_worker(_sweep, (picklable(gm), *args[1:]), timeout_s, "the joint trace and min-cut")
+
+
+class _Tagged(torch.nn.Module):
+    """Runs the traced graph node by node, so every aten node made while tracing carries the
+    traced node's name."""
+
+    def __init__(self, gm: fx.GraphModule) -> None:
+        super().__init__()
+        self.gm = gm
+        for n in gm.graph.nodes:
+            n.meta.setdefault("custom", {})[_TAG] = n.name
+
+    def forward(self, *args: Any) -> Any:
+        return fx.Interpreter(self.gm).run(*args)
+
+
+def _sweep(gm: fx.GraphModule, inputs: tuple[Any, ...], budgets: tuple[float, ...], loss: str,
+           flops_per_s: float) -> list[RematResult]:
+    import torch._functorch.config as functorch_config
+    import torch.fx.traceback as fx_traceback
+    from torch._functorch.aot_autograd import aot_function, make_boxed_func
+    from torch._functorch.partitioners import min_cut_rematerialization_partition
+
+    module = _Tagged(gm)
+    state = {**dict(module.named_parameters()), **dict(module.named_buffers())}  # tied: once
+    if not any(p.requires_grad for p in module.parameters()) and not any(
+            isinstance(x, torch.Tensor) and x.requires_grad for x in inputs):
+        raise PartitionError("the model has no trainable parameters: there is no backward to analyse")
+
+    def forward(params: dict[str, torch.Tensor], *args: Any) -> Any:
+        return torch.func.functional_call(module, params, args)
+
+    results = []
+    for budget in budgets:
+        seen: dict[str, Any] = {}
+
+        def partition(joint: fx.GraphModule, joint_inputs: Any, **kw: Any) -> Any:
+            seen["joint_s"] = time.perf_counter() - seen["start"]
+            start = time.perf_counter()
+            fw, bw = min_cut_rematerialization_partition(joint, joint_inputs, compiler="inductor", **kw)
+            seen.update(fw=fw, bw=bw, outputs=kw.get("num_fwd_outputs", 1), solver_s=time.perf_counter() - start)
+            return fw, bw
+
+        def keep(graph_module: fx.GraphModule, _: Any) -> Any:
+            return make_boxed_func(graph_module)
+
+        seen["start"] = time.perf_counter()
+        trainable = {k: v for k, v in state.items() if v.requires_grad}
+        for p in trainable.values():
+            p.grad = None
+        with fx_traceback.preserve_node_meta(), functorch_config.patch(activation_memory_budget=budget):
+            compiled = aot_function(forward, fw_compiler=keep, bw_compiler=keep,  # type: ignore[arg-type]
+                                    partition_fn=partition)
+            _loss(compiled(state, *inputs), loss).backward()
+        # The split forward and backward must give eager's gradients.
+        eager = torch.autograd.grad(_loss(module(*inputs), loss), list(trainable.values()), allow_unused=True)
+        equal = all(torch.allclose(p.grad if p.grad is not None else torch.zeros_like(p),
+                                   e if e is not None else torch.zeros_like(p), rtol=1e-4, atol=1e-6)
+                    for p, e in zip(trainable.values(), eager))
+        results.append(_read(budget, seen, flops_per_s, equal))
+    return results
+
+
+def _loss(out: Any, kind: str) -> torch.Tensor:
+    leaves = [t for t in torch.utils._pytree.tree_leaves(out)
+              if isinstance(t, torch.Tensor) and t.is_floating_point() and t.requires_grad]
+    if not leaves:
+        raise PartitionError("no output of the model needs a gradient: there is no loss to train")
+    return sum((t.sum() if kind == "sum" else t.mean()) for t in leaves)  # type: ignore[return-value]
+
+
+VIEW_OPS = frozenset({"t", "view", "_unsafe_view", "transpose", "permute", "expand", "unsqueeze",
+                      "squeeze", "reshape", "slice", "select", "as_strided", "alias", "detach"})
+
+
+def _origin(node: fx.Node) -> str | None:
+    return (node.meta.get("custom") or {}).get(_TAG)
+
+
+def _flops(node: fx.Node) -> int:
+    """FLOPs of one aten node: torch's own formulas (``torch.utils.flop_counter``) where it has
+    one, else one per output element (pointwise)."""
+    from torch.utils.flop_counter import flop_registry
+
+    out = node.meta.get("val")
+    formula = flop_registry.get(getattr(node.target, "overloadpacket", None))
+    if formula is not None:
+        args, kwargs = torch.utils._pytree.tree_map_only(fx.Node, lambda n: n.meta.get("val"), (node.args, node.kwargs))
+        try:
+            return int(formula(*args, **kwargs, out_val=out))
+        except Exception:  # noqa: BLE001 - a formula that does not fit these arguments
+            pass
+    return sum(t.numel() for t in torch.utils._pytree.tree_leaves(out) if isinstance(t, torch.Tensor))
+
+
+def _read(budget: float, seen: dict[str, Any], flops_per_s: float, gradients_equal: bool) -> RematResult:
+    fw: fx.GraphModule = seen["fw"]
+    bw: fx.GraphModule = seen["bw"]
+    output = next(n for n in fw.graph.nodes if n.op == "output")
+    saved_values = [a for a in output.args[0][seen["outputs"]:] if isinstance(a, fx.Node)]
+    held = {_storage(n) for n in fw.graph.nodes if n.op == "placeholder"} - {None}
+    by_node: dict[str, int] = {}
+    input_bytes = 0
+    counted: set[Any] = set()
+    for value in saved_values:
+        size, storage = _nbytes(value), _storage(value)
+        if value.op == "placeholder" or storage in held:
+            input_bytes += size if value.op == "placeholder" else 0
+            continue
+        name = _origin(value)
+        if name is None or storage in counted:
+            continue
+        if storage is not None:
+            counted.add(storage)
+        by_node[name] = by_node.get(name, 0) + size
+    fw_ops = [n for n in fw.graph.nodes if n.op == "call_function"]
+    fw_names = {n.name for n in fw_ops}
+    # Views (a new shape over a saved storage) cost nothing to redo: min-cut always redoes them.
+    recomputed = [n for n in bw.graph.nodes if n.op == "call_function"
+                  and n.meta.get("partitioner_tag") == "is_forward" and n.name in fw_names
+                  and getattr(n.target, "_opname", None) not in VIEW_OPS]
+    flops = sum(_flops(n) for n in recomputed)
+    order = {n.name: i for i, n in enumerate(fw_ops)}
+    names = dict.fromkeys(_origin(n) for n in sorted(recomputed, key=lambda n: order.get(n.name, 0)))
+    return RematResult(
+        budget=budget,
+        saved=tuple(by_node),
+        recomputed=tuple(n for n in names if n is not None),
+        saved_activation_bytes=sum(by_node.values()),
+        saved_input_bytes=input_bytes,
+        recompute_flops=flops,
+        recompute_time_s=flops / flops_per_s,
+        saved_bytes_by_node=by_node,
+        recomputed_ops=len(recomputed),
+        forward_ops=len(fw_ops),
+        joint_trace_s=seen.get("joint_s", 0.0),
+        solver_s=seen.get("solver_s", 0.0),
+        gradients_equal=gradients_equal,
+    )
+
+
+def _nbytes(node: fx.Node) -> int:
+    val = node.meta.get("val")
+    return int(val.numel() * val.element_size()) if isinstance(val, torch.Tensor) else 0
+
+
+def _storage(node: fx.Node) -> Any:
+    val = node.meta.get("val")
+    if not isinstance(val, torch.Tensor):
+        return None
+    try:
+        from torch.multiprocessing.reductions import StorageWeakRef
+
+        return StorageWeakRef(val.untyped_storage())
+    except (RuntimeError, NotImplementedError):
+        return None

@@ -1,0 +1,89 @@
+"""Training memory, torch-free: what one budget's min-cut result holds (:class:`RematResult`),
+each device's parameters, gradients, optimizer state and saved activations under a plan, and the
+largest budget at which every device fits. The joint trace that makes a result is
+:mod:`partitioner.remat._joint` (torch, in a worker process)."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any, Sequence
+
+from partitioner.cost.training import OPTIMIZER_STATE, check_optimizer
+from partitioner.errors import PartitionError
+from partitioner.graph import Graph
+from partitioner.plan.records import Plan
+
+__all__ = ["RematResult", "training_memory", "largest_fitting_budget", "LOSSES", "check_request"]
+
+LOSSES = ("sum", "mean")
+
+
+@dataclass(frozen=True)
+class RematResult:
+    """What the backward reads and recomputes at one budget; names are the traced graph's."""
+
+    budget: float
+    saved: tuple[str, ...]  # forward nodes whose values the backward reads (activations)
+    recomputed: tuple[str, ...]  # forward nodes the backward computes again
+    saved_activation_bytes: int  # distinct storages saved, parameters and inputs apart
+    saved_input_bytes: int  # parameters, buffers and inputs the backward reads (held anyway)
+    recompute_flops: int
+    recompute_time_s: float  # the recomputed FLOPs at ``flops_per_s``
+    saved_bytes_by_node: dict[str, int] = field(default_factory=dict)
+    recomputed_ops: int = 0  # aten ops the backward recomputes (views apart: they are free)
+    forward_ops: int = 0  # aten ops in the forward
+    joint_trace_s: float = 0.0
+    solver_s: float = 0.0
+    gradients_equal: bool = True  # the split forward and backward gave eager's gradients
+
+    def to_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["saved"], out["recomputed"] = list(self.saved), list(self.recomputed)
+        return out
+
+
+def training_memory(plan: Plan, graph: Graph, result: RematResult, optimizer: str = "adam") -> dict[int, dict[str, int]]:
+    """Each device's training memory under ``plan``: the parameters its partitions hold, as many
+    bytes again of gradients, the optimizer's state (``OPTIMIZER_STATE`` tensors per parameter,
+    in the parameters' dtype), and the activations saved for the backward by nodes it runs
+    (``result``'s budget). A replicated partition counts on each of its devices."""
+    check_optimizer(optimizer)
+    params: dict[int, int] = {}
+    activations: dict[int, int] = {}
+    attrs: dict[int, set[int]] = {}
+    for p in plan.partitions:
+        for name in p.node_names:
+            v = graph.index[name]
+            node = graph.nodes[v]
+            for d in p.device_ids:
+                params[d] = params.get(d, 0) + node.param_bytes
+                activations[d] = activations.get(d, 0) + result.saved_bytes_by_node.get(name, 0)
+                attrs.setdefault(d, set()).update(u for u in graph.preds[v] if graph.nodes[u].op == "get_attr")
+    out = {}
+    for d in sorted(params):
+        held = params[d] + sum(graph.output_bytes[u] for u in attrs.get(d, ()))
+        out[d] = {"parameters": held, "gradients": held, "optimizer": OPTIMIZER_STATE[optimizer] * held,
+                  "activations": activations[d]}
+    return out
+
+
+def largest_fitting_budget(plan: Plan, graph: Graph, results: Sequence[RematResult],
+                           optimizer: str = "adam") -> RematResult | None:
+    """The result with the largest budget (the least recomputation) at which every device's
+    training memory fits its capacity; None when none does."""
+    capacity = {d.logical_id: d.memory_bytes for d in plan.devices}
+    for result in sorted(results, key=lambda r: -r.budget):
+        used = training_memory(plan, graph, result, optimizer)
+        if all(sum(parts.values()) <= capacity[d] for d, parts in used.items()):
+            return result
+    return None
+
+
+def check_request(budget: float, loss: str) -> None:
+    if not (isinstance(budget, (int, float)) and 0.0 <= float(budget) <= 1.0):
+        raise PartitionError(f"budget must be between 0 and 1 (got {budget!r}); 1 saves what min-cut "
+                             "would, 0 recomputes all it can")
+    if loss not in LOSSES:
+        raise PartitionError(f"unknown loss {loss!r}; choose one of {', '.join(LOSSES)}")
+
+

@@ -1,0 +1,309 @@
+"""Run a plan for real: one process per device, each executing its partitions of the split module.
+
+Every rank walks the split module's graph in the same topological order (the NOTE below); the
+owner of a partition computes it; its outputs go to the ranks that read them with non-blocking
+sends (``isend``; gloo's blocking ``send`` waits for the receiver, so two ranks sending to each
+other first would deadlock); a replicated partition runs on every device holding it and its first
+device sends. Rank 0 gathers the model's outputs. Timings per partition (compute, waiting for
+inputs, bytes received) and end to end come back beside the plan's predictions.
+
+# NOTE: [One walk, every rank]
+Send and receive pair up because every rank visits the producer of a value at the same point of
+one global order, and tags carry the producer's position. Shapes of what crosses come from one
+run of the split module in the parent (the reference outputs), so receivers allocate exactly.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
+
+import torch
+import torch.distributed as dist
+import torch.fx as fx
+from torch.utils._pytree import tree_flatten, tree_unflatten
+
+from partitioner.errors import RunError
+from partitioner.graph import Graph
+from partitioner.plan.records import Plan
+from partitioner.runtime.launch import default_backend, launch, report_progress
+from partitioner.runtime.splitting import split
+
+__all__ = ["run", "RunResult", "PartitionRun", "prepare", "run_rank", "Prepared"]
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class PartitionRun:
+    """One partition as it ran (on its first device; replicas ran the same work)."""
+
+    id: int
+    ranks: tuple[int, ...]
+    compute_s: float  # time inside the partition's submodule
+    wait_s: float  # time its rank spent receiving the partition's inputs
+    received_bytes: int  # bytes its inputs brought from other ranks
+    predicted_s: float  # the plan's latency for it
+
+    @property
+    def ratio(self) -> float:
+        """Measured compute over predicted latency (the cost model's error for this partition)."""
+        return self.compute_s / self.predicted_s if self.predicted_s > 0 else float("inf")
+
+
+@dataclass(frozen=True)
+class RunResult:
+    outputs: Any  # the model's outputs, gathered on rank 0
+    outputs_equal: bool  # equal to the single-process model's (torch.testing.assert_close)
+    measured_latency_s: float  # end to end, on rank 0, best of the timed repeats
+    predicted_latency_s: float
+    partitions: tuple[PartitionRun, ...]
+    world_size: int
+    backend: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"outputs_equal": self.outputs_equal, "measured_latency_s": self.measured_latency_s,
+                "predicted_latency_s": self.predicted_latency_s, "world_size": self.world_size,
+                "backend": self.backend,
+                "partitions": [{"id": p.id, "ranks": list(p.ranks), "compute_s": p.compute_s,
+                                "wait_s": p.wait_s, "received_bytes": p.received_bytes,
+                                "predicted_s": p.predicted_s} for p in self.partitions]}
+
+
+def _tensors(value: Any) -> list[torch.Tensor]:
+    leaves, _ = tree_flatten(value)
+    return [t for t in leaves if isinstance(t, torch.Tensor)]
+
+
+def _glue(gm: fx.GraphModule, n: fx.Node, env: dict[str, Any]) -> Any:
+    """Run a node of the split module's own graph that is not a partition (getitem, a method on
+    a partition's output, an attribute)."""
+    a = fx.graph.map_arg(n.args, lambda x: env[x.name])
+    k = fx.graph.map_arg(n.kwargs, lambda x: env[x.name])
+    if n.op == "call_function":
+        return n.target(*a, **k)  # type: ignore[operator]
+    if n.op == "call_method":
+        return getattr(a[0], str(n.target))(*a[1:], **k)
+    if n.op == "get_attr":
+        value = gm
+        for part in str(n.target).split("."):
+            value = getattr(value, part)
+        return value
+    raise RunError(f"node {n.name} ({n.op}) cannot run in a split module")
+
+
+def _entry(rank: int, world_size: int, gm: fx.GraphModule, owners: dict[str, tuple[int, ...]],
+           inputs: tuple[Any, ...], shapes: dict[str, Any], repeats: int) -> dict[str, Any]:
+    """What each rank runs (see NOTE: [One walk, every rank])."""
+    with torch.no_grad():
+        return _walk(rank, world_size, gm, owners, inputs, shapes, repeats)
+
+
+def _walk(rank: int, world_size: int, gm: fx.GraphModule, owners: dict[str, tuple[int, ...]],
+          inputs: tuple[Any, ...], shapes: dict[str, Any], repeats: int) -> dict[str, Any]:
+    nodes = list(gm.graph.nodes)
+    position = {n.name: i for i, n in enumerate(nodes)}
+    # Ranks that need each value: a partition's owners, rank 0 for the model's outputs, and for
+    # glue (getitem on a partition's tuple) whoever needs the glue's result.
+    need: dict[str, set[int]] = {n.name: set() for n in nodes}
+    for n in reversed(nodes):
+        if n.op == "output":
+            ranks = {0}
+        elif n.op == "call_module":
+            ranks = set(owners[n.name])
+        else:
+            ranks = need[n.name]
+        for arg in n.all_input_nodes:
+            need[arg.name] |= ranks
+    best = float("inf")
+    timings: dict[str, Any] = {}
+    outputs: Any = None
+    for attempt in range(repeats + 1):  # the first walk warms up (allocations, lazy init)
+        env: dict[str, Any] = {}
+        pending: list[Any] = []
+        compute: dict[str, float] = {}
+        wait: dict[str, float] = {}
+        received: dict[str, int] = {}
+        args = iter(inputs)
+        dist.barrier()
+        start = time.perf_counter()
+        for n in nodes:
+            if n.op == "placeholder":
+                env[n.name] = next(args)
+                continue
+            if n.op == "output":
+                if rank == 0:
+                    outputs = fx.graph.map_arg(n.args[0], lambda a: env[a.name])
+                break
+            if n.op != "call_module":  # glue: runs wherever its input is
+                if all(a.name in env for a in n.all_input_nodes):
+                    env[n.name] = _glue(gm, n, env)
+                continue
+            own = owners[n.name]
+            if rank in own:
+                a = fx.graph.map_arg(n.args, lambda x: env[x.name])
+                k = fx.graph.map_arg(n.kwargs, lambda x: env[x.name])
+                t0 = time.perf_counter()
+                try:
+                    env[n.name] = gm.get_submodule(str(n.target))(*a, **k)
+                except Exception as exc:
+                    raise RunError(f"partition {str(n.target).rsplit('_', 1)[1]} failed on rank {rank}: "
+                                   f"{type(exc).__name__}: {exc}", rank=rank) from exc
+                compute[n.name] = time.perf_counter() - t0
+            to = sorted(need[n.name] - set(own))
+            if rank == own[0]:
+                for dst in to:
+                    for j, t in enumerate(_tensors(env[n.name])):
+                        pending.append(dist.isend(t.contiguous(), dst, tag=position[n.name] * 64 + j))
+            elif rank in to:
+                meta, spec = shapes[n.name]
+                t0 = time.perf_counter()
+                parts = []
+                for j, (shape, dtype) in enumerate(meta):
+                    buf = torch.empty(shape, dtype=dtype)
+                    dist.recv(buf, own[0], tag=position[n.name] * 64 + j)
+                    parts.append(buf)
+                wait[n.name] = time.perf_counter() - t0
+                received[n.name] = sum(t.numel() * t.element_size() for t in parts)
+                env[n.name] = tree_unflatten(parts, spec)
+        for work in pending:
+            work.wait()
+        dist.barrier()
+        took = time.perf_counter() - start
+        if attempt > 0 and took < best:
+            best = took
+            timings = {"compute": compute, "wait": wait, "received": received}
+        report_progress(f"walk {attempt + 1} of {repeats + 1} done")
+    return {"outputs": outputs, "latency_s": best, "timings": timings}
+
+
+def picklable(gm: fx.GraphModule) -> fx.GraphModule:
+    """Drop type annotations that are strings (a model written with ``from __future__ import
+    annotations``): fx would emit them as globals that cannot be pickled for the ranks."""
+    for module in [gm, *gm.modules()]:
+        if isinstance(module, fx.GraphModule):
+            changed = False
+            for n in module.graph.nodes:
+                if isinstance(n.type, str):
+                    n.type = None
+                    changed = True
+            if changed:
+                module.recompile()
+    return gm
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """What every rank needs: the split module, who owns each node, the shapes that cross, and
+    the single-process reference outputs."""
+
+    module: fx.GraphModule
+    owners: dict[str, tuple[int, ...]]
+    shapes: dict[str, Any]
+    inputs: tuple[Any, ...]
+    reference: Any
+    partitions: dict[str, Any]  # submodule name -> Partition
+
+
+def prepare(plan: Plan, graph: Graph, example_inputs: Sequence[Any] | torch.Tensor) -> Prepared:
+    """Split ``plan`` and run it once here: the reference outputs and every crossing shape."""
+    if isinstance(example_inputs, torch.Tensor):
+        example_inputs = (example_inputs,)
+    inputs = tuple(example_inputs)
+    gm = picklable(split(plan, graph))
+    rank_of = {d.logical_id: i for i, d in enumerate(plan.devices)}
+    owners: dict[str, tuple[int, ...]] = {}
+    part_of_submod = {}
+    for n in gm.graph.nodes:
+        if n.op == "call_module":
+            pid = int(str(n.target).rsplit("_", 1)[1])
+            part = next(p for p in plan.partitions if p.id == pid)
+            owners[n.name] = tuple(rank_of[d] for d in part.device_ids)
+            part_of_submod[n.name] = part
+    for n in gm.graph.nodes:  # getitem and other glue follow the node they read
+        if n.op == "call_function":
+            src = n.all_input_nodes[0].name if n.all_input_nodes else None
+            owners[n.name] = owners.get(src, (0,)) if src else (0,)
+    # One run here gives the reference outputs and the shape of every value that crosses.
+    shapes: dict[str, Any] = {}
+
+    class _Record(fx.Interpreter):
+        def run_node(self, n: fx.Node) -> Any:
+            out = super().run_node(n)
+            leaves, spec = tree_flatten(out)
+            if all(isinstance(t, torch.Tensor) for t in leaves):
+                shapes[n.name] = ([(tuple(t.shape), t.dtype) for t in leaves], spec)
+            return out
+
+    try:
+        with torch.no_grad():
+            reference = _Record(gm).run(*inputs)
+    except Exception as exc:
+        raise RunError(f"the split model does not run on the example inputs in one process ("
+                       f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}); check "
+                       "that the inputs match the model's forward() before running it on processes") from None
+    return Prepared(gm, owners, shapes, inputs, reference, part_of_submod)
+
+
+def run_rank(prepared: Prepared, repeats: int = 3) -> dict[str, Any]:
+    """This process's share of a run already set up by ``torchrun`` (``RANK``, ``WORLD_SIZE``,
+    ``MASTER_ADDR``/``PORT`` in the environment): the same walk the local launcher starts, so a
+    plan runs across hosts with a real rendezvous."""
+    if not dist.is_initialized():
+        dist.init_process_group(default_backend())
+    try:
+        return _entry(dist.get_rank(), dist.get_world_size(), prepared.module, prepared.owners,
+                      prepared.inputs, prepared.shapes, repeats)
+    finally:
+        dist.destroy_process_group()
+
+
+def run(plan: Plan, graph: Graph, example_inputs: Sequence[Any] | torch.Tensor, backend: str | None = None,
+        timeout_s: float = 120.0, repeats: int = 3, progress: Callable[[str], None] | None = None) -> RunResult:
+    """Run ``plan`` on one process per device of the plan (rank = the device's position in
+    ``plan.devices``), over torch.distributed; returns the outputs gathered on rank 0 and the
+    measured figures beside the predicted ones. Raises :class:`RunError` naming the rank, the
+    partition and the cause when a rank fails or the run passes ``timeout_s``."""
+    prepared = prepare(plan, graph, example_inputs)
+    gm, owners, shapes, inputs = prepared.module, prepared.owners, prepared.shapes, prepared.inputs
+    reference, part_of_submod = prepared.reference, prepared.partitions
+    rank_of = {d.logical_id: i for i, d in enumerate(plan.devices)}
+    world = len(plan.devices)
+    backend = backend or default_backend()
+    try:
+        results = launch(_entry, world, (gm, owners, inputs, shapes, repeats), timeout_s=timeout_s,
+                         backend=backend, progress=progress)
+    except RunError as exc:
+        where = ""
+        if exc.rank is not None:
+            held = [p.id for p in plan.partitions if any(rank_of[d] == exc.rank for d in p.device_ids)]
+            where = f" (rank {exc.rank} runs partition(s) {held} on {plan.devices[exc.rank].name})"
+        raise RunError(f"{exc}{where}", rank=exc.rank) from None
+    first = results[0]
+    try:
+        torch.testing.assert_close(first["outputs"], reference)
+        equal = True
+    except AssertionError:
+        equal = False
+    by_name = {n.name: n for n in gm.graph.nodes}
+
+    def source(name: str) -> str:  # glue (getitem) stands for the partition output it reads
+        n = by_name[name]
+        while n.op == "call_function" and n.all_input_nodes:
+            n = n.all_input_nodes[0]
+        return n.name
+
+    runs = []
+    for name, part in sorted(part_of_submod.items(), key=lambda kv: kv[1].id):
+        r = owners[name][0]
+        timing = results[r]["timings"]
+        inputs_of = sorted({source(a.name) for a in by_name[name].all_input_nodes})
+        runs.append(PartitionRun(
+            id=part.id, ranks=owners[name], compute_s=float(timing["compute"].get(name, 0.0)),
+            wait_s=float(sum(timing["wait"].get(a, 0.0) for a in inputs_of)),
+            received_bytes=int(sum(timing["received"].get(a, 0) for a in inputs_of)),
+            predicted_s=part.latency_s))
+    return RunResult(first["outputs"], equal, float(first["latency_s"]), plan.latency_s, tuple(runs),
+                     world, backend)

@@ -1,0 +1,77 @@
+"""Run one function in a fresh worker process with a time limit (solvers, and other work that
+can hang or abort the whole process).
+
+The worker is a new Python interpreter (``python -m partitioner.runtime.worker``), not a
+``multiprocessing`` child: it never re-imports the caller's main script, so it works the same
+from a script without a ``__main__`` guard, from a notebook and from a Streamlit server. The
+function and its arguments go in by pickle on stdin; the result, or the error, comes back by
+pickle on stdout. When the time limit passes the worker is killed and reaped: no process is left
+behind. This module imports no torch, so a worker that runs only the torch-free algorithms starts
+in well under a second.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import subprocess
+import sys
+import traceback
+from typing import Any, Callable
+
+from partitioner.errors import RunError
+
+__all__ = ["run_in_worker", "WorkerTimeout"]
+
+_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # holds the package
+
+
+class WorkerTimeout(RunError):
+    """The worker passed its time limit and was stopped."""
+
+
+def run_in_worker(fn: Callable[..., Any], args: tuple[Any, ...], timeout_s: float, what: str) -> Any:
+    """``fn(*args)`` in a new interpreter; its result, or :class:`RunError` naming ``what`` and
+    the cause (an exception in the worker, the worker dying, or :class:`WorkerTimeout`).
+    ``fn`` must be a module-level function and ``args`` picklable."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([_ROOT, *filter(None, [env.get("PYTHONPATH")])])
+    proc = subprocess.Popen([sys.executable, "-m", "partitioner.runtime.worker"], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+    try:
+        out, err = proc.communicate(pickle.dumps((fn, args)), timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.communicate()
+        raise WorkerTimeout(f"{what} did not finish within {timeout_s:.0f} s and was stopped; "
+                            "give it a longer time limit or a smaller problem") from None
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    try:
+        ok, value = pickle.loads(out)
+    except Exception:
+        tail = err.decode(errors="replace").strip().splitlines()[-3:]
+        raise RunError(f"{what} worker died (exit code {proc.returncode}) before it sent a result"
+                       + (f": {' | '.join(tail)}" if tail else "")) from None
+    if not ok:
+        raise RunError(f"{what} failed in its worker: {value}")
+    return value
+
+
+def _serve() -> None:
+    """The worker's side: one call read from stdin, its outcome written to stdout."""
+    channel = sys.stdout.buffer
+    sys.stdout = sys.stderr  # anything the function prints stays off the result channel
+    try:
+        fn, args = pickle.loads(sys.stdin.buffer.read())
+        result: tuple[bool, Any] = (True, fn(*args))
+    except BaseException as exc:  # report every failure to the parent, whatever it was
+        result = (False, f"{type(exc).__name__}: {exc}\n{traceback.format_exc(limit=4)}")
+    channel.write(pickle.dumps(result))
+    channel.flush()
+
+
+if __name__ == "__main__":
+    _serve()

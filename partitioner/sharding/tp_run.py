@@ -1,0 +1,128 @@
+"""Run a shard spec for real: DTensor's tensor parallelism over local processes.
+
+Each rank builds a one-dimensional device mesh (``init_device_mesh``), applies the styles of
+:func:`partitioner.sharding.tensor_parallel.tp_plan` with ``parallelize_module`` (``ColwiseParallel``,
+``RowwiseParallel``, the layouts the plan chose), runs the example inputs under
+``CommDebugMode`` and sends back the output, the collectives counted (forward, and with
+``training`` the backward of the sum of the outputs) and each parameter's local shape. The
+outputs are compared with the model run in one process. Processes start as the other real runs
+start (:mod:`.launch`): time-limited, none left behind, a failure named by rank.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass
+from typing import Any, Callable, Sequence
+
+import torch
+
+from partitioner.errors import RunError
+from partitioner.sharding.tensor_parallel import TPPlan
+from partitioner.runtime.launch import default_backend, launch
+
+__all__ = ["ShardRun", "run_sharded"]
+
+_COLLECTIVES = {"all_reduce": "all_reduce", "all_gather": "all_gather_into_tensor",
+                "reduce_scatter": "reduce_scatter_tensor"}
+
+
+@dataclass(frozen=True)
+class ShardRun:
+    outputs_equal: bool
+    max_abs_diff: float
+    forward_counts: dict[str, int]  # collectives CommDebugMode counted in the forward, by kind
+    backward_counts: dict[str, int] | None  # in the backward (training only)
+    predicted_forward: dict[str, int]
+    predicted_backward: dict[str, int] | None
+    local_shapes: dict[str, tuple[int, ...]]  # rank 0's local shard of each parameter
+    local_parameter_bytes: list[int]  # each rank's parameter bytes
+    world_size: int
+    backend: str
+    forward_s: float  # rank 0's forward, measured
+
+    @property
+    def counts_match(self) -> bool:
+        return self.forward_counts == self.predicted_forward and (
+            self.backward_counts is None or self.backward_counts == self.predicted_backward)
+
+    def to_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["local_shapes"] = {k: list(v) for k, v in self.local_shapes.items()}
+        out["counts_match"] = self.counts_match
+        return out
+
+
+def _kinds(counts: dict[Any, int]) -> dict[str, int]:
+    names = {v: k for k, v in _COLLECTIVES.items()}
+    out: dict[str, int] = {}
+    for op, n in counts.items():
+        leaf = str(op).rsplit(".", 1)[-1]
+        kind = names.get(leaf, leaf)
+        out[kind] = out.get(kind, 0) + int(n)
+    return out
+
+
+def _entry(rank: int, world_size: int, module: torch.nn.Module, inputs: tuple[Any, ...],
+           styles: dict[str, dict[str, str]], training: bool) -> dict[str, Any]:
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import DTensor, Replicate, Shard
+    from torch.distributed.tensor.debug import CommDebugMode
+    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
+
+    def layout(name: str) -> Any:
+        return Shard(-1) if name == "shard" else Replicate()
+
+    mesh = init_device_mesh("cpu", (world_size,))
+    plan: dict[str, Any] = {}
+    for path, s in styles.items():
+        if s["style"] == "colwise":
+            plan[path] = ColwiseParallel(input_layouts=layout(s["input"]), output_layouts=layout(s["output"]))
+        else:
+            plan[path] = RowwiseParallel(input_layouts=layout(s["input"]), output_layouts=layout(s["output"]))
+    parallelize_module(module, mesh, plan)
+    local = {n: tuple(p.to_local().shape) if isinstance(p, DTensor) else tuple(p.shape)
+             for n, p in module.named_parameters()}
+    nbytes = sum((p.to_local() if isinstance(p, DTensor) else p).nbytes for p in module.parameters())
+    forward = CommDebugMode()
+    start = time.perf_counter()
+    with forward, torch.set_grad_enabled(training):
+        out = module(*inputs)
+    seconds = time.perf_counter() - start
+    leaves = [t for t in torch.utils._pytree.tree_leaves(out) if isinstance(t, torch.Tensor)]
+    full = [t.full_tensor() if isinstance(t, DTensor) else t for t in leaves]
+    backward = None
+    if training:
+        loss = sum(t.float().sum() for t in leaves if t.requires_grad)
+        counter = CommDebugMode()
+        with counter:
+            loss.backward()  # type: ignore[union-attr]
+        backward = _kinds(counter.get_comm_counts())
+    return {"outputs": [t.detach() for t in full], "forward": _kinds(forward.get_comm_counts()),
+            "backward": backward, "local": local, "bytes": int(nbytes), "seconds": seconds}
+
+
+def run_sharded(module: torch.nn.Module, example_inputs: Sequence[Any] | torch.Tensor, plan: TPPlan, *,
+                training: bool = False, timeout_s: float = 120.0, backend: str | None = None,
+                progress: Callable[[str], None] | None = None) -> ShardRun:
+    """Run ``module`` tensor-parallel as ``plan`` says on ``plan.world_size`` local processes and
+    compare its outputs with one process's; raises :class:`RunError` when a rank fails."""
+    inputs = (example_inputs,) if isinstance(example_inputs, torch.Tensor) else tuple(example_inputs)
+    backend = backend or default_backend()
+    module = module.eval()
+    with torch.no_grad():
+        expected = [t for t in torch.utils._pytree.tree_leaves(module(*inputs)) if isinstance(t, torch.Tensor)]
+    results = launch(_entry, plan.world_size, (module, inputs, plan.styles, training), timeout_s=timeout_s,
+                     backend=backend, progress=progress)
+    first = results[0]
+    if len(first["outputs"]) != len(expected):
+        raise RunError(f"the sharded model returned {len(first['outputs'])} tensors, the model {len(expected)}")
+    diff = max((float((a.float() - b.float()).abs().max()) for a, b in zip(first["outputs"], expected) if a.numel()),
+               default=0.0)
+    equal = all(torch.allclose(a.float(), b.float(), rtol=1e-4, atol=1e-5) for a, b in zip(first["outputs"], expected))
+    return ShardRun(
+        outputs_equal=equal, max_abs_diff=diff, forward_counts=first["forward"], backward_counts=first["backward"],
+        predicted_forward=plan.counts(False), predicted_backward=plan.counts(True) if training else None,
+        local_shapes=first["local"], local_parameter_bytes=[r["bytes"] for r in results],
+        world_size=plan.world_size, backend=backend, forward_s=first["seconds"],
+    )

@@ -1,0 +1,326 @@
+"""Torch at the edge: trace a model (torch.fx, falling back to torch.export) and annotate its nodes.
+
+Sizes follow ``torch.fx.passes.graph_manipulation.get_size_of_node`` (the reference
+partitioner's memory model); shapes come from running the graph on fake tensors
+(``torch._subclasses.fake_tensor.FakeTensorMode``), FLOPs from
+``torch.utils.flop_counter.FlopCounterMode`` on the same fake run, so annotating a large model
+costs no real compute or memory. The result is a :class:`~partitioner.graph.Graph`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import operator
+import os
+import traceback
+import warnings
+from typing import Any, Iterator, Mapping, Sequence
+
+import torch
+import torch.fx as fx
+
+from partitioner.errors import TraceError
+from partitioner.tracing.functionalize import remove_inplace
+from partitioner.graph import Graph, Node
+
+__all__ = ["trace"]
+
+logger = logging.getLogger(__name__)
+
+def _user_frame(exc: BaseException) -> str:
+    """The deepest traceback frame outside torch: where the user's model failed to trace."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    ours = (os.path.dirname(torch.__file__), os.path.dirname(os.path.dirname(__file__)))
+    user = [f for f in frames if not f.filename.startswith(ours) and not f.filename.startswith("<")]
+    if not user:
+        return ""
+    f = user[-1]
+    return f"{f.filename}:{f.lineno} in {f.name}: {(f.line or '').strip()}"
+
+
+def _to_graph_module(model: torch.nn.Module, example_inputs: tuple[Any, ...],
+                     example_kwargs: dict[str, Any]) -> fx.GraphModule:
+    if isinstance(model, fx.GraphModule):
+        return model
+    if not isinstance(model, torch.nn.Module):
+        raise TraceError(
+            f"trace() needs an nn.Module or a torch.fx.GraphModule (got {type(model).__name__})"
+        )
+    try:
+        if example_kwargs:  # symbolic_trace cannot bind keyword inputs: torch.export can
+            raise TypeError("keyword inputs are traced with torch.export")
+        return fx.symbolic_trace(model)
+    except Exception as fx_exc:  # data-dependent control flow, unsupported Python, ...
+        logger.info("symbolic_trace failed (%s); falling back to torch.export", fx_exc)
+        fx_where = "" if example_kwargs else _user_frame(fx_exc)
+        try:
+            exported = torch.export.export(model, tuple(example_inputs), kwargs=example_kwargs or None,
+                                           strict=False)
+            gm = exported.module()
+            if not isinstance(gm, fx.GraphModule):  # pragma: no cover - torch API guard
+                raise TypeError(f"torch.export gave a {type(gm).__name__}, not a GraphModule")
+            return gm
+        except Exception as export_exc:
+            where = fx_where or _user_frame(export_exc)
+            unflattenable = "pytree" in str(export_exc)
+            fix = ("Fix: the model's outputs hold an object torch.export cannot flatten (a cache, a "
+                   "custom class): return tensors only (for Hugging Face models, use_cache=False)."
+                   if unflattenable else
+                   "Fix: remove Python control flow that depends on tensor values (use "
+                   "torch.where / torch.cond), or mark the helper with torch.fx.wrap, "
+                   "or pass an already traced torch.fx.GraphModule.")
+            raise TraceError(
+                f"could not trace {type(model).__name__}: "
+                + ("" if example_kwargs else
+                   f"torch.fx.symbolic_trace failed with {type(fx_exc).__name__}: "
+                   f"{str(fx_exc).splitlines()[0] if str(fx_exc) else ''}"
+                   + (f" at {where}" if where else "") + "; ")
+                + f"torch.export failed with {type(export_exc).__name__}: "
+                + (str(export_exc).splitlines()[0] if str(export_exc) else "")
+                + (f" at {export_where}" if (export_where := _user_frame(export_exc)) and export_where != fx_where else "")
+                + ". " + fix
+            ) from export_exc
+
+
+def _merge_tied_attributes(gm: fx.GraphModule) -> tuple[tuple[str, ...], ...]:
+    """One ``get_attr`` node per tensor: a parameter reached under two names (GPT-2's LM head
+    tied to its embedding) is read through the first name, so its bytes count once. Returns the
+    groups of names that were one tensor. O(N)."""
+    first: dict[int, fx.Node] = {}
+    groups: dict[int, list[str]] = {}
+    for node in list(gm.graph.nodes):
+        if node.op != "get_attr":
+            continue
+        try:
+            value = operator.attrgetter(str(node.target))(gm)
+        except AttributeError:
+            continue
+        if not isinstance(value, torch.Tensor):
+            continue
+        key = id(value)
+        if key not in first:
+            first[key] = node
+            groups[key] = [str(node.target)]
+            continue
+        groups[key].append(str(node.target))
+        node.replace_all_uses_with(first[key])
+        gm.graph.erase_node(node)
+    tied = tuple(tuple(names) for names in groups.values() if len(names) > 1)
+    if tied:
+        gm.recompile()
+        logger.info("tied parameters counted once: %s", tied)
+    return tied
+
+
+def _tensor_bytes(value: Any) -> int:
+    if isinstance(value, torch.Tensor):
+        return value.numel() * value.element_size()
+    if isinstance(value, (list, tuple)):
+        return sum(_tensor_bytes(v) for v in value)
+    if isinstance(value, dict):
+        return sum(_tensor_bytes(v) for v in value.values())
+    return 0
+
+
+def _flat_inputs(node: fx.Node) -> list[fx.Node]:
+    found: dict[fx.Node, None] = {}
+    fx.node.map_arg(node.args, found.setdefault)
+    fx.node.map_arg(node.kwargs, found.setdefault)
+    return list(found)
+
+
+def _module_path(node: fx.Node) -> str:
+    if node.op == "call_module":
+        return str(node.target)
+    stack = node.meta.get("nn_module_stack")
+    if stack:
+        last = list(stack.values())[-1]
+        path = last[0] if isinstance(last, tuple) else str(last)
+        return str(path).removeprefix("L['self'].").removeprefix("L__self__.")
+    if node.op == "get_attr":
+        return str(node.target).rpartition(".")[0]
+    return ""
+
+
+def _is_embedding(node: fx.Node, modules: dict[str, torch.nn.Module]) -> bool:
+    # Same rule as the reference partitioner (a module whose type name contains "Embedding"),
+    # plus the functional and ATen forms that torch.export produces.
+    if node.op == "call_module":
+        return "Embedding" in type(modules.get(str(node.target))).__name__
+    if node.op == "call_function":
+        name = getattr(node.target, "__name__", str(node.target))
+        return "embedding" in name
+    return False
+
+
+def _target_name(node: fx.Node) -> str:
+    if node.op == "call_function":
+        name = getattr(node.target, "__qualname__", None) or getattr(node.target, "__name__", None)
+        return str(name or node.target)
+    return str(node.target)
+
+
+class _Annotator(fx.Interpreter):
+    """Runs the graph once, recording each node's output value and FLOPs."""
+
+    def __init__(self, gm: fx.GraphModule, counter: Any) -> None:
+        super().__init__(gm, garbage_collect_values=True)
+        self.counter = counter
+        self.records: dict[str, tuple[Any, int]] = {}
+
+    def run_node(self, n: fx.Node) -> Any:
+        before = self.counter.get_total_flops() if self.counter is not None else 0
+        result = super().run_node(n)
+        flops = (self.counter.get_total_flops() - before) if self.counter is not None else 0
+        meta = _describe(result)
+        self.records[n.name] = (meta, int(flops))
+        return result
+
+
+def _describe(value: Any) -> tuple[tuple[int, ...] | None, str | None, int]:
+    if isinstance(value, torch.Tensor):
+        return tuple(value.shape), str(value.dtype).removeprefix("torch."), _tensor_bytes(value)
+    return None, None, _tensor_bytes(value)
+
+
+def _run_annotation(gm: fx.GraphModule, example_inputs: tuple[Any, ...]) -> dict[str, tuple[Any, int]]:
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.utils.flop_counter import FlopCounterMode
+
+    try:
+        fake_mode = FakeTensorMode(allow_non_fake_inputs=True)
+        with fake_mode:
+            fake_inputs = [
+                fake_mode.from_tensor(t) if isinstance(t, torch.Tensor) else t for t in example_inputs
+            ]
+            with FlopCounterMode(display=False) as counter:
+                annotator = _Annotator(gm, counter)
+                annotator.run(*fake_inputs)
+        return annotator.records
+    except Exception as exc:  # an op without a fake kernel: annotate on real tensors instead
+        logger.info("fake-tensor annotation failed (%s); running on real tensors", exc)
+    try:
+        with torch.no_grad(), FlopCounterMode(display=False) as counter:
+            annotator = _Annotator(gm, counter)
+            annotator.run(*example_inputs)
+        return annotator.records
+    except Exception as exc:
+        where = _user_frame(exc)
+        raise TraceError(
+            f"running the traced graph on the example inputs failed with {type(exc).__name__}: "
+            f"{str(exc).splitlines()[0] if str(exc) else ''}"
+            + (f" at {where}" if where else "")
+            + ". Fix: check that example_inputs match the model's forward() (count, shapes, dtypes)."
+        ) from exc
+
+
+@contextlib.contextmanager
+def _quiet(verbose: bool) -> Iterator[None]:
+    """Hold back what torch logs and warns while tracing (a failed fake-tensor run logs a long
+    traceback; torch.export prints graphs) unless ``verbose``: the TraceError says what matters."""
+    if verbose or logging.getLogger().isEnabledFor(logging.INFO):  # the CLI's --verbose
+        yield
+        return
+    previous = logging.root.manager.disable
+    logging.disable(logging.ERROR)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            yield
+    finally:
+        logging.disable(previous)
+
+
+def trace(
+    model: torch.nn.Module | fx.GraphModule,
+    example_inputs: Sequence[Any] | torch.Tensor,
+    name: str | None = None,
+    verbose: bool = False,
+    example_kwargs: Mapping[str, Any] | None = None,
+) -> Graph:
+    """Trace ``model`` and annotate every node (shape, dtype, bytes, parameters, FLOPs).
+
+    Accepts an ``nn.Module`` (``symbolic_trace``, falling back to ``torch.export`` when tracing
+    meets data-dependent control flow) or an already traced ``GraphModule``; keyword inputs go
+    in ``example_kwargs`` (as ``torch.export`` takes them; such models are traced by export, and
+    the graph's inputs are the positional ones then the keyword ones). A model with a
+    ``config.use_cache`` (Hugging Face) is traced with the cache off, so no cache object is in
+    its outputs. Parameters reached under two names (tied weights) become one node, so their
+    bytes count once (``graph.tied_parameters`` lists them). Raises :class:`TraceError` naming
+    the failing line and the fix when neither works. torch's own log output while tracing is
+    shown only with ``verbose``. O(N) fake-tensor ops for N nodes.
+    """
+    if isinstance(example_inputs, Mapping):
+        raise TraceError(
+            f"example_inputs is a dict ({', '.join(map(str, list(example_inputs)[:4]))}); pass keyword "
+            "inputs as example_kwargs, e.g. trace(model, (), example_kwargs={'input_ids': ids})"
+        )
+    # Hugging Face models return cache objects torch.export cannot flatten: trace with the cache
+    # off (each sub-model may hold its own config), and put it back afterwards.
+    configs: dict[int, Any] = {id(c): c for m in (model.modules() if isinstance(model, torch.nn.Module) else ())
+               if getattr(c := getattr(m, "config", None), "use_cache", False) is True}
+    try:
+        for c in configs.values():
+            c.use_cache = False
+        with _quiet(verbose):
+            return _trace(model, example_inputs, name, dict(example_kwargs or {}))
+    finally:
+        for c in configs.values():
+            c.use_cache = True
+
+
+def _trace(
+    model: torch.nn.Module | fx.GraphModule,
+    example_inputs: Sequence[Any] | torch.Tensor,
+    name: str | None,
+    example_kwargs: dict[str, Any],
+) -> Graph:
+    if isinstance(example_inputs, torch.Tensor):
+        example_inputs = (example_inputs,)
+    args = tuple(example_inputs)
+    gm, _ = remove_inplace(_to_graph_module(model, args, example_kwargs))  # NOTE: [In-place ops and partitions]
+    tied = _merge_tied_attributes(gm)
+    inputs = args + tuple(torch.utils._pytree.tree_leaves(example_kwargs)) if example_kwargs else args
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    if len(placeholders) != len(inputs):
+        raise TraceError(
+            f"the traced model takes {len(placeholders)} input(s) "
+            f"({', '.join(p.name for p in placeholders)}) but {len(inputs)} example input(s) "
+            "were given; pass one example tensor per forward() argument"
+        )
+    records = _run_annotation(gm, inputs)
+    modules = dict(gm.named_modules())
+    position: dict[fx.Node, int] = {}
+    nodes: list[Node] = []
+    for fx_node in gm.graph.nodes:
+        (shape, dtype, out_bytes), flops = records.get(fx_node.name, ((None, None, 0), 0))
+        param_bytes = 0
+        if fx_node.op == "call_module":
+            sub = modules[str(fx_node.target)]
+            param_bytes = sum(p.numel() * p.element_size() for p in sub.parameters())
+        if fx_node.op == "output":
+            out_bytes = 0
+        position[fx_node] = len(nodes)
+        nodes.append(
+            Node(
+                name=fx_node.name,
+                op=fx_node.op,
+                target=_target_name(fx_node),
+                inputs=tuple(position[i] for i in _flat_inputs(fx_node)),
+                module_path=_module_path(fx_node),
+                shape=shape,
+                dtype=dtype,
+                output_bytes=int(out_bytes),
+                param_bytes=int(param_bytes),
+                flops=int(flops),
+                is_embedding=_is_embedding(fx_node, modules),
+            )
+        )
+    graph = Graph(nodes, gm, inputs, name=name or type(model).__name__)
+    graph.tied_parameters = tied
+    if not graph.op_indices:
+        raise TraceError(
+            f"{graph.name} has no operations to partition (only inputs, attributes and outputs)"
+        )
+    return graph

@@ -1,0 +1,136 @@
+"""Hugging Face architectures by name (``hf:llama``, ``hf:llama-3-8b``), built from their configs:
+nothing is downloaded, and large models get their weights on the meta device, so they cost no
+memory. Needs ``transformers`` (``pip install partition-explorer[hf]``).
+
+``hf:<model_type>`` is any ``transformers`` model type, with its config's defaults and the
+overrides given (``num_hidden_layers=2``); ``hf:<preset>`` is the config of a well-known
+checkpoint, its numbers written below. Returns ``(module, example_inputs, example_kwargs)``.
+"""
+
+from __future__ import annotations
+
+import difflib
+from typing import Any, Mapping
+
+import torch
+from torch import nn
+
+from sample_models._user import LoaderError
+
+__all__ = ["load_hf", "PRESETS", "REAL_WEIGHTS_MAX_PARAMS", "is_meta", "weight_scale", "DTYPES"]
+
+# The configs of the published checkpoints (their config.json), as (model type, fields).
+PRESETS: dict[str, tuple[str, dict[str, Any]]] = {
+    "llama-3-8b": ("llama", dict(hidden_size=4096, intermediate_size=14336, num_hidden_layers=32,
+                                 num_attention_heads=32, num_key_value_heads=8, vocab_size=128256,
+                                 max_position_embeddings=8192, rope_theta=500000.0, rms_norm_eps=1e-5)),
+    "llama-3-70b": ("llama", dict(hidden_size=8192, intermediate_size=28672, num_hidden_layers=80,
+                                  num_attention_heads=64, num_key_value_heads=8, vocab_size=128256,
+                                  max_position_embeddings=8192, rope_theta=500000.0, rms_norm_eps=1e-5)),
+    "mistral-7b": ("mistral", dict(hidden_size=4096, intermediate_size=14336, num_hidden_layers=32,
+                                   num_attention_heads=32, num_key_value_heads=8, vocab_size=32000,
+                                   max_position_embeddings=32768, rope_theta=1000000.0)),
+    "mixtral-8x7b": ("mixtral", dict(hidden_size=4096, intermediate_size=14336, num_hidden_layers=32,
+                                     num_attention_heads=32, num_key_value_heads=8, vocab_size=32000,
+                                     num_local_experts=8, num_experts_per_tok=2,
+                                     max_position_embeddings=32768, rope_theta=1000000.0)),
+    "gpt2-xl": ("gpt2", dict(n_embd=1600, n_layer=48, n_head=25, vocab_size=50257, n_positions=1024)),
+    "bert-large": ("bert", dict(hidden_size=1024, num_hidden_layers=24, num_attention_heads=16,
+                                intermediate_size=4096, vocab_size=30522, max_position_embeddings=512)),
+    "t5-base": ("t5", dict(d_model=768, d_ff=3072, num_layers=12, num_decoder_layers=12, num_heads=12,
+                           d_kv=64, vocab_size=32128)),
+    "vit-l-16": ("vit", dict(hidden_size=1024, num_hidden_layers=24, num_attention_heads=16,
+                             intermediate_size=4096, image_size=224, patch_size=16)),
+}
+
+# Model types read as encoders (hidden states out), as encoder-decoders, or as vision models;
+# every other type is built as a causal language model.
+ENCODERS = {"bert", "distilbert", "roberta", "albert", "electra", "deberta", "tapas"}
+SEQ2SEQ = {"t5", "bart", "mt5", "pegasus", "marian"}
+VISION = {"vit", "deit", "beit", "convnext", "resnet", "swin"}
+SEQUENCE = 32  # tokens in the example input (8 for an encoder-decoder's decoder)
+REAL_WEIGHTS_MAX_PARAMS = 50_000_000  # larger models get meta weights
+
+
+def _transformers() -> Any:
+    try:
+        import transformers
+    except ImportError:
+        raise LoaderError(
+            "hf: models need the transformers package, which is not installed; "
+            "pip install 'partition-explorer[hf]' (or pip install transformers)"
+        ) from None
+    transformers.logging.set_verbosity_error()
+    return transformers
+
+
+def is_meta(module: nn.Module) -> bool:
+    """Whether the module's weights are on the meta device (shapes only, no memory)."""
+    return any(p.is_meta for p in module.parameters())
+
+
+DTYPES = {"fp32": torch.float32, "float32": torch.float32, "bf16": torch.bfloat16,
+          "bfloat16": torch.bfloat16, "fp16": torch.float16, "float16": torch.float16,
+          "fp8": torch.bfloat16, "int8": torch.bfloat16, "int4": torch.bfloat16}
+# Quantized weights: the model runs in bf16 and its parameters are counted at this share of
+# their bf16 bytes (trace, then Graph.with_weight_bytes; see weight_scale).
+WEIGHT_SCALE = {"fp8": 0.5, "int8": 0.5, "int4": 0.25}
+
+
+def weight_scale(overrides: Mapping[str, Any]) -> float:
+    """The share of bf16 bytes the weights take under ``overrides``' dtype (1 when unquantized)."""
+    return WEIGHT_SCALE.get(str(overrides.get("dtype", "fp32")), 1.0)
+
+
+def load_hf(name: str, overrides: Mapping[str, Any]) -> tuple[nn.Module, tuple[torch.Tensor, ...], dict[str, Any]]:
+    """``name`` is a preset (:data:`PRESETS`) or a ``transformers`` model type; ``overrides`` are
+    config fields, and ``dtype`` (fp32, bf16, fp16) the weights' and activations' type; fp8,
+    int8 and int4 build bf16 weights whose bytes :func:`weight_scale` scales after tracing."""
+    transformers = _transformers()
+    overrides = dict(overrides)
+    dtype_name = str(overrides.pop("dtype", "fp32"))
+    if dtype_name not in DTYPES:
+        raise LoaderError(f"hf:{name}: dtype {dtype_name!r} is not one of {', '.join(DTYPES)}")
+    model_type, fields = PRESETS.get(name, (name, {}))
+    try:
+        known = transformers.AutoConfig.for_model(model_type).to_dict()
+    except (ValueError, KeyError) as exc:
+        raise LoaderError(
+            f"hf:{name} is neither a preset ({', '.join(PRESETS)}) nor a transformers model type "
+            f"({str(exc).splitlines()[0][:120]}); e.g. hf:llama, hf:gpt2, hf:t5, hf:vit"
+        ) from None
+    unknown = sorted(set(overrides) - set(known))
+    if unknown:
+        close = difflib.get_close_matches(unknown[0], list(known), n=3)
+        raise LoaderError(
+            f"hf:{name} ({model_type}) has no config field {unknown[0]!r}"
+            + (f"; did you mean {', '.join(close)}?" if close else "")
+            + " (set fields of its transformers config, e.g. num_hidden_layers=2, or dtype=bf16)")
+    try:
+        config = transformers.AutoConfig.for_model(model_type, **{**fields, **overrides})
+    except (ValueError, TypeError) as exc:
+        raise LoaderError(f"hf:{name}: a setting does not fit its config ({exc})") from None
+    config.use_cache = False
+    auto = (transformers.AutoModelForSeq2SeqLM if model_type in SEQ2SEQ else
+            transformers.AutoModel if model_type in ENCODERS | VISION else transformers.AutoModelForCausalLM)
+    try:
+        with torch.device("meta"):
+            model = auto.from_config(config)
+        if sum(p.numel() for p in model.parameters()) <= REAL_WEIGHTS_MAX_PARAMS:
+            torch.manual_seed(0)
+            model = auto.from_config(config)  # small: real weights, so a split can be checked
+    except (ValueError, TypeError, RuntimeError) as exc:
+        raise LoaderError(f"hf:{name}: transformers could not build it ({str(exc).splitlines()[0][:200]})") from None
+    model = model.to(DTYPES[dtype_name]).eval()
+    generator = torch.Generator().manual_seed(0)
+    if model_type in VISION:
+        size = int(getattr(config, "image_size", 224))
+        channels = int(getattr(config, "num_channels", 3))
+        pixels = torch.randn(1, channels, size, size, generator=generator).to(DTYPES[dtype_name])
+        return model, (pixels.to("meta") if is_meta(model) else pixels,), {}  # a conv needs one device
+    vocab = int(getattr(config, "vocab_size", 1000))
+    limit = int(getattr(config, "max_position_embeddings", 0) or getattr(config, "n_positions", 0) or SEQUENCE)
+    ids = torch.randint(0, vocab, (1, min(SEQUENCE, limit)), generator=generator)
+    if model_type in SEQ2SEQ:
+        return model, (ids,), {"decoder_input_ids": ids[:, :8]}
+    return model, (ids,), {}

@@ -1,0 +1,174 @@
+"""One front door for models, shared by the app and the command line: ``load(spec, overrides)``.
+
+``spec`` is a sample model name (``"transformer"``), a person's factory
+(``"package.module:factory"``) or a Hugging Face architecture (``"hf:llama"``,
+``"hf:llama-3-8b"``). The same spec and overrides give the same module and the same
+:func:`label`, so a plan's ``model`` field does not depend on which front end made it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import json
+import typing
+from typing import Any, Mapping
+
+from torch import Tensor, nn
+
+from sample_models import _registry as registry
+from sample_models._user import LoaderError, load_factory
+
+__all__ = ["load", "label", "parse_overrides", "is_factory", "is_hf", "ModelSpecError", "weight_scale"]
+
+Loaded = tuple[nn.Module, tuple[Tensor, ...], dict[str, Any]]
+
+
+class ModelSpecError(LoaderError):
+    """A model spec or a size override could not be read; the message names the fix."""
+
+
+def is_factory(spec: str) -> bool:
+    return ":" in spec and not is_hf(spec)
+
+
+def is_hf(spec: str) -> bool:
+    return spec.startswith("hf:")
+
+
+def label(spec: str, overrides: Mapping[str, Any] | None = None) -> str:
+    """``"transformer(n_layer=2)"``: the name a plan records for ``spec`` with ``overrides``."""
+    shown = ",".join(f"{k}={v}" for k, v in sorted((overrides or {}).items()))
+    return f"{spec}({shown})" if shown else spec
+
+
+def weight_scale(spec: str, overrides: Mapping[str, Any] | None = None) -> float:
+    """What a traced graph's parameter bytes are multiplied by (``Graph.with_weight_bytes``):
+    below 1 for hf: models with quantized weights (``dtype=int8``), else 1."""
+    if not is_hf(spec):
+        return 1.0
+    from sample_models import _hf as hf
+
+    return hf.weight_scale(overrides or {})
+
+
+def load(spec: str, overrides: Mapping[str, Any] | None = None, reload: bool = False) -> Loaded:
+    """Build ``spec`` with ``overrides``; returns ``(module, example_inputs, example_kwargs)``.
+
+    Raises :class:`LoaderError` (a ``ValueError``) naming the spec and the fix: an unknown
+    name, a bad override, a factory that fails. A factory runs its own code: only load one a
+    person asked for.
+    """
+    spec = str(spec).strip()
+    overrides = dict(overrides or {})
+    if is_hf(spec):
+        from sample_models import _hf as hf
+
+        return hf.load_hf(spec[3:], overrides)
+    if is_factory(spec):
+        if overrides:
+            raise ModelSpecError(
+                f"size overrides apply to sample and hf: models only; {spec!r} is a factory: "
+                "change its arguments in the factory function instead"
+            )
+        module, inputs = load_factory(spec, reload=reload)
+        return module, inputs, {}
+    _check_known(spec)
+    try:
+        module, inputs = registry.build(spec, **overrides)
+    except LoaderError:
+        raise
+    except (TypeError, ValueError) as exc:
+        raise ModelSpecError(str(exc)) from None
+    return module, inputs, {}
+
+
+def trace_loaded(spec: str, overrides: Mapping[str, Any] | None, loaded: Loaded, name: str) -> Any:
+    """The ``partitioner.Graph`` of what :func:`load` returned for ``spec``: traced with its example
+    kwargs, its parameter bytes scaled to the stored dtype (:func:`weight_scale`)."""
+    from partitioner import trace
+
+    module, inputs, kwargs = loaded
+    graph = trace(module, inputs, name=name, **({"example_kwargs": kwargs} if kwargs else {}))
+    scale = weight_scale(spec, overrides)
+    return graph if scale == 1.0 else graph.with_weight_bytes(scale)  # quantized weights (hf: dtype=int8)
+
+
+def _check_known(spec: str) -> None:
+    names = registry.names()
+    if spec not in names:
+        close = difflib.get_close_matches(spec, names, n=1)
+        hint = f"did you mean {close[0]!r}? " if close else ""
+        raise ModelSpecError(
+            f"unknown model {spec!r}; {hint}give a sample model ({', '.join(names)}), a Hugging "
+            "Face architecture as hf:<model_type>, or your own factory as package.module:factory "
+            "(a function returning (module, example_inputs))"
+        )
+
+
+def parse_overrides(spec: str, items: typing.Sequence[str]) -> dict[str, Any]:
+    """``["n_layer=4", "bias=false"]`` -> ``{"n_layer": 4, "bias": False}``, typed by the sample
+    model's config dataclass (hf: models take JSON-like values)."""
+    if is_hf(spec):
+        return {k: _convert(v, None) for k, v in _pairs(items)}
+    if is_factory(spec):
+        if items:
+            raise ModelSpecError(
+                f"--set applies to sample and hf: models only; {spec!r} is a factory: change its "
+                "arguments in the factory function instead"
+            )
+        return {}
+    _check_known(spec)
+    cls = registry.config_class(spec)
+    hints = typing.get_type_hints(cls)
+    listing = ", ".join(
+        f"{f.name} ({getattr(hints[f.name], '__name__', hints[f.name])}, default {f.default!r})"
+        for f in dataclasses.fields(cls)
+    )
+    values: dict[str, Any] = {}
+    for key, raw in _pairs(items):
+        if key not in hints:
+            close = difflib.get_close_matches(key, list(hints), n=1)
+            hint = f"did you mean {close[0]!r}? " if close else ""
+            raise ModelSpecError(f"model {spec!r} has no setting {key!r}; {hint}its settings are: {listing}")
+        kind = hints[key]
+        try:
+            values[key] = _convert(raw, kind)
+        except ValueError:
+            name = getattr(kind, "__name__", str(kind))
+            article = "an" if name[:1] in ("a", "e", "i", "o", "u") else "a"
+            raise ModelSpecError(
+                f"--set {key}={raw}: {key} of model {spec!r} must be {article} {name} "
+                f"(e.g. {key}={ {bool: 'true', int: '4', float: '0.5'}.get(kind, 'VALUE') })"
+            ) from None
+    return values
+
+
+def _pairs(items: typing.Sequence[str]) -> list[tuple[str, str]]:
+    out = []
+    for item in items:
+        key, sep, raw = str(item).partition("=")
+        if not sep or not key.strip():
+            raise ModelSpecError(f"--set expects KEY=VALUE (got {item!r}); e.g. --set n_layer=4")
+        out.append((key.strip(), raw.strip()))
+    return out
+
+
+def _convert(raw: str, kind: Any) -> Any:
+    if kind is bool:
+        low = raw.lower()
+        if low in ("1", "true", "yes", "on"):
+            return True
+        if low in ("0", "false", "no", "off"):
+            return False
+        raise ValueError(raw)
+    if kind is int:
+        return int(raw, 0) if raw.lower().startswith(("0x", "0b", "0o")) else int(raw)
+    if kind is float:
+        return float(raw)
+    if kind is str:
+        return raw
+    try:
+        return json.loads(raw)
+    except json.JSONDecodeError:
+        return raw

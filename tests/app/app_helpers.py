@@ -1,0 +1,37 @@
+"""Starting the app under AppTest, and reading what it shows."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from streamlit.testing.v1 import AppTest
+
+import sample_models
+
+APP = str(Path(__file__).resolve().parents[2] / "explorer" / "app.py")
+TIMEOUT = 120
+MODELS = [m for m in sample_models.names() if m != "gpt2_small"]  # gpt2_small: bench/bench_app.py
+
+
+def start() -> AppTest:
+    at = AppTest.from_file(APP, default_timeout=TIMEOUT).run()
+    assert not at.exception, at.exception
+    return at
+
+
+def summary(at: AppTest) -> dict:
+    return at.session_state["plan_summary"]
+
+
+def errors(at: AppTest) -> list[str]:
+    return [e.value for e in at.error]
+
+
+def charts(at: AppTest) -> tuple[int, int]:
+    return len(at.get("bidi_component")), len(at.get("plotly_chart"))  # graph viewers, charts
+
+
+def review(at: AppTest) -> AppTest:
+    at.switch_page("views/review.py").run()
+    assert not at.exception
+    return at

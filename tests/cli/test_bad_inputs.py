@@ -1,0 +1,142 @@
+"""Nothing a user types crashes the command line: every malformed input is exit 2 with a message
+that names the input, never a traceback or "internal error" (exit 3)."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+import partitioner
+from cli.main import main
+from partitioner import Device, PartitionError
+from partitioner.interop.readers import read_node_latency_text
+from partitioner.testing.synthetic import synthetic_graph
+
+MLP = ["mlp", "--set", "n_layer=2", "--set", "hidden=32", "--set", "in_features=32",
+       "--set", "out_features=32", "--set", "batch_size=2"]
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory) -> Path:
+    d = tmp_path_factory.mktemp("bad")
+    (d / "binary.json").write_bytes(b"\x00\xff\xfe\x80" * 50)
+    (d / "folder.json").mkdir()
+    (d / "deep.json").write_text("[" * 100_000 + "]" * 100_000)
+    (d / "string_id.json").write_text(json.dumps([{"memory_bytes": 1000, "logical_id": "zero"}]))
+    (d / "not_list.json").write_text(json.dumps({"devices": 3}))
+    (d / "nan.csv").write_text("linear,nan,1\n")
+    (d / "inf.csv").write_text("linear,inf,1\n")
+    (d / "neg.json").write_text(json.dumps({"linear": [-1, 1]}))
+    (d / "deep_latency.json").write_text("{\"a\":" * 50_000 + "1" + "}" * 50_000)
+    (d / "plan_text.json").write_text("this is not json")
+    (d / "plan_list.json").write_text("[1, 2, 3]")
+    (d / "plan_huge_level.json").write_text(
+        '{"schema_version": 2, "mode": "x", "partitions": [{"id": 0, "node_names": [], "device_ids": [0], '
+        '"memory_bytes": 0, "memory_latency_s": 0, "compute_latency_s": 0, "latency_s": 0, '
+        '"bfs_level": 1e400, "parents": [], "children": []}], "devices": [], "latency_s": 0}')
+    (d / "plan_deep.json").write_text('{"schema_version": 2, "partitions": ' + "[" * 100_000 + "]" * 100_000 + "}")
+    (d / "mapping_deep.json").write_text("[" * 100_000 + "]" * 100_000)
+    (d / "mapping_bad.json").write_text(json.dumps({"node_to_partition": {"linear": "one"}, "partition_to_devices": {}}))
+    (d / "empty.csv").write_text("")
+    return d
+
+
+BAD = [
+    ["plan", *MLP, "--devices", "4x16GiB,"],
+    ["plan", *MLP, "--devices", ",,"],
+    ["plan", *MLP, "--devices", ""],
+    ["plan", *MLP, "--devices", "4x1e400GiB"],
+    ["plan", *MLP, "--devices", "4x99999999999999999999TiB"],
+    ["plan", *MLP, "--devices", "10000000x1GiB"],
+    ["plan", *MLP, "--devices", "0x16GiB"],
+    ["plan", *MLP, "--devices", "4xlots"],
+    ["plan", *MLP, "--devices", "-4x16GiB"],
+    ["plan", *MLP, "--devices", "4x16XB"],
+    ["plan", *MLP, "--devices", "{binary.json}"],
+    ["plan", *MLP, "--devices", "{folder.json}"],
+    ["plan", *MLP, "--devices", "{deep.json}"],
+    ["plan", *MLP, "--devices", "{string_id.json}"],
+    ["plan", *MLP, "--devices", "{not_list.json}"],
+    ["plan", *MLP, "--devices", "{missing.json}"],
+    ["plan", *MLP, "--node-latency", "{nan.csv}"],
+    ["plan", *MLP, "--node-latency", "{inf.csv}"],
+    ["plan", *MLP, "--node-latency", "{neg.json}"],
+    ["plan", *MLP, "--node-latency", "{deep_latency.json}"],
+    ["plan", *MLP, "--node-latency", "{empty.csv}"],
+    ["plan", *MLP, "--transfer-rate", "nan"],
+    ["plan", *MLP, "--transfer-rate", "-5"],
+    ["plan", *MLP, "--transfer-rate", "1e400"],
+    ["plan", *MLP, "--search-budget", "-3"],
+    ["plan", "mlp", "--set", "hidden=100000000"],
+    ["plan", "hf:llama"],
+    ["plan", "hf:no_such_type", "--devices", "2x1GiB"],
+    ["plan", "hf:gpt2", "--set", "n_layers=2", "--devices", "2x1GiB"],
+    ["plan", "mlp", "--set", "n_layer=-1"],
+    ["plan", "mlp", "--set", "hidden"],
+    ["plan", "mlp", "--set", "nope=1"],
+    ["plan", "no_such_model"],
+    ["plan", "no_such_module_xyz:build", "--devices", "2x1GiB"],
+    ["plan", *MLP, "--mode", "aot_based", "--aot-mapping", "{mapping_deep.json}"],
+    ["plan", *MLP, "--mode", "aot_based", "--aot-mapping", "{mapping_bad.json}"],
+    ["check", "{plan_text.json}", *MLP],
+    ["check", "{plan_list.json}", *MLP],
+    ["check", "{plan_huge_level.json}", *MLP],
+    ["check", "{plan_deep.json}", *MLP],
+    ["check", "{missing.json}", *MLP],
+    ["render", "{plan_text.json}"],
+    ["diff", "{plan_list.json}", "{plan_text.json}"],
+    ["export", "{plan_deep.json}", "--kind", "fx-aot"],
+    ["check", "{plan_text.json}", *MLP, "--max-latency", "nan"],
+]
+
+
+@pytest.mark.parametrize("argv", BAD, ids=[" ".join(a[:1] + a[-2:]) for a in BAD])
+def test_bad_input_is_exit_2_with_a_message(argv, files, capsys):
+    args = [str(files / a[1:-1]) if a.startswith("{") and a.endswith("}") else a for a in argv]
+    try:
+        code = main(args)
+    except SystemExit as exc:  # argparse's own usage errors
+        code = exc.code
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert "Traceback" not in err and "internal error" not in err
+    assert err.strip(), "the error must say what is wrong"
+
+
+def test_nan_and_infinite_node_latencies_are_refused_everywhere():
+    graph = synthetic_graph([(0, 1)], [10, 10])
+    devices = [Device("d", 1000, 0)]
+    for bad in (math.nan, math.inf, -math.inf):
+        with pytest.raises(PartitionError, match="node_latency\\['op0'\\] must be finite"):
+            partitioner.partition(graph, devices, node_latency={"op0": (bad, 1.0)})
+        with pytest.raises(PartitionError, match="op0"):
+            read_node_latency_text(f"op0,{bad},1\n", "lat.csv")
+
+
+def test_huge_device_counts_fail_fast_and_checks_are_linear():
+    with pytest.raises(PartitionError, match="more than 4096 devices"):
+        partitioner.parse_devices("10000000x1GiB")
+    # 4,096 devices with distinct ids pass the boundary check quickly (it was quadratic).
+    devices = [Device(f"d{i}", 10**6, i) for i in range(4096)]
+    assert partitioner.accelerator.api.check_devices(devices) == devices
+    with pytest.raises(PartitionError, match=r"unique; \[7\] repeat"):
+        partitioner.accelerator.api.check_devices(devices[:10] + [Device("again", 10, 7)])
+
+
+def test_a_factory_with_wrong_shapes_gives_one_clean_message(tmp_path, monkeypatch, capsys):
+    (tmp_path / "shapes_for_test.py").write_text(
+        "import torch\n"
+        "def build():\n"
+        "    return torch.nn.Sequential(torch.nn.Linear(16, 16)), (torch.randn(2, 8),)\n"
+        "def leave():\n"
+        "    import sys\n"
+        "    sys.exit(3)\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert main(["plan", "shapes_for_test:build", "--devices", "2x1GiB"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "example_inputs match the model's forward()" in err[0]
+    assert main(["plan", "shapes_for_test:leave", "--devices", "2x1GiB"]) == 2
+    assert "called sys.exit(3)" in capsys.readouterr().err

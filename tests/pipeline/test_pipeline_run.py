@@ -1,0 +1,111 @@
+"""Pipeline plans run for real with torch.distributed.pipelining (gloo, spawned processes): the
+outputs, loss and gradients equal the single-process model's; a rank that dies ends the run with
+a clear error and no process left. Each run costs seconds (every rank imports torch): few cases,
+each covering several things."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+import partitioner
+import sample_models
+from partitioner import Device, PartitionError, RunError, pipeline
+from partitioner.pipeline.runner import build_stage_modules
+from partitioner.testing import faults
+
+ROOT = Path(__file__).resolve().parents[2]
+BIG = [Device(f"d{i}", 1 << 30, i) for i in range(4)]
+
+
+@pytest.fixture(scope="module")
+def gpt():
+    """The sample GPT at batch 4: token ids, a causal mask, residual (skip) connections and an LM
+    head tied to the embedding, so stages carry values past their neighbours and share a weight."""
+    module, inputs, _ = sample_models.load("transformer", {"batch_size": 4})
+    return module, partitioner.trace(module, inputs)
+
+
+def test_stage_modules_chained_equal_the_model(gpt):
+    module, graph = gpt
+    pp = pipeline.plan(graph, BIG, stages=4, microbatches=2, schedule="gpipe")
+    modules = build_stage_modules(graph, pp.stages, graph.example_inputs)
+    value = graph.example_inputs
+    for stage in modules:
+        out = stage(*value)
+        value = out if isinstance(out, tuple) else (out,)
+    with torch.no_grad():
+        torch.testing.assert_close(value[0], module(*graph.example_inputs))
+    # Stage modules keep the model's parameter names (gradients compare by name).
+    names = {n for m in modules for n, _ in m.named_parameters()}
+    assert names <= {n for n, _ in module.named_parameters(remove_duplicate=False)}
+
+
+@pytest.mark.slow
+def test_training_with_1f1b_equals_the_model_in_loss_outputs_and_gradients(gpt):
+    _, graph = gpt
+    pp = pipeline.plan(graph, BIG, stages=2, microbatches=4, schedule="1f1b", training="sgd")
+    before = faults.child_pids()
+    result = pipeline.run(pp, graph, graph.example_inputs, timeout_s=120)
+    assert result.outputs_equal and result.gradients_equal
+    assert result.loss is not None and result.loss > 0
+    assert result.world_size == 2 and len(result.stage_forward_s) == 2
+    assert all(t > 0 for t in result.rank_step_s) and result.measured_step_s == max(result.rank_step_s)
+    assert faults.child_pids() <= before
+
+
+@pytest.mark.slow
+def test_interleaved_runs_two_stages_per_process_and_equals_the_model():
+    torch.manual_seed(0)
+    module, inputs, _ = sample_models.load("mlp", {"batch_size": 8})
+    graph = partitioner.trace(module, inputs)
+    pp = pipeline.plan(graph, BIG[:2], stages=4, microbatches=4, schedule="interleaved_1f1b")
+    result = pipeline.run(pp, graph, graph.example_inputs, timeout_s=120)
+    assert result.world_size == 2 and len(result.stage_forward_s) == 4
+    assert result.outputs_equal and result.gradients_equal is None
+
+
+@pytest.mark.slow
+def test_a_rank_that_dies_is_a_clear_error_and_leaves_nothing():
+    torch.manual_seed(0)
+    model, x = faults.DiesOnRank(rank=1).eval(), torch.randn(4, 8)
+    graph = partitioner.trace(model, (x,))
+    pp = pipeline.plan(graph, BIG[:2], stages=2, microbatches=2, schedule="gpipe")
+    names = [name for stage in pp.stages for name in stage]
+    cut = names.index("die_on_rank")  # the dying node on rank 1
+    pp = dataclasses.replace(pp, stages=(tuple(names[:cut]), tuple(names[cut:])))
+    before = faults.child_pids()
+    with pytest.raises(RunError, match=r"rank 1 died \(exit code 7\).*rank 1 runs stage\(s\) \[1\]"):
+        pipeline.run(pp, graph, (x,), timeout_s=60)
+    assert faults.child_pids() <= before
+
+
+def test_what_cannot_run_is_refused_before_any_process_starts(gpt):
+    _, graph = gpt
+    zb = pipeline.plan(graph, BIG, stages=4, microbatches=4, schedule="zero_bubble", training="sgd")
+    with pytest.raises(PartitionError, match="simulated only"):
+        pipeline.run(zb, graph, graph.example_inputs)
+    odd = pipeline.plan(graph, BIG, stages=2, microbatches=3, schedule="gpipe")
+    with pytest.raises(PartitionError, match=r"batch of 4 does not split into 3 .*batch_size=6"):
+        pipeline.run(odd, graph, graph.example_inputs)
+
+
+@pytest.mark.slow
+def test_the_command_line_runs_a_pipeline_and_prints_the_run_in_its_json():
+    cli = [sys.executable, "-m", "cli", "pipeline", "mlp", "--devices", "2x1GiB", "--stages", "2",
+           "--microbatches", "4", "--training", "adam", "--run", "--out", "-"]
+    done = subprocess.run(cli, capture_output=True, text=True, cwd=ROOT, timeout=300)
+    assert done.returncode == 0, done.stderr
+    data = json.loads(done.stdout)
+    assert data["kind"] == "pipeline" and len(data["stages"]) == 2
+    assert data["run"]["outputs_equal"] is True and data["run"]["gradients_equal"] is True
+    assert data["run"]["measured_step_s"] > 0
+    bad = subprocess.run([*cli[:-3], "--microbatches", "3", "--run"], capture_output=True, text=True,
+                         cwd=ROOT, timeout=300)
+    assert bad.returncode == 2 and "does not split into 3" in bad.stderr and "Traceback" not in bad.stderr
