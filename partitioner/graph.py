@@ -15,9 +15,28 @@ from typing import Any, Iterable, Mapping, Sequence
 
 from partitioner.errors import TraceError
 
-__all__ = ["Node", "Graph", "OP_KINDS", "toposort", "toposort_children", "find_cycle"]
+__all__ = ["Node", "Graph", "ModelInfo", "OP_KINDS", "toposort", "toposort_children", "find_cycle"]
 
 OP_KINDS = ("call_module", "call_function", "call_method")
+
+
+@dataclass(frozen=True)
+class ModelInfo:
+    """What the original ``nn.Module`` says of itself, kept beside the graph because a traced
+    (above all an exported) graph loses it: each module's class names (``module_classes``:
+    qualified path -> the class and its bases, e.g. ``("LlamaAttention", "Module")``; ``""`` is the
+    model), and a Hugging Face model's own tensor-parallel plan (``config.base_model_tp_plan``),
+    the blocks Accelerate never splits (``_no_split_modules``) and its tied weights
+    (``_tied_weights_keys``: tied name -> source). Empty for synthetic graphs."""
+
+    module_classes: Mapping[str, tuple[str, ...]] = dataclasses.field(default_factory=dict)
+    tp_plan: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    no_split_modules: tuple[str, ...] = ()
+    tied_weights: Mapping[str, str] = dataclasses.field(default_factory=dict)
+
+    def is_a(self, path: str, class_name: str) -> bool:
+        """Whether the module at ``path`` is a ``class_name`` (or a subclass of it)."""
+        return class_name in self.module_classes.get(path, ())
 
 
 @dataclass(frozen=True)
@@ -65,6 +84,7 @@ class Graph:
         self.example_inputs = example_inputs
         self.name = name
         self.tied_parameters: tuple[tuple[str, ...], ...] = ()  # names of one tensor, counted once
+        self.model_info = ModelInfo()  # what the traced model says of itself (module classes, ...)
         self.index: dict[str, int] = {}
         for i, node in enumerate(self.nodes):
             if node.name in self.index:
@@ -122,6 +142,7 @@ class Graph:
                                      else nd.output_bytes) for nd in self.nodes]
         graph = Graph(nodes, self.graph_module, self.example_inputs, name=self.name)
         graph.tied_parameters = self.tied_parameters
+        graph.model_info = self.model_info
         return graph
 
     def fingerprint(self) -> str:

@@ -22,7 +22,7 @@ import torch.fx as fx
 
 from partitioner.errors import TraceError
 from partitioner.tracing.functionalize import remove_inplace
-from partitioner.graph import Graph, Node
+from partitioner.graph import Graph, ModelInfo, Node
 
 __all__ = ["trace"]
 
@@ -270,6 +270,21 @@ def trace(
             c.use_cache = True
 
 
+def model_info(model: torch.nn.Module) -> ModelInfo:
+    """The module classes of ``model`` (every class in each module's MRO up to ``nn.Module``) and
+    a Hugging Face model's tensor-parallel plan, no-split blocks and tied weights. O(modules)."""
+    classes = {path: tuple(c.__name__ for c in type(m).__mro__ if issubclass(c, torch.nn.Module))
+               for path, m in model.named_modules()}
+    config = getattr(model, "config", None)
+    plan = getattr(config, "base_model_tp_plan", None) or {}
+    tied = getattr(model, "_tied_weights_keys", None) or {}
+    if not isinstance(tied, Mapping):  # older transformers: a list of tied names
+        tied = {str(k): "" for k in tied}
+    return ModelInfo(module_classes=classes, tp_plan=dict(plan),
+                     no_split_modules=tuple(getattr(model, "_no_split_modules", None) or ()),
+                     tied_weights={str(k): str(v) for k, v in tied.items()})
+
+
 def _trace(
     model: torch.nn.Module | fx.GraphModule,
     example_inputs: Sequence[Any] | torch.Tensor,
@@ -319,6 +334,7 @@ def _trace(
         )
     graph = Graph(nodes, gm, inputs, name=name or type(model).__name__)
     graph.tied_parameters = tied
+    graph.model_info = model_info(model)
     if not graph.op_indices:
         raise TraceError(
             f"{graph.name} has no operations to partition (only inputs, attributes and outputs)"
