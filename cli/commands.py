@@ -102,7 +102,7 @@ def cmd_check(args: argparse.Namespace) -> int:
     results = {m: check_plan(plan, model.graph, devices, rate, node_latency, args.max_latency,
                              args.max_memory_utilisation, args.strict, cost_model=m) for m in models}
     for note in dict.fromkeys(n for r in results.values() for n in r.notes):
-        print(f"note: {note}", file=sys.stderr)
+        print(f"note: {as_flags(note)}", file=sys.stderr)
     where = f"{model.label} on {describe_devices(devices)}"
     name = "<stdin>" if args.plan == "-" else args.plan
     if len(models) > 1:
@@ -133,8 +133,21 @@ def _report_check(result: Any, args: argparse.Namespace, name: str, where: str) 
     count = len(result.violations)
     print(f"FAIL: {name} is not valid for {where}: {count} violation{'s' if count != 1 else ''}")
     for i, v in enumerate(result.violations, start=1):
-        print(f"  {i}. {v}")
+        print(f"  {i}. {as_flags(str(v))}")
     return EXIT_FAIL
+
+
+# The library names its own parameters; the command line says the flags that set them.
+_FLAGS = {"max_latency_s = ": "--max-latency ", "max_latency_s": "--max-latency",
+          "max_memory_utilisation = ": "--max-memory-utilisation ",
+          "max_memory_utilisation": "--max-memory-utilisation", "check with strict=False": "drop --strict"}
+
+
+def as_flags(message: str) -> str:
+    """``message`` from :func:`check_plan` with its parameter names as this command's flags."""
+    for name, flag in _FLAGS.items():
+        message = message.replace(name, flag)
+    return message
 
 
 def cmd_render(args: argparse.Namespace) -> int:
@@ -278,7 +291,7 @@ shows its error in the table. Exit 1 only when every mode failed.
   partition-explorer diff old.json new.json --json
   partition-explorer diff committed.json fresh.json --exit-code   # CI: fail when the plan changed
 
-Partitions are matched by id; nodes by name.
+Partitions are matched by the nodes they share (renumbering alone is no change); nodes by name.
 """,
     "export": """examples:
   partition-explorer export plan.json --kind fx-aot --out aot.json

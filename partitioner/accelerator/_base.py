@@ -19,19 +19,25 @@ from partitioner.units import format_bytes
 __all__ = ["Problem", "Recorder", "Assignment", "pick_best", "compact", "node_alone_bytes", "largest_node_check"]
 
 
-@dataclass
+@dataclass(frozen=True)
 class Assignment:
     """``part[v]`` is node v's partition (-1 for non-op nodes); ``devices_of[p]`` its devices.
 
     ``ordered``: the ids are the order the partitions run in (a topological order in which each
     device runs its partitions), so the plan keeps them; otherwise partitions are numbered by
-    their first node. ``lower_bound_s`` and ``note``: a solver's proven bound and what it did."""
+    their first node. ``lower_bound_s`` and ``note``: a solver's proven bound and what it did.
+    Immutable (tuples): a mode that refines another's result makes a new one
+    (``dataclasses.replace``), never writes into it."""
 
-    part: list[int]
-    devices_of: list[list[int]]
+    part: tuple[int, ...]
+    devices_of: tuple[tuple[int, ...], ...]
     ordered: bool = False
     lower_bound_s: float = 0.0
     note: str = ""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "part", tuple(self.part))
+        object.__setattr__(self, "devices_of", tuple(tuple(d) for d in self.devices_of))
 
 
 class Recorder(Protocol):

@@ -29,16 +29,41 @@ below. Durations and transfers are rounded down to ticks, which keeps the bound 
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import time
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["SlotInput", "RelaxInput", "solve", "solve_slots", "solve_relaxation", "Tensor"]
+__all__ = ["SlotInput", "RelaxInput", "SolveResult", "Answer", "solve", "solve_slots", "solve_relaxation", "Tensor"]
 
 # (producer unit, or -1 for an input or attribute; bytes; ((reader unit, reading nodes), ...);
 # transfer ticks; torch's held bytes for an input or attribute)
 Tensor = tuple[int, int, tuple[tuple[int, int], ...], int, int]
+
+
+@dataclass(frozen=True)
+class SolveResult:
+    """What one CP-SAT model sends back from the worker: its status name (``OPTIMAL``,
+    ``FEASIBLE``, ``INFEASIBLE``, ``UNKNOWN``...), the proven bound in ticks, the wall time, and
+    for the plan model with a solution: the objective, each unit's slot, each slot's start and
+    rank."""
+
+    status: str
+    bound: int
+    wall_s: float = 0.0
+    objective: int | None = None
+    slot: tuple[int, ...] | None = None
+    start: tuple[int, ...] = ()
+    rank: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
+class Answer:
+    """The worker's answer: the plan model's result, and the relaxation's when it ran."""
+
+    slots: SolveResult
+    relax: SolveResult | None = None
 
 
 @dataclass(frozen=True)
@@ -94,7 +119,7 @@ def _finish(m: Any, memory: list[list[Any]], capacity: tuple[int, ...], ends: li
                 m.add_hint(var, i == chosen)
 
 
-def solve_slots(inp: SlotInput) -> dict[str, Any]:
+def solve_slots(inp: SlotInput) -> SolveResult:
     """The plan model; ``slot`` per unit (slot s is device s // k, position s % k), the slots'
     start ticks and ranks, the objective and CP-SAT's bound in ticks, and its status."""
     from ortools.sat.python import cp_model
@@ -175,17 +200,16 @@ def solve_slots(inp: SlotInput) -> dict[str, Any]:
     solver = _solver(inp.time_limit_s)
     began = time.perf_counter()
     status = solver.solve(m)
-    out: dict[str, Any] = {"status": solver.status_name(status), "wall_s": time.perf_counter() - began,
-                           "bound": int(solver.best_objective_bound)}
+    found = SolveResult(solver.status_name(status), int(solver.best_objective_bound), time.perf_counter() - began)
     if status in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-        out["objective"] = int(solver.objective_value)
-        out["slot"] = [next(s for s in range(num_slots) if solver.value(x[g][s])) for g in range(num_units)]
-        out["start"] = [solver.value(v) for v in start]
-        out["rank"] = [solver.value(v) for v in rank]
-    return out
+        found = dataclasses.replace(
+            found, objective=int(solver.objective_value),
+            slot=tuple(next(s for s in range(num_slots) if solver.value(x[g][s])) for g in range(num_units)),
+            start=tuple(solver.value(v) for v in start), rank=tuple(solver.value(v) for v in rank))
+    return found
 
 
-def solve_relaxation(inp: RelaxInput) -> dict[str, Any]:
+def solve_relaxation(inp: RelaxInput) -> SolveResult:
     """The relaxation of NOTE: [Relaxation bound]: CP-SAT's proven bound in ticks, and status."""
     from ortools.sat.python import cp_model
 
@@ -210,12 +234,9 @@ def solve_relaxation(inp: RelaxInput) -> dict[str, Any]:
     _finish(m, memory, inp.capacity, done, horizon, x, inp.hint)
     solver = _solver(inp.time_limit_s)
     status = solver.solve(m)
-    return {"status": solver.status_name(status), "bound": int(solver.best_objective_bound)}
+    return SolveResult(solver.status_name(status), int(solver.best_objective_bound))
 
 
-def solve(slots: SlotInput, relax: RelaxInput | None) -> dict[str, Any]:
+def solve(slots: SlotInput, relax: RelaxInput | None) -> Answer:
     """The worker's entry: the plan model, then the relaxation (when given)."""
-    out = {"slots": solve_slots(slots)}
-    if relax is not None:
-        out["relax"] = solve_relaxation(relax)
-    return out
+    return Answer(solve_slots(slots), solve_relaxation(relax) if relax is not None else None)

@@ -272,8 +272,8 @@ def check_plan(
         changed = (f"the model's graph changed since the plan was made (fingerprint "
                    f"{plan.graph_fingerprint} in the plan, {graph.fingerprint()} now)")
         if strict:
-            problems.insert(0, Violation(GRAPH_CHANGED, changed + "; re-plan, or drop --strict to "
-                                                              "accept a plan that still fits"))
+            problems.insert(0, Violation(GRAPH_CHANGED, changed + "; re-plan, or check with strict=False "
+                                                              "to accept a plan that still fits"))
         else:
             notes.append(changed + "; checking the plan against the model as it is now")
     names = [n for p in plan.partitions for n in p.node_names]
@@ -284,8 +284,8 @@ def check_plan(
         and all(p.device_ids and set(p.device_ids) <= known for p in plan.partitions)
     )
     evaluated: Plan | None = None
-    budgets = [flag for flag, v in (("--max-latency", max_latency_s),
-                                    ("--max-memory-utilisation", max_memory_utilisation)) if v is not None]
+    budgets = [name for name, v in (("max_latency_s", max_latency_s),
+                                    ("max_memory_utilisation", max_memory_utilisation)) if v is not None]
     if scorable:
         evaluated = evaluate_plan(graph, devices, plan.node_to_partition(), plan.partition_to_devices(),
                                   transfer_rate_bytes_per_s, node_latency, mode=plan.mode,
@@ -300,8 +300,8 @@ def check_plan(
             problems.append(Violation(
                 LATENCY_BUDGET,
                 f"end-to-end latency {format_seconds(latency)} ({latency:.6g} s) exceeds the budget "
-                f"--max-latency {max_latency_s:g} s by {latency / max_latency_s - 1:.1%}; compare "
-                "modes (`partition-explorer compare`), add devices, or raise the budget",
+                f"max_latency_s = {max_latency_s:g} s by {latency / max_latency_s - 1:.1%}; compare "
+                "the modes, add devices, or raise the budget",
             ))
         if max_memory_utilisation is not None:
             used = evaluated.device_memory_bytes()
@@ -315,7 +315,7 @@ def check_plan(
                 problems.append(Violation(
                     MEMORY_BUDGET,
                     f"peak memory utilisation {evaluated.memory_utilisation():.1%} exceeds the budget "
-                    f"--max-memory-utilisation {max_memory_utilisation:g} ({max_memory_utilisation:.1%}) "
+                    f"max_memory_utilisation = {max_memory_utilisation:g} ({max_memory_utilisation:.1%}) "
                     f"on device(s) {shown}; spread the model over more devices, add memory, or raise "
                     "the budget",
                     device=over[0].logical_id,

@@ -12,6 +12,7 @@ while the graph has at most :data:`RELAX_LIMIT` ops, else from the critical path
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import logging
 import math
@@ -22,7 +23,7 @@ from partitioner.units import format_seconds
 from partitioner.runtime.worker import run_in_worker
 from partitioner.accelerator import kl_based, largest_first, size_based
 from partitioner.accelerator._base import Assignment, Problem
-from partitioner.accelerator._cpsat import RelaxInput, SlotInput, Tensor, solve
+from partitioner.accelerator._cpsat import RelaxInput, SlotInput, SolveResult, Tensor, solve
 
 __all__ = ["partition", "coarsen", "MAX_UNITS", "RELAX_LIMIT", "DEFAULT_TIME_LIMIT_S", "MAX_DEVICES"]
 
@@ -78,38 +79,38 @@ def partition(problem: Problem) -> Assignment:
         if best is None:
             raise
         logger.warning("solver failed (%s); keeping the best heuristic plan", exc)
-        best.note = f"solver failed ({str(exc).splitlines()[0]}); the best heuristic plan is shown"
-        best.ordered = True
-        return best
-    slots = answer["slots"]
+        return dataclasses.replace(
+            best, ordered=True,
+            note=f"solver failed ({str(exc).splitlines()[0]}); the best heuristic plan is shown")
+    slots = answer.slots
     bound_ticks = 0
     complete = not coarse and k >= len(units)  # every plan is a solution of the plan model
-    if complete and slots["status"] in ("OPTIMAL", "FEASIBLE", "UNKNOWN", "INFEASIBLE"):
-        bound_ticks = slots["bound"] if slots["status"] != "INFEASIBLE" else 0
-    relax = answer.get("relax")
-    if relax and relax["status"] in ("OPTIMAL", "FEASIBLE", "UNKNOWN"):
-        bound_ticks = max(bound_ticks, relax["bound"])
+    if complete and slots.status in ("OPTIMAL", "FEASIBLE", "UNKNOWN", "INFEASIBLE"):
+        bound_ticks = slots.bound if slots.status != "INFEASIBLE" else 0
+    relax = answer.relax
+    if relax and relax.status in ("OPTIMAL", "FEASIBLE", "UNKNOWN"):
+        bound_ticks = max(bound_ticks, relax.bound)
     if bound_ticks * tick <= cost.lower_bound_s():  # no better than the heaviest path of nodes
         bound_ticks = 0
-    found = _decode(problem, units, k, slots) if "slot" in slots else None
-    chosen = best
-    if chosen is not None:  # keep the heuristic's ids: its latency depends on the order a device
-        chosen.ordered = True  # runs its partitions, which is the order of the ids compared here
+    found = _decode(problem, units, k, slots) if slots.slot is not None else None
+    # Keep the heuristic's ids: its latency depends on the order a device runs its partitions,
+    # which is the order of the ids compared here.
+    chosen = dataclasses.replace(best, ordered=True) if best is not None else None
     if found is not None and problem.fits(found):
         if chosen is None or problem.latency(found) <= upper * (1 + 1e-9):
             chosen = found
     if chosen is None:
-        raise InfeasibleError(f"the solver found no plan within the devices' memory ({slots['status']})")
-    chosen.lower_bound_s = bound_ticks * tick
+        raise InfeasibleError(f"the solver found no plan within the devices' memory ({slots.status})")
+    bound_s = bound_ticks * tick
     space = ("every plan" if complete else
              f"plans of up to {k} partition{'s' if k > 1 else ''} per device"
              + (f" over {len(units)} groups of the {len(ops)} ops (chains contracted)" if coarse else ""))
     kept = "its plan" if chosen is found else "kept the best heuristic plan (the solver found none faster)"
-    proof = "the node-level relaxation" if relax and relax["bound"] >= bound_ticks else "the plan model"
-    proved = (f"bound {format_seconds(chosen.lower_bound_s)} proven by {proof}" if bound_ticks
+    proof = "the node-level relaxation" if relax and relax.bound >= bound_ticks else "the plan model"
+    proved = (f"bound {format_seconds(bound_s)} proven by {proof}" if bound_ticks
               else "it proved no bound above the heaviest path of nodes")
-    chosen.note = f"CP-SAT searched {space} for {slots['wall_s']:.1f} s ({slots['status'].lower()}); {kept}; {proved}"
-    return chosen
+    note = f"CP-SAT searched {space} for {slots.wall_s:.1f} s ({slots.status.lower()}); {kept}; {proved}"
+    return dataclasses.replace(chosen, lower_bound_s=bound_s, note=note)
 
 
 def _count(a: Assignment) -> int:
@@ -240,13 +241,15 @@ def _slot_hint(problem: Problem, units: Sequence[Sequence[int]], a: Assignment, 
     return tuple(hint)
 
 
-def _decode(problem: Problem, units: Sequence[Sequence[int]], k: int, answer: dict) -> Assignment:
+def _decode(problem: Problem, units: Sequence[Sequence[int]], k: int, answer: SolveResult) -> Assignment:
     """The solver's slots as partitions numbered in the order they run (rank, then start)."""
-    used = sorted(set(answer["slot"]), key=lambda s: (answer["rank"][s], answer["start"][s], s))
+    assert answer.slot is not None
+    slot = answer.slot
+    used = sorted(set(slot), key=lambda s: (answer.rank[s], answer.start[s], s))
     ids = {s: i for i, s in enumerate(used)}
     part = [-1] * len(problem.graph)
     for g, members in enumerate(units):
         for v in members:
-            part[v] = ids[answer["slot"][g]]
+            part[v] = ids[slot[g]]
     devices_of = [[problem.devices[s // k].logical_id] for s in used]
     return Assignment(part, devices_of, ordered=True)

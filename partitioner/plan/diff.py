@@ -1,7 +1,8 @@
 """Compare two plans: which nodes moved, and how each partition's memory, latency and traffic changed.
 
-Partitions are matched by id (a partition present in one plan only is reported as added or
-removed); nodes are matched by name. Used by ``partition-explorer diff`` and the app. O(N + E)
+Partitions are matched by the nodes they share (:func:`match_partitions`: renumbering alone moves
+nothing; a partition that matches none in the other plan is reported as added or removed); nodes
+are matched by name. Used by ``partition-explorer diff`` and the app. O(N + E)
 for plans of N nodes and E partition edges.
 """
 

@@ -288,7 +288,7 @@ class Plan:
         except json.JSONDecodeError as exc:
             raise PlanFormatError(
                 f"plan file is not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg}); "
-                "export it again from the app or `partition-explorer plan`"
+                "make or export the plan again"
             ) from None
         except RecursionError:
             raise PlanFormatError("plan file is nested too deeply to be a plan; export it again") from None

@@ -9,6 +9,7 @@ searching the text: :func:`partitioner.split` ignores the device kinds, ``check`
 from __future__ import annotations
 
 from dataclasses import dataclass
+from enum import Enum
 from typing import TYPE_CHECKING, Mapping, Sequence
 
 from partitioner.cost.model import CostModel
@@ -22,6 +23,7 @@ if TYPE_CHECKING:  # pragma: no cover - typing only; plan.py imports this module
 
 __all__ = [
     "Violation",
+    "ViolationKind",
     "KINDS",
     "DEVICE_KINDS",
     "PARTITION_IDS",
@@ -40,22 +42,31 @@ __all__ = [
     "plan_violations",
 ]
 
-PARTITION_IDS = "partition_ids"  # ids are not 0..P-1
-EMPTY_PARTITION = "empty_partition"  # a partition holds no node
-DUPLICATE_NODE = "duplicate_node"  # a node is in two partitions
-NO_DEVICE = "no_device"  # a partition is placed on no device
-UNKNOWN_DEVICE = "unknown_device"  # a partition is placed on a device that does not exist
-GRAPH_CHANGED = "graph_changed"  # the plan was made for another version of the model
-UNKNOWN_NODE = "unknown_node"  # the plan names a node the model lacks
-NOT_OP_NODE = "not_op_node"  # the plan places an input, attribute or output node
-MISSING_NODE = "missing_node"  # an op node of the model is in no partition
-MEMORY = "memory"  # a device holds more than its memory
-CYCLE = "cycle"  # partitions depend on each other in a cycle
-LATENCY_BUDGET = "latency_budget"  # end-to-end latency over a given budget
-MEMORY_BUDGET = "memory_budget"  # memory utilisation over a given budget
+class ViolationKind(str, Enum):
+    """What rule a violation breaks; a ``str`` (JSON writes the value), so ``kind == "memory"``
+    holds and callers filter by kind, never by searching the message."""
 
-KINDS = (PARTITION_IDS, EMPTY_PARTITION, DUPLICATE_NODE, NO_DEVICE, UNKNOWN_DEVICE, GRAPH_CHANGED,
-         UNKNOWN_NODE, NOT_OP_NODE, MISSING_NODE, MEMORY, CYCLE, LATENCY_BUDGET, MEMORY_BUDGET)
+    PARTITION_IDS = "partition_ids"  # ids are not 0..P-1
+    EMPTY_PARTITION = "empty_partition"  # a partition holds no node
+    DUPLICATE_NODE = "duplicate_node"  # a node is in two partitions
+    NO_DEVICE = "no_device"  # a partition is placed on no device
+    UNKNOWN_DEVICE = "unknown_device"  # a partition is placed on a device that does not exist
+    GRAPH_CHANGED = "graph_changed"  # the plan was made for another version of the model
+    UNKNOWN_NODE = "unknown_node"  # the plan names a node the model lacks
+    NOT_OP_NODE = "not_op_node"  # the plan places an input, attribute or output node
+    MISSING_NODE = "missing_node"  # an op node of the model is in no partition
+    MEMORY = "memory"  # a device holds more than its memory
+    CYCLE = "cycle"  # partitions depend on each other in a cycle
+    LATENCY_BUDGET = "latency_budget"  # end-to-end latency over a given budget
+    MEMORY_BUDGET = "memory_budget"  # memory utilisation over a given budget
+
+    def __str__(self) -> str:
+        return self.value
+
+
+(PARTITION_IDS, EMPTY_PARTITION, DUPLICATE_NODE, NO_DEVICE, UNKNOWN_DEVICE, GRAPH_CHANGED, UNKNOWN_NODE,
+ NOT_OP_NODE, MISSING_NODE, MEMORY, CYCLE, LATENCY_BUDGET, MEMORY_BUDGET) = tuple(ViolationKind)
+KINDS = tuple(ViolationKind)
 
 # Kinds about where partitions run, not what they compute: a split module ignores them.
 DEVICE_KINDS = frozenset({NO_DEVICE, UNKNOWN_DEVICE, MEMORY, MEMORY_BUDGET})
@@ -65,7 +76,7 @@ DEVICE_KINDS = frozenset({NO_DEVICE, UNKNOWN_DEVICE, MEMORY, MEMORY_BUDGET})
 class Violation:
     """One broken rule of a plan."""
 
-    kind: str
+    kind: ViolationKind
     message: str
     partition: int | None = None
     node: str | None = None
@@ -75,7 +86,7 @@ class Violation:
         return self.message
 
     def to_dict(self) -> dict[str, object]:
-        return {"kind": self.kind, "message": self.message, "partition": self.partition,
+        return {"kind": self.kind.value, "message": self.message, "partition": self.partition,
                 "node": self.node, "device": self.device}
 
 

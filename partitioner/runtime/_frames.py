@@ -7,7 +7,7 @@ import pickle
 import struct
 from typing import IO, Any, NamedTuple
 
-__all__ = ["Message", "write_frame", "read_frame"]
+__all__ = ["Message", "Reply", "write_frame", "read_frame"]
 
 _HEADER = struct.Struct("!Q")
 
@@ -18,6 +18,14 @@ class Message(NamedTuple):
 
     kind: str
     rank: int
+    value: Any
+
+
+class Reply(NamedTuple):
+    """What a worker sends back: ``ok`` with the function's result as ``value``, or not ok with
+    the error and where it happened as ``value``."""
+
+    ok: bool
     value: Any
 
 

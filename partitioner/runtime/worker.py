@@ -20,6 +20,7 @@ import traceback
 from typing import Any, Callable
 
 from partitioner.errors import RunError
+from partitioner.runtime._frames import Reply  # not defined here: this module runs as __main__
 
 __all__ = ["run_in_worker", "WorkerTimeout"]
 
@@ -50,14 +51,14 @@ def run_in_worker(fn: Callable[..., Any], args: tuple[Any, ...], timeout_s: floa
             proc.kill()
             proc.wait()
     try:
-        ok, value = pickle.loads(out)
+        reply: Reply = pickle.loads(out)
     except Exception:
         tail = err.decode(errors="replace").strip().splitlines()[-3:]
         raise RunError(f"{what} worker died (exit code {proc.returncode}) before it sent a result"
                        + (f": {' | '.join(tail)}" if tail else "")) from None
-    if not ok:
-        raise RunError(f"{what} failed in its worker: {value}")
-    return value
+    if not reply.ok:
+        raise RunError(f"{what} failed in its worker: {reply.value}")
+    return reply.value
 
 
 def _serve() -> None:
@@ -66,9 +67,9 @@ def _serve() -> None:
     sys.stdout = sys.stderr  # anything the function prints stays off the result channel
     try:
         fn, args = pickle.loads(sys.stdin.buffer.read())
-        result: tuple[bool, Any] = (True, fn(*args))
+        result = Reply(True, fn(*args))
     except BaseException as exc:  # report every failure to the parent, whatever it was
-        result = (False, f"{type(exc).__name__}: {exc}\n{traceback.format_exc(limit=4)}")
+        result = Reply(False, f"{type(exc).__name__}: {exc}\n{traceback.format_exc(limit=4)}")
     channel.write(pickle.dumps(result))
     channel.flush()
 

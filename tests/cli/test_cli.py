@@ -249,12 +249,12 @@ def test_check_plan_messages(graph, base_plan):
 
     assert "node 'relu' is in partition 0 and partition 1" in violations(dup)
     latency = violations(None, max_latency_s=1e-9)
-    assert "end-to-end latency" in latency and "exceeds the budget --max-latency 1e-09 s" in latency
+    assert "end-to-end latency" in latency and "exceeds the budget max_latency_s = 1e-09 s" in latency
     util = violations(None, max_memory_utilisation=0.5)
     assert "on device(s) dev_0 (id 0) 79.5%" in util and "dev_3 (id 3) 72.3%" in util
     # Budgets cannot be scored while nodes are missing: a note says so.
     result = check_plan(Plan.from_dict(edited(base_plan, _missing)), graph, devs, max_latency_s=1.0)
-    assert any("budgets (--max-latency) not checked" in n for n in result.notes)
+    assert any("budgets (max_latency_s) not checked" in n for n in result.notes)
     with pytest.raises(partitioner.PartitionError, match="not op nodes of the graph: ghost"):
         check_plan(base_plan, graph, devs, node_latency={"ghost": (1.0, 1.0)})
 
@@ -266,7 +266,7 @@ def test_check_plan_changed_model_is_a_note_unless_strict(base_plan):
     result = check_plan(base_plan, smaller, devs)
     assert result.ok and "graph changed since the plan was made" in result.notes[0]
     strict = check_plan(base_plan, smaller, devs, strict=True)
-    assert not strict.ok and "drop --strict" in strict.violations[0].message
+    assert not strict.ok and "strict=False" in strict.violations[0].message
 
 
 # --------------------------------------------------------------------------------------------

@@ -33,7 +33,7 @@ def test_json_round_trip_is_exact(plan_and_graph):
 
 
 def test_malformed_json_names_line_and_fix():
-    with pytest.raises(PlanFormatError, match=r"not valid JSON \(line 1, column 2.*export it again"):
+    with pytest.raises(PlanFormatError, match=r"not valid JSON \(line 1, column 2.*export the plan again"):
         Plan.from_json("{oops")
 
 
