@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
+from partitioner.cost.incremental import DeviceMemory
 from partitioner.errors import InfeasibleError
 from partitioner.units import format_bytes
 from partitioner.accelerator._base import Assignment, Problem, node_alone_bytes
@@ -111,43 +112,6 @@ def _runs(problem: Problem, device_of: Sequence[int]) -> Assignment:
     return Assignment(part, devices_of)
 
 
-class _Tally:
-    """Bytes each device holds as nodes are placed and removed (the union rule of the cost
-    model: a node's total bytes, plus the outputs it reads from nodes elsewhere, once)."""
-
-    def __init__(self, problem: Problem) -> None:
-        self.graph = problem.graph
-        self.free = {d.logical_id: d.memory_bytes for d in problem.devices}
-        self.where = [-1] * len(problem.graph)
-        self.reads: dict[int, dict[int, int]] = {d: {} for d in self.free}
-
-    def extra(self, v: int, d: int) -> int:
-        """Bytes ``v`` adds on ``d`` when nodes are placed in topological order (nothing on ``d``
-        reads ``v`` yet)."""
-        g = self.graph
-        more = g.total_bytes[v]
-        for u in g.preds[v]:
-            if self.where[u] != d and not self.reads[d].get(u):
-                more += g.output_bytes[u]
-        return more
-
-    def place(self, v: int, d: int) -> int:
-        cost = self.extra(v, d)
-        self.free[d] -= cost
-        self.where[v] = d
-        reads = self.reads[d]
-        for u in self.graph.preds[v]:
-            reads[u] = reads.get(u, 0) + 1
-        return cost
-
-    def remove(self, v: int, d: int, cost: int) -> None:
-        reads = self.reads[d]
-        for u in self.graph.preds[v]:
-            reads[u] -= 1
-        self.where[v] = -1
-        self.free[d] += cost
-
-
 def pack_by_size(problem: Problem) -> Assignment:
     """First fit decreasing: the largest nodes first, each on the device with the most room
     left that holds it (no regard for order; partitions are then runs). O(N D + E)."""
@@ -176,9 +140,10 @@ def exhaustive_fit(problem: Problem, max_ops: int = 12) -> Assignment | None:
     ops = list(graph.op_indices)
     if len(ops) > max_ops:
         return None
-    tally = _Tally(problem)
+    capacity = problem.capacity
+    tally = DeviceMemory(problem.cost, [-1] * len(graph), [], capacity)  # the one union rule
+    where = [-1] * len(graph)
     devices = [d.logical_id for d in problem.devices]
-    capacity = {d.logical_id: d.memory_bytes for d in problem.devices}
     used = {d: 0 for d in devices}
 
     def search(i: int) -> bool:
@@ -191,19 +156,21 @@ def exhaustive_fit(problem: Problem, max_ops: int = 12) -> Assignment | None:
                 if capacity[d] in empty_tried:
                     continue
                 empty_tried.add(capacity[d])
-            if tally.extra(v, d) > tally.free[d]:
+            if tally.bytes[d] + tally.added(v, d) > capacity[d]:
                 continue
-            cost = tally.place(v, d)
+            tally.add(v, d)
+            where[v] = d
             used[d] += 1
             if search(i + 1):
                 return True
             used[d] -= 1
-            tally.remove(v, d, cost)
+            where[v] = -1
+            tally.remove(v, d)
         return False
 
     if not search(0):
         return None
-    return _runs(problem, tally.where)
+    return _runs(problem, where)
 
 
 def fill_in_order(problem: Problem, order: Sequence[int], pack: bool = False) -> Assignment:
@@ -219,13 +186,10 @@ def fill_in_order(problem: Problem, order: Sequence[int], pack: bool = False) ->
     graph = problem.graph
     part = [-1] * len(graph)
     devices_of: list[list[int]] = []
-    free = {d.logical_id: d.memory_bytes for d in problem.devices}
-    held: dict[int, set[int]] = {d.logical_id: set() for d in problem.devices}
+    free = dict(problem.capacity)
+    tally = DeviceMemory(problem.cost, [-1] * len(graph), [], free)  # the one union rule
     unused = [d.logical_id for d in problem.devices_by_memory()]
-    out, total, preds = graph.output_bytes, graph.total_bytes, graph.preds
-
-    def extra(v: int, d: int) -> int:
-        return total[v] + sum(out[u] for u in preds[v] if u not in held[d])
+    extra = tally.added  # in topological order nothing on the device reads v yet
 
     current = -1
     for v in order:
@@ -260,7 +224,6 @@ def fill_in_order(problem: Problem, order: Sequence[int], pack: bool = False) ->
             devices_of.append([device])
             current = len(devices_of) - 1
         free[device] -= extra(v, device)
-        held[device].add(v)
-        held[device].update(preds[v])
+        tally.add(v, device)
         part[v] = current
     return Assignment(part, devices_of)

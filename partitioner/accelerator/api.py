@@ -69,7 +69,7 @@ def resolve_transfer_rate(devices: Sequence[Device], rate: float | None) -> floa
     return float(min(links)) if links else None
 
 
-def _problem(graph: Graph, devices: Sequence[Device], options: PartitionOptions) -> Problem:
+def build_problem(graph: Graph, devices: Sequence[Device], options: PartitionOptions) -> Problem:
     if not isinstance(graph, Graph):
         raise PartitionError(
             f"partition() needs a partitioner.Graph (got {type(graph).__name__}); "
@@ -153,7 +153,7 @@ def partition_with(graph: Graph, devices: Sequence[Device], mode: str, options: 
     """:func:`partition` with its options as one :class:`PartitionOptions` record (what the app,
     the command line and :func:`partitioner.accelerator.compare.compare_modes` pass)."""
     get_mode(mode)
-    problem = _problem(graph, devices, options)
+    problem = build_problem(graph, devices, options)
     devices = problem.devices
     total = graph.total_size_bytes
     biggest = max(devices, key=lambda d: (d.memory_bytes, -d.logical_id))
@@ -220,7 +220,7 @@ def evaluate_plan(
     options = PartitionOptions.build(transfer_rate_bytes_per_s=transfer_rate_bytes_per_s,
                                      node_latency=node_latency, node_to_partition=node_to_partition,
                                      partition_to_devices=partition_to_devices, cost_model=cost_model)
-    problem = _problem(graph, devices, options)
+    problem = build_problem(graph, devices, options)
     assignment = MODES["aot_based"](problem)
     provenance = Provenance(options.replace(aot=None), edited=edited)
     return build_plan(graph, problem.cost, assignment.part, assignment.devices_of,

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Sequence
 
-from partitioner.accelerator.api import _problem
+from partitioner.accelerator.api import build_problem
 from partitioner.devices import Device
 from partitioner.errors import PartitionError
 from partitioner.graph import Graph
@@ -127,7 +127,7 @@ def record(graph: Graph, devices: Sequence[Device], algorithm: str, *, budget: i
 
     if algorithm not in ALGORITHMS:
         raise PartitionError(f"unknown algorithm {algorithm!r}; choose one of {', '.join(ALGORITHMS)}")
-    problem = _problem(graph, devices, options or PartitionOptions())
+    problem = build_problem(graph, devices, options or PartitionOptions())
     keeper = _Keeper()
     if algorithm == "size_based":
         problem.record = keeper

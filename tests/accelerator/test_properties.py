@@ -108,7 +108,7 @@ def test_incremental_device_memory_equals_full_recompute(problem, moves):
     """The local search tallies device memory move by move; after any sequence of moves (and
     of tentative checks, which must leave no trace and agree with a full recompute) it equals a
     full recompute. Devices are tight here, so both answers of a check occur."""
-    from partitioner.accelerator.api import _problem
+    from partitioner.accelerator.api import build_problem
     from partitioner.accelerator._base import Assignment
     from partitioner.accelerator._search import _State
 
@@ -119,7 +119,7 @@ def test_incremental_device_memory_equals_full_recompute(problem, moves):
     part = [-1] * len(graph)
     for i, v in enumerate(ops):
         part[v] = i % k
-    state = _State(_problem(graph, devices, PartitionOptions.build(transfer_rate_bytes_per_s=rate, node_latency=latency)), Assignment(part, [[d] for d in range(k)]))
+    state = _State(build_problem(graph, devices, PartitionOptions.build(transfer_rate_bytes_per_s=rate, node_latency=latency)), Assignment(part, [[d] for d in range(k)]))
     for a, b in moves:
         v, q = ops[a % len(ops)], b % k
         if q == state.part[v]:
@@ -150,11 +150,11 @@ def test_incremental_evaluation_equals_full_re_evaluation_after_every_move(probl
     """The searches' incremental cost model (a move updates two partitions and the edges at the
     node) gives the latency, critical path, edges and each partition's latency of a full
     evaluation after every move, every undone trial and every device change."""
-    from partitioner.accelerator.api import _problem
+    from partitioner.accelerator.api import build_problem
     from partitioner.cost.incremental import IncrementalCost
 
     graph, devices, latency, rate = problem
-    cost = _problem(graph, devices, PartitionOptions.build(transfer_rate_bytes_per_s=rate, node_latency=latency)).cost
+    cost = build_problem(graph, devices, PartitionOptions.build(transfer_rate_bytes_per_s=rate, node_latency=latency)).cost
     ops = list(graph.op_indices)
     part = [-1] * len(graph)
     for i, v in enumerate(ops):
@@ -194,7 +194,7 @@ def test_incremental_evaluation_equals_full_re_evaluation_after_every_move(probl
 def test_moves_off_the_critical_path_never_shorten_it(problem):
     """The search skips moves that touch no partition on the critical path; check that no such
     move could have lowered the latency."""
-    from partitioner.accelerator.api import _problem
+    from partitioner.accelerator.api import build_problem
     from partitioner.accelerator._base import Assignment
     from partitioner.accelerator._search import _State
 
@@ -203,7 +203,7 @@ def test_moves_off_the_critical_path_never_shorten_it(problem):
     part = [-1] * len(graph)
     for i, v in enumerate(graph.op_indices):
         part[v] = (i * 7 // 3) % k
-    state = _State(_problem(graph, devices, PartitionOptions.build(transfer_rate_bytes_per_s=rate, node_latency=latency)), Assignment(part, [[d] for d in range(k)]))
+    state = _State(build_problem(graph, devices, PartitionOptions.build(transfer_rate_bytes_per_s=rate, node_latency=latency)), Assignment(part, [[d] for d in range(k)]))
     if not math.isfinite(state.latency):
         return
     for v in graph.op_indices:

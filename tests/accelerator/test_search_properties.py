@@ -86,11 +86,11 @@ def test_kl_based_is_never_worse_than_cost_aware(problem):
 def test_priority_starts_are_valid_forward_fills(problem):
     """The time-ordered fills are valid starts: every op node placed, within memory, no two
     alike, and every partition edge going forward (the orders are topological)."""
-    from partitioner.accelerator.api import _problem
+    from partitioner.accelerator.api import build_problem
     from partitioner.accelerator._fills import priority_starts
 
     graph, devices, latency, rate = problem
-    prob = _problem(graph, devices, PartitionOptions.build(transfer_rate_bytes_per_s=rate, node_latency=latency))
+    prob = build_problem(graph, devices, PartitionOptions.build(transfer_rate_bytes_per_s=rate, node_latency=latency))
     found = priority_starts(prob, 3)
     assert len(found) <= 3
     check_forward_starts(prob, found)
@@ -102,11 +102,11 @@ def test_priority_starts_are_valid_forward_fills(problem):
 def test_dropping_empty_partitions_keeps_the_latency(problem, where):
     """``compact`` renumbers the partitions a search left non-empty, in their order: the same
     schedule and latency (cyclic plans stay cyclic), with no empty partition left."""
-    from partitioner.accelerator.api import _problem
+    from partitioner.accelerator.api import build_problem
     from partitioner.accelerator._base import Assignment, compact
 
     graph, devices, latency, rate = problem
-    cost = _problem(graph, devices, PartitionOptions.build(transfer_rate_bytes_per_s=rate, node_latency=latency)).cost
+    cost = build_problem(graph, devices, PartitionOptions.build(transfer_rate_bytes_per_s=rate, node_latency=latency)).cost
     part = [-1] * len(graph)
     for i, v in enumerate(graph.op_indices):
         part[v] = where[i % len(where)]  # partitions 0..7, some of them empty

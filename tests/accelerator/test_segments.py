@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from partitioner import Device
-from partitioner.accelerator.api import _problem
+from partitioner.accelerator.api import build_problem
 from partitioner.accelerator._segments import segment_starts, segmentation, time_orders
 from partitioner.options import PartitionOptions
 from partitioner.testing.synthetic import synthetic_graph
@@ -17,7 +17,7 @@ from property_problems import check_forward_starts, problems
 
 
 def _prob(graph, devices, latency=None, rate=None):
-    return _problem(graph, devices, PartitionOptions.build(transfer_rate_bytes_per_s=rate, node_latency=latency))
+    return build_problem(graph, devices, PartitionOptions.build(transfer_rate_bytes_per_s=rate, node_latency=latency))
 
 
 def _estimate(prob, order, bounds):

@@ -144,7 +144,7 @@ def test_a_decision_trace_replays_to_the_algorithms_plan(algorithm, seed):
                 groups.setdefault(p, set()).add(graph.nodes[v].name)
         assert sorted(map(sorted, groups.values())) == sorted(sorted(p.node_names) for p in plan.partitions)
     else:  # every taken step's latency is what the cost model gives the plan after it
-        problem = partitioner.accelerator.api._problem(graph, devices, partitioner.PartitionOptions.build(
+        problem = partitioner.accelerator.api.build_problem(graph, devices, partitioner.PartitionOptions.build(
             transfer_rate_bytes_per_s=1e8))
         for d, frame in zip(trace.decisions, trace.frames):
             if d.accepted and d.latency_s is not None and d.kind != "roll back":
