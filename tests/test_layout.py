@@ -111,7 +111,8 @@ TORCH_FREE = ("partitioner.accelerator", "partitioner.cost", "partitioner.plan",
               "partitioner.accelerator.steps", "partitioner.accelerator.compare",
               "partitioner.pipeline.stages", "partitioner.pipeline.simulate",
               "partitioner.remat.memory", "partitioner.sharding.tensor_parallel",
-              "partitioner.runtime.worker", "partitioner.interop.readers")
+              "partitioner.runtime.worker", "partitioner.interop.readers", "partitioner.cluster",
+              "partitioner.cluster.search", "partitioner.interop.engines")
 
 
 def test_algorithm_packages_import_no_torch():

@@ -1,0 +1,118 @@
+"""``partition-explorer cluster``: how many devices of which kind, laid out how (pipeline x
+tensor x data parallel, ZeRO, recomputation), how fast and at what cost."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+from partitioner import cluster
+from partitioner.interop.engines import ENGINES, toml_text
+from partitioner.units import format_bytes, format_seconds
+
+from cli.commands import COMMON_EPILOG
+from cli.inputs import EXIT_FAIL, EXIT_OK, add_model_arguments, load_model, positive_float, write_output
+from cli.report import format_table
+
+__all__ = ["register"]
+
+EXAMPLES = """examples:
+  partition-explorer cluster hf:llama-3-8b --dtype bf16 --accelerator h100-80gb --global-batch 512 --seq-len 4096
+  partition-explorer cluster hf:llama-3-70b --dtype bf16 --max-nodes 64 --export torchtitan --out titan.toml
+  partition-explorer cluster gpt2_small --accelerator a100-40gb --max-nodes 1 --global-batch 64 --seq-len 1024
+  partition-explorer cluster hf:mixtral-8x7b --dtype bf16 --inference --global-batch 16 --seq-len 2048 --generate 256
+
+Searches every layout at 1, 2, 4, ... devices of one node and 1, 2, 4, ... whole nodes up to
+--max-nodes: tensor parallelism inside a node, pipeline stages dividing the layer count (with
+each runnable schedule), data parallelism with ZeRO 0-3, recomputation none or full. Memory per
+device follows the ZeRO paper's model-state formulas; time per step the roofline of the traced
+graph, ring collectives on the node's and the inter-node links, and the pipeline simulator.
+Prices are editable presets (--price-per-hour).
+"""
+
+
+def register(sub: Any, common: argparse.ArgumentParser) -> None:
+    p = sub.add_parser("cluster", help="plan a cluster: devices, layout, speed and cost",
+                       description="which devices, how many, laid out how, how fast, at what cost",
+                       parents=[common], formatter_class=argparse.RawDescriptionHelpFormatter,
+                       epilog=EXAMPLES + COMMON_EPILOG)
+    add_model_arguments(p)
+    p.add_argument("--accelerator", choices=list(cluster.ACCELERATORS), default="h100-80gb")
+    p.add_argument("--devices-per-node", type=int, default=8)
+    p.add_argument("--max-nodes", type=int, default=64, help="search up to this many nodes (default 64)")
+    p.add_argument("--intra", choices=list(cluster.LINKS), help="the link inside a node (default: the accelerator's)")
+    p.add_argument("--inter", choices=list(cluster.LINKS), default="infiniband-ndr", help="the link between nodes")
+    p.add_argument("--price-per-hour", type=float, help="USD per device-hour (default: the preset's)")
+    p.add_argument("--headroom", default="4GiB", help="memory kept free on each device (default 4GiB)")
+    p.add_argument("--global-batch", type=int, default=512, help="sequences per step (default 512)")
+    p.add_argument("--seq-len", type=int, default=4096, help="tokens per sequence (inference: the prompt)")
+    p.add_argument("--optimizer", choices=["adam", "sgd", "none"], default="adam")
+    p.add_argument("--precision", choices=["bf16", "fp32"], default="bf16",
+                   help="bf16: mixed precision (fp32 master weights and state); fp32: full precision")
+    p.add_argument("--train-tokens", type=positive_float, default=1e12, help="tokens to price a training run")
+    p.add_argument("--inference", action="store_true", help="serve instead of train")
+    p.add_argument("--generate", type=int, default=256, help="inference: tokens generated per sequence")
+    p.add_argument("--top", type=int, default=10, help="rows of the best-layouts table (default 10)")
+    p.add_argument("--export", choices=list(ENGINES), help="print the fastest layout as this engine's config")
+    p.add_argument("--out", metavar="FILE", help="write the answers as JSON (or the --export config) here")
+    p.set_defaults(func=run)
+
+
+def _row(r: cluster.LayoutResult, inference: bool) -> list[str]:
+    return [str(r.devices), r.layout.label(), format_seconds(r.step_s), f"{r.mfu:.1%}",
+            format_bytes(int(r.memory_bytes)), r.limit, f"${r.cost_per_million_tokens:.3g}"]
+
+
+def run(args: argparse.Namespace) -> int:
+    from partitioner.units import parse_bytes
+
+    if args.devices_per_node < 1 or args.max_nodes < 1:
+        raise ValueError("--devices-per-node and --max-nodes must be at least 1")
+    model = load_model(args.model, args.set)
+    prof = cluster.profile(model.graph, model.label)
+    target = cluster.cluster(args.accelerator, args.devices_per_node, args.intra, args.inter,
+                             parse_bytes(args.headroom), args.price_per_hour)
+    work = cluster.Workload("inference" if args.inference else "training", args.global_batch, args.seq_len,
+                            2 if args.precision == "bf16" else 4, args.optimizer, args.train_tokens, args.generate)
+    found = cluster.search(prof, work, target, cluster.device_counts(args.devices_per_node, args.max_nodes))
+    print(f"{model.label}: {prof.param_count / 1e9:.2f} B parameters ({format_bytes(prof.weight_bytes)} as traced), "
+          f"{prof.layers} layers; {work.kind} at {work.global_batch} x {work.seq_len} tokens on "
+          f"{args.accelerator} nodes of {args.devices_per_node}")
+    print(f"searched {found.evaluated} layouts in {found.search_s:.2f} s; {len(found.fitting)} fit")
+    if not found.fitting:
+        print(f"no layout fits up to {args.max_nodes} node(s): raise --max-nodes, use a larger accelerator, "
+              "or a smaller batch")
+        return EXIT_FAIL
+    step = "time to first token" if args.inference else "step"
+    for title, r in (("fewest devices", found.fewest_devices), ("fastest", found.fastest),
+                     ("cheapest", found.cheapest)):
+        assert r is not None
+        line = (f"{title}: {r.devices} devices, {r.layout.label()}: {step} {format_seconds(r.step_s)}, MFU "
+                f"{r.mfu:.1%}, ${r.cost_per_million_tokens:.3g} per million tokens, limited by {r.limit}")
+        if not args.inference:
+            days = work.train_tokens / r.tokens_per_s / 86400
+            line += (f"; {work.train_tokens:.3g} tokens take {days:.1f} days and "
+                     f"${r.cost_per_million_tokens * work.train_tokens / 1e6:,.0f}")
+        else:
+            line += f"; {r.extra['tokens_per_s_per_sequence']:.1f} tokens/s per sequence"
+        print(line)
+    print()
+    print(format_table(["devices", "layout", step, "MFU", "memory/device", "limit", "$/M tokens"],
+                       [_row(r, args.inference) for r in found.best(args.top)]))
+    if args.export:
+        best = found.fastest
+        assert best is not None
+        config = ENGINES[args.export](best.layout, work)
+        text = toml_text(config) if args.export == "torchtitan" else json.dumps(config, indent=2)
+        write_output(args.out or "-", text, f"{args.export} config")
+        return EXIT_OK
+    if args.out:
+        data = {"model": model.label, "workload": work.__dict__, "accelerator": args.accelerator,
+                "searched": found.evaluated, "search_s": found.search_s,
+                "fewest_devices": found.fewest_devices.to_dict() if found.fewest_devices else None,
+                "fastest": found.fastest.to_dict() if found.fastest else None,
+                "cheapest": found.cheapest.to_dict() if found.cheapest else None,
+                "pareto": [r.to_dict() for r in found.front], "best": [r.to_dict() for r in found.best(args.top)]}
+        write_output(args.out, json.dumps(data, indent=2), "cluster plan")
+    return EXIT_OK

@@ -1,0 +1,24 @@
+"""Plan a cluster: which accelerator, how many, laid out how (pipeline x tensor x data parallel,
+ZeRO, recomputation), how fast and at what cost, from the traced graph of any model.
+
+    from partitioner import cluster
+    prof = cluster.profile(graph)
+    found = cluster.search(prof, cluster.Workload(global_batch=512, seq_len=4096),
+                           cluster.cluster("h100-80gb"), cluster.device_counts(8, max_nodes=64))
+    found.fewest_devices.layout.label()
+
+Built from the other packages' own numbers: the roofline of :mod:`partitioner.cost`, the
+optimizer table of :mod:`partitioner.cost.training`, the schedules' simulator of
+:mod:`partitioner.pipeline`. Torch-free.
+"""
+
+from __future__ import annotations
+
+from partitioner.cluster.hardware import ACCELERATORS, LINKS, Accelerator, Cluster, Link, cluster
+from partitioner.cluster.layouts import Layout, LayoutResult, Workload, evaluate, ring_allreduce_s
+from partitioner.cluster.profile import ModelProfile, profile
+from partitioner.cluster.search import ClusterPlan, device_counts, pareto, search
+
+__all__ = ["ACCELERATORS", "LINKS", "Accelerator", "Link", "Cluster", "cluster", "Workload", "Layout",
+           "LayoutResult", "evaluate", "ring_allreduce_s", "ModelProfile", "profile", "ClusterPlan",
+           "device_counts", "pareto", "search"]

@@ -1,0 +1,101 @@
+"""Accelerators and links for cluster planning: published peak figures, editable prices.
+
+Peak FLOP/s are the vendors' dense BF16/FP16 tensor-core figures (no sparsity); memory is the
+HBM (or GDDR) size; bandwidth the HBM bandwidth. Prices per device-hour are on-demand list
+prices of the kind public clouds quoted in 2025 (rounded; edit them for your own quote). Links
+carry a bandwidth per device and direction and a latency per message.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Mapping
+
+from partitioner.errors import PartitionError
+
+__all__ = ["Accelerator", "Link", "Cluster", "ACCELERATORS", "LINKS", "cluster"]
+
+
+@dataclass(frozen=True)
+class Accelerator:
+    name: str
+    memory_bytes: int
+    peak_flops: float  # dense BF16 FLOP/s
+    memory_bandwidth_bytes_per_s: float
+    price_per_hour: float  # one device, USD
+
+
+@dataclass(frozen=True)
+class Link:
+    name: str
+    bandwidth_bytes_per_s: float  # per device, one direction
+    latency_s: float  # per message
+
+
+GiB = 2**30
+ACCELERATORS: dict[str, Accelerator] = {a.name: a for a in (
+    Accelerator("a100-40gb", 40 * GiB, 312e12, 1.555e12, 3.0),
+    Accelerator("a100-80gb", 80 * GiB, 312e12, 2.039e12, 4.0),
+    Accelerator("h100-80gb", 80 * GiB, 989e12, 3.35e12, 6.0),
+    Accelerator("h200-141gb", 141 * 10**9, 989e12, 4.8e12, 7.5),
+    Accelerator("b200-192gb", 192 * 10**9, 2.25e15, 8.0e12, 10.0),
+    Accelerator("mi300x-192gb", 192 * GiB, 1.307e15, 5.3e12, 5.0),
+    Accelerator("l4-24gb", 24 * GiB, 121e12, 300e9, 0.8),
+)}
+
+LINKS: dict[str, Link] = {l.name: l for l in (
+    Link("nvlink4", 450e9, 2e-6),  # H100 SXM: 900 GB/s both directions
+    Link("nvlink3", 300e9, 2e-6),  # A100 SXM
+    Link("nvlink5", 900e9, 2e-6),  # B200
+    Link("infinity-fabric", 448e9, 2e-6),  # MI300X: 7 links of 64 GB/s
+    Link("pcie5", 64e9, 5e-6),
+    Link("pcie4", 32e9, 5e-6),
+    Link("infiniband-ndr", 50e9, 5e-6),  # 400 Gb/s a device
+    Link("infiniband-hdr", 25e9, 5e-6),  # 200 Gb/s a device
+    Link("ethernet-100g", 12.5e9, 10e-6),
+)}
+
+
+@dataclass(frozen=True)
+class Cluster:
+    """Nodes of ``devices_per_node`` accelerators; ``intra`` links devices of a node, ``inter``
+    nodes; ``headroom_bytes`` is kept free on every device (CUDA context, fragmentation)."""
+
+    accelerator: Accelerator
+    devices_per_node: int = 8
+    intra: Link = LINKS["nvlink4"]
+    inter: Link = LINKS["infiniband-ndr"]
+    headroom_bytes: int = 4 * GiB
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.devices_per_node <= 64:
+            raise PartitionError(f"devices_per_node must be in [1, 64] (got {self.devices_per_node})")
+        if not 0 <= self.headroom_bytes < self.accelerator.memory_bytes:
+            raise PartitionError(f"headroom_bytes must be below the device memory "
+                                 f"({self.accelerator.memory_bytes} B; got {self.headroom_bytes})")
+
+    @property
+    def usable_bytes(self) -> int:
+        return self.accelerator.memory_bytes - self.headroom_bytes
+
+
+def cluster(accelerator: str, devices_per_node: int = 8, intra: str | None = None, inter: str = "infiniband-ndr",
+            headroom_bytes: int = 4 * GiB, price_per_hour: float | None = None,
+            overrides: Mapping[str, float] | None = None) -> Cluster:
+    """A :class:`Cluster` from preset names (``intra`` defaults to the accelerator's own link)."""
+    if accelerator not in ACCELERATORS:
+        raise PartitionError(f"unknown accelerator {accelerator!r}; choose one of {', '.join(ACCELERATORS)}")
+    acc = ACCELERATORS[accelerator]
+    if price_per_hour is not None:
+        if not price_per_hour >= 0:
+            raise PartitionError(f"price_per_hour must be >= 0 (got {price_per_hour})")
+        acc = dataclasses.replace(acc, price_per_hour=float(price_per_hour))
+    if overrides:
+        acc = dataclasses.replace(acc, **dict(overrides))
+    default_intra = {"a100": "nvlink3", "b200": "nvlink5", "mi300x": "infinity-fabric", "l4": "pcie4"}
+    intra = intra or default_intra.get(accelerator.split("-")[0], "nvlink4")
+    for name in (intra, inter):
+        if name not in LINKS:
+            raise PartitionError(f"unknown link {name!r}; choose one of {', '.join(LINKS)}")
+    return Cluster(acc, devices_per_node, LINKS[intra], LINKS[inter], headroom_bytes)

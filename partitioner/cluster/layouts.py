@@ -1,0 +1,231 @@
+"""One layout of a cluster, its memory per device and its time per step.
+
+A layout composes the four techniques as Megatron-LM and torchtitan do: ``tp``-way tensor
+parallelism inside a node, ``pp`` pipeline stages (a schedule from :mod:`partitioner.pipeline`,
+simulated by the pipeline page's own simulator), ``dp``-way data parallelism with ZeRO stage
+0-3 (stage 3 is FSDP's full sharding), and recomputation (none, or full: only each layer's input
+is kept and the forward runs again in the backward).
+
+# NOTE: [Layout costs]
+Memory per device (training): model states by the ZeRO paper (Rajbhandari et al. 2020, sec. 3.1)
+over psi = parameters / (tp x pp): (2 + 2 + K) psi with stage 0, 4 psi + K psi / dp with 1,
+2 psi + (2 + K) psi / dp with 2, (4 + K) psi / dp with 3 (K from
+:func:`partitioner.cost.training.model_state_bytes`); activations of one microbatch per stage,
+divided by tp (sequence parallelism, Korthikanti et al. 2022), times the microbatches the
+schedule keeps in flight on the first stage (the simulator's peak stash); the headroom.
+Inference: the weights over tp x pp and the KV cache of the batch's context.
+Time per step (training): each stage's forward per microbatch is the roofline of its share of
+the graph (NOTE: [Scaling the traced graph]); backward twice the forward, three times with full
+recomputation; tensor parallelism adds 2 all-reduces of the hidden state per layer in each
+direction (Megatron-LM) on the node's link; a stage boundary sends the hidden state of a
+microbatch; the schedule's simulation gives the step and its bubble; data parallelism reduces
+the gradients (ring all-reduce, 2 (dp - 1) / dp of the bytes; ZeRO-3 1.5 times that for its
+parameter gathers) on the slowest link of its group, overlapped with the last microbatch's
+backward (as DDP's buckets are): only what exceeds that backward is added. The optimizer step
+and kernel launch overheads are left out. Assumptions: stages hold equal shares of the layers
+(the first and last also hold the embedding and head: an under-estimate of the largest stage).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from partitioner.cluster.hardware import Cluster
+from partitioner.cluster.profile import ModelProfile
+from partitioner.cost.training import check_optimizer, model_state_bytes
+from partitioner.errors import PartitionError
+
+__all__ = ["Workload", "Layout", "LayoutResult", "evaluate", "ring_allreduce_s"]
+
+ZERO_STAGES = (0, 1, 2, 3)
+RECOMPUTE = ("none", "full")
+
+
+@dataclass(frozen=True)
+class Workload:
+    """Training: ``global_batch`` sequences of ``seq_len`` tokens a step, weights of
+    ``element_bytes`` (2: bf16 mixed precision), ``optimizer``, ``train_tokens`` to price a run.
+    Inference: ``global_batch`` sequences, a prompt of ``seq_len`` tokens, ``generate_tokens``."""
+
+    kind: str = "training"
+    global_batch: int = 512
+    seq_len: int = 4096
+    element_bytes: int = 2
+    optimizer: str = "adam"
+    train_tokens: float = 1e12
+    generate_tokens: int = 256
+
+    def __post_init__(self) -> None:
+        if self.kind not in ("training", "inference"):
+            raise PartitionError(f"kind must be 'training' or 'inference' (got {self.kind!r})")
+        if self.global_batch < 1 or self.seq_len < 1 or self.generate_tokens < 0:
+            raise PartitionError(f"global_batch and seq_len must be >= 1 (got {self.global_batch}, {self.seq_len})")
+        if self.element_bytes not in (1, 2, 4):
+            raise PartitionError(f"element_bytes must be 1, 2 or 4 (got {self.element_bytes})")
+        check_optimizer(self.optimizer)
+
+
+@dataclass(frozen=True)
+class Layout:
+    dp: int = 1
+    tp: int = 1
+    pp: int = 1
+    microbatch_size: int = 1  # sequences per microbatch
+    schedule: str = "none"  # a pipeline schedule when pp > 1
+    zero: int = 0  # ZeRO stage over the dp group (3: FSDP full sharding)
+    recompute: str = "none"
+
+    @property
+    def devices(self) -> int:
+        return self.dp * self.tp * self.pp
+
+    def label(self) -> str:
+        parts = [f"dp{self.dp}", f"tp{self.tp}", f"pp{self.pp}"]
+        if self.pp > 1:
+            parts.append(self.schedule)
+        parts.append(f"mb{self.microbatch_size}")
+        if self.zero:
+            parts.append(f"zero{self.zero}")
+        if self.recompute != "none":
+            parts.append(f"recompute-{self.recompute}")
+        return " ".join(parts)
+
+
+@dataclass(frozen=True)
+class LayoutResult:
+    layout: Layout
+    fits: bool
+    memory: dict[str, float]  # bytes per device by kind (the fullest device)
+    step_s: float  # training: one optimizer step; inference: time to first token
+    parts_s: dict[str, float]  # where the step's time goes
+    limit: str  # what limits it: memory, compute, tensor-parallel communication, bubble, ...
+    mfu: float
+    tokens_per_s: float  # training: trained tokens; inference: generated tokens, all devices
+    cost_per_million_tokens: float
+    microbatches: int = 1
+    extra: dict[str, float] = field(default_factory=dict)  # inference: per-token figures
+
+    @property
+    def devices(self) -> int:
+        return self.layout.devices
+
+    @property
+    def memory_bytes(self) -> float:
+        return sum(self.memory.values())
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"layout": self.layout.__dict__, "label": self.layout.label(), "devices": self.devices,
+                "fits": self.fits, "memory_bytes": self.memory, "step_s": self.step_s, "parts_s": self.parts_s,
+                "limit": self.limit, "mfu": self.mfu, "tokens_per_s": self.tokens_per_s,
+                "cost_per_million_tokens": self.cost_per_million_tokens, "microbatches": self.microbatches,
+                **({"inference": self.extra} if self.extra else {})}
+
+
+def ring_allreduce_s(nbytes: float, n: int, bandwidth: float, latency: float) -> float:
+    """A ring all-reduce of ``nbytes`` over ``n`` devices: 2 (n - 1) / n of the bytes each way,
+    2 (n - 1) messages (Patarasuk and Yuan 2009; NCCL's ring)."""
+    if n <= 1:
+        return 0.0
+    return 2 * (n - 1) / n * nbytes / bandwidth + 2 * (n - 1) * latency
+
+
+def _states(p: ModelProfile, w: Workload, lay: Layout) -> dict[str, float]:
+    psi = p.param_count / (lay.tp * lay.pp)
+    if w.kind == "inference":
+        return {"weights": psi * w.element_bytes}
+    wb, gb, kb = model_state_bytes(w.optimizer, w.element_bytes)
+    dp = lay.dp
+    shard = {0: (1, 1, 1), 1: (1, 1, dp), 2: (1, dp, dp), 3: (dp, dp, dp)}[lay.zero]
+    return {"weights": wb * psi / shard[0], "gradients": gb * psi / shard[1], "optimizer": kb * psi / shard[2]}
+
+
+def evaluate(p: ModelProfile, w: Workload, c: Cluster, lay: Layout, sim: Any) -> LayoutResult:
+    """Memory and time of ``lay`` (NOTE: [Layout costs]); ``sim(schedule, pp, m, backward_ratio)``
+    gives (unit step, bubble fraction, peak stash) of the schedule with unit forward stages."""
+    if w.kind == "inference":
+        return _inference(p, w, c, lay)
+    acc = c.accelerator
+    scale = w.element_bytes / p.element_bytes
+    mem = _states(p, w, lay)
+    per_replica = w.global_batch // lay.dp
+    m = per_replica // lay.microbatch_size
+    tokens_mb = lay.microbatch_size * w.seq_len
+    hidden_mb = p.hidden_bytes_per_token * scale * tokens_mb
+    layers_per_stage = p.layers / lay.pp
+    act_mb = p.act_bytes_per_token * scale * tokens_mb / lay.tp / lay.pp
+    if lay.recompute == "full":  # each layer's input kept; one layer's activations live at a time
+        act_mb = hidden_mb / lay.tp * layers_per_stage + act_mb / layers_per_stage
+    fwd = p.forward_seconds(tokens_mb, w.seq_len, acc.peak_flops, acc.memory_bandwidth_bytes_per_s, lay.tp) / lay.pp
+    bwd = fwd * (3.0 if lay.recompute == "full" else 2.0)
+    in_node = lay.tp * lay.pp <= c.devices_per_node
+    tp_s = 2 * layers_per_stage * ring_allreduce_s(hidden_mb, lay.tp, c.intra.bandwidth_bytes_per_s, c.intra.latency_s)
+    link = c.intra if in_node else c.inter
+    p2p = (hidden_mb / link.bandwidth_bytes_per_s + link.latency_s) if lay.pp > 1 else 0.0
+    stage_f, stage_b = fwd + tp_s + p2p, bwd + tp_s + p2p
+    if lay.pp > 1:  # the compute's backward ratio; communication scales with the stage time
+        unit, _, stash = sim(lay.schedule, lay.pp, m, bwd / fwd if fwd else 2.0)
+        pipe = unit * (stage_f + stage_b) / (1 + (bwd / fwd if fwd else 2.0))
+    else:
+        stash, pipe = 1, m * (stage_f + stage_b)
+    mem["activations"] = act_mb * stash
+    mem["headroom"] = float(c.headroom_bytes)
+    grads = p.param_count / (lay.tp * lay.pp) * model_state_bytes(w.optimizer, w.element_bytes)[1]
+    dp_link = c.intra if lay.tp * lay.dp <= c.devices_per_node else c.inter
+    dp_s = ring_allreduce_s(grads, lay.dp, dp_link.bandwidth_bytes_per_s, dp_link.latency_s) * (1.5 if lay.zero == 3 else 1.0)
+    exposed = max(0.0, dp_s - bwd)
+    step = pipe + exposed
+    busy = m * (fwd + bwd)
+    parts = {"compute": busy, "tensor-parallel communication": m * 2 * tp_s,
+             "pipeline transfers": m * 2 * p2p, "bubble": max(0.0, pipe - m * (stage_f + stage_b)),
+             "gradient reduction (exposed)": exposed}
+    if lay.recompute == "full":
+        parts["compute"] = m * 3 * fwd
+        parts["recomputation"] = m * fwd
+    fits = sum(mem.values()) <= acc.memory_bytes
+    limit = "memory" if not fits else max(parts, key=lambda k: parts[k])
+    tokens = w.global_batch * w.seq_len
+    model_flops = 3 * p.forward_flops(tokens, w.seq_len)
+    devices = lay.devices
+    mfu = model_flops / (step * devices * acc.peak_flops) if step > 0 else 0.0
+    tps = tokens / step if step > 0 else math.inf
+    cost = acc.price_per_hour * devices / 3600 * step / tokens * 1e6
+    return LayoutResult(lay, fits, mem, step, parts, limit, mfu, tps, cost, m)
+
+
+def _inference(p: ModelProfile, w: Workload, c: Cluster, lay: Layout) -> LayoutResult:
+    acc = c.accelerator
+    scale = w.element_bytes / p.element_bytes
+    batch = w.global_batch / lay.dp
+    context = w.seq_len + w.generate_tokens
+    mem = _states(p, w, lay)
+    mem["kv_cache"] = p.kv_bytes_per_token * scale * batch * context / lay.tp / lay.pp
+    mem["activations"] = p.act_bytes_per_token * scale * batch * w.seq_len / lay.tp / max(1, p.layers)
+    mem["headroom"] = float(c.headroom_bytes)
+    bw, peak = acc.memory_bandwidth_bytes_per_s, acc.peak_flops
+    link = c.intra if lay.tp * lay.pp <= c.devices_per_node else c.inter
+
+    def comm(tokens: float) -> float:
+        hidden = p.hidden_bytes_per_token * scale * tokens
+        tp = 2 * p.layers * ring_allreduce_s(hidden, lay.tp, c.intra.bandwidth_bytes_per_s, c.intra.latency_s)
+        return tp + (lay.pp - 1) * (hidden / link.bandwidth_bytes_per_s + link.latency_s)
+
+    ttft = p.forward_seconds(batch * w.seq_len, w.seq_len, peak, bw, lay.tp) + comm(batch * w.seq_len)
+    mid = w.seq_len + w.generate_tokens // 2
+    kv_read = p.kv_bytes_per_token * scale * batch * mid / lay.tp / bw
+    per_token = p.forward_seconds(batch, mid, peak, bw, lay.tp) + kv_read + comm(batch)
+    fits = sum(mem.values()) <= acc.memory_bytes
+    parts = {"prefill compute": ttft - comm(batch * w.seq_len), "decode per token": per_token,
+             "communication per token": comm(batch)}
+    generated = w.global_batch * max(1, w.generate_tokens)
+    run_s = ttft + w.generate_tokens * per_token
+    tps = w.global_batch / per_token
+    flops = p.forward_flops(batch, mid)
+    mfu = flops / (per_token * lay.tp * lay.pp * peak)
+    cost = acc.price_per_hour * lay.devices / 3600 * run_s / generated * 1e6
+    limit = "memory" if not fits else ("memory bandwidth" if per_token > 2 * flops / (lay.tp * peak) else "compute")
+    extra = {"time_to_first_token_s": ttft, "seconds_per_token": per_token,
+             "tokens_per_s_per_sequence": 1 / per_token, "tokens_per_s_per_device": tps / lay.devices,
+             "kv_cache_bytes_per_token": p.kv_bytes_per_token * scale}
+    return LayoutResult(lay, fits, mem, ttft, parts, limit, mfu, tps, cost, 1, extra)

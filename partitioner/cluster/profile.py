@@ -1,0 +1,153 @@
+"""What a traced model costs per token: the figures the cluster planner scales to any batch,
+sequence length and layout. Torch-free: read off the annotated :class:`~partitioner.graph.Graph`.
+
+# NOTE: [Scaling the traced graph]
+The graph is traced at one batch x sequence (``tokens0`` tokens). A node's FLOPs and output
+bytes grow with the tokens it sees; a node that multiplies two activations (attention's scores
+and their product with the values: no weight among its inputs) grows with the tokens times the
+sequence length; weights do not grow. Each node then costs max(bytes moved / bandwidth,
+FLOPs / peak) (the roofline of :func:`partitioner.cost.model.roofline_latencies`), summed in
+order: the forward time on one device at any size. Tensor parallelism divides FLOPs, weights
+and (with sequence parallelism) activations by its degree. The repeated blocks (``layers.N``,
+``h.N``, ``blocks.N``) give the layer count, the bytes that cross a block boundary per token
+(the hidden state) and, for attention with ``k_proj``/``v_proj`` (or GPT-2's fused ``c_attn``),
+the KV cache per token.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from dataclasses import dataclass, field
+
+from partitioner.errors import PartitionError
+from partitioner.graph import Graph
+
+__all__ = ["ModelProfile", "profile", "DTYPE_BYTES"]
+
+DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2, "float64": 8, "float8_e4m3fn": 1}
+_BLOCK = re.compile(r"^(.*?)\.?(\d+)(?:\.|$)")
+
+
+@dataclass(frozen=True)
+class ModelProfile:
+    name: str
+    tokens0: int  # tokens in the traced example (batch x sequence)
+    seq0: int  # the traced sequence length (1 for models without one)
+    weight_bytes: int  # every parameter once (tied weights once)
+    param_count: int
+    element_bytes: int  # bytes of one activation or weight element as traced
+    layers: int  # repeated blocks (1 when the model has none)
+    hidden_bytes_per_token: float  # what crosses a block boundary, per token
+    kv_bytes_per_token: float  # the KV cache one token adds (every layer), 0 without attention
+    act_bytes_per_token: float  # every op output of a forward, per token (at seq0)
+    flops_per_token: float  # forward FLOPs per token at seq0 (linear and attention)
+    attention_flops_per_token: float  # the part that grows with the sequence (at seq0)
+    node_weight_bytes: tuple[int, ...] = field(default=(), compare=False, repr=False)  # weight bytes read
+    node_act_bytes: tuple[float, ...] = field(default=(), compare=False, repr=False)  # activation bytes per token
+    node_flops: tuple[float, ...] = field(default=(), compare=False, repr=False)  # FLOPs per token at seq0
+    node_attention: tuple[bool, ...] = field(default=(), compare=False, repr=False)  # grows with the sequence
+    _cache: dict[tuple[float, int, float, float], float] = field(default_factory=dict, compare=False, repr=False)
+
+    def forward_flops(self, tokens: float, seq: int) -> float:
+        """Forward FLOPs for ``tokens`` tokens in sequences of ``seq``."""
+        linear = self.flops_per_token - self.attention_flops_per_token
+        return tokens * (linear + self.attention_flops_per_token * seq / self.seq0)
+
+    def forward_seconds(self, tokens: float, seq: int, peak_flops: float, bandwidth: float, tp: int = 1) -> float:
+        """The roofline forward time of ``tokens`` tokens on one device, the work split ``tp``
+        ways (NOTE: [Scaling the traced graph]). O(N) the first time for each size, then cached."""
+        key = (float(tokens), int(seq), float(peak_flops), float(bandwidth))
+        if key not in self._cache:
+            ratio = seq / self.seq0
+            total = 0.0
+            for w, a, f, att in zip(self.node_weight_bytes, self.node_act_bytes, self.node_flops,
+                                    self.node_attention):
+                grow = tokens * (ratio if att else 1.0)
+                total += max((w + a * grow) / bandwidth, f * grow / peak_flops)
+            self._cache[key] = total
+        return self._cache[key] / tp
+
+
+def _tokens(graph: Graph) -> tuple[int, int]:
+    """(tokens, sequence length) of the traced example: the first input's first two dimensions
+    when it is a 2-D batch of ids (or 3-D embeddings), else its first dimension and 1."""
+    for node in graph.nodes:
+        if node.op == "placeholder" and node.shape:
+            shape = node.shape
+            ids = (node.dtype or "").startswith(("int", "uint"))
+            if (len(shape) == 2 and ids) or len(shape) == 3:
+                return max(1, shape[0] * shape[1]), max(1, shape[1])
+            return max(1, shape[0]), 1
+    return 1, 1
+
+
+def _blocks(graph: Graph) -> dict[str, list[int]]:
+    """The most repeated block container's blocks: block path -> op node indices."""
+    best: dict[str, dict[str, list[int]]] = {}
+    for v in graph.op_indices:
+        m = _BLOCK.match(graph.nodes[v].module_path)
+        if m:
+            best.setdefault(m.group(1), {}).setdefault(f"{m.group(1)}.{m.group(2)}", []).append(v)
+    if not best:
+        return {}
+    return max(best.values(), key=len)
+
+
+def profile(graph: Graph, name: str = "") -> ModelProfile:
+    """The per-token figures of ``graph``. O(N + E)."""
+    if not graph.op_indices:
+        raise PartitionError("the graph has no operations to plan a cluster for")
+    tokens0, seq0 = _tokens(graph)
+    nodes = graph.nodes
+    attr = [v for v, nd in enumerate(nodes) if nd.op == "get_attr"]
+    weight_bytes = sum(nd.param_bytes for nd in nodes) + sum(graph.output_bytes[v] for v in attr)
+    dtypes = Counter(str(nd.dtype).removeprefix("torch.") for nd in nodes
+                     if str(nd.dtype).removeprefix("torch.") in DTYPE_BYTES)
+    element = DTYPE_BYTES[dtypes.most_common(1)[0][0]] if dtypes else 4
+    is_attr = [nd.op == "get_attr" for nd in nodes]
+    ops = list(graph.op_indices)
+    w_bytes, a_bytes, flops, att = [], [], [], []
+    for v in ops:
+        nd = nodes[v]
+        reads_weight = nd.param_bytes > 0 or any(is_attr[u] for u in graph.preds[v])
+        w = nd.param_bytes + sum(graph.output_bytes[u] for u in graph.preds[v] if is_attr[u])
+        a = nd.output_bytes + sum(graph.output_bytes[u] for u in graph.preds[v] if not is_attr[u])
+        w_bytes.append(w)
+        a_bytes.append(a / tokens0)
+        flops.append(nd.flops / tokens0)
+        att.append(seq0 > 1 and not reads_weight and nd.flops > 2 * nd.output_bytes)
+    blocks = _blocks(graph)
+    layers = max(1, len(blocks))
+    position = {v: i for i, v in enumerate(ops)}
+    hidden = 0.0
+    if len(blocks) >= 2:
+        starts = sorted(min(position[v] for v in vs) for vs in blocks.values())
+        crossing = []
+        for s in starts[1:]:
+            cut = sum(graph.output_bytes[v] for v in ops[:s]
+                      if any(position.get(u, -1) >= s for u in graph.users[v]))
+            crossing.append(cut)
+        crossing.sort()
+        hidden = crossing[len(crossing) // 2] / tokens0
+    kv = 0.0
+    for v in ops:
+        path = nodes[v].module_path
+        leaf = path.rsplit(".", 1)[-1]
+        if leaf in ("k_proj", "v_proj", "key", "value") and nodes[v].flops:
+            kv += nodes[v].output_bytes / tokens0
+        elif leaf == "c_attn" and nodes[v].flops:
+            kv += nodes[v].output_bytes * 2 / 3 / tokens0
+    return ModelProfile(
+        name=name or graph.name, tokens0=tokens0, seq0=seq0, weight_bytes=int(weight_bytes),
+        param_count=int(weight_bytes // element), element_bytes=element, layers=layers,
+        hidden_bytes_per_token=hidden, kv_bytes_per_token=kv,
+        act_bytes_per_token=sum(nodes[v].output_bytes for v in ops) / tokens0,
+        flops_per_token=sum(flops), attention_flops_per_token=sum(f for f, t in zip(flops, att) if t),
+        node_weight_bytes=tuple(w_bytes), node_act_bytes=tuple(a_bytes), node_flops=tuple(flops),
+        node_attention=tuple(att))
+
+
+def divisors(n: int, limit: int | None = None) -> list[int]:
+    return [d for d in range(1, (limit or n) + 1) if n % d == 0]
+

@@ -1,0 +1,178 @@
+"""The cluster search: every layout of every size in range, evaluated, and the answers a buyer
+asks for: the fewest devices that fit, the fastest, the cheapest, and the Pareto front of
+devices against step time.
+
+Sizes are whole nodes (1, 2, 4, ... nodes), plus 1, 2, 4, ... devices of one node. For each:
+tensor parallelism in powers of two up to a node, pipeline stages dividing the layer count,
+data parallelism taking the rest (the global batch must divide over it), microbatch sizes in
+powers of two, each runnable schedule (the microbatch counts torch's schedule classes accept:
+:func:`partitioner.pipeline.schedules.check_microbatches`), ZeRO 0-3 and recomputation none or
+full. The pipeline's step and stash come from the Pipeline page's simulator, cached per
+(schedule, stages, microbatches). O(sizes x layouts) evaluations of O(1) each after the first
+forward time of each microbatch size.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
+from partitioner.cluster.hardware import Cluster
+from partitioner.cluster.layouts import RECOMPUTE, Layout, LayoutResult, Workload, evaluate
+from partitioner.cluster.profile import ModelProfile
+from partitioner.errors import PartitionError
+
+__all__ = ["ClusterPlan", "search", "device_counts", "SCHEDULES", "pareto"]
+
+SCHEDULES = ("1f1b", "gpipe", "interleaved_1f1b")
+MICROBATCH_SIZES = (1, 2, 4, 8, 16, 32)
+MAX_MICROBATCHES = 512  # more is a simulation of little use (and slow): larger microbatches win
+SIMULATE_UP_TO = 256  # stages x microbatches simulated; beyond, the closed forms (equal stages)
+
+
+def closed_form(schedule: str, pp: int, m: int, ratio: float) -> tuple[float, float, int]:
+    """(step, bubble fraction, a stage's peak stash) of ``schedule`` with ``pp`` equal stages of
+    forward 1 and backward ``ratio`` and ``m`` microbatches. GPipe and 1F1B: (m + pp - 1)(1 + ratio),
+    bubble (pp - 1) / (m + pp - 1) (Huang et al. 2019; Narayanan et al. 2021); GPipe stashes m
+    microbatches, 1F1B min(m, pp). Interleaved 1F1B with v = 2 chunks per rank:
+    (max(m, pp) + (min(m, pp) - 1) / v)(1 + ratio), stash min(m, v pp) per chunk when pp divides m
+    (torch's order holds up to 3 pp otherwise: that bound is used). The tests check these against
+    the simulator, which the search uses up to :data:`SIMULATE_UP_TO`."""
+    work = m * (1 + ratio)
+    if schedule == "interleaved_1f1b":
+        v = 2
+        step = (max(m, pp) + (min(m, pp) - 1) / v) * (1 + ratio)
+        return step, 1 - work / step, min(m, v * pp if m % pp == 0 else 3 * pp)
+    step = (m + pp - 1) * (1 + ratio)
+    return step, 1 - work / step, m if schedule == "gpipe" else min(m, pp)
+
+
+@dataclass(frozen=True)
+class ClusterPlan:
+    """The search's outcome: every fitting layout, the answers, what was searched and how long."""
+
+    fitting: tuple[LayoutResult, ...]  # every layout that fits, fastest first
+    fewest_devices: LayoutResult | None  # the fewest devices; the fastest among them
+    fastest: LayoutResult | None
+    cheapest: LayoutResult | None  # the least cost per million tokens
+    front: tuple[LayoutResult, ...]  # Pareto front: devices against step time
+    by_devices: dict[int, LayoutResult]  # the fastest fitting layout at each size
+    evaluated: int
+    search_s: float
+    refused: dict[str, int]  # why layouts were not evaluated (batch does not divide, ...)
+
+    def best(self, n: int = 10) -> tuple[LayoutResult, ...]:
+        return self.fitting[:n]
+
+
+def device_counts(devices_per_node: int, max_nodes: int, min_devices: int = 1, max_devices: int | None = None) -> list[int]:
+    counts = {d for d in (1, 2, 4, 8, 16, 32, 64) if d < devices_per_node}
+    nodes = 1
+    while nodes <= max_nodes:
+        counts.add(nodes * devices_per_node)
+        nodes *= 2
+    top = max_devices or max(counts)
+    return sorted(c for c in counts if min_devices <= c <= top)
+
+
+def _simulator() -> Callable[[str, int, int, float], tuple[float, float, int]]:
+    from partitioner.pipeline.schedules import check_microbatches, stages_per_rank
+    from partitioner.pipeline.simulate import simulate
+
+    cache: dict[tuple[str, int, int, float], tuple[float, float, int]] = {}
+
+    def sim(schedule: str, pp: int, m: int, ratio: float) -> tuple[float, float, int]:
+        key = (schedule, pp, m, ratio)
+        if key not in cache:
+            v = stages_per_rank(schedule)
+            if pp * m <= SIMULATE_UP_TO:
+                out = simulate([1.0 / v] * (pp * v), m, schedule, backward_s=[ratio / v] * (pp * v))
+                cache[key] = (out.step_time_s, out.bubble_fraction, max(out.stage_peak_stash[:v]))
+            else:
+                cache[key] = closed_form(schedule, pp, m, ratio)
+        return cache[key]
+
+    sim.check = check_microbatches  # type: ignore[attr-defined]
+    return sim
+
+
+def _powers(limit: int) -> list[int]:
+    out, k = [], 1
+    while k <= limit:
+        out.append(k)
+        k *= 2
+    return out
+
+
+def _layouts(p: ModelProfile, w: Workload, c: Cluster, devices: int, refused: dict[str, int],
+             check: Callable[[str, int, int], None]) -> list[Layout]:
+    found: list[Layout] = []
+    for tp in _powers(min(devices, c.devices_per_node)):
+        if devices % tp:
+            continue
+        rest = devices // tp
+        for pp in (d for d in range(1, min(rest, p.layers) + 1) if rest % d == 0 and p.layers % d == 0):
+            dp = rest // pp
+            if w.global_batch % dp:
+                refused["global batch does not divide over data parallelism"] = refused.get(
+                    "global batch does not divide over data parallelism", 0) + 1
+                continue
+            if w.kind == "inference":
+                found.append(Layout(dp, tp, pp))
+                continue
+            per_replica = w.global_batch // dp
+            for mb in MICROBATCH_SIZES:
+                if per_replica % mb:
+                    continue
+                m = per_replica // mb
+                if m > MAX_MICROBATCHES:
+                    continue
+                schedules = ["none"] if pp == 1 else [s for s in SCHEDULES
+                                                      if s != "interleaved_1f1b" or p.layers % (2 * pp) == 0]
+                for sched in schedules:
+                    if sched != "none":
+                        try:
+                            check(sched, pp, m)
+                        except PartitionError:
+                            refused["microbatch count the schedule refuses"] = refused.get(
+                                "microbatch count the schedule refuses", 0) + 1
+                            continue
+                    for zero in ((0, 1, 2, 3) if dp > 1 else (0,)):
+                        for rc in RECOMPUTE:
+                            found.append(Layout(dp, tp, pp, mb, sched, zero, rc))
+    return found
+
+
+def pareto(results: Sequence[LayoutResult]) -> tuple[LayoutResult, ...]:
+    """The layouts no other beats on both devices and step time, fewest devices first."""
+    front: list[LayoutResult] = []
+    for r in sorted(results, key=lambda r: (r.devices, r.step_s)):
+        if not front or r.step_s < front[-1].step_s:
+            front.append(r)
+    return tuple(front)
+
+
+def search(p: ModelProfile, w: Workload, c: Cluster, device_range: Sequence[int]) -> ClusterPlan:
+    """Evaluate every layout at each device count of ``device_range`` (see the module doc)."""
+    if not device_range:
+        raise PartitionError("no device count to search; give at least one node")
+    began = time.perf_counter()
+    sim = _simulator()
+    refused: dict[str, int] = {}
+    fitting: list[LayoutResult] = []
+    evaluated = 0
+    for devices in device_range:
+        for lay in _layouts(p, w, c, devices, refused, sim.check):  # type: ignore[attr-defined]
+            r = evaluate(p, w, c, lay, sim)
+            evaluated += 1
+            if r.fits:
+                fitting.append(r)
+    fitting.sort(key=lambda r: (r.step_s, r.devices))
+    by_devices: dict[int, LayoutResult] = {}
+    for r in fitting:
+        by_devices.setdefault(r.devices, r)
+    fewest = min(fitting, key=lambda r: (r.devices, r.step_s)) if fitting else None
+    cheapest = min(fitting, key=lambda r: (r.cost_per_million_tokens, r.step_s)) if fitting else None
+    return ClusterPlan(tuple(fitting), fewest, fitting[0] if fitting else None, cheapest, pareto(fitting),
+                       dict(sorted(by_devices.items())), evaluated, time.perf_counter() - began, refused)
