@@ -10,7 +10,7 @@ from typing import Any
 
 from partitioner import pipeline
 from partitioner.interop.export import to_pipeline_split_spec
-from partitioner.pipeline.schedules import SCHEDULES
+from partitioner.pipeline.schedules import SCHEDULES, MicrobatchError, check_microbatches, stages_per_rank
 from partitioner.units import format_bytes, format_seconds
 
 from cli.commands import COMMON_EPILOG
@@ -71,11 +71,40 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
     p.set_defaults(func=run)
 
 
+def _check_schedule(args: argparse.Namespace) -> None:
+    """torch's microbatch rule for the schedule, before the (slow) load and trace."""
+    per_rank = stages_per_rank(args.schedule)
+    if args.stages < 1 or args.stages % per_rank:
+        raise CLIError(f"--stages {args.stages}: {args.schedule} runs {per_rank} stages per device; give a "
+                       f"positive multiple of {per_rank}")
+    try:
+        check_microbatches(args.schedule, args.stages // per_rank, args.microbatches)
+    except MicrobatchError as exc:
+        raise CLIError(f"--microbatches {args.microbatches}: {exc}") from None
+
+
+def _check_runnable(pp: Any, model: Any) -> None:
+    """Why the plan cannot run, in the command line's words, before any process starts."""
+    from partitioner.pipeline.runner import check_runnable
+
+    try:
+        check_runnable(pp, model.graph.example_inputs or ())
+    except MicrobatchError as exc:
+        hint = ""
+        if exc.batch is not None:
+            bigger = exc.microbatches * max(1, -(-exc.batch // exc.microbatches))
+            hint = f" (sample models: --set batch_size={bigger})"
+        raise CLIError(f"--microbatches {exc.microbatches}: {exc}{hint}") from None
+
+
 def run(args: argparse.Namespace) -> int:
+    _check_schedule(args)
     model = load_model(args.model, args.set, args.devices)
     devices = resolve_devices(args.devices, model)
     pp = pipeline.plan(model.graph, devices, stages=args.stages, microbatches=args.microbatches,
                        schedule=args.schedule, training=args.training, transfer_rate_bytes_per_s=args.transfer_rate)
+    if args.run:
+        _check_runnable(pp, model)
     if args.out == "-" and args.split_spec_out == "-":
         raise CLIError("--out - and --split-spec-out - both write to stdout; send one to a file")
     if args.split_spec_out:

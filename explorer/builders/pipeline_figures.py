@@ -13,6 +13,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from partitioner.pipeline import PipelinePlan, Simulation
+from partitioner.pipeline.schedules import ActionKind
 from partitioner.units import format_bytes, format_seconds
 
 from explorer.builders.figures import _layout
@@ -20,8 +21,9 @@ from explorer.builders.tables import byte_unit, time_unit
 
 __all__ = ["schedule_figure", "microbatch_figure", "stage_memory_figure", "KIND_NAMES"]
 
-KIND_NAMES = {"F": "forward", "B": "backward", "I": "backward (inputs)", "W": "backward (weights)"}
-_KIND_COLOURS = {"F": "#4c78a8", "B": "#f58518", "I": "#e45756", "W": "#54a24b"}
+KIND_NAMES = {ActionKind.F: "forward", ActionKind.B: "backward", ActionKind.I: "backward (inputs)",
+              ActionKind.W: "backward (weights)"}
+_KIND_COLOURS = {ActionKind.F: "#4c78a8", ActionKind.B: "#f58518", ActionKind.I: "#e45756", ActionKind.W: "#54a24b"}
 _IDLE_COLOUR = "#e6e6e6"
 
 
@@ -34,23 +36,23 @@ def schedule_figure(sim: Simulation, ranks: int) -> go.Figure:
     fig.add_bar(orientation="h", y=rows, base=[0.0] * ranks, x=[sim.step_time_s / scale] * ranks,
                 marker={"color": _IDLE_COLOUR}, name="idle (bubble)", hoverinfo="skip")
     per_rank_stages: dict[int, set[int]] = {}
-    for r, s, *_ in sim.timeline:
-        per_rank_stages.setdefault(r, set()).add(s)
+    for e in sim.timeline:
+        per_rank_stages.setdefault(e.rank, set()).add(e.stage)
     several = any(len(v) > 1 for v in per_rank_stages.values())
-    for kind in ("F", "B", "I", "W"):
-        events = [e for e in sim.timeline if e[2] == kind]
+    for kind in ActionKind:
+        events = [e for e in sim.timeline if e.kind == kind]
         if not events:
             continue
         fig.add_bar(
             orientation="h", name=KIND_NAMES[kind],
-            y=[f"rank {r}" for r, *_ in events],
-            base=[start / scale for *_, start, _ in events],
-            x=[(end - start) / scale for *_, start, end in events],
-            text=[f"s{s}:{mb}" if several else str(mb) for _, s, _, mb, _, _ in events],
+            y=[f"rank {e.rank}" for e in events],
+            base=[e.start_s / scale for e in events],
+            x=[(e.end_s - e.start_s) / scale for e in events],
+            text=[f"s{e.stage}:{e.microbatch}" if several else str(e.microbatch) for e in events],
             textposition="inside", insidetextanchor="middle", textangle=0,
             marker={"color": _KIND_COLOURS[kind], "line": {"color": "#ffffff", "width": 0.5}},
-            hovertext=[f"rank {r}, stage {s}: {KIND_NAMES[k]} of microbatch {mb}, {format_seconds(a)} to "
-                       f"{format_seconds(b)}" for r, s, k, mb, a, b in events],
+            hovertext=[f"rank {e.rank}, stage {e.stage}: {KIND_NAMES[e.kind]} of microbatch {e.microbatch}, "
+                       f"{format_seconds(e.start_s)} to {format_seconds(e.end_s)}" for e in events],
             hoverinfo="text",
         )
     fig.update_layout(barmode="overlay")

@@ -6,6 +6,7 @@ import streamlit as st
 
 from explorer import compute, graph_panels, state
 from explorer.builders import teaching
+from explorer.builders.text import md
 from explorer.builders.config import PlanConfig
 from partitioner import Graph, Plan
 from partitioner.accelerator import steps
@@ -32,7 +33,7 @@ def main() -> None:
         except Exception:  # the Explore page shows the error in full
             plan = None
     if plan is not None:
-        st.markdown(f"#### Your current plan ({plan.model}, `{plan.mode}`)")
+        st.markdown(f"#### Your current plan ({md(plan.model)}, `{plan.mode}`)")
         for note in teaching.explain_plan(plan):
             st.markdown(f"- {note}")
     if config is not None and plan is not None and graph is not None:
@@ -58,12 +59,13 @@ def main() -> None:
 _MAX_STEP_NODES = 400  # the node graph is drawn at every step
 
 
+@st.fragment
 def _step_through(config: PlanConfig, plan: Plan, graph: Graph) -> None:
     """One algorithm on the current model, a decision at a time: the graph coloured by where
     each node is after it, and the latency so far. The trace is computed once per model."""
-    st.markdown(f"#### Step through an algorithm on {plan.model}")
+    st.markdown(f"#### Step through an algorithm on {md(plan.model)}")
     if len(graph.op_indices) > _MAX_STEP_NODES:
-        st.info(f"{plan.model} has {len(graph.op_indices)} operations; the steps are drawn for models of up to "
+        st.info(f"{md(plan.model)} has {len(graph.op_indices)} operations; the steps are drawn for models of up to "
                 f"{_MAX_STEP_NODES}. Pick a smaller model (transformer, mlp) in the sidebar to step through.")
         return
     algorithm = st.selectbox("Algorithm", list(steps.ALGORITHMS), format_func=steps.ALGORITHMS.get, key="learn_algorithm")
@@ -91,7 +93,7 @@ def _step_through(config: PlanConfig, plan: Plan, graph: Graph) -> None:
     metrics[0].metric("Decision", f"{index + 1} of {count}", f"{taken} taken so far", delta_color="off")
     metrics[1].metric("Latency after it", "plan not complete" if frame.latency_s is None else format_seconds(frame.latency_s))
     metrics[2].metric("Partitions", len({p for p in frame.part if p >= 0}))
-    (st.success if decision.accepted else st.warning)(f"**{decision.kind}** ({'taken' if decision.accepted else 'tried, not taken'}): {decision.text}")
+    (st.success if decision.accepted else st.warning)(f"**{decision.kind}** ({'taken' if decision.accepted else 'tried, not taken'}): {md(decision.text)}")
     graph_panels.render_step(trace, index, plan, key="learn_steps")
     if trace.truncated:
         st.caption("The trace stopped recording after 20,000 decisions; the algorithm itself ran to its end.")

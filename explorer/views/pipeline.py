@@ -14,7 +14,7 @@ from explorer import compute, graph_panels, panels, state
 from explorer.builders import pipeline_figures
 from partitioner import Graph, PartitionError, format_bytes, pipeline
 from partitioner.pipeline.runner import check_runnable
-from partitioner.pipeline.schedules import SCHEDULES, stages_per_rank
+from partitioner.pipeline.schedules import SCHEDULES, MicrobatchError, stages_per_rank
 from partitioner.units import format_seconds
 
 PIPELINE_RUNS = "pipeline_runs"  # pipeline plan JSON hash -> its last real run
@@ -28,7 +28,10 @@ def _controls(device_count: int) -> tuple[int, int, str, str | None]:
                                  value=min(4, device_count), step=1, key="pp_ranks",
                                  help="the first N devices of the sidebar, one pipeline rank each")
     microbatches = cols[1].number_input("Microbatches", min_value=1, max_value=1024, value=8, step=1,
-                                        key="pp_microbatches", help="the batch is cut into this many")
+                                        key="pp_microbatches",
+                                        help="the batch is cut into this many; torch's schedules take: gpipe any "
+                                             "count, 1f1b at least one per stage, interleaved and zero bubble a "
+                                             "multiple of max(1, microbatches // devices)")
     schedule = cols[2].selectbox("Schedule", list(SCHEDULES), index=1, key="pp_schedule",
                                  help="interleaved and zero-bubble schedules hold two stages per device")
     training = cols[3].selectbox("Work", list(TRAINING), key="pp_training",
@@ -68,6 +71,20 @@ def _stages_table(pp: pipeline.PipelinePlan, names: dict[int, str], caps: list[i
     return pd.DataFrame(rows)
 
 
+def _why_not_runnable(pp: pipeline.PipelinePlan, graph: Graph) -> str:
+    """Why the run is refused before any process starts, in this page's words ("" when it can run)."""
+    try:
+        check_runnable(pp, graph.example_inputs or ())
+    except MicrobatchError as exc:
+        if exc.batch is None:
+            return f"{exc} (the Microbatches box)"
+        bigger = exc.microbatches * max(1, -(-exc.batch // exc.microbatches))
+        return f"{exc} (sample models: batch_size={bigger} under Size knobs in the sidebar)"
+    except PartitionError as exc:
+        return str(exc)
+    return ""
+
+
 def _real_run(pp: pipeline.PipelinePlan, graph: Graph) -> None:
     key = hashlib.sha256(pp.to_json(indent=None).encode()).hexdigest()[:16]
     results = st.session_state.setdefault(PIPELINE_RUNS, {})
@@ -75,12 +92,10 @@ def _real_run(pp: pipeline.PipelinePlan, graph: Graph) -> None:
         st.caption("Runs these stages with torch.distributed.pipelining's own schedule, one process per "
                    "device over gloo, on the model's example batch cut into the microbatches; checks the "
                    "outputs (and when training, every gradient) against the model in one process.")
-        try:
-            check_runnable(pp, graph.example_inputs or ())
-        except PartitionError as exc:
-            st.info(f"Cannot run this plan: {exc}.")
-            return
-        if st.button("Run on local processes", key="pp_run"):
+        why = _why_not_runnable(pp, graph)
+        if why:
+            st.info(f"Cannot run this plan: {why}.")
+        if st.button("Run on local processes", key="pp_run", disabled=bool(why), help=why or None):
             done = panels.run_with_status(lambda progress: pipeline.run(
                 pp, graph, graph.example_inputs or (), timeout_s=180, progress=progress))
             if done is not None:
@@ -113,7 +128,7 @@ def main() -> None:
     devices = config.device_list()
     st.markdown(f"#### Pipeline stages for {config.model.label}")
     ranks, microbatches, schedule, training = _controls(len(devices))
-    per_rank = stages_per_rank(schedule) if schedule in ("interleaved_1f1b", "zero_bubble") else 1
+    per_rank = stages_per_rank(schedule)
     with st.spinner("Splitting into stages..."):
         result = compute.pipeline_plan(config, ranks, ranks * per_rank, microbatches, schedule, training)
     if result.plan is None:
@@ -140,7 +155,7 @@ def main() -> None:
     for m in SWEEP:
         try:
             sim = _simulate(pp, m)
-        except Exception:  # counts the schedule refuses (interleaved: a multiple of the ranks)
+        except PartitionError:  # counts torch's schedule refuses (1f1b: fewer than the stages; interleaved: rounds)
             continue
         sweep.append((m, sim.step_time_s, sim.bubble_fraction))
     caps = [next(d.memory_bytes for d in devices if d.logical_id == i) for i in pp.device_ids]

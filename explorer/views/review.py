@@ -7,12 +7,15 @@ so an error never loses it; messages from loading a plan stay until the next loa
 
 from __future__ import annotations
 
+import json
+
 import streamlit as st
 
 from partitioner import Device, Graph, Plan
 from partitioner.units import format_rate, format_seconds
 from explorer import compute, graph_panels, panels, state
 from explorer.builders import editing, tables
+from explorer.builders.text import md
 from explorer.builders.config import PlanConfig
 
 EDIT = "edit"
@@ -26,7 +29,7 @@ def _load(text: str | bytes, source: str, graph: Graph) -> None:
         loaded = Plan.from_json(text)
         problems = loaded.violations(graph)
     except Exception as exc:  # PlanFormatError names the fix; anything else is explained too
-        st.session_state[LOAD_MESSAGE] = ("error", f"Could not read {source}: {compute.explain_error(exc)}")
+        st.session_state[LOAD_MESSAGE] = ("error", f"Could not read {md(source)}: {md(compute.explain_error(exc))}")
         return
     edit = editing.edit_from_plan(loaded, source=source)
     edit["devices"] = [d.to_dict() for d in loaded.devices]
@@ -35,11 +38,11 @@ def _load(text: str | bytes, source: str, graph: Graph) -> None:
     if problems:
         st.session_state[LOAD_MESSAGE] = (
             "warning",
-            f"Loaded {source} ({len(loaded.partitions)} partitions); checked against the current model "
-            "it breaks these rules:\n\n" + "\n".join(f"- {p}" for p in problems),
+            f"Loaded {md(source)} ({len(loaded.partitions)} partitions); checked against the current model "
+            "it breaks these rules:\n\n" + "\n".join(f"- {md(p)}" for p in problems),
         )
     else:
-        st.session_state[LOAD_MESSAGE] = ("success", f"Loaded {source}: valid for the current model.")
+        st.session_state[LOAD_MESSAGE] = ("success", f"Loaded {md(source)}: valid for the current model.")
 
 
 def load_ui(graph: Graph) -> None:
@@ -122,7 +125,7 @@ def main() -> None:
         st.markdown("##### Download the current plan")
         panels.render_downloads(current, key="dl_current", stem=f"{current.model}_{current.mode}")
     else:
-        st.error(f"The sidebar's settings give no plan: {result.error}")
+        st.error(f"The sidebar's settings give no plan: {md(result.error)}")
     load_ui(graph)
 
     edit = st.session_state.get(EDIT)
@@ -132,7 +135,7 @@ def main() -> None:
             return
         edit = editing.edit_from_plan(current, source=f"the {current.mode} plan of {current.model}")
     st.divider()
-    st.markdown(f"#### Editing {edit['source']}")
+    st.markdown(f"#### Editing {md(edit['source'])}")
     devices = _devices(edit, config)
     base = Plan.from_json(edit["loaded_plan"]) if edit.get("loaded_plan") else current
     # A loaded plan is scored with its own transfer rate and node latencies (the figures
@@ -140,10 +143,10 @@ def main() -> None:
     rate, latency = ((base.transfer_rate_bytes_per_s, base.options.node_latency_dict) if edit.get("loaded_plan")
                      and base is not None else (config.transfer_rate_bytes_per_s, config.node_latency_map()))
     try:
-        edited = editing.evaluate_edit(edit, graph, devices, rate, latency, base=base)
+        edited = _scored(edit, graph, devices, rate, latency, base)
     except Exception as exc:  # unknown nodes or devices: PartitionError naming them
-        made_for = f" ({base.model})" if base is not None and base.model else ""
-        st.error(f"This mapping does not fit the current model or devices: {compute.explain_error(exc)}\n\n"
+        made_for = f" ({md(base.model)})" if base is not None and base.model else ""
+        st.error(f"This mapping does not fit the current model or devices: {md(compute.explain_error(exc))}\n\n"
                  f"Switch back to the model it was made for{made_for}, or start over from the current plan.")
         _reset_button()
         return
@@ -152,12 +155,12 @@ def main() -> None:
     changed = edit_ui(edit, edited, graph)
     if changed is not None:
         try:  # renumber partitions as the scored plan does, so the ids shown stay right
-            rescored = editing.evaluate_edit(changed, graph, devices, rate, latency, base=base)
+            rescored = _scored(changed, graph, devices, rate, latency, base)
             fresh = editing.edit_from_plan(rescored, source=edit["source"])
             fresh.update({k: edit[k] for k in ("devices", "loaded_plan") if k in edit})
             st.session_state[EDIT] = fresh
         except Exception as exc:
-            st.error(f"That edit cannot be scored: {compute.explain_error(exc)}")
+            st.error(f"That edit cannot be scored: {md(compute.explain_error(exc))}")
         else:
             st.rerun()
     panels.render_summary(edited, reference=base)
@@ -175,7 +178,7 @@ def main() -> None:
     with right:
         if base is not None:
             moves = tables.moves_table(base, edited)
-            st.markdown(f"**Nodes moved** from {edit['source']}: {len(moves)}")
+            st.markdown(f"**Nodes moved** from {md(edit['source'])}: {len(moves)}")
             if len(moves):
                 st.dataframe(moves, hide_index=True)
         panels.render_downloads(edited, key="dl_edited", stem=f"{edited.model}_edited")
@@ -186,8 +189,27 @@ def main() -> None:
                                          key="review_sbs", graph=graph)
 
 
+SCORED = "edit_scored"
+
+
+def _scored(edit: dict, graph: Graph, devices: list[Device], rate: float | None, latency: object,
+            base: Plan | None) -> Plan:
+    """``editing.evaluate_edit`` once per mapping: a move scores its edit, and the rerun that
+    shows it finds that plan here instead of scoring it again."""
+    key = json.dumps([edit.get("node_to_partition"), edit.get("partition_to_devices"), [d.to_dict() for d in devices],
+                      rate, latency, graph.fingerprint(), base.to_json(indent=None) if base is not None else None],
+                     sort_keys=True, default=str)
+    cached = st.session_state.get(SCORED)
+    if cached is not None and cached[0] == key:
+        return cached[1]
+    plan = editing.evaluate_edit(edit, graph, devices, rate, latency, base=base)
+    st.session_state[SCORED] = (key, plan)
+    return plan
+
+
 def _reset() -> None:
     st.session_state.pop(EDIT, None)
+    st.session_state.pop(SCORED, None)
     st.session_state.pop(LOAD_MESSAGE, None)
 
 

@@ -31,6 +31,12 @@ def _sweep(graph: Graph, loss: str) -> list[remat.RematResult] | None:
                "min_cut_rematerialization_partition at budgets 0, 0.25, 0.5, 0.75 and 1, in a worker "
                "process stopped after 5 minutes. A few seconds for the small samples, about a minute "
                "for gpt2_small.")
+    try:
+        remat.check_size(graph)
+    except remat.MetaWeightsError as exc:
+        st.error(f"Cannot analyse training for this model at this size: {exc}. For a Hugging Face model, set "
+                 "num_hidden_layers (n_layer for GPT-2) to 2 in the model's settings in the sidebar.")
+        return None
     if not st.button("Trace the joint graph and run min-cut", key="tm_run", type="primary"):
         return None
     try:

@@ -11,8 +11,16 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from partitioner.pipeline.schedules import SCHEDULES, actions
-from partitioner.pipeline.simulate import Simulation, simulate, simulate_actions
+from partitioner.pipeline.schedules import (
+    SCHEDULES,
+    Action,
+    ActionKind,
+    MicrobatchError,
+    accepted_microbatches,
+    actions,
+    check_microbatches,
+)
+from partitioner.pipeline.simulate import Event, Simulation, simulate, simulate_actions
 from partitioner.pipeline.stages import PipelinePlan, plan
 
 
@@ -29,4 +37,6 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-__all__ = ["simulate", "simulate_actions", "Simulation", "actions", "SCHEDULES", "plan", "PipelinePlan", "run", "PipelineRun"]
+__all__ = ["simulate", "simulate_actions", "Simulation", "Event", "actions", "Action", "ActionKind", "SCHEDULES",
+           "check_microbatches", "accepted_microbatches", "MicrobatchError", "plan", "PipelinePlan", "run",
+           "PipelineRun"]

@@ -36,7 +36,7 @@ from partitioner.errors import PartitionError, RunError
 from partitioner.graph import Graph
 from partitioner.runtime.launch import default_backend, launch, report_progress
 from partitioner.runtime.execute import picklable
-from partitioner.pipeline.schedules import stages_per_rank
+from partitioner.pipeline.schedules import MicrobatchError, check_microbatches, stages_per_rank
 from partitioner.pipeline.stages import PipelinePlan
 
 __all__ = ["PipelineRun", "run", "check_runnable", "build_stage_modules", "RUNNABLE"]
@@ -83,9 +83,11 @@ def _microbatches(inputs: Sequence[torch.Tensor], m: int) -> list[tuple[torch.Te
     batch = sizes.pop()
     if batch % m:
         bigger = m * max(1, -(-batch // m))
-        raise PartitionError(f"the example batch of {batch} does not split into {m} equal microbatches; choose "
-                       f"a microbatch count that divides {batch}, or a batch of {bigger} (sample models: "
-                       f"batch_size={bigger} under Size knobs, --set batch_size={bigger} on the command line)")
+        divisors = tuple(d for d in range(1, batch + 1) if batch % d == 0)
+        raise MicrobatchError(
+            f"microbatches must divide the example batch's first dimension: {batch} does not split into {m} "
+            f"equal microbatches; choose microbatches in {', '.join(map(str, divisors))}, or an example batch "
+            f"whose first dimension is a multiple of {m} (e.g. {bigger})", "", m, divisors, batch)
     chunks = [x.chunk(m) for x in inputs]
     return [tuple(c[k] for c in chunks) for k in range(m)]
 
@@ -246,8 +248,10 @@ def _close(a: Any, b: Any) -> bool:
 
 def check_runnable(pp: PipelinePlan, example_inputs: Sequence[Any] | torch.Tensor) -> tuple[torch.Tensor, ...]:
     """The inputs as a tuple, or :class:`PartitionError` saying why ``pp`` cannot run on them (a
-    schedule that is simulated only, inputs without a batch dimension, a batch that does not cut
-    into the microbatches): cheap, for a page to ask before it offers the run."""
+    schedule that is simulated only, inputs without a batch dimension; :class:`MicrobatchError`
+    for a microbatch count torch's schedule class refuses, or one that does not divide the example
+    batch's first dimension): cheap, for a page to ask before it offers the run, and asked again
+    by :func:`run` before any process starts."""
     if pp.schedule not in RUNNABLE:
         raise PartitionError(f"schedule {pp.schedule!r} is simulated only; a real run takes "
                        f"{', '.join(RUNNABLE)} (torch's ScheduleGPipe, Schedule1F1B, ScheduleInterleaved1F1B)")
@@ -257,9 +261,10 @@ def check_runnable(pp: PipelinePlan, example_inputs: Sequence[Any] | torch.Tenso
     if not inputs or not all(isinstance(x, torch.Tensor) and x.dim() > 0 for x in inputs):
         raise PartitionError("a pipelined run splits every input along dimension 0 into microbatches: "
                        "the model's inputs must all be tensors with a batch dimension")
-    per_rank = stages_per_rank(pp.schedule) if pp.schedule == "interleaved_1f1b" else 1
+    per_rank = stages_per_rank(pp.schedule)
     if len(pp.stages) % per_rank:
         raise PartitionError(f"{pp.schedule} runs {per_rank} stages per process; the plan has {len(pp.stages)}")
+    check_microbatches(pp.schedule, len(pp.stages) // per_rank, pp.microbatches)  # torch's own rule
     _microbatches(inputs, pp.microbatches)
     return inputs
 
@@ -273,7 +278,7 @@ def run(pp: PipelinePlan, graph: Graph, example_inputs: Sequence[Any] | torch.Te
     ``timeout_s``; no process outlives the call."""
     inputs = check_runnable(pp, example_inputs)
     count = len(pp.stages)
-    world = count // (stages_per_rank(pp.schedule) if pp.schedule == "interleaved_1f1b" else 1)
+    world = count // stages_per_rank(pp.schedule)
     modules = build_stage_modules(graph, pp.stages, inputs)
     m = pp.microbatches
     mbs = _microbatches(inputs, m)

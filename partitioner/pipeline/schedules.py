@@ -1,20 +1,73 @@
-"""Per-rank action lists of pipeline schedules, in torch.distributed.pipelining's order.
+"""Per-rank action lists of pipeline schedules, in torch.distributed.pipelining's order, and the
+microbatch counts torch's schedule classes accept.
 
-An action is ``(stage, kind, microbatch)`` with kind ``F`` (forward), ``B`` (full backward), ``I``
-(backward for inputs) or ``W`` (backward for weights), as torch's ``_Action`` prints them.
+An action is :class:`Action` ``(stage, kind, microbatch)`` with kind ``F`` (forward), ``B`` (full
+backward), ``I`` (backward for inputs) or ``W`` (backward for weights); its text form is torch's
+``_Action``'s (``"1F3"``: stage 1, forward, microbatch 3) and :meth:`Action.parse` reads it back.
 GPipe and 1F1B are generated here (pure Python) and equal torch's lists except where torch 2.13's
 own ``Schedule1F1B`` list numbers the last rank's forwards 1..m (the runtime is right; its list
 is not). Interleaved 1F1B and the zero-bubble schedules come from torch's own generator
 (``_schedule_visualizer.get_schedule_ops``), read once per shape.
+
+# NOTE: [Microbatch counts torch accepts]
+Read from ``torch/distributed/pipelining/schedules.py`` (2.13), the checks in the schedule
+classes' ``__init__``; :func:`check_microbatches` states the same rules, and
+``tests/pipeline/test_schedules.py`` compares it with the classes themselves:
+
+- ``ScheduleGPipe``: no check (any m >= 1).
+- ``Schedule1F1B``: ``n_microbatches >= num_stages`` ("Number of microbatches (m) must be greater
+  than or equal to the number of stages (p)").
+- ``ScheduleInterleaved1F1B`` and ``ScheduleInterleavedZeroBubble``: with
+  ``rounds = max(1, n_microbatches // pp_group_size)`` (the ranks, not the stages),
+  ``n_microbatches % rounds == 0``: p = 4 takes 1..8, 10, 12 but not 9 or 11.
 """
 
 from __future__ import annotations
 
+import re
+from enum import StrEnum
 from functools import lru_cache
+from typing import NamedTuple
 
-__all__ = ["Action", "SCHEDULES", "actions", "stages_per_rank"]
+from partitioner.errors import PartitionError
 
-Action = tuple[int, str, int]  # (stage index, "F" | "B" | "I" | "W", microbatch)
+__all__ = ["Action", "ActionKind", "SCHEDULES", "MicrobatchError", "actions", "check_microbatches",
+           "accepted_microbatches", "stages_per_rank"]
+
+
+class ActionKind(StrEnum):
+    """What an action computes, as torch's ``_ComputationType`` prints it."""
+
+    F = "F"  # forward
+    B = "B"  # full backward (inputs and weights)
+    I = "I"  # noqa: E741 - torch's letter: backward for the inputs
+    W = "W"  # backward for the weights
+
+
+_TEXT = re.compile(r"^(\d+)([FBIW])(\d+)$")
+
+
+class Action(NamedTuple):
+    """One step of one rank: ``kind`` of ``microbatch`` on ``stage``."""
+
+    stage: int
+    kind: ActionKind
+    microbatch: int
+
+    def __str__(self) -> str:
+        return f"{self.stage}{self.kind.value}{self.microbatch}"
+
+    __repr__ = __str__  # as torch's _Action: "1F3"
+
+    @classmethod
+    def parse(cls, text: str) -> "Action":
+        """The action ``str(action)`` wrote (``"1F3"``), as torch's ``_Action.from_str`` reads it."""
+        found = _TEXT.match(text.strip())
+        if found is None:
+            raise PartitionError(f"an action reads stage, kind (F, B, I or W), microbatch, e.g. '1F3' "
+                                 f"(got {text!r})")
+        return cls(int(found[1]), ActionKind(found[2]), int(found[3]))
+
 
 # Our names -> (torch's schedule name, virtual stages per rank)
 SCHEDULES = {
@@ -25,16 +78,61 @@ SCHEDULES = {
 }
 
 
+class MicrobatchError(PartitionError):
+    """A microbatch count torch's schedule (or the example batch) does not take. ``accepted`` are
+    the counts up to 16 that would be (for the batch: the divisors of its first dimension), so a
+    front end can name its own knob."""
+
+    def __init__(self, message: str, schedule: str, microbatches: int, accepted: tuple[int, ...],
+                 batch: int | None = None) -> None:
+        super().__init__(message)
+        self.schedule, self.microbatches, self.accepted, self.batch = schedule, microbatches, accepted, batch
+
+
 def stages_per_rank(schedule: str) -> int:
     return SCHEDULES[schedule][1]
+
+
+def _refusal(schedule: str, ranks: int, m: int) -> str | None:
+    """Why torch's schedule class refuses ``m`` microbatches on ``ranks`` ranks, or None."""
+    if m < 1:
+        return f"microbatches must be >= 1 (got {m})"
+    if schedule == "1f1b" and m < ranks:
+        return (f"1f1b needs at least as many microbatches as stages: microbatches must be >= {ranks} "
+                f"(got {m}); torch's Schedule1F1B refuses fewer")
+    if schedule in ("interleaved_1f1b", "zero_bubble"):
+        rounds = max(1, m // ranks)
+        if m % rounds:
+            return (f"{schedule} runs the microbatches in rounds of about one per rank: with {ranks} ranks, "
+                    f"{m} microbatches make {rounds} rounds, and microbatches must be a multiple of the "
+                    f"rounds (got {m}); torch's {SCHEDULES[schedule][0]} refuses it")
+    return None
+
+
+def accepted_microbatches(schedule: str, ranks: int, up_to: int = 16) -> tuple[int, ...]:
+    """The microbatch counts 1..``up_to`` that ``schedule`` takes on ``ranks`` ranks."""
+    return tuple(m for m in range(1, up_to + 1) if _refusal(schedule, ranks, m) is None)
+
+
+def check_microbatches(schedule: str, ranks: int, microbatches: int) -> None:
+    """Raise :class:`MicrobatchError` when torch's class for ``schedule`` refuses ``microbatches``
+    on ``ranks`` ranks (see NOTE: [Microbatch counts torch accepts]), naming the counts it takes."""
+    if schedule not in SCHEDULES:
+        raise PartitionError(f"unknown schedule {schedule!r}; choose one of {', '.join(SCHEDULES)}")
+    why = _refusal(schedule, ranks, microbatches)
+    if why is not None:
+        ok = accepted_microbatches(schedule, ranks)
+        fix = (f"; choose one of {', '.join(map(str, ok))}, ..." if schedule in ("interleaved_1f1b", "zero_bubble")
+               else f"; use {ok[0]} or more microbatches, or fewer stages" if schedule == "1f1b" else "")
+        raise MicrobatchError(why + fix, schedule, microbatches, ok)
 
 
 def _gpipe(ranks: int, m: int, training: bool) -> list[list[Action]]:
     out = []
     for r in range(ranks):
-        acts: list[Action] = [(r, "F", k) for k in range(m)]
+        acts = [Action(r, ActionKind.F, k) for k in range(m)]
         if training:
-            acts += [(r, "B", k) for k in range(m)]
+            acts += [Action(r, ActionKind.B, k) for k in range(m)]
         out.append(acts)
     return out
 
@@ -43,16 +141,20 @@ def _one_f_one_b(ranks: int, m: int) -> list[list[Action]]:
     out = []
     for r in range(ranks):
         warmup = min(ranks - 1 - r, m)
-        acts: list[Action] = [(r, "F", k) for k in range(warmup)]
+        acts = [Action(r, ActionKind.F, k) for k in range(warmup)]
         f, b = warmup, 0
         while f < m:  # steady state: one forward, one backward
-            acts.append((r, "F", f))
+            acts.append(Action(r, ActionKind.F, f))
             f += 1
-            acts.append((r, "B", b))
+            acts.append(Action(r, ActionKind.B, b))
             b += 1
-        acts += [(r, "B", k) for k in range(b, m)]
+        acts += [Action(r, ActionKind.B, k) for k in range(b, m)]
         out.append(acts)
     return out
+
+
+_TORCH_KINDS = {"FORWARD": ActionKind.F, "FULL_BACKWARD": ActionKind.B, "BACKWARD_INPUT": ActionKind.I,
+                "BACKWARD_WEIGHT": ActionKind.W}
 
 
 @lru_cache(maxsize=64)
@@ -60,28 +162,24 @@ def _from_torch(name: str, ranks: int, m: int, per_rank: int) -> tuple[tuple[Act
     from torch.distributed.pipelining._schedule_visualizer import get_schedule_ops
 
     ops = get_schedule_ops(name, ranks, m, num_stages_per_rank=per_rank)
-    kinds = {"F": "F", "B": "B", "I": "I", "W": "W"}
     out = []
     for rank_ops in ops:
         acts = []
         for a in rank_ops:
             if a is None:
                 continue
-            kind = str(a.computation_type)
-            kind = {"FORWARD": "F", "FULL_BACKWARD": "B", "BACKWARD_INPUT": "I",
-                    "BACKWARD_WEIGHT": "W"}.get(kind.rsplit(".", 1)[-1], kinds.get(kind, ""))
-            if kind and a.microbatch_index is not None:
-                acts.append((int(a.stage_index), kind, int(a.microbatch_index)))
+            text = str(a.computation_type).rsplit(".", 1)[-1]
+            kind = _TORCH_KINDS.get(text) or (ActionKind(text) if text in ActionKind.__members__ else None)
+            if kind is not None and a.microbatch_index is not None:
+                acts.append(Action(int(a.stage_index), kind, int(a.microbatch_index)))
         out.append(tuple(acts))
     return tuple(out)
 
 
 def actions(schedule: str, ranks: int, microbatches: int, training: bool = True) -> list[list[Action]]:
-    """Each rank's actions in order. Inference (``training=False``) keeps only the forwards."""
-    if schedule not in SCHEDULES:
-        from partitioner.errors import PartitionError
-
-        raise PartitionError(f"unknown schedule {schedule!r}; choose one of {', '.join(SCHEDULES)}")
+    """Each rank's actions in order. Inference (``training=False``) keeps only the forwards.
+    Raises :class:`MicrobatchError` for a microbatch count torch's schedule refuses."""
+    check_microbatches(schedule, ranks, microbatches)
     if schedule == "gpipe":
         return _gpipe(ranks, microbatches, training)
     if schedule == "1f1b":
@@ -90,5 +188,5 @@ def actions(schedule: str, ranks: int, microbatches: int, training: bool = True)
         name, per_rank = SCHEDULES[schedule]
         lists = [list(r) for r in _from_torch(name, ranks, microbatches, per_rank)]
     if not training:
-        lists = [[a for a in acts if a[1] == "F"] for acts in lists]
+        lists = [[a for a in acts if a.kind == ActionKind.F] for acts in lists]
     return lists

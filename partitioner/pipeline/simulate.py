@@ -12,12 +12,23 @@ it states; p = 8, m = 64 takes milliseconds.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Sequence
+from typing import NamedTuple, Sequence
 
 from partitioner.errors import PartitionError
-from partitioner.pipeline.schedules import Action, actions, stages_per_rank
+from partitioner.pipeline.schedules import Action, ActionKind, actions, stages_per_rank
 
-__all__ = ["Simulation", "simulate", "simulate_actions"]
+__all__ = ["Simulation", "Event", "simulate", "simulate_actions"]
+
+
+class Event(NamedTuple):
+    """One action as it ran in the simulation."""
+
+    rank: int
+    stage: int
+    kind: ActionKind
+    microbatch: int
+    start_s: float
+    end_s: float
 
 
 @dataclass(frozen=True)
@@ -28,7 +39,7 @@ class Simulation:
     bubble_fraction: float  # 1 - busy time / (ranks x step time)
     rank_idle_s: tuple[float, ...]
     stage_peak_stash: tuple[int, ...]  # microbatches whose activations a stage holds at once, at most
-    timeline: tuple[tuple[int, int, str, int, float, float], ...]  # (rank, stage, kind, mb, start, end)
+    timeline: tuple[Event, ...]  # by rank, then start
 
 
 def simulate_actions(lists: Sequence[Sequence[Action]], forward_s: Sequence[float], backward_s: Sequence[float],
@@ -36,40 +47,48 @@ def simulate_actions(lists: Sequence[Sequence[Action]], forward_s: Sequence[floa
                      microbatches: int = 0, split_backward: float = 0.5) -> Simulation:
     """Simulate ``lists`` (one per rank); ``forward_s``/``backward_s`` per stage and microbatch;
     ``transfer_s`` per stage boundary (stage s to s + 1) and microbatch. ``I`` and ``W`` take
-    ``split_backward`` and the rest of a backward. O(actions x ranks)."""
+    ``split_backward`` and the rest of a backward. Actions may be plain ``(stage, kind, mb)``
+    tuples. O(actions x ranks)."""
+    try:
+        lists = [[Action(int(s), ActionKind(k), int(mb)) for s, k, mb in acts] for acts in lists]
+    except ValueError:
+        raise PartitionError("an action is (stage, kind, microbatch) with kind F, B, I or W; check the "
+                             "action lists") from None
     stages = len(forward_s)
     comm = [float(transfer_s)] * max(0, stages - 1) if isinstance(transfer_s, (int, float)) else list(transfer_s)
     rank_of = {}
     for r, acts in enumerate(lists):
         for s, _, _ in acts:
             rank_of[s] = r
-    done: dict[tuple[int, str, int], float] = {}
+    done: dict[tuple[int, ActionKind, int], float] = {}
     free = [0.0] * len(lists)
     nxt = [0] * len(lists)
     busy = [0.0] * len(lists)
-    timeline = []
+    timeline: list[Event] = []
     total = sum(len(a) for a in lists)
-    has_b = {(s, mb) for acts in lists for s, k, mb in acts if k in ("B", "I")}
+    has_b = {(s, mb) for acts in lists for s, k, mb in acts if k in (ActionKind.B, ActionKind.I)}
 
-    def duration(s: int, kind: str) -> float:
-        if kind == "F":
+    def duration(s: int, kind: ActionKind) -> float:
+        if kind == ActionKind.F:
             return float(forward_s[s])
-        if kind == "B":
+        if kind == ActionKind.B:
             return float(backward_s[s])
-        part = split_backward if kind == "I" else 1.0 - split_backward
+        part = split_backward if kind == ActionKind.I else 1.0 - split_backward
         return float(backward_s[s]) * part
 
-    def ready(s: int, kind: str, mb: int, r: int) -> float | None:
-        deps: list[tuple[tuple[int, str, int], float]] = []
-        if kind == "F" and s > 0:
-            deps.append(((s - 1, "F", mb), comm[s - 1] if rank_of.get(s - 1) != r else 0.0))
-        if kind in ("B", "I"):
-            deps.append(((s, "F", mb), 0.0))
+    def ready(s: int, kind: ActionKind, mb: int, r: int) -> float | None:
+        deps: list[tuple[tuple[int, ActionKind, int], float]] = []
+        if kind == ActionKind.F and s > 0:
+            deps.append(((s - 1, ActionKind.F, mb), comm[s - 1] if rank_of.get(s - 1) != r else 0.0))
+        if kind in (ActionKind.B, ActionKind.I):
+            deps.append(((s, ActionKind.F, mb), 0.0))
             if s < stages - 1 and (s + 1, mb) in has_b:
-                key = (s + 1, "B", mb) if (s + 1, "B", mb) in done or _kind_of(s + 1, mb) == "B" else (s + 1, "I", mb)
+                after = ActionKind.B if (s + 1, ActionKind.B, mb) in done or _kind_of(s + 1, mb) == ActionKind.B \
+                    else ActionKind.I
+                key = (s + 1, after, mb)
                 deps.append((key, comm[s] if rank_of.get(s + 1) != r else 0.0))
-        if kind == "W":
-            deps.append(((s, "I", mb), 0.0))
+        if kind == ActionKind.W:
+            deps.append(((s, ActionKind.I, mb), 0.0))
         t = 0.0
         for key, extra in deps:
             if key not in done:
@@ -77,14 +96,14 @@ def simulate_actions(lists: Sequence[Sequence[Action]], forward_s: Sequence[floa
             t = max(t, done[key] + extra)
         return t
 
-    kinds_at: dict[tuple[int, int], str] = {}
+    kinds_at: dict[tuple[int, int], ActionKind] = {}
     for acts in lists:
         for s, k, mb in acts:
-            if k in ("B", "I"):
+            if k in (ActionKind.B, ActionKind.I):
                 kinds_at[(s, mb)] = k
 
-    def _kind_of(s: int, mb: int) -> str:
-        return kinds_at.get((s, mb), "B")
+    def _kind_of(s: int, mb: int) -> ActionKind:
+        return kinds_at.get((s, mb), ActionKind.B)
 
     stash = [0] * stages
     peak = [0] * stages
@@ -102,11 +121,11 @@ def simulate_actions(lists: Sequence[Sequence[Action]], forward_s: Sequence[floa
                 done[(s, kind, mb)] = end
                 free[r] = end
                 busy[r] += end - start
-                timeline.append((r, s, kind, mb, start, end))
-                if kind == "F" and (s, mb) in has_b:
+                timeline.append(Event(r, s, kind, mb, start, end))
+                if kind == ActionKind.F and (s, mb) in has_b:
                     stash[s] += 1
                     peak[s] = max(peak[s], stash[s])
-                elif kind in ("B", "I"):
+                elif kind in (ActionKind.B, ActionKind.I):
                     stash[s] -= 1
                 nxt[r] += 1
                 scheduled += 1
@@ -118,7 +137,7 @@ def simulate_actions(lists: Sequence[Sequence[Action]], forward_s: Sequence[floa
     bubble = 1.0 - sum(busy) / (len(lists) * step) if step > 0 else 0.0
     peaks = tuple(peak) if has_b else tuple(1 for _ in range(stages))
     return Simulation(schedule, microbatches, step, bubble, tuple(step - b for b in busy), peaks,
-                      tuple(sorted(timeline, key=lambda e: (e[0], e[4]))))
+                      tuple(sorted(timeline, key=lambda e: (e.rank, e.start_s))))
 
 
 def simulate(forward_s: Sequence[float], microbatches: int, schedule: str = "gpipe",
@@ -127,7 +146,8 @@ def simulate(forward_s: Sequence[float], microbatches: int, schedule: str = "gpi
     """Simulate ``schedule`` with ``forward_s[s]`` seconds per microbatch on stage ``s`` (one stage
     per rank; ``v`` consecutive entries per rank for interleaved schedules, which need
     ``len(forward_s)`` divisible by their stages per rank). Backward defaults to twice the
-    forward (matmuls: gradients for inputs and for weights)."""
+    forward (matmuls: gradients for inputs and for weights). Microbatch counts follow torch's
+    schedule classes (see NOTE: [Microbatch counts torch accepts]): :class:`MicrobatchError`."""
     if microbatches < 1:
         raise PartitionError(f"microbatches must be >= 1 (got {microbatches})")
     if not forward_s or any(not f >= 0 for f in forward_s):
@@ -138,9 +158,6 @@ def simulate(forward_s: Sequence[float], microbatches: int, schedule: str = "gpi
         raise PartitionError(f"{schedule} runs {per_rank} stages per rank: give a multiple of {per_rank} "
                              f"stage times (got {stages})")
     ranks = stages // per_rank
-    if per_rank > 1 and microbatches % ranks:
-        raise PartitionError(f"{schedule} needs the microbatch count to be a multiple of the {ranks} ranks "
-                             f"(got {microbatches})")
     backward = list(backward_s) if backward_s is not None else [2.0 * f for f in forward_s]
     lists = actions(schedule, ranks, microbatches, training)
     return simulate_actions(lists, forward_s, backward, transfer_s, schedule, microbatches)

@@ -12,6 +12,9 @@ set while an ``fx.Interpreter`` runs the traced graph under ``preserve_node_meta
 The joint trace imports heavy modules and some of torch's estimators abort the process on CPU,
 so by default the work runs in a fresh worker interpreter with a time limit
 (:func:`partitioner.runtime.worker.run_in_worker`); a failure raises :class:`~partitioner.errors.RunError` naming the cause.
+The graph travels as :class:`~partitioner.remat._portable.PortableGraph` (``torch.export``'s
+GraphModules do not pickle); weights on the meta device get random values there, up to
+:data:`MAX_META_BYTES` (:class:`MetaWeightsError` beyond, before any worker starts).
 """
 
 from __future__ import annotations
@@ -25,9 +28,21 @@ import torch.fx as fx
 from partitioner.devices import DEFAULT_SPEEDS
 from partitioner.errors import PartitionError
 from partitioner.graph import Graph
+from partitioner.remat._portable import PortableGraph, from_portable, materialize, meta_bytes, to_portable
 from partitioner.remat.memory import RematResult, check_request
+from partitioner.units import format_bytes
 
-__all__ = ["analyze", "sweep", "VIEW_OPS"]
+__all__ = ["analyze", "sweep", "check_size", "VIEW_OPS", "MetaWeightsError", "MAX_META_BYTES"]
+
+MAX_META_BYTES = 256 * 2**20  # meta weights filled with random values to run the joint trace, at most
+
+
+class MetaWeightsError(PartitionError):
+    """The model's weights are on the meta device (shapes only) and too large to fill and run."""
+
+    def __init__(self, message: str, meta_bytes: int, limit_bytes: int) -> None:
+        super().__init__(message)
+        self.meta_bytes, self.limit_bytes = meta_bytes, limit_bytes
 
 _TAG = "partition_explorer_node"
 
@@ -57,13 +72,31 @@ def sweep(model: torch.nn.Module | Graph, example_inputs: Sequence[Any] | torch.
         import partitioner  # its lazy ``trace`` (importing the submodule would shadow the function)
 
         gm = partitioner.trace(model, inputs).graph_module
-    args = (gm, inputs, tuple(float(b) for b in budgets), loss, flops_per_s)
+    _check_meta(gm, inputs)
+    args = (to_portable(gm), inputs, tuple(float(b) for b in budgets), loss, flops_per_s)
     if timeout_s is None:
         return _sweep(*args)
-    from partitioner.runtime.execute import picklable
     from partitioner.runtime.worker import run_in_worker
 
-    return run_in_worker(_sweep, (picklable(gm), *args[1:]), timeout_s, "the joint trace and min-cut")
+    return run_in_worker(_sweep, args, timeout_s, "the joint trace and min-cut")
+
+
+def check_size(graph: Graph) -> None:
+    """Raise :class:`MetaWeightsError` when ``graph``'s weights are on the meta device and too
+    large to fill and run (cheap: a page asks before it offers the trace)."""
+    if graph.graph_module is not None:
+        _check_meta(graph.graph_module, tuple(graph.example_inputs or ()))
+
+
+def _check_meta(gm: torch.nn.Module, inputs: tuple[Any, ...]) -> None:
+    meta = meta_bytes(gm, inputs)
+    if meta > MAX_META_BYTES:
+        raise MetaWeightsError(
+            f"the joint trace runs the model on real tensors, so weights on the meta device (shapes only) "
+            f"must total at most {format_bytes(MAX_META_BYTES)} to be filled with random values; this model's "
+            f"total {format_bytes(meta)}. Build it smaller, e.g. with a few layers: what one layer saves and "
+            "recomputes does not depend on the depth, so the per-layer figures scale to the full model",
+            meta, MAX_META_BYTES)
 
 
 class _Tagged(torch.nn.Module):
@@ -80,13 +113,15 @@ class _Tagged(torch.nn.Module):
         return fx.Interpreter(self.gm).run(*args)
 
 
-def _sweep(gm: fx.GraphModule, inputs: tuple[Any, ...], budgets: tuple[float, ...], loss: str,
+def _sweep(portable: PortableGraph, inputs: tuple[Any, ...], budgets: tuple[float, ...], loss: str,
            flops_per_s: float) -> list[RematResult]:
     import torch._functorch.config as functorch_config
     import torch.fx.traceback as fx_traceback
     from torch._functorch.aot_autograd import aot_function, make_boxed_func
     from torch._functorch.partitioners import min_cut_rematerialization_partition
 
+    gm = from_portable(portable)
+    inputs = materialize(gm, inputs)
     module = _Tagged(gm)
     state = {**dict(module.named_parameters()), **dict(module.named_buffers())}  # tied: once
     if not any(p.requires_grad for p in module.parameters()) and not any(
@@ -168,16 +203,23 @@ def _read(budget: float, seen: dict[str, Any], flops_per_s: float, gradients_equ
     by_node: dict[str, int] = {}
     input_bytes = 0
     counted: set[Any] = set()
+    # NOTE: [Saved bytes per storage]
+    # A saved value that is a view keeps its whole storage alive (sdpa's q, k and v are views of
+    # GPT-2's fused c_attn output): each distinct storage counts once, at its full size, under
+    # the first saved value that reads it. Views of parameters and inputs count as those.
     for value in saved_values:
         size, storage = _nbytes(value), _storage(value)
+        key = storage if storage is not None else value.name
+        if key in counted:
+            continue
         if value.op == "placeholder" or storage in held:
-            input_bytes += size if value.op == "placeholder" else 0
+            counted.add(key)
+            input_bytes += size
             continue
         name = _origin(value)
-        if name is None or storage in counted:
+        if name is None:
             continue
-        if storage is not None:
-            counted.add(storage)
+        counted.add(key)
         by_node[name] = by_node.get(name, 0) + size
     fw_ops = [n for n in fw.graph.nodes if n.op == "call_function"]
     fw_names = {n.name for n in fw_ops}
@@ -206,8 +248,14 @@ def _read(budget: float, seen: dict[str, Any], flops_per_s: float, gradients_equ
 
 
 def _nbytes(node: fx.Node) -> int:
+    """Bytes of the storage the node's value lives in (a view's whole base)."""
     val = node.meta.get("val")
-    return int(val.numel() * val.element_size()) if isinstance(val, torch.Tensor) else 0
+    if not isinstance(val, torch.Tensor):
+        return 0
+    try:
+        return int(val.untyped_storage().nbytes())
+    except (RuntimeError, NotImplementedError):  # no storage (a sparse or wrapper tensor)
+        return int(val.numel() * val.element_size())
 
 
 def _storage(node: fx.Node) -> Any:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from streamlit.testing.v1 import AppTest
@@ -23,8 +24,13 @@ def summary(at: AppTest) -> dict:
     return at.session_state["plan_summary"]
 
 
+def shown(markdown: str) -> str:
+    """What a Markdown source reads as on the page (escaped characters unescaped)."""
+    return re.sub(r"\\(.)", r"\1", markdown)
+
+
 def errors(at: AppTest) -> list[str]:
-    return [e.value for e in at.error]
+    return [shown(e.value) for e in at.error]
 
 
 def charts(at: AppTest) -> tuple[int, int]:

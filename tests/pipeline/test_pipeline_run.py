@@ -17,7 +17,8 @@ import torch
 import partitioner
 import sample_models
 from partitioner import Device, PartitionError, RunError, pipeline
-from partitioner.pipeline.runner import build_stage_modules
+from partitioner.pipeline.runner import build_stage_modules, check_runnable
+from partitioner.pipeline.schedules import MicrobatchError
 from partitioner.testing import faults
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -92,8 +93,16 @@ def test_what_cannot_run_is_refused_before_any_process_starts(gpt):
     with pytest.raises(PartitionError, match="simulated only"):
         pipeline.run(zb, graph, graph.example_inputs)
     odd = pipeline.plan(graph, BIG, stages=2, microbatches=3, schedule="gpipe")
-    with pytest.raises(PartitionError, match=r"batch of 4 does not split into 3 .*batch_size=6"):
+    with pytest.raises(MicrobatchError, match=r"microbatches must divide the example batch's first dimension: 4 "
+                                              r"does not split into 3 .*choose microbatches in 1, 2, 4") as info:
         pipeline.run(odd, graph, graph.example_inputs)
+    assert info.value.batch == 4 and "batch_size" not in str(info.value)  # the library's words, not a front end's
+    # torch's Schedule1F1B refuses fewer microbatches than stages: so does the project, before any process.
+    one = pipeline.plan(graph, BIG, stages=2, microbatches=2, schedule="1f1b")
+    with pytest.raises(MicrobatchError, match=r"microbatches must be >= 2 \(got 1\)"):
+        check_runnable(dataclasses.replace(one, microbatches=1), graph.example_inputs)
+    with pytest.raises(MicrobatchError, match=r"microbatches must be >= 4 \(got 2\)"):
+        pipeline.plan(graph, BIG, stages=4, microbatches=2, schedule="1f1b")
 
 
 @pytest.mark.slow
@@ -109,3 +118,14 @@ def test_the_command_line_runs_a_pipeline_and_prints_the_run_in_its_json():
     bad = subprocess.run([*cli[:-3], "--microbatches", "3", "--run"], capture_output=True, text=True,
                          cwd=ROOT, timeout=300)
     assert bad.returncode == 2 and "does not split into 3" in bad.stderr and "Traceback" not in bad.stderr
+    assert "--set batch_size=" in bad.stderr  # the command line names its own knob
+
+
+@pytest.mark.slow
+def test_the_command_line_refuses_what_torch_refuses_before_loading_the_model():
+    cli = [sys.executable, "-m", "cli", "pipeline", "mlp", "--devices", "4x1GiB", "--stages", "4",
+           "--microbatches", "3", "--schedule", "1f1b", "--run"]
+    done = subprocess.run(cli, capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    assert "--microbatches 3: 1f1b needs at least as many microbatches as stages" in done.stderr
+    assert "use 4 or more microbatches" in done.stderr

@@ -86,10 +86,14 @@ def test_training_memory_per_device_and_the_budget_that_fits(mlp):
 
 
 @pytest.mark.slow
-def test_the_worker_reports_a_crash_and_a_time_limit_and_leaves_no_process():
+def test_the_worker_reports_a_crash_and_a_time_limit_and_leaves_no_process(monkeypatch):
     before = child_pids()
-    with pytest.raises(RunError, match="rank 0 died"):
-        remat.analyze(DiesOnRank(rank=0), (torch.randn(4, 8),), budget=0.5, timeout_s=120)
+    x = torch.randn(4, 8)
+    graph = partitioner.trace(DiesOnRank(rank=0), (x,))  # traced here, where RANK is not 0
+    monkeypatch.setenv("RANK", "0")  # the worker inherits it: its forward exits at once
+    with pytest.raises(RunError, match=r"worker died \(exit code 7\)"):
+        remat.analyze(graph, (x,), budget=0.5, timeout_s=120)
+    monkeypatch.delenv("RANK")
     with pytest.raises(RunError, match="time limit"):
         remat.analyze(GeluMLP(), (torch.randn(4, 64),), budget=0.5, timeout_s=0.5)
     assert child_pids() <= before

@@ -1,0 +1,94 @@
+"""Schedules follow torch's rules: the microbatch counts the project accepts are exactly those
+torch's schedule classes accept (the classes themselves are the oracle, built over mocked stages
+by torch's own ``get_schedule_ops``, no process started), and actions are typed records whose
+text form is torch's ``_Action``'s and parses back."""
+
+from __future__ import annotations
+
+import pytest
+
+from partitioner import PartitionError, pipeline
+from partitioner.pipeline.schedules import SCHEDULES, Action, ActionKind, MicrobatchError, check_microbatches
+
+
+def _torch_accepts(schedule: str, ranks: int, m: int) -> bool:
+    from torch.distributed.pipelining._schedule_visualizer import get_schedule_ops
+
+    name, per_rank = SCHEDULES[schedule]
+    try:
+        get_schedule_ops(name, ranks, m, num_stages_per_rank=per_rank)  # runs the class's __init__ checks
+    except ValueError:
+        return False
+    return True
+
+
+@pytest.mark.parametrize("schedule", list(SCHEDULES))
+@pytest.mark.parametrize("ranks", [2, 4])
+def test_the_microbatch_counts_accepted_are_torchs(schedule, ranks):
+    per_rank = SCHEDULES[schedule][1]
+    for m in range(1, 13):
+        theirs = _torch_accepts(schedule, ranks, m)
+        try:
+            check_microbatches(schedule, ranks, m)
+            ours = True
+        except MicrobatchError:
+            ours = False
+        assert ours == theirs, (schedule, ranks, m)
+        # The simulator (and so pipeline.plan) accepts and refuses the same counts.
+        try:
+            pipeline.simulate([0.01] * (ranks * per_rank), m, schedule)
+            simulated = True
+        except MicrobatchError:
+            simulated = False
+        assert simulated == theirs, (schedule, ranks, m)
+
+
+def test_refusals_say_the_rule_the_values_and_the_fix():
+    with pytest.raises(MicrobatchError, match=r"microbatches must be >= 4 \(got 3\).*use 4 or more") as info:
+        check_microbatches("1f1b", 4, 3)
+    assert info.value.accepted[0] == 4 and info.value.microbatches == 3
+    with pytest.raises(MicrobatchError, match=r"9 microbatches make 2 rounds.*choose one of 1, 2, 3, 4, 5, 6, 7, "
+                                              r"8, 10, 12"):
+        check_microbatches("interleaved_1f1b", 4, 9)
+    # What the project refused before and torch takes: interleaved and zero bubble with m = 6 or 10 on 4 ranks.
+    for schedule in ("interleaved_1f1b", "zero_bubble"):
+        for m in (6, 10):
+            assert pipeline.simulate([0.01] * 8, m, schedule).microbatches == m
+
+
+@pytest.mark.parametrize("schedule", list(SCHEDULES))
+def test_actions_are_typed_and_their_text_is_torchs(schedule):
+    from torch.distributed.pipelining.schedules import _Action
+
+    lists = pipeline.actions(schedule, 4, 8)
+    for acts in lists:
+        for a in acts:
+            assert isinstance(a, Action) and isinstance(a.kind, ActionKind)
+            text = str(a)
+            assert Action.parse(text) == a
+            theirs = _Action.from_str(text)  # torch reads our text as the same action
+            assert (theirs.stage_index, theirs.computation_type.value, theirs.microbatch_index) == tuple(a)
+    assert str(Action(1, ActionKind.F, 3)) == "1F3" == repr(Action(1, ActionKind.F, 3))
+    assert Action(1, ActionKind.F, 3) == (1, "F", 3)  # still reads as a plain tuple
+    with pytest.raises(PartitionError, match="e.g. '1F3'"):
+        Action.parse("1X3")
+
+
+def test_torchs_generated_actions_print_as_ours():
+    from torch.distributed.pipelining._schedule_visualizer import get_schedule_ops
+
+    ours = pipeline.actions("zero_bubble", 2, 4)
+    theirs = [[str(a) for a in rank if a is not None] for rank in get_schedule_ops("InterleavedZeroBubble", 2, 4)]
+    assert [[str(a) for a in rank] for rank in ours] == theirs
+
+
+def test_timeline_entries_are_named():
+    sim = pipeline.simulate([0.01, 0.02], 2, "gpipe")
+    first = sim.timeline[0]
+    assert (first.rank, first.stage, first.kind, first.microbatch, first.start_s) == (0, 0, ActionKind.F, 0, 0.0)
+    assert all(e.end_s > e.start_s for e in sim.timeline)
+    backward = [e for e in sim.timeline if e.kind == ActionKind.B]
+    assert len(backward) == 4 and max(e.end_s for e in backward) == pytest.approx(sim.step_time_s)
+    # Plain tuples still simulate (the kinds are read as ActionKind).
+    plain = pipeline.simulate_actions([[(0, "F", 0), (0, "B", 0)]], [0.01], [0.02])
+    assert plain.timeline[1].kind == ActionKind.B and plain.step_time_s == pytest.approx(0.03)
