@@ -3,11 +3,14 @@ on a pipe, and the typed message a rank sends. Torch-free."""
 
 from __future__ import annotations
 
+import os
 import pickle
 import struct
+import threading
+import time
 from typing import IO, Any, NamedTuple
 
-__all__ = ["Message", "Reply", "write_frame", "read_frame"]
+__all__ = ["Message", "Reply", "write_frame", "read_frame", "exit_with_parent", "set_channel", "send"]
 
 _HEADER = struct.Struct("!Q")
 
@@ -29,6 +32,22 @@ class Reply(NamedTuple):
     value: Any
 
 
+_CHANNEL: IO[bytes] | None = None  # in a rank: its result pipe (set by the rank's main)
+_LOCK = threading.Lock()
+
+
+def set_channel(stream: IO[bytes]) -> None:
+    global _CHANNEL
+    _CHANNEL = stream
+
+
+def send(message: Message) -> None:
+    """In a rank: write ``message`` to the launcher (from any thread); elsewhere nothing."""
+    if _CHANNEL is not None:
+        with _LOCK:
+            write_frame(_CHANNEL, message)
+
+
 def write_frame(stream: IO[bytes], value: Any) -> None:
     """Pickle ``value`` onto ``stream`` behind its length; a value that cannot be pickled raises
     here, in the sender, where its error can still be reported."""
@@ -47,3 +66,18 @@ def read_frame(stream: IO[bytes]) -> Any:
     if len(data) < size:
         raise EOFError("the stream ended inside a frame")
     return pickle.loads(data)
+
+
+def exit_with_parent(poll_s: float = 0.5) -> None:
+    """In a child the library started: exit at once when its parent dies (SIGKILL included), so
+    no worker or rank outlives the run that started it. A daemon thread watches the parent id
+    (an orphan is re-parented); works wherever ``os.getppid`` does."""
+    parent = os.getppid()
+
+    def watch() -> None:
+        while True:
+            time.sleep(poll_s)
+            if os.getppid() != parent:
+                os._exit(1)
+
+    threading.Thread(target=watch, daemon=True, name="exit-with-parent").start()

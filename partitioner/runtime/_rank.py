@@ -14,16 +14,7 @@ import threading
 import traceback
 from typing import IO, Any
 
-from partitioner.runtime._frames import Message, read_frame, write_frame
-
-_CHANNEL: IO[bytes] | None = None
-_LOCK = threading.Lock()
-
-
-def send(message: Message) -> None:
-    if _CHANNEL is not None:
-        with _LOCK:
-            write_frame(_CHANNEL, message)
+from partitioner.runtime._frames import Message, exit_with_parent, read_frame, send, set_channel
 
 
 def _exit_with_parent(stdin: IO[bytes]) -> None:
@@ -32,8 +23,10 @@ def _exit_with_parent(stdin: IO[bytes]) -> None:
 
 
 def main() -> None:
-    global _CHANNEL
-    _CHANNEL = sys.stdout.buffer
+    exit_with_parent()
+    # The channel lives in the importable _frames module: this one runs as __main__, so an entry
+    # function's report_progress would find another copy of it.
+    set_channel(sys.stdout.buffer)
     sys.stdout = sys.stderr  # prints stay off the result channel
     rank = int(os.environ["RANK"])
     try:

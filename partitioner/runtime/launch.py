@@ -26,12 +26,16 @@ import threading
 import time
 from typing import Any, Callable
 
-from partitioner.errors import RunError
+from partitioner.errors import PartitionError, RunError
 from partitioner.runtime._frames import Message, read_frame, write_frame
 
-__all__ = ["launch", "free_port", "report_progress", "default_backend"]
+__all__ = ["launch", "free_port", "report_progress", "default_backend", "MAX_LOCAL_PROCESSES"]
 
 logger = logging.getLogger(__name__)
+
+# Processes one local run may start: torch's import costs about 250 MB a process, and more ranks
+# than a few per core only queue for the cores.
+MAX_LOCAL_PROCESSES = max(8, 4 * (os.cpu_count() or 1))
 
 _ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # holds the package
 
@@ -52,9 +56,9 @@ def default_backend() -> str:
 
 def report_progress(text: str) -> None:
     """From inside an entry function: a short status line for the parent's ``progress``."""
-    from partitioner.runtime import _rank
+    from partitioner.runtime._frames import send
 
-    _rank.send(Message("progress", int(os.environ.get("RANK", -1)), text))
+    send(Message("progress", int(os.environ.get("RANK", -1)), text))
 
 
 _CONSEQUENCES = ("Connection reset by peer", "Connection closed by peer", "gloo/transport", "Broken pipe")
@@ -163,6 +167,11 @@ def launch(entry: Callable[..., Any], world_size: int, args: tuple[Any, ...] = (
     the call."""
     if world_size < 1:
         raise RunError(f"a run needs at least one process (got world_size={world_size})")
+    if world_size > MAX_LOCAL_PROCESSES:
+        raise PartitionError(
+            f"a local run starts one process per device, at most {MAX_LOCAL_PROCESSES} on this machine "
+            f"({os.cpu_count()} cores; each process holds a few hundred MB of torch); this run needs "
+            f"{world_size}: plan for fewer devices, or run it under torchrun across hosts")
     results: queue.Queue[Any] = queue.Queue()
     port = free_port()
     if progress:
@@ -183,6 +192,12 @@ def launch(entry: Callable[..., Any], world_size: int, args: tuple[Any, ...] = (
             env = dict(base, RANK=str(r), LOCAL_RANK=str(r))
             procs.append(_Child(r, env, (entry, args, backend, timeout_s), results))
         while len(done) < world_size and failure is None:
+            if time.monotonic() > deadline:  # holds however many progress reports arrive
+                waiting = [r for r in range(world_size) if r not in done]
+                failure = RunError(f"the run passed its time limit of {timeout_s:g} s; rank(s) "
+                                   f"{waiting} had not finished (a hang, or a peer that failed)",
+                                   rank=waiting[0] if waiting else None)
+                break
             try:
                 kind, rank, value = results.get(timeout=0.2)
             except queue.Empty:
@@ -192,11 +207,6 @@ def launch(entry: Callable[..., Any], world_size: int, args: tuple[Any, ...] = (
                               key=lambda c: c.ended_at)
                 if dead and results.empty():
                     failure = RunError(_died(dead[0]), rank=dead[0].rank)
-                elif time.monotonic() > deadline:
-                    waiting = [r for r in range(world_size) if r not in done]
-                    failure = RunError(f"the run passed its time limit of {timeout_s:g} s; rank(s) "
-                                       f"{waiting} had not finished (a hang, or a peer that failed)",
-                                       rank=waiting[0] if waiting else None)
                 continue
             if kind == "progress":
                 if progress:

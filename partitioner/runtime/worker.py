@@ -20,7 +20,7 @@ import traceback
 from typing import Any, Callable
 
 from partitioner.errors import RunError
-from partitioner.runtime._frames import Reply  # not defined here: this module runs as __main__
+from partitioner.runtime._frames import Reply, exit_with_parent  # not defined here: this module runs as __main__
 
 __all__ = ["run_in_worker", "WorkerTimeout"]
 
@@ -63,6 +63,7 @@ def run_in_worker(fn: Callable[..., Any], args: tuple[Any, ...], timeout_s: floa
 
 def _serve() -> None:
     """The worker's side: one call read from stdin, its outcome written to stdout."""
+    exit_with_parent()
     channel = sys.stdout.buffer
     sys.stdout = sys.stderr  # anything the function prints stays off the result channel
     try:

@@ -11,7 +11,8 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-__all__ = ["raise_on", "sleep_on", "exit_on", "all_reduce_rank", "die_on_rank", "DiesOnRank", "child_pids"]
+__all__ = ["raise_on", "sleep_on", "exit_on", "chatty_sleep_on", "all_reduce_rank", "die_on_rank", "DiesOnRank",
+           "child_pids"]
 
 
 def all_reduce_rank(rank: int, world_size: int) -> int:
@@ -71,3 +72,14 @@ def child_pids() -> set[int]:
         if fields.get("PPid", "").strip() == me and b"resource_tracker" not in cmdline:
             found.add(int(status.parent.name))
     return found
+
+
+def chatty_sleep_on(rank: int, world_size: int, seconds: float) -> int:
+    """Reports progress every few milliseconds while it sleeps: the launcher's deadline must hold."""
+    from partitioner.runtime.launch import report_progress
+
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        report_progress("still here")
+        time.sleep(0.005)
+    return rank

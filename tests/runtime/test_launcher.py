@@ -1,0 +1,70 @@
+"""The launcher's limits: a deadline that holds under a stream of progress reports, a cap on
+local processes stated before any starts, and children that die with their parent."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from partitioner import PartitionError, RunError
+from partitioner.runtime.launch import MAX_LOCAL_PROCESSES, launch
+from partitioner.testing import faults
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_more_processes_than_the_machine_holds_are_refused_before_any_starts():
+    before = faults.child_pids()
+    with pytest.raises(PartitionError, match=rf"at most {MAX_LOCAL_PROCESSES} on this machine"):
+        launch(faults.all_reduce_rank, MAX_LOCAL_PROCESSES + 1)
+    assert faults.child_pids() <= before
+
+
+@pytest.mark.slow
+def test_the_deadline_holds_while_ranks_report_progress():
+    seen: list[str] = []
+    began = time.monotonic()
+    with pytest.raises(RunError, match="time limit of 8 s"):
+        launch(faults.chatty_sleep_on, 2, (120.0,), timeout_s=8.0, progress=seen.append)
+    assert time.monotonic() - began < 30
+    assert any("still here" in s for s in seen)
+
+
+@pytest.mark.slow
+def test_ranks_and_workers_die_with_a_killed_parent(tmp_path):
+    script = tmp_path / "parent.py"
+    pids = tmp_path / "pids.txt"
+    script.write_text(textwrap.dedent(f"""
+        import os, threading, time
+        from partitioner.runtime.launch import launch
+        from partitioner.testing import faults
+
+        def note():
+            time.sleep(6)
+            kids = [p for p in faults.child_pids()]
+            open({str(pids)!r}, "w").write(" ".join(map(str, kids)))
+        threading.Thread(target=note, daemon=True).start()
+        launch(faults.chatty_sleep_on, 2, (600.0,), timeout_s=600)
+    """))
+    parent = subprocess.Popen([sys.executable, str(script)], cwd=ROOT)
+    deadline = time.monotonic() + 60
+    while not pids.exists() and time.monotonic() < deadline:
+        time.sleep(0.5)
+    children = [int(p) for p in pids.read_text().split()]
+    assert len(children) == 2
+    parent.send_signal(signal.SIGKILL)
+    parent.wait()
+    deadline = time.monotonic() + 15
+    alive = children
+    while alive and time.monotonic() < deadline:
+        time.sleep(0.5)
+        alive = [p for p in children if Path(f"/proc/{p}").exists()
+                 and "zombie" not in Path(f"/proc/{p}/status").read_text().lower()]
+    assert alive == [], f"ranks outlived their parent: {alive}"
