@@ -11,7 +11,7 @@ from typing import Any
 from partitioner import pipeline
 from partitioner.interop.export import to_pipeline_split_spec
 from partitioner.pipeline.schedules import SCHEDULES, MicrobatchError, check_microbatches, stages_per_rank
-from partitioner.units import format_bytes, format_seconds
+from partitioner.units import format_bytes, format_change, format_seconds, format_share
 
 from cli.commands import COMMON_EPILOG
 from cli.inputs import (
@@ -125,7 +125,7 @@ def run(args: argparse.Namespace) -> int:
         return status
     caps = {d.logical_id: d.memory_bytes for d in devices}
     rows = [[s, len(nodes), format_seconds(f), format_seconds(b), format_bytes(mem), format_bytes(stash),
-             f"{mem / caps[d]:.1%}"]
+             format_share(mem, caps[d])]
             for s, (nodes, f, b, mem, stash, d) in enumerate(zip(pp.stages, pp.stage_forward_s, pp.stage_backward_s,
                                                                  pp.stage_memory_bytes, pp.stage_stash_bytes,
                                                                  pp.device_ids))]
@@ -136,7 +136,9 @@ def run(args: argparse.Namespace) -> int:
     print(f"\nstep time {format_seconds(pp.step_time_s)}, bubble {pp.bubble_fraction:.1%}")
     for name, step, sizes in pp.baselines:
         gain = step / pp.step_time_s - 1 if pp.step_time_s else 0.0
-        print(f"  {name} split {list(sizes)}: {format_seconds(step)} ({gain:+.1%} slower than this split)")
+        change = format_change(gain, "slower than this split", "faster than this split",
+                               "the same step time as this split")
+        print(f"  {name} split {list(sizes)}: {format_seconds(step)} ({change})")
     if result is not None:
         print(f"\nran on {result.world_size} processes ({result.backend}): step measured "
               f"{format_seconds(result.measured_step_s)} against {format_seconds(result.simulated_step_s)} "

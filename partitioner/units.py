@@ -11,7 +11,8 @@ import re
 
 from partitioner.errors import DeviceSpecError
 
-__all__ = ["BYTE_UNITS", "parse_bytes", "format_bytes", "format_seconds", "format_rate", "parse_rate", "format_flops"]
+__all__ = ["BYTE_UNITS", "parse_bytes", "format_bytes", "format_seconds", "format_rate", "parse_rate", "format_flops",
+           "format_change", "format_share"]
 
 BYTE_UNITS = {
     "": 1,
@@ -110,3 +111,23 @@ def format_flops(n: int) -> str:
         if n >= scale:
             return f"{n / scale:.3g} {unit}"
     return f"{n} FLOP"
+
+
+def format_change(fraction: float, more: str = "slower", less: str = "faster", same: str = "the same") -> str:
+    """A relative change as a person writes it: ``'12.5% slower'``, ``'3.1% faster'``, or ``same``
+    when it rounds to 0.0 % (never ``'-0.0%'``)."""
+    if not math.isfinite(fraction):
+        return f"infinitely {more}" if fraction > 0 else same
+    if abs(fraction) < 0.0005:
+        return same
+    return f"{abs(fraction):.1%} {more if fraction > 0 else less}"
+
+
+def format_share(part: float, whole: float) -> str:
+    """``part`` of ``whole`` as a percentage that never reads 0.0 % for something: ``'<0.1%'``."""
+    if whole <= 0:
+        return "-"
+    share = part / whole
+    if 0 < share < 0.0005:
+        return "<0.1%"
+    return f"{share:.1%}"

@@ -48,3 +48,12 @@ def test_parse_devices_bad_group_names_the_fix():
 def test_device_rejects_negative_memory():
     with pytest.raises(DeviceSpecError, match="memory_bytes must be between 0 and"):
         Device("d", -1, 0)
+
+
+def test_changes_and_shares_read_as_a_person_writes_them():
+    from partitioner.units import format_change, format_share
+
+    assert format_change(-0.00001) == "the same" and format_change(0.0) == "the same"
+    assert format_change(0.125) == "12.5% slower" and format_change(-0.031) == "3.1% faster"
+    assert format_share(1, 16 * 2**30) == "<0.1%" and format_share(0, 10) == "0.0%"
+    assert format_share(5, 10) == "50.0%"

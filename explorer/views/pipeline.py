@@ -15,7 +15,7 @@ from explorer.builders import pipeline_figures
 from partitioner import Graph, PartitionError, format_bytes, pipeline
 from partitioner.pipeline.runner import check_runnable
 from partitioner.pipeline.schedules import SCHEDULES, MicrobatchError, stages_per_rank
-from partitioner.units import format_seconds
+from partitioner.units import format_change, format_seconds
 
 PIPELINE_RUNS = "pipeline_runs"  # pipeline plan JSON hash -> its last real run
 TRAINING = {"inference": None, "training, SGD": "sgd", "training, Adam": "adam"}
@@ -143,7 +143,7 @@ def main() -> None:
         if name in equal and pp.step_time_s > 0:
             gain = equal[name] / pp.step_time_s - 1
             col.metric(f"Split by {name}" if name == "parameters" else f"Split into {name}",
-                       format_seconds(equal[name]), f"{gain:+.1%} slower" if gain >= 0.0005 else "same step time",
+                       format_seconds(equal[name]), format_change(gain, same="same step time"),
                        delta_color="inverse" if gain >= 0.0005 else "off")
     st.caption(f"{len(pp.stages)} stages on {ranks} device{'s' if ranks != 1 else ''}, {microbatches} "
                f"microbatches, {'training with ' + training if training else 'inference'}; split in "
