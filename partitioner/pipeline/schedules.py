@@ -121,7 +121,7 @@ def check_microbatches(schedule: str, ranks: int, microbatches: int) -> None:
         raise PartitionError(f"unknown schedule {schedule!r}; choose one of {', '.join(SCHEDULES)}")
     why = _refusal(schedule, ranks, microbatches)
     if why is not None:
-        ok = accepted_microbatches(schedule, ranks)
+        ok = accepted_microbatches(schedule, ranks, up_to=max(16, 3 * ranks))
         fix = (f"; choose one of {', '.join(map(str, ok))}, ..." if schedule in ("interleaved_1f1b", "zero_bubble")
                else f"; use {ok[0]} or more microbatches, or fewer stages" if schedule == "1f1b" else "")
         raise MicrobatchError(why + fix, schedule, microbatches, ok)

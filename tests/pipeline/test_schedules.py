@@ -92,3 +92,10 @@ def test_timeline_entries_are_named():
     # Plain tuples still simulate (the kinds are read as ActionKind).
     plain = pipeline.simulate_actions([[(0, "F", 0), (0, "B", 0)]], [0.01], [0.02])
     assert plain.timeline[1].kind == ActionKind.B and plain.step_time_s == pytest.approx(0.03)
+
+
+def test_a_refusal_on_many_ranks_still_names_the_counts_taken():
+    from partitioner.pipeline.schedules import MicrobatchError, check_microbatches
+
+    with pytest.raises(MicrobatchError, match="use 32 or more microbatches"):
+        check_microbatches("1f1b", 32, 8)
