@@ -104,3 +104,17 @@ def test_sharding_examples_run(tmp_path):
     assert "as predicted" in done.stdout and "outputs equal the model" in done.stdout
     report = json.loads((tmp_path / "shard.json").read_text())
     assert report["spec"]["blocks.0.mlp.c_fc.bias"] == "2" and report["styles"]["blocks.0.mlp.c_proj"]["style"] == "rowwise"
+
+
+@pytest.mark.slow
+def test_cluster_examples_run(tmp_path):
+    script = _block("## Planning a cluster", "bash")
+    (tmp_path / ".venv").symlink_to(Path(sys.executable).parents[1])
+    done = subprocess.run(["bash", "-euo", "pipefail", "-c", script], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=600, env={**os.environ, "PYTHONPATH": ""})
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert done.stdout.count("fewest devices:") == 2 and "cheapest:" in done.stdout
+    import tomllib
+
+    titan = tomllib.loads((tmp_path / "titan.toml").read_text())
+    assert titan["parallelism"]["tensor_parallel_degree"] >= 1
