@@ -7,7 +7,9 @@ whose merged plan (re-mapped onto devices) has the lowest latency not above the 
 ``cost_aware`` and ``kl_based`` searches take this plan as one more candidate on small graphs, so
 they are never slower than torch's by torch's own latency. Each try is one O(N + E) evaluation
 instead of torch's path enumeration, but the rounds are O(P^2) tries as in torch: O(P^3 (N + E))
-in all, so it runs only up to :data:`MAX_OPS` op nodes.
+in all, so it runs within an evaluation budget the caller gives (the search's own budget: torch's
+plan is a candidate wherever it can be found in the time the search may take) and only up to
+:data:`MAX_OPS` op nodes.
 """
 
 from __future__ import annotations
@@ -19,15 +21,17 @@ from partitioner.accelerator.size_based import map_onto_devices
 
 __all__ = ["MAX_OPS", "merge_sequence"]
 
-MAX_OPS = 24
+MAX_OPS = 400  # the rounds' pair loops alone grow as P^3 beyond
 
 
-def merge_sequence(problem: Problem) -> Assignment | None:
-    """Torch's cost_aware plan, or None when the graph is larger than :data:`MAX_OPS` ops or
-    torch's final partitions cannot all be mapped onto devices."""
+def merge_sequence(problem: Problem, max_evaluations: int | None = None) -> Assignment | None:
+    """Torch's cost_aware plan, or None when the graph is larger than :data:`MAX_OPS` ops, the
+    sequence needs more than ``max_evaluations`` plan evaluations, or torch's final partitions
+    cannot all be mapped onto devices."""
     graph = problem.graph
     if len(graph.op_indices) > MAX_OPS:
         return None
+    spent = 0
     cost = problem.cost
     parts: list[frozenset[int]] = [frozenset([v]) for v in graph.op_indices]
 
@@ -53,6 +57,8 @@ def merge_sequence(problem: Problem) -> Assignment | None:
         return level
 
     def score(ps: list[frozenset[int]], mapped: bool) -> float:
+        nonlocal spent
+        spent += 1
         devices_of = map_onto_devices(problem, [sorted(p) for p in ps])
         if devices_of is None and mapped:
             return math.inf
@@ -73,6 +79,8 @@ def merge_sequence(problem: Problem) -> Assignment | None:
                 merged = [p for k, p in enumerate(parts) if k not in (i, j)] + [parts[i] | parts[j]]
                 if _cyclic(merged, children(merged)):
                     continue
+                if max_evaluations is not None and spent >= max_evaluations:
+                    return None
                 new = score(merged, mapped=True)
                 if new <= current:
                     best, current = (i, j), new

@@ -18,8 +18,9 @@ partitions on the same devices merged whenever the exact latency does not grow, 
 again; with less, its three phases would each get under two evaluations a node and its plan of
 many partitions is rarely the best (at 150 nodes it won on one graph of eight, for 40 % of the
 time). The lowest latency wins, fewer partitions winning near ties.
-Under ``cost_model="torch"`` torch's own merge sequence (:mod:`.torch_merge`) is one more
-candidate on small graphs. O(budget * (N + E)), plus O(N L deg) for the segmentations (runs of up
+Under ``cost_model="torch"`` torch's own merge sequence (:mod:`._torch_merge`) is one more
+candidate wherever it completes within ten times the search's budget of evaluations: there the
+plan is never slower than torch's by torch's latency, by construction (the best candidate wins). O(budget * (N + E)), plus O(N L deg) for the segmentations (runs of up
 to L nodes).
 """
 
@@ -68,8 +69,8 @@ def search(problem: Problem, budget: int) -> Assignment:
         fine = compact(improve_by_moves(problem, singletons(problem, begin[0]), share, swaps=False))
         merged = compact(merge_partitions(problem, fine, share))
         candidates.append(improve_by_moves(problem, merged, share, swaps=False))
-    if problem.cost.torch:  # torch's own merge sequence, on small graphs: never slower than torch
-        theirs = merge_sequence(problem)
+    if problem.cost.torch:  # torch's own merge sequence where affordable: never slower than torch
+        theirs = merge_sequence(problem, max_evaluations=10 * budget)
         if theirs is not None:
             candidates.append(improve_by_moves(problem, theirs, budget // 4, swaps=False))
     return pick_best(problem, candidates)
