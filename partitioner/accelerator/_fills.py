@@ -25,7 +25,8 @@ __all__ = ["starts", "priority_starts", "initial_fill", "fill_in_order", "pack_b
 def starts(problem: Problem) -> list[Assignment]:
     """Where the searches start: the largest-first fill and a best-fit packing, and under the
     "torch" cost model torch's fill (torch's memory rule can refuse the first two where torch's own
-    fill fits), or when none fits, one node per partition mapped as torch maps them."""
+    fill fits), or when none fits, torch's fill (any cost model: no search refuses where
+    ``size_based`` finds a plan) or one node per partition mapped as torch maps them."""
     found: list[Assignment] = []
     first: InfeasibleError | None = None
     fills = [initial_fill, lambda p: fill_in_order(p, p.graph.op_indices, pack=True)]
@@ -39,6 +40,13 @@ def starts(problem: Problem) -> list[Assignment]:
             continue
         if problem.fits(candidate) and candidate not in found:
             found.append(candidate)
+    if not found and not problem.cost.torch:  # no search refuses where size_based finds a plan
+        try:
+            candidate = torch_fill(problem)
+            if problem.fits(candidate):
+                found.append(candidate)
+        except InfeasibleError as exc:
+            first = first or exc
     if not found and problem.cost.torch:  # many one-node partitions: a slow start, the last resort
         try:
             found.append(torch_singletons(problem))

@@ -118,3 +118,22 @@ def test_dropping_empty_partitions_keeps_the_latency(problem, where):
     used = sorted({p for p in a.part if p >= 0})
     if before.order is not None:  # the partitions left run in the order they ran in
         assert after.order == [used.index(p) for p in before.order if p in used]
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(problems(), st.lists(st.floats(0.2, 1.0), min_size=5, max_size=5))
+def test_no_search_refuses_where_size_based_finds_a_plan(problem, tighter):
+    """Devices tightened, each its own way, until fills run out of room (about one case in four
+    still has a plan): wherever torch's fill (size_based) finds one, every search does too."""
+    graph, devices, latency, rate = problem
+    need = max(partitioner.accelerator._base.node_alone_bytes(graph, v) for v in graph.op_indices)
+    devices = [Device(d.name, max(need if i == 0 else 1, int(d.memory_bytes * tighter[i])), d.logical_id)
+               for i, d in enumerate(devices)]
+    try:
+        partitioner.partition(graph, devices, mode="size_based", transfer_rate_bytes_per_s=rate,
+                              node_latency=latency)
+    except InfeasibleError:
+        return
+    for mode in ("largest_first", "cost_aware", "kl_based"):
+        plan = partitioner.partition(graph, devices, mode=mode, transfer_rate_bytes_per_s=rate, node_latency=latency)
+        assert plan.violations(graph) == []
