@@ -107,10 +107,10 @@ def _torchrun(args: argparse.Namespace, plan: Any, graph: Any, inputs: Any) -> i
     if int(os.environ["RANK"]) != 0:
         return EXIT_OK
     try:
-        torch.testing.assert_close(result["outputs"], prepared.reference)
+        torch.testing.assert_close(result.outputs, prepared.reference)
         equal = True
     except AssertionError:
         equal = False
     print(json.dumps({"rank": 0, "world_size": world, "outputs_equal": equal,
-                      "measured_latency_s": result["latency_s"], "predicted_latency_s": plan.latency_s}))
+                      "measured_latency_s": result.latency_s, "predicted_latency_s": plan.latency_s}))
     return EXIT_OK if equal else EXIT_FAIL

@@ -25,7 +25,8 @@ import torch.distributed as dist
 import torch.fx as fx
 from torch.utils._pytree import tree_flatten, tree_unflatten
 
-from partitioner.errors import RunError
+from partitioner.errors import InvalidPlanError, RunError
+from partitioner.plan.validate import ViolationKind
 from partitioner.graph import Graph
 from partitioner.plan.records import Plan
 from partitioner.runtime.launch import default_backend, launch, report_progress
@@ -118,7 +119,7 @@ def _walk(rank: int, world_size: int, gm: fx.GraphModule, owners: dict[str, tupl
         for arg in n.all_input_nodes:
             need[arg.name] |= ranks
     best = float("inf")
-    timings: dict[str, Any] = {}
+    timings = RankTimings({}, {}, {})
     outputs: Any = None
     for attempt in range(repeats + 1):  # the first walk warms up (allocations, lazy init)
         env: dict[str, Any] = {}
@@ -174,9 +175,9 @@ def _walk(rank: int, world_size: int, gm: fx.GraphModule, owners: dict[str, tupl
         took = time.perf_counter() - start
         if attempt > 0 and took < best:
             best = took
-            timings = {"compute": compute, "wait": wait, "received": received}
+            timings = RankTimings(compute, wait, received)
         report_progress(f"walk {attempt + 1} of {repeats + 1} done")
-    return {"outputs": outputs, "latency_s": best, "timings": timings}
+    return RankResult(outputs, best, timings)
 
 
 def picklable(gm: fx.GraphModule) -> fx.GraphModule:
@@ -192,6 +193,28 @@ def picklable(gm: fx.GraphModule) -> fx.GraphModule:
             if changed:
                 module.recompile()
     return gm
+
+
+_RUN_IGNORES = frozenset({ViolationKind.MEMORY, ViolationKind.MEMORY_BUDGET, ViolationKind.LATENCY_BUDGET})
+
+
+@dataclass(frozen=True)
+class RankTimings:
+    """One rank's best walk: seconds computing each submodule it owns, seconds waiting for each
+    value it receives, and the bytes of each."""
+
+    compute_s: dict[str, float]
+    wait_s: dict[str, float]
+    received_bytes: dict[str, int]
+
+
+@dataclass(frozen=True)
+class RankResult:
+    """What a rank sends back: the outputs (rank 0), its best end-to-end walk, its timings."""
+
+    outputs: Any
+    latency_s: float
+    timings: RankTimings
 
 
 @dataclass(frozen=True)
@@ -265,7 +288,13 @@ def run(plan: Plan, graph: Graph, example_inputs: Sequence[Any] | torch.Tensor, 
     """Run ``plan`` on one process per device of the plan (rank = the device's position in
     ``plan.devices``), over torch.distributed; returns the outputs gathered on rank 0 and the
     measured figures beside the predicted ones. Raises :class:`RunError` naming the rank, the
-    partition and the cause when a rank fails or the run passes ``timeout_s``."""
+    partition and the cause when a rank fails or the run passes ``timeout_s``; raises
+    :class:`InvalidPlanError` before any process starts when the plan breaks a rule that a run
+    needs (every node placed once, on known devices, partitions acyclic; memory is not checked:
+    the plan's devices are what-ifs)."""
+    problems = [v for v in plan.violations(graph, check_fingerprint=False) if v.kind not in _RUN_IGNORES]
+    if problems:
+        raise InvalidPlanError(problems)
     prepared = prepare(plan, graph, example_inputs)
     gm, owners, shapes, inputs = prepared.module, prepared.owners, prepared.shapes, prepared.inputs
     reference, part_of_submod = prepared.reference, prepared.partitions
@@ -283,7 +312,7 @@ def run(plan: Plan, graph: Graph, example_inputs: Sequence[Any] | torch.Tensor, 
         raise RunError(f"{exc}{where}", rank=exc.rank) from None
     first = results[0]
     try:
-        torch.testing.assert_close(first["outputs"], reference)
+        torch.testing.assert_close(first.outputs, reference)
         equal = True
     except AssertionError:
         equal = False
@@ -298,12 +327,12 @@ def run(plan: Plan, graph: Graph, example_inputs: Sequence[Any] | torch.Tensor, 
     runs = []
     for name, part in sorted(part_of_submod.items(), key=lambda kv: kv[1].id):
         r = owners[name][0]
-        timing = results[r]["timings"]
+        timing = results[r].timings
         inputs_of = sorted({source(a.name) for a in by_name[name].all_input_nodes})
         runs.append(PartitionRun(
-            id=part.id, ranks=owners[name], compute_s=float(timing["compute"].get(name, 0.0)),
-            wait_s=float(sum(timing["wait"].get(a, 0.0) for a in inputs_of)),
-            received_bytes=int(sum(timing["received"].get(a, 0) for a in inputs_of)),
+            id=part.id, ranks=owners[name], compute_s=float(timing.compute_s.get(name, 0.0)),
+            wait_s=float(sum(timing.wait_s.get(a, 0.0) for a in inputs_of)),
+            received_bytes=int(sum(timing.received_bytes.get(a, 0) for a in inputs_of)),
             predicted_s=part.latency_s))
-    return RunResult(first["outputs"], equal, float(first["latency_s"]), plan.latency_s, tuple(runs),
+    return RunResult(first.outputs, equal, float(first.latency_s), plan.latency_s, tuple(runs),
                      world, backend)

@@ -68,3 +68,24 @@ def test_ranks_and_workers_die_with_a_killed_parent(tmp_path):
         alive = [p for p in children if Path(f"/proc/{p}").exists()
                  and "zombie" not in Path(f"/proc/{p}/status").read_text().lower()]
     assert alive == [], f"ranks outlived their parent: {alive}"
+
+
+def test_a_plan_that_breaks_a_rule_is_refused_before_any_rank_starts():
+    import dataclasses
+
+    import torch
+
+    import partitioner
+    from partitioner import InvalidPlanError
+
+    model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.ReLU(), torch.nn.Linear(4, 4))
+    x = torch.randn(2, 4)
+    graph = partitioner.trace(model, (x,))
+    plan = partitioner.partition(graph, partitioner.parse_devices("2x1MiB"), force_partition=True)
+    homeless = dataclasses.replace(plan, partitions=(dataclasses.replace(plan.partitions[0], device_ids=()),
+                                                     *plan.partitions[1:]))
+    before = faults.child_pids()
+    began = time.monotonic()
+    with pytest.raises(InvalidPlanError, match="no device"):
+        partitioner.run(homeless, graph, (x,))
+    assert time.monotonic() - began < 5 and faults.child_pids() <= before
