@@ -85,6 +85,9 @@ class Graph:
         self.name = name
         self.tied_parameters: tuple[tuple[str, ...], ...] = ()  # names of one tensor, counted once
         self.model_info = ModelInfo()  # what the traced model says of itself (module classes, ...)
+        # Node -> (the node that first holds the same weights, their bytes): modules sharing a
+        # parameter (tied weights under symbolic_trace) each charge it; the model holds it once.
+        self.repeated_weights: dict[int, tuple[int, int]] = {}
         self.index: dict[str, int] = {}
         for i, node in enumerate(self.nodes):
             if node.name in self.index:
@@ -127,6 +130,21 @@ class Graph:
         """Reference ``total_size_of_graph``: every node's total size except the output node."""
         return sum(nd.total_bytes for nd in self.nodes if nd.op != "output")
 
+    @property
+    def parameter_bytes(self) -> int:
+        """The model's weights, each once: the parameters of called modules (symbolic_trace) and
+        the attributes the graph reads (torch.export lifts every parameter and buffer to one;
+        tied weights are one node) that some operation reads (a buffer the forward never reads,
+        like a kept copy of rotary frequencies, is no weight a device must hold for it). The one
+        count every technique reads. O(N)."""
+        return sum(nd.param_bytes for nd in self.nodes) - sum(b for _, b in self.repeated_weights.values()) + sum(
+            nd.output_bytes for v, nd in enumerate(self.nodes) if nd.op == "get_attr" and self.users[v])
+
+    def weight_bytes_read(self, v: int) -> int:
+        """Node ``v``'s own parameters plus the attributes (weights) it reads."""
+        nodes = self.nodes
+        return nodes[v].param_bytes + sum(self.output_bytes[u] for u in self.preds[v] if nodes[u].op == "get_attr")
+
     def node(self, name: str) -> Node:
         try:
             return self.nodes[self.index[name]]
@@ -143,6 +161,7 @@ class Graph:
         graph = Graph(nodes, self.graph_module, self.example_inputs, name=self.name)
         graph.tied_parameters = self.tied_parameters
         graph.model_info = self.model_info
+        graph.repeated_weights = {v: (f, int(b * scale)) for v, (f, b) in self.repeated_weights.items()}
         return graph
 
     def fingerprint(self) -> str:

@@ -101,7 +101,7 @@ def profile(graph: Graph, name: str = "") -> ModelProfile:
     tokens0, seq0 = _tokens(graph)
     nodes = graph.nodes
     attr = [v for v, nd in enumerate(nodes) if nd.op == "get_attr"]
-    weight_bytes = sum(nd.param_bytes for nd in nodes) + sum(graph.output_bytes[v] for v in attr)
+    weight_bytes = graph.parameter_bytes
     dtypes = Counter(str(nd.dtype).removeprefix("torch.") for nd in nodes
                      if str(nd.dtype).removeprefix("torch.") in DTYPE_BYTES)
     element = DTYPE_BYTES[dtypes.most_common(1)[0][0]] if dtypes else 4

@@ -99,6 +99,32 @@ class PipelinePlan:
                              mode=f"pipeline {self.schedule}")
 
 
+def _stage_weights(graph: Graph, order: Sequence[int]) -> tuple[list[int], list[tuple[int, list[int], int]]]:
+    """Weights by position in ``order``: each op's own parameters plus the attributes (weights,
+    lifted by torch.export) whose first reader it is, so contiguous stages sum to
+    :attr:`Graph.parameter_bytes`; and the attributes read at several positions (tied weights,
+    shared buffers) as ``(first position, later positions, bytes)``: a stage that reads one
+    after its first stage holds it too. O(N + E)."""
+    pos = {v: i for i, v in enumerate(order)}
+    readers: dict[int, list[int]] = {}
+    own = [graph.nodes[v].param_bytes for v in order]
+    for v in order:
+        for u in graph.preds[v]:
+            if graph.nodes[u].op == "get_attr":
+                readers.setdefault(u, []).append(pos[v])
+    shared = []
+    for v, (first, size) in graph.repeated_weights.items():  # tied weights of two modules
+        if v in pos and first in pos:
+            own[pos[v]] -= size
+            shared.append((pos[first], [pos[v]], size))
+    for u, where in readers.items():
+        where = sorted(set(where))
+        own[where[0]] += graph.output_bytes[u]
+        if len(where) > 1:
+            shared.append((where[0], where[1:], graph.output_bytes[u]))
+    return own, shared
+
+
 def _crossing(graph: Graph, order: Sequence[int]) -> list[int]:
     """crossing[c]: bytes of outputs made at or before position c and read after it."""
     pos = {v: i for i, v in enumerate(order)}
@@ -142,7 +168,8 @@ def plan(graph: Graph, devices: Sequence[Device], stages: int = 4, microbatches:
     fwd = [max(lat[v]) / m for v in order]
     bwd = [2.0 * f for f in fwd] if training else [0.0] * n
     copies = training_copies(None if training in (None, "none") else training)
-    params = [graph.nodes[v].param_bytes * copies for v in order]
+    params, shared = _stage_weights(graph, order)
+    params = [b * copies for b in params]
     acts = [graph.nodes[v].output_bytes / m for v in order]
     cross = _crossing(graph, order)
     rate = transfer_rate_bytes_per_s
@@ -159,7 +186,8 @@ def plan(graph: Graph, devices: Sequence[Device], stages: int = 4, microbatches:
 
     def memory(a: int, b: int, s: int) -> int:
         stashed = (pre_a[b] - pre_a[a]) * (stash[s] if training else 1)
-        return int(pre_p[b] - pre_p[a] + stashed)
+        again = sum(w for first, readers, w in shared if first < a and any(a <= r < b for r in readers))
+        return int(pre_p[b] - pre_p[a] + again * copies + stashed)
 
     INF = math.inf
     # The DP, vectorised over the start a of the last stage for each (stage count s, end b):
@@ -177,7 +205,12 @@ def plan(graph: Graph, devices: Sequence[Device], stages: int = 4, microbatches:
             a = np.arange(s - 1, b)
             out = comm[b - 1] if s - 1 < stages - 1 else 0.0
             cost = (F[b] - F[a]) + (B[b] - B[a]) + out
-            mem = np.floor((P[b] - P[a]) + (A[b] - A[a]) * mult)
+            weights = P[b] - P[a]
+            for first, readers, w in shared:  # a weight read again after its first stage
+                later = [r for r in readers if r < b]
+                if later and later[-1] > first:
+                    weights = weights + w * copies * ((a > first) & (a <= later[-1]))
+            mem = np.floor(weights + (A[b] - A[a]) * mult)
             value = np.maximum(prev[a], cost)
             value[(mem > cap) | (prev[a] == INF)] = INF
             i = int(np.argmin(value))

@@ -126,7 +126,9 @@ def device_memory(graph: Graph, devices: Sequence[Device], spec: Mapping[str, st
     used = {d.logical_id: 0 for d in devices}
     by_name = {nd.name: nd for nd in graph.nodes}
     for ids, nodes in groups:
-        activations = sum(by_name[n].output_bytes for n in nodes if n in by_name)
+        # Weights are counted below, parameter by parameter: a get_attr node's output is one of
+        # them (lifted by torch.export), not an activation.
+        activations = sum(by_name[n].output_bytes for n in nodes if n in by_name and by_name[n].op != "get_attr")
         for position, did in enumerate(ids):
             total = activations
             for name, (shape, itemsize, node) in params.items():

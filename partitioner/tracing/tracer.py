@@ -308,12 +308,28 @@ def _trace(
     modules = dict(gm.named_modules())
     position: dict[fx.Node, int] = {}
     nodes: list[Node] = []
+    # A parameter two modules share (tied weights) is charged to each module's node, as a device
+    # running either must hold it; the graph records the repeat so the model's total counts it once.
+    counted: dict[int, tuple[str, int]] = {}
+    shared: dict[int, list[str]] = {}
+    repeated: dict[int, tuple[int, int]] = {}
     for fx_node in gm.graph.nodes:
         (shape, dtype, out_bytes), flops = records.get(fx_node.name, ((None, None, 0), 0))
         param_bytes = 0
         if fx_node.op == "call_module":
             sub = modules[str(fx_node.target)]
-            param_bytes = sum(p.numel() * p.element_size() for p in sub.parameters())
+            for pname, p in sub.named_parameters():
+                qualified, size = f"{fx_node.target}.{pname}", p.numel() * p.element_size()
+                param_bytes += size
+                if id(p) not in counted:
+                    counted[id(p)] = (qualified, len(nodes))
+                elif counted[id(p)][1] != len(nodes):
+                    first = counted[id(p)]
+                    names = shared.setdefault(id(p), [first[0]])
+                    if qualified not in names:
+                        names.append(qualified)
+                    was = repeated.get(len(nodes), (first[1], 0))
+                    repeated[len(nodes)] = (first[1], was[1] + size)
         if fx_node.op == "output":
             out_bytes = 0
         position[fx_node] = len(nodes)
@@ -333,7 +349,8 @@ def _trace(
             )
         )
     graph = Graph(nodes, gm, inputs, name=name or type(model).__name__)
-    graph.tied_parameters = tied
+    graph.tied_parameters = tied + tuple(tuple(names) for names in shared.values() if len(names) > 1)
+    graph.repeated_weights = repeated
     graph.model_info = model_info(model)
     if not graph.op_indices:
         raise TraceError(
