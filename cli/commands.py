@@ -32,6 +32,7 @@ from partitioner.options import AotMapping
 from partitioner.units import format_seconds
 
 from cli.diff_report import format_diff
+from partitioner.tracing.flops import describe_unpriced
 from cli.inputs import (
     EXIT_FAIL,
     EXIT_OK,
@@ -78,6 +79,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
     plan = partition_with(model.graph, devices, mode, options)
     for names in model.graph.tied_parameters:
         print(f"tied parameters (one tensor, counted once): {' = '.join(names)}", file=sys.stderr)
+    if model.graph.unpriced_ops:
+        print(f"note: {describe_unpriced(model.graph.unpriced_ops)}", file=sys.stderr)
     try:
         exported = export_plan(plan, args.export, model.graph) if args.export else None
     except ExportError as exc:

@@ -88,6 +88,8 @@ class Graph:
         # Node -> (the node that first holds the same weights, their bytes): modules sharing a
         # parameter (tied weights under symbolic_trace) each charge it; the model holds it once.
         self.repeated_weights: dict[int, tuple[int, int]] = {}
+        # Matmul-like ops the FLOP counter had no formula for: (target, count); their work is missing.
+        self.unpriced_ops: tuple[tuple[str, int], ...] = ()
         self.index: dict[str, int] = {}
         for i, node in enumerate(self.nodes):
             if node.name in self.index:
@@ -162,6 +164,7 @@ class Graph:
         graph.tied_parameters = self.tied_parameters
         graph.model_info = self.model_info
         graph.repeated_weights = {v: (f, int(b * scale)) for v, (f, b) in self.repeated_weights.items()}
+        graph.unpriced_ops = self.unpriced_ops
         return graph
 
     def fingerprint(self) -> str:

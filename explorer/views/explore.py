@@ -5,6 +5,7 @@ from __future__ import annotations
 import streamlit as st
 
 from explorer import graph_panels, panels, state
+from explorer.builders.text import md
 
 
 def main() -> None:
@@ -12,12 +13,16 @@ def main() -> None:
     if loaded is None:
         return
     config, graph, result = loaded
-    st.markdown(f"#### {config.model.label} on {len(config.devices)} devices, mode `{config.mode}`")
+    st.markdown(f"#### {md(config.model.label)} on {len(config.devices)} devices, mode `{config.mode}`")
     if result.plan is None:
-        st.error(f"No plan: {result.error}")
+        st.error(f"No plan: {md(result.error)}")
         return
     plan = result.plan
     panels.render_summary(plan, seconds=result.seconds)
+    if graph.unpriced_ops:
+        from partitioner.tracing.flops import describe_unpriced
+
+        st.warning(md(describe_unpriced(graph.unpriced_ops)))
     if graph.tied_parameters:
         st.caption("Tied parameters, one tensor counted once: "
                    + "; ".join(" = ".join(f"`{n}`" for n in names) for names in graph.tied_parameters))

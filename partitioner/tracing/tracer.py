@@ -23,6 +23,7 @@ import torch.fx as fx
 from partitioner.errors import TraceError
 from partitioner.tracing.functionalize import remove_inplace
 from partitioner.graph import Graph, ModelInfo, Node
+from partitioner.tracing.flops import unpriced
 
 __all__ = ["trace"]
 
@@ -188,6 +189,10 @@ def _run_annotation(gm: fx.GraphModule, example_inputs: tuple[Any, ...]) -> dict
     from torch._subclasses.fake_tensor import FakeTensorMode
     from torch.utils.flop_counter import FlopCounterMode
 
+    from partitioner.tracing.flops import register_formulas
+
+    register_formulas()
+
     try:
         fake_mode = FakeTensorMode(allow_non_fake_inputs=True)
         with fake_mode:
@@ -351,6 +356,7 @@ def _trace(
     graph = Graph(nodes, gm, inputs, name=name or type(model).__name__)
     graph.tied_parameters = tied + tuple(tuple(names) for names in shared.values() if len(names) > 1)
     graph.repeated_weights = repeated
+    graph.unpriced_ops = unpriced((nd.target, nd.flops) for nd in nodes if nd.op == "call_function")
     graph.model_info = model_info(model)
     if not graph.op_indices:
         raise TraceError(
