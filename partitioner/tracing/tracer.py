@@ -61,7 +61,7 @@ def _to_graph_module(model: torch.nn.Module, example_inputs: tuple[Any, ...],
             gm = exported.module()
             if not isinstance(gm, fx.GraphModule):  # pragma: no cover - torch API guard
                 raise TypeError(f"torch.export gave a {type(gm).__name__}, not a GraphModule")
-            return gm
+            return _without_export_checks(gm)
         except Exception as export_exc:
             where = fx_where or _user_frame(export_exc)
             unflattenable = "pytree" in str(export_exc)
@@ -82,6 +82,24 @@ def _to_graph_module(model: torch.nn.Module, example_inputs: tuple[Any, ...],
                 + (f" at {export_where}" if (export_where := _user_frame(export_exc)) and export_where != fx_where else "")
                 + ". " + fix
             ) from export_exc
+
+
+def _without_export_checks(gm: fx.GraphModule) -> fx.GraphModule:
+    """``gm`` without the checks torch.export adds (the input guard ``_guards_fn`` and the
+    ``_assert_*`` metadata asserts): they compute nothing the model returns, and left in they
+    would be nodes, pipeline stage boundaries, device-map keys and boxes of their own. O(N)."""
+    for node in reversed(list(gm.graph.nodes)):
+        if node.users:
+            continue
+        guard = node.op == "call_module" and str(node.target).startswith("_guards")
+        check = node.op == "call_function" and getattr(node.target, "__name__", str(node.target)).startswith("_assert")
+        if guard or check:
+            gm.graph.erase_node(node)
+            if guard and hasattr(gm, str(node.target)):
+                gm.delete_submodule(str(node.target))
+    gm.graph.lint()
+    gm.recompile()
+    return gm
 
 
 def _merge_tied_attributes(gm: fx.GraphModule) -> tuple[tuple[str, ...], ...]:

@@ -42,3 +42,17 @@ def test_unpriced_matmuls_are_named_with_counts():
                       ("my::grouped_mm_thing", 0)])
     assert found == (("aten::bmm", 2), ("my::grouped_mm_thing", 1))
     assert describe_unpriced(found).startswith("3 ops with no FLOP formula")
+
+
+def test_export_checks_are_no_nodes_and_the_split_still_equals_the_model():
+    import torch
+
+    for name, knobs in (("hf:gpt2", {"n_layer": 2, "n_embd": 64, "n_head": 4, "vocab_size": 1000}),
+                        ("hf:llama", SMALL)):
+        module, inputs, kwargs = sample_models.load(name, overrides=knobs)
+        graph = partitioner.trace(module, inputs, example_kwargs=kwargs)
+        names = [nd.name for nd in graph.nodes] + [nd.module_path for nd in graph.nodes]
+        assert not [n for n in names if n.startswith(("_guards", "_assert"))], name
+        plan = partitioner.partition(graph, partitioner.parse_devices("3x64GiB"), force_partition=True)
+        args = tuple(inputs) + tuple(kwargs.values())
+        torch.testing.assert_close(partitioner.split(plan, graph)(*args), graph.graph_module(*args))
