@@ -37,7 +37,7 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
                        description="which devices, how many, laid out how, how fast, at what cost",
                        parents=[common], formatter_class=argparse.RawDescriptionHelpFormatter,
                        epilog=EXAMPLES + COMMON_EPILOG)
-    add_model_arguments(p)
+    add_model_arguments(p, tokens=False)  # --seq-len is the workload's here
     p.add_argument("--accelerator", choices=list(cluster.ACCELERATORS), default="h100-80gb")
     p.add_argument("--devices-per-node", type=int, default=8)
     p.add_argument("--max-nodes", type=int, default=64, help="search up to this many nodes (default 64)")

@@ -180,15 +180,20 @@ def write_output(path: str, data: str | bytes, what: str) -> None:
     print(f"wrote {what} to {path}", file=sys.stderr)
 
 
-class _DtypeAction(argparse.Action):
-    """``--dtype bf16`` is ``--set dtype=bf16`` (hf: models)."""
+class _SetAction(argparse.Action):
+    """``--dtype bf16`` is ``--set dtype=bf16`` (hf: models); ``--batch-size`` and ``--seq-len``
+    likewise set ``batch_size`` and ``seq_len``."""
 
     def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
                  option_string: str | None = None) -> None:
-        namespace.set = [*(getattr(namespace, "set", None) or []), f"dtype={values}"]
+        key = self.dest.replace("-", "_")
+        namespace.set = [*(getattr(namespace, "set", None) or []), f"{key}={values}"]
 
 
-def add_model_arguments(p: argparse.ArgumentParser, optional: bool = False) -> None:
+_DtypeAction = _SetAction
+
+
+def add_model_arguments(p: argparse.ArgumentParser, optional: bool = False, tokens: bool = True) -> None:
     p.add_argument("model", metavar="MODEL", nargs="?" if optional else None,
                    help="a sample model name, hf:<model type or preset> (hf:llama, hf:llama-3-8b), or "
                         "package.module:factory" + (" (needed for pipeline-split-spec)" if optional else ""))
@@ -198,6 +203,11 @@ def add_model_arguments(p: argparse.ArgumentParser, optional: bool = False) -> N
     p.add_argument("--dtype", action=_DtypeAction, metavar="DTYPE",
                    choices=["fp32", "bf16", "fp16", "fp8", "int8", "int4"],
                    help="hf: models: the weights' type (fp8, int8, int4: weights only; activations bf16)")
+    if tokens:
+        p.add_argument("--batch-size", dest="batch_size", action=_SetAction, metavar="N",
+                       help="hf: models: sequences in the example input (default 1)")
+        p.add_argument("--seq-len", dest="seq_len", action=_SetAction, metavar="N",
+                       help="hf: models: tokens per sequence in the example input (default 32)")
 
 
 def add_cost_arguments(p: argparse.ArgumentParser, partitioning: bool = True) -> None:

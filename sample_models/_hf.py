@@ -48,7 +48,11 @@ PRESETS: dict[str, tuple[str, dict[str, Any]]] = {
 ENCODERS = {"bert", "distilbert", "roberta", "albert", "electra", "deberta", "tapas"}
 SEQ2SEQ = {"t5", "bart", "mt5", "pegasus", "marian"}
 VISION = {"vit", "deit", "beit", "convnext", "resnet", "swin"}
-SEQUENCE = 32  # tokens in the example input (8 for an encoder-decoder's decoder)
+SEQUENCE = 32  # tokens in the example input by default (8 for an encoder-decoder's decoder)
+# The example's shape: a what-if default of 1 x 32 traces a real-size model in seconds on meta
+# weights; batch_size and seq_len (overrides beside the config's fields) trace the real one.
+TOKEN_SETTINGS = {"batch_size": 1, "seq_len": SEQUENCE}
+MAX_TOKENS = 1 << 20  # batch x sequence traced on fake tensors: beyond, tracing takes minutes
 REAL_WEIGHTS_MAX_PARAMS = 50_000_000  # larger models get meta weights
 
 
@@ -89,6 +93,21 @@ def load_hf(name: str, overrides: Mapping[str, Any]) -> tuple[nn.Module, tuple[t
     transformers = _transformers()
     overrides = dict(overrides)
     dtype_name = str(overrides.pop("dtype", "fp32"))
+    from sample_models._loading import ModelSpecError
+
+    shape = {}
+    for key, default in TOKEN_SETTINGS.items():
+        value = overrides.pop(key, default)
+        try:
+            shape[key] = int(value)
+        except (TypeError, ValueError):
+            raise ModelSpecError(f"hf:{name}: {key} must be a whole number (got {value!r})") from None
+        if shape[key] < 1:
+            raise ModelSpecError(f"hf:{name}: {key} must be at least 1 (got {shape[key]})")
+    if shape["batch_size"] * shape["seq_len"] > MAX_TOKENS:
+        raise ModelSpecError(f"hf:{name}: batch_size x seq_len must be at most {MAX_TOKENS} tokens to trace "
+                          f"(got {shape['batch_size']} x {shape['seq_len']}); the cluster planner scales a "
+                          "short trace to any batch and length")
     if dtype_name not in DTYPES:
         raise LoaderError(f"hf:{name}: dtype {dtype_name!r} is not one of {', '.join(DTYPES)}")
     model_type, fields = PRESETS.get(name, (name, {}))
@@ -126,11 +145,13 @@ def load_hf(name: str, overrides: Mapping[str, Any]) -> tuple[nn.Module, tuple[t
     if model_type in VISION:
         size = int(getattr(config, "image_size", 224))
         channels = int(getattr(config, "num_channels", 3))
-        pixels = torch.randn(1, channels, size, size, generator=generator).to(DTYPES[dtype_name])
+        pixels = torch.randn(shape["batch_size"], channels, size, size, generator=generator).to(DTYPES[dtype_name])
         return model, (pixels.to("meta") if is_meta(model) else pixels,), {}  # a conv needs one device
     vocab = int(getattr(config, "vocab_size", 1000))
-    limit = int(getattr(config, "max_position_embeddings", 0) or getattr(config, "n_positions", 0) or SEQUENCE)
-    ids = torch.randint(0, vocab, (1, min(SEQUENCE, limit)), generator=generator)
+    limit = int(getattr(config, "max_position_embeddings", 0) or getattr(config, "n_positions", 0) or shape["seq_len"])
+    if shape["seq_len"] > limit and shape["seq_len"] != SEQUENCE:
+        raise ModelSpecError(f"hf:{name}: seq_len must be at most the model's {limit} positions (got {shape['seq_len']})")
+    ids = torch.randint(0, vocab, (shape["batch_size"], min(shape["seq_len"], limit)), generator=generator)
     if model_type in SEQ2SEQ:
         return model, (ids,), {"decoder_input_ids": ids[:, :8]}
     return model, (ids,), {}
