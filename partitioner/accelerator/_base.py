@@ -29,8 +29,8 @@ class Assignment:
     Immutable (tuples): a mode that refines another's result makes a new one
     (``dataclasses.replace``), never writes into it."""
 
-    part: tuple[int, ...]
-    devices_of: tuple[tuple[int, ...], ...]
+    part: Sequence[int]  # stored as tuples
+    devices_of: Sequence[Sequence[int]]
     ordered: bool = False
     lower_bound_s: float = 0.0
     note: str = ""

@@ -92,7 +92,7 @@ def cluster(accelerator: str, devices_per_node: int = 8, intra: str | None = Non
             raise PartitionError(f"price_per_hour must be >= 0 (got {price_per_hour})")
         acc = dataclasses.replace(acc, price_per_hour=float(price_per_hour))
     if overrides:
-        acc = dataclasses.replace(acc, **dict(overrides))
+        acc = dataclasses.replace(acc, **dict(overrides))  # type: ignore[arg-type]
     default_intra = {"a100": "nvlink3", "b200": "nvlink5", "mi300x": "infinity-fabric", "l4": "pcie4"}
     intra = intra or default_intra.get(accelerator.split("-")[0], "nvlink4")
     for name in (intra, inter):

@@ -57,7 +57,8 @@ class Action(NamedTuple):
     def __str__(self) -> str:
         return f"{self.stage}{self.kind.value}{self.microbatch}"
 
-    __repr__ = __str__  # as torch's _Action: "1F3"
+    def __repr__(self) -> str:  # as torch's _Action: "1F3"
+        return self.__str__()
 
     @classmethod
     def parse(cls, text: str) -> "Action":

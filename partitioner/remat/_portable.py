@@ -85,7 +85,7 @@ def to_portable(gm: fx.GraphModule) -> PortableGraph:
             elif isinstance(value, torch.nn.Module) and any(t.is_meta for t in [*value.parameters(), *value.buffers()]):
                 value = copy.deepcopy(value)  # materialize() fills it: leave the caller's module as it was
             attrs[str(n.target)] = value
-        args, kwargs = fx.node.map_arg((n.args, n.kwargs), lambda a: _NodeRef(a.name))  # type: ignore[arg-type]
+        args, kwargs = fx.node.map_arg((n.args, n.kwargs), lambda a: _NodeRef(a.name))  # type: ignore[arg-type, return-value]
         nodes.append((n.name, n.op, _target(n.target), args, kwargs))
     return PortableGraph(tuple(nodes), attrs)
 

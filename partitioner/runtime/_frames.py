@@ -6,11 +6,13 @@ from __future__ import annotations
 import os
 import pickle
 import struct
+import sys
 import threading
 import time
 from typing import IO, Any, NamedTuple
 
-__all__ = ["Message", "Reply", "write_frame", "read_frame", "exit_with_parent", "set_channel", "send"]
+__all__ = ["Message", "Reply", "write_frame", "read_frame", "exit_with_parent", "set_channel", "send",
+           "child_pythonpath"]
 
 _HEADER = struct.Struct("!Q")
 
@@ -81,3 +83,14 @@ def exit_with_parent(poll_s: float = 0.5) -> None:
                 os._exit(1)
 
     threading.Thread(target=watch, daemon=True, name="exit-with-parent").start()
+
+
+def child_pythonpath(root: str) -> str:
+    """PYTHONPATH for a child interpreter: the package's root, then this process's own search
+    path, so a model class the caller imported from its own folders (a test module, a
+    notebook's directory) unpickles in the child as it does here."""
+    entries = [root, *(p for p in sys.path if p and os.path.isdir(p))]
+    extra = os.environ.get("PYTHONPATH")
+    if extra:
+        entries.append(extra)
+    return os.pathsep.join(dict.fromkeys(entries))

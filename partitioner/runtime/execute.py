@@ -96,14 +96,14 @@ def _glue(gm: fx.GraphModule, n: fx.Node, env: dict[str, Any]) -> Any:
 
 
 def _entry(rank: int, world_size: int, gm: fx.GraphModule, owners: dict[str, tuple[int, ...]],
-           inputs: tuple[Any, ...], shapes: dict[str, Any], repeats: int) -> dict[str, Any]:
+           inputs: tuple[Any, ...], shapes: dict[str, Any], repeats: int) -> RankResult:
     """What each rank runs (see NOTE: [One walk, every rank])."""
     with torch.no_grad():
         return _walk(rank, world_size, gm, owners, inputs, shapes, repeats)
 
 
 def _walk(rank: int, world_size: int, gm: fx.GraphModule, owners: dict[str, tuple[int, ...]],
-          inputs: tuple[Any, ...], shapes: dict[str, Any], repeats: int) -> dict[str, Any]:
+          inputs: tuple[Any, ...], shapes: dict[str, Any], repeats: int) -> RankResult:
     nodes = list(gm.graph.nodes)
     position = {n.name: i for i, n in enumerate(nodes)}
     # Ranks that need each value: a partition's owners, rank 0 for the model's outputs, and for
@@ -270,7 +270,7 @@ def prepare(plan: Plan, graph: Graph, example_inputs: Sequence[Any] | torch.Tens
     return Prepared(gm, owners, shapes, inputs, reference, part_of_submod)
 
 
-def run_rank(prepared: Prepared, repeats: int = 3) -> dict[str, Any]:
+def run_rank(prepared: Prepared, repeats: int = 3) -> RankResult:
     """This process's share of a run already set up by ``torchrun`` (``RANK``, ``WORLD_SIZE``,
     ``MASTER_ADDR``/``PORT`` in the environment): the same walk the local launcher starts, so a
     plan runs across hosts with a real rendezvous."""

@@ -27,7 +27,7 @@ import time
 from typing import Any, Callable
 
 from partitioner.errors import PartitionError, RunError
-from partitioner.runtime._frames import Message, read_frame, write_frame
+from partitioner.runtime._frames import Message, child_pythonpath, read_frame, write_frame
 
 __all__ = ["launch", "free_port", "report_progress", "default_backend", "MAX_LOCAL_PROCESSES"]
 
@@ -177,7 +177,7 @@ def launch(entry: Callable[..., Any], world_size: int, args: tuple[Any, ...] = (
     if progress:
         progress(f"starting {world_size} processes ({backend}, port {port})")
     base = dict(os.environ)
-    base["PYTHONPATH"] = os.pathsep.join([_ROOT, *filter(None, [base.get("PYTHONPATH")])])
+    base["PYTHONPATH"] = child_pythonpath(_ROOT)
     # Children unpickle torch objects before any of our code runs: keep torch's deprecation
     # notices out of the person's terminal.
     base["PYTHONWARNINGS"] = "ignore::FutureWarning,ignore::DeprecationWarning"

@@ -20,7 +20,7 @@ import traceback
 from typing import Any, Callable
 
 from partitioner.errors import RunError
-from partitioner.runtime._frames import Reply, exit_with_parent  # not defined here: this module runs as __main__
+from partitioner.runtime._frames import Reply, child_pythonpath, exit_with_parent  # not defined here: this module runs as __main__
 
 __all__ = ["run_in_worker", "WorkerTimeout"]
 
@@ -36,7 +36,7 @@ def run_in_worker(fn: Callable[..., Any], args: tuple[Any, ...], timeout_s: floa
     the cause (an exception in the worker, the worker dying, or :class:`WorkerTimeout`).
     ``fn`` must be a module-level function and ``args`` picklable."""
     env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([_ROOT, *filter(None, [env.get("PYTHONPATH")])])
+    env["PYTHONPATH"] = child_pythonpath(_ROOT)
     proc = subprocess.Popen([sys.executable, "-m", "partitioner.runtime.worker"], stdin=subprocess.PIPE,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
     try:

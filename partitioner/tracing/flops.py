@@ -64,7 +64,7 @@ def register_formulas() -> None:
         _DONE = True  # a model without transformers may be traced first: look again next time
     for op, formula in ops:
         if op is not None and op not in flop_registry:
-            register_flop_formula(op)(formula)
+            register_flop_formula(op)(formula)  # type: ignore[arg-type]
 
 
 def unpriced(targets_and_flops: Iterable[tuple[str, int]]) -> tuple[tuple[str, int], ...]:
