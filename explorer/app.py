@@ -28,6 +28,7 @@ PAGES = [
     st.Page("views/pipeline.py", title="Pipeline", icon=":material/view_timeline:"),
     st.Page("views/training.py", title="Training memory", icon=":material/memory:"),
     st.Page("views/sharding.py", title="Sharding", icon=":material/grid_view:"),
+    st.Page("views/cluster.py", title="Plan a cluster", icon=":material/dns:"),
     st.Page("views/learn.py", title="Learn", icon=":material/school:"),
 ]
 

@@ -15,7 +15,7 @@ from typing import Any, Mapping
 import torch
 from torch import nn
 
-from sample_models._user import LoaderError
+from sample_models._user import LoaderError, ModelSpecError
 
 __all__ = ["load_hf", "PRESETS", "REAL_WEIGHTS_MAX_PARAMS", "is_meta", "weight_scale", "DTYPES"]
 
@@ -93,8 +93,6 @@ def load_hf(name: str, overrides: Mapping[str, Any]) -> tuple[nn.Module, tuple[t
     transformers = _transformers()
     overrides = dict(overrides)
     dtype_name = str(overrides.pop("dtype", "fp32"))
-    from sample_models._loading import ModelSpecError
-
     shape = {}
     for key, default in TOKEN_SETTINGS.items():
         value = overrides.pop(key, default)

@@ -17,15 +17,13 @@ from typing import Any, Mapping
 from torch import Tensor, nn
 
 from sample_models import _registry as registry
-from sample_models._user import LoaderError, load_factory
+from sample_models._user import LoaderError, ModelSpecError, load_factory
 
 __all__ = ["load", "label", "parse_overrides", "is_factory", "is_hf", "ModelSpecError", "weight_scale"]
 
 Loaded = tuple[nn.Module, tuple[Tensor, ...], dict[str, Any]]
 
 
-class ModelSpecError(LoaderError):
-    """A model spec or a size override could not be read; the message names the fix."""
 
 
 def is_factory(spec: str) -> bool:

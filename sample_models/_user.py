@@ -30,11 +30,15 @@ from typing import Any
 
 from torch import Tensor, nn
 
-__all__ = ["LoaderError", "load_factory", "parse_spec"]
+__all__ = ["LoaderError", "ModelSpecError", "load_factory", "parse_spec"]
 
 
 class LoaderError(ValueError):
     """A model factory could not be loaded or returned something unusable."""
+
+
+class ModelSpecError(LoaderError):
+    """A model spec or a size override could not be read; the message names the fix."""
 
 
 def parse_spec(spec: str) -> tuple[str, str]:

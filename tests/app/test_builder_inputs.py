@@ -180,7 +180,8 @@ def test_plan_config_is_hashable_and_feeds_partition(mlp):
 def test_pure_builders_import_no_streamlit():
     code = (
         "import sys, explorer.builders.figures, explorer.builders.tables, explorer.builders.inputs, explorer.builders.editing, "
-        "explorer.builders.teaching, explorer.builders.config; print('streamlit' in sys.modules)"
+        "explorer.builders.teaching, explorer.builders.config, explorer.builders.cluster_figures, "
+        "explorer.builders.text; print('streamlit' in sys.modules)"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
