@@ -60,8 +60,9 @@ def _answer(title: str, r: cluster.LayoutResult | None, work: cluster.Workload, 
     if r is None:
         return
     step = "time to first token" if work.kind == "inference" else "step"
-    column.metric(title, f"{r.devices} devices", f"{format_seconds(r.step_s)} a {step}", delta_color="off")
-    column.caption(md(f"{r.layout.label()}; ${r.cost_per_million_tokens:.3g} per million tokens; "
+    column.metric(title, f"{r.devices} device{'s' if r.devices != 1 else ''}")
+    column.caption(md(f"{format_seconds(r.step_s)} a {step}; {r.layout.label()}; "
+                      f"${r.cost_per_million_tokens:.3g} per million tokens; "
                       f"MFU {r.mfu:.1%}; limited by {r.limit}"))
     if work.kind == "training" and r.tokens_per_s:
         days = work.train_tokens / r.tokens_per_s / 86400
@@ -82,7 +83,9 @@ def main() -> None:
         st.error(f"Cannot plan this cluster: {md(exc)}")
         return
     prof = cluster.profile(graph, config.model.label)
-    st.caption(f"{prof.param_count / 1e9:.3g} B parameters ({format_bytes(prof.weight_bytes)} as traced), "
+    count = prof.param_count
+    size = f"{count / 1e9:.3g} B" if count >= 1e8 else f"{count / 1e6:.3g} M" if count >= 1e5 else f"{count}"
+    st.caption(f"{size} parameters ({format_bytes(prof.weight_bytes)} as traced), "
                f"{prof.layers} layers; searched {found.evaluated:,} layouts in {found.search_s:.2f} s, "
                f"{len(found.fitting):,} fit.")
     if not found.fitting:
