@@ -12,7 +12,8 @@ order: the forward time on one device at any size. Tensor parallelism divides FL
 and (with sequence parallelism) activations by its degree. The repeated blocks (``layers.N``,
 ``h.N``, ``blocks.N``) give the layer count, the bytes that cross a block boundary per token
 (the hidden state) and, for attention with ``k_proj``/``v_proj`` (or GPT-2's fused ``c_attn``),
-the KV cache per token.
+the KV cache per token. Values derived from weights alone (a transpose of a weight, experts'
+weights gathered by index) are weights too: they do not grow with the tokens.
 """
 
 from __future__ import annotations
@@ -116,11 +117,24 @@ def profile(graph: Graph, name: str = "") -> ModelProfile:
     dtypes = Counter(str(nd.dtype).removeprefix("torch.") for nd in nodes
                      if str(nd.dtype).removeprefix("torch.") in DTYPE_BYTES)
     element = DTYPE_BYTES[dtypes.most_common(1)[0][0]] if dtypes else 4
+    # Weight-derived values (NOTE: [Scaling the traced graph]): attributes, and what ops without
+    # FLOPs make from them as their first input (a transpose, an expert's weights gathered by
+    # index): their bytes do not grow with the tokens.
     is_attr = [nd.op == "get_attr" for nd in nodes]
+    for v in graph.op_indices:
+        nd = nodes[v]
+        if nd.flops == 0 and nd.inputs and is_attr[nd.inputs[0]]:
+            is_attr[v] = True
     ops = list(graph.op_indices)
     w_bytes, a_bytes, flops, att = [], [], [], []
     for v in ops:
         nd = nodes[v]
+        if is_attr[v]:  # weight-derived: no work that grows with the tokens
+            w_bytes.append(0)
+            a_bytes.append(0.0)
+            flops.append(0.0)
+            att.append(False)
+            continue
         reads_weight = nd.param_bytes > 0 or any(is_attr[u] for u in graph.preds[v])
         w = nd.param_bytes + sum(graph.output_bytes[u] for u in graph.preds[v] if is_attr[u])
         a = nd.output_bytes + sum(graph.output_bytes[u] for u in graph.preds[v] if not is_attr[u])
@@ -153,7 +167,7 @@ def profile(graph: Graph, name: str = "") -> ModelProfile:
         name=name or graph.name, tokens0=tokens0, seq0=seq0, weight_bytes=int(weight_bytes),
         param_count=int(weight_bytes // element), element_bytes=element, layers=layers,
         hidden_bytes_per_token=hidden, kv_bytes_per_token=kv,
-        act_bytes_per_token=sum(nodes[v].output_bytes for v in ops) / tokens0,
+        act_bytes_per_token=sum(nodes[v].output_bytes for v in ops if not is_attr[v]) / tokens0,
         flops_per_token=sum(flops), attention_flops_per_token=sum(f for f, t in zip(flops, att) if t),
         node_weight_bytes=tuple(w_bytes), node_act_bytes=tuple(a_bytes), node_flops=tuple(flops),
         node_attention=tuple(att))
