@@ -87,19 +87,37 @@ def _ring_s(kind: str, nbytes: int, n: int, rate: float | None) -> float:
 
 
 def _module_kinds(graph: Graph) -> dict[str, str]:
-    """Module path -> "linear" / "embedding" for the traced module's Linear and Embedding layers."""
-    import torch.nn as nn
-
-    gm = graph.graph_module
-    if gm is None:
-        raise ShardingError(f"graph {graph.name!r} has no traced module; use partitioner.trace")
+    """Module path -> "linear" / "embedding" for the model's Linear and Embedding layers, by the
+    classes the trace recorded of the original model (an exported graph has no modules of its
+    own; see :class:`partitioner.graph.ModelInfo`), else the traced module's."""
+    classes = graph.model_info.module_classes
+    if not classes:
+        gm = graph.graph_module
+        if gm is None:
+            raise ShardingError(f"graph {graph.name!r} has no traced module; use partitioner.trace")
+        classes = {path: tuple(c.__name__ for c in type(m).__mro__) for path, m in gm.named_modules()}
     kinds = {}
-    for path, module in gm.named_modules():
-        if isinstance(module, nn.Linear):
+    for path, names in classes.items():
+        if "Linear" in names:
             kinds[path] = "linear"
-        elif isinstance(module, (nn.Embedding, nn.EmbeddingBag)):
+        elif "Embedding" in names or "EmbeddingBag" in names:
             kinds[path] = "embedding"
     return kinds
+
+
+def _module_calls(graph: Graph, kinds: Mapping[str, str]) -> dict[str, int]:
+    """Module path -> the node that applies it: a ``call_module`` node (symbolic_trace), or in an
+    exported graph the ``linear``/``embedding`` op whose module path it is (the first, for a
+    module called twice). O(N)."""
+    found: dict[str, int] = {}
+    for v, nd in enumerate(graph.nodes):
+        if nd.op == "call_module":
+            found.setdefault(nd.target, v)
+        elif nd.op == "call_function" and nd.module_path in kinds:
+            base = nd.target.split("::")[-1].split(".")[0]
+            if base in ("linear", "embedding"):
+                found.setdefault(nd.module_path, v)
+    return found
 
 
 def _styles(graph: Graph, spec: Mapping[str, str | Sequence[int]], world_size: int
@@ -157,7 +175,8 @@ def tp_plan(graph: Graph, spec: Mapping[str, str | Sequence[int]], world_size: i
     styles, full = _styles(graph, spec, world_size)
     kinds = _module_kinds(graph)
     rate = transfer_rate_bytes_per_s
-    by_target = {nd.target: v for v, nd in enumerate(graph.nodes) if nd.op == "call_module"}
+    by_target = _module_calls(graph, kinds)
+    called = {v: m for m, v in by_target.items()}
     out: list[Collective] = []
     layouts: dict[str, dict[str, str]] = {}
 
@@ -172,7 +191,7 @@ def tp_plan(graph: Graph, spec: Mapping[str, str | Sequence[int]], world_size: i
             return False
         for u in users:
             nd = graph.nodes[u]
-            if nd.op == "call_module" and styles.get(nd.target) == "rowwise" and graph.preds[u][:1] == (v,):
+            if styles.get(called.get(u, "")) == "rowwise" and graph.preds[u][:1] == (v,):
                 continue
             if pointwise(u) and feeds_only_rowwise(u):
                 continue
@@ -227,7 +246,7 @@ def suggest(graph: Graph, devices: Sequence[Device], transfer_rate_bytes_per_s: 
         raise ShardingError("sharding needs at least two devices")
     params = parameter_shapes(graph)
     kinds = _module_kinds(graph)
-    by_target = {nd.target: v for v, nd in enumerate(graph.nodes) if nd.op == "call_module"}
+    by_target = _module_calls(graph, kinds)
     candidates: list[tuple[float, dict[str, str]]] = []
     taken: set[str] = set()
 
@@ -238,7 +257,7 @@ def suggest(graph: Graph, devices: Sequence[Device], transfer_rate_bytes_per_s: 
     for module, v in sorted(by_target.items(), key=lambda kv: kv[1]):
         if module in taken or kinds.get(module) != "linear":
             continue
-        follower = _pointwise_follower(graph, v, kinds)
+        follower = _pointwise_follower(graph, v, kinds, {u: m for m, u in by_target.items()})
         if follower is None or follower in taken:
             continue
         first, second = weight(module), weight(follower)
@@ -277,7 +296,7 @@ def suggest(graph: Graph, devices: Sequence[Device], transfer_rate_bytes_per_s: 
                         "or also cut the model into stages (pipeline)")
 
 
-def _pointwise_follower(graph: Graph, v: int, kinds: Mapping[str, str]) -> str | None:
+def _pointwise_follower(graph: Graph, v: int, kinds: Mapping[str, str], called: Mapping[int, str]) -> str | None:
     """The Linear that alone reads ``v``'s output through a chain of pointwise ops, if any."""
     current = v
     while True:
@@ -286,8 +305,8 @@ def _pointwise_follower(graph: Graph, v: int, kinds: Mapping[str, str]) -> str |
             return None
         u = users[0]
         nd = graph.nodes[u]
-        if nd.op == "call_module" and kinds.get(nd.target) == "linear":
-            return str(nd.target)
+        if kinds.get(called.get(u, "")) == "linear":
+            return called[u]
         text = f"{nd.target}".lower().rsplit(".", 1)[-1]
         if not (nd.is_op and any(p in text for p in POINTWISE)):
             return None
