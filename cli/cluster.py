@@ -12,7 +12,7 @@ from partitioner.interop.engines import ENGINES, toml_text
 from partitioner.units import format_bytes, format_seconds
 
 from cli.commands import COMMON_EPILOG
-from cli.inputs import EXIT_FAIL, EXIT_OK, add_model_arguments, load_model, positive_float, write_output
+from cli.inputs import EXIT_FAIL, EXIT_OK, CLIError, add_model_arguments, load_model, positive_float, write_output
 from cli.report import format_table
 
 __all__ = ["register"]
@@ -22,6 +22,7 @@ EXAMPLES = """examples:
   partition-explorer cluster hf:llama-3-70b --dtype bf16 --max-nodes 64 --export torchtitan --out titan.toml
   partition-explorer cluster gpt2_small --accelerator a100-40gb --max-nodes 1 --global-batch 64 --seq-len 1024
   partition-explorer cluster hf:mixtral-8x7b --dtype bf16 --inference --global-batch 16 --seq-len 2048 --generate 256
+  partition-explorer cluster mlp --set n_layer=4 --set hidden=32 --run "dp2 tp2 zero3"
 
 Searches every layout at 1, 2, 4, ... devices of one node and 1, 2, 4, ... whole nodes up to
 --max-nodes: tensor parallelism inside a node, pipeline stages dividing the layer count (with
@@ -29,6 +30,11 @@ each runnable schedule), data parallelism with ZeRO 0-3, recomputation none or f
 device follows the ZeRO paper's model-state formulas; time per step the roofline of the traced
 graph, ring collectives on the node's and the inter-node links, and the pipeline simulator.
 Prices are editable presets (--price-per-hour).
+
+--run LAYOUT runs one training step of that layout (dp x tp, ZeRO; words like "dp2 tp2 zero3
+mb4") on local processes with the model's example inputs instead of searching, checks outputs
+and gradients against one process, and prints each rank's held bytes and the measured step
+beside the planner's prediction for this machine (the "cpu" device preset, fp32, no optimizer).
 """
 
 
@@ -56,6 +62,10 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
     p.add_argument("--top", type=int, default=10, help="rows of the best-layouts table (default 10)")
     p.add_argument("--export", choices=list(ENGINES), help="print the fastest layout as this engine's config")
     p.add_argument("--out", metavar="FILE", help="write the answers as JSON (or the --export config) here")
+    p.add_argument("--run", metavar="LAYOUT",
+                   help='run this layout on local processes and compare with the plan, e.g. "dp2 tp2 zero3"')
+    p.add_argument("--timeout", metavar="SECONDS", type=positive_float, default=180.0,
+                   help="--run: time limit of the run (default 180)")
     p.set_defaults(func=run)
 
 
@@ -71,6 +81,8 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError("--devices-per-node and --max-nodes must be at least 1")
     model = load_model(args.model, args.set)
     prof = cluster.profile(model.graph, model.label)
+    if args.run:
+        return run_layout(args, model.graph, prof)
     target = cluster.cluster(args.accelerator, args.devices_per_node, args.intra, args.inter,
                              parse_bytes(args.headroom), args.price_per_hour)
     work = cluster.Workload("inference" if args.inference else "training", args.global_batch, args.seq_len,
@@ -116,3 +128,69 @@ def run(args: argparse.Namespace) -> int:
                 "pareto": [r.to_dict() for r in found.front], "best": [r.to_dict() for r in found.best(args.top)]}
         write_output(args.out, json.dumps(data, indent=2), "cluster plan")
     return EXIT_OK
+
+
+def _local_cluster(devices: int, gpu: bool, accelerator: str) -> cluster.Cluster:
+    """This machine as the planner sees it: the accelerator preset on GPUs; on CPUs the "cpu"
+    device preset of :mod:`partitioner.devices` (its peak FLOP/s, memory bandwidth and link)."""
+    if gpu:
+        return cluster.cluster(accelerator, max(1, devices), headroom_bytes=0)
+    from partitioner.devices import PRESETS
+
+    cpu = PRESETS["cpu"]
+    acc = cluster.Accelerator("local-cpu", cpu["memory_bytes"], cpu["peak_flops"],
+                              cpu["memory_bandwidth_bytes_per_s"], 0.0)
+    link = cluster.Link("local", cpu["link_bandwidth_bytes_per_s"], 5e-6)
+    return cluster.Cluster(acc, max(1, devices), link, link, headroom_bytes=0)
+
+
+def run_layout(args: argparse.Namespace, graph: Any, prof: cluster.ModelProfile) -> int:
+    """``--run``: one training step of the layout on local processes beside the prediction."""
+    import sys
+
+    from partitioner.cluster.compose import parse_layout
+    from partitioner.cluster.compose import run_layout as run_composed
+    from partitioner.cluster.search import _simulator
+    from partitioner.runtime.execute import picklable
+
+    inputs = graph.example_inputs or ()
+    if graph.graph_module is None or not inputs:
+        raise CLIError(f"--run needs a traced model with example inputs; {prof.name} has none")
+    batch = int(inputs[0].shape[0]) if hasattr(inputs[0], "shape") and inputs[0].dim() else 1
+    layout = parse_layout(args.run, batch)
+    quiet = args.out == "-"
+    result = run_composed(picklable(graph.graph_module), inputs, layout, timeout_s=args.timeout,
+                          progress=None if quiet else (lambda text: print(f"  {text}", file=sys.stderr)))
+    work = cluster.Workload("training", max(1, prof.tokens0 // prof.seq0), prof.seq0, prof.element_bytes, "none")
+    target = _local_cluster(layout.devices, result.backend == "nccl", args.accelerator)
+    predicted = cluster.evaluate(prof, work, target, layout, _simulator())
+    states = predicted.memory["weights"] + predicted.memory["gradients"]
+    rows = [[str(r.rank), f"dp={r.dp} tp={r.tp}", format_bytes(r.parameter_bytes), format_bytes(r.gradient_bytes),
+             format_bytes(r.memory_bytes), format_bytes(int(states)), f"{(r.memory_bytes - states) / states:+.1%}"
+             if states else "-", format_seconds(r.step_s)] for r in result.ranks]
+    error = (result.step_s - predicted.step_s) / predicted.step_s if predicted.step_s else float("inf")
+    lines = [f"{prof.name}: {layout.label()} on {layout.devices} local processes ({result.backend}); "
+             f"tensor parallel: {len(result.tp_plan)} Linear layers" if result.tp_plan else
+             f"{prof.name}: {layout.label()} on {layout.devices} local processes ({result.backend}); no tensor parallelism",
+             f"data parallel: {result.data_parallel}",
+             f"outputs equal one process: {'yes' if result.outputs_equal else 'NO'}; gradients equal: "
+             f"{'yes' if result.gradients_equal else 'NO'} (max |diff| {result.max_abs_diff:.3g})"
+             + (f": {result.mismatch}" if result.mismatch else ""), "",
+             format_table(["rank", "mesh", "parameters", "gradients", "held", "predicted", "error", "best step"], rows),
+             "", f"predicted per device: weights + gradients {format_bytes(int(states))}, activations "
+             f"{format_bytes(int(predicted.memory['activations']))} (not held after the step)",
+             f"step: measured {format_seconds(result.step_s)} (slowest rank), predicted "
+             f"{format_seconds(predicted.step_s)} on {target.accelerator.name}: error {error:+.1%}"]
+    if args.out:
+        data = {"model": prof.name, "layout": layout.__dict__, "label": layout.label(),
+                "outputs_equal": result.outputs_equal, "gradients_equal": result.gradients_equal,
+                "max_abs_diff": result.max_abs_diff, "ranks": [r.__dict__ for r in result.ranks],
+                "measured_step_s": result.step_s, "predicted_step_s": predicted.step_s,
+                "predicted_memory_bytes": predicted.memory, "tp_plan": [list(p) for p in result.tp_plan],
+                "data_parallel": result.data_parallel, "backend": result.backend}
+        if args.out != "-":
+            print("\n".join(lines))
+        write_output(args.out, json.dumps(data, indent=2), "composed run")
+    else:
+        print("\n".join(lines))
+    return EXIT_OK if result.outputs_equal and result.gradients_equal else EXIT_FAIL

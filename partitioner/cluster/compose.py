@@ -1,0 +1,356 @@
+"""Run one training step of a composed layout (data x tensor parallel, ZeRO) on local processes,
+as torchtitan composes them, and check it against one process.
+
+Every rank builds one two-dimensional mesh, ``init_device_mesh(device, (dp, tp),
+mesh_dim_names=("dp", "tp"))``; tensor parallelism applies DTensor's ``ColwiseParallel`` /
+``RowwiseParallel`` on the ``"tp"`` dimension (``parallelize_module``) to the model's Linear layers
+in pairs (NOTE: [Linear pairs]); data parallelism on the ``"dp"`` dimension is FSDP2's
+``fully_shard`` (each planned Linear, then the root) with ZeRO 2 and 3 (3 reshards the parameters
+after the forward, 2 keeps them gathered until the backward ends), or with ZeRO 0 and 1 a
+DDP-style all-reduce of every gradient's local shard over the dp group, averaged (ZeRO-1 shards
+only optimizer state, and one step here runs no optimizer). The example
+batch is split over dp along dimension 0, each replica's part into microbatches of
+``layout.microbatch_size`` rows (gradients accumulate); the loss is the sum of the outputs.
+The outputs (gathered over dp) and every parameter's gradient (``full_tensor()``, times dp for
+the mean over replicas) are compared with one process's by ``torch.testing.assert_close`` (absolute
+tolerance 1e-5 of each tensor's largest magnitude: fp32 sums in another order); each
+rank reports its mesh coordinates, the bytes of the parameter and gradient shards it holds and
+its best step time after a warm-up. Processes start as the other real runs start
+(:mod:`partitioner.runtime.launch`); a failure names the rank and its coordinates.
+Pipeline stages (``pp > 1``) are refused: not composed here yet.
+
+# NOTE: [Linear pairs]
+Megatron-LM's MLP split: the first Linear of a pair is column-parallel (each rank computes a
+slice of its output features), the second row-parallel (each rank reads that slice and the
+partial sums are all-reduced), so only an elementwise op may stand between them. The plan pairs
+the model's Linear layers in module order (``layers.0`` colwise, ``layers.1`` rowwise, ...) and
+checks on the symbolic trace that the second reads the first through elementwise ops only, that
+neither output is read elsewhere, and that the shared width divides by tp; any other parameter
+holder (an embedding, a norm, a convolution) is refused: run it with tp1.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Callable, Sequence
+
+from partitioner.cluster.layouts import Layout
+from partitioner.errors import PartitionError, RunError
+
+if TYPE_CHECKING:
+    import torch
+
+__all__ = ["ComposedRun", "RankReport", "run_layout", "parse_layout", "linear_pairs_plan"]
+
+SCHEDULE_NAMES = ("gpipe", "1f1b", "interleaved_1f1b")
+_TOKEN = re.compile(r"^(dp|tp|pp|mb|zero)=?(\d+)$")
+_ELEMENTWISE = ("relu", "gelu", "silu", "tanh", "sigmoid", "dropout", "identity", "mish", "leaky_relu", "elu")
+
+
+def parse_layout(text: str, batch: int | None = None) -> Layout:
+    """A layout from a short string: ``"dp2 tp2"``, ``"dp2 tp2 zero3 mb2"``, ``"dp=4,tp=1"``,
+    ``"pp2 1f1b"``, ``"recompute-full"``. Without ``mb`` and with ``batch`` (the example's rows),
+    a replica's whole share is one microbatch."""
+    values: dict[str, Any] = {}
+    for token in filter(None, re.split(r"[\s,]+", text.strip().lower())):
+        m = _TOKEN.match(token)
+        if m:
+            key = {"mb": "microbatch_size"}.get(m.group(1), m.group(1))
+            values[key] = int(m.group(2))
+        elif token in SCHEDULE_NAMES:
+            values["schedule"] = token
+        elif token.startswith("recompute-") and token[len("recompute-"):] in ("none", "full"):
+            values["recompute"] = token[len("recompute-"):]
+        else:
+            raise PartitionError(
+                f"a layout is words like dp2 tp2 pp1 mb4 zero3 1f1b recompute-full (got {token!r} in {text!r}); "
+                f"write e.g. \"dp2 tp2 zero3\"")
+    for key in ("dp", "tp", "pp", "microbatch_size"):
+        if values.get(key, 1) < 1:
+            raise PartitionError(f"{key} must be at least 1 (got {values[key]} in {text!r})")
+    if values.get("zero", 0) not in (0, 1, 2, 3):
+        raise PartitionError(f"zero must be 0, 1, 2 or 3 (got {values['zero']} in {text!r})")
+    if "microbatch_size" not in values and batch is not None:
+        values["microbatch_size"] = max(1, batch // values.get("dp", 1))
+    return Layout(**values)
+
+
+@dataclass(frozen=True)
+class RankReport:
+    rank: int
+    dp: int  # the rank's coordinate on the "dp" mesh dimension
+    tp: int  # and on "tp"
+    parameter_bytes: int  # the local shards of the parameters it holds after the step
+    gradient_bytes: int  # the local shards of the gradients
+    step_s: float  # its best timed step
+
+    @property
+    def memory_bytes(self) -> int:
+        return self.parameter_bytes + self.gradient_bytes
+
+
+@dataclass(frozen=True)
+class ComposedRun:
+    layout: Layout
+    outputs_equal: bool
+    gradients_equal: bool
+    max_abs_diff: float  # outputs and gradients against one process
+    ranks: tuple[RankReport, ...]
+    step_s: float  # the slowest rank's best step
+    tp_plan: tuple[tuple[str, str], ...]  # (Linear, "colwise" or "rowwise")
+    data_parallel: str  # "fully_shard (ZeRO-3)", "all-reduce", ... or "none"
+    backend: str
+    mismatch: str = ""  # the first difference found, when not equal
+
+    @property
+    def memory_bytes(self) -> tuple[int, ...]:
+        """Each rank's parameter and gradient bytes, in rank order."""
+        return tuple(r.memory_bytes for r in self.ranks)
+
+
+def _elementwise(gm: Any, node: Any) -> bool:
+    if node.op == "call_module":
+        name = type(gm.get_submodule(node.target)).__name__.lower()
+    elif node.op in ("call_function", "call_method"):
+        name = getattr(node.target, "__name__", str(node.target)).lower()
+    else:
+        return False
+    return name.strip("_") in _ELEMENTWISE
+
+
+def linear_pairs_plan(module: torch.nn.Module, tp: int) -> tuple[tuple[str, str], ...]:
+    """The tensor-parallel styles of ``module``'s Linear layers (NOTE: [Linear pairs]); raises
+    :class:`PartitionError` naming what cannot be sharded. O(N) over the traced graph."""
+    import torch
+    import torch.fx as fx
+
+    linears = [(n, m) for n, m in module.named_modules() if isinstance(m, torch.nn.Linear)]
+    others = sorted(f"{n} ({type(m).__name__})" for n, m in module.named_modules()
+                    if not isinstance(m, torch.nn.Linear) and any(True for _ in m.parameters(recurse=False)))
+    if others:
+        more = f" and {len(others) - 4} more" if len(others) > 4 else ""
+        raise PartitionError(f"tensor parallelism here shards Linear layers only; {', '.join(others[:4])}{more} "
+                             f"hold parameters of other kinds: run this model with tp1")
+    if not linears or len(linears) % 2:
+        raise PartitionError(f"tensor parallelism pairs Linear layers (colwise, rowwise); the model has "
+                             f"{len(linears)}: run it with tp1")
+    try:
+        gm = fx.symbolic_trace(module)
+    except Exception as exc:  # noqa: BLE001 - any trace failure means the pairs cannot be checked
+        raise PartitionError(f"tensor parallelism checks the Linear pairs on a symbolic trace, which failed "
+                             f"({type(exc).__name__}: {exc}): run this model with tp1") from None
+    calls: dict[str, list[Any]] = {}
+    for node in gm.graph.nodes:
+        if node.op == "call_module":
+            calls.setdefault(str(node.target), []).append(node)
+    plan: list[tuple[str, str]] = []
+    for (a, la), (b, lb) in zip(linears[0::2], linears[1::2]):
+        if la.out_features != lb.in_features or la.out_features % tp:
+            raise PartitionError(f"Linear pair {a} -> {b}: the shared width must match and divide by tp={tp} "
+                                 f"(got {la.out_features} -> {lb.in_features}); choose a tp that divides it")
+        if len(calls.get(a, [])) != 1 or len(calls.get(b, [])) != 1:
+            raise PartitionError(f"Linear pair {a} -> {b}: each must be called once in the forward: run with tp1")
+        node = calls[b][0].args[0] if calls[b][0].args else None
+        while node is not None and node is not calls[a][0]:
+            tensors = [x for x in node.all_input_nodes]
+            if not (_elementwise(gm, node) and len(tensors) == 1 and len(node.users) == 1):
+                raise PartitionError(f"Linear pair {a} -> {b}: only elementwise ops may stand between a column- "
+                                     f"and a row-parallel Linear (found {node.op} {node.target}): run with tp1")
+            node = tensors[0]
+        if node is None or len(node.users) != 1:
+            raise PartitionError(f"Linear pair {a} -> {b}: {b} must read {a}'s output alone: run with tp1")
+        plan += [(a, "colwise"), (b, "rowwise")]
+    return tuple(plan)
+
+
+def _leaves(out: Any) -> list[torch.Tensor]:
+    import torch
+
+    return [t for t in torch.utils._pytree.tree_leaves(out) if isinstance(t, torch.Tensor)]
+
+
+def _mesh_and_model(module: torch.nn.Module, device: str, dp: int, tp: int, zero: int,
+                    plan: tuple[tuple[str, str], ...]) -> Any:
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
+
+    mesh = init_device_mesh(device, (dp, tp), mesh_dim_names=("dp", "tp"))
+    if plan:
+        parallelize_module(module, mesh["tp"], {n: ColwiseParallel() if s == "colwise" else RowwiseParallel()
+                                                for n, s in plan})
+    if zero >= 2 and dp > 1:
+        for name, _ in plan:
+            fully_shard(module.get_submodule(name), mesh=mesh["dp"], reshard_after_forward=zero == 3)
+        fully_shard(module, mesh=mesh["dp"], reshard_after_forward=zero == 3)
+    return mesh
+
+
+def _entry(rank: int, world_size: int, module: torch.nn.Module, inputs: tuple[torch.Tensor, ...],
+           layout: Layout, plan: tuple[tuple[str, str], ...], repeats: int) -> dict[str, Any]:
+    i, j = divmod(rank, layout.tp)
+    try:
+        return _rank_step(rank, module, inputs, layout, plan, repeats)
+    except Exception as exc:  # noqa: BLE001 - re-raised with where it happened
+        raise RuntimeError(f"rank {rank} (dp={i}, tp={j}): {type(exc).__name__}: {exc}") from exc
+
+
+def _rank_step(rank: int, module: torch.nn.Module, inputs: tuple[torch.Tensor, ...], layout: Layout,
+               plan: tuple[tuple[str, str], ...], repeats: int) -> dict[str, Any]:
+    import os
+
+    import torch
+    import torch.distributed as dist
+    from torch.distributed.tensor import DTensor
+
+    dp, tp = layout.dp, layout.tp
+    i, j = divmod(rank, tp)
+    device = "cpu"
+    if dist.get_backend() == "nccl":
+        device = "cuda"
+        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", rank)))
+        module, inputs = module.to("cuda"), tuple(x.to("cuda") for x in inputs)
+    mesh = _mesh_and_model(module, device, dp, tp, layout.zero, plan)
+    shard = tuple(x.chunk(dp, dim=0)[i] for x in inputs)
+    m = shard[0].shape[0] // layout.microbatch_size
+    micro = list(zip(*(x.chunk(m, dim=0) for x in shard)))
+    group = mesh.get_group("dp") if dp > 1 else None
+    params = list(module.named_parameters())
+
+    def step() -> list[torch.Tensor]:
+        module.zero_grad(set_to_none=True)
+        outs = []
+        for mb in micro:
+            out = _leaves(module(*mb))
+            sum(t.float().sum() for t in out).backward()  # type: ignore[union-attr]
+            outs.append(out)
+        if layout.zero <= 1 and group is not None:  # DDP's gradient all-reduce, averaged
+            for _, p in params:
+                if p.grad is not None:
+                    local = p.grad.to_local() if isinstance(p.grad, DTensor) else p.grad
+                    dist.all_reduce(local, group=group)
+                    local.div_(dp)
+        return [torch.cat([o[k].detach() for o in outs]) for k in range(len(outs[0]))]
+
+    outputs = step()
+    grads = {n: (p.grad.full_tensor() if isinstance(p.grad, DTensor) else p.grad).detach().cpu()
+             for n, p in params if p.grad is not None}
+
+    def local_bytes(t: Any) -> int:
+        return 0 if t is None else int((t.to_local() if isinstance(t, DTensor) else t).nbytes)
+
+    held = (sum(local_bytes(p) for _, p in params), sum(local_bytes(p.grad) for _, p in params))
+    best = float("inf")
+    for _ in range(repeats):
+        dist.barrier()
+        start = time.perf_counter()
+        step()
+        if device == "cuda":
+            torch.cuda.synchronize()
+        best = min(best, time.perf_counter() - start)
+    return {"coords": (i, j), "outputs": [o.cpu() for o in outputs] if j == 0 else None,
+            "grads": grads if rank == 0 else None, "held": held, "step_s": best}
+
+
+def _reference(module: torch.nn.Module, inputs: tuple[torch.Tensor, ...]) -> tuple[list[Any], dict[str, Any]]:
+    import copy
+
+    ref = copy.deepcopy(module)
+    ref.zero_grad(set_to_none=True)
+    out = _leaves(ref(*inputs))
+    sum(t.float().sum() for t in out).backward()  # type: ignore[union-attr]
+    return [t.detach() for t in out], {n: p.grad.detach() for n, p in ref.named_parameters() if p.grad is not None}
+
+
+def _check(layout: Layout, inputs: tuple[Any, ...]) -> None:
+    problems = []
+    if layout.pp > 1:
+        problems.append(f"pipeline stages are not composed by run_layout yet (got pp={layout.pp}): run pp1, or "
+                        "run the stages alone with `partition-explorer pipeline --run`")
+    if layout.recompute != "none":
+        problems.append(f"recomputation is not run here (got recompute={layout.recompute!r}): drop it")
+    if not inputs or not all(hasattr(x, "shape") and x.dim() >= 1 for x in inputs):
+        problems.append("every example input must be a tensor with a batch dimension to split over dp")
+    else:
+        rows = {int(x.shape[0]) for x in inputs}
+        per = min(rows) // layout.dp
+        if len(rows) != 1 or min(rows) % layout.dp or per % layout.microbatch_size:
+            problems.append(f"the batch ({sorted(rows)} rows) must divide over dp={layout.dp} and each replica's "
+                            f"share into microbatches of {layout.microbatch_size}: choose dp and mb that divide it")
+    if problems:
+        raise PartitionError("; ".join(problems))
+
+
+def run_layout(module: torch.nn.Module, example_inputs: Sequence[Any] | torch.Tensor, layout: Layout, *,
+               timeout_s: float = 180.0, backend: str | None = None, repeats: int = 3,
+               progress: Callable[[str], None] | None = None) -> ComposedRun:
+    """One training step of ``layout`` on ``layout.devices`` local processes (see the module
+    doc), checked against one process. Raises :class:`PartitionError` for a layout or model it
+    cannot run and :class:`RunError` naming the rank and its mesh coordinates when a rank fails."""
+    import torch
+    import torch.fx as fx
+
+    from partitioner.runtime.execute import picklable
+    from partitioner.runtime.launch import default_backend, launch
+
+    inputs = (example_inputs,) if isinstance(example_inputs, torch.Tensor) else tuple(example_inputs)
+    _check(layout, inputs)
+    plan = linear_pairs_plan(module, layout.tp) if layout.tp > 1 else ()
+    if isinstance(module, fx.GraphModule):
+        module = picklable(module)
+    backend = backend or default_backend()
+    if backend == "nccl" and torch.cuda.device_count() < layout.devices:
+        backend = "gloo"  # NCCL needs a GPU per rank; gloo runs every rank on the CPU
+    expected, expected_grads = _reference(module, inputs)
+    try:
+        results = launch(_entry, layout.devices, (module, inputs, layout, plan, repeats), timeout_s=timeout_s,
+                         backend=backend, progress=progress)
+    except RunError as exc:
+        if exc.rank is None or "(dp=" in str(exc):
+            raise
+        i, j = divmod(exc.rank, layout.tp)
+        raise RunError(f"rank {exc.rank} (dp={i}, tp={j}): {exc}", rank=exc.rank) from None
+    gathered = [r["outputs"] for r in results if r["coords"][1] == 0]
+    outputs = [torch.cat([g[k] for g in gathered]) for k in range(len(gathered[0]))]
+    grads = {n: g * layout.dp for n, g in results[0]["grads"].items()}
+    outputs_equal, out_diff, out_why = _compare(outputs, expected, "output")
+    names = sorted(set(grads) | set(expected_grads))
+    gradients_equal, grad_diff, grad_why = _compare([grads.get(n) for n in names],
+                                                    [expected_grads.get(n) for n in names], "gradient", names)
+    ranks = tuple(RankReport(rank, r["coords"][0], r["coords"][1], r["held"][0], r["held"][1], r["step_s"])
+                  for rank, r in enumerate(results))
+    kind = {0: "all-reduce", 1: "all-reduce (ZeRO-1: no optimizer state to shard)",
+            2: "fully_shard, parameters kept until the backward (ZeRO-2)", 3: "fully_shard (ZeRO-3)"}
+    return ComposedRun(layout, outputs_equal, gradients_equal, max(out_diff, grad_diff), ranks,
+                       max(r.step_s for r in ranks), plan, kind[layout.zero] if layout.dp > 1 else "none",
+                       backend, out_why or grad_why)
+
+
+def _compare(got: list[Any], want: list[Any], what: str,
+             names: Sequence[str] | None = None) -> tuple[bool, float, str]:
+    import torch
+
+    if len(got) != len(want):
+        return False, float("inf"), f"{len(got)} {what}s, one process gives {len(want)}"
+    diff, why = 0.0, ""
+    for k, (a, b) in enumerate(zip(got, want)):
+        label = f"{what} {names[k] if names else k}"
+        if a is None or b is None:
+            why = why or f"{label} is missing on one side"
+            continue
+        if a.shape != b.shape:
+            why = why or f"{label}: shape {tuple(a.shape)}, one process {tuple(b.shape)}"
+            continue
+        if a.numel():
+            diff = max(diff, float((a.float() - b.float().to(a.device)).abs().max()))
+        # fp32 sums in another order: absolute error relative to the tensor's largest element
+        # (a sum-of-logits loss gives gradients in the thousands beside ones near zero).
+        scale = max(1.0, float(b.abs().max())) if b.numel() else 1.0
+        try:
+            torch.testing.assert_close(a.float(), b.float().to(a.device), rtol=1.3e-6, atol=1e-5 * scale)
+        except AssertionError as exc:
+            why = why or f"{label}: {str(exc).splitlines()[0]}"
+    return not why, diff, why
+
