@@ -219,6 +219,8 @@ def cmd_export(args: argparse.Namespace) -> int:
     plan = load_plan(args.plan)
     graph = load_model(args.model, args.set).graph if args.model else None
     data = export_plan(plan, args.kind, graph)
+    for note in data.get("notes", []) if args.kind == "accelerate-device-map" else []:
+        print(f"note: {note}", file=sys.stderr)  # where the map differs from the plan, and why
     write_output(args.out, json.dumps(data, indent=2), f"{args.kind} export")
     return EXIT_OK
 
@@ -307,9 +309,12 @@ fx-aot: {"node_to_partition": {node: pid}, "partition_to_logical_device_mapping"
 pipeline-split-spec: {"split_spec": {"<module path>": "beginning"}, "stages": [...]} for
 torch.distributed.pipelining.pipeline(module, args, split_spec={k: SplitPoint.BEGINNING ...});
 needs MODEL, and a plan whose partitions run one after another, each starting at a submodule.
-accelerate-device-map: {"device_map": {"<module path>": device id}, "split_modules": [...]} for
+accelerate-device-map: {"device_map": {"<module path>": device id}, "moved": [...], "notes": [...]} for
 from_pretrained(device_map=...) / accelerate.dispatch_model, at the coarsest modules on one device;
-needs MODEL; split_modules lists modules the plan puts on several devices (a map cannot).
+needs MODEL. Blocks Accelerate never splits (_no_split_modules), tied weights and modules one op
+reads together go whole to the device holding most of their weight bytes: "moved" names them and
+the bytes moved, and each note is printed to stderr; split_modules lists other entries the plan
+puts on several devices.
 """,
 }
 
@@ -387,7 +392,7 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="print JSON for machines")
     p.add_argument("--exit-code", action="store_true", help="exit 1 when the plans differ")
 
-    p = _command(sub, common, "export", "export a plan for torch: fx-aot mappings or a pipelining split spec",
+    p = _command(sub, common, "export", "export a plan for torch or Accelerate: fx-aot mappings, a split spec, a device map",
                 cmd_export)
     p.add_argument("plan", metavar="PLAN.json", help="the plan file (- for stdin)")
     add_model_arguments(p, optional=True)

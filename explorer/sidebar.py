@@ -32,12 +32,13 @@ from explorer.builders.inputs import (
     rows_to_devices,
     user_models_allowed,
 )
+from explorer.builders.text import md
 
 __all__ = ["config_ui", "model_ui", "knobs_ui", "devices_ui", "mode_ui", "hf_ui", "DEFAULT_MODEL", "PLAN_MODES",
            "USER_MODEL", "HF_MODEL"]
 
 USER_MODEL = "your own model..."
-HF_MODEL = "Hugging Face architecture..."
+HF_MODEL = state.HF_MODEL
 # A PCIe-class link: with free transfers every mode finds the same plan, which hides what they do.
 DEFAULT_TRANSFER_GBPS = 25.0
 
@@ -92,10 +93,12 @@ def hf_ui() -> ModelChoice | None:
         st.info("Hugging Face architectures need the transformers package: run "
                 "`.venv/bin/pip install -c constraints.txt -e \".[hf]\"` and restart the app.")
         return None
-    from sample_models._hf import PRESETS
+    from sample_models._hf import PRESETS, TOKEN_SETTINGS
 
     st.session_state.setdefault("hf_name", "gpt2")
     st.session_state.setdefault("hf_set", "n_layer=2")
+    st.session_state.setdefault("hf_batch", TOKEN_SETTINGS["batch_size"])
+    st.session_state.setdefault("hf_seq", TOKEN_SETTINGS["seq_len"])
     name = st.text_input("Architecture or preset", key="hf_name",
                          help="A transformers model type (llama, gpt2, t5, bert, vit, mixtral, ...) or a "
                          f"checkpoint's config: {', '.join(PRESETS)}. Nothing is downloaded; models over "
@@ -103,12 +106,23 @@ def hf_ui() -> ModelChoice | None:
     sets = st.text_input("Config fields", key="hf_set", placeholder="num_hidden_layers=2 dtype=bf16",
                          help="field=value pairs of its transformers config, space-separated; "
                          "dtype=bf16, fp16 or fp32 sets the weights' and activations' type")
+    left, right = st.columns(2)
+    batch = left.number_input("Batch size", min_value=1, max_value=4096, step=1, key="hf_batch",
+                              help="sequences (or images) in the example input")
+    seq = right.number_input("Sequence length", min_value=1, max_value=1 << 20, step=1, key="hf_seq",
+                             help=f"tokens per sequence in the example input (default {TOKEN_SETTINGS['seq_len']}: "
+                             "a what-if that traces fast; the real length traces on meta weights in seconds)")
     spec = "hf:" + name.strip().removeprefix("hf:")
     try:
         overrides = sample_models.parse_overrides(spec, sets.split())
     except ValueError as exc:
-        st.error(str(exc))
+        st.error(md(exc))
         return None
+    for key, value in (("batch_size", int(batch)), ("seq_len", int(seq))):  # the fields win over dtype-like sets
+        if value != TOKEN_SETTINGS[key]:
+            overrides[key] = value
+        else:
+            overrides.pop(key, None)
     st.caption("Built from its config with transformers. A real-size model takes seconds to trace.")
     return ModelChoice(spec, tuple(sorted(overrides.items())))
 

@@ -15,6 +15,7 @@ from partitioner import Graph
 
 from explorer import compute
 from explorer.builders.config import PlanConfig
+from explorer.builders.text import md
 
 __all__ = ["set_config", "current_config", "load_graph", "page_inputs", "load_plan", "current_plan", "PLAN_SUMMARY",
            "model_generation", "bump_model_generation", "open_page", "follow_page_request"]
@@ -25,18 +26,20 @@ PLAN_SUMMARY = "plan_summary"  # small facts about the current plan, for the Lea
 MODEL_GENERATION = "model_generation"  # bumped by "Reload the model"
 GOTO_PAGE = "goto_page"  # a page another page asked to open on the next run
 MODE = "mode"  # the sidebar's mode selectbox
+HF_MODEL = "Hugging Face architecture..."  # the model selectbox's choice for hf: architectures
 
 
 # Sidebar widgets whose values outlive a page switch (Streamlit drops the state of widgets a run
 # did not draw, and a page switch can end a run before the sidebar is drawn) and that the URL
 # carries, so a view can be shared and survives a reload. Buttons, uploads and the per-device
 # table cannot be set from code and are not kept.
-PERSISTENT = ("model", "user_factory", "hf_name", "hf_set", "dev_preset", "dev_count", "dev_memory", "transfer_gbps",
+PERSISTENT = ("model", "user_factory", "hf_name", "hf_set", "hf_batch", "hf_seq", "dev_preset", "dev_count", "dev_memory", "transfer_gbps",
               "follow_model", "mode", "saturate_host", "force_partition", "latency_source", "search_budget", "time_limit_s",
               "torch_cost_model", "pp_ranks", "pp_microbatches", "pp_schedule", "pp_training", "tm_budget", "tm_loss",
               "tm_optimizer", "sh_training")
 URL_KEYS = {"model": str, "dev_preset": str, "dev_count": int, "dev_memory": str, "transfer_gbps": float,
             "mode": str, "saturate_host": bool, "force_partition": bool, "torch_cost_model": bool}
+HF_URL_KEYS = {"hf_name": str, "hf_set": str, "hf_batch": int, "hf_seq": int}  # only with HF_MODEL
 URL_RESTORED = "url_restored"
 
 
@@ -78,15 +81,19 @@ def restore_from_url(models: list[str], modes: list[str],
         return
     st.session_state[URL_RESTORED] = True
     params = st.query_params.to_dict()
-    if params.get("model") not in models:
+    hf = params.get("model") == HF_MODEL
+    if params.get("model") not in models and not hf:
         return
-    if device_defaults is not None:  # what the link leaves out is the model's default devices
+    if device_defaults is not None and not hf:  # what the link leaves out is the model's default devices
         count, memory = device_defaults(params["model"])
         st.session_state.update({"dev_count": count, "dev_memory": memory, "dev_preset": "custom"})
     for key, text in params.items():
         try:
-            if key in URL_KEYS:
-                value = _from_text(URL_KEYS[key], text)
+            kinds = {**URL_KEYS, **(HF_URL_KEYS if hf else {})}
+            if key in kinds:
+                value = _from_text(kinds[key], text)
+                if key in ("hf_batch", "hf_seq") and not 1 <= int(str(value)) <= 1 << 20:
+                    continue
                 if key == "mode" and value not in modes:
                     continue
                 if key == "dev_count" and not 1 <= int(str(value)) <= 1024:
@@ -103,7 +110,7 @@ def write_url() -> None:
     """Put the sidebar's current settings in the URL (a link to this view)."""
     params = {}
     model = st.session_state.get("model")
-    for key in list(URL_KEYS) + sorted(k for k in st.session_state.keys()
+    for key in list(URL_KEYS) + (list(HF_URL_KEYS) if model == HF_MODEL else []) + sorted(k for k in st.session_state.keys()
                                        if isinstance(k, str) and k.startswith(f"knob_{model}_")):
         if key in st.session_state and st.session_state[key] is not None:
             params[key] = str(st.session_state[key])
@@ -151,7 +158,7 @@ def load_graph(config: PlanConfig) -> Graph | None:
     try:
         return compute.trace(config.model)
     except Exception as exc:  # shown in words; the sidebar keeps what was entered
-        st.error(f"Could not build or trace {config.model.label}: {compute.explain_error(exc)}")
+        st.error(md(f"Could not build or trace {config.model.label}: {compute.explain_error(exc)}"))
         return None
 
 

@@ -321,7 +321,10 @@ def _device_map(plan: Plan, graph: Graph | None) -> dict[str, Any]:
 
     exported = to_device_map(plan, _needs_graph("accelerate-device-map", graph))
     return {"device_map": exported.device_map, "split_modules": list(exported.split_modules),
-            "not_following_module_boundaries": list(exported.reasons)}
+            "not_following_module_boundaries": list(exported.reasons),
+            "moved": [{"kinds": list(g.kinds), "modules": list(g.modules), "device": g.device,
+                       "from_devices": list(g.from_devices), "moved_bytes": g.moved_bytes} for g in exported.moved],
+            "moved_bytes": exported.moved_bytes, "notes": list(exported.notes)}
 
 
 EXPORT_KINDS: dict[str, Callable[[Plan, Graph | None], dict[str, Any]]] = {
