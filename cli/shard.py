@@ -35,14 +35,18 @@ EXAMPLES = """examples:
   partition-explorer shard transformer --devices 2x7MiB --suggest
   partition-explorer shard transformer --devices 2x7MiB --suggest --training --run
   partition-explorer shard mlp --devices 2x2MiB --spec spec.json --out -
+  partition-explorer shard hf:llama --set num_hidden_layers=2 --devices 2x1GiB --suggest
+  partition-explorer shard hf:llama-3-70b --dtype bf16 --devices 8xh100-80gb --suggest
 
 A spec file is JSON: {"<parameter name>": "<partition list>"}, names as named_parameters()
 gives them, e.g. {"fc1.weight": "2,1", "fc2.weight": "1,2"} (autodist's form: shards per axis,
 at most one axis above 1). The weight of a Linear split along its output features (axis 0) runs
 as DTensor's ColwiseParallel, along its input features (axis 1) as RowwiseParallel; an
-Embedding's table split by rows as RowwiseParallel. All the devices run the model together.
---suggest shards MLP pairs (column then row: one all-reduce) and embeddings until every device
-fits, the pairs that save the most memory per byte communicated first. --run runs it with
+Embedding's table split by rows as RowwiseParallel; GPT-2's Conv1D weight is (in, out), so
+"1,n" is its column split. All the devices run the model together. --suggest starts from a
+Hugging Face model's own plan (config.base_model_tp_plan: attention by heads, MLPs column then
+row) and adds MLP pairs (column then row: one all-reduce), embeddings and single layers until
+every device fits, those that save the most memory per byte communicated first. --run runs it with
 parallelize_module over gloo, one process per device, and checks the outputs against one process
 and the collectives CommDebugMode counts against the prediction (exit 1 when either differs).
 """
@@ -94,10 +98,14 @@ def run(args: argparse.Namespace) -> int:
         from partitioner.sharding.tp_run import run_sharded
 
         quiet = args.out == "-"
+        # hf: models run as built (their exported graph cannot be pickled for the ranks)
+        module = model.module if model.module is not None else picklable(graph.graph_module)
         try:
-            result = run_sharded(picklable(graph.graph_module), graph.example_inputs or (), plan,
+            result = run_sharded(module, graph.example_inputs or (), plan,
                                  training=args.training, timeout_s=args.timeout,
                                  progress=None if quiet else (lambda text: print(f"  {text}", file=sys.stderr)))
+        except ShardingError as exc:
+            raise CLIError(f"cannot run it: {exc}") from None
         except RunError as exc:
             raise CLIError(f"the sharded run failed: {exc}", EXIT_FAIL) from None
     status = EXIT_OK if result is None or (result.outputs_equal and result.counts_match) else EXIT_FAIL

@@ -7,10 +7,12 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+from typing import Any, Callable
 
 import pandas as pd
 import streamlit as st
 
+import sample_models
 from explorer import panels, state
 from explorer.builders import training_figures
 from partitioner import Graph, ShardingError, format_bytes
@@ -32,20 +34,41 @@ def _table(graph: Graph, spec: dict[str, str]) -> pd.DataFrame:
                           "spec": spec.get(name, "")} for name in names])
 
 
-def _run(graph: Graph, plan: tensor_parallel.TPPlan, training: bool) -> None:
+def _module(config: state.PlanConfig, graph: Graph) -> tuple[Any, tuple[Any, ...], dict[str, Any]]:
+    """What the ranks run: an hf: model as built (its exported graph cannot be pickled; the same
+    name and settings build the same weights), else the traced module."""
     from partitioner.runtime.execute import picklable
+
+    if sample_models.is_hf(config.model.name):
+        return sample_models.load(config.model.name, dict(config.model.overrides))
+    return picklable(graph.graph_module), graph.example_inputs or (), {}
+
+
+def _run(config: state.PlanConfig, graph: Graph, plan: tensor_parallel.TPPlan, training: bool) -> None:
     from partitioner.sharding.tp_run import run_sharded
 
     key = hashlib.sha256(json.dumps([plan.spec, training], sort_keys=True).encode()).hexdigest()[:16]
     runs = st.session_state.setdefault(RUNS, {})
     with st.expander("Run on local processes", expanded=key in runs):
+        if any(p.is_meta for p in graph.graph_module.parameters()):
+            st.info("This model was built at full size on the meta device (shapes only, no weights), so it cannot "
+                    "run; the memory and collectives above are predictions. To run it, choose a smaller size in "
+                    "the sidebar (fewer layers, a smaller hidden size) so that it gets real weights.")
+            return
         st.caption(f"Starts {plan.world_size} processes with torch.distributed over gloo, applies the styles "
                    "with parallelize_module, runs the example inputs and compares the outputs with one process, "
                    "and the collectives CommDebugMode counts with the prediction.")
         if st.button("Run on local processes", key="sh_run"):
-            done = panels.run_with_status(lambda progress: run_sharded(
-                picklable(graph.graph_module), graph.example_inputs or (), plan, training=training,
-                timeout_s=180, progress=progress))
+            def start(progress: Callable[[str], None]) -> Any:
+                module, inputs, kwargs = _module(config, graph)
+                return run_sharded(module, inputs, plan, training=training, timeout_s=180, progress=progress,
+                                   example_kwargs=kwargs)
+
+            try:
+                done = panels.run_with_status(start)
+            except ShardingError as exc:
+                done = None
+                st.error(f"Cannot run it: {exc}")
             if done is not None:
                 runs[key] = done
         result = runs.get(key)
@@ -75,6 +98,14 @@ def main() -> None:
     cols = st.columns([1, 1, 2])
     training = cols[1].toggle("Training (count the backward)", key="sh_training")
     rate = config.transfer_rate_bytes_per_s
+    if graph.model_info.tp_plan and cols[1].button("Use the model's own plan", key="sh_model_plan",
+                                                   help="transformers' config.base_model_tp_plan: attention "
+                                                        "by heads, MLPs column then row"):
+        try:
+            spec = specs[key] = tensor_parallel.from_model_plan(graph, len(devices))
+            st.session_state[VERSION] = st.session_state.get(VERSION, 0) + 1
+        except ShardingError as exc:
+            st.error(f"The model's plan does not apply: {exc}")
     if cols[0].button("Suggest a spec that fits", key="sh_suggest"):
         try:
             spec = specs[key] = tensor_parallel.suggest(graph, devices, rate)
@@ -82,7 +113,9 @@ def main() -> None:
         except ShardingError as exc:
             st.error(f"No suggestion: {exc}")
     cols[2].caption("A Linear's weight split by rows (\"n,1\") runs column-parallel, by columns (\"1,n\") "
-                    "row-parallel; an Embedding split by rows, row-parallel. n is the number of devices.")
+                    "row-parallel; an Embedding split by rows, row-parallel; GPT-2's Conv1D weight is (in, out), so "
+                    "\"1,n\" is its column split. n is the number of devices. The suggestion starts from a Hugging "
+                    "Face model's own plan where it has one.")
     edited = st.data_editor(_table(graph, spec), key=f"sh_editor_{st.session_state.get(VERSION, 0)}",
                             disabled=["parameter", "shape", "bytes"], hide_index=True, width="stretch",
                             column_config={"spec": st.column_config.TextColumn(
@@ -117,7 +150,7 @@ def main() -> None:
             st.caption("None: nothing is sharded.")
     st.download_button("Download the spec (JSON)", json.dumps(plan.spec, indent=2), file_name="shard_spec.json",
                        mime="application/json", key="sh_download")
-    _run(graph, plan, training)
+    _run(config, graph, plan, training)
 
 
 main()

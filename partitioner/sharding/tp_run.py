@@ -7,6 +7,12 @@ Each rank builds a one-dimensional device mesh (``init_device_mesh``), applies t
 ``training`` the backward of the sum of the outputs) and each parameter's local shape. The
 outputs are compared with the model run in one process. Processes start as the other real runs
 start (:mod:`.launch`): time-limited, none left behind, a failure named by rank.
+
+Hugging Face models run as they are built (not their exported graph, which cannot be pickled),
+with their keyword inputs; a GPT-2 ``Conv1D`` the plan shards becomes the equal ``nn.Linear``
+(its weight transposed) on each rank first, since DTensor's styles take Linear and Embedding
+only; local shapes are reported in the original layout. Attention runs on each rank's own heads
+(NOTE: [Attention sharded by heads] in :mod:`.model_plan`).
 """
 
 from __future__ import annotations
@@ -17,7 +23,7 @@ from typing import Any, Callable, Sequence
 
 import torch
 
-from partitioner.errors import RunError
+from partitioner.errors import RunError, ShardingError
 from partitioner.sharding.tensor_parallel import TPPlan
 from partitioner.runtime.launch import default_backend, launch
 
@@ -63,8 +69,23 @@ def _kinds(counts: dict[Any, int]) -> dict[str, int]:
     return out
 
 
+def _as_linear(module: torch.nn.Module, paths: Sequence[str]) -> None:
+    """Replace each Conv1D at ``paths`` (weight (in, out), ``x @ W + b``) by the equal Linear."""
+    for path in paths:
+        conv = module.get_submodule(path)
+        fan_in, fan_out = conv.weight.shape
+        linear = torch.nn.Linear(fan_in, fan_out, bias=conv.bias is not None, dtype=conv.weight.dtype)
+        with torch.no_grad():
+            linear.weight.copy_(conv.weight.t())
+            if conv.bias is not None:
+                linear.bias.copy_(conv.bias)
+        parent, _, leaf = path.rpartition(".")
+        setattr(module.get_submodule(parent) if parent else module, leaf, linear)
+
+
 def _entry(rank: int, world_size: int, module: torch.nn.Module, inputs: tuple[Any, ...],
-           styles: dict[str, dict[str, str]], training: bool) -> dict[str, Any]:
+           styles: dict[str, dict[str, str]], training: bool, kwargs: dict[str, Any] | None = None,
+           transposed: Sequence[str] = ()) -> dict[str, Any]:
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.tensor import DTensor, Replicate, Shard
     from torch.distributed.tensor.debug import CommDebugMode
@@ -73,6 +94,8 @@ def _entry(rank: int, world_size: int, module: torch.nn.Module, inputs: tuple[An
     def layout(name: str) -> Any:
         return Shard(-1) if name == "shard" else Replicate()
 
+    torch.set_num_threads(1)
+    _as_linear(module, transposed)
     mesh = init_device_mesh("cpu", (world_size,))
     plan: dict[str, Any] = {}
     for path, s in styles.items():
@@ -83,11 +106,12 @@ def _entry(rank: int, world_size: int, module: torch.nn.Module, inputs: tuple[An
     parallelize_module(module, mesh, plan)
     local = {n: tuple(p.to_local().shape) if isinstance(p, DTensor) else tuple(p.shape)
              for n, p in module.named_parameters()}
+    local.update({f"{m}.weight": local[f"{m}.weight"][::-1] for m in transposed})
     nbytes = sum((p.to_local() if isinstance(p, DTensor) else p).nbytes for p in module.parameters())
     forward = CommDebugMode()
     start = time.perf_counter()
     with forward, torch.set_grad_enabled(training):
-        out = module(*inputs)
+        out = module(*inputs, **(kwargs or {}))
     seconds = time.perf_counter() - start
     leaves = [t for t in torch.utils._pytree.tree_leaves(out) if isinstance(t, torch.Tensor)]
     full = [t.full_tensor() if isinstance(t, DTensor) else t for t in leaves]
@@ -104,16 +128,27 @@ def _entry(rank: int, world_size: int, module: torch.nn.Module, inputs: tuple[An
 
 def run_sharded(module: torch.nn.Module, example_inputs: Sequence[Any] | torch.Tensor, plan: TPPlan, *,
                 training: bool = False, timeout_s: float = 120.0, backend: str | None = None,
-                progress: Callable[[str], None] | None = None) -> ShardRun:
-    """Run ``module`` tensor-parallel as ``plan`` says on ``plan.world_size`` local processes and
-    compare its outputs with one process's; raises :class:`RunError` when a rank fails."""
+                progress: Callable[[str], None] | None = None,
+                example_kwargs: dict[str, Any] | None = None) -> ShardRun:
+    """Run ``module`` (the model as built: a Hugging Face model itself, not its exported graph)
+    tensor-parallel as ``plan`` says on ``plan.world_size`` local processes and compare its
+    outputs with one process's. Raises :class:`ShardingError` when the weights are on the meta
+    device (nothing to run) and :class:`RunError` when a rank fails."""
     inputs = (example_inputs,) if isinstance(example_inputs, torch.Tensor) else tuple(example_inputs)
+    kwargs = dict(example_kwargs or {})
+    meta = [n for n, p in module.named_parameters() if p.is_meta]
+    if meta:
+        raise ShardingError(f"the model's weights are on the meta device (shapes only, no values: {len(meta)} "
+                            f"parameters, e.g. {meta[0]}), so it cannot run; the prediction stands without a run. "
+                            "To run it, build it small enough to get real weights (fewer layers and a smaller "
+                            "hidden size) or load real weights")
     backend = backend or default_backend()
     module = module.eval()
     with torch.no_grad():
-        expected = [t for t in torch.utils._pytree.tree_leaves(module(*inputs)) if isinstance(t, torch.Tensor)]
-    results = launch(_entry, plan.world_size, (module, inputs, plan.styles, training), timeout_s=timeout_s,
-                     backend=backend, progress=progress)
+        expected = [t for t in torch.utils._pytree.tree_leaves(module(*inputs, **kwargs))
+                    if isinstance(t, torch.Tensor)]
+    results = launch(_entry, plan.world_size, (module, inputs, plan.styles, training, kwargs, plan.transposed),
+                     timeout_s=timeout_s, backend=backend, progress=progress)
     first = results[0]
     if len(first["outputs"]) != len(expected):
         raise RunError(f"the sharded model returned {len(first['outputs'])} tensors, the model {len(expected)}")
