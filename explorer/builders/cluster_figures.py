@@ -1,64 +1,111 @@
 """Pure builders for the Plan a cluster page: the Pareto chart of devices against step time, a
-layout's memory against the device and its time by cause, the best layouts as a table."""
+layout's memory against the device and its time by cause, the best layouts as a table, and a
+layout's engine config as the text of a file. No Streamlit here."""
 
 from __future__ import annotations
 
+import json
+import shlex
 from typing import Sequence
 
 import pandas as pd
 import plotly.graph_objects as go
 
-from partitioner.cluster import ClusterPlan, LayoutResult
+from partitioner.cluster import ClusterPlan, Layout, LayoutResult, Workload
+from partitioner.interop.engines import ENGINES, to_deepspeed, to_megatron, to_torchtitan, toml_text
 
-__all__ = ["pareto_figure", "memory_figure", "time_figure", "layouts_table"]
+__all__ = ["pareto_figure", "memory_figure", "time_figure", "layouts_table", "engine_file", "CLOUD_PER_SIZE",
+           "MEMORY_KINDS"]
 
 GiB = 2**30
+CLOUD_PER_SIZE = 200  # grey points drawn at each device count (thinned evenly over step time)
+# The memory kinds in stacking order, each with one colour on every chart.
+MEMORY_KINDS = {"weights": "#4c78a8", "gradients": "#f58518", "optimizer": "#e45756", "activations": "#72b7b2",
+                "kv_cache": "#54a24b", "headroom": "#bab0ac"}
+_ANSWERS = (("fewest devices", "fewest_devices", "diamond"), ("fastest", "fastest", "star"),
+            ("cheapest", "cheapest", "square"))
 
 
-def pareto_figure(found: ClusterPlan, step_label: str = "step time") -> go.Figure:
-    """Every fitting layout (grey) and the fastest at each device count (coloured by cost per
-    million tokens), devices (log) against step time (log)."""
+def _thin(results: Sequence[LayoutResult], per_size: int) -> list[LayoutResult]:
+    """At most ``per_size`` of the layouts at each device count, evenly over their step times
+    (``results`` fastest first), so the chart stays light with tens of thousands of layouts."""
+    sizes: dict[int, list[LayoutResult]] = {}
+    for r in results:
+        sizes.setdefault(r.devices, []).append(r)
+    kept: list[LayoutResult] = []
+    for devices in sorted(sizes):
+        rs = sizes[devices]
+        if len(rs) <= per_size:
+            kept += rs
+        else:
+            kept += [rs[round(i * (len(rs) - 1) / (per_size - 1))] for i in range(per_size)]
+    return kept
+
+
+def pareto_figure(found: ClusterPlan, step_label: str = "step time", per_size: int = CLOUD_PER_SIZE) -> go.Figure:
+    """Fitting layouts (grey, thinned to ``per_size`` a device count), the fastest at each device
+    count (``found.by_devices``, coloured by cost per million tokens) and the three answers;
+    devices (log) against ``step_label`` in seconds (log)."""
     fig = go.Figure()
-    every = found.fitting
-    fig.add_trace(go.Scatter(x=[r.devices for r in every], y=[r.step_s for r in every], mode="markers",
-                             marker=dict(color="#cccccc", size=5), name="every fitting layout",
-                             text=[r.layout.label() for r in every], hoverinfo="text+x+y"))
+    cloud = _thin(found.fitting, per_size)
+    fig.add_trace(go.Scatter(x=[r.devices for r in cloud], y=[r.step_s for r in cloud], mode="markers",
+                             marker=dict(color="#cccccc", size=5), name="other fitting layouts",
+                             text=[r.layout.label() for r in cloud], hoverinfo="text+x+y"))
     best = list(found.by_devices.values())
     fig.add_trace(go.Scatter(
         x=[r.devices for r in best], y=[r.step_s for r in best], mode="lines+markers", name="fastest at each size",
-        text=[f"{r.layout.label()}<br>${r.cost_per_million_tokens:.3g} per million tokens" for r in best],
-        hoverinfo="text+x+y",
-        marker=dict(size=10, color=[r.cost_per_million_tokens for r in best], colorscale="Viridis",
-                    colorbar=dict(title="$ / M tokens"), showscale=True)))
-    fig.update_layout(title=f"Devices against {step_label} (log scales)", xaxis_title="devices",
-                      yaxis_title=f"{step_label} (s)", height=420, legend=dict(orientation="h", y=-0.2))
+        text=[f"{r.layout.label()}<br>${r.cost_per_million_tokens:.3g} per million tokens<br>limit: {r.limit}"
+              for r in best],
+        hoverinfo="text+x+y", line=dict(color="#888888"),
+        marker=dict(size=11, color=[r.cost_per_million_tokens for r in best], colorscale="Viridis",
+                    colorbar=dict(title="$ / million tokens"), showscale=True, line=dict(width=1, color="#333"))))
+    for title, attr, symbol in _ANSWERS:
+        r = getattr(found, attr)
+        if r is not None:
+            fig.add_trace(go.Scatter(x=[r.devices], y=[r.step_s], mode="markers", name=f"{title}: {r.layout.label()}",
+                                     marker=dict(symbol=symbol, size=16, color="rgba(0,0,0,0)",
+                                                 line=dict(width=2, color="#d62728")),
+                                     hoverinfo="name+x+y"))
+    fig.update_layout(title=f"Devices against {step_label} (log scales)", xaxis_title="devices (count, log)",
+                      yaxis_title=f"{step_label} (s, log)", height=460, legend=dict(orientation="h", y=-0.25))
     fig.update_xaxes(type="log")
     fig.update_yaxes(type="log")
     return fig
 
 
 def memory_figure(result: LayoutResult, capacity_bytes: int) -> go.Figure:
-    """The fullest device's memory by kind, stacked, against its capacity (GiB)."""
+    """The fullest device's memory by kind (weights, gradients, optimizer, activations, KV cache,
+    headroom), stacked in GiB, against the device's capacity (a dashed line)."""
     fig = go.Figure()
-    for kind, value in result.memory.items():
-        fig.add_trace(go.Bar(x=["per device"], y=[value / GiB], name=kind.replace("_", " ")))
-    fig.add_hline(y=capacity_bytes / GiB, line_dash="dash", annotation_text="device memory")
-    fig.update_layout(barmode="stack", title=f"Memory per device: {result.layout.label()}",
-                      yaxis_title="memory (GiB)", height=380)
+    kinds = [k for k in MEMORY_KINDS if k in result.memory] + sorted(k for k in result.memory if k not in MEMORY_KINDS)
+    for kind in kinds:
+        value = result.memory[kind]
+        fig.add_trace(go.Bar(x=["per device"], y=[value / GiB], name=kind.replace("_", " "),
+                             marker_color=MEMORY_KINDS.get(kind), hovertemplate=f"{kind.replace('_', ' ')}: "
+                             "%{y:.2f} GiB<extra></extra>"))
+    fig.add_hline(y=capacity_bytes / GiB, line_dash="dash", line_color="#d62728",
+                  annotation_text=f"device memory {capacity_bytes / GiB:.0f} GiB")
+    used = result.memory_bytes / capacity_bytes if capacity_bytes else 0.0
+    fig.update_layout(barmode="stack", title=f"Memory per device: {result.layout.label()} ({used:.0%} of the device)",
+                      yaxis_title="memory (GiB)", xaxis_title="the fullest device", height=400)
     return fig
 
 
-def time_figure(result: LayoutResult) -> go.Figure:
-    """Where the step's time goes, one bar per cause (seconds)."""
-    parts = {k: v for k, v in result.parts_s.items()}
-    fig = go.Figure(go.Bar(x=list(parts), y=list(parts.values()), marker_color="#4c78a8"))
-    fig.update_layout(title=f"Time by cause: {result.layout.label()}", yaxis_title="time per step (s)",
-                      xaxis_title="cause", height=380)
+def time_figure(result: LayoutResult, inference: bool = False) -> go.Figure:
+    """Where the time goes, one bar per cause in seconds: a training step's, or for inference
+    the prompt's prefill and each generated token's decode and communication."""
+    parts = dict(result.parts_s)
+    fig = go.Figure(go.Bar(x=[k for k in parts], y=list(parts.values()), marker_color="#4c78a8",
+                           hovertemplate="%{x}: %{y:.4g} s<extra></extra>"))
+    what = "inference: prefill, and per generated token" if inference else "one training step"
+    fig.update_layout(title=f"Time by cause ({what}): {result.layout.label()}",
+                      yaxis_title="time (s)" if inference else "time per step (s)", xaxis_title="cause", height=400)
     return fig
 
 
 def layouts_table(results: Sequence[LayoutResult], train_tokens: float | None = None) -> pd.DataFrame:
-    """One row a layout: numbers stay numbers (seconds, GiB, fractions, dollars)."""
+    """One row a layout: numbers stay numbers (seconds, GiB, fractions, dollars); with
+    ``train_tokens``, the days and dollars such a training run takes."""
     rows = []
     for r in results:
         row = {"devices": r.devices, "layout": r.layout.label(), "dp": r.layout.dp, "tp": r.layout.tp,
@@ -67,5 +114,18 @@ def layouts_table(results: Sequence[LayoutResult], train_tokens: float | None = 
                "usd_per_million_tokens": r.cost_per_million_tokens}
         if train_tokens:
             row["train_days"] = train_tokens / r.tokens_per_s / 86400 if r.tokens_per_s else float("inf")
+            row["train_usd"] = r.cost_per_million_tokens * train_tokens / 1e6
         rows.append(row)
     return pd.DataFrame(rows)
+
+
+def engine_file(engine: str, layout: Layout, work: Workload) -> tuple[str, str, str]:
+    """(file name, text, MIME type) of ``layout`` as ``engine``'s config: torchtitan's TOML,
+    Megatron-LM's command-line arguments (one shell line), DeepSpeed's JSON."""
+    if engine not in ENGINES:
+        raise ValueError(f"engine must be one of {', '.join(ENGINES)} (got {engine!r})")
+    if engine == "torchtitan":
+        return "torchtitan.toml", toml_text(to_torchtitan(layout, work)), "application/toml"
+    if engine == "megatron":
+        return "megatron_args.txt", " ".join(shlex.quote(a) for a in to_megatron(layout, work)) + "\n", "text/plain"
+    return "deepspeed.json", json.dumps(to_deepspeed(layout, work), indent=2) + "\n", "application/json"

@@ -4,7 +4,7 @@ ZeRO, recomputation), how fast and at what cost, for the sidebar's model
 
 from __future__ import annotations
 
-import json
+from typing import Any
 
 import streamlit as st
 
@@ -12,62 +12,149 @@ from explorer import state
 from explorer.builders import cluster_figures
 from explorer.builders.text import md
 from partitioner import Graph, cluster, format_bytes, format_seconds
-from partitioner.interop.engines import ENGINES, toml_text
+from partitioner.interop.engines import ENGINES
 
 GiB = 2**30
+ENGINE_LABELS = {"torchtitan": "torchtitan (TOML)", "megatron": "Megatron-LM (arguments)",
+                 "deepspeed": "DeepSpeed (JSON)"}
+
+
+@st.cache_data(max_entries=8, show_spinner=False)
+def _profile(_graph: Graph, fingerprint: str, name: str) -> cluster.ModelProfile:
+    del fingerprint  # the cache key: the graph itself is not hashed
+    return cluster.profile(_graph, name)
 
 
 @st.cache_data(max_entries=16, show_spinner="Searching the layouts...")
 def _search(_graph: Graph, fingerprint: str, name: str, work: cluster.Workload, accelerator: str,
             per_node: int, max_nodes: int, intra: str, inter: str, headroom_gib: float,
             price: float) -> cluster.ClusterPlan:
-    del fingerprint  # the cache key: the graph itself is not hashed
+    """Every layout of every size (O(sizes x layouts), well under a second for Llama-3-8B over
+    1 to 512 devices), cached by the inputs and the graph's fingerprint."""
     target = cluster.cluster(accelerator, per_node, intra, inter, int(headroom_gib * GiB), price)
-    return cluster.search(cluster.profile(_graph, name), work, target, cluster.device_counts(per_node, max_nodes))
+    prof = _profile(_graph, fingerprint, name)
+    return cluster.search(prof, work, target, cluster.device_counts(per_node, max_nodes))
 
 
-def _inputs() -> tuple[cluster.Workload, dict]:
+def _workload_ui() -> cluster.Workload:
     cols = st.columns(4)
     kind = cols[0].selectbox("Work", ["training", "inference"], key="cl_kind")
-    batch = int(cols[1].number_input("Global batch (sequences)", 1, 1 << 20, 512, key="cl_batch"))
-    seq = int(cols[2].number_input("Sequence length (tokens)" if kind == "training" else "Prompt length (tokens)",
+    training = kind == "training"
+    batch = int(cols[1].number_input("Global batch (sequences a step)" if training else "Sequences served at once",
+                                     1, 1 << 20, 512, key="cl_batch"))
+    seq = int(cols[2].number_input("Sequence length (tokens)" if training else "Prompt length (tokens)",
                                    1, 1 << 20, 4096, key="cl_seq"))
-    precision = cols[3].selectbox("Precision", ["bf16 (mixed)", "fp32"], key="cl_precision")
+    precision = cols[3].selectbox("Precision", ["bf16 (mixed)", "fp32"], key="cl_precision",
+                                  help="bf16: bf16 weights and activations with fp32 master weights and state")
     cols = st.columns(4)
-    optimizer = cols[0].selectbox("Optimizer", ["adam", "sgd", "none"], key="cl_optimizer")
+    optimizer = cols[0].selectbox("Optimizer", ["adam", "sgd", "none"], key="cl_optimizer", disabled=not training)
     train_tokens = float(cols[1].number_input("Tokens to train (for time and cost)", 1e6, 1e15, 1e12,
-                                              format="%.3g", key="cl_tokens"))
-    generate = int(cols[2].number_input("Tokens generated (inference)", 0, 1 << 16, 256, key="cl_generate"))
-    accelerator = cols[3].selectbox("Accelerator", list(cluster.ACCELERATORS), index=2, key="cl_accelerator")
-    preset = cluster.ACCELERATORS[accelerator]
-    cols = st.columns(5)
-    per_node = int(cols[0].number_input("Devices per node", 1, 64, 8, key="cl_per_node"))
-    max_nodes = int(cols[1].number_input("Up to nodes", 1, 512, 64, key="cl_max_nodes"))
-    links = list(cluster.LINKS)
-    intra = cols[2].selectbox("Link inside a node", links, index=links.index("nvlink4"), key="cl_intra")
-    inter = cols[3].selectbox("Link between nodes", links, index=links.index("infiniband-ndr"), key="cl_inter")
-    price = float(cols[4].number_input("$ per device-hour", 0.0, 1000.0, float(preset.price_per_hour),
-                                       key=f"cl_price_{accelerator}"))
-    headroom = float(st.number_input("Memory headroom per device (GiB: CUDA context, fragmentation)",
-                                     0.0, 64.0, 4.0, key="cl_headroom"))
-    work = cluster.Workload(kind, batch, seq, 2 if precision.startswith("bf16") else 4, optimizer, train_tokens,
+                                              format="%.3g", key="cl_tokens", disabled=not training))
+    generate = int(cols[2].number_input("Tokens generated per sequence", 0, 1 << 16, 256, key="cl_generate",
+                                        disabled=training))
+    return cluster.Workload(kind, batch, seq, 2 if precision.startswith("bf16") else 4, optimizer, train_tokens,
                             generate)
-    return work, dict(accelerator=accelerator, per_node=per_node, max_nodes=max_nodes, intra=intra, inter=inter,
-                      headroom_gib=headroom, price=price)
 
 
-def _answer(title: str, r: cluster.LayoutResult | None, work: cluster.Workload, column: st.delta_generator.DeltaGenerator) -> None:
+def _hardware_ui() -> dict[str, Any]:
+    cols = st.columns(4)
+    names = list(cluster.ACCELERATORS)
+    accelerator = cols[0].selectbox("Accelerator", names, index=names.index("h100-80gb"), key="cl_accelerator")
+    preset = cluster.ACCELERATORS[accelerator]
+    cols[1].caption(md(f"{format_bytes(preset.memory_bytes)}, {preset.peak_flops / 1e12:,.0f} TFLOP/s dense bf16, "
+                       f"{preset.memory_bandwidth_bytes_per_s / 1e12:.2f} TB/s memory"))
+    per_node = int(cols[2].number_input("Devices per node", 1, 64, 8, key="cl_per_node"))
+    max_nodes = int(cols[3].number_input("Up to nodes", 1, 512, 64, key="cl_max_nodes",
+                                         help="sizes searched: 1, 2, 4, ... devices of one node, then 1, 2, 4, ... "
+                                              "nodes up to this"))
+    cols = st.columns(4)
+    links = list(cluster.LINKS)
+    own = cluster.cluster(accelerator).intra.name  # the accelerator's own link (NVLink, Infinity Fabric, PCIe)
+    intra = cols[0].selectbox("Link inside a node", links, index=links.index(own), key=f"cl_intra_{accelerator}",
+                              help="defaults to the accelerator's own link")
+    inter = cols[1].selectbox("Link between nodes", links, index=links.index("infiniband-ndr"), key="cl_inter")
+    price = float(cols[2].number_input("$ per device-hour", 0.0, 1000.0, float(preset.price_per_hour),
+                                       key=f"cl_price_{accelerator}", help="defaults to the preset's list price"))
+    headroom = float(cols[3].number_input("Headroom per device (GiB)", 0.0, 64.0, 4.0, key="cl_headroom",
+                                          help="kept free on every device: CUDA context, fragmentation"))
+    return dict(accelerator=accelerator, per_node=per_node, max_nodes=max_nodes, intra=intra, inter=inter,
+                headroom_gib=headroom, price=price)
+
+
+def _duration(seconds: float) -> str:
+    """A run's length in the unit a person plans in: days, hours or minutes."""
+    for unit, size in (("days", 86400), ("hours", 3600), ("minutes", 60)):
+        if seconds >= size:
+            return f"{seconds / size:,.1f} {unit}"
+    return f"{seconds:.1f} s"
+
+
+def _answer(title: str, r: cluster.LayoutResult | None, work: cluster.Workload, column: Any) -> None:
     if r is None:
         return
     step = "time to first token" if work.kind == "inference" else "step"
-    column.metric(title, f"{r.devices} device{'s' if r.devices != 1 else ''}")
+    column.metric(title, f"{r.devices} device{'s' if r.devices != 1 else ''}", help="the fastest layout at this size"
+                  if title == "Fewest devices" else None)
     column.caption(md(f"{format_seconds(r.step_s)} a {step}; {r.layout.label()}; "
                       f"${r.cost_per_million_tokens:.3g} per million tokens; "
                       f"MFU {r.mfu:.1%}; limited by {r.limit}"))
     if work.kind == "training" and r.tokens_per_s:
-        days = work.train_tokens / r.tokens_per_s / 86400
-        column.caption(f"{work.train_tokens:.3g} tokens: {days:,.1f} days, "
+        column.caption(f"{work.train_tokens:.3g} tokens: {_duration(work.train_tokens / r.tokens_per_s)}, "
                        f"${r.cost_per_million_tokens * work.train_tokens / 1e6:,.0f}")
+    elif r.extra:
+        column.caption(f"{r.extra['tokens_per_s_per_sequence']:,.1f} tokens/s per sequence, "
+                       f"{r.extra['tokens_per_s_per_device']:,.1f} tokens/s per device")
+
+
+def _summary(prof: cluster.ModelProfile, found: cluster.ClusterPlan) -> None:
+    count = prof.param_count
+    size = f"{count / 1e9:.3g} B" if count >= 1e8 else f"{count / 1e6:.3g} M" if count >= 1e5 else f"{count}"
+    refused = "; ".join(f"{n:,} refused: {why}" for why, n in sorted(found.refused.items()))
+    st.caption(md(f"{size} parameters ({format_bytes(prof.weight_bytes)} as traced), {prof.layers} layers; "
+                  f"searched {found.evaluated:,} layouts in {found.search_s:.2f} s, {len(found.fitting):,} fit"
+                  + (f" ({refused})" if refused else "") + "."))
+
+
+def _render_answers(found: cluster.ClusterPlan, work: cluster.Workload) -> None:
+    cols = st.columns(3)
+    for col, (title, r) in zip(cols, (("Fewest devices", found.fewest_devices), ("Fastest", found.fastest),
+                                      ("Cheapest", found.cheapest))):
+        _answer(title, r, work, col)
+
+
+def _render_table(found: cluster.ClusterPlan, work: cluster.Workload) -> cluster.LayoutResult:
+    """The best layouts (the three answers, the fastest at each size, then the fastest overall)
+    as a table; returns the one opened below it."""
+    picked: dict[cluster.Layout, cluster.LayoutResult] = {}
+    for r in (found.fastest, found.fewest_devices, found.cheapest, *found.by_devices.values(), *found.best(20)):
+        if r is not None:
+            picked.setdefault(r.layout, r)
+    best = sorted(picked.values(), key=lambda r: (r.step_s, r.devices))
+    training = work.kind == "training"
+    table = cluster_figures.layouts_table(best, work.train_tokens if training else None)
+    step = "step (s)" if training else "first token (s)"
+    st.dataframe(table, hide_index=True, column_config={
+        "step_s": st.column_config.NumberColumn(step, format="%.3g"),
+        "mfu": st.column_config.NumberColumn("MFU", format="percent"),
+        "memory_gib": st.column_config.NumberColumn("memory/device (GiB)", format="%.1f"),
+        "usd_per_million_tokens": st.column_config.NumberColumn("$ / M tokens", format="%.3g"),
+        "train_days": st.column_config.NumberColumn("training (days)", format="%.1f"),
+        "train_usd": st.column_config.NumberColumn("training ($)", format="%.0f")})
+    labels = [f"{r.devices} devices: {r.layout.label()}" for r in best]
+    return best[labels.index(st.selectbox("Open a layout", labels, key="cl_open"))]
+
+
+def _render_layout(chosen: cluster.LayoutResult, work: cluster.Workload, capacity_bytes: int) -> None:
+    left, right = st.columns(2)
+    left.plotly_chart(cluster_figures.memory_figure(chosen, capacity_bytes), key="cl_memory")
+    right.plotly_chart(cluster_figures.time_figure(chosen, work.kind == "inference"), key="cl_time")
+    if work.kind == "inference":
+        st.caption("Inference layouts are exported with the training engines' parallelism settings.")
+    cols = st.columns(len(ENGINES))
+    for col, engine in zip(cols, ENGINES):
+        name, text, mime = cluster_figures.engine_file(engine, chosen.layout, work)
+        col.download_button(f"{ENGINE_LABELS.get(engine, engine)} config", text, file_name=name, mime=mime,
+                            key=f"cl_dl_{engine}")
 
 
 def main() -> None:
@@ -76,46 +163,22 @@ def main() -> None:
         return
     config, graph = loaded
     st.markdown(f"#### Plan a cluster for {md(config.model.label)}")
-    work, hw = _inputs()
+    work = _workload_ui()
+    hw = _hardware_ui()
     try:
         found = _search(graph, graph.fingerprint(), config.model.label, work, **hw)
-    except Exception as exc:  # a setting the planner refuses: its message names it
+    except ValueError as exc:  # a setting the planner refuses (PartitionError): its message names it
         st.error(f"Cannot plan this cluster: {md(exc)}")
         return
-    prof = cluster.profile(graph, config.model.label)
-    count = prof.param_count
-    size = f"{count / 1e9:.3g} B" if count >= 1e8 else f"{count / 1e6:.3g} M" if count >= 1e5 else f"{count}"
-    st.caption(f"{size} parameters ({format_bytes(prof.weight_bytes)} as traced), "
-               f"{prof.layers} layers; searched {found.evaluated:,} layouts in {found.search_s:.2f} s, "
-               f"{len(found.fitting):,} fit.")
+    _summary(_profile(graph, graph.fingerprint(), config.model.label), found)
     if not found.fitting:
         st.warning("No layout fits: allow more nodes, a larger accelerator, a smaller batch, or less headroom.")
         return
-    cols = st.columns(3)
-    for col, (title, r) in zip(cols, (("Fewest devices", found.fewest_devices), ("Fastest", found.fastest),
-                                      ("Cheapest", found.cheapest))):
-        _answer(title, r, work, col)
+    _render_answers(found, work)
     step_label = "time to first token" if work.kind == "inference" else "step time"
     st.plotly_chart(cluster_figures.pareto_figure(found, step_label), key="cl_pareto")
-    best = found.best(20)
-    table = cluster_figures.layouts_table(best, work.train_tokens if work.kind == "training" else None)
-    st.dataframe(table, hide_index=True, column_config={
-        "step_s": st.column_config.NumberColumn("step (s)", format="%.3g"),
-        "mfu": st.column_config.NumberColumn("MFU", format="percent"),
-        "memory_gib": st.column_config.NumberColumn("memory/device (GiB)", format="%.1f"),
-        "usd_per_million_tokens": st.column_config.NumberColumn("$ / M tokens", format="%.3g")})
-    labels = [f"{r.devices} devices: {r.layout.label()}" for r in best]
-    chosen = best[labels.index(st.selectbox("Open a layout", labels, key="cl_open"))]
-    left, right = st.columns(2)
-    left.plotly_chart(cluster_figures.memory_figure(chosen, cluster.ACCELERATORS[hw["accelerator"]].memory_bytes),
-                      key="cl_memory")
-    right.plotly_chart(cluster_figures.time_figure(chosen), key="cl_time")
-    cols = st.columns(3)
-    for col, engine in zip(cols, ENGINES):
-        config_data = ENGINES[engine](chosen.layout, work)
-        text = toml_text(config_data) if engine == "torchtitan" else json.dumps(config_data, indent=2)
-        col.download_button(f"{engine} config", text, file_name=f"{engine}.{'toml' if engine == 'torchtitan' else 'json'}",
-                            key=f"cl_dl_{engine}")
+    chosen = _render_table(found, work)
+    _render_layout(chosen, work, cluster.ACCELERATORS[hw["accelerator"]].memory_bytes)
     st.caption("How the figures are made: model states by the ZeRO paper's formulas, activations from the traced "
                "graph divided by tensor parallelism and times the microbatches in flight (the Pipeline page's "
                "simulator), time from the graph's roofline, ring collectives on each link and the simulated "

@@ -1,50 +1,88 @@
-"""The Plan a cluster page under AppTest, and its pure figure builders."""
+"""The Plan a cluster page under AppTest on the default sample model: the three answers, the
+Pareto chart, the best layouts, an opened layout and its configs; a change of accelerator plans
+again; inference; a setting the planner refuses is said in words."""
 
 from __future__ import annotations
 
-from app_helpers import charts, errors, start
+import json
 
-from explorer.builders import cluster_figures
+from app_helpers import charts, errors, shown, start
+from streamlit.testing.v1 import AppTest
+
 from partitioner import cluster
 
 
-def test_the_page_answers_and_re_plans_on_another_accelerator():
+def _page() -> AppTest:
     at = start()
     at.switch_page("views/cluster.py").run()
     assert not at.exception and not errors(at)
-    titles = [m.label for m in at.metric]
-    assert titles[:3] == ["Fewest devices", "Fastest", "Cheapest"]
-    assert charts(at)[1] >= 3  # the Pareto chart, memory and time of the opened layout
-    def answers() -> list[str]:
-        return [c.value for c in at.caption if " a step;" in c.value]
+    return at
 
-    before = answers()
-    assert len(before) == 3
+
+def _figures(at: AppTest) -> dict[str, dict]:
+    """Each Plotly chart's figure by its title."""
+    figures = [json.loads(chart.proto.spec) for chart in at.get("plotly_chart")]
+    return {fig["layout"]["title"]["text"]: fig for fig in figures}
+
+
+def _answers(at: AppTest, step: str = " a step;") -> list[str]:
+    return [shown(c.value) for c in at.caption if step in shown(c.value)]
+
+
+def test_the_page_answers_and_re_plans_on_another_accelerator():
+    at = _page()
+    assert [m.label for m in at.metric] == ["Fewest devices", "Fastest", "Cheapest"]
+    assert all(m.value.split()[0].isdigit() and "device" in m.value for m in at.metric)
+    before = _answers(at)
+    assert len(before) == 3 and all("per million tokens" in a and "limited by" in a for a in before)
+    assert len([c for c in at.caption if "1e+12 tokens:" in c.value]) == 3  # training time and cost
+    assert charts(at)[1] == 3
+    figures = _figures(at)
+    pareto = figures["Devices against step time (log scales)"]
+    assert pareto["layout"]["xaxis"]["type"] == "log"
+    assert pareto["layout"]["yaxis"]["title"]["text"] == "step time (s, log)"
+    assert any(title.startswith("Memory per device") for title in figures)
+    assert any(title.startswith("Time by cause") for title in figures)
+    table = next(df.value for df in at.dataframe if "limit" in df.value.columns)
+    assert {"mfu", "step_s", "limit", "devices"} <= set(table.columns) and table["step_s"].dtype.kind == "f"
+    assert len(at.selectbox(key="cl_open").options) == len(table)
+    labels = {b.proto.label for b in at.get("download_button")}
+    assert labels == {"torchtitan (TOML) config", "Megatron-LM (arguments) config", "DeepSpeed (JSON) config"}
+
     at.selectbox(key="cl_accelerator").set_value("l4-24gb").run()
+    assert not at.exception and not errors(at)
+    assert _answers(at) != before  # an L4 is slower than an H100
+    after = _figures(at)["Devices against step time (log scales)"]
+    assert after["data"][1]["y"] != pareto["data"][1]["y"]  # the fastest at each size moved
+    assert at.number_input(key="cl_price_l4-24gb").value == cluster.ACCELERATORS["l4-24gb"].price_per_hour
+    assert at.selectbox(key="cl_intra_l4-24gb").value == "pcie4"  # the accelerator's own link
+
+
+def test_opening_another_layout_redraws_its_memory():
+    at = _page()
+    def memory_title() -> str:
+        return next(t for t in _figures(at) if t.startswith("Memory per device"))
+
+    box = at.selectbox(key="cl_open")
+    first, other = box.options[0], box.options[-1]
+    assert first.split(": ", 1)[1] in memory_title()
+    box.set_value(other).run()
+    assert not at.exception and other.split(": ", 1)[1] in memory_title()
+
+
+def test_inference_answers_in_time_to_first_token():
+    at = _page()
+    at.selectbox(key="cl_kind").set_value("inference").run()
+    assert not at.exception and not errors(at)
+    assert len(_answers(at, " a time to first token;")) == 3
+    assert any("tokens/s per sequence" in c.value for c in at.caption)
+    assert "Devices against time to first token (log scales)" in _figures(at)
+
+
+def test_a_refused_setting_is_said_in_words():
+    at = _page()
+    at.selectbox(key="cl_accelerator").set_value("l4-24gb").run()
+    at.number_input(key="cl_headroom").set_value(30.0).run()  # more than the L4's 24 GiB
     assert not at.exception
-    assert answers() != before  # an L4 is slower than an H100
-    assert {b.proto.label for b in at.get("download_button")} >= {"torchtitan config", "deepspeed config"}
-
-
-def _found() -> cluster.ClusterPlan:
-    p = cluster.ModelProfile(name="toy", tokens0=1, seq0=1, weight_bytes=2 * 10**9, param_count=10**9,
-                             element_bytes=2, layers=8, hidden_bytes_per_token=4096.0, kv_bytes_per_token=0.0,
-                             act_bytes_per_token=1e5, flops_per_token=2e9, attention_flops_per_token=0.0,
-                             node_weight_bytes=(2 * 10**9,), node_act_bytes=(1e5,), node_flops=(2e9,),
-                             node_attention=(False,))
-    return cluster.search(p, cluster.Workload(global_batch=32, seq_len=1024), cluster.cluster("a100-40gb"),
-                          cluster.device_counts(8, 4))
-
-
-def test_figures_have_titles_and_axes_with_units():
-    found = _found()
-    pareto = cluster_figures.pareto_figure(found)
-    assert "log" in pareto.layout.title.text and pareto.layout.yaxis.title.text == "step time (s)"
-    assert pareto.layout.xaxis.type == "log" and len(pareto.data) == 2
-    best = found.fastest
-    memory = cluster_figures.memory_figure(best, 40 * 2**30)
-    assert memory.layout.yaxis.title.text == "memory (GiB)"
-    assert sum(bar.y[0] for bar in memory.data) * 2**30 == sum(best.memory.values())
-    assert cluster_figures.time_figure(best).layout.yaxis.title.text == "time per step (s)"
-    table = cluster_figures.layouts_table(found.best(5), 1e12)
-    assert list(table["devices"]) == [r.devices for r in found.best(5)] and (table["train_days"] > 0).all()
+    assert any("Cannot plan this cluster" in e and "headroom" in e for e in errors(at))
+    assert not at.metric
