@@ -14,17 +14,16 @@ from typing import TYPE_CHECKING, Any
 from partitioner.remat.memory import LOSSES, RematResult, largest_fitting_budget, training_memory
 
 if TYPE_CHECKING:  # pragma: no cover
-    from partitioner.remat._joint import MAX_META_BYTES, MetaWeightsError, analyze, check_size, sweep
+    from partitioner.remat._joint import analyze, sweep
 
 
 def __getattr__(name: str) -> Any:
     # The joint trace needs torch: load it on first use.
-    if name in ("analyze", "sweep", "check_size", "VIEW_OPS", "MetaWeightsError", "MAX_META_BYTES"):
+    if name in ("analyze", "sweep", "VIEW_OPS"):
         from partitioner.remat import _joint
 
         return getattr(_joint, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-__all__ = ["RematResult", "analyze", "sweep", "training_memory", "largest_fitting_budget", "LOSSES",
-           "check_size", "MetaWeightsError", "MAX_META_BYTES"]
+__all__ = ["RematResult", "analyze", "sweep", "training_memory", "largest_fitting_budget", "LOSSES"]

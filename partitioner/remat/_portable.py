@@ -10,8 +10,9 @@ stay one tensor); :func:`from_portable` rebuilds a plain ``fx.GraphModule`` whos
 same names. Export's input guard (a ``call_module`` of ``_guards_fn`` with no users: it checks
 the example shapes and returns nothing) is left out.
 
-:func:`materialize` gives weights on the meta device (shapes only: large ``hf:`` models) random
-values, so the model can run: min-cut's choices depend on shapes and operators, not on values.
+:func:`materialize` makes weights on the meta device (shapes only: large ``hf:`` models) fake CPU
+tensors, so the joint trace runs at any size with no memory: min-cut's choices depend on shapes
+and operators, not on values.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from typing import Any
 import torch
 import torch.fx as fx
 
-__all__ = ["PortableGraph", "to_portable", "from_portable", "materialize", "meta_bytes"]
+__all__ = ["PortableGraph", "to_portable", "from_portable", "materialize"]
 
 
 @dataclass(frozen=True)
@@ -117,57 +118,53 @@ def from_portable(portable: PortableGraph) -> fx.GraphModule:
     return fx.GraphModule(root, graph)
 
 
-def meta_bytes(gm: torch.nn.Module, inputs: tuple[Any, ...] = ()) -> int:
-    """Bytes of the distinct tensors of ``gm`` and ``inputs`` on the meta device."""
-    seen: dict[int, int] = {}
-    constants = [t for m in gm.modules() for t in vars(m).values() if isinstance(t, torch.Tensor)]
-    for t in [*gm.parameters(), *gm.buffers(), *constants, *inputs]:
-        if isinstance(t, torch.Tensor) and t.is_meta:
-            seen[id(t)] = t.numel() * t.element_size()
-    return sum(seen.values())
-
-
-def _filled(t: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
-    if t.is_floating_point():
-        value = (torch.randn(t.shape, generator=generator) * 0.02).to(t.dtype)
-    else:
-        value = torch.zeros(t.shape, dtype=t.dtype)
+def _fake(t: torch.Tensor, mode: Any) -> torch.Tensor:
+    """A fake CPU tensor of ``t``'s shape and dtype (no storage), a Parameter where ``t`` is one."""
+    with mode:
+        value = torch.empty(t.shape, dtype=t.dtype, device="cpu")
     if isinstance(t, torch.nn.Parameter):
         return torch.nn.Parameter(value, requires_grad=t.requires_grad)
     return value
 
 
-def materialize(gm: torch.nn.Module, inputs: tuple[Any, ...]) -> tuple[Any, ...]:
-    """Give every meta tensor of ``gm`` (in place; a tensor reached twice stays one) and of
-    ``inputs`` random values on the CPU (floats ~ N(0, 0.02), integers 0), and make the graph's
-    ops that name the meta device name the CPU; returns the inputs."""
-    generator = torch.Generator().manual_seed(0)
+def materialize(gm: torch.nn.Module, inputs: tuple[Any, ...]) -> tuple[tuple[Any, ...], bool]:
+    """Make a model whose weights are on the meta device runnable for a trace: every meta tensor
+    of ``gm`` (in place; a tensor reached twice stays one) becomes a fake CPU tensor of the same
+    shape and dtype (``FakeTensorMode``: shapes and dtypes, no storage, so Llama-3-70B costs no
+    memory), the inputs become fakes of the same mode, and the graph's ops that name the meta device
+    name the CPU (so CPU kernels' decompositions are traced, as for real weights). Returns the
+    inputs and whether anything was made fake (then the run computes no values)."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    mode = FakeTensorMode(allow_non_fake_inputs=True)
     done: dict[int, torch.Tensor] = {}
     for module in gm.modules():
         for store in (module._parameters, module._buffers):
             for key, t in list(store.items()):
                 if t is not None and t.is_meta:
-                    store[key] = done.setdefault(id(t), _filled(t, generator))  # type: ignore[assignment]
+                    store[key] = done.setdefault(id(t), _fake(t, mode))  # type: ignore[assignment]
         for key, t in list(vars(module).items()):  # plain tensor attributes (export's constants)
             if isinstance(t, torch.Tensor) and t.is_meta:
-                setattr(module, key, done.setdefault(id(t), _filled(t, generator)))
-    if done:  # the trace wrote the meta device into its ops (``arange``, ``to``, metadata asserts)
-        meta = torch.device("meta")
+                setattr(module, key, done.setdefault(id(t), _fake(t, mode)))
+    if not done and not any(isinstance(x, torch.Tensor) and x.is_meta for x in inputs):
+        return inputs, False
+    meta = torch.device("meta")
 
-        def cpu(value: Any) -> Any:
-            if isinstance(value, torch.device) and value == meta:
-                return torch.device("cpu")
-            if isinstance(value, str) and value == "meta":
-                return "cpu"
-            if isinstance(value, (tuple, list)):
-                return type(value)(cpu(v) for v in value)
-            if isinstance(value, dict):
-                return {k: cpu(v) for k, v in value.items()}
-            return value
+    def cpu(value: Any) -> Any:
+        if isinstance(value, torch.device) and value == meta:
+            return torch.device("cpu")
+        if isinstance(value, str) and value == "meta":
+            return "cpu"
+        if isinstance(value, (tuple, list)):
+            return type(value)(cpu(v) for v in value)
+        if isinstance(value, dict):
+            return {k: cpu(v) for k, v in value.items()}
+        return value
 
-        for module in gm.modules():
-            if isinstance(module, fx.GraphModule):
-                for n in module.graph.nodes:
-                    n.args, n.kwargs = cpu(n.args), cpu(n.kwargs)
-                module.recompile()
-    return tuple(_filled(x, generator) if isinstance(x, torch.Tensor) and x.is_meta else x for x in inputs)
+    for module in gm.modules():  # the trace wrote the meta device into its ops (``arange``, ``to``)
+        if isinstance(module, fx.GraphModule):
+            for n in module.graph.nodes:
+                n.args, n.kwargs = cpu(n.args), cpu(n.kwargs)
+            module.recompile()
+    return tuple(_fake(x, mode) if isinstance(x, torch.Tensor) and x.is_meta else
+                 mode.from_tensor(x) if isinstance(x, torch.Tensor) else x for x in inputs), True

@@ -34,7 +34,7 @@ class RematResult:
     forward_ops: int = 0  # aten ops in the forward
     joint_trace_s: float = 0.0
     solver_s: float = 0.0
-    gradients_equal: bool = True  # the split forward and backward gave eager's gradients
+    gradients_equal: bool | None = True  # split forward and backward gave eager's gradients; None: fake weights
 
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
