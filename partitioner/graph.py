@@ -27,12 +27,14 @@ class ModelInfo:
     qualified path -> the class and its bases, e.g. ``("LlamaAttention", "Module")``; ``""`` is the
     model), and a Hugging Face model's own tensor-parallel plan (``config.base_model_tp_plan``),
     the blocks Accelerate never splits (``_no_split_modules``) and its tied weights
-    (``_tied_weights_keys``: tied name -> source). Empty for synthetic graphs."""
+    (``_tied_weights_keys``: tied name -> source) and, for a mixture of experts, how many experts
+    each token goes to. Empty for synthetic graphs."""
 
     module_classes: Mapping[str, tuple[str, ...]] = dataclasses.field(default_factory=dict)
     tp_plan: Mapping[str, str] = dataclasses.field(default_factory=dict)
     no_split_modules: tuple[str, ...] = ()
     tied_weights: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    experts_per_token: int = 0  # a mixture of experts' top-k (config.num_experts_per_tok); 0: none
 
     def is_a(self, path: str, class_name: str) -> bool:
         """Whether the module at ``path`` is a ``class_name`` (or a subclass of it)."""

@@ -3,7 +3,8 @@
 A layout composes the four techniques as Megatron-LM and torchtitan do: ``tp``-way tensor
 parallelism inside a node, ``pp`` pipeline stages (a schedule from :mod:`partitioner.pipeline`,
 simulated by the pipeline page's own simulator), ``dp``-way data parallelism with ZeRO stage
-0-3 (stage 3 is FSDP's full sharding), and recomputation (none, or full: only each layer's input
+0-3 (stage 3 is FSDP's full sharding), ``ep``-way expert parallelism for a mixture of experts
+(each MoE layer's experts split over ranks of the data-parallel group), and recomputation (none, or full: only each layer's input
 is kept and the forward runs again in the backward).
 
 # NOTE: [Layout costs]
@@ -18,10 +19,11 @@ Time per step (training): each stage's forward per microbatch is the roofline of
 the graph (NOTE: [Scaling the traced graph]); backward twice the forward, three times with full
 recomputation; tensor parallelism adds 2 all-reduces of the hidden state per layer in each
 direction (Megatron-LM) on the node's link; a stage boundary sends the hidden state of a
-microbatch; the schedule's simulation gives the step and its bubble; data parallelism reduces
+microbatch; expert parallelism adds two all-to-alls per MoE layer in each direction (each token's
+hidden state to its top-k experts and back); the schedule's simulation gives the step and its bubble; data parallelism reduces
 the gradients (ring all-reduce, 2 (dp - 1) / dp of the bytes; ZeRO-3 1.5 times that for its
 parameter gathers) on the slowest link of its group, overlapped with the last microbatch's
-backward (as DDP's buckets are): only what exceeds that backward is added. The optimizer step
+backward (as DDP's buckets are; the experts' gradients over their dp / ep replicas): only what exceeds that backward is added. The optimizer step
 and kernel launch overheads are left out. Assumptions: stages hold equal shares of the layers
 (the first and last also hold the embedding and head: an under-estimate of the largest stage).
 """
@@ -37,7 +39,7 @@ from partitioner.cluster.profile import ModelProfile
 from partitioner.cost.training import check_optimizer, model_state_bytes
 from partitioner.errors import PartitionError
 
-__all__ = ["Workload", "Layout", "LayoutResult", "evaluate", "ring_allreduce_s"]
+__all__ = ["Workload", "Layout", "LayoutResult", "evaluate", "ring_allreduce_s", "all_to_all_s", "check_layout"]
 
 ZERO_STAGES = (0, 1, 2, 3)
 RECOMPUTE = ("none", "full")
@@ -76,6 +78,7 @@ class Layout:
     schedule: str = "none"  # a pipeline schedule when pp > 1
     zero: int = 0  # ZeRO stage over the dp group (3: FSDP full sharding)
     recompute: str = "none"
+    ep: int = 1  # expert parallelism: each MoE layer's experts split over ep ranks of the dp group
 
     @property
     def devices(self) -> int:
@@ -85,6 +88,8 @@ class Layout:
         parts = [f"dp{self.dp}", f"tp{self.tp}", f"pp{self.pp}"]
         if self.pp > 1:
             parts.append(self.schedule)
+        if self.ep > 1:
+            parts.append(f"ep{self.ep}")
         parts.append(f"mb{self.microbatch_size}")
         if self.zero:
             parts.append(f"zero{self.zero}")
@@ -131,19 +136,49 @@ def ring_allreduce_s(nbytes: float, n: int, bandwidth: float, latency: float) ->
     return 2 * (n - 1) / n * nbytes / bandwidth + 2 * (n - 1) * latency
 
 
+def _params(p: ModelProfile, lay: Layout) -> tuple[float, float]:
+    """(dense, expert) parameters a device holds before ZeRO: everything split over tp x pp, the
+    experts also over ep."""
+    split = lay.tp * lay.pp
+    return (p.param_count - p.expert_param_count) / split, p.expert_param_count / (split * lay.ep)
+
+
 def _states(p: ModelProfile, w: Workload, lay: Layout) -> dict[str, float]:
-    psi = p.param_count / (lay.tp * lay.pp)
+    dense, expert = _params(p, lay)
     if w.kind == "inference":
-        return {"weights": psi * w.element_bytes}
+        return {"weights": (dense + expert) * w.element_bytes}
     wb, gb, kb = model_state_bytes(w.optimizer, w.element_bytes)
-    dp = lay.dp
-    shard = {0: (1, 1, 1), 1: (1, 1, dp), 2: (1, dp, dp), 3: (dp, dp, dp)}[lay.zero]
-    return {"weights": wb * psi / shard[0], "gradients": gb * psi / shard[1], "optimizer": kb * psi / shard[2]}
+    out = {"weights": 0.0, "gradients": 0.0, "optimizer": 0.0}
+    # ZeRO shards each parameter over the ranks holding a copy of it: the dp group for dense
+    # ones, dp / ep for the experts (the expert-data-parallel group, as DeepSpeed-MoE shards them).
+    for psi, dp in ((dense, lay.dp), (expert, lay.dp // lay.ep)):
+        shard = {0: (1, 1, 1), 1: (1, 1, dp), 2: (1, dp, dp), 3: (dp, dp, dp)}[lay.zero]
+        out["weights"] += wb * psi / shard[0]
+        out["gradients"] += gb * psi / shard[1]
+        out["optimizer"] += kb * psi / shard[2]
+    return out
+
+
+def all_to_all_s(nbytes: float, n: int, bandwidth: float, latency: float) -> float:
+    """An all-to-all of ``nbytes`` a device over ``n`` devices: (n - 1) / n of them leave, n - 1
+    messages (the pairwise exchange NCCL and gloo run)."""
+    if n <= 1:
+        return 0.0
+    return (n - 1) / n * nbytes / bandwidth + (n - 1) * latency
+
+
+def check_layout(p: ModelProfile, lay: Layout) -> None:
+    """Raise :class:`PartitionError` for a layout no engine can run."""
+    if lay.ep > 1 and (not p.experts or p.experts % lay.ep or lay.dp % lay.ep):
+        experts = p.experts or "none: a dense model"
+        raise PartitionError(f"expert parallelism ep{lay.ep} must divide the experts ({experts}) and the "
+                             f"data-parallel degree ({lay.dp}); choose ep among their common divisors")
 
 
 def evaluate(p: ModelProfile, w: Workload, c: Cluster, lay: Layout, sim: Any) -> LayoutResult:
     """Memory and time of ``lay`` (NOTE: [Layout costs]); ``sim(schedule, pp, m, backward_ratio)``
     gives (unit step, bubble fraction, peak stash) of the schedule with unit forward stages."""
+    check_layout(p, lay)
     if w.kind == "inference":
         return _inference(p, w, c, lay)
     acc = c.accelerator
@@ -163,7 +198,8 @@ def evaluate(p: ModelProfile, w: Workload, c: Cluster, lay: Layout, sim: Any) ->
     tp_s = 2 * layers_per_stage * ring_allreduce_s(hidden_mb, lay.tp, c.intra.bandwidth_bytes_per_s, c.intra.latency_s)
     link = c.intra if in_node else c.inter
     p2p = (hidden_mb / link.bandwidth_bytes_per_s + link.latency_s) if lay.pp > 1 else 0.0
-    stage_f, stage_b = fwd + tp_s + p2p, bwd + tp_s + p2p
+    ep_s = _expert_exchange_s(p, c, lay, tokens_mb * p.hidden_bytes_per_token * scale / lay.tp) / lay.pp
+    stage_f, stage_b = fwd + tp_s + p2p + ep_s, bwd + tp_s + p2p + ep_s
     if lay.pp > 1:  # the compute's backward ratio; communication scales with the stage time
         unit, _, stash = sim(lay.schedule, lay.pp, m, bwd / fwd if fwd else 2.0)
         pipe = unit * (stage_f + stage_b) / (1 + (bwd / fwd if fwd else 2.0))
@@ -171,14 +207,18 @@ def evaluate(p: ModelProfile, w: Workload, c: Cluster, lay: Layout, sim: Any) ->
         stash, pipe = 1, m * (stage_f + stage_b)
     mem["activations"] = act_mb * stash
     mem["headroom"] = float(c.headroom_bytes)
-    grads = p.param_count / (lay.tp * lay.pp) * model_state_bytes(w.optimizer, w.element_bytes)[1]
+    dense, expert = _params(p, lay)
+    grad_bytes = model_state_bytes(w.optimizer, w.element_bytes)[1]
     dp_link = c.intra if lay.tp * lay.dp <= c.devices_per_node else c.inter
-    dp_s = ring_allreduce_s(grads, lay.dp, dp_link.bandwidth_bytes_per_s, dp_link.latency_s) * (1.5 if lay.zero == 3 else 1.0)
+    dp_s = (ring_allreduce_s(dense * grad_bytes, lay.dp, dp_link.bandwidth_bytes_per_s, dp_link.latency_s)
+            + ring_allreduce_s(expert * grad_bytes, lay.dp // lay.ep, dp_link.bandwidth_bytes_per_s, dp_link.latency_s)
+            ) * (1.5 if lay.zero == 3 else 1.0)
     exposed = max(0.0, dp_s - bwd)
     step = pipe + exposed
     busy = m * (fwd + bwd)
     parts = {"compute": busy, "tensor-parallel communication": m * 2 * tp_s,
-             "pipeline transfers": m * 2 * p2p, "bubble": max(0.0, pipe - m * (stage_f + stage_b)),
+             "pipeline transfers": m * 2 * p2p, "expert all-to-all": m * 2 * ep_s,
+             "bubble": max(0.0, pipe - m * (stage_f + stage_b)),
              "gradient reduction (exposed)": exposed}
     if lay.recompute == "full":
         parts["compute"] = m * 3 * fwd
@@ -192,6 +232,19 @@ def evaluate(p: ModelProfile, w: Workload, c: Cluster, lay: Layout, sim: Any) ->
     tps = tokens / step if step > 0 else math.inf
     cost = acc.price_per_hour * devices / 3600 * step / tokens * 1e6
     return LayoutResult(lay, fits, mem, step, parts, limit, mfu, tps, cost, m)
+
+
+def _expert_exchange_s(p: ModelProfile, c: Cluster, lay: Layout, hidden_bytes: float) -> float:
+    """One direction's expert exchange of a microbatch whose hidden state is ``hidden_bytes`` a
+    device: in every MoE layer, an all-to-all sends each token to its top-k experts and another
+    brings the results back (GShard, Lepikhin et al. 2020), over the ep ranks (in the node when
+    tp x ep fits in one)."""
+    if lay.ep <= 1 or not p.moe_layers:
+        return 0.0
+    link = c.intra if lay.tp * lay.ep <= c.devices_per_node else c.inter
+    per_layer = 2 * all_to_all_s(hidden_bytes * max(1, p.experts_per_token), lay.ep, link.bandwidth_bytes_per_s,
+                                 link.latency_s)
+    return p.moe_layers * per_layer
 
 
 def _inference(p: ModelProfile, w: Workload, c: Cluster, lay: Layout) -> LayoutResult:

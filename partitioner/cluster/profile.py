@@ -12,7 +12,9 @@ order: the forward time on one device at any size. Tensor parallelism divides FL
 and (with sequence parallelism) activations by its degree. The repeated blocks (``layers.N``,
 ``h.N``, ``blocks.N``) give the layer count, the bytes that cross a block boundary per token
 (the hidden state) and, for attention with ``k_proj``/``v_proj`` (or GPT-2's fused ``c_attn``),
-the KV cache per token. Values derived from weights alone (a transpose of a weight, experts'
+the KV cache per token. A mixture of experts' experts (parameters under ``experts``) give the
+expert count (``experts.N`` modules, or the first dimension of packed expert weights), their share
+of the parameters and the MoE layers; the top-k comes from the model's config. Values derived from weights alone (a transpose of a weight, experts'
 weights gathered by index) are weights too: they do not grow with the tokens.
 """
 
@@ -22,8 +24,9 @@ import re
 from collections import Counter
 from dataclasses import dataclass, field
 
-from partitioner.errors import PartitionError
+from partitioner.errors import PartitionError, ShardingError
 from partitioner.graph import Graph
+from partitioner.sharding.specs import parameter_shapes
 
 __all__ = ["ModelProfile", "profile", "DTYPE_BYTES"]
 
@@ -49,6 +52,10 @@ class ModelProfile:
     node_act_bytes: tuple[float, ...] = field(default=(), compare=False, repr=False)  # activation bytes per token
     node_flops: tuple[float, ...] = field(default=(), compare=False, repr=False)  # FLOPs per token at seq0
     node_attention: tuple[bool, ...] = field(default=(), compare=False, repr=False)  # grows with the sequence
+    expert_param_count: int = 0  # parameters of the experts (a mixture of experts), all layers
+    experts: int = 0  # experts per MoE layer (0: a dense model)
+    experts_per_token: int = 0  # how many experts each token is sent to (top-k)
+    moe_layers: int = 0  # layers with experts
     _cache: dict[tuple[float, int, float, float], float] = field(default_factory=dict, compare=False, repr=False)
 
     def forward_flops(self, tokens: float, seq: int) -> float:
@@ -163,6 +170,7 @@ def profile(graph: Graph, name: str = "") -> ModelProfile:
             kv += nodes[v].output_bytes / tokens0
         elif leaf == "c_attn" and nodes[v].flops:
             kv += nodes[v].output_bytes * 2 / 3 / tokens0
+    expert_params, experts, moe_layers = _experts(graph)
     return ModelProfile(
         name=name or graph.name, tokens0=tokens0, seq0=seq0, weight_bytes=int(weight_bytes),
         param_count=int(weight_bytes // element), element_bytes=element, layers=layers,
@@ -170,7 +178,38 @@ def profile(graph: Graph, name: str = "") -> ModelProfile:
         act_bytes_per_token=sum(nodes[v].output_bytes for v in ops if not is_attr[v]) / tokens0,
         flops_per_token=sum(flops), attention_flops_per_token=sum(f for f, t in zip(flops, att) if t),
         node_weight_bytes=tuple(w_bytes), node_act_bytes=tuple(a_bytes), node_flops=tuple(flops),
-        node_attention=tuple(att))
+        node_attention=tuple(att), expert_param_count=expert_params, experts=experts,
+        experts_per_token=graph.model_info.experts_per_token if experts else 0, moe_layers=moe_layers)
+
+
+_EXPERT = re.compile(r"^(.*)\.experts\.(?:(\d+)\.)?")
+
+
+def _experts(graph: Graph) -> tuple[int, int, int]:
+    """(expert parameters, experts per MoE layer, MoE layers) from the parameters' names and shapes:
+    ``...experts.N.w1.weight`` (one module an expert) or ``...experts.gate_up_proj`` packed
+    (experts, out, in). (0, 0, 0) for a dense model or a graph without its module. O(parameters)."""
+    try:
+        params = parameter_shapes(graph)
+    except ShardingError:
+        return 0, 0, 0
+    count, layers, per_layer = 0, set(), {}  # type: tuple[int, set[str], dict[str, set[int]]]
+    for name, (shape, _, _) in params.items():
+        m = _EXPERT.match(name)
+        if not m:
+            continue
+        n = 1
+        for d in shape:
+            n *= d
+        count += n
+        layers.add(m.group(1))
+        found = per_layer.setdefault(m.group(1), set())
+        if m.group(2) is not None:
+            found.add(int(m.group(2)))
+        elif len(shape) == 3:
+            found.update(range(shape[0]))
+    experts = max((len(v) for v in per_layer.values()), default=0)
+    return (count, experts, len(layers)) if experts > 1 else (0, 0, 0)
 
 
 def divisors(n: int, limit: int | None = None) -> list[int]:

@@ -7,7 +7,8 @@ tensor parallelism in powers of two up to a node, pipeline stages dividing the l
 data parallelism taking the rest (the global batch must divide over it), microbatch sizes in
 powers of two, each runnable schedule (the microbatch counts torch's schedule classes accept:
 :func:`partitioner.pipeline.schedules.check_microbatches`), ZeRO 0-3 and recomputation none or
-full. The pipeline's step and stash come from the Pipeline page's simulator, cached per
+full, and for a mixture of experts every expert-parallel degree dividing both the experts and
+the data-parallel degree. The pipeline's step and stash come from the Pipeline page's simulator, cached per
 (schedule, stages, microbatches). O(sizes x layouts) evaluations of O(1) each after the first
 forward time of each microbatch size.
 """
@@ -114,6 +115,7 @@ def _layouts(p: ModelProfile, w: Workload, c: Cluster, devices: int, refused: di
         rest = devices // tp
         for pp in (d for d in range(1, min(rest, p.layers) + 1) if rest % d == 0 and p.layers % d == 0):
             dp = rest // pp
+            eps = [e for e in range(1, dp + 1) if dp % e == 0 and p.experts % e == 0] if p.experts else [1]
             if w.global_batch % dp:
                 refused["global batch does not divide over data parallelism"] = refused.get(
                     "global batch does not divide over data parallelism", 0) + 1
@@ -140,7 +142,7 @@ def _layouts(p: ModelProfile, w: Workload, c: Cluster, devices: int, refused: di
                             continue
                     for zero in ((0, 1, 2, 3) if dp > 1 else (0,)):
                         for rc in RECOMPUTE:
-                            found.append(Layout(dp, tp, pp, mb, sched, zero, rc))
+                            found.extend(Layout(dp, tp, pp, mb, sched, zero, rc, ep) for ep in eps)
     return found
 
 

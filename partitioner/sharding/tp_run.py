@@ -73,12 +73,13 @@ def _as_linear(module: torch.nn.Module, paths: Sequence[str]) -> None:
     """Replace each Conv1D at ``paths`` (weight (in, out), ``x @ W + b``) by the equal Linear."""
     for path in paths:
         conv = module.get_submodule(path)
-        fan_in, fan_out = conv.weight.shape
-        linear = torch.nn.Linear(fan_in, fan_out, bias=conv.bias is not None, dtype=conv.weight.dtype)
+        weight, bias = conv.get_parameter("weight"), getattr(conv, "bias", None)
+        fan_in, fan_out = weight.shape
+        linear = torch.nn.Linear(fan_in, fan_out, bias=bias is not None, dtype=weight.dtype)
         with torch.no_grad():
-            linear.weight.copy_(conv.weight.t())
-            if conv.bias is not None:
-                linear.bias.copy_(conv.bias)
+            linear.weight.copy_(weight.t())
+            if isinstance(bias, torch.Tensor):
+                linear.bias.copy_(bias)
         parent, _, leaf = path.rpartition(".")
         setattr(module.get_submodule(parent) if parent else module, leaf, linear)
 

@@ -305,7 +305,8 @@ def model_info(model: torch.nn.Module) -> ModelInfo:
         tied = {str(k): "" for k in tied}
     return ModelInfo(module_classes=classes, tp_plan=dict(plan),
                      no_split_modules=tuple(getattr(model, "_no_split_modules", None) or ()),
-                     tied_weights={str(k): str(v) for k, v in tied.items()})
+                     tied_weights={str(k): str(v) for k, v in tied.items()},
+                     experts_per_token=int(getattr(config, "num_experts_per_tok", 0) or 0))
 
 
 def _trace(
