@@ -69,6 +69,9 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
     p.set_defaults(func=run)
 
 
+SHOWN = 30  # recomputed nodes named in the text report
+
+
 def run(args: argparse.Namespace) -> int:
     model = load_model(args.model, args.set)
     budgets = SWEEP if args.sweep else (args.budget,)
@@ -90,6 +93,8 @@ def run(args: argparse.Namespace) -> int:
                         "recompute FLOPs", "recompute time"], rows, right=(1, 2, 3, 4, 5, 6)))
     if not args.sweep:
         r = results[0]
-        print(f"\nrecomputed: {', '.join(r.recomputed) or 'nothing'}")
+        shown = ", ".join(r.recomputed[:SHOWN]) or "nothing"
+        more = f" and {len(r.recomputed) - SHOWN} more (--out FILE lists them all)" if len(r.recomputed) > SHOWN else ""
+        print(f"\nrecomputed: {shown}{more}")
         print(f"joint trace {r.joint_trace_s:.2f} s, min-cut {r.solver_s:.2f} s")
     return EXIT_OK

@@ -26,6 +26,7 @@ def to_torchtitan(layout: Layout, workload: Workload) -> dict[str, Any]:
             "data_parallel_shard_degree": layout.dp if sharded else 1,
             "tensor_parallel_degree": layout.tp,
             "pipeline_parallel_degree": layout.pp,
+            "expert_parallel_degree": layout.ep,
         },
         "activation_checkpoint": {"mode": "full" if layout.recompute == "full" else "none"},
         "training": {"local_batch_size": workload.global_batch // layout.dp, "seq_len": workload.seq_len},
@@ -44,6 +45,8 @@ def to_megatron(layout: Layout, workload: Workload) -> list[str]:
             "--seq-length", str(workload.seq_len), "--bf16"]
     if layout.tp > 1:
         args.append("--sequence-parallel")
+    if layout.ep > 1:
+        args += ["--expert-model-parallel-size", str(layout.ep)]
     if layout.schedule == "interleaved_1f1b":
         args += ["--num-virtual-stages-per-pipeline-rank", "2"]
     if layout.zero >= 1:
@@ -55,7 +58,7 @@ def to_megatron(layout: Layout, workload: Workload) -> list[str]:
 
 def to_deepspeed(layout: Layout, workload: Workload) -> dict[str, Any]:
     per_replica = workload.global_batch // layout.dp
-    return {
+    config: dict[str, Any] = {
         "train_batch_size": workload.global_batch,
         "train_micro_batch_size_per_gpu": layout.microbatch_size,
         "gradient_accumulation_steps": per_replica // layout.microbatch_size,
@@ -63,6 +66,9 @@ def to_deepspeed(layout: Layout, workload: Workload) -> dict[str, Any]:
         "zero_optimization": {"stage": layout.zero},
         "activation_checkpointing": {"partition_activations": layout.recompute == "full"},
     }
+    if layout.ep > 1:  # DeepSpeed-MoE takes ep_size in the model's MoE layers, not in this file
+        config["comment"] = f"expert parallelism: deepspeed.moe.layer.MoE(..., ep_size={layout.ep})"
+    return config
 
 
 def toml_text(config: dict[str, Any]) -> str:

@@ -21,6 +21,7 @@ give eager's gradients is left out (``gradients_equal`` is None).
 
 from __future__ import annotations
 
+import copy
 import time
 from typing import Any, Sequence
 
@@ -104,11 +105,23 @@ def _sweep(portable: PortableGraph, inputs: tuple[Any, ...], budgets: tuple[floa
         return torch.func.functional_call(module, params, args)
 
     results = []
+    joint_once: dict[str, Any] = {}
     for budget in budgets:
         seen: dict[str, Any] = {}
+        if fake and joint_once:  # NOTE: [One joint trace for fake weights]
+            start = time.perf_counter()
+            with functorch_config.patch(activation_memory_budget=budget):
+                fw, bw = min_cut_rematerialization_partition(copy.deepcopy(joint_once["joint"]), joint_once["inputs"],
+                                                             compiler="inductor", **joint_once["kw"])
+            seen.update(fw=fw, bw=bw, outputs=joint_once["kw"].get("num_fwd_outputs", 1), joint_s=0.0,
+                        solver_s=time.perf_counter() - start)
+            results.append(_read(budget, seen, flops_per_s, None))
+            continue
 
         def partition(joint: fx.GraphModule, joint_inputs: Any, **kw: Any) -> Any:
             seen["joint_s"] = time.perf_counter() - seen["start"]
+            if fake:
+                joint_once.update(joint=copy.deepcopy(joint), inputs=joint_inputs, kw=kw)
             start = time.perf_counter()
             fw, bw = min_cut_rematerialization_partition(joint, joint_inputs, compiler="inductor", **kw)
             seen.update(fw=fw, bw=bw, outputs=kw.get("num_fwd_outputs", 1), solver_s=time.perf_counter() - start)
@@ -135,6 +148,15 @@ def _sweep(portable: PortableGraph, inputs: tuple[Any, ...], budgets: tuple[floa
                     for p, e in zip(trainable.values(), eager))
         results.append(_read(budget, seen, flops_per_s, equal))
     return results
+
+
+# NOTE: [One joint trace for fake weights]
+# The joint forward-backward graph does not depend on the budget; only min-cut's choice does. With
+# real weights every budget is traced and run again, so its split is checked against eager's
+# gradients. With fake weights (large models: Llama-3-70B's joint trace is the slow part) nothing
+# runs, so the first budget's joint graph is kept and min-cut runs on a copy of it at each other
+# budget (min-cut changes the graph it is given). The decisions equal those of separate traces
+# (tests/remat/test_remat_hf.py compares them with real weights at three budgets).
 
 
 def _loss(out: Any, kind: str) -> torch.Tensor:
