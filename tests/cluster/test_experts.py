@@ -13,6 +13,7 @@ import sample_models
 from partitioner import PartitionError, cluster
 from partitioner.cluster.layouts import all_to_all_s, ring_allreduce_s
 from partitioner.cluster.search import _simulator
+from partitioner.interop.engines import to_deepspeed, to_megatron, to_torchtitan
 from cluster_helpers import hand_profile
 
 GiB = 2**30
@@ -87,3 +88,11 @@ def test_the_search_offers_every_ep_that_divides_and_only_those():
     eps = {(r.layout.dp, r.layout.ep) for r in found.fitting}
     assert {ep for _, ep in eps} == {1, 2, 4, 8}
     assert all(dp % ep == 0 for dp, ep in eps)
+
+
+def test_the_engines_take_the_expert_parallel_degree():
+    lay, w = cluster.Layout(dp=8, tp=2, ep=4), cluster.Workload(global_batch=64, seq_len=128)
+    assert to_torchtitan(lay, w)["parallelism"]["expert_parallel_degree"] == 4
+    args = to_megatron(lay, w)
+    assert args[args.index("--expert-model-parallel-size") + 1] == "4"
+    assert "ep_size=4" in to_deepspeed(lay, w)["comment"]
