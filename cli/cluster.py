@@ -23,6 +23,7 @@ EXAMPLES = """examples:
   partition-explorer cluster gpt2_small --accelerator a100-40gb --max-nodes 1 --global-batch 64 --seq-len 1024
   partition-explorer cluster hf:mixtral-8x7b --dtype bf16 --inference --global-batch 16 --seq-len 2048 --generate 256
   partition-explorer cluster mlp --set n_layer=4 --set hidden=32 --run "dp2 tp2 zero3"
+  partition-explorer cluster gpt2_small --max-nodes 1 --global-batch 64 --seq-len 1024 --min-cut-budgets 0.2,0.5
 
 Searches every layout at 1, 2, 4, ... devices of one node and 1, 2, 4, ... whole nodes up to
 --max-nodes: tensor parallelism inside a node, pipeline stages dividing the layer count (with
@@ -59,6 +60,9 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
     p.add_argument("--train-tokens", type=positive_float, default=1e12, help="tokens to price a training run")
     p.add_argument("--inference", action="store_true", help="serve instead of train")
     p.add_argument("--generate", type=int, default=256, help="inference: tokens generated per sequence")
+    p.add_argument("--min-cut-budgets", metavar="B,B,...",
+                   help="also search functorch's min-cut recomputation at these activation memory budgets "
+                        "(0 to 1, e.g. 0.25,0.5), measured on the model's joint graph in a worker first")
     p.add_argument("--top", type=int, default=10, help="rows of the best-layouts table (default 10)")
     p.add_argument("--export", choices=list(ENGINES), help="print the fastest layout as this engine's config")
     p.add_argument("--out", metavar="FILE", help="write the answers as JSON (or the --export config) here")
@@ -81,6 +85,8 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError("--devices-per-node and --max-nodes must be at least 1")
     model = load_model(args.model, args.set)
     prof = cluster.profile(model.graph, model.label)
+    if args.min_cut_budgets:
+        prof = _with_min_cut(args, model.graph, prof)
     if args.run:
         return run_layout(args, model.graph, prof)
     target = cluster.cluster(args.accelerator, args.devices_per_node, args.intra, args.inter,
@@ -128,6 +134,27 @@ def run(args: argparse.Namespace) -> int:
                 "pareto": [r.to_dict() for r in found.front], "best": [r.to_dict() for r in found.best(args.top)]}
         write_output(args.out, json.dumps(data, indent=2), "cluster plan")
     return EXIT_OK
+
+
+def _with_min_cut(args: argparse.Namespace, graph: Any, prof: cluster.ModelProfile) -> cluster.ModelProfile:
+    from partitioner import remat
+    from partitioner.cluster.layouts import min_cut_label
+    from partitioner.errors import RunError
+
+    try:
+        budgets = tuple(float(b) for b in args.min_cut_budgets.split(","))
+    except ValueError:
+        raise CLIError(f"--min-cut-budgets takes numbers between 0 and 1 separated by commas "
+                       f"(got {args.min_cut_budgets!r}), e.g. 0.25,0.5") from None
+    try:
+        results = remat.sweep(graph, graph.example_inputs or (), budgets, timeout_s=args.timeout * 4)
+    except RunError as exc:
+        raise CLIError(f"the min-cut worker failed: {exc}", EXIT_FAIL) from None
+    prof = cluster.with_min_cut(prof, results)
+    shares = ", ".join(f"{min_cut_label(b)} keeps {kept:.0%} of the activations and recomputes "
+                       f"{redo:.0%} of the forward" for b, kept, redo in prof.min_cut)
+    print(f"min-cut (functorch, on the traced graph): {shares}")
+    return prof
 
 
 def _local_cluster(devices: int, gpu: bool, accelerator: str) -> cluster.Cluster:

@@ -4,8 +4,8 @@ A layout composes the four techniques as Megatron-LM and torchtitan do: ``tp``-w
 parallelism inside a node, ``pp`` pipeline stages (a schedule from :mod:`partitioner.pipeline`,
 simulated by the pipeline page's own simulator), ``dp``-way data parallelism with ZeRO stage
 0-3 (stage 3 is FSDP's full sharding), ``ep``-way expert parallelism for a mixture of experts
-(each MoE layer's experts split over ranks of the data-parallel group), and recomputation (none, or full: only each layer's input
-is kept and the forward runs again in the backward).
+(each MoE layer's experts split over ranks of the data-parallel group), and recomputation (none; full: only each layer's input
+is kept and the forward runs again in the backward; or functorch's min-cut at a budget).
 
 # NOTE: [Layout costs]
 Memory per device (training): model states by the ZeRO paper (Rajbhandari et al. 2020, sec. 3.1)
@@ -39,7 +39,8 @@ from partitioner.cluster.profile import ModelProfile
 from partitioner.cost.training import check_optimizer, model_state_bytes
 from partitioner.errors import PartitionError
 
-__all__ = ["Workload", "Layout", "LayoutResult", "evaluate", "ring_allreduce_s", "all_to_all_s", "check_layout"]
+__all__ = ["Workload", "Layout", "LayoutResult", "evaluate", "ring_allreduce_s", "all_to_all_s", "check_layout",
+           "min_cut_label", "min_cut_shares"]
 
 ZERO_STAGES = (0, 1, 2, 3)
 RECOMPUTE = ("none", "full")
@@ -167,6 +168,20 @@ def all_to_all_s(nbytes: float, n: int, bandwidth: float, latency: float) -> flo
     return (n - 1) / n * nbytes / bandwidth + (n - 1) * latency
 
 
+def min_cut_label(budget: float) -> str:
+    return f"min-cut-{budget:g}"
+
+
+def min_cut_shares(p: ModelProfile, recompute: str) -> tuple[float, float]:
+    """(activations kept, forward FLOPs recomputed) as shares, for a ``min-cut-B`` choice."""
+    for budget, kept, redo in p.min_cut:
+        if min_cut_label(budget) == recompute:
+            return kept, redo
+    known = ", ".join([*RECOMPUTE, *(min_cut_label(b) for b, _, _ in p.min_cut)])
+    raise PartitionError(f"recomputation {recompute!r} is not one of this profile's ({known}); min-cut budgets "
+                         "come from cluster.with_min_cut (the CLI's --min-cut-budgets)")
+
+
 def check_layout(p: ModelProfile, lay: Layout) -> None:
     """Raise :class:`PartitionError` for a layout no engine can run."""
     if lay.ep > 1 and (not p.experts or p.experts % lay.ep or lay.dp % lay.ep):
@@ -190,10 +205,15 @@ def evaluate(p: ModelProfile, w: Workload, c: Cluster, lay: Layout, sim: Any) ->
     hidden_mb = p.hidden_bytes_per_token * scale * tokens_mb
     layers_per_stage = p.layers / lay.pp
     act_mb = p.act_bytes_per_token * scale * tokens_mb / lay.tp / lay.pp
+    redo = 0.0  # recomputed forward work, as a share of the forward
     if lay.recompute == "full":  # each layer's input kept; one layer's activations live at a time
         act_mb = hidden_mb / lay.tp * layers_per_stage + act_mb / layers_per_stage
+        redo = 1.0
+    elif lay.recompute != "none":  # min-cut at a budget: its measured shares
+        kept, redo = min_cut_shares(p, lay.recompute)
+        act_mb *= kept
     fwd = p.forward_seconds(tokens_mb, w.seq_len, acc.peak_flops, acc.memory_bandwidth_bytes_per_s, lay.tp) / lay.pp
-    bwd = fwd * (3.0 if lay.recompute == "full" else 2.0)
+    bwd = fwd * (2.0 + redo)
     in_node = lay.tp * lay.pp <= c.devices_per_node
     tp_s = 2 * layers_per_stage * ring_allreduce_s(hidden_mb, lay.tp, c.intra.bandwidth_bytes_per_s, c.intra.latency_s)
     link = c.intra if in_node else c.inter
@@ -220,9 +240,9 @@ def evaluate(p: ModelProfile, w: Workload, c: Cluster, lay: Layout, sim: Any) ->
              "pipeline transfers": m * 2 * p2p, "expert all-to-all": m * 2 * ep_s,
              "bubble": max(0.0, pipe - m * (stage_f + stage_b)),
              "gradient reduction (exposed)": exposed}
-    if lay.recompute == "full":
+    if redo:  # the forward and its backward; the recomputed share apart
         parts["compute"] = m * 3 * fwd
-        parts["recomputation"] = m * fwd
+        parts["recomputation"] = m * redo * fwd
     fits = sum(mem.values()) <= acc.memory_bytes
     limit = "memory" if not fits else max(parts, key=lambda k: parts[k])
     tokens = w.global_batch * w.seq_len

@@ -20,15 +20,18 @@ weights gathered by index) are weights too: they do not grow with the tokens.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections import Counter
 from dataclasses import dataclass, field
+from typing import Sequence
 
 from partitioner.errors import PartitionError, ShardingError
 from partitioner.graph import Graph
+from partitioner.remat.memory import RematResult
 from partitioner.sharding.specs import parameter_shapes
 
-__all__ = ["ModelProfile", "profile", "DTYPE_BYTES"]
+__all__ = ["ModelProfile", "profile", "with_min_cut", "DTYPE_BYTES"]
 
 DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2, "float64": 8, "float8_e4m3fn": 1}
 _BLOCK = re.compile(r"^(.*?)\.?(\d+)(?:\.|$)")
@@ -56,6 +59,9 @@ class ModelProfile:
     experts: int = 0  # experts per MoE layer (0: a dense model)
     experts_per_token: int = 0  # how many experts each token is sent to (top-k)
     moe_layers: int = 0  # layers with experts
+    # min-cut recomputation measured on this graph (:func:`with_min_cut`): (budget, the share of the
+    # forward's activations it saves, its recomputed FLOPs as a share of the forward's)
+    min_cut: tuple[tuple[float, float, float], ...] = ()
     _cache: dict[tuple[float, int, float, float], float] = field(default_factory=dict, compare=False, repr=False)
 
     def forward_flops(self, tokens: float, seq: int) -> float:
@@ -180,6 +186,22 @@ def profile(graph: Graph, name: str = "") -> ModelProfile:
         node_weight_bytes=tuple(w_bytes), node_act_bytes=tuple(a_bytes), node_flops=tuple(flops),
         node_attention=tuple(att), expert_param_count=expert_params, experts=experts,
         experts_per_token=graph.model_info.experts_per_token if experts else 0, moe_layers=moe_layers)
+
+
+def with_min_cut(p: ModelProfile, results: Sequence[RematResult]) -> ModelProfile:
+    """``p`` with functorch's min-cut at each budget of ``results`` (:func:`partitioner.remat.sweep`
+    on the same graph) as recomputation choices: the saved activations as a share of every op
+    output of the forward (what recomputation "none" keeps), the recomputed FLOPs as a share of the
+    forward's. Measured at the traced tokens; the shares are taken to hold at any batch and
+    sequence (they do where the saved values grow with the tokens as the rest does; attention's
+    sequence-squared scores are not saved by sdpa). O(budgets)."""
+    acts = p.act_bytes_per_token * p.tokens0
+    flops = p.flops_per_token * p.tokens0
+    if acts <= 0 or flops <= 0:
+        raise PartitionError("the graph has no activations or FLOPs to recompute")
+    options = tuple(sorted((float(r.budget), min(1.0, r.saved_activation_bytes / acts), r.recompute_flops / flops)
+                           for r in results))
+    return dataclasses.replace(p, min_cut=options, _cache={})
 
 
 _EXPERT = re.compile(r"^(.*)\.experts\.(?:(\d+)\.)?")

@@ -6,11 +6,11 @@ Sizes are whole nodes (1, 2, 4, ... nodes), plus 1, 2, 4, ... devices of one nod
 tensor parallelism in powers of two up to a node, pipeline stages dividing the layer count,
 data parallelism taking the rest (the global batch must divide over it), microbatch sizes in
 powers of two, each runnable schedule (the microbatch counts torch's schedule classes accept:
-:func:`partitioner.pipeline.schedules.check_microbatches`), ZeRO 0-3 and recomputation none or
-full, and for a mixture of experts every expert-parallel degree dividing both the experts and
-the data-parallel degree. The pipeline's step and stash come from the Pipeline page's simulator, cached per
-(schedule, stages, microbatches). O(sizes x layouts) evaluations of O(1) each after the first
-forward time of each microbatch size.
+:func:`partitioner.pipeline.schedules.check_microbatches`), ZeRO 0-3, recomputation none, full
+or min-cut at each measured budget, and for a mixture of experts every expert-parallel degree
+dividing both the experts and the data-parallel degree. The pipeline's step and stash come
+from the Pipeline page's simulator, cached per (schedule, stages, microbatches). O(sizes x
+layouts) evaluations of O(1) each after the first forward time of each microbatch size.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Callable, Sequence
 
 from partitioner.cluster.hardware import Cluster
-from partitioner.cluster.layouts import RECOMPUTE, Layout, LayoutResult, Workload, evaluate
+from partitioner.cluster.layouts import RECOMPUTE, Layout, LayoutResult, Workload, evaluate, min_cut_label
 from partitioner.cluster.profile import ModelProfile
 from partitioner.errors import PartitionError
 
@@ -109,6 +109,7 @@ def _powers(limit: int) -> list[int]:
 def _layouts(p: ModelProfile, w: Workload, c: Cluster, devices: int, refused: dict[str, int],
              check: Callable[[str, int, int], None]) -> list[Layout]:
     found: list[Layout] = []
+    recompute = (*RECOMPUTE, *(min_cut_label(b) for b, _, _ in p.min_cut))
     for tp in _powers(min(devices, c.devices_per_node)):
         if devices % tp:
             continue
@@ -141,7 +142,7 @@ def _layouts(p: ModelProfile, w: Workload, c: Cluster, devices: int, refused: di
                                 "microbatch count the schedule refuses", 0) + 1
                             continue
                     for zero in ((0, 1, 2, 3) if dp > 1 else (0,)):
-                        for rc in RECOMPUTE:
+                        for rc in recompute:
                             found.extend(Layout(dp, tp, pp, mb, sched, zero, rc, ep) for ep in eps)
     return found
 

@@ -28,15 +28,23 @@ def to_torchtitan(layout: Layout, workload: Workload) -> dict[str, Any]:
             "pipeline_parallel_degree": layout.pp,
             "expert_parallel_degree": layout.ep,
         },
-        "activation_checkpoint": {"mode": "full" if layout.recompute == "full" else "none"},
+        "activation_checkpoint": _titan_checkpoint(layout),
         "training": {"local_batch_size": workload.global_batch // layout.dp, "seq_len": workload.seq_len},
     }
     if layout.pp > 1:
         config["parallelism"]["pipeline_parallel_schedule"] = _TITAN_SCHEDULES[layout.schedule]
         config["parallelism"]["pipeline_parallel_microbatch_size"] = layout.microbatch_size
+    if layout.recompute.startswith("min-cut-"):
+        config["compile"] = {"enable": True}  # memory_budget mode runs under torch.compile
     if layout.zero in (1, 2):
         config["note"] = f"torchtitan has no ZeRO-{layout.zero}: data parallelism is replicated (DDP) here"
     return config
+
+
+def _titan_checkpoint(layout: Layout) -> dict[str, Any]:
+    if layout.recompute.startswith("min-cut-"):  # torch.compile's activation_memory_budget: the same min-cut
+        return {"mode": "memory_budget", "memory_budget": float(layout.recompute.removeprefix("min-cut-"))}
+    return {"mode": "full" if layout.recompute == "full" else "none"}
 
 
 def to_megatron(layout: Layout, workload: Workload) -> list[str]:
