@@ -109,7 +109,7 @@ def layouts_table(results: Sequence[LayoutResult], train_tokens: float | None = 
     rows = []
     for r in results:
         row = {"devices": r.devices, "layout": r.layout.label(), "dp": r.layout.dp, "tp": r.layout.tp,
-               "pp": r.layout.pp, "zero": r.layout.zero, "recompute": r.layout.recompute,
+               "pp": r.layout.pp, "ep": r.layout.ep, "zero": r.layout.zero, "recompute": r.layout.recompute,
                "step_s": r.step_s, "mfu": r.mfu, "memory_gib": r.memory_bytes / GiB, "limit": r.limit,
                "usd_per_million_tokens": r.cost_per_million_tokens}
         if train_tokens:

@@ -4,17 +4,20 @@ ZeRO, recomputation), how fast and at what cost, for the sidebar's model
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import streamlit as st
 
-from explorer import state
+from explorer import panels, state
 from explorer.builders import cluster_figures
 from explorer.builders.text import md
 from partitioner import Graph, cluster, format_bytes, format_seconds
 from partitioner.interop.engines import ENGINES
 
 GiB = 2**30
+MIN_CUT = "cl_min_cut"  # session state: graph fingerprint -> measured min-cut shares
+MIN_CUT_BUDGETS = (0.0, 0.25, 0.5, 0.75)
 ENGINE_LABELS = {"torchtitan": "torchtitan (TOML)", "megatron": "Megatron-LM (arguments)",
                  "deepspeed": "DeepSpeed (JSON)"}
 
@@ -28,12 +31,40 @@ def _profile(_graph: Graph, fingerprint: str, name: str) -> cluster.ModelProfile
 @st.cache_data(max_entries=16, show_spinner="Searching the layouts...")
 def _search(_graph: Graph, fingerprint: str, name: str, work: cluster.Workload, accelerator: str,
             per_node: int, max_nodes: int, intra: str, inter: str, headroom_gib: float,
-            price: float) -> cluster.ClusterPlan:
+            price: float, min_cut: tuple[tuple[float, float, float], ...] = ()) -> cluster.ClusterPlan:
     """Every layout of every size (O(sizes x layouts), well under a second for Llama-3-8B over
     1 to 512 devices), cached by the inputs and the graph's fingerprint."""
     target = cluster.cluster(accelerator, per_node, intra, inter, int(headroom_gib * GiB), price)
-    prof = _profile(_graph, fingerprint, name)
+    prof = dataclasses.replace(_profile(_graph, fingerprint, name), min_cut=min_cut, _cache={})
     return cluster.search(prof, work, target, cluster.device_counts(per_node, max_nodes))
+
+
+def _min_cut_ui(graph: Graph, prof: cluster.ModelProfile) -> tuple[tuple[float, float, float], ...]:
+    """The min-cut shares measured for this graph (after the button), else none."""
+    from partitioner import PartitionError, remat
+
+    measured = st.session_state.setdefault(MIN_CUT, {})
+    key = graph.fingerprint()
+    with st.expander("Recomputation by functorch's min-cut", expanded=key in measured):
+        st.caption("Besides none and full, the search can recompute what torch.compile's min-cut chooses at an "
+                   "activation memory budget (torchtitan's memory_budget mode). Measuring runs the model's joint "
+                   "forward and backward trace and min-cut at budgets "
+                   f"{', '.join(f'{b:g}' for b in MIN_CUT_BUDGETS)} in a worker process (seconds for the samples, "
+                   "minutes for a large Hugging Face model: weights on the meta device run as fake tensors).")
+        if st.button("Measure min-cut budgets", key="cl_min_cut_run"):
+            try:
+                results = panels.run_with_status(lambda progress: remat.sweep(
+                    graph, graph.example_inputs or (), MIN_CUT_BUDGETS, timeout_s=600))
+            except PartitionError as exc:
+                st.error(f"Cannot trace the joint graph: {md(exc)}")
+                results = None
+            if results is not None:
+                measured[key] = cluster.with_min_cut(prof, results).min_cut
+        shares = measured.get(key, ())
+        if shares:
+            st.caption(md("; ".join(f"min-cut-{b:g} keeps {kept:.0%} of the activations and recomputes "
+                                    f"{redo:.0%} of the forward" for b, kept, redo in shares)))
+    return shares
 
 
 def _workload_ui() -> cluster.Workload:
@@ -110,7 +141,10 @@ def _summary(prof: cluster.ModelProfile, found: cluster.ClusterPlan) -> None:
     count = prof.param_count
     size = f"{count / 1e9:.3g} B" if count >= 1e8 else f"{count / 1e6:.3g} M" if count >= 1e5 else f"{count}"
     refused = "; ".join(f"{n:,} refused: {why}" for why, n in sorted(found.refused.items()))
-    st.caption(md(f"{size} parameters ({format_bytes(prof.weight_bytes)} as traced), {prof.layers} layers; "
+    experts = (f"a mixture of {prof.experts} experts, {prof.experts_per_token} a token, in {prof.moe_layers} layers "
+               f"({prof.expert_param_count / max(1, prof.param_count):.0%} of the parameters: layouts with expert "
+               "parallelism ep split them over the data-parallel group); " if prof.experts else "")
+    st.caption(md(f"{size} parameters ({format_bytes(prof.weight_bytes)} as traced), {prof.layers} layers; {experts}"
                   f"searched {found.evaluated:,} layouts in {found.search_s:.2f} s, {len(found.fitting):,} fit"
                   + (f" ({refused})" if refused else "") + "."))
 
@@ -165,12 +199,14 @@ def main() -> None:
     st.markdown(f"#### Plan a cluster for {md(config.model.label)}")
     work = _workload_ui()
     hw = _hardware_ui()
+    prof = _profile(graph, graph.fingerprint(), config.model.label)
+    min_cut = _min_cut_ui(graph, prof) if work.kind == "training" else ()
     try:
-        found = _search(graph, graph.fingerprint(), config.model.label, work, **hw)
+        found = _search(graph, graph.fingerprint(), config.model.label, work, **hw, min_cut=min_cut)
     except ValueError as exc:  # a setting the planner refuses (PartitionError): its message names it
         st.error(f"Cannot plan this cluster: {md(exc)}")
         return
-    _summary(_profile(graph, graph.fingerprint(), config.model.label), found)
+    _summary(prof, found)
     if not found.fitting:
         st.warning("No layout fits: allow more nodes, a larger accelerator, a smaller batch, or less headroom.")
         return
@@ -182,7 +218,8 @@ def main() -> None:
     st.caption("How the figures are made: model states by the ZeRO paper's formulas, activations from the traced "
                "graph divided by tensor parallelism and times the microbatches in flight (the Pipeline page's "
                "simulator), time from the graph's roofline, ring collectives on each link and the simulated "
-               "schedule. Left out: the optimizer step, kernel launch overheads, context and expert parallelism.")
+               "schedule; expert parallelism adds two all-to-alls per MoE layer each way. Left out: the optimizer step, "
+               "kernel launch overheads, context parallelism, uneven expert routing.")
 
 
 main()

@@ -86,3 +86,18 @@ def test_a_refused_setting_is_said_in_words():
     assert not at.exception
     assert any("Cannot plan this cluster" in e and "headroom" in e for e in errors(at))
     assert not at.metric
+
+
+def _searched(at: AppTest) -> int:
+    summary = next(shown(c.value) for c in at.caption if "layouts in" in shown(c.value))
+    return int(summary.split("searched ")[1].split(" layouts")[0].replace(",", ""))
+
+
+def test_measured_min_cut_budgets_join_the_search():
+    at = _page()
+    before = _searched(at)
+    at.button(key="cl_min_cut_run").click().run(timeout=300)
+    assert not at.exception and not errors(at)
+    assert any("min-cut-0 keeps" in shown(c.value) and "min-cut-0.75 keeps" in shown(c.value) for c in at.caption)
+    # Four budgets beside none and full: three times the layouts, each measured choice searched.
+    assert _searched(at) == 3 * before
