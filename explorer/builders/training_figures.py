@@ -38,7 +38,7 @@ def tradeoff_figure(results: Sequence[RematResult], budget: float) -> go.Figure:
         mode="lines+markers+text", text=[f"{r.budget:g}" for r in ordered], textposition="top right",
         name="budget sweep", marker={"size": 8, "color": "#4c78a8"},
         hovertext=[f"budget {r.budget:g}: saves {format_bytes(r.saved_activation_bytes)}, recomputes "
-                   f"{r.recomputed_ops} ops ({r.recompute_flops:,} FLOPs, {format_seconds(r.recompute_time_s)})"
+                   f"{len(r.recomputed)} nodes ({r.recomputed_ops} aten ops, {r.recompute_flops:,} FLOPs, {format_seconds(r.recompute_time_s)})"
                    for r in ordered], hoverinfo="text",
     )
     current = [r for r in ordered if r.budget == budget]
@@ -82,7 +82,7 @@ def remat_to_dot(graph: Graph, result: RematResult, max_nodes: int = 600) -> str
     lines = ["digraph remat {", "  rankdir=TB; node [shape=box, style=\"rounded,filled\", fontname=Helvetica, "
              "fontsize=10]; edge [color=\"#999999\"];",
              f"  label=\"budget {result.budget:g}: {len(saved)} saved ({format_bytes(result.saved_activation_bytes)}), "
-             f"{len(recomputed)} recomputed" + (f"; first {max_nodes} of {len(graph.op_indices)} ops" if
+             f"{len(recomputed)} recomputed nodes ({result.recomputed_ops} aten ops)" + (f"; first {max_nodes} of {len(graph.op_indices)} ops" if
                                                  len(graph.op_indices) > max_nodes else "") + "\"; labelloc=t;"]
     for v in ops:
         node = graph.nodes[v]

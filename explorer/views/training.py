@@ -11,6 +11,7 @@ import pandas as pd
 import streamlit as st
 
 from explorer.viewer import show_graph
+from explorer.builders.text import md
 from explorer import compute, panels, state
 from explorer.builders import training_figures
 from partitioner import Graph, PartitionError, format_bytes
@@ -48,7 +49,9 @@ def _memory(graph: Graph, result: remat.RematResult, results: list[remat.RematRe
     config = state.current_config()
     planned = compute.plan(config) if config is not None else None
     if planned is None or planned.plan is None:
-        st.info("No plan for the sidebar's devices yet: see the Explore page.")
+        cause = f": {md(planned.error)}" if planned is not None and planned.error else ""
+        st.warning(f"No plan of this model fits the sidebar's devices{cause}. Training memory is drawn per device "
+                   "of a plan: add devices or memory in the sidebar (the Explore page shows the plan).")
         return
     plan = planned.plan
     used = remat.training_memory(plan, graph, result, optimizer)
@@ -95,7 +98,10 @@ def main() -> None:
     less = save_all.saved_activation_bytes - result.saved_activation_bytes
     cols[0].metric("Saved activations", format_bytes(result.saved_activation_bytes),
                    f"-{format_bytes(less)} against budget 1" if less else "as at budget 1", delta_color="inverse")
-    cols[1].metric("Recomputed ops", result.recomputed_ops, f"of {redo_all.recomputed_ops} at budget 0", delta_color="off")
+    cols[1].metric("Recomputed nodes", len(result.recomputed), f"of {len(redo_all.recomputed)} at budget 0",
+                   delta_color="off", help=f"Nodes of the traced graph (as drawn below) whose output the backward "
+                   f"computes again: {result.recomputed_ops} aten ops once decomposed "
+                   f"({redo_all.recomputed_ops} at budget 0). Views are not counted: redoing them is free.")
     cols[2].metric("Recompute FLOPs", f"{result.recompute_flops:,}")
     cols[3].metric("Recompute time", format_seconds(result.recompute_time_s), "at 10 TFLOP/s", delta_color="off")
     if any(r.gradients_equal is False for r in results):

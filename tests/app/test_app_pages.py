@@ -310,13 +310,13 @@ def test_training_memory_page_runs_min_cut_and_keeps_the_choices():
     at.button(key="tm_run").click().run(timeout=240)
     assert not at.exception and not errors(at)
     metrics = {m.label: m.value for m in at.metric}
-    assert metrics["Recomputed ops"] != "0" and metrics["Saved activations"].endswith("B")
+    assert metrics["Recomputed nodes"] != "0" and metrics["Saved activations"].endswith("B")
     assert charts(at)[1] == 2  # the trade-off curve, training memory per device
     table = [d.value for d in at.dataframe if "activations" in d.value.columns][0]
     assert list(table.columns)[:5] == ["device", "parameters", "gradients", "optimizer", "activations"]
     # Budget 1 saves everything min-cut would; the results are not traced again.
     at.select_slider(key="tm_budget").set_value(1.0).run()
-    assert not at.exception and {m.label: m.value for m in at.metric}["Recomputed ops"] == "0"
+    assert not at.exception and {m.label: m.value for m in at.metric}["Recomputed nodes"] == "0"
     at.switch_page("views/explore.py").run()
     at.switch_page("views/training.py").run()
     assert at.select_slider(key="tm_budget").value == 1.0 and at.metric
