@@ -131,8 +131,10 @@ def main() -> None:
         return
     over = [d.name for d in devices if after[d.logical_id] > d.memory_bytes]
     metrics = st.columns(3)
+    saved = max(before.values()) - max(after.values())
     metrics[0].metric("Largest device memory", format_bytes(max(after.values())),
-                      f"-{format_bytes(max(before.values()) - max(after.values()))} sharded", delta_color="inverse")
+                      f"-{format_bytes(saved)} sharded" if saved > 0 else None, delta_color="inverse",
+                      help=None if saved > 0 else "Nothing is sharded yet: every device holds the whole model.")
     metrics[1].metric("Collectives per step", sum(plan.counts(None).values()))
     metrics[2].metric("Communication time", format_seconds(plan.comm_time_s))
     (st.warning if over else st.success)(f"Over capacity: {', '.join(over)}." if over else "Every device fits.")

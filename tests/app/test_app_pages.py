@@ -330,9 +330,13 @@ def test_sharding_page_suggests_edits_and_runs():
     at.switch_page("views/sharding.py").run()
     assert not at.exception and not errors(at)
     assert any("Over capacity" in w.value for w in at.warning)  # 7.8 MiB each, unsharded
+    largest = next(m for m in at.metric if m.label == "Largest device memory")
+    assert not largest.delta  # nothing sharded: no "-0 B sharded"
     at.button(key="sh_suggest").click().run()
     assert not at.exception and not errors(at)
     assert any("Every device fits" in s.value for s in at.success)
+    largest = next(m for m in at.metric if m.label == "Largest device memory")
+    assert largest.delta.startswith("-") and largest.delta.endswith("sharded") and largest.delta != "-0 B sharded"
     collectives = [d.value for d in at.dataframe if "collective" in d.value.columns][0]
     assert set(collectives["collective"]) == {"all_reduce"} and len(collectives) == 4
     at.switch_page("views/explore.py").run()
