@@ -129,3 +129,24 @@ def engine_file(engine: str, layout: Layout, work: Workload) -> tuple[str, str, 
     if engine == "megatron":
         return "megatron_args.txt", " ".join(shlex.quote(a) for a in to_megatron(layout, work)) + "\n", "text/plain"
     return "deepspeed.json", json.dumps(to_deepspeed(layout, work), indent=2) + "\n", "application/json"
+
+
+TIMELINE_ACTIONS = 2048  # stages x microbatches drawn at most (a Plotly bar per action)
+
+
+def layout_timeline(r: LayoutResult) -> go.Figure | None:
+    """The opened layout's pipeline schedule as the Pipeline page draws it: its stages at the
+    planner's per-microbatch forward and backward times (equal stages), simulated by the same
+    simulator; None without a pipeline or when it has more actions than can be drawn."""
+    from explorer.builders.pipeline_figures import schedule_figure
+    from partitioner.pipeline.schedules import stages_per_rank
+    from partitioner.pipeline.simulate import simulate
+
+    lay = r.layout
+    if lay.pp < 2 or r.stage_s == (0.0, 0.0) or lay.pp * r.microbatches > TIMELINE_ACTIONS:
+        return None
+    v = stages_per_rank(lay.schedule)
+    forward, backward = r.stage_s
+    sim = simulate([forward / v] * (lay.pp * v), r.microbatches, lay.schedule,
+                   backward_s=[backward / v] * (lay.pp * v))
+    return schedule_figure(sim, lay.pp)

@@ -182,6 +182,16 @@ def _render_layout(chosen: cluster.LayoutResult, work: cluster.Workload, capacit
     left, right = st.columns(2)
     left.plotly_chart(cluster_figures.memory_figure(chosen, capacity_bytes), key="cl_memory")
     right.plotly_chart(cluster_figures.time_figure(chosen, work.kind == "inference"), key="cl_time")
+    timeline = cluster_figures.layout_timeline(chosen) if work.kind == "training" else None
+    if timeline is not None:
+        st.plotly_chart(timeline, key="cl_timeline")
+        st.caption(md(f"{chosen.layout.label()}: one step's pipeline schedule as the Pipeline page simulates it, each "
+                      f"stage at this layout's forward and backward of a microbatch (tensor-parallel and stage "
+                      f"transfers included); the simulator's step is {format_seconds(chosen.step_s)} "
+                      "less the exposed gradient reduction."))
+    elif chosen.layout.pp > 1 and work.kind == "training":
+        st.caption(f"The schedule has {chosen.layout.pp * chosen.microbatches:,} stage-microbatch actions: too many "
+                   "to draw; the step comes from the schedule's closed form.")
     if work.kind == "inference":
         st.caption("Inference layouts are exported with the training engines' parallelism settings.")
     cols = st.columns(len(ENGINES))

@@ -112,6 +112,7 @@ class LayoutResult:
     cost_per_million_tokens: float
     microbatches: int = 1
     extra: dict[str, float] = field(default_factory=dict)  # inference: per-token figures
+    stage_s: tuple[float, float] = (0.0, 0.0)  # training: one microbatch's forward and backward on a stage
 
     @property
     def devices(self) -> int:
@@ -126,6 +127,7 @@ class LayoutResult:
                 "fits": self.fits, "memory_bytes": self.memory, "step_s": self.step_s, "parts_s": self.parts_s,
                 "limit": self.limit, "mfu": self.mfu, "tokens_per_s": self.tokens_per_s,
                 "cost_per_million_tokens": self.cost_per_million_tokens, "microbatches": self.microbatches,
+                "stage_forward_s": self.stage_s[0], "stage_backward_s": self.stage_s[1],
                 **({"inference": self.extra} if self.extra else {})}
 
 
@@ -251,7 +253,7 @@ def evaluate(p: ModelProfile, w: Workload, c: Cluster, lay: Layout, sim: Any) ->
     mfu = model_flops / (step * devices * acc.peak_flops) if step > 0 else 0.0
     tps = tokens / step if step > 0 else math.inf
     cost = acc.price_per_hour * devices / 3600 * step / tokens * 1e6
-    return LayoutResult(lay, fits, mem, step, parts, limit, mfu, tps, cost, m)
+    return LayoutResult(lay, fits, mem, step, parts, limit, mfu, tps, cost, m, stage_s=(stage_f, stage_b))
 
 
 def _expert_exchange_s(p: ModelProfile, c: Cluster, lay: Layout, hidden_bytes: float) -> float:

@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from explorer.builders import cluster_figures
-from partitioner import cluster
+from partitioner import cluster, format_seconds
+from partitioner.cluster.search import _simulator
 
 GiB = 2**30
 
@@ -123,3 +124,23 @@ def test_the_builders_import_no_streamlit():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          cwd=Path(__file__).resolve().parents[2])
     assert out.stdout.strip() == "False"
+
+
+def test_an_opened_layout_draws_its_schedule_as_the_pipeline_simulator_does():
+    from partitioner.pipeline.simulate import simulate
+
+    p = cluster.ModelProfile(name="x", tokens0=1, seq0=1, weight_bytes=8_000_000, param_count=4_000_000, element_bytes=2,
+                             layers=4, hidden_bytes_per_token=64.0, kv_bytes_per_token=0.0, act_bytes_per_token=400.0,
+                             flops_per_token=8e6, attention_flops_per_token=0.0, node_weight_bytes=(2_000_000,) * 4,
+                             node_act_bytes=(100.0,) * 4, node_flops=(2e6,) * 4, node_attention=(False,) * 4)
+    c = cluster.Cluster(cluster.Accelerator("t", 2**36, 1e12, 1e11, 1.0), devices_per_node=4)
+    sim = _simulator()
+    r = cluster.evaluate(p, cluster.Workload(global_batch=8, seq_len=1), c,
+                         cluster.Layout(pp=4, microbatch_size=1, schedule="1f1b"), sim)
+    fig = cluster_figures.layout_timeline(r)
+    reference = simulate([r.stage_s[0]] * 4, 8, "1f1b", backward_s=[r.stage_s[1]] * 4)
+    assert fig is not None and f"step {format_seconds(reference.step_time_s)}" in fig.layout.title.text
+    assert reference.step_time_s == pytest.approx(r.step_s)  # no data parallelism: the step is the schedule's
+    assert sum(len(t.x) for t in fig.data[1:]) == 2 * 4 * 8  # a forward and a backward per stage and microbatch
+    flat = cluster.evaluate(p, cluster.Workload(global_batch=8, seq_len=1), c, cluster.Layout(dp=4), sim)
+    assert cluster_figures.layout_timeline(flat) is None
