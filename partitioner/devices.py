@@ -187,6 +187,11 @@ def parse_devices(spec: str) -> list[Device]:
                     f"cannot read device group {group!r}: {body!r} is neither a size "
                     f"(e.g. '16GiB') nor a preset ({', '.join(sorted(PRESETS))})"
                 ) from None
+            if memory == 0:
+                raise DeviceSpecError(
+                    f"device memory must be more than 0 B in {spec!r} (group {group!r} gives 0 B); a device "
+                    "with no memory holds nothing: write its memory, e.g. '4x16GiB'"
+                )
         for _ in range(count):
             lid = len(devices)
             if memory < 0:
@@ -214,5 +219,11 @@ def devices_from_dicts(items: Iterable[Mapping[str, Any]]) -> list[Device]:
             values = {**PRESETS[str(preset).lower()], "kind": str(preset).lower(), **values}
         values.setdefault("logical_id", i)
         values.setdefault("name", f"dev_{values['logical_id']}")
-        devices.append(Device.from_dict(values))
+        device = Device.from_dict(values)
+        if device.memory_bytes == 0:
+            raise DeviceSpecError(
+                f"device #{i} ({device.name!r}): memory_bytes must be more than 0 (got 0); a device with no "
+                "memory holds nothing: give its memory, e.g. \"memory_bytes\": \"16GiB\""
+            )
+        devices.append(device)
     return devices
