@@ -16,6 +16,7 @@ from explorer.builders import training_figures
 from partitioner import Graph, PartitionError, format_bytes
 from partitioner import remat
 from partitioner.units import format_seconds
+from explorer.builders.text import md
 
 RESULTS = "remat_results"  # (graph fingerprint, loss) -> the sweep's results
 BUDGETS = (0.0, 0.25, 0.5, 0.75, 1.0)
@@ -34,7 +35,7 @@ def _sweep(graph: Graph, loss: str) -> list[remat.RematResult] | None:
     try:
         remat.check_size(graph)
     except remat.MetaWeightsError as exc:
-        st.error(f"Cannot analyse training for this model at this size: {exc}. For a Hugging Face model, set "
+        st.error(f"Cannot analyse training for this model at this size: {md(exc)}. For a Hugging Face model, set "
                  "num_hidden_layers (n_layer for GPT-2) to 2 in the model's settings in the sidebar.")
         return None
     if not st.button("Trace the joint graph and run min-cut", key="tm_run", type="primary"):
@@ -43,7 +44,7 @@ def _sweep(graph: Graph, loss: str) -> list[remat.RematResult] | None:
         done = panels.run_with_status(lambda progress: remat.sweep(
             graph, graph.example_inputs or (), BUDGETS, loss, timeout_s=300))
     except PartitionError as exc:
-        st.error(f"Cannot analyse training for this model: {exc}")
+        st.error(f"Cannot analyse training for this model: {md(exc)}")
         return None
     if done is not None:
         results[key] = done
@@ -75,7 +76,7 @@ def _memory(graph: Graph, result: remat.RematResult, results: list[remat.RematRe
                                 "total": format_bytes(sum(parts.values())),
                                 "of capacity": f"{sum(parts.values()) / caps[d]:.1%}"}
                                for d, parts in used.items()]), hide_index=True)
-    st.caption(f"Plan: {plan.mode_label} on the sidebar's devices. Gradients take the parameters' bytes "
+    st.caption(f"Plan: {md(plan.mode_label)} on the sidebar's devices. Gradients take the parameters' bytes "
                "again; optimizer state is kept in the parameters' dtype; a replicated partition counts on "
                "each of its devices.")
 
@@ -85,7 +86,7 @@ def main() -> None:
     if inputs is None:
         return
     config, graph = inputs
-    st.markdown(f"#### Training memory for {config.model.label}")
+    st.markdown(f"#### Training memory for {md(config.model.label)}")
     cols = st.columns(3)
     budget = cols[0].select_slider("Activation memory budget", options=list(BUDGETS), value=0.5, key="tm_budget",
                                    help="torch's activation_memory_budget: 1 saves what min-cut would, 0 "
