@@ -60,7 +60,10 @@ REAL_WEIGHTS_MAX_PARAMS = 50_000_000  # larger models get meta weights
 # not its range: n_head=0 or vocab_size=0 build a model that divides by zero or cannot take a
 # token. A field named as a size, a count of heads, layers, experts or positions, given as a
 # whole number, must be at least 1 (checked on the fields a person sets, under their canonical
-# names through the config's attribute_map).
+# names through the config's attribute_map). Counts of layers and experts are modules to build
+# one by one: at most MAX_REPEATS (Llama-3-405B has 126 layers; n_layer=1e12 would never finish).
+MAX_REPEATS = 1024
+_REPEATED = re.compile(r"(^n_layer$|.*_layers$|.*experts$)")
 _DIMENSION = re.compile(r"(^(n|num|d)_.*|.*_(size|dim|heads|layers|embeddings|positions|channels|experts|"
                         r"embd|head|layer|inner|tok|model|ff|kv)$)")
 
@@ -144,6 +147,7 @@ def load_hf(name: str, overrides: Mapping[str, Any]) -> tuple[nn.Module, tuple[t
         raise ModelSpecError(f"hf:{name}: transformers' {model_type} config refused a field ({said}); give each "
                              "field a value of its type, e.g. num_hidden_layers=2, attn_pdrop=0.1") from None
     _check_rope(name, config, transformers)
+    _check_activations(name, overrides, transformers)
     config.use_cache = False
     auto = (transformers.AutoModelForSeq2SeqLM if model_type in SEQ2SEQ else
             transformers.AutoModel if model_type in ENCODERS | VISION else transformers.AutoModelForCausalLM)
@@ -153,7 +157,7 @@ def load_hf(name: str, overrides: Mapping[str, Any]) -> tuple[nn.Module, tuple[t
         if sum(p.numel() for p in model.parameters()) <= REAL_WEIGHTS_MAX_PARAMS:
             torch.manual_seed(0)
             model = auto.from_config(config)  # small: real weights, so a split can be checked
-    except (ValueError, TypeError, RuntimeError, ArithmeticError) as exc:
+    except (ValueError, TypeError, KeyError, RuntimeError, ArithmeticError) as exc:
         raise LoaderError(f"hf:{name}: transformers could not build it ({str(exc).splitlines()[0][:200]})") from None
     model = model.to(DTYPES[dtype_name]).eval()
     generator = torch.Generator().manual_seed(0)
@@ -193,6 +197,9 @@ def _check_ranges(name: str, aliases: Mapping[str, str], overrides: Mapping[str,
             shown = key if key == canonical else f"{key} ({canonical})"
             raise ModelSpecError(f"hf:{name}: {shown} must be at least 1 (got {value}): it is a size or a count "
                                  f"of heads, layers or positions; e.g. {key}=2")
+        if isinstance(value, int) and value > MAX_REPEATS and (_REPEATED.match(key) or _REPEATED.match(canonical)):
+            raise ModelSpecError(f"hf:{name}: {key} must be at most {MAX_REPEATS} (got {value}): each is a module "
+                                 "built and traced one by one; real models have at most a few hundred")
 
 
 def _check_rope(name: str, config: Any, transformers: Any) -> None:
@@ -207,3 +214,16 @@ def _check_rope(name: str, config: Any, transformers: Any) -> None:
         if kind not in known:
             raise ModelSpecError(f"hf:{name}: rope_parameters' rope_type must be one of {', '.join(sorted(known))} "
                                  f"(got {kind!r}); e.g. rope_parameters={{\"rope_type\": \"linear\", \"factor\": 2.0}}")
+
+
+def _check_activations(name: str, overrides: Mapping[str, Any], transformers: Any) -> None:
+    """An activation named in a config field must be one of transformers' ``ACT2FN`` (building
+    the model looks it up and raises a KeyError)."""
+    known = transformers.activations.ACT2FN
+    for key in sorted(overrides):
+        value = overrides[key]
+        if ("activation" in key or key.endswith("_act")) and isinstance(value, str) and value not in known:
+            close = difflib.get_close_matches(value, list(known), n=3)
+            raise ModelSpecError(f"hf:{name}: {key} must name an activation transformers has (got {value!r})"
+                                 + (f"; did you mean {', '.join(close)}?" if close else "")
+                                 + f"; e.g. {key}=gelu_new or {key}=silu")

@@ -34,6 +34,8 @@ CASES = [
     ("hf:llama", "vocab_size", 1.5, r"config refused a field .*vocab_size"),
     ("hf:llama", "rope_parameters", '{"rope_type": "bogus"}', r"rope_type must be one of .*\(got 'bogus'\)"),
     ("hf:llama", "rope_parameters", 5, r"config refused a field .*rope_parameters"),
+    ("hf:gpt2", "activation_function", "gelu_neww", r"must name an activation .*\(got 'gelu_neww'\); did you mean gelu_new"),
+    ("hf:gpt2", "n_layer", 10**6, r"n_layer must be at most 1024 \(got 1000000\)"),
     ("hf:llama", "quantization_config", '{"quant_method": "bitsandbytes"}', r"no config field 'quantization_config'"),
 ]
 
