@@ -11,14 +11,24 @@ from __future__ import annotations
 import html
 import re
 
-__all__ = ["md", "plain"]
+__all__ = ["md", "plain", "JOINER"]
 
 _SPECIAL = re.compile(r"([\\`*_{}\[\]()#+\-.!|<>~$:&])")
 
 
+# NOTE: [Autolinks] GitHub-flavoured Markdown turns bare URLs (http://..., www.x) and e-mail
+# addresses into links after escapes are read, so a backslash cannot stop it. Its rule links one
+# only after a space, punctuation or the start of the text: an invisible WORD JOINER (U+2060)
+# before "http"/"www" and after "@" keeps each as text, and the text reads the same.
+_AUTOLINK = re.compile(r"(?i)(?<![^\W_])(?=(?:https?|ftp|www|mailto|xmpp)\b)")
+JOINER = "\u2060"
+
+
 def md(text: object) -> str:
-    """``text`` with every Markdown and HTML special character escaped (shown as written)."""
-    return _SPECIAL.sub(r"\\\1", str(text)).replace("\n", " ")
+    """``text`` with every Markdown and HTML special character escaped and no autolink (NOTE:
+    [Autolinks]): shown as written."""
+    escaped = _SPECIAL.sub(r"\\\1", str(text)).replace("\n", " ")
+    return _AUTOLINK.sub(JOINER, escaped).replace("@", "@" + JOINER)
 
 
 def plain(text: object) -> str:
