@@ -142,7 +142,7 @@ def parse_devices(spec: str) -> list[Device]:
         if not path.exists():
             raise DeviceSpecError(f"devices file {text!r} does not exist")
         try:
-            data = json.loads(path.read_text(encoding="utf-8"))
+            data = json.loads(path.read_text(encoding="utf-8-sig"))  # a byte order mark is no part of it
         except json.JSONDecodeError as exc:
             raise DeviceSpecError(f"devices file {text!r} is not valid JSON: {exc}") from None
         except (OSError, UnicodeDecodeError) as exc:

@@ -109,3 +109,12 @@ def test_hugging_face_fields_out_of_range_exit_2(spec, sets, message, capsys):
     assert code == 2, err
     assert message in err and spec in err, err
     assert "internal error" not in err
+
+
+def test_devices_and_latency_files_with_a_byte_order_mark_are_read(tmp_path, capsys):
+    devices = tmp_path / "devices.json"
+    devices.write_bytes(b"\xef\xbb\xbf" + json.dumps([{"memory_bytes": "1MiB"}] * 2).encode())
+    latency = tmp_path / "latency.csv"
+    latency.write_bytes(b"\xef\xbb\xbfname,mem_s,compute_s\nlayers_0,1e-6,2e-6\n")
+    code, out, err = run(["plan", *MLP, "--devices", str(devices), "--node-latency", str(latency)], capsys)
+    assert code == 0, err
