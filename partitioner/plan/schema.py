@@ -171,7 +171,7 @@ def _fields(data: Mapping[str, Any], spec: Mapping[str, tuple[bool, Any]], where
     for key, (required, rule) in spec.items():
         if key not in data:
             if required:
-                problems.append(f"{where or 'the plan'} lacks the field {key!r}")
+                problems.append(f"{where or 'plan JSON'} lacks the field {key!r}")
                 ok = False
             continue
         broken = rule(data[key])

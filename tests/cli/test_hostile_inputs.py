@@ -45,7 +45,7 @@ def bad_plans(good: dict) -> dict[str, tuple[object, str]]:
                                   "partitions[0].children names partition 5"),
         "string_bytes": ({**good, "partitions": [{**first, "memory_bytes": "lots"}, *good["partitions"][1:]]},
                          "partitions[0].memory_bytes must be a whole number"),
-        "missing_devices": ({k: v for k, v in good.items() if k != "devices"}, "the plan lacks the field 'devices'"),
+        "missing_devices": ({k: v for k, v in good.items() if k != "devices"}, "plan JSON lacks the field 'devices'"),
     }
 
 
