@@ -95,6 +95,7 @@ def as_int(value: Any) -> int:
 # violations, reported on a plan that loaded. Ids that edges, parents, children and the critical
 # path name must be partitions of the file: a reader indexes by them.
 _MAX_INT = 2**63 - 1  # int64: the tables and figures hold every count
+_MAX_FLOAT_INT = 2**1000  # a whole number written where seconds go: below float's range (inf aside)
 
 
 def _whole(low: int) -> Any:
@@ -106,8 +107,8 @@ def _whole(low: int) -> Any:
 
 def _number(finite: bool, positive: bool = False) -> Any:
     def rule(v: Any) -> str | None:
-        ok = (isinstance(v, (int, float)) and not isinstance(v, bool) and not math.isnan(v)
-              and (v > 0 if positive else v >= 0) and (math.isfinite(v) or not finite))
+        ok = (isinstance(v, (int, float)) and not isinstance(v, bool) and (isinstance(v, float) or abs(v) <= _MAX_FLOAT_INT)
+              and not math.isnan(v) and (v > 0 if positive else v >= 0) and (math.isfinite(v) or not finite))
         what = "a positive" if positive else "a non-negative"
         return None if ok else f"must be {what}{', finite' if finite else ''} number"
     return rule
