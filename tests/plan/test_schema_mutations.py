@@ -109,6 +109,9 @@ def test_mutated_plan_files_are_refused_clearly_or_read(valid, data):
     (lambda d: d["provenance"]["options"].update(saturate_host="yes"), r"saturate_host must be true or false"),
     (lambda d: d["devices"][1].update(logical_id=0), r"devices\[1\]\.logical_id 0 is used by another device"),
     (lambda d: d.update(mode=5), r"mode must be a string \(got 5\)"),
+    (lambda d: d["provenance"]["options"]["node_latency"].update(add=[10**400, 0]),
+     r"node_latency\['add'\] must be a pair \(memory seconds, compute seconds\)"),
+    (lambda d: d["partitions"][0].update(latency_s=10**400), r"partitions\[0\]\.latency_s must be a non-negative"),
 ])
 def test_each_rule_names_the_field_the_value_and_the_fix(valid, change, message):
     data = json.loads(json.dumps(valid[0]))
