@@ -30,6 +30,7 @@ __all__ = [
 # and the app's device table stays responsive.
 MAX_DEVICES = 4096
 MAX_MEMORY_BYTES = 2**60  # 1 EiB a device: beyond any accelerator, and within int64 for tables
+MAX_SPEED = 1e300  # a speed the cost model can divide by as a float (10**400 as an int overflows)
 
 @dataclass(frozen=True)
 class Device:
@@ -68,9 +69,9 @@ class Device:
         for field in ("peak_flops", "memory_bandwidth_bytes_per_s", "link_bandwidth_bytes_per_s"):
             value = getattr(self, field)
             if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
-                                      or not 0 < value < float("inf")):
+                                      or not 0 < value < float("inf") or value > MAX_SPEED):
                 raise DeviceSpecError(
-                    f"device {self.name!r}: {field} must be a positive, finite number or omitted (got {value!r})"
+                    f"device {self.name!r}: {field} must be a positive number up to {MAX_SPEED:g} or omitted (got {value!r})"
                 )
 
     def to_dict(self) -> dict[str, Any]:

@@ -118,3 +118,10 @@ def test_devices_and_latency_files_with_a_byte_order_mark_are_read(tmp_path, cap
     latency.write_bytes(b"\xef\xbb\xbfname,mem_s,compute_s\nlayers_0,1e-6,2e-6\n")
     code, out, err = run(["plan", *MLP, "--devices", str(devices), "--node-latency", str(latency)], capsys)
     assert code == 0, err
+
+
+def test_a_device_speed_beyond_a_float_exits_2(tmp_path, capsys):
+    path = tmp_path / "devices.json"
+    path.write_text(json.dumps([{"memory_bytes": "1MiB", "peak_flops": 10**400}] * 2))
+    code, _, err = run(["plan", *MLP, "--devices", str(path)], capsys)
+    assert code == 2 and "peak_flops must be a positive number up to 1e+300" in err, err
