@@ -41,7 +41,7 @@ class CLIError(Exception):
 
 def read_text(path: str, what: str) -> str:
     if path == "-":
-        return sys.stdin.read()
+        return sys.stdin.read().removeprefix("\ufeff")
     p = Path(path)
     if not p.exists():
         raise CLIError(f"{what} {path!r} does not exist; check the path")
@@ -50,7 +50,7 @@ def read_text(path: str, what: str) -> str:
     try:
         if p.stat().st_size > MAX_INPUT_BYTES:
             raise CLIError(f"{what} {path!r} is larger than {MAX_INPUT_BYTES // 2**20} MiB; give the right file")
-        return p.read_text(encoding="utf-8")
+        return p.read_text(encoding="utf-8-sig")  # a byte order mark is no part of the text
     except UnicodeDecodeError:
         raise CLIError(f"{what} {path!r} is not a UTF-8 text file") from None
     except OSError as exc:

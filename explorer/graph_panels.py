@@ -21,6 +21,7 @@ from partitioner.units import format_seconds
 
 from explorer.builders import tables
 from explorer.viewer import show_graph
+from explorer.builders.text import md
 
 __all__ = ["NO_HIT", "view_controls", "render_dag", "render_drilldown", "render_model_graph", "render_side_by_side",
            "render_step", "node_seconds", "NODE_LIMIT"]
@@ -49,11 +50,11 @@ def view_controls(key: str, graph: Graph, plan: Plan | None = None) -> tuple[str
     hit = search(graph, query, plan) if query else NO_HIT
     if query:
         if not hit.nodes:
-            st.warning(f"No node or module name contains `{query}`; try part of a name, e.g. "
-                       f"`{graph.nodes[graph.op_indices[len(graph.op_indices) // 2]].module_path or graph.op_names[0]}`.")
+            st.warning(f"No node or module name contains {md(query)}; try part of a name, e.g. "
+                       f"{md(graph.nodes[graph.op_indices[len(graph.op_indices) // 2]].module_path or graph.op_names[0])}.")
         else:
             where = ", ".join(f"P{p}" for p in hit.partitions) or "no partition"
-            st.caption(f"`{query}` matches {len(hit.nodes)} node{'s' if len(hit.nodes) != 1 else ''} in {where} "
+            st.caption(f"{md(query)} matches {len(hit.nodes)} node{'s' if len(hit.nodes) != 1 else ''} in {where} "
                        "(outlined in blue).")
     return overlay, hit
 
@@ -139,7 +140,7 @@ def render_side_by_side(a: Plan, b: Plan, label_a: str, label_b: str, key: str, 
     left, right = st.columns(2)
     for col, plan, label, side in ((left, a, label_a, "a"), (right, b, label_b, "b")):
         with col:
-            st.markdown(f"**{label}**")
+            st.markdown(f"**{md(label)}**")
             show_graph(plan_to_dot(plan, graph, overlay=overlay, scale=scale, title=label), key=f"{key}_{side}", height=480)
     diff = diff_plans(a, b)
     moves = tables.moves_table(a, b)

@@ -16,6 +16,7 @@ from partitioner.units import format_seconds
 from partitioner.draw.dag import plan_to_dot, render_dot
 
 from explorer.builders import figures, tables, teaching
+from explorer.builders.text import md
 
 __all__ = [
     "render_summary",
@@ -54,11 +55,11 @@ def render_summary(plan: Plan, seconds: float | None = None, reference: Plan | N
     if seconds is not None:
         cols[4].metric("Time to partition", format_seconds(seconds))
     else:
-        cols[4].metric("Mode", plan.mode, "edited" if plan.provenance.edited else None, delta_color="off")
+        cols[4].metric("Mode", md(plan.mode), "edited" if plan.provenance.edited else None, delta_color="off")
     count = len(plan.partitions)
     best = plan.bound_summary()
     st.caption(
-        f"Plan: {plan.model or 'model'} | {plan.mode_label} | {count} partition{'s' if count != 1 else ''} | "
+        f"Plan: {md(plan.model or 'model')} | {md(plan.mode_label)} | {count} partition{'s' if count != 1 else ''} | "
         f"latency {format_seconds(plan.latency_s)} | {best} | {plan.cost_model} cost model"
     )
 
@@ -97,7 +98,7 @@ def render_violations(violations: Sequence[str]) -> None:
         st.success("The plan is valid: every node is placed once, every device has room, data flows one way.")
         return
     st.error(f"The plan breaks {len(violations)} rule{'s' if len(violations) != 1 else ''}:\n\n"
-             + "\n".join(f"- {v}" for v in violations))
+             + "\n".join(f"- {md(v)}" for v in violations))
 
 
 def render_downloads(plan: Plan, key: str, stem: str) -> None:
@@ -136,7 +137,7 @@ def render_comparison(results: Sequence[ModeResult]) -> None:
     st.plotly_chart(figures.comparison_figure(results), key="chart_comparison")
     for r in results:
         if r.error:
-            st.warning(f"**{r.mode}** found no plan: {r.error}")
+            st.warning(f"**{md(r.mode)}** found no plan: {md(r.error)}")
 
 
 
@@ -153,7 +154,7 @@ def run_with_status(start: Callable[[Callable[[str], None]], Any]) -> Any | None
             result = start(lambda text: status.update(label=text))
         except RunError as exc:
             status.update(label="The run failed", state="error")
-            st.error(f"The run failed: {exc}")
+            st.error(f"The run failed: {md(exc)}")
             return None
         status.update(label="Run finished", state="complete")
         return result
@@ -197,7 +198,7 @@ def render_cost_models(plan: Plan, graph: Graph) -> None:
     try:
         there = plan.rescore(graph, other)
     except PartitionError as exc:
-        st.caption(f"Cannot score the plan under the {other} cost model: {exc}")
+        st.caption(f"Cannot score the plan under the {other} cost model: {md(exc)}")
         return
     with st.expander("Physical and torch's numbers for this plan", expanded=False):
         st.dataframe(tables.cost_model_table(plan, there), hide_index=True)

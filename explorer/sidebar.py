@@ -247,7 +247,7 @@ def devices_ui() -> tuple[list[Device] | None, float | None]:
     try:
         return rows_to_devices(edited.to_dict("records")), rate
     except InputError as exc:
-        st.error(str(exc))
+        st.error(md(exc))
         return None, rate
 
 
@@ -281,7 +281,7 @@ def mode_ui() -> tuple[str, dict[str, Any] | None]:
             try:
                 node_latency = parse_node_latency(upload.getvalue(), upload.name)
             except InputError as exc:
-                st.error(str(exc))
+                st.error(md(exc))
                 return mode, None
     st.session_state.setdefault("search_budget", 0)
     st.session_state.setdefault("time_limit_s", 10)

@@ -19,6 +19,7 @@ import streamlit as st
 
 from partitioner import PartitionError
 from partitioner.draw.dag import render_dot
+from explorer.builders.text import md
 
 __all__ = ["show_graph", "svg_of"]
 
@@ -56,7 +57,7 @@ def show_graph(dot: str, *, key: str, height: int = 560, clickable: str | None =
     try:
         svg = svg_of(dot)
     except PartitionError as exc:
-        st.error(str(exc))
+        st.error(md(exc))
         return
     data = {"svg": svg, "view": key, "height": height, "clickable": clickable, "focus": focus,
             "hint": hint or ("scroll to zoom, drag to pan, hover for details"

@@ -30,6 +30,7 @@ __all__ = [
 # and the app's device table stays responsive.
 MAX_DEVICES = 4096
 MAX_MEMORY_BYTES = 2**60  # 1 EiB a device: beyond any accelerator, and within int64 for tables
+MAX_SPEED = 1e300  # a speed the cost model can divide by as a float (10**400 as an int overflows)
 
 @dataclass(frozen=True)
 class Device:
@@ -68,9 +69,9 @@ class Device:
         for field in ("peak_flops", "memory_bandwidth_bytes_per_s", "link_bandwidth_bytes_per_s"):
             value = getattr(self, field)
             if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
-                                      or not 0 < value < float("inf")):
+                                      or not 0 < value < float("inf") or value > MAX_SPEED):
                 raise DeviceSpecError(
-                    f"device {self.name!r}: {field} must be a positive, finite number or omitted (got {value!r})"
+                    f"device {self.name!r}: {field} must be a positive number up to {MAX_SPEED:g} or omitted (got {value!r})"
                 )
 
     def to_dict(self) -> dict[str, Any]:
@@ -142,7 +143,7 @@ def parse_devices(spec: str) -> list[Device]:
         if not path.exists():
             raise DeviceSpecError(f"devices file {text!r} does not exist")
         try:
-            data = json.loads(path.read_text(encoding="utf-8"))
+            data = json.loads(path.read_text(encoding="utf-8-sig"))  # a byte order mark is no part of it
         except json.JSONDecodeError as exc:
             raise DeviceSpecError(f"devices file {text!r} is not valid JSON: {exc}") from None
         except (OSError, UnicodeDecodeError) as exc:
@@ -187,6 +188,11 @@ def parse_devices(spec: str) -> list[Device]:
                     f"cannot read device group {group!r}: {body!r} is neither a size "
                     f"(e.g. '16GiB') nor a preset ({', '.join(sorted(PRESETS))})"
                 ) from None
+            if memory == 0:
+                raise DeviceSpecError(
+                    f"device memory must be more than 0 B in {spec!r} (group {group!r} gives 0 B); a device "
+                    "with no memory holds nothing: write its memory, e.g. '4x16GiB'"
+                )
         for _ in range(count):
             lid = len(devices)
             if memory < 0:
@@ -214,5 +220,11 @@ def devices_from_dicts(items: Iterable[Mapping[str, Any]]) -> list[Device]:
             values = {**PRESETS[str(preset).lower()], "kind": str(preset).lower(), **values}
         values.setdefault("logical_id", i)
         values.setdefault("name", f"dev_{values['logical_id']}")
-        devices.append(Device.from_dict(values))
+        device = Device.from_dict(values)
+        if device.memory_bytes == 0:
+            raise DeviceSpecError(
+                f"device #{i} ({device.name!r}): memory_bytes must be more than 0 (got 0); a device with no "
+                "memory holds nothing: give its memory, e.g. \"memory_bytes\": \"16GiB\""
+            )
+        devices.append(device)
     return devices

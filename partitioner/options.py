@@ -50,7 +50,7 @@ class AotMapping:
 def check_latency_pair(name: str, pair: Any) -> tuple[float, float]:
     try:
         mem_s, compute_s = (float(v) for v in pair)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):  # OverflowError: a whole number beyond a float
         raise PartitionError(
             f"node_latency[{name!r}] must be a pair (memory seconds, compute seconds), got {pair!r}"
         ) from None

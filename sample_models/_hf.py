@@ -10,6 +10,8 @@ checkpoint, its numbers written below. Returns ``(module, example_inputs, exampl
 from __future__ import annotations
 
 import difflib
+import json
+import re
 from typing import Any, Mapping
 
 import torch
@@ -54,6 +56,16 @@ SEQUENCE = 32  # tokens in the example input by default (8 for an encoder-decode
 TOKEN_SETTINGS = {"batch_size": 1, "seq_len": SEQUENCE}
 MAX_TOKENS = 1 << 20  # batch x sequence traced on fake tensors: beyond, tracing takes minutes
 REAL_WEIGHTS_MAX_PARAMS = 50_000_000  # larger models get meta weights
+# NOTE: [Config ranges] transformers checks a config field's type (its strict dataclasses) but
+# not its range: n_head=0 or vocab_size=0 build a model that divides by zero or cannot take a
+# token. A field named as a size, a count of heads, layers, experts or positions, given as a
+# whole number, must be at least 1 (checked on the fields a person sets, under their canonical
+# names through the config's attribute_map). Counts of layers and experts are modules to build
+# one by one: at most MAX_REPEATS (Llama-3-405B has 126 layers; n_layer=1e12 would never finish).
+MAX_REPEATS = 1024
+_REPEATED = re.compile(r"(^n_layer$|.*_layers$|.*experts$)")
+_DIMENSION = re.compile(r"(^(n|num|d)_.*|.*_(size|dim|heads|layers|embeddings|positions|channels|experts|"
+                        r"embd|head|layer|inner|tok|model|ff|kv)$)")
 
 
 def _transformers() -> Any:
@@ -110,12 +122,14 @@ def load_hf(name: str, overrides: Mapping[str, Any]) -> tuple[nn.Module, tuple[t
         raise LoaderError(f"hf:{name}: dtype {dtype_name!r} is not one of {', '.join(DTYPES)}")
     model_type, fields = PRESETS.get(name, (name, {}))
     try:
-        known = transformers.AutoConfig.for_model(model_type).to_dict()
+        base = transformers.AutoConfig.for_model(model_type)
+        known = {**base.to_dict(), **dict.fromkeys(getattr(base, "attribute_map", {}) or {})}  # aliases too
     except (ValueError, KeyError) as exc:
         raise LoaderError(
             f"hf:{name} is neither a preset ({', '.join(PRESETS)}) nor a transformers model type "
             f"({str(exc).splitlines()[0][:120]}); e.g. hf:llama, hf:gpt2, hf:t5, hf:vit"
         ) from None
+    overrides = {k: _from_text(v) for k, v in overrides.items()}
     unknown = sorted(set(overrides) - set(known))
     if unknown:
         close = difflib.get_close_matches(unknown[0], list(known), n=3)
@@ -123,10 +137,17 @@ def load_hf(name: str, overrides: Mapping[str, Any]) -> tuple[nn.Module, tuple[t
             f"hf:{name} ({model_type}) has no config field {unknown[0]!r}"
             + (f"; did you mean {', '.join(close)}?" if close else "")
             + " (set fields of its transformers config, e.g. num_hidden_layers=2, or dtype=bf16)")
+    from huggingface_hub.errors import StrictDataclassError
+
+    _check_ranges(name, getattr(base, "attribute_map", {}) or {}, overrides)
     try:
         config = transformers.AutoConfig.for_model(model_type, **{**fields, **overrides})
-    except (ValueError, TypeError) as exc:
-        raise LoaderError(f"hf:{name}: a setting does not fit its config ({exc})") from None
+    except (ValueError, TypeError, KeyError, ArithmeticError, StrictDataclassError) as exc:
+        said = " ".join(str(exc).split())[:300]
+        raise ModelSpecError(f"hf:{name}: transformers' {model_type} config refused a field ({said}); give each "
+                             "field a value of its type, e.g. num_hidden_layers=2, attn_pdrop=0.1") from None
+    _check_rope(name, config, transformers)
+    _check_activations(name, overrides, transformers)
     config.use_cache = False
     auto = (transformers.AutoModelForSeq2SeqLM if model_type in SEQ2SEQ else
             transformers.AutoModel if model_type in ENCODERS | VISION else transformers.AutoModelForCausalLM)
@@ -136,7 +157,7 @@ def load_hf(name: str, overrides: Mapping[str, Any]) -> tuple[nn.Module, tuple[t
         if sum(p.numel() for p in model.parameters()) <= REAL_WEIGHTS_MAX_PARAMS:
             torch.manual_seed(0)
             model = auto.from_config(config)  # small: real weights, so a split can be checked
-    except (ValueError, TypeError, RuntimeError) as exc:
+    except (ValueError, TypeError, KeyError, RuntimeError, ArithmeticError) as exc:
         raise LoaderError(f"hf:{name}: transformers could not build it ({str(exc).splitlines()[0][:200]})") from None
     model = model.to(DTYPES[dtype_name]).eval()
     generator = torch.Generator().manual_seed(0)
@@ -153,3 +174,56 @@ def load_hf(name: str, overrides: Mapping[str, Any]) -> tuple[nn.Module, tuple[t
     if model_type in SEQ2SEQ:
         return model, (ids,), {"decoder_input_ids": ids[:, :8]}
     return model, (ids,), {}
+
+
+def _from_text(value: Any) -> Any:
+    """A dict or list field given as JSON text (how overrides stay hashable: the app's cache key
+    and a plan's model label) read back; any other value unchanged."""
+    if isinstance(value, str) and value[:1] in ("{", "["):
+        try:
+            return json.loads(value)
+        except json.JSONDecodeError:
+            return value
+    return value
+
+
+def _check_ranges(name: str, aliases: Mapping[str, str], overrides: Mapping[str, Any]) -> None:
+    """Refuse dimension fields below 1 (NOTE: [Config ranges]) before the config is made: some
+    configs divide by them as they are made (Llama's head_dim)."""
+    for key in sorted(overrides):
+        canonical, value = aliases.get(key, key), overrides[key]
+        if isinstance(value, int) and not isinstance(value, bool) and value < 1 and (
+                _DIMENSION.match(key) or _DIMENSION.match(canonical)):
+            shown = key if key == canonical else f"{key} ({canonical})"
+            raise ModelSpecError(f"hf:{name}: {shown} must be at least 1 (got {value}): it is a size or a count "
+                                 f"of heads, layers or positions; e.g. {key}=2")
+        if isinstance(value, int) and value > MAX_REPEATS and (_REPEATED.match(key) or _REPEATED.match(canonical)):
+            raise ModelSpecError(f"hf:{name}: {key} must be at most {MAX_REPEATS} (got {value}): each is a module "
+                                 "built and traced one by one; real models have at most a few hundred")
+
+
+def _check_rope(name: str, config: Any, transformers: Any) -> None:
+    """transformers' own rope validation only warns about an unknown ``rope_type``; building the
+    model then fails with a KeyError. Refuse it here with the types transformers knows."""
+    rope = getattr(config, "rope_parameters", None)
+    if not isinstance(rope, Mapping):
+        return
+    known = {"default", *transformers.modeling_rope_utils.ROPE_INIT_FUNCTIONS}
+    for params in (rope.values() if all(isinstance(v, Mapping) for v in rope.values()) and rope else [rope]):
+        kind = params.get("rope_type", params.get("type", "default")) if isinstance(params, Mapping) else None
+        if kind not in known:
+            raise ModelSpecError(f"hf:{name}: rope_parameters' rope_type must be one of {', '.join(sorted(known))} "
+                                 f"(got {kind!r}); e.g. rope_parameters={{\"rope_type\": \"linear\", \"factor\": 2.0}}")
+
+
+def _check_activations(name: str, overrides: Mapping[str, Any], transformers: Any) -> None:
+    """An activation named in a config field must be one of transformers' ``ACT2FN`` (building
+    the model looks it up and raises a KeyError)."""
+    known = transformers.activations.ACT2FN
+    for key in sorted(overrides):
+        value = overrides[key]
+        if ("activation" in key or key.endswith("_act")) and isinstance(value, str) and value not in known:
+            close = difflib.get_close_matches(value, list(known), n=3)
+            raise ModelSpecError(f"hf:{name}: {key} must name an activation transformers has (got {value!r})"
+                                 + (f"; did you mean {', '.join(close)}?" if close else "")
+                                 + f"; e.g. {key}=gelu_new or {key}=silu")

@@ -107,8 +107,8 @@ def _check_known(spec: str) -> None:
 def parse_overrides(spec: str, items: typing.Sequence[str]) -> dict[str, Any]:
     """``["n_layer=4", "bias=false"]`` -> ``{"n_layer": 4, "bias": False}``, typed by the sample
     model's config dataclass (hf: models take JSON-like values)."""
-    if is_hf(spec):
-        return {k: _convert(v, None) for k, v in _pairs(items)}
+    if is_hf(spec):  # dicts and lists as canonical JSON text: hashable (the app's cache key)
+        return {k: _hashable(_convert(v, None)) for k, v in _pairs(items)}
     if is_factory(spec):
         if items:
             raise ModelSpecError(
@@ -150,6 +150,10 @@ def _pairs(items: typing.Sequence[str]) -> list[tuple[str, str]]:
             raise ModelSpecError(f"--set expects KEY=VALUE (got {item!r}); e.g. --set n_layer=4")
         out.append((key.strip(), raw.strip()))
     return out
+
+
+def _hashable(value: Any) -> Any:
+    return json.dumps(value, sort_keys=True) if isinstance(value, (dict, list)) else value
 
 
 def _convert(raw: str, kind: Any) -> Any:

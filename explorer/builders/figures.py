@@ -27,6 +27,7 @@ from partitioner.draw.dag import (
 )
 
 from explorer.builders.tables import byte_unit, incoming_transfer_s, schedule, time_unit
+from explorer.builders.text import plain
 
 __all__ = [
     "memory_figure",
@@ -65,7 +66,7 @@ def memory_figure(plan: Plan, overlay: str = "device", graph: Graph | None = Non
     its device as a step line; partitions on a device over its memory are orange. With another
     ``overlay`` the bars take that metric's colour on the graph views' scale (same colours)."""
     parts = sorted(plan.partitions, key=lambda p: p.id)
-    names = {d.logical_id: d.name for d in plan.devices}
+    names = {d.logical_id: plain(d.name) for d in plan.devices}
     capacities = [partition_capacity(plan, p) for p in parts]
     unit, scale = byte_unit(max([p.memory_bytes for p in parts] + [c or 0 for c in capacities] + [1]))
     fig = go.Figure()
@@ -149,7 +150,7 @@ def device_memory_figure(plan: Plan) -> go.Figure:
     colours = device_colours(plan.devices)
     over = over_capacity_devices(plan)
     unit, scale = byte_unit(max([d.memory_bytes for d in devices] + list(used.values()) + [1]))
-    x = [d.name for d in devices]
+    x = [plain(d.name) for d in devices]
     fig = go.Figure()
     fig.add_bar(
         name="used",
@@ -158,7 +159,7 @@ def device_memory_figure(plan: Plan) -> go.Figure:
         marker={"color": [WARNING_COLOUR if d.logical_id in over else colours[d.logical_id] for d in devices],
                 "line": {"color": "#333333", "width": 0.5}},
         hovertext=[
-            f"{d.name}: {format_bytes(used.get(d.logical_id, 0))} of {format_bytes(d.memory_bytes)}"
+            f"{plain(d.name)}: {format_bytes(used.get(d.logical_id, 0))} of {format_bytes(d.memory_bytes)}"
             + (" (over capacity)" if d.logical_id in over else "")
             for d in devices
         ],
@@ -229,7 +230,7 @@ def timeline_figure(plan: Plan) -> go.Figure:
     (replicas appear on every device), on the longest-path schedule of the partition DAG."""
     times = schedule(plan)
     colours = device_colours(plan.devices)
-    names = {d.logical_id: d.name for d in plan.devices}
+    names = {d.logical_id: plain(d.name) for d in plan.devices}
     critical = set(plan.critical_path)
     fig = go.Figure()
     if not times:

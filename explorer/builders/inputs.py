@@ -106,6 +106,9 @@ def rows_to_devices(rows: Iterable[Mapping[str, Any]]) -> list[Device]:
                 memory_bytes = partitioner.parse_bytes(str(memory).strip())
             except DeviceSpecError as exc:
                 raise InputError(f"{where}: {exc}") from None
+            if memory_bytes == 0:
+                raise InputError(f"{where}: memory must be more than 0 B (got {str(memory).strip()!r}); "
+                                 "a device with no memory holds nothing: write its memory, e.g. '16GiB'")
         speeds: dict[str, float | None] = {}
         for column, field, scale in _SPEEDS:
             value = row.get(column)

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from partitioner import Plan, format_bytes
 from partitioner.units import format_seconds
 from partitioner.draw.dag import over_capacity_devices
+from explorer.builders.text import md
 
 __all__ = ["ModeText", "MODE_TEXT", "COST_MODEL", "explain_plan"]
 
@@ -153,7 +154,7 @@ def explain_plan(plan: Plan) -> list[str]:
     count = len(plan.partitions)
     if plan.provenance.single_partition:
         device = plan.device(plan.partitions[0].device_ids[0]) if plan.partitions and plan.partitions[0].device_ids else None
-        where = f" ({device.name}, {format_bytes(device.memory_bytes)})" if device else ""
+        where = f" ({md(device.name)}, {format_bytes(device.memory_bytes)})" if device else ""
         notes.append(
             "**One partition:** the whole model fits on the largest device"
             f"{where}, so no mode runs: splitting would only add transfers. Turn on *force "
@@ -170,7 +171,7 @@ def explain_plan(plan: Plan) -> list[str]:
             "Without the limit it would keep one partition: transfers only add latency."
         )
     if plan.provenance.solver:
-        notes.append(f"**The solver:** {plan.provenance.solver}. So the plan is {plan.bound_summary()}.")
+        notes.append(f"**The solver:** {md(plan.provenance.solver)}. So the plan is {plan.bound_summary()}.")
     if plan.provenance.edited:
         notes.append("**Edited by hand:** this plan was scored as given (no algorithm ran).")
     replicated = [p.id for p in plan.partitions if len(p.device_ids) > 1]
@@ -182,7 +183,7 @@ def explain_plan(plan: Plan) -> list[str]:
             "they are drawn with a colour bar, one cell per device."
         )
     used = plan.device_memory_bytes()
-    idle = [d.name for d in plan.devices if not used.get(d.logical_id)]
+    idle = [md(d.name) for d in plan.devices if not used.get(d.logical_id)]
     if idle and count:
         notes.append(
             f"**Idle devices:** {', '.join(idle)} hold nothing. Saturate host copies the plan "
@@ -190,7 +191,7 @@ def explain_plan(plan: Plan) -> list[str]:
         )
     over = over_capacity_devices(plan)
     if over:
-        names = [d.name for d in plan.devices if d.logical_id in over]
+        names = [md(d.name) for d in plan.devices if d.logical_id in over]
         notes.append(f"**Over capacity:** {', '.join(names)} hold more than their memory (orange outline).")
     if plan.transfer_rate_bytes_per_s is None and count > 1:
         notes.append(

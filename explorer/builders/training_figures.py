@@ -13,11 +13,13 @@ from typing import Mapping, Sequence
 import plotly.graph_objects as go
 
 from partitioner import Device, Graph
+from partitioner.draw.dot import quote
 from partitioner.remat.memory import RematResult
 from partitioner.units import format_bytes, format_seconds
 
 from explorer.builders.figures import _layout
 from explorer.builders.tables import byte_unit, time_unit
+from explorer.builders.text import plain
 
 __all__ = ["tradeoff_figure", "training_memory_figure", "shard_memory_figure", "remat_to_dot", "PARTS",
            "STATUS_COLOURS"]
@@ -55,7 +57,7 @@ def tradeoff_figure(results: Sequence[RematResult], budget: float) -> go.Figure:
 def training_memory_figure(used: Mapping[int, Mapping[str, int]], devices: Sequence[Device]) -> go.Figure:
     """Each device's parameters, gradients, optimizer state and saved activations, stacked,
     with its capacity as a marker line."""
-    names = {d.logical_id: d.name for d in devices}
+    names = {d.logical_id: plain(d.name) for d in devices}
     caps = {d.logical_id: d.memory_bytes for d in devices}
     ids = sorted(used)
     largest = max([sum(used[d].values()) for d in ids] + [caps[d] for d in ids] + [1])
@@ -90,8 +92,8 @@ def remat_to_dot(graph: Graph, result: RematResult, max_nodes: int = 600) -> str
         tip = (f"{node.name} ({node.target}){' in ' + node.module_path if node.module_path else ''}: {status}"
                + (f", {format_bytes(result.saved_bytes_by_node[node.name])} saved" if status == "saved" else "")
                + f"; output {format_bytes(node.output_bytes)}, {node.flops:,} FLOPs")
-        lines.append(f"  n{v} [label=\"{_esc(node.name)}\", fillcolor=\"{STATUS_COLOURS[status]}\", "
-                     f"tooltip=\"{_esc(tip)}\"];")
+        lines.append(f"  n{v} [label={quote(node.name)}, fillcolor=\"{STATUS_COLOURS[status]}\", "
+                     f"tooltip={quote(tip)}];")
     for v in ops:
         for u in graph.preds[v]:
             if u in shown:
@@ -100,17 +102,13 @@ def remat_to_dot(graph: Graph, result: RematResult, max_nodes: int = 600) -> str
     return "\n".join(lines)
 
 
-def _esc(text: str) -> str:
-    return text.replace("\\", "\\\\").replace('"', '\\"')
-
-
 def shard_memory_figure(before: Mapping[int, int], after: Mapping[int, int], devices: Sequence[Device]) -> go.Figure:
     """Each device's memory with every parameter whole, beside its memory under the shard spec,
     against its capacity."""
     ids = [d.logical_id for d in devices]
     caps = {d.logical_id: d.memory_bytes for d in devices}
     unit, scale = byte_unit(max([before[d] for d in ids] + [after[d] for d in ids] + list(caps.values()) + [1]))
-    x = [f"{d.name} ({d.logical_id})" for d in devices]
+    x = [f"{plain(d.name)} ({d.logical_id})" for d in devices]
     fig = go.Figure()
     fig.add_bar(x=x, y=[before[d] / scale for d in ids], name="unsharded", marker={"color": "#bab0ac"},
                 hovertext=[f"unsharded: {format_bytes(before[d])}" for d in ids], hoverinfo="text")

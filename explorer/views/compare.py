@@ -8,6 +8,7 @@ import sample_models
 from explorer import compute, graph_panels, panels, sidebar, state
 from partitioner import Graph, PartitionError, Plan
 from partitioner.accelerator.compare import ModeResult
+from explorer.builders.text import md
 
 
 def main() -> None:
@@ -15,7 +16,7 @@ def main() -> None:
     if inputs is None:
         return
     config, graph = inputs
-    st.markdown(f"#### Every mode on {config.model.label}, {len(config.devices)} devices")
+    st.markdown(f"#### Every mode on {md(config.model.label)}, {len(config.devices)} devices")
     modes = sidebar.PLAN_MODES
     results = []
     with st.status(f"Running {len(modes)} modes...", expanded=False) as status:
@@ -48,7 +49,7 @@ def _side_by_side(results: list[ModeResult], graph: Graph) -> None:
             try:
                 plans[f"file {upload.name}"] = Plan.from_json(upload.getvalue())
             except PartitionError as exc:
-                st.error(f"{upload.name} is not a plan: {exc}. Download a plan from Explore or write one "
+                st.error(f"{md(upload.name)} is not a plan: {md(exc)}. Download a plan from Explore or write one "
                          "with `partition-explorer partition ... --out plan.json`.")
     names = list(plans)
     if len(names) < 2:

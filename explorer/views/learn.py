@@ -71,7 +71,7 @@ def _step_through(config: PlanConfig, plan: Plan, graph: Graph) -> None:
     algorithm = st.selectbox("Algorithm", list(steps.ALGORITHMS), format_func=steps.ALGORITHMS.get, key="learn_algorithm")
     trace = compute.decision_trace(config, algorithm)
     if isinstance(trace, str):
-        st.warning(f"{steps.ALGORITHMS[algorithm]} finds no plan here: {trace}")
+        st.warning(f"{steps.ALGORITHMS[algorithm]} finds no plan here: {md(trace)}")
         return
     count = len(trace.decisions)
     if count == 0:

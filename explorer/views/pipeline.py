@@ -16,6 +16,7 @@ from partitioner import Graph, PartitionError, format_bytes, pipeline
 from partitioner.pipeline.runner import check_runnable
 from partitioner.pipeline.schedules import SCHEDULES, MicrobatchError, stages_per_rank
 from partitioner.units import format_change, format_seconds
+from explorer.builders.text import md
 
 PIPELINE_RUNS = "pipeline_runs"  # pipeline plan JSON hash -> its last real run
 TRAINING = {"inference": None, "training, SGD": "sgd", "training, Adam": "adam"}
@@ -94,7 +95,7 @@ def _real_run(pp: pipeline.PipelinePlan, graph: Graph) -> None:
                    "outputs (and when training, every gradient) against the model in one process.")
         why = _why_not_runnable(pp, graph)
         if why:
-            st.info(f"Cannot run this plan: {why}.")
+            st.info(f"Cannot run this plan: {md(why)}.")
         if st.button("Run on local processes", key="pp_run", disabled=bool(why), help=why or None):
             done = panels.run_with_status(lambda progress: pipeline.run(
                 pp, graph, graph.example_inputs or (), timeout_s=180, progress=progress))
@@ -126,13 +127,13 @@ def main() -> None:
         return
     config, graph = inputs
     devices = config.device_list()
-    st.markdown(f"#### Pipeline stages for {config.model.label}")
+    st.markdown(f"#### Pipeline stages for {md(config.model.label)}")
     ranks, microbatches, schedule, training = _controls(len(devices))
     per_rank = stages_per_rank(schedule)
     with st.spinner("Splitting into stages..."):
         result = compute.pipeline_plan(config, ranks, ranks * per_rank, microbatches, schedule, training)
     if result.plan is None:
-        st.error(f"No pipeline plan: {result.error}")
+        st.error(f"No pipeline plan: {md(result.error)}")
         return
     pp = result.plan
     equal = dict((name, step) for name, step, _ in pp.baselines)

@@ -19,6 +19,7 @@ from partitioner import Graph, ShardingError, format_bytes
 from partitioner import sharding
 from partitioner.sharding import tensor_parallel
 from partitioner.units import format_seconds
+from explorer.builders.text import md
 
 SPECS = "shard_specs"  # graph fingerprint -> {parameter: partition list}, the person's edits
 VERSION = "shard_editor_version"  # bumped when a suggestion replaces the table
@@ -68,7 +69,7 @@ def _run(config: state.PlanConfig, graph: Graph, plan: tensor_parallel.TPPlan, t
                 done = panels.run_with_status(start)
             except ShardingError as exc:
                 done = None
-                st.error(f"Cannot run it: {exc}")
+                st.error(f"Cannot run it: {md(exc)}")
             if done is not None:
                 runs[key] = done
         result = runs.get(key)
@@ -88,7 +89,7 @@ def main() -> None:
         return
     config, graph = inputs
     devices = config.device_list()
-    st.markdown(f"#### Sharding {config.model.label} over {len(devices)} devices")
+    st.markdown(f"#### Sharding {md(config.model.label)} over {len(devices)} devices")
     if len(devices) < 2 or graph.graph_module is None:
         st.info("Sharding needs at least two devices (set them in the sidebar) and a traced model.")
         return
@@ -105,13 +106,13 @@ def main() -> None:
             spec = specs[key] = tensor_parallel.from_model_plan(graph, len(devices))
             st.session_state[VERSION] = st.session_state.get(VERSION, 0) + 1
         except ShardingError as exc:
-            st.error(f"The model's plan does not apply: {exc}")
+            st.error(f"The model's plan does not apply: {md(exc)}")
     if cols[0].button("Suggest a spec that fits", key="sh_suggest"):
         try:
             spec = specs[key] = tensor_parallel.suggest(graph, devices, rate)
             st.session_state[VERSION] = st.session_state.get(VERSION, 0) + 1
         except ShardingError as exc:
-            st.error(f"No suggestion: {exc}")
+            st.error(f"No suggestion: {md(exc)}")
     cols[2].caption("A Linear's weight split by rows (\"n,1\") runs column-parallel, by columns (\"1,n\") "
                     "row-parallel; an Embedding split by rows, row-parallel; GPT-2's Conv1D weight is (in, out), so "
                     "\"1,n\" is its column split. n is the number of devices. The suggestion starts from a Hugging "
@@ -127,7 +128,7 @@ def main() -> None:
         before = sharding.device_memory(graph, devices, {})
         after = sharding.device_memory(graph, devices, plan.spec)
     except ShardingError as exc:
-        st.error(f"{exc}. Your edits are kept; fix the spec in the table.")
+        st.error(f"{md(exc)}. Your edits are kept; fix the spec in the table.")
         return
     over = [d.name for d in devices if after[d.logical_id] > d.memory_bytes]
     metrics = st.columns(3)

@@ -10,10 +10,10 @@ import json
 import pandas as pd
 import streamlit as st
 
-from explorer.viewer import show_graph
-from explorer.builders.text import md
 from explorer import compute, panels, state
 from explorer.builders import training_figures
+from explorer.builders.text import md
+from explorer.viewer import show_graph
 from partitioner import Graph, PartitionError, format_bytes
 from partitioner import remat
 from partitioner.units import format_seconds
@@ -38,7 +38,7 @@ def _sweep(graph: Graph, loss: str) -> list[remat.RematResult] | None:
         done = panels.run_with_status(lambda progress: remat.sweep(
             graph, graph.example_inputs or (), BUDGETS, loss, timeout_s=300))
     except PartitionError as exc:
-        st.error(f"Cannot analyse training for this model: {exc}")
+        st.error(f"Cannot analyse training for this model: {md(exc)}")
         return None
     if done is not None:
         results[key] = done
@@ -72,7 +72,7 @@ def _memory(graph: Graph, result: remat.RematResult, results: list[remat.RematRe
                                 "total": format_bytes(sum(parts.values())),
                                 "of capacity": f"{sum(parts.values()) / caps[d]:.1%}"}
                                for d, parts in used.items()]), hide_index=True)
-    st.caption(f"Plan: {plan.mode_label} on the sidebar's devices. Gradients take the parameters' bytes "
+    st.caption(f"Plan: {md(plan.mode_label)} on the sidebar's devices. Gradients take the parameters' bytes "
                "again; optimizer state is kept in the parameters' dtype; a replicated partition counts on "
                "each of its devices.")
 
@@ -82,7 +82,7 @@ def main() -> None:
     if inputs is None:
         return
     config, graph = inputs
-    st.markdown(f"#### Training memory for {config.model.label}")
+    st.markdown(f"#### Training memory for {md(config.model.label)}")
     cols = st.columns(3)
     budget = cols[0].select_slider("Activation memory budget", options=list(BUDGETS), value=0.5, key="tm_budget",
                                    help="torch's activation_memory_budget: 1 saves what min-cut would, 0 "

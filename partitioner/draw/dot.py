@@ -49,8 +49,9 @@ def partition_capacity(plan: Plan, partition: Partition) -> int | None:
 
 
 def quote(text: str) -> str:
-    """A DOT double-quoted string; ``\\n`` in ``text`` stays a DOT line break."""
-    return '"' + text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
+    """A DOT double-quoted string; ``\\n`` in ``text`` stays a DOT line break. ``&`` is written
+    ``&amp;``: Graphviz reads entities (``&lt;``) in every label, so a name shows as written."""
+    return '"' + text.replace("&", "&amp;").replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
 
 
 def percent(used: int, capacity: int | None) -> str:

@@ -54,7 +54,7 @@ def read_node_latency_text(data: bytes | str, filename: str = "") -> dict[str, t
     if len(data) > MAX_LATENCY_FILE_BYTES:
         raise LatencyFileError(f"{where} is larger than {MAX_LATENCY_FILE_BYTES // 2**20} MiB; "
                                "give latencies for the graph's op nodes only")
-    text = data.decode("utf-8-sig", errors="replace") if isinstance(data, bytes) else data
+    text = data.decode("utf-8-sig", errors="replace") if isinstance(data, bytes) else data.removeprefix("\ufeff")
     if not text.strip():
         raise LatencyFileError(f"{where} is empty; give one (memory s, compute s) pair per node name")
     if filename.lower().endswith(".csv") or not text.lstrip().startswith(("{", "[")):

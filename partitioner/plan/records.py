@@ -17,10 +17,10 @@ from typing import Any, Mapping, Sequence
 
 from partitioner.cost.model import CostModel, Evaluation, node_latencies
 from partitioner.devices import Device
-from partitioner.errors import InvalidPlanError, PartitionError
+from partitioner.errors import InvalidPlanError
 from partitioner.graph import Graph
 from partitioner.options import PartitionOptions
-from partitioner.plan.schema import as_float as _float, as_int as _int, upgrade
+from partitioner.plan.schema import PlanFormatError, as_float as _float, as_int as _int, check as _check
 from partitioner.units import format_seconds
 from partitioner.plan.validate import Violation, plan_violations
 
@@ -40,10 +40,6 @@ SCHEMA_VERSION = 2
 # time in ticks of 1e-8 of a plan's latency, rounded down, so the bound can fall short by that.
 OPTIMALITY_TOLERANCE = 1e-4
 _READABLE_VERSIONS = (1, 2)
-
-
-class PlanFormatError(PartitionError):
-    """A plan file is not valid plan JSON (syntax, schema version, or a missing field)."""
 
 
 @dataclass(frozen=True)
@@ -255,36 +251,33 @@ class Plan:
                 f"plan schema_version must be one of {list(_READABLE_VERSIONS)} (got {version!r}); "
                 "re-export the plan with this version of partition-explorer"
             )
-        data = upgrade(data)
+        data = _check(data)  # every field's type and range (NOTE: [Plan schema])
         try:
             partitions = tuple(_partition_from_dict(p) for p in data["partitions"])
             devices = tuple(Device.from_dict(d) for d in data["devices"])
-            edges = tuple(
-                Edge(int(e["src"]), int(e["dst"]), int(e["bytes"]), _float(e["latency_s"]))
-                for e in data.get("edges", ())
-            )
+            edges = tuple(Edge(_int(e["src"]), _int(e["dst"]), _int(e["bytes"]), _float(e["latency_s"]))
+                          for e in data.get("edges", ()))
             rate = data.get("transfer_rate_bytes_per_s")
-            provenance = Provenance.from_dict(data.get("provenance", {}))
             plan = cls(
-                mode=str(data["mode"]), partitions=partitions, devices=devices, edges=edges,
-                latency_s=_float(data["latency_s"]), critical_path=tuple(int(x) for x in data.get("critical_path", ())),
+                mode=data["mode"], partitions=partitions, devices=devices, edges=edges,
+                latency_s=_float(data["latency_s"]), critical_path=tuple(data.get("critical_path", ())),
                 transfer_rate_bytes_per_s=None if rate is None else _float(rate),
-                device_usage=tuple((int(d), int(b)) for d, b in data.get("device_usage", ())), provenance=provenance,
-                model=str(data.get("model", "")), graph_fingerprint=str(data.get("graph_fingerprint", "")),
+                device_usage=tuple((d, b) for d, b in data.get("device_usage", ())),
+                provenance=Provenance.from_dict(data.get("provenance", {})),
+                model=data.get("model", ""), graph_fingerprint=data.get("graph_fingerprint", ""),
                 lower_bound_s=_float(data.get("lower_bound_s", 0.0)),
-                proven_optimal=bool(data.get("proven_optimal", False)))
-        except KeyError as exc:
-            raise PlanFormatError(f"plan JSON lacks the field {exc.args[0]!r}") from None
-        except (TypeError, ValueError, OverflowError, AttributeError) as exc:
-            if isinstance(exc, PartitionError):
-                raise PlanFormatError(f"plan JSON has a bad value: {exc}") from None
-            raise PlanFormatError(f"plan JSON has a field of the wrong type: {exc}") from None
+                proven_optimal=data.get("proven_optimal", False))
+        except (KeyError, TypeError, ValueError, OverflowError) as exc:  # check() lets none through
+            raise PlanFormatError(f"plan JSON has a field of the wrong type or range: {exc}") from None
         return plan
 
     @classmethod
     def from_json(cls, text: str | bytes) -> "Plan":
+        """A plan from its JSON text or bytes (UTF-8, with or without a byte order mark)."""
         try:
-            data = json.loads(text)
+            data = json.loads(text.decode("utf-8-sig") if isinstance(text, bytes) else text.removeprefix("\ufeff"))
+        except UnicodeDecodeError as exc:
+            raise PlanFormatError(f"plan file is not UTF-8 text (byte {exc.start}); export the plan again") from None
         except json.JSONDecodeError as exc:
             raise PlanFormatError(
                 f"plan file is not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg}); "

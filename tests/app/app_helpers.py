@@ -25,8 +25,9 @@ def summary(at: AppTest) -> dict:
 
 
 def shown(markdown: str) -> str:
-    """What a Markdown source reads as on the page (escaped characters unescaped)."""
-    return re.sub(r"\\(.)", r"\1", markdown)
+    """What a Markdown source reads as on the page (escaped characters unescaped, the invisible
+    word joiners that stop autolinks dropped)."""
+    return re.sub(r"\\(.)", r"\1", markdown).replace("\u2060", "")
 
 
 def errors(at: AppTest) -> list[str]:

@@ -297,7 +297,8 @@ def test_bad_inputs_exit_2_with_the_fix(capsys, tmp_path):
     assert code == 2 and "nope.json' does not exist" in err
     (tmp_path / "lacking.json").write_text('{"schema_version": 1, "mode": "size_based"}')
     code, _, err = run_main(capsys, "check", str(tmp_path / "lacking.json"), "mlp")
-    assert code == 2 and "lacking.json: plan JSON lacks the field 'partitions'" in err
+    assert code == 2 and "lacking.json: plan JSON breaks the plan schema" in err
+    assert "plan JSON lacks the field 'partitions'" in err and "plan JSON lacks the field 'devices'" in err
     with pytest.raises(SystemExit) as exc:
         main(["plan", "mlp", "--mode", "fastest"])
     assert exc.value.code == 2
