@@ -21,6 +21,7 @@ from typing import Any, Sequence
 import sample_models
 from partitioner import Device, Graph, Plan, PartitionError, parse_devices
 from partitioner.options import PartitionOptions
+from partitioner.plan.size import check_plan_size
 from partitioner.interop.readers import read_node_latency_text
 from partitioner.units import parse_rate
 from sample_models._user import LoaderError
@@ -78,6 +79,7 @@ def load_plan(path: str) -> Plan:
     """A plan file, with errors that name the file (exit 2)."""
     data = read_json(path, "plan file")
     try:
+        check_plan_size(data)  # before the (slow) build of a huge file
         return Plan.from_dict(data)
     except PartitionError as exc:
         raise CLIError(f"plan file {path}: {exc}") from None
