@@ -29,14 +29,12 @@ from partitioner.interop.export import (
 )
 from partitioner.accelerator.modes import DEFAULT_MODE, MODES
 from partitioner.options import AotMapping
+from partitioner.tracing.flops import describe_unpriced
 from partitioner.units import format_seconds
 
 from cli.diff_report import format_diff
-from partitioner.tracing.flops import describe_unpriced
 from cli.inputs import (
-    EXIT_FAIL,
-    EXIT_OK,
-    CLIError,
+    EXIT_FAIL, EXIT_OK, CLIError,
     add_cost_arguments,
     add_model_arguments,
     load_model,
@@ -45,6 +43,7 @@ from cli.inputs import (
     positive_float,
     read_json,
     read_node_latency,
+    refuse_invalid,
     resolve_devices,
     write_output,
 )
@@ -155,6 +154,7 @@ def as_flags(message: str) -> str:
 
 def cmd_render(args: argparse.Namespace) -> int:
     plan = load_plan(args.plan)
+    refuse_invalid(plan, args.plan)
     fmt = args.format
     if fmt is None:
         suffix = Path(args.out).suffix.lower().lstrip(".") if args.out != "-" else ""
@@ -218,6 +218,7 @@ def cmd_export(args: argparse.Namespace) -> int:
         return EXIT_OK
     plan = load_plan(args.plan)
     graph = load_model(args.model, args.set).graph if args.model else None
+    refuse_invalid(plan, args.plan, graph)
     data = export_plan(plan, args.kind, graph)
     for note in data.get("notes", []) if args.kind == "accelerate-device-map" else []:
         print(f"note: {note}", file=sys.stderr)  # where the map differs from the plan, and why
@@ -317,8 +318,6 @@ the bytes moved, and each note is printed to stderr; split_modules lists other e
 puts on several devices.
 """,
 }
-
-
 
 
 def _command(sub: Any, common: argparse.ArgumentParser, name: str, help_text: str, func: Callable[[argparse.Namespace], int]) -> argparse.ArgumentParser:

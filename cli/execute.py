@@ -10,7 +10,7 @@ from typing import Any
 
 from partitioner.accelerator.api import evaluate_plan
 from partitioner.runtime.calibrate import measure_node_latencies
-from partitioner.runtime.execute import prepare, run_rank
+from partitioner.runtime.execute import prepare, ranked_devices, run_rank
 from partitioner.runtime.execute import run as run_plan
 from partitioner.units import format_bytes, format_seconds
 
@@ -34,8 +34,8 @@ EXAMPLES = """examples:
   partition-explorer run plan.json mlp --calibrate
   partition-explorer run plan.json mlp --timeout 60 --json
 
-Starts one process per device of the plan (gloo on CPU, NCCL on GPUs), each running its
-partitions; checks the outputs against the model in one process; prints each partition's
+Starts one process per device of the plan that holds a partition (gloo on CPU, NCCL on GPUs;
+an idle device gets none), each running its partitions; checks the outputs against the model in one process; prints each partition's
 measured compute time and input wait beside the plan's prediction. Exit 1 when the outputs
 differ. Across hosts, run the same plan under torchrun (see the README).
 """
@@ -99,9 +99,10 @@ def _torchrun(args: argparse.Namespace, plan: Any, graph: Any, inputs: Any) -> i
     import torch
 
     world = int(os.environ.get("WORLD_SIZE", "0"))
-    if world != len(plan.devices):
-        raise CLIError(f"the plan has {len(plan.devices)} devices but torchrun started {world or 'no'} "
-                       f"processes; start it with {len(plan.devices)} in all (--nnodes x --nproc-per-node)")
+    busy = len(ranked_devices(plan))  # one rank per device that holds a partition
+    if world != busy:
+        raise CLIError(f"the plan runs on {busy} devices (those holding a partition) but torchrun started "
+                       f"{world or 'no'} processes; start it with {busy} in all (--nnodes x --nproc-per-node)")
     prepared = prepare(plan, graph, inputs)
     result = run_rank(prepared, repeats=max(1, args.repeats))
     if int(os.environ["RANK"]) != 0:

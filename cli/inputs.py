@@ -7,10 +7,13 @@ Bad input raises :class:`CLIError` (exit 2 unless said) with a message naming th
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import os
+import stat
 import sys
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
@@ -18,13 +21,14 @@ from typing import Any, Sequence
 import sample_models
 from partitioner import Device, Graph, Plan, PartitionError, parse_devices
 from partitioner.options import PartitionOptions
+from partitioner.plan.size import check_plan_size
 from partitioner.interop.readers import read_node_latency_text
 from partitioner.units import parse_rate
 from sample_models._user import LoaderError
 
 __all__ = ["CLIError", "EXIT_OK", "EXIT_FAIL", "EXIT_USAGE", "EXIT_INTERNAL", "EXIT_RUN", "LoadedModel",
            "load_model", "resolve_devices", "load_plan", "read_json", "read_text",
-           "read_node_latency", "write_output", "add_model_arguments", "add_cost_arguments",
+           "read_node_latency", "write_output", "refuse_overwriting", "refuse_invalid", "add_model_arguments", "add_cost_arguments",
            "partition_options", "positive_float", "rate"]
 
 EXIT_OK, EXIT_FAIL, EXIT_USAGE, EXIT_INTERNAL, EXIT_RUN = 0, 1, 2, 3, 4
@@ -75,6 +79,7 @@ def load_plan(path: str) -> Plan:
     """A plan file, with errors that name the file (exit 2)."""
     data = read_json(path, "plan file")
     try:
+        check_plan_size(data)  # before the (slow) build of a huge file
         return Plan.from_dict(data)
     except PartitionError as exc:
         raise CLIError(f"plan file {path}: {exc}") from None
@@ -162,6 +167,9 @@ def positive_float(text: str) -> float:
 
 
 def write_output(path: str, data: str | bytes, what: str) -> None:
+    """Write ``data`` to ``path`` (``-``: stdout) atomically: into a temporary file in the same
+    folder, then ``os.replace`` over the target, so a failed write (a full disk) leaves the old file
+    whole. A device or pipe (``/dev/null``) is written in place."""
     if path == "-":
         if isinstance(data, bytes):
             sys.stdout.flush()
@@ -170,14 +178,85 @@ def write_output(path: str, data: str | bytes, what: str) -> None:
         else:
             sys.stdout.write(data if data.endswith("\n") else data + "\n")
         return
+    raw = data if isinstance(data, bytes) else (data if data.endswith("\n") else data + "\n").encode("utf-8")
+    target = Path(path)
     try:
-        if isinstance(data, bytes):
-            Path(path).write_bytes(data)
+        if target.exists() and not target.is_file():  # a device or a pipe: nothing to replace
+            with open(target, "wb") as stream:
+                stream.write(raw)
         else:
-            Path(path).write_text(data if data.endswith("\n") else data + "\n", encoding="utf-8")
+            _replace_atomically(target, raw)
     except OSError as exc:
-        raise CLIError(f"cannot write {what} to {path!r}: {exc.strerror or exc}") from None
+        raise CLIError(f"cannot write {what} to {path!r}: {exc.strerror or exc}; nothing was changed there") from None
     print(f"wrote {what} to {path}", file=sys.stderr)
+
+
+def _replace_atomically(target: Path, raw: bytes) -> None:
+    if target.exists():
+        mode = stat.S_IMODE(target.stat().st_mode)
+    else:
+        umask = os.umask(0)
+        os.umask(umask)
+        mode = 0o666 & ~umask  # what open() would have given a new file
+    fd, temp = tempfile.mkstemp(dir=target.resolve().parent, prefix=f".{target.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as stream:
+            stream.write(raw)
+            stream.flush()
+            os.fsync(stream.fileno())
+        os.chmod(temp, mode)
+        os.replace(temp, target)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(temp)
+        raise
+
+
+# The arguments that name files a command reads, and those it writes (argparse dests).
+INPUT_ARGS = ("plan", "a", "b", "aot_mapping", "node_latency", "spec", "devices")
+OUTPUT_ARGS = ("out", "export_out", "split_spec_out")
+
+
+def _same_file(a: str, b: str) -> bool:
+    pa, pb = Path(a), Path(b)
+    if pa.exists() and pb.exists():
+        return os.path.samefile(pa, pb)
+    return os.path.realpath(pa) == os.path.realpath(pb)
+
+
+def refuse_overwriting(args: argparse.Namespace) -> None:
+    """Raise :class:`CLIError` (exit 2) when an output path names one of the command's input files
+    (``render plan.json --out plan.json``) or another output, before anything is read or written."""
+    inputs = [(name, getattr(args, name)) for name in INPUT_ARGS
+              if isinstance(getattr(args, name, None), str) and getattr(args, name) != "-"
+              and Path(getattr(args, name)).is_file()]
+    outputs = [(name, getattr(args, name)) for name in OUTPUT_ARGS
+               if isinstance(getattr(args, name, None), str) and getattr(args, name) != "-"]
+    flag = {name: "--" + name.replace("_", "-") for name in OUTPUT_ARGS}
+    for i, (name, path) in enumerate(outputs):
+        for other, source in inputs:
+            if _same_file(path, source):
+                what = f"--{other.replace('_', '-')}" if other in ("aot_mapping", "node_latency", "spec", "devices") else other.upper()
+                raise CLIError(f"{flag[name]} {path} is the same file as the input {what} {source}: writing it "
+                               "would replace what this command reads; write to another file")
+        for other, second in outputs[:i]:
+            if _same_file(path, second):
+                raise CLIError(f"{flag[name]} {path} and {flag[other]} {second} are the same file; give each its own")
+
+
+def refuse_invalid(plan: Plan, path: str, graph: Graph | None = None) -> None:
+    """Raise :class:`CLIError` (exit 1, as ``check`` exits) when ``plan`` breaks a rule: every
+    violation ``check`` finds against ``graph`` and the plan's devices, or the plan's own rules
+    without a model. Nothing is written for an invalid plan."""
+    from partitioner.accelerator.api import check_plan
+
+    found = ([str(v) for v in check_plan(plan, graph, plan.devices).violations] if graph is not None
+             else [str(v) for v in plan.violations(check_fingerprint=False)])
+    if found:
+        listed = "; ".join(f"{i}. {v}" for i, v in enumerate(found, start=1))
+        raise CLIError(f"plan file {'<stdin>' if path == '-' else path} is not valid"
+                       f"{' for ' + graph.name if graph is not None else ''}: {listed}. Nothing was written; "
+                       "fix the plan or make it again (`partition-explorer check` lists the same)", EXIT_FAIL)
 
 
 class _SetAction(argparse.Action):

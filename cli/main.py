@@ -19,7 +19,7 @@ from partitioner import __version__
 from partitioner.errors import InfeasibleError, InvalidPlanError, PartitionError, RunError
 
 from cli import cluster, commands, execute, pipeline, remat, shard
-from cli.inputs import EXIT_FAIL, EXIT_INTERNAL, EXIT_OK, EXIT_RUN, EXIT_USAGE, CLIError
+from cli.inputs import EXIT_FAIL, EXIT_INTERNAL, EXIT_OK, EXIT_RUN, EXIT_USAGE, CLIError, refuse_overwriting
 
 __all__ = ["main", "build_parser", "PROG"]
 
@@ -70,6 +70,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         stream=sys.stderr,
     )
     try:
+        refuse_overwriting(args)  # before anything is read or written
         return int(args.func(args))
     except CLIError as exc:
         print(f"{PROG} {args.command}: error: {exc}", file=sys.stderr)

@@ -11,6 +11,7 @@ from typing import Any
 from partitioner import pipeline
 from partitioner.interop.export import to_pipeline_split_spec
 from partitioner.pipeline.schedules import SCHEDULES, MicrobatchError, check_microbatches, stages_per_rank
+from partitioner.pipeline.stages import MAX_MICROBATCHES
 from partitioner.units import format_bytes, format_change, format_seconds, format_share
 
 from cli.commands import COMMON_EPILOG
@@ -77,6 +78,9 @@ def _check_schedule(args: argparse.Namespace) -> None:
     if args.stages < 1 or args.stages % per_rank:
         raise CLIError(f"--stages {args.stages}: {args.schedule} runs {per_rank} stages per device; give a "
                        f"positive multiple of {per_rank}")
+    if args.microbatches > MAX_MICROBATCHES:
+        raise CLIError(f"--microbatches {args.microbatches}: at most {MAX_MICROBATCHES:,} microbatches are simulated; "
+                       "split the batch into fewer, larger microbatches")
     try:
         check_microbatches(args.schedule, args.stages // per_rank, args.microbatches)
     except MicrobatchError as exc:

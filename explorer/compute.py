@@ -48,6 +48,20 @@ def explain_error(exc: BaseException) -> str:
 MAX_CACHE_BYTES = 2 * 2**30
 _GRAPHS: OrderedDict[ModelChoice, tuple[Graph, int]] = OrderedDict()
 _LOCK = threading.Lock()
+# NOTE: [One trace at a time] torch.fx's symbolic tracer patches module-level functions (and
+# torch.export installs global modes) while it traces, and every session is a thread of this one
+# process: two traces at once race on that patching, fail, and can leave it broken for every later
+# trace until a restart. So traces run one at a time under this lock; a session that waited finds
+# the other's result in the cache (the lookup is repeated inside the lock).
+_TRACE_LOCK = threading.Lock()
+
+
+def _cached(choice: ModelChoice) -> Graph | None:
+    with _LOCK:
+        if choice in _GRAPHS:
+            _GRAPHS.move_to_end(choice)
+            return _GRAPHS[choice][0]
+    return None
 
 
 def _graph_bytes(graph: Graph) -> int:
@@ -61,21 +75,23 @@ def trace(choice: ModelChoice) -> Graph:
     factory, from a cache shared by all sessions (NOTE: [Graph cache]). A new
     ``choice.generation`` ("Reload the model") imports the factory's module again. Raises
     PartitionError, LoaderError or ValueError."""
-    with _LOCK:
-        if choice in _GRAPHS:
-            _GRAPHS.move_to_end(choice)
-            return _GRAPHS[choice][0]
+    cached = _cached(choice)
+    if cached is not None:
+        return cached
     waiting = ("Building the model from its config (weights on the meta device when large) and tracing it: "
                "about 5 s per thousand operations; the result is kept for this session..."
                if sample_models.is_hf(choice.name) else "Tracing the model...")
-    with st.spinner(waiting):
+    with st.spinner(waiting), _TRACE_LOCK:  # NOTE: [One trace at a time]
+        cached = _cached(choice)
+        if cached is not None:
+            return cached
         loaded = sample_models.load(choice.name, dict(choice.overrides), reload=choice.generation > 0)
         graph = sample_models.trace_loaded(choice.name, dict(choice.overrides), loaded, choice.label)
-    size = _graph_bytes(graph)
-    with _LOCK:
-        _GRAPHS[choice] = (graph, size)
-        while len(_GRAPHS) > 1 and sum(b for _, b in _GRAPHS.values()) > MAX_CACHE_BYTES:
-            _GRAPHS.popitem(last=False)
+        size = _graph_bytes(graph)
+        with _LOCK:  # cached before the next trace starts, so a session that waited finds it
+            _GRAPHS[choice] = (graph, size)
+            while len(_GRAPHS) > 1 and sum(b for _, b in _GRAPHS.values()) > MAX_CACHE_BYTES:
+                _GRAPHS.popitem(last=False)
     return graph
 
 

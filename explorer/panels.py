@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import hashlib
-
 import math
+import os
 import shutil
 from typing import Any, Callable, Sequence
 
@@ -144,6 +144,18 @@ def render_comparison(results: Sequence[ModeResult]) -> None:
 RUN_RESULTS = "run_results"  # plan JSON hash -> RunResult of its last real run
 
 
+def too_many_processes(count: int) -> str | None:
+    """Why a run of ``count`` processes is not offered on this machine, or None; checked before
+    the button is drawn, so the button is disabled with this reason."""
+    from partitioner.runtime.launch import MAX_LOCAL_PROCESSES
+
+    if count <= MAX_LOCAL_PROCESSES:
+        return None
+    return (f"this run needs {count} processes, and this machine runs at most {MAX_LOCAL_PROCESSES} "
+            f"({os.cpu_count()} cores; each process holds a few hundred MB of torch): plan for fewer devices "
+            "here, or run the plan across hosts with torchrun")
+
+
 def run_with_status(start: Callable[[Callable[[str], None]], Any]) -> Any | None:
     """Call ``start(progress)`` (a run on local processes) under a status box that shows its
     progress; its :class:`~partitioner.RunError` becomes a message and None."""
@@ -164,15 +176,21 @@ def render_real_run(plan: Plan, graph: Graph) -> None:
     """Run the plan on one local process per device (torch.distributed, gloo) and show the
     measurement beside the prediction. The ranks are processes of their own, with a time limit;
     the page shows their progress and keeps the last result of each plan."""
-    from partitioner.runtime.execute import run
+    from partitioner.runtime.execute import ranked_devices, run
 
     key = hashlib.sha256(plan.to_json(indent=None).encode()).hexdigest()[:16]
     results = st.session_state.setdefault(RUN_RESULTS, {})
     with st.expander("Run on local processes", expanded=key in results):
-        st.caption(f"Starts {len(plan.devices)} processes (one per device) on this machine with "
+        count = len(ranked_devices(plan))
+        idle = len(plan.devices) - count
+        st.caption(f"Starts {count} processes (one per device that holds a partition"
+                   f"{f'; the {idle} idle devices get none' if idle else ''}) on this machine with "
                    "torch.distributed over gloo, runs each partition where the plan puts it, and "
                    "checks the outputs against the model. Takes a few seconds per process.")
-        if st.button("Run on local processes", key="run_local"):
+        why = too_many_processes(count)
+        if why:
+            st.info(f"Cannot run this plan here: {why}.")
+        if st.button("Run on local processes", key="run_local", disabled=bool(why), help=why):
             done = run_with_status(lambda progress: run(plan, graph, graph.example_inputs or (), timeout_s=120,
                                                         progress=progress))
             if done is not None:

@@ -11,10 +11,13 @@ from typing import Callable
 
 import streamlit as st
 
-from partitioner import Graph
+import sample_models
+from partitioner import PRESETS, Graph
 
 from explorer import compute
 from explorer.builders.config import PlanConfig
+from explorer.builders.inputs import CUSTOM
+from explorer.builders.links import HF_URL_KEYS, URL_KEYS, read_link
 from explorer.builders.text import md
 
 __all__ = ["set_config", "current_config", "load_graph", "page_inputs", "load_plan", "current_plan", "PLAN_SUMMARY",
@@ -37,9 +40,6 @@ PERSISTENT = ("model", "user_factory", "hf_name", "hf_set", "hf_batch", "hf_seq"
               "follow_model", "mode", "saturate_host", "force_partition", "latency_source", "search_budget", "time_limit_s",
               "torch_cost_model", "pp_ranks", "pp_microbatches", "pp_schedule", "pp_training", "tm_budget", "tm_loss",
               "tm_optimizer", "sh_training")
-URL_KEYS = {"model": str, "dev_preset": str, "dev_count": int, "dev_memory": str, "transfer_gbps": float,
-            "mode": str, "saturate_host": bool, "force_partition": bool, "torch_cost_model": bool}
-HF_URL_KEYS = {"hf_name": str, "hf_set": str, "hf_batch": int, "hf_seq": int}  # only with HF_MODEL
 URL_RESTORED = "url_restored"
 
 
@@ -54,56 +54,28 @@ def keep_widget_state() -> None:
             st.session_state[key] = st.session_state[key]
 
 
-def _from_text(kind: type, text: str) -> object:
-    if kind is bool:
-        return text.lower() in ("1", "true", "yes", "on")
-    if kind is int:
-        return int(text)
-    if kind is float:
-        return float(text)
-    return text
-
-
-def _knob_value(text: str) -> object:
-    for kind in (int, float):
-        try:
-            return kind(text)
-        except ValueError:
-            pass
-    return {"true": True, "false": False}.get(text.lower(), text)
-
-
 def restore_from_url(models: list[str], modes: list[str],
                      device_defaults: Callable[[str], tuple[int, str]] | None = None) -> None:
     """On a session's first run, set the sidebar from the URL's query parameters (those a
-    shared link carries); unreadable values are ignored, never raised."""
+    shared link carries), each checked as its widget would check it
+    (:func:`explorer.builders.links.read_link`): a value out of its range is clamped, one a widget
+    could not hold is dropped; a warning says which, and :func:`write_url` then leaves them out of
+    the URL. Never raises."""
     if st.session_state.get(URL_RESTORED):
         return
     st.session_state[URL_RESTORED] = True
     params = st.query_params.to_dict()
-    hf = params.get("model") == HF_MODEL
-    if params.get("model") not in models and not hf:
+    read = read_link(params, models, modes, [CUSTOM, *sorted(PRESETS)], HF_MODEL, sample_models.config_class)
+    if read.notes:
+        st.warning(md("The link's settings were checked: " + "; ".join(read.notes) + "."))
+    if not read.values:
         return
-    if device_defaults is not None and not hf:  # what the link leaves out is the model's default devices
-        count, memory = device_defaults(params["model"])
-        st.session_state.update({"dev_count": count, "dev_memory": memory, "dev_preset": "custom"})
-    for key, text in params.items():
-        try:
-            kinds = {**URL_KEYS, **(HF_URL_KEYS if hf else {})}
-            if key in kinds:
-                value = _from_text(kinds[key], text)
-                if key in ("hf_batch", "hf_seq") and not 1 <= int(str(value)) <= 1 << 20:
-                    continue
-                if key == "mode" and value not in modes:
-                    continue
-                if key == "dev_count" and not 1 <= int(str(value)) <= 1024:
-                    continue
-                st.session_state[key] = value
-            elif key.startswith("knob_"):
-                st.session_state[key] = _knob_value(text)
-        except (TypeError, ValueError):
-            continue
-    st.session_state["devices_for_model"] = params["model"]  # the link's devices, not reset again
+    model = params["model"]
+    if device_defaults is not None and model != HF_MODEL:  # what the link leaves out is the model's default devices
+        count, memory = device_defaults(model)
+        st.session_state.update({"dev_count": count, "dev_memory": memory, "dev_preset": CUSTOM})
+    st.session_state.update(read.values)
+    st.session_state["devices_for_model"] = model  # the link's devices, not reset again
 
 
 def write_url() -> None:

@@ -9,7 +9,19 @@ from typing import Any, Iterator, TypeVar
 
 import torch
 
-__all__ = ["make_config", "seeded", "require_positive"]
+__all__ = ["make_config", "seeded", "require_positive", "MAX_GRAPH_OPS", "HF_OPS_PER_LAYER"]
+
+# NOTE: [Graph size caps]
+# Building and tracing a model take time and memory in proportion to its operations (about 1-5 ms
+# an operation here: 5,600 operations of Llama-3-70B traced in 25 s), and nothing else bounds a
+# layer count: a link with n_layer=100000000 built layers for minutes before any other check. So
+# a graph's size is estimated from its config before anything is built, and refused above this
+# cap: a sample model's operations are counted from its config (sample_models._loading.GRAPH_OPS,
+# checked against real traces in the tests); an hf: model's layers are read from its config,
+# at up to HF_OPS_PER_LAYER operations each (measured: 39 BERT and ViT, 53 GPT-2, 63 Llama,
+# 67 Gemma, 106 Mixtral, 114 Qwen2-MoE), so at most 160 layers (Llama 3.1 405B has 126).
+MAX_GRAPH_OPS = 20_000
+HF_OPS_PER_LAYER = 125
 
 C = TypeVar("C")
 

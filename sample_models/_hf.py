@@ -17,6 +17,7 @@ from typing import Any, Mapping
 import torch
 from torch import nn
 
+from sample_models._common import HF_OPS_PER_LAYER, MAX_GRAPH_OPS
 from sample_models._user import LoaderError, ModelSpecError
 
 __all__ = ["load_hf", "PRESETS", "REAL_WEIGHTS_MAX_PARAMS", "is_meta", "weight_scale", "DTYPES"]
@@ -98,6 +99,32 @@ def weight_scale(overrides: Mapping[str, Any]) -> float:
     return WEIGHT_SCALE.get(str(overrides.get("dtype", "fp32")), 1.0)
 
 
+def layer_count(config: Any) -> int:
+    """The layers a ``transformers`` config builds: its hidden layers, plus an encoder-decoder's
+    decoder layers, plus a vision model's stage depths."""
+    count = 0
+    for field in ("num_hidden_layers", "num_decoder_layers"):
+        value = getattr(config, field, 0)
+        count += value if isinstance(value, int) and not isinstance(value, bool) else 0
+    depths = getattr(config, "depths", None)
+    if isinstance(depths, (list, tuple)):
+        count += sum(d for d in depths if isinstance(d, int))
+    return count
+
+
+def _check_layers(name: str, config: Any) -> None:
+    """Refuse a config with more layers than a graph may trace (NOTE: [Graph size caps]), before
+    anything is built."""
+    most = MAX_GRAPH_OPS // HF_OPS_PER_LAYER
+    layers = layer_count(config)
+    if layers > most:
+        raise ModelSpecError(
+            f"hf:{name} with {layers:,} layers in all would trace about {layers * HF_OPS_PER_LAYER:,} operations; a "
+            f"graph is built and traced only up to {MAX_GRAPH_OPS:,} operations, so at most {most} layers "
+            f"(up to {HF_OPS_PER_LAYER} operations each; Llama 3.1 405B has 126): set fewer layers "
+            "(e.g. num_hidden_layers, n_layer), or load your own model as package.module:factory")
+
+
 def load_hf(name: str, overrides: Mapping[str, Any]) -> tuple[nn.Module, tuple[torch.Tensor, ...], dict[str, Any]]:
     """``name`` is a preset (:data:`PRESETS`) or a ``transformers`` model type; ``overrides`` are
     config fields, and ``dtype`` (fp32, bf16, fp16) the weights' and activations' type; fp8,
@@ -149,6 +176,7 @@ def load_hf(name: str, overrides: Mapping[str, Any]) -> tuple[nn.Module, tuple[t
     _check_rope(name, config, transformers)
     _check_activations(name, overrides, transformers)
     config.use_cache = False
+    _check_layers(name, config)
     auto = (transformers.AutoModelForSeq2SeqLM if model_type in SEQ2SEQ else
             transformers.AutoModel if model_type in ENCODERS | VISION else transformers.AutoModelForCausalLM)
     try:

@@ -12,18 +12,51 @@ import dataclasses
 import difflib
 import json
 import typing
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 from torch import Tensor, nn
 
 from sample_models import _registry as registry
+from sample_models._common import MAX_GRAPH_OPS, make_config
 from sample_models._user import LoaderError, ModelSpecError, load_factory
 
-__all__ = ["load", "label", "parse_overrides", "is_factory", "is_hf", "ModelSpecError", "weight_scale"]
+__all__ = ["load", "label", "parse_overrides", "is_factory", "is_hf", "ModelSpecError", "weight_scale",
+           "graph_ops", "GRAPH_OPS"]
 
 Loaded = tuple[nn.Module, tuple[Tensor, ...], dict[str, Any]]
 
+# Each sample model's traced operations (placeholders and output included) as a function of its
+# config, with the fields that multiply them (NOTE: [Graph size caps]); counted from the models'
+# forward code and checked against their traces (tests/models/test_size_caps.py).
+GRAPH_OPS: dict[str, tuple[tuple[str, ...], Callable[[Any], int]]] = {
+    "mlp": (("n_layer",), lambda c: 2 * c.n_layer + 1),
+    "cnn": (("n_stage", "blocks_per_stage"), lambda c: 8 + 8 * c.n_stage * c.blocks_per_stage + c.n_stage - 1),
+    "transformer": (("n_layer",), lambda c: 14 + 25 * c.n_layer),
+    "dlrm": (("n_tables", "n_mlp_layer"), lambda c: 11 + 3 * c.n_tables + 4 * c.n_mlp_layer),
+    "unet": (("depth",), lambda c: 7 + 11 * c.depth),
+    "moe": (("n_layer", "n_experts"), lambda c: 2 + c.n_layer * (14 + 3 * c.n_experts)),
+    "gpt2_small": (("n_layer",), lambda c: 14 + 25 * c.n_layer),
+}
 
+
+def graph_ops(name: str, overrides: Mapping[str, Any]) -> int:
+    """The operations sample model ``name`` traces to with ``overrides``, from its config alone
+    (nothing is built; O(1)). Raises ValueError for overrides its config refuses."""
+    _, count = GRAPH_OPS[name]
+    return int(count(make_config(registry.config_class(name), dict(overrides), model=name)))
+
+
+def _check_graph_size(name: str, overrides: Mapping[str, Any]) -> None:
+    if name not in GRAPH_OPS:
+        return
+    ops = graph_ops(name, overrides)
+    if ops > MAX_GRAPH_OPS:
+        fields = GRAPH_OPS[name][0]
+        given = ", ".join(f"{f}={overrides[f]}" for f in fields if f in overrides) or "its settings"
+        raise ModelSpecError(
+            f"model {name!r} with {given} would trace {ops:,} operations; a graph is built and traced "
+            f"only up to {MAX_GRAPH_OPS:,} operations (a few ms each, so a trace ends within a minute or "
+            f"two): lower {' or '.join(fields)}, or load your own model as package.module:factory")
 
 
 def is_factory(spec: str) -> bool:
@@ -73,6 +106,7 @@ def load(spec: str, overrides: Mapping[str, Any] | None = None, reload: bool = F
         return module, inputs, {}
     _check_known(spec)
     try:
+        _check_graph_size(spec, overrides)  # before anything is built (NOTE: [Graph size caps])
         module, inputs = registry.build(spec, **overrides)
     except LoaderError:
         raise

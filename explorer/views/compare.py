@@ -6,9 +6,10 @@ import streamlit as st
 
 import sample_models
 from explorer import compute, graph_panels, panels, sidebar, state
-from partitioner import Graph, PartitionError, Plan
+from partitioner import Graph, PartitionError
 from partitioner.accelerator.compare import ModeResult
 from explorer.builders.text import md
+from partitioner.plan.size import plan_from_json
 
 
 def main() -> None:
@@ -47,7 +48,7 @@ def _side_by_side(results: list[ModeResult], graph: Graph) -> None:
         for upload in st.file_uploader("Plan files", type=["json"], accept_multiple_files=True,
                                        key="compare_uploads") or []:
             try:
-                plans[f"file {upload.name}"] = Plan.from_json(upload.getvalue())
+                plans[f"file {upload.name}"] = plan_from_json(upload.getvalue(), graph)  # sized by the model
             except PartitionError as exc:
                 st.error(f"{md(upload.name)} is not a plan: {md(exc)}. Download a plan from Explore or write one "
                          "with `partition-explorer partition ... --out plan.json`.")

@@ -93,7 +93,7 @@ def _real_run(pp: pipeline.PipelinePlan, graph: Graph) -> None:
         st.caption("Runs these stages with torch.distributed.pipelining's own schedule, one process per "
                    "device over gloo, on the model's example batch cut into the microbatches; checks the "
                    "outputs (and when training, every gradient) against the model in one process.")
-        why = _why_not_runnable(pp, graph)
+        why = panels.too_many_processes(len(set(pp.device_ids))) or _why_not_runnable(pp, graph)
         if why:
             st.info(f"Cannot run this plan: {md(why)}.")
         if st.button("Run on local processes", key="pp_run", disabled=bool(why), help=why or None):

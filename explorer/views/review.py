@@ -12,6 +12,7 @@ import json
 import streamlit as st
 
 from partitioner import Device, Graph, Plan
+from partitioner.plan.size import plan_from_json
 from partitioner.units import format_rate, format_seconds
 from explorer import compute, graph_panels, panels, state
 from explorer.builders import editing, tables
@@ -26,7 +27,7 @@ UPLOAD_SEEN = "plan_upload_seen"
 def _load(text: str | bytes, source: str, graph: Graph) -> None:
     """Read plan JSON into the edit; a bad file leaves the current edit as it was."""
     try:
-        loaded = Plan.from_json(text)
+        loaded = plan_from_json(text, graph)  # refused at once when larger than the model allows
         problems = loaded.violations(graph)
     except Exception as exc:  # PlanFormatError names the fix; anything else is explained too
         st.session_state[LOAD_MESSAGE] = ("error", f"Could not read {md(source)}: {md(compute.explain_error(exc))}")

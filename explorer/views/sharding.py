@@ -59,7 +59,10 @@ def _run(config: state.PlanConfig, graph: Graph, plan: tensor_parallel.TPPlan, t
         st.caption(f"Starts {plan.world_size} processes with torch.distributed over gloo, applies the styles "
                    "with parallelize_module, runs the example inputs and compares the outputs with one process, "
                    "and the collectives CommDebugMode counts with the prediction.")
-        if st.button("Run on local processes", key="sh_run"):
+        why = panels.too_many_processes(plan.world_size)
+        if why:
+            st.info(f"Cannot run this spec here: {why}.")
+        if st.button("Run on local processes", key="sh_run", disabled=bool(why), help=why):
             def start(progress: Callable[[str], None]) -> Any:
                 module, inputs, kwargs = _module(config, graph)
                 return run_sharded(module, inputs, plan, training=training, timeout_s=180, progress=progress,

@@ -1,4 +1,5 @@
-"""Run a plan for real: one process per device, each executing its partitions of the split module.
+"""Run a plan for real: one process per device that holds a partition, each executing its
+partitions of the split module.
 
 Every rank walks the split module's graph in the same topological order (the NOTE below); the
 owner of a partition computes it; its outputs go to the ranks that read them with non-blocking
@@ -25,6 +26,7 @@ import torch.distributed as dist
 import torch.fx as fx
 from torch.utils._pytree import tree_flatten, tree_unflatten
 
+from partitioner.devices import Device
 from partitioner.errors import InvalidPlanError, RunError
 from partitioner.plan.validate import ViolationKind
 from partitioner.graph import Graph
@@ -32,7 +34,7 @@ from partitioner.plan.records import Plan
 from partitioner.runtime.launch import default_backend, launch, report_progress
 from partitioner.runtime.splitting import split
 
-__all__ = ["run", "RunResult", "PartitionRun", "prepare", "run_rank", "Prepared"]
+__all__ = ["run", "RunResult", "PartitionRun", "prepare", "run_rank", "Prepared", "ranked_devices"]
 
 logger = logging.getLogger(__name__)
 
@@ -230,13 +232,21 @@ class Prepared:
     partitions: dict[str, Any]  # submodule name -> Partition
 
 
+def ranked_devices(plan: Plan) -> list[Device]:
+    """The devices a run starts a process for, rank i on the i-th: those holding a partition, in
+    the plan's order (an idle device has nothing to run, so it gets no process). O(devices +
+    partitions)."""
+    used = {d for p in plan.partitions for d in p.device_ids}
+    return [d for d in plan.devices if d.logical_id in used]
+
+
 def prepare(plan: Plan, graph: Graph, example_inputs: Sequence[Any] | torch.Tensor) -> Prepared:
     """Split ``plan`` and run it once here: the reference outputs and every crossing shape."""
     if isinstance(example_inputs, torch.Tensor):
         example_inputs = (example_inputs,)
     inputs = tuple(example_inputs)
     gm = picklable(split(plan, graph))
-    rank_of = {d.logical_id: i for i, d in enumerate(plan.devices)}
+    rank_of = {d.logical_id: i for i, d in enumerate(ranked_devices(plan))}
     owners: dict[str, tuple[int, ...]] = {}
     part_of_submod = {}
     for n in gm.graph.nodes:
@@ -285,8 +295,8 @@ def run_rank(prepared: Prepared, repeats: int = 3) -> RankResult:
 
 def run(plan: Plan, graph: Graph, example_inputs: Sequence[Any] | torch.Tensor, backend: str | None = None,
         timeout_s: float = 120.0, repeats: int = 3, progress: Callable[[str], None] | None = None) -> RunResult:
-    """Run ``plan`` on one process per device of the plan (rank = the device's position in
-    ``plan.devices``), over torch.distributed; returns the outputs gathered on rank 0 and the
+    """Run ``plan`` on one process per device that holds a partition (rank = its position in
+    :func:`ranked_devices`), over torch.distributed; returns the outputs gathered on rank 0 and the
     measured figures beside the predicted ones. Raises :class:`RunError` naming the rank, the
     partition and the cause when a rank fails or the run passes ``timeout_s``; raises
     :class:`InvalidPlanError` before any process starts when the plan breaks a rule that a run
@@ -298,8 +308,9 @@ def run(plan: Plan, graph: Graph, example_inputs: Sequence[Any] | torch.Tensor, 
     prepared = prepare(plan, graph, example_inputs)
     gm, owners, shapes, inputs = prepared.module, prepared.owners, prepared.shapes, prepared.inputs
     reference, part_of_submod = prepared.reference, prepared.partitions
-    rank_of = {d.logical_id: i for i, d in enumerate(plan.devices)}
-    world = len(plan.devices)
+    ranked = ranked_devices(plan)
+    rank_of = {d.logical_id: i for i, d in enumerate(ranked)}
+    world = len(ranked)
     backend = backend or default_backend()
     try:
         results = launch(_entry, world, (gm, owners, inputs, shapes, repeats), timeout_s=timeout_s,
@@ -308,7 +319,7 @@ def run(plan: Plan, graph: Graph, example_inputs: Sequence[Any] | torch.Tensor, 
         where = ""
         if exc.rank is not None:
             held = [p.id for p in plan.partitions if any(rank_of[d] == exc.rank for d in p.device_ids)]
-            where = f" (rank {exc.rank} runs partition(s) {held} on {plan.devices[exc.rank].name})"
+            where = f" (rank {exc.rank} runs partition(s) {held} on {ranked[exc.rank].name})"
         raise RunError(f"{exc}{where}", rank=exc.rank) from None
     first = results[0]
     try:
