@@ -18,6 +18,7 @@ and operators, not on values.
 from __future__ import annotations
 
 import copy
+import importlib
 import operator
 from dataclasses import dataclass
 from typing import Any
@@ -38,8 +39,11 @@ class _OpRef:
     namespace: str
     name: str
     overload: str
+    module: str | None = None  # the module that registers a custom op (transformers' MoE fallback)
 
     def resolve(self) -> Any:
+        if self.module:
+            importlib.import_module(self.module)
         return getattr(getattr(getattr(torch.ops, self.namespace), self.name), self.overload)
 
 
@@ -62,7 +66,12 @@ class PortableGraph:
 
 def _target(target: Any) -> Any:
     if isinstance(target, torch._ops.OpOverload):
-        return _OpRef(target.namespace, target._schema.name.split("::", 1)[-1], target._overloadname)
+        from torch._library.custom_ops import OPDEFS
+
+        name = target._schema.name.split("::", 1)[-1]
+        custom = OPDEFS.get(f"{target.namespace}::{name}")
+        return _OpRef(target.namespace, name, target._overloadname,
+                      custom._init_fn.__module__ if custom is not None else None)
     if isinstance(target, torch._ops.HigherOrderOperator):
         return _HigherOrderRef(target.name())
     return target
@@ -112,7 +121,13 @@ def from_portable(portable: PortableGraph) -> fx.GraphModule:
     for name, op, target, args, kwargs in portable.nodes:
         if isinstance(target, (_OpRef, _HigherOrderRef)):
             target = target.resolve()
-        node = graph.create_node(op, target, back(args), back(kwargs), name=name)
+        args = back(args)
+        if target is torch.ops.aten.histc.default and args:
+            # A mixture of experts counts tokens per expert with histc on integer ids, which CPU
+            # kernels (and so fake tensors on the CPU) lack: count them as floats, the same counts.
+            args = (graph.call_function(torch.ops.aten._to_copy.default, (args[0],), {"dtype": torch.float32}),
+                    *args[1:])
+        node = graph.create_node(op, target, args, back(kwargs), name=name)
         env[name] = node
     root = {k: from_portable(v) if isinstance(v, PortableGraph) else v for k, v in portable.attrs.items()}
     return fx.GraphModule(root, graph)
