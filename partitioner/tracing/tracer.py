@@ -23,6 +23,7 @@ import torch.fx as fx
 from partitioner.errors import TraceError
 from partitioner.tracing.functionalize import remove_inplace
 from partitioner.graph import Graph, ModelInfo, Node
+from partitioner.tracing.annotate import Annotation, annotate
 from partitioner.tracing.flops import unpriced
 
 __all__ = ["trace"]
@@ -132,16 +133,6 @@ def _merge_tied_attributes(gm: fx.GraphModule) -> tuple[tuple[str, ...], ...]:
     return tied
 
 
-def _tensor_bytes(value: Any) -> int:
-    if isinstance(value, torch.Tensor):
-        return value.numel() * value.element_size()
-    if isinstance(value, (list, tuple)):
-        return sum(_tensor_bytes(v) for v in value)
-    if isinstance(value, dict):
-        return sum(_tensor_bytes(v) for v in value.values())
-    return 0
-
-
 def _flat_inputs(node: fx.Node) -> list[fx.Node]:
     found: dict[fx.Node, None] = {}
     fx.node.map_arg(node.args, found.setdefault)
@@ -180,54 +171,13 @@ def _target_name(node: fx.Node) -> str:
     return str(node.target)
 
 
-class _Annotator(fx.Interpreter):
-    """Runs the graph once, recording each node's output value and FLOPs."""
-
-    def __init__(self, gm: fx.GraphModule, counter: Any) -> None:
-        super().__init__(gm, garbage_collect_values=True)
-        self.counter = counter
-        self.records: dict[str, tuple[Any, int]] = {}
-
-    def run_node(self, n: fx.Node) -> Any:
-        before = self.counter.get_total_flops() if self.counter is not None else 0
-        result = super().run_node(n)
-        flops = (self.counter.get_total_flops() - before) if self.counter is not None else 0
-        meta = _describe(result)
-        self.records[n.name] = (meta, int(flops))
-        return result
-
-
-def _describe(value: Any) -> tuple[tuple[int, ...] | None, str | None, int]:
-    if isinstance(value, torch.Tensor):
-        return tuple(value.shape), str(value.dtype).removeprefix("torch."), _tensor_bytes(value)
-    return None, None, _tensor_bytes(value)
-
-
-def _run_annotation(gm: fx.GraphModule, example_inputs: tuple[Any, ...]) -> dict[str, tuple[Any, int]]:
-    from torch._subclasses.fake_tensor import FakeTensorMode
-    from torch.utils.flop_counter import FlopCounterMode
-
-    from partitioner.tracing.flops import register_formulas
-
-    register_formulas()
-
+def _run_annotation(gm: fx.GraphModule, example_inputs: tuple[Any, ...]) -> dict[str, Annotation]:
     try:
-        fake_mode = FakeTensorMode(allow_non_fake_inputs=True)
-        with fake_mode:
-            fake_inputs = [
-                fake_mode.from_tensor(t) if isinstance(t, torch.Tensor) else t for t in example_inputs
-            ]
-            with FlopCounterMode(display=False) as counter:
-                annotator = _Annotator(gm, counter)
-                annotator.run(*fake_inputs)
-        return annotator.records
+        return annotate(gm, example_inputs)
     except Exception as exc:  # an op without a fake kernel: annotate on real tensors instead
         logger.info("fake-tensor annotation failed (%s); running on real tensors", exc)
     try:
-        with torch.no_grad(), FlopCounterMode(display=False) as counter:
-            annotator = _Annotator(gm, counter)
-            annotator.run(*example_inputs)
-        return annotator.records
+        return annotate(gm, example_inputs, fake=False)
     except Exception as exc:
         where = _user_frame(exc)
         raise TraceError(
