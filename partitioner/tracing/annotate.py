@@ -5,32 +5,32 @@ tensors (``torch._subclasses.fake_tensor.FakeTensorMode``) under
 # NOTE: [Annotating repeated ops once]
 A model is mostly the same block many times: every layer's ``linear`` meets inputs of the same
 shape, dtype and strides, so its output metadata and FLOPs are the same too. Dispatching an op on
-fake tensors costs about a millisecond (the fake kernel, its decomposition and torch's own
-dispatch-cache key), which for 50,000 nodes is most of a minute; the memo here keys a node by
-what decides its result (the target, and each argument as metadata for a tensor or as its value
-for a constant) and hands later nodes with the same key the first one's output and FLOPs. It is
-torch's own fake-tensor dispatch cache (``FakeTensorMode.cache_enabled``) lifted to whole fx
-nodes, with a key a tenth as dear. Values are never looked at, only metadata, so this holds for
-fake tensors only: the real-tensor fallback (ops without a fake kernel) runs every node.
-Not memoised, so always run: ops that mutate an argument (names ending in ``_``, ``inplace=True``,
-``out=``, ATen schemas that write), arguments the key cannot describe (tensor subclasses,
-arbitrary objects), and modules other than torch's own (``torch.nn``), whose forward may read
-state the key does not see. ``tests/tracing/test_annotate.py`` holds every annotation equal to
-the unmemoised run's on the sample models and tiny Hugging Face models.
+fake tensors costs about a millisecond (the fake kernel, its decomposition, torch's own
+dispatch-cache key per ATen op), which for 50,000 nodes is most of a minute. The memo keys a node
+by what decides its result (the target, a module's class, settings and weights' metadata, and
+each argument as metadata for a tensor or as its value for a constant) and hands a later node
+with the same key the first one's output and FLOPs: torch's fake-tensor dispatch cache lifted to
+whole fx nodes, one key per node. Only metadata is read, so this holds for fake tensors only
+(the real-tensor fallback runs every node). Nodes then share output objects: an op writing
+values in place changes nothing a fake tensor carries, but one changing a tensor's shape in
+place would change what other nodes were handed, so the memo is off for a graph holding such an
+op (ATen's ``inplace_view`` ops, ``out=``) or code outside torch that might run one (a user's
+function or module; :func:`changes_metadata`). An argument the key cannot describe (a tensor
+subclass, an arbitrary object) or a module with hooks: that node is run.
+``tests/tracing/test_annotate.py`` holds the annotations equal to the plain run's.
 """
 
 from __future__ import annotations
 
-import inspect
+import functools
 import logging
-import operator
 import types
 from typing import Any, Callable, Hashable
 
 import torch
 import torch.fx as fx
 
-__all__ = ["annotate", "Annotation"]
+__all__ = ["annotate", "Annotation", "changes_metadata", "tensor_bytes"]
 
 logger = logging.getLogger(__name__)
 
@@ -40,9 +40,10 @@ Annotation = tuple[tuple[tuple[int, ...] | None, str | None, int], int]
 _PLAIN_TENSORS: tuple[type, ...] = (torch.Tensor, torch.nn.Parameter)
 _CONSTANTS = (int, float, bool, str, bytes, type(None), type(Ellipsis), torch.dtype, torch.device,
               torch.memory_format, torch.layout, types.FunctionType, types.BuiltinFunctionType)
-_MUTATORS = {operator.setitem, operator.delitem, operator.iadd, operator.isub, operator.imul,
-             operator.itruediv, operator.ifloordiv, operator.imod, operator.ipow, operator.iand,
-             operator.ior, operator.ixor, operator.ilshift, operator.irshift, operator.imatmul}
+# where the functions and modules come from that change no tensor's metadata unless named so
+_PURE_NAMESPACES = ("torch", "_operator", "operator", "builtins", "math")
+_VALUE_WRITES = {"__setitem__", "__iadd__", "__isub__", "__imul__", "__itruediv__"}  # not ATen names
+_TORCH_MODULES = ("torch.nn.", "torch.ao.nn.")
 # vars() of a module that hold its state (parameters, buffers, children) rather than settings
 _MODULE_STATE = {"_parameters", "_buffers", "_modules", "_non_persistent_buffers_set"}
 
@@ -76,26 +77,51 @@ def _key(value: Any) -> Hashable | None:
             return None
         return ("T", value.shape, value.stride(), value.storage_offset(), value.dtype, value.device,
                 value.requires_grad)
-    if kind in (tuple, list, torch.Size):
+    if isinstance(value, (tuple, list)):  # fx's immutable_list, torch.Size, named tuples too
         keys = tuple(_key(v) for v in value)
         return None if None in keys else (kind, keys)
-    if kind is dict:
+    if isinstance(value, dict):  # fx's immutable_dict too
         items = tuple((k, _key(v)) for k, v in value.items())
-        return None if any(v is None for _, v in items) else (dict, items)
+        return None if any(v is None for _, v in items) else (kind, items)
     if kind is slice:
         parts = (_key(value.start), _key(value.stop), _key(value.step))
         return None if None in parts else (slice, parts)
     return None
 
 
-def _inplace_index(target: Callable[..., Any]) -> int:
-    """The position of ``target``'s ``inplace`` parameter, -1 when it has none (or no signature
-    Python can read: torch's C functions, none of which takes ``inplace``)."""
-    try:
-        names = list(inspect.signature(target).parameters)
-    except (TypeError, ValueError):
-        return -1
-    return names.index("inplace") if "inplace" in names else -1
+@functools.lru_cache(maxsize=None)
+def _inplace_view(name: str) -> bool:
+    """Whether the in-place ATen op ``name`` (``unsqueeze_``) may change a tensor's shape, strides
+    or dtype (torch's ``inplace_view`` tag) rather than only its values; True when unknown."""
+    packet = getattr(torch.ops.aten, name, None)
+    if not isinstance(packet, torch._ops.OpOverloadPacket):
+        return name not in _VALUE_WRITES
+    ops = [getattr(packet, overload) for overload in packet.overloads()]
+    return not ops or any(torch.Tag.inplace_view in op.tags for op in ops)
+
+
+def changes_metadata(node: fx.Node, gm: fx.GraphModule) -> bool:
+    """Whether ``node`` may change the shape, strides or dtype of a tensor it reads: an in-place
+    view op (``unsqueeze_``, ``transpose_``, ``resize_``...), an ``out=`` argument (it may be
+    resized), or code outside torch (a user's function or module) that might do either. Ops that
+    only write values in place (``add_``, ``relu(inplace=True)``) do not. O(1) for ops."""
+    if node.op == "call_method":
+        return str(node.target).endswith("_") and _inplace_view(str(node.target))
+    if node.op == "call_module":
+        module = gm.get_submodule(str(node.target))
+        return not all(type(m).__module__.startswith(_TORCH_MODULES) for m in module.modules())
+    if node.op != "call_function":
+        return False
+    target = node.target
+    if "out" in node.kwargs:
+        return True
+    if isinstance(target, torch._ops.OpOverload):
+        return torch.Tag.inplace_view in target.tags or (
+            target._schema.is_mutable and torch.Tag.inplace not in target.tags)
+    if not str(getattr(target, "__module__", None)).startswith(_PURE_NAMESPACES):
+        return True
+    name = getattr(target, "__name__", "")
+    return name.endswith("_") and not name.startswith("_") and _inplace_view(name)
 
 
 class _Annotator(fx.Interpreter):
@@ -110,7 +136,6 @@ class _Annotator(fx.Interpreter):
         self.memo: dict[Hashable, tuple[Any, Annotation]] | None = {} if memo else None
         self.hits = 0
         self._module_keys: dict[str, Hashable | None] = {}
-        self._inplace_at: dict[Any, int] = {}
 
     def run_node(self, n: fx.Node) -> Any:
         if self.memo is None or n.op not in ("call_function", "call_method", "call_module"):
@@ -138,35 +163,21 @@ class _Annotator(fx.Interpreter):
         return record
 
     def _node_key(self, n: fx.Node, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Hashable | None:
-        if "out" in kwargs or kwargs.get("inplace") is True:
-            return None
         if n.op == "call_module":
             target: Hashable | None = self._module_key(str(n.target))
         elif n.op == "call_method":
-            target = None if str(n.target).endswith("_") else ("method", n.target)
+            target = ("method", n.target)
         else:
-            target = n.target if self._pure(n.target, args) else None
+            target = n.target
         if target is None:
             return None
         arg_key = _key(args)
         kwarg_key = _key(kwargs) if kwargs else ()
         return None if arg_key is None or kwarg_key is None else (n.op, target, arg_key, kwarg_key)
 
-    def _pure(self, target: Any, args: tuple[Any, ...]) -> bool:
-        """Whether ``target`` leaves its arguments alone (so its result is only its output)."""
-        if isinstance(target, torch._ops.OpOverload):
-            return not target._schema.is_mutable
-        name = getattr(target, "__name__", "")
-        if target in _MUTATORS or (name.endswith("_") and not name.startswith("_")):
-            return False
-        if target not in self._inplace_at:
-            self._inplace_at[target] = _inplace_index(target)
-        at = self._inplace_at[target]
-        return not (0 <= at < len(args) and args[at] is True)
-
     def _module_key(self, path: str) -> Hashable | None:
-        """A leaf module of torch's own (``torch.nn``) by its class and every setting, parameter
-        and buffer of it and its children; None for other modules and any module with hooks."""
+        """A module by its class and every setting, parameter and buffer of it and its children;
+        None for a module with hooks or a setting the key cannot describe."""
         if path not in self._module_keys:
             self._module_keys[path] = self._describe_module(self.fetch_attr(path))
         return self._module_keys[path]
@@ -175,10 +186,6 @@ class _Annotator(fx.Interpreter):
     def _describe_module(module: torch.nn.Module) -> Hashable | None:
         parts: list[Hashable] = []
         for name, sub in module.named_modules():
-            if not type(sub).__module__.startswith(("torch.nn.", "torch.ao.nn.")):
-                return None
-            if getattr(sub, "inplace", False) is True:
-                return None
             for attr, value in vars(sub).items():
                 if attr in _MODULE_STATE:
                     continue
@@ -224,6 +231,9 @@ def annotate(gm: fx.GraphModule, example_inputs: tuple[Any, ...], fake: bool = T
             annotator = _Annotator(gm, counter, memo=False)
             annotator.run(*example_inputs)
         return annotator.records
+    if memo and (changing := next((n for n in gm.graph.nodes if changes_metadata(n, gm)), None)) is not None:
+        memo = False  # it could change the shape of an output the memo hands to several nodes
+        logger.info("every node annotated apart: %s may change a tensor's shape in place", changing.name)
     fake_mode = FakeTensorMode(allow_non_fake_inputs=True)
     with fake_mode, torch.no_grad():  # NOTE: [No autograd graph while annotating]
         fake_inputs = [fake_mode.from_tensor(t) if isinstance(t, torch.Tensor) else t for t in example_inputs]
