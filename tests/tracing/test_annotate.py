@@ -30,7 +30,8 @@ def _both(gm: fx.GraphModule, inputs: tuple) -> tuple[dict, dict]:
     return annotate(gm, inputs), annotate(gm, inputs, memo=False)
 
 
-@pytest.mark.parametrize("name", names())
+@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.slow) if n == "gpt2_small" else n
+                                  for n in names()])  # GPT-2 small's plain run takes seconds
 def test_memo_equals_the_plain_run_on_every_sample_model(name):
     model, inputs = sample_models.build(name)
     graph = partitioner.trace(model, inputs)
