@@ -1,46 +1,102 @@
-"""Time tracing GPT-2 small (124M parameters) into an annotated graph.
+"""Time ``partitioner.trace`` against graph size: is the time per node constant?
 
-Prints the build time, the node count and the time of ``partitioner.trace`` (symbolic trace,
-fake-tensor shapes, sizes and FLOPs), best of ``--repeat`` runs and the first (cold) one. The
-target is under 10 s on a 2-core machine. ``--n-layer 48`` gives the GPT-2-XL depth.
+Two models grown to about 1,000, 5,000, 10,000 and 50,000 nodes: the ``mlp`` sample (a chain of
+Linear + ReLU, width 16), traced by ``torch.fx.symbolic_trace``, and ``hf:llama`` (Llama-3-8B's
+layer, bf16 on meta weights, 1 x 32 tokens) with ``num_hidden_layers`` raised, traced by
+``torch.export``. Each row prints the trace's wall and CPU time, the CPU time per node and that
+figure against the model's smallest row (1.0 = linear; CPU, as on a shared machine the wall time
+also counts the waits for a core). The reference, measured in the same run on the same traced
+graph: annotating it the plain way (every node dispatched on fake tensors, as tracing did before
+repeated ops were priced once), up to ``--reference-max`` nodes. The target: 50,000 nodes in
+under 30 s. A 50,000-node hf:llama (about 720 layers) takes minutes: ``--hf-sizes`` picks its rows.
 
-    python bench/bench_trace.py [--seq-len 128] [--n-layer 12] [--repeat 3]
+    python bench/bench_trace.py [--sizes 1000,5000,10000,50000] [--hf-sizes 1000,5000,10000]
+                                [--reference-max 5000]
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import time
+import warnings
+from typing import Any, Callable
+
+import torch
 
 import partitioner
 import sample_models
+from partitioner.tracing.annotate import annotate
+from sample_models import _loading
+
+HF_SPEC = "hf:llama-3-8b"
+HF_NODES_PER_LAYER = 69  # nodes of one Llama decoder layer as exported at 1 x 32 tokens
+
+
+def _mlp(nodes: int) -> tuple[str, Callable[[], Any]]:
+    layers = max(1, (nodes - 1) // 2)  # n Linear + (n - 1) ReLU + input + output
+    model, inputs = sample_models.build("mlp", n_layer=layers, in_features=16, hidden=16,
+                                        out_features=16, batch_size=4)
+    return f"mlp n_layer={layers}", lambda: partitioner.trace(model, inputs)
+
+
+def _hf(nodes: int) -> tuple[str, Callable[[], Any]]:
+    layers = max(1, round(nodes / HF_NODES_PER_LAYER))
+    overrides = {"num_hidden_layers": layers, "dtype": "bf16"}
+    loaded = _loading.load(HF_SPEC, overrides)
+    return (f"{HF_SPEC} layers={layers}",
+            lambda: _loading.trace_loaded(HF_SPEC, overrides, loaded, HF_SPEC))
+
+
+def _row(kind: str, nodes_wanted: int, build: Callable[[int], tuple[str, Callable[[], Any]]],
+         reference_max: int, first_per_node: dict[str, float]) -> None:
+    label, run = build(nodes_wanted)
+    t0, c0 = time.perf_counter(), time.process_time()
+    graph = run()
+    trace_s, cpu_s = time.perf_counter() - t0, time.process_time() - c0
+    n = len(graph)
+    per_node = cpu_s / n  # CPU: on a shared machine the wall time also counts waits for a core
+    base = first_per_node.setdefault(kind, per_node)
+    reference = ""
+    if n <= reference_max:
+        gm, inputs = graph.graph_module, graph.example_inputs
+        c0 = time.process_time()
+        memo = annotate(gm, inputs)
+        memo_s = time.process_time() - c0
+        c0 = time.process_time()
+        plain = annotate(gm, inputs, memo=False)
+        plain_s = time.process_time() - c0
+        same = "same" if plain == memo else "DIFFERENT"
+        reference = f"{plain_s:8.2f} s {memo_s:8.2f} s {plain_s / memo_s:6.1f}x  {same}"
+    print(f"{label:32} {n:>7,} {trace_s:9.2f} s {cpu_s:9.2f} s {per_node * 1e6:8.0f} us {per_node / base:7.2f}  "
+          f"{reference}", flush=True)
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--seq-len", type=int, default=128, help="tokens in the example input")
-    parser.add_argument("--n-layer", type=int, default=12, help="transformer blocks")
-    parser.add_argument("--repeat", type=int, default=3, help="runs; the best is reported")
+    parser.add_argument("--sizes", default="1000,5000,10000,50000", help="mlp node counts")
+    parser.add_argument("--hf-sizes", default="1000,5000,10000", help="hf:llama node counts ('' for none)")
+    parser.add_argument("--reference-max", type=int, default=5000,
+                        help="time the plain annotation on graphs up to this many nodes")
     args = parser.parse_args(argv)
+    warnings.simplefilter("ignore")
+    torch.set_num_threads(1)
+    sizes = [int(s) for s in args.sizes.split(",") if s]
+    hf_sizes = [int(s) for s in args.hf_sizes.split(",") if s]
 
-    t0 = time.perf_counter()
-    model, inputs = sample_models.build("gpt2_small", seq_len=args.seq_len, n_layer=args.n_layer)
-    build_s = time.perf_counter() - t0
-    n_params = sum(p.numel() for p in model.parameters())
-
-    times = []
-    nodes = 0
-    for _ in range(max(1, args.repeat)):
-        t0 = time.perf_counter()
-        nodes = len(partitioner.trace(model, inputs))
-        times.append(time.perf_counter() - t0)
-
-    print(f"model      gpt2_small n_layer={args.n_layer} seq_len={args.seq_len} "
-          f"({n_params / 1e6:.1f}M parameters)")
-    print(f"build      {build_s:.2f} s")
-    print(f"nodes      {nodes}")
-    print(f"trace      {min(times):.3f} s (best of {len(times)}; first {times[0]:.3f} s)")
-    print(f"target     under 10 s: {'met' if max(times) < 10 else 'NOT MET'}")
+    print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores (at the start)")
+    print(f"{'model':32} {'nodes':>7} {'trace':>11} {'its CPU':>11} {'CPU/node':>11} {'vs first':>7}  "
+          f"{'plain annotation CPU':>10} {'memo CPU':>10} {'speedup':>7}  annotations")
+    _mlp(10)[1]()  # imports and torch's first-call costs, outside the table
+    first: dict[str, float] = {}
+    for nodes in sizes:
+        _row("mlp", nodes, _mlp, args.reference_max, first)
+    if hf_sizes:
+        _hf(HF_NODES_PER_LAYER)[1]()  # transformers' imports and export's first call, likewise
+    for nodes in hf_sizes:
+        _row("hf", nodes, _hf, args.reference_max, first)
+    print(f"load average {os.getloadavg()[0]:.1f} (at the end)")
+    print("target     50,000 nodes in under 30 s; the per-node time constant (vs first near 1)")
 
 
 if __name__ == "__main__":
