@@ -73,7 +73,7 @@ def test_names_from_a_plan_file_are_not_markup(plan_json):
     at = review(start())
     data = json.loads(json.dumps(plan_json))
     data["model"] = IMAGE
-    data["partitions"][0]["node_names"].append(LINK)
+    data["partitions"][0]["node_names"][0] = LINK  # a name the model lacks, in place of one it has
     data["devices"][0]["name"] = "<img src=http://127.0.0.1:9/beacon-device.png>"
     data["provenance"]["solver"] = IMAGE
     load(at, IMAGE + ".json", json.dumps(data).encode())
