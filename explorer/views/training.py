@@ -30,19 +30,26 @@ def _sweep(graph: Graph, loss: str) -> list[remat.RematResult] | None:
         return results[key]
     st.caption("Traces the model's forward and backward together (AOT autograd) and runs torch's "
                "min_cut_rematerialization_partition at budgets 0, 0.25, 0.5, 0.75 and 1, in a worker "
-               "process stopped after 5 minutes. A few seconds for the small samples, about a minute "
-               "for gpt2_small.")
+               f"process stopped after {format_seconds(_time_limit_s(graph))}. A few seconds for the small samples, "
+               "about a minute for gpt2_small, minutes for a large Hugging Face model (its weights on the meta device "
+               "run as fake tensors: no memory).")
     if not st.button("Trace the joint graph and run min-cut", key="tm_run", type="primary"):
         return None
     try:
         done = panels.run_with_status(lambda progress: remat.sweep(
-            graph, graph.example_inputs or (), BUDGETS, loss, timeout_s=300))
+            graph, graph.example_inputs or (), BUDGETS, loss, timeout_s=_time_limit_s(graph)))
     except PartitionError as exc:
         st.error(f"Cannot analyse training for this model: {md(exc)}")
         return None
     if done is not None:
         results[key] = done
     return done
+
+
+def _time_limit_s(graph: Graph) -> float:
+    """The worker's limit: 5 minutes, and a quarter of a second an op beyond (Llama-3-70B's 5,600
+    ops: about 23 minutes; its joint trace and five min-cuts take some 5 minutes on 2 idle cores)."""
+    return max(300.0, 0.25 * len(graph.op_indices))
 
 
 def _memory(graph: Graph, result: remat.RematResult, results: list[remat.RematResult], optimizer: str) -> None:
@@ -84,7 +91,8 @@ def main() -> None:
     config, graph = inputs
     st.markdown(f"#### Training memory for {md(config.model.label)}")
     cols = st.columns(3)
-    budget = cols[0].select_slider("Activation memory budget", options=list(BUDGETS), value=0.5, key="tm_budget",
+    st.session_state.setdefault("tm_budget", 0.5)  # kept across pages; no default beside it (Streamlit warns)
+    budget = cols[0].select_slider("Activation memory budget", options=list(BUDGETS), key="tm_budget",
                                    help="torch's activation_memory_budget: 1 saves what min-cut would, 0 "
                                         "recomputes all it can")
     loss = cols[1].selectbox("Loss", list(remat.LOSSES), key="tm_loss", help="of every floating-point output")

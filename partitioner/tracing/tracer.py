@@ -278,6 +278,18 @@ def trace(
             c.use_cache = True
 
 
+_VIEW_OPS = frozenset({"t", "transpose", "permute", "view", "_unsafe_view", "expand", "alias", "unsqueeze",
+                       "squeeze", "slice", "select", "as_strided", "detach", "unflatten"})
+
+
+def _is_view(fx_node: fx.Node) -> bool:
+    """Whether the node is an aten view op (its output shares its input's storage)."""
+    target = fx_node.target
+    if isinstance(target, torch._ops.OpOverload):
+        return target._schema.name.split("::")[-1] in _VIEW_OPS and target.is_view
+    return False
+
+
 def model_info(model: torch.nn.Module) -> ModelInfo:
     """The module classes of ``model`` (every class in each module's MRO up to ``nn.Module``) and
     a Hugging Face model's tensor-parallel plan, no-split blocks and tied weights. O(modules)."""
@@ -322,6 +334,7 @@ def _trace(
     counted: dict[int, tuple[str, int]] = {}
     shared: dict[int, list[str]] = {}
     repeated: dict[int, tuple[int, int]] = {}
+    weights: set[int] = set()  # get_attr nodes (weights) and views of them
     for fx_node in gm.graph.nodes:
         (shape, dtype, out_bytes), flops = records.get(fx_node.name, ((None, None, 0), 0))
         param_bytes = 0
@@ -341,13 +354,23 @@ def _trace(
                     repeated[len(nodes)] = (first[1], was[1] + size)
         if fx_node.op == "output":
             out_bytes = 0
+        reads = tuple(position[i] for i in _flat_inputs(fx_node))
+        if fx_node.op == "call_function" and reads and _is_view(fx_node) and all(i in weights for i in reads):
+            # NOTE: [Views of weights] A transpose or view of a weight (a mixture of experts'
+            # packed expert weights, transposed for grouped_mm) shares the weight's storage: it
+            # holds no bytes of its own, and counting its output would hold each weight twice
+            # (Mixtral-8x7B: 172 GiB for 87 GiB of weights). Its readers reach the weight through it.
+            out_bytes = 0
+            weights.add(len(nodes))
+        elif fx_node.op == "get_attr":
+            weights.add(len(nodes))
         position[fx_node] = len(nodes)
         nodes.append(
             Node(
                 name=fx_node.name,
                 op=fx_node.op,
                 target=_target_name(fx_node),
-                inputs=tuple(position[i] for i in _flat_inputs(fx_node)),
+                inputs=reads,
                 module_path=_module_path(fx_node),
                 shape=shape,
                 dtype=dtype,
