@@ -10,7 +10,7 @@ from __future__ import annotations
 import streamlit as st
 
 from partitioner import Graph, Plan
-from partitioner.draw.collapse import SearchHit, collapse, collapsed_to_dot, search
+from partitioner.draw.collapse import CollapsedGraph, SearchHit, collapse, collapsed_to_dot, expand_key, search
 from partitioner.cost import model as costs
 from partitioner.plan.diff import diff_plans
 from partitioner.draw.nodeview import partition_to_dot, step_to_dot
@@ -26,6 +26,7 @@ __all__ = ["NO_HIT", "view_controls", "render_dag", "render_drilldown", "render_
            "render_step", "node_seconds", "NODE_LIMIT"]
 
 NODE_LIMIT = 600  # nodes drawn in one partition's drill-down
+FOLD_ABOVE = 150  # a partition of more nodes opens folded by module, as the model graph does
 _PARTITION_ID = r"^p\d+$"
 _MODULE_ID = r"^m:"
 
@@ -89,11 +90,16 @@ def render_drilldown(plan: Plan, graph: Graph, key: str, overlay: str = "device"
     )
     if pick is None:
         return
-    if sizes[pick] > NODE_LIMIT:
-        st.caption(f"P{pick} has {sizes[pick]} nodes; the first {NODE_LIMIT} are drawn.")
     names = {graph.nodes[v].name for v in hit.nodes}
     members = set(next(p for p in plan.partitions if p.id == pick).node_names)
     inside = [v for v in hit.nodes if graph.nodes[v].name in members]
+    if sizes[pick] > FOLD_ABOVE:  # lay out only what is shown: its modules, repeated blocks folded
+        only = [graph.index[n] for n in members if n in graph.index]
+        st.caption(f"P{pick} has {sizes[pick]} nodes: drawn by module, repeated blocks folded; click a box "
+                   "to open it.")
+        _folded_view(graph, plan, f"{key}_drill{pick}", node_s or node_seconds(plan, graph), overlay, hit,
+                     title=f"P{pick}: {sizes[pick]} nodes", only=only)
+        return
     show_graph(partition_to_dot(plan, graph, pick, max_nodes=NODE_LIMIT, overlay=overlay,
                                 node_s=node_s or node_seconds(plan, graph), highlight=names),
                key=f"{key}_nodes", focus=f"n{inside[0]}" if inside else None)
@@ -101,29 +107,60 @@ def render_drilldown(plan: Plan, graph: Graph, key: str, overlay: str = "device"
 
 def render_model_graph(plan: Plan, graph: Graph, key: str, overlay: str = "device", hit: SearchHit = NO_HIT,
                        node_s: list[float] | None = None) -> None:
-    """The whole model, collapsed by module (a box per repeated block with its sums and a bar of
-    its devices); a click on a box expands it, the list below collapses it again."""
-    state_key = f"{key}_expanded"
+    """The whole model, collapsed by module (a box per block with its sums and a bar of its
+    devices; identical repeated blocks folded into one); a click on a box expands it, the list
+    below opens any module by name or collapses it again."""
+    title = f"{plan.model or 'model'}: {len(graph.op_indices)} nodes"
+    _folded_view(graph, plan, key, node_s or node_seconds(plan, graph), overlay, hit, title=title, view="model")
+
+
+def focus_box(cg: CollapsedGraph, hit: SearchHit, opened: str | None) -> str | None:
+    """The box id the view centres on: the first search hit, else the first box inside the module
+    just opened (the view follows what was expanded)."""
+    boxes = sorted({cg.box_of[v] for v in hit.nodes if cg.box_of[v] >= 0})
+    if boxes:
+        return f"m:{cg.groups[boxes[0]].key}"
+    if opened:
+        inside = [g.key for g in cg.groups if g.key == opened or g.key.startswith(opened + ".")]
+        return f"m:{inside[0]}" if inside else None
+    return None
+
+
+def _folded_view(graph: Graph, plan: Plan, key: str, node_s: list[float], overlay: str, hit: SearchHit,
+                 title: str, only: list[int] | None = None, view: str = "nodes") -> None:
+    state_key, opened_key = f"{key}_expanded", f"{key}_opened"
     expanded = list(st.session_state.get(state_key, []))
 
     def toggle(node_id: str) -> None:
-        module = node_id[2:]
+        module = expand_key(node_id[2:])
         now = list(st.session_state.get(state_key, []))
         if module in now:
             now = [m for m in now if m != module and not m.startswith(module + ".")]
+            st.session_state[opened_key] = None
         else:
             now.append(module)
+            st.session_state[opened_key] = module
         st.session_state[state_key] = now
 
-    cg = collapse(graph, plan, node_s or node_seconds(plan, graph), expanded=expanded)
+    cg = collapse(graph, plan, node_s, expanded=expanded, only=only)
     boxes = sorted({cg.box_of[v] for v in hit.nodes if cg.box_of[v] >= 0})
-    title = f"{plan.model or 'model'}: {len(graph.op_indices)} nodes in {len(cg.groups)} boxes"
-    show_graph(collapsed_to_dot(cg, plan, overlay=overlay, highlight=boxes, title=title), key=f"{key}_model",
-               clickable=_MODULE_ID, on_click=toggle, focus=f"m:{cg.groups[boxes[0]].key}" if boxes else None,
-               hint="scroll to zoom, drag to pan, hover for sums, click a double-bordered box to expand it")
-    prefixes = sorted({g.key for g in cg.groups if g.expandable} | set(expanded))
-    st.multiselect("Expanded modules (a box per submodule)", prefixes, key=state_key,
-                   help="Click a double-bordered box to expand it; remove it here to collapse it again.")
+    folded = sum(1 for g in cg.groups if g.blocks)
+    show_graph(collapsed_to_dot(cg, plan, overlay=overlay, highlight=boxes,
+                                title=f"{title} in {len(cg.groups)} boxes" + (f", {folded} folded" if folded else "")),
+               key=f"{key}_{view}", clickable=_MODULE_ID, on_click=toggle,
+               focus=focus_box(cg, hit, st.session_state.get(opened_key)),
+               hint="scroll to zoom, drag to pan, hover for sums, click a double-bordered box to expand it "
+                    "(a triple-bordered box is identical blocks folded: it opens the first)")
+    prefixes = sorted({g.key for g in cg.groups if g.expandable and not g.blocks} | set(expanded)
+                      | {b for g in cg.groups for b in g.blocks})
+
+    def picked() -> None:  # the view follows a module opened from the list too
+        added = [m for m in st.session_state.get(state_key, []) if m not in expanded]
+        st.session_state[opened_key] = added[-1] if added else None
+
+    st.multiselect("Expanded modules (a box per submodule)", prefixes, key=state_key, on_change=picked,
+                   help="Click a box to expand it; pick any one of the folded blocks here to open it; remove "
+                        "it here to collapse it again.")
 
 
 def render_side_by_side(a: Plan, b: Plan, label_a: str, label_b: str, key: str, graph: Graph | None = None) -> None:
