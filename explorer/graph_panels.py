@@ -13,7 +13,7 @@ from partitioner import Graph, Plan
 from partitioner.draw.collapse import CollapsedGraph, SearchHit, collapse, collapsed_to_dot, expand_key, search
 from partitioner.cost import model as costs
 from partitioner.plan.diff import diff_plans
-from partitioner.draw.nodeview import partition_to_dot, step_to_dot
+from partitioner.draw.nodeview import block_of, partition_to_dot, step_boxes_to_dot, step_to_dot, touched_nodes
 from partitioner.draw.overlay import OVERLAYS, partition_values
 from partitioner.draw.dag import plan_to_dot
 from partitioner.accelerator.steps import DecisionTrace
@@ -190,10 +190,20 @@ def render_side_by_side(a: Plan, b: Plan, label_a: str, label_b: str, key: str, 
         st.dataframe(deltas, hide_index=True)
 
 
+STEP_NODES = 150  # above this many ops a step is drawn on the model folded by module
+
+
 def render_step(trace: DecisionTrace, index: int, plan: Plan, key: str) -> None:
-    """One decision of ``trace`` drawn on the model (``plan``: whose devices give the colours)."""
-    decision = trace.decisions[index]
-    first = decision.moves[0][0] if decision.moves else None
-    show_graph(step_to_dot(trace, index, plan.devices), key=key, height=520,
-               focus=None if first is None else f"n{first}",
-               hint="scroll to zoom, drag to pan; outlined: this step's nodes (blue taken, red dashed tried)")
+    """One decision of ``trace`` drawn on the model (``plan``: whose devices give the colours);
+    the view goes to the decision's nodes. A large model is drawn by module with its repeated
+    blocks folded, the block holding the decision's first node opened."""
+    touched = touched_nodes(trace, index)
+    hint = "scroll to zoom, drag to pan; outlined: this step's nodes (blue taken, red dashed tried)"
+    if len(trace.graph.op_indices) <= STEP_NODES:
+        show_graph(step_to_dot(trace, index, plan.devices), key=key, height=520,
+                   focus=f"n{touched[0]}" if touched else None, hint=hint)
+        return
+    opened = [block_of(trace.graph, touched[0])] if touched and block_of(trace.graph, touched[0]) else []
+    dot, focus = step_boxes_to_dot(trace, index, plan.devices, expanded=opened)
+    show_graph(dot, key=key, height=520, focus=focus,
+               hint=hint.replace("nodes", "boxes") + (f"; {opened[0]} opened" if opened else ""))
