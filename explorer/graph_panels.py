@@ -9,8 +9,16 @@ from __future__ import annotations
 
 import streamlit as st
 
-from partitioner import Graph, Plan
-from partitioner.draw.collapse import CollapsedGraph, SearchHit, collapse, collapsed_to_dot, expand_key, search
+from partitioner import Graph, PartitionError, Plan
+from partitioner.draw.collapse import (
+    CollapsedGraph,
+    SearchHit,
+    collapse,
+    collapsed_to_dot,
+    expand_key,
+    lineage,
+    search,
+)
 from partitioner.cost import model as costs
 from partitioner.plan.diff import diff_plans
 from partitioner.draw.nodeview import block_of, partition_to_dot, step_boxes_to_dot, step_to_dot, touched_nodes
@@ -20,7 +28,7 @@ from partitioner.accelerator.steps import DecisionTrace
 from partitioner.units import format_seconds
 
 from explorer.builders import tables
-from explorer.viewer import show_graph
+from explorer.viewer import show_graph, svg_of, svg_width
 
 __all__ = ["NO_HIT", "view_controls", "render_dag", "render_drilldown", "render_model_graph", "render_side_by_side",
            "render_step", "node_seconds", "NODE_LIMIT"]
@@ -145,10 +153,19 @@ def _folded_view(graph: Graph, plan: Plan, key: str, node_s: list[float], overla
     cg = collapse(graph, plan, node_s, expanded=expanded, only=only)
     boxes = sorted({cg.box_of[v] for v in hit.nodes if cg.box_of[v] >= 0})
     folded = sum(1 for g in cg.groups if g.blocks)
-    show_graph(collapsed_to_dot(cg, plan, overlay=overlay, highlight=boxes,
+    keys = [g.key for g in cg.groups]
+    labels = {g.key: g.label for g in cg.groups}
+    if st.session_state.get(f"{key}_flow") not in (None, *keys):
+        st.session_state[f"{key}_flow"] = None  # a box of an earlier view
+    flow = st.selectbox("Highlight what feeds and what follows", [None, *keys], key=f"{key}_flow",
+                        format_func=lambda k: "(nothing)" if k is None else labels[k],
+                        help="Upstream boxes outlined in green, downstream in purple")
+    up, down = lineage(cg, keys.index(flow)) if flow is not None else (frozenset(), frozenset())
+    show_graph(collapsed_to_dot(cg, plan, overlay=overlay, highlight=boxes + ([keys.index(flow)] if flow else []),
+                                upstream=up, downstream=down,
                                 title=f"{title} in {len(cg.groups)} boxes" + (f", {folded} folded" if folded else "")),
                key=f"{key}_{view}", clickable=_MODULE_ID, on_click=toggle,
-               focus=focus_box(cg, hit, st.session_state.get(opened_key)),
+               focus=f"m:{flow}" if flow and not boxes else focus_box(cg, hit, st.session_state.get(opened_key)),
                hint="scroll to zoom, drag to pan, hover for sums, click a double-bordered box to expand it "
                     "(a triple-bordered box is identical blocks folded: it opens the first)")
     prefixes = sorted({g.key for g in cg.groups if g.expandable and not g.blocks} | set(expanded)
@@ -174,10 +191,16 @@ def render_side_by_side(a: Plan, b: Plan, label_a: str, label_b: str, key: str, 
     if sorted((d.logical_id, d.name) for d in a.devices) != sorted((d.logical_id, d.name) for d in b.devices):
         st.caption("The plans list different devices: a colour may name a different device on each side.")
     left, right = st.columns(2)
-    for col, plan, label, side in ((left, a, label_a, "a"), (right, b, label_b, "b")):
+    dots = {side: plan_to_dot(plan, graph, overlay=overlay, scale=scale, title=label)
+            for plan, label, side in ((a, label_a, "a"), (b, label_b, "b"))}
+    try:  # one scale: both open at the wider drawing's width
+        span: float | None = max(svg_width(svg_of(d)) for d in dots.values()) or None
+    except PartitionError:
+        span = None  # show_graph says what failed
+    for col, label, side in ((left, label_a, "a"), (right, label_b, "b")):
         with col:
             st.markdown(f"**{label}**")
-            show_graph(plan_to_dot(plan, graph, overlay=overlay, scale=scale, title=label), key=f"{key}_{side}", height=480)
+            show_graph(dots[side], key=f"{key}_{side}", height=480, span=span)
     diff = diff_plans(a, b)
     moves = tables.moves_table(a, b)
     deltas = tables.partition_delta_table(diff)

@@ -53,9 +53,11 @@ export default function (component) {
   svg.style.height = "100%";
   svg.style.display = "block";
 
-  // Height: the natural height at this width, between a floor and data.height.
+  // Height: the natural height at this width, between a floor and data.height. data.span (SVG
+  // units) is the width two viewers side by side share, so both draw at one scale.
   const width = root.clientWidth || 800;
-  const natural = (full[3] * width) / full[2];
+  const span = Math.max(full[2], data.span || 0);
+  const natural = (full[3] * width) / span;
   const maxHeight = data.height || 560;
   stage.style.height = Math.round(Math.max(160, Math.min(maxHeight, natural))) + "px";
 
@@ -80,14 +82,16 @@ export default function (component) {
   const id = data.view || "viewer";
   const layout = full.join(" ") + "|" + svg.querySelectorAll("g.node").length;
   const saved = views().get(id);
-  // First view: the whole graph when it fits at half an SVG unit a pixel or more; otherwise the
-  // top of it at the width's fit (at least that half scale), so a tall graph opens readable.
+  // First view: the whole graph when it fits at 0.8 SVG units a pixel or more (10 pt labels at
+  // 8 px and up); otherwise the top of it at the width's fit, never below that scale, so a large
+  // graph opens readable and Fit shows all of it. With data.span, the shared scale of a pair.
   const stageW = stage.clientWidth || width;
   const stageH = stage.clientHeight || maxHeight;
-  const s = Math.max(0.5, Math.min(1.5, stageW / full[2]));
-  const fits = Math.min(stageW / full[2], stageH / full[3]) >= 0.5;
+  const READABLE = 0.8;
+  const s = data.span ? stageW / span : Math.max(READABLE, Math.min(1.5, stageW / full[2]));
+  const fits = !data.span && Math.min(stageW / full[2], stageH / full[3]) >= READABLE;
   const opening = fits ? full.slice()
-    : [full[0] + Math.max(0, (full[2] - stageW / s) / 2), full[1], stageW / s, stageH / s];
+    : [full[0] + (data.span ? 0 : Math.max(0, (full[2] - stageW / s) / 2)), full[1], stageW / s, stageH / s];
   let box = saved && saved.layout === layout ? saved.box.slice() : opening;
   const apply = () => {
     svg.setAttribute("viewBox", box.map((x) => x.toFixed(2)).join(" "));

@@ -37,10 +37,11 @@ if TYPE_CHECKING:  # pragma: no cover
     from partitioner.plan.records import Plan
 
 __all__ = ["Group", "CollapsedGraph", "collapse", "collapsed_to_dot", "box_values", "search", "SearchHit", "MAX_BOXES",
-           "expand_key", "FOLD"]
+           "expand_key", "FOLD", "lineage", "UPSTREAM_COLOUR", "DOWNSTREAM_COLOUR"]
 
 MAX_BOXES = 300  # above this many boxes, runs of nodes outside any module are merged
 FOLD = "fold:"  # key prefix of a box of folded repeated blocks
+UPSTREAM_COLOUR, DOWNSTREAM_COLOUR = "#2ca02c", "#9467bd"  # outlines of what feeds a box, what it feeds
 
 
 @dataclass(frozen=True)
@@ -262,6 +263,28 @@ def search(graph: "Graph", query: str, plan: "Plan | None" = None) -> SearchHit:
     return SearchHit(query, hits, tuple(parts))
 
 
+def lineage(cg: CollapsedGraph, box: int) -> tuple[frozenset[int], frozenset[int]]:
+    """(upstream, downstream): the boxes whose outputs reach ``box``, and those it reaches, over
+    the box edges. O(boxes + edges)."""
+    up: dict[int, list[int]] = {}
+    down: dict[int, list[int]] = {}
+    for a, b, _ in cg.edges:
+        down.setdefault(a, []).append(b)
+        up.setdefault(b, []).append(a)
+
+    def reach(links: dict[int, list[int]]) -> frozenset[int]:
+        seen: set[int] = set()
+        stack = [box]
+        while stack:
+            for w in links.get(stack.pop(), ()):
+                if w not in seen and w != box:
+                    seen.add(w)
+                    stack.append(w)
+        return frozenset(seen)
+
+    return reach(up), reach(down)
+
+
 def _tip(g: Group, plan: "Plan | None", overlay: str, value: float | None) -> str:
     lines = [g.label, f"{len(g.members)} node{'s' if len(g.members) != 1 else ''}"
              + (f" ({len(g.members) // g.repeat} in each of {g.repeat} identical blocks)" if g.blocks else ""),
@@ -304,11 +327,13 @@ def box_values(cg: CollapsedGraph, overlay: str) -> list[float]:
 
 
 def collapsed_to_dot(cg: CollapsedGraph, plan: "Plan | None" = None, *, overlay: str = "device",
-                     highlight: Collection[int] = (), title: str = "") -> str:
+                     highlight: Collection[int] = (), title: str = "",
+                     upstream: Collection[int] = (), downstream: Collection[int] = ()) -> str:
     """DOT of a collapsed graph: a box per group with its sums and a bar of its devices' colours
     (widths by member count), fill by ``overlay`` (the device's colour when a box sits on one
     device), edges with the bytes crossing, dashed where they change device. Boxes have DOT ids
-    ``m:<key>`` and tooltips; ``highlight``: box indices outlined thick (search hits)."""
+    ``m:<key>`` and tooltips; ``highlight``: box indices outlined thick (search hits);
+    ``upstream``/``downstream``: boxes outlined in green/purple (:func:`lineage`)."""
     colours: Mapping[int, str] = device_colours(plan.devices) if plan is not None else {}
     values = box_values(cg, overlay) if overlay != "device" else []
     low, high = (min(values), max(values)) if values else (0.0, 0.0)
@@ -339,6 +364,8 @@ def collapsed_to_dot(cg: CollapsedGraph, plan: "Plan | None" = None, *, overlay:
             attrs.append("peripheries=2")
         if b in highlight:
             attrs += [f'color="{HIGHLIGHT_COLOUR}"', "penwidth=4"]
+        elif b in upstream or b in downstream:
+            attrs += [f'color="{UPSTREAM_COLOUR if b in upstream else DOWNSTREAM_COLOUR}"', "penwidth=3"]
         lines.append(f"  b{b} [{', '.join(attrs)}];")
     for a, b, n in cg.edges:
         dashed = single[a] is None or single[b] is None or single[a] != single[b]

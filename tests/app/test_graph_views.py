@@ -197,6 +197,9 @@ def test_app_overlay_search_and_collapse():
     assert 'id="m:blocks.2.attn"' in model["svg"] and not at.exception
     assert 'id="m:fold:blocks.0-1"' in model["svg"] and 'id="m:blocks.3"' in model["svg"]
     assert model["focus"].startswith("m:blocks.2."), "the view follows the block just opened"
+    at.selectbox(key="explore_flow").set_value("blocks.2.attn").run()
+    svg = viewers(at)["explore_model"]["svg"]
+    assert "#2ca02c" in svg and "#9467bd" in svg and not at.exception  # what feeds it, what follows
     at.selectbox(key="explore_drill").set_value(0).run()
     assert "explore_nodes" in viewers(at)
 
@@ -211,6 +214,7 @@ def test_app_side_by_side_on_compare_and_review():
     at.selectbox(key="compare_right").set_value("cost_aware plan").run()
     shown = viewers(at)
     assert {"compare_sbs_a", "compare_sbs_b"} <= set(shown) and len(names) >= 2
+    assert shown["compare_sbs_a"]["span"] == shown["compare_sbs_b"]["span"] > 0  # one scale
     assert any("moved" in m.value for m in at.markdown)
     at.switch_page("views/review.py").run()
     at.toggle(key="review_sbs_on").set_value(True).run()

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 import partitioner
-from partitioner.draw.collapse import FOLD, collapse, collapsed_to_dot, expand_key
+from partitioner.draw.collapse import DOWNSTREAM_COLOUR, FOLD, UPSTREAM_COLOUR, collapse, collapsed_to_dot, expand_key, lineage
 from partitioner.graph import Graph, Node
 from partitioner.testing.synthetic import blocks_graph
 
@@ -121,3 +121,16 @@ def test_an_hf_llama_folds_its_layers_with_the_models_own_weight_count():
     layers = module.model.layers
     assert fold.param_bytes == sum(p.numel() * p.element_size() for p in layers.parameters())
     assert len(cg.groups) < 10
+
+
+def test_upstream_and_downstream_of_a_box_follow_the_edges():
+    graph = blocks_graph(6)
+    cg = collapse(graph, expanded={"blocks.2"})
+    keys = [g.key for g in cg.groups]
+    middle = keys.index("blocks.2.attn")
+    up, down = lineage(cg, middle)
+    assert {cg.groups[b].label for b in up} == {"embed", "blocks.0-1 (x2)"}
+    assert {"head", "blocks.3-5 (x3)", "blocks.2.mlp"} <= {cg.groups[b].label for b in down}
+    assert not up & down and middle not in up | down
+    dot = collapsed_to_dot(cg, upstream=up, downstream=down)
+    assert dot.count(UPSTREAM_COLOUR) == len(up) and dot.count(DOWNSTREAM_COLOUR) == len(down)
