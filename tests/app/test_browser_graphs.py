@@ -18,12 +18,14 @@ TIMEOUT_MS = 120_000
 
 
 def _in_view(page, selector: str) -> bool:
-    """Whether the centre of the SVG element ``selector`` lies inside its viewer's stage."""
-    return page.evaluate(
-        """sel => { const el = document.querySelector(sel); if (!el) return false;
-            const stage = el.closest('.pe-stage').getBoundingClientRect(); const r = el.getBoundingClientRect();
-            const x = r.x + r.width / 2, y = r.y + r.height / 2;
-            return x >= stage.left && x <= stage.right && y >= stage.top && y <= stage.bottom; }""", selector)
+    """Whether the centre of the first SVG element ``selector`` lies inside the first viewer's stage
+    (Playwright's locators reach into the component's shadow root)."""
+    stage = page.locator(".pe-stage").first.bounding_box()
+    box = page.locator(selector).first.bounding_box()
+    if stage is None or box is None:
+        return False
+    x, y = box["x"] + box["width"] / 2, box["y"] + box["height"] / 2
+    return stage["x"] <= x <= stage["x"] + stage["width"] and stage["y"] <= y <= stage["y"] + stage["height"]
 
 
 @pytest.mark.slow
@@ -66,8 +68,8 @@ def test_llama_3_70b_folds_opens_a_layer_searches_and_steps(tmp_path, monkeypatc
                 model.locator('g.node[id="m:fold:model.layers.0-79"]').click()
                 expect(model).to_contain_text("model.layers.1-79 (x79)", timeout=TIMEOUT_MS)
                 expect(model).to_contain_text("model.layers.0.self_attn", timeout=TIMEOUT_MS)
-                assert _in_view(page, 'g.node[id^="m:model.layers.0."]'), "the view follows the opened layer"
                 page.screenshot(path=str(ARTIFACTS / "browser_70b_layer_opened.png"))
+                assert _in_view(page, 'g.node[id^="m:model.layers.0."]'), "the view follows the opened layer"
                 search = page.get_by_label("Search a node or module")
                 search.fill("layers.37.mlp")
                 search.press("Enter")
@@ -81,7 +83,8 @@ def test_llama_3_70b_folds_opens_a_layer_searches_and_steps(tmp_path, monkeypatc
                 expect(stage).to_contain_text("(x", timeout=TIMEOUT_MS)
                 page.get_by_role("button", name="Next").click()
                 expect(page.get_by_text("2 of ")).to_be_visible(timeout=TIMEOUT_MS)
-                steps.scroll_into_view_if_needed()
+                page.locator(".pe-stage").first.scroll_into_view_if_needed()
+                assert _in_view(page, 'g.node [stroke="#1f5fd6"]'), "the view follows the step's nodes"
                 page.screenshot(path=str(ARTIFACTS / "browser_70b_step.png"))
                 expect(page.get_by_test_id("stException")).to_have_count(0)
             finally:
