@@ -67,7 +67,8 @@ def trace(choice: ModelChoice) -> Graph:
             _GRAPHS.move_to_end(choice)
             return _GRAPHS[choice][0]
     waiting = ("Building the model from its config (weights on the meta device when large) and tracing it: "
-               "about 5 s per thousand operations; the result is kept for this session..."
+               "about 5 s per thousand operations; the trace is kept on disk, so opening it again takes "
+               "a fraction of a second..."
                if sample_models.is_hf(choice.name) else "Tracing the model...")
     def build() -> Graph:
         loaded = sample_models.load(choice.name, dict(choice.overrides), reload=choice.generation > 0)

@@ -83,9 +83,9 @@ def test_llama_3_70b_folds_opens_a_layer_searches_and_steps(tmp_path, monkeypatc
                 expect(stage).to_contain_text("(x", timeout=TIMEOUT_MS)
                 page.get_by_role("button", name="Next").click()
                 expect(page.get_by_text("2 of ")).to_be_visible(timeout=TIMEOUT_MS)
-                page.locator(".pe-stage").first.scroll_into_view_if_needed()
+                expect(stage.locator('g.node [stroke="#1f5fd6"]').first).to_be_attached(timeout=TIMEOUT_MS)
                 assert _in_view(page, 'g.node [stroke="#1f5fd6"]'), "the view follows the step's nodes"
-                page.screenshot(path=str(ARTIFACTS / "browser_70b_step.png"))
+                page.screenshot(path=str(ARTIFACTS / "browser_70b_step.png"), full_page=True)
                 expect(page.get_by_test_id("stException")).to_have_count(0)
             finally:
                 browser.close()
