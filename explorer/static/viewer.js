@@ -5,7 +5,8 @@
 // edge shows its Graphviz tooltip in a box; clicking a node whose id matches data.clickable
 // sends that id to Python (the "clicked" trigger). The view box is kept per viewer on
 // window.__peViews and restored when the same layout comes back on a rerun; data.focus zooms
-// onto one node (a search hit). No network access, no dependency.
+// onto one node (a search hit); a minimap in the corner shows where the view is while zoomed in
+// (click it to go there). No network access, no dependency.
 
 const XLINK = "http://www.w3.org/1999/xlink";
 
@@ -33,7 +34,8 @@ export default function (component) {
     '<button type="button" data-act="out" title="Zoom out">&minus;</button>' +
     '<button type="button" data-act="fit" title="Fit the whole graph">Fit</button>' +
     '<span class="pe-hint"></span></div>' +
-    '<div class="pe-stage"></div><div class="pe-tip" role="tooltip"></div>';
+    '<div class="pe-stage"></div><div class="pe-mini" title="Overview: click to go there">' +
+    '<div class="pe-mini-view"></div></div><div class="pe-tip" role="tooltip"></div>';
   // Replace an earlier render's viewer, keeping the <style> Streamlit put beside it.
   Array.from(parentElement.children).forEach((old) => {
     if (old.classList && old.classList.contains("pe-viewer")) old.remove();
@@ -79,6 +81,35 @@ export default function (component) {
     });
   }
 
+  // Minimap: the whole drawing small in a corner, the part in view outlined; shown while zoomed
+  // in. A copy without ids or tooltips, so lookups and hovers see the main drawing only.
+  const mini = root.querySelector(".pe-mini");
+  const miniView = root.querySelector(".pe-mini-view");
+  const copy = svg.cloneNode(true);
+  copy.querySelectorAll("[id]").forEach((e) => e.removeAttribute("id"));
+  copy.querySelectorAll("[data-tip]").forEach((e) => e.removeAttribute("data-tip"));
+  copy.setAttribute("viewBox", full.join(" "));
+  copy.style.width = "100%";
+  copy.style.height = "auto";
+  mini.insertBefore(copy, miniView);
+  const miniHeight = Math.min(140, (160 * full[3]) / full[2]);
+  mini.style.height = miniHeight + "px";
+  copy.style.height = miniHeight + "px";
+  const showMini = (b) => {
+    const zoomed = b[2] < full[2] * 0.98 || b[3] < full[3] * 0.98;
+    mini.style.display = zoomed ? "block" : "none";
+    if (!zoomed) return;
+    const k = Math.min(160 / full[2], miniHeight / full[3]);
+    const ox = (160 - full[2] * k) / 2;
+    const oy = (miniHeight - full[3] * k) / 2;
+    const left = Math.max(0, ox + (b[0] - full[0]) * k);
+    const top = Math.max(0, oy + (b[1] - full[1]) * k);
+    miniView.style.left = left + "px";
+    miniView.style.top = top + "px";
+    miniView.style.width = Math.max(4, Math.min(160 - left, b[2] * k)) + "px";
+    miniView.style.height = Math.max(4, Math.min(miniHeight - top, b[3] * k)) + "px";
+  };
+
   const id = data.view || "viewer";
   const layout = full.join(" ") + "|" + svg.querySelectorAll("g.node").length;
   const saved = views().get(id);
@@ -96,6 +127,7 @@ export default function (component) {
   const apply = () => {
     svg.setAttribute("viewBox", box.map((x) => x.toFixed(2)).join(" "));
     views().set(id, { layout, box: box.slice(), focus: data.focus || null });
+    showMini(box);
   };
   const zoomAt = (factor, cx, cy) => {
     const w = Math.min(full[2] * 4, Math.max(full[2] / 400, box[2] * factor));
@@ -186,6 +218,15 @@ export default function (component) {
       apply();
     }
   };
+  const onMini = (e) => {
+    const r = mini.getBoundingClientRect();
+    const k = Math.min(160 / full[2], miniHeight / full[3]);
+    const x = full[0] + (e.clientX - r.left - (160 - full[2] * k) / 2) / k;
+    const y = full[1] + (e.clientY - r.top - (miniHeight - full[3] * k) / 2) / k;
+    box = [x - box[2] / 2, y - box[3] / 2, box[2], box[3]];
+    apply();
+  };
+  mini.addEventListener("click", onMini);
   stage.addEventListener("wheel", onWheel, { passive: false });
   stage.addEventListener("pointerdown", onDown);
   stage.addEventListener("pointermove", onMove);
