@@ -91,7 +91,8 @@ def test_llama_3_70b_folds_opens_a_layer_searches_and_steps(tmp_path, monkeypatc
                 expect(page.get_by_text("2 of ")).to_be_visible(timeout=TIMEOUT_MS)
                 expect(stage.locator('g.node [stroke="#1f5fd6"]').first).to_be_attached(timeout=TIMEOUT_MS)
                 assert _in_view(page, 'g.node [stroke="#1f5fd6"]'), "the view follows the step's nodes"
-                page.screenshot(path=str(ARTIFACTS / "browser_70b_step.png"), full_page=True)
+                page.set_viewport_size({"width": 1600, "height": 2400})  # the page scrolls inside Streamlit's own box
+                page.screenshot(path=str(ARTIFACTS / "browser_70b_step.png"))
                 expect(page.get_by_test_id("stException")).to_have_count(0)
             finally:
                 browser.close()
