@@ -48,14 +48,15 @@ def test_the_fill_is_grouped_by_partition(transformer):
         assert len(set(places)) <= 1, g
 
 
-def test_a_500_decision_run_plays_in_sixty_steps():
-    graph = blocks_graph(24)
+def test_a_long_run_plays_in_sixty_steps():
+    graph = blocks_graph(60)
     devices = partitioner.parse_devices(f"4x{graph.total_size_bytes // 3}")
-    trace = steps.record(graph, devices, "kl_pass", budget=600,
+    trace = steps.record(graph, devices, "cost_aware_merge", budget=2000,
                          options=partitioner.PartitionOptions.build(transfer_rate_bytes_per_s=1e9))
-    assert len(trace.decisions) > 100
+    assert len(trace.decisions) > 300 and len(teaching._round_ends(trace)) > teaching.MAX_GROUPS
     groups = teaching.group_steps(trace)
-    assert len(groups) <= 60 and sum(g.size for g in groups) == len(trace.decisions)
+    assert len(groups) == teaching.MAX_GROUPS and sum(g.size for g in groups) == len(trace.decisions)
+    assert all(b.first == a.last + 1 for a, b in zip(groups, groups[1:]))
 
 
 def test_the_replay_note_says_where_the_replay_and_the_mode_part(transformer):
