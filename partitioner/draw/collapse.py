@@ -17,6 +17,7 @@ opening any block by name (``layers.37``) splits the run around it, at every dep
 
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Collection, Mapping, Sequence
 
@@ -82,11 +83,14 @@ def _block_ancestors(graph: "Graph") -> set[str]:
     """Proper prefixes of the numbered blocks' paths (``model`` for ``model.layers.3``): a node in
     such a module but in no block is boxed one level deeper, so the wrapper's own ops (embedding,
     final norm) are boxes of their own rather than one box before and after every block."""
+    if graph in _ANCESTORS:
+        return _ANCESTORS[graph]
     found: set[str] = set()
     for path in {graph.nodes[v].module_path for v in graph.op_indices}:
         parts = path.split(".") if path else []
         cut = next((i for i, c in enumerate(parts) if c.isdigit()), 0)
         found.update(".".join(parts[:k]) for k in range(1, cut))
+    _ANCESTORS[graph] = found
     return found
 
 
@@ -126,7 +130,22 @@ def expand_key(key: str) -> str:
 # differ; the folded box sums the real members, so its figures are exact. A run of two or more
 # adjacent same blocks (no other box between them in topological order) folds. Signatures are
 # computed once per candidate box: O(N) over the graph.
+# A graph's block signatures and block ancestors, kept while the graph lives: every view of the
+# same model (expand, search, colour by) asks for the same ones.
+_SIGNATURES: "weakref.WeakKeyDictionary[Graph, dict[tuple[str, int, int], tuple[object, ...]]]" = \
+    weakref.WeakKeyDictionary()
+_ANCESTORS: "weakref.WeakKeyDictionary[Graph, set[str]]" = weakref.WeakKeyDictionary()
+
+
 def _signature(graph: "Graph", key: str, members: Sequence[int]) -> tuple[object, ...]:
+    known = _SIGNATURES.setdefault(graph, {})
+    memo = (key, len(members), members[0])
+    if memo not in known:
+        known[memo] = _signature_of(graph, key, members)
+    return known[memo]
+
+
+def _signature_of(graph: "Graph", key: str, members: Sequence[int]) -> tuple[object, ...]:
     position = {v: i for i, v in enumerate(members)}
     skip = len(key)
     out: list[object] = [graph.model_info.module_classes.get(key, ())[:1]]
