@@ -28,7 +28,7 @@ from partitioner.accelerator.steps import DecisionTrace
 from partitioner.units import format_seconds
 
 from explorer.builders import tables
-from explorer.viewer import show_graph, svg_of, svg_width
+from explorer.viewer import show_graph, svg_of, svg_size
 
 __all__ = ["NO_HIT", "view_controls", "render_dag", "render_drilldown", "render_model_graph", "render_side_by_side",
            "render_step", "node_seconds", "NODE_LIMIT"]
@@ -193,8 +193,9 @@ def render_side_by_side(a: Plan, b: Plan, label_a: str, label_b: str, key: str, 
     left, right = st.columns(2)
     dots = {side: plan_to_dot(plan, graph, overlay=overlay, scale=scale, title=label)
             for plan, label, side in ((a, label_a, "a"), (b, label_b, "b"))}
-    try:  # one scale: both open at the wider drawing's width
-        span: float | None = max(svg_width(svg_of(d)) for d in dots.values()) or None
+    try:  # one scale: both open at the scale that shows the larger drawing whole
+        sizes = [svg_size(svg_of(d)) for d in dots.values()]
+        span: tuple[float, float] | None = (max(w for w, _ in sizes), max(h for _, h in sizes))
     except PartitionError:
         span = None  # show_graph says what failed
     for col, label, side in ((left, label_a, "a"), (right, label_b, "b")):

@@ -20,7 +20,7 @@ import streamlit as st
 from partitioner import PartitionError
 from partitioner.draw.dag import render_dot
 
-__all__ = ["show_graph", "svg_of", "svg_width"]
+__all__ = ["show_graph", "svg_of", "svg_size"]
 
 _NAME = "partition_explorer.graph_viewer"
 _component: Any = None
@@ -44,23 +44,23 @@ def svg_of(dot: str) -> str:
     return svg[svg.find("<svg"):]
 
 
-def svg_width(svg: str) -> float:
-    """The width of an SVG from :func:`svg_of` in its own units (the view box's third number)."""
+def svg_size(svg: str) -> tuple[float, float]:
+    """(width, height) of an SVG from :func:`svg_of` in its own units (its view box)."""
     import re
 
-    found = re.search(r'viewBox="[\d.\-]+ [\d.\-]+ ([\d.]+) ', svg)
-    return float(found.group(1)) if found else 0.0
+    found = re.search(r'viewBox="[\d.\-]+ [\d.\-]+ ([\d.]+) ([\d.]+)"', svg)
+    return (float(found.group(1)), float(found.group(2))) if found else (0.0, 0.0)
 
 
 def show_graph(dot: str, *, key: str, height: int = 560, clickable: str | None = None,
                focus: str | None = None, hint: str | None = None,
-               on_click: Callable[[str], None] | None = None, span: float | None = None) -> None:
+               on_click: Callable[[str], None] | None = None, span: tuple[float, float] | None = None) -> None:
     """Draw ``dot`` in the pan-and-zoom viewer.
 
     ``clickable``: a regular expression for the node ids (DOT ``id`` attributes) a click sends to
     ``on_click``; ``focus``: a node id to zoom onto (a search hit); ``height``: the most pixels the
-    viewer takes (a small graph takes less); ``span``: the SVG width several viewers share, so they
-    draw at one scale (:func:`svg_width` of the widest). A Graphviz failure is shown as an error,
+    viewer takes (a small graph takes less); ``span``: the SVG (width, height) several viewers share,
+    so they open at one scale, each whole (the largest :func:`svg_size` of them). A Graphviz failure is shown as an error,
     not raised.
     """
     try:

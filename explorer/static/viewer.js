@@ -56,10 +56,10 @@ export default function (component) {
   svg.style.display = "block";
 
   // Height: the natural height at this width, between a floor and data.height. data.span (SVG
-  // units) is the width two viewers side by side share, so both draw at one scale.
+  // units, [width, height]) is the size viewers side by side share, so all draw at one scale.
   const width = root.clientWidth || 800;
-  const span = Math.max(full[2], data.span || 0);
-  const natural = (full[3] * width) / span;
+  const span = data.span ? [Math.max(full[2], data.span[0]), Math.max(full[3], data.span[1])] : null;
+  const natural = span ? (span[1] * width) / span[0] : (full[3] * width) / full[2];
   const maxHeight = data.height || 560;
   stage.style.height = Math.round(Math.max(160, Math.min(maxHeight, natural))) + "px";
 
@@ -119,7 +119,7 @@ export default function (component) {
   const stageW = stage.clientWidth || width;
   const stageH = stage.clientHeight || maxHeight;
   const READABLE = 0.8;
-  const s = data.span ? stageW / span : Math.max(READABLE, Math.min(1.5, stageW / full[2]));
+  const s = span ? Math.min(stageW / span[0], stageH / span[1]) : Math.max(READABLE, Math.min(1.5, stageW / full[2]));
   const fits = !data.span && Math.min(stageW / full[2], stageH / full[3]) >= READABLE;
   const opening = fits ? full.slice()
     : [full[0] + (data.span ? 0 : Math.max(0, (full[2] - stageW / s) / 2)), full[1], stageW / s, stageH / s];

@@ -250,7 +250,7 @@ def step_boxes_to_dot(trace: "DecisionTrace", index: int, devices: Sequence[Devi
         bar = "".join(f'<TD BGCOLOR="{c}" HEIGHT="8" WIDTH="{max(4, round(60 * n / len(g.members)))}"></TD>'
                       for c, n in on.items())
         where = ", ".join(f"P{p}" for p in sorted(parts)[:4]) + (" ..." if len(parts) > 4 else "") or "not placed"
-        body = "<BR/>".join(html_text(t) for t in (g.label, f"{len(g.members)} nodes in {where}"))
+        body = "<BR/>".join(html_text(t) for t in (g.label, f"{len(g.members)} node{'s' if len(g.members) != 1 else ''} in {where}"))
         label = ('<<TABLE BORDER="0" CELLBORDER="0" CELLSPACING="0" CELLPADDING="2">'
                  f'<TR>{bar}</TR><TR><TD COLSPAN="{len(on)}">{body}</TD></TR></TABLE>>')
         fill = next(iter(on)) if len(on) == 1 else "#f7f7f7"
