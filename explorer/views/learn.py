@@ -121,8 +121,9 @@ def _step_through(config: PlanConfig, plan: Plan, graph: Graph) -> None:
     frame = trace.frames[index]
     taken = sum(d.accepted for d in trace.decisions[: index + 1])
     metrics = st.columns(3)
-    metrics[0].metric("Step", f"{step} of {count}", f"decisions {group.first + 1}-{group.last + 1} of "
-                      f"{len(trace.decisions)}, {taken} taken", delta_color="off")
+    span = f"decision {group.last + 1}" if group.size == 1 else f"decisions {group.first + 1}-{group.last + 1}"
+    metrics[0].metric("Step", f"{step} of {count}", f"{span} of {len(trace.decisions)}, {taken} taken",
+                      delta_color="off")
     metrics[1].metric("Latency after it", "plan not complete" if frame.latency_s is None else format_seconds(frame.latency_s))
     metrics[2].metric("Partitions", len({p for p in frame.part if p >= 0}))
     decision = trace.decisions[index]
