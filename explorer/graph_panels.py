@@ -201,7 +201,7 @@ def render_side_by_side(a: Plan, b: Plan, label_a: str, label_b: str, key: str, 
     for col, label, side in ((left, label_a, "a"), (right, label_b, "b")):
         with col:
             st.markdown(f"**{label}**")
-            show_graph(dots[side], key=f"{key}_{side}", height=480, span=span)
+            show_graph(dots[side], key=f"{key}_{side}", height=480, span=span, sync=f"{key}_pair")
     diff = diff_plans(a, b)
     moves = tables.moves_table(a, b)
     deltas = tables.partition_delta_table(diff)

@@ -54,13 +54,15 @@ def svg_size(svg: str) -> tuple[float, float]:
 
 def show_graph(dot: str, *, key: str, height: int = 560, clickable: str | None = None,
                focus: str | None = None, hint: str | None = None,
-               on_click: Callable[[str], None] | None = None, span: tuple[float, float] | None = None) -> None:
+               on_click: Callable[[str], None] | None = None, span: tuple[float, float] | None = None,
+               sync: str | None = None) -> None:
     """Draw ``dot`` in the pan-and-zoom viewer.
 
     ``clickable``: a regular expression for the node ids (DOT ``id`` attributes) a click sends to
     ``on_click``; ``focus``: a node id to zoom onto (a search hit); ``height``: the most pixels the
     viewer takes (a small graph takes less); ``span``: the SVG (width, height) several viewers share,
-    so they open at one scale, each whole (the largest :func:`svg_size` of them). A Graphviz failure is shown as an error,
+    so they open at one scale, each whole (the largest :func:`svg_size` of them); ``sync``: viewers
+    given the same name pan and zoom together. A Graphviz failure is shown as an error,
     not raised.
     """
     try:
@@ -68,7 +70,7 @@ def show_graph(dot: str, *, key: str, height: int = 560, clickable: str | None =
     except PartitionError as exc:
         st.error(str(exc))
         return
-    data = {"svg": svg, "view": key, "height": height, "clickable": clickable, "focus": focus, "span": span,
+    data = {"svg": svg, "view": key, "height": height, "clickable": clickable, "focus": focus, "span": span, "sync": sync,
             "hint": hint or ("scroll to zoom, drag to pan, hover for details"
                              + (", click to open" if clickable else ""))}
 

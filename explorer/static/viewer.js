@@ -6,7 +6,8 @@
 // sends that id to Python (the "clicked" trigger). The view box is kept per viewer on
 // window.__peViews and restored when the same layout comes back on a rerun; data.focus zooms
 // onto one node (a search hit); a minimap in the corner shows where the view is while zoomed in
-// (click it to go there). No network access, no dependency.
+// (click it to go there); viewers sharing data.sync pan and zoom together. No network access,
+// no dependency.
 
 const XLINK = "http://www.w3.org/1999/xlink";
 
@@ -124,11 +125,22 @@ export default function (component) {
   const opening = fits ? full.slice()
     : [full[0] + (data.span ? 0 : Math.max(0, (full[2] - stageW / s) / 2)), full[1], stageW / s, stageH / s];
   let box = saved && saved.layout === layout ? saved.box.slice() : opening;
-  const apply = () => {
+  const apply = (echo = true) => {
     svg.setAttribute("viewBox", box.map((x) => x.toFixed(2)).join(" "));
     views().set(id, { layout, box: box.slice(), focus: data.focus || null });
     showMini(box);
+    // Viewers of one data.sync group (side by side, at one scale) pan and zoom together.
+    if (echo && data.sync) {
+      window.dispatchEvent(new CustomEvent("pe-sync", { detail: { group: data.sync, from: id, box: box.slice() } }));
+    }
   };
+  const onSync = (e) => {
+    const d = e.detail || {};
+    if (!data.sync || d.group !== data.sync || d.from === id || !Array.isArray(d.box)) return;
+    box = d.box.slice();
+    apply(false);
+  };
+  window.addEventListener("pe-sync", onSync);
   const zoomAt = (factor, cx, cy) => {
     const w = Math.min(full[2] * 4, Math.max(full[2] / 400, box[2] * factor));
     const f = w / box[2];
@@ -234,6 +246,7 @@ export default function (component) {
   stage.addEventListener("pointerleave", onLeave);
   root.querySelector(".pe-toolbar").addEventListener("click", onButton);
   return () => {
+    window.removeEventListener("pe-sync", onSync);
     root.remove();
     stage.removeEventListener("wheel", onWheel);
     stage.removeEventListener("pointerdown", onDown);

@@ -216,6 +216,7 @@ def test_app_side_by_side_on_compare_and_review():
     assert {"compare_sbs_a", "compare_sbs_b"} <= set(shown) and len(names) >= 2
     span = shown["compare_sbs_a"]["span"]
     assert span == shown["compare_sbs_b"]["span"] and min(span) > 0  # one scale
+    assert shown["compare_sbs_a"]["sync"] == shown["compare_sbs_b"]["sync"]  # pan and zoom together
     assert any("moved" in m.value for m in at.markdown)
     at.switch_page("views/review.py").run()
     at.toggle(key="review_sbs_on").set_value(True).run()
