@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import json
 import math
 import os
@@ -16,12 +17,13 @@ import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import sample_models
 from partitioner import Device, Graph, Plan, PartitionError, parse_devices
 from partitioner.options import PartitionOptions
 from partitioner.plan.size import check_plan_size
+from partitioner.tracing import cache as trace_cache
 from partitioner.interop.readers import read_node_latency_text
 from partitioner.units import parse_rate
 from sample_models._user import LoaderError
@@ -90,7 +92,13 @@ class LoadedModel:
     graph: Graph
     label: str  # sample_models.label(spec, overrides): the same name the app records
     default_devices: str | None  # the sample model's default device spec, None otherwise
-    module: Any = None  # the built nn.Module (hf: models: for Accelerate's device map)
+    build: Callable[[], Any] | None = None  # builds the nn.Module again (hf: models), when asked
+
+    @functools.cached_property
+    def module(self) -> Any:
+        """The built nn.Module of an hf: model (for Accelerate's device map), else None; built on
+        first use, as a graph read from the trace cache comes without it."""
+        return self.build() if self.build is not None else None
 
 
 def load_model(spec: str, sets: Sequence[str] = (), devices: str | None = "") -> LoadedModel:
@@ -104,17 +112,29 @@ def load_model(spec: str, sets: Sequence[str] = (), devices: str | None = "") ->
         sys.path.insert(0, os.getcwd())  # as `python -m` does: factories next to the user
     try:
         overrides = sample_models.parse_overrides(spec, list(sets))
-        loaded = sample_models.load(spec, overrides)
     except (LoaderError, ValueError) as exc:
         raise CLIError(str(exc)) from None
     label = sample_models.label(spec, overrides)
-    graph = sample_models.trace_loaded(spec, overrides, loaded, label)
-    module = loaded[0]
+    built: list[Any] = []  # the module the trace built, kept for LoadedModel.module
+
+    def load() -> Any:
+        try:
+            loaded = sample_models.load(spec, overrides)
+        except (LoaderError, ValueError) as exc:
+            raise CLIError(str(exc)) from None
+        built[:] = [loaded[0]]
+        return loaded
+
+    def build() -> Graph:
+        return sample_models.trace_loaded(spec, overrides, load(), label)
+
+    graph = trace_cache.cached_trace(trace_cache.model_key(spec, overrides), build)  # shared with the app
     default = None
     if spec in sample_models.names():
         count, memory = sample_models.default_devices(spec)
         default = f"{count}x{memory}B"
-    return LoadedModel(graph, label, default, module if sample_models.is_hf(spec) else None)
+    module = (lambda: built[0] if built else load()[0]) if sample_models.is_hf(spec) else None
+    return LoadedModel(graph, label, default, module)
 
 
 def resolve_devices(spec: str | None, model: LoadedModel) -> list[Device]:

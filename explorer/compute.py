@@ -23,6 +23,7 @@ from partitioner import Graph, Plan, pipeline
 from partitioner.accelerator import steps
 from partitioner.accelerator.api import partition_with
 from partitioner.accelerator.compare import ModeResult
+from partitioner.tracing import cache as trace_cache
 from sample_models._user import LoaderError
 
 from explorer.builders.config import ModelChoice, PlanConfig
@@ -65,8 +66,8 @@ def _cached(choice: ModelChoice) -> Graph | None:
 
 
 def _graph_bytes(graph: Graph) -> int:
-    weights = sum(t.numel() * t.element_size()
-                  for t in (graph.graph_module.state_dict().values() if graph.graph_module is not None else ()))
+    weights = sum(t.numel() * t.element_size()  # a graph read from the disk cache holds no module until asked
+                  for t in (graph.graph_module.state_dict().values() if trace_cache.module_loaded(graph) else ()))
     return int(weights) + sum(nd.output_bytes for nd in graph.nodes if nd.op == "placeholder")
 
 
@@ -79,14 +80,20 @@ def trace(choice: ModelChoice) -> Graph:
     if cached is not None:
         return cached
     waiting = ("Building the model from its config (weights on the meta device when large) and tracing it: "
-               "about 5 s per thousand operations; the result is kept for this session..."
+               "about 5 s per thousand operations; the trace is kept on disk, so opening it again takes "
+               "a fraction of a second..."
                if sample_models.is_hf(choice.name) else "Tracing the model...")
-    with st.spinner(waiting), _TRACE_LOCK:  # NOTE: [One trace at a time]
+    def build() -> Graph:
+        loaded = sample_models.load(choice.name, dict(choice.overrides), reload=choice.generation > 0)
+        return sample_models.trace_loaded(choice.name, dict(choice.overrides), loaded, choice.label)
+
+    # NOTE: [One trace at a time]; the disk cache is shared with the command line (partitioner.tracing.cache)
+    with st.spinner(waiting), _TRACE_LOCK:
         cached = _cached(choice)
         if cached is not None:
             return cached
-        loaded = sample_models.load(choice.name, dict(choice.overrides), reload=choice.generation > 0)
-        graph = sample_models.trace_loaded(choice.name, dict(choice.overrides), loaded, choice.label)
+        graph = trace_cache.cached_trace(
+            None if choice.user else trace_cache.model_key(choice.name, dict(choice.overrides)), build)
         size = _graph_bytes(graph)
         with _LOCK:  # cached before the next trace starts, so a session that waited finds it
             _GRAPHS[choice] = (graph, size)

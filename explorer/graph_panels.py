@@ -9,24 +9,33 @@ from __future__ import annotations
 
 import streamlit as st
 
-from partitioner import Graph, Plan
-from partitioner.draw.collapse import SearchHit, collapse, collapsed_to_dot, search
+from partitioner import Graph, PartitionError, Plan
+from partitioner.draw.collapse import (
+    CollapsedGraph,
+    SearchHit,
+    collapse,
+    collapsed_to_dot,
+    expand_key,
+    lineage,
+    search,
+)
 from partitioner.cost import model as costs
 from partitioner.plan.diff import diff_plans
-from partitioner.draw.nodeview import partition_to_dot, step_to_dot
+from partitioner.draw.nodeview import block_of, partition_to_dot, step_boxes_to_dot, step_to_dot, touched_nodes
 from partitioner.draw.overlay import OVERLAYS, partition_values
 from partitioner.draw.dag import plan_to_dot
 from partitioner.accelerator.steps import DecisionTrace
 from partitioner.units import format_seconds
 
 from explorer.builders import tables
-from explorer.viewer import show_graph
 from explorer.builders.text import md
+from explorer.viewer import show_graph, svg_of, svg_size
 
 __all__ = ["NO_HIT", "view_controls", "render_dag", "render_drilldown", "render_model_graph", "render_side_by_side",
            "render_step", "node_seconds", "NODE_LIMIT"]
 
 NODE_LIMIT = 600  # nodes drawn in one partition's drill-down
+FOLD_ABOVE = 150  # a partition of more nodes opens folded by module, as the model graph does
 _PARTITION_ID = r"^p\d+$"
 _MODULE_ID = r"^m:"
 
@@ -90,11 +99,16 @@ def render_drilldown(plan: Plan, graph: Graph, key: str, overlay: str = "device"
     )
     if pick is None:
         return
-    if sizes[pick] > NODE_LIMIT:
-        st.caption(f"P{pick} has {sizes[pick]} nodes; the first {NODE_LIMIT} are drawn.")
     names = {graph.nodes[v].name for v in hit.nodes}
     members = set(next(p for p in plan.partitions if p.id == pick).node_names)
     inside = [v for v in hit.nodes if graph.nodes[v].name in members]
+    if sizes[pick] > FOLD_ABOVE:  # lay out only what is shown: its modules, repeated blocks folded
+        only = [graph.index[n] for n in members if n in graph.index]
+        st.caption(f"P{pick} has {sizes[pick]} nodes: drawn by module, repeated blocks folded; click a box "
+                   "to open it.")
+        _folded_view(graph, plan, f"{key}_drill{pick}", node_s or node_seconds(plan, graph), overlay, hit,
+                     title=f"P{pick}: {sizes[pick]} nodes", only=only)
+        return
     show_graph(partition_to_dot(plan, graph, pick, max_nodes=NODE_LIMIT, overlay=overlay,
                                 node_s=node_s or node_seconds(plan, graph), highlight=names),
                key=f"{key}_nodes", focus=f"n{inside[0]}" if inside else None)
@@ -102,29 +116,69 @@ def render_drilldown(plan: Plan, graph: Graph, key: str, overlay: str = "device"
 
 def render_model_graph(plan: Plan, graph: Graph, key: str, overlay: str = "device", hit: SearchHit = NO_HIT,
                        node_s: list[float] | None = None) -> None:
-    """The whole model, collapsed by module (a box per repeated block with its sums and a bar of
-    its devices); a click on a box expands it, the list below collapses it again."""
-    state_key = f"{key}_expanded"
+    """The whole model, collapsed by module (a box per block with its sums and a bar of its
+    devices; identical repeated blocks folded into one); a click on a box expands it, the list
+    below opens any module by name or collapses it again."""
+    title = f"{plan.model or 'model'}: {len(graph.op_indices)} nodes"
+    _folded_view(graph, plan, key, node_s or node_seconds(plan, graph), overlay, hit, title=title, view="model")
+
+
+def focus_box(cg: CollapsedGraph, hit: SearchHit, opened: str | None) -> str | None:
+    """The box id the view centres on: the first search hit, else the first box inside the module
+    just opened (the view follows what was expanded)."""
+    boxes = sorted({cg.box_of[v] for v in hit.nodes if cg.box_of[v] >= 0})
+    if boxes:
+        return f"m:{cg.groups[boxes[0]].key}"
+    if opened:
+        inside = [g.key for g in cg.groups if g.key == opened or g.key.startswith(opened + ".")]
+        return f"m:{inside[0]}" if inside else None
+    return None
+
+
+def _folded_view(graph: Graph, plan: Plan, key: str, node_s: list[float], overlay: str, hit: SearchHit,
+                 title: str, only: list[int] | None = None, view: str = "nodes") -> None:
+    state_key, opened_key = f"{key}_expanded", f"{key}_opened"
     expanded = list(st.session_state.get(state_key, []))
 
     def toggle(node_id: str) -> None:
-        module = node_id[2:]
+        module = expand_key(node_id[2:])
         now = list(st.session_state.get(state_key, []))
         if module in now:
             now = [m for m in now if m != module and not m.startswith(module + ".")]
+            st.session_state[opened_key] = None
         else:
             now.append(module)
+            st.session_state[opened_key] = module
         st.session_state[state_key] = now
 
-    cg = collapse(graph, plan, node_s or node_seconds(plan, graph), expanded=expanded)
+    cg = collapse(graph, plan, node_s, expanded=expanded, only=only)
     boxes = sorted({cg.box_of[v] for v in hit.nodes if cg.box_of[v] >= 0})
-    title = f"{plan.model or 'model'}: {len(graph.op_indices)} nodes in {len(cg.groups)} boxes"
-    show_graph(collapsed_to_dot(cg, plan, overlay=overlay, highlight=boxes, title=title), key=f"{key}_model",
-               clickable=_MODULE_ID, on_click=toggle, focus=f"m:{cg.groups[boxes[0]].key}" if boxes else None,
-               hint="scroll to zoom, drag to pan, hover for sums, click a double-bordered box to expand it")
-    prefixes = sorted({g.key for g in cg.groups if g.expandable} | set(expanded))
-    st.multiselect("Expanded modules (a box per submodule)", prefixes, key=state_key,
-                   help="Click a double-bordered box to expand it; remove it here to collapse it again.")
+    folded = sum(1 for g in cg.groups if g.blocks)
+    keys = [g.key for g in cg.groups]
+    labels = {g.key: g.label for g in cg.groups}
+    if st.session_state.get(f"{key}_flow") not in (None, *keys):
+        st.session_state[f"{key}_flow"] = None  # a box of an earlier view
+    flow = st.selectbox("Highlight what feeds and what follows", [None, *keys], key=f"{key}_flow",
+                        format_func=lambda k: "(nothing)" if k is None else labels[k],
+                        help="Upstream boxes outlined in green, downstream in purple")
+    up, down = lineage(cg, keys.index(flow)) if flow is not None else (frozenset(), frozenset())
+    show_graph(collapsed_to_dot(cg, plan, overlay=overlay, highlight=boxes + ([keys.index(flow)] if flow else []),
+                                upstream=up, downstream=down,
+                                title=f"{title} in {len(cg.groups)} boxes" + (f", {folded} folded" if folded else "")),
+               key=f"{key}_{view}", clickable=_MODULE_ID, on_click=toggle,
+               focus=f"m:{flow}" if flow and not boxes else focus_box(cg, hit, st.session_state.get(opened_key)),
+               hint="scroll to zoom, drag to pan, hover for sums, click a double-bordered box to expand it "
+                    "(a triple-bordered box is identical blocks folded: it opens the first)")
+    prefixes = sorted({g.key for g in cg.groups if g.expandable and not g.blocks} | set(expanded)
+                      | {b for g in cg.groups for b in g.blocks})
+
+    def picked() -> None:  # the view follows a module opened from the list too
+        added = [m for m in st.session_state.get(state_key, []) if m not in expanded]
+        st.session_state[opened_key] = added[-1] if added else None
+
+    st.multiselect("Expanded modules (a box per submodule)", prefixes, key=state_key, on_change=picked,
+                   help="Click a box to expand it; pick any one of the folded blocks here to open it; remove "
+                        "it here to collapse it again.")
 
 
 def render_side_by_side(a: Plan, b: Plan, label_a: str, label_b: str, key: str, graph: Graph | None = None) -> None:
@@ -138,10 +192,17 @@ def render_side_by_side(a: Plan, b: Plan, label_a: str, label_b: str, key: str, 
     if sorted((d.logical_id, d.name) for d in a.devices) != sorted((d.logical_id, d.name) for d in b.devices):
         st.caption("The plans list different devices: a colour may name a different device on each side.")
     left, right = st.columns(2)
-    for col, plan, label, side in ((left, a, label_a, "a"), (right, b, label_b, "b")):
+    dots = {side: plan_to_dot(plan, graph, overlay=overlay, scale=scale, title=label)
+            for plan, label, side in ((a, label_a, "a"), (b, label_b, "b"))}
+    try:  # one scale: both open at the scale that shows the larger drawing whole
+        sizes = [svg_size(svg_of(d)) for d in dots.values()]
+        span: tuple[float, float] | None = (max(w for w, _ in sizes), max(h for _, h in sizes))
+    except PartitionError:
+        span = None  # show_graph says what failed
+    for col, label, side in ((left, label_a, "a"), (right, label_b, "b")):
         with col:
             st.markdown(f"**{md(label)}**")
-            show_graph(plan_to_dot(plan, graph, overlay=overlay, scale=scale, title=label), key=f"{key}_{side}", height=480)
+            show_graph(dots[side], key=f"{key}_{side}", height=480, span=span, sync=f"{key}_pair")
     diff = diff_plans(a, b)
     moves = tables.moves_table(a, b)
     deltas = tables.partition_delta_table(diff)
@@ -154,10 +215,20 @@ def render_side_by_side(a: Plan, b: Plan, label_a: str, label_b: str, key: str, 
         st.dataframe(deltas, hide_index=True)
 
 
+STEP_NODES = 150  # above this many ops a step is drawn on the model folded by module
+
+
 def render_step(trace: DecisionTrace, index: int, plan: Plan, key: str) -> None:
-    """One decision of ``trace`` drawn on the model (``plan``: whose devices give the colours)."""
-    decision = trace.decisions[index]
-    first = decision.moves[0][0] if decision.moves else None
-    show_graph(step_to_dot(trace, index, plan.devices), key=key, height=520,
-               focus=None if first is None else f"n{first}",
-               hint="scroll to zoom, drag to pan; outlined: this step's nodes (blue taken, red dashed tried)")
+    """One decision of ``trace`` drawn on the model (``plan``: whose devices give the colours);
+    the view goes to the decision's nodes. A large model is drawn by module with its repeated
+    blocks folded, the block holding the decision's first node opened."""
+    touched = touched_nodes(trace, index)
+    hint = "scroll to zoom, drag to pan; outlined: this step's nodes (blue taken, red dashed tried)"
+    if len(trace.graph.op_indices) <= STEP_NODES:
+        show_graph(step_to_dot(trace, index, plan.devices), key=key, height=520,
+                   focus=f"n{touched[0]}" if touched else None, hint=hint)
+        return
+    opened = [block_of(trace.graph, touched[0])] if touched and block_of(trace.graph, touched[0]) else []
+    dot, focus = step_boxes_to_dot(trace, index, plan.devices, expanded=opened)
+    show_graph(dot, key=key, height=520, focus=focus,
+               hint=hint.replace("nodes", "boxes") + (f"; {opened[0]} opened" if opened else ""))

@@ -99,19 +99,23 @@ def hf_ui() -> ModelChoice | None:
     st.session_state.setdefault("hf_set", "n_layer=2")
     st.session_state.setdefault("hf_batch", TOKEN_SETTINGS["batch_size"])
     st.session_state.setdefault("hf_seq", TOKEN_SETTINGS["seq_len"])
-    name = st.text_input("Architecture or preset", key="hf_name",
-                         help="A transformers model type (llama, gpt2, t5, bert, vit, mixtral, ...) or a "
-                         f"checkpoint's config: {', '.join(PRESETS)}. Nothing is downloaded; models over "
-                         "50 M parameters get meta weights (shapes only).")
-    sets = st.text_input("Config fields", key="hf_set", placeholder="num_hidden_layers=2 dtype=bf16",
-                         help="field=value pairs of its transformers config, space-separated; "
-                         "dtype=bf16, fp16 or fp32 sets the weights' and activations' type")
-    left, right = st.columns(2)
-    batch = left.number_input("Batch size", min_value=1, max_value=4096, step=1, key="hf_batch",
-                              help="sequences (or images) in the example input")
-    seq = right.number_input("Sequence length", min_value=1, max_value=1 << 20, step=1, key="hf_seq",
-                             help=f"tokens per sequence in the example input (default {TOKEN_SETTINGS['seq_len']}: "
-                             "a what-if that traces fast; the real length traces on meta weights in seconds)")
+    # One form: a change of any field traces once, with every field applied, when it is sent
+    # (Enter in a field, or the button), rather than once per field.
+    with st.form("hf_model", border=False, enter_to_submit=True):
+        name = st.text_input("Architecture or preset", key="hf_name",
+                             help="A transformers model type (llama, gpt2, t5, bert, vit, mixtral, ...) or a "
+                             f"checkpoint's config: {', '.join(PRESETS)}. Nothing is downloaded; models over "
+                             "50 M parameters get meta weights (shapes only).")
+        sets = st.text_input("Config fields", key="hf_set", placeholder="num_hidden_layers=2 dtype=bf16",
+                             help="field=value pairs of its transformers config, space-separated; "
+                             "dtype=bf16, fp16 or fp32 sets the weights' and activations' type")
+        left, right = st.columns(2)
+        batch = left.number_input("Batch size", min_value=1, max_value=4096, step=1, key="hf_batch",
+                                  help="sequences (or images) in the example input")
+        seq = right.number_input("Sequence length", min_value=1, max_value=1 << 20, step=1, key="hf_seq",
+                                 help=f"tokens per sequence in the example input (default {TOKEN_SETTINGS['seq_len']}: "
+                                 "a what-if that traces fast; the real length traces on meta weights in seconds)")
+        st.form_submit_button("Build and trace", key="hf_build", help="Apply every field above at once")
     spec = "hf:" + name.strip().removeprefix("hf:")
     try:
         overrides = sample_models.parse_overrides(spec, sets.split())

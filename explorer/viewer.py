@@ -21,7 +21,7 @@ from partitioner import PartitionError
 from partitioner.draw.dag import render_dot
 from explorer.builders.text import md
 
-__all__ = ["show_graph", "svg_of"]
+__all__ = ["show_graph", "svg_of", "svg_size"]
 
 _NAME = "partition_explorer.graph_viewer"
 _component: Any = None
@@ -45,21 +45,33 @@ def svg_of(dot: str) -> str:
     return svg[svg.find("<svg"):]
 
 
+def svg_size(svg: str) -> tuple[float, float]:
+    """(width, height) of an SVG from :func:`svg_of` in its own units (its view box)."""
+    import re
+
+    found = re.search(r'viewBox="[\d.\-]+ [\d.\-]+ ([\d.]+) ([\d.]+)"', svg)
+    return (float(found.group(1)), float(found.group(2))) if found else (0.0, 0.0)
+
+
 def show_graph(dot: str, *, key: str, height: int = 560, clickable: str | None = None,
                focus: str | None = None, hint: str | None = None,
-               on_click: Callable[[str], None] | None = None) -> None:
+               on_click: Callable[[str], None] | None = None, span: tuple[float, float] | None = None,
+               sync: str | None = None) -> None:
     """Draw ``dot`` in the pan-and-zoom viewer.
 
     ``clickable``: a regular expression for the node ids (DOT ``id`` attributes) a click sends to
     ``on_click``; ``focus``: a node id to zoom onto (a search hit); ``height``: the most pixels the
-    viewer takes (a small graph takes less). A Graphviz failure is shown as an error, not raised.
+    viewer takes (a small graph takes less); ``span``: the SVG (width, height) several viewers share,
+    so they open at one scale, each whole (the largest :func:`svg_size` of them); ``sync``: viewers
+    given the same name pan and zoom together. A Graphviz failure is shown as an error,
+    not raised.
     """
     try:
         svg = svg_of(dot)
     except PartitionError as exc:
         st.error(md(exc))
         return
-    data = {"svg": svg, "view": key, "height": height, "clickable": clickable, "focus": focus,
+    data = {"svg": svg, "view": key, "height": height, "clickable": clickable, "focus": focus, "span": span, "sync": sync,
             "hint": hint or ("scroll to zoom, drag to pan, hover for details"
                              + (", click to open" if clickable else ""))}
 

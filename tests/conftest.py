@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 import torch
 
 import partitioner
 from examples import WorkedExample
+
+# The disk cache of traces is off in the tests (a test that patches the tracer must see its own
+# trace); the cache's own tests turn it on in a folder of their own.
+os.environ.setdefault("PARTITION_EXPLORER_CACHE", "off")
 
 
 @pytest.fixture

@@ -5,7 +5,9 @@
 // edge shows its Graphviz tooltip in a box; clicking a node whose id matches data.clickable
 // sends that id to Python (the "clicked" trigger). The view box is kept per viewer on
 // window.__peViews and restored when the same layout comes back on a rerun; data.focus zooms
-// onto one node (a search hit). No network access, no dependency.
+// onto one node (a search hit); a minimap in the corner shows where the view is while zoomed in
+// (click it to go there); viewers sharing data.sync pan and zoom together. No network access,
+// no dependency.
 
 const XLINK = "http://www.w3.org/1999/xlink";
 
@@ -33,7 +35,8 @@ export default function (component) {
     '<button type="button" data-act="out" title="Zoom out">&minus;</button>' +
     '<button type="button" data-act="fit" title="Fit the whole graph">Fit</button>' +
     '<span class="pe-hint"></span></div>' +
-    '<div class="pe-stage"></div><div class="pe-tip" role="tooltip"></div>';
+    '<div class="pe-stage"></div><div class="pe-mini" title="Overview: click to go there">' +
+    '<div class="pe-mini-view"></div></div><div class="pe-tip" role="tooltip"></div>';
   // Replace an earlier render's viewer, keeping the <style> Streamlit put beside it.
   Array.from(parentElement.children).forEach((old) => {
     if (old.classList && old.classList.contains("pe-viewer")) old.remove();
@@ -53,9 +56,11 @@ export default function (component) {
   svg.style.height = "100%";
   svg.style.display = "block";
 
-  // Height: the natural height at this width, between a floor and data.height.
+  // Height: the natural height at this width, between a floor and data.height. data.span (SVG
+  // units, [width, height]) is the size viewers side by side share, so all draw at one scale.
   const width = root.clientWidth || 800;
-  const natural = (full[3] * width) / full[2];
+  const span = data.span ? [Math.max(full[2], data.span[0]), Math.max(full[3], data.span[1])] : null;
+  const natural = span ? (span[1] * width) / span[0] : (full[3] * width) / full[2];
   const maxHeight = data.height || 560;
   stage.style.height = Math.round(Math.max(160, Math.min(maxHeight, natural))) + "px";
 
@@ -77,22 +82,65 @@ export default function (component) {
     });
   }
 
+  // Minimap: the whole drawing small in a corner, the part in view outlined; shown while zoomed
+  // in. A copy without ids or tooltips, so lookups and hovers see the main drawing only.
+  const mini = root.querySelector(".pe-mini");
+  const miniView = root.querySelector(".pe-mini-view");
+  const copy = svg.cloneNode(true);
+  copy.querySelectorAll("[id]").forEach((e) => e.removeAttribute("id"));
+  copy.querySelectorAll("[data-tip]").forEach((e) => e.removeAttribute("data-tip"));
+  copy.setAttribute("viewBox", full.join(" "));
+  copy.style.width = "100%";
+  copy.style.height = "auto";
+  mini.insertBefore(copy, miniView);
+  const miniHeight = Math.min(140, (160 * full[3]) / full[2]);
+  mini.style.height = miniHeight + "px";
+  copy.style.height = miniHeight + "px";
+  const showMini = (b) => {
+    const zoomed = b[2] < full[2] * 0.98 || b[3] < full[3] * 0.98;
+    mini.style.display = zoomed ? "block" : "none";
+    if (!zoomed) return;
+    const k = Math.min(160 / full[2], miniHeight / full[3]);
+    const ox = (160 - full[2] * k) / 2;
+    const oy = (miniHeight - full[3] * k) / 2;
+    const left = Math.max(0, ox + (b[0] - full[0]) * k);
+    const top = Math.max(0, oy + (b[1] - full[1]) * k);
+    miniView.style.left = left + "px";
+    miniView.style.top = top + "px";
+    miniView.style.width = Math.max(4, Math.min(160 - left, b[2] * k)) + "px";
+    miniView.style.height = Math.max(4, Math.min(miniHeight - top, b[3] * k)) + "px";
+  };
+
   const id = data.view || "viewer";
   const layout = full.join(" ") + "|" + svg.querySelectorAll("g.node").length;
   const saved = views().get(id);
-  // First view: the whole graph when it fits at half an SVG unit a pixel or more; otherwise the
-  // top of it at the width's fit (at least that half scale), so a tall graph opens readable.
+  // First view: the whole graph when it fits at 0.8 SVG units a pixel or more (10 pt labels at
+  // 8 px and up); otherwise the top of it at the width's fit, never below that scale, so a large
+  // graph opens readable and Fit shows all of it. With data.span, the shared scale of a pair.
   const stageW = stage.clientWidth || width;
   const stageH = stage.clientHeight || maxHeight;
-  const s = Math.max(0.5, Math.min(1.5, stageW / full[2]));
-  const fits = Math.min(stageW / full[2], stageH / full[3]) >= 0.5;
+  const READABLE = 0.8;
+  const s = span ? Math.min(stageW / span[0], stageH / span[1]) : Math.max(READABLE, Math.min(1.5, stageW / full[2]));
+  const fits = !data.span && Math.min(stageW / full[2], stageH / full[3]) >= READABLE;
   const opening = fits ? full.slice()
-    : [full[0] + Math.max(0, (full[2] - stageW / s) / 2), full[1], stageW / s, stageH / s];
+    : [full[0] + (data.span ? 0 : Math.max(0, (full[2] - stageW / s) / 2)), full[1], stageW / s, stageH / s];
   let box = saved && saved.layout === layout ? saved.box.slice() : opening;
-  const apply = () => {
+  const apply = (echo = true) => {
     svg.setAttribute("viewBox", box.map((x) => x.toFixed(2)).join(" "));
     views().set(id, { layout, box: box.slice(), focus: data.focus || null });
+    showMini(box);
+    // Viewers of one data.sync group (side by side, at one scale) pan and zoom together.
+    if (echo && data.sync) {
+      window.dispatchEvent(new CustomEvent("pe-sync", { detail: { group: data.sync, from: id, box: box.slice() } }));
+    }
   };
+  const onSync = (e) => {
+    const d = e.detail || {};
+    if (!data.sync || d.group !== data.sync || d.from === id || !Array.isArray(d.box)) return;
+    box = d.box.slice();
+    apply(false);
+  };
+  window.addEventListener("pe-sync", onSync);
   const zoomAt = (factor, cx, cy) => {
     const w = Math.min(full[2] * 4, Math.max(full[2] / 400, box[2] * factor));
     const f = w / box[2];
@@ -182,6 +230,15 @@ export default function (component) {
       apply();
     }
   };
+  const onMini = (e) => {
+    const r = mini.getBoundingClientRect();
+    const k = Math.min(160 / full[2], miniHeight / full[3]);
+    const x = full[0] + (e.clientX - r.left - (160 - full[2] * k) / 2) / k;
+    const y = full[1] + (e.clientY - r.top - (miniHeight - full[3] * k) / 2) / k;
+    box = [x - box[2] / 2, y - box[3] / 2, box[2], box[3]];
+    apply();
+  };
+  mini.addEventListener("click", onMini);
   stage.addEventListener("wheel", onWheel, { passive: false });
   stage.addEventListener("pointerdown", onDown);
   stage.addEventListener("pointermove", onMove);
@@ -189,6 +246,7 @@ export default function (component) {
   stage.addEventListener("pointerleave", onLeave);
   root.querySelector(".pe-toolbar").addEventListener("click", onButton);
   return () => {
+    window.removeEventListener("pe-sync", onSync);
     root.remove();
     stage.removeEventListener("wheel", onWheel);
     stage.removeEventListener("pointerdown", onDown);

@@ -37,7 +37,7 @@ def main() -> None:
         for note in teaching.explain_plan(plan):
             st.markdown(f"- {note}")
     if config is not None and plan is not None and graph is not None:
-        _step_through(config, plan, graph)
+        step_through(config, plan, graph)
     st.markdown("#### The modes")
     for mode, text in teaching.MODE_TEXT.items():
         current = plan is not None and plan.mode == mode
@@ -56,45 +56,85 @@ def main() -> None:
     )
 
 
-_MAX_STEP_NODES = 400  # the node graph is drawn at every step
+SPEEDS = {0.5: "slow", 1.0: "1 step/s", 2.0: "2 steps/s", 4.0: "fast"}
 
 
-@st.fragment
+def step_through(config: PlanConfig, plan: Plan, graph: Graph) -> None:
+    """The stepper as a fragment; while playing it reruns itself at the chosen speed."""
+    playing = bool(st.session_state.get("learn_playing", False))
+    every = 1.0 / float(st.session_state.get("learn_speed", 1.0)) if playing else None
+    st.fragment(_step_through, run_every=every)(config, plan, graph)
+
+
 def _step_through(config: PlanConfig, plan: Plan, graph: Graph) -> None:
-    """One algorithm on the current model, a decision at a time: the graph coloured by where
-    each node is after it, and the latency so far. The trace is computed once per model."""
+    """One algorithm on the current model, a round of decisions at a time (a partition filled, a
+    KL pass, a merge), played or stepped: the graph coloured by where each node is after it, the
+    view following the step's nodes, and the latency so far. The trace is computed once."""
     st.markdown(f"#### Step through an algorithm on {md(plan.model)}")
-    if len(graph.op_indices) > _MAX_STEP_NODES:
-        st.info(f"{md(plan.model)} has {len(graph.op_indices)} operations; the steps are drawn for models of up to "
-                f"{_MAX_STEP_NODES}. Pick a smaller model (transformer, mlp) in the sidebar to step through.")
-        return
     algorithm = st.selectbox("Algorithm", list(steps.ALGORITHMS), format_func=steps.ALGORITHMS.get, key="learn_algorithm")
     trace = compute.decision_trace(config, algorithm)
     if isinstance(trace, str):
         st.warning(f"{steps.ALGORITHMS[algorithm]} finds no plan here: {md(trace)}")
         return
-    count = len(trace.decisions)
+    groups = teaching.group_steps(trace)
+    count = len(groups)
     if count == 0:
         st.info("The algorithm made no decision on this model (nothing to move or merge).")
         return
-    if st.session_state.get("learn_step", 1) > count:
-        st.session_state["learn_step"] = count
+    step = min(count, max(1, int(st.session_state.get("learn_step", 1))))
+    if st.session_state.get("learn_playing") and st.session_state.pop("learn_tick", True):
+        step = min(count, step + 1) if step < count else step
+        if step >= count:  # the end: stop playing (and stop the timer)
+            st.session_state["learn_playing"] = False
+            st.session_state["learn_step"] = step
+            st.rerun(scope="app")
+    st.session_state["learn_step"] = step
+    st.session_state["learn_tick"] = True
 
     def shift(by: int) -> None:
         st.session_state["learn_step"] = min(count, max(1, st.session_state.get("learn_step", 1) + by))
+        st.session_state["learn_tick"] = False  # a click is not a tick of the player
 
-    cols = st.columns([1, 1, 6])
+    def play() -> None:
+        st.session_state["learn_playing"] = not st.session_state.get("learn_playing", False)
+        st.session_state["learn_tick"] = False
+        if st.session_state["learn_playing"] and st.session_state.get("learn_step", 1) >= count:
+            st.session_state["learn_step"] = 1
+        st.session_state["learn_restart"] = True
+
+    playing = bool(st.session_state.get("learn_playing", False))
+    cols = st.columns([1, 1, 1, 2, 5])
     cols[0].button("Previous", key="learn_prev", on_click=shift, args=(-1,), width="stretch")
-    cols[1].button("Next", key="learn_next", on_click=shift, args=(1,), width="stretch")
-    index = cols[2].slider("Decision", 1, count, key="learn_step") - 1 if count > 1 else 0
-    decision, frame = trace.decisions[index], trace.frames[index]
+    cols[1].button("Pause" if playing else "Play", key="learn_play", on_click=play, width="stretch",
+                   help="Play the steps one after another at the chosen speed")
+    cols[2].button("Next", key="learn_next", on_click=shift, args=(1,), width="stretch")
+    st.session_state.setdefault("learn_speed", 1.0)
+    cols[3].select_slider("Speed", list(SPEEDS), format_func=SPEEDS.get, key="learn_speed",
+                          on_change=lambda: st.session_state.update(learn_restart=True, learn_tick=False))
+    if count > 1:
+        cols[4].slider("Step", 1, count, key="learn_step",
+                       help=f"{len(trace.decisions)} decisions in {count} steps (a partition filled, a pass, a merge)")
+    if st.session_state.pop("learn_restart", False):
+        st.rerun(scope="app")  # the timer's speed is set where the fragment starts
+    group = groups[step - 1]
+    index = group.last
+    frame = trace.frames[index]
     taken = sum(d.accepted for d in trace.decisions[: index + 1])
     metrics = st.columns(3)
-    metrics[0].metric("Decision", f"{index + 1} of {count}", f"{taken} taken so far", delta_color="off")
+    span = f"decision {group.last + 1}" if group.size == 1 else f"decisions {group.first + 1}-{group.last + 1}"
+    metrics[0].metric("Step", f"{step} of {count}", f"{span} of {len(trace.decisions)}, {taken} taken",
+                      delta_color="off")
     metrics[1].metric("Latency after it", "plan not complete" if frame.latency_s is None else format_seconds(frame.latency_s))
     metrics[2].metric("Partitions", len({p for p in frame.part if p >= 0}))
-    (st.success if decision.accepted else st.warning)(f"**{decision.kind}** ({'taken' if decision.accepted else 'tried, not taken'}): {md(decision.text)}")
+    decision = trace.decisions[index]
+    st.caption(md(group.title))
+    (st.success if decision.accepted else st.warning)(
+        f"**{decision.kind}** ({'taken' if decision.accepted else 'tried, not taken'}): {md(decision.text)}")
     graph_panels.render_step(trace, index, plan, key="learn_steps")
+    if step == count:
+        note = teaching.replay_note(trace, plan)
+        if note:
+            st.info(note)
     if trace.truncated:
         st.caption("The trace stopped recording after 20,000 decisions; the algorithm itself ran to its end.")
 

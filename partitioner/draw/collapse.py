@@ -8,10 +8,16 @@ single nodes. A box sums its members' output and parameter bytes, FLOPs and late
 counts them per device and partition (its colour bar). Nodes outside any module stay single,
 unless the boxes would be more than ``max_boxes``: then each run of them in topological order is
 one box. Pure Python over the index graph; :func:`collapse` is O(N + E).
+
+Repeated blocks fold (NOTE: [Folded blocks]): a run of sibling boxes ``layers.0`` ...
+``layers.79`` of the same module class and the same op structure is one box
+``layers.0-79 (x80)`` with the sums of all of them; expanding it opens its first block, and
+opening any block by name (``layers.37``) splits the run around it, at every depth.
 """
 
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Collection, Mapping, Sequence
 
@@ -31,14 +37,18 @@ if TYPE_CHECKING:  # pragma: no cover
     from partitioner.graph import Graph
     from partitioner.plan.records import Plan
 
-__all__ = ["Group", "CollapsedGraph", "collapse", "collapsed_to_dot", "box_values", "search", "SearchHit", "MAX_BOXES"]
+__all__ = ["Group", "CollapsedGraph", "collapse", "collapsed_to_dot", "box_values", "search", "SearchHit", "MAX_BOXES",
+           "expand_key", "FOLD", "lineage", "UPSTREAM_COLOUR", "DOWNSTREAM_COLOUR"]
 
 MAX_BOXES = 300  # above this many boxes, runs of nodes outside any module are merged
+FOLD = "fold:"  # key prefix of a box of folded repeated blocks
+UPSTREAM_COLOUR, DOWNSTREAM_COLOUR = "#2ca02c", "#9467bd"  # outlines of what feeds a box, what it feeds
 
 
 @dataclass(frozen=True)
 class Group:
-    """One box: the op nodes of a module (or a single node, or a run of top-level nodes)."""
+    """One box: the op nodes of a module (or a single node, or a run of top-level nodes).
+    ``param_bytes``: the weights its nodes hold or read (attributes once per box)."""
 
     key: str  # module path prefix; "node:<name>" for a single node; "run:<first>" for a run
     label: str
@@ -50,10 +60,16 @@ class Group:
     devices: tuple[tuple[int, int], ...]  # (logical device id, members placed there), by id
     partitions: tuple[int, ...]
     expandable: bool
+    blocks: tuple[str, ...] = ()  # a folded box: the module paths of its identical blocks, in order
 
     @property
     def memory_bytes(self) -> int:
         return self.output_bytes + self.param_bytes
+
+    @property
+    def repeat(self) -> int:
+        """How many identical blocks the box stands for (1 unless folded)."""
+        return max(1, len(self.blocks))
 
 
 @dataclass(frozen=True)
@@ -63,7 +79,22 @@ class CollapsedGraph:
     box_of: tuple[int, ...]  # node index -> box index (-1 for placeholders, attributes, output)
 
 
-def _box_key(graph: "Graph", v: int, expanded: Collection[str]) -> tuple[str, bool]:
+def _block_ancestors(graph: "Graph") -> set[str]:
+    """Proper prefixes of the numbered blocks' paths (``model`` for ``model.layers.3``): a node in
+    such a module but in no block is boxed one level deeper, so the wrapper's own ops (embedding,
+    final norm) are boxes of their own rather than one box before and after every block."""
+    if graph in _ANCESTORS:
+        return _ANCESTORS[graph]
+    found: set[str] = set()
+    for path in {graph.nodes[v].module_path for v in graph.op_indices}:
+        parts = path.split(".") if path else []
+        cut = next((i for i, c in enumerate(parts) if c.isdigit()), 0)
+        found.update(".".join(parts[:k]) for k in range(1, cut))
+    _ANCESTORS[graph] = found
+    return found
+
+
+def _box_key(graph: "Graph", v: int, expanded: Collection[str], ancestors: Collection[str] = ()) -> tuple[str, bool]:
     """(key, expandable) of node v's box under ``expanded``."""
     nd = graph.nodes[v]
     parts = nd.module_path.split(".") if nd.module_path else []
@@ -71,20 +102,106 @@ def _box_key(graph: "Graph", v: int, expanded: Collection[str]) -> tuple[str, bo
         return f"node:{nd.name}", False
     cut = next((i + 1 for i, c in enumerate(parts) if c.isdigit()), 1)
     key = ".".join(parts[:cut])
+    while key in ancestors and cut < len(parts):
+        cut += 1
+        key = ".".join(parts[:cut])
     while key in expanded:
         if cut >= len(parts):
             return f"node:{nd.name}", False
-        cut += 1
+        cut += 2 if cut + 1 < len(parts) and parts[cut + 1].isdigit() else 1  # a list's items, not the list
         key = ".".join(parts[:cut])
     return key, True
 
 
+def expand_key(key: str) -> str:
+    """The module path that expanding box ``key`` adds to ``expanded``: a folded box opens its
+    first block (the others stay folded), any other box itself."""
+    if key.startswith(FOLD):
+        parent, _, span = key[len(FOLD):].rpartition(".")
+        return f"{parent}.{span.partition('-')[0]}" if parent else span.partition("-")[0]
+    return key
+
+
+# NOTE: [Folded blocks]
+# Two sibling boxes are the same block when their keys are P.i and P.(i+1), the model recorded the
+# same module class for both (graph.model_info; none recorded counts as equal), and their members
+# have the same op structure: the same (op, target below the block, module path below the block, inputs inside
+# the block by position, count of inputs from outside) in topological order. Shapes and bytes may
+# differ; the folded box sums the real members, so its figures are exact. A run of two or more
+# adjacent same blocks (no other box between them in topological order) folds. Signatures are
+# computed once per candidate box: O(N) over the graph.
+# A graph's block signatures and block ancestors, kept while the graph lives: every view of the
+# same model (expand, search, colour by) asks for the same ones.
+_SIGNATURES: "weakref.WeakKeyDictionary[Graph, dict[tuple[str, int, int], tuple[object, ...]]]" = \
+    weakref.WeakKeyDictionary()
+_ANCESTORS: "weakref.WeakKeyDictionary[Graph, set[str]]" = weakref.WeakKeyDictionary()
+
+
+def _signature(graph: "Graph", key: str, members: Sequence[int]) -> tuple[object, ...]:
+    known = _SIGNATURES.setdefault(graph, {})
+    memo = (key, len(members), members[0])
+    if memo not in known:
+        known[memo] = _signature_of(graph, key, members)
+    return known[memo]
+
+
+def _signature_of(graph: "Graph", key: str, members: Sequence[int]) -> tuple[object, ...]:
+    position = {v: i for i, v in enumerate(members)}
+    skip = len(key)
+    out: list[object] = [graph.model_info.module_classes.get(key, ())[:1]]
+    for v in members:
+        nd = graph.nodes[v]
+        inside = tuple(position[u] for u in nd.inputs if u in position)
+        target = nd.target[skip:] if nd.target.startswith(key + ".") else nd.target  # call_module: its path
+        out.append((nd.op, target, nd.module_path[skip:], inside, len(nd.inputs) - len(inside)))
+    return tuple(out)
+
+
+def _numbered(key: str) -> tuple[str, int] | None:
+    parent, _, last = key.rpartition(".")
+    return (parent, int(last)) if parent and last.isdigit() and not key.startswith(("node:", "run:")) else None
+
+
+def _fold_runs(graph: "Graph", order: Sequence[str], members: Sequence[Sequence[int]]) -> list[list[int]]:
+    """Boxes (indices into ``order``) grouped: each run of folded blocks one list, others alone."""
+    runs: list[list[int]] = []
+    signatures: dict[int, tuple[object, ...]] = {}
+
+    def same(a: int, b: int) -> bool:
+        na, nb = _numbered(order[a]), _numbered(order[b])
+        if na is None or nb is None or na[0] != nb[0] or nb[1] != na[1] + 1 or len(members[a]) != len(members[b]):
+            return False
+        for box in (a, b):
+            if box not in signatures:
+                signatures[box] = _signature(graph, order[box], members[box])
+        return signatures[a] == signatures[b]
+
+    for b in range(len(order)):
+        if runs and same(runs[-1][-1], b):
+            runs[-1].append(b)
+        else:
+            runs.append([b])
+    return runs
+
+
+def _weight_bytes(graph: "Graph", members: Sequence[int]) -> int:
+    """The weights a box's members hold or read: called modules' parameters (symbolic_trace) plus
+    each attribute they read, once per box (torch.export lifts every weight to an attribute)."""
+    read = {u for v in members for u in graph.preds[v] if graph.nodes[u].op == "get_attr"}
+    return sum(graph.nodes[v].param_bytes for v in members) + sum(graph.output_bytes[u] for u in read)
+
+
 def collapse(graph: "Graph", plan: "Plan | None" = None, node_s: Sequence[float] | None = None,
-             expanded: Collection[str] = (), max_boxes: int = MAX_BOXES) -> CollapsedGraph:
+             expanded: Collection[str] = (), max_boxes: int = MAX_BOXES, fold: bool = True,
+             only: Collection[int] | None = None) -> CollapsedGraph:
     """The op nodes of ``graph`` grouped into boxes (see the module doc); ``plan`` gives each box
-    its devices and partitions, ``node_s`` its latency (the cost model's per-node seconds)."""
-    ops = graph.op_indices
-    keys = {v: _box_key(graph, v, expanded) for v in ops}
+    its devices and partitions, ``node_s`` its latency (the cost model's per-node seconds);
+    ``fold``: runs of identical blocks as one box (NOTE: [Folded blocks]); ``only``: box these
+    node indices alone (one partition's nodes), the rest of the graph left out."""
+    chosen = None if only is None else set(only)
+    ops = graph.op_indices if chosen is None else tuple(v for v in graph.op_indices if v in chosen)
+    ancestors = _block_ancestors(graph)
+    keys = {v: _box_key(graph, v, expanded, ancestors) for v in ops}
     if len({k for k, _ in keys.values()}) > max_boxes:
         run = ""
         for v in ops:  # merge each run of single nodes (outside any module) into one box
@@ -102,13 +219,23 @@ def collapse(graph: "Graph", plan: "Plan | None" = None, node_s: Sequence[float]
         if b == len(members):
             members.append([])
         members[b].append(v)
+    names = list(order)
+    runs = _fold_runs(graph, names, members) if fold else [[b] for b in range(len(names))]
+    boxes: list[tuple[str, list[int], tuple[str, ...]]] = []
+    for span in runs:
+        if len(span) == 1:
+            boxes.append((names[span[0]], members[span[0]], ()))
+            continue
+        parent, start = _numbered(names[span[0]]) or ("", 0)  # a run holds numbered boxes only
+        end = start + len(span) - 1
+        joined = sorted(v for b in span for v in members[b])
+        boxes.append((f"{FOLD}{parent}.{start}-{end}", joined, tuple(names[b] for b in span)))
     box_of = [-1] * len(graph)
-    for b, vs in enumerate(members):
+    for b, (_, vs, _) in enumerate(boxes):
         for v in vs:
             box_of[v] = b
     groups = []
-    for key, b in order.items():
-        vs = members[b]
+    for key, vs, blocks in boxes:
         devices: dict[int, int] = {}
         parts: set[int] = set()
         for v in vs:
@@ -118,11 +245,12 @@ def collapse(graph: "Graph", plan: "Plan | None" = None, node_s: Sequence[float]
                 for d in on.get(p, ()):
                     devices[d] = devices.get(d, 0) + 1
         label = graph.nodes[vs[0]].name if key.startswith("node:") else (
-            f"{graph.nodes[vs[0]].name} ... {graph.nodes[vs[-1]].name}" if key.startswith("run:") else key)
+            f"{graph.nodes[vs[0]].name} ... {graph.nodes[vs[-1]].name}" if key.startswith("run:") else
+            f"{key[len(FOLD):]} (x{len(blocks)})" if blocks else key)
         groups.append(Group(
-            key, label, tuple(vs), sum(graph.output_bytes[v] for v in vs), sum(graph.nodes[v].param_bytes for v in vs),
+            key, label, tuple(vs), sum(graph.output_bytes[v] for v in vs), _weight_bytes(graph, vs),
             sum(graph.nodes[v].flops for v in vs), sum(node_s[v] for v in vs) if node_s is not None else 0.0,
-            tuple(sorted(devices.items())), tuple(sorted(parts)), keys[vs[0]][1]))
+            tuple(sorted(devices.items())), tuple(sorted(parts)), bool(blocks) or keys[vs[0]][1], blocks))
     edges: dict[tuple[int, int], int] = {}
     for v in ops:
         seen: set[int] = set()
@@ -154,8 +282,31 @@ def search(graph: "Graph", query: str, plan: "Plan | None" = None) -> SearchHit:
     return SearchHit(query, hits, tuple(parts))
 
 
+def lineage(cg: CollapsedGraph, box: int) -> tuple[frozenset[int], frozenset[int]]:
+    """(upstream, downstream): the boxes whose outputs reach ``box``, and those it reaches, over
+    the box edges. O(boxes + edges)."""
+    up: dict[int, list[int]] = {}
+    down: dict[int, list[int]] = {}
+    for a, b, _ in cg.edges:
+        down.setdefault(a, []).append(b)
+        up.setdefault(b, []).append(a)
+
+    def reach(links: dict[int, list[int]]) -> frozenset[int]:
+        seen: set[int] = set()
+        stack = [box]
+        while stack:
+            for w in links.get(stack.pop(), ()):
+                if w not in seen and w != box:
+                    seen.add(w)
+                    stack.append(w)
+        return frozenset(seen)
+
+    return reach(up), reach(down)
+
+
 def _tip(g: Group, plan: "Plan | None", overlay: str, value: float | None) -> str:
-    lines = [g.label, f"{len(g.members)} node{'s' if len(g.members) != 1 else ''}",
+    lines = [g.label, f"{len(g.members)} node{'s' if len(g.members) != 1 else ''}"
+             + (f" ({len(g.members) // g.repeat} in each of {g.repeat} identical blocks)" if g.blocks else ""),
              f"output {format_bytes(g.output_bytes)}, parameters {format_bytes(g.param_bytes)}",
              f"{format_flops(g.flops)}, latency {format_seconds(g.latency_s)} (sum of its nodes)"]
     if plan is not None and g.devices:
@@ -163,9 +314,21 @@ def _tip(g: Group, plan: "Plan | None", overlay: str, value: float | None) -> st
         lines.append("partitions: " + ", ".join(f"P{p}" for p in g.partitions))
     if value is not None and overlay != "device":
         lines.append(f"{overlay}: {formatter(overlay)(value)}")
-    if g.expandable:
+    if g.blocks:
+        lines.append(f"click to open {g.blocks[0]} (the others stay folded)")
+    elif g.expandable:
         lines.append("click to expand")
     return "\n".join(lines)
+
+
+def _spans(plan: "Plan | None", g: Group) -> str:
+    """The devices a folded box spans, in a few words for its label."""
+    if plan is None or not g.devices:
+        return ""
+    ids = [d for d, _ in g.devices]
+    if len(ids) <= 3:
+        return "on " + device_names(plan, ids)
+    return f"on {device_names(plan, ids[:1])} ... {device_names(plan, ids[-1:])} ({len(ids)} devices)"
 
 
 def box_values(cg: CollapsedGraph, overlay: str) -> list[float]:
@@ -183,11 +346,13 @@ def box_values(cg: CollapsedGraph, overlay: str) -> list[float]:
 
 
 def collapsed_to_dot(cg: CollapsedGraph, plan: "Plan | None" = None, *, overlay: str = "device",
-                     highlight: Collection[int] = (), title: str = "") -> str:
+                     highlight: Collection[int] = (), title: str = "",
+                     upstream: Collection[int] = (), downstream: Collection[int] = ()) -> str:
     """DOT of a collapsed graph: a box per group with its sums and a bar of its devices' colours
     (widths by member count), fill by ``overlay`` (the device's colour when a box sits on one
     device), edges with the bytes crossing, dashed where they change device. Boxes have DOT ids
-    ``m:<key>`` and tooltips; ``highlight``: box indices outlined thick (search hits)."""
+    ``m:<key>`` and tooltips; ``highlight``: box indices outlined thick (search hits);
+    ``upstream``/``downstream``: boxes outlined in green/purple (:func:`lineage`)."""
     colours: Mapping[int, str] = device_colours(plan.devices) if plan is not None else {}
     values = box_values(cg, overlay) if overlay != "device" else []
     low, high = (min(values), max(values)) if values else (0.0, 0.0)
@@ -204,16 +369,22 @@ def collapsed_to_dot(cg: CollapsedGraph, plan: "Plan | None" = None, *, overlay:
         fill = colour_for(values[b], low, high) if values else colours.get(single[b], "#f7f7f7")  # type: ignore[arg-type]
         text = f"{g.label}\n{len(g.members)} nodes | {format_bytes(g.memory_bytes)}\n{format_seconds(g.latency_s)}" \
             if len(g.members) > 1 else f"{g.label}\n{format_bytes(g.memory_bytes)} | {format_seconds(g.latency_s)}"
+        if g.blocks and _spans(plan, g):
+            text += "\n" + _spans(plan, g)
         body = "<BR/>".join(html_text(t) for t in text.split("\n"))
         span = max(1, len(g.devices))
         label = ('<<TABLE BORDER="0" CELLBORDER="0" CELLSPACING="0" CELLPADDING="2">'
                  + (f"<TR>{bar}</TR>" if bar else "") + f'<TR><TD COLSPAN="{span}">{body}</TD></TR></TABLE>>')
         attrs = [f"label={label}", f'fillcolor="{fill}"', f'id={quote("m:" + g.key)}',
                  f"tooltip={quote(_tip(g, plan, overlay, values[b] if values else None))}"]
-        if g.expandable:
+        if g.blocks:
+            attrs += ["peripheries=3", 'style="rounded,filled,bold"']
+        elif g.expandable:
             attrs.append("peripheries=2")
         if b in highlight:
             attrs += [f'color="{HIGHLIGHT_COLOUR}"', "penwidth=4"]
+        elif b in upstream or b in downstream:
+            attrs += [f'color="{UPSTREAM_COLOUR if b in upstream else DOWNSTREAM_COLOUR}"', "penwidth=3"]
         lines.append(f"  b{b} [{', '.join(attrs)}];")
     for a, b, n in cg.edges:
         dashed = single[a] is None or single[b] is None or single[a] != single[b]

@@ -26,7 +26,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from partitioner.graph import Graph
     from partitioner.accelerator.steps import DecisionTrace
 
-__all__ = ["partition_to_dot", "node_tip", "step_to_dot"]
+__all__ = ["partition_to_dot", "node_tip", "step_to_dot", "step_boxes_to_dot", "touched_nodes", "block_of"]
 
 
 def _shape(shape: tuple[int, ...] | None, dtype: str | None) -> str:
@@ -179,9 +179,7 @@ def step_to_dot(trace: "DecisionTrace", index: int, devices: Sequence[Device]) -
     frame = trace.frames[index]
     decision = trace.decisions[index]
     colours = device_colours(devices)
-    touched = {v for v, _ in decision.moves}
-    for p, _ in decision.devices:
-        touched.update(v for v, q in enumerate(frame.part) if q == p)
+    touched = touched_nodes(trace, index)
     lines = ["digraph steps {", "  graph [rankdir=TB, nodesep=0.2, ranksep=0.3];",
              '  node [shape=box, style="rounded,filled", fontname=Helvetica, fontsize=10, margin="0.06,0.03"];',
              '  edge [color="#888888", arrowsize=0.6];']
@@ -203,3 +201,66 @@ def step_to_dot(trace: "DecisionTrace", index: int, devices: Sequence[Device]) -
                 lines.append(f"  n{u} -> n{v};")
     lines.append("}")
     return "\n".join(lines) + "\n"
+
+
+def touched_nodes(trace: "DecisionTrace", index: int) -> list[int]:
+    """The nodes decision ``index`` moves, or whose partition it places on a device, in order."""
+    decision, frame = trace.decisions[index], trace.frames[index]
+    touched = dict.fromkeys(v for v, _ in decision.moves)
+    for p, _ in decision.devices:
+        touched.update(dict.fromkeys(v for v, q in enumerate(frame.part) if q == p))
+    return list(touched)
+
+
+def block_of(graph: "Graph", v: int) -> str:
+    """The numbered block node ``v`` runs in (``model.layers.5`` of ``model.layers.5.mlp``), or ""."""
+    parts = graph.nodes[v].module_path.split(".") if graph.nodes[v].module_path else []
+    cut = next((i + 1 for i, c in enumerate(parts) if c.isdigit()), 0)
+    return ".".join(parts[:cut])
+
+
+def step_boxes_to_dot(trace: "DecisionTrace", index: int, devices: Sequence[Device],
+                      expanded: Iterable[str] = ()) -> tuple[str, str | None]:
+    """:func:`step_to_dot` on the model folded by module (for graphs too large to draw node by
+    node): each box with a bar of the devices its nodes are on after decision ``index`` (white:
+    not placed) and the partitions they are in; the boxes holding the decision's nodes outlined.
+    Returns the DOT and the DOT id of the first outlined box (where the view should go). O(N + E)."""
+    from partitioner.draw.collapse import collapse
+    from partitioner.draw.dot import html_text
+
+    graph = trace.graph
+    frame, decision = trace.frames[index], trace.decisions[index]
+    colours = device_colours(devices)
+    touched = touched_nodes(trace, index)
+    cg = collapse(graph, expanded=set(expanded))
+    marked = {cg.box_of[v] for v in touched if cg.box_of[v] >= 0}
+    lines = ["digraph steps {", "  graph [rankdir=TB, nodesep=0.25, ranksep=0.3];",
+             '  node [shape=box, style="rounded,filled", fontname=Helvetica, fontsize=10, margin="0.08,0.04"];',
+             '  edge [color="#888888", arrowsize=0.6];']
+    for b, g in enumerate(cg.groups):
+        on: dict[str, int] = {}
+        parts: dict[int, None] = {}
+        for v in g.members:
+            p = frame.part[v]
+            ds = frame.devices_of.get(p, ()) if p >= 0 else ()
+            colour = colours.get(ds[0], "#ffffff") if ds else "#ffffff"
+            on[colour] = on.get(colour, 0) + 1
+            if p >= 0:
+                parts[p] = None
+        bar = "".join(f'<TD BGCOLOR="{c}" HEIGHT="8" WIDTH="{max(4, round(60 * n / len(g.members)))}"></TD>'
+                      for c, n in on.items())
+        where = ", ".join(f"P{p}" for p in sorted(parts)[:4]) + (" ..." if len(parts) > 4 else "") or "not placed"
+        body = "<BR/>".join(html_text(t) for t in (g.label, f"{len(g.members)} node{'s' if len(g.members) != 1 else ''} in {where}"))
+        label = ('<<TABLE BORDER="0" CELLBORDER="0" CELLSPACING="0" CELLPADDING="2">'
+                 f'<TR>{bar}</TR><TR><TD COLSPAN="{len(on)}">{body}</TD></TR></TABLE>>')
+        fill = next(iter(on)) if len(on) == 1 else "#f7f7f7"
+        attrs = [f"label={label}", f'fillcolor="{fill}"', f"id={_q('m:' + g.key)}",
+                 f"tooltip={_q(g.label + chr(10) + where)}"]
+        if b in marked:
+            attrs += ([f'color="{HIGHLIGHT_COLOUR}"', "penwidth=4"] if decision.accepted
+                      else [f'color="{CRITICAL_COLOUR}"', "penwidth=3", 'style="rounded,filled,dashed"'])
+        lines.append(f"  b{b} [{', '.join(attrs)}];")
+    lines += [f"  b{a} -> b{b};" for a, b, _ in cg.edges]
+    lines.append("}")
+    first = next((cg.box_of[v] for v in touched if cg.box_of[v] >= 0), None)  # the first node moved
+    return "\n".join(lines) + "\n", None if first is None else f"m:{cg.groups[first].key}"

@@ -362,8 +362,9 @@ def test_a_hugging_face_architecture_by_name():
     pytest.importorskip("transformers")
     at = start()
     at.selectbox(key="model").set_value(HF_MODEL).run()
-    at.text_input(key="hf_name").set_value("gpt2").run()
-    at.text_input(key="hf_set").set_value("n_layer=2 n_embd=64 n_head=4 vocab_size=1000").run()
+    at.text_input(key="hf_name").set_value("gpt2")
+    at.text_input(key="hf_set").set_value("n_layer=2 n_embd=64 n_head=4 vocab_size=1000")
+    at.button(key="hf_build").click().run()
     at.text_input(key="dev_memory").set_value("1 MiB").run()
     assert not at.exception, at.exception
     assert summary(at)["model"] == "hf:gpt2(n_embd=64,n_head=4,n_layer=2,vocab_size=1000)"
@@ -376,5 +377,6 @@ def test_a_hugging_face_architecture_by_name():
     row = frame.loc["accelerate"]
     assert row["Latency"] != "-" or "does not fit by our count" in row["Error"]
     at.switch_page("views/explore.py").run()
-    at.text_input(key="hf_set").set_value("n_layers=2").run()  # a typo is a message naming the field
+    at.text_input(key="hf_set").set_value("n_layers=2")
+    at.button(key="hf_build").click().run()  # a typo is a message naming the field
     assert not at.exception and any("did you mean n_layer" in e for e in errors(at))

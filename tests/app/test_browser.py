@@ -132,7 +132,7 @@ def test_app_renders_dag_and_charts_and_re_plans_on_a_mode_change():
                 expect(tip).to_contain_text("nodes:")
                 page.screenshot(path=str(ARTIFACTS / "browser_gpt2_tooltip.png"))
                 page.get_by_text("Model graph by module").click()
-                expect(page.locator(".pe-stage svg").first).to_contain_text("blocks.11", timeout=RENDER_TIMEOUT_MS)
+                expect(page.locator(".pe-stage svg").first).to_contain_text("blocks.0-11 (x12)", timeout=RENDER_TIMEOUT_MS)
                 expect(page.get_by_test_id("stException")).to_have_count(0)
                 page.screenshot(path=str(ARTIFACTS / "browser_gpt2_collapsed.png"))
                 # Saturate host on 6 devices, opened from a shared link: each replica shows the

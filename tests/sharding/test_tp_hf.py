@@ -123,8 +123,9 @@ def test_the_sharding_page_on_a_hugging_face_model():
 
     at = AppTest.from_file(str(Path(__file__).resolve().parents[2] / "explorer" / "app.py"), default_timeout=240).run()
     at.selectbox(key="model").set_value(HF_MODEL).run()
-    at.text_input(key="hf_name").set_value("llama").run()
-    at.text_input(key="hf_set").set_value(" ".join(f"{k}={v}" for k, v in SMALL.items())).run()
+    at.text_input(key="hf_name").set_value("llama")
+    at.text_input(key="hf_set").set_value(" ".join(f"{k}={v}" for k, v in SMALL.items()))
+    at.button(key="hf_build").click().run()
     at.number_input(key="dev_count").set_value(2).run()
     at.switch_page("views/sharding.py").run()
     assert not at.exception, at.exception
