@@ -22,6 +22,7 @@ import math
 from dataclasses import dataclass
 from typing import Mapping, Sequence
 
+from partitioner.device_profile import DeviceProfile
 from partitioner.devices import DEFAULT_SPEEDS, Device
 from partitioner.errors import PartitionError
 from partitioner.options import check_latency_pair
@@ -30,6 +31,9 @@ from partitioner.graph import Graph, toposort
 __all__ = [
     "NodeLatency",
     "roofline_latencies",
+    "profile_latencies",
+    "device_profile",
+    "transfer_latency_s",
     "node_latencies",
     "node_seconds",
     "CostModel",
@@ -48,14 +52,33 @@ def _slowest(devices: Sequence[Device], field: str) -> float:
     return float(min(values)) if values else float(DEFAULT_SPEEDS[field])
 
 
+def device_profile(devices: Sequence[Device]) -> DeviceProfile | None:
+    """The measured profile the cost model uses for ``devices``: the first device's that has one
+    (NOTE: [One speed per plan]), or None (the flat roofline)."""
+    return next((d.profile for d in devices if d.profile is not None), None)
+
+
+def transfer_latency_s(devices: Sequence[Device]) -> float:
+    """Latency of one transfer between devices: the measured point-to-point latency of their
+    profile, 0 without one."""
+    profile = device_profile(devices)
+    link = profile.link if profile else None
+    return link.latency_s if link else 0.0
+
+
 def roofline_latencies(graph: Graph, devices: Sequence[Device]) -> list[NodeLatency]:
     """Per node index: (bytes moved / memory bandwidth, FLOPs / peak FLOP/s).
 
     Bytes moved are the node's inputs, parameters and output. # NOTE: [One speed per plan]
     The reference cost model gives a node one latency whatever device runs it, and every
     algorithm here relies on that. With heterogeneous devices we estimate on the slowest
-    device's figures, so plans are never optimistic. Non-op nodes cost nothing. O(N + E).
+    device's figures, so plans are never optimistic. Non-op nodes cost nothing. With a measured
+    profile (:mod:`partitioner.device_profile`) both roofs are its curves and each op pays its
+    dispatch overhead (NOTE: [Op time from a profile]). O(N + E).
     """
+    profile = device_profile(devices)
+    if profile is not None:
+        return profile_latencies(graph, profile)
     bandwidth = _slowest(devices, "memory_bandwidth_bytes_per_s")
     peak = _slowest(devices, "peak_flops")
     out = graph.output_bytes
@@ -66,6 +89,20 @@ def roofline_latencies(graph: Graph, devices: Sequence[Device]) -> list[NodeLate
             continue
         moved = node.output_bytes + node.param_bytes + sum(out[j] for j in graph.preds[i])
         latencies.append((moved / bandwidth, node.flops / peak))
+    return latencies
+
+
+def profile_latencies(graph: Graph, profile: DeviceProfile) -> list[NodeLatency]:
+    """Per node index: (memory seconds, compute seconds) from a measured profile, overhead
+    included in both (NOTE: [Op time from a profile]). O(N + E)."""
+    out = graph.output_bytes
+    latencies: list[NodeLatency] = []
+    for i, node in enumerate(graph.nodes):
+        if not node.is_op:
+            latencies.append((0.0, 0.0))
+            continue
+        moved = node.output_bytes + node.param_bytes + sum(out[j] for j in graph.preds[i])
+        latencies.append(profile.op_seconds(node.flops, moved, node.dtype, node.op, node.target))
     return latencies
 
 
@@ -134,6 +171,7 @@ class CostModel:
         latencies: Sequence[tuple[float, float]],
         transfer_rate_bytes_per_s: float | None,
         cost_model: str = "physical",
+        transfer_latency_s: float = 0.0,
     ) -> None:
         if cost_model not in ("physical", "torch"):
             raise PartitionError(f"unknown cost model {cost_model!r}; choose 'physical' or 'torch'")
@@ -146,6 +184,7 @@ class CostModel:
         self.compute_s = [float(c) for _, c in latencies]
         self.node_s = [max(m, c) for m, c in zip(self.mem_s, self.compute_s)]
         self.rate = transfer_rate_bytes_per_s
+        self.transfer_latency_s = float(transfer_latency_s)  # per transfer (alpha of alpha-beta)
         self.out = graph.output_bytes
         self.total = graph.total_bytes
         self.preds = graph.preds
@@ -179,7 +218,7 @@ class CostModel:
             return 0.0
         if not self.rate or math.isinf(self.rate):
             return 0.0
-        return nbytes / self.rate
+        return self.transfer_latency_s + nbytes / self.rate
 
     def memory_of(self, members: Sequence[int]) -> int:
         """A partition's bytes. Physical: its nodes' outputs and parameters, plus each outside

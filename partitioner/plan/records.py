@@ -15,7 +15,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
-from partitioner.cost.model import CostModel, Evaluation, node_latencies
+from partitioner.cost.model import CostModel, Evaluation, node_latencies, transfer_latency_s
 from partitioner.devices import Device
 from partitioner.errors import InvalidPlanError, PartitionError
 from partitioner.graph import Graph
@@ -141,7 +141,8 @@ class Plan:
                 part[graph.index[name]] = pid
         devices_of = [list(p.device_ids) for p in sorted(self.partitions, key=lambda p: p.id)]
         latencies = node_latencies(graph, list(self.devices), options.node_latency_dict)
-        cost = CostModel(graph, latencies, options.transfer_rate_bytes_per_s, options.cost_model)
+        cost = CostModel(graph, latencies, options.transfer_rate_bytes_per_s, options.cost_model,
+                         transfer_latency_s(list(self.devices)))
         provenance = dataclasses.replace(self.provenance, options=options)
         # The solver's bound holds under both cost models (NOTE: [Relaxation bound]), not at another rate.
         same_rate = options.transfer_rate_bytes_per_s == self.options.transfer_rate_bytes_per_s
@@ -240,6 +241,7 @@ class Plan:
     def to_dict(self) -> dict[str, Any]:
         data = dataclasses.asdict(self)
         data["provenance"] = self.provenance.to_dict()
+        data["devices"] = [d.to_dict() for d in self.devices]  # a measured profile in its own JSON form
         return {"schema_version": data.pop("schema_version"), **data}
 
     def to_json(self, indent: int | None = 2) -> str:
