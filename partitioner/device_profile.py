@@ -109,6 +109,7 @@ class DeviceProfile:
     matmul: tuple[tuple[str, Curve], ...]  # dtype -> (FLOPs, seconds) of square Linear ops (addmm)
     copy: Curve  # (bytes moved, seconds) of an elementwise op reading and writing
     collectives: tuple[tuple[str, int, AlphaBeta], ...] = ()  # (kind, processes, fit)
+    sharded_module_overhead_s: float = 0.0  # a tensor-parallel module call beyond a plain one (DTensor)
     slowdown: tuple[tuple[int, float], ...] = ((1, 1.0),)  # (ranks computing at once, time factor)
     cores: int = 1
     backend: str = "gloo"
@@ -120,7 +121,7 @@ class DeviceProfile:
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not _NAME.match(self.name):
             raise DeviceSpecError(f"profile name must be 1-64 letters, digits, '_', '.', '-' (got {self.name!r})")
-        for field in ("op_overhead_s", "module_overhead_s"):
+        for field in ("op_overhead_s", "module_overhead_s", "sharded_module_overhead_s"):
             value = getattr(self, field)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < 1:
                 raise DeviceSpecError(f"profile {self.name!r}: {field} must be seconds in [0, 1) (got {value!r})")
@@ -201,6 +202,7 @@ class DeviceProfile:
         return {"kind": PROFILE_KIND, "schema_version": SCHEMA_VERSION, "name": self.name,
                 "memory_bytes": self.memory_bytes, "op_overhead_s": self.op_overhead_s,
                 "module_overhead_s": self.module_overhead_s,
+                "sharded_module_overhead_s": self.sharded_module_overhead_s,
                 "matmul": {dtype: [list(p) for p in curve] for dtype, curve in self.matmul},
                 "copy": [list(p) for p in self.copy],
                 "collectives": [{"kind": k, "processes": n, "latency_s": ab.latency_s,
@@ -228,6 +230,7 @@ class DeviceProfile:
             return cls(name=name, memory_bytes=int(data["memory_bytes"]),
                        op_overhead_s=float(data["op_overhead_s"]), module_overhead_s=float(data["module_overhead_s"]),
                        matmul=matmul, copy=_check_curve(name, "copy", data["copy"]), collectives=collectives,
+                       sharded_module_overhead_s=float(data.get("sharded_module_overhead_s", 0.0)),
                        slowdown=tuple(sorted((int(k), float(f)) for k, f in data.get("slowdown", [[1, 1.0]]))),
                        cores=int(data.get("cores", 1)), backend=str(data.get("backend", "gloo")),
                        host=str(data.get("host", "")), load_average=float(data.get("load_average", 0.0)),

@@ -92,17 +92,19 @@ def roofline_latencies(graph: Graph, devices: Sequence[Device]) -> list[NodeLate
     return latencies
 
 
-def profile_latencies(graph: Graph, profile: DeviceProfile) -> list[NodeLatency]:
+def profile_latencies(graph: Graph, profile: DeviceProfile, batch_fraction: float = 1.0) -> list[NodeLatency]:
     """Per node index: (memory seconds, compute seconds) from a measured profile, overhead
-    included in both (NOTE: [Op time from a profile]). O(N + E)."""
+    included in both (NOTE: [Op time from a profile]). ``batch_fraction`` prices one microbatch
+    of the traced batch: FLOPs and activations scale by it, weights and overheads do not.
+    O(N + E)."""
     out = graph.output_bytes
     latencies: list[NodeLatency] = []
     for i, node in enumerate(graph.nodes):
         if not node.is_op:
             latencies.append((0.0, 0.0))
             continue
-        moved = node.output_bytes + node.param_bytes + sum(out[j] for j in graph.preds[i])
-        latencies.append(profile.op_seconds(node.flops, moved, node.dtype, node.op, node.target))
+        moved = (node.output_bytes + sum(out[j] for j in graph.preds[i])) * batch_fraction + node.param_bytes
+        latencies.append(profile.op_seconds(node.flops * batch_fraction, moved, node.dtype, node.op, node.target))
     return latencies
 
 

@@ -10,6 +10,13 @@ all m, 1F1B at most p - stage). The step time is then simulated; minimising the 
 the standard proxy for it (the bubble term depends only on p and m for equal stages), not a
 proof that no other split simulates faster. O(k n^2) for n ops and k stages, vectorised over
 the last stage's start (numpy): 5,000 operations into 8 stages in seconds.
+
+# NOTE: [A pipeline on a measured profile]
+With a device profile (``partition-explorer calibrate``) each op is priced at one microbatch's
+size (its FLOPs and activations over m, its weights and its dispatch overhead whole: a
+microbatch pays every op's overhead again), times the profile's slowdown for the ranks that
+compute at once (the stages, at most m of them), and a stage boundary costs the measured
+point-to-point latency plus its bytes over the measured bandwidth.
 """
 
 from __future__ import annotations
@@ -22,7 +29,7 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 import numpy as np
 
-from partitioner.cost.model import node_latencies
+from partitioner.cost.model import device_profile, node_latencies, profile_latencies
 from partitioner.cost.training import training_copies
 from partitioner.devices import Device
 from partitioner.errors import InfeasibleError, PartitionError
@@ -166,6 +173,11 @@ def plan(graph: Graph, devices: Sequence[Device], stages: int = 4, microbatches:
     lat = node_latencies(graph, devices, node_latency)
     m = microbatches
     fwd = [max(lat[v]) / m for v in order]
+    profile = device_profile(devices) if not node_latency else None
+    if profile is not None:  # NOTE: [A pipeline on a measured profile]
+        lat = profile_latencies(graph, profile, 1.0 / m)
+        busy = profile.slowdown_for(min(len(devices), stages, m))
+        fwd = [max(lat[v]) * busy for v in order]
     bwd = [2.0 * f for f in fwd] if training else [0.0] * n
     copies = training_copies(None if training in (None, "none") else training)
     params, shared = _stage_weights(graph, order)
@@ -174,6 +186,9 @@ def plan(graph: Graph, devices: Sequence[Device], stages: int = 4, microbatches:
     cross = _crossing(graph, order)
     rate = transfer_rate_bytes_per_s
     comm = [(c / m) / rate if rate else 0.0 for c in cross]
+    link = profile.collective("p2p", 2) if profile is not None else None
+    if link is not None:
+        comm = [link.seconds(c / m) for c in cross]
     stash = simulate([1.0] * stages, m,
                      schedule, training=bool(training)).stage_peak_stash
     device_of = [devices[s % len(devices)] for s in range(stages)]

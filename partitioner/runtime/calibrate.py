@@ -141,7 +141,34 @@ def _entry(rank: int, world_size: int) -> dict[str, Any] | None:
         if world_size > 2 and kind != "p2p":
             collectives[f"{kind}:{world_size}"] = _messages(rank, list(range(world_size)), None, kind)
     result["collectives"] = collectives
+    result["sharded"] = _sharded_overhead(rank, world_size)
     return result if rank in (0, 1) else {"busy": busy}
+
+
+def _sharded_overhead(rank: int, world_size: int) -> float:
+    """What a tensor-parallel module call costs beyond the plain one: DTensor's wrapping of the
+    input and unwrapping of the output (a column-parallel Linear with a sharded output moves no
+    data), timed on rank 0 while the others wait."""
+    import copy
+
+    import torch
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import Shard
+    from torch.distributed.tensor.parallel import ColwiseParallel, parallelize_module
+
+    mesh = init_device_mesh("cuda" if dist.get_backend() == "nccl" else "cpu", (world_size,))
+    plain = torch.nn.Linear(8, 8 * world_size)
+    sharded = parallelize_module(copy.deepcopy(plain), mesh, ColwiseParallel(output_layouts=Shard(-1)))
+    x = torch.ones(2, 8)
+    extra = 0.0
+    dist.barrier()
+    if rank == 0:
+        with torch.no_grad():
+            extra = statistics.median(_median_s(lambda: sharded(x), 0.03) - _median_s(lambda: plain(x), 0.03)
+                                      for _ in range(3))
+    dist.barrier()
+    return max(0.0, extra)
 
 
 def _memory_bytes() -> int:
@@ -177,6 +204,7 @@ def calibrate(name: str = "local", processes: int = 4, *, timeout_s: float = 180
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     return DeviceProfile(
         name=name, memory_bytes=_memory_bytes(), op_overhead_s=ops["op"], module_overhead_s=ops["module"],
+        sharded_module_overhead_s=results[0]["sharded"],
         matmul=tuple(sorted((d, tuple(sorted(c))) for d, c in ops["matmul"].items())),
         copy=tuple(sorted(ops["copy"])), collectives=tuple(collectives), slowdown=tuple(slowdown),
         cores=cores, backend=backend, host=socket.gethostname(), load_average=round(load, 2),
