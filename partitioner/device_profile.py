@@ -236,6 +236,8 @@ class DeviceProfile:
                        host=str(data.get("host", "")), load_average=float(data.get("load_average", 0.0)),
                        measured_at=str(data.get("measured_at", "")),
                        calibration_s=float(data.get("calibration_s", 0.0)))
+        except DeviceSpecError:
+            raise
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise DeviceSpecError(f"device profile {name!r} is malformed ({type(exc).__name__}: {exc}); "
                                   "measure it again with `partition-explorer calibrate`") from None
