@@ -134,7 +134,8 @@ def test_calibrate_measures_this_machine_and_the_cli_accepts_it(tmp_path):
     assert profile == load_profile(tmp_path / "profiles" / "here.json")
     assert profile.op_overhead_s > 0 and profile.peak_flops > 1e8 and profile.memory_bandwidth_bytes_per_s > 1e8
     assert {k for k, n, _ in profile.collectives} == {"p2p", "all_reduce", "all_gather"}
-    done = subprocess.run(cli + ["plan", "mlp", "--devices", "2xhere", "--json"], capture_output=True, text=True,
-                          env=env, cwd=ROOT, timeout=240)
+    done = subprocess.run(cli + ["plan", "mlp", "--devices", "2xhere", "--out", str(tmp_path / "plan.json")],
+                          capture_output=True, text=True, env=env, cwd=ROOT, timeout=240)
     assert done.returncode == 0, done.stderr
-    assert json.loads(done.stdout)["devices"][0]["profile"]["name"] == "here"
+    plan = partitioner.Plan.from_json((tmp_path / "plan.json").read_text())
+    assert plan.devices[0].profile == profile
