@@ -94,4 +94,8 @@ def summary(profile: DeviceProfile) -> str:
             for k, n, ab in profile.collectives]
     lines += ["", format_table(["collective", "processes", "latency", "GB/s"], rows, right=(1, 2, 3))]
     lines += ["", "ranks computing at once: " + ", ".join(f"{k}: x{f:.2f}" for k, f in profile.slowdown)]
+    lines += [f"a tensor-parallel module call: {format_seconds(profile.sharded_module_overhead_s)} more (DTensor)"]
+    if profile.pipeline_action_s:
+        lines += ["a pipelining action (forward of a microbatch on a stage, its send included): " + ", ".join(
+            f"{format_seconds(s)} on {n} stages" for n, s in profile.pipeline_action_s)]
     return "\n".join(lines)

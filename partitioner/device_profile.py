@@ -39,7 +39,7 @@ __all__ = ["DeviceProfile", "AlphaBeta", "PROFILE_KIND", "SCHEMA_VERSION", "cach
 
 PROFILE_KIND = "device-profile"
 SCHEMA_VERSION = 1
-COLLECTIVE_KINDS = ("p2p", "all_reduce", "all_gather")
+COLLECTIVE_KINDS = ("p2p", "all_reduce", "all_gather", "dtensor_all_reduce")
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 # Ops that index, view or reshape: no bytes move, only the dispatch is paid.
 _FREE_OPS = ("getitem", "getattr", "size", "view", "reshape", "flatten", "unflatten", "unsqueeze", "squeeze",
@@ -110,6 +110,7 @@ class DeviceProfile:
     copy: Curve  # (bytes moved, seconds) of an elementwise op reading and writing
     collectives: tuple[tuple[str, int, AlphaBeta], ...] = ()  # (kind, processes, fit)
     sharded_module_overhead_s: float = 0.0  # a tensor-parallel module call beyond a plain one (DTensor)
+    pipeline_action_s: tuple[tuple[int, float], ...] = ()  # (stages, seconds a pipelining action costs)
     slowdown: tuple[tuple[int, float], ...] = ((1, 1.0),)  # (ranks computing at once, time factor)
     cores: int = 1
     backend: str = "gloo"
@@ -183,6 +184,13 @@ class DeviceProfile:
         k, f = points[-1]
         return f * ranks / k
 
+    def pipeline_action_for(self, stages: int) -> float:
+        """Seconds one action of a pipelining schedule costs beyond its compute and transfer, at
+        the nearest measured stage count (0 when none was measured)."""
+        if not self.pipeline_action_s:
+            return 0.0
+        return min(self.pipeline_action_s, key=lambda p: (abs(p[0] - stages), -p[0]))[1]
+
     # --- the figures a flat-peak consumer reads
     @property
     def peak_flops(self) -> float:
@@ -207,7 +215,8 @@ class DeviceProfile:
                 "copy": [list(p) for p in self.copy],
                 "collectives": [{"kind": k, "processes": n, "latency_s": ab.latency_s,
                                  "bandwidth_bytes_per_s": ab.bandwidth_bytes_per_s} for k, n, ab in self.collectives],
-                "slowdown": [list(p) for p in self.slowdown], "cores": self.cores, "backend": self.backend,
+                "slowdown": [list(p) for p in self.slowdown],
+                "pipeline_action_s": [list(p) for p in self.pipeline_action_s], "cores": self.cores, "backend": self.backend,
                 "host": self.host, "load_average": self.load_average, "measured_at": self.measured_at,
                 "calibration_s": self.calibration_s}
 
@@ -232,6 +241,7 @@ class DeviceProfile:
                        matmul=matmul, copy=_check_curve(name, "copy", data["copy"]), collectives=collectives,
                        sharded_module_overhead_s=float(data.get("sharded_module_overhead_s", 0.0)),
                        slowdown=tuple(sorted((int(k), float(f)) for k, f in data.get("slowdown", [[1, 1.0]]))),
+                       pipeline_action_s=tuple(sorted((int(k), float(f)) for k, f in data.get("pipeline_action_s", []))),
                        cores=int(data.get("cores", 1)), backend=str(data.get("backend", "gloo")),
                        host=str(data.get("host", "")), load_average=float(data.get("load_average", 0.0)),
                        measured_at=str(data.get("measured_at", "")),

@@ -6,8 +6,9 @@ Every rank runs every op of the graph. An op inside a module the plan shards doe
 its FLOPs, weights and output (Megatron-LM's split) and pays DTensor's extra overhead once per
 sharded module call; the other ops run whole on every rank. The ops' time is multiplied by the
 profile's slowdown for ``world_size`` ranks computing at once (they share the cores), and each
-collective the plan predicts costs its alpha-beta time at that process count (an all-gather's
-fit is per rank's part, so its bytes are the gathered tensor's over world). O(N + E + C).
+collective the plan predicts costs its alpha-beta time at that process count (an all-reduce as
+measured through DTensor's row-parallel Linear where the profile has it; an all-gather's fit is
+per rank's part, so its bytes are the gathered tensor's over world). O(N + E + C).
 """
 
 from __future__ import annotations
@@ -71,5 +72,6 @@ def tp_forward(graph: Graph, plan: Any, profile: DeviceProfile) -> Predicted:
         if c.backward:
             continue
         nbytes = c.nbytes / world if c.kind == "all_gather" else c.nbytes
-        parts.append((f"{c.kind} {c.node}", profile.collective_s(c.kind, nbytes, world)))
+        kind = "dtensor_all_reduce" if c.kind == "all_reduce" and profile.collective("dtensor_all_reduce", world) else c.kind
+        parts.append((f"{c.kind} {c.node}", profile.collective_s(kind, nbytes, world)))
     return Predicted(sum(s for _, s in parts), tuple(parts))

@@ -15,8 +15,10 @@ the last stage's start (numpy): 5,000 operations into 8 stages in seconds.
 With a device profile (``partition-explorer calibrate``) each op is priced at one microbatch's
 size (its FLOPs and activations over m, its weights and its dispatch overhead whole: a
 microbatch pays every op's overhead again), times the profile's slowdown for the ranks that
-compute at once (the stages, at most m of them), and a stage boundary costs the measured
-point-to-point latency plus its bytes over the measured bandwidth.
+compute at once (the stages, at most m of them); each action of the schedule (a microbatch's
+forward, or backward, on a stage) costs what the profile measured one of torch's pipelining
+actions to cost beyond its compute, its send included; a stage boundary adds its bytes over the
+measured bandwidth (and the point-to-point latency when no action was measured).
 """
 
 from __future__ import annotations
@@ -187,8 +189,9 @@ def plan(graph: Graph, devices: Sequence[Device], stages: int = 4, microbatches:
     rate = transfer_rate_bytes_per_s
     comm = [(c / m) / rate if rate else 0.0 for c in cross]
     link = profile.collective("p2p", 2) if profile is not None else None
-    if link is not None:
-        comm = [link.seconds(c / m) for c in cross]
+    action = profile.pipeline_action_for(stages) if profile is not None else 0.0
+    if link is not None:  # a measured action already holds its send's latency
+        comm = [(c / m) / link.bandwidth_bytes_per_s + (0.0 if action else link.latency_s) for c in cross]
     stash = simulate([1.0] * stages, m,
                      schedule, training=bool(training)).stage_peak_stash
     device_of = [devices[s % len(devices)] for s in range(stages)]
@@ -242,8 +245,8 @@ def plan(graph: Graph, devices: Sequence[Device], stages: int = 4, microbatches:
     bounds.reverse()
 
     def evaluate(bounds: Sequence[int]) -> tuple[float, float, list[float], list[float], list[float]]:
-        f = [pre_f[b] - pre_f[a] for a, b in zip(bounds, bounds[1:])]
-        bk = [pre_b[b] - pre_b[a] for a, b in zip(bounds, bounds[1:])]
+        f = [pre_f[b] - pre_f[a] + action for a, b in zip(bounds, bounds[1:])]
+        bk = [pre_b[b] - pre_b[a] + (action if training else 0.0) for a, b in zip(bounds, bounds[1:])]
         tr = [comm[b - 1] for b in bounds[1:-1]]
         sim = simulate(f, m, schedule, backward_s=bk if training else [0.0] * len(f), transfer_s=tr or 0.0,
                        training=bool(training))

@@ -6,7 +6,8 @@ all-gather latency and bandwidth between processes.
 Everything runs on ranks started by :func:`partitioner.runtime.launch.launch` (fresh interpreters,
 one thread each, as every real run here starts them), so the figures are those a run's ranks see:
 rank 0 times the ops alone while the others wait in a barrier, then 1, 2 and all ranks time the
-same matmuls at once (the slowdown), then the collectives run on 2 ranks (a subgroup) and on all.
+same matmuls at once (the slowdown), then the collectives run on 2 ranks (a subgroup) and on all, raw and through DTensor, and a
+pipelining schedule's action is timed (:mod:`partitioner.runtime._engine_costs`).
 Each figure is the median of several timed repeats. The result is a
 :class:`~partitioner.device_profile.DeviceProfile`, cached under
 :func:`~partitioner.device_profile.cache_dir` by :func:`local_profile`. About 15 s of timing on top
@@ -24,6 +25,7 @@ from typing import Any, Callable
 
 from partitioner.device_profile import DeviceProfile, find_profile, fit_alpha_beta, profile_path
 from partitioner.errors import PartitionError
+from partitioner.runtime._engine_costs import engine_costs
 
 __all__ = ["calibrate", "local_profile", "MATMUL_SIZES", "COPY_BYTES", "MESSAGE_BYTES"]
 
@@ -142,7 +144,8 @@ def _entry(rank: int, world_size: int) -> dict[str, Any] | None:
             collectives[f"{kind}:{world_size}"] = _messages(rank, list(range(world_size)), None, kind)
     result["collectives"] = collectives
     result["sharded"] = _sharded_overhead(rank, world_size)
-    return result if rank in (0, 1) else {"busy": busy}
+    result["engines"] = engine_costs(rank, world_size)
+    return result if rank in (0, 1) else {"busy": busy, "engines": result["engines"]}
 
 
 def _sharded_overhead(rank: int, world_size: int) -> float:
@@ -201,12 +204,19 @@ def calibrate(name: str = "local", processes: int = 4, *, timeout_s: float = 180
         other = results[1]["collectives"].get(key, points)
         worst = [(x, max(y, y2)) for (x, y), (_, y2) in zip(points, other)]
         collectives.append((kind, int(count), fit_alpha_beta(worst)))
+    engines = [r["engines"] for r in results]
+    for n in sorted(engines[0]["row"]):  # the slowest rank's time at each size
+        points = [(x, max(e["row"][n][i][1] for e in engines if e["row"].get(n)))
+                  for i, (x, _) in enumerate(engines[0]["row"][n])]
+        collectives.append(("dtensor_all_reduce", n, fit_alpha_beta(points)))
+    actions = tuple((n, max(e["action"][n] for e in engines)) for n in sorted(engines[0]["action"]))
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     return DeviceProfile(
         name=name, memory_bytes=_memory_bytes(), op_overhead_s=ops["op"], module_overhead_s=ops["module"],
         sharded_module_overhead_s=results[0]["sharded"],
         matmul=tuple(sorted((d, tuple(sorted(c))) for d, c in ops["matmul"].items())),
-        copy=tuple(sorted(ops["copy"])), collectives=tuple(collectives), slowdown=tuple(slowdown),
+        copy=tuple(sorted(ops["copy"])), collectives=tuple(sorted(collectives)), slowdown=tuple(slowdown),
+        pipeline_action_s=actions,
         cores=cores, backend=backend, host=socket.gethostname(), load_average=round(load, 2),
         measured_at=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         calibration_s=round(time.perf_counter() - began, 2))
