@@ -17,7 +17,7 @@ tolerance 1e-5 of each tensor's largest magnitude: fp32 sums in another order); 
 rank reports its mesh coordinates, the bytes of the parameter and gradient shards it holds and
 its best step time after a warm-up. Processes start as the other real runs start
 (:mod:`partitioner.runtime.launch`); a failure names the rank and its coordinates.
-Pipeline stages (``pp > 1``) are refused: not composed here yet.
+Pipeline stages (``pp > 1``) compose on a three-dimensional mesh (:mod:`partitioner.cluster._pipelined`).
 
 # NOTE: [Linear pairs]
 Megatron-LM's MLP split: the first Linear of a pair is column-parallel (each rank computes a
@@ -85,6 +85,7 @@ class RankReport:
     parameter_bytes: int  # the local shards of the parameters it holds after the step
     gradient_bytes: int  # the local shards of the gradients
     step_s: float  # its best timed step
+    pp: int = 0  # and on "pp": its pipeline stage
 
     @property
     def memory_bytes(self) -> int:
@@ -103,6 +104,8 @@ class ComposedRun:
     data_parallel: str  # "fully_shard (ZeRO-3)", "all-reduce", ... or "none"
     backend: str
     mismatch: str = ""  # the first difference found, when not equal
+    loss: float | None = None  # pipelined runs: the last stages' loss (the outputs' sum), all replicas
+    loss_equal: bool | None = None  # that loss against one process's
 
     @property
     def memory_bytes(self) -> tuple[int, ...]:
@@ -266,9 +269,12 @@ def _reference(module: torch.nn.Module, inputs: tuple[torch.Tensor, ...]) -> tup
 
 def _check(layout: Layout, inputs: tuple[Any, ...]) -> None:
     problems = []
-    if layout.pp > 1:
-        problems.append(f"pipeline stages are not composed by run_layout yet (got pp={layout.pp}): run pp1, or "
-                        "run the stages alone with `partition-explorer pipeline --run`")
+    if layout.pp > 1 and layout.zero >= 2:
+        problems.append(f"pipeline stages run here with ZeRO 0 or 1 (a gradient all-reduce over dp), not with "
+                        f"FSDP (got pp={layout.pp} zero{layout.zero}): choose zero0 or zero1, or pp1")
+    if layout.pp > 1 and layout.schedule not in ("none", "gpipe", "1f1b"):
+        problems.append(f"pipeline stages run here with one stage a rank, gpipe or 1f1b (got {layout.schedule}): "
+                        "choose gpipe or 1f1b")
     if layout.recompute != "none":
         problems.append(f"recomputation is not run here (got recompute={layout.recompute!r}): drop it")
     if not inputs or not all(hasattr(x, "shape") and x.dim() >= 1 for x in inputs):
@@ -304,6 +310,11 @@ def run_layout(module: torch.nn.Module, example_inputs: Sequence[Any] | torch.Te
     if backend == "nccl" and torch.cuda.device_count() < layout.devices:
         backend = "gloo"  # NCCL needs a GPU per rank; gloo runs every rank on the CPU
     expected, expected_grads = _reference(module, inputs)
+    if layout.pp > 1:
+        from partitioner.cluster._piped_run import run_pipelined
+
+        return run_pipelined(module, inputs, layout, plan, expected, expected_grads, timeout_s=timeout_s,
+                             backend=backend, repeats=repeats, progress=progress)
     try:
         results = launch(_entry, layout.devices, (module, inputs, layout, plan, repeats), timeout_s=timeout_s,
                          backend=backend, progress=progress)
@@ -315,9 +326,9 @@ def run_layout(module: torch.nn.Module, example_inputs: Sequence[Any] | torch.Te
     gathered = [r["outputs"] for r in results if r["coords"][1] == 0]
     outputs = [torch.cat([g[k] for g in gathered]) for k in range(len(gathered[0]))]
     grads = {n: g * layout.dp for n, g in results[0]["grads"].items()}
-    outputs_equal, out_diff, out_why = _compare(outputs, expected, "output")
+    outputs_equal, out_diff, out_why = compare(outputs, expected, "output")
     names = sorted(set(grads) | set(expected_grads))
-    gradients_equal, grad_diff, grad_why = _compare([grads.get(n) for n in names],
+    gradients_equal, grad_diff, grad_why = compare([grads.get(n) for n in names],
                                                     [expected_grads.get(n) for n in names], "gradient", names)
     ranks = tuple(RankReport(rank, r["coords"][0], r["coords"][1], r["held"][0], r["held"][1], r["step_s"])
                   for rank, r in enumerate(results))
@@ -328,7 +339,7 @@ def run_layout(module: torch.nn.Module, example_inputs: Sequence[Any] | torch.Te
                        backend, out_why or grad_why)
 
 
-def _compare(got: list[Any], want: list[Any], what: str,
+def compare(got: list[Any], want: list[Any], what: str,
              names: Sequence[str] | None = None) -> tuple[bool, float, str]:
     import torch
 
