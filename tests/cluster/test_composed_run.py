@@ -60,8 +60,8 @@ def test_what_cannot_be_sharded_is_refused_before_any_process_starts():
     refused = r"Linear layers only; blocks.0.ln_1 \(LayerNorm\).*wpe \(Embedding\) and 1 more.*tp1"
     with pytest.raises(PartitionError, match=refused):
         linear_pairs_plan(transformer, 2)
-    with pytest.raises(PartitionError, match=r"pipeline stages are not composed by run_layout yet \(got pp=2\)"):
-        run_layout(model, inputs, cluster.Layout(dp=2, pp=2))
+    with pytest.raises(PartitionError, match=r"ZeRO 0 or 1 .*got pp=2 zero2"):
+        run_layout(model, inputs, cluster.Layout(dp=2, pp=2, zero=2))
     with pytest.raises(PartitionError, match=r"must divide over dp=3"):
         run_layout(model, inputs, cluster.Layout(dp=3))
 
