@@ -82,14 +82,19 @@ def run(args: argparse.Namespace) -> int:
     else:
         rows = [[f"P{p.id}", ",".join(map(str, p.ranks)), format_seconds(p.predicted_s),
                  format_seconds(p.compute_s), format_seconds(p.wait_s), format_bytes(p.received_bytes),
-                 f"{p.ratio:.3g}x"] for p in result.partitions]
+                 f"{p.ratio:.3g}x", _error(p.compute_s, p.predicted_s)] for p in result.partitions]
         print(format_table(["partition", "ranks", "predicted", "measured", "waiting", "received",
-                            "measured/predicted"], rows, right=(2, 3, 4, 5, 6)))
+                            "measured/predicted", "error"], rows, right=(2, 3, 4, 5, 6, 7)))
         how = "calibrated on this machine" if args.calibrate else "roofline"
         print(f"\nend to end ({how}): predicted {format_seconds(result.predicted_latency_s)}, measured "
-              f"{format_seconds(result.measured_latency_s)} on {result.world_size} processes "
+              f"{format_seconds(result.measured_latency_s)} "
+              f"(error {_error(result.measured_latency_s, result.predicted_latency_s)}) on {result.world_size} processes "
               f"({result.backend}); outputs {'equal the model' if result.outputs_equal else 'DIFFER from the model'}")
     return EXIT_OK if result.outputs_equal else EXIT_FAIL
+
+
+def _error(measured: float, predicted: float) -> str:
+    return f"{(measured - predicted) / predicted:+.1%}" if predicted > 0 else "-"
 
 
 def _torchrun(args: argparse.Namespace, plan: Any, graph: Any, inputs: Any) -> int:

@@ -52,7 +52,7 @@ _ELEMENTWISE = ("relu", "gelu", "silu", "tanh", "sigmoid", "dropout", "identity"
 def parse_layout(text: str, batch: int | None = None) -> Layout:
     """A layout from a short string: ``"dp2 tp2"``, ``"dp2 tp2 zero3 mb2"``, ``"dp=4,tp=1"``,
     ``"pp2 1f1b"``, ``"recompute-full"``. Without ``mb`` and with ``batch`` (the example's rows),
-    a replica's whole share is one microbatch."""
+    a replica's whole share is one microbatch; pipeline stages without a schedule run GPipe."""
     values: dict[str, Any] = {}
     for token in filter(None, re.split(r"[\s,]+", text.strip().lower())):
         m = _TOKEN.match(token)
@@ -72,6 +72,8 @@ def parse_layout(text: str, batch: int | None = None) -> Layout:
             raise PartitionError(f"{key} must be at least 1 (got {values[key]} in {text!r})")
     if values.get("zero", 0) not in (0, 1, 2, 3):
         raise PartitionError(f"zero must be 0, 1, 2 or 3 (got {values['zero']} in {text!r})")
+    if values.get("pp", 1) > 1 and "schedule" not in values:
+        values["schedule"] = "gpipe"
     if "microbatch_size" not in values and batch is not None:
         values["microbatch_size"] = max(1, batch // values.get("dp", 1))
     return Layout(**values)
