@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Callable
 
 from partitioner.cluster._pipelined import pipelined_entry, role, stage_cuts
-from partitioner.cluster.compose import ComposedRun, RankReport, compare
+from partitioner.cluster._records import ComposedRun, RankReport, compare
 from partitioner.cluster.layouts import Layout
 from partitioner.errors import RunError
 

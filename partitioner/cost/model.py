@@ -22,7 +22,7 @@ import math
 from dataclasses import dataclass
 from typing import Mapping, Sequence
 
-from partitioner.device_profile import DeviceProfile
+from partitioner.cost.measured import device_profile, profile_latencies, transfer_latency_s
 from partitioner.devices import DEFAULT_SPEEDS, Device
 from partitioner.errors import PartitionError
 from partitioner.options import check_latency_pair
@@ -52,20 +52,6 @@ def _slowest(devices: Sequence[Device], field: str) -> float:
     return float(min(values)) if values else float(DEFAULT_SPEEDS[field])
 
 
-def device_profile(devices: Sequence[Device]) -> DeviceProfile | None:
-    """The measured profile the cost model uses for ``devices``: the first device's that has one
-    (NOTE: [One speed per plan]), or None (the flat roofline)."""
-    return next((d.profile for d in devices if d.profile is not None), None)
-
-
-def transfer_latency_s(devices: Sequence[Device]) -> float:
-    """Latency of one transfer between devices: the measured point-to-point latency of their
-    profile, 0 without one."""
-    profile = device_profile(devices)
-    link = profile.link if profile else None
-    return link.latency_s if link else 0.0
-
-
 def roofline_latencies(graph: Graph, devices: Sequence[Device]) -> list[NodeLatency]:
     """Per node index: (bytes moved / memory bandwidth, FLOPs / peak FLOP/s).
 
@@ -89,22 +75,6 @@ def roofline_latencies(graph: Graph, devices: Sequence[Device]) -> list[NodeLate
             continue
         moved = node.output_bytes + node.param_bytes + sum(out[j] for j in graph.preds[i])
         latencies.append((moved / bandwidth, node.flops / peak))
-    return latencies
-
-
-def profile_latencies(graph: Graph, profile: DeviceProfile, batch_fraction: float = 1.0) -> list[NodeLatency]:
-    """Per node index: (memory seconds, compute seconds) from a measured profile, overhead
-    included in both (NOTE: [Op time from a profile]). ``batch_fraction`` prices one microbatch
-    of the traced batch: FLOPs and activations scale by it, weights and overheads do not.
-    O(N + E)."""
-    out = graph.output_bytes
-    latencies: list[NodeLatency] = []
-    for i, node in enumerate(graph.nodes):
-        if not node.is_op:
-            latencies.append((0.0, 0.0))
-            continue
-        moved = (node.output_bytes + sum(out[j] for j in graph.preds[i])) * batch_fraction + node.param_bytes
-        latencies.append(profile.op_seconds(node.flops * batch_fraction, moved, node.dtype, node.op, node.target))
     return latencies
 
 
