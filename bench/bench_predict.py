@@ -91,7 +91,7 @@ def main() -> None:
     parser.add_argument("--models", default=",".join(MODELS))
     parser.add_argument("--processes", default="2,4")
     parser.add_argument("--kinds", default="fx,pipeline,tp")
-    parser.add_argument("--refresh", action="store_true", help="measure the profile again first")
+    parser.add_argument("--refresh", action="store_true", help="measure the profile again before each model")
     args = parser.parse_args()
     print(f"load average before: {_load()} ({os.cpu_count()} cores)", flush=True)
     began = time.perf_counter()
@@ -102,7 +102,10 @@ def main() -> None:
     print(f"\n{'model':<12} {'run':<16} {'procs':>5} {'predicted':>10} {'measured':>10} {'error':>8}")
     errors = []
     kinds = set(args.kinds.split(","))
-    for name in args.models.split(","):
+    for k, name in enumerate(args.models.split(",")):
+        if args.refresh and k:  # the machine's load moves: measure it again beside each model's runs
+            profile = local_profile(refresh=True)
+            print(f"  (profile measured again at load {profile.load_average:g})", flush=True)
         module, inputs, _ = sample_models.load(name)
         graph = partitioner.trace(module, inputs, name=name)
         for n in (int(x) for x in args.processes.split(",")):
