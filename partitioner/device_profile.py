@@ -22,7 +22,6 @@ the nearest measured count when the asked one was not measured.
 from __future__ import annotations
 
 import bisect
-import dataclasses
 import json
 import math
 import os
@@ -35,7 +34,7 @@ from typing import Any, Mapping, Sequence
 from partitioner.errors import DeviceSpecError
 
 __all__ = ["DeviceProfile", "AlphaBeta", "PROFILE_KIND", "SCHEMA_VERSION", "cache_dir", "profile_path",
-           "load_profile", "find_profile", "cached_profiles", "fit_alpha_beta"]
+           "load_profile", "find_profile", "cached_profiles", "fit_alpha_beta", "is_profile_data"]
 
 PROFILE_KIND = "device-profile"
 SCHEMA_VERSION = 1
@@ -311,7 +310,3 @@ def cached_profiles() -> list[str]:
 
 def is_profile_data(data: Any) -> bool:
     return isinstance(data, Mapping) and data.get("kind") == PROFILE_KIND
-
-
-def replace(profile: DeviceProfile, **changes: Any) -> DeviceProfile:
-    return dataclasses.replace(profile, **changes)
