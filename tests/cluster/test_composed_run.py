@@ -116,5 +116,5 @@ def test_the_cli_runs_a_layout_and_prints_the_comparison(capsys: pytest.CaptureF
     assert "outputs equal one process: yes; gradients equal: yes" in out
     assert "dp=1 tp=1" in out and "predicted" in out
     assert "step: measured" in out and "error" in out
-    assert main(["cluster", "mlp", "--run", "dp2 pp2"]) == 2  # refused: pp > 1
-    assert "pipeline stages are not composed" in capsys.readouterr().err
+    assert main(["cluster", "mlp", "--run", "dp2 pp2 zero3"]) == 2  # refused: FSDP with pipeline stages
+    assert "ZeRO 0 or 1" in capsys.readouterr().err
