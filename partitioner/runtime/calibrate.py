@@ -185,14 +185,17 @@ def calibrate(name: str = "local", processes: int = 4, *, timeout_s: float = 180
               progress: Callable[[str], None] | None = None) -> DeviceProfile:
     """Measure this machine on ``processes`` local ranks (2 to 8) and return its profile (not
     saved: see :func:`local_profile`). Raises :class:`RunError` when a rank fails."""
-    from partitioner.runtime.launch import default_backend, launch
+    from partitioner.runtime.launch import launch
 
     if not 2 <= processes <= 8:
         raise PartitionError(f"calibration runs on 2 to 8 processes (got {processes}); 4 measures what runs "
                              "of 2 and 4 processes see")
     began = time.perf_counter()
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0
-    backend = default_backend()
+    # NOTE: [Calibration measures the host] The ops, collectives and engine costs are timed on CPU
+    # tensors over gloo, what runs here use; a GPU's profile (CUDA tensors, NCCL, one GPU a rank)
+    # is not measured yet, so on a GPU machine this still describes its host.
+    backend = "gloo"
     results = launch(_entry, processes, (), timeout_s=timeout_s, backend=backend, progress=progress)
     ops = results[0]["ops"]
     busy = [r["busy"] for r in results]
