@@ -1,8 +1,8 @@
 """Predicted against measured: sample models run for real on 2-4 local processes (gloo).
 
 For each model and plan, prints per partition the plan's predicted latency and the measured
-compute time, first with the roofline estimate, then calibrated (node latencies timed on this
-machine), and end to end. Ratios near 1 after calibration mean the cost model holds; what is
+compute time, first with the roofline estimate, then calibrated (the devices typed as this
+machine's measured profile, ``partition-explorer calibrate``), and end to end. Ratios near 1 after calibration mean the cost model holds; what is
 left is process overhead and transfers on loopback.
 
     .venv/bin/python bench/bench_run.py
@@ -18,7 +18,8 @@ sys.path.insert(0, str(ROOT))
 
 import partitioner  # noqa: E402
 import sample_models  # noqa: E402
-from partitioner.runtime.calibrate import measure_node_latencies
+from partitioner.devices import with_profile
+from partitioner.runtime.calibrate import local_profile
 from partitioner.units import format_seconds
 
 CASES = [("mlp", 2), ("mlp", 4), ("transformer", 3), ("cnn", 2)]
@@ -32,9 +33,8 @@ def main() -> None:
         _, memory = sample_models.default_devices(name)
         devices = partitioner.parse_devices(f"{count}x{max(memory, graph.total_size_bytes // (count - 1) if count > 1 else memory)}B")
         plan = partitioner.partition(graph, devices, mode="kl_based", transfer_rate_bytes_per_s=5e9, force_partition=True)
-        measured = measure_node_latencies(graph, inputs)
-        calibrated = partitioner.evaluate_plan(graph, devices, plan.node_to_partition(), plan.partition_to_devices(),
-                                               plan.transfer_rate_bytes_per_s, measured, mode=plan.mode)
+        calibrated = partitioner.evaluate_plan(graph, with_profile(devices, local_profile()), plan.node_to_partition(),
+                                               plan.partition_to_devices(), mode=plan.mode)
         for label, p in (("roofline", plan), ("calibrated", calibrated)):
             result = partitioner.run(p, graph, inputs, timeout_s=300)
             assert result.outputs_equal

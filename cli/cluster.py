@@ -45,7 +45,9 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
                        parents=[common], formatter_class=argparse.RawDescriptionHelpFormatter,
                        epilog=EXAMPLES + COMMON_EPILOG)
     add_model_arguments(p, tokens=False)  # --seq-len is the workload's here
-    p.add_argument("--accelerator", choices=list(cluster.ACCELERATORS), default="h100-80gb")
+    p.add_argument("--accelerator", default="h100-80gb",
+                   help=f"a preset ({', '.join(cluster.ACCELERATORS)}) or a measured profile: its name "
+                        "(partition-explorer calibrate --name NAME) or .json file (default h100-80gb)")
     p.add_argument("--devices-per-node", type=int, default=8)
     p.add_argument("--max-nodes", type=int, default=64, help="search up to this many nodes (default 64)")
     p.add_argument("--intra", choices=list(cluster.LINKS), help="the link inside a node (default: the accelerator's)")
@@ -162,7 +164,13 @@ def _local_cluster(devices: int, gpu: bool, accelerator: str) -> cluster.Cluster
     device preset of :mod:`partitioner.devices` (its peak FLOP/s, memory bandwidth and link)."""
     if gpu:
         return cluster.cluster(accelerator, max(1, devices), headroom_bytes=0)
+    from partitioner.device_profile import find_profile
     from partitioner.devices import PRESETS
+
+    measured = find_profile("local")  # this machine, as `partition-explorer calibrate` measured it
+    if measured is not None:
+        acc, link = cluster.from_profile(measured)
+        return cluster.Cluster(acc, max(1, devices), link, link, headroom_bytes=0)
 
     cpu = PRESETS["cpu"]
     acc = cluster.Accelerator("local-cpu", cpu["memory_bytes"], cpu["peak_flops"],
@@ -192,7 +200,7 @@ def run_layout(args: argparse.Namespace, graph: Any, prof: cluster.ModelProfile)
     target = _local_cluster(layout.devices, result.backend == "nccl", args.accelerator)
     predicted = cluster.evaluate(prof, work, target, layout, _simulator())
     states = predicted.memory["weights"] + predicted.memory["gradients"]
-    rows = [[str(r.rank), f"dp={r.dp} tp={r.tp}", format_bytes(r.parameter_bytes), format_bytes(r.gradient_bytes),
+    rows = [[str(r.rank), (f"pp={r.pp} " if layout.pp > 1 else "") + f"dp={r.dp} tp={r.tp}", format_bytes(r.parameter_bytes), format_bytes(r.gradient_bytes),
              format_bytes(r.memory_bytes), format_bytes(int(states)), f"{(r.memory_bytes - states) / states:+.1%}"
              if states else "-", format_seconds(r.step_s)] for r in result.ranks]
     error = (result.step_s - predicted.step_s) / predicted.step_s if predicted.step_s else float("inf")
@@ -202,6 +210,8 @@ def run_layout(args: argparse.Namespace, graph: Any, prof: cluster.ModelProfile)
              f"data parallel: {result.data_parallel}",
              f"outputs equal one process: {'yes' if result.outputs_equal else 'NO'}; gradients equal: "
              f"{'yes' if result.gradients_equal else 'NO'} (max |diff| {result.max_abs_diff:.3g})"
+             + (f"; loss {result.loss:.6g} {'equals' if result.loss_equal else 'DIFFERS from'} one process's"
+                if result.loss is not None else "")
              + (f": {result.mismatch}" if result.mismatch else ""), "",
              format_table(["rank", "mesh", "parameters", "gradients", "held", "predicted", "error", "best step"], rows),
              "", f"predicted per device: weights + gradients {format_bytes(int(states))}, activations "
@@ -220,4 +230,4 @@ def run_layout(args: argparse.Namespace, graph: Any, prof: cluster.ModelProfile)
         write_output(args.out, json.dumps(data, indent=2), "composed run")
     else:
         print("\n".join(lines))
-    return EXIT_OK if result.outputs_equal and result.gradients_equal else EXIT_FAIL
+    return EXIT_OK if result.outputs_equal and result.gradients_equal and result.loss_equal is not False else EXIT_FAIL

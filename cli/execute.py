@@ -9,7 +9,8 @@ import sys
 from typing import Any
 
 from partitioner.accelerator.api import evaluate_plan
-from partitioner.runtime.calibrate import measure_node_latencies
+from partitioner.devices import with_profile
+from partitioner.runtime.calibrate import local_profile
 from partitioner.runtime.execute import prepare, ranked_devices, run_rank
 from partitioner.runtime.execute import run as run_plan
 from partitioner.units import format_bytes, format_seconds
@@ -52,8 +53,8 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
                    help="end the run (and every process) after this long (default 120)")
     p.add_argument("--repeats", type=int, default=3, help="timed walks after a warm-up (default 3)")
     p.add_argument("--calibrate", action="store_true",
-                   help="time every node on this machine and re-score the plan with those latencies "
-                        "instead of the roofline estimate, before comparing")
+                   help="re-score the plan with this machine's device profile (the one `partition-explorer "
+                        "calibrate` cached; measured first when there is none) before comparing")
     p.add_argument("--json", action="store_true", help="print JSON for machines")
     p.add_argument("--torchrun", action="store_true",
                    help="this process is one rank of a torchrun job (RANK, WORLD_SIZE and the "
@@ -68,11 +69,11 @@ def run(args: argparse.Namespace) -> int:
     if args.torchrun:
         return _torchrun(args, plan, model.graph, inputs)
     progress = None if args.json else (lambda text: print(f"  {text}", file=sys.stderr))
-    if args.calibrate:
-        measured = measure_node_latencies(model.graph, inputs)
-        plan = evaluate_plan(model.graph, list(plan.devices), plan.node_to_partition(), plan.partition_to_devices(),
-                             plan.transfer_rate_bytes_per_s, measured, mode=plan.mode,
-                             edited=plan.provenance.edited, cost_model=plan.cost_model, keep_ids=True)
+    if args.calibrate:  # this machine's profile (cached, or measured now) as every device's type
+        profile = local_profile(progress=progress)
+        plan = evaluate_plan(model.graph, with_profile(plan.devices, profile), plan.node_to_partition(),
+                             plan.partition_to_devices(), None, mode=plan.mode, edited=plan.provenance.edited,
+                             cost_model=plan.cost_model, keep_ids=True)
     result = run_plan(plan, model.graph, inputs, timeout_s=args.timeout, repeats=max(1, args.repeats),
                       progress=progress)
     if args.json:
@@ -81,14 +82,19 @@ def run(args: argparse.Namespace) -> int:
     else:
         rows = [[f"P{p.id}", ",".join(map(str, p.ranks)), format_seconds(p.predicted_s),
                  format_seconds(p.compute_s), format_seconds(p.wait_s), format_bytes(p.received_bytes),
-                 f"{p.ratio:.3g}x"] for p in result.partitions]
+                 f"{p.ratio:.3g}x", _error(p.compute_s, p.predicted_s)] for p in result.partitions]
         print(format_table(["partition", "ranks", "predicted", "measured", "waiting", "received",
-                            "measured/predicted"], rows, right=(2, 3, 4, 5, 6)))
+                            "measured/predicted", "error"], rows, right=(2, 3, 4, 5, 6, 7)))
         how = "calibrated on this machine" if args.calibrate else "roofline"
         print(f"\nend to end ({how}): predicted {format_seconds(result.predicted_latency_s)}, measured "
-              f"{format_seconds(result.measured_latency_s)} on {result.world_size} processes "
+              f"{format_seconds(result.measured_latency_s)} "
+              f"(error {_error(result.measured_latency_s, result.predicted_latency_s)}) on {result.world_size} processes "
               f"({result.backend}); outputs {'equal the model' if result.outputs_equal else 'DIFFER from the model'}")
     return EXIT_OK if result.outputs_equal else EXIT_FAIL
+
+
+def _error(measured: float, predicted: float) -> str:
+    return f"{(measured - predicted) / predicted:+.1%}" if predicted > 0 else "-"
 
 
 def _torchrun(args: argparse.Namespace, plan: Any, graph: Any, inputs: Any) -> int:

@@ -18,7 +18,7 @@ from typing import Sequence
 from partitioner import __version__
 from partitioner.errors import InfeasibleError, InvalidPlanError, PartitionError, RunError
 
-from cli import cluster, commands, execute, pipeline, remat, shard
+from cli import calibrate, cluster, commands, execute, pipeline, remat, shard
 from cli.inputs import EXIT_FAIL, EXIT_INTERNAL, EXIT_OK, EXIT_RUN, EXIT_USAGE, CLIError, refuse_overwriting
 
 __all__ = ["main", "build_parser", "PROG"]
@@ -26,7 +26,7 @@ __all__ = ["main", "build_parser", "PROG"]
 PROG = "partition-explorer"
 
 # Each module has register(subparsers, common) adding its commands with set_defaults(func=...).
-COMMAND_MODULES = (commands, execute, pipeline, remat, shard, cluster)
+COMMAND_MODULES = (commands, execute, pipeline, remat, shard, cluster, calibrate)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -9,6 +9,7 @@ import sys
 from typing import Any
 
 from partitioner import pipeline
+from partitioner.cost.model import device_profile
 from partitioner.interop.export import to_pipeline_split_spec
 from partitioner.pipeline.schedules import SCHEDULES, MicrobatchError, check_microbatches, stages_per_rank
 from partitioner.pipeline.stages import MAX_MICROBATCHES
@@ -144,18 +145,25 @@ def run(args: argparse.Namespace) -> int:
                                "the same step time as this split")
         print(f"  {name} split {list(sizes)}: {format_seconds(step)} ({change})")
     if result is not None:
+        profile = device_profile(devices)
+        how = f"on profile {profile.name!r}" if profile is not None else "roofline estimates"
         print(f"\nran on {result.world_size} processes ({result.backend}): step measured "
               f"{format_seconds(result.measured_step_s)} against {format_seconds(result.simulated_step_s)} "
-              "simulated (roofline estimates; per-stage forward below)")
-        rows = [[s, format_seconds(sim), format_seconds(got)]
+              f"simulated ({how}): error {_error(result.measured_step_s, result.simulated_step_s)}; "
+              "per-stage forward below")
+        rows = [[s, format_seconds(sim), format_seconds(got), _error(got, sim)]
                 for s, (sim, got) in enumerate(zip(result.simulated_forward_s, result.stage_forward_s))]
-        print(format_table(["stage", "forward/mb simulated", "forward/mb measured"], rows, right=(1, 2)))
+        print(format_table(["stage", "forward/mb simulated", "forward/mb measured", "error"], rows, right=(1, 2, 3)))
         print(f"outputs {'equal' if result.outputs_equal else 'DIFFER from'} the model in one process"
               + ("" if result.gradients_equal is None else
                  f"; gradients {'equal' if result.gradients_equal else 'DIFFER from'} the model's"
                  f" (loss {result.loss:.4g})"))
     sys.stdout.flush()
     return status
+
+
+def _error(measured: float, predicted: float) -> str:
+    return f"{(measured - predicted) / predicted:+.1%}" if predicted > 0 else "-"
 
 
 def _agrees(result: Any) -> bool:

@@ -102,7 +102,7 @@ def run(args: argparse.Namespace) -> int:
         module = model.module if model.module is not None else picklable(graph.graph_module)
         try:
             result = run_sharded(module, graph.example_inputs or (), plan,
-                                 training=args.training, timeout_s=args.timeout,
+                                 training=args.training, timeout_s=args.timeout, repeats=5,
                                  progress=None if quiet else (lambda text: print(f"  {text}", file=sys.stderr)))
         except ShardingError as exc:
             raise CLIError(f"cannot run it: {exc}") from None
@@ -142,4 +142,24 @@ def run(args: argparse.Namespace) -> int:
               f"(max difference {result.max_abs_diff:.2g}); collectives counted {result.forward_counts} forward"
               + (f", {result.backward_counts} backward" if args.training else "")
               + f": {'as predicted' if result.counts_match else 'NOT as predicted'}")
+        print(forward_line(graph, plan, devices, result.forward_s))
     return status
+
+
+def forward_line(graph: Any, plan: Any, devices: Any, measured_s: float) -> str:
+    """The measured forward beside the one predicted on the devices' measured profile (by part),
+    or the reason there is no prediction."""
+    from partitioner.cost.model import device_profile
+    from partitioner.cost.runs import tp_forward
+
+    profile = device_profile(devices)
+    if profile is None:
+        return (f"forward: measured {format_seconds(measured_s)} (median of 5 warm ones on rank 0); for a "
+                "prediction give a measured profile as the device type (--devices 2xlocal after "
+                "`partition-explorer calibrate`)")
+    predicted = tp_forward(graph, plan, profile)
+    error = (measured_s - predicted.total_s) / predicted.total_s if predicted.total_s else float("inf")
+    comm = predicted.total_s - predicted.part("compute")
+    return (f"forward: measured {format_seconds(measured_s)} (median of 5 warm ones on rank 0), predicted "
+            f"{format_seconds(predicted.total_s)} on profile {profile.name!r} (compute "
+            f"{format_seconds(predicted.part('compute'))}, collectives {format_seconds(comm)}): error {error:+.1%}")

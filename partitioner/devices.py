@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
+from partitioner.device_profile import DeviceProfile, find_profile, is_profile_data, load_profile
 from partitioner.errors import DeviceSpecError
 from partitioner.units import format_bytes, parse_bytes
 
@@ -24,6 +25,8 @@ __all__ = [
     "parse_devices",
     "devices_from_dicts",
     "MAX_DEVICES",
+    "profile_device",
+    "with_profile",
 ]
 
 # More devices than this is a cluster, not a partitioning question; checks stay linear below it
@@ -48,6 +51,7 @@ class Device:
     memory_bandwidth_bytes_per_s: float | None = None  # device memory bandwidth
     link_bandwidth_bytes_per_s: float | None = None  # device-to-device transfer rate
     kind: str = "custom"  # preset name this device came from, for display
+    profile: DeviceProfile | None = None  # measured curves (partition-explorer calibrate), used over the speeds
 
     def __post_init__(self) -> None:
         if not isinstance(self.logical_id, int) or isinstance(self.logical_id, bool):
@@ -75,7 +79,12 @@ class Device:
                 )
 
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        data = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        if self.profile is None:
+            del data["profile"]
+        else:
+            data["profile"] = self.profile.to_dict()
+        return data
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "Device":
@@ -88,6 +97,13 @@ class Device:
         values = dict(data)
         if isinstance(values.get("memory_bytes"), str):
             values["memory_bytes"] = parse_bytes(values["memory_bytes"])
+        if isinstance(values.get("profile"), Mapping):
+            values["profile"] = DeviceProfile.from_dict(values["profile"])
+        elif isinstance(values.get("profile"), str):
+            values["profile"] = _named_profile(values["profile"])
+        elif values.get("profile") is not None:
+            raise DeviceSpecError(f"device field profile must be a profile object or a profile's name or "
+                                  f"file (got {values['profile']!r})")
         try:
             return cls(**values)
         except TypeError as exc:
@@ -121,6 +137,35 @@ PRESETS: dict[str, dict[str, Any]] = {
 }
 
 
+def _named_profile(body: str) -> DeviceProfile:
+    """A profile from a file (``*.json``) or a name cached by ``partition-explorer calibrate``."""
+    if body.endswith(".json"):
+        return load_profile(body)
+    found = find_profile(body)
+    if found is None:
+        raise DeviceSpecError(f"no device profile named {body!r}; measure one with "
+                              f"`partition-explorer calibrate --name {body}`")
+    return found
+
+
+def profile_device(profile: DeviceProfile, logical_id: int) -> Device:
+    """A device of the measured type ``profile`` (its best figures as the flat speeds)."""
+    link = profile.link
+    return Device(name=f"{profile.name}_{logical_id}", memory_bytes=profile.memory_bytes, logical_id=logical_id,
+                  peak_flops=profile.peak_flops, memory_bandwidth_bytes_per_s=profile.memory_bandwidth_bytes_per_s,
+                  link_bandwidth_bytes_per_s=link.bandwidth_bytes_per_s if link else None, kind=profile.name,
+                  profile=profile)
+
+
+def with_profile(devices: Iterable[Device], profile: DeviceProfile) -> list[Device]:
+    """The same devices (names, ids, memory) measured as ``profile``: its speeds and curves."""
+    link = profile.link
+    return [dataclasses.replace(d, peak_flops=profile.peak_flops, profile=profile,
+                                memory_bandwidth_bytes_per_s=profile.memory_bandwidth_bytes_per_s,
+                                link_bandwidth_bytes_per_s=link.bandwidth_bytes_per_s if link else None)
+            for d in devices]
+
+
 def _preset_device(preset: str, logical_id: int) -> Device:
     spec = PRESETS[preset]
     return Device(name=f"{preset}_{logical_id}", logical_id=logical_id, kind=preset, **spec)
@@ -133,13 +178,17 @@ def parse_devices(spec: str) -> list[Device]:
       ``"4x16GiB"``        four devices of 16 GiB each
       ``"2xa100-40gb"``    two preset devices; ``"a100-40gb"`` one
       ``"2x16GiB,1x8GiB"`` heterogeneous groups
-      a path to a JSON file holding a list of device dicts (see :meth:`Device.from_dict`)
+      ``"2xlocal"``        two devices of a profile cached by ``partition-explorer calibrate``
+      ``"2xprofile.json"`` two devices of the profile in that file
+      a path to a JSON file holding a list of device dicts (see :meth:`Device.from_dict`), or a
+      profile (one device)
     """
     text = spec.strip()
     if not text:
         raise DeviceSpecError("device spec is empty; write e.g. '4x16GiB' or '2xa100-40gb'")
     path = Path(text)
-    if text.endswith(".json") or (path.suffix and path.exists()):
+    counted = re.fullmatch(r"\d+\s*[xX*]\s*\S.*", text) is not None and not path.exists()
+    if not counted and (text.endswith(".json") or (path.suffix and path.exists())):
         if not path.exists():
             raise DeviceSpecError(f"devices file {text!r} does not exist")
         try:
@@ -153,6 +202,8 @@ def parse_devices(spec: str) -> list[Device]:
             ) from None
         except RecursionError:
             raise DeviceSpecError(f"devices file {text!r} is nested too deeply; write a flat list of devices") from None
+        if is_profile_data(data):
+            return [profile_device(DeviceProfile.from_dict(data), 0)]
         if isinstance(data, dict):
             data = data.get("devices", data)
         if not isinstance(data, list):
@@ -178,15 +229,19 @@ def parse_devices(spec: str) -> list[Device]:
                 f"device spec {spec!r} describes more than {MAX_DEVICES} devices; plan for at most "
                 f"{MAX_DEVICES} (e.g. one node's devices) and replicate the plan"
             )
+        profile = None
         if body.lower() in PRESETS:
             memory = -1
+        elif body.endswith(".json") or find_profile(body) is not None:
+            profile, memory = _named_profile(body), -1
         else:
             try:
                 memory = parse_bytes(body)
             except DeviceSpecError:
                 raise DeviceSpecError(
                     f"cannot read device group {group!r}: {body!r} is neither a size "
-                    f"(e.g. '16GiB') nor a preset ({', '.join(sorted(PRESETS))})"
+                    f"(e.g. '16GiB') nor a preset ({', '.join(sorted(PRESETS))}) nor a measured profile "
+                    "(`partition-explorer calibrate --name NAME`, then NAME or its .json file)"
                 ) from None
             if memory == 0:
                 raise DeviceSpecError(
@@ -195,7 +250,9 @@ def parse_devices(spec: str) -> list[Device]:
                 )
         for _ in range(count):
             lid = len(devices)
-            if memory < 0:
+            if profile is not None:
+                devices.append(profile_device(profile, lid))
+            elif memory < 0:
                 devices.append(_preset_device(body.lower(), lid))
             else:
                 devices.append(Device(name=f"dev_{lid}", memory_bytes=memory, logical_id=lid))

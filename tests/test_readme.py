@@ -107,6 +107,16 @@ def test_sharding_examples_run(tmp_path):
 
 
 @pytest.mark.slow
+def test_cluster_run_example_runs(tmp_path):
+    script = _block("`--run LAYOUT` runs", "bash")
+    (tmp_path / ".venv").symlink_to(Path(sys.executable).parents[1])
+    done = subprocess.run(["bash", "-euo", "pipefail", "-c", script], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=600, env={**os.environ, "PYTHONPATH": ""})
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "gradients equal: yes" in done.stdout and "equals one process's" in done.stdout
+
+
+@pytest.mark.slow
 def test_cluster_examples_run(tmp_path):
     script = _block("## Planning a cluster", "bash")
     (tmp_path / ".venv").symlink_to(Path(sys.executable).parents[1])

@@ -16,7 +16,7 @@ import math
 from dataclasses import dataclass
 from typing import Mapping, Sequence
 
-from partitioner.cost.model import CostModel, node_latencies
+from partitioner.cost.model import CostModel, node_latencies, transfer_latency_s
 from partitioner.devices import MAX_DEVICES, Device
 from partitioner.errors import DeviceSpecError, InfeasibleError, InvalidPlanError, PartitionError
 from partitioner.graph import Graph
@@ -78,7 +78,7 @@ def build_problem(graph: Graph, devices: Sequence[Device], options: PartitionOpt
     devices = check_devices(devices)
     latencies = node_latencies(graph, devices, options.node_latency_dict)
     cost = CostModel(graph, latencies, resolve_transfer_rate(devices, options.transfer_rate_bytes_per_s),
-                     options.cost_model)
+                     options.cost_model, transfer_latency_s(devices))
     return Problem(graph, devices, cost, options)
 
 

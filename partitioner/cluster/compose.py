@@ -17,7 +17,7 @@ tolerance 1e-5 of each tensor's largest magnitude: fp32 sums in another order); 
 rank reports its mesh coordinates, the bytes of the parameter and gradient shards it holds and
 its best step time after a warm-up. Processes start as the other real runs start
 (:mod:`partitioner.runtime.launch`); a failure names the rank and its coordinates.
-Pipeline stages (``pp > 1``) are refused: not composed here yet.
+Pipeline stages (``pp > 1``) compose on a three-dimensional mesh (:mod:`partitioner.cluster._pipelined`).
 
 # NOTE: [Linear pairs]
 Megatron-LM's MLP split: the first Linear of a pair is column-parallel (each rank computes a
@@ -33,9 +33,9 @@ from __future__ import annotations
 
 import re
 import time
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
+from partitioner.cluster._records import ComposedRun, RankReport, compare
 from partitioner.cluster.layouts import Layout
 from partitioner.errors import PartitionError, RunError
 
@@ -52,7 +52,7 @@ _ELEMENTWISE = ("relu", "gelu", "silu", "tanh", "sigmoid", "dropout", "identity"
 def parse_layout(text: str, batch: int | None = None) -> Layout:
     """A layout from a short string: ``"dp2 tp2"``, ``"dp2 tp2 zero3 mb2"``, ``"dp=4,tp=1"``,
     ``"pp2 1f1b"``, ``"recompute-full"``. Without ``mb`` and with ``batch`` (the example's rows),
-    a replica's whole share is one microbatch."""
+    a replica's whole share is one microbatch; pipeline stages without a schedule run GPipe."""
     values: dict[str, Any] = {}
     for token in filter(None, re.split(r"[\s,]+", text.strip().lower())):
         m = _TOKEN.match(token)
@@ -72,42 +72,11 @@ def parse_layout(text: str, batch: int | None = None) -> Layout:
             raise PartitionError(f"{key} must be at least 1 (got {values[key]} in {text!r})")
     if values.get("zero", 0) not in (0, 1, 2, 3):
         raise PartitionError(f"zero must be 0, 1, 2 or 3 (got {values['zero']} in {text!r})")
+    if values.get("pp", 1) > 1 and "schedule" not in values:
+        values["schedule"] = "gpipe"
     if "microbatch_size" not in values and batch is not None:
         values["microbatch_size"] = max(1, batch // values.get("dp", 1))
     return Layout(**values)
-
-
-@dataclass(frozen=True)
-class RankReport:
-    rank: int
-    dp: int  # the rank's coordinate on the "dp" mesh dimension
-    tp: int  # and on "tp"
-    parameter_bytes: int  # the local shards of the parameters it holds after the step
-    gradient_bytes: int  # the local shards of the gradients
-    step_s: float  # its best timed step
-
-    @property
-    def memory_bytes(self) -> int:
-        return self.parameter_bytes + self.gradient_bytes
-
-
-@dataclass(frozen=True)
-class ComposedRun:
-    layout: Layout
-    outputs_equal: bool
-    gradients_equal: bool
-    max_abs_diff: float  # outputs and gradients against one process
-    ranks: tuple[RankReport, ...]
-    step_s: float  # the slowest rank's best step
-    tp_plan: tuple[tuple[str, str], ...]  # (Linear, "colwise" or "rowwise")
-    data_parallel: str  # "fully_shard (ZeRO-3)", "all-reduce", ... or "none"
-    backend: str
-    mismatch: str = ""  # the first difference found, when not equal
-
-    @property
-    def memory_bytes(self) -> tuple[int, ...]:
-        """Each rank's parameter and gradient bytes, in rank order."""
-        return tuple(r.memory_bytes for r in self.ranks)
 
 
 def _elementwise(gm: Any, node: Any) -> bool:
@@ -266,9 +235,12 @@ def _reference(module: torch.nn.Module, inputs: tuple[torch.Tensor, ...]) -> tup
 
 def _check(layout: Layout, inputs: tuple[Any, ...]) -> None:
     problems = []
-    if layout.pp > 1:
-        problems.append(f"pipeline stages are not composed by run_layout yet (got pp={layout.pp}): run pp1, or "
-                        "run the stages alone with `partition-explorer pipeline --run`")
+    if layout.pp > 1 and layout.zero >= 2:
+        problems.append(f"pipeline stages run here with ZeRO 0 or 1 (a gradient all-reduce over dp), not with "
+                        f"FSDP (got pp={layout.pp} zero{layout.zero}): choose zero0 or zero1, or pp1")
+    if layout.pp > 1 and layout.schedule not in ("none", "gpipe", "1f1b"):
+        problems.append(f"pipeline stages run here with one stage a rank, gpipe or 1f1b (got {layout.schedule}): "
+                        "choose gpipe or 1f1b")
     if layout.recompute != "none":
         problems.append(f"recomputation is not run here (got recompute={layout.recompute!r}): drop it")
     if not inputs or not all(hasattr(x, "shape") and x.dim() >= 1 for x in inputs):
@@ -304,6 +276,11 @@ def run_layout(module: torch.nn.Module, example_inputs: Sequence[Any] | torch.Te
     if backend == "nccl" and torch.cuda.device_count() < layout.devices:
         backend = "gloo"  # NCCL needs a GPU per rank; gloo runs every rank on the CPU
     expected, expected_grads = _reference(module, inputs)
+    if layout.pp > 1:
+        from partitioner.cluster._piped_run import run_pipelined
+
+        return run_pipelined(module, inputs, layout, plan, expected, expected_grads, timeout_s=timeout_s,
+                             backend=backend, repeats=repeats, progress=progress)
     try:
         results = launch(_entry, layout.devices, (module, inputs, layout, plan, repeats), timeout_s=timeout_s,
                          backend=backend, progress=progress)
@@ -315,9 +292,9 @@ def run_layout(module: torch.nn.Module, example_inputs: Sequence[Any] | torch.Te
     gathered = [r["outputs"] for r in results if r["coords"][1] == 0]
     outputs = [torch.cat([g[k] for g in gathered]) for k in range(len(gathered[0]))]
     grads = {n: g * layout.dp for n, g in results[0]["grads"].items()}
-    outputs_equal, out_diff, out_why = _compare(outputs, expected, "output")
+    outputs_equal, out_diff, out_why = compare(outputs, expected, "output")
     names = sorted(set(grads) | set(expected_grads))
-    gradients_equal, grad_diff, grad_why = _compare([grads.get(n) for n in names],
+    gradients_equal, grad_diff, grad_why = compare([grads.get(n) for n in names],
                                                     [expected_grads.get(n) for n in names], "gradient", names)
     ranks = tuple(RankReport(rank, r["coords"][0], r["coords"][1], r["held"][0], r["held"][1], r["step_s"])
                   for rank, r in enumerate(results))
@@ -326,31 +303,3 @@ def run_layout(module: torch.nn.Module, example_inputs: Sequence[Any] | torch.Te
     return ComposedRun(layout, outputs_equal, gradients_equal, max(out_diff, grad_diff), ranks,
                        max(r.step_s for r in ranks), plan, kind[layout.zero] if layout.dp > 1 else "none",
                        backend, out_why or grad_why)
-
-
-def _compare(got: list[Any], want: list[Any], what: str,
-             names: Sequence[str] | None = None) -> tuple[bool, float, str]:
-    import torch
-
-    if len(got) != len(want):
-        return False, float("inf"), f"{len(got)} {what}s, one process gives {len(want)}"
-    diff, why = 0.0, ""
-    for k, (a, b) in enumerate(zip(got, want)):
-        label = f"{what} {names[k] if names else k}"
-        if a is None or b is None:
-            why = why or f"{label} is missing on one side"
-            continue
-        if a.shape != b.shape:
-            why = why or f"{label}: shape {tuple(a.shape)}, one process {tuple(b.shape)}"
-            continue
-        if a.numel():
-            diff = max(diff, float((a.float() - b.float().to(a.device)).abs().max()))
-        # fp32 sums in another order: absolute error relative to the tensor's largest element
-        # (a sum-of-logits loss gives gradients in the thousands beside ones near zero).
-        scale = max(1.0, float(b.abs().max())) if b.numel() else 1.0
-        try:
-            torch.testing.assert_close(a.float(), b.float().to(a.device), rtol=1.3e-6, atol=1e-5 * scale)
-        except AssertionError as exc:
-            why = why or f"{label}: {str(exc).splitlines()[0]}"
-    return not why, diff, why
-

@@ -10,11 +10,14 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Mapping
+from typing import TYPE_CHECKING, Mapping
 
 from partitioner.errors import PartitionError
 
-__all__ = ["Accelerator", "Link", "Cluster", "ACCELERATORS", "LINKS", "cluster"]
+if TYPE_CHECKING:
+    from partitioner.device_profile import DeviceProfile
+
+__all__ = ["Accelerator", "Link", "Cluster", "ACCELERATORS", "LINKS", "cluster", "from_profile"]
 
 
 @dataclass(frozen=True)
@@ -80,12 +83,36 @@ class Cluster:
         return self.accelerator.memory_bytes - self.headroom_bytes
 
 
+def from_profile(profile: DeviceProfile, price_per_hour: float = 0.0) -> tuple[Accelerator, Link]:
+    """A measured device profile as the planner's accelerator (its best measured FLOP/s and
+    bandwidth) and link (its measured point-to-point latency and bandwidth)."""
+    link = profile.link
+    return (Accelerator(profile.name, profile.memory_bytes, profile.peak_flops, profile.memory_bandwidth_bytes_per_s,
+                        price_per_hour),
+            Link(f"{profile.name}-p2p", link.bandwidth_bytes_per_s if link else 10e9, link.latency_s if link else 5e-6))
+
+
+def _profile_named(name: str) -> DeviceProfile | None:
+    from partitioner.device_profile import find_profile, load_profile
+
+    return load_profile(name) if name.endswith(".json") else find_profile(name)
+
+
 def cluster(accelerator: str, devices_per_node: int = 8, intra: str | None = None, inter: str = "infiniband-ndr",
             headroom_bytes: int = 4 * GiB, price_per_hour: float | None = None,
             overrides: Mapping[str, float] | None = None) -> Cluster:
     """A :class:`Cluster` from preset names (``intra`` defaults to the accelerator's own link)."""
-    if accelerator not in ACCELERATORS:
-        raise PartitionError(f"unknown accelerator {accelerator!r}; choose one of {', '.join(ACCELERATORS)}")
+    measured = _profile_named(accelerator) if accelerator not in ACCELERATORS else None
+    if accelerator not in ACCELERATORS and measured is None:
+        raise PartitionError(f"unknown accelerator {accelerator!r}; choose one of {', '.join(ACCELERATORS)}, or a "
+                             "profile measured by `partition-explorer calibrate` (its name or .json file)")
+    if measured is not None:
+        acc, own = from_profile(measured)
+        if price_per_hour is not None:
+            acc = dataclasses.replace(acc, price_per_hour=float(price_per_hour))
+        if overrides:
+            acc = dataclasses.replace(acc, **dict(overrides))  # type: ignore[arg-type]
+        return Cluster(acc, devices_per_node, LINKS[intra] if intra else own, LINKS.get(inter, own), headroom_bytes)
     acc = ACCELERATORS[accelerator]
     if price_per_hour is not None:
         if not price_per_hour >= 0:

@@ -178,6 +178,7 @@ class IncrementalCost:
             return 0.0, []
         parents, devices_of, inner = self.parents, self.devices_of, self.inner
         rate, free_transfers = self.cost.rate, self._free_transfers
+        alpha = self.cost.transfer_latency_s
         finish = [0.0] * num
         came_from = [-1] * num
         order = toposort_children(self.children) if self._backward else range(num)
@@ -193,7 +194,7 @@ class IncrementalCost:
                                                               else set(dst) <= set(src)))):
                     t = finish[q]
                 else:
-                    t = finish[q] + nbytes / rate  # type: ignore[operator]  # free_transfers: no rate
+                    t = finish[q] + alpha + nbytes / rate  # type: ignore[operator]  # free_transfers: no rate
                 if t > start or t == start and (came < 0 or q < came):
                     start, came = t, q
             for d in dst:

@@ -22,6 +22,7 @@ import math
 from dataclasses import dataclass
 from typing import Mapping, Sequence
 
+from partitioner.cost.measured import device_profile, profile_latencies, transfer_latency_s
 from partitioner.devices import DEFAULT_SPEEDS, Device
 from partitioner.errors import PartitionError
 from partitioner.options import check_latency_pair
@@ -30,6 +31,9 @@ from partitioner.graph import Graph, toposort
 __all__ = [
     "NodeLatency",
     "roofline_latencies",
+    "profile_latencies",
+    "device_profile",
+    "transfer_latency_s",
     "node_latencies",
     "node_seconds",
     "CostModel",
@@ -54,8 +58,13 @@ def roofline_latencies(graph: Graph, devices: Sequence[Device]) -> list[NodeLate
     Bytes moved are the node's inputs, parameters and output. # NOTE: [One speed per plan]
     The reference cost model gives a node one latency whatever device runs it, and every
     algorithm here relies on that. With heterogeneous devices we estimate on the slowest
-    device's figures, so plans are never optimistic. Non-op nodes cost nothing. O(N + E).
+    device's figures, so plans are never optimistic. Non-op nodes cost nothing. With a measured
+    profile (:mod:`partitioner.device_profile`) both roofs are its curves and each op pays its
+    dispatch overhead (NOTE: [Op time from a profile]). O(N + E).
     """
+    profile = device_profile(devices)
+    if profile is not None:
+        return profile_latencies(graph, profile)
     bandwidth = _slowest(devices, "memory_bandwidth_bytes_per_s")
     peak = _slowest(devices, "peak_flops")
     out = graph.output_bytes
@@ -134,6 +143,7 @@ class CostModel:
         latencies: Sequence[tuple[float, float]],
         transfer_rate_bytes_per_s: float | None,
         cost_model: str = "physical",
+        transfer_latency_s: float = 0.0,
     ) -> None:
         if cost_model not in ("physical", "torch"):
             raise PartitionError(f"unknown cost model {cost_model!r}; choose 'physical' or 'torch'")
@@ -146,6 +156,7 @@ class CostModel:
         self.compute_s = [float(c) for _, c in latencies]
         self.node_s = [max(m, c) for m, c in zip(self.mem_s, self.compute_s)]
         self.rate = transfer_rate_bytes_per_s
+        self.transfer_latency_s = float(transfer_latency_s)  # per transfer (alpha of alpha-beta)
         self.out = graph.output_bytes
         self.total = graph.total_bytes
         self.preds = graph.preds
@@ -179,7 +190,7 @@ class CostModel:
             return 0.0
         if not self.rate or math.isinf(self.rate):
             return 0.0
-        return nbytes / self.rate
+        return self.transfer_latency_s + nbytes / self.rate
 
     def memory_of(self, members: Sequence[int]) -> int:
         """A partition's bytes. Physical: its nodes' outputs and parameters, plus each outside

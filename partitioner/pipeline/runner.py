@@ -169,8 +169,8 @@ def build_stage_modules(graph: Graph, stages: Sequence[Sequence[str]],
                 env[n.name] = g.node_copy(n, value)
         if s == count - 1:
             outs = [value(by_name[a.name]) for a in leaves]
-        else:
-            outs = [value(by_name[v]) for v in carried[s]]
+        else:  # gloo sends only contiguous tensors: a carried view (a transpose) is copied first
+            outs = [g.call_method("contiguous", (value(by_name[v]),)) for v in carried[s]]
         g.output(outs[0] if len(outs) == 1 else tuple(outs))
         module = fx.GraphModule(gm, g, class_name=f"Stage{s}")
         modules.append(picklable(module))

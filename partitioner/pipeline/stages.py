@@ -10,6 +10,15 @@ all m, 1F1B at most p - stage). The step time is then simulated; minimising the 
 the standard proxy for it (the bubble term depends only on p and m for equal stages), not a
 proof that no other split simulates faster. O(k n^2) for n ops and k stages, vectorised over
 the last stage's start (numpy): 5,000 operations into 8 stages in seconds.
+
+# NOTE: [A pipeline on a measured profile]
+With a device profile (``partition-explorer calibrate``) each op is priced at one microbatch's
+size (its FLOPs and activations over m, its weights and its dispatch overhead whole: a
+microbatch pays every op's overhead again), times the profile's slowdown for the ranks that
+compute at once (the stages, at most m of them); each action of the schedule (a microbatch's
+forward, or backward, on a stage) costs what the profile measured one of torch's pipelining
+actions to cost beyond its compute, its send included; a stage boundary adds its bytes over the
+measured bandwidth (and the point-to-point latency when no action was measured).
 """
 
 from __future__ import annotations
@@ -22,7 +31,7 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 import numpy as np
 
-from partitioner.cost.model import node_latencies
+from partitioner.cost.model import device_profile, node_latencies, profile_latencies
 from partitioner.cost.training import training_copies
 from partitioner.devices import Device
 from partitioner.errors import InfeasibleError, PartitionError
@@ -174,6 +183,11 @@ def plan(graph: Graph, devices: Sequence[Device], stages: int = 4, microbatches:
     lat = node_latencies(graph, devices, node_latency)
     m = microbatches
     fwd = [max(lat[v]) / m for v in order]
+    profile = device_profile(devices) if not node_latency else None
+    if profile is not None:  # NOTE: [A pipeline on a measured profile]
+        lat = profile_latencies(graph, profile, 1.0 / m)
+        busy = profile.slowdown_for(min(len(devices), stages, m))
+        fwd = [max(lat[v]) * busy for v in order]
     bwd = [2.0 * f for f in fwd] if training else [0.0] * n
     copies = training_copies(None if training in (None, "none") else training)
     params, shared = _stage_weights(graph, order)
@@ -182,6 +196,10 @@ def plan(graph: Graph, devices: Sequence[Device], stages: int = 4, microbatches:
     cross = _crossing(graph, order)
     rate = transfer_rate_bytes_per_s
     comm = [(c / m) / rate if rate else 0.0 for c in cross]
+    link = profile.collective("p2p", 2) if profile is not None else None
+    action = profile.pipeline_action_for(stages) if profile is not None else 0.0
+    if link is not None:  # a measured action already holds its send's latency
+        comm = [(c / m) / link.bandwidth_bytes_per_s + (0.0 if action else link.latency_s) for c in cross]
     stash = simulate([1.0] * stages, m,
                      schedule, training=bool(training)).stage_peak_stash
     device_of = [devices[s % len(devices)] for s in range(stages)]
@@ -235,8 +253,8 @@ def plan(graph: Graph, devices: Sequence[Device], stages: int = 4, microbatches:
     bounds.reverse()
 
     def evaluate(bounds: Sequence[int]) -> tuple[float, float, list[float], list[float], list[float]]:
-        f = [pre_f[b] - pre_f[a] for a, b in zip(bounds, bounds[1:])]
-        bk = [pre_b[b] - pre_b[a] for a, b in zip(bounds, bounds[1:])]
+        f = [pre_f[b] - pre_f[a] + action for a, b in zip(bounds, bounds[1:])]
+        bk = [pre_b[b] - pre_b[a] + (action if training else 0.0) for a, b in zip(bounds, bounds[1:])]
         tr = [comm[b - 1] for b in bounds[1:-1]]
         sim = simulate(f, m, schedule, backward_s=bk if training else [0.0] * len(f), transfer_s=tr or 0.0,
                        training=bool(training))

@@ -15,7 +15,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
-from partitioner.cost.model import CostModel, Evaluation, node_latencies
+from partitioner.cost.model import CostModel, Evaluation, node_latencies, transfer_latency_s
 from partitioner.devices import Device
 from partitioner.errors import InvalidPlanError
 from partitioner.graph import Graph
@@ -136,8 +136,9 @@ class Plan:
             if name in graph.index and graph.nodes[graph.index[name]].is_op:
                 part[graph.index[name]] = pid
         devices_of = [list(p.device_ids) for p in sorted(self.partitions, key=lambda p: p.id)]
-        latencies = node_latencies(graph, list(self.devices), options.node_latency_dict)
-        cost = CostModel(graph, latencies, options.transfer_rate_bytes_per_s, options.cost_model)
+        devices = list(self.devices)
+        cost = CostModel(graph, node_latencies(graph, devices, options.node_latency_dict),
+                         options.transfer_rate_bytes_per_s, options.cost_model, transfer_latency_s(devices))
         provenance = dataclasses.replace(self.provenance, options=options)
         # The solver's bound holds under both cost models (NOTE: [Relaxation bound]), not at another rate.
         same_rate = options.transfer_rate_bytes_per_s == self.options.transfer_rate_bytes_per_s
@@ -234,8 +235,8 @@ class Plan:
 
     # -- JSON -------------------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
-        data = dataclasses.asdict(self)
-        data["provenance"] = self.provenance.to_dict()
+        data = dataclasses.asdict(self)  # devices' own form keeps a measured profile readable:
+        data.update(provenance=self.provenance.to_dict(), devices=[d.to_dict() for d in self.devices])
         return {"schema_version": data.pop("schema_version"), **data}
 
     def to_json(self, indent: int | None = 2) -> str:

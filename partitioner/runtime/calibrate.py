@@ -1,44 +1,238 @@
-"""Node latencies measured on this machine, to replace the roofline estimate (``--calibrate``).
+"""Measure this machine as a device profile (``partition-explorer calibrate``): matmul throughput
+by size and dtype, memory bandwidth by size, the dispatch overhead of an op and of a module call,
+how much slower ranks compute when several share the cores, and point-to-point, all-reduce and
+all-gather latency and bandwidth between processes.
 
-Each op node of the traced module is timed as it runs in an ``fx.Interpreter`` on the example
-inputs, best of ``repeats`` runs after a warm-up; the time is recorded as compute seconds (memory
-seconds 0), the ``(mem_s, compute_s)`` pair :func:`partitioner.partition` takes as
-``node_latency``. O(repeats * model run).
+Everything runs on ranks started by :func:`partitioner.runtime.launch.launch` (fresh interpreters,
+one thread each, as every real run here starts them), so the figures are those a run's ranks see:
+rank 0 times the ops alone while the others wait in a barrier, then 1, 2 and all ranks time the
+same matmuls at once (the slowdown), then the collectives run on 2 ranks (a subgroup) and on all, raw and through DTensor, and a
+pipelining schedule's action is timed (:mod:`partitioner.runtime._engine_costs`).
+Each figure is the median of several timed repeats. The result is a
+:class:`~partitioner.device_profile.DeviceProfile`, cached under
+:func:`~partitioner.device_profile.cache_dir` by :func:`local_profile`. About 15 s of timing on top
+of the processes' start (torch's import).
 """
 
 from __future__ import annotations
 
+import datetime
+import os
+import socket
+import statistics
 import time
-from typing import Any, Sequence
+from typing import Any, Callable
 
-import torch
-import torch.fx as fx
-
+from partitioner.device_profile import DeviceProfile, find_profile, fit_alpha_beta, profile_path
 from partitioner.errors import PartitionError
-from partitioner.graph import Graph
+from partitioner.runtime._engine_costs import engine_costs
 
-__all__ = ["measure_node_latencies"]
+__all__ = ["calibrate", "local_profile", "MATMUL_SIZES", "COPY_BYTES", "MESSAGE_BYTES"]
+
+MATMUL_SIZES = (8, 16, 32, 64, 96, 128, 192, 256, 384, 512)  # square n x n @ n x n
+COPY_BYTES = (256, 4096, 65536, 1 << 20, 1 << 23, 1 << 25)  # bytes moved: read + written
+MESSAGE_BYTES = (4, 1024, 16384, 1 << 20, 1 << 21, 1 << 22)
+DTYPES = ("float32", "bfloat16")
 
 
-class _Timer(fx.Interpreter):
-    def __init__(self, gm: fx.GraphModule) -> None:
-        super().__init__(gm)
-        self.seconds: dict[str, float] = {}
-
-    def run_node(self, n: fx.Node) -> Any:
+def _median_s(fn: Callable[[], Any], budget_s: float = 0.05, repeats: int = 5) -> float:
+    """Median over ``repeats`` of the mean time of a loop sized to take about ``budget_s / repeats``."""
+    fn()
+    start = time.perf_counter()
+    fn()
+    one = max(time.perf_counter() - start, 1e-7)
+    loops = max(1, min(2000, int(budget_s / repeats / one)))
+    times = []
+    for _ in range(repeats):
         start = time.perf_counter()
-        out = super().run_node(n)
-        took = time.perf_counter() - start
-        self.seconds[n.name] = min(took, self.seconds.get(n.name, float("inf")))
-        return out
+        for _ in range(loops):
+            fn()
+        times.append((time.perf_counter() - start) / loops)
+    return statistics.median(times)
 
 
-def measure_node_latencies(graph: Graph, example_inputs: Sequence[Any], repeats: int = 5) -> dict[str, tuple[float, float]]:
-    """``{op node name: (0.0, measured seconds)}`` for every op node of ``graph``."""
-    if graph.graph_module is None:
-        raise PartitionError(f"graph {graph.name!r} has no traced module to time; use partitioner.trace")
-    timer = _Timer(graph.graph_module)
-    with torch.no_grad():
-        for _ in range(max(1, repeats) + 1):
-            timer.run(*example_inputs)
-    return {name: (0.0, timer.seconds.get(name, 0.0)) for name in graph.op_names}
+def _ops() -> dict[str, Any]:
+    """Rank 0 alone: overheads, matmul and copy curves."""
+    import torch
+
+    a, b = torch.ones(1), torch.ones(1)
+    op = statistics.median(_median_s(lambda: torch.add(a, b), 0.02) for _ in range(3))
+    linear = torch.nn.Linear(1, 1)
+    func = torch.nn.functional.linear
+    with torch.no_grad():  # interleaved pairs: the machine's load shifts between measurements
+        module = statistics.median(_median_s(lambda: linear(a), 0.02) - _median_s(
+            lambda: func(a, linear.weight, linear.bias), 0.02) for _ in range(5))
+        matmul: dict[str, list[tuple[float, float]]] = {}
+        for name in DTYPES:  # a Linear's op (addmm with its bias), as models call it
+            dtype = getattr(torch, name)
+            points = []
+            for n in MATMUL_SIZES:
+                x, w, bias = (torch.randn(n, n).to(dtype), torch.randn(n, n).to(dtype), torch.randn(n).to(dtype))
+                points.append((2.0 * n ** 3, _median_s(lambda: func(x, w, bias), 0.08 if n >= 256 else 0.03)))
+            matmul[name] = points
+    copy = []
+    for nbytes in COPY_BYTES:
+        x = torch.ones(max(1, nbytes // 8))  # float32: half the bytes read, half written
+        copy.append((float(2 * x.nbytes), _median_s(lambda: torch.mul(x, 2.0), 0.05 if nbytes < 1 << 24 else 0.15)))
+    return {"op": op, "module": max(0.0, module), "matmul": matmul, "copy": copy}
+
+
+def _busy_s() -> float:
+    import torch
+
+    x, y = torch.randn(128, 128), torch.randn(128, 128)
+    return _median_s(lambda: torch.mm(x, y), 0.1)
+
+
+def _messages(rank: int, ranks: list[int], group: Any, kind: str) -> list[tuple[float, float]]:
+    """(bytes, seconds) of ``kind`` among ``ranks`` (the group), median of repeats; p2p is half a
+    ping-pong between the first two."""
+    import torch
+    import torch.distributed as dist
+
+    points = []
+    for nbytes in MESSAGE_BYTES:
+        t = torch.ones(max(1, nbytes // 4))
+        out = [torch.empty_like(t) for _ in ranks]
+        times = []
+        for i in range(12 if nbytes < 1 << 20 else 6):
+            dist.barrier(group=group)
+            start = time.perf_counter()
+            if kind == "p2p":
+                if rank == ranks[0]:
+                    dist.send(t, ranks[1])
+                    dist.recv(t, ranks[1])
+                else:
+                    dist.recv(t, ranks[0])
+                    dist.send(t, ranks[0])
+                took = (time.perf_counter() - start) / 2
+            elif kind == "all_reduce":
+                dist.all_reduce(t, group=group)
+                took = time.perf_counter() - start
+            else:
+                dist.all_gather(out, t, group=group)
+                took = time.perf_counter() - start
+            if i:  # the first is a warm-up
+                times.append(took)
+        points.append((float(t.nbytes), statistics.median(times)))
+    return points
+
+
+def _entry(rank: int, world_size: int) -> dict[str, Any] | None:
+    import torch.distributed as dist
+
+    result: dict[str, Any] = {}
+    dist.barrier()
+    if rank == 0:
+        result["ops"] = _ops()
+    dist.barrier()
+    busy: dict[int, float] = {}
+    counts = sorted({1, 2, world_size} & set(range(1, world_size + 1)))
+    for k in counts:
+        dist.barrier()
+        if rank < k:
+            busy[k] = _busy_s()
+        dist.barrier()
+    result["busy"] = busy
+    pair = dist.new_group([0, 1]) if world_size > 2 else None
+    collectives: dict[str, list[tuple[float, float]]] = {}
+    for kind in ("p2p", "all_reduce", "all_gather"):
+        if rank < 2:
+            collectives[f"{kind}:2"] = _messages(rank, [0, 1], pair, kind)
+        dist.barrier()
+        if world_size > 2 and kind != "p2p":
+            collectives[f"{kind}:{world_size}"] = _messages(rank, list(range(world_size)), None, kind)
+    result["collectives"] = collectives
+    result["sharded"] = _sharded_overhead(rank, world_size)
+    result["engines"] = engine_costs(rank, world_size)
+    return result if rank in (0, 1) else {"busy": busy, "engines": result["engines"]}
+
+
+def _sharded_overhead(rank: int, world_size: int) -> float:
+    """What a tensor-parallel module call costs beyond the plain one: DTensor's wrapping of the
+    input and unwrapping of the output (a column-parallel Linear with a sharded output moves no
+    data), timed on rank 0 while the others wait."""
+    import copy
+
+    import torch
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import Shard
+    from torch.distributed.tensor.parallel import ColwiseParallel, parallelize_module
+
+    mesh = init_device_mesh("cuda" if dist.get_backend() == "nccl" else "cpu", (world_size,))
+    plain = torch.nn.Linear(8, 8 * world_size)
+    sharded = parallelize_module(copy.deepcopy(plain), mesh, ColwiseParallel(output_layouts=Shard(-1)))
+    x = torch.ones(2, 8)
+    extra = 0.0
+    dist.barrier()
+    if rank == 0:
+        with torch.no_grad():
+            extra = statistics.median(_median_s(lambda: sharded(x), 0.03) - _median_s(lambda: plain(x), 0.03)
+                                      for _ in range(3))
+    dist.barrier()
+    return max(0.0, extra)
+
+
+def _memory_bytes() -> int:
+    try:
+        return int(os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))
+    except (ValueError, OSError, AttributeError):
+        return 16 * 2**30
+
+
+def calibrate(name: str = "local", processes: int = 4, *, timeout_s: float = 180.0,
+              progress: Callable[[str], None] | None = None) -> DeviceProfile:
+    """Measure this machine on ``processes`` local ranks (2 to 8) and return its profile (not
+    saved: see :func:`local_profile`). Raises :class:`RunError` when a rank fails."""
+    from partitioner.runtime.launch import launch
+
+    if not 2 <= processes <= 8:
+        raise PartitionError(f"calibration runs on 2 to 8 processes (got {processes}); 4 measures what runs "
+                             "of 2 and 4 processes see")
+    began = time.perf_counter()
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0
+    # NOTE: [Calibration measures the host] The ops, collectives and engine costs are timed on CPU
+    # tensors over gloo, what runs here use; a GPU's profile (CUDA tensors, NCCL, one GPU a rank)
+    # is not measured yet, so on a GPU machine this still describes its host.
+    backend = "gloo"
+    results = launch(_entry, processes, (), timeout_s=timeout_s, backend=backend, progress=progress)
+    ops = results[0]["ops"]
+    busy = [r["busy"] for r in results]
+    alone = busy[0][1]
+    slowdown = [(1, 1.0)] + [(k, statistics.mean(b[k] for b in busy[:k]) / alone) for k in sorted(busy[0]) if k > 1]
+    collectives = []
+    for key, points in sorted(results[0]["collectives"].items()):
+        kind, _, count = key.partition(":")
+        other = results[1]["collectives"].get(key, points)
+        worst = [(x, max(y, y2)) for (x, y), (_, y2) in zip(points, other)]
+        collectives.append((kind, int(count), fit_alpha_beta(worst)))
+    engines = [r["engines"] for r in results]
+    for n in sorted(engines[0]["row"]):  # the slowest rank's time at each size
+        points = [(x, max(e["row"][n][i][1] for e in engines if e["row"].get(n)))
+                  for i, (x, _) in enumerate(engines[0]["row"][n])]
+        collectives.append(("dtensor_all_reduce", n, fit_alpha_beta(points)))
+    actions = tuple((n, max(e["action"][n] for e in engines)) for n in sorted(engines[0]["action"]))
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return DeviceProfile(
+        name=name, memory_bytes=_memory_bytes(), op_overhead_s=ops["op"], module_overhead_s=ops["module"],
+        sharded_module_overhead_s=results[0]["sharded"],
+        matmul=tuple(sorted((d, tuple(sorted(c))) for d, c in ops["matmul"].items())),
+        copy=tuple(sorted(ops["copy"])), collectives=tuple(sorted(collectives)), slowdown=tuple(slowdown),
+        pipeline_action_s=actions,
+        cores=cores, backend=backend, host=socket.gethostname(), load_average=round(load, 2),
+        measured_at=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        calibration_s=round(time.perf_counter() - began, 2))
+
+
+def local_profile(name: str = "local", *, refresh: bool = False, processes: int = 4,
+                  progress: Callable[[str], None] | None = None) -> DeviceProfile:
+    """The cached profile ``name``; measured (and cached) when there is none or ``refresh``."""
+    if not refresh:
+        found = find_profile(name)
+        if found is not None:
+            return found
+    profile = calibrate(name, processes, progress=progress)
+    profile.save(profile_path(name))
+    return profile
+

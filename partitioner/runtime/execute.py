@@ -61,7 +61,7 @@ class RunResult:
     outputs: Any  # the model's outputs, gathered on rank 0
     outputs_equal: bool  # equal to the single-process model's (torch.testing.assert_close)
     measured_latency_s: float  # end to end, on rank 0, best of the timed repeats
-    predicted_latency_s: float
+    predicted_latency_s: float  # the plan's, and the outputs' way back to rank 0
     partitions: tuple[PartitionRun, ...]
     world_size: int
     backend: str
@@ -345,5 +345,28 @@ def run(plan: Plan, graph: Graph, example_inputs: Sequence[Any] | torch.Tensor, 
             wait_s=float(sum(timing.wait_s.get(a, 0.0) for a in inputs_of)),
             received_bytes=int(sum(timing.received_bytes.get(a, 0) for a in inputs_of)),
             predicted_s=part.latency_s))
-    return RunResult(first.outputs, equal, float(first.latency_s), plan.latency_s, tuple(runs),
-                     world, backend)
+    return RunResult(first.outputs, equal, float(first.latency_s), plan.latency_s + _gather_s(plan, graph),
+                     tuple(runs), world, backend)
+
+
+def _gather_s(plan: Plan, graph: Graph) -> float:
+    """What the run adds to the plan's latency: rank 0 gathers the model's outputs, so an output
+    made on another device crosses once more after its partition finishes (at the plan's rate,
+    with the measured latency of the devices' profile). 0 when every output is made on rank 0."""
+    from partitioner.cost.model import transfer_latency_s
+
+    rate = plan.transfer_rate_bytes_per_s
+    if not rate or not plan.devices:
+        return 0.0
+    home = plan.devices[0].logical_id
+    where = plan.node_to_partition()
+    parts = {p.id: p for p in plan.partitions}
+    late = 0.0
+    for v in {u for node in graph.nodes if node.op == "output" for u in node.inputs}:
+        node = graph.nodes[v]
+        part = parts.get(where.get(node.name, -1))
+        if part is None or home in part.device_ids:
+            continue
+        arrives = part.finish_s + transfer_latency_s(plan.devices) + node.output_bytes / rate
+        late = max(late, arrives - plan.latency_s)
+    return late

@@ -86,7 +86,7 @@ def _as_linear(module: torch.nn.Module, paths: Sequence[str]) -> None:
 
 def _entry(rank: int, world_size: int, module: torch.nn.Module, inputs: tuple[Any, ...],
            styles: dict[str, dict[str, str]], training: bool, kwargs: dict[str, Any] | None = None,
-           transposed: Sequence[str] = ()) -> dict[str, Any]:
+           transposed: Sequence[str] = (), repeats: int = 0) -> dict[str, Any]:
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.tensor import DTensor, Replicate, Shard
     from torch.distributed.tensor.debug import CommDebugMode
@@ -123,6 +123,19 @@ def _entry(rank: int, world_size: int, module: torch.nn.Module, inputs: tuple[An
         with counter:
             loss.backward()  # type: ignore[union-attr]
         backward = _kinds(counter.get_comm_counts())
+    if repeats:  # warm forwards, started together: their median is the measured forward
+        import statistics
+
+        import torch.distributed as dist
+
+        times = []
+        with torch.no_grad():
+            for _ in range(repeats):
+                dist.barrier()
+                start = time.perf_counter()
+                module(*inputs, **(kwargs or {}))
+                times.append(time.perf_counter() - start)
+        seconds = statistics.median(times)
     return {"outputs": [t.detach() for t in full], "forward": _kinds(forward.get_comm_counts()),
             "backward": backward, "local": local, "bytes": int(nbytes), "seconds": seconds}
 
@@ -130,10 +143,11 @@ def _entry(rank: int, world_size: int, module: torch.nn.Module, inputs: tuple[An
 def run_sharded(module: torch.nn.Module, example_inputs: Sequence[Any] | torch.Tensor, plan: TPPlan, *,
                 training: bool = False, timeout_s: float = 120.0, backend: str | None = None,
                 progress: Callable[[str], None] | None = None,
-                example_kwargs: dict[str, Any] | None = None) -> ShardRun:
+                example_kwargs: dict[str, Any] | None = None, repeats: int = 0) -> ShardRun:
     """Run ``module`` (the model as built: a Hugging Face model itself, not its exported graph)
     tensor-parallel as ``plan`` says on ``plan.world_size`` local processes and compare its
-    outputs with one process's. Raises :class:`ShardingError` when the weights are on the meta
+    outputs with one process's. ``repeats`` warm forwards after the counted one make
+    ``forward_s`` their median (else it is the first, cold forward). Raises :class:`ShardingError` when the weights are on the meta
     device (nothing to run) and :class:`RunError` when a rank fails."""
     inputs = (example_inputs,) if isinstance(example_inputs, torch.Tensor) else tuple(example_inputs)
     kwargs = dict(example_kwargs or {})
@@ -148,7 +162,7 @@ def run_sharded(module: torch.nn.Module, example_inputs: Sequence[Any] | torch.T
     with torch.no_grad():
         expected = [t for t in torch.utils._pytree.tree_leaves(module(*inputs, **kwargs))
                     if isinstance(t, torch.Tensor)]
-    results = launch(_entry, plan.world_size, (module, inputs, plan.styles, training, kwargs, plan.transposed),
+    results = launch(_entry, plan.world_size, (module, inputs, plan.styles, training, kwargs, plan.transposed, repeats),
                      timeout_s=timeout_s, backend=backend, progress=progress)
     first = results[0]
     if len(first["outputs"]) != len(expected):

@@ -60,8 +60,8 @@ def test_what_cannot_be_sharded_is_refused_before_any_process_starts():
     refused = r"Linear layers only; blocks.0.ln_1 \(LayerNorm\).*wpe \(Embedding\) and 1 more.*tp1"
     with pytest.raises(PartitionError, match=refused):
         linear_pairs_plan(transformer, 2)
-    with pytest.raises(PartitionError, match=r"pipeline stages are not composed by run_layout yet \(got pp=2\)"):
-        run_layout(model, inputs, cluster.Layout(dp=2, pp=2))
+    with pytest.raises(PartitionError, match=r"ZeRO 0 or 1 .*got pp=2 zero2"):
+        run_layout(model, inputs, cluster.Layout(dp=2, pp=2, zero=2))
     with pytest.raises(PartitionError, match=r"must divide over dp=3"):
         run_layout(model, inputs, cluster.Layout(dp=3))
 
@@ -116,5 +116,5 @@ def test_the_cli_runs_a_layout_and_prints_the_comparison(capsys: pytest.CaptureF
     assert "outputs equal one process: yes; gradients equal: yes" in out
     assert "dp=1 tp=1" in out and "predicted" in out
     assert "step: measured" in out and "error" in out
-    assert main(["cluster", "mlp", "--run", "dp2 pp2"]) == 2  # refused: pp > 1
-    assert "pipeline stages are not composed" in capsys.readouterr().err
+    assert main(["cluster", "mlp", "--run", "dp2 pp2 zero3"]) == 2  # refused: FSDP with pipeline stages
+    assert "ZeRO 0 or 1" in capsys.readouterr().err

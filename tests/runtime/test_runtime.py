@@ -101,13 +101,18 @@ def test_the_command_line_runs_a_plan_and_calibrates(tmp_path):
              "--set", "out_features=64", "--set", "batch_size=8"]
     subprocess.run(cli + ["plan", *model, "--devices", "2x64KiB", "--out", str(plan)], check=True,
                    capture_output=True, cwd=Path(__file__).resolve().parents[2])
+    import os
+
+    env = dict(os.environ, PARTITION_EXPLORER_CACHE=str(tmp_path))  # measured here, not in the person's cache
     done = subprocess.run(cli + ["run", str(plan), *model, "--calibrate", "--json", "--timeout", "120"],
-                          capture_output=True, text=True, cwd=Path(__file__).resolve().parents[2], timeout=300)
+                          capture_output=True, text=True, cwd=Path(__file__).resolve().parents[2], timeout=300,
+                          env=env)
     assert done.returncode == 0, done.stderr
     report = json.loads(done.stdout)
     assert report["calibrated"] and report["run"]["outputs_equal"] is True
     assert report["run"]["world_size"] == 2 and report["run"]["measured_latency_s"] > 0
     assert all(p["predicted_s"] > 0 for p in report["run"]["partitions"])  # measured, not roofline zeros
+    assert (tmp_path / "profiles" / "local.json").is_file()  # the profile it measured, cached
 
 
 @pytest.mark.slow

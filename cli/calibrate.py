@@ -1,0 +1,101 @@
+"""``partition-explorer calibrate``: measure this machine as a device profile the cost model reads."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+from partitioner.device_profile import DeviceProfile, cache_dir, find_profile, load_profile, profile_path
+from partitioner.units import format_bytes, format_seconds
+
+from cli.commands import COMMON_EPILOG
+from cli.inputs import EXIT_OK, CLIError, positive_float
+from cli.report import format_table
+
+__all__ = ["register"]
+
+EXAMPLES = """examples:
+  partition-explorer calibrate                       # measure, cache as "local"
+  partition-explorer calibrate --name box --out box.json
+  partition-explorer calibrate --show                # the cached profile, measured if none is
+  partition-explorer plan mlp --devices 2xlocal      # a measured profile as the device type
+  partition-explorer run plan.json mlp --calibrate   # re-score with the cached profile, then run
+
+Starts --processes ranks (gloo on CPU, NCCL on GPUs) and times what the cost model needs: Linear
+ops (n x n by n x n, with bias) from 8 to 512 per dtype (the efficiency curve), an elementwise op
+from 256 B to 32 MiB (memory bandwidth), the dispatch overhead of an op and of a module call, the slowdown when 1, 2
+and all ranks compute at once on these cores, and point-to-point, all-reduce and all-gather
+latency and bandwidth on 2 and all ranks. Writes the profile as JSON under the cache folder
+(PARTITION_EXPLORER_CACHE, else ~/.cache/partition-explorer) as NAME.json: NAME or the file is
+then a device type wherever one is asked (--devices 2xNAME, 2xFILE.json; cluster --accelerator
+NAME). Takes 20-60 s, most of it the processes importing torch.
+"""
+
+
+def register(sub: Any, common: argparse.ArgumentParser) -> None:
+    p = sub.add_parser("calibrate", help="measure this machine as a device profile for the cost model",
+                       description="measure this machine as a device profile for the cost model",
+                       parents=[common], formatter_class=argparse.RawDescriptionHelpFormatter,
+                       epilog=EXAMPLES + COMMON_EPILOG)
+    p.add_argument("--name", default="local", help="the profile's name, its device type (default local)")
+    p.add_argument("--processes", type=int, default=4, help="ranks to measure on, 2 to 8 (default 4)")
+    p.add_argument("--out", metavar="FILE", help="also write the profile here")
+    p.add_argument("--show", action="store_true", help="print the cached profile (measure only if none is cached)")
+    p.add_argument("--profile", metavar="FILE", help="--show: print this profile file instead")
+    p.add_argument("--timeout", metavar="SECONDS", type=positive_float, default=180.0,
+                   help="end the measurement (and every process) after this long (default 180)")
+    p.add_argument("--json", action="store_true", help="print the profile's JSON")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from partitioner.runtime.calibrate import calibrate
+
+    if not 2 <= args.processes <= 8:
+        raise CLIError(f"--processes must be 2 to 8 (got {args.processes}); 4 measures runs of 2 and 4 processes")
+    progress = None if args.json else (lambda text: print(f"  {text}", file=sys.stderr))
+    profile: DeviceProfile | None = None
+    if args.profile:
+        profile = load_profile(args.profile)
+    elif args.show:
+        profile = find_profile(args.name)
+    if profile is None:
+        profile = calibrate(args.name, args.processes, timeout_s=args.timeout, progress=progress)
+        profile.save(profile_path(args.name))
+    if args.out:
+        profile.save(args.out)
+    if args.json:
+        print(json.dumps(profile.to_dict(), indent=2))
+    else:
+        print(summary(profile))
+        print(f"\ncached as {profile_path(profile.name)}" if profile_path(profile.name).exists()
+              else f"\nnot cached (cache folder {cache_dir()})")
+    return EXIT_OK
+
+
+def summary(profile: DeviceProfile) -> str:
+    """The profile as a person reads it: curves as tables, fits in words."""
+    lines = [f"profile {profile.name!r}: {profile.cores} cores, {format_bytes(profile.memory_bytes)}, "
+             f"{profile.backend}; measured {profile.measured_at or '?'} on {profile.host or '?'} at load "
+             f"{profile.load_average:g} in {profile.calibration_s:.0f} s",
+             f"overhead: {format_seconds(profile.op_overhead_s)} an op, {format_seconds(profile.module_overhead_s)} "
+             f"more a module call; peak {profile.peak_flops / 1e9:.1f} GFLOP/s, memory "
+             f"{profile.memory_bandwidth_bytes_per_s / 1e9:.1f} GB/s", ""]
+    sizes = [x for x, _ in profile.matmul[0][1]]
+    rows = [[f"{round((x / 2) ** (1 / 3))}^3"] + [f"{profile.flops_per_s(x, d) / 1e9:.1f}" for d, _ in profile.matmul]
+            for x in sizes]
+    lines.append(format_table(["matmul", *(f"{d} GFLOP/s" for d, _ in profile.matmul)], rows, right=range(1, 3)))
+    rows = [[format_bytes(int(x)), format_seconds(t), f"{profile.bandwidth_bytes_per_s(x) / 1e9:.2f}"]
+            for x, t in profile.copy]
+    lines += ["", format_table(["elementwise, bytes moved", "time", "GB/s"], rows, right=(1, 2))]
+    rows = [[k, str(n), format_seconds(ab.latency_s), f"{ab.bandwidth_bytes_per_s / 1e9:.3f}"]
+            for k, n, ab in profile.collectives]
+    lines += ["", format_table(["collective", "processes", "latency", "GB/s"], rows, right=(1, 2, 3))]
+    lines += ["", "ranks computing at once: " + ", ".join(f"{k}: x{f:.2f}" for k, f in profile.slowdown)]
+    lines += [f"a tensor-parallel module call: {format_seconds(profile.sharded_module_overhead_s)} more (DTensor)"]
+    if profile.pipeline_action_s:
+        lines += ["a pipelining action (forward of a microbatch on a stage, its send included): " + ", ".join(
+            f"{format_seconds(s)} on {n} stages" for n, s in profile.pipeline_action_s)]
+    return "\n".join(lines)

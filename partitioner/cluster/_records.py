@@ -1,0 +1,75 @@
+"""What a composed run reports: each rank's place, bytes and step, and the comparison with one
+process (shared by the dp x tp run of :mod:`partitioner.cluster.compose` and the pipelined one)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+from partitioner.cluster.layouts import Layout
+
+__all__ = ["RankReport", "ComposedRun", "compare"]
+
+
+@dataclass(frozen=True)
+class RankReport:
+    rank: int
+    dp: int  # the rank's coordinate on the "dp" mesh dimension
+    tp: int  # and on "tp"
+    parameter_bytes: int  # the local shards of the parameters it holds after the step
+    gradient_bytes: int  # the local shards of the gradients
+    step_s: float  # its best timed step
+    pp: int = 0  # and on "pp": its pipeline stage
+
+    @property
+    def memory_bytes(self) -> int:
+        return self.parameter_bytes + self.gradient_bytes
+
+
+@dataclass(frozen=True)
+class ComposedRun:
+    layout: Layout
+    outputs_equal: bool
+    gradients_equal: bool
+    max_abs_diff: float  # outputs and gradients against one process
+    ranks: tuple[RankReport, ...]
+    step_s: float  # the slowest rank's best step
+    tp_plan: tuple[tuple[str, str], ...]  # (Linear, "colwise" or "rowwise")
+    data_parallel: str  # "fully_shard (ZeRO-3)", "all-reduce", ... or "none"
+    backend: str
+    mismatch: str = ""  # the first difference found, when not equal
+    loss: float | None = None  # pipelined runs: the last stages' loss (the outputs' sum), all replicas
+    loss_equal: bool | None = None  # that loss against one process's
+
+    @property
+    def memory_bytes(self) -> tuple[int, ...]:
+        """Each rank's parameter and gradient bytes, in rank order."""
+        return tuple(r.memory_bytes for r in self.ranks)
+
+
+def compare(got: list[Any], want: list[Any], what: str,
+             names: Sequence[str] | None = None) -> tuple[bool, float, str]:
+    import torch
+
+    if len(got) != len(want):
+        return False, float("inf"), f"{len(got)} {what}s, one process gives {len(want)}"
+    diff, why = 0.0, ""
+    for k, (a, b) in enumerate(zip(got, want)):
+        label = f"{what} {names[k] if names else k}"
+        if a is None or b is None:
+            why = why or f"{label} is missing on one side"
+            continue
+        if a.shape != b.shape:
+            why = why or f"{label}: shape {tuple(a.shape)}, one process {tuple(b.shape)}"
+            continue
+        if a.numel():
+            diff = max(diff, float((a.float() - b.float().to(a.device)).abs().max()))
+        # fp32 sums in another order: absolute error relative to the tensor's largest element
+        # (a sum-of-logits loss gives gradients in the thousands beside ones near zero).
+        scale = max(1.0, float(b.abs().max())) if b.numel() else 1.0
+        try:
+            torch.testing.assert_close(a.float(), b.float().to(a.device), rtol=1.3e-6, atol=1e-5 * scale)
+        except AssertionError as exc:
+            why = why or f"{label}: {str(exc).splitlines()[0]}"
+    return not why, diff, why
+

@@ -1,0 +1,312 @@
+"""A device profile measured on the machine it describes: what the cost model needs in place of a
+flat peak (torch-free; :mod:`partitioner.runtime.calibrate` measures one).
+
+A profile holds curves, not single figures: matmul seconds by FLOPs per dtype (the efficiency
+curve), elementwise seconds by bytes moved (the bandwidth curve), the dispatch overhead of one op
+and of one module call, alpha-beta fits (latency + bytes / bandwidth) of point-to-point sends and
+of collectives per process count, and how much slower a rank computes when several ranks share
+the cores. It is a device type like the presets: ``--devices 2xlocal`` (a profile cached under
+:func:`cache_dir`) or ``--devices 2x/path/profile.json``; a :class:`~partitioner.devices.Device`
+made from it carries it whole, so plans saved with it re-score the same anywhere.
+
+# NOTE: [Op time from a profile]
+An op costs overhead + max(FLOPs / throughput(FLOPs), bytes / bandwidth(bytes)), the roofline
+with both roofs measured as curves (log-log interpolation between the measured points, held
+flat beyond them). Throughput at F FLOPs is F / (t(F) - overhead), t the measured matmul
+time, so the overhead is not counted twice. A ``call_module`` op pays the module-call overhead
+(Python's ``nn.Module.__call__``), a function op the dispatch overhead; ops that only index or
+view pay the overhead alone. Collectives: alpha-beta (Hockney 1994) per kind and process count,
+the nearest measured count when the asked one was not measured.
+"""
+
+from __future__ import annotations
+
+import bisect
+import json
+import math
+import os
+import re
+import statistics
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+from partitioner.errors import DeviceSpecError
+
+__all__ = ["DeviceProfile", "AlphaBeta", "PROFILE_KIND", "SCHEMA_VERSION", "cache_dir", "profile_path",
+           "load_profile", "find_profile", "cached_profiles", "fit_alpha_beta", "is_profile_data"]
+
+PROFILE_KIND = "device-profile"
+SCHEMA_VERSION = 1
+COLLECTIVE_KINDS = ("p2p", "all_reduce", "all_gather", "dtensor_all_reduce")
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+# Ops that index, view or reshape: no bytes move, only the dispatch is paid.
+_FREE_OPS = ("getitem", "getattr", "size", "view", "reshape", "flatten", "unflatten", "unsqueeze", "squeeze",
+             "permute", "transpose", "t", "expand", "contiguous", "split", "chunk", "dim", "unbind")
+
+Curve = tuple[tuple[float, float], ...]  # (x, seconds) sorted by x
+
+
+@dataclass(frozen=True)
+class AlphaBeta:
+    """Seconds to move ``n`` bytes: ``latency_s + n / bandwidth_bytes_per_s``."""
+
+    latency_s: float
+    bandwidth_bytes_per_s: float
+
+    def seconds(self, nbytes: float) -> float:
+        return self.latency_s + nbytes / self.bandwidth_bytes_per_s
+
+
+def fit_alpha_beta(points: Sequence[tuple[float, float]]) -> AlphaBeta:
+    """An alpha-beta fit robust to a noisy, shared machine: the latency is the median time of the
+    smaller half of the messages, the per-byte time the median of (t - latency) / bytes over the
+    larger half (at least 1 ns a MB). O(n log n). A least-squares line lets one slow large
+    message move the latency by milliseconds."""
+    if not points:
+        raise DeviceSpecError("an alpha-beta fit needs at least one (bytes, seconds) point")
+    ordered = sorted(points)
+    half = max(1, len(ordered) // 2)
+    alpha = statistics.median(y for _, y in ordered[:half])
+    large = [(x, y) for x, y in ordered[half:] if x > 0] or ordered[-1:]
+    per_byte = statistics.median(max(y - alpha, 0.0) / max(x, 1.0) for x, y in large)
+    return AlphaBeta(max(alpha, 1e-9), 1.0 / max(per_byte, 1e-15))
+
+
+def _interp(curve: Curve, x: float) -> float:
+    """Seconds at ``x`` by log-log interpolation, held at the end points' throughput beyond them."""
+    xs = [p[0] for p in curve]
+    if x <= xs[0]:
+        return curve[0][1] * x / xs[0]
+    if x >= xs[-1]:
+        return curve[-1][1] * x / xs[-1]
+    i = bisect.bisect_right(xs, x)
+    (x0, y0), (x1, y1) = curve[i - 1], curve[i]
+    f = (math.log(x) - math.log(x0)) / (math.log(x1) - math.log(x0))
+    return math.exp(math.log(y0) + f * (math.log(y1) - math.log(y0)))
+
+
+def _check_curve(name: str, what: str, curve: Any) -> Curve:
+    try:
+        points = tuple(sorted((float(x), float(y)) for x, y in curve))
+    except (TypeError, ValueError):
+        raise DeviceSpecError(f"profile {name!r}: {what} must be a list of [x, seconds] pairs (got {curve!r})") from None
+    if not points or any(not (x > 0 and y > 0 and math.isfinite(x) and math.isfinite(y)) for x, y in points):
+        raise DeviceSpecError(f"profile {name!r}: {what} needs positive, finite [x, seconds] pairs (got {curve!r}); "
+                              "measure it again with `partition-explorer calibrate`")
+    return points
+
+
+@dataclass(frozen=True)
+class DeviceProfile:
+    """What ``partition-explorer calibrate`` measured on one machine (see the module doc)."""
+
+    name: str
+    memory_bytes: int
+    op_overhead_s: float  # one function op on a tiny tensor
+    module_overhead_s: float  # one nn.Module call of a tiny Linear, beyond its op
+    matmul: tuple[tuple[str, Curve], ...]  # dtype -> (FLOPs, seconds) of square Linear ops (addmm)
+    copy: Curve  # (bytes moved, seconds) of an elementwise op reading and writing
+    collectives: tuple[tuple[str, int, AlphaBeta], ...] = ()  # (kind, processes, fit)
+    sharded_module_overhead_s: float = 0.0  # a tensor-parallel module call beyond a plain one (DTensor)
+    pipeline_action_s: tuple[tuple[int, float], ...] = ()  # (stages, seconds a pipelining action costs)
+    slowdown: tuple[tuple[int, float], ...] = ((1, 1.0),)  # (ranks computing at once, time factor)
+    cores: int = 1
+    backend: str = "gloo"
+    host: str = ""
+    load_average: float = 0.0  # the machine's 1-minute load when it was measured
+    measured_at: str = ""
+    calibration_s: float = 0.0
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not _NAME.match(self.name):
+            raise DeviceSpecError(f"profile name must be 1-64 letters, digits, '_', '.', '-' (got {self.name!r})")
+        for field in ("op_overhead_s", "module_overhead_s", "sharded_module_overhead_s"):
+            value = getattr(self, field)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < 1:
+                raise DeviceSpecError(f"profile {self.name!r}: {field} must be seconds in [0, 1) (got {value!r})")
+        if not self.matmul:
+            raise DeviceSpecError(f"profile {self.name!r}: matmul needs at least one dtype's curve")
+        if not self.slowdown or any(k < 1 or not f > 0 for k, f in self.slowdown):
+            raise DeviceSpecError(f"profile {self.name!r}: slowdown needs (ranks >= 1, factor > 0) pairs "
+                                  f"(got {self.slowdown!r})")
+
+    # --- the curves
+    def matmul_seconds(self, flops: float, dtype: str | None = None) -> float:
+        """Measured time of a matmul of ``flops`` (overhead included) at ``dtype`` (float32 when
+        the profile has not measured it)."""
+        curves = dict(self.matmul)
+        curve = curves.get(_dtype_name(dtype)) or curves.get("float32") or self.matmul[0][1]
+        return _interp(curve, flops)
+
+    def flops_per_s(self, flops: float, dtype: str | None = None) -> float:
+        """The efficiency curve: achieved FLOP/s at ``flops`` (NOTE: [Op time from a profile])."""
+        t = self.matmul_seconds(flops, dtype)
+        return flops / max(t - self.op_overhead_s, 0.05 * t)
+
+    def bandwidth_bytes_per_s(self, nbytes: float) -> float:
+        t = _interp(self.copy, max(nbytes, 1.0))
+        return max(nbytes, 1.0) / max(t - self.op_overhead_s, 0.05 * t)
+
+    def op_seconds(self, flops: float, moved_bytes: float, dtype: str | None = None, op: str = "call_function",
+                   target: str = "") -> tuple[float, float]:
+        """(memory seconds, compute seconds) of one op, each with its overhead (NOTE: [Op time
+        from a profile])."""
+        overhead = self.module_overhead_s + self.op_overhead_s if op == "call_module" else self.op_overhead_s
+        short = target.rpartition(".")[2].strip("_").removesuffix(".default").lower()
+        if op != "call_module" and (short in _FREE_OPS or short.split(".")[0] in _FREE_OPS):
+            return (overhead, overhead)
+        mem = moved_bytes / self.bandwidth_bytes_per_s(moved_bytes) if moved_bytes > 0 else 0.0
+        compute = flops / self.flops_per_s(flops, dtype) if flops > 0 else 0.0
+        return (overhead + mem, overhead + compute)
+
+    def collective(self, kind: str, processes: int) -> AlphaBeta | None:
+        """The alpha-beta fit of ``kind`` at ``processes`` (the nearest measured count), or None."""
+        fits = [(abs(n - processes), n, ab) for k, n, ab in self.collectives if k == kind]
+        return min(fits, key=lambda f: (f[0], -f[1]))[2] if fits else None
+
+    def collective_s(self, kind: str, nbytes: float, processes: int) -> float:
+        if processes <= 1:
+            return 0.0
+        fit = self.collective(kind, processes)
+        return fit.seconds(nbytes) if fit else 0.0
+
+    def slowdown_for(self, ranks: int) -> float:
+        """How much longer each rank computes when ``ranks`` compute at once on these cores
+        (interpolated linearly between measured counts, held beyond the last one's per-rank rate)."""
+        points = sorted(self.slowdown)
+        if ranks <= points[0][0]:
+            return points[0][1]
+        for (k0, f0), (k1, f1) in zip(points, points[1:]):
+            if ranks <= k1:
+                return f0 + (f1 - f0) * (ranks - k0) / (k1 - k0)
+        k, f = points[-1]
+        return f * ranks / k
+
+    def pipeline_action_for(self, stages: int) -> float:
+        """Seconds one action of a pipelining schedule costs beyond its compute and transfer, at
+        the nearest measured stage count (0 when none was measured)."""
+        if not self.pipeline_action_s:
+            return 0.0
+        return min(self.pipeline_action_s, key=lambda p: (abs(p[0] - stages), -p[0]))[1]
+
+    # --- the figures a flat-peak consumer reads
+    @property
+    def peak_flops(self) -> float:
+        """The best measured FLOP/s of any dtype and size."""
+        return max(self.flops_per_s(x, dtype) for dtype, curve in self.matmul for x, _ in curve)
+
+    @property
+    def memory_bandwidth_bytes_per_s(self) -> float:
+        return max(self.bandwidth_bytes_per_s(x) for x, _ in self.copy)
+
+    @property
+    def link(self) -> AlphaBeta | None:
+        return self.collective("p2p", 2)
+
+    # --- JSON
+    def to_dict(self) -> dict[str, Any]:
+        return {"kind": PROFILE_KIND, "schema_version": SCHEMA_VERSION, "name": self.name,
+                "memory_bytes": self.memory_bytes, "op_overhead_s": self.op_overhead_s,
+                "module_overhead_s": self.module_overhead_s,
+                "sharded_module_overhead_s": self.sharded_module_overhead_s,
+                "matmul": {dtype: [list(p) for p in curve] for dtype, curve in self.matmul},
+                "copy": [list(p) for p in self.copy],
+                "collectives": [{"kind": k, "processes": n, "latency_s": ab.latency_s,
+                                 "bandwidth_bytes_per_s": ab.bandwidth_bytes_per_s} for k, n, ab in self.collectives],
+                "slowdown": [list(p) for p in self.slowdown],
+                "pipeline_action_s": [list(p) for p in self.pipeline_action_s], "cores": self.cores, "backend": self.backend,
+                "host": self.host, "load_average": self.load_average, "measured_at": self.measured_at,
+                "calibration_s": self.calibration_s}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "DeviceProfile":
+        if not isinstance(data, Mapping) or data.get("kind") != PROFILE_KIND:
+            raise DeviceSpecError(f"a device profile is a JSON object with \"kind\": \"{PROFILE_KIND}\"; "
+                                  "write one with `partition-explorer calibrate`")
+        version = data.get("schema_version")
+        if version != SCHEMA_VERSION:
+            raise DeviceSpecError(f"device profile schema_version must be {SCHEMA_VERSION} (got {version!r}); "
+                                  "measure it again with `partition-explorer calibrate`")
+        name = str(data.get("name", ""))
+        try:
+            matmul = tuple(sorted((str(dtype), _check_curve(name, f"matmul[{dtype}]", curve))
+                                  for dtype, curve in dict(data["matmul"]).items()))
+            collectives = tuple(sorted(
+                (str(c["kind"]), int(c["processes"]), AlphaBeta(float(c["latency_s"]), float(c["bandwidth_bytes_per_s"])))
+                for c in data.get("collectives", ())))
+            return cls(name=name, memory_bytes=int(data["memory_bytes"]),
+                       op_overhead_s=float(data["op_overhead_s"]), module_overhead_s=float(data["module_overhead_s"]),
+                       matmul=matmul, copy=_check_curve(name, "copy", data["copy"]), collectives=collectives,
+                       sharded_module_overhead_s=float(data.get("sharded_module_overhead_s", 0.0)),
+                       slowdown=tuple(sorted((int(k), float(f)) for k, f in data.get("slowdown", [[1, 1.0]]))),
+                       pipeline_action_s=tuple(sorted((int(k), float(f)) for k, f in data.get("pipeline_action_s", []))),
+                       cores=int(data.get("cores", 1)), backend=str(data.get("backend", "gloo")),
+                       host=str(data.get("host", "")), load_average=float(data.get("load_average", 0.0)),
+                       measured_at=str(data.get("measured_at", "")),
+                       calibration_s=float(data.get("calibration_s", 0.0)))
+        except DeviceSpecError:
+            raise
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise DeviceSpecError(f"device profile {name!r} is malformed ({type(exc).__name__}: {exc}); "
+                                  "measure it again with `partition-explorer calibrate`") from None
+
+    def save(self, path: str | Path) -> Path:
+        """Write the profile as JSON (atomically: a temporary file renamed over the target)."""
+        target = Path(path)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(self.to_dict(), indent=2) + "\n", encoding="utf-8")
+        tmp.replace(target)
+        return target
+
+
+def _dtype_name(dtype: str | None) -> str:
+    return (dtype or "float32").removeprefix("torch.")
+
+
+def cache_dir() -> Path:
+    """Where named profiles live: ``$PARTITION_EXPLORER_CACHE/profiles``, else
+    ``$XDG_CACHE_HOME/partition-explorer/profiles``, else ``~/.cache/partition-explorer/profiles``."""
+    root = os.environ.get("PARTITION_EXPLORER_CACHE")
+    if root:
+        return Path(root) / "profiles"
+    xdg = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(xdg) / "partition-explorer" / "profiles"
+
+
+def profile_path(name: str) -> Path:
+    if not _NAME.match(name):
+        raise DeviceSpecError(f"profile name must be 1-64 letters, digits, '_', '.', '-' (got {name!r})")
+    return cache_dir() / f"{name}.json"
+
+
+def load_profile(path: str | Path) -> DeviceProfile:
+    """A profile from a JSON file; :class:`DeviceSpecError` naming the file and the fix."""
+    source = Path(path)
+    try:
+        data = json.loads(source.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise DeviceSpecError(f"device profile {str(source)!r} does not exist; write it with "
+                              f"`partition-explorer calibrate --out {source}`") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
+        raise DeviceSpecError(f"cannot read device profile {str(source)!r} ({type(exc).__name__}: {exc})") from None
+    return DeviceProfile.from_dict(data)
+
+
+def find_profile(name: str) -> DeviceProfile | None:
+    """The cached profile called ``name``, or None when there is none."""
+    if not _NAME.match(name):
+        return None
+    path = cache_dir() / f"{name}.json"
+    return load_profile(path) if path.is_file() else None
+
+
+def cached_profiles() -> list[str]:
+    """Names of the profiles in :func:`cache_dir`, sorted."""
+    folder = cache_dir()
+    return sorted(p.stem for p in folder.glob("*.json")) if folder.is_dir() else []
+
+
+def is_profile_data(data: Any) -> bool:
+    return isinstance(data, Mapping) and data.get("kind") == PROFILE_KIND
