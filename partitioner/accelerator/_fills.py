@@ -203,9 +203,9 @@ def fill_in_order(problem: Problem, order: Sequence[int], pack: bool = False) ->
     for v in order:
         device = devices_of[current][0] if current >= 0 else -1
         if pack:
-            fits = [d for d in free if extra(v, d) <= free[d]]
-            if fits:
-                best = min(fits, key=lambda d: (free[d] - extra(v, d), d))
+            slack = [(free[d] - more, d) for d in free if (more := extra(v, d)) <= free[d]]
+            if slack:
+                best = min(slack)[1]
                 if best != device:
                     device = best
                     if device in unused:
