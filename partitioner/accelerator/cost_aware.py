@@ -73,4 +73,8 @@ def search(problem: Problem, budget: int) -> Assignment:
         theirs = merge_sequence(problem, max_evaluations=10 * budget)
         if theirs is not None:
             candidates.append(improve_by_moves(problem, theirs, budget // 4, swaps=False))
+        # The moves check torch's memory rule with the partitions in their search order, the
+        # plan numbers them by first node, and the rule depends on the order: the starts, in
+        # first-node order already, stay candidates so that some candidate fits as numbered.
+        candidates += every
     return pick_best(problem, candidates)
