@@ -8,7 +8,8 @@ Here the plan starts from fills and is refined: boundary nodes move between part
 devices where that shortens the critical path, with Kernighan-Lin passes to leave plateaus
 (:func:`search.improve_by_moves`). The coarse starts are the contiguous fill and a best-fit
 packing (see :func:`fills.starts`), the best cut of each time order into one run per device
-(:func:`segments.segment_starts`, a dynamic programme over the cuts) and, where the budget
+(:func:`segments.segment_starts`, a dynamic programme over the cuts), on models of repeated
+blocks the cut between whole blocks that Accelerate makes (:func:`layers.layer_start`), and, where the budget
 affords 200 evaluations a start, best-fit fills of the nodes in time order
 (:func:`fills.priority_starts`). Where the budget affords 16 evaluations a node (graphs of
 up to about 100 op nodes under the default budget), a fine start is scored too: one node per
@@ -29,6 +30,7 @@ from __future__ import annotations
 
 from partitioner.accelerator._base import Assignment, Problem, compact, pick_best
 from partitioner.accelerator._fills import priority_starts, starts
+from partitioner.accelerator._layers import layer_start
 from partitioner.accelerator._segments import affordable, segment_starts, time_orders
 from partitioner.accelerator._search import default_budget, improve_by_moves, merge_partitions
 from partitioner.accelerator._torch_merge import merge_sequence
@@ -60,6 +62,9 @@ def search(problem: Problem, budget: int) -> Assignment:
     count = budget // _EVALS_PER_START - len(begin)  # the priority fills the budget affords
     orders = time_orders(problem) if count > 0 or affordable(problem) else []
     every = begin + segment_starts(problem, begin, orders)
+    layered = layer_start(problem)  # whole blocks per device, as Accelerate cuts a decoder
+    if layered is not None and layered not in every:
+        every.append(layered)
     every += priority_starts(problem, count, every, orders)
     candidates = [improve_by_moves(problem, a, budget // (2 * len(every)), swaps=False) for a in every]
     if budget >= 16 * len(graph.op_indices):
