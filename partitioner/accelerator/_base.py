@@ -65,12 +65,14 @@ class Problem:
         return sorted(self.devices, key=lambda d: -d.memory_bytes)
 
     def fits(self, assignment: Assignment) -> bool:
-        """True when every device holds at most its memory."""
+        """True when every device holds at most its memory, with the partitions in the order
+        the plan will number them (by first node unless ``ordered``): torch's memory rule charges
+        a device's later partitions less than its first, so the order can decide it."""
         members: dict[int, list[int]] = {}
         for v, p in enumerate(assignment.part):
             if p >= 0:
                 members.setdefault(p, []).append(v)
-        pids = sorted(members)
+        pids = sorted(members) if assignment.ordered else sorted(members, key=lambda p: members[p][0])
         used = self.cost.device_memory(
             [members[p] for p in pids], [assignment.devices_of[p] for p in pids]
         )

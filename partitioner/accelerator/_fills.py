@@ -85,7 +85,9 @@ def priority_starts(problem: Problem, count: int, taken: Sequence[Assignment] = 
 
 def initial_fill(problem: Problem) -> Assignment:
     """Mode ``largest_first``: contiguous fill, the largest device first; when fragmentation leaves a node nowhere to go, a tighter packing, then a
-    packing by size that ignores order, then (small graphs) an exhaustive search. The searches
+    packing by size that ignores order, then (small graphs) an exhaustive search, then torch's
+    fill and one node per partition mapped as torch maps them (which torch's memory rule can
+    accept where the physical tallies of the others refuse). The searches
     start from whichever succeeds, so none of them depends on the contiguous fill succeeding."""
     try:
         found = fill_in_order(problem, problem.graph.op_indices)
@@ -96,7 +98,10 @@ def initial_fill(problem: Problem) -> Assignment:
     except InfeasibleError as exc:
         first = exc
     for fallback in (lambda: fill_in_order(problem, problem.graph.op_indices, pack=True),
-                     lambda: pack_by_size(problem), lambda: exhaustive_fit(problem)):
+                     lambda: pack_by_size(problem), lambda: exhaustive_fit(problem),
+                     lambda: torch_fill(problem), lambda: torch_singletons(problem)):
+        # the last two: no fill refuses where torch's fill, or a search from one node per
+        # partition (the searches' last resort), finds a plan
         try:
             candidate = fallback()
         except InfeasibleError:
@@ -203,9 +208,9 @@ def fill_in_order(problem: Problem, order: Sequence[int], pack: bool = False) ->
     for v in order:
         device = devices_of[current][0] if current >= 0 else -1
         if pack:
-            fits = [d for d in free if extra(v, d) <= free[d]]
-            if fits:
-                best = min(fits, key=lambda d: (free[d] - extra(v, d), d))
+            slack = [(free[d] - more, d) for d in free if (more := extra(v, d)) <= free[d]]
+            if slack:
+                best = min(slack)[1]
                 if best != device:
                     device = best
                     if device in unused:

@@ -16,7 +16,7 @@ from partitioner.units import format_seconds
 from partitioner.cost.incremental import DeviceMemory, IncrementalCost
 from partitioner.accelerator._base import Assignment, Problem
 
-__all__ = ["improve_by_moves", "merge_partitions", "default_budget"]
+__all__ = ["improve_by_moves", "default_budget"]
 
 _EPS = 1e-12
 _CHECKS_PER_EVAL = 20  # memory checks that cost the budget one evaluation
@@ -24,9 +24,12 @@ _CHECKS_PER_EVAL = 20  # memory checks that cost the budget one evaluation
 
 def default_budget(problem: Problem) -> int:
     """Cost-model evaluations a search may spend, each O(N + E): 40 per op node while the
-    graph is small, then capped so the whole search costs about 200,000 node visits."""
+    graph is small, then capped so the whole search costs about 200,000 node visits, but at
+    least 100 evaluations up to 10,000 nodes and 1,000,000 node visits beyond (20 at 50,000
+    nodes: a try there moves one node between partitions of thousands, and the fills' plans
+    gain under 0.01 % from the moves a larger budget affords, for a second more)."""
     n = max(1, len(problem.graph))
-    return max(100, min(2000, 40 * len(problem.graph.op_indices), 200_000 // n))
+    return max(min(100, 1_000_000 // n), min(2000, 40 * len(problem.graph.op_indices), 200_000 // n))
 
 
 class _State:
@@ -243,7 +246,10 @@ def _descend(s: _State, budget: int, swaps: bool) -> None:
 
 def _move_partitions(s: _State, budget: int) -> bool:
     """Re-place whole partitions on another device where that shortens the critical path (the
-    reference re-maps devices after every change; partitions landing together talk for free)."""
+    reference re-maps devices after every change; partitions landing together talk for free).
+    A try prices the partition on the new device first (:func:`_room_for`, no tally written)
+    and re-tallies memory only for the placement it keeps: one pass over the partition per
+    device tried, not four (at 50,000 nodes the tally's writes were most of a search)."""
     improved = False
     for p, members in enumerate(s.members):
         if not members or len(s.devices_of[p]) != 1 or p not in s.critical:
@@ -254,24 +260,49 @@ def _move_partitions(s: _State, budget: int) -> bool:
             old = s.devices_of[p]
             if old == [d]:
                 continue
-            for v in members:
-                s._shift_devices(v, old, [d])
-            fits = s.memory.bytes[d] <= s.capacity[d]
-            s.devices_of[p] = [d]
-            lat = s.score() if fits else math.inf
+            fits = _room_for(s, p, d)
+            lat = math.inf
+            if fits:
+                s.devices_of[p] = [d]
+                lat = s.score()
             taken = lat < s.latency - _EPS
             if s.record is not None:
                 s.record("device", f"P{p} to device {d}: " + (
                     f"latency {format_seconds(lat)}, taken" if taken else "does not fit" if not fits else f"latency {format_seconds(lat)}, not shorter"),
                     devices=[(p, [d])], accepted=taken, latency_s=lat if fits else None)
             if taken:
+                for v in members:
+                    s._shift_devices(v, old, [d])
                 s.settle(lat, evaluation_is_current=True)
                 improved = True
             else:
                 s.devices_of[p] = old
-                for v in members:
-                    s._shift_devices(v, [d], old)
     return improved
+
+
+def _room_for(s: _State, p: int, d: int) -> bool:
+    """Whether device ``d`` (not p's) can take partition p's members: the union rule of
+    :class:`DeviceMemory` priced without writing the tally, stopping once the room is used up;
+    under torch's rule, the exact check after that. O(|members| deg)."""
+    members, memory = s.members[p], s.memory
+    count, readers, out, total, preds = memory.count[d], memory.readers[d], memory.out, memory.total, memory.preds
+    room = s.capacity[d] - memory.bytes[d]
+    counted: set[int] = set()
+    for v in members:
+        room -= total[v] - (out[v] if readers.get(v) else 0)
+        for u in preds[v]:
+            if u not in members and u not in counted and not readers.get(u) and not count.get(u):
+                counted.add(u)
+                room -= out[u]
+        if room < 0:
+            return False
+    if not s.cost.torch:
+        return True
+    old, s.devices_of[p] = s.devices_of[p], [d]
+    try:
+        return s._fits_torch((), {d})
+    finally:
+        s.devices_of[p] = old
 
 
 def _best_step(
@@ -319,65 +350,3 @@ def _score(s: _State, moves: Sequence[tuple[int, int]]) -> float:
     for v, p in old:
         s.part[v] = p
     return lat
-
-
-def _contract_chains(problem: Problem, a: Assignment) -> Assignment:
-    """Merge every partition into its only parent when that parent has no other child and both
-    sit on the same devices. Such a merge never lengthens a path (the pair still starts when the
-    parent did and its critical path is at most the sum of theirs), so it needs no evaluation.
-    O(N + E)."""
-    ev = problem.cost.evaluate(a.part, a.devices_of)
-    if ev.order is None:
-        return a
-    num = len(a.devices_of)
-    parents: list[set[int]] = [set() for _ in range(num)]
-    children: list[set[int]] = [set() for _ in range(num)]
-    for (x, y) in ev.edges:
-        children[x].add(y)
-        parents[y].add(x)
-    root = list(range(num))
-    for p in ev.order:
-        if len(children[p]) == 1:
-            (q,) = children[p]
-            if parents[q] == {p} and a.devices_of[q] == a.devices_of[p]:
-                root[q] = root[p]
-    return Assignment([root[p] if p >= 0 else -1 for p in a.part], [list(d) for d in a.devices_of])
-
-
-def merge_partitions(problem: Problem, a: Assignment, budget: int) -> Assignment:
-    """Merge neighbouring partitions on the same devices while the latency does not grow.
-
-    Chains are contracted first without evaluation (:func:`_contract_chains`); then it sweeps the partition edges in topological order and merges the two ends when the exact
-    latency stays the same or drops (the reference ``cost_aware`` accepts such merges too);
-    repeats until a sweep merges nothing or the budget is spent. O(budget * (N + E)).
-    """
-    contracted = _contract_chains(problem, a)
-    s = _State(problem, contracted)
-    if problem.record is not None:
-        shifts = [(v, q) for v, (p, q) in enumerate(zip(a.part, contracted.part)) if p != q]
-        problem.record("contract", f"{len({a.part[v] for v, _ in shifts})} partition(s) merged into their only "
-                       "parent on the same devices (never slower, no evaluation needed)", shifts,
-                       latency_s=s.latency)
-    merged = True
-    while merged and s.evals < budget:
-        merged = False
-        for v in range(len(s.part)):
-            p = s.part[v]
-            if p < 0:
-                continue
-            for u in s.cost.op_preds[v]:
-                q = s.part[u]
-                p = s.part[v]
-                if q == p or s.devices_of[q] != s.devices_of[p] or s.evals >= budget:
-                    continue
-                moves = tuple((w, q) for w in sorted(s.members[p]))
-                lat = _score(s, moves)
-                ok = lat <= s.latency + _EPS
-                if s.record is not None:
-                    s.record("merge", f"merge P{p} into P{q}: latency {format_seconds(lat)}, " + (
-                        "not longer: merged" if ok else "longer: kept apart"), moves, accepted=ok, latency_s=lat)
-                if ok:
-                    s.apply(moves)
-                    s.latency = min(lat, s.latency)
-                    merged = True
-    return s.assignment()

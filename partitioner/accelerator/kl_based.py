@@ -27,5 +27,6 @@ __all__ = ["partition"]
 def partition(problem: Problem) -> Assignment:
     budget = problem.options.search_budget or default_budget(problem)
     merged = cost_aware.search(problem, budget)  # cost_aware's own plan: never worse than it
-    results = [merged, improve_by_moves(problem, merged, budget // 3, swaps=True)]
-    return pick_best(problem, results)
+    refined = improve_by_moves(problem, merged, budget // 3, swaps=True)
+    same = refined.part == merged.part and refined.devices_of == merged.devices_of
+    return merged if same else pick_best(problem, [merged, refined])

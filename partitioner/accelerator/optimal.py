@@ -23,6 +23,7 @@ from partitioner.units import format_seconds
 from partitioner.runtime.worker import run_in_worker
 from partitioner.accelerator import kl_based, largest_first, size_based
 from partitioner.accelerator._base import Assignment, Problem
+from partitioner.accelerator._fills import exhaustive_fit
 from partitioner.accelerator._cpsat import RelaxInput, SlotInput, SolveResult, Tensor, solve
 
 __all__ = ["partition", "coarsen", "MAX_UNITS", "RELAX_LIMIT", "DEFAULT_TIME_LIMIT_S", "MAX_DEVICES"]
@@ -128,6 +129,10 @@ def _heuristics(problem: Problem) -> list[tuple[float, Assignment]]:
             continue
         if problem.fits(a):
             found += [(lat, v) for v in (a, _by_first_node(a)) if math.isfinite(lat := problem.latency(v))]
+    if not found:  # a placement search over every node -> device map where the graph is small
+        a = exhaustive_fit(problem)
+        if a is not None and problem.fits(a) and math.isfinite(lat := problem.latency(a)):
+            found.append((lat, a))
     return found
 
 

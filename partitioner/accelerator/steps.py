@@ -123,7 +123,8 @@ def record(graph: Graph, devices: Sequence[Device], algorithm: str, *, budget: i
     from partitioner.accelerator import size_based
     from partitioner.accelerator.cost_aware import singletons
     from partitioner.accelerator._fills import starts
-    from partitioner.accelerator._search import improve_by_moves, merge_partitions
+    from partitioner.accelerator._merge import merge_partitions
+    from partitioner.accelerator._search import improve_by_moves
 
     if algorithm not in ALGORITHMS:
         raise PartitionError(f"unknown algorithm {algorithm!r}; choose one of {', '.join(ALGORITHMS)}")

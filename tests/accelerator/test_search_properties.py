@@ -137,3 +137,28 @@ def test_no_search_refuses_where_size_based_finds_a_plan(problem, tighter):
     for mode in ("largest_first", "cost_aware", "kl_based"):
         plan = partitioner.partition(graph, devices, mode=mode, transfer_rate_bytes_per_s=rate, node_latency=latency)
         assert plan.violations(graph) == []
+
+
+SEARCHES = ("largest_first", "cost_aware", "kl_based")
+
+
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(problems(), st.lists(st.floats(0.3, 1.0), min_size=5, max_size=5), st.sampled_from(["physical", "torch"]))
+def test_no_search_refuses_where_any_mode_finds_a_plan(problem, tighter, cost_model):
+    """Devices of unequal memory, tightened each its own way until most fills run out of room:
+    wherever any mode (torch's fill, the largest-first fill or a search) finds a plan, every
+    search does too, under either cost model."""
+    graph, devices, latency, rate = problem
+    need = max(partitioner.accelerator._base.node_alone_bytes(graph, v) for v in graph.op_indices)
+    devices = [Device(d.name, max(need if i == 0 else 1, int(d.memory_bytes * tighter[i])), d.logical_id)
+               for i, d in enumerate(devices)]
+    kwargs = dict(transfer_rate_bytes_per_s=rate, node_latency=latency, cost_model=cost_model)
+    found = {}
+    for mode in ("size_based", *SEARCHES):
+        try:
+            found[mode] = partitioner.partition(graph, devices, mode=mode, **kwargs)
+        except InfeasibleError:
+            continue
+        assert found[mode].violations(graph) == [], mode
+    if found:
+        assert set(SEARCHES) <= set(found), (sorted(found), cost_model)
