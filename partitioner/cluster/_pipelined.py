@@ -12,9 +12,9 @@ over ``"dp"`` (ZeRO 0 and 1; FSDP2 with pipeline stages is refused). Rank ``r`` 
 
 from __future__ import annotations
 
-import time
 from typing import TYPE_CHECKING, Any, Sequence
 
+from partitioner.cluster._records import measure_step
 from partitioner.cluster.layouts import Layout
 from partitioner.errors import PartitionError
 
@@ -121,21 +121,7 @@ def _step(rank: int, stages: list[Any], inputs: tuple[torch.Tensor, ...], layout
         return out, losses
 
     out, losses = step()
-    grads = {n: (p.grad.full_tensor() if isinstance(p.grad, DTensor) else p.grad).detach().cpu()
-             for n, p in params if p.grad is not None}
-
-    def local_bytes(t: Any) -> int:
-        return 0 if t is None else int((t.to_local() if isinstance(t, DTensor) else t).nbytes)
-
-    held = (sum(local_bytes(p) for _, p in params), sum(local_bytes(p.grad) for _, p in params))
-    best = float("inf")
-    for _ in range(repeats):
-        dist.barrier()
-        start = time.perf_counter()
-        step()
-        if device == "cuda":
-            torch.cuda.synchronize()
-        best = min(best, time.perf_counter() - start)
+    grads, held, best = measure_step(step, params, repeats, device)
     outputs = None
     if last and j == 0:
         outputs = [t.detach().cpu() for t in torch.utils._pytree.tree_leaves(out) if isinstance(t, torch.Tensor)]

@@ -3,8 +3,9 @@ process (shared by the dp x tp run of :mod:`partitioner.cluster.compose` and the
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from partitioner.cluster.layouts import Layout
 
@@ -73,3 +74,29 @@ def compare(got: list[Any], want: list[Any], what: str,
             why = why or f"{label}: {str(exc).splitlines()[0]}"
     return not why, diff, why
 
+
+def measure_step(step: Callable[[], Any], params: Sequence[tuple[str, Any]], repeats: int,
+                 device: str) -> tuple[dict[str, Any], tuple[int, int], float]:
+    """On a rank, after one step: every parameter's full gradient (on the CPU), the bytes this
+    rank holds of the parameters and of their gradients (its shards), and the best of ``repeats``
+    more steps, each started together (a barrier) and finished on the device. Torch, imported here."""
+    import torch
+    import torch.distributed as dist
+    from torch.distributed.tensor import DTensor
+
+    grads = {n: (p.grad.full_tensor() if isinstance(p.grad, DTensor) else p.grad).detach().cpu()
+             for n, p in params if p.grad is not None}
+
+    def local_bytes(t: Any) -> int:
+        return 0 if t is None else int((t.to_local() if isinstance(t, DTensor) else t).nbytes)
+
+    held = (sum(local_bytes(p) for _, p in params), sum(local_bytes(p.grad) for _, p in params))
+    best = float("inf")
+    for _ in range(repeats):
+        dist.barrier()
+        start = time.perf_counter()
+        step()
+        if device == "cuda":
+            torch.cuda.synchronize()
+        best = min(best, time.perf_counter() - start)
+    return grads, held, best

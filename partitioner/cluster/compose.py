@@ -35,7 +35,7 @@ import re
 import time
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
-from partitioner.cluster._records import ComposedRun, RankReport, compare
+from partitioner.cluster._records import ComposedRun, RankReport, compare, measure_step
 from partitioner.cluster.layouts import Layout
 from partitioner.errors import PartitionError, RunError
 
@@ -204,21 +204,7 @@ def _rank_step(rank: int, module: torch.nn.Module, inputs: tuple[torch.Tensor, .
         return [torch.cat([o[k].detach() for o in outs]) for k in range(len(outs[0]))]
 
     outputs = step()
-    grads = {n: (p.grad.full_tensor() if isinstance(p.grad, DTensor) else p.grad).detach().cpu()
-             for n, p in params if p.grad is not None}
-
-    def local_bytes(t: Any) -> int:
-        return 0 if t is None else int((t.to_local() if isinstance(t, DTensor) else t).nbytes)
-
-    held = (sum(local_bytes(p) for _, p in params), sum(local_bytes(p.grad) for _, p in params))
-    best = float("inf")
-    for _ in range(repeats):
-        dist.barrier()
-        start = time.perf_counter()
-        step()
-        if device == "cuda":
-            torch.cuda.synchronize()
-        best = min(best, time.perf_counter() - start)
+    grads, held, best = measure_step(step, params, repeats, device)
     return {"coords": (i, j), "outputs": [o.cpu() for o in outputs] if j == 0 else None,
             "grads": grads if rank == 0 else None, "held": held, "step_s": best}
 

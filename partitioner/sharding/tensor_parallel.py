@@ -33,6 +33,7 @@ from typing import Mapping, Sequence
 from partitioner.devices import Device
 from partitioner.errors import ShardingError
 from partitioner.graph import Graph
+from partitioner.units import format_bytes
 from partitioner.sharding._modules import OUT_AXIS, Call, module_calls, module_kinds, tied_elsewhere
 from partitioner.sharding.model_plan import from_model_plan, sharded_blocks
 from partitioner.sharding.specs import (
@@ -272,9 +273,14 @@ def suggest(graph: Graph, devices: Sequence[Device], transfer_rate_bytes_per_s: 
             return spec
     used = device_memory(graph, devices, spec)
     worst = max(devices, key=lambda d: used[d.logical_id] - d.memory_bytes)
+    packed = sorted(name for name, (shape, _, _) in params.items() if ".experts." in name and len(shape) == 3)
+    experts = (f"; {len(packed)} packed expert weights (e.g. {packed[0]}) are no Linear layers and stay whole on "
+               "every device: split them by experts instead (expert parallelism, on the Plan a cluster page)"
+               if packed else "")
     raise ShardingError(f"sharding the model's plan, every MLP pair, embedding and layer that splits still leaves "
-                        f"{worst.name} needing {used[worst.logical_id]} B of its {worst.memory_bytes} B{why_not_plan}; "
-                        "add devices or memory, or also cut the model into stages (pipeline)")
+                        f"{worst.name} needing {format_bytes(used[worst.logical_id])} of its "
+                        f"{format_bytes(worst.memory_bytes)}{why_not_plan}{experts}; add devices or memory, or also "
+                        "cut the model into stages (pipeline)")
 
 
 def _candidates(graph: Graph, n: int, params: Mapping[str, tuple[tuple[int, ...], int, str]],

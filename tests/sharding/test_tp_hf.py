@@ -138,3 +138,12 @@ def test_the_sharding_page_on_a_hugging_face_model():
     at.button(key="sh_run").click().run(timeout=240)
     assert not at.exception and not at.error, [e.value for e in at.error]
     assert any("as predicted" in s.value and "Outputs equal" in s.value for s in at.success)
+
+
+def test_a_mixture_of_experts_that_does_not_fit_is_pointed_to_expert_parallelism():
+    _, _, _, graph = _load("mixtral")
+    whole = sharding.device_memory(graph, [Device("a", 1, 0), Device("b", 1, 1)], {})[0]
+    tight = [Device(f"d{i}", int(whole * 0.6), i) for i in range(2)]  # the experts alone hold most of it
+    with pytest.raises(ShardingError, match=r"needing [\d.]+ [KM]iB of its [\d.]+ [KM]iB.*packed expert weights "
+                                            r"\(e.g. model.layers.0.mlp.experts.down_proj\).*expert parallelism"):
+        tensor_parallel.suggest(graph, tight)
