@@ -30,7 +30,7 @@ def _sweep(graph: Graph, loss: str) -> list[remat.RematResult] | None:
         return results[key]
     st.caption("Traces the model's forward and backward together (AOT autograd) and runs torch's "
                "min_cut_rematerialization_partition at budgets 0, 0.25, 0.5, 0.75 and 1, in a worker "
-               f"process stopped after {format_seconds(_time_limit_s(graph))}. A few seconds for the small samples, "
+               f"process stopped after {_minutes(_time_limit_s(graph))}. A few seconds for the small samples, "
                "about a minute for gpt2_small, minutes for a large Hugging Face model (its weights on the meta device "
                "run as fake tensors: no memory).")
     if not st.button("Trace the joint graph and run min-cut", key="tm_run", type="primary"):
@@ -50,6 +50,10 @@ def _time_limit_s(graph: Graph) -> float:
     """The worker's limit: 5 minutes, and a quarter of a second an op beyond (Llama-3-70B's 5,600
     ops: about 23 minutes; its joint trace and five min-cuts take some 5 minutes on 2 idle cores)."""
     return max(300.0, 0.25 * len(graph.op_indices))
+
+
+def _minutes(seconds: float) -> str:
+    return f"{seconds / 60:.0f} minutes"
 
 
 def _memory(graph: Graph, result: remat.RematResult, results: list[remat.RematResult], optimizer: str) -> None:
