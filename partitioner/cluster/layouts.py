@@ -4,8 +4,9 @@ A layout composes the four techniques as Megatron-LM and torchtitan do: ``tp``-w
 parallelism inside a node, ``pp`` pipeline stages (a schedule from :mod:`partitioner.pipeline`,
 simulated by the pipeline page's own simulator), ``dp``-way data parallelism with ZeRO stage
 0-3 (stage 3 is FSDP's full sharding), ``ep``-way expert parallelism for a mixture of experts
-(each MoE layer's experts split over ranks of the data-parallel group), and recomputation (none; full: only each layer's input
-is kept and the forward runs again in the backward; or functorch's min-cut at a budget).
+(each MoE layer's experts split over ranks of the data-parallel group), and recomputation (none;
+full: only each layer's input is kept and the forward runs again in the backward; or functorch's
+min-cut at a budget).
 
 # NOTE: [Layout costs]
 Memory per device (training): model states by the ZeRO paper (Rajbhandari et al. 2020, sec. 3.1)
@@ -20,10 +21,11 @@ the graph (NOTE: [Scaling the traced graph]); backward twice the forward, three 
 recomputation; tensor parallelism adds 2 all-reduces of the hidden state per layer in each
 direction (Megatron-LM) on the node's link; a stage boundary sends the hidden state of a
 microbatch; expert parallelism adds two all-to-alls per MoE layer in each direction (each token's
-hidden state to its top-k experts and back); the schedule's simulation gives the step and its bubble; data parallelism reduces
-the gradients (ring all-reduce, 2 (dp - 1) / dp of the bytes; ZeRO-3 1.5 times that for its
-parameter gathers) on the slowest link of its group, overlapped with the last microbatch's
-backward (as DDP's buckets are; the experts' gradients over their dp / ep replicas): only what exceeds that backward is added. The optimizer step
+hidden state to its top-k experts and back); the schedule's simulation gives the step and its
+bubble; data parallelism reduces the gradients (ring all-reduce, 2 (dp - 1) / dp of the bytes;
+ZeRO-3 1.5 times that for its parameter gathers) on the slowest link of its group, overlapped with
+the last microbatch's backward (as DDP's buckets are; the experts' gradients over their dp / ep
+replicas): only what exceeds that backward is added. The optimizer step
 and kernel launch overheads are left out. Assumptions: stages hold equal shares of the layers
 (the first and last also hold the embedding and head: an under-estimate of the largest stage).
 """
