@@ -31,6 +31,7 @@ from explorer.builders.inputs import (
     parse_node_latency,
     rows_to_devices,
     user_models_allowed,
+    with_headroom,
 )
 from explorer.builders.text import md
 
@@ -238,6 +239,12 @@ def devices_ui() -> tuple[list[Device] | None, float | None]:
                                                            width="small", help="link bandwidth, GB/s"),
             },
         )
+    st.session_state.setdefault("dev_headroom", 0.0)
+    headroom = st.number_input(
+        "Memory headroom (% of each device)", min_value=0.0, max_value=90.0, step=5.0, format="%g",
+        key="dev_headroom",
+        help="kept free on every device (CUDA context, allocator fragmentation, buffers): the modes plan "
+             "within the rest, and the charts show the rest as each device's capacity")
     st.session_state.setdefault("transfer_gbps", DEFAULT_TRANSFER_GBPS)
     rate_gbps = st.number_input(
         "Transfer rate between devices (GB/s)", min_value=0.0, step=1.0, format="%g",
@@ -249,7 +256,7 @@ def devices_ui() -> tuple[list[Device] | None, float | None]:
                 help="When you pick another model, set the devices to ones on which it needs several")
     rate = float(rate_gbps) * 1e9 if rate_gbps else None
     try:
-        return rows_to_devices(edited.to_dict("records")), rate
+        return with_headroom(rows_to_devices(edited.to_dict("records")), float(headroom)), rate
     except InputError as exc:
         st.error(md(exc))
         return None, rate

@@ -6,6 +6,8 @@ field, the rule and the fix, so the app can show it with ``st.error`` as it is.
 
 from __future__ import annotations
 
+import dataclasses
+
 import math
 import os
 import sys
@@ -22,6 +24,7 @@ __all__ = [
     "exact_bytes_text",
     "device_rows",
     "rows_to_devices",
+    "with_headroom",
     "parse_node_latency",
     "user_models_allowed",
     "ALLOW_USER_MODELS_ENV",
@@ -133,6 +136,16 @@ def rows_to_devices(rows: Iterable[Mapping[str, Any]]) -> list[Device]:
     if dupes:
         raise InputError(f"device names must be unique; {', '.join(dupes)} repeat; rename one of them")
     return devices
+
+
+def with_headroom(devices: list[Device], percent: float) -> list[Device]:
+    """``devices`` with ``percent`` of each one's memory kept free (what the modes may fill is the
+    rest); the name, id and speeds stay."""
+    if not 0 <= percent < 100:
+        raise InputError(f"the memory headroom must be from 0 to under 100 % (got {percent:g} %)")
+    if not percent:
+        return devices
+    return [dataclasses.replace(d, memory_bytes=max(1, int(d.memory_bytes * (1 - percent / 100)))) for d in devices]
 
 
 def parse_node_latency(data: bytes | str, filename: str = "latency.json") -> dict[str, tuple[float, float]]:

@@ -16,11 +16,12 @@ from partitioner.units import parse_bytes
 __all__ = ["LinkValues", "read_link", "URL_KEYS", "HF_URL_KEYS", "RANGES"]
 
 URL_KEYS: dict[str, type] = {"model": str, "dev_preset": str, "dev_count": int, "dev_memory": str,
-                             "transfer_gbps": float, "mode": str, "saturate_host": bool,
+                             "transfer_gbps": float, "dev_headroom": float, "mode": str, "saturate_host": bool,
                              "force_partition": bool, "torch_cost_model": bool}
 HF_URL_KEYS: dict[str, type] = {"hf_name": str, "hf_set": str, "hf_batch": int, "hf_seq": int}  # with hf: only
 # The sidebar widgets' own bounds (None: unbounded on that side).
 RANGES: dict[str, tuple[float | None, float | None]] = {"dev_count": (1, 1024), "transfer_gbps": (0.0, None),
+                                                        "dev_headroom": (0.0, 90.0),
                                                         "hf_batch": (1, 4096), "hf_seq": (1, 1 << 20)}
 _TRUE, _FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
 
