@@ -54,7 +54,7 @@ _LOCK = threading.Lock()
 # process: two traces at once race on that patching, fail, and can leave it broken for every later
 # trace until a restart. So traces run one at a time under this lock; a session that waited finds
 # the other's result in the cache (the lookup is repeated inside the lock).
-_TRACE_LOCK = threading.Lock()
+_TRACE_LOCK = trace_cache.TRACE_LOCK  # also taken when a graph read from the disk cache traces its module
 
 
 def _cached(choice: ModelChoice) -> Graph | None:

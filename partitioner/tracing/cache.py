@@ -26,6 +26,7 @@ import logging
 import os
 import platform
 import tempfile
+import threading
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
@@ -107,6 +108,12 @@ def _digest(key: Mapping[str, Any]) -> str:
     return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:32]
 
 
+# Tracing patches module-level functions (torch.fx) and installs global modes (torch.export), so two
+# traces at once in one process race; the app's sessions take this lock around every trace, and a
+# cached graph takes it to trace its module again (NOTE: [One trace at a time] in explorer/compute.py).
+TRACE_LOCK = threading.RLock()
+
+
 class CachedGraph(Graph):
     """A :class:`Graph` read from the cache: nodes, figures and model facts as traced; the traced
     module is rebuilt by ``rebuild`` (a fresh trace) the first time ``graph_module`` is read, and
@@ -122,7 +129,8 @@ class CachedGraph(Graph):
     def graph_module(self) -> Any:
         if self._module is None and self._rebuild is not None:
             logger.info("tracing %s again for its module (the cache keeps its data only)", self.name)
-            fresh = self._rebuild()
+            with TRACE_LOCK:
+                fresh = self._rebuild()
             self._rebuild = None
             if fresh.fingerprint() != self.fingerprint():
                 raise TraceError(f"tracing {self.name!r} again gave another graph than the cached one "
