@@ -109,16 +109,18 @@ def test_hugging_face_fields_out_of_range_are_messages_not_bugs():
     at = start()
     at.selectbox(key="model").set_value(HF_MODEL).run()
     for name, sets, message in HF_CASES:
-        at.text_input(key="hf_name").set_value(name).run()
-        at.text_input(key="hf_set").set_value(sets).run()
+        at.text_input(key="hf_name").set_value(name)
+        at.text_input(key="hf_set").set_value(sets)
+        at.button(key="hf_build").click().run()  # the fields are one form: sent together
         assert not at.exception, (sets, at.exception)
         said = " ".join(errors(at))
         assert message in said and "bug" not in said, (sets, said)
         assert not [t for t in page_text(at) if MARKUP.search(t)], sets
     # A dict-valued field the model takes keys the app's caches (it used to be unhashable).
-    at.text_input(key="hf_name").set_value("llama").run()
+    at.text_input(key="hf_name").set_value("llama")
     at.text_input(key="hf_set").set_value('num_hidden_layers=1 hidden_size=32 intermediate_size=64 '
                                           'num_attention_heads=2 num_key_value_heads=1 vocab_size=64 '
-                                          'rope_parameters={"rope_type":"linear","factor":2.0}').run()
+                                          'rope_parameters={"rope_type":"linear","factor":2.0}')
+    at.button(key="hf_build").click().run()
     assert not at.exception and not errors(at), errors(at)
     assert at.session_state["plan_summary"]["model"].startswith("hf:llama(")

@@ -53,7 +53,7 @@ def hostile_plan(beacon: str) -> tuple[str, str]:
     for device, name in zip(data["devices"], names):
         device["name"] = name
     unknown = json.loads(json.dumps(data))
-    unknown["partitions"][0]["node_names"].append(f"![n]({beacon}/beacon-node.png)")
+    unknown["partitions"][0]["node_names"][0] = f"![n]({beacon}/beacon-node.png)"  # in place of a real one
     return json.dumps(data), json.dumps(unknown)
 
 
