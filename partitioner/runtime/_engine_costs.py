@@ -13,13 +13,14 @@ import statistics
 import time
 from typing import Any, Callable
 
-__all__ = ["engine_costs"]
+__all__ = ["engine_costs", "loop_median_s"]
 
 ROW_WIDTHS = (16, 1024, 16384)  # a row-parallel Linear's output features: 256 B to 256 KiB reduced
 PIPELINE_MICROBATCHES = 4
 
 
-def _fixed_s(fn: Callable[[], Any], loops: int = 10, repeats: int = 5) -> float:
+def loop_median_s(fn: Callable[[], Any], loops: int = 10, repeats: int = 5) -> float:
+    """Median over ``repeats`` of the mean time of ``loops`` calls of ``fn`` (called once first)."""
     fn()
     times = []
     for _ in range(repeats):
@@ -46,7 +47,7 @@ def _row_parallel(rank: int, ranks: list[int], device: str) -> list[tuple[float,
             row = parallelize_module(torch.nn.Linear(8 * len(ranks), width), mesh, RowwiseParallel())
             with torch.no_grad():
                 dist.barrier(group=mesh.get_group())
-                extra = _fixed_s(lambda: row(x)) - _fixed_s(lambda: plain(x))
+                extra = loop_median_s(lambda: row(x)) - loop_median_s(lambda: plain(x))
             points.append((float(4 * width * 4), max(extra, 1e-7)))
     dist.barrier()
     return points

@@ -25,7 +25,7 @@ from typing import Any, Callable
 
 from partitioner.device_profile import DeviceProfile, find_profile, fit_alpha_beta, profile_path
 from partitioner.errors import PartitionError
-from partitioner.runtime._engine_costs import engine_costs
+from partitioner.runtime._engine_costs import engine_costs, loop_median_s
 
 __all__ = ["calibrate", "local_profile", "MATMUL_SIZES", "COPY_BYTES", "MESSAGE_BYTES"]
 
@@ -41,14 +41,7 @@ def _median_s(fn: Callable[[], Any], budget_s: float = 0.05, repeats: int = 5) -
     start = time.perf_counter()
     fn()
     one = max(time.perf_counter() - start, 1e-7)
-    loops = max(1, min(2000, int(budget_s / repeats / one)))
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        for _ in range(loops):
-            fn()
-        times.append((time.perf_counter() - start) / loops)
-    return statistics.median(times)
+    return loop_median_s(fn, max(1, min(2000, int(budget_s / repeats / one))), repeats)
 
 
 def _ops() -> dict[str, Any]:
