@@ -144,6 +144,12 @@ class Graph:
         return sum(nd.param_bytes for nd in self.nodes) - sum(b for _, b in self.repeated_weights.values()) + sum(
             nd.output_bytes for v, nd in enumerate(self.nodes) if nd.op == "get_attr" and self.users[v])
 
+    def activation_bytes(self, v: int) -> int:
+        """Bytes node ``v`` writes (its output) and reads from other nodes' outputs: what its
+        roofline moves besides its own parameters."""
+        out = self.output_bytes
+        return out[v] + sum(out[u] for u in self.preds[v])
+
     def weight_bytes_read(self, v: int) -> int:
         """Node ``v``'s own parameters plus the attributes (weights) it reads."""
         nodes = self.nodes

@@ -34,12 +34,11 @@ def profile_latencies(graph: Graph, profile: DeviceProfile, batch_fraction: floa
     included in both (NOTE: [Op time from a profile]). ``batch_fraction`` prices one microbatch
     of the traced batch: FLOPs and activations scale by it, weights and overheads do not.
     O(N + E)."""
-    out = graph.output_bytes
     latencies: list[NodeLatency] = []
     for i, node in enumerate(graph.nodes):
         if not node.is_op:
             latencies.append((0.0, 0.0))
             continue
-        moved = (node.output_bytes + sum(out[j] for j in graph.preds[i])) * batch_fraction + node.param_bytes
+        moved = graph.activation_bytes(i) * batch_fraction + node.param_bytes
         latencies.append(profile.op_seconds(node.flops * batch_fraction, moved, node.dtype, node.op, node.target))
     return latencies

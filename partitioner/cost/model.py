@@ -67,13 +67,12 @@ def roofline_latencies(graph: Graph, devices: Sequence[Device]) -> list[NodeLate
         return profile_latencies(graph, profile)
     bandwidth = _slowest(devices, "memory_bandwidth_bytes_per_s")
     peak = _slowest(devices, "peak_flops")
-    out = graph.output_bytes
     latencies: list[NodeLatency] = []
     for i, node in enumerate(graph.nodes):
         if not node.is_op:
             latencies.append((0.0, 0.0))
             continue
-        moved = node.output_bytes + node.param_bytes + sum(out[j] for j in graph.preds[i])
+        moved = graph.activation_bytes(i) + node.param_bytes
         latencies.append((moved / bandwidth, node.flops / peak))
     return latencies
 
