@@ -106,23 +106,24 @@ def test_sharding_examples_run(tmp_path):
     assert report["spec"]["blocks.0.mlp.c_fc.bias"] == "2" and report["styles"]["blocks.0.mlp.c_proj"]["style"] == "rowwise"
 
 
-@pytest.mark.slow
-def test_cluster_run_example_runs(tmp_path):
-    script = _block("`--run LAYOUT` runs", "bash")
+def _run_bash(script: str, tmp_path: Path) -> subprocess.CompletedProcess:
+    """Run a README bash block in ``tmp_path`` with this interpreter's venv as ``.venv``."""
     (tmp_path / ".venv").symlink_to(Path(sys.executable).parents[1])
     done = subprocess.run(["bash", "-euo", "pipefail", "-c", script], cwd=tmp_path, capture_output=True,
                           text=True, timeout=600, env={**os.environ, "PYTHONPATH": ""})
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    return done
+
+
+@pytest.mark.slow
+def test_cluster_run_example_runs(tmp_path):
+    done = _run_bash(_block("`--run LAYOUT` runs", "bash"), tmp_path)
     assert "gradients equal: yes" in done.stdout and "equals one process's" in done.stdout
 
 
 @pytest.mark.slow
 def test_cluster_examples_run(tmp_path):
-    script = _block("## Planning a cluster", "bash")
-    (tmp_path / ".venv").symlink_to(Path(sys.executable).parents[1])
-    done = subprocess.run(["bash", "-euo", "pipefail", "-c", script], cwd=tmp_path, capture_output=True,
-                          text=True, timeout=600, env={**os.environ, "PYTHONPATH": ""})
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    done = _run_bash(_block("## Planning a cluster", "bash"), tmp_path)
     assert done.stdout.count("fewest devices:") == 2 and "cheapest:" in done.stdout
     import tomllib
 
