@@ -24,10 +24,16 @@ _AUTOLINK = re.compile(r"(?i)(?<![^\W_])(?=(?:https?|ftp|www|mailto|xmpp)\b)")
 JOINER = "\u2060"
 
 
+_BREAKS = re.compile(r"[\r\n\t\v\f]")
+
+
 def md(text: object) -> str:
     """``text`` with every Markdown and HTML special character escaped and no autolink (NOTE:
     [Autolinks]): shown as written."""
-    escaped = _SPECIAL.sub(r"\\\1", str(text)).replace("\n", " ")
+    # One line, no leading blanks: a line break, or a tab or four spaces at the start, would begin
+    # a new block (an indented one is code, where the escapes show).
+    one_line = _BREAKS.sub(" ", str(text)).lstrip()
+    escaped = _SPECIAL.sub(r"\\\1", one_line)
     return _AUTOLINK.sub(JOINER, escaped).replace("@", "@" + JOINER)
 
 
