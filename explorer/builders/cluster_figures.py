@@ -6,16 +6,21 @@ from __future__ import annotations
 
 import json
 import shlex
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
 import pandas as pd
 import plotly.graph_objects as go
 
-from partitioner.cluster import ClusterPlan, Layout, LayoutResult, Workload
+from partitioner.units import format_bytes, format_seconds
+
+if TYPE_CHECKING:
+    from partitioner.pipeline.simulate import Simulation
+
+from partitioner.cluster import ClusterPlan, Collective, Layout, LayoutResult, Workload
 from partitioner.interop.engines import ENGINES, to_deepspeed, to_megatron, to_torchtitan, toml_text
 
 __all__ = ["pareto_figure", "memory_figure", "time_figure", "layouts_table", "engine_file", "CLOUD_PER_SIZE",
-           "MEMORY_KINDS"]
+           "MEMORY_KINDS", "collectives_table", "rank_memory_figure", "rank_stash"]
 
 GiB = 2**30
 CLOUD_PER_SIZE = 200  # grey points drawn at each device count (thinned evenly over step time)
@@ -134,11 +139,9 @@ def engine_file(engine: str, layout: Layout, work: Workload) -> tuple[str, str, 
 TIMELINE_ACTIONS = 2048  # stages x microbatches drawn at most (a Plotly bar per action)
 
 
-def layout_timeline(r: LayoutResult) -> go.Figure | None:
-    """The opened layout's pipeline schedule as the Pipeline page draws it: its stages at the
-    planner's per-microbatch forward and backward times (equal stages), simulated by the same
-    simulator; None without a pipeline or when it has more actions than can be drawn."""
-    from explorer.builders.pipeline_figures import schedule_figure
+def _simulate(r: LayoutResult) -> Simulation | None:
+    """The opened layout's schedule simulated at the planner's per-microbatch forward and backward
+    of a stage (equal stages); None without a pipeline or with more actions than can be drawn."""
     from partitioner.pipeline.schedules import stages_per_rank
     from partitioner.pipeline.simulate import simulate
 
@@ -147,6 +150,66 @@ def layout_timeline(r: LayoutResult) -> go.Figure | None:
         return None
     v = stages_per_rank(lay.schedule)
     forward, backward = r.stage_s
-    sim = simulate([forward / v] * (lay.pp * v), r.microbatches, lay.schedule,
-                   backward_s=[backward / v] * (lay.pp * v))
-    return schedule_figure(sim, lay.pp)
+    return simulate([forward / v] * (lay.pp * v), r.microbatches, lay.schedule,
+                    backward_s=[backward / v] * (lay.pp * v))
+
+
+def layout_timeline(r: LayoutResult) -> go.Figure | None:
+    """The opened layout's pipeline schedule as the Pipeline page draws it (:func:`_simulate`);
+    None without a pipeline or when it has more actions than can be drawn."""
+    from explorer.builders.pipeline_figures import schedule_figure
+
+    sim = _simulate(r)
+    return None if sim is None else schedule_figure(sim, r.layout.pp)
+
+
+def collectives_table(rows: Sequence[Collective]) -> pd.DataFrame:
+    """One row a kind of communication (:func:`partitioner.cluster.collectives`), in words: the
+    group and its ranks, the link, how many a step (or a token), each one's size and time, their
+    total, and what hides them."""
+    return pd.DataFrame([{
+        "collective": r.name, "group": f"{r.group} ({r.ranks} ranks)", "link": r.link, "when": r.phase,
+        "count": f"{r.count:,.0f}" if float(r.count).is_integer() else f"{r.count:,.2f}",
+        "size each": format_bytes(r.bytes_each), "time each": format_seconds(r.seconds_each),
+        "total": format_seconds(r.seconds), "overlapped with": r.overlap or "nothing (on the critical path)"}
+        for r in rows])
+
+
+def rank_stash(r: LayoutResult) -> list[int] | None:
+    """The most microbatches any stage of each pipeline rank holds at once, by the Pipeline page's
+    simulator (the planner keeps rank 0's); None when the schedule is too long to simulate."""
+    sim = _simulate(r)
+    if sim is None:
+        return None
+    stash = [0] * r.layout.pp
+    rank_of = {e.stage: e.rank for e in sim.timeline}
+    for stage, held in enumerate(sim.stage_peak_stash):
+        stash[rank_of[stage]] = max(stash[rank_of[stage]], held)
+    return stash
+
+
+def rank_memory_figure(r: LayoutResult, capacity_bytes: int) -> go.Figure | None:
+    """Training memory on each pipeline rank: the model states (equal stages) and the activations
+    of the microbatches its stages hold at once (:func:`rank_stash`), stacked in GiB, against the
+    device; None without a pipeline or when the schedule is too long to simulate."""
+    stash = rank_stash(r)
+    if stash is None:
+        return None
+    per_mb = r.memory.get("activations", 0.0) / max(stash[0], 1)  # the planner's figure is rank 0's
+    fig = go.Figure()
+    labels = [f"rank {k}" for k in range(len(stash))]
+    for kind in MEMORY_KINDS:
+        if kind not in r.memory:
+            continue
+        values = [per_mb * held if kind == "activations" else r.memory[kind] for held in stash]
+        fig.add_trace(go.Bar(x=labels, y=[v / GiB for v in values], name=kind.replace("_", " "),
+                             marker_color=MEMORY_KINDS[kind],
+                             hovertext=[f"{kind.replace('_', ' ')}: {format_bytes(v)}" + (
+                                 f" ({held} microbatches held)" if kind == "activations" else "")
+                                 for v, held in zip(values, stash)], hoverinfo="text"))
+    fig.add_hline(y=capacity_bytes / GiB, line_dash="dash", line_color="#d62728",
+                  annotation_text=f"device memory {capacity_bytes / GiB:.0f} GiB")
+    fig.update_layout(barmode="stack", title=f"Training memory on each pipeline rank: {r.layout.label()}",
+                      yaxis_title="memory (GiB)", xaxis_title="pipeline rank (each with tp x dp devices alike)",
+                      height=400)
+    return fig

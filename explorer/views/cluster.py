@@ -9,7 +9,7 @@ from typing import Any
 
 import streamlit as st
 
-from explorer import panels, state
+from explorer import graph_panels, panels, state
 from explorer.builders import cluster_figures
 from explorer.builders.text import md
 from partitioner import Graph, cluster, format_bytes, format_seconds
@@ -178,27 +178,91 @@ def _render_table(found: cluster.ClusterPlan, work: cluster.Workload) -> cluster
     return best[labels.index(st.selectbox("Open a layout", labels, key="cl_open"))]
 
 
-def _render_layout(chosen: cluster.LayoutResult, work: cluster.Workload, capacity_bytes: int) -> None:
+def _render_layout(chosen: cluster.LayoutResult, work: cluster.Workload, target: cluster.Cluster,
+                   prof: cluster.ModelProfile, graph: Graph) -> None:
+    """The opened layout in the other pages' views: memory and time by cause, its schedule, each
+    pipeline rank's memory, its collectives, its stage DAG and its engine configs."""
+    capacity = target.accelerator.memory_bytes
+    training = work.kind == "training"
     left, right = st.columns(2)
-    left.plotly_chart(cluster_figures.memory_figure(chosen, capacity_bytes), key="cl_memory")
-    right.plotly_chart(cluster_figures.time_figure(chosen, work.kind == "inference"), key="cl_time")
-    timeline = cluster_figures.layout_timeline(chosen) if work.kind == "training" else None
-    if timeline is not None:
-        st.plotly_chart(timeline, key="cl_timeline")
-        st.caption(md(f"{chosen.layout.label()}: one step's pipeline schedule as the Pipeline page simulates it, each "
-                      f"stage at this layout's forward and backward of a microbatch (tensor-parallel and stage "
-                      f"transfers included); the simulator's step is {format_seconds(chosen.step_s)} "
-                      "less the exposed gradient reduction."))
-    elif chosen.layout.pp > 1 and work.kind == "training":
-        st.caption(f"The schedule has {chosen.layout.pp * chosen.microbatches:,} stage-microbatch actions: too many "
-                   "to draw; the step comes from the schedule's closed form.")
-    if work.kind == "inference":
-        st.caption("Inference layouts are exported with the training engines' parallelism settings.")
-    cols = st.columns(len(ENGINES))
-    for col, engine in zip(cols, ENGINES):
-        name, text, mime = cluster_figures.engine_file(engine, chosen.layout, work)
-        col.download_button(f"{ENGINE_LABELS.get(engine, engine)} config", text, file_name=name, mime=mime,
-                            key=f"cl_dl_{engine}")
+    left.plotly_chart(cluster_figures.memory_figure(chosen, capacity), key="cl_memory")
+    right.plotly_chart(cluster_figures.time_figure(chosen, not training), key="cl_time")
+    schedule, memory, comms, dag, export = st.tabs(["Pipeline schedule", "Memory per rank", "Collectives",
+                                                    "Stage DAG", "Export"])
+    with schedule:
+        timeline = cluster_figures.layout_timeline(chosen) if training else None
+        if timeline is not None:
+            st.plotly_chart(timeline, key="cl_timeline")
+            st.caption(md(f"{chosen.layout.label()}: one step's pipeline schedule as the Pipeline page simulates it, "
+                          "each stage at this layout's forward and backward of a microbatch (tensor-parallel and "
+                          f"stage transfers included); the simulator's step is {format_seconds(chosen.step_s)} "
+                          "less the exposed gradient reduction."))
+        elif chosen.layout.pp > 1 and training:
+            st.caption(f"The schedule has {chosen.layout.pp * chosen.microbatches:,} stage-microbatch actions: too "
+                       "many to draw; the step comes from the schedule's closed form.")
+        else:
+            st.caption("No pipeline stages in this layout" + ("." if training else " (inference)."))
+    with memory:
+        figure = cluster_figures.rank_memory_figure(chosen, capacity) if training else None
+        if figure is not None:
+            st.plotly_chart(figure, key="cl_rank_memory")
+            st.caption("Each rank holds the same share of the model states (equal stages); activations are a "
+                       "stage's for each microbatch its stages hold at once in the simulated schedule. The planner "
+                       "checks rank 0, which holds the most.")
+        else:
+            st.caption("Every device holds the same memory in this layout: the chart above is each device's.")
+    with comms:
+        rows = cluster.collectives(prof, work, target, chosen.layout)
+        if rows:
+            st.dataframe(cluster_figures.collectives_table(rows), hide_index=True, width="stretch")
+            st.caption("Counts per step (inference: the prompt's prefill, then each generated token) on the "
+                       "fullest device: Megatron-LM's two all-reduces per layer each way, GShard's all-to-alls, "
+                       "the ZeRO paper's gradient reduction (1.5 times with ZeRO-3); ring collectives priced on "
+                       "each group's link. Their totals are the time chart's communication bars.")
+        else:
+            st.caption("One device, or data parallelism without gradients to reduce: nothing to communicate.")
+    with dag:
+        _stage_dag(chosen, graph, target)
+    with export:
+        if not training:
+            st.caption("Inference layouts are exported with the training engines' parallelism settings.")
+        cols = st.columns(len(ENGINES))
+        for col, engine in zip(cols, ENGINES):
+            name, text, mime = cluster_figures.engine_file(engine, chosen.layout, work)
+            col.download_button(f"{ENGINE_LABELS.get(engine, engine)} config", text, file_name=name, mime=mime,
+                                key=f"cl_dl_{engine}")
+
+
+def _stage_dag(chosen: cluster.LayoutResult, graph: Graph, target: cluster.Cluster) -> None:
+    """The traced graph cut into the layout's pipeline stages by the Pipeline page's splitter (on
+    request: a large model's split takes seconds), drawn as a plan of stages."""
+    from partitioner import Device, PartitionError, pipeline
+    from partitioner.pipeline.schedules import stages_per_rank
+
+    lay = chosen.layout
+    if lay.pp < 2:
+        st.caption("No pipeline stages: the whole model runs on every rank (split by tensor parallelism).")
+        return
+    stages = lay.pp * stages_per_rank(lay.schedule)
+    if not st.toggle(f"Cut the traced graph into {stages} stages", key="cl_stage_dag"):
+        st.caption("The Pipeline page's splitter (the slowest stage as small as it can be, on the traced example) "
+                   "cuts the graph; the planner assumes equal layers a stage.")
+        return
+    acc = target.accelerator
+    room = graph.total_size_bytes * 8 + (1 << 30)  # room for any split: this draws the cut, not the fit
+    devices = [Device(f"rank {k}", int(room), k, acc.peak_flops, acc.memory_bandwidth_bytes_per_s,
+                      target.intra.bandwidth_bytes_per_s, acc.name) for k in range(lay.pp)]
+    try:
+        with st.spinner("Cutting the graph into stages..."):
+            split = pipeline.plan(graph, devices, stages=stages, microbatches=max(chosen.microbatches, lay.pp),
+                                  schedule=lay.schedule, training="adam")
+            stage_plan = split.as_plan(graph, devices, target.intra.bandwidth_bytes_per_s)
+    except PartitionError as exc:
+        st.error(f"Cannot cut the graph into {stages} stages: {md(exc)}")
+        return
+    st.caption(md(f"{stages} stages on {lay.pp} pipeline ranks ({', '.join(str(len(s)) for s in split.stages)} "
+                  "nodes a stage), one forward pass of the traced example."))
+    graph_panels.render_dag(stage_plan, graph, key="cluster")
 
 
 def main() -> None:
@@ -224,7 +288,9 @@ def main() -> None:
     step_label = "time to first token" if work.kind == "inference" else "step time"
     st.plotly_chart(cluster_figures.pareto_figure(found, step_label), key="cl_pareto")
     chosen = _render_table(found, work)
-    _render_layout(chosen, work, cluster.ACCELERATORS[hw["accelerator"]].memory_bytes)
+    target = cluster.cluster(hw["accelerator"], hw["per_node"], hw["intra"], hw["inter"],
+                             int(hw["headroom_gib"] * GiB), hw["price"])
+    _render_layout(chosen, work, target, prof, graph)
     st.caption("How the figures are made: model states by the ZeRO paper's formulas, activations from the traced "
                "graph divided by tensor parallelism and times the microbatches in flight (the Pipeline page's "
                "simulator), time from the graph's roofline, ring collectives on each link and the simulated "

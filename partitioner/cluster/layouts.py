@@ -41,8 +41,8 @@ from partitioner.cluster.profile import ModelProfile
 from partitioner.cost.training import check_optimizer, model_state_bytes
 from partitioner.errors import PartitionError
 
-__all__ = ["Workload", "Layout", "LayoutResult", "evaluate", "ring_allreduce_s", "all_to_all_s", "check_layout",
-           "min_cut_label", "min_cut_shares"]
+__all__ = ["Workload", "Layout", "LayoutResult", "Collective", "evaluate", "collectives", "ring_allreduce_s",
+           "all_to_all_s", "check_layout", "min_cut_label", "min_cut_shares"]
 
 ZERO_STAGES = (0, 1, 2, 3)
 RECOMPUTE = ("none", "full")
@@ -306,3 +306,90 @@ def _inference(p: ModelProfile, w: Workload, c: Cluster, lay: Layout) -> LayoutR
              "tokens_per_s_per_sequence": 1 / per_token, "tokens_per_s_per_device": tps / lay.devices,
              "kv_cache_bytes_per_token": p.kv_bytes_per_token * scale}
     return LayoutResult(lay, fits, mem, ttft, parts, limit, mfu, tps, cost, 1, extra)
+
+
+@dataclass(frozen=True)
+class Collective:
+    """One kind of communication a layout runs: ``count`` of them a step (inference: a prompt's
+    prefill, then each generated token), each moving ``bytes_each`` a device over ``ranks`` ranks
+    of the ``group`` dimension on ``link`` in ``seconds_each``."""
+
+    name: str  # e.g. "all-reduce of the hidden state"
+    group: str  # the mesh dimension: "tp", "pp", "ep" or "dp"
+    ranks: int
+    link: str
+    count: float  # per step (or per token: see ``phase``)
+    bytes_each: float
+    seconds_each: float
+    phase: str  # "forward and backward", "once a step", "prefill", "each token"
+    overlap: str = ""  # what it is overlapped with, if anything
+
+    @property
+    def seconds(self) -> float:
+        return self.count * self.seconds_each
+
+
+def collectives(p: ModelProfile, w: Workload, c: Cluster, lay: Layout) -> list[Collective]:
+    """The communication :func:`evaluate` prices, one row a kind (NOTE: [Layout costs]): per step
+    for training, in the tensor-parallel, pipeline, expert and data-parallel groups; for inference
+    the prompt's prefill and each generated token. Rows sum to ``evaluate``'s parts (a test holds
+    them equal); the counts are Megatron-LM's (Shoeybi et al. 2019, sec. 3: two all-reduces per
+    layer in the forward and two in the backward), GShard's and the ZeRO paper's (sec. 7: ZeRO-3
+    moves 1.5 times data parallelism's bytes)."""
+    check_layout(p, lay)
+    scale = w.element_bytes / p.element_bytes
+    intra, inter = c.intra, c.inter
+    rows: list[Collective] = []
+    if w.kind == "inference":
+        batch = w.global_batch / lay.dp
+        pipe_link = intra if lay.tp * lay.pp <= c.devices_per_node else inter
+        for phase, tokens in (("prefill", batch * w.seq_len), ("each token", batch)):
+            hidden = p.hidden_bytes_per_token * scale * tokens
+            if lay.tp > 1:
+                rows.append(Collective("all-reduce of the hidden state", "tp", lay.tp, intra.name, 2 * p.layers, hidden,
+                                       ring_allreduce_s(hidden, lay.tp, intra.bandwidth_bytes_per_s, intra.latency_s),
+                                       phase))
+            if lay.pp > 1:
+                rows.append(Collective("send of the hidden state to the next stage", "pp", 2, pipe_link.name,
+                                       lay.pp - 1, hidden,
+                                       hidden / pipe_link.bandwidth_bytes_per_s + pipe_link.latency_s, phase))
+        return rows
+    per_replica = w.global_batch // lay.dp
+    m = per_replica // lay.microbatch_size
+    hidden_mb = p.hidden_bytes_per_token * scale * lay.microbatch_size * w.seq_len
+    layers_per_stage = p.layers / lay.pp
+    if lay.tp > 1:  # each microbatch, each layer of the stage: 2 in the forward, 2 in the backward
+        rows.append(Collective("all-reduce of the hidden state", "tp", lay.tp, intra.name, m * 4 * layers_per_stage,
+                               hidden_mb, ring_allreduce_s(hidden_mb, lay.tp, intra.bandwidth_bytes_per_s,
+                                                           intra.latency_s), "forward and backward"))
+    if lay.pp > 1:
+        link = intra if lay.tp * lay.pp <= c.devices_per_node else inter
+        rows.append(Collective("send of the hidden state (activation, then its gradient)", "pp", 2, link.name, m * 2,
+                               hidden_mb, hidden_mb / link.bandwidth_bytes_per_s + link.latency_s,
+                               "forward and backward"))
+    if lay.ep > 1 and p.moe_layers:
+        link = intra if lay.tp * lay.ep <= c.devices_per_node else inter
+        sent = hidden_mb / lay.tp * max(1, p.experts_per_token)
+        rows.append(Collective("all-to-all of tokens to their experts and back", "ep", lay.ep, link.name,
+                               m * 2 * 2 * p.moe_layers / lay.pp, sent,
+                               all_to_all_s(sent, lay.ep, link.bandwidth_bytes_per_s, link.latency_s),
+                               "forward and backward"))
+    dense, expert = _params(p, lay)
+    grad_bytes = model_state_bytes(w.optimizer, w.element_bytes)[1]
+    link = intra if lay.tp * lay.dp <= c.devices_per_node else inter
+    overlap = "the last microbatch's backward"
+    for what, psi, ranks in (("gradients", dense, lay.dp), ("expert gradients", expert, lay.dp // lay.ep)):
+        nbytes = psi * grad_bytes
+        if ranks <= 1 or nbytes <= 0:
+            continue
+        ring = ring_allreduce_s(nbytes, ranks, link.bandwidth_bytes_per_s, link.latency_s)
+        if lay.zero == 3:  # a reduce-scatter of the gradients, an all-gather of the weights each way
+            rows.append(Collective(f"reduce-scatter of the {what}", "dp", ranks, link.name, 1, nbytes, ring / 2,
+                                   "once a step", overlap))
+            rows.append(Collective(f"all-gather of the {what.replace('gradients', 'weights')} (forward, backward)",
+                                   "dp", ranks, link.name, 2, nbytes, ring / 2, "once a step", overlap))
+        else:
+            name = f"all-reduce of the {what}" + (f" (ZeRO-{lay.zero}: a reduce-scatter and an all-gather)"
+                                                   if lay.zero else "")
+            rows.append(Collective(name, "dp", ranks, link.name, 1, nbytes, ring, "once a step", overlap))
+    return rows

@@ -101,3 +101,24 @@ def test_measured_min_cut_budgets_join_the_search():
     assert any("min-cut-0 keeps" in shown(c.value) and "min-cut-0.75 keeps" in shown(c.value) for c in at.caption)
     # Four budgets beside none and full: three times the layouts, each measured choice searched.
     assert _searched(at) == 3 * before
+
+
+def test_an_opened_pipeline_layout_shows_its_ranks_collectives_and_stage_dag():
+    at = _page()
+    box = at.selectbox(key="cl_open")
+    piped = next(o for o in box.options if " pp2 " in o or " pp4 " in o)
+    box.set_value(piped).run()
+    assert not at.exception and not errors(at)
+    pp = int(piped.split(" pp")[1].split()[0])
+    ranks = next(f for t, f in _figures(at).items() if t.startswith("Training memory on each pipeline rank"))
+    activations = next(trace for trace in ranks["data"] if trace["name"] == "activations")
+    assert activations["x"] == [f"rank {k}" for k in range(pp)]
+    assert activations["y"][0] >= max(activations["y"])  # the first rank holds the most microbatches
+    table = next(df.value for df in at.dataframe if "collective" in df.value.columns)
+    assert "send of the hidden state (activation, then its gradient)" in set(table["collective"])
+    assert "pp (2 ranks)" in set(table["group"])
+    assert charts(at)[0] == 0  # the stage DAG only on request
+    at.toggle(key="cl_stage_dag").set_value(True).run()
+    assert not at.exception and not errors(at)
+    assert any(f"stages on {pp} pipeline ranks" in shown(c.value) for c in at.caption)
+    assert charts(at)[0] == 1  # the stage DAG, in the graph viewer
