@@ -8,7 +8,7 @@ import json
 from typing import Any
 
 from partitioner import cluster
-from partitioner.interop.engines import ENGINES, toml_text
+from partitioner.interop.engines import ENGINES, engine_file
 from partitioner.units import format_bytes, format_seconds
 
 from cli.commands import COMMON_EPILOG
@@ -123,8 +123,7 @@ def run(args: argparse.Namespace) -> int:
     if args.export:
         best = found.fastest
         assert best is not None
-        config = ENGINES[args.export](best.layout, work)
-        text = toml_text(config) if args.export == "torchtitan" else json.dumps(config, indent=2)
+        _, text, _ = engine_file(args.export, best.layout, work)
         write_output(args.out or "-", text, f"{args.export} config")
         return EXIT_OK
     if args.out:

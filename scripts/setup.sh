@@ -34,4 +34,11 @@ extra=""
 [ "$want_test" = 1 ] && extra="[dev]"
 echo "setup: installing the project into .venv (torch pinned by constraints.txt)"
 .venv/bin/python -m pip install -q --disable-pip-version-check -c constraints.txt -e ".${extra}"
+if [ "$want_test" = 1 ]; then
+  # torchtitan's config classes read the exported torchtitan configs back in the tests. Its
+  # package requires datasets, wandb and tensorboard for training, which reading a config does
+  # not use: install it (and the one module its configs import) without them.
+  .venv/bin/python -m pip install -q --disable-pip-version-check -c constraints.txt --no-deps \
+    torchtitan==0.3.0 spmd_types==0.2.3
+fi
 echo "setup: done"

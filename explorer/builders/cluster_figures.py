@@ -4,8 +4,6 @@ layout's engine config as the text of a file. No Streamlit here."""
 
 from __future__ import annotations
 
-import json
-import shlex
 from typing import TYPE_CHECKING, Sequence
 
 import pandas as pd
@@ -17,9 +15,8 @@ if TYPE_CHECKING:
     from partitioner.pipeline.simulate import Simulation
 
 from partitioner.cluster import ClusterPlan, Collective, Layout, LayoutResult, Workload
-from partitioner.interop.engines import ENGINES, to_deepspeed, to_megatron, to_torchtitan, toml_text
 
-__all__ = ["pareto_figure", "memory_figure", "time_figure", "layouts_table", "engine_file", "CLOUD_PER_SIZE",
+__all__ = ["pareto_figure", "memory_figure", "time_figure", "layouts_table", "CLOUD_PER_SIZE",
            "MEMORY_KINDS", "collectives_table", "rank_memory_figure", "rank_stash"]
 
 GiB = 2**30
@@ -122,18 +119,6 @@ def layouts_table(results: Sequence[LayoutResult], train_tokens: float | None = 
             row["train_usd"] = r.cost_per_million_tokens * train_tokens / 1e6
         rows.append(row)
     return pd.DataFrame(rows)
-
-
-def engine_file(engine: str, layout: Layout, work: Workload) -> tuple[str, str, str]:
-    """(file name, text, MIME type) of ``layout`` as ``engine``'s config: torchtitan's TOML,
-    Megatron-LM's command-line arguments (one shell line), DeepSpeed's JSON."""
-    if engine not in ENGINES:
-        raise ValueError(f"engine must be one of {', '.join(ENGINES)} (got {engine!r})")
-    if engine == "torchtitan":
-        return "torchtitan.toml", toml_text(to_torchtitan(layout, work)), "application/toml"
-    if engine == "megatron":
-        return "megatron_args.txt", " ".join(shlex.quote(a) for a in to_megatron(layout, work)) + "\n", "text/plain"
-    return "deepspeed.json", json.dumps(to_deepspeed(layout, work), indent=2) + "\n", "application/json"
 
 
 TIMELINE_ACTIONS = 2048  # stages x microbatches drawn at most (a Plotly bar per action)

@@ -13,13 +13,13 @@ from explorer import graph_panels, panels, state
 from explorer.builders import cluster_figures
 from explorer.builders.text import md
 from partitioner import Graph, cluster, format_bytes, format_seconds
-from partitioner.interop.engines import ENGINES
+from partitioner.interop.engines import ENGINES, engine_file
 
 GiB = 2**30
 MIN_CUT = "cl_min_cut"  # session state: graph fingerprint -> measured min-cut shares
 MIN_CUT_BUDGETS = (0.0, 0.25, 0.5, 0.75)
-ENGINE_LABELS = {"torchtitan": "torchtitan (TOML)", "megatron": "Megatron-LM (arguments)",
-                 "deepspeed": "DeepSpeed (JSON)"}
+ENGINE_LABELS = {"torchtitan": "torchtitan up to 0.2 (TOML)", "torchtitan-args": "torchtitan 0.3 (arguments)",
+                 "megatron": "Megatron-LM (arguments)", "deepspeed": "DeepSpeed (JSON)"}
 
 
 @st.cache_data(max_entries=8, show_spinner=False)
@@ -228,7 +228,7 @@ def _render_layout(chosen: cluster.LayoutResult, work: cluster.Workload, target:
             st.caption("Inference layouts are exported with the training engines' parallelism settings.")
         cols = st.columns(len(ENGINES))
         for col, engine in zip(cols, ENGINES):
-            name, text, mime = cluster_figures.engine_file(engine, chosen.layout, work)
+            name, text, mime = engine_file(engine, chosen.layout, work)
             col.download_button(f"{ENGINE_LABELS.get(engine, engine)} config", text, file_name=name, mime=mime,
                                 key=f"cl_dl_{engine}")
 

@@ -1,43 +1,62 @@
 """A cluster layout as the configuration the training engines read: torchtitan's job config
-sections (TOML), Megatron-LM's command-line arguments and DeepSpeed's JSON config.
+sections (the TOML file of torchtitan up to 0.2) and its command-line overrides (torchtitan 0.3,
+whose configs are Python and whose command line tyro parses), Megatron-LM's command-line
+arguments and DeepSpeed's JSON config.
 
-Field names follow each tool's own documentation (torchtitan ``[parallelism]``,
-``[activation_checkpoint]``, ``[training]``; Megatron-LM ``arguments.py``; DeepSpeed's config
-JSON). Where a tool lacks a setting the note says so: torchtitan shards data parallelism with
-FSDP (ZeRO-3) or replicates it (DDP), and has no ZeRO-1/2.
+Field names are each tool's own (torchtitan's ``ParallelismConfig``, ``TrainingConfig`` and
+activation-checkpointing configs; Megatron-LM ``arguments.py``; DeepSpeed's config JSON); the
+tests read the exports back with torchtitan's dataclasses and tyro, and with DeepSpeed's
+``DeepSpeedConfig``. Where a tool lacks a setting the note says so: torchtitan shards data
+parallelism with FSDP, ZeRO-3 (parameters resharded after the forward) or ZeRO-2 (kept until the
+backward: ``fsdp_reshard_after_forward = "never"``), or replicates it (DDP); it has no ZeRO-1.
+
+Batches: without pipeline stages a data-parallel rank runs ``microbatch_size`` sequences a pass
+and accumulates gradients up to the global batch (torchtitan's ``local_batch_size`` and
+``global_batch_size``); with stages its whole share is split into pipeline microbatches.
 """
 
 from __future__ import annotations
 
+import json
+import shlex
 from typing import Any
 
 from partitioner.cluster.layouts import Layout, Workload
+from partitioner.errors import PartitionError
 
-__all__ = ["to_torchtitan", "to_megatron", "to_deepspeed", "ENGINES", "toml_text"]
+__all__ = ["to_torchtitan", "to_torchtitan_args", "to_megatron", "to_deepspeed", "ENGINES", "toml_text",
+           "engine_file"]
 
 _TITAN_SCHEDULES = {"gpipe": "GPipe", "1f1b": "1F1B", "interleaved_1f1b": "Interleaved1F1B"}
 
 
 def to_torchtitan(layout: Layout, workload: Workload) -> dict[str, Any]:
-    sharded = layout.zero == 3
-    config: dict[str, Any] = {
-        "parallelism": {
-            "data_parallel_replicate_degree": 1 if sharded else layout.dp,
-            "data_parallel_shard_degree": layout.dp if sharded else 1,
-            "tensor_parallel_degree": layout.tp,
-            "pipeline_parallel_degree": layout.pp,
-            "expert_parallel_degree": layout.ep,
-        },
-        "activation_checkpoint": _titan_checkpoint(layout),
-        "training": {"local_batch_size": workload.global_batch // layout.dp, "seq_len": workload.seq_len},
+    """The layout as torchtitan's config sections (its TOML file up to 0.2; the same fields as 0.3's dataclasses)."""
+    sharded = layout.zero in (2, 3)
+    per_replica = workload.global_batch // layout.dp
+    parallelism: dict[str, Any] = {
+        "data_parallel_replicate_degree": 1 if sharded else layout.dp,
+        "data_parallel_shard_degree": layout.dp if sharded else 1,
+        "tensor_parallel_degree": layout.tp,
+        "pipeline_parallel_degree": layout.pp,
+        "expert_parallel_degree": layout.ep,
     }
+    if sharded and layout.dp > 1:
+        parallelism["fsdp_reshard_after_forward"] = "always" if layout.zero == 3 else "never"
     if layout.pp > 1:
-        config["parallelism"]["pipeline_parallel_schedule"] = _TITAN_SCHEDULES[layout.schedule]
-        config["parallelism"]["pipeline_parallel_microbatch_size"] = layout.microbatch_size
+        parallelism["pipeline_parallel_schedule"] = _TITAN_SCHEDULES[layout.schedule]
+        parallelism["pipeline_parallel_microbatch_size"] = layout.microbatch_size
+    config: dict[str, Any] = {
+        "parallelism": parallelism,
+        "activation_checkpoint": _titan_checkpoint(layout),
+        "training": {"local_batch_size": per_replica if layout.pp > 1 else layout.microbatch_size,
+                     "global_batch_size": workload.global_batch, "seq_len": workload.seq_len,
+                     "mixed_precision_param": "bfloat16" if workload.element_bytes == 2 else "float32"},
+    }
     if layout.recompute.startswith("min-cut-"):
         config["compile"] = {"enable": True}  # memory_budget mode runs under torch.compile
-    if layout.zero in (1, 2):
-        config["note"] = f"torchtitan has no ZeRO-{layout.zero}: data parallelism is replicated (DDP) here"
+    if layout.zero == 1:
+        config["note"] = "torchtitan has no ZeRO-1: data parallelism is replicated (DDP) here"
     return config
 
 
@@ -45,6 +64,28 @@ def _titan_checkpoint(layout: Layout) -> dict[str, Any]:
     if layout.recompute.startswith("min-cut-"):  # torch.compile's activation_memory_budget: the same min-cut
         return {"mode": "memory_budget", "memory_budget": float(layout.recompute.removeprefix("min-cut-"))}
     return {"mode": "full" if layout.recompute == "full" else "none"}
+
+
+def to_torchtitan_args(layout: Layout, workload: Workload) -> list[str]:
+    """The layout as torchtitan 0.3's command-line overrides, after ``--module M --config C``:
+    ``--section.field value`` for every field of :func:`to_torchtitan`, then the activation
+    checkpointing choice as tyro's subcommand (``activation_checkpoint:full``, ``:none`` or
+    ``:memory-budget`` with its budget)."""
+    config = to_torchtitan(layout, workload)
+    args: list[str] = []
+    for section in ("parallelism", "training", "compile"):
+        for key, value in config.get(section, {}).items():
+            if isinstance(value, bool):
+                args.append(f"--{section}.{key}" if value else f"--{section}.no-{key}")
+            else:
+                args += [f"--{section}.{key}", str(value)]
+    checkpoint = config["activation_checkpoint"]
+    if checkpoint["mode"] == "memory_budget":
+        args += ["activation_checkpoint:memory-budget", "--activation_checkpoint.memory_budget",
+                 str(checkpoint["memory_budget"])]
+    else:
+        args.append(f"activation_checkpoint:{checkpoint['mode']}")
+    return args
 
 
 def to_megatron(layout: Layout, workload: Workload) -> list[str]:
@@ -94,4 +135,18 @@ def toml_text(config: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-ENGINES = {"torchtitan": to_torchtitan, "megatron": to_megatron, "deepspeed": to_deepspeed}
+ENGINES = {"torchtitan": to_torchtitan, "torchtitan-args": to_torchtitan_args, "megatron": to_megatron,
+           "deepspeed": to_deepspeed}
+
+
+def engine_file(engine: str, layout: Layout, workload: Workload) -> tuple[str, str, str]:
+    """(file name, text, MIME type) of ``layout`` as ``engine``'s config: torchtitan's TOML, its
+    0.3 overrides or Megatron-LM's arguments (one shell line each), DeepSpeed's JSON."""
+    if engine not in ENGINES:
+        raise PartitionError(f"engine must be one of {', '.join(ENGINES)} (got {engine!r})")
+    if engine == "torchtitan":
+        return "torchtitan.toml", toml_text(to_torchtitan(layout, workload)), "application/toml"
+    if engine in ("torchtitan-args", "megatron"):
+        args = ENGINES[engine](layout, workload)
+        return f"{engine.replace('-', '_')}.txt", " ".join(shlex.quote(a) for a in args) + "\n", "text/plain"
+    return "deepspeed.json", json.dumps(to_deepspeed(layout, workload), indent=2) + "\n", "application/json"

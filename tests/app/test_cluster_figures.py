@@ -12,6 +12,7 @@ import pytest
 
 from explorer.builders import cluster_figures
 from partitioner import cluster, format_seconds
+from partitioner.interop.engines import engine_file
 from partitioner.cluster.search import _simulator
 
 GiB = 2**30
@@ -108,15 +109,15 @@ def test_layouts_table_keeps_numbers_as_numbers(found):
 def test_engine_files_parse_back(found):
     layout = cluster.Layout(dp=4, tp=2, pp=2, microbatch_size=2, schedule="1f1b", zero=3, recompute="full")
     work = cluster.Workload(global_batch=32, seq_len=1024)
-    name, text, _ = cluster_figures.engine_file("torchtitan", layout, work)
+    name, text, _ = engine_file("torchtitan", layout, work)
     assert name.endswith(".toml") and "data_parallel_shard_degree = 4" in text
     assert 'pipeline_parallel_schedule = "1F1B"' in text
-    name, text, _ = cluster_figures.engine_file("megatron", layout, work)
+    name, text, _ = engine_file("megatron", layout, work)
     assert text.split()[:4] == ["--tensor-model-parallel-size", "2", "--pipeline-model-parallel-size", "2"]
-    name, text, _ = cluster_figures.engine_file("deepspeed", layout, work)
+    name, text, _ = engine_file("deepspeed", layout, work)
     assert json.loads(text)["zero_optimization"]["stage"] == 3 and json.loads(text)["gradient_accumulation_steps"] == 4
     with pytest.raises(ValueError, match="engine must be one of"):
-        cluster_figures.engine_file("colossal", layout, work)
+        engine_file("colossal", layout, work)
 
 
 def test_the_builders_import_no_streamlit():

@@ -63,3 +63,77 @@ def test_deepspeed_reads_the_exported_configs_as_meant():
         assert (train, micro, stage, bf) == (batch, mb, zero, bf16)
         assert accumulate == batch // (dp * mb)  # DeepSpeed's rule holds: batch = micro x steps x dp
     assert "train_batch_size is not equal to micro_batch_per_gpu * gradient_acc_step * world_size" in bad
+
+
+# torchtitan 0.3's own readers: its config dataclasses (keyword-only, slotted: an unknown or
+# misspelt field is a TypeError; __post_init__ checks values) and tyro, which parses its command
+# line, with torchtitan's own parsing rules registered (ConfigManager). The job here holds the
+# sections a layout sets, typed as torchtitan's Trainer.Config types them.
+TITAN_READER = textwrap.dedent("""
+    import dataclasses, json, sys, tomllib
+    import tyro
+    from torchtitan.config import CompileConfig, ConfigManager, ParallelismConfig, TrainingConfig
+    from torchtitan.config.manager import custom_registry
+    from torchtitan.distributed import activation_checkpoint as ac
+    from partitioner import cluster
+    from partitioner.interop.engines import to_torchtitan, to_torchtitan_args, toml_text
+
+    @dataclasses.dataclass
+    class Job:
+        training: TrainingConfig = dataclasses.field(default_factory=TrainingConfig)
+        parallelism: ParallelismConfig = dataclasses.field(default_factory=ParallelismConfig)
+        activation_checkpoint: ac.ActivationCheckpointingConfig = dataclasses.field(
+            default_factory=ac.SelectiveAC.Config)
+        compile: CompileConfig = dataclasses.field(default_factory=CompileConfig)
+
+    ConfigManager()  # registers torchtitan's parsing rules with tyro
+    CHECKPOINTS = {"none": type(None), "full": ac.FullAC.Config, "memory_budget": ac.MemoryBudgetAC.Config}
+
+    def fields(obj):
+        return {f.name: getattr(obj, f.name) for f in dataclasses.fields(obj)} if obj is not None else None
+
+    out = []
+    for dp, tp, pp, mb, sched, zero, rc, batch in json.loads(sys.argv[1]):
+        lay = cluster.Layout(dp=dp, tp=tp, pp=pp, microbatch_size=mb, schedule=sched, zero=zero, recompute=rc)
+        work = cluster.Workload(global_batch=batch, seq_len=2048)
+        sections = tomllib.loads(toml_text(to_torchtitan(lay, work)))
+        from_toml = {"parallelism": fields(ParallelismConfig(**sections["parallelism"])),
+                     "training": fields(TrainingConfig(**sections["training"]))}
+        job = tyro.cli(Job, args=to_torchtitan_args(lay, work), registry=custom_registry)
+        mode = sections["activation_checkpoint"]["mode"]
+        assert isinstance(job.activation_checkpoint, CHECKPOINTS[mode]), (mode, job.activation_checkpoint)
+        out.append({"toml": from_toml, "args": {"parallelism": fields(job.parallelism),
+                                                "training": fields(job.training)},
+                    "budget": getattr(job.activation_checkpoint, "memory_budget", None),
+                    "compile": job.compile.enable})
+    print(json.dumps(out))
+""")
+
+TITAN_CASES = [(4, 2, 2, 2, "1f1b", 0, "full", 64), (8, 1, 1, 2, "none", 3, "none", 64),
+               (2, 4, 1, 1, "none", 2, "min-cut-0.5", 16), (1, 8, 4, 1, "interleaved_1f1b", 0, "none", 32)]
+
+
+def test_torchtitan_reads_the_exported_configs_as_meant():
+    done = subprocess.run([sys.executable, "-c", TITAN_READER, json.dumps(TITAN_CASES)],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    for (dp, tp, pp, mb, sched, zero, rc, batch), got in zip(TITAN_CASES, json.loads(done.stdout.splitlines()[-1])):
+        assert got["toml"] == got["args"]  # the TOML and the command line say the same
+        par, train = got["args"]["parallelism"], got["args"]["training"]
+        shard = zero in (2, 3)
+        assert (par["data_parallel_shard_degree"], par["data_parallel_replicate_degree"]) == \
+            ((dp, 1) if shard else (1, dp))
+        assert (par["tensor_parallel_degree"], par["pipeline_parallel_degree"]) == (tp, pp)
+        if shard and dp > 1:  # ZeRO-3 reshards after the forward; ZeRO-2 keeps them to the backward
+            assert par["fsdp_reshard_after_forward"] == ("always" if zero == 3 else "never")
+        # torchtitan's batch rule: a rank's local batch, accumulated (or split into pipeline
+        # microbatches) up to the global batch over the data-parallel ranks.
+        assert train["global_batch_size"] == batch and train["seq_len"] == 2048
+        if pp > 1:
+            assert train["local_batch_size"] == batch // dp
+            assert train["local_batch_size"] % par["pipeline_parallel_microbatch_size"] == 0  # Trainer.Config's rule
+            assert par["pipeline_parallel_schedule"] == {"1f1b": "1F1B", "interleaved_1f1b": "Interleaved1F1B"}[sched]
+        else:
+            assert train["local_batch_size"] == mb and batch % (mb * dp) == 0
+        assert got["budget"] == (0.5 if rc == "min-cut-0.5" else None)
+        assert got["compile"] == rc.startswith("min-cut")  # Trainer.Config: a memory budget needs compile
