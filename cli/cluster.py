@@ -158,26 +158,6 @@ def _with_min_cut(args: argparse.Namespace, graph: Any, prof: cluster.ModelProfi
     return prof
 
 
-def _local_cluster(devices: int, gpu: bool, accelerator: str) -> cluster.Cluster:
-    """This machine as the planner sees it: the accelerator preset on GPUs; on CPUs the "cpu"
-    device preset of :mod:`partitioner.devices` (its peak FLOP/s, memory bandwidth and link)."""
-    if gpu:
-        return cluster.cluster(accelerator, max(1, devices), headroom_bytes=0)
-    from partitioner.device_profile import find_profile
-    from partitioner.devices import PRESETS
-
-    measured = find_profile("local")  # this machine, as `partition-explorer calibrate` measured it
-    if measured is not None:
-        acc, link = cluster.from_profile(measured)
-        return cluster.Cluster(acc, max(1, devices), link, link, headroom_bytes=0)
-
-    cpu = PRESETS["cpu"]
-    acc = cluster.Accelerator("local-cpu", cpu["memory_bytes"], cpu["peak_flops"],
-                              cpu["memory_bandwidth_bytes_per_s"], 0.0)
-    link = cluster.Link("local", cpu["link_bandwidth_bytes_per_s"], 5e-6)
-    return cluster.Cluster(acc, max(1, devices), link, link, headroom_bytes=0)
-
-
 def run_layout(args: argparse.Namespace, graph: Any, prof: cluster.ModelProfile) -> int:
     """``--run``: one training step of the layout on local processes beside the prediction."""
     import sys
@@ -196,7 +176,7 @@ def run_layout(args: argparse.Namespace, graph: Any, prof: cluster.ModelProfile)
     result = run_composed(picklable(graph.graph_module), inputs, layout, timeout_s=args.timeout,
                           progress=None if quiet else (lambda text: print(f"  {text}", file=sys.stderr)))
     work = cluster.Workload("training", max(1, prof.tokens0 // prof.seq0), prof.seq0, prof.element_bytes, "none")
-    target = _local_cluster(layout.devices, result.backend == "nccl", args.accelerator)
+    target = cluster.local_cluster(layout.devices, result.backend == "nccl", args.accelerator)
     predicted = cluster.evaluate(prof, work, target, layout, _simulator())
     states = predicted.memory["weights"] + predicted.memory["gradients"]
     rows = [[str(r.rank), (f"pp={r.pp} " if layout.pp > 1 else "") + f"dp={r.dp} tp={r.tp}", format_bytes(r.parameter_bytes), format_bytes(r.gradient_bytes),

@@ -4,7 +4,7 @@ layout's engine config as the text of a file. No Streamlit here."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 import pandas as pd
 import plotly.graph_objects as go
@@ -17,7 +17,7 @@ if TYPE_CHECKING:
 from partitioner.cluster import ClusterPlan, Collective, Layout, LayoutResult, Workload
 
 __all__ = ["pareto_figure", "memory_figure", "time_figure", "layouts_table", "CLOUD_PER_SIZE",
-           "MEMORY_KINDS", "collectives_table", "rank_memory_figure", "rank_stash"]
+           "MEMORY_KINDS", "collectives_table", "rank_memory_figure", "rank_stash", "run_figure", "run_table"]
 
 GiB = 2**30
 CLOUD_PER_SIZE = 200  # grey points drawn at each device count (thinned evenly over step time)
@@ -198,3 +198,34 @@ def rank_memory_figure(r: LayoutResult, capacity_bytes: int) -> go.Figure | None
                       yaxis_title="memory (GiB)", xaxis_title="pipeline rank (each with tp x dp devices alike)",
                       height=400)
     return fig
+
+
+def run_figure(predicted: LayoutResult, measured_step_s: float) -> go.Figure:
+    """A real run's step beside the prediction for this machine, the prediction stacked by cause
+    (compute, each communication, bubble) as the time chart splits it; the error in the title."""
+    fig = go.Figure()
+    for cause, seconds in predicted.parts_s.items():
+        if seconds > 0:
+            fig.add_trace(go.Bar(x=["predicted"], y=[seconds], name=cause,
+                                 hovertemplate=f"{cause}: %{{y:.4g}} s<extra></extra>"))
+    fig.add_trace(go.Bar(x=["measured"], y=[measured_step_s], name="measured step", marker_color="#333333",
+                         hovertemplate="measured: %{y:.4g} s<extra></extra>"))
+    error = (measured_step_s - predicted.step_s) / predicted.step_s if predicted.step_s else float("inf")
+    fig.update_layout(barmode="stack", height=400, yaxis_title="time per step (s)", xaxis_title="",
+                      title=f"One training step, predicted against measured: {predicted.layout.label()} "
+                            f"(measured {error:+.0%} against predicted)")
+    return fig
+
+
+def run_table(predicted: LayoutResult, ranks: Sequence[Any]) -> pd.DataFrame:
+    """Each rank's mesh place and the parameter and gradient bytes it held, beside the predicted
+    weights and gradients a device holds, with the error."""
+    states = predicted.memory.get("weights", 0.0) + predicted.memory.get("gradients", 0.0)
+    rows = []
+    for r in ranks:
+        rows.append({"rank": r.rank, "mesh": (f"pp={r.pp} " if predicted.layout.pp > 1 else "") + f"dp={r.dp} tp={r.tp}",
+                     "parameters held": format_bytes(r.parameter_bytes), "gradients held": format_bytes(r.gradient_bytes),
+                     "predicted": format_bytes(states),
+                     "error": f"{(r.memory_bytes - states) / states:+.1%}" if states else "-",
+                     "step": format_seconds(r.step_s)})
+    return pd.DataFrame(rows)

@@ -18,6 +18,7 @@ from partitioner.interop.engines import ENGINES, engine_file
 GiB = 2**30
 MIN_CUT = "cl_min_cut"  # session state: graph fingerprint -> measured min-cut shares
 MIN_CUT_BUDGETS = (0.0, 0.25, 0.5, 0.75)
+RUNS = "cl_runs"  # session state: (graph fingerprint, layout) -> the composed run
 ENGINE_LABELS = {"torchtitan": "torchtitan up to 0.2 (TOML)", "torchtitan-args": "torchtitan 0.3 (arguments)",
                  "megatron": "Megatron-LM (arguments)", "deepspeed": "DeepSpeed (JSON)"}
 
@@ -174,7 +175,7 @@ def _render_table(found: cluster.ClusterPlan, work: cluster.Workload) -> cluster
         "usd_per_million_tokens": st.column_config.NumberColumn("$ / M tokens", format="%.3g"),
         "train_days": st.column_config.NumberColumn("training (days)", format="%.1f"),
         "train_usd": st.column_config.NumberColumn("training ($)", format="%.0f")})
-    labels = [f"{r.devices} devices: {r.layout.label()}" for r in best]
+    labels = [f"{r.devices} device{'s' if r.devices != 1 else ''}: {r.layout.label()}" for r in best]
     return best[labels.index(st.selectbox("Open a layout", labels, key="cl_open"))]
 
 
@@ -187,8 +188,8 @@ def _render_layout(chosen: cluster.LayoutResult, work: cluster.Workload, target:
     left, right = st.columns(2)
     left.plotly_chart(cluster_figures.memory_figure(chosen, capacity), key="cl_memory")
     right.plotly_chart(cluster_figures.time_figure(chosen, not training), key="cl_time")
-    schedule, memory, comms, dag, export = st.tabs(["Pipeline schedule", "Memory per rank", "Collectives",
-                                                    "Stage DAG", "Export"])
+    schedule, memory, comms, dag, export, here = st.tabs(["Pipeline schedule", "Memory per rank", "Collectives",
+                                                          "Stage DAG", "Export", "Run it here"])
     with schedule:
         timeline = cluster_figures.layout_timeline(chosen) if training else None
         if timeline is not None:
@@ -231,6 +232,95 @@ def _render_layout(chosen: cluster.LayoutResult, work: cluster.Workload, target:
             name, text, mime = engine_file(engine, chosen.layout, work)
             col.download_button(f"{ENGINE_LABELS.get(engine, engine)} config", text, file_name=name, mime=mime,
                                 key=f"cl_dl_{engine}")
+    with here:
+        if training:
+            _run_here(chosen.layout, graph, prof)
+        else:
+            st.caption("Runs here are training steps: choose training above.")
+
+
+def _runnable(lay: cluster.Layout, graph: Graph) -> tuple[cluster.Layout | None, str]:
+    """The layout as this machine can run it (:func:`partitioner.cluster.compose.run_layout`): the
+    same tensor and pipeline degrees, ZeRO stage and schedule, data parallelism reduced to the
+    processes this machine runs and the traced example's rows, microbatches that divide the
+    example, no recomputation; or None and why not."""
+    from partitioner.runtime.launch import MAX_LOCAL_PROCESSES
+
+    inputs = graph.example_inputs or ()
+    if graph.graph_module is None or not inputs or not hasattr(inputs[0], "shape") or not inputs[0].dim():
+        return None, "the model has no traced example with a batch dimension to split"
+    if any(p.is_meta for p in graph.graph_module.parameters()):
+        return None, ("the model was built at full size on the meta device (shapes only, no weights): choose a "
+                      "smaller size in the sidebar (fewer layers, a smaller hidden size) so that it gets real weights")
+    if lay.ep > 1:
+        return None, "expert parallelism is not run here: open a layout with ep1"
+    if lay.pp > 1 and lay.schedule not in ("gpipe", "1f1b"):
+        return None, f"pipelines run here with gpipe or 1f1b (this layout uses {lay.schedule}): open another layout"
+    if lay.pp > 1 and lay.zero >= 2:
+        return None, f"pipelines run here with ZeRO 0 or 1 (this layout uses ZeRO-{lay.zero}): open another layout"
+    if lay.tp * lay.pp > MAX_LOCAL_PROCESSES:
+        return None, (f"tp{lay.tp} x pp{lay.pp} needs {lay.tp * lay.pp} processes and this machine runs at most "
+                      f"{MAX_LOCAL_PROCESSES}: open a layout with fewer tensor-parallel ranks or stages")
+    batch = int(inputs[0].shape[0])
+    dp = max(d for d in range(1, min(lay.dp, MAX_LOCAL_PROCESSES // (lay.tp * lay.pp)) + 1) if batch % d == 0)
+    share = batch // dp
+    mb = max(d for d in range(1, min(lay.microbatch_size, share) + 1) if share % d == 0)
+    return dataclasses.replace(lay, dp=dp, microbatch_size=mb, recompute="none", zero=lay.zero if dp > 1 else 0), ""
+
+
+def _run_here(chosen: cluster.Layout, graph: Graph, prof: cluster.ModelProfile) -> None:
+    """Run the opened layout's shape for one training step of the traced example on local
+    processes (a worker process per rank, with a time limit) and show it beside the prediction
+    for this machine (its calibrated profile when there is one)."""
+    from partitioner import PartitionError
+    from partitioner.cluster.compose import run_layout
+    from partitioner.cluster.search import _simulator
+
+    lay, why = _runnable(chosen, graph)
+    if lay is None:
+        st.info(f"Cannot run this layout here: {md(why)}.")
+        return
+    runs = st.session_state.setdefault(RUNS, {})
+    key = (graph.fingerprint(), lay)
+    if lay.label() != chosen.label():
+        st.caption(md(f"Runs {lay.label()}: {chosen.label()} on {lay.devices} processes and the traced example's "
+                      f"{int((graph.example_inputs or ())[0].shape[0])} rows (the same tensor-parallel and pipeline "
+                      "degrees, data parallelism and microbatches reduced to fit)."))
+    st.caption(md(f"Starts {lay.devices} processes on this machine (torch.distributed over gloo, started as torchrun "
+                  f"starts them), builds one (pp, dp, tp) device mesh and runs {lay.label()} for one training step "
+                  "of the traced example: tensor parallelism by DTensor's parallelize_module, data parallelism by "
+                  "FSDP's fully_shard (ZeRO 2, 3) or a gradient all-reduce, pipeline stages by torch's schedules. "
+                  "Outputs and gradients are checked against one process; the step is predicted for this machine."
+                  + ("" if lay.recompute == chosen.recompute else " Recomputation is not run here.")))
+    too_many = panels.too_many_processes(lay.devices)
+    if too_many:
+        st.info(f"Cannot run this layout here: {md(too_many)}.")
+    if st.button("Run this layout", key="cl_run", disabled=bool(too_many), help=too_many):
+        try:
+            done = panels.run_with_status(lambda progress: run_layout(
+                graph.graph_module, graph.example_inputs or (), lay, timeout_s=180, progress=progress))
+        except PartitionError as exc:  # a model the composed run refuses (a layer it cannot split): named
+            st.error(f"Cannot run this layout: {md(exc)}")
+            done = None
+        if done is not None:
+            runs[key] = done
+    result = runs.get(key)
+    if result is None:
+        return
+    work = cluster.Workload("training", max(1, prof.tokens0 // prof.seq0), prof.seq0, prof.element_bytes, "none")
+    target = cluster.local_cluster(lay.devices, result.backend == "nccl")
+    predicted = cluster.evaluate(prof, work, target, lay, _simulator())
+    good = result.outputs_equal and result.gradients_equal and result.loss_equal is not False
+    (st.success if good else st.error)(md(
+        f"Outputs {'equal' if result.outputs_equal else 'differ from'} one process's and gradients "
+        f"{'equal' if result.gradients_equal else 'differ'} (max difference {result.max_abs_diff:.2g})"
+        + (f": {result.mismatch}" if result.mismatch else "") + f". Measured {format_seconds(result.step_s)} a step "
+        f"(the slowest rank), predicted {format_seconds(predicted.step_s)} on {target.accelerator.name}."))
+    st.plotly_chart(cluster_figures.run_figure(predicted, result.step_s), key="cl_run_chart")
+    st.dataframe(cluster_figures.run_table(predicted, result.ranks), hide_index=True, width="stretch")
+    st.caption("Held: the parameter and gradient shards each rank holds after the step (activations are freed by "
+               "then); predicted: the planner's weights and gradients a device. `partition-explorer calibrate` "
+               "measures this machine so that the prediction uses its own speeds.")
 
 
 def _stage_dag(chosen: cluster.LayoutResult, graph: Graph, target: cluster.Cluster) -> None:

@@ -17,7 +17,7 @@ from partitioner.errors import PartitionError
 if TYPE_CHECKING:
     from partitioner.device_profile import DeviceProfile
 
-__all__ = ["Accelerator", "Link", "Cluster", "ACCELERATORS", "LINKS", "cluster", "from_profile"]
+__all__ = ["Accelerator", "Link", "Cluster", "ACCELERATORS", "LINKS", "cluster", "from_profile", "local_cluster"]
 
 
 @dataclass(frozen=True)
@@ -126,3 +126,22 @@ def cluster(accelerator: str, devices_per_node: int = 8, intra: str | None = Non
         if name not in LINKS:
             raise PartitionError(f"unknown link {name!r}; choose one of {', '.join(LINKS)}")
     return Cluster(acc, devices_per_node, LINKS[intra], LINKS[inter], headroom_bytes)
+
+
+def local_cluster(devices: int, gpu: bool = False, accelerator: str = "h100-80gb") -> Cluster:
+    """This machine as the planner sees it, for runs on its local processes: the ``accelerator``
+    preset on GPUs; on CPUs the profile ``partition-explorer calibrate`` measured here, else the
+    "cpu" device preset of :mod:`partitioner.devices` (its peak FLOP/s, memory bandwidth and link)."""
+    if gpu:
+        return cluster(accelerator, max(1, devices), headroom_bytes=0)
+    from partitioner.device_profile import find_profile
+    from partitioner.devices import PRESETS
+
+    measured = find_profile("local")
+    if measured is not None:
+        acc, link = from_profile(measured)
+        return Cluster(acc, max(1, devices), link, link, headroom_bytes=0)
+    cpu = PRESETS["cpu"]
+    acc = Accelerator("local-cpu", cpu["memory_bytes"], cpu["peak_flops"], cpu["memory_bandwidth_bytes_per_s"], 0.0)
+    link = Link("local", cpu["link_bandwidth_bytes_per_s"], 5e-6)
+    return Cluster(acc, max(1, devices), link, link, headroom_bytes=0)

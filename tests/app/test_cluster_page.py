@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from app_helpers import charts, errors, shown, start
 from streamlit.testing.v1 import AppTest
 
@@ -122,3 +123,33 @@ def test_an_opened_pipeline_layout_shows_its_ranks_collectives_and_stage_dag():
     assert not at.exception and not errors(at)
     assert any(f"stages on {pp} pipeline ranks" in shown(c.value) for c in at.caption)
     assert charts(at)[0] == 1  # the stage DAG, in the graph viewer
+
+
+def test_a_layout_that_cannot_run_here_says_why():
+    at = _page()  # the sample decoder at 512 sequences: dp far above this machine's processes
+    box = at.selectbox(key="cl_open")
+    box.set_value(next(o for o in box.options if " tp1 " not in o)).run()
+    assert not at.exception
+    reduced = [shown(c.value) for c in at.caption if shown(c.value).startswith("Runs ")]
+    assert reduced and "data parallelism and microbatches reduced to fit" in reduced[0]
+    at.button(key="cl_run").click().run(timeout=300)
+    assert not at.exception  # LayerNorms cannot be split by the composed run's tensor parallelism: said
+    assert any("Cannot run this layout" in e and "run this model with tp1" in e for e in errors(at))
+
+
+@pytest.mark.slow
+def test_run_this_layout_runs_a_pipeline_and_compares_it_with_the_prediction():
+    at = start()
+    at.selectbox(key="model").set_value("mlp").run()
+    at.switch_page("views/cluster.py").run()
+    box = at.selectbox(key="cl_open")
+    piped = next(o for o in box.options if " 1f1b " in o and "interleaved" not in o)
+    box.set_value(piped).run()
+    at.button(key="cl_run").click().run(timeout=600)
+    assert not at.exception and not errors(at)
+    assert any("Outputs equal one process's and gradients equal" in shown(s.value) for s in at.success)
+    figure = next(f for t, f in _figures(at).items() if t.startswith("One training step, predicted against measured"))
+    assert {trace["x"][0] for trace in figure["data"]} == {"predicted", "measured"}
+    table = next(df.value for df in at.dataframe if "mesh" in df.value.columns)
+    pp = int(piped.split(" pp")[1].split()[0])
+    assert list(table["mesh"]) == [f"pp={k} dp=0 tp=0" for k in range(pp)]
