@@ -22,6 +22,7 @@ EXAMPLES = """examples:
   partition-explorer cluster hf:llama-3-70b --dtype bf16 --max-nodes 64 --export torchtitan --out titan.toml
   partition-explorer cluster gpt2_small --accelerator a100-40gb --max-nodes 1 --global-batch 64 --seq-len 1024
   partition-explorer cluster hf:mixtral-8x7b --dtype bf16 --inference --global-batch 16 --seq-len 2048 --generate 256
+  partition-explorer cluster hf:llama-3-70b --dtype bf16 --max-nodes 8 --open "dp4 tp8 pp2 1f1b mb1 zero1"
   partition-explorer cluster mlp --set n_layer=4 --set hidden=32 --run "dp2 tp2 zero3"
   partition-explorer cluster gpt2_small --max-nodes 1 --global-batch 64 --seq-len 1024 --min-cut-budgets 0.2,0.5
 
@@ -31,6 +32,10 @@ each runnable schedule), data parallelism with ZeRO 0-3, recomputation none or f
 device follows the ZeRO paper's model-state formulas; time per step the roofline of the traced
 graph, ring collectives on the node's and the inter-node links, and the pipeline simulator.
 Prices are editable presets (--price-per-hour).
+
+--open LAYOUT prints one layout as the page opens it, whether or not it is among the best: its
+memory per device by kind, its time by cause and its collectives (count, size and time of each,
+on which link, and what hides them); its export follows with --export.
 
 --run LAYOUT runs one training step of that layout (dp x tp, ZeRO; words like "dp2 tp2 zero3
 mb4") on local processes with the model's example inputs instead of searching, checks outputs
@@ -66,7 +71,10 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
                    help="also search functorch's min-cut recomputation at these activation memory budgets "
                         "(0 to 1, e.g. 0.25,0.5), measured on the model's joint graph in a worker first")
     p.add_argument("--top", type=int, default=10, help="rows of the best-layouts table (default 10)")
-    p.add_argument("--export", choices=list(ENGINES), help="print the fastest layout as this engine's config")
+    p.add_argument("--open", metavar="LAYOUT",
+                   help='show one layout\'s memory, time and collectives, e.g. "dp4 tp8 pp2 1f1b mb1 zero1"')
+    p.add_argument("--export", choices=list(ENGINES),
+                   help="print the fastest layout (or the --open one) as this engine's config")
     p.add_argument("--out", metavar="FILE", help="write the answers as JSON (or the --export config) here")
     p.add_argument("--run", metavar="LAYOUT",
                    help='run this layout on local processes and compare with the plan, e.g. "dp2 tp2 zero3"')
@@ -120,8 +128,9 @@ def run(args: argparse.Namespace) -> int:
     print()
     print(format_table(["devices", "layout", step, "MFU", "memory/device", "limit", "$/M tokens"],
                        [_row(r, args.inference) for r in found.best(args.top)]))
+    opened = _open(args.open, prof, work, target) if args.open else None
     if args.export:
-        best = found.fastest
+        best = opened or found.fastest
         assert best is not None
         _, text, _ = engine_file(args.export, best.layout, work)
         write_output(args.out or "-", text, f"{args.export} config")
@@ -133,8 +142,36 @@ def run(args: argparse.Namespace) -> int:
                 "fastest": found.fastest.to_dict() if found.fastest else None,
                 "cheapest": found.cheapest.to_dict() if found.cheapest else None,
                 "pareto": [r.to_dict() for r in found.front], "best": [r.to_dict() for r in found.best(args.top)]}
+        if opened is not None:
+            data["opened"] = {**opened.to_dict(), "collectives": [
+                {**c.__dict__, "seconds": c.seconds} for c in cluster.collectives(prof, work, target, opened.layout)]}
         write_output(args.out, json.dumps(data, indent=2), "cluster plan")
     return EXIT_OK
+
+
+def _open(text: str, prof: cluster.ModelProfile, work: cluster.Workload,
+          target: cluster.Cluster) -> cluster.LayoutResult:
+    """``--open``: one layout's memory by kind, time by cause and collectives, printed."""
+    from partitioner.cluster.compose import parse_layout
+    from partitioner.cluster.search import _simulator
+
+    r = cluster.evaluate(prof, work, target, parse_layout(text), _simulator())
+    print()
+    print(f"{r.layout.label()} on {r.devices} x {target.accelerator.name}: {'fits' if r.fits else 'does NOT fit'}, "
+          f"{format_bytes(int(r.memory_bytes))} of {format_bytes(target.accelerator.memory_bytes)} a device; "
+          f"{format_seconds(r.step_s)} a {'step' if work.kind == 'training' else 'first token'}, limited by {r.limit}")
+    print("memory per device: " + ", ".join(f"{k.replace('_', ' ')} {format_bytes(int(v))}"
+                                            for k, v in r.memory.items()))
+    print("time by cause: " + ", ".join(f"{k} {format_seconds(v)}" for k, v in r.parts_s.items() if v > 0))
+    rows = [[c.name, f"{c.group} ({c.ranks})", c.link, c.phase, f"{c.count:,.0f}", format_bytes(int(c.bytes_each)),
+             format_seconds(c.seconds_each), format_seconds(c.seconds), c.overlap or "-"]
+            for c in cluster.collectives(prof, work, target, r.layout)]
+    if rows:
+        print(format_table(["collective", "group", "link", "when", "count", "size each", "time each", "total",
+                            "overlapped with"], rows))
+    else:
+        print("no collectives: one device")
+    return r
 
 
 def _with_min_cut(args: argparse.Namespace, graph: Any, prof: cluster.ModelProfile) -> cluster.ModelProfile:

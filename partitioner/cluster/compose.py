@@ -45,13 +45,13 @@ if TYPE_CHECKING:
 __all__ = ["ComposedRun", "RankReport", "run_layout", "parse_layout", "linear_pairs_plan"]
 
 SCHEDULE_NAMES = ("gpipe", "1f1b", "interleaved_1f1b")
-_TOKEN = re.compile(r"^(dp|tp|pp|mb|zero)=?(\d+)$")
+_TOKEN = re.compile(r"^(dp|tp|pp|ep|mb|zero)=?(\d+)$")
 _ELEMENTWISE = ("relu", "gelu", "silu", "tanh", "sigmoid", "dropout", "identity", "mish", "leaky_relu", "elu")
 
 
 def parse_layout(text: str, batch: int | None = None) -> Layout:
     """A layout from a short string: ``"dp2 tp2"``, ``"dp2 tp2 zero3 mb2"``, ``"dp=4,tp=1"``,
-    ``"pp2 1f1b"``, ``"recompute-full"``. Without ``mb`` and with ``batch`` (the example's rows),
+    ``"pp2 1f1b"``, ``"dp8 ep4"``, ``"recompute-full"``. Without ``mb`` and with ``batch`` (the example's rows),
     a replica's whole share is one microbatch; pipeline stages without a schedule run GPipe."""
     values: dict[str, Any] = {}
     for token in filter(None, re.split(r"[\s,]+", text.strip().lower())):
@@ -65,9 +65,9 @@ def parse_layout(text: str, batch: int | None = None) -> Layout:
             values["recompute"] = token[len("recompute-"):]
         else:
             raise PartitionError(
-                f"a layout is words like dp2 tp2 pp1 mb4 zero3 1f1b recompute-full (got {token!r} in {text!r}); "
+                f"a layout is words like dp2 tp2 pp1 ep1 mb4 zero3 1f1b recompute-full (got {token!r} in {text!r}); "
                 f"write e.g. \"dp2 tp2 zero3\"")
-    for key in ("dp", "tp", "pp", "microbatch_size"):
+    for key in ("dp", "tp", "pp", "ep", "microbatch_size"):
         if values.get(key, 1) < 1:
             raise PartitionError(f"{key} must be at least 1 (got {values[key]} in {text!r})")
     if values.get("zero", 0) not in (0, 1, 2, 3):

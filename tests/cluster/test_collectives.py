@@ -4,6 +4,7 @@ the counts are Megatron-LM's, GShard's and the ZeRO paper's, and the 2-layer MLP
 from __future__ import annotations
 
 import dataclasses
+import json
 
 import pytest
 from hypothesis import given, settings
@@ -88,3 +89,20 @@ def test_the_rows_sum_to_the_steps_communication(dp, tp, pp, mb, zero, rc, ep, m
     backward = 2 * r.parts_s["compute"] / (3 * m) + r.parts_s.get("recomputation", 0.0) / m
     assert r.parts_s["gradient reduction (exposed)"] == pytest.approx(max(0.0, groups.get("dp", 0.0) - backward),
                                                                      abs=1e-15)
+
+
+def test_the_command_line_opens_a_layout_with_its_collectives(tmp_path, capsys):
+    from cli.main import main
+
+    out = tmp_path / "plan.json"
+    assert main(["cluster", "mlp", "--max-nodes", "1", "--global-batch", "16", "--seq-len", "1",
+                 "--open", "dp2 tp2 pp2 1f1b mb2 zero1", "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "dp2 tp2 pp2 1f1b mb2 zero1 on 8 x h100-80gb" in printed and "all-reduce of the hidden state" in printed
+    opened = json.loads(out.read_text())["opened"]
+    groups = {c["group"] for c in opened["collectives"]}
+    assert groups == {"tp", "pp", "dp"}
+    tp = sum(c["seconds"] for c in opened["collectives"] if c["group"] == "tp")
+    assert tp == pytest.approx(opened["parts_s"]["tensor-parallel communication"])
+    assert main(["cluster", "mlp", "--max-nodes", "1", "--open", "dp2 tq2"]) == 2  # a misspelt word: exit 2
+    assert "a layout is words like" in capsys.readouterr().err
