@@ -168,7 +168,7 @@ def _open(text: str, prof: cluster.ModelProfile, work: cluster.Workload,
             for c in cluster.collectives(prof, work, target, r.layout)]
     if rows:
         print(format_table(["collective", "group", "link", "when", "count", "size each", "time each", "total",
-                            "overlapped with"], rows))
+                            "hidden behind"], rows))
     else:
         print("no collectives: one device")
     return r

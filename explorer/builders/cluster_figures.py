@@ -150,13 +150,13 @@ def layout_timeline(r: LayoutResult) -> go.Figure | None:
 
 def collectives_table(rows: Sequence[Collective]) -> pd.DataFrame:
     """One row a kind of communication (:func:`partitioner.cluster.collectives`), in words: the
-    group and its ranks, the link, how many a step (or a token), each one's size and time, their
+    group, its ranks and link, how many a step (or a token), each one's size and time, their
     total, and what hides them."""
     return pd.DataFrame([{
-        "collective": r.name, "group": f"{r.group} ({r.ranks} ranks)", "link": r.link, "when": r.phase,
+        "collective": r.name, "group": f"{r.group}: {r.ranks} ranks, {r.link}", "when": r.phase,
         "count": f"{r.count:,.0f}" if float(r.count).is_integer() else f"{r.count:,.2f}",
         "size each": format_bytes(r.bytes_each), "time each": format_seconds(r.seconds_each),
-        "total": format_seconds(r.seconds), "overlapped with": r.overlap or "nothing (on the critical path)"}
+        "total": format_seconds(r.seconds), "hidden behind": r.overlap or "nothing"}
         for r in rows])
 
 

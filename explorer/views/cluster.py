@@ -168,7 +168,11 @@ def _render_table(found: cluster.ClusterPlan, work: cluster.Workload) -> cluster
     training = work.kind == "training"
     table = cluster_figures.layouts_table(best, work.train_tokens if training else None)
     step = "step (s)" if training else "first token (s)"
-    st.dataframe(table, hide_index=True, column_config={
+    shown = [c for c in ("devices", "layout", "step_s", "mfu", "memory_gib", "limit", "usd_per_million_tokens",
+                         "train_days", "train_usd") if c in table.columns]  # dp, tp, ... are in the layout's name
+    st.dataframe(table, hide_index=True, column_order=shown, column_config={
+        "devices": st.column_config.NumberColumn("devices", width="small"),
+        "layout": st.column_config.TextColumn("layout", width="large"),
         "step_s": st.column_config.NumberColumn(step, format="%.3g"),
         "mfu": st.column_config.NumberColumn("MFU", format="percent"),
         "memory_gib": st.column_config.NumberColumn("memory/device (GiB)", format="%.1f"),
@@ -326,7 +330,7 @@ def _run_here(chosen: cluster.Layout, graph: Graph, prof: cluster.ModelProfile) 
 def _stage_dag(chosen: cluster.LayoutResult, graph: Graph, target: cluster.Cluster) -> None:
     """The traced graph cut into the layout's pipeline stages by the Pipeline page's splitter (on
     request: a large model's split takes seconds), drawn as a plan of stages."""
-    from partitioner import Device, PartitionError, pipeline
+    from partitioner import Device, InfeasibleError, PartitionError, pipeline
     from partitioner.pipeline.schedules import stages_per_rank
 
     lay = chosen.layout
@@ -339,19 +343,31 @@ def _stage_dag(chosen: cluster.LayoutResult, graph: Graph, target: cluster.Clust
                    "cuts the graph; the planner assumes equal layers a stage.")
         return
     acc = target.accelerator
-    room = graph.total_size_bytes * 8 + (1 << 30)  # room for any split: this draws the cut, not the fit
-    devices = [Device(f"rank {k}", int(room), k, acc.peak_flops, acc.memory_bandwidth_bytes_per_s,
-                      target.intra.bandwidth_bytes_per_s, acc.name) for k in range(lay.pp)]
+
+    def split(memory: int) -> tuple[Any, Any]:
+        devices = [Device(f"rank {k}: tp{lay.tp} x {acc.name}", memory, k, acc.peak_flops * lay.tp,
+                          acc.memory_bandwidth_bytes_per_s * lay.tp, target.intra.bandwidth_bytes_per_s, acc.name)
+                   for k in range(lay.pp)]
+        cut = pipeline.plan(graph, devices, stages=stages, microbatches=max(chosen.microbatches, lay.pp),
+                            schedule=lay.schedule)
+        return cut, cut.as_plan(graph, devices, target.intra.bandwidth_bytes_per_s)
+
+    note = ""
     try:
         with st.spinner("Cutting the graph into stages..."):
-            split = pipeline.plan(graph, devices, stages=stages, microbatches=max(chosen.microbatches, lay.pp),
-                                  schedule=lay.schedule, training="adam")
-            stage_plan = split.as_plan(graph, devices, target.intra.bandwidth_bytes_per_s)
+            try:  # a stage on its tensor-parallel group: tp devices' memory and speed
+                cut, stage_plan = split(acc.memory_bytes * lay.tp)
+            except InfeasibleError:  # the weights as traced exceed it: draw the cut all the same
+                cut, stage_plan = split(graph.total_size_bytes * 2 + (1 << 30))
+                group = format_bytes(acc.memory_bytes * lay.tp)
+                note = (f" A stage's weights as traced exceed its tp{lay.tp} group's {group}, so the boxes are measured against room for any cut (the layout itself shards "
+                        "them further with ZeRO and counts them in its own precision).")
     except PartitionError as exc:
         st.error(f"Cannot cut the graph into {stages} stages: {md(exc)}")
         return
-    st.caption(md(f"{stages} stages on {lay.pp} pipeline ranks ({', '.join(str(len(s)) for s in split.stages)} "
-                  "nodes a stage), one forward pass of the traced example."))
+    st.caption(md(f"{stages} stages on {lay.pp} pipeline ranks ({', '.join(f'{len(s):,}' for s in cut.stages)} "
+                  f"nodes a stage), one forward pass of the traced example; each rank is its tensor-parallel group "
+                  f"of {lay.tp} devices (their memory and speed together).{note}"))
     graph_panels.render_dag(stage_plan, graph, key="cluster")
 
 

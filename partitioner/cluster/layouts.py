@@ -321,7 +321,7 @@ class Collective:
     count: float  # per step (or per token: see ``phase``)
     bytes_each: float
     seconds_each: float
-    phase: str  # "forward and backward", "once a step", "prefill", "each token"
+    phase: str  # "forward + backward", "once a step", "prefill", "each token"
     overlap: str = ""  # what it is overlapped with, if anything
 
     @property
@@ -361,23 +361,23 @@ def collectives(p: ModelProfile, w: Workload, c: Cluster, lay: Layout) -> list[C
     if lay.tp > 1:  # each microbatch, each layer of the stage: 2 in the forward, 2 in the backward
         rows.append(Collective("all-reduce of the hidden state", "tp", lay.tp, intra.name, m * 4 * layers_per_stage,
                                hidden_mb, ring_allreduce_s(hidden_mb, lay.tp, intra.bandwidth_bytes_per_s,
-                                                           intra.latency_s), "forward and backward"))
+                                                           intra.latency_s), "forward + backward"))
     if lay.pp > 1:
         link = intra if lay.tp * lay.pp <= c.devices_per_node else inter
-        rows.append(Collective("send of the hidden state (activation, then its gradient)", "pp", 2, link.name, m * 2,
+        rows.append(Collective("send of the hidden state and its gradient", "pp", 2, link.name, m * 2,
                                hidden_mb, hidden_mb / link.bandwidth_bytes_per_s + link.latency_s,
-                               "forward and backward"))
+                               "forward + backward"))
     if lay.ep > 1 and p.moe_layers:
         link = intra if lay.tp * lay.ep <= c.devices_per_node else inter
         sent = hidden_mb / lay.tp * max(1, p.experts_per_token)
         rows.append(Collective("all-to-all of tokens to their experts and back", "ep", lay.ep, link.name,
                                m * 2 * 2 * p.moe_layers / lay.pp, sent,
                                all_to_all_s(sent, lay.ep, link.bandwidth_bytes_per_s, link.latency_s),
-                               "forward and backward"))
+                               "forward + backward"))
     dense, expert = _params(p, lay)
     grad_bytes = model_state_bytes(w.optimizer, w.element_bytes)[1]
     link = intra if lay.tp * lay.dp <= c.devices_per_node else inter
-    overlap = "the last microbatch's backward"
+    overlap = "last microbatch's backward"
     for what, psi, ranks in (("gradients", dense, lay.dp), ("expert gradients", expert, lay.dp // lay.ep)):
         nbytes = psi * grad_bytes
         if ranks <= 1 or nbytes <= 0:
@@ -389,7 +389,7 @@ def collectives(p: ModelProfile, w: Workload, c: Cluster, lay: Layout) -> list[C
             rows.append(Collective(f"all-gather of the {what.replace('gradients', 'weights')} (forward, backward)",
                                    "dp", ranks, link.name, 2, nbytes, ring / 2, "once a step", overlap))
         else:
-            name = f"all-reduce of the {what}" + (f" (ZeRO-{lay.zero}: a reduce-scatter and an all-gather)"
+            name = f"all-reduce of the {what}" + (f" (ZeRO-{lay.zero}: reduce-scatter + all-gather)"
                                                    if lay.zero else "")
             rows.append(Collective(name, "dp", ranks, link.name, 1, nbytes, ring, "once a step", overlap))
     return rows
