@@ -9,6 +9,8 @@ import sys
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from explorer.builders import cluster_figures
 from partitioner import cluster, format_seconds
@@ -145,3 +147,26 @@ def test_an_opened_layout_draws_its_schedule_as_the_pipeline_simulator_does():
     assert sum(len(t.x) for t in fig.data[1:]) == 2 * 4 * 8  # a forward and a backward per stage and microbatch
     flat = cluster.evaluate(p, cluster.Workload(global_batch=8, seq_len=1), c, cluster.Layout(dp=4), sim)
     assert cluster_figures.layout_timeline(flat) is None
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.sampled_from([2, 4, 8]), st.sampled_from(["gpipe", "1f1b", "interleaved_1f1b"]), st.integers(1, 16))
+def test_no_pipeline_rank_holds_more_than_the_planner_checked(pp, schedule, m):
+    from partitioner import PartitionError
+
+    p = cluster.ModelProfile(name="hand", tokens0=1, seq0=1, weight_bytes=20_000_000, param_count=10_000_000,
+                             element_bytes=2, layers=16, hidden_bytes_per_token=64.0, kv_bytes_per_token=0.0,
+                             act_bytes_per_token=1600.0, flops_per_token=2e7, attention_flops_per_token=0.0,
+                             node_weight_bytes=(20_000_000,), node_act_bytes=(1600.0,), node_flops=(2e7,),
+                             node_attention=(False,))
+    c = cluster.Cluster(cluster.Accelerator("x", 80 * 2**30, 1e14, 1e12, 1.0), devices_per_node=8)
+    w = cluster.Workload(global_batch=m, seq_len=128)
+    try:
+        r = cluster.evaluate(p, w, c, cluster.Layout(pp=pp, schedule=schedule), _simulator())
+    except PartitionError:
+        return  # a microbatch count the schedule refuses
+    stash = cluster_figures.rank_stash(r)
+    assert stash is not None and len(stash) == pp and max(stash) == stash[0] <= m
+    figure = cluster_figures.rank_memory_figure(r, c.accelerator.memory_bytes)
+    totals = [sum(trace.y[k] for trace in figure.data) for k in range(pp)]
+    assert max(totals) == pytest.approx(r.memory_bytes / 2**30)  # rank 0's is the planner's figure
