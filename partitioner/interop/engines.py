@@ -55,8 +55,14 @@ def to_torchtitan(layout: Layout, workload: Workload) -> dict[str, Any]:
     }
     if layout.recompute.startswith("min-cut-"):
         config["compile"] = {"enable": True}  # memory_budget mode runs under torch.compile
+    notes = []
     if layout.zero == 1:
-        config["note"] = "torchtitan has no ZeRO-1: data parallelism is replicated (DDP) here"
+        notes.append("torchtitan has no ZeRO-1: data parallelism is replicated (DDP) here")
+    if layout.ep > 1 and not sharded:  # its mesh: dp_shard x cp x tp == expert-FSDP x ep
+        notes.append(f"torchtitan runs expert parallelism inside data_parallel_shard x tensor_parallel, which is "
+                     f"{layout.tp} here and must divide by ep {layout.ep}: choose a layout with ZeRO 2 or 3")
+    if notes:
+        config["note"] = "; ".join(notes)
     return config
 
 
@@ -148,5 +154,7 @@ def engine_file(engine: str, layout: Layout, workload: Workload) -> tuple[str, s
         return "torchtitan.toml", toml_text(to_torchtitan(layout, workload)), "application/toml"
     if engine in ("torchtitan-args", "megatron"):
         args = ENGINES[engine](layout, workload)
-        return f"{engine.replace('-', '_')}.txt", " ".join(shlex.quote(a) for a in args) + "\n", "text/plain"
+        note = to_torchtitan(layout, workload).get("note") if engine == "torchtitan-args" else None
+        text = (f"# {note}\n" if note else "") + " ".join(shlex.quote(a) for a in args) + "\n"
+        return f"{engine.replace('-', '_')}.txt", text, "text/plain"
     return "deepspeed.json", json.dumps(to_deepspeed(layout, workload), indent=2) + "\n", "application/json"

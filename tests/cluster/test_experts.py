@@ -96,3 +96,17 @@ def test_the_engines_take_the_expert_parallel_degree():
     args = to_megatron(lay, w)
     assert args[args.index("--expert-model-parallel-size") + 1] == "4"
     assert "ep_size=4" in to_deepspeed(lay, w)["comment"]
+
+
+def test_torchtitans_expert_mesh_rule_is_kept_or_said():
+    """torchtitan places the experts inside data_parallel_shard x tensor_parallel (its
+    ParallelismConfig: dp_shard x cp x tp == expert FSDP x ep)."""
+    from partitioner.interop.engines import engine_file
+
+    w = cluster.Workload(global_batch=64, seq_len=128)
+    for zero in (2, 3):
+        par = to_torchtitan(cluster.Layout(dp=8, tp=2, ep=8, zero=zero), w)["parallelism"]
+        assert par["data_parallel_shard_degree"] * par["tensor_parallel_degree"] % par["expert_parallel_degree"] == 0
+    replicated = cluster.Layout(dp=8, tp=2, ep=8, zero=1)
+    assert "must divide by ep 8" in to_torchtitan(replicated, w)["note"]
+    assert engine_file("torchtitan-args", replicated, w)[1].startswith("# torchtitan has no ZeRO-1")
