@@ -124,7 +124,9 @@ def test_cluster_run_example_runs(tmp_path):
 @pytest.mark.slow
 def test_cluster_examples_run(tmp_path):
     done = _run_bash(_block("## Planning a cluster", "bash"), tmp_path)
-    assert done.stdout.count("fewest devices:") == 2 and "cheapest:" in done.stdout
+    assert done.stdout.count("fewest devices:") == 3 and "cheapest:" in done.stdout
+    assert "dp2 tp2 pp2 1f1b mb2 zero1 on 8 x a100-40gb" in done.stdout  # the opened layout
+    assert "all-reduce of the hidden state" in done.stdout and "send of the hidden state" in done.stdout
     import tomllib
 
     titan = tomllib.loads((tmp_path / "titan.toml").read_text())
