@@ -42,6 +42,8 @@ from partitioner.errors import PartitionError, RunError
 if TYPE_CHECKING:
     import torch
 
+    from partitioner.sharding.tensor_parallel import TPPlan
+
 __all__ = ["ComposedRun", "RankReport", "run_layout", "parse_layout", "linear_pairs_plan"]
 
 SCHEDULE_NAMES = ("gpipe", "1f1b", "interleaved_1f1b")
@@ -135,19 +137,48 @@ def linear_pairs_plan(module: torch.nn.Module, tp: int) -> tuple[tuple[str, str]
 
 
 def _leaves(out: Any) -> list[torch.Tensor]:
+    """The tensors of a model's output (a DTensor as its full value)."""
+    import torch
+    from torch.distributed.tensor import DTensor
+
+    return [t.full_tensor() if isinstance(t, DTensor) else t for t in torch.utils._pytree.tree_leaves(out)
+            if isinstance(t, torch.Tensor)]
+
+
+def _split_kwargs(kwargs: dict[str, Any], dp: int, i: int, m: int) -> list[dict[str, Any]]:
+    """Keyword inputs cut as the positional ones: replica ``i`` of ``dp`` along dimension 0, then
+    ``m`` microbatches; anything without a batch dimension goes to each as it is."""
     import torch
 
-    return [t for t in torch.utils._pytree.tree_leaves(out) if isinstance(t, torch.Tensor)]
+    cuts: list[dict[str, Any]] = [{} for _ in range(m)]
+    for key, value in kwargs.items():
+        parts = (value.chunk(dp, dim=0)[i].chunk(m, dim=0) if isinstance(value, torch.Tensor) and value.dim()
+                 else [value] * m)
+        for cut, part in zip(cuts, parts):
+            cut[key] = part
+    return cuts
 
 
 def _mesh_and_model(module: torch.nn.Module, device: str, dp: int, tp: int, zero: int,
-                    plan: tuple[tuple[str, str], ...]) -> Any:
+                    plan: tuple[tuple[str, str], ...], styles: dict[str, dict[str, str]] | None = None) -> Any:
+    """The (dp, tp) mesh, ``module`` tensor-parallel on "tp" (the Linear pairs of ``plan``, or the
+    sharding package's ``styles`` with their layouts: attention by heads, embeddings, lone layers;
+    every other parameter replicated) and FSDP2 on "dp" with ZeRO 2 and 3."""
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import fully_shard
+    from torch.distributed.tensor import Replicate, Shard
     from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
 
     mesh = init_device_mesh(device, (dp, tp), mesh_dim_names=("dp", "tp"))
-    if plan:
+    if styles:
+        def layout(name: str) -> Any:
+            return Shard(-1) if name == "shard" else Replicate()
+
+        parallelize_module(module, mesh["tp"], {
+            path: (ColwiseParallel if s["style"] == "colwise" else RowwiseParallel)(
+                input_layouts=layout(s["input"]), output_layouts=layout(s["output"]))
+            for path, s in styles.items()})
+    elif plan:
         parallelize_module(module, mesh["tp"], {n: ColwiseParallel() if s == "colwise" else RowwiseParallel()
                                                 for n, s in plan})
     if zero >= 2 and dp > 1:
@@ -158,16 +189,18 @@ def _mesh_and_model(module: torch.nn.Module, device: str, dp: int, tp: int, zero
 
 
 def _entry(rank: int, world_size: int, module: torch.nn.Module, inputs: tuple[torch.Tensor, ...],
-           layout: Layout, plan: tuple[tuple[str, str], ...], repeats: int) -> dict[str, Any]:
+           layout: Layout, plan: tuple[tuple[str, str], ...], repeats: int,
+           styles: dict[str, dict[str, str]] | None = None, kwargs: dict[str, Any] | None = None) -> dict[str, Any]:
     i, j = divmod(rank, layout.tp)
     try:
-        return _rank_step(rank, module, inputs, layout, plan, repeats)
+        return _rank_step(rank, module, inputs, layout, plan, repeats, styles, kwargs or {})
     except Exception as exc:  # noqa: BLE001 - re-raised with where it happened
         raise RuntimeError(f"rank {rank} (dp={i}, tp={j}): {type(exc).__name__}: {exc}") from exc
 
 
 def _rank_step(rank: int, module: torch.nn.Module, inputs: tuple[torch.Tensor, ...], layout: Layout,
-               plan: tuple[tuple[str, str], ...], repeats: int) -> dict[str, Any]:
+               plan: tuple[tuple[str, str], ...], repeats: int, styles: dict[str, dict[str, str]] | None = None,
+               kwargs: dict[str, Any] | None = None) -> dict[str, Any]:
     import os
 
     import torch
@@ -181,18 +214,19 @@ def _rank_step(rank: int, module: torch.nn.Module, inputs: tuple[torch.Tensor, .
         device = "cuda"
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", rank)))
         module, inputs = module.to("cuda"), tuple(x.to("cuda") for x in inputs)
-    mesh = _mesh_and_model(module, device, dp, tp, layout.zero, plan)
+    mesh = _mesh_and_model(module, device, dp, tp, layout.zero, plan, styles)
     shard = tuple(x.chunk(dp, dim=0)[i] for x in inputs)
     m = shard[0].shape[0] // layout.microbatch_size
     micro = list(zip(*(x.chunk(m, dim=0) for x in shard)))
+    micro_kwargs = _split_kwargs(kwargs or {}, dp, i, m)
     group = mesh.get_group("dp") if dp > 1 else None
     params = list(module.named_parameters())
 
     def step() -> list[torch.Tensor]:
         module.zero_grad(set_to_none=True)
         outs = []
-        for mb in micro:
-            out = _leaves(module(*mb))
+        for mb, kw in zip(micro, micro_kwargs):
+            out = _leaves(module(*mb, **kw))
             sum(t.float().sum() for t in out).backward()  # type: ignore[union-attr]
             outs.append(out)
         if layout.zero <= 1 and group is not None:  # DDP's gradient all-reduce, averaged
@@ -209,12 +243,13 @@ def _rank_step(rank: int, module: torch.nn.Module, inputs: tuple[torch.Tensor, .
             "grads": grads if rank == 0 else None, "held": held, "step_s": best}
 
 
-def _reference(module: torch.nn.Module, inputs: tuple[torch.Tensor, ...]) -> tuple[list[Any], dict[str, Any]]:
+def _reference(module: torch.nn.Module, inputs: tuple[torch.Tensor, ...],
+               kwargs: dict[str, Any] | None = None) -> tuple[list[Any], dict[str, Any]]:
     import copy
 
     ref = copy.deepcopy(module)
     ref.zero_grad(set_to_none=True)
-    out = _leaves(ref(*inputs))
+    out = _leaves(ref(*inputs, **(kwargs or {})))
     sum(t.float().sum() for t in out).backward()  # type: ignore[union-attr]
     return [t.detach() for t in out], {n: p.grad.detach() for n, p in ref.named_parameters() if p.grad is not None}
 
@@ -243,10 +278,18 @@ def _check(layout: Layout, inputs: tuple[Any, ...]) -> None:
 
 def run_layout(module: torch.nn.Module, example_inputs: Sequence[Any] | torch.Tensor, layout: Layout, *,
                timeout_s: float = 180.0, backend: str | None = None, repeats: int = 3,
-               progress: Callable[[str], None] | None = None) -> ComposedRun:
+               progress: Callable[[str], None] | None = None, tp_plan: TPPlan | None = None,
+               example_kwargs: dict[str, Any] | None = None) -> ComposedRun:
     """One training step of ``layout`` on ``layout.devices`` local processes (see the module
-    doc), checked against one process. Raises :class:`PartitionError` for a layout or model it
-    cannot run and :class:`RunError` naming the rank and its mesh coordinates when a rank fails."""
+    doc), checked against one process. Tensor parallelism shards the Linear pairs (NOTE: [Linear
+    pairs]) or, given ``tp_plan`` (:func:`partitioner.sharding.tensor_parallel.tp_plan` over
+    ``layout.tp`` devices: a Hugging Face model's own plan, attention by heads, embeddings),
+    its styles, every other parameter replicated; ``module`` is then the model as built and
+    ``example_kwargs`` its keyword inputs (split over dp like the positional ones). Raises
+    :class:`PartitionError` for a layout or model it cannot run and :class:`RunError` naming the
+    rank and its mesh coordinates when a rank fails."""
+    import copy
+
     import torch
     import torch.fx as fx
 
@@ -254,22 +297,37 @@ def run_layout(module: torch.nn.Module, example_inputs: Sequence[Any] | torch.Te
     from partitioner.runtime.launch import default_backend, launch
 
     inputs = (example_inputs,) if isinstance(example_inputs, torch.Tensor) else tuple(example_inputs)
+    kwargs = dict(example_kwargs or {})
     _check(layout, inputs)
-    plan = linear_pairs_plan(module, layout.tp) if layout.tp > 1 else ()
+    styles, transposed = None, ()
+    if tp_plan is not None and layout.tp > 1:
+        if tp_plan.world_size != layout.tp or layout.pp > 1:
+            raise PartitionError(f"a tensor-parallel plan runs here over the layout's tp ({layout.tp}, the plan has "
+                                 f"{tp_plan.world_size}) and without pipeline stages (pp={layout.pp}): make the "
+                                 "plan for that many devices, or run pipeline stages with Linear pairs")
+        styles, transposed = dict(tp_plan.styles), tuple(tp_plan.transposed)
+        plan = tuple((path, s["style"]) for path, s in styles.items())
+    else:
+        plan = linear_pairs_plan(module, layout.tp) if layout.tp > 1 else ()
     if isinstance(module, fx.GraphModule):
         module = picklable(module)
     backend = backend or default_backend()
     if backend == "nccl" and torch.cuda.device_count() < layout.devices:
         backend = "gloo"  # NCCL needs a GPU per rank; gloo runs every rank on the CPU
-    expected, expected_grads = _reference(module, inputs)
+    expected, expected_grads = _reference(module, inputs, kwargs)
     if layout.pp > 1:
         from partitioner.cluster._piped_run import run_pipelined
 
         return run_pipelined(module, inputs, layout, plan, expected, expected_grads, timeout_s=timeout_s,
                              backend=backend, repeats=repeats, progress=progress)
+    if transposed:  # GPT-2's Conv1D as the equal Linear, which DTensor's styles take
+        from partitioner.sharding.tp_run import _as_linear
+
+        module = copy.deepcopy(module)
+        _as_linear(module, transposed)
     try:
-        results = launch(_entry, layout.devices, (module, inputs, layout, plan, repeats), timeout_s=timeout_s,
-                         backend=backend, progress=progress)
+        results = launch(_entry, layout.devices, (module, inputs, layout, plan, repeats, styles, kwargs),
+                         timeout_s=timeout_s, backend=backend, progress=progress)
     except RunError as exc:
         if exc.rank is None or "(dp=" in str(exc):
             raise
@@ -278,6 +336,8 @@ def run_layout(module: torch.nn.Module, example_inputs: Sequence[Any] | torch.Te
     gathered = [r["outputs"] for r in results if r["coords"][1] == 0]
     outputs = [torch.cat([g[k] for g in gathered]) for k in range(len(gathered[0]))]
     grads = {n: g * layout.dp for n, g in results[0]["grads"].items()}
+    for path in transposed:  # back to Conv1D's (in, out) weight
+        grads[f"{path}.weight"] = grads[f"{path}.weight"].t()
     outputs_equal, out_diff, out_why = compare(outputs, expected, "output")
     names = sorted(set(grads) | set(expected_grads))
     gradients_equal, grad_diff, grad_why = compare([grads.get(n) for n in names],

@@ -1,0 +1,47 @@
+"""Composed runs of Hugging Face models (tiny configs, nothing downloaded): data parallelism (an
+all-reduce, or FSDP2 with ZeRO 3) over tensor parallelism by the model's own plan (attention by
+heads, the MLP column then row, the embedding and head by rows), every other parameter
+replicated, on 4 gloo processes; outputs and every gradient equal one process's."""
+
+from __future__ import annotations
+
+import pytest
+
+import partitioner
+import sample_models
+from partitioner import cluster
+from partitioner.cluster.compose import run_layout
+from partitioner.sharding import tensor_parallel
+
+SMALL = {"num_hidden_layers": 2, "hidden_size": 64, "intermediate_size": 128, "num_attention_heads": 4,
+         "num_key_value_heads": 2, "vocab_size": 256, "batch_size": 4, "seq_len": 16}
+GPT2 = {"n_layer": 2, "n_embd": 64, "n_head": 4, "vocab_size": 256, "batch_size": 4, "seq_len": 16}
+
+
+def _plan(name: str, graph: partitioner.Graph) -> tensor_parallel.TPPlan:
+    if name == "gpt2":  # no plan of its own: each MLP's Conv1D pair, column then row
+        spec = {f"transformer.h.{i}.mlp.{layer}.weight": split for i in range(2)
+                for layer, split in (("c_fc", "1,2"), ("c_proj", "2,1"))}
+    else:
+        spec = {**tensor_parallel.from_model_plan(graph, 2), "model.embed_tokens.weight": "2,1"}
+    return tensor_parallel.tp_plan(graph, spec, 2)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name, layout", [("llama", "dp2 tp2 mb1"), ("llama", "dp2 tp2 zero3"),
+                                          ("qwen2", "dp2 tp2 mb2 zero2"), ("gpt2", "dp2 tp2")])
+def test_dp_over_the_models_own_tensor_parallel_plan_equals_one_process(name, layout):
+    module, inputs, kwargs = sample_models.load(f"hf:{name}", overrides=GPT2 if name == "gpt2" else SMALL)
+    graph = partitioner.trace(module, inputs, example_kwargs=kwargs)
+    lay = cluster.compose.parse_layout(layout, batch=4)
+    run = run_layout(module, inputs, lay, tp_plan=_plan(name, graph), example_kwargs=kwargs, timeout_s=300)
+    assert run.outputs_equal, run.mismatch
+    assert run.gradients_equal, run.mismatch
+    assert {(r.dp, r.tp) for r in run.ranks} == {(0, 0), (0, 1), (1, 0), (1, 1)}
+    sharded = sum(p.numel() * p.element_size() for n, p in module.named_parameters()
+                  if any(n.startswith(path + ".") for path, _ in run.tp_plan))
+    whole = sum(p.numel() * p.element_size() for p in module.parameters())
+    held = max(r.parameter_bytes for r in run.ranks)
+    assert held < whole  # tensor parallelism (and ZeRO) split the weights
+    if lay.zero < 2:  # replicated over dp: each rank holds the replicated part whole and 1/tp of the rest
+        assert held == pytest.approx(whole - sharded + sharded / 2, rel=0.02)
