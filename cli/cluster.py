@@ -7,6 +7,7 @@ import argparse
 import json
 from typing import Any
 
+import sample_models
 from partitioner import cluster
 from partitioner.interop.engines import ENGINES, engine_file
 from partitioner.units import format_bytes, format_seconds
@@ -200,6 +201,7 @@ def run_layout(args: argparse.Namespace, graph: Any, prof: cluster.ModelProfile)
     import sys
 
     from partitioner.cluster.compose import parse_layout
+    from partitioner.cluster.compose import model_tp_plan
     from partitioner.cluster.compose import run_layout as run_composed
     from partitioner.cluster.search import _simulator
     from partitioner.runtime.execute import picklable
@@ -209,8 +211,15 @@ def run_layout(args: argparse.Namespace, graph: Any, prof: cluster.ModelProfile)
         raise CLIError(f"--run needs a traced model with example inputs; {prof.name} has none")
     batch = int(inputs[0].shape[0]) if hasattr(inputs[0], "shape") and inputs[0].dim() else 1
     layout = parse_layout(args.run, batch)
+    module, kwargs = picklable(graph.graph_module), {}
+    if sample_models.is_hf(args.model):  # the model as built: its exported graph cannot be pickled
+        if layout.pp > 1:
+            raise CLIError("--run: pipeline stages of a Hugging Face model are not run here (its exported graph "
+                           "cannot be sent to other processes): run it with pp1")
+        module, inputs, kwargs = sample_models.load(args.model, sample_models.parse_overrides(args.model, args.set))
     quiet = args.out == "-"
-    result = run_composed(picklable(graph.graph_module), inputs, layout, timeout_s=args.timeout,
+    result = run_composed(module, inputs, layout, timeout_s=args.timeout, tp_plan=model_tp_plan(graph, layout.tp),
+                          example_kwargs=kwargs,
                           progress=None if quiet else (lambda text: print(f"  {text}", file=sys.stderr)))
     work = cluster.Workload("training", max(1, prof.tokens0 // prof.seq0), prof.seq0, prof.element_bytes, "none")
     target = cluster.local_cluster(layout.devices, result.backend == "nccl", args.accelerator)

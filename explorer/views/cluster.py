@@ -157,9 +157,11 @@ def _render_answers(found: cluster.ClusterPlan, work: cluster.Workload) -> None:
         _answer(title, r, work, col)
 
 
-def _render_table(found: cluster.ClusterPlan, work: cluster.Workload) -> cluster.LayoutResult:
+def _render_table(found: cluster.ClusterPlan, work: cluster.Workload, prof: cluster.ModelProfile,
+                  target: cluster.Cluster) -> cluster.LayoutResult:
     """The best layouts (the three answers, the fastest at each size, then the fastest overall)
-    as a table; returns the one opened below it."""
+    as a table; returns the one opened below it: chosen from them, or written (any layout, fitting
+    or not, evaluated as the search evaluates it)."""
     picked: dict[cluster.Layout, cluster.LayoutResult] = {}
     for r in (found.fastest, found.fewest_devices, found.cheapest, *found.by_devices.values(), *found.best(20)):
         if r is not None:
@@ -180,11 +182,30 @@ def _render_table(found: cluster.ClusterPlan, work: cluster.Workload) -> cluster
         "train_days": st.column_config.NumberColumn("training (days)", format="%.1f"),
         "train_usd": st.column_config.NumberColumn("training ($)", format="%.0f")})
     labels = [f"{r.devices} device{'s' if r.devices != 1 else ''}: {r.layout.label()}" for r in best]
-    return best[labels.index(st.selectbox("Open a layout", labels, key="cl_open"))]
+    left, right = st.columns([3, 2])
+    chosen = best[labels.index(left.selectbox("Open a layout", labels, key="cl_open"))]
+    written = right.text_input("...or write one", key="cl_write", placeholder="e.g. dp4 tp2 pp2 1f1b mb2 zero1",
+                               help="words: dp, tp, pp, ep, mb (sequences a microbatch) with a number, zero0-3, "
+                                    "gpipe / 1f1b / interleaved_1f1b, recompute-full; what is left out is 1 or none")
+    if not written.strip():
+        return chosen
+    from partitioner import PartitionError
+    from partitioner.cluster.compose import parse_layout
+    from partitioner.cluster.search import _simulator
+
+    try:
+        mine = cluster.evaluate(prof, work, target, parse_layout(written), _simulator())
+    except PartitionError as exc:
+        st.error(f"Cannot open {md(written)}: {md(exc)}")
+        return chosen
+    if not mine.fits:
+        st.warning(md(f"{mine.layout.label()} does not fit: {format_bytes(mine.memory_bytes)} a device of "
+                      f"{format_bytes(target.accelerator.memory_bytes)}. Its figures below show by how much."))
+    return mine
 
 
 def _render_layout(chosen: cluster.LayoutResult, work: cluster.Workload, target: cluster.Cluster,
-                   prof: cluster.ModelProfile, graph: Graph) -> None:
+                   prof: cluster.ModelProfile, graph: Graph, config: state.PlanConfig) -> None:
     """The opened layout in the other pages' views: memory and time by cause, its schedule, each
     pipeline rank's memory, its collectives, its stage DAG and its engine configs."""
     capacity = target.accelerator.memory_bytes
@@ -238,12 +259,12 @@ def _render_layout(chosen: cluster.LayoutResult, work: cluster.Workload, target:
                                 key=f"cl_dl_{engine}")
     with here:
         if training:
-            _run_here(chosen.layout, graph, prof)
+            _run_here(chosen.layout, graph, prof, config)
         else:
             st.caption("Runs here are training steps: choose training above.")
 
 
-def _runnable(lay: cluster.Layout, graph: Graph) -> tuple[cluster.Layout | None, str]:
+def _runnable(lay: cluster.Layout, graph: Graph, hf: bool = False) -> tuple[cluster.Layout | None, str]:
     """The layout as this machine can run it (:func:`partitioner.cluster.compose.run_layout`): the
     same tensor and pipeline degrees, ZeRO stage and schedule, data parallelism reduced to the
     processes this machine runs and the traced example's rows, microbatches that divide the
@@ -258,6 +279,9 @@ def _runnable(lay: cluster.Layout, graph: Graph) -> tuple[cluster.Layout | None,
                       "smaller size in the sidebar (fewer layers, a smaller hidden size) so that it gets real weights")
     if lay.ep > 1:
         return None, "expert parallelism is not run here: open a layout with ep1"
+    if hf and lay.pp > 1:
+        return None, ("pipeline stages of a Hugging Face model are not run here (its exported graph cannot be sent "
+                      "to other processes): open a layout with pp1")
     if lay.pp > 1 and lay.schedule not in ("gpipe", "1f1b"):
         return None, f"pipelines run here with gpipe or 1f1b (this layout uses {lay.schedule}): open another layout"
     if lay.pp > 1 and lay.zero >= 2:
@@ -272,15 +296,18 @@ def _runnable(lay: cluster.Layout, graph: Graph) -> tuple[cluster.Layout | None,
     return dataclasses.replace(lay, dp=dp, microbatch_size=mb, recompute="none", zero=lay.zero if dp > 1 else 0), ""
 
 
-def _run_here(chosen: cluster.Layout, graph: Graph, prof: cluster.ModelProfile) -> None:
+def _run_here(chosen: cluster.Layout, graph: Graph, prof: cluster.ModelProfile, config: state.PlanConfig) -> None:
     """Run the opened layout's shape for one training step of the traced example on local
     processes (a worker process per rank, with a time limit) and show it beside the prediction
     for this machine (its calibrated profile when there is one)."""
+    import sample_models
     from partitioner import PartitionError
-    from partitioner.cluster.compose import run_layout
+    from partitioner.cluster.compose import model_tp_plan, run_layout
     from partitioner.cluster.search import _simulator
+    from partitioner.runtime.execute import picklable
 
-    lay, why = _runnable(chosen, graph)
+    hf = sample_models.is_hf(config.model.name)
+    lay, why = _runnable(chosen, graph, hf)
     if lay is None:
         st.info(f"Cannot run this layout here: {md(why)}.")
         return
@@ -292,17 +319,27 @@ def _run_here(chosen: cluster.Layout, graph: Graph, prof: cluster.ModelProfile) 
                       "degrees, data parallelism and microbatches reduced to fit)."))
     st.caption(md(f"Starts {lay.devices} processes on this machine (torch.distributed over gloo, started as torchrun "
                   f"starts them), builds one (pp, dp, tp) device mesh and runs {lay.label()} for one training step "
-                  "of the traced example: tensor parallelism by DTensor's parallelize_module, data parallelism by "
-                  "FSDP's fully_shard (ZeRO 2, 3) or a gradient all-reduce, pipeline stages by torch's schedules. "
-                  "Outputs and gradients are checked against one process; the step is predicted for this machine."
+                  "of the traced example: tensor parallelism by DTensor's parallelize_module ("
+                  + ("the model's own plan: attention by heads" if hf else "Linear pairs, column then row")
+                  + "), data parallelism by FSDP's fully_shard (ZeRO 2, 3) or a gradient all-reduce, pipeline stages "
+                  "by torch's schedules. Outputs and gradients are checked against one process; the step is "
+                  "predicted for this machine."
                   + ("" if lay.recompute == chosen.recompute else " Recomputation is not run here.")))
+
+    def start(progress: Any) -> Any:
+        if hf:  # the model as built (its exported graph cannot be pickled): the same config, the same weights
+            module, inputs, kwargs = sample_models.load(config.model.name, dict(config.model.overrides))
+        else:
+            module, inputs, kwargs = picklable(graph.graph_module), graph.example_inputs or (), {}
+        return run_layout(module, inputs, lay, timeout_s=180, progress=progress, tp_plan=model_tp_plan(graph, lay.tp),
+                          example_kwargs=kwargs)
+
     too_many = panels.too_many_processes(lay.devices)
     if too_many:
         st.info(f"Cannot run this layout here: {md(too_many)}.")
     if st.button("Run this layout", key="cl_run", disabled=bool(too_many), help=too_many):
         try:
-            done = panels.run_with_status(lambda progress: run_layout(
-                graph.graph_module, graph.example_inputs or (), lay, timeout_s=180, progress=progress))
+            done = panels.run_with_status(start)
         except PartitionError as exc:  # a model the composed run refuses (a layer it cannot split): named
             st.error(f"Cannot run this layout: {md(exc)}")
             done = None
@@ -393,10 +430,10 @@ def main() -> None:
     _render_answers(found, work)
     step_label = "time to first token" if work.kind == "inference" else "step time"
     st.plotly_chart(cluster_figures.pareto_figure(found, step_label), key="cl_pareto")
-    chosen = _render_table(found, work)
     target = cluster.cluster(hw["accelerator"], hw["per_node"], hw["intra"], hw["inter"],
                              int(hw["headroom_gib"] * GiB), hw["price"])
-    _render_layout(chosen, work, target, prof, graph)
+    chosen = _render_table(found, work, prof, target)
+    _render_layout(chosen, work, target, prof, graph, config)
     st.caption("How the figures are made: model states by the ZeRO paper's formulas, activations from the traced "
                "graph divided by tensor parallelism and times the microbatches in flight (the Pipeline page's "
                "simulator), time from the graph's roofline, ring collectives on each link and the simulated "

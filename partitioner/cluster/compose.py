@@ -44,7 +44,7 @@ if TYPE_CHECKING:
 
     from partitioner.sharding.tensor_parallel import TPPlan
 
-__all__ = ["ComposedRun", "RankReport", "run_layout", "parse_layout", "linear_pairs_plan"]
+__all__ = ["ComposedRun", "RankReport", "run_layout", "parse_layout", "linear_pairs_plan", "model_tp_plan"]
 
 SCHEDULE_NAMES = ("gpipe", "1f1b", "interleaved_1f1b")
 _TOKEN = re.compile(r"^(dp|tp|pp|ep|mb|zero)=?(\d+)$")
@@ -134,6 +134,34 @@ def linear_pairs_plan(module: torch.nn.Module, tp: int) -> tuple[tuple[str, str]
             raise PartitionError(f"Linear pair {a} -> {b}: {b} must read {a}'s output alone: run with tp1")
         plan += [(a, "colwise"), (b, "rowwise")]
     return tuple(plan)
+
+
+def model_tp_plan(graph: Any, tp: int) -> TPPlan | None:
+    """The tensor-parallel plan a composed run uses for a model that declares its own
+    (transformers' ``base_model_tp_plan``: attention by heads, MLPs column then row), with the
+    embeddings split by rows and the output head by columns as torchtitan splits them (the
+    planner counts every parameter over tp), over ``tp`` devices; None for a model without one
+    (its Linear pairs are used). Raises :class:`~partitioner.errors.ShardingError` when the
+    model's plan does not divide by ``tp``."""
+    from partitioner.errors import ShardingError
+    from partitioner.sharding import tensor_parallel
+    from partitioner.sharding._modules import module_kinds
+    from partitioner.sharding.model_plan import model_plan_styles
+    from partitioner.sharding.specs import parameter_shapes
+
+    if tp < 2 or not model_plan_styles(graph):
+        return None
+    spec = tensor_parallel.from_model_plan(graph, tp)
+    kinds, shapes = module_kinds(graph), parameter_shapes(graph)
+    rows = {path: shapes[f"{path}.weight"][0][0] for path in kinds if f"{path}.weight" in shapes}
+    vocab = {rows[path] for path, kind in kinds.items() if kind == "embedding" and path in rows}
+    ends = {f"{path}.weight": f"{tp},1" for path, kind in kinds.items()
+            if path in rows and f"{path}.weight" not in spec and rows[path] % tp == 0
+            and (kind == "embedding" or (kind == "linear" and rows[path] in vocab))}  # tied heads are one parameter
+    try:
+        return tensor_parallel.tp_plan(graph, {**spec, **ends}, tp)
+    except ShardingError:  # an end that will not split: the model's own plan alone
+        return tensor_parallel.tp_plan(graph, spec, tp)
 
 
 def _leaves(out: Any) -> list[torch.Tensor]:

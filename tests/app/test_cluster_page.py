@@ -8,6 +8,7 @@ import json
 
 import pytest
 from app_helpers import charts, errors, shown, start
+from explorer.state import HF_MODEL
 from streamlit.testing.v1 import AppTest
 
 from partitioner import cluster
@@ -154,3 +155,38 @@ def test_run_this_layout_runs_a_pipeline_and_compares_it_with_the_prediction():
     table = next(df.value for df in at.dataframe if "mesh" in df.value.columns)
     pp = int(piped.split(" pp")[1].split()[0])
     assert list(table["mesh"]) == [f"pp={k} dp=0 tp=0" for k in range(pp)]
+
+
+def test_a_written_layout_opens_fitting_or_not_and_a_typo_is_named():
+    at = _page()
+    at.text_input(key="cl_write").set_value("dp2 tp2 pp2 1f1b mb2 zero1").run()
+    assert not at.exception and not errors(at)
+    assert any("dp2 tp2 pp2 1f1b mb2 zero1" in t for t in _figures(at) if t.startswith("Memory per device"))
+    at.selectbox(key="cl_accelerator").set_value("l4-24gb").run()
+    at.text_input(key="cl_write").set_value("dp1 tp1 mb512").run()  # 512 sequences at once on one L4
+    assert not at.exception
+    assert any("does not fit" in shown(w.value) for w in at.warning)
+    at.text_input(key="cl_write").set_value("dp2 tq2").run()
+    assert any("Cannot open dp2 tq2" in e and "a layout is words like" in e for e in errors(at))
+    assert any(t.startswith("Memory per device") for t in _figures(at))  # the chosen layout still open
+
+
+@pytest.mark.slow
+def test_run_this_layout_on_a_small_hugging_face_model_by_its_own_plan():
+    pytest.importorskip("transformers")
+    at = start()
+    at.selectbox(key="model").set_value(HF_MODEL).run()
+    at.text_input(key="hf_name").set_value("llama")
+    at.text_input(key="hf_set").set_value("num_hidden_layers=2 hidden_size=64 intermediate_size=128 "
+                                         "num_attention_heads=4 num_key_value_heads=2 vocab_size=256")
+    at.number_input(key="hf_batch").set_value(4)
+    at.button(key="hf_build").click().run()
+    assert not at.exception and not errors(at)
+    at.switch_page("views/cluster.py").run()
+    at.text_input(key="cl_write").set_value("dp2 tp2 mb1 zero3").run()
+    at.button(key="cl_run").click().run(timeout=600)
+    assert not at.exception and not errors(at)
+    assert any("Outputs equal one process's and gradients equal" in shown(s.value) for s in at.success)
+    assert any("the model's own plan: attention by heads" in shown(c.value) for c in at.caption)
+    table = next(df.value for df in at.dataframe if "mesh" in df.value.columns)
+    assert list(table["mesh"]) == ["dp=0 tp=0", "dp=0 tp=1", "dp=1 tp=0", "dp=1 tp=1"]

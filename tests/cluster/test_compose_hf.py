@@ -10,7 +10,7 @@ import pytest
 import partitioner
 import sample_models
 from partitioner import cluster
-from partitioner.cluster.compose import run_layout
+from partitioner.cluster.compose import model_tp_plan, run_layout
 from partitioner.sharding import tensor_parallel
 
 SMALL = {"num_hidden_layers": 2, "hidden_size": 64, "intermediate_size": 128, "num_attention_heads": 4,
@@ -22,9 +22,10 @@ def _plan(name: str, graph: partitioner.Graph) -> tensor_parallel.TPPlan:
     if name == "gpt2":  # no plan of its own: each MLP's Conv1D pair, column then row
         spec = {f"transformer.h.{i}.mlp.{layer}.weight": split for i in range(2)
                 for layer, split in (("c_fc", "1,2"), ("c_proj", "2,1"))}
-    else:
-        spec = {**tensor_parallel.from_model_plan(graph, 2), "model.embed_tokens.weight": "2,1"}
-    return tensor_parallel.tp_plan(graph, spec, 2)
+        return tensor_parallel.tp_plan(graph, spec, 2)
+    plan = model_tp_plan(graph, 2)  # the model's own, with the embedding and head split as torchtitan splits them
+    assert plan is not None and plan.spec["model.embed_tokens.weight"] == plan.spec["lm_head.weight"] == "2,1"
+    return plan
 
 
 @pytest.mark.slow
@@ -45,3 +46,8 @@ def test_dp_over_the_models_own_tensor_parallel_plan_equals_one_process(name, la
     assert held < whole  # tensor parallelism (and ZeRO) split the weights
     if lay.zero < 2:  # replicated over dp: each rank holds the replicated part whole and 1/tp of the rest
         assert held == pytest.approx(whole - sharded + sharded / 2, rel=0.02)
+
+
+def test_a_model_without_a_plan_of_its_own_composes_by_linear_pairs():
+    module, inputs, kwargs = sample_models.load("hf:gpt2", overrides=GPT2)
+    assert model_tp_plan(partitioner.trace(module, inputs, example_kwargs=kwargs), 2) is None
