@@ -137,20 +137,29 @@ def linear_pairs_plan(module: torch.nn.Module, tp: int) -> tuple[tuple[str, str]
 
 
 def model_tp_plan(graph: Any, tp: int) -> TPPlan | None:
-    """The tensor-parallel plan a composed run uses for a model that declares its own
-    (transformers' ``base_model_tp_plan``: attention by heads, MLPs column then row), with the
+    """The tensor-parallel plan of a composed run over ``tp`` devices: a model's own
+    (transformers' ``base_model_tp_plan``: attention by heads, MLPs column then row) with the
     embeddings split by rows and the output head by columns as torchtitan splits them (the
-    planner counts every parameter over tp), over ``tp`` devices; None for a model without one
-    (its Linear pairs are used). Raises :class:`~partitioner.errors.ShardingError` when the
-    model's plan does not divide by ``tp``."""
+    planner counts every parameter over tp); for a model without one whose Linear pairs do not
+    cover it (norms, embeddings, attention), its MLP pairs
+    (:func:`partitioner.sharding.tensor_parallel.mlp_pairs`) with everything else replicated; None
+    where the Linear pairs serve (NOTE: [Linear pairs]). Raises
+    :class:`~partitioner.errors.ShardingError` when the model's plan does not divide by ``tp``."""
     from partitioner.errors import ShardingError
     from partitioner.sharding import tensor_parallel
     from partitioner.sharding._modules import module_kinds
     from partitioner.sharding.model_plan import model_plan_styles
     from partitioner.sharding.specs import parameter_shapes
 
-    if tp < 2 or not model_plan_styles(graph):
+    if tp < 2:
         return None
+    if not model_plan_styles(graph):
+        try:
+            linear_pairs_plan(graph.graph_module, tp)
+            return None
+        except PartitionError:
+            pairs = tensor_parallel.mlp_pairs(graph, tp)
+            return tensor_parallel.tp_plan(graph, pairs, tp) if pairs else None
     spec = tensor_parallel.from_model_plan(graph, tp)
     kinds, shapes = module_kinds(graph), parameter_shapes(graph)
     rows = {path: shapes[f"{path}.weight"][0][0] for path in kinds if f"{path}.weight" in shapes}

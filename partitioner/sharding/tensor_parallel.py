@@ -44,7 +44,7 @@ from partitioner.sharding.specs import (
     validate_partition_list,
 )
 
-__all__ = ["Collective", "TPPlan", "tp_plan", "suggest", "from_model_plan", "POINTWISE"]
+__all__ = ["Collective", "TPPlan", "tp_plan", "suggest", "from_model_plan", "mlp_pairs", "POINTWISE"]
 
 # Ops a sharded activation passes through unchanged (elementwise on one tensor).
 POINTWISE = ("relu", "gelu", "silu", "tanh", "sigmoid", "dropout", "identity", "newgelu", "gelu_new", "alias",
@@ -281,6 +281,25 @@ def suggest(graph: Graph, devices: Sequence[Device], transfer_rate_bytes_per_s: 
                         f"{worst.name} needing {format_bytes(used[worst.logical_id])} of its "
                         f"{format_bytes(worst.memory_bytes)}{why_not_plan}{experts}; add devices or memory, or also "
                         "cut the model into stages (pipeline)")
+
+
+def mlp_pairs(graph: Graph, n: int) -> dict[str, str]:
+    """Every MLP pair of ``graph`` over ``n`` devices (a layer whose output reaches, through
+    elementwise ops, only another: column then row, one all-reduce), each checked by
+    :func:`tp_plan`; every other parameter replicated. Empty when the model has none. O(C x (N + P))."""
+    params = parameter_shapes(graph)
+    kinds = module_kinds(graph)
+    calls = module_calls(graph, kinds)
+    spec: dict[str, str] = {}
+    for _, more in _candidates(graph, n, params, kinds, calls, tied_elsewhere(graph, params), set()):
+        if len({name.rpartition(".")[0] for name in more}) < 2:  # an embedding or a lone layer
+            continue
+        try:
+            tp_plan(graph, {**spec, **more}, n)
+        except ShardingError:
+            continue
+        spec.update(more)
+    return spec
 
 
 def _candidates(graph: Graph, n: int, params: Mapping[str, tuple[tuple[int, ...], int, str]],

@@ -1,4 +1,4 @@
-"""Composed runs of Hugging Face models (tiny configs, nothing downloaded): data parallelism (an
+"""Composed runs by a sharding plan's styles: Hugging Face models (tiny configs, nothing downloaded): data parallelism (an
 all-reduce, or FSDP2 with ZeRO 3) over tensor parallelism by the model's own plan (attention by
 heads, the MLP column then row, the embedding and head by rows), every other parameter
 replicated, on 4 gloo processes; outputs and every gradient equal one process's."""
@@ -51,3 +51,14 @@ def test_dp_over_the_models_own_tensor_parallel_plan_equals_one_process(name, la
 def test_a_model_without_a_plan_of_its_own_composes_by_linear_pairs():
     module, inputs, kwargs = sample_models.load("hf:gpt2", overrides=GPT2)
     assert model_tp_plan(partitioner.trace(module, inputs, example_kwargs=kwargs), 2) is None
+
+
+@pytest.mark.slow
+def test_a_sample_decoder_composes_by_its_mlp_pairs_with_norms_and_attention_replicated():
+    module, inputs, _ = sample_models.load("transformer", overrides={"batch_size": 4})
+    graph = partitioner.trace(module, inputs)
+    plan = model_tp_plan(graph, 2)  # its Linear pairs do not cover it: LayerNorms, attention, embeddings
+    assert plan is not None and all(".mlp." in name for name in plan.spec)
+    run = run_layout(graph.graph_module, inputs, cluster.compose.parse_layout("dp2 tp2 zero2", batch=4),
+                     tp_plan=plan, timeout_s=300)
+    assert run.outputs_equal and run.gradients_equal, run.mismatch
