@@ -32,18 +32,23 @@ Four cuts, none of which loses the best plan:
 - The unplaced ops must fit the memory the devices have left, each on a device where its bound
   is below the best plan found: a memoised search places them one by one (a partition per op is
   always a plan, so memory alone decides whether a placement exists).
-The search is exhaustive when it ends within its time limit; the best plan found is then
+A proven lower bound (CP-SAT's node-level relaxation, run first) ends the search early when a
+plan reaches it. The search is exhaustive when it ends within its time limit; the best plan found is then
 optimal (and the heuristics' best plan is its starting incumbent). Exponential in the op count
 (every ordered set partition, times the devices): see :data:`MAX_OPS`.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 from dataclasses import dataclass
 
-__all__ = ["EnumInput", "EnumResult", "search", "MAX_OPS"]
+from partitioner.plan.records import OPTIMALITY_TOLERANCE
+from partitioner.accelerator._cpsat import RelaxInput, solve_relaxation
+
+__all__ = ["EnumInput", "EnumResult", "search", "bounded_search", "MAX_OPS"]
 
 MAX_OPS = 14  # graphs with more ops go to CP-SAT alone
 
@@ -60,6 +65,7 @@ class EnumInput:
     capacity: tuple[int, ...]  # bytes per device index
     upper_s: float  # latency of the best plan known (math.inf when none)
     time_limit_s: float
+    lower_s: float = 0.0  # a proven lower bound: a plan this fast ends the search
 
 
 @dataclass(frozen=True)
@@ -73,10 +79,26 @@ class EnumResult:
     plan: tuple[tuple[int, tuple[int, ...]], ...] | None
     visited: int
     wall_s: float
+    lower_s: float = 0.0  # the proven lower bound the search was given
 
 
 class _Timeout(Exception):
     pass
+
+
+class _Reached(Exception):
+    pass
+
+
+def bounded_search(inp: EnumInput, relax: RelaxInput, tick_s: float) -> EnumResult:
+    """The worker's entry: CP-SAT's node-level relaxation (NOTE: [Relaxation bound]) first, with
+    part of the time limit; its proven bound (``tick_s`` per tick) then ends the plan search as
+    soon as a plan reaches it."""
+    began = time.perf_counter()
+    found = solve_relaxation(relax)
+    lower = found.bound * tick_s if found.status in ("OPTIMAL", "FEASIBLE", "UNKNOWN") else 0.0
+    rest = max(0.0, inp.time_limit_s - (time.perf_counter() - began))
+    return search(dataclasses.replace(inp, lower_s=lower, time_limit_s=rest))
 
 
 def search(inp: EnumInput) -> EnumResult:  # noqa: C901 - one search, its cuts kept together
@@ -99,8 +121,23 @@ def search(inp: EnumInput) -> EnumResult:  # noqa: C901 - one search, its cuts k
     memo_fits: dict[tuple[int, tuple[int, ...]], bool] = {}
     seen: dict[tuple[object, ...], list[tuple[float, ...]]] = {}
 
+    memo_bits: dict[int, list[int]] = {}
+    memo_room: dict[tuple[int, int], int] = {}
+    memo_open: dict[tuple[bool, ...], list[int]] = {}
+
     def bits_of(mask: int) -> list[int]:
-        return [v for v in range(n) if mask >> v & 1]
+        got = memo_bits.get(mask)
+        if got is None:
+            got = memo_bits[mask] = [v for v in range(n) if mask >> v & 1]
+        return got
+
+    def room(d: int, held: int) -> int:
+        """The ops that device d, holding ``held``, could still take one at a time."""
+        got = memo_room.get((d, held))
+        if got is None:
+            got = sum(1 << v for v in range(n) if memory(held | 1 << v) <= capacity[d])
+            memo_room[(d, held)] = got
+        return got
 
     def memory(ops: int) -> int:
         """Bytes a device holding ``ops`` stores: their totals and every tensor they read from
@@ -164,8 +201,12 @@ def search(inp: EnumInput) -> EnumResult:  # noqa: C901 - one search, its cuts k
 
     def open_devices(dev_ops: tuple[int, ...]) -> list[int]:
         """The used devices and, of the unused, the first of each memory (it stands for the others)."""
-        return [d for d in range(devices)
-                if dev_ops[d] or not any(not dev_ops[e] and capacity[e] == capacity[d] for e in range(d))]
+        used = tuple(bool(ops) for ops in dev_ops)
+        got = memo_open.get(used)
+        if got is None:
+            got = memo_open[used] = [d for d in range(devices) if used[d] or not any(
+                not used[e] and capacity[e] == capacity[d] for e in range(d))]
+        return got
 
     def fits(rest: int, dev_ops: tuple[int, ...], may: tuple[int, ...]) -> bool:
         """Whether the ops of ``rest`` can go to devices within their memory, op v to device d
@@ -179,7 +220,7 @@ def search(inp: EnumInput) -> EnumResult:  # noqa: C901 - one search, its cuts k
             got = False
             for d in open_devices(dev_ops):
                 grown = dev_ops[d] | 1 << v
-                if may[d] >> v & 1 and memory(grown) <= capacity[d]:
+                if may[d] >> v & 1 and room(d, dev_ops[d]) >> v & 1:
                     if fits(rest & ~(1 << v), dev_ops[:d] + (grown,) + dev_ops[d + 1:], may):
                         got = True
                         break
@@ -194,26 +235,27 @@ def search(inp: EnumInput) -> EnumResult:  # noqa: C901 - one search, its cuts k
         input arrived: a placed input from its partition, an unplaced one at its own earliest
         finish on the device that suits, each plus its one tensor's transfer between devices."""
         early: list[list[float]] = [[]] * n
+        elsewhere = [0.0] * n  # an unplaced op's output on any device, with its transfer
         top = 0.0
         limit = best[0]
         may = [0] * devices
+        rooms = [room(d, dev_ops[d]) for d in range(devices)]
         for v in bits_of(rest):
             row = []
             for d in range(devices):
-                if memory(dev_ops[d] | 1 << v) > capacity[d]:
+                if not rooms[d] >> v & 1:
                     row.append(math.inf)
                     continue
                 r = free[d]
                 for u in preds[v]:
                     if rest >> u & 1:
-                        t = math.inf
-                        for e, x in enumerate(early[u]):
-                            if e != d:
-                                x += one_comm[u]
-                            if x < t:
-                                t = x
+                        t = early[u][d]
+                        if elsewhere[u] < t:
+                            t = elsewhere[u]
+                    elif dev[u] != d:
+                        t = fin[u] + one_comm[u]
                     else:
-                        t = fin[u] + (one_comm[u] if dev[u] != d else 0.0)
+                        t = fin[u]
                     if t > r:
                         r = t
                 r += w[v]
@@ -224,6 +266,7 @@ def search(inp: EnumInput) -> EnumResult:  # noqa: C901 - one search, its cuts k
                 row.append(r)
             early[v] = row
             low = min(row)
+            elsewhere[v] = low + one_comm[v]
             if low > top:
                 top = low
         return top, tuple(may)
@@ -252,6 +295,8 @@ def search(inp: EnumInput) -> EnumResult:  # noqa: C901 - one search, its cuts k
             if latest < best[0]:  # type: ignore[operator]
                 best[0] = latest
                 best[1] = tuple((d, tuple(bits_of(ops))) for d, ops, _ in parts)
+                if latest <= inp.lower_s * (1 + OPTIMALITY_TOLERANCE):
+                    raise _Reached
             return
         allowed = open_devices(dev_ops)
         low, may = bound(rest, free, fin, dev, dev_ops)
@@ -294,8 +339,12 @@ def search(inp: EnumInput) -> EnumResult:  # noqa: C901 - one search, its cuts k
 
     complete = True
     try:
+        if inp.upper_s <= inp.lower_s * (1 + OPTIMALITY_TOLERANCE):
+            raise _Reached
         step((1 << n) - 1, [], (0.0,) * devices, [0.0] * n, [-1] * n, (0,) * devices, 0.0)
     except _Timeout:
         complete = False
+    except _Reached:
+        pass
     plan = best[1]
-    return EnumResult(complete, float(best[0]), plan, visited[0], time.perf_counter() - began)  # type: ignore[arg-type]
+    return EnumResult(complete, float(best[0]), plan, visited[0], time.perf_counter() - began, inp.lower_s)  # type: ignore[arg-type]

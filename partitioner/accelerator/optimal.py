@@ -20,11 +20,13 @@ from typing import Sequence
 
 from partitioner.errors import InfeasibleError, PartitionError, RunError
 from partitioner.units import format_seconds
+from partitioner.plan.records import OPTIMALITY_TOLERANCE
 from partitioner.runtime.worker import run_in_worker
 from partitioner.accelerator import kl_based, largest_first, size_based
 from partitioner.accelerator._base import Assignment, Problem
 from partitioner.accelerator._fills import exhaustive_fit
 from partitioner.accelerator._cpsat import RelaxInput, SlotInput, SolveResult, Tensor, solve
+from partitioner.accelerator._enumerate import MAX_OPS, EnumInput, EnumResult, bounded_search
 
 __all__ = ["partition", "coarsen", "MAX_UNITS", "RELAX_LIMIT", "DEFAULT_TIME_LIMIT_S", "MAX_DEVICES"]
 
@@ -58,6 +60,11 @@ def partition(problem: Problem) -> Assignment:
         if best is None:
             raise InfeasibleError("no plan fits the devices' memory")
         return best
+    if not cost.torch and len(ops) <= MAX_OPS:
+        exact = _enumerate(problem, upper if best is not None else math.inf, best, 0.6 * limit)
+        if exact is not None:
+            return exact
+        limit *= 0.4
     tick = upper / TICKS
     units, coarse = coarsen(problem, MAX_UNITS)
     k = _slots_per_device(problem, units, best)
@@ -112,6 +119,63 @@ def partition(problem: Problem) -> Assignment:
               else "it proved no bound above the heaviest path of nodes")
     note = f"CP-SAT searched {space} for {slots.wall_s:.1f} s ({slots.status.lower()}); {kept}; {proved}"
     return dataclasses.replace(chosen, lower_bound_s=bound_s, note=note)
+
+
+def _enumerate(problem: Problem, upper: float, best: Assignment | None, limit: float) -> Assignment | None:
+    """The branch and bound of NOTE: [Plan enumeration] (in a worker): the optimal plan with its
+    proof when the search ends within ``limit`` seconds, else None (CP-SAT takes over)."""
+    try:
+        tick = (upper if math.isfinite(upper) else sum(problem.cost.node_s)) / TICKS
+        base = _slot_input(problem, [[v] for v in problem.graph.op_indices], tick or 1.0, 1, None, 0.0)
+        relax = RelaxInput(base.unit_w, base.unit_preds, base.unit_bytes, base.tensors, base.capacity,
+                           None, 0.15 * limit)
+        found: EnumResult = run_in_worker(bounded_search, (_enum_input(problem, upper, limit), relax, tick or 1.0),
+                                          timeout_s=limit + 30, what="the optimal mode's plan search")
+    except RunError as exc:
+        logger.warning("plan search failed (%s); CP-SAT takes over", exc)
+        return None
+    if not found.complete:
+        return None
+    chosen = dataclasses.replace(best, ordered=True) if best is not None else None
+    kept = "the best heuristic plan"
+    ops = problem.graph.op_indices
+    if found.plan is not None:
+        part = [-1] * len(problem.graph)
+        for p, (_, members) in enumerate(found.plan):
+            for i in members:
+                part[ops[i]] = p
+        plan = Assignment(part, [[problem.devices[d].logical_id] for d, _ in found.plan], ordered=True)
+        if problem.fits(plan) and (chosen is None or problem.latency(plan) < problem.latency(chosen)):
+            chosen, kept = plan, "its plan"
+    if chosen is None:
+        raise InfeasibleError("no plan fits the devices' memory: a search of every placement of the "
+                              f"{len(ops)} ops found none; add memory or a device")
+    latency = problem.latency(chosen)
+    if found.lower_s >= latency * (1 - OPTIMALITY_TOLERANCE):
+        how = "reached the bound CP-SAT's node-level relaxation proved"
+        bound = found.lower_s
+    else:
+        how = "searched every plan"
+        bound = latency
+    note = f"branch and bound {how} in {found.wall_s:.1f} s ({found.visited} partial plans); {kept} is optimal"
+    return dataclasses.replace(chosen, lower_bound_s=min(bound, latency), note=note)
+
+
+def _enum_input(problem: Problem, upper: float, limit: float) -> EnumInput:
+    cost, graph = problem.cost, problem.graph
+    ops = list(graph.op_indices)
+    local = {v: i for i, v in enumerate(ops)}
+    outside = sorted({u for v in ops for u in cost.preds[v] if u not in local})
+    tensor = dict(local)
+    tensor.update({u: len(ops) + j for j, u in enumerate(outside)})
+    return EnumInput(
+        w=tuple(cost.node_s[v] for v in ops),
+        preds=tuple(tuple(local[u] for u in cost.op_preds[v]) for v in ops),
+        op_bytes=tuple(cost.total[v] for v in ops),
+        reads=tuple(tuple(sorted({tensor[u] for u in cost.preds[v]})) for v in ops),
+        tensor_bytes=tuple(cost.out[u] for u in ops + outside),
+        rate=cost.rate if cost.rate else math.inf, transfer_latency_s=cost.transfer_latency_s,
+        capacity=tuple(d.memory_bytes for d in problem.devices), upper_s=upper, time_limit_s=limit)
 
 
 def _count(a: Assignment) -> int:
