@@ -112,13 +112,14 @@ def search(inp: EnumInput) -> EnumResult:  # noqa: C901 - one search, its cuts k
     tbytes = inp.tensor_bytes
     free_comm = not inp.rate or math.isinf(inp.rate)
     one_comm = [0.0 if free_comm else inp.transfer_latency_s + tbytes[u] / inp.rate for u in range(n)]
-    best: list[object] = [inp.upper_s, None]
+    best = [inp.upper_s]  # the latency to beat
+    best_plan: list[tuple[tuple[int, tuple[int, ...]], ...]] = []
     visited = [0]
     deadline = began + inp.time_limit_s
     memo_memory: dict[int, int] = {}
     memo_critical: dict[int, float] = {}
     memo_downsets: dict[tuple[int, int, int], list[int]] = {}
-    memo_fits: dict[tuple[int, tuple[int, ...]], bool] = {}
+    memo_fits: dict[tuple[int, tuple[int, ...], tuple[int, ...]], bool] = {}
     seen: dict[tuple[object, ...], list[tuple[float, ...]]] = {}
 
     memo_bits: dict[int, list[int]] = {}
@@ -259,7 +260,7 @@ def search(inp: EnumInput) -> EnumResult:  # noqa: C901 - one search, its cuts k
                     if t > r:
                         r = t
                 r += w[v]
-                if r < limit:  # type: ignore[operator]
+                if r < limit:
                     may[d] |= 1 << v
                 else:
                     r = math.inf
@@ -292,15 +293,15 @@ def search(inp: EnumInput) -> EnumResult:  # noqa: C901 - one search, its cuts k
         if visited[0] & 255 == 0 and time.perf_counter() > deadline:
             raise _Timeout
         if not rest:
-            if latest < best[0]:  # type: ignore[operator]
+            if latest < best[0]:
                 best[0] = latest
-                best[1] = tuple((d, tuple(bits_of(ops))) for d, ops, _ in parts)
+                best_plan[:] = [tuple((d, tuple(bits_of(ops))) for d, ops, _ in parts)]
                 if latest <= inp.lower_s * (1 + OPTIMALITY_TOLERANCE):
                     raise _Reached
             return
         allowed = open_devices(dev_ops)
         low, may = bound(rest, free, fin, dev, dev_ops)
-        if max(latest, low) >= best[0]:  # type: ignore[operator]
+        if max(latest, low) >= best[0]:
             return
         if not fits(rest, dev_ops, may) or dominated(rest, dev_ops, free, parts, latest):
             return
@@ -323,11 +324,11 @@ def search(inp: EnumInput) -> EnumResult:  # noqa: C901 - one search, its cuts k
                             if t > start:
                                 start = t
                 finish = start + critical(ops)
-                if finish < best[0]:  # type: ignore[operator]
+                if finish < best[0]:
                     children.append((finish, -ops.bit_count(), d, ops))
         children.sort()
         for finish, _, d, ops in children:
-            if max(latest, finish) >= best[0]:  # type: ignore[operator]
+            if max(latest, finish) >= best[0]:
                 continue
             parts.append((d, ops, finish))
             saved = [(v, fin[v], dev[v]) for v in bits_of(ops)]
@@ -346,5 +347,5 @@ def search(inp: EnumInput) -> EnumResult:  # noqa: C901 - one search, its cuts k
         complete = False
     except _Reached:
         pass
-    plan = best[1]
-    return EnumResult(complete, float(best[0]), plan, visited[0], time.perf_counter() - began, inp.lower_s)  # type: ignore[arg-type]
+    return EnumResult(complete, best[0], best_plan[0] if best_plan else None, visited[0],
+                      time.perf_counter() - began, inp.lower_s)

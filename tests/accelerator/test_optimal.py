@@ -316,8 +316,7 @@ def _random_case(seed, n, count):
 @pytest.mark.slow
 @pytest.mark.parametrize("n, count", [(3, 3), (4, 3), (5, 3), (6, 2), (7, 2), (8, 2)])
 def test_optimal_is_proven_where_the_plan_model_holds_every_plan(n, count):
-    """Up to 16 slots over the devices (8 ops on 2 devices, 5 on 3) the plan model holds every
-    plan, and with its symmetry broken (NOTE: [Slot symmetry]) CP-SAT proves the optimum well
+    """On graphs this small the plan search (NOTE: [Plan enumeration]) proves the optimum well
     within the default 10 s; on the smallest graphs that optimum equals brute force."""
     proved = 0
     for seed in range(3):
