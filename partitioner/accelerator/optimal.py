@@ -7,7 +7,8 @@ nothing better. Under the physical cost model a graph of at most :data:`MAX_OPS`
 to a branch and bound over every plan (NOTE: [Plan enumeration] in :mod:`._enumerate`), given
 CP-SAT's node-level relaxation bound and 60 % of the time limit: when it ends, its plan is
 optimal with that proof (on random graphs of up to 12 ops on 3 devices it ends in seconds); when
-it runs out of time, the CP-SAT models below get the remaining 40 %. The models (NOTE: [Plan model], NOTE: [Relaxation bound] in :mod:`.cpsat`) run in
+it runs out of time, the CP-SAT models below get the remaining 40 %.
+The models (NOTE: [Plan model], NOTE: [Relaxation bound] in :mod:`.cpsat`) run in
 a worker process with a time limit, never in the caller's. Graphs of more than
 :data:`MAX_UNITS` op nodes are coarsened first (chains contracted, then runs of consecutive
 nodes grouped), and the plan says so; the bound then comes from the node-level relaxation only
