@@ -267,6 +267,8 @@ def search(inp: EnumInput) -> EnumResult:  # noqa: C901 - one search, its cuts k
                 row.append(r)
             early[v] = row
             low = min(row)
+            if low >= limit:  # this op alone rules the branch out: the rest need not be bounded
+                return low, tuple(may)
             elsewhere[v] = low + one_comm[v]
             if low > top:
                 top = low

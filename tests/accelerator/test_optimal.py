@@ -150,7 +150,8 @@ def test_optimal_is_proven_on_every_graph_of_up_to_12_ops_and_3_devices(case):
         return
     assert plan.violations(graph) == []
     assert plan.proven_optimal and plan.gap_to_bound == 0.0, plan.provenance.solver
-    assert "branch and bound" in plan.provenance.solver
+    if plan.latency_s > 0:  # else nothing takes time and every plan is optimal, no search needed
+        assert "branch and bound" in plan.provenance.solver
     for mode in ("size_based", "kl_based"):
         try:
             other = partitioner.partition(graph, devices, mode=mode, **kwargs)
