@@ -102,7 +102,9 @@ MODE_TEXT: dict[str, ModeText] = {
         "second model drops partitions altogether (each node on any devices, a transfer on "
         "every input from elsewhere, memory exact) and proves a lower bound no plan can beat. "
         "Graphs of more than 200 ops are coarsened first: chains contracted, then runs of "
-        "consecutive nodes grouped.",
+        "consecutive nodes grouped. On graphs of up to 14 ops (physical cost model) a branch "
+        "and bound runs first: it builds plans a partition at a time, in the order they run, "
+        "drops every branch the bound shows cannot win, and so proves the optimum.",
         "The fastest plan the solver found in its time, never slower than the heuristics; "
         "\"optimal\" when its latency meets the proven bound (within 0.01 %).",
         "To know how good a heuristic's plan is, and for final plans of models up to a few "
