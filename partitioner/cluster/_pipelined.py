@@ -121,10 +121,10 @@ def _step(rank: int, stages: list[Any], inputs: tuple[torch.Tensor, ...], layout
         return out, losses
 
     out, losses = step()
-    grads, held, best = measure_step(step, params, repeats, device)
+    grads, held, median = measure_step(step, params, repeats, device)
     outputs = None
     if last and j == 0:
         outputs = [t.detach().cpu() for t in torch.utils._pytree.tree_leaves(out) if isinstance(t, torch.Tensor)]
     loss = float(sum(float(x) for x in losses)) if last and losses else None
     return {"coords": (s, i, j), "outputs": outputs, "grads": grads if (i == 0 and j == 0) else None,
-            "held": held, "step_s": best, "loss": loss}
+            "held": held, "step_s": median, "loss": loss}

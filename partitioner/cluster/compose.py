@@ -15,7 +15,7 @@ The outputs (gathered over dp) and every parameter's gradient (``full_tensor()``
 the mean over replicas) are compared with one process's by ``torch.testing.assert_close`` (absolute
 tolerance 1e-5 of each tensor's largest magnitude: fp32 sums in another order); each
 rank reports its mesh coordinates, the bytes of the parameter and gradient shards it holds and
-its best step time after a warm-up. Processes start as the other real runs start
+its median step time after a warm-up. Processes start as the other real runs start
 (:mod:`partitioner.runtime.launch`); a failure names the rank and its coordinates.
 Pipeline stages (``pp > 1``) compose on a three-dimensional mesh (:mod:`partitioner.cluster._pipelined`).
 
@@ -204,9 +204,9 @@ def _rank_step(rank: int, module: torch.nn.Module, inputs: tuple[torch.Tensor, .
         return [torch.cat([o[k].detach() for o in outs]) for k in range(len(outs[0]))]
 
     outputs = step()
-    grads, held, best = measure_step(step, params, repeats, device)
+    grads, held, median = measure_step(step, params, repeats, device)
     return {"coords": (i, j), "outputs": [o.cpu() for o in outputs] if j == 0 else None,
-            "grads": grads if rank == 0 else None, "held": held, "step_s": best}
+            "grads": grads if rank == 0 else None, "held": held, "step_s": median}
 
 
 def _reference(module: torch.nn.Module, inputs: tuple[torch.Tensor, ...]) -> tuple[list[Any], dict[str, Any]]:

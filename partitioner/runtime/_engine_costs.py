@@ -9,9 +9,10 @@ fixed here rather than sized by a first call.
 
 from __future__ import annotations
 
-import statistics
 import time
 from typing import Any, Callable
+
+from partitioner.runtime.timing import step_seconds
 
 __all__ = ["engine_costs", "loop_median_s"]
 
@@ -20,7 +21,8 @@ PIPELINE_MICROBATCHES = 4
 
 
 def loop_median_s(fn: Callable[[], Any], loops: int = 10, repeats: int = 5) -> float:
-    """Median over ``repeats`` of the mean time of ``loops`` calls of ``fn`` (called once first)."""
+    """Median over ``repeats`` of the mean time of ``loops`` calls of ``fn`` (called once first:
+    the warm-up; NOTE: [One statistic] in :mod:`partitioner.runtime.timing`)."""
     fn()
     times = []
     for _ in range(repeats):
@@ -28,7 +30,7 @@ def loop_median_s(fn: Callable[[], Any], loops: int = 10, repeats: int = 5) -> f
         for _ in range(loops):
             fn()
         times.append((time.perf_counter() - start) / loops)
-    return statistics.median(times)
+    return step_seconds(times)
 
 
 def _row_parallel(rank: int, ranks: list[int], device: str) -> list[tuple[float, float]]:
@@ -55,13 +57,13 @@ def _row_parallel(rank: int, ranks: list[int], device: str) -> list[tuple[float,
 
 def _pipeline_action(rank: int, ranks: list[int]) -> float:
     """Seconds a GPipe action costs on ``ranks`` stages of a tiny Linear: the slowest stage's
-    best step over the schedule's m + p - 1 slots (as the pipeline runner measures a step)."""
+    median step over the schedule's m + p - 1 slots (as the pipeline runner measures a step)."""
     import torch
     import torch.distributed as dist
     from torch.distributed.pipelining import PipelineStage, ScheduleGPipe
 
     group = dist.new_group(ranks)
-    best = 0.0
+    per_action = 0.0
     if rank in ranks:
         p, i = len(ranks), ranks.index(rank)
         stage = PipelineStage(torch.nn.Linear(4, 4), i, p, torch.device("cpu"), group=group)
@@ -74,9 +76,9 @@ def _pipeline_action(rank: int, ranks: list[int]) -> float:
                 start = time.perf_counter()
                 schedule.step(x) if i == 0 else schedule.step()
                 times.append(time.perf_counter() - start)
-        best = min(times[1:]) / (PIPELINE_MICROBATCHES + p - 1)
+        per_action = step_seconds(times[1:]) / (PIPELINE_MICROBATCHES + p - 1)
     dist.barrier()
-    return best
+    return per_action
 
 
 def engine_costs(rank: int, world_size: int) -> dict[str, Any]:

@@ -33,6 +33,7 @@ from partitioner.graph import Graph
 from partitioner.plan.records import Plan
 from partitioner.runtime.launch import default_backend, launch, report_progress
 from partitioner.runtime.splitting import split
+from partitioner.runtime.timing import median_by_key, step_seconds
 
 __all__ = ["run", "RunResult", "PartitionRun", "prepare", "run_rank", "Prepared", "ranked_devices"]
 
@@ -60,7 +61,7 @@ class PartitionRun:
 class RunResult:
     outputs: Any  # the model's outputs, gathered on rank 0
     outputs_equal: bool  # equal to the single-process model's (torch.testing.assert_close)
-    measured_latency_s: float  # end to end, on rank 0, best of the timed repeats
+    measured_latency_s: float  # end to end, on rank 0, the median of the timed walks (NOTE: [One statistic])
     predicted_latency_s: float  # the plan's, and the outputs' way back to rank 0
     partitions: tuple[PartitionRun, ...]
     world_size: int
@@ -120,8 +121,8 @@ def _walk(rank: int, world_size: int, gm: fx.GraphModule, owners: dict[str, tupl
             ranks = need[n.name]
         for arg in n.all_input_nodes:
             need[arg.name] |= ranks
-    best = float("inf")
-    timings = RankTimings({}, {}, {})
+    walks: list[float] = []
+    samples: list[tuple[dict[str, float], dict[str, float], dict[str, int]]] = []
     outputs: Any = None
     for attempt in range(repeats + 1):  # the first walk warms up (allocations, lazy init)
         env: dict[str, Any] = {}
@@ -175,11 +176,13 @@ def _walk(rank: int, world_size: int, gm: fx.GraphModule, owners: dict[str, tupl
             work.wait()
         dist.barrier()
         took = time.perf_counter() - start
-        if attempt > 0 and took < best:
-            best = took
-            timings = RankTimings(compute, wait, received)
+        if attempt > 0 or not repeats:  # the first walk is a warm-up when there are timed ones
+            walks.append(took)
+            samples.append((compute, wait, received))
         report_progress(f"walk {attempt + 1} of {repeats + 1} done")
-    return RankResult(outputs, best, timings)
+    timings = RankTimings(median_by_key([c for c, _, _ in samples]), median_by_key([w for _, w, _ in samples]),
+                          samples[-1][2] if samples else {})
+    return RankResult(outputs, step_seconds(walks), timings)
 
 
 def picklable(gm: fx.GraphModule) -> fx.GraphModule:
@@ -202,7 +205,7 @@ _RUN_IGNORES = frozenset({ViolationKind.MEMORY, ViolationKind.MEMORY_BUDGET, Vio
 
 @dataclass(frozen=True)
 class RankTimings:
-    """One rank's best walk: seconds computing each submodule it owns, seconds waiting for each
+    """One rank's median walk: seconds computing each submodule it owns, seconds waiting for each
     value it receives, and the bytes of each."""
 
     compute_s: dict[str, float]
@@ -212,7 +215,7 @@ class RankTimings:
 
 @dataclass(frozen=True)
 class RankResult:
-    """What a rank sends back: the outputs (rank 0), its best end-to-end walk, its timings."""
+    """What a rank sends back: the outputs (rank 0), its median end-to-end walk, its timings."""
 
     outputs: Any
     latency_s: float

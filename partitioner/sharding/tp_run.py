@@ -124,9 +124,9 @@ def _entry(rank: int, world_size: int, module: torch.nn.Module, inputs: tuple[An
             loss.backward()  # type: ignore[union-attr]
         backward = _kinds(counter.get_comm_counts())
     if repeats:  # warm forwards, started together: their median is the measured forward
-        import statistics
-
         import torch.distributed as dist
+
+        from partitioner.runtime.timing import step_seconds
 
         times = []
         with torch.no_grad():
@@ -135,7 +135,7 @@ def _entry(rank: int, world_size: int, module: torch.nn.Module, inputs: tuple[An
                 start = time.perf_counter()
                 module(*inputs, **(kwargs or {}))
                 times.append(time.perf_counter() - start)
-        seconds = statistics.median(times)
+        seconds = step_seconds(times)
     return {"outputs": [t.detach() for t in full], "forward": _kinds(forward.get_comm_counts()),
             "backward": backward, "local": local, "bytes": int(nbytes), "seconds": seconds}
 
