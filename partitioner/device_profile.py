@@ -38,7 +38,7 @@ __all__ = ["DeviceProfile", "AlphaBeta", "PROFILE_KIND", "SCHEMA_VERSION", "cach
 
 PROFILE_KIND = "device-profile"
 SCHEMA_VERSION = 1
-COLLECTIVE_KINDS = ("p2p", "all_reduce", "all_gather", "dtensor_all_reduce")
+COLLECTIVE_KINDS = ("p2p", "handoff", "all_reduce", "all_gather", "dtensor_all_reduce")
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 # Ops that index, view or reshape: no bytes move, only the dispatch is paid.
 _FREE_OPS = ("getitem", "getattr", "size", "view", "reshape", "flatten", "unflatten", "unsqueeze", "squeeze",
@@ -111,6 +111,8 @@ class DeviceProfile:
     sharded_module_overhead_s: float = 0.0  # a tensor-parallel module call beyond a plain one (DTensor)
     pipeline_action_s: tuple[tuple[int, float], ...] = ()  # (stages, seconds a pipelining action costs)
     slowdown: tuple[tuple[int, float], ...] = ((1, 1.0),)  # (ranks computing at once, time factor)
+    barrier_s: tuple[tuple[int, float], ...] = ()  # (processes, seconds a barrier adds after compute)
+    dtensor_module_s: tuple[tuple[int, float], ...] = ()  # (processes, DTensor dispatch of a sharded Linear, all ranks at once)
     cores: int = 1
     backend: str = "gloo"
     host: str = ""
@@ -183,12 +185,23 @@ class DeviceProfile:
         k, f = points[-1]
         return f * ranks / k
 
+    def barrier_for(self, processes: int) -> float:
+        """Seconds a process-group barrier of ``processes`` adds after compute, at the nearest
+        measured count (0 when none was measured, or for one process)."""
+        return _nearest(self.barrier_s, processes) if processes > 1 else 0.0
+
+    def dtensor_module_for(self, processes: int) -> float:
+        """DTensor's dispatch of one sharded module call (its input wrapped, its op dispatched,
+        its output unwrapped) on ``processes`` ranks at once: measured in place at the nearest
+        count, else the one-rank figure ``sharded_module_overhead_s`` times the slowdown."""
+        if self.dtensor_module_s:
+            return _nearest(self.dtensor_module_s, processes)
+        return self.sharded_module_overhead_s * self.slowdown_for(processes)
+
     def pipeline_action_for(self, stages: int) -> float:
         """Seconds one action of a pipelining schedule costs beyond its compute and transfer, at
         the nearest measured stage count (0 when none was measured)."""
-        if not self.pipeline_action_s:
-            return 0.0
-        return min(self.pipeline_action_s, key=lambda p: (abs(p[0] - stages), -p[0]))[1]
+        return _nearest(self.pipeline_action_s, stages)
 
     # --- the figures a flat-peak consumer reads
     @property
@@ -202,7 +215,9 @@ class DeviceProfile:
 
     @property
     def link(self) -> AlphaBeta | None:
-        return self.collective("p2p", 2)
+        """Point-to-point between two ranks: the hand-off measured between computing ranks where
+        the profile has it (what a run's transfer costs), else the ping-pong fit."""
+        return self.collective("handoff", 2) or self.collective("p2p", 2)
 
     # --- JSON
     def to_dict(self) -> dict[str, Any]:
@@ -215,7 +230,9 @@ class DeviceProfile:
                 "collectives": [{"kind": k, "processes": n, "latency_s": ab.latency_s,
                                  "bandwidth_bytes_per_s": ab.bandwidth_bytes_per_s} for k, n, ab in self.collectives],
                 "slowdown": [list(p) for p in self.slowdown],
-                "pipeline_action_s": [list(p) for p in self.pipeline_action_s], "cores": self.cores, "backend": self.backend,
+                "pipeline_action_s": [list(p) for p in self.pipeline_action_s],
+                "barrier_s": [list(p) for p in self.barrier_s],
+                "dtensor_module_s": [list(p) for p in self.dtensor_module_s], "cores": self.cores, "backend": self.backend,
                 "host": self.host, "load_average": self.load_average, "measured_at": self.measured_at,
                 "calibration_s": self.calibration_s}
 
@@ -240,7 +257,8 @@ class DeviceProfile:
                        matmul=matmul, copy=_check_curve(name, "copy", data["copy"]), collectives=collectives,
                        sharded_module_overhead_s=float(data.get("sharded_module_overhead_s", 0.0)),
                        slowdown=tuple(sorted((int(k), float(f)) for k, f in data.get("slowdown", [[1, 1.0]]))),
-                       pipeline_action_s=tuple(sorted((int(k), float(f)) for k, f in data.get("pipeline_action_s", []))),
+                       pipeline_action_s=_pairs(data, "pipeline_action_s"), barrier_s=_pairs(data, "barrier_s"),
+                       dtensor_module_s=_pairs(data, "dtensor_module_s"),
                        cores=int(data.get("cores", 1)), backend=str(data.get("backend", "gloo")),
                        host=str(data.get("host", "")), load_average=float(data.get("load_average", 0.0)),
                        measured_at=str(data.get("measured_at", "")),
@@ -259,6 +277,15 @@ class DeviceProfile:
         tmp.write_text(json.dumps(self.to_dict(), indent=2) + "\n", encoding="utf-8")
         tmp.replace(target)
         return target
+
+
+def _nearest(points: Sequence[tuple[int, float]], count: int) -> float:
+    """The value at the measured count nearest ``count`` (the larger on a tie); 0 when none."""
+    return min(points, key=lambda p: (abs(p[0] - count), -p[0]))[1] if points else 0.0
+
+
+def _pairs(data: Mapping[str, Any], key: str) -> tuple[tuple[int, float], ...]:
+    return tuple(sorted((int(k), float(f)) for k, f in data.get(key, [])))
 
 
 def _dtype_name(dtype: str | None) -> str:

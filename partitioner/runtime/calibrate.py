@@ -70,11 +70,36 @@ def _ops() -> dict[str, Any]:
     return {"op": op, "module": max(0.0, module), "matmul": matmul, "copy": copy}
 
 
-def _busy_s() -> float:
+SLOWDOWN_REPEATS = 5
+
+
+def _slowdown(rank: int, world_size: int) -> dict[int, list[float]]:
+    """This rank's seconds for one fixed loop of 128 x 128 matmuls, with 1, 2 and all ranks
+    computing it at once (NOTE: [A robust shared-core factor]): ``{ranks at once: [seconds per
+    repeat]}``, for the counts this rank took part in."""
     import torch
+    import torch.distributed as dist
 
     x, y = torch.randn(128, 128), torch.randn(128, 128)
-    return _median_s(lambda: torch.mm(x, y), 0.1)
+    loops = torch.zeros(1, dtype=torch.int64)
+    if rank == 0:  # one loop size for every rank: about 20 ms alone
+        one = loop_median_s(lambda: torch.mm(x, y), 20, 3)
+        loops[0] = max(5, min(5000, int(0.02 / max(one, 1e-7))))
+    dist.broadcast(loops, 0)
+    n = int(loops[0])
+    counts = sorted({1, 2, world_size} & set(range(1, world_size + 1)))
+    busy: dict[int, list[float]] = {k: [] for k in counts if rank < k}
+    torch.mm(x, y)
+    for _ in range(SLOWDOWN_REPEATS):  # interleaved: the machine's load moves between repeats
+        for k in counts:
+            dist.barrier()
+            if rank < k:
+                start = time.perf_counter()
+                for _ in range(n):
+                    torch.mm(x, y)
+                busy[k].append(time.perf_counter() - start)
+            dist.barrier()
+    return busy
 
 
 def _messages(rank: int, ranks: list[int], group: Any, kind: str) -> list[tuple[float, float]]:
@@ -119,13 +144,7 @@ def _entry(rank: int, world_size: int) -> dict[str, Any] | None:
     if rank == 0:
         result["ops"] = _ops()
     dist.barrier()
-    busy: dict[int, float] = {}
-    counts = sorted({1, 2, world_size} & set(range(1, world_size + 1)))
-    for k in counts:
-        dist.barrier()
-        if rank < k:
-            busy[k] = _busy_s()
-        dist.barrier()
+    busy = _slowdown(rank, world_size)
     result["busy"] = busy
     pair = dist.new_group([0, 1]) if world_size > 2 else None
     collectives: dict[str, list[tuple[float, float]]] = {}
@@ -192,8 +211,12 @@ def calibrate(name: str = "local", processes: int = 4, *, timeout_s: float = 180
     results = launch(_entry, processes, (), timeout_s=timeout_s, backend=backend, progress=progress)
     ops = results[0]["ops"]
     busy = [r["busy"] for r in results]
-    alone = busy[0][1]
-    slowdown = [(1, 1.0)] + [(k, statistics.mean(b[k] for b in busy[:k]) / alone) for k in sorted(busy[0]) if k > 1]
+    # NOTE: [A robust shared-core factor] Each repeat's factor is the mean of the k ranks' loop
+    # times over rank 0's time alone in the same repeat (the load seen a moment apart), and the
+    # profile keeps the median over repeats: one repeat disturbed by another job moves nothing.
+    slowdown = [(1, 1.0)] + [
+        (k, statistics.median(statistics.mean(b[k][r] for b in busy[:k]) / busy[0][1][r]
+                              for r in range(len(busy[0][1])))) for k in sorted(busy[0]) if k > 1]
     collectives = []
     for key, points in sorted(results[0]["collectives"].items()):
         kind, _, count = key.partition(":")
@@ -201,18 +224,23 @@ def calibrate(name: str = "local", processes: int = 4, *, timeout_s: float = 180
         worst = [(x, max(y, y2)) for (x, y), (_, y2) in zip(points, other)]
         collectives.append((kind, int(count), fit_alpha_beta(worst)))
     engines = [r["engines"] for r in results]
-    for n in sorted(engines[0]["row"]):  # the slowest rank's time at each size
-        points = [(x, max(e["row"][n][i][1] for e in engines if e["row"].get(n)))
-                  for i, (x, _) in enumerate(engines[0]["row"][n])]
-        collectives.append(("dtensor_all_reduce", n, fit_alpha_beta(points)))
-    actions = tuple((n, max(e["action"][n] for e in engines)) for n in sorted(engines[0]["action"]))
+    for key, kind in (("row", "dtensor_all_reduce"), ("handoff", "handoff")):
+        for n in sorted(engines[0][key]):  # the slowest rank's time at each size
+            points = [(x, max(e[key][n][i][1] for e in engines if e[key].get(n)))
+                      for i, (x, _) in enumerate(engines[0][key][n])]
+            collectives.append((kind, n, fit_alpha_beta(points)))
+
+    def slowest(key: str) -> tuple[tuple[int, float], ...]:
+        return tuple((n, max(e[key][n] for e in engines if n in e[key])) for n in sorted(engines[0][key]))
+
+    actions = slowest("action")
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     return DeviceProfile(
         name=name, memory_bytes=_memory_bytes(), op_overhead_s=ops["op"], module_overhead_s=ops["module"],
         sharded_module_overhead_s=results[0]["sharded"],
         matmul=tuple(sorted((d, tuple(sorted(c))) for d, c in ops["matmul"].items())),
         copy=tuple(sorted(ops["copy"])), collectives=tuple(sorted(collectives)), slowdown=tuple(slowdown),
-        pipeline_action_s=actions,
+        pipeline_action_s=actions, barrier_s=slowest("barrier"), dtensor_module_s=slowest("column"),
         cores=cores, backend=backend, host=socket.gethostname(), load_average=round(load, 2),
         measured_at=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         calibration_s=round(time.perf_counter() - began, 2))

@@ -35,7 +35,7 @@ from partitioner.runtime.launch import default_backend, launch, report_progress
 from partitioner.runtime.splitting import split
 from partitioner.runtime.timing import median_by_key, step_seconds
 
-__all__ = ["run", "RunResult", "PartitionRun", "prepare", "run_rank", "Prepared", "ranked_devices"]
+__all__ = ["run", "RunResult", "PartitionRun", "prepare", "run_rank", "Prepared", "ranked_devices", "predicted_walk_s"]
 
 logger = logging.getLogger(__name__)
 
@@ -62,7 +62,7 @@ class RunResult:
     outputs: Any  # the model's outputs, gathered on rank 0
     outputs_equal: bool  # equal to the single-process model's (torch.testing.assert_close)
     measured_latency_s: float  # end to end, on rank 0, the median of the timed walks (NOTE: [One statistic])
-    predicted_latency_s: float  # the plan's, and the outputs' way back to rank 0
+    predicted_latency_s: float  # the plan's, the outputs' way back to rank 0 and the closing barrier
     partitions: tuple[PartitionRun, ...]
     world_size: int
     backend: str
@@ -348,8 +348,19 @@ def run(plan: Plan, graph: Graph, example_inputs: Sequence[Any] | torch.Tensor, 
             wait_s=float(sum(timing.wait_s.get(a, 0.0) for a in inputs_of)),
             received_bytes=int(sum(timing.received_bytes.get(a, 0) for a in inputs_of)),
             predicted_s=part.latency_s))
-    return RunResult(first.outputs, equal, float(first.latency_s), plan.latency_s + _gather_s(plan, graph),
+    return RunResult(first.outputs, equal, float(first.latency_s), predicted_walk_s(plan, graph, world),
                      tuple(runs), world, backend)
+
+
+def predicted_walk_s(plan: Plan, graph: Graph, world: int) -> float:
+    """What a timed walk of ``plan`` on ``world`` ranks should take: the plan's latency, the
+    outputs' way back to rank 0 and the barrier that closes the walk (the devices' profile's
+    ``barrier_for(world)``, measured after compute; 0 without a profile)."""
+    from partitioner.cost.model import device_profile
+
+    profile = device_profile(plan.devices)
+    barrier = profile.barrier_for(world) if profile is not None else 0.0
+    return plan.latency_s + _gather_s(plan, graph) + barrier
 
 
 def _gather_s(plan: Plan, graph: Graph) -> float:
