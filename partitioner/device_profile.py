@@ -113,6 +113,7 @@ class DeviceProfile:
     slowdown: tuple[tuple[int, float], ...] = ((1, 1.0),)  # (ranks computing at once, time factor)
     barrier_s: tuple[tuple[int, float], ...] = ()  # (processes, seconds a barrier adds after compute)
     dtensor_module_s: tuple[tuple[int, float], ...] = ()  # (processes, DTensor dispatch of a sharded Linear, all ranks at once)
+    training_step_factor: float = 3.0  # forward + backward over forward, measured (3: the FLOP count's rule)
     cores: int = 1
     backend: str = "gloo"
     host: str = ""
@@ -232,7 +233,8 @@ class DeviceProfile:
                 "slowdown": [list(p) for p in self.slowdown],
                 "pipeline_action_s": [list(p) for p in self.pipeline_action_s],
                 "barrier_s": [list(p) for p in self.barrier_s],
-                "dtensor_module_s": [list(p) for p in self.dtensor_module_s], "cores": self.cores, "backend": self.backend,
+                "dtensor_module_s": [list(p) for p in self.dtensor_module_s],
+                "training_step_factor": self.training_step_factor, "cores": self.cores, "backend": self.backend,
                 "host": self.host, "load_average": self.load_average, "measured_at": self.measured_at,
                 "calibration_s": self.calibration_s}
 
@@ -259,6 +261,7 @@ class DeviceProfile:
                        slowdown=tuple(sorted((int(k), float(f)) for k, f in data.get("slowdown", [[1, 1.0]]))),
                        pipeline_action_s=_pairs(data, "pipeline_action_s"), barrier_s=_pairs(data, "barrier_s"),
                        dtensor_module_s=_pairs(data, "dtensor_module_s"),
+                       training_step_factor=float(data.get("training_step_factor", 3.0)),
                        cores=int(data.get("cores", 1)), backend=str(data.get("backend", "gloo")),
                        host=str(data.get("host", "")), load_average=float(data.get("load_average", 0.0)),
                        measured_at=str(data.get("measured_at", "")),

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
 from partitioner.cluster.layouts import Layout
+from partitioner.runtime.timing import step_seconds
 
 __all__ = ["RankReport", "ComposedRun", "compare"]
 
@@ -21,6 +22,7 @@ class RankReport:
     gradient_bytes: int  # the local shards of the gradients
     step_s: float  # its median timed step (NOTE: [One statistic] in partitioner.runtime.timing)
     pp: int = 0  # and on "pp": its pipeline stage
+    sync_s: float = 0.0  # the median over its timed steps of the gradient all-reduce over dp (ZeRO 0 and 1)
 
     @property
     def memory_bytes(self) -> int:
@@ -91,8 +93,6 @@ def measure_step(step: Callable[[], Any], params: Sequence[tuple[str, Any]], rep
         return 0 if t is None else int((t.to_local() if isinstance(t, DTensor) else t).nbytes)
 
     held = (sum(local_bytes(p) for _, p in params), sum(local_bytes(p.grad) for _, p in params))
-    from partitioner.runtime.timing import step_seconds
-
     steps = []
     for _ in range(repeats):
         dist.barrier()

@@ -79,19 +79,26 @@ def _barrier(rank: int, ranks: list[int], group: Any) -> float:
 
 
 def _handoff(rank: int, ranks: list[int], group: Any) -> list[tuple[float, float]]:
-    """(bytes, seconds a hop adds) of a ring over ``ranks``: each receives, computes, sends on."""
+    """(bytes, seconds a hop adds) of a ring over ``ranks``: each receives, computes about half a
+    millisecond (the receiver of the next hop has waited that long), sends on. The compute is
+    timed where it runs and summed over the ring, so only the hand-offs remain."""
     import torch
     import torch.distributed as dist
 
     points: list[tuple[float, float]] = []
     if rank in ranks:
-        work = _work()
+        a = torch.randn(192, 192)
         i, p = ranks.index(rank), len(ranks)
         nxt, prev = ranks[(i + 1) % p], ranks[(i - 1) % p]
-        dist.barrier(group=group)
-        alone = loop_median_s(work, 20, 5)
         for nbytes in HANDOFF_BYTES:
             t = torch.ones(max(1, nbytes // 4))
+            worked = [0.0]
+
+            def work() -> None:
+                start = time.perf_counter()
+                for _ in range(4):
+                    torch.mm(a, a)
+                worked[0] += time.perf_counter() - start
 
             def ring() -> None:
                 if i == 0:
@@ -103,9 +110,18 @@ def _handoff(rank: int, ranks: list[int], group: Any) -> list[tuple[float, float
                     work()
                     dist.send(t, nxt)
 
-            dist.barrier(group=group)
-            hop = loop_median_s(ring, 5, 5) / p
-            points.append((float(t.nbytes), max(hop - alone, 1e-7)))
+            ring()  # the warm-up
+            hops = []
+            for _ in range(5):
+                dist.barrier(group=group)
+                worked[0] = 0.0
+                start = time.perf_counter()
+                for _ in range(4):
+                    ring()
+                took = torch.tensor([time.perf_counter() - start if i == 0 else 0.0, worked[0]])
+                dist.all_reduce(took, group=group)
+                hops.append((float(took[0]) - float(took[1])) / (4 * p))
+            points.append((float(t.nbytes), max(step_seconds(hops), 1e-7)))
     dist.barrier()
     return points
 

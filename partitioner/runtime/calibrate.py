@@ -67,7 +67,28 @@ def _ops() -> dict[str, Any]:
     for nbytes in COPY_BYTES:
         x = torch.ones(max(1, nbytes // 8))  # float32: half the bytes read, half written
         copy.append((float(2 * x.nbytes), _median_s(lambda: torch.mul(x, 2.0), 0.05 if nbytes < 1 << 24 else 0.15)))
-    return {"op": op, "module": max(0.0, module), "matmul": matmul, "copy": copy}
+    return {"op": op, "module": max(0.0, module), "matmul": matmul, "copy": copy, "backward": _backward_factor()}
+
+
+def _backward_factor() -> float:
+    """A training step's time over the forward's: a chain of Linear + ReLU layers (64 rows, 256
+    wide, as the sample MLP) run forward, then forward and backward of the sum of its output,
+    interleaved, median of the ratios. Autograd's per-node overhead is in it, as in a run."""
+    import torch
+
+    nn = torch.nn
+    chain = nn.Sequential(*(m for _ in range(4) for m in (nn.Linear(256, 256), nn.ReLU())))
+    x = torch.randn(64, 256)
+
+    def forward() -> None:
+        with torch.no_grad():
+            chain(x)
+
+    def step() -> None:
+        chain.zero_grad(set_to_none=True)
+        chain(x).sum().backward()
+
+    return statistics.median(_median_s(step, 0.03) / _median_s(forward, 0.03) for _ in range(3))
 
 
 SLOWDOWN_REPEATS = 5
@@ -237,6 +258,7 @@ def calibrate(name: str = "local", processes: int = 4, *, timeout_s: float = 180
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     return DeviceProfile(
         name=name, memory_bytes=_memory_bytes(), op_overhead_s=ops["op"], module_overhead_s=ops["module"],
+        training_step_factor=ops["backward"],
         sharded_module_overhead_s=results[0]["sharded"],
         matmul=tuple(sorted((d, tuple(sorted(c))) for d, c in ops["matmul"].items())),
         copy=tuple(sorted(ops["copy"])), collectives=tuple(sorted(collectives)), slowdown=tuple(slowdown),

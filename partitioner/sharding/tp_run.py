@@ -26,6 +26,7 @@ import torch
 from partitioner.errors import RunError, ShardingError
 from partitioner.sharding.tensor_parallel import TPPlan
 from partitioner.runtime.launch import default_backend, launch
+from partitioner.runtime.timing import step_seconds
 
 __all__ = ["ShardRun", "run_sharded"]
 
@@ -125,8 +126,6 @@ def _entry(rank: int, world_size: int, module: torch.nn.Module, inputs: tuple[An
         backward = _kinds(counter.get_comm_counts())
     if repeats:  # warm forwards, started together: their median is the measured forward
         import torch.distributed as dist
-
-        from partitioner.runtime.timing import step_seconds
 
         times = []
         with torch.no_grad():
