@@ -48,15 +48,47 @@ def _load() -> str:
     return " ".join(f"{x:.2f}" for x in os.getloadavg())
 
 
-def _row(model: str, kind: str, n: int, predicted: float, measured: float, note: str = "") -> tuple[str, float]:
+PROBE_N = 128  # the probe is one point of the profile's matmul curve: a 128 x 128 Linear op
+_probe: dict[str, float] = {}
+
+
+def probe(profile) -> float:
+    """How much slower this process runs the profile's own 128 x 128 Linear op now than the
+    calibration measured it (a diagnostic of the machine's load moving between calibration and
+    run; the predictions do not use it). Median of 5 loops of 50."""
+    import statistics
+
+    import torch
+
+    x, w, b = torch.randn(PROBE_N, PROBE_N), torch.randn(PROBE_N, PROBE_N), torch.randn(PROBE_N)
+    f = torch.nn.functional.linear
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # as the profile's ranks run
+    try:
+        for _ in range(20):
+            f(x, w, b)
+        times = []
+        for _ in range(5):
+            start = time.perf_counter()
+            for _ in range(50):
+                f(x, w, b)
+            times.append((time.perf_counter() - start) / 50)
+    finally:
+        torch.set_num_threads(threads)
+    return statistics.median(times) / profile.matmul_seconds(2.0 * PROBE_N ** 3)
+
+
+def _row(model: str, kind: str, n: int, predicted: float, measured: float, note: str = "") -> tuple[str, float, float]:
     error = (measured - predicted) / predicted if predicted > 0 else float("inf")
+    factor = _probe.get("now", 1.0)
+    adjusted = (measured - predicted * factor) / (predicted * factor) if predicted > 0 else float("inf")
     mark = " " if abs(error) <= 0.25 else "*"
-    print(f"{model:<12} {kind:<16} {n:>5} {format_seconds(predicted):>10} {format_seconds(measured):>10} "
-          f"{error:>+8.1%}{mark} {os.getloadavg()[0]:>5.2f}  {note}", flush=True)
-    return kind, error
+    print(f"{model:<12} {kind:<18} {n:>5} {format_seconds(predicted):>10} {format_seconds(measured):>10} "
+          f"{error:>+8.1%}{mark} {os.getloadavg()[0]:>5.2f} x{factor:>4.2f} {adjusted:>+8.1%}  {note}", flush=True)
+    return kind, error, adjusted
 
 
-def fx_plan(name: str, graph: partitioner.Graph, inputs: tuple, n: int, profile) -> tuple[str, float]:
+def fx_plan(name: str, graph: partitioner.Graph, inputs: tuple, n: int, profile) -> tuple[str, float, float]:
     devices = with_profile(partitioner.parse_devices(f"{n}x{max(1, graph.total_size_bytes)}B"), profile)
     plan = partitioner.partition(graph, devices, mode="size_based", force_partition=True)
     result = partitioner.run(plan, graph, inputs, timeout_s=300, repeats=7)
@@ -66,7 +98,7 @@ def fx_plan(name: str, graph: partitioner.Graph, inputs: tuple, n: int, profile)
                 f"{len(plan.partitions)} partitions")
 
 
-def pipe(name: str, graph: partitioner.Graph, inputs: tuple, n: int, profile) -> tuple[str, float]:
+def pipe(name: str, graph: partitioner.Graph, inputs: tuple, n: int, profile) -> tuple[str, float, float]:
     batch = int(inputs[0].shape[0])
     m = max(k for k in (1, 2, 4, 8) if batch % k == 0 and k <= max(1, batch))
     devices = with_profile(partitioner.parse_devices(f"{n}x64GiB"), profile)
@@ -78,7 +110,7 @@ def pipe(name: str, graph: partitioner.Graph, inputs: tuple, n: int, profile) ->
 
 
 def tensor_parallel_forward(name: str, module, graph: partitioner.Graph, inputs: tuple, n: int,
-                            profile) -> tuple[str, float]:
+                            profile) -> tuple[str, float, float]:
     whole = device_memory(graph, [Device(f"d{i}", 1, i) for i in range(n)], {})[0]
     devices = [Device(f"d{i}", int(whole * 0.8), i) for i in range(n)]
     spec = tensor_parallel.suggest(graph, devices, profile.link.bandwidth_bytes_per_s if profile.link else None)
@@ -94,7 +126,7 @@ def tensor_parallel_forward(name: str, module, graph: partitioner.Graph, inputs:
                 f"dispatch {format_seconds(dispatch)}, collectives {format_seconds(comm)}")
 
 
-def composed(name: str, module, inputs: tuple, text: str, profile) -> tuple[str, float]:
+def composed(name: str, module, inputs: tuple, text: str, profile) -> tuple[str, float, float]:
     check = check_layout(module, inputs, parse_layout(text, int(inputs[0].shape[0])), profile=profile,
                          timeout_s=300, repeats=7)
     if not (check.run.outputs_equal and check.run.gradients_equal and check.run.loss_equal is not False):
@@ -117,7 +149,8 @@ def main() -> None:
     args = parser.parse_args()
     print(f"load average before: {_load()} ({os.cpu_count()} cores)", flush=True)
     began = time.perf_counter()
-    print(f"\n{'model':<12} {'run':<16} {'procs':>5} {'predicted':>10} {'measured':>10} {'error':>8}  {'load':>5}")
+    print(f"\n{'model':<12} {'run':<18} {'procs':>5} {'predicted':>10} {'measured':>10} {'error':>8}  {'load':>5} "
+          f"{'probe':>5} {'adj.err':>8}")
     errors = []
     kinds = set(args.kinds.split(","))
     for name in args.models.split(","):
@@ -138,22 +171,32 @@ def main() -> None:
                 if kind not in kinds:
                     continue
                 try:
+                    _probe["now"] = probe(profile)
                     errors.append(job())
                 except (PartitionError, RunError, ValueError) as exc:
-                    print(f"{name:<12} {kind:<16} {n:>5} {'-':>10} {'-':>10} {'n/a':>8}  {'':>5}  "
+                    print(f"{name:<12} {kind:<18} {n:>5} {'-':>10} {'-':>10} {'n/a':>8}  {'':>5}  "
                           f"{str(exc).splitlines()[0][:110]}", flush=True)
         for text in (args.layouts.split(",") if "composed" in kinds else []):
             try:
+                _probe["now"] = probe(profile)
                 errors.append(composed(name, module, inputs, text, profile))
             except (PartitionError, RunError, ValueError) as exc:
-                print(f"{name:<12} {'composed ' + text:<16} {4:>5} {'-':>10} {'-':>10} {'n/a':>8}  {'':>5}  "
+                print(f"{name:<12} {'composed ' + text:<18} {4:>5} {'-':>10} {'-':>10} {'n/a':>8}  {'':>5}  "
                       f"{str(exc).splitlines()[0][:110]}", flush=True)
-    within = sum(1 for _, e in errors if abs(e) <= 0.25)
-    print(f"\n{within} of {len(errors)} runs within 25 % (* marks the others); median |error| "
-          f"{statistics.median(abs(e) for _, e in errors):.1%}" if errors else "\nno run completed")
-    for kind in sorted({k for k, _ in errors}):
-        es = [abs(e) for k, e in errors if k == kind]
-        print(f"  {kind}: median |error| {statistics.median(es):.1%} over {len(es)} runs")
+    if errors:
+        within = sum(1 for _, e, _ in errors if abs(e) <= 0.25)
+        adjusted = sum(1 for _, _, a in errors if abs(a) <= 0.25)
+        print(f"\n{within} of {len(errors)} runs within 25 % (* marks the others); median |error| "
+              f"{statistics.median(abs(e) for _, e, _ in errors):.1%}. With the prediction scaled by the probe "
+              f"(the load's move since calibration, a diagnostic): {adjusted} within 25 %, median |error| "
+              f"{statistics.median(abs(a) for _, _, a in errors):.1%}")
+    else:
+        print("\nno run completed")
+    for kind in sorted({k for k, _, _ in errors}):
+        es = [abs(e) for k, e, _ in errors if k == kind]
+        adj = [abs(a) for k, _, a in errors if k == kind]
+        print(f"  {kind}: median |error| {statistics.median(es):.1%} over {len(es)} runs "
+              f"(probe-scaled {statistics.median(adj):.1%})")
     print(f"load average after: {_load()}; {time.perf_counter() - began:.0f} s in all")
 
 

@@ -38,7 +38,8 @@ __all__ = ["DeviceProfile", "AlphaBeta", "PROFILE_KIND", "SCHEMA_VERSION", "cach
 
 PROFILE_KIND = "device-profile"
 SCHEMA_VERSION = 1
-COLLECTIVE_KINDS = ("p2p", "handoff", "all_reduce", "all_gather", "dtensor_all_reduce")
+COLLECTIVE_KINDS = ("p2p", "handoff", "all_reduce", "all_gather", "dtensor_all_reduce", "concurrent_all_reduce",
+                    "concurrent_dtensor_all_reduce")  # concurrent_*: groups of that size side by side on every rank
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 # Ops that index, view or reshape: no bytes move, only the dispatch is paid.
 _FREE_OPS = ("getitem", "getattr", "size", "view", "reshape", "flatten", "unflatten", "unsqueeze", "squeeze",

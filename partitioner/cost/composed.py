@@ -19,9 +19,12 @@ all-reduces every parameter's local gradient over dp once a step (one call a ten
 does); with ZeRO 2 or 3 FSDP2 all-gathers each sharded unit's parameters per microbatch (again
 in the backward with ZeRO 3) and reduce-scatters the gradients, priced as an all-gather of the
 rank's part and an all-reduce. Every collective is priced at its group's size (tp or dp ranks),
-DTensor's dispatch at the layout's process count; pricing the collectives at the world's count
-(two dp groups of two contend for the cores as four ranks do) was tried and over-predicted a
-2 x 2 run by 45-60 % on this machine. O(N + E) over the traced graph.
+DTensor's dispatch at the layout's process count. Groups that run the same work at the same
+time (the tp groups of dp replicas; the dp groups of tp shards and stages) are priced by the
+profile's ``concurrent_*`` fits, measured with groups of that size side by side on every rank,
+where it has them; a pipeline's tp groups work in different slots, so they are priced as one
+group alone. (Pricing every collective at the world's count was tried and over-predicted a 2 x 2
+run by 45-60 % here.) O(N + E) over the traced graph.
 """
 
 from __future__ import annotations
@@ -68,6 +71,11 @@ def composed_step(graph: Graph, layout: Any, tp_plan: Sequence[tuple[str, str]],
     grads: list[list[int]] = [[] for _ in range(pp)]  # each parameter tensor's local bytes
     boundary = [0.0] * pp  # bytes a stage sends on per microbatch
     ring = "dtensor_all_reduce" if profile.collective("dtensor_all_reduce", tp) else "all_reduce"
+    if dp > 1 and profile.collective("concurrent_dtensor_all_reduce", tp) is not None:
+        ring = "concurrent_dtensor_all_reduce"
+    sync_kind = "all_reduce"
+    if tp * pp > 1 and profile.collective("concurrent_all_reduce", dp) is not None:
+        sync_kind = "concurrent_all_reduce"
     for v in graph.op_indices:
         node = graph.nodes[v]
         s = stage_of.get(node.name, 0)
@@ -108,12 +116,12 @@ def composed_step(graph: Graph, layout: Any, tp_plan: Sequence[tuple[str, str]],
     if dp > 1:
         sync = max(range(pp), key=lambda s: sum(grads[s]))
         if layout.zero <= 1:
-            parts.append(("all_reduce gradients dp", sum(profile.collective_s("all_reduce", b, dp) for b in grads[sync])))
+            parts.append(("all_reduce gradients dp", sum(profile.collective_s(sync_kind, b, dp) for b in grads[sync])))
         else:
             units = len(grads[sync]) // 2 + 1  # FSDP2 units: each planned Linear (weight, bias), and the root
             held = sum(grads[sync])
             gathers = m * (2 if layout.zero == 3 else 1)
             parts.append(("all_gather parameters dp", gathers * (profile.collective_s("all_gather", held / dp / units, dp)
                                                                    * units)))
-            parts.append(("reduce_scatter gradients dp", units * profile.collective_s("all_reduce", held / units, dp)))
+            parts.append(("reduce_scatter gradients dp", units * profile.collective_s(sync_kind, held / units, dp)))
     return Predicted(sum(s for _, s in parts), tuple(parts))

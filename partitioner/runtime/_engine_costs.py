@@ -126,19 +126,21 @@ def _handoff(rank: int, ranks: list[int], group: Any) -> list[tuple[float, float
     return points
 
 
-def _chains(rank: int, ranks: list[int], device: str) -> tuple[float, list[tuple[float, float]]]:
+def _chains(rank: int, groups: list[list[int]], device: str) -> tuple[float, list[tuple[float, float]]]:
     """(seconds of DTensor dispatch a column-parallel Linear adds, [(bytes all-reduced, seconds a
-    row-parallel Linear adds beyond its local compute)]) over ``ranks`` (NOTE: [Engine costs in
-    place])."""
+    row-parallel Linear adds beyond its local compute)]) on this rank's group of ``groups``, every
+    group at once (NOTE: [Engine costs in place])."""
     import torch
     import torch.distributed as dist
     from torch.distributed.device_mesh import DeviceMesh
     from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
 
-    mesh = DeviceMesh(device, torch.tensor(ranks))  # every rank joins the mesh's groups
+    meshes = [DeviceMesh(device, torch.tensor(g)) for g in groups]  # every rank joins every mesh's groups
+    mine = [k for k, g in enumerate(groups) if rank in g]
     points: list[tuple[float, float]] = []
     column = 0.0
-    if rank in ranks:
+    if mine:
+        mesh, ranks = meshes[mine[0]], groups[mine[0]]
         group, n = mesh.get_group(), len(ranks)
         nn = torch.nn
         with torch.no_grad():
@@ -171,6 +173,24 @@ def _chains(rank: int, ranks: list[int], device: str) -> tuple[float, list[tuple
     return column, points
 
 
+def _back_to_back(rank: int, groups: list[list[int]], handles: list[Any]) -> list[tuple[float, float]]:
+    """(bytes, seconds) of all-reduces called back to back on this rank's group of ``groups``,
+    every group at once (a data-parallel gradient sync beside its peers in the other groups)."""
+    import torch
+    import torch.distributed as dist
+
+    points: list[tuple[float, float]] = []
+    mine = [k for k, g in enumerate(groups) if rank in g]
+    if mine:
+        group = handles[mine[0]]
+        for nbytes in HANDOFF_BYTES:
+            t = torch.ones(max(1, nbytes // 4))
+            dist.barrier()
+            points.append((float(t.nbytes), loop_median_s(lambda: dist.all_reduce(t, group=group), 8, 5)))
+    dist.barrier()
+    return points
+
+
 def _pipeline_action(rank: int, ranks: list[int]) -> float:
     """Seconds a GPipe action costs on ``ranks`` stages of a tiny Linear: the slowest stage's
     median step over the schedule's m + p - 1 slots (as the pipeline runner measures a step)."""
@@ -199,19 +219,26 @@ def _pipeline_action(rank: int, ranks: list[int]) -> float:
 
 def engine_costs(rank: int, world_size: int) -> dict[str, Any]:
     """On every rank of a calibration: ``{"barrier": {n: s}, "handoff": {n: points}, "column":
-    {n: s}, "row": {n: points}, "action": {n: s}}`` for n = 2 and ``world_size`` (this rank's
-    figures; the caller takes the slowest rank's)."""
+    {n: s}, "row": {n: points}, "action": {n: s}}`` for n = 2 and ``world_size``, and with 4 or
+    more ranks ``"concurrent_row"`` and ``"concurrent_all_reduce"`` ``{2: points}``: groups of two
+    covering every rank, all at once (this rank's figures; the caller takes the slowest rank's)."""
     import torch.distributed as dist
 
     device = "cuda" if dist.get_backend() == "nccl" else "cpu"
     counts = sorted({2, world_size})
     groups = {n: dist.new_group(list(range(n))) if n < world_size else None for n in counts}
-    out: dict[str, Any] = {"barrier": {}, "handoff": {}, "column": {}, "row": {}, "action": {}}
+    out: dict[str, Any] = {"barrier": {}, "handoff": {}, "column": {}, "row": {}, "action": {},
+                           "concurrent_row": {}, "concurrent_all_reduce": {}}
     for n in counts:
         ranks = list(range(n))
         out["barrier"][n] = _barrier(rank, ranks, groups[n])
         out["handoff"][n] = _handoff(rank, ranks, groups[n])
-        out["column"][n], out["row"][n] = _chains(rank, ranks, device)
+        out["column"][n], out["row"][n] = _chains(rank, [ranks], device)
         if device == "cpu":
             out["action"][n] = _pipeline_action(rank, ranks)
+    if world_size >= 4 and world_size % 2 == 0:  # groups of two side by side, as dp x tp runs them
+        pairs = [[k, k + 1] for k in range(0, world_size, 2)]
+        handles = [dist.new_group(p) for p in pairs]
+        out["concurrent_row"] = {2: _chains(rank, pairs, device)[1]}
+        out["concurrent_all_reduce"] = {2: _back_to_back(rank, pairs, handles)}
     return out

@@ -245,7 +245,8 @@ def calibrate(name: str = "local", processes: int = 4, *, timeout_s: float = 180
         worst = [(x, max(y, y2)) for (x, y), (_, y2) in zip(points, other)]
         collectives.append((kind, int(count), fit_alpha_beta(worst)))
     engines = [r["engines"] for r in results]
-    for key, kind in (("row", "dtensor_all_reduce"), ("handoff", "handoff")):
+    for key, kind in (("row", "dtensor_all_reduce"), ("handoff", "handoff"),
+                      ("concurrent_row", "concurrent_dtensor_all_reduce"), ("concurrent_all_reduce", "concurrent_all_reduce")):
         for n in sorted(engines[0][key]):  # the slowest rank's time at each size
             points = [(x, max(e[key][n][i][1] for e in engines if e[key].get(n)))
                       for i, (x, _) in enumerate(engines[0][key][n])]
