@@ -33,7 +33,7 @@ from typing import Any, Mapping, Sequence
 
 from partitioner.errors import DeviceSpecError
 
-__all__ = ["DeviceProfile", "AlphaBeta", "PROFILE_KIND", "SCHEMA_VERSION", "cache_dir", "profile_path",
+__all__ = ["DeviceProfile", "AlphaBeta", "PROFILE_KIND", "ELEMENTWISE_KINDS", "SCHEMA_VERSION", "cache_dir", "profile_path",
            "load_profile", "find_profile", "cached_profiles", "fit_alpha_beta", "is_profile_data"]
 
 PROFILE_KIND = "device-profile"
@@ -46,6 +46,13 @@ _FREE_OPS = ("getitem", "getattr", "size", "view", "reshape", "flatten", "unflat
              "permute", "transpose", "t", "expand", "contiguous", "split", "chunk", "dim", "unbind")
 
 Curve = tuple[tuple[float, float], ...]  # (x, seconds) sorted by x
+# Ops that compute more than a copy per byte (transcendentals, reductions): each gets its own
+# measured (bytes moved, seconds) curve; a module of that type (GELU, LayerNorm...) uses it too.
+ELEMENTWISE_KINDS = ("gelu", "layer_norm", "softmax", "silu", "sigmoid", "tanh")
+
+
+def _kind_key(name: str) -> str:
+    return name.replace("_", "").lower()
 
 
 @dataclass(frozen=True)
@@ -115,6 +122,7 @@ class DeviceProfile:
     barrier_s: tuple[tuple[int, float], ...] = ()  # (processes, seconds a barrier adds after compute)
     dtensor_module_s: tuple[tuple[int, float], ...] = ()  # (processes, DTensor dispatch of a sharded Linear, all ranks at once)
     training_step_factor: float = 3.0  # forward + backward over forward, measured (3: the FLOP count's rule)
+    elementwise: tuple[tuple[str, Curve], ...] = ()  # kind (ELEMENTWISE_KINDS) -> (bytes moved, seconds)
     cores: int = 1
     backend: str = "gloo"
     host: str = ""
@@ -153,13 +161,18 @@ class DeviceProfile:
         return max(nbytes, 1.0) / max(t - self.op_overhead_s, 0.05 * t)
 
     def op_seconds(self, flops: float, moved_bytes: float, dtype: str | None = None, op: str = "call_function",
-                   target: str = "") -> tuple[float, float]:
+                   target: str = "", kind: str = "") -> tuple[float, float]:
         """(memory seconds, compute seconds) of one op, each with its overhead (NOTE: [Op time
-        from a profile])."""
+        from a profile]). ``kind``: a module's type name (``"GELU"``), for its measured curve."""
         overhead = self.module_overhead_s + self.op_overhead_s if op == "call_module" else self.op_overhead_s
         short = target.rpartition(".")[2].strip("_").removesuffix(".default").lower()
         if op != "call_module" and (short in _FREE_OPS or short.split(".")[0] in _FREE_OPS):
             return (overhead, overhead)
+        curves = {_kind_key(k): c for k, c in self.elementwise}
+        curve = curves.get(_kind_key(kind or ("" if op == "call_module" else short.split(".")[0])))
+        if curve is not None and moved_bytes > 0:  # measured through the op itself, its dispatch included
+            t = _interp(curve, moved_bytes) + (self.module_overhead_s if op == "call_module" else 0.0)
+            return (t, t)
         mem = moved_bytes / self.bandwidth_bytes_per_s(moved_bytes) if moved_bytes > 0 else 0.0
         compute = flops / self.flops_per_s(flops, dtype) if flops > 0 else 0.0
         return (overhead + mem, overhead + compute)
@@ -235,7 +248,8 @@ class DeviceProfile:
                 "pipeline_action_s": [list(p) for p in self.pipeline_action_s],
                 "barrier_s": [list(p) for p in self.barrier_s],
                 "dtensor_module_s": [list(p) for p in self.dtensor_module_s],
-                "training_step_factor": self.training_step_factor, "cores": self.cores, "backend": self.backend,
+                "training_step_factor": self.training_step_factor,
+                "elementwise": {kind: [list(p) for p in curve] for kind, curve in self.elementwise}, "cores": self.cores, "backend": self.backend,
                 "host": self.host, "load_average": self.load_average, "measured_at": self.measured_at,
                 "calibration_s": self.calibration_s}
 
@@ -263,6 +277,8 @@ class DeviceProfile:
                        pipeline_action_s=_pairs(data, "pipeline_action_s"), barrier_s=_pairs(data, "barrier_s"),
                        dtensor_module_s=_pairs(data, "dtensor_module_s"),
                        training_step_factor=float(data.get("training_step_factor", 3.0)),
+                       elementwise=tuple(sorted((str(k), _check_curve(name, f"elementwise[{k}]", c))
+                                                for k, c in dict(data.get("elementwise", {})).items())),
                        cores=int(data.get("cores", 1)), backend=str(data.get("backend", "gloo")),
                        host=str(data.get("host", "")), load_average=float(data.get("load_average", 0.0)),
                        measured_at=str(data.get("measured_at", "")),

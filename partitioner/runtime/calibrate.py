@@ -23,7 +23,7 @@ import statistics
 import time
 from typing import Any, Callable
 
-from partitioner.device_profile import DeviceProfile, find_profile, fit_alpha_beta, profile_path
+from partitioner.device_profile import ELEMENTWISE_KINDS, DeviceProfile, find_profile, fit_alpha_beta, profile_path
 from partitioner.errors import PartitionError
 from partitioner.runtime._engine_costs import engine_costs, loop_median_s
 
@@ -33,6 +33,7 @@ MATMUL_SIZES = (8, 16, 32, 64, 96, 128, 192, 256, 384, 512)  # square n x n @ n 
 COPY_BYTES = (256, 4096, 65536, 1 << 20, 1 << 23, 1 << 25)  # bytes moved: read + written
 MESSAGE_BYTES = (4, 1024, 16384, 1 << 20, 1 << 21, 1 << 22)
 DTYPES = ("float32", "bfloat16")
+ELEMENT_BYTES = (4096, 65536, 1 << 20, 1 << 22)  # an elementwise op's input
 
 
 def _median_s(fn: Callable[[], Any], budget_s: float = 0.05, repeats: int = 5) -> float:
@@ -67,7 +68,29 @@ def _ops() -> dict[str, Any]:
     for nbytes in COPY_BYTES:
         x = torch.ones(max(1, nbytes // 8))  # float32: half the bytes read, half written
         copy.append((float(2 * x.nbytes), _median_s(lambda: torch.mul(x, 2.0), 0.05 if nbytes < 1 << 24 else 0.15)))
-    return {"op": op, "module": max(0.0, module), "matmul": matmul, "copy": copy, "backward": _backward_factor()}
+    return {"op": op, "module": max(0.0, module), "matmul": matmul, "copy": copy, "backward": _backward_factor(),
+            "elementwise": _elementwise()}
+
+
+def _elementwise() -> dict[str, list[tuple[float, float]]]:
+    """(bytes moved, seconds) of each op in ELEMENTWISE_KINDS on rows of 256 floats, read and
+    written (the copy curve's axis), its dispatch included."""
+    import torch
+
+    F = torch.nn.functional
+    w, b = torch.ones(256), torch.zeros(256)
+    ops = {"gelu": F.gelu, "layer_norm": lambda x: F.layer_norm(x, (256,), w, b),
+           "softmax": lambda x: torch.softmax(x, -1), "silu": F.silu, "sigmoid": torch.sigmoid, "tanh": torch.tanh}
+    curves: dict[str, list[tuple[float, float]]] = {}
+    with torch.no_grad():
+        for kind in ELEMENTWISE_KINDS:
+            fn = ops[kind]
+            points = []
+            for nbytes in ELEMENT_BYTES:
+                x = torch.randn(max(1, nbytes // 1024), 256)
+                points.append((float(2 * x.nbytes), _median_s(lambda: fn(x), 0.03 if nbytes < 1 << 22 else 0.08)))
+            curves[kind] = points
+    return curves
 
 
 def _backward_factor() -> float:
@@ -260,6 +283,7 @@ def calibrate(name: str = "local", processes: int = 4, *, timeout_s: float = 180
     return DeviceProfile(
         name=name, memory_bytes=_memory_bytes(), op_overhead_s=ops["op"], module_overhead_s=ops["module"],
         training_step_factor=ops["backward"],
+        elementwise=tuple(sorted((k, tuple(sorted(c))) for k, c in ops["elementwise"].items())),
         sharded_module_overhead_s=results[0]["sharded"],
         matmul=tuple(sorted((d, tuple(sorted(c))) for d, c in ops["matmul"].items())),
         copy=tuple(sorted(ops["copy"])), collectives=tuple(sorted(collectives)), slowdown=tuple(slowdown),

@@ -123,3 +123,23 @@ def test_check_layout_puts_a_real_two_by_two_step_beside_its_parts(small_mlp):
     sync = check.parts[-2]
     assert sync.measured_s is not None and 0 < sync.measured_s < check.run.step_s
     assert check.to_dict()["parts"][-1]["name"] == END_TO_END
+
+
+def test_an_op_with_a_measured_curve_is_priced_by_it_not_by_the_copy_curve(tmp_path):
+    gelu = ((1e3, 5e-6), (1e6, 5e-4))
+    profile = _profile(elementwise=(("gelu", gelu), ("layer_norm", gelu)))
+    assert profile.op_seconds(0, 1e6, op="call_function", target="torch._C._nn.gelu") == pytest.approx((5e-4, 5e-4))
+    # a module is known by its type name: a call_module GELU pays the module call on top
+    assert profile.op_seconds(0, 1e6, op="call_module", target="act", kind="GELU")[0] == pytest.approx(5e-4 + 2e-6)
+    assert profile.op_seconds(0, 1e6, op="call_module", target="ln", kind="LayerNorm")[0] == pytest.approx(5e-4 + 2e-6)
+    plain = profile.op_seconds(0, 1e6, op="call_function", target="relu")
+    assert plain[0] == pytest.approx(1e-6 + 1e6 / profile.bandwidth_bytes_per_s(1e6))
+    model = torch.nn.Sequential(torch.nn.Linear(16, 16), torch.nn.GELU())
+    graph = partitioner.trace(model, (torch.randn(4, 16),))
+    from partitioner.cost.measured import profile_latencies
+
+    (v,) = [i for i, n in enumerate(graph.nodes) if n.op == "call_module" and n.target == "1"]
+    moved = graph.activation_bytes(v)
+    assert profile_latencies(graph, profile)[v][0] == pytest.approx(
+        profile.op_seconds(0, moved, op="call_module", target="1", kind="GELU")[0])
+    assert load_profile(profile.save(tmp_path / "p.json")) == profile
