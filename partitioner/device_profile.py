@@ -177,6 +177,11 @@ class DeviceProfile:
         compute = flops / self.flops_per_s(flops, dtype) if flops > 0 else 0.0
         return (overhead + mem, overhead + compute)
 
+    def elementwise_rate(self, kind: str) -> float:
+        """Bytes moved a second by ``kind`` at the largest size measured (0 when not measured)."""
+        curve = dict(self.elementwise).get(kind)
+        return curve[-1][0] / curve[-1][1] if curve else 0.0
+
     def collective(self, kind: str, processes: int) -> AlphaBeta | None:
         """The alpha-beta fit of ``kind`` at ``processes`` (the nearest measured count), or None."""
         fits = [(abs(n - processes), n, ab) for k, n, ab in self.collectives if k == kind]

@@ -258,9 +258,11 @@ def calibrate(name: str = "local", processes: int = 4, *, timeout_s: float = 180
     # NOTE: [A robust shared-core factor] Each repeat's factor is the mean of the k ranks' loop
     # times over rank 0's time alone in the same repeat (the load seen a moment apart), and the
     # profile keeps the median over repeats: one repeat disturbed by another job moves nothing.
+    # Ranks sharing the cores never compute faster than one alone: a factor below 1 is the other
+    # jobs' load falling between repeats, held at 1.
     slowdown = [(1, 1.0)] + [
-        (k, statistics.median(statistics.mean(b[k][r] for b in busy[:k]) / busy[0][1][r]
-                              for r in range(len(busy[0][1])))) for k in sorted(busy[0]) if k > 1]
+        (k, max(1.0, statistics.median(statistics.mean(b[k][r] for b in busy[:k]) / busy[0][1][r]
+                                       for r in range(len(busy[0][1]))))) for k in sorted(busy[0]) if k > 1]
     collectives = []
     for key, points in sorted(results[0]["collectives"].items()):
         kind, _, count = key.partition(":")
