@@ -5,7 +5,12 @@ A profile holds curves, not single figures: matmul seconds by FLOPs per dtype (t
 curve), elementwise seconds by bytes moved (the bandwidth curve), the dispatch overhead of one op
 and of one module call, alpha-beta fits (latency + bytes / bandwidth) of point-to-point sends and
 of collectives per process count, and how much slower a rank computes when several ranks share
-the cores. It is a device type like the presets: ``--devices 2xlocal`` (a profile cached under
+the cores. Beside them, what torch's engines add as runs meet them, measured in place on every
+rank at once after compute (NOTE: [Engine costs in place] in
+:mod:`partitioner.runtime._engine_costs`): a barrier, a hand-off between computing ranks, DTensor's
+dispatch of a sharded module, a row-parallel pair's all-reduce (alone and with groups side by
+side), a pipelining action; the training step's time over the forward's; and curves of their
+own for ops that compute more than a copy (gelu, layer_norm, softmax...). It is a device type like the presets: ``--devices 2xlocal`` (a profile cached under
 :func:`cache_dir`) or ``--devices 2x/path/profile.json``; a :class:`~partitioner.devices.Device`
 made from it carries it whole, so plans saved with it re-score the same anywhere.
 
