@@ -128,6 +128,7 @@ class DeviceProfile:
     dtensor_module_s: tuple[tuple[int, float], ...] = ()  # (processes, DTensor dispatch of a sharded Linear, all ranks at once)
     training_step_factor: float = 3.0  # forward + backward over forward, measured (3: the FLOP count's rule)
     elementwise: tuple[tuple[str, Curve], ...] = ()  # kind (ELEMENTWISE_KINDS) -> (bytes moved, seconds)
+    graph_op_overhead_s: float = 0.0  # one small op inside a traced module's forward (0: not measured)
     cores: int = 1
     backend: str = "gloo"
     host: str = ""
@@ -138,7 +139,7 @@ class DeviceProfile:
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not _NAME.match(self.name):
             raise DeviceSpecError(f"profile name must be 1-64 letters, digits, '_', '.', '-' (got {self.name!r})")
-        for field in ("op_overhead_s", "module_overhead_s", "sharded_module_overhead_s"):
+        for field in ("op_overhead_s", "module_overhead_s", "sharded_module_overhead_s", "graph_op_overhead_s"):
             value = getattr(self, field)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < 1:
                 raise DeviceSpecError(f"profile {self.name!r}: {field} must be seconds in [0, 1) (got {value!r})")
@@ -170,13 +171,17 @@ class DeviceProfile:
         """(memory seconds, compute seconds) of one op, each with its overhead (NOTE: [Op time
         from a profile]). ``kind``: a module's type name (``"GELU"``), for its measured curve."""
         overhead = self.module_overhead_s + self.op_overhead_s if op == "call_module" else self.op_overhead_s
+        # Inside a model's forward an op pays more than in a tight loop of one op (the generated
+        # code's Python, allocations, caches shared with the ops around it): the measured extra.
+        extra = max(0.0, self.graph_op_overhead_s - self.op_overhead_s)
+        overhead += extra
         short = target.rpartition(".")[2].strip("_").removesuffix(".default").lower()
         if op != "call_module" and (short in _FREE_OPS or short.split(".")[0] in _FREE_OPS):
             return (overhead, overhead)
         curves = {_kind_key(k): c for k, c in self.elementwise}
         curve = curves.get(_kind_key(kind or ("" if op == "call_module" else short.split(".")[0])))
         if curve is not None and moved_bytes > 0:  # measured through the op itself, its dispatch included
-            t = _interp(curve, moved_bytes) + (self.module_overhead_s if op == "call_module" else 0.0)
+            t = _interp(curve, moved_bytes) + extra + (self.module_overhead_s if op == "call_module" else 0.0)
             return (t, t)
         mem = moved_bytes / self.bandwidth_bytes_per_s(moved_bytes) if moved_bytes > 0 else 0.0
         compute = flops / self.flops_per_s(flops, dtype) if flops > 0 else 0.0
@@ -259,7 +264,8 @@ class DeviceProfile:
                 "barrier_s": [list(p) for p in self.barrier_s],
                 "dtensor_module_s": [list(p) for p in self.dtensor_module_s],
                 "training_step_factor": self.training_step_factor,
-                "elementwise": {kind: [list(p) for p in curve] for kind, curve in self.elementwise}, "cores": self.cores, "backend": self.backend,
+                "elementwise": {kind: [list(p) for p in curve] for kind, curve in self.elementwise},
+                "graph_op_overhead_s": self.graph_op_overhead_s, "cores": self.cores, "backend": self.backend,
                 "host": self.host, "load_average": self.load_average, "measured_at": self.measured_at,
                 "calibration_s": self.calibration_s}
 
@@ -289,6 +295,7 @@ class DeviceProfile:
                        training_step_factor=float(data.get("training_step_factor", 3.0)),
                        elementwise=tuple(sorted((str(k), _check_curve(name, f"elementwise[{k}]", c))
                                                 for k, c in dict(data.get("elementwise", {})).items())),
+                       graph_op_overhead_s=float(data.get("graph_op_overhead_s", 0.0)),
                        cores=int(data.get("cores", 1)), backend=str(data.get("backend", "gloo")),
                        host=str(data.get("host", "")), load_average=float(data.get("load_average", 0.0)),
                        measured_at=str(data.get("measured_at", "")),

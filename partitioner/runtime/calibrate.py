@@ -69,7 +69,34 @@ def _ops() -> dict[str, Any]:
         x = torch.ones(max(1, nbytes // 8))  # float32: half the bytes read, half written
         copy.append((float(2 * x.nbytes), _median_s(lambda: torch.mul(x, 2.0), 0.05 if nbytes < 1 << 24 else 0.15)))
     return {"op": op, "module": max(0.0, module), "matmul": matmul, "copy": copy, "backward": _backward_factor(),
-            "elementwise": _elementwise()}
+            "elementwise": _elementwise(), "graph_op": _graph_op()}
+
+
+class _SmallOps:
+    """A forward of small ops as models write them between their layers (views, transposes,
+    arithmetic, an activation), on a tensor small enough that only the dispatch counts."""
+
+    def forward(self, x: Any) -> Any:
+        import torch
+
+        for _ in range(8):
+            x = x.transpose(0, 1).unflatten(-1, (2, -1)).flatten(-2)
+            x = torch.relu(x * 0.5 + 1.0)
+        return x
+
+
+def _graph_op() -> float:
+    """Seconds one op of :class:`_SmallOps` takes inside its traced (``torch.fx``) forward, as a
+    partition's submodule runs it: the forward's median over its op count."""
+    import torch
+    import torch.fx as fx
+
+    module = type("SmallOps", (torch.nn.Module,), {"forward": _SmallOps.forward})()
+    gm = fx.symbolic_trace(module)
+    count = sum(1 for n in gm.graph.nodes if n.op in ("call_function", "call_method", "call_module"))
+    x = torch.ones(8, 8)
+    with torch.no_grad():
+        return statistics.median(_median_s(lambda: gm(x), 0.03) for _ in range(3)) / max(1, count)
 
 
 def _elementwise() -> dict[str, list[tuple[float, float]]]:
@@ -286,6 +313,7 @@ def calibrate(name: str = "local", processes: int = 4, *, timeout_s: float = 180
         name=name, memory_bytes=_memory_bytes(), op_overhead_s=ops["op"], module_overhead_s=ops["module"],
         training_step_factor=ops["backward"],
         elementwise=tuple(sorted((k, tuple(sorted(c))) for k, c in ops["elementwise"].items())),
+        graph_op_overhead_s=ops["graph_op"],
         sharded_module_overhead_s=results[0]["sharded"],
         matmul=tuple(sorted((d, tuple(sorted(c))) for d, c in ops["matmul"].items())),
         copy=tuple(sorted(ops["copy"])), collectives=tuple(sorted(collectives)), slowdown=tuple(slowdown),

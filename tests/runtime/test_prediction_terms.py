@@ -143,3 +143,12 @@ def test_an_op_with_a_measured_curve_is_priced_by_it_not_by_the_copy_curve(tmp_p
     assert profile_latencies(graph, profile)[v][0] == pytest.approx(
         profile.op_seconds(0, moved, op="call_module", target="1", kind="GELU")[0])
     assert load_profile(profile.save(tmp_path / "p.json")) == profile
+
+
+def test_the_in_model_op_overhead_is_added_to_every_op(tmp_path):
+    plain, inside = _profile(), _profile(graph_op_overhead_s=4e-6)
+    for args in ((0, 0, None, "call_method", "transpose"), (2e6, 1e4, None, "call_module", "fc"),
+                 (0, 1e6, None, "call_function", "relu")):
+        (m0, c0), (m1, c1) = plain.op_seconds(*args), inside.op_seconds(*args)
+        assert m1 - m0 == pytest.approx(3e-6) and c1 - c0 == pytest.approx(3e-6)  # beyond the tight loop's 1 us
+    assert load_profile(inside.save(tmp_path / "p.json")) == inside
