@@ -94,7 +94,14 @@ def summary(profile: DeviceProfile) -> str:
             for k, n, ab in profile.collectives]
     lines += ["", format_table(["collective", "processes", "latency", "GB/s"], rows, right=(1, 2, 3))]
     lines += ["", "ranks computing at once: " + ", ".join(f"{k}: x{f:.2f}" for k, f in profile.slowdown)]
-    lines += [f"a tensor-parallel module call: {format_seconds(profile.sharded_module_overhead_s)} more (DTensor)"]
+    lines += [f"a tensor-parallel module call: {format_seconds(profile.sharded_module_overhead_s)} more (DTensor, one rank)"
+              + "".join(f"; {format_seconds(s)} on {n} ranks at once" for n, s in profile.dtensor_module_s)]
+    if profile.barrier_s:
+        lines += ["a barrier after compute: " + ", ".join(f"{format_seconds(s)} on {n}" for n, s in profile.barrier_s)]
+    lines += [f"a training step (forward and backward): x{profile.training_step_factor:.2f} the forward"]
+    if profile.elementwise:
+        lines += ["ops with their own curve (at the largest size measured): " + ", ".join(
+            f"{k} {profile.elementwise_rate(k) / 1e9:.2f} GB/s" for k, _ in profile.elementwise)]
     if profile.pipeline_action_s:
         lines += ["a pipelining action (forward of a microbatch on a stage, its send included): " + ", ".join(
             f"{format_seconds(s)} on {n} stages" for n, s in profile.pipeline_action_s)]

@@ -238,7 +238,7 @@ def run_layout(args: argparse.Namespace, graph: Any, prof: cluster.ModelProfile)
              + (f"; loss {result.loss:.6g} {'equals' if result.loss_equal else 'DIFFERS from'} one process's"
                 if result.loss is not None else "")
              + (f": {result.mismatch}" if result.mismatch else ""), "",
-             format_table(["rank", "mesh", "parameters", "gradients", "held", "predicted", "error", "best step"], rows),
+             format_table(["rank", "mesh", "parameters", "gradients", "held", "predicted", "error", "median step"], rows),
              "", f"predicted per device: weights + gradients {format_bytes(int(states))}, activations "
              f"{format_bytes(int(predicted.memory['activations']))} (not held after the step)",
              f"step: measured {format_seconds(result.step_s)} (slowest rank), predicted "

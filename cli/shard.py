@@ -159,7 +159,9 @@ def forward_line(graph: Any, plan: Any, devices: Any, measured_s: float) -> str:
                 "`partition-explorer calibrate`)")
     predicted = tp_forward(graph, plan, profile)
     error = (measured_s - predicted.total_s) / predicted.total_s if predicted.total_s else float("inf")
-    comm = predicted.total_s - predicted.part("compute")
+    dispatch = predicted.part("dtensor dispatch")
+    comm = predicted.total_s - predicted.part("compute") - dispatch
     return (f"forward: measured {format_seconds(measured_s)} (median of 5 warm ones on rank 0), predicted "
             f"{format_seconds(predicted.total_s)} on profile {profile.name!r} (compute "
-            f"{format_seconds(predicted.part('compute'))}, collectives {format_seconds(comm)}): error {error:+.1%}")
+            f"{format_seconds(predicted.part('compute'))}, DTensor dispatch {format_seconds(dispatch)}, "
+            f"collectives {format_seconds(comm)}): error {error:+.1%}")

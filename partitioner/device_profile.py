@@ -5,7 +5,12 @@ A profile holds curves, not single figures: matmul seconds by FLOPs per dtype (t
 curve), elementwise seconds by bytes moved (the bandwidth curve), the dispatch overhead of one op
 and of one module call, alpha-beta fits (latency + bytes / bandwidth) of point-to-point sends and
 of collectives per process count, and how much slower a rank computes when several ranks share
-the cores. It is a device type like the presets: ``--devices 2xlocal`` (a profile cached under
+the cores. Beside them, what torch's engines add as runs meet them, measured in place on every
+rank at once after compute (NOTE: [Engine costs in place] in
+:mod:`partitioner.runtime._engine_costs`): a barrier, a hand-off between computing ranks, DTensor's
+dispatch of a sharded module, a row-parallel pair's all-reduce (alone and with groups side by
+side), a pipelining action; the training step's time over the forward's; and curves of their
+own for ops that compute more than a copy (gelu, layer_norm, softmax...). It is a device type like the presets: ``--devices 2xlocal`` (a profile cached under
 :func:`cache_dir`) or ``--devices 2x/path/profile.json``; a :class:`~partitioner.devices.Device`
 made from it carries it whole, so plans saved with it re-score the same anywhere.
 
@@ -33,18 +38,26 @@ from typing import Any, Mapping, Sequence
 
 from partitioner.errors import DeviceSpecError
 
-__all__ = ["DeviceProfile", "AlphaBeta", "PROFILE_KIND", "SCHEMA_VERSION", "cache_dir", "profile_path",
+__all__ = ["DeviceProfile", "AlphaBeta", "PROFILE_KIND", "ELEMENTWISE_KINDS", "SCHEMA_VERSION", "cache_dir", "profile_path",
            "load_profile", "find_profile", "cached_profiles", "fit_alpha_beta", "is_profile_data"]
 
 PROFILE_KIND = "device-profile"
 SCHEMA_VERSION = 1
-COLLECTIVE_KINDS = ("p2p", "all_reduce", "all_gather", "dtensor_all_reduce")
+COLLECTIVE_KINDS = ("p2p", "handoff", "all_reduce", "all_gather", "dtensor_all_reduce", "concurrent_all_reduce",
+                    "concurrent_dtensor_all_reduce")  # concurrent_*: groups of that size side by side on every rank
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 # Ops that index, view or reshape: no bytes move, only the dispatch is paid.
 _FREE_OPS = ("getitem", "getattr", "size", "view", "reshape", "flatten", "unflatten", "unsqueeze", "squeeze",
              "permute", "transpose", "t", "expand", "contiguous", "split", "chunk", "dim", "unbind")
 
 Curve = tuple[tuple[float, float], ...]  # (x, seconds) sorted by x
+# Ops that compute more than a copy per byte (transcendentals, reductions): each gets its own
+# measured (bytes moved, seconds) curve; a module of that type (GELU, LayerNorm...) uses it too.
+ELEMENTWISE_KINDS = ("gelu", "layer_norm", "softmax", "silu", "sigmoid", "tanh")
+
+
+def _kind_key(name: str) -> str:
+    return name.replace("_", "").lower()
 
 
 @dataclass(frozen=True)
@@ -111,6 +124,11 @@ class DeviceProfile:
     sharded_module_overhead_s: float = 0.0  # a tensor-parallel module call beyond a plain one (DTensor)
     pipeline_action_s: tuple[tuple[int, float], ...] = ()  # (stages, seconds a pipelining action costs)
     slowdown: tuple[tuple[int, float], ...] = ((1, 1.0),)  # (ranks computing at once, time factor)
+    barrier_s: tuple[tuple[int, float], ...] = ()  # (processes, seconds a barrier adds after compute)
+    dtensor_module_s: tuple[tuple[int, float], ...] = ()  # (processes, DTensor dispatch of a sharded Linear, all ranks at once)
+    training_step_factor: float = 3.0  # forward + backward over forward, measured (3: the FLOP count's rule)
+    elementwise: tuple[tuple[str, Curve], ...] = ()  # kind (ELEMENTWISE_KINDS) -> (bytes moved, seconds)
+    graph_op_overhead_s: float = 0.0  # one small op inside a traced module's forward (0: not measured)
     cores: int = 1
     backend: str = "gloo"
     host: str = ""
@@ -121,7 +139,7 @@ class DeviceProfile:
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not _NAME.match(self.name):
             raise DeviceSpecError(f"profile name must be 1-64 letters, digits, '_', '.', '-' (got {self.name!r})")
-        for field in ("op_overhead_s", "module_overhead_s", "sharded_module_overhead_s"):
+        for field in ("op_overhead_s", "module_overhead_s", "sharded_module_overhead_s", "graph_op_overhead_s"):
             value = getattr(self, field)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < 1:
                 raise DeviceSpecError(f"profile {self.name!r}: {field} must be seconds in [0, 1) (got {value!r})")
@@ -149,16 +167,30 @@ class DeviceProfile:
         return max(nbytes, 1.0) / max(t - self.op_overhead_s, 0.05 * t)
 
     def op_seconds(self, flops: float, moved_bytes: float, dtype: str | None = None, op: str = "call_function",
-                   target: str = "") -> tuple[float, float]:
+                   target: str = "", kind: str = "") -> tuple[float, float]:
         """(memory seconds, compute seconds) of one op, each with its overhead (NOTE: [Op time
-        from a profile])."""
+        from a profile]). ``kind``: a module's type name (``"GELU"``), for its measured curve."""
         overhead = self.module_overhead_s + self.op_overhead_s if op == "call_module" else self.op_overhead_s
+        # Inside a model's forward an op pays more than in a tight loop of one op (the generated
+        # code's Python, allocations, caches shared with the ops around it): the measured extra.
+        extra = max(0.0, self.graph_op_overhead_s - self.op_overhead_s)
+        overhead += extra
         short = target.rpartition(".")[2].strip("_").removesuffix(".default").lower()
         if op != "call_module" and (short in _FREE_OPS or short.split(".")[0] in _FREE_OPS):
             return (overhead, overhead)
+        curves = {_kind_key(k): c for k, c in self.elementwise}
+        curve = curves.get(_kind_key(kind or ("" if op == "call_module" else short.split(".")[0])))
+        if curve is not None and moved_bytes > 0:  # measured through the op itself, its dispatch included
+            t = _interp(curve, moved_bytes) + extra + (self.module_overhead_s if op == "call_module" else 0.0)
+            return (t, t)
         mem = moved_bytes / self.bandwidth_bytes_per_s(moved_bytes) if moved_bytes > 0 else 0.0
         compute = flops / self.flops_per_s(flops, dtype) if flops > 0 else 0.0
         return (overhead + mem, overhead + compute)
+
+    def elementwise_rate(self, kind: str) -> float:
+        """Bytes moved a second by ``kind`` at the largest size measured (0 when not measured)."""
+        curve = dict(self.elementwise).get(kind)
+        return curve[-1][0] / curve[-1][1] if curve else 0.0
 
     def collective(self, kind: str, processes: int) -> AlphaBeta | None:
         """The alpha-beta fit of ``kind`` at ``processes`` (the nearest measured count), or None."""
@@ -183,12 +215,23 @@ class DeviceProfile:
         k, f = points[-1]
         return f * ranks / k
 
+    def barrier_for(self, processes: int) -> float:
+        """Seconds a process-group barrier of ``processes`` adds after compute, at the nearest
+        measured count (0 when none was measured, or for one process)."""
+        return _nearest(self.barrier_s, processes) if processes > 1 else 0.0
+
+    def dtensor_module_for(self, processes: int) -> float:
+        """DTensor's dispatch of one sharded module call (its input wrapped, its op dispatched,
+        its output unwrapped) on ``processes`` ranks at once: measured in place at the nearest
+        count, else the one-rank figure ``sharded_module_overhead_s`` times the slowdown."""
+        if self.dtensor_module_s:
+            return _nearest(self.dtensor_module_s, processes)
+        return self.sharded_module_overhead_s * self.slowdown_for(processes)
+
     def pipeline_action_for(self, stages: int) -> float:
         """Seconds one action of a pipelining schedule costs beyond its compute and transfer, at
         the nearest measured stage count (0 when none was measured)."""
-        if not self.pipeline_action_s:
-            return 0.0
-        return min(self.pipeline_action_s, key=lambda p: (abs(p[0] - stages), -p[0]))[1]
+        return _nearest(self.pipeline_action_s, stages)
 
     # --- the figures a flat-peak consumer reads
     @property
@@ -202,7 +245,9 @@ class DeviceProfile:
 
     @property
     def link(self) -> AlphaBeta | None:
-        return self.collective("p2p", 2)
+        """Point-to-point between two ranks: the hand-off measured between computing ranks where
+        the profile has it (what a run's transfer costs), else the ping-pong fit."""
+        return self.collective("handoff", 2) or self.collective("p2p", 2)
 
     # --- JSON
     def to_dict(self) -> dict[str, Any]:
@@ -215,7 +260,12 @@ class DeviceProfile:
                 "collectives": [{"kind": k, "processes": n, "latency_s": ab.latency_s,
                                  "bandwidth_bytes_per_s": ab.bandwidth_bytes_per_s} for k, n, ab in self.collectives],
                 "slowdown": [list(p) for p in self.slowdown],
-                "pipeline_action_s": [list(p) for p in self.pipeline_action_s], "cores": self.cores, "backend": self.backend,
+                "pipeline_action_s": [list(p) for p in self.pipeline_action_s],
+                "barrier_s": [list(p) for p in self.barrier_s],
+                "dtensor_module_s": [list(p) for p in self.dtensor_module_s],
+                "training_step_factor": self.training_step_factor,
+                "elementwise": {kind: [list(p) for p in curve] for kind, curve in self.elementwise},
+                "graph_op_overhead_s": self.graph_op_overhead_s, "cores": self.cores, "backend": self.backend,
                 "host": self.host, "load_average": self.load_average, "measured_at": self.measured_at,
                 "calibration_s": self.calibration_s}
 
@@ -240,7 +290,12 @@ class DeviceProfile:
                        matmul=matmul, copy=_check_curve(name, "copy", data["copy"]), collectives=collectives,
                        sharded_module_overhead_s=float(data.get("sharded_module_overhead_s", 0.0)),
                        slowdown=tuple(sorted((int(k), float(f)) for k, f in data.get("slowdown", [[1, 1.0]]))),
-                       pipeline_action_s=tuple(sorted((int(k), float(f)) for k, f in data.get("pipeline_action_s", []))),
+                       pipeline_action_s=_pairs(data, "pipeline_action_s"), barrier_s=_pairs(data, "barrier_s"),
+                       dtensor_module_s=_pairs(data, "dtensor_module_s"),
+                       training_step_factor=float(data.get("training_step_factor", 3.0)),
+                       elementwise=tuple(sorted((str(k), _check_curve(name, f"elementwise[{k}]", c))
+                                                for k, c in dict(data.get("elementwise", {})).items())),
+                       graph_op_overhead_s=float(data.get("graph_op_overhead_s", 0.0)),
                        cores=int(data.get("cores", 1)), backend=str(data.get("backend", "gloo")),
                        host=str(data.get("host", "")), load_average=float(data.get("load_average", 0.0)),
                        measured_at=str(data.get("measured_at", "")),
@@ -259,6 +314,15 @@ class DeviceProfile:
         tmp.write_text(json.dumps(self.to_dict(), indent=2) + "\n", encoding="utf-8")
         tmp.replace(target)
         return target
+
+
+def _nearest(points: Sequence[tuple[int, float]], count: int) -> float:
+    """The value at the measured count nearest ``count`` (the larger on a tie); 0 when none."""
+    return min(points, key=lambda p: (abs(p[0] - count), -p[0]))[1] if points else 0.0
+
+
+def _pairs(data: Mapping[str, Any], key: str) -> tuple[tuple[int, float], ...]:
+    return tuple(sorted((int(k), float(f)) for k, f in data.get(key, [])))
 
 
 def _dtype_name(dtype: str | None) -> str:

@@ -55,7 +55,7 @@ def run_pipelined(module: torch.nn.Module, inputs: tuple[torch.Tensor, ...], lay
     want = float(sum(t.float().sum() for t in expected))
     loss_equal = math.isclose(loss, want, rel_tol=1e-5, abs_tol=1e-4 * max(1.0, abs(want)))
     ranks = tuple(RankReport(rank, r["coords"][1], r["coords"][2], r["held"][0], r["held"][1], r["step_s"],
-                             r["coords"][0]) for rank, r in enumerate(results))
+                             r["coords"][0], r["sync_s"]) for rank, r in enumerate(results))
     why = out_why or grad_why or ("" if loss_equal else f"loss {loss:.6g}, one process {want:.6g}")
     return ComposedRun(layout, outputs_equal, gradients_equal, max(out_diff, grad_diff), ranks,
                        max(r.step_s for r in ranks), plan, "all-reduce" if layout.dp > 1 else "none", backend,

@@ -12,11 +12,13 @@ over ``"dp"`` (ZeRO 0 and 1; FSDP2 with pipeline stages is refused). Rank ``r`` 
 
 from __future__ import annotations
 
+import time
 from typing import TYPE_CHECKING, Any, Sequence
 
 from partitioner.cluster._records import measure_step
 from partitioner.cluster.layouts import Layout
 from partitioner.errors import PartitionError
+from partitioner.runtime.timing import step_seconds
 
 if TYPE_CHECKING:
     import torch
@@ -102,6 +104,7 @@ def _step(rank: int, stages: list[Any], inputs: tuple[torch.Tensor, ...], layout
     dp_group = mesh["dp"].get_group() if layout.dp > 1 else None
     params = list(module.named_parameters())
     last = s == layout.pp - 1
+    synced: list[float] = []  # seconds of each step's gradient all-reduce over dp
 
     def step() -> Any:
         module.zero_grad(set_to_none=True)
@@ -113,18 +116,21 @@ def _step(rank: int, stages: list[Any], inputs: tuple[torch.Tensor, ...], layout
         else:
             out = schedule.step()
         if dp_group is not None:  # DDP's gradient all-reduce, averaged
+            began = time.perf_counter()
             for _, p in params:
                 if p.grad is not None:
                     local = p.grad.to_local() if isinstance(p.grad, DTensor) else p.grad
                     dist.all_reduce(local, group=dp_group)
                     local.div_(layout.dp)
+            synced.append(time.perf_counter() - began)
         return out, losses
 
     out, losses = step()
-    grads, held, best = measure_step(step, params, repeats, device)
+    grads, held, median = measure_step(step, params, repeats, device)
     outputs = None
     if last and j == 0:
         outputs = [t.detach().cpu() for t in torch.utils._pytree.tree_leaves(out) if isinstance(t, torch.Tensor)]
     loss = float(sum(float(x) for x in losses)) if last and losses else None
     return {"coords": (s, i, j), "outputs": outputs, "grads": grads if (i == 0 and j == 0) else None,
-            "held": held, "step_s": best, "loss": loss}
+            "held": held, "step_s": median, "loss": loss,
+            "sync_s": step_seconds(synced[1:])}

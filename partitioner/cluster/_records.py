@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
 from partitioner.cluster.layouts import Layout
+from partitioner.runtime.timing import step_seconds
 
 __all__ = ["RankReport", "ComposedRun", "compare"]
 
@@ -19,8 +20,9 @@ class RankReport:
     tp: int  # and on "tp"
     parameter_bytes: int  # the local shards of the parameters it holds after the step
     gradient_bytes: int  # the local shards of the gradients
-    step_s: float  # its best timed step
+    step_s: float  # its median timed step (NOTE: [One statistic] in partitioner.runtime.timing)
     pp: int = 0  # and on "pp": its pipeline stage
+    sync_s: float = 0.0  # the median over its timed steps of the gradient all-reduce over dp (ZeRO 0 and 1)
 
     @property
     def memory_bytes(self) -> int:
@@ -34,7 +36,7 @@ class ComposedRun:
     gradients_equal: bool
     max_abs_diff: float  # outputs and gradients against one process
     ranks: tuple[RankReport, ...]
-    step_s: float  # the slowest rank's best step
+    step_s: float  # the slowest rank's median step
     tp_plan: tuple[tuple[str, str], ...]  # (Linear, "colwise" or "rowwise")
     data_parallel: str  # "fully_shard (ZeRO-3)", "all-reduce", ... or "none"
     backend: str
@@ -90,7 +92,7 @@ def compare(got: list[Any], want: list[Any], what: str,
 def measure_step(step: Callable[[], Any], params: Sequence[tuple[str, Any]], repeats: int,
                  device: str) -> tuple[dict[str, Any], tuple[int, int], float]:
     """On a rank, after one step: every parameter's full gradient (on the CPU), the bytes this
-    rank holds of the parameters and of their gradients (its shards), and the best of ``repeats``
+    rank holds of the parameters and of their gradients (its shards), and the median of ``repeats``
     more steps, each started together (a barrier) and finished on the device. Torch, imported here."""
     import torch
     import torch.distributed as dist
@@ -103,12 +105,12 @@ def measure_step(step: Callable[[], Any], params: Sequence[tuple[str, Any]], rep
         return 0 if t is None else int((t.to_local() if isinstance(t, DTensor) else t).nbytes)
 
     held = (sum(local_bytes(p) for _, p in params), sum(local_bytes(p.grad) for _, p in params))
-    best = float("inf")
+    steps = []
     for _ in range(repeats):
         dist.barrier()
         start = time.perf_counter()
         step()
         if device == "cuda":
             torch.cuda.synchronize()
-        best = min(best, time.perf_counter() - start)
-    return grads, held, best
+        steps.append(time.perf_counter() - start)
+    return grads, held, step_seconds(steps)

@@ -15,7 +15,7 @@ The outputs (gathered over dp) and every parameter's gradient (``full_tensor()``
 the mean over replicas) are compared with one process's by ``torch.testing.assert_close`` (absolute
 tolerance 1e-5 of each tensor's largest magnitude: fp32 sums in another order); each
 rank reports its mesh coordinates, the bytes of the parameter and gradient shards it holds and
-its best step time after a warm-up. Processes start as the other real runs start
+its median step time after a warm-up. Processes start as the other real runs start
 (:mod:`partitioner.runtime.launch`); a failure names the rank and its coordinates.
 Pipeline stages (``pp > 1``) compose on a three-dimensional mesh (:mod:`partitioner.cluster._pipelined`).
 
@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 from partitioner.cluster._records import ComposedRun, RankReport, compare, measure_step
 from partitioner.cluster.layouts import Layout
 from partitioner.errors import PartitionError, RunError
+from partitioner.runtime.timing import step_seconds
 
 if TYPE_CHECKING:
     import torch
@@ -258,6 +259,7 @@ def _rank_step(rank: int, module: torch.nn.Module, inputs: tuple[torch.Tensor, .
     micro_kwargs = _split_kwargs(kwargs or {}, dp, i, m)
     group = mesh.get_group("dp") if dp > 1 else None
     params = list(module.named_parameters())
+    synced: list[float] = []  # seconds of each step's gradient all-reduce over dp
 
     def step() -> list[torch.Tensor]:
         module.zero_grad(set_to_none=True)
@@ -267,17 +269,20 @@ def _rank_step(rank: int, module: torch.nn.Module, inputs: tuple[torch.Tensor, .
             sum(t.float().sum() for t in out).backward()  # type: ignore[union-attr]
             outs.append(out)
         if layout.zero <= 1 and group is not None:  # DDP's gradient all-reduce, averaged
+            began = time.perf_counter()
             for _, p in params:
                 if p.grad is not None:
                     local = p.grad.to_local() if isinstance(p.grad, DTensor) else p.grad
                     dist.all_reduce(local, group=group)
                     local.div_(dp)
+            synced.append(time.perf_counter() - began)
         return [torch.cat([o[k].detach() for o in outs]) for k in range(len(outs[0]))]
 
     outputs = step()
-    grads, held, best = measure_step(step, params, repeats, device)
+    grads, held, median = measure_step(step, params, repeats, device)
     return {"coords": (i, j), "outputs": [o.cpu() for o in outputs] if j == 0 else None,
-            "grads": grads if rank == 0 else None, "held": held, "step_s": best}
+            "grads": grads if rank == 0 else None, "held": held, "step_s": median,
+            "sync_s": step_seconds(synced[1:])}
 
 
 def _reference(module: torch.nn.Module, inputs: tuple[torch.Tensor, ...],
@@ -379,8 +384,8 @@ def run_layout(module: torch.nn.Module, example_inputs: Sequence[Any] | torch.Te
     names = sorted(set(grads) | set(expected_grads))
     gradients_equal, grad_diff, grad_why = compare([grads.get(n) for n in names],
                                                     [expected_grads.get(n) for n in names], "gradient", names)
-    ranks = tuple(RankReport(rank, r["coords"][0], r["coords"][1], r["held"][0], r["held"][1], r["step_s"])
-                  for rank, r in enumerate(results))
+    ranks = tuple(RankReport(rank, r["coords"][0], r["coords"][1], r["held"][0], r["held"][1], r["step_s"],
+                             sync_s=r["sync_s"]) for rank, r in enumerate(results))
     kind = {0: "all-reduce", 1: "all-reduce (ZeRO-1: no optimizer state to shard)",
             2: "fully_shard, parameters kept until the backward (ZeRO-2)", 3: "fully_shard (ZeRO-3)"}
     return ComposedRun(layout, outputs_equal, gradients_equal, max(out_diff, grad_diff), ranks,

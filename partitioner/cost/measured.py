@@ -4,7 +4,7 @@ devices carry one (NOTE: [Op time from a profile] there)."""
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Any, Sequence
 
 from partitioner.device_profile import DeviceProfile
 from partitioner.devices import Device
@@ -40,5 +40,17 @@ def profile_latencies(graph: Graph, profile: DeviceProfile, batch_fraction: floa
             latencies.append((0.0, 0.0))
             continue
         moved = graph.activation_bytes(i) * batch_fraction + node.param_bytes
-        latencies.append(profile.op_seconds(node.flops * batch_fraction, moved, node.dtype, node.op, node.target))
+        latencies.append(profile.op_seconds(node.flops * batch_fraction, moved, node.dtype, node.op, node.target,
+                                            _module_kind(graph, node)))
     return latencies
+
+
+def _module_kind(graph: Graph, node: Any) -> str:
+    """The type name of the module a ``call_module`` node calls (``"GELU"``), read from the traced
+    module when the graph has one; "" otherwise (the profile's copy curve prices it then)."""
+    if node.op != "call_module" or graph.graph_module is None:
+        return ""
+    try:
+        return type(graph.graph_module.get_submodule(node.target)).__name__
+    except AttributeError:
+        return ""

@@ -2,13 +2,17 @@
 a tensor-parallel forward (compute, each collective) on ``world_size`` processes.
 
 # NOTE: [A tensor-parallel forward on a measured profile]
-Every rank runs every op of the graph. An op inside a module the plan shards does 1 / world of
-its FLOPs, weights and output (Megatron-LM's split) and pays DTensor's extra overhead once per
-sharded module call; the other ops run whole on every rank. The ops' time is multiplied by the
-profile's slowdown for ``world_size`` ranks computing at once (they share the cores), and each
-collective the plan predicts costs its alpha-beta time at that process count (an all-reduce as
-measured through DTensor's row-parallel Linear where the profile has it; an all-gather's fit is
-per rank's part, so its bytes are the gathered tensor's over world). O(N + E + C).
+Every rank runs every op of the graph. An op inside a module the plan shards (or inside a block
+sharded by heads) does 1 / world of its FLOPs, weights and output (Megatron-LM's split); the other
+ops run whole on every rank. The ops' time is multiplied by the profile's slowdown for
+``world_size`` ranks computing at once (they share the cores). DTensor adds its dispatch: each
+sharded module call pays ``dtensor_module_for(world)`` (its input wrapped, its op dispatched on
+DTensors, its output unwrapped: measured in place on ``world`` ranks at once, NOTE: [Engine costs
+in place]), except a row-parallel module whose output is all-reduced: the profile's
+``dtensor_all_reduce`` fit at that process count was measured on the whole row-parallel call
+after compute (its dispatch and its all-reduce), so it is charged once, as the collective. An
+all-gather's fit is per rank's part, so its bytes are the gathered tensor's over world.
+O(N + E + C).
 """
 
 from __future__ import annotations
@@ -49,6 +53,7 @@ def tp_forward(graph: Graph, plan: Any, profile: DeviceProfile) -> Predicted:
     whole = profile_latencies(graph, profile)
     split = profile_latencies(graph, profile, 1.0 / world)
     styled = sorted(plan.styles)
+    blocks = sorted(getattr(plan, "blocks", ()) or ())
     compute = 0.0
     calls: set[str] = set()
     for v in graph.op_indices:
@@ -57,7 +62,8 @@ def tp_forward(graph: Graph, plan: Any, profile: DeviceProfile) -> Predicted:
         if owner is None and node.op == "call_module":
             owner = _in(node.target, styled)
         if owner is None:
-            compute += max(whole[v])
+            headed = node.module_path and _in(node.module_path, blocks)
+            compute += max(split[v] if headed else whole[v])
             continue
         # FLOPs and activations split; the weights of a sharded module split too.
         mem_s, comp_s = split[v]
@@ -66,12 +72,15 @@ def tp_forward(graph: Graph, plan: Any, profile: DeviceProfile) -> Predicted:
             mem_s = max(0.0, mem_s - share / profile.bandwidth_bytes_per_s(max(share, 1.0)))
         compute += max(mem_s, comp_s)
         calls.add(owner)
-    compute = compute * profile.slowdown_for(world) + profile.sharded_module_overhead_s * len(calls)
-    parts = [("compute", compute)]
+    in_place = profile.collective("dtensor_all_reduce", world) is not None
+    reduced = sum(1 for c in plan.collectives if not c.backward and c.kind == "all_reduce") if in_place else 0
+    dispatched = max(0, len(calls) - reduced)
+    parts = [("compute", compute * profile.slowdown_for(world)),
+             ("dtensor dispatch", profile.dtensor_module_for(world) * dispatched)]
     for c in plan.collectives:
         if c.backward:
             continue
         nbytes = c.nbytes / world if c.kind == "all_gather" else c.nbytes
-        kind = "dtensor_all_reduce" if c.kind == "all_reduce" and profile.collective("dtensor_all_reduce", world) else c.kind
+        kind = "dtensor_all_reduce" if c.kind == "all_reduce" and in_place else c.kind
         parts.append((f"{c.kind} {c.node}", profile.collective_s(kind, nbytes, world)))
     return Predicted(sum(s for _, s in parts), tuple(parts))

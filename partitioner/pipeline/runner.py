@@ -33,6 +33,7 @@ import torch.fx as fx
 from torch.utils._pytree import tree_flatten
 
 from partitioner.errors import PartitionError, RunError
+from partitioner.runtime.timing import step_seconds
 from partitioner.graph import Graph
 from partitioner.runtime.launch import default_backend, launch, report_progress
 from partitioner.runtime.execute import picklable
@@ -54,7 +55,7 @@ class PipelineRun:
     outputs_equal: bool  # the merged microbatch outputs equal the model's (torch.testing.assert_close)
     gradients_equal: bool | None  # training: every parameter's gradient equals the model's; else None
     loss: float | None  # training: the mean microbatch loss on the last stage
-    measured_step_s: float  # the slowest rank's best step
+    measured_step_s: float  # the slowest rank's median step (NOTE: [One statistic])
     simulated_step_s: float
     rank_step_s: tuple[float, ...]
     stage_forward_s: tuple[float, ...]  # measured forward per microbatch, per stage
@@ -199,7 +200,7 @@ def _entry(rank: int, world_size: int, modules: list[fx.GraphModule], schedule: 
     loss_fn = _mse if target is not None else None
     sched = cls(built if len(built) > 1 or schedule == "interleaved_1f1b" else built[0], n_microbatches=m,
                 loss_fn=loss_fn)
-    best = float("inf")
+    steps: list[float] = []
     outputs: Any = None
     losses: list[torch.Tensor] = []
     last_here = (count - 1) in local
@@ -222,8 +223,8 @@ def _entry(rank: int, world_size: int, modules: list[fx.GraphModule], schedule: 
             out = sched.step(*args, **kwargs)
         took = time.perf_counter() - t0
         torch.distributed.barrier()
-        if attempt > 0 and took < best:
-            best = took
+        if attempt > 0 or not repeats:
+            steps.append(took)
         if last_here:
             outputs = out
         report_progress(f"step {attempt + 1} of {repeats + 1}")
@@ -233,7 +234,7 @@ def _entry(rank: int, world_size: int, modules: list[fx.GraphModule], schedule: 
             for name, p in st.submod.named_parameters():
                 if p.grad is not None:
                     grads[name] = p.grad.detach().cpu()
-    return {"outputs": outputs, "step_s": best, "grads": grads,
+    return {"outputs": outputs, "step_s": step_seconds(steps), "grads": grads,
             "forward_s": {s: (sum(t) / len(t) if t else 0.0) for s, t in forward_times.items()},
             "loss": float(torch.stack(losses).detach().mean()) if losses else None}
 

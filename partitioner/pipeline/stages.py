@@ -196,7 +196,7 @@ def plan(graph: Graph, devices: Sequence[Device], stages: int = 4, microbatches:
     cross = _crossing(graph, order)
     rate = transfer_rate_bytes_per_s
     comm = [(c / m) / rate if rate else 0.0 for c in cross]
-    link = profile.collective("p2p", 2) if profile is not None else None
+    link = profile.link if profile is not None else None  # the hand-off between computing ranks
     action = profile.pipeline_action_for(stages) if profile is not None else 0.0
     if link is not None:  # a measured action already holds its send's latency
         comm = [(c / m) / link.bandwidth_bytes_per_s + (0.0 if action else link.latency_s) for c in cross]

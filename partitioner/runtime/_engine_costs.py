@@ -1,26 +1,44 @@
-"""What torch's distributed engines add on this machine, measured inside a calibration's ranks:
-a row-parallel Linear's all-reduce through DTensor (``parallelize_module``), and one action of a
-``torch.distributed.pipelining`` schedule (a microbatch's forward on a stage with its send and
-receive), each on the first two ranks and on all of them.
+"""What torch's distributed engines add on this machine, measured inside a calibration's ranks
+the way runs meet them (NOTE: [Engine costs in place]): a process-group barrier, a point-to-point
+hand-off between ranks that compute, a column-parallel Linear's DTensor dispatch and a
+Colwise -> Rowwise pair's all-reduce through DTensor (``parallelize_module``), and one action of a
+``torch.distributed.pipelining`` schedule, each on the first two ranks and on all of them.
 
 Every rank runs the same number of timed calls (collectives must pair up), so the loops are
 fixed here rather than sized by a first call.
+
+# NOTE: [Engine costs in place]
+A collective timed back to back after a barrier is cheap: every rank is awake and waiting. In a
+run it follows compute, its peers arrive at different times and a waiting rank has slept; on
+this 2-core machine shared by 4 ranks a gloo all-reduce of 64 KiB took 0.3 ms back to back and
+0.7-1.6 ms between matmuls. So each cost is measured with compute before it, on every rank of
+the group at once, as the difference between the loop with the engine and the same loop without
+it: ``(mm; barrier)`` minus ``mm``; a ring where each rank receives, multiplies and sends, minus
+the multiplies; a chain of K column-parallel Linears minus the same chain of plain Linears of
+the local shape (DTensor's dispatch per sharded module); a chain of K Colwise -> ReLU -> Rowwise
+pairs minus the plain chain and the column-parallel part (the row-parallel Linear's dispatch and
+its all-reduce, as alpha-beta over the bytes reduced).
 """
 
 from __future__ import annotations
 
-import statistics
 import time
 from typing import Any, Callable
 
+from partitioner.runtime.timing import step_seconds
+
 __all__ = ["engine_costs", "loop_median_s"]
 
-ROW_WIDTHS = (16, 1024, 16384)  # a row-parallel Linear's output features: 256 B to 256 KiB reduced
+PAIR_ROWS = 16
+PAIR_WIDTHS = (64, 512, 2048)  # a pair's shared width: 4 KiB to 128 KiB all-reduced (16 rows, fp32)
+HANDOFF_BYTES = (1024, 65536, 1 << 20)
+CHAIN = 4  # modules or pairs in a timed chain
 PIPELINE_MICROBATCHES = 4
 
 
 def loop_median_s(fn: Callable[[], Any], loops: int = 10, repeats: int = 5) -> float:
-    """Median over ``repeats`` of the mean time of ``loops`` calls of ``fn`` (called once first)."""
+    """Median over ``repeats`` of the mean time of ``loops`` calls of ``fn`` (called once first:
+    the warm-up; NOTE: [One statistic] in :mod:`partitioner.runtime.timing`)."""
     fn()
     times = []
     for _ in range(repeats):
@@ -28,40 +46,160 @@ def loop_median_s(fn: Callable[[], Any], loops: int = 10, repeats: int = 5) -> f
         for _ in range(loops):
             fn()
         times.append((time.perf_counter() - start) / loops)
-    return statistics.median(times)
+    return step_seconds(times)
 
 
-def _row_parallel(rank: int, ranks: list[int], device: str) -> list[tuple[float, float]]:
-    """(bytes reduced, seconds beyond the local Linear) of a row-parallel Linear over ``ranks``."""
+def _work() -> Callable[[], Any]:
+    """A fixed piece of compute (a 96 x 96 matmul, tens of microseconds) to stand between calls."""
+    import torch
+
+    a, b = torch.randn(96, 96), torch.randn(96, 96)
+    return lambda: torch.mm(a, b)
+
+
+def _barrier(rank: int, ranks: list[int], group: Any) -> float:
+    """Seconds a barrier of ``ranks`` adds after compute (NOTE: [Engine costs in place])."""
+    import torch.distributed as dist
+
+    extra = 0.0
+    if rank in ranks:
+        work = _work()
+
+        def both() -> None:
+            work()
+            dist.barrier(group=group)
+
+        dist.barrier(group=group)
+        with_barrier = loop_median_s(both, 10, 5)
+        dist.barrier(group=group)
+        alone = loop_median_s(work, 10, 5)
+        extra = max(with_barrier - alone, 1e-7)
+    dist.barrier()
+    return extra
+
+
+def _handoff(rank: int, ranks: list[int], group: Any) -> list[tuple[float, float]]:
+    """(bytes, seconds a hop adds) of a ring over ``ranks``: each receives, computes about half a
+    millisecond (the receiver of the next hop has waited that long), sends on. The compute is
+    timed where it runs and summed over the ring, so only the hand-offs remain."""
+    import torch
+    import torch.distributed as dist
+
+    points: list[tuple[float, float]] = []
+    if rank in ranks:
+        a = torch.randn(192, 192)
+        i, p = ranks.index(rank), len(ranks)
+        nxt, prev = ranks[(i + 1) % p], ranks[(i - 1) % p]
+        for nbytes in HANDOFF_BYTES:
+            t = torch.ones(max(1, nbytes // 4))
+            worked = [0.0]
+
+            def work() -> None:
+                start = time.perf_counter()
+                for _ in range(4):
+                    torch.mm(a, a)
+                worked[0] += time.perf_counter() - start
+
+            def ring() -> None:
+                if i == 0:
+                    work()
+                    dist.send(t, nxt)
+                    dist.recv(t, prev)
+                else:
+                    dist.recv(t, prev)
+                    work()
+                    dist.send(t, nxt)
+
+            ring()  # the warm-up
+            hops = []
+            for _ in range(5):
+                dist.barrier(group=group)
+                worked[0] = 0.0
+                start = time.perf_counter()
+                for _ in range(4):
+                    ring()
+                took = torch.tensor([time.perf_counter() - start if i == 0 else 0.0, worked[0]])
+                dist.all_reduce(took, group=group)
+                hops.append((float(took[0]) - float(took[1])) / (4 * p))
+            points.append((float(t.nbytes), max(step_seconds(hops), 1e-7)))
+    dist.barrier()
+    return points
+
+
+def _chains(rank: int, groups: list[list[int]], device: str) -> tuple[float, list[tuple[float, float]]]:
+    """(seconds of DTensor dispatch a column-parallel Linear adds, [(bytes all-reduced, seconds a
+    row-parallel Linear adds beyond its local compute)]) on this rank's group of ``groups``, every
+    group at once (NOTE: [Engine costs in place])."""
     import torch
     import torch.distributed as dist
     from torch.distributed.device_mesh import DeviceMesh
-    from torch.distributed.tensor.parallel import RowwiseParallel, parallelize_module
+    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
 
-    mesh = DeviceMesh(device, torch.tensor(ranks))  # every rank joins the mesh's groups
+    meshes = [DeviceMesh(device, torch.tensor(g)) for g in groups]  # every rank joins every mesh's groups
+    mine = [k for k, g in enumerate(groups) if rank in g]
     points: list[tuple[float, float]] = []
-    if rank in ranks:
-        x = torch.ones(4, 8)
-        for width in ROW_WIDTHS:
-            plain = torch.nn.Linear(8, width)
-            row = parallelize_module(torch.nn.Linear(8 * len(ranks), width), mesh, RowwiseParallel())
-            with torch.no_grad():
-                dist.barrier(group=mesh.get_group())
-                extra = loop_median_s(lambda: row(x)) - loop_median_s(lambda: plain(x))
-            points.append((float(4 * width * 4), max(extra, 1e-7)))
+    column = 0.0
+    if mine:
+        mesh, ranks = meshes[mine[0]], groups[mine[0]]
+        group, n = mesh.get_group(), len(ranks)
+        nn = torch.nn
+        with torch.no_grad():
+            width = PAIR_WIDTHS[1]
+            x = torch.ones(PAIR_ROWS, width)
+            cols = nn.Sequential(*(nn.Linear(width, width * n) for _ in range(CHAIN)))
+            parallelize_module(cols, mesh, {str(k): ColwiseParallel() for k in range(CHAIN)})
+            plain = nn.Sequential(*(nn.Linear(width, width) for _ in range(CHAIN)))
+            dist.barrier(group=group)
+            sharded_s = loop_median_s(lambda: cols(x), 5, 5)
+            dist.barrier(group=group)
+            column = max((sharded_s - loop_median_s(lambda: plain(x), 5, 5)) / CHAIN, 1e-7)
+            for width in PAIR_WIDTHS:
+                x = torch.ones(PAIR_ROWS, width)
+                layers: list[nn.Module] = []
+                local: list[nn.Module] = []
+                for _ in range(CHAIN):
+                    layers += [nn.Linear(width, width), nn.ReLU(), nn.Linear(width, width)]
+                    local += [nn.Linear(width, width // n), nn.ReLU(), nn.Linear(width // n, width)]
+                pairs = nn.Sequential(*layers)
+                parallelize_module(pairs, mesh, {str(3 * k): ColwiseParallel() for k in range(CHAIN)}
+                                   | {str(3 * k + 2): RowwiseParallel() for k in range(CHAIN)})
+                plain = nn.Sequential(*local)
+                dist.barrier(group=group)
+                sharded_s = loop_median_s(lambda: pairs(x), 5, 5)
+                dist.barrier(group=group)
+                extra = (sharded_s - loop_median_s(lambda: plain(x), 5, 5)) / CHAIN - column
+                points.append((float(PAIR_ROWS * width * 4), max(extra, 1e-7)))
+    dist.barrier()
+    return column, points
+
+
+def _back_to_back(rank: int, groups: list[list[int]], handles: list[Any]) -> list[tuple[float, float]]:
+    """(bytes, seconds) of all-reduces called back to back on this rank's group of ``groups``,
+    every group at once (a data-parallel gradient sync beside its peers in the other groups)."""
+    import torch
+    import torch.distributed as dist
+
+    points: list[tuple[float, float]] = []
+    mine = [k for k, g in enumerate(groups) if rank in g]
+    if mine:
+        group = handles[mine[0]]
+        for nbytes in HANDOFF_BYTES:
+            t = torch.ones(max(1, nbytes // 4))
+            dist.barrier()
+            points.append((float(t.nbytes), loop_median_s(lambda: dist.all_reduce(t, group=group), 8, 5)))
     dist.barrier()
     return points
 
 
 def _pipeline_action(rank: int, ranks: list[int]) -> float:
     """Seconds a GPipe action costs on ``ranks`` stages of a tiny Linear: the slowest stage's
-    best step over the schedule's m + p - 1 slots (as the pipeline runner measures a step)."""
+    median step over the schedule's m + p - 1 slots (as the pipeline runner measures a step)."""
     import torch
     import torch.distributed as dist
     from torch.distributed.pipelining import PipelineStage, ScheduleGPipe
 
     group = dist.new_group(ranks)
-    best = 0.0
+    per_action = 0.0
     if rank in ranks:
         p, i = len(ranks), ranks.index(rank)
         stage = PipelineStage(torch.nn.Linear(4, 4), i, p, torch.device("cpu"), group=group)
@@ -69,23 +207,38 @@ def _pipeline_action(rank: int, ranks: list[int]) -> float:
         x = torch.ones(2 * PIPELINE_MICROBATCHES, 4)
         times = []
         with torch.no_grad():
-            for _ in range(6):
+            for _ in range(8):
                 dist.barrier(group=group)
                 start = time.perf_counter()
                 schedule.step(x) if i == 0 else schedule.step()
                 times.append(time.perf_counter() - start)
-        best = min(times[1:]) / (PIPELINE_MICROBATCHES + p - 1)
+        per_action = step_seconds(times[1:]) / (PIPELINE_MICROBATCHES + p - 1)
     dist.barrier()
-    return best
+    return per_action
 
 
 def engine_costs(rank: int, world_size: int) -> dict[str, Any]:
-    """On every rank of a calibration: ``{"row": {processes: points}, "action": {processes: s}}``
-    (this rank's figures; the caller takes the slowest rank's)."""
+    """On every rank of a calibration: ``{"barrier": {n: s}, "handoff": {n: points}, "column":
+    {n: s}, "row": {n: points}, "action": {n: s}}`` for n = 2 and ``world_size``, and with 4 or
+    more ranks ``"concurrent_row"`` and ``"concurrent_all_reduce"`` ``{2: points}``: groups of two
+    covering every rank, all at once (this rank's figures; the caller takes the slowest rank's)."""
     import torch.distributed as dist
 
     device = "cuda" if dist.get_backend() == "nccl" else "cpu"
     counts = sorted({2, world_size})
-    row = {n: _row_parallel(rank, list(range(n)), device) for n in counts}
-    action = {n: _pipeline_action(rank, list(range(n))) for n in counts} if device == "cpu" else {}
-    return {"row": row, "action": action}
+    groups = {n: dist.new_group(list(range(n))) if n < world_size else None for n in counts}
+    out: dict[str, Any] = {"barrier": {}, "handoff": {}, "column": {}, "row": {}, "action": {},
+                           "concurrent_row": {}, "concurrent_all_reduce": {}}
+    for n in counts:
+        ranks = list(range(n))
+        out["barrier"][n] = _barrier(rank, ranks, groups[n])
+        out["handoff"][n] = _handoff(rank, ranks, groups[n])
+        out["column"][n], out["row"][n] = _chains(rank, [ranks], device)
+        if device == "cpu":
+            out["action"][n] = _pipeline_action(rank, ranks)
+    if world_size >= 4 and world_size % 2 == 0:  # groups of two side by side, as dp x tp runs them
+        pairs = [[k, k + 1] for k in range(0, world_size, 2)]
+        handles = [dist.new_group(p) for p in pairs]
+        out["concurrent_row"] = {2: _chains(rank, pairs, device)[1]}
+        out["concurrent_all_reduce"] = {2: _back_to_back(rank, pairs, handles)}
+    return out

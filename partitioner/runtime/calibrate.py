@@ -23,7 +23,7 @@ import statistics
 import time
 from typing import Any, Callable
 
-from partitioner.device_profile import DeviceProfile, find_profile, fit_alpha_beta, profile_path
+from partitioner.device_profile import ELEMENTWISE_KINDS, DeviceProfile, find_profile, fit_alpha_beta, profile_path
 from partitioner.errors import PartitionError
 from partitioner.runtime._engine_costs import engine_costs, loop_median_s
 
@@ -33,6 +33,7 @@ MATMUL_SIZES = (8, 16, 32, 64, 96, 128, 192, 256, 384, 512)  # square n x n @ n 
 COPY_BYTES = (256, 4096, 65536, 1 << 20, 1 << 23, 1 << 25)  # bytes moved: read + written
 MESSAGE_BYTES = (4, 1024, 16384, 1 << 20, 1 << 21, 1 << 22)
 DTYPES = ("float32", "bfloat16")
+ELEMENT_BYTES = (4096, 65536, 1 << 20, 1 << 22)  # an elementwise op's input
 
 
 def _median_s(fn: Callable[[], Any], budget_s: float = 0.05, repeats: int = 5) -> float:
@@ -67,14 +68,109 @@ def _ops() -> dict[str, Any]:
     for nbytes in COPY_BYTES:
         x = torch.ones(max(1, nbytes // 8))  # float32: half the bytes read, half written
         copy.append((float(2 * x.nbytes), _median_s(lambda: torch.mul(x, 2.0), 0.05 if nbytes < 1 << 24 else 0.15)))
-    return {"op": op, "module": max(0.0, module), "matmul": matmul, "copy": copy}
+    return {"op": op, "module": max(0.0, module), "matmul": matmul, "copy": copy, "backward": _backward_factor(),
+            "elementwise": _elementwise(), "graph_op": _graph_op()}
 
 
-def _busy_s() -> float:
+class _SmallOps:
+    """A forward of small ops as models write them between their layers (views, transposes,
+    arithmetic, an activation), on a tensor small enough that only the dispatch counts."""
+
+    def forward(self, x: Any) -> Any:
+        import torch
+
+        for _ in range(8):
+            x = x.transpose(0, 1).unflatten(-1, (2, -1)).flatten(-2)
+            x = torch.relu(x * 0.5 + 1.0)
+        return x
+
+
+def _graph_op() -> float:
+    """Seconds one op of :class:`_SmallOps` takes inside its traced (``torch.fx``) forward, as a
+    partition's submodule runs it: the forward's median over its op count."""
+    import torch
+    import torch.fx as fx
+
+    module = type("SmallOps", (torch.nn.Module,), {"forward": _SmallOps.forward})()
+    gm = fx.symbolic_trace(module)
+    count = sum(1 for n in gm.graph.nodes if n.op in ("call_function", "call_method", "call_module"))
+    x = torch.ones(8, 8)
+    with torch.no_grad():
+        return statistics.median(_median_s(lambda: gm(x), 0.03) for _ in range(3)) / max(1, count)
+
+
+def _elementwise() -> dict[str, list[tuple[float, float]]]:
+    """(bytes moved, seconds) of each op in ELEMENTWISE_KINDS on rows of 256 floats, read and
+    written (the copy curve's axis), its dispatch included."""
     import torch
 
+    F = torch.nn.functional
+    w, b = torch.ones(256), torch.zeros(256)
+    ops = {"gelu": F.gelu, "layer_norm": lambda x: F.layer_norm(x, (256,), w, b),
+           "softmax": lambda x: torch.softmax(x, -1), "silu": F.silu, "sigmoid": torch.sigmoid, "tanh": torch.tanh}
+    curves: dict[str, list[tuple[float, float]]] = {}
+    with torch.no_grad():
+        for kind in ELEMENTWISE_KINDS:
+            fn = ops[kind]
+            points = []
+            for nbytes in ELEMENT_BYTES:
+                x = torch.randn(max(1, nbytes // 1024), 256)
+                points.append((float(2 * x.nbytes), _median_s(lambda: fn(x), 0.03 if nbytes < 1 << 22 else 0.08)))
+            curves[kind] = points
+    return curves
+
+
+def _backward_factor() -> float:
+    """A training step's time over the forward's: a chain of Linear + ReLU layers (64 rows, 256
+    wide, as the sample MLP) run forward, then forward and backward of the sum of its output,
+    interleaved, median of the ratios. Autograd's per-node overhead is in it, as in a run."""
+    import torch
+
+    nn = torch.nn
+    chain = nn.Sequential(*(m for _ in range(4) for m in (nn.Linear(256, 256), nn.ReLU())))
+    x = torch.randn(64, 256)
+
+    def forward() -> None:
+        with torch.no_grad():
+            chain(x)
+
+    def step() -> None:
+        chain.zero_grad(set_to_none=True)
+        chain(x).sum().backward()
+
+    return statistics.median(_median_s(step, 0.03) / _median_s(forward, 0.03) for _ in range(3))
+
+
+SLOWDOWN_REPEATS = 5
+
+
+def _slowdown(rank: int, world_size: int) -> dict[int, list[float]]:
+    """This rank's seconds for one fixed loop of 128 x 128 matmuls, with 1, 2 and all ranks
+    computing it at once (NOTE: [A robust shared-core factor]): ``{ranks at once: [seconds per
+    repeat]}``, for the counts this rank took part in."""
+    import torch
+    import torch.distributed as dist
+
     x, y = torch.randn(128, 128), torch.randn(128, 128)
-    return _median_s(lambda: torch.mm(x, y), 0.1)
+    loops = torch.zeros(1, dtype=torch.int64)
+    if rank == 0:  # one loop size for every rank: about 20 ms alone
+        one = loop_median_s(lambda: torch.mm(x, y), 20, 3)
+        loops[0] = max(5, min(5000, int(0.02 / max(one, 1e-7))))
+    dist.broadcast(loops, 0)
+    n = int(loops[0])
+    counts = sorted({1, 2, world_size} & set(range(1, world_size + 1)))
+    busy: dict[int, list[float]] = {k: [] for k in counts if rank < k}
+    torch.mm(x, y)
+    for _ in range(SLOWDOWN_REPEATS):  # interleaved: the machine's load moves between repeats
+        for k in counts:
+            dist.barrier()
+            if rank < k:
+                start = time.perf_counter()
+                for _ in range(n):
+                    torch.mm(x, y)
+                busy[k].append(time.perf_counter() - start)
+            dist.barrier()
+    return busy
 
 
 def _messages(rank: int, ranks: list[int], group: Any, kind: str) -> list[tuple[float, float]]:
@@ -119,13 +215,7 @@ def _entry(rank: int, world_size: int) -> dict[str, Any] | None:
     if rank == 0:
         result["ops"] = _ops()
     dist.barrier()
-    busy: dict[int, float] = {}
-    counts = sorted({1, 2, world_size} & set(range(1, world_size + 1)))
-    for k in counts:
-        dist.barrier()
-        if rank < k:
-            busy[k] = _busy_s()
-        dist.barrier()
+    busy = _slowdown(rank, world_size)
     result["busy"] = busy
     pair = dist.new_group([0, 1]) if world_size > 2 else None
     collectives: dict[str, list[tuple[float, float]]] = {}
@@ -192,8 +282,14 @@ def calibrate(name: str = "local", processes: int = 4, *, timeout_s: float = 180
     results = launch(_entry, processes, (), timeout_s=timeout_s, backend=backend, progress=progress)
     ops = results[0]["ops"]
     busy = [r["busy"] for r in results]
-    alone = busy[0][1]
-    slowdown = [(1, 1.0)] + [(k, statistics.mean(b[k] for b in busy[:k]) / alone) for k in sorted(busy[0]) if k > 1]
+    # NOTE: [A robust shared-core factor] Each repeat's factor is the mean of the k ranks' loop
+    # times over rank 0's time alone in the same repeat (the load seen a moment apart), and the
+    # profile keeps the median over repeats: one repeat disturbed by another job moves nothing.
+    # Ranks sharing the cores never compute faster than one alone: a factor below 1 is the other
+    # jobs' load falling between repeats, held at 1.
+    slowdown = [(1, 1.0)] + [
+        (k, max(1.0, statistics.median(statistics.mean(b[k][r] for b in busy[:k]) / busy[0][1][r]
+                                       for r in range(len(busy[0][1]))))) for k in sorted(busy[0]) if k > 1]
     collectives = []
     for key, points in sorted(results[0]["collectives"].items()):
         kind, _, count = key.partition(":")
@@ -201,18 +297,27 @@ def calibrate(name: str = "local", processes: int = 4, *, timeout_s: float = 180
         worst = [(x, max(y, y2)) for (x, y), (_, y2) in zip(points, other)]
         collectives.append((kind, int(count), fit_alpha_beta(worst)))
     engines = [r["engines"] for r in results]
-    for n in sorted(engines[0]["row"]):  # the slowest rank's time at each size
-        points = [(x, max(e["row"][n][i][1] for e in engines if e["row"].get(n)))
-                  for i, (x, _) in enumerate(engines[0]["row"][n])]
-        collectives.append(("dtensor_all_reduce", n, fit_alpha_beta(points)))
-    actions = tuple((n, max(e["action"][n] for e in engines)) for n in sorted(engines[0]["action"]))
+    for key, kind in (("row", "dtensor_all_reduce"), ("handoff", "handoff"),
+                      ("concurrent_row", "concurrent_dtensor_all_reduce"), ("concurrent_all_reduce", "concurrent_all_reduce")):
+        for n in sorted(engines[0][key]):  # the slowest rank's time at each size
+            points = [(x, max(e[key][n][i][1] for e in engines if e[key].get(n)))
+                      for i, (x, _) in enumerate(engines[0][key][n])]
+            collectives.append((kind, n, fit_alpha_beta(points)))
+
+    def slowest(key: str) -> tuple[tuple[int, float], ...]:
+        return tuple((n, max(e[key][n] for e in engines if n in e[key])) for n in sorted(engines[0][key]))
+
+    actions = slowest("action")
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     return DeviceProfile(
         name=name, memory_bytes=_memory_bytes(), op_overhead_s=ops["op"], module_overhead_s=ops["module"],
+        training_step_factor=ops["backward"],
+        elementwise=tuple(sorted((k, tuple(sorted(c))) for k, c in ops["elementwise"].items())),
+        graph_op_overhead_s=ops["graph_op"],
         sharded_module_overhead_s=results[0]["sharded"],
         matmul=tuple(sorted((d, tuple(sorted(c))) for d, c in ops["matmul"].items())),
         copy=tuple(sorted(ops["copy"])), collectives=tuple(sorted(collectives)), slowdown=tuple(slowdown),
-        pipeline_action_s=actions,
+        pipeline_action_s=actions, barrier_s=slowest("barrier"), dtensor_module_s=slowest("column"),
         cores=cores, backend=backend, host=socket.gethostname(), load_average=round(load, 2),
         measured_at=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         calibration_s=round(time.perf_counter() - began, 2))

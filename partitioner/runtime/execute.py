@@ -33,8 +33,9 @@ from partitioner.graph import Graph
 from partitioner.plan.records import Plan
 from partitioner.runtime.launch import default_backend, launch, report_progress
 from partitioner.runtime.splitting import split
+from partitioner.runtime.timing import median_by_key, step_seconds
 
-__all__ = ["run", "RunResult", "PartitionRun", "prepare", "run_rank", "Prepared", "ranked_devices"]
+__all__ = ["run", "RunResult", "PartitionRun", "prepare", "run_rank", "Prepared", "ranked_devices", "predicted_walk_s"]
 
 logger = logging.getLogger(__name__)
 
@@ -60,8 +61,8 @@ class PartitionRun:
 class RunResult:
     outputs: Any  # the model's outputs, gathered on rank 0
     outputs_equal: bool  # equal to the single-process model's (torch.testing.assert_close)
-    measured_latency_s: float  # end to end, on rank 0, best of the timed repeats
-    predicted_latency_s: float  # the plan's, and the outputs' way back to rank 0
+    measured_latency_s: float  # end to end, on rank 0, the median of the timed walks (NOTE: [One statistic])
+    predicted_latency_s: float  # the plan's, the outputs' way back to rank 0 and the closing barrier
     partitions: tuple[PartitionRun, ...]
     world_size: int
     backend: str
@@ -120,8 +121,8 @@ def _walk(rank: int, world_size: int, gm: fx.GraphModule, owners: dict[str, tupl
             ranks = need[n.name]
         for arg in n.all_input_nodes:
             need[arg.name] |= ranks
-    best = float("inf")
-    timings = RankTimings({}, {}, {})
+    walks: list[float] = []
+    samples: list[tuple[dict[str, float], dict[str, float], dict[str, int]]] = []
     outputs: Any = None
     for attempt in range(repeats + 1):  # the first walk warms up (allocations, lazy init)
         env: dict[str, Any] = {}
@@ -175,11 +176,13 @@ def _walk(rank: int, world_size: int, gm: fx.GraphModule, owners: dict[str, tupl
             work.wait()
         dist.barrier()
         took = time.perf_counter() - start
-        if attempt > 0 and took < best:
-            best = took
-            timings = RankTimings(compute, wait, received)
+        if attempt > 0 or not repeats:  # the first walk is a warm-up when there are timed ones
+            walks.append(took)
+            samples.append((compute, wait, received))
         report_progress(f"walk {attempt + 1} of {repeats + 1} done")
-    return RankResult(outputs, best, timings)
+    timings = RankTimings(median_by_key([c for c, _, _ in samples]), median_by_key([w for _, w, _ in samples]),
+                          samples[-1][2] if samples else {})
+    return RankResult(outputs, step_seconds(walks), timings)
 
 
 def picklable(gm: fx.GraphModule) -> fx.GraphModule:
@@ -202,7 +205,7 @@ _RUN_IGNORES = frozenset({ViolationKind.MEMORY, ViolationKind.MEMORY_BUDGET, Vio
 
 @dataclass(frozen=True)
 class RankTimings:
-    """One rank's best walk: seconds computing each submodule it owns, seconds waiting for each
+    """One rank's median walk: seconds computing each submodule it owns, seconds waiting for each
     value it receives, and the bytes of each."""
 
     compute_s: dict[str, float]
@@ -212,7 +215,7 @@ class RankTimings:
 
 @dataclass(frozen=True)
 class RankResult:
-    """What a rank sends back: the outputs (rank 0), its best end-to-end walk, its timings."""
+    """What a rank sends back: the outputs (rank 0), its median end-to-end walk, its timings."""
 
     outputs: Any
     latency_s: float
@@ -345,8 +348,19 @@ def run(plan: Plan, graph: Graph, example_inputs: Sequence[Any] | torch.Tensor, 
             wait_s=float(sum(timing.wait_s.get(a, 0.0) for a in inputs_of)),
             received_bytes=int(sum(timing.received_bytes.get(a, 0) for a in inputs_of)),
             predicted_s=part.latency_s))
-    return RunResult(first.outputs, equal, float(first.latency_s), plan.latency_s + _gather_s(plan, graph),
+    return RunResult(first.outputs, equal, float(first.latency_s), predicted_walk_s(plan, graph, world),
                      tuple(runs), world, backend)
+
+
+def predicted_walk_s(plan: Plan, graph: Graph, world: int) -> float:
+    """What a timed walk of ``plan`` on ``world`` ranks should take: the plan's latency, the
+    outputs' way back to rank 0 and the barrier that closes the walk (the devices' profile's
+    ``barrier_for(world)``, measured after compute; 0 without a profile)."""
+    from partitioner.cost.model import device_profile
+
+    profile = device_profile(plan.devices)
+    barrier = profile.barrier_for(world) if profile is not None else 0.0
+    return plan.latency_s + _gather_s(plan, graph) + barrier
 
 
 def _gather_s(plan: Plan, graph: Graph) -> float:

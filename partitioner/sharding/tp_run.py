@@ -26,6 +26,7 @@ import torch
 from partitioner.errors import RunError, ShardingError
 from partitioner.sharding.tensor_parallel import TPPlan
 from partitioner.runtime.launch import default_backend, launch
+from partitioner.runtime.timing import step_seconds
 
 __all__ = ["ShardRun", "run_sharded"]
 
@@ -124,8 +125,6 @@ def _entry(rank: int, world_size: int, module: torch.nn.Module, inputs: tuple[An
             loss.backward()  # type: ignore[union-attr]
         backward = _kinds(counter.get_comm_counts())
     if repeats:  # warm forwards, started together: their median is the measured forward
-        import statistics
-
         import torch.distributed as dist
 
         times = []
@@ -135,7 +134,7 @@ def _entry(rank: int, world_size: int, module: torch.nn.Module, inputs: tuple[An
                 start = time.perf_counter()
                 module(*inputs, **(kwargs or {}))
                 times.append(time.perf_counter() - start)
-        seconds = statistics.median(times)
+        seconds = step_seconds(times)
     return {"outputs": [t.detach() for t in full], "forward": _kinds(forward.get_comm_counts()),
             "backward": backward, "local": local, "bytes": int(nbytes), "seconds": seconds}
 

@@ -133,7 +133,10 @@ def test_calibrate_measures_this_machine_and_the_cli_accepts_it(tmp_path):
     profile = load_profile(tmp_path / "here.json")
     assert profile == load_profile(tmp_path / "profiles" / "here.json")
     assert profile.op_overhead_s > 0 and profile.peak_flops > 1e8 and profile.memory_bandwidth_bytes_per_s > 1e8
-    assert {k for k, n, _ in profile.collectives} == {"p2p", "all_reduce", "all_gather", "dtensor_all_reduce"}
+    assert {k for k, n, _ in profile.collectives} == {"p2p", "handoff", "all_reduce", "all_gather", "dtensor_all_reduce"}
+    assert [n for n, _ in profile.barrier_s] == [2] and [n for n, _ in profile.dtensor_module_s] == [2]
+    assert profile.training_step_factor > 1 and {k for k, _ in profile.elementwise} == {
+        "gelu", "layer_norm", "softmax", "silu", "sigmoid", "tanh"} and profile.graph_op_overhead_s > 0
     done = subprocess.run(cli + ["plan", "mlp", "--devices", "2xhere", "--out", str(tmp_path / "plan.json")],
                           capture_output=True, text=True, env=env, cwd=ROOT, timeout=240)
     assert done.returncode == 0, done.stderr
