@@ -87,10 +87,10 @@ def render_charts(plan: Plan, overlay: str = "device", graph: Graph | None = Non
 
 def render_tables(plan: Plan) -> None:
     with st.expander("Tables: partitions, devices, edges", expanded=False):
-        st.dataframe(tables.readable_partition_table(plan), hide_index=True)
-        st.dataframe(tables.device_table(plan), hide_index=True,
-                     column_config={"utilisation": st.column_config.NumberColumn(format="percent")})
-        st.dataframe(tables.edge_table(plan), hide_index=True)
+        st.dataframe(tables.readable_partition_table(plan), hide_index=True, width="stretch")
+        st.dataframe(tables.readable_device_table(plan), hide_index=True, width="stretch",
+                     column_config={"Of capacity": st.column_config.NumberColumn(format="percent")})
+        st.dataframe(tables.readable_edge_table(plan), hide_index=True, width="stretch")
 
 
 def render_violations(violations: Sequence[str]) -> None:

@@ -23,6 +23,9 @@ __all__ = [
     "partition_table",
     "device_table",
     "edge_table",
+    "readable_partition_table",
+    "readable_device_table",
+    "readable_edge_table",
     "comparison_table",
     "moves_table",
     "partition_delta_table",
@@ -153,6 +156,43 @@ def edge_table(plan: Plan) -> pd.DataFrame:
         for e in sorted(plan.edges, key=lambda e: (e.src, e.dst))
     ]
     return pd.DataFrame(rows, columns=["from", "to", "bytes", "bytes_crossing", "transfer", "transfer_s", "critical"])
+
+
+def readable_device_table(plan: Plan) -> pd.DataFrame:
+    """:func:`device_table` for people: one column per fact, memory in binary units, the share in
+    percent (a number, so it sorts), partitions named as the DAG names them (``P0``)."""
+    data = device_table(plan)
+    return pd.DataFrame({
+        "Device": data["device"],
+        "Kind": data["kind"],
+        "Memory used": data["used"],
+        "Capacity": data["capacity"],
+        "Of capacity": data["utilisation"].astype(float),
+        "Over capacity": ["yes" if o else "" for o in data["over_capacity"]],
+        "Partitions": [", ".join(f"P{i}" for i in text.split(", ")) if text else "-"
+                       for text in data["partitions"]],
+    }, columns=["Device", "Kind", "Memory used", "Capacity", "Of capacity", "Over capacity", "Partitions"])
+
+
+def readable_edge_table(plan: Plan) -> pd.DataFrame:
+    """:func:`edge_table` for people: ``P0 -> P1``, the bytes in binary units, the transfer time in
+    one unit chosen for the plan's edges."""
+    data = edge_table(plan)
+    finite = [v for v in data["transfer_s"] if math.isfinite(v) and v > 0]
+    unit, scale = time_unit(max(finite, default=0.0))
+
+    def t(v: float) -> str:
+        if not math.isfinite(v):
+            return "-"
+        return "free (same device)" if v == 0 else f"{v / scale:.3g} {unit}"
+
+    return pd.DataFrame({
+        "From": [f"P{i}" for i in data["from"]],
+        "To": [f"P{i}" for i in data["to"]],
+        "Bytes crossing": data["bytes"],
+        "Transfer time": [t(v) for v in data["transfer_s"]],
+        "Critical path": ["yes" if c else "" for c in data["critical"]],
+    }, columns=["From", "To", "Bytes crossing", "Transfer time", "Critical path"])
 
 
 def comparison_table(results: Sequence[ModeResult]) -> pd.DataFrame:

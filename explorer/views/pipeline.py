@@ -15,6 +15,7 @@ from explorer.builders import pipeline_figures
 from partitioner import Graph, PartitionError, format_bytes, pipeline
 from partitioner.pipeline.runner import check_runnable
 from partitioner.pipeline.schedules import SCHEDULES, MicrobatchError, stages_per_rank
+from partitioner.pipeline.stages import BOTTLENECK_NOTE
 from partitioner.units import format_change, format_seconds
 from explorer.builders.text import md
 
@@ -54,7 +55,7 @@ def _splits_table(pp: pipeline.PipelinePlan) -> pd.DataFrame:
              "step time": format_seconds(pp.step_time_s), "against this split": "-"}]
     for name, step, sizes in pp.baselines:
         rows.append({"split": name, "operations per stage": str(list(sizes)), "step time": format_seconds(step),
-                     "against this split": f"{step / pp.step_time_s - 1:+.1%}" if pp.step_time_s else "-"})
+                     "against this split": format_change(step / pp.step_time_s - 1) if pp.step_time_s else "-"})
     return pd.DataFrame(rows)
 
 
@@ -165,7 +166,9 @@ def main() -> None:
     with right:
         st.plotly_chart(pipeline_figures.stage_memory_figure(pp, caps), key="pp_memory_chart")
     st.markdown("##### The split against the ones people use")
-    st.dataframe(_splits_table(pp), hide_index=True)
+    st.dataframe(_splits_table(pp), hide_index=True, width="stretch")
+    if any(step < pp.step_time_s * (1 - 0.0005) for _, step, _ in pp.baselines):
+        st.caption(md(BOTTLENECK_NOTE[0].upper() + BOTTLENECK_NOTE[1:] + "."))
     st.markdown("##### Stages")
     st.dataframe(_stages_table(pp, {d.logical_id: d.name for d in devices}, caps), hide_index=True)
     if result.stage_plan is not None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 
@@ -189,3 +190,25 @@ def test_comparison_figure_has_four_panels_and_marks_failures(mlp):
 
 
 # -- inputs --------------------------------------------------------------------------------
+
+
+def test_readable_device_and_edge_tables_speak_in_units_and_name_partitions_as_the_dag(plans):
+    plan = plans["cost_aware"]
+    devices = tables.readable_device_table(plan)
+    assert not [c for c in devices.columns if "_" in c or c != c.strip()]  # headers in words
+    assert list(devices["Device"]) == [d.name for d in sorted(plan.devices, key=lambda d: d.logical_id)]
+    assert devices["Of capacity"].between(0, 1).all()
+    held = sorted(f"P{p.id}" for p in plan.partitions)
+    assert sorted(x for cell in devices["Partitions"] if cell != "-" for x in cell.split(", ")) == held
+    edges = tables.readable_edge_table(plan)
+    assert len(edges) == len(plan.edges) and not [c for c in edges.columns if "_" in c]
+    assert all(str(v).startswith("P") for v in list(edges["From"]) + list(edges["To"]))
+    assert all(re.fullmatch(r"[\d.]+ (s|ms|us|ns)|free \(same device\)", t) for t in edges["Transfer time"])
+    assert all(re.fullmatch(r"[\d.]+ (B|KiB|MiB|GiB|TiB)", b) for b in edges["Bytes crossing"])
+
+
+def test_over_capacity_message_gives_sizes_people_read():
+    graph, plan = over_capacity_plan()
+    message = next(v.message for v in plan.violations(graph) if "of its" in v.message)
+    assert "of its 1 KiB (" in message and " over)" in message
+    assert not re.search(r"\d{4,} B", message)
