@@ -16,7 +16,7 @@ from partitioner import Graph, PartitionError, format_bytes, pipeline
 from partitioner.pipeline.runner import check_runnable
 from partitioner.pipeline.schedules import SCHEDULES, MicrobatchError, stages_per_rank
 from partitioner.pipeline.stages import BOTTLENECK_NOTE
-from partitioner.units import format_change, format_seconds
+from partitioner.units import format_change, format_seconds, format_share
 from explorer.builders.text import md
 
 PIPELINE_RUNS = "pipeline_runs"  # pipeline plan JSON hash -> its last real run
@@ -63,14 +63,27 @@ def _stages_table(pp: pipeline.PipelinePlan, names: dict[int, str], caps: list[i
     rows = []
     for s, nodes in enumerate(pp.stages):
         rows.append({
-            "stage": s, "device": names[pp.device_ids[s]], "operations": len(nodes),
-            "from": nodes[0], "to": nodes[-1], "forward / microbatch": format_seconds(pp.stage_forward_s[s]),
-            "backward / microbatch": format_seconds(pp.stage_backward_s[s]) if pp.training else "-",
-            "transfer out": format_seconds(pp.stage_transfer_s[s]) if s < len(pp.stage_transfer_s) else "-",
-            "memory": format_bytes(pp.stage_memory_bytes[s]), "of which stashed": format_bytes(pp.stage_stash_bytes[s]),
-            "of device": f"{pp.stage_memory_bytes[s] / caps[s]:.1%}",
+            "Stage": f"S{s}", "Device": names[pp.device_ids[s]], "Ops": len(nodes),
+            "Nodes": f"{nodes[0]} \u2192 {nodes[-1]}", "Forward / mb": format_seconds(pp.stage_forward_s[s]),
+            "Backward / mb": format_seconds(pp.stage_backward_s[s]) if pp.training else "-",
+            "Transfer out": format_seconds(pp.stage_transfer_s[s]) if s < len(pp.stage_transfer_s) else "-",
+            "Memory": format_bytes(pp.stage_memory_bytes[s]), "Stashed": format_bytes(pp.stage_stash_bytes[s]),
+            "Of device": format_share(pp.stage_memory_bytes[s], caps[s]),
         })
     return pd.DataFrame(rows)
+
+
+STAGE_COLUMNS = {  # narrow columns, so the table fits the page; the names' column takes the rest
+    "Stage": st.column_config.TextColumn(width="small"),
+    "Ops": st.column_config.NumberColumn(width="small", help="operations of the traced graph in the stage"),
+    "Nodes": st.column_config.TextColumn(width="medium", help="the stage's first and last node"),
+    "Forward / mb": st.column_config.TextColumn(width="small", help="forward time per microbatch"),
+    "Backward / mb": st.column_config.TextColumn(width="small", help="backward time per microbatch"),
+    "Transfer out": st.column_config.TextColumn(width="small"),
+    "Memory": st.column_config.TextColumn(width="small"),
+    "Stashed": st.column_config.TextColumn(width="small", help="activations stashed for the microbatches in flight"),
+    "Of device": st.column_config.TextColumn(width="small"),
+}
 
 
 def _why_not_runnable(pp: pipeline.PipelinePlan, graph: Graph) -> str:
@@ -170,7 +183,8 @@ def main() -> None:
     if any(step < pp.step_time_s * (1 - 0.0005) for _, step, _ in pp.baselines):
         st.caption(md(BOTTLENECK_NOTE[0].upper() + BOTTLENECK_NOTE[1:] + "."))
     st.markdown("##### Stages")
-    st.dataframe(_stages_table(pp, {d.logical_id: d.name for d in devices}, caps), hide_index=True)
+    st.dataframe(_stages_table(pp, {d.logical_id: d.name for d in devices}, caps), hide_index=True,
+                 width="stretch", column_config=STAGE_COLUMNS)
     if result.stage_plan is not None:
         with st.expander("Stage DAG (the stages as a plan: one forward pass, no microbatches)"):
             graph_panels.render_dag(result.stage_plan, graph, key="pipeline")
