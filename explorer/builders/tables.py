@@ -220,23 +220,28 @@ def comparison_table(results: Sequence[ModeResult]) -> pd.DataFrame:
 
 
 def moves_table(plan_a: Plan, plan_b: Plan) -> pd.DataFrame:
-    """Nodes that ``plan_b`` places with other partners than ``plan_a`` (partitions matched by
-    :func:`match_partitions`, so renumbering alone moves nothing)."""
+    """Nodes that ``plan_b`` runs elsewhere than ``plan_a``: with other partners (partitions matched
+    by :func:`match_partitions`, so renumbering alone moves nothing), or in the same partition
+    placed on other devices. ``change`` says which."""
     matched = match_partitions(plan_a, plan_b)
     where_a = plan_a.node_to_partition()
     parts_a = {p.id: p for p in plan_a.partitions}
     rows = []
     for p in sorted(plan_b.partitions, key=lambda p: p.id):
         for name in p.node_names:
-            if name in where_a and matched.get(p.id) != where_a[name]:
-                old = parts_a[where_a[name]]
-                rows.append({
-                    "node": name,
-                    "from": f"P{old.id} ({_devices_text(plan_a, old.device_ids)})",
-                    "to": f"P{p.id} ({_devices_text(plan_b, p.device_ids)})"
-                          + ("" if p.id in matched else ", new"),
-                })
-    return pd.DataFrame(rows, columns=["node", "from", "to"])
+            if name not in where_a:
+                continue
+            old = parts_a[where_a[name]]
+            other_partition = matched.get(p.id) != where_a[name]
+            if not other_partition and sorted(old.device_ids) == sorted(p.device_ids):
+                continue
+            rows.append({
+                "node": name,
+                "from": f"P{old.id} ({_devices_text(plan_a, old.device_ids)})",
+                "to": f"P{p.id} ({_devices_text(plan_b, p.device_ids)})" + ("" if p.id in matched else ", new"),
+                "change": "moved to another partition" if other_partition else "partition placed on other devices",
+            })
+    return pd.DataFrame(rows, columns=["node", "from", "to", "change"])
 
 
 def time_unit(largest_s: float) -> tuple[str, float]:

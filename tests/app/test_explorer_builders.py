@@ -212,3 +212,16 @@ def test_over_capacity_message_gives_sizes_people_read():
     message = next(v.message for v in plan.violations(graph) if "of its" in v.message)
     assert "of its 1 KiB (" in message and " over)" in message
     assert not re.search(r"\d{4,} B", message)
+
+
+def test_moves_table_counts_a_partition_placed_on_other_devices(mlp):
+    devices = partitioner.parse_devices("3x16KiB")
+    plan = partitioner.partition(mlp, devices)
+    edit = editing.edit_from_plan(plan, "test")
+    part = plan.partitions[-1]
+    spare = next(d.logical_id for d in devices if d.logical_id not in part.device_ids)
+    placed = editing.evaluate_edit(editing.place_partition(edit, part.id, [spare]), mlp, devices)
+    frame = tables.moves_table(plan, placed)
+    assert sorted(frame["node"]) == sorted(part.node_names)
+    assert set(frame["change"]) == {"partition placed on other devices"}
+    assert set(frame["to"]) == {f"P{part.id} ({devices[spare].name})"}
