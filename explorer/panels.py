@@ -29,8 +29,10 @@ __all__ = [
 ]
 
 
-def render_summary(plan: Plan, seconds: float | None = None, reference: Plan | None = None) -> None:
-    """Headline numbers; with ``reference``, each shows its change from that plan."""
+def render_summary(plan: Plan, seconds: float | None = None, reference: Plan | None = None,
+                   graph: Graph | None = None) -> None:
+    """Headline numbers; with ``reference``, each shows its change from that plan; with ``graph``,
+    how many devices the model needs at least (:func:`teaching.devices_needed`)."""
     used = plan.device_memory_bytes()
     busy = sum(1 for v in used.values() if v)
     cols = st.columns(5)
@@ -48,7 +50,10 @@ def render_summary(plan: Plan, seconds: float | None = None, reference: Plan | N
     cols[1].metric("Partitions", len(plan.partitions),
                    None if ref is None else (len(plan.partitions) - len(ref.partitions)) or None,
                    delta_color="off")
-    cols[2].metric("Devices used", f"{busy} of {len(plan.devices)}")
+    needed = None if graph is None else teaching.devices_needed(graph, plan.devices)
+    cols[2].metric("Devices used", f"{busy} of {len(plan.devices)}",
+                   None if needed is None else needed[0], delta_color="off", delta_arrow="off",
+                   help=None if needed is None else needed[1])
     util = plan.memory_utilisation()
     cols[3].metric("Peak memory utilisation", f"{util:.0%}" if math.isfinite(util) else "inf",
                    delta(util, None if ref is None else ref.memory_utilisation(), lambda x: f"{x:.0%}"), delta_color="inverse")

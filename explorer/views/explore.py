@@ -18,7 +18,7 @@ def main() -> None:
         st.error(f"No plan: {md(result.error)}")
         return
     plan = result.plan
-    panels.render_summary(plan, seconds=result.seconds)
+    panels.render_summary(plan, seconds=result.seconds, graph=graph)
     if graph.unpriced_ops:
         from partitioner.tracing.flops import describe_unpriced
 

@@ -249,3 +249,11 @@ def test_review_undo_steps_back_through_moves_placements_and_start_over():
     at.button(key="edit_undo").click().run()
     assert "edit" not in at.session_state and not at.exception  # the plan as the mode made it
     assert at.button(key="edit_undo").disabled
+
+
+def test_explore_headline_says_how_many_devices_the_model_needs_at_least():
+    at = start()
+    used = next(m for m in at.metric if m.label == "Devices used")
+    assert used.proto.delta.startswith("needs at least ")
+    needed = int(used.proto.delta.rsplit(" ", 1)[1])
+    assert 1 <= needed <= int(used.value.split(" of ")[0])  # a lower bound on what the plan uses

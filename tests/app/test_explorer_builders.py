@@ -225,3 +225,18 @@ def test_moves_table_counts_a_partition_placed_on_other_devices(mlp):
     assert sorted(frame["node"]) == sorted(part.node_names)
     assert set(frame["change"]) == {"partition placed on other devices"}
     assert set(frame["to"]) == {f"P{part.id} ({devices[spare].name})"}
+
+
+def test_devices_needed_is_the_memory_lower_bound(mlp):
+    from partitioner.devices import fewest_devices
+
+    need = mlp.total_size_bytes
+    devices = partitioner.parse_devices(f"4x{need // 3 + 1}B")
+    assert fewest_devices(need, devices) == 3
+    assert fewest_devices(need, partitioner.parse_devices(f"1x{need}B")) == 1
+    assert fewest_devices(need, partitioner.parse_devices(f"2x{need // 3}B")) is None
+    mixed = partitioner.parse_devices(f"1x{need // 4}B,1x{need}B")  # the largest first
+    assert fewest_devices(need, mixed) == 1
+    headline, why = teaching.devices_needed(mlp, devices)
+    assert headline == "needs at least 3" and "lower bound" in why
+    assert teaching.devices_needed(mlp, partitioner.parse_devices("1x1KiB"))[0] == "needs more than these"
