@@ -93,8 +93,7 @@ def render_charts(plan: Plan, overlay: str = "device", graph: Graph | None = Non
 def render_tables(plan: Plan) -> None:
     with st.expander("Tables: partitions, devices, edges", expanded=False):
         st.dataframe(tables.readable_partition_table(plan), hide_index=True, width="stretch")
-        st.dataframe(tables.readable_device_table(plan), hide_index=True, width="stretch",
-                     column_config={"Of capacity": st.column_config.NumberColumn(format="percent")})
+        st.dataframe(tables.readable_device_table(plan), hide_index=True, width="stretch")
         st.dataframe(tables.readable_edge_table(plan), hide_index=True, width="stretch")
 
 

@@ -13,7 +13,7 @@ import pandas as pd
 
 from partitioner import Plan, format_bytes
 from partitioner.accelerator.compare import ModeResult, best_mode, gaps
-from partitioner.units import format_seconds
+from partitioner.units import format_seconds, format_share
 from partitioner.plan.diff import PlanDiff, match_partitions
 from partitioner.draw.dag import over_capacity_devices, partition_capacity
 
@@ -167,7 +167,7 @@ def readable_device_table(plan: Plan) -> pd.DataFrame:
         "Kind": data["kind"],
         "Memory used": data["used"],
         "Capacity": data["capacity"],
-        "Of capacity": data["utilisation"].astype(float),
+        "Of capacity": [format_share(u, d) for u, d in zip(data["used_bytes"], data["capacity_bytes"])],
         "Over capacity": ["yes" if o else "" for o in data["over_capacity"]],
         "Partitions": [", ".join(f"P{i}" for i in text.split(", ")) if text else "-"
                        for text in data["partitions"]],
