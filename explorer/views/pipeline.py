@@ -41,10 +41,16 @@ def _controls(device_count: int) -> tuple[int, int, str, str | None]:
     return int(ranks), int(microbatches), schedule, TRAINING[training]
 
 
-def _simulate(pp: pipeline.PipelinePlan, microbatches: int) -> pipeline.Simulation:
-    """The plan's stages with the same batch cut into ``microbatches``."""
+def _transfer_s(pp: pipeline.PipelinePlan, microbatches: int) -> list[float]:
     scale = pp.microbatches / microbatches
-    return pipeline.simulate([f * scale for f in pp.stage_forward_s], microbatches, pp.schedule,
+    return [t * scale for t in pp.stage_transfer_s]
+
+
+def _simulate(pp: pipeline.PipelinePlan, microbatches: int, schedule: str | None = None) -> pipeline.Simulation:
+    """The plan's stages with the same batch cut into ``microbatches`` (under ``schedule``, the
+    plan's own by default)."""
+    scale = pp.microbatches / microbatches
+    return pipeline.simulate([f * scale for f in pp.stage_forward_s], microbatches, schedule or pp.schedule,
                              backward_s=[b * scale for b in pp.stage_backward_s],
                              transfer_s=[t * scale for t in pp.stage_transfer_s] or 0.0,
                              training=pp.training is not None)
@@ -64,8 +70,8 @@ def _stages_table(pp: pipeline.PipelinePlan, names: dict[int, str], caps: list[i
     for s, nodes in enumerate(pp.stages):
         rows.append({
             "Stage": f"S{s}", "Device": names[pp.device_ids[s]], "Ops": len(nodes),
-            "Nodes": f"{nodes[0]} \u2192 {nodes[-1]}", "Forward / mb": format_seconds(pp.stage_forward_s[s]),
-            "Backward / mb": format_seconds(pp.stage_backward_s[s]) if pp.training else "-",
+            "Nodes": f"{nodes[0]} \u2192 {nodes[-1]}", "Forward": format_seconds(pp.stage_forward_s[s]),
+            "Backward": format_seconds(pp.stage_backward_s[s]) if pp.training else "-",
             "Transfer out": format_seconds(pp.stage_transfer_s[s]) if s < len(pp.stage_transfer_s) else "-",
             "Memory": format_bytes(pp.stage_memory_bytes[s]), "Stashed": format_bytes(pp.stage_stash_bytes[s]),
             "Of device": format_share(pp.stage_memory_bytes[s], caps[s]),
@@ -77,8 +83,8 @@ STAGE_COLUMNS = {  # narrow columns, so the table fits the page; the names' colu
     "Stage": st.column_config.TextColumn(width="small"),
     "Ops": st.column_config.NumberColumn(width="small", help="operations of the traced graph in the stage"),
     "Nodes": st.column_config.TextColumn(width="medium", help="the stage's first and last node"),
-    "Forward / mb": st.column_config.TextColumn(width="small", help="forward time per microbatch"),
-    "Backward / mb": st.column_config.TextColumn(width="small", help="backward time per microbatch"),
+    "Forward": st.column_config.TextColumn(width="small", help="forward time per microbatch"),
+    "Backward": st.column_config.TextColumn(width="small", help="backward time per microbatch"),
     "Transfer out": st.column_config.TextColumn(width="small"),
     "Memory": st.column_config.TextColumn(width="small"),
     "Stashed": st.column_config.TextColumn(width="small", help="activations stashed for the microbatches in flight"),
@@ -164,7 +170,15 @@ def main() -> None:
                f"microbatches, {'training with ' + training if training else 'inference'}; split in "
                f"{format_seconds(result.seconds)} by an exact dynamic program over cut points (the slowest "
                "stage under each device's memory), then simulated over the schedule's per-rank actions.")
-    st.plotly_chart(pipeline_figures.schedule_figure(_simulate(pp, microbatches), ranks), key="pp_schedule_chart")
+    sim = _simulate(pp, microbatches)
+    st.plotly_chart(pipeline_figures.schedule_figure(sim, ranks, _transfer_s(pp, microbatches)),
+                    key="pp_schedule_chart")
+    twin = {"zero_bubble": "interleaved_1f1b", "interleaved_1f1b": "zero_bubble"}.get(schedule)
+    try:
+        other = _simulate(pp, microbatches, twin) if twin else None
+    except PartitionError:  # a count the other schedule refuses
+        other = None
+    st.caption(md(pipeline_figures.bubble_note(sim, training is not None, other)))
     left, right = st.columns(2)
     sweep = []
     for m in SWEEP:
