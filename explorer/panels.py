@@ -127,17 +127,18 @@ def _svg(dot: str) -> bytes:
         return f"<!-- {exc} -->".encode()
 
 
-def render_comparison(results: Sequence[ModeResult]) -> None:
-    frame = tables.comparison_table(results)
+def render_comparison(results: Sequence[ModeResult], op_count: int | None = None) -> None:
+    frame = tables.comparison_table(results, op_count)
     st.dataframe(
-        frame, hide_index=True,
+        frame, hide_index=True, width="stretch",
         column_config={
-            "peak_memory_utilisation": st.column_config.NumberColumn(format="percent"),
-            "latency_s": st.column_config.NumberColumn(format="%.3e"),
-            "seconds_to_partition": st.column_config.NumberColumn(format="%.3f"),
-            "error": st.column_config.TextColumn(width="large"),
+            "Note": st.column_config.TextColumn(width="large"),
+            "Error": st.column_config.TextColumn(width="large"),
         },
     )
+    notes = tables.optimal_notes(results, op_count)
+    if notes:
+        st.caption(" ".join(f"**{md(mode)}**: {md(text)}." for mode, text in notes.items()))
     st.plotly_chart(figures.comparison_figure(results), key="chart_comparison")
     for r in results:
         if r.error:

@@ -90,8 +90,8 @@ def format_seconds(seconds: float | None) -> str:
         return "0 s"
     value = abs(seconds)
     for unit, scale in (("s", 1.0), ("ms", 1e-3), ("us", 1e-6), ("ns", 1e-9)):
-        if value >= scale or unit == "ns":
-            return f"{seconds / scale:.3g} {unit}"
+        if float(f"{value / scale:.3g}") >= 1 or unit == "ns":  # 999.9996 ns rounds to 1 us, not 1e+03 ns
+            return f"{seconds:,.0f} s" if value >= 999.5 else f"{seconds / scale:.3g} {unit}"  # not 1.23e+03 s
     return f"{seconds:.3g} s"  # pragma: no cover
 
 

@@ -13,7 +13,7 @@ import pandas as pd
 
 from partitioner import Plan, format_bytes
 from partitioner.accelerator.compare import ModeResult, best_mode, gaps
-from partitioner.units import format_seconds, format_share
+from partitioner.units import format_seconds, format_share, format_signed
 from partitioner.plan.diff import PlanDiff, match_partitions
 from partitioner.draw.dag import over_capacity_devices, partition_capacity
 
@@ -195,11 +195,37 @@ def readable_edge_table(plan: Plan) -> pd.DataFrame:
     }, columns=["From", "To", "Bytes crossing", "Transfer time", "Critical path"])
 
 
-def comparison_table(results: Sequence[ModeResult]) -> pd.DataFrame:
+def optimal_notes(results: Sequence[ModeResult], op_count: int | None = None) -> dict[str, str]:
+    """Mode -> what its row must say beside the numbers: that ``optimal`` searched a coarsened
+    graph (over :data:`~partitioner.accelerator.optimal.MAX_UNITS` ops: its plans are the best of
+    the grouped problem only), and by how much a plan beats the mode called optimal."""
+    from partitioner.accelerator.optimal import MAX_UNITS
+
+    found = {r.mode: r for r in results if r.ok and r.latency_s is not None}
+    notes: dict[str, str] = {}
+    optimal = found.get("optimal")
+    if optimal is None:
+        return notes
+    if op_count is not None and op_count > MAX_UNITS:
+        notes["optimal"] = (f"optimal for a coarsened graph only: its {op_count:,} ops grouped into at most "
+                            f"{MAX_UNITS} units first, so a plan that splits a group can be faster")
+    best = float(optimal.latency_s or 0.0)
+    for mode, r in found.items():
+        lat = float(r.latency_s or 0.0)
+        if mode != "optimal" and best > 0 and lat < best * (1 - 0.0005):
+            notes[mode] = (f"beats optimal by {format_seconds(best - lat)} ({(best - lat) / best:.1%} of its "
+                           f"{format_seconds(best)})")
+    return notes
+
+
+def comparison_table(results: Sequence[ModeResult], op_count: int | None = None) -> pd.DataFrame:
     """One row per mode, in units people read; a failed mode keeps its row, with its error text.
-    The best mode (the one best-plan rule, :func:`partitioner.accelerator.compare.best_mode`) is starred."""
+    The best mode (the one best-plan rule, :func:`partitioner.accelerator.compare.best_mode`) is starred;
+    ``Note`` says when optimal is optimal for a coarsened graph only (``op_count``: the graph's ops)
+    and by how much a plan beats it (:func:`optimal_notes`)."""
     best = best_mode(results)
     gap = gaps(results)
+    notes = optimal_notes(results, op_count)
     rows = []
     for r in results:
         util = r.peak_memory_utilisation
@@ -211,12 +237,13 @@ def comparison_table(results: Sequence[ModeResult]) -> pd.DataFrame:
             "Partitions": "-" if r.partitions is None else str(r.partitions),
             "Peak memory": "-" if util is None else f"{util:.1%}",
             "Gap to bound": "-" if to_bound is None else f"{to_bound:.1%}",
-            "Gap to optimal": "-" if to_best is None else f"{to_best:+.1%}",
+            "Gap to optimal": "-" if to_best is None else format_signed(to_best),
             "Time to plan": format_seconds(r.seconds),
+            "Note": notes.get(r.mode, ""),
             "Error": r.error or "",
         })
     return pd.DataFrame(rows, columns=["Mode", "Best", "Latency", "Partitions", "Peak memory",
-                                       "Gap to bound", "Gap to optimal", "Time to plan", "Error"])
+                                       "Gap to bound", "Gap to optimal", "Time to plan", "Note", "Error"])
 
 
 def moves_table(plan_a: Plan, plan_b: Plan) -> pd.DataFrame:

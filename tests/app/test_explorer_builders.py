@@ -240,3 +240,18 @@ def test_devices_needed_is_the_memory_lower_bound(mlp):
     headline, why = teaching.devices_needed(mlp, devices)
     assert headline == "needs at least 3" and "lower bound" in why
     assert teaching.devices_needed(mlp, partitioner.parse_devices("1x1KiB"))[0] == "needs more than these"
+
+
+def test_comparison_says_when_optimal_is_optimal_for_a_coarsened_graph_and_who_beats_it():
+    from partitioner.accelerator.compare import ModeResult
+
+    def row(mode: str, latency: float) -> ModeResult:
+        return ModeResult(mode, latency, 2, 0.5, 0.1, None, None)
+
+    results = [row("kl_based", 1.2e-3), row("optimal", 1.0e-3), row("accelerate", 0.999e-3)]
+    frame = tables.comparison_table(results, op_count=4000).set_index("Mode")
+    assert "coarsened graph only" in frame.loc["optimal", "Note"] and "4,000 ops" in frame.loc["optimal", "Note"]
+    assert frame.loc["accelerate", "Note"].startswith("beats optimal by 1 us (0.1% of its 1 ms)")
+    assert frame.loc["kl_based", "Note"] == ""
+    small = tables.comparison_table(results, op_count=50).set_index("Mode")
+    assert small.loc["optimal", "Note"] == ""

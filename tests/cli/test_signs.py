@@ -38,3 +38,11 @@ def test_pipeline_says_why_a_simple_split_beats_the_exact_one(capsys):
         assert "exact for its slowest stage" in out
     inference_rows = [line for line in out.splitlines() if line[:1].isdigit()]
     assert inference_rows and all(" 0 s " not in line for line in inference_rows)  # no backward in inference
+
+
+def test_seconds_never_read_in_exponent_form():
+    from partitioner.units import format_seconds
+
+    assert format_seconds(0.999999e-6) == "1 us" and format_seconds(999.4e-9) == "999 ns"
+    assert format_seconds(1234.0) == "1,234 s" and format_seconds(-0.9999999e-3) == "-1 ms"
+    assert "e+" not in format_seconds(0.9999996) and format_seconds(2.25e-5) == "22.5 us"
