@@ -266,7 +266,7 @@ def moves_table(plan_a: Plan, plan_b: Plan) -> pd.DataFrame:
                 "node": name,
                 "from": f"P{old.id} ({_devices_text(plan_a, old.device_ids)})",
                 "to": f"P{p.id} ({_devices_text(plan_b, p.device_ids)})" + ("" if p.id in matched else ", new"),
-                "change": "moved to another partition" if other_partition else "partition placed on other devices",
+                "change": "other partition" if other_partition else "other devices",
             })
     return pd.DataFrame(rows, columns=["node", "from", "to", "change"])
 

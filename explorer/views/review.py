@@ -209,7 +209,7 @@ def main() -> None:
             st.markdown(f"**Nodes moved** from {md(edit['source'])}: {len(moves)}")
             if len(moves):
                 st.dataframe(moves, hide_index=True)
-                placed = int((moves["change"] != "moved to another partition").sum())
+                placed = int((moves["change"] != "other partition").sum())
                 if placed:
                     st.caption(f"{placed} of them stay in their partition, placed on other devices.")
         panels.render_downloads(edited, key="dl_edited", stem=f"{edited.model}_edited")
@@ -252,8 +252,8 @@ def _history_buttons() -> None:
     left, right = st.columns(2)
     left.button("Undo", key="edit_undo", on_click=_undo, disabled=not history, icon=":material/undo:",
                 help=f"Undo {md(history[-1][0])}" if history else "Nothing to undo yet")
-    right.button("Start over from the current plan", key="edit_reset", on_click=_reset,
-                 help="Your edit is kept: Undo brings it back")
+    right.button("Start over", key="edit_reset", on_click=_reset, icon=":material/restart_alt:",
+                 help="From the current plan of the sidebar; your edit is kept: Undo brings it back")
 
 
 main()

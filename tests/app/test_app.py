@@ -232,7 +232,7 @@ def test_review_undo_steps_back_through_moves_placements_and_start_over():
     assert at.session_state["edit"]["partition_to_devices"][str(part.id)] == [spare]
     moves = next(df.value for df in at.dataframe if "node" in df.value.columns)
     assert sorted(moves["node"]) == sorted(part.node_names)  # a placement moves every node of it
-    assert set(moves["change"]) == {"partition placed on other devices"}
+    assert set(moves["change"]) == {"other devices"}
     placed = dict(at.session_state["edit"]["partition_to_devices"])
     first = at.selectbox(key="edit_node").value
     at.selectbox(key="edit_node").set_value(first)

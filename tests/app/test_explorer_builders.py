@@ -223,7 +223,7 @@ def test_moves_table_counts_a_partition_placed_on_other_devices(mlp):
     placed = editing.evaluate_edit(editing.place_partition(edit, part.id, [spare]), mlp, devices)
     frame = tables.moves_table(plan, placed)
     assert sorted(frame["node"]) == sorted(part.node_names)
-    assert set(frame["change"]) == {"partition placed on other devices"}
+    assert set(frame["change"]) == {"other devices"}
     assert set(frame["to"]) == {f"P{part.id} ({devices[spare].name})"}
 
 
