@@ -122,7 +122,7 @@ def format_comparison(results: Sequence[ModeResult]) -> str:
                 format_seconds(r.latency_s),
                 r.partitions,
                 "-" if util is None else format_share(util, 1.0),
-                "-" if to_bound is None else f"{to_bound:.1%}",
+                "-" if to_bound is None else format_share(to_bound, 1.0),
                 "-" if to_best is None else format_signed(to_best),
                 format_seconds(r.seconds),
                 "",

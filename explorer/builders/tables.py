@@ -236,7 +236,7 @@ def comparison_table(results: Sequence[ModeResult], op_count: int | None = None)
             "Latency": format_seconds(r.latency_s) if r.ok else "-",
             "Partitions": "-" if r.partitions is None else str(r.partitions),
             "Peak memory": "-" if util is None else f"{util:.1%}",
-            "Gap to bound": "-" if to_bound is None else f"{to_bound:.1%}",
+            "Gap to bound": "-" if to_bound is None else format_share(to_bound, 1.0),
             "Gap to optimal": "-" if to_best is None else format_signed(to_best),
             "Time to plan": format_seconds(r.seconds),
             "Note": notes.get(r.mode, ""),
