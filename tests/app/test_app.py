@@ -17,7 +17,7 @@ from explorer.builders.inputs import ALLOW_USER_MODELS_ENV
 from explorer.sidebar import HF_MODEL, USER_MODEL
 from explorer.builders.teaching import MODE_TEXT
 
-from app_helpers import APP, MODELS, TIMEOUT, charts, errors, review, start, summary
+from app_helpers import APP, MODELS, TIMEOUT, charts, errors, review, shown, start, summary
 
 
 def test_opens_on_a_model_that_needs_several_devices_and_shows_a_plan():
@@ -257,3 +257,5 @@ def test_explore_headline_says_how_many_devices_the_model_needs_at_least():
     assert used.proto.delta.startswith("needs at least ")
     needed = int(used.proto.delta.rsplit(" ", 1)[1])
     assert 1 <= needed <= int(used.value.split(" of ")[0])  # a lower bound on what the plan uses
+    at.text_input(key="dev_memory").set_value("1 KiB").run()  # no plan: the caption says what it needs
+    assert errors(at) and any("all 4 devices together hold 4 KiB" in shown(c.value) for c in at.caption)

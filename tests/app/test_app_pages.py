@@ -223,7 +223,7 @@ def test_optimal_mode_says_how_far_from_the_best_and_compare_measures_every_mode
     assert any(plan.bound_summary() in c.value for c in at.caption)
     at.switch_page("views/compare.py").run()
     frame = at.dataframe[0].value.set_index("Mode")
-    assert frame.loc["optimal", "Gap to optimal"] == "+0.0%"
+    assert frame.loc["optimal", "Gap to optimal"] == "0%"  # signs as a person writes them: never "+0.0%"
     ok = frame[frame["Error"] == ""]
     assert all(float(g.rstrip("%")) >= -1e-9 for g in ok["Gap to optimal"])
     assert all(g.endswith("%") for g in ok["Gap to bound"])
