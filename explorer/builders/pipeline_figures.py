@@ -19,7 +19,7 @@ from partitioner.units import format_bytes, format_seconds
 from explorer.builders.figures import _layout
 from explorer.builders.tables import byte_unit, time_unit
 
-__all__ = ["schedule_figure", "microbatch_figure", "stage_memory_figure", "KIND_NAMES", "transfers", "bubble_note"]
+__all__ = ["schedule_figure", "microbatch_figure", "stage_memory_figure", "KIND_NAMES", "transfers", "bubble_note", "idle_parts"]
 
 KIND_NAMES = {ActionKind.F: "forward", ActionKind.B: "backward", ActionKind.I: "backward (inputs)",
               ActionKind.W: "backward (weights)"}
@@ -109,6 +109,22 @@ def schedule_figure(sim: Simulation, ranks: int, transfer_s: Sequence[float] | f
     return fig
 
 
+def idle_parts(sim: Simulation) -> tuple[float, float, float]:
+    """Shares of all ranks' idle time that are the fill (before a rank's first action), the drain
+    (after its last) and the gaps between its actions; (0, 0, 0) when nothing idles."""
+    first: dict[int, float] = {}
+    last: dict[int, float] = {}
+    for e in sim.timeline:
+        first[e.rank] = min(first.get(e.rank, e.start_s), e.start_s)
+        last[e.rank] = max(last.get(e.rank, e.end_s), e.end_s)
+    idle = sum(sim.rank_idle_s)
+    if idle <= 0:
+        return 0.0, 0.0, 0.0
+    fill = sum(first.values())
+    drain = sum(sim.step_time_s - t for t in last.values())
+    return fill / idle, drain / idle, max(0.0, idle - fill - drain) / idle
+
+
 def bubble_note(sim: Simulation, training: bool, other: Simulation | None = None) -> str:
     """What the bubble counts, and why zero bubble's is what it is at these settings (``other``:
     the same stages under the other two-stages-per-rank schedule, interleaved or zero bubble)."""
@@ -129,9 +145,12 @@ def bubble_note(sim: Simulation, training: bool, other: Simulation | None = None
                      f"backward, so nothing fills them: it runs the forwards alone, in its own order{versus}. "
                      "Choose training under Work to see the gaps fill.")
         elif other is not None and sim.bubble_fraction >= other.bubble_fraction - 0.0005:
-            text += (f" Zero bubble fills gaps with the weight-gradient (W) halves of the backward; at "
-                     f"{sim.microbatches} microbatches on {ranks} ranks they do not cover the fill and drain{versus}: "
-                     "more microbatches give it more W's to place.")
+            fill, drain, between = idle_parts(sim)
+            text += (f" Zero bubble fills gaps with the weight-gradient (W) halves of the backward, yet at "
+                     f"{sim.microbatches} microbatches on {ranks} ranks it idles no less{versus}: of its idle time "
+                     f"{fill:.0%} is the fill (ranks waiting for their first input), {drain:.0%} the drain, and "
+                     f"{between:.0%} waits in between, where a slower stage or a transfer holds the next rank up; "
+                     "the W's cannot start before their own backward, so they do not cover these.")
         else:
             text += f" Its weight-gradient (W) halves of the backward run in the gaps{versus}."
     elif sim.schedule == "interleaved_1f1b" and other is not None:

@@ -58,3 +58,15 @@ def test_the_pipeline_page_explains_zero_bubbles_bubble():
     assert len(notes) == 1 and "no backward" in notes[0] and "interleaved" in notes[0]
     bubble = next(m.value for m in at.metric if m.label == "Bubble")
     assert bubble in notes[0]
+
+
+def test_idle_time_splits_into_fill_drain_and_gaps():
+    sim = pipeline.simulate([0.01, 0.01], microbatches=1, schedule="gpipe", training=False)
+    fill, drain, between = pipeline_figures.idle_parts(sim)
+    assert (fill, drain, between) == pytest.approx((0.5, 0.5, 0.0))  # one microbatch: all fill and drain
+    stages = [0.02, 0.01, 0.01, 0.01, 0.01, 0.03, 0.01, 0.01]  # unequal, slow transfers: zero bubble idles more
+    zb = pipeline.simulate(stages, 8, "zero_bubble", transfer_s=0.02, training=True)
+    il = pipeline.simulate(stages, 8, "interleaved_1f1b", transfer_s=0.02, training=True)
+    assert zb.bubble_fraction > il.bubble_fraction and sum(pipeline_figures.idle_parts(zb)) == pytest.approx(1.0)
+    note = pipeline_figures.bubble_note(zb, True, il)
+    assert "idles no less" in note and "is the fill" in note and f"{il.bubble_fraction:.1%}" in note
