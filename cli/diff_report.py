@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 
 from partitioner.plan.diff import PlanDiff
-from partitioner.units import format_bytes, format_seconds
+from partitioner.units import format_bytes, format_seconds, format_signed
 
 from cli.report import format_table
 
@@ -66,7 +66,7 @@ def format_diff(d: PlanDiff, label_a: str = "a", label_b: str = "b") -> str:
         lines.append(f"transfer rate: {_rate(d.transfer_rate_a)} -> {_rate(d.transfer_rate_b)}")
     change = d.latency_change_s
     if math.isfinite(d.latency_s_a) and d.latency_s_a > 0 and math.isfinite(change):
-        pct = f", {change / d.latency_s_a:+.1%}"
+        pct = f", {format_signed(change / d.latency_s_a)}"
     else:
         pct = ""
     latency = (

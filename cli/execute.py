@@ -13,7 +13,7 @@ from partitioner.devices import with_profile
 from partitioner.runtime.calibrate import local_profile
 from partitioner.runtime.execute import prepare, ranked_devices, run_rank
 from partitioner.runtime.execute import run as run_plan
-from partitioner.units import format_bytes, format_seconds
+from partitioner.units import format_bytes, format_seconds, format_signed
 
 from cli.commands import COMMON_EPILOG
 from cli.inputs import (
@@ -94,7 +94,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _error(measured: float, predicted: float) -> str:
-    return f"{(measured - predicted) / predicted:+.1%}" if predicted > 0 else "-"
+    return format_signed((measured - predicted) / predicted) if predicted > 0 else "-"
 
 
 def _torchrun(args: argparse.Namespace, plan: Any, graph: Any, inputs: Any) -> int:

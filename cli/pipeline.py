@@ -12,8 +12,8 @@ from partitioner import pipeline
 from partitioner.cost.model import device_profile
 from partitioner.interop.export import to_pipeline_split_spec
 from partitioner.pipeline.schedules import SCHEDULES, MicrobatchError, check_microbatches, stages_per_rank
-from partitioner.pipeline.stages import MAX_MICROBATCHES
-from partitioner.units import format_bytes, format_change, format_seconds, format_share
+from partitioner.pipeline.stages import BOTTLENECK_NOTE, MAX_MICROBATCHES
+from partitioner.units import format_bytes, format_change, format_seconds, format_share, format_signed
 
 from cli.commands import COMMON_EPILOG
 from cli.inputs import (
@@ -129,7 +129,7 @@ def run(args: argparse.Namespace) -> int:
     if args.out == "-":
         return status
     caps = {d.logical_id: d.memory_bytes for d in devices}
-    rows = [[s, len(nodes), format_seconds(f), format_seconds(b), format_bytes(mem), format_bytes(stash),
+    rows = [[s, len(nodes), format_seconds(f), format_seconds(b) if pp.training else "-", format_bytes(mem), format_bytes(stash),
              format_share(mem, caps[d])]
             for s, (nodes, f, b, mem, stash, d) in enumerate(zip(pp.stages, pp.stage_forward_s, pp.stage_backward_s,
                                                                  pp.stage_memory_bytes, pp.stage_stash_bytes,
@@ -144,6 +144,8 @@ def run(args: argparse.Namespace) -> int:
         change = format_change(gain, "slower than this split", "faster than this split",
                                "the same step time as this split")
         print(f"  {name} split {list(sizes)}: {format_seconds(step)} ({change})")
+    if any(step < pp.step_time_s * (1 - 0.0005) for _, step, _ in pp.baselines):
+        print(f"  ({BOTTLENECK_NOTE})")
     if result is not None:
         profile = device_profile(devices)
         how = f"on profile {profile.name!r}" if profile is not None else "roofline estimates"
@@ -163,7 +165,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _error(measured: float, predicted: float) -> str:
-    return f"{(measured - predicted) / predicted:+.1%}" if predicted > 0 else "-"
+    return format_signed((measured - predicted) / predicted) if predicted > 0 else "-"
 
 
 def _agrees(result: Any) -> bool:

@@ -9,7 +9,7 @@ from typing import Any
 
 from partitioner import remat
 from partitioner.errors import RunError
-from partitioner.units import format_bytes, format_seconds
+from partitioner.units import format_bytes, format_flops, format_seconds
 
 from cli.commands import COMMON_EPILOG
 from cli.inputs import (
@@ -86,7 +86,7 @@ def run(args: argparse.Namespace) -> int:
         if args.out == "-":
             return EXIT_OK
     rows = [[f"{r.budget:g}", format_bytes(r.saved_activation_bytes), len(r.saved), len(r.recomputed),
-             r.recomputed_ops, f"{r.recompute_flops:,}", format_seconds(r.recompute_time_s)] for r in results]
+             r.recomputed_ops, format_flops(r.recompute_flops), format_seconds(r.recompute_time_s)] for r in results]
     print(f"model {model.label}: loss {args.loss} of the outputs; parameters and inputs the backward reads: "
           f"{format_bytes(results[0].saved_input_bytes)} at budget {results[0].budget:g}")
     print(format_table(["budget", "saved activations", "saved nodes", "recomputed nodes", "recomputed ops",

@@ -10,7 +10,7 @@ from typing import Any, Iterable, Sequence
 from partitioner import Device, Graph, Plan
 from partitioner.accelerator.compare import ModeResult, best_mode, gaps
 from partitioner.cost.model import NEAR_TIE
-from partitioner.units import format_bytes, format_rate, format_seconds
+from partitioner.units import format_bytes, format_rate, format_seconds, format_share, format_signed
 
 __all__ = ["describe_devices", "format_plan_summary", "format_table", "format_comparison",
            "format_cost_models", "format_gap"]
@@ -52,7 +52,7 @@ def format_plan_summary(plan: Plan, graph: Graph | None = None) -> str:
     rows = []
     for p in plan.partitions:
         room = min((capacity.get(i, 0) for i in p.device_ids), default=0)
-        share = f"{p.memory_bytes / room:.1%} of {format_bytes(room)}" if room else "-"
+        share = f"{format_share(p.memory_bytes, room)} of {format_bytes(room)}" if room else "-"
         rows.append([p.id, ",".join(map(str, p.device_ids)), len(p.node_names),
                      format_bytes(p.memory_bytes), share, format_seconds(p.latency_s), p.bfs_level])
     lines.append(format_table(
@@ -69,7 +69,7 @@ def format_plan_summary(plan: Plan, graph: Graph | None = None) -> str:
     for d in plan.devices:
         u = used.get(d.logical_id, 0)
         rows.append([d.logical_id, d.name, format_bytes(u), format_bytes(d.memory_bytes),
-                     f"{u / d.memory_bytes:.1%}" if d.memory_bytes else "-",
+                     format_share(u, d.memory_bytes),
                      ",".join(map(str, holders.get(d.logical_id, []))) or "idle"])
     lines.append(format_table(
         ["device", "name", "used", "capacity", "utilisation", "partitions"], rows, right=(0, 2, 3, 4)
@@ -77,7 +77,7 @@ def format_plan_summary(plan: Plan, graph: Graph | None = None) -> str:
     lines.append("")
     path = " -> ".join(map(str, plan.critical_path))
     lines.append(f"end-to-end latency: {format_seconds(plan.latency_s)} (critical path: partitions {path})")
-    lines.append(f"peak memory utilisation: {plan.memory_utilisation():.1%}")
+    lines.append(f"peak memory utilisation: {format_share(plan.memory_utilisation(), 1.0)}")
     lines.append(f"best possible: {format_gap(plan)}")
     if plan.provenance.single_partition:
         lines.append("one partition: the whole model fits the largest device, so no mode runs "
@@ -121,9 +121,9 @@ def format_comparison(results: Sequence[ModeResult]) -> str:
                 r.mode + mark,
                 format_seconds(r.latency_s),
                 r.partitions,
-                "-" if util is None else f"{util:.1%}",
-                "-" if to_bound is None else f"{to_bound:.1%}",
-                "-" if to_best is None else f"{to_best:+.1%}",
+                "-" if util is None else format_share(util, 1.0),
+                "-" if to_bound is None else format_share(to_bound, 1.0),
+                "-" if to_best is None else format_signed(to_best),
                 format_seconds(r.seconds),
                 "",
             ])
@@ -150,7 +150,7 @@ def format_cost_models(results: dict[str, Any]) -> str:
             rows.append([m, "-", "-", "-"])
             continue
         transfer = sum(e.bytes for e in p.edges if e.latency_s > 0)
-        rows.append([m, format_seconds(p.latency_s), f"{p.memory_utilisation():.1%}", format_bytes(transfer)])
+        rows.append([m, format_seconds(p.latency_s), format_share(p.memory_utilisation(), 1.0), format_bytes(transfer)])
     table = format_table(["cost model", "latency", "peak memory", "bytes sent"], rows, right=(1, 2, 3))
     return (table + "\nphysical: a device runs one partition at a time; a tensor read twice is stored "
             "once; only op outputs crossing devices are sent.\ntorch: partitioner_utils' numbers: "

@@ -12,7 +12,7 @@ from typing import Any
 from partitioner import sharding
 from partitioner.sharding import tensor_parallel
 from partitioner.errors import RunError, ShardingError
-from partitioner.units import format_bytes, format_seconds
+from partitioner.units import format_bytes, format_seconds, format_signed
 
 from cli.commands import COMMON_EPILOG
 from cli.inputs import (
@@ -164,4 +164,4 @@ def forward_line(graph: Any, plan: Any, devices: Any, measured_s: float) -> str:
     return (f"forward: measured {format_seconds(measured_s)} (median of 5 warm ones on rank 0), predicted "
             f"{format_seconds(predicted.total_s)} on profile {profile.name!r} (compute "
             f"{format_seconds(predicted.part('compute'))}, DTensor dispatch {format_seconds(dispatch)}, "
-            f"collectives {format_seconds(comm)}): error {error:+.1%}")
+            f"collectives {format_seconds(comm)}): error {format_signed(error)}")

@@ -91,8 +91,14 @@ def render_drilldown(plan: Plan, graph: Graph, key: str, overlay: str = "device"
     :func:`node_seconds`)."""
     ids = [p.id for p in sorted(plan.partitions, key=lambda p: p.id)]
     sizes = {p.id: len(p.node_names) for p in plan.partitions}
-    if st.session_state.get(f"{key}_drill") not in (None, *ids):
+    chosen = st.session_state.get(f"{key}_drill")
+    if chosen not in (None, *ids):
         st.session_state[f"{key}_drill"] = None  # a partition of an earlier plan
+    elif chosen is not None and st.session_state.get(f"{key}_drill_sizes") != sizes:
+        # Another plan with the same ids: the browser still shows the old label ("P1 (53 nodes)");
+        # setting the value again sends the new one.
+        st.session_state[f"{key}_drill"] = chosen
+    st.session_state[f"{key}_drill_sizes"] = sizes
     pick = st.selectbox(
         "Show the nodes inside a partition", [None, *ids], key=f"{key}_drill",
         format_func=lambda i: "(none)" if i is None else f"P{i} ({sizes[i]} node{'s' if sizes[i] != 1 else ''})",

@@ -29,8 +29,10 @@ __all__ = [
 ]
 
 
-def render_summary(plan: Plan, seconds: float | None = None, reference: Plan | None = None) -> None:
-    """Headline numbers; with ``reference``, each shows its change from that plan."""
+def render_summary(plan: Plan, seconds: float | None = None, reference: Plan | None = None,
+                   graph: Graph | None = None) -> None:
+    """Headline numbers; with ``reference``, each shows its change from that plan; with ``graph``,
+    how many devices the model needs at least (:func:`teaching.devices_needed`)."""
     used = plan.device_memory_bytes()
     busy = sum(1 for v in used.values() if v)
     cols = st.columns(5)
@@ -48,7 +50,10 @@ def render_summary(plan: Plan, seconds: float | None = None, reference: Plan | N
     cols[1].metric("Partitions", len(plan.partitions),
                    None if ref is None else (len(plan.partitions) - len(ref.partitions)) or None,
                    delta_color="off")
-    cols[2].metric("Devices used", f"{busy} of {len(plan.devices)}")
+    needed = None if graph is None else teaching.devices_needed(graph, plan.devices)
+    cols[2].metric("Devices used", f"{busy} of {len(plan.devices)}",
+                   None if needed is None else needed[0], delta_color="off", delta_arrow="off",
+                   help=None if needed is None else needed[1])
     util = plan.memory_utilisation()
     cols[3].metric("Peak memory utilisation", f"{util:.0%}" if math.isfinite(util) else "inf",
                    delta(util, None if ref is None else ref.memory_utilisation(), lambda x: f"{x:.0%}"), delta_color="inverse")
@@ -87,10 +92,9 @@ def render_charts(plan: Plan, overlay: str = "device", graph: Graph | None = Non
 
 def render_tables(plan: Plan) -> None:
     with st.expander("Tables: partitions, devices, edges", expanded=False):
-        st.dataframe(tables.readable_partition_table(plan), hide_index=True)
-        st.dataframe(tables.device_table(plan), hide_index=True,
-                     column_config={"utilisation": st.column_config.NumberColumn(format="percent")})
-        st.dataframe(tables.edge_table(plan), hide_index=True)
+        st.dataframe(tables.readable_partition_table(plan), hide_index=True, width="stretch")
+        st.dataframe(tables.readable_device_table(plan), hide_index=True, width="stretch")
+        st.dataframe(tables.readable_edge_table(plan), hide_index=True, width="stretch")
 
 
 def render_violations(violations: Sequence[str]) -> None:
@@ -123,17 +127,18 @@ def _svg(dot: str) -> bytes:
         return f"<!-- {exc} -->".encode()
 
 
-def render_comparison(results: Sequence[ModeResult]) -> None:
-    frame = tables.comparison_table(results)
+def render_comparison(results: Sequence[ModeResult], op_count: int | None = None) -> None:
+    frame = tables.comparison_table(results, op_count)
     st.dataframe(
-        frame, hide_index=True,
+        frame, hide_index=True, width="stretch",
         column_config={
-            "peak_memory_utilisation": st.column_config.NumberColumn(format="percent"),
-            "latency_s": st.column_config.NumberColumn(format="%.3e"),
-            "seconds_to_partition": st.column_config.NumberColumn(format="%.3f"),
-            "error": st.column_config.TextColumn(width="large"),
+            "Note": st.column_config.TextColumn(width="large"),
+            "Error": st.column_config.TextColumn(width="large"),
         },
     )
+    notes = tables.optimal_notes(results, op_count)
+    if notes:
+        st.caption(" ".join(f"**{md(mode)}**: {md(text)}." for mode, text in notes.items()))
     st.plotly_chart(figures.comparison_figure(results), key="chart_comparison")
     for r in results:
         if r.error:

@@ -28,6 +28,8 @@ from explorer.builders.inputs import (
     InputError,
     device_rows,
     exact_bytes_text,
+    hf_default_fields,
+    hf_fields_for,
     parse_node_latency,
     rows_to_devices,
     user_models_allowed,
@@ -97,7 +99,13 @@ def hf_ui() -> ModelChoice | None:
     from sample_models._hf import PRESETS, TOKEN_SETTINGS
 
     st.session_state.setdefault("hf_name", "gpt2")
-    st.session_state.setdefault("hf_set", "n_layer=2")
+    st.session_state.setdefault("hf_set", hf_default_fields("gpt2"))
+    # The fields follow the architecture: a name sent with the form carries the fields over (its
+    # default becomes the new one's, a layer count moves to the new field name) before they show.
+    built_for = st.session_state.setdefault("hf_fields_for", st.session_state["hf_name"])
+    if st.session_state["hf_name"].strip() != built_for.strip():
+        st.session_state["hf_set"] = hf_fields_for(st.session_state["hf_set"], built_for, st.session_state["hf_name"])
+        st.session_state["hf_fields_for"] = st.session_state["hf_name"]
     st.session_state.setdefault("hf_batch", TOKEN_SETTINGS["batch_size"])
     st.session_state.setdefault("hf_seq", TOKEN_SETTINGS["seq_len"])
     # One form: a change of any field traces once, with every field applied, when it is sent

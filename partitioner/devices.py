@@ -27,6 +27,7 @@ __all__ = [
     "MAX_DEVICES",
     "profile_device",
     "with_profile",
+    "fewest_devices",
 ]
 
 # More devices than this is a cluster, not a partitioning question; checks stay linear below it
@@ -285,3 +286,15 @@ def devices_from_dicts(items: Iterable[Mapping[str, Any]]) -> list[Device]:
             )
         devices.append(device)
     return devices
+
+
+def fewest_devices(need_bytes: int, devices: Iterable[Device]) -> int | None:
+    """A lower bound on the devices a model of ``need_bytes`` needs: the fewest of ``devices``,
+    largest first, whose memory adds up to it (no plan stores less than the model once); None when
+    all of them together hold less. O(n log n)."""
+    held = 0
+    for count, device in enumerate(sorted(devices, key=lambda d: -d.memory_bytes), start=1):
+        held += device.memory_bytes
+        if held >= need_bytes:
+            return count
+    return None

@@ -12,7 +12,7 @@ import re
 from partitioner.errors import DeviceSpecError
 
 __all__ = ["BYTE_UNITS", "parse_bytes", "format_bytes", "format_seconds", "format_rate", "parse_rate", "format_flops",
-           "format_change", "format_share"]
+           "format_change", "format_share", "format_signed"]
 
 BYTE_UNITS = {
     "": 1,
@@ -90,8 +90,8 @@ def format_seconds(seconds: float | None) -> str:
         return "0 s"
     value = abs(seconds)
     for unit, scale in (("s", 1.0), ("ms", 1e-3), ("us", 1e-6), ("ns", 1e-9)):
-        if value >= scale or unit == "ns":
-            return f"{seconds / scale:.3g} {unit}"
+        if float(f"{value / scale:.3g}") >= 1 or unit == "ns":  # 999.9996 ns rounds to 1 us, not 1e+03 ns
+            return f"{seconds:,.0f} s" if value >= 999.5 else f"{seconds / scale:.3g} {unit}"  # not 1.23e+03 s
     return f"{seconds:.3g} s"  # pragma: no cover
 
 
@@ -131,3 +131,15 @@ def format_share(part: float, whole: float) -> str:
     if 0 < share < 0.0005:
         return "<0.1%"
     return f"{share:.1%}"
+
+
+def format_signed(fraction: float) -> str:
+    """A signed percentage as a person writes it: ``'+12.5%'``, ``'-3.1%'``, and ``'0%'`` when it
+    rounds to 0.0 % (never ``'-0.0%'`` or ``'+0.0%'``)."""
+    if math.isnan(fraction):
+        return "-"
+    if math.isinf(fraction):
+        return "+inf" if fraction > 0 else "-inf"
+    if abs(fraction) < 0.0005:
+        return "0%"
+    return f"{fraction:+.1%}"

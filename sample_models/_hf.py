@@ -10,6 +10,7 @@ checkpoint, its numbers written below. Returns ``(module, example_inputs, exampl
 from __future__ import annotations
 
 import difflib
+import functools
 import json
 import re
 from typing import Any, Mapping
@@ -20,7 +21,7 @@ from torch import nn
 from sample_models._common import HF_OPS_PER_LAYER, MAX_GRAPH_OPS
 from sample_models._user import LoaderError, ModelSpecError
 
-__all__ = ["load_hf", "PRESETS", "REAL_WEIGHTS_MAX_PARAMS", "is_meta", "weight_scale", "DTYPES"]
+__all__ = ["load_hf", "PRESETS", "REAL_WEIGHTS_MAX_PARAMS", "is_meta", "weight_scale", "DTYPES", "layer_fields"]
 
 # The configs of the published checkpoints (their config.json), as (model type, fields).
 PRESETS: dict[str, tuple[str, dict[str, Any]]] = {
@@ -97,6 +98,22 @@ WEIGHT_SCALE = {"fp8": 0.5, "int8": 0.5, "int4": 0.25}
 def weight_scale(overrides: Mapping[str, Any]) -> float:
     """The share of bf16 bytes the weights take under ``overrides``' dtype (1 when unquantized)."""
     return WEIGHT_SCALE.get(str(overrides.get("dtype", "fp32")), 1.0)
+
+
+@functools.lru_cache(maxsize=64)
+def layer_fields(name: str) -> tuple[str, ...]:
+    """The config fields that count the layers of architecture or preset ``name`` under their own
+    names (``n_layer`` for gpt2, ``num_hidden_layers`` for llama, ``num_layers`` and
+    ``num_decoder_layers`` for t5); () when the name is unknown or transformers is missing."""
+    model_type = PRESETS[name][0] if name in PRESETS else name
+    try:
+        config = _transformers().AutoConfig.for_model(model_type)
+    except (ValueError, KeyError, LoaderError, ImportError):
+        return ()
+    fields = config.to_dict()
+    return tuple(sorted(k for k, v in fields.items()
+                        if _REPEATED.match(k) and k.endswith(("layer", "layers"))
+                        and isinstance(v, int) and not isinstance(v, bool)))
 
 
 def layer_count(config: Any) -> int:

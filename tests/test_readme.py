@@ -34,7 +34,9 @@ def test_command_line_examples_run_in_order(tmp_path):
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     plan = json.loads((tmp_path / "plan.json").read_text())
     assert plan["mode"] == "cost_aware" and len(plan["partitions"]) > 1
-    assert json.loads((tmp_path / "big_plan.json").read_text())["model"] == "transformer(n_layer=8)"
+    big = json.loads((tmp_path / "big_plan.json").read_text())
+    assert big["model"] == "transformer(n_layer=8)" and len(big["partitions"]) > 1  # as its comment says
+    assert "node(s) moved between partitions" in done.stdout and "no differences" not in done.stdout
     assert (tmp_path / "plan.svg").read_text().lstrip().startswith(("<?xml", "<svg"))
     assert json.loads((tmp_path / "split.json").read_text())["split_spec"]
     assert "forced: the model fits one device" in done.stdout  # the factory's plan says how it spread
@@ -87,7 +89,7 @@ def test_pipeline_examples_run(tmp_path):
     pipe = json.loads((tmp_path / "pipe.json").read_text())
     assert pipe["kind"] == "pipeline" and len(pipe["stages"]) == 4 and pipe["training"] == "adam"
     assert "outputs equal the model in one process; gradients equal the model's" in done.stdout
-    assert json.loads((tmp_path / "split.json").read_text())["num_stages"] == 2
+    assert json.loads((tmp_path / "pipe_split.json").read_text())["num_stages"] == 2
 
 
 @pytest.mark.slow
@@ -131,3 +133,27 @@ def test_cluster_examples_run(tmp_path):
 
     titan = tomllib.loads((tmp_path / "titan.toml").read_text())
     assert titan["parallelism"]["tensor_parallel_degree"] >= 1
+
+
+def _written(script: str) -> list[str]:
+    """The files a bash block writes (``--out F``, ``--...-out F``, ``> F``), in order."""
+    return re.findall(r"(?:--(?:[a-z-]+-)?out|>)\s+([\w./-]+\.\w+)", script)
+
+
+def test_readme_examples_never_overwrite_an_earlier_examples_file():
+    """Run in order in one clone, a later example must not replace a file an earlier one made (and
+    that the text may still speak of)."""
+    blocks = re.findall(r"```bash\n(.*?)```", README, re.S)
+    seen: dict[str, int] = {}
+    for i, block in enumerate(blocks):
+        for name in _written(block):
+            assert seen.setdefault(name, i) == i, f"{name} is written by README bash blocks {seen[name]} and {i}"
+    assert "split.json" in seen and "plan.json" in seen
+
+
+def test_readme_command_line_examples_each_say_what_they_show():
+    lines = [line for line in _block("## Command line", "bash").splitlines() if line.strip()]
+    for before, line in zip([""] + lines, lines):
+        if line.startswith(".venv/"):
+            assert before.startswith("#") or before.startswith(".venv/"), line  # a comment opens each group
+    assert lines[0].startswith("#")

@@ -28,6 +28,8 @@ __all__ = [
     "parse_node_latency",
     "user_models_allowed",
     "ALLOW_USER_MODELS_ENV",
+    "hf_default_fields",
+    "hf_fields_for",
 ]
 
 ALLOW_USER_MODELS_ENV = "PARTITION_EXPLORER_ALLOW_USER_MODELS"
@@ -165,3 +167,32 @@ def user_models_allowed(environ: Mapping[str, str] | None = None, argv: Sequence
     argv = sys.argv if argv is None else argv
     flag = environ.get(ALLOW_USER_MODELS_ENV, "").strip().lower() in ("1", "true", "yes", "on")
     return flag or "--allow-user-models" in argv
+
+
+HF_DEFAULT_LAYERS = 2  # layers the hf: source builds by default: a what-if that traces in seconds
+
+
+def hf_default_fields(name: str) -> str:
+    """The config fields the hf: source starts ``name`` with: two layers, under the field names of
+    its architecture (``n_layer=2`` for gpt2, ``num_hidden_layers=2`` for llama); "" when the
+    architecture is unknown."""
+    from sample_models._hf import layer_fields
+
+    return " ".join(f"{field}={HF_DEFAULT_LAYERS}" for field in layer_fields(name.strip().removeprefix("hf:")))
+
+
+def hf_fields_for(text: str, old: str, new: str) -> str:
+    """The config fields ``text`` of architecture ``old`` carried over to architecture ``new``: the
+    default of ``old`` becomes the default of ``new``, and a layer count under ``old``'s field name
+    moves to ``new``'s (``n_layer=4 dtype=bf16`` -> ``num_hidden_layers=4 dtype=bf16``); other
+    fields are kept as the person wrote them."""
+    from sample_models._hf import layer_fields
+
+    if text.strip() == hf_default_fields(old):
+        return hf_default_fields(new)
+    before = layer_fields(old.strip().removeprefix("hf:"))
+    after = layer_fields(new.strip().removeprefix("hf:"))
+    if len(before) != 1 or len(after) != 1 or before == after:
+        return text
+    return " ".join(after[0] + item[len(before[0]):] if item.startswith(before[0] + "=") else item
+                    for item in text.split())

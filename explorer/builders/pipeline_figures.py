@@ -19,7 +19,7 @@ from partitioner.units import format_bytes, format_seconds
 from explorer.builders.figures import _layout
 from explorer.builders.tables import byte_unit, time_unit
 
-__all__ = ["schedule_figure", "microbatch_figure", "stage_memory_figure", "KIND_NAMES"]
+__all__ = ["schedule_figure", "microbatch_figure", "stage_memory_figure", "KIND_NAMES", "transfers", "bubble_note", "idle_parts"]
 
 KIND_NAMES = {ActionKind.F: "forward", ActionKind.B: "backward", ActionKind.I: "backward (inputs)",
               ActionKind.W: "backward (weights)"}
@@ -27,9 +27,39 @@ _KIND_COLOURS = {ActionKind.F: "#4c78a8", ActionKind.B: "#f58518", ActionKind.I:
 _IDLE_COLOUR = "#e6e6e6"
 
 
-def schedule_figure(sim: Simulation, ranks: int) -> go.Figure:
+def transfers(sim: Simulation, transfer_s: Sequence[float] | float) -> list[tuple[int, float, float, str]]:
+    """``(receiving rank, start s, end s, what)`` for each activation or gradient that crosses
+    between ranks in ``sim``: a forward's input from the stage before, a backward's gradient from
+    the stage after, each ``transfer_s[boundary]`` long from the end of the action that made it."""
+    stages = 1 + max((e.stage for e in sim.timeline), default=-1)
+    comm = [float(transfer_s)] * max(0, stages - 1) if isinstance(transfer_s, (int, float)) else list(transfer_s)
+    rank_of = {e.stage: e.rank for e in sim.timeline}
+    ended = {(e.stage, e.kind, e.microbatch): e.end_s for e in sim.timeline}
+    found = []
+    for e in sim.timeline:
+        if e.kind == ActionKind.F and e.stage > 0:
+            source = next((ended[k] for k in [(e.stage - 1, ActionKind.F, e.microbatch)] if k in ended), None)
+            boundary, sender, what = e.stage - 1, rank_of.get(e.stage - 1), "activations"
+        elif e.kind in (ActionKind.B, ActionKind.I) and e.stage < stages - 1:
+            source = next((ended[k] for k in [(e.stage + 1, ActionKind.B, e.microbatch),
+                                                (e.stage + 1, ActionKind.I, e.microbatch)] if k in ended), None)
+            boundary, sender, what = e.stage, rank_of.get(e.stage + 1), "gradients"
+        else:
+            continue
+        if source is None or sender == e.rank or boundary >= len(comm) or comm[boundary] <= 0:
+            continue
+        found.append((e.rank, source, source + comm[boundary],
+                      f"{what} of microbatch {e.microbatch} to stage {e.stage}"))
+    return found
+
+
+LABEL_MIN_PX = 10  # inside-bar labels smaller than this are hidden, not shrunk
+
+
+def schedule_figure(sim: Simulation, ranks: int, transfer_s: Sequence[float] | float = 0.0) -> go.Figure:
     """Every action of every rank from its start to its end, labelled with its microbatch (and
-    its stage when a rank holds several); the grey behind each row is the rank's idle time."""
+    its stage when a rank holds several) where the label fits; transfers between ranks as thin
+    hatched bars under the receiving rank's row; the grey behind each row is the rank's idle time."""
     unit, scale = time_unit(sim.step_time_s)
     fig = go.Figure()
     rows = [f"rank {r}" for r in range(ranks)]
@@ -50,17 +80,82 @@ def schedule_figure(sim: Simulation, ranks: int) -> go.Figure:
             x=[(e.end_s - e.start_s) / scale for e in events],
             text=[f"s{e.stage}:{e.microbatch}" if several else str(e.microbatch) for e in events],
             textposition="inside", insidetextanchor="middle", textangle=0,
+            textfont={"size": 12, "color": "#ffffff"},
             marker={"color": _KIND_COLOURS[kind], "line": {"color": "#ffffff", "width": 0.5}},
             hovertext=[f"rank {e.rank}, stage {e.stage}: {KIND_NAMES[e.kind]} of microbatch {e.microbatch}, "
                        f"{format_seconds(e.start_s)} to {format_seconds(e.end_s)}" for e in events],
             hoverinfo="text",
         )
-    fig.update_layout(barmode="overlay")
+    moved = transfers(sim, transfer_s)
+    if moved:
+        fig.add_bar(
+            orientation="h", name="transfer in (hatched)", y=[f"rank {r}" for r, *_ in moved],
+            base=[start / scale for _, start, _, _ in moved], x=[(end - start) / scale for _, start, end, _ in moved],
+            width=0.18, offset=0.3,  # a thin strip at the bottom of the receiving rank's row
+            marker={"color": "#ffffff", "line": {"color": "#555555", "width": 0.5},
+                    "pattern": {"shape": "/", "fgcolor": "#555555", "size": 5}},
+            hovertext=[f"{what}: {format_seconds(start)} to {format_seconds(end)}" for _, start, end, what in moved],
+            hoverinfo="text",
+        )
+    fig.update_layout(barmode="overlay", uniformtext={"minsize": LABEL_MIN_PX, "mode": "hide"})
     fig.update_yaxes(type="category", autorange="reversed", categoryorder="array", categoryarray=rows)
     fig.update_xaxes(title=f"time ({unit})", range=[0, sim.step_time_s / scale * 1.01 or 1])
     title = (f"Schedule {sim.schedule}: step {format_seconds(sim.step_time_s)}, "
-             f"bubble {sim.bubble_fraction:.1%} (labels: {'stage:' if several else ''}microbatch)")
-    return _layout(fig, title, height=max(220, 90 + 36 * ranks))
+             f"bubble {sim.bubble_fraction:.1%} (labels: {'stage:' if several else ''}microbatch, where they fit)")
+    fig = _layout(fig, title, height=max(260, 130 + 40 * ranks))
+    # The legend above the plot, under the title: below it, it met the x-axis title.
+    fig.update_layout(legend={"orientation": "h", "yanchor": "bottom", "y": 1.0, "xanchor": "left", "x": 0},
+                      margin={"l": 10, "r": 10, "t": 70, "b": 10})
+    return fig
+
+
+def idle_parts(sim: Simulation) -> tuple[float, float, float]:
+    """Shares of all ranks' idle time that are the fill (before a rank's first action), the drain
+    (after its last) and the gaps between its actions; (0, 0, 0) when nothing idles."""
+    first: dict[int, float] = {}
+    last: dict[int, float] = {}
+    for e in sim.timeline:
+        first[e.rank] = min(first.get(e.rank, e.start_s), e.start_s)
+        last[e.rank] = max(last.get(e.rank, e.end_s), e.end_s)
+    idle = sum(sim.rank_idle_s)
+    if idle <= 0:
+        return 0.0, 0.0, 0.0
+    fill = sum(first.values())
+    drain = sum(sim.step_time_s - t for t in last.values())
+    return fill / idle, drain / idle, max(0.0, idle - fill - drain) / idle
+
+
+def bubble_note(sim: Simulation, training: bool, other: Simulation | None = None) -> str:
+    """What the bubble counts, and why zero bubble's is what it is at these settings (``other``:
+    the same stages under the other two-stages-per-rank schedule, interleaved or zero bubble)."""
+    ranks = 1 + max((e.rank for e in sim.timeline), default=0)
+    text = (f"The bubble is the idle share of {ranks} ranks \u00d7 the step time (grey): a rank waits for the "
+            "schedule to fill and drain, and for its inputs to arrive (transfers, hatched).")
+    if sim.schedule == "zero_bubble":
+        if other is None:
+            versus = ""
+        elif f"{sim.bubble_fraction:.1%}" == f"{other.bubble_fraction:.1%}":
+            versus = f" ({sim.bubble_fraction:.1%} here, as interleaved's on the same stages)"
+        else:
+            versus = (f" ({sim.bubble_fraction:.1%} here against interleaved's {other.bubble_fraction:.1%} on the "
+                      "same stages)")
+        if not training:
+            text += (" Zero bubble removes idle time by splitting each backward into its input-gradient (I) and "
+                     "weight-gradient (W) halves and running the W's in the gaps. At inference there is no "
+                     f"backward, so nothing fills them: it runs the forwards alone, in its own order{versus}. "
+                     "Choose training under Work to see the gaps fill.")
+        elif other is not None and sim.bubble_fraction >= other.bubble_fraction - 0.0005:
+            fill, drain, between = idle_parts(sim)
+            text += (f" Zero bubble fills gaps with the weight-gradient (W) halves of the backward, yet at "
+                     f"{sim.microbatches} microbatches on {ranks} ranks it idles no less{versus}: of its idle time "
+                     f"{fill:.0%} is the fill (ranks waiting for their first input), {drain:.0%} the drain, and "
+                     f"{between:.0%} waits in between, where a slower stage or a transfer holds the next rank up; "
+                     "the W's cannot start before their own backward, so they do not cover these.")
+        else:
+            text += f" Its weight-gradient (W) halves of the backward run in the gaps{versus}."
+    elif sim.schedule == "interleaved_1f1b" and other is not None:
+        text += f" Zero bubble on the same stages: {other.bubble_fraction:.1%}."
+    return text
 
 
 def microbatch_figure(points: Sequence[tuple[int, float, float]], chosen: int) -> go.Figure:

@@ -13,7 +13,7 @@ import pandas as pd
 
 from partitioner import Plan, format_bytes
 from partitioner.accelerator.compare import ModeResult, best_mode, gaps
-from partitioner.units import format_seconds
+from partitioner.units import format_seconds, format_share, format_signed
 from partitioner.plan.diff import PlanDiff, match_partitions
 from partitioner.draw.dag import over_capacity_devices, partition_capacity
 
@@ -23,6 +23,9 @@ __all__ = [
     "partition_table",
     "device_table",
     "edge_table",
+    "readable_partition_table",
+    "readable_device_table",
+    "readable_edge_table",
     "comparison_table",
     "moves_table",
     "partition_delta_table",
@@ -155,11 +158,74 @@ def edge_table(plan: Plan) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["from", "to", "bytes", "bytes_crossing", "transfer", "transfer_s", "critical"])
 
 
-def comparison_table(results: Sequence[ModeResult]) -> pd.DataFrame:
+def readable_device_table(plan: Plan) -> pd.DataFrame:
+    """:func:`device_table` for people: one column per fact, memory in binary units, the share in
+    percent (a number, so it sorts), partitions named as the DAG names them (``P0``)."""
+    data = device_table(plan)
+    return pd.DataFrame({
+        "Device": data["device"],
+        "Kind": data["kind"],
+        "Memory used": data["used"],
+        "Capacity": data["capacity"],
+        "Of capacity": [format_share(u, d) for u, d in zip(data["used_bytes"], data["capacity_bytes"])],
+        "Over capacity": ["yes" if o else "" for o in data["over_capacity"]],
+        "Partitions": [", ".join(f"P{i}" for i in text.split(", ")) if text else "-"
+                       for text in data["partitions"]],
+    }, columns=["Device", "Kind", "Memory used", "Capacity", "Of capacity", "Over capacity", "Partitions"])
+
+
+def readable_edge_table(plan: Plan) -> pd.DataFrame:
+    """:func:`edge_table` for people: ``P0 -> P1``, the bytes in binary units, the transfer time in
+    one unit chosen for the plan's edges."""
+    data = edge_table(plan)
+    finite = [v for v in data["transfer_s"] if math.isfinite(v) and v > 0]
+    unit, scale = time_unit(max(finite, default=0.0))
+
+    def t(v: float) -> str:
+        if not math.isfinite(v):
+            return "-"
+        return "free (same device)" if v == 0 else f"{v / scale:.3g} {unit}"
+
+    return pd.DataFrame({
+        "From": [f"P{i}" for i in data["from"]],
+        "To": [f"P{i}" for i in data["to"]],
+        "Bytes crossing": data["bytes"],
+        "Transfer time": [t(v) for v in data["transfer_s"]],
+        "Critical path": ["yes" if c else "" for c in data["critical"]],
+    }, columns=["From", "To", "Bytes crossing", "Transfer time", "Critical path"])
+
+
+def optimal_notes(results: Sequence[ModeResult], op_count: int | None = None) -> dict[str, str]:
+    """Mode -> what its row must say beside the numbers: that ``optimal`` searched a coarsened
+    graph (over :data:`~partitioner.accelerator.optimal.MAX_UNITS` ops: its plans are the best of
+    the grouped problem only), and by how much a plan beats the mode called optimal."""
+    from partitioner.accelerator.optimal import MAX_UNITS
+
+    found = {r.mode: r for r in results if r.ok and r.latency_s is not None}
+    notes: dict[str, str] = {}
+    optimal = found.get("optimal")
+    if optimal is None:
+        return notes
+    if op_count is not None and op_count > MAX_UNITS:
+        notes["optimal"] = (f"optimal for a coarsened graph only: its {op_count:,} ops grouped into at most "
+                            f"{MAX_UNITS} units first, so a plan that splits a group can be faster")
+    best = float(optimal.latency_s or 0.0)
+    for mode, r in found.items():
+        lat = float(r.latency_s or 0.0)
+        if mode != "optimal" and best > 0 and lat < best * (1 - 0.0005):
+            notes[mode] = (f"beats optimal by {format_seconds(best - lat)} ({(best - lat) / best:.1%} of its "
+                           f"{format_seconds(best)})")
+    return notes
+
+
+def comparison_table(results: Sequence[ModeResult], op_count: int | None = None) -> pd.DataFrame:
     """One row per mode, in units people read; a failed mode keeps its row, with its error text.
-    The best mode (the one best-plan rule, :func:`partitioner.accelerator.compare.best_mode`) is starred."""
+    The best mode (the one best-plan rule, :func:`partitioner.accelerator.compare.best_mode`) is starred;
+    ``Note`` says when optimal is optimal for a coarsened graph only (``op_count``: the graph's ops)
+    and by how much a plan beats it (:func:`optimal_notes`)."""
     best = best_mode(results)
     gap = gaps(results)
+    notes = optimal_notes(results, op_count)
     rows = []
     for r in results:
         util = r.peak_memory_utilisation
@@ -170,33 +236,39 @@ def comparison_table(results: Sequence[ModeResult]) -> pd.DataFrame:
             "Latency": format_seconds(r.latency_s) if r.ok else "-",
             "Partitions": "-" if r.partitions is None else str(r.partitions),
             "Peak memory": "-" if util is None else f"{util:.1%}",
-            "Gap to bound": "-" if to_bound is None else f"{to_bound:.1%}",
-            "Gap to optimal": "-" if to_best is None else f"{to_best:+.1%}",
+            "Gap to bound": "-" if to_bound is None else format_share(to_bound, 1.0),
+            "Gap to optimal": "-" if to_best is None else format_signed(to_best),
             "Time to plan": format_seconds(r.seconds),
+            "Note": notes.get(r.mode, ""),
             "Error": r.error or "",
         })
     return pd.DataFrame(rows, columns=["Mode", "Best", "Latency", "Partitions", "Peak memory",
-                                       "Gap to bound", "Gap to optimal", "Time to plan", "Error"])
+                                       "Gap to bound", "Gap to optimal", "Time to plan", "Note", "Error"])
 
 
 def moves_table(plan_a: Plan, plan_b: Plan) -> pd.DataFrame:
-    """Nodes that ``plan_b`` places with other partners than ``plan_a`` (partitions matched by
-    :func:`match_partitions`, so renumbering alone moves nothing)."""
+    """Nodes that ``plan_b`` runs elsewhere than ``plan_a``: with other partners (partitions matched
+    by :func:`match_partitions`, so renumbering alone moves nothing), or in the same partition
+    placed on other devices. ``change`` says which."""
     matched = match_partitions(plan_a, plan_b)
     where_a = plan_a.node_to_partition()
     parts_a = {p.id: p for p in plan_a.partitions}
     rows = []
     for p in sorted(plan_b.partitions, key=lambda p: p.id):
         for name in p.node_names:
-            if name in where_a and matched.get(p.id) != where_a[name]:
-                old = parts_a[where_a[name]]
-                rows.append({
-                    "node": name,
-                    "from": f"P{old.id} ({_devices_text(plan_a, old.device_ids)})",
-                    "to": f"P{p.id} ({_devices_text(plan_b, p.device_ids)})"
-                          + ("" if p.id in matched else ", new"),
-                })
-    return pd.DataFrame(rows, columns=["node", "from", "to"])
+            if name not in where_a:
+                continue
+            old = parts_a[where_a[name]]
+            other_partition = matched.get(p.id) != where_a[name]
+            if not other_partition and sorted(old.device_ids) == sorted(p.device_ids):
+                continue
+            rows.append({
+                "node": name,
+                "from": f"P{old.id} ({_devices_text(plan_a, old.device_ids)})",
+                "to": f"P{p.id} ({_devices_text(plan_b, p.device_ids)})" + ("" if p.id in matched else ", new"),
+                "change": "other partition" if other_partition else "other devices",
+            })
+    return pd.DataFrame(rows, columns=["node", "from", "to", "change"])
 
 
 def time_unit(largest_s: float) -> tuple[str, float]:

@@ -8,8 +8,10 @@ they adapt (``torch.fx.experimental.accelerator_partitioner``).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Sequence
 
-from partitioner import Plan, format_bytes
+from partitioner import Device, Graph, Plan, format_bytes
+from partitioner.devices import fewest_devices
 from partitioner.accelerator.steps import DecisionTrace
 from partitioner.units import format_seconds
 from partitioner.draw.dag import over_capacity_devices
@@ -152,6 +154,20 @@ TWO_COST_MODELS = (
     "- Also: torch charges, on an edge, inputs both partitions read from the model (as if the "
     "parent sent them), and frees a transfer only between identical device lists."
 )
+
+
+def devices_needed(graph: Graph, devices: Sequence[Device]) -> tuple[str, str]:
+    """(a headline, its explanation): how many of ``devices`` the model needs at least, by memory
+    alone (:func:`partitioner.devices.fewest_devices` of its size)."""
+    need = graph.total_size_bytes
+    fewest = fewest_devices(need, devices)
+    if fewest is None:
+        return ("needs more than these", f"The model needs {format_bytes(need)}; all {len(devices)} devices together "
+                f"hold {format_bytes(sum(d.memory_bytes for d in devices))}.")
+    return (f"needs at least {fewest}",
+            f"A lower bound by memory alone: the model needs {format_bytes(need)} (weights and activations, "
+            f"each stored once), and the {'largest device holds' if fewest == 1 else f'{fewest} largest devices hold'} "
+            "that much. A plan may need more: a partition also holds the inputs it reads from other partitions.")
 
 
 def explain_plan(plan: Plan) -> list[str]:

@@ -15,7 +15,7 @@ import plotly.graph_objects as go
 from partitioner import Device, Graph
 from partitioner.draw.dot import quote
 from partitioner.remat.memory import RematResult
-from partitioner.units import format_bytes, format_seconds
+from partitioner.units import format_bytes, format_flops, format_seconds
 
 from explorer.builders.figures import _layout
 from explorer.builders.tables import byte_unit, time_unit
@@ -40,7 +40,7 @@ def tradeoff_figure(results: Sequence[RematResult], budget: float) -> go.Figure:
         mode="lines+markers+text", text=[f"{r.budget:g}" for r in ordered], textposition="top right",
         name="budget sweep", marker={"size": 8, "color": "#4c78a8"},
         hovertext=[f"budget {r.budget:g}: saves {format_bytes(r.saved_activation_bytes)}, recomputes "
-                   f"{len(r.recomputed)} nodes ({r.recomputed_ops} aten ops, {r.recompute_flops:,} FLOPs, {format_seconds(r.recompute_time_s)})"
+                   f"{len(r.recomputed)} nodes ({r.recomputed_ops} aten ops, {format_flops(r.recompute_flops)}, {format_seconds(r.recompute_time_s)})"
                    for r in ordered], hoverinfo="text",
     )
     current = [r for r in ordered if r.budget == budget]
@@ -91,7 +91,7 @@ def remat_to_dot(graph: Graph, result: RematResult, max_nodes: int = 600) -> str
         status = "saved" if node.name in saved else "recomputed" if node.name in recomputed else "neither"
         tip = (f"{node.name} ({node.target}){' in ' + node.module_path if node.module_path else ''}: {status}"
                + (f", {format_bytes(result.saved_bytes_by_node[node.name])} saved" if status == "saved" else "")
-               + f"; output {format_bytes(node.output_bytes)}, {node.flops:,} FLOPs")
+               + f"; output {format_bytes(node.output_bytes)}, {format_flops(node.flops)}")
         lines.append(f"  n{v} [label={quote(node.name)}, fillcolor=\"{STATUS_COLOURS[status]}\", "
                      f"tooltip={quote(tip)}];")
     for v in ops:

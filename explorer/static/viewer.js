@@ -6,8 +6,9 @@
 // sends that id to Python (the "clicked" trigger). The view box is kept per viewer on
 // window.__peViews and restored when the same layout comes back on a rerun; data.focus zooms
 // onto one node (a search hit); a minimap in the corner shows where the view is while zoomed in
-// (click it to go there); viewers sharing data.sync pan and zoom together. No network access,
-// no dependency.
+// (click it to go there); viewers sharing data.sync pan and zoom together. Keyboard: Tab
+// reaches the buttons, the drawing and each clickable node; on the drawing the arrows pan,
+// + and - zoom, 0 fits; on a node Enter or Space opens it. No network access, no dependency.
 
 const XLINK = "http://www.w3.org/1999/xlink";
 
@@ -31,11 +32,13 @@ export default function (component) {
   root.className = "pe-viewer";
   root.innerHTML =
     '<div class="pe-toolbar">' +
-    '<button type="button" data-act="in" title="Zoom in">+</button>' +
-    '<button type="button" data-act="out" title="Zoom out">&minus;</button>' +
-    '<button type="button" data-act="fit" title="Fit the whole graph">Fit</button>' +
+    '<button type="button" data-act="in" title="Zoom in" aria-label="Zoom in">+</button>' +
+    '<button type="button" data-act="out" title="Zoom out" aria-label="Zoom out">&minus;</button>' +
+    '<button type="button" data-act="fit" title="Fit the whole graph" aria-label="Fit the whole graph">Fit</button>' +
     '<span class="pe-hint"></span></div>' +
-    '<div class="pe-stage"></div><div class="pe-mini" title="Overview: click to go there">' +
+    '<div class="pe-stage" tabindex="0" role="group" ' +
+    'aria-label="Graph: arrow keys pan, plus and minus zoom, 0 fits; Tab moves to the nodes you can open">' +
+    '</div><div class="pe-mini" title="Overview: click to go there" aria-hidden="true">' +
     '<div class="pe-mini-view"></div></div><div class="pe-tip" role="tooltip"></div>';
   // Replace an earlier render's viewer, keeping the <style> Streamlit put beside it.
   Array.from(parentElement.children).forEach((old) => {
@@ -78,7 +81,12 @@ export default function (component) {
   if (data.clickable) {
     const clickable = new RegExp(data.clickable);
     svg.querySelectorAll("g.node").forEach((g) => {
-      if (clickable.test(g.id)) g.classList.add("pe-click");
+      if (!clickable.test(g.id)) return;
+      g.classList.add("pe-click");
+      g.setAttribute("tabindex", "0");  // reachable with Tab, opened with Enter or Space
+      g.setAttribute("role", "button");
+      const label = (g.getAttribute("data-tip") || g.textContent || g.id).replace(/\s+/g, " ").trim();
+      g.setAttribute("aria-label", "Open " + label.slice(0, 200));
     });
   }
 
@@ -238,6 +246,28 @@ export default function (component) {
     box = [x - box[2] / 2, y - box[3] / 2, box[2], box[3]];
     apply();
   };
+  const onKey = (e) => {
+    const node = e.target.closest ? e.target.closest("g.pe-click") : null;
+    if (node && (e.key === "Enter" || e.key === " ")) {
+      e.preventDefault();
+      setTriggerValue("clicked", node.id);
+      return;
+    }
+    const step = 0.1;  // of the view, per arrow press
+    const moves = { ArrowLeft: [-step, 0], ArrowRight: [step, 0], ArrowUp: [0, -step], ArrowDown: [0, step] };
+    const c = centre();
+    if (moves[e.key]) {
+      box = [box[0] + moves[e.key][0] * box[2], box[1] + moves[e.key][1] * box[3], box[2], box[3]];
+      apply();
+    } else if (e.key === "+" || e.key === "=") zoomAt(1 / 1.4, c.x, c.y);
+    else if (e.key === "-" || e.key === "_") zoomAt(1.4, c.x, c.y);
+    else if (e.key === "0") {
+      box = full.slice();
+      apply();
+    } else return;
+    e.preventDefault();
+  };
+  stage.addEventListener("keydown", onKey);
   mini.addEventListener("click", onMini);
   stage.addEventListener("wheel", onWheel, { passive: false });
   stage.addEventListener("pointerdown", onDown);
@@ -253,5 +283,6 @@ export default function (component) {
     stage.removeEventListener("pointermove", onMove);
     stage.removeEventListener("pointerup", onUp);
     stage.removeEventListener("pointerleave", onLeave);
+    stage.removeEventListener("keydown", onKey);
   };
 }

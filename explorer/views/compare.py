@@ -31,7 +31,7 @@ def main() -> None:
         if theirs is not None:
             results.append(theirs)
         status.update(label=f"Ran {len(modes)} modes ({failed} found no plan)", state="complete")
-    panels.render_comparison(results)
+    panels.render_comparison(results, len(graph.op_indices))
     good = [r.mode for r in results if r.ok and r.mode in modes]
     if good:
         cols = st.columns(len(good))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import streamlit as st
 
 from explorer import graph_panels, panels, state
+from explorer.builders import teaching
 from explorer.builders.text import md
 
 
@@ -16,9 +17,10 @@ def main() -> None:
     st.markdown(f"#### {md(config.model.label)} on {len(config.devices)} devices, mode `{config.mode}`")
     if result.plan is None:
         st.error(f"No plan: {md(result.error)}")
+        st.caption(md(teaching.devices_needed(graph, config.device_list())[1]))
         return
     plan = result.plan
-    panels.render_summary(plan, seconds=result.seconds)
+    panels.render_summary(plan, seconds=result.seconds, graph=graph)
     if graph.unpriced_ops:
         from partitioner.tracing.flops import describe_unpriced
 

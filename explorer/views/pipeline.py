@@ -15,7 +15,8 @@ from explorer.builders import pipeline_figures
 from partitioner import Graph, PartitionError, format_bytes, pipeline
 from partitioner.pipeline.runner import check_runnable
 from partitioner.pipeline.schedules import SCHEDULES, MicrobatchError, stages_per_rank
-from partitioner.units import format_change, format_seconds
+from partitioner.pipeline.stages import BOTTLENECK_NOTE
+from partitioner.units import format_change, format_seconds, format_share
 from explorer.builders.text import md
 
 PIPELINE_RUNS = "pipeline_runs"  # pipeline plan JSON hash -> its last real run
@@ -40,10 +41,16 @@ def _controls(device_count: int) -> tuple[int, int, str, str | None]:
     return int(ranks), int(microbatches), schedule, TRAINING[training]
 
 
-def _simulate(pp: pipeline.PipelinePlan, microbatches: int) -> pipeline.Simulation:
-    """The plan's stages with the same batch cut into ``microbatches``."""
+def _transfer_s(pp: pipeline.PipelinePlan, microbatches: int) -> list[float]:
     scale = pp.microbatches / microbatches
-    return pipeline.simulate([f * scale for f in pp.stage_forward_s], microbatches, pp.schedule,
+    return [t * scale for t in pp.stage_transfer_s]
+
+
+def _simulate(pp: pipeline.PipelinePlan, microbatches: int, schedule: str | None = None) -> pipeline.Simulation:
+    """The plan's stages with the same batch cut into ``microbatches`` (under ``schedule``, the
+    plan's own by default)."""
+    scale = pp.microbatches / microbatches
+    return pipeline.simulate([f * scale for f in pp.stage_forward_s], microbatches, schedule or pp.schedule,
                              backward_s=[b * scale for b in pp.stage_backward_s],
                              transfer_s=[t * scale for t in pp.stage_transfer_s] or 0.0,
                              training=pp.training is not None)
@@ -54,7 +61,7 @@ def _splits_table(pp: pipeline.PipelinePlan) -> pd.DataFrame:
              "step time": format_seconds(pp.step_time_s), "against this split": "-"}]
     for name, step, sizes in pp.baselines:
         rows.append({"split": name, "operations per stage": str(list(sizes)), "step time": format_seconds(step),
-                     "against this split": f"{step / pp.step_time_s - 1:+.1%}" if pp.step_time_s else "-"})
+                     "against this split": format_change(step / pp.step_time_s - 1) if pp.step_time_s else "-"})
     return pd.DataFrame(rows)
 
 
@@ -62,14 +69,27 @@ def _stages_table(pp: pipeline.PipelinePlan, names: dict[int, str], caps: list[i
     rows = []
     for s, nodes in enumerate(pp.stages):
         rows.append({
-            "stage": s, "device": names[pp.device_ids[s]], "operations": len(nodes),
-            "from": nodes[0], "to": nodes[-1], "forward / microbatch": format_seconds(pp.stage_forward_s[s]),
-            "backward / microbatch": format_seconds(pp.stage_backward_s[s]) if pp.training else "-",
-            "transfer out": format_seconds(pp.stage_transfer_s[s]) if s < len(pp.stage_transfer_s) else "-",
-            "memory": format_bytes(pp.stage_memory_bytes[s]), "of which stashed": format_bytes(pp.stage_stash_bytes[s]),
-            "of device": f"{pp.stage_memory_bytes[s] / caps[s]:.1%}",
+            "Stage": f"S{s}", "Device": names[pp.device_ids[s]], "Ops": len(nodes),
+            "Nodes": f"{nodes[0]} \u2192 {nodes[-1]}", "Forward": format_seconds(pp.stage_forward_s[s]),
+            "Backward": format_seconds(pp.stage_backward_s[s]) if pp.training else "-",
+            "Transfer out": format_seconds(pp.stage_transfer_s[s]) if s < len(pp.stage_transfer_s) else "-",
+            "Memory": format_bytes(pp.stage_memory_bytes[s]), "Stashed": format_bytes(pp.stage_stash_bytes[s]),
+            "Of device": format_share(pp.stage_memory_bytes[s], caps[s]),
         })
     return pd.DataFrame(rows)
+
+
+STAGE_COLUMNS = {  # narrow columns, so the table fits the page; the names' column takes the rest
+    "Stage": st.column_config.TextColumn(width="small"),
+    "Ops": st.column_config.NumberColumn(width="small", help="operations of the traced graph in the stage"),
+    "Nodes": st.column_config.TextColumn(width="medium", help="the stage's first and last node"),
+    "Forward": st.column_config.TextColumn(width="small", help="forward time per microbatch"),
+    "Backward": st.column_config.TextColumn(width="small", help="backward time per microbatch"),
+    "Transfer out": st.column_config.TextColumn(width="small"),
+    "Memory": st.column_config.TextColumn(width="small"),
+    "Stashed": st.column_config.TextColumn(width="small", help="activations stashed for the microbatches in flight"),
+    "Of device": st.column_config.TextColumn(width="small"),
+}
 
 
 def _why_not_runnable(pp: pipeline.PipelinePlan, graph: Graph) -> str:
@@ -150,7 +170,15 @@ def main() -> None:
                f"microbatches, {'training with ' + training if training else 'inference'}; split in "
                f"{format_seconds(result.seconds)} by an exact dynamic program over cut points (the slowest "
                "stage under each device's memory), then simulated over the schedule's per-rank actions.")
-    st.plotly_chart(pipeline_figures.schedule_figure(_simulate(pp, microbatches), ranks), key="pp_schedule_chart")
+    sim = _simulate(pp, microbatches)
+    st.plotly_chart(pipeline_figures.schedule_figure(sim, ranks, _transfer_s(pp, microbatches)),
+                    key="pp_schedule_chart")
+    twin = {"zero_bubble": "interleaved_1f1b", "interleaved_1f1b": "zero_bubble"}.get(schedule)
+    try:
+        other = _simulate(pp, microbatches, twin) if twin else None
+    except PartitionError:  # a count the other schedule refuses
+        other = None
+    st.caption(md(pipeline_figures.bubble_note(sim, training is not None, other)))
     left, right = st.columns(2)
     sweep = []
     for m in SWEEP:
@@ -165,9 +193,12 @@ def main() -> None:
     with right:
         st.plotly_chart(pipeline_figures.stage_memory_figure(pp, caps), key="pp_memory_chart")
     st.markdown("##### The split against the ones people use")
-    st.dataframe(_splits_table(pp), hide_index=True)
+    st.dataframe(_splits_table(pp), hide_index=True, width="stretch")
+    if any(step < pp.step_time_s * (1 - 0.0005) for _, step, _ in pp.baselines):
+        st.caption(md(BOTTLENECK_NOTE[0].upper() + BOTTLENECK_NOTE[1:] + "."))
     st.markdown("##### Stages")
-    st.dataframe(_stages_table(pp, {d.logical_id: d.name for d in devices}, caps), hide_index=True)
+    st.dataframe(_stages_table(pp, {d.logical_id: d.name for d in devices}, caps), hide_index=True,
+                 width="stretch", column_config=STAGE_COLUMNS)
     if result.stage_plan is not None:
         with st.expander("Stage DAG (the stages as a plan: one forward pass, no microbatches)"):
             graph_panels.render_dag(result.stage_plan, graph, key="pipeline")

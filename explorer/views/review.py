@@ -2,7 +2,9 @@
 latency and validity recomputed at once (``partitioner.evaluate_plan`` + ``Plan.violations``).
 
 The edited mapping lives in ``st.session_state["edit"]`` (a small dict, ``explorer.builders.editing``),
-so an error never loses it; messages from loading a plan stay until the next load.
+so an error never loses it; messages from loading a plan stay until the next load. Every change
+(a move, a placement, a load, starting over) first keeps the edit it replaces in
+``st.session_state["edit_history"]``, so Undo steps back through them and nothing made is lost.
 """
 
 from __future__ import annotations
@@ -22,6 +24,28 @@ from explorer.builders.config import PlanConfig
 EDIT = "edit"
 LOAD_MESSAGE = "plan_load_message"
 UPLOAD_SEEN = "plan_upload_seen"
+HISTORY = "edit_history"  # [(what the change was, the edit before it, or None for the current plan)]
+HISTORY_LIMIT = 50
+
+
+def _remember(what: str) -> None:
+    """Keep the edit as it is now, before ``what`` replaces it, for Undo."""
+    history = st.session_state.setdefault(HISTORY, [])
+    history.append((what, st.session_state.get(EDIT)))
+    del history[:-HISTORY_LIMIT]
+
+
+def _undo() -> None:
+    history = st.session_state.get(HISTORY) or []
+    if not history:
+        return
+    _, before = history.pop()
+    if before is None:
+        st.session_state.pop(EDIT, None)
+    else:
+        st.session_state[EDIT] = before
+    st.session_state.pop(SCORED, None)
+    st.session_state.pop(LOAD_MESSAGE, None)
 
 
 def _load(text: str | bytes, source: str, graph: Graph) -> None:
@@ -35,6 +59,7 @@ def _load(text: str | bytes, source: str, graph: Graph) -> None:
     edit = editing.edit_from_plan(loaded, source=source)
     edit["devices"] = [d.to_dict() for d in loaded.devices]
     edit["loaded_plan"] = loaded.to_json(indent=None)
+    _remember(f"loading {source}")
     st.session_state[EDIT] = edit
     if problems:
         st.session_state[LOAD_MESSAGE] = (
@@ -77,8 +102,8 @@ def _devices(edit: dict, config: PlanConfig) -> list[Device]:
     return config.device_list()
 
 
-def edit_ui(edit: dict, plan: Plan, graph: Graph) -> dict | None:
-    """Widgets for one edit; returns the new mapping when a button was pressed."""
+def edit_ui(edit: dict, plan: Plan, graph: Graph) -> tuple[str, dict] | None:
+    """Widgets for one edit; returns (what was done, the new mapping) when a button was pressed."""
     where = plan.node_to_partition()
     names = [n for n in graph.op_names if n in where]
     parts = sorted(plan.partitions, key=lambda p: p.id)
@@ -100,7 +125,7 @@ def edit_ui(edit: dict, plan: Plan, graph: Graph) -> dict | None:
                                format_func=lambda d: device_names[d], disabled=target != editing.NEW)
     cols[3].markdown("&nbsp;")
     if cols[3].button("Move", key="edit_move", type="primary") and node is not None:
-        return editing.move_node(edit, node, target, [device])
+        return f"the move of {node}", editing.move_node(edit, node, target, [device])
     st.markdown("##### Place a partition on other devices")
     cols = st.columns([3, 5, 1.2])
     pid = cols[0].selectbox("Partition", [p.id for p in parts], key="edit_place_partition",
@@ -112,7 +137,7 @@ def edit_ui(edit: dict, plan: Plan, graph: Graph) -> dict | None:
         if not chosen:
             st.warning("Choose at least one device to place the partition on.")
             return None
-        return editing.place_partition(edit, pid, chosen)
+        return f"placing P{pid} on other devices", editing.place_partition(edit, pid, chosen)
     return None
 
 
@@ -149,16 +174,18 @@ def main() -> None:
         made_for = f" ({md(base.model)})" if base is not None and base.model else ""
         st.error(f"This mapping does not fit the current model or devices: {md(compute.explain_error(exc))}\n\n"
                  f"Switch back to the model it was made for{made_for}, or start over from the current plan.")
-        _reset_button()
+        _history_buttons()
         return
     shown = editing.edit_from_plan(edited, source=edit["source"])  # ids as the scored plan shows them
     edit = {**edit, **{k: shown[k] for k in ("node_to_partition", "partition_to_devices")}}
     changed = edit_ui(edit, edited, graph)
     if changed is not None:
+        what, changed = changed
         try:  # renumber partitions as the scored plan does, so the ids shown stay right
             rescored = _scored(changed, graph, devices, rate, latency, base)
             fresh = editing.edit_from_plan(rescored, source=edit["source"])
             fresh.update({k: edit[k] for k in ("devices", "loaded_plan") if k in edit})
+            _remember(what)
             st.session_state[EDIT] = fresh
         except Exception as exc:
             st.error(f"That edit cannot be scored: {md(compute.explain_error(exc))}")
@@ -182,8 +209,11 @@ def main() -> None:
             st.markdown(f"**Nodes moved** from {md(edit['source'])}: {len(moves)}")
             if len(moves):
                 st.dataframe(moves, hide_index=True)
+                placed = int((moves["change"] != "other partition").sum())
+                if placed:
+                    st.caption(f"{placed} of them stay in their partition, placed on other devices.")
         panels.render_downloads(edited, key="dl_edited", stem=f"{edited.model}_edited")
-        _reset_button()
+        _history_buttons()
     panels.render_charts(edited)
     if base is not None and st.toggle("Side by side with the plan before the edit", key="review_sbs_on"):
         graph_panels.render_side_by_side(base, edited, f"before: {edit['source']}", "after the edit",
@@ -209,13 +239,21 @@ def _scored(edit: dict, graph: Graph, devices: list[Device], rate: float | None,
 
 
 def _reset() -> None:
+    if st.session_state.get(EDIT) is not None:
+        _remember("starting over")
     st.session_state.pop(EDIT, None)
     st.session_state.pop(SCORED, None)
     st.session_state.pop(LOAD_MESSAGE, None)
 
 
-def _reset_button() -> None:
-    st.button("Start over from the current plan", key="edit_reset", on_click=_reset)
+def _history_buttons() -> None:
+    """Undo (the last move, placement, load or start over) beside Start over."""
+    history = st.session_state.get(HISTORY) or []
+    left, right = st.columns(2)
+    left.button("Undo", key="edit_undo", on_click=_undo, disabled=not history, icon=":material/undo:",
+                help=f"Undo {md(history[-1][0])}" if history else "Nothing to undo yet")
+    right.button("Start over", key="edit_reset", on_click=_reset, icon=":material/restart_alt:",
+                 help="From the current plan of the sidebar; your edit is kept: Undo brings it back")
 
 
 main()

@@ -26,6 +26,16 @@ VERSION = "shard_editor_version"  # bumped when a suggestion replaces the table
 RUNS = "shard_runs"  # spec hash -> its last real run
 
 
+def collectives_table(plan: Any) -> pd.DataFrame:
+    """One row per collective the spec adds, in units people read (the full page width: the reasons
+    are sentences)."""
+    return pd.DataFrame([{"Collective": c.kind, "Tensor": c.node, "Module": c.module,
+                          "Pass": "backward" if c.backward else "forward",
+                          "Bytes": format_bytes(c.nbytes), "Time": format_seconds(c.time_s),
+                          "Why": c.reason} for c in plan.collectives],
+                        columns=["Collective", "Tensor", "Module", "Pass", "Bytes", "Time", "Why"])
+
+
 def _table(graph: Graph, spec: dict[str, str]) -> pd.DataFrame:
     """One row per parameter, the sharded ones first (each group in ``named_parameters()`` order)."""
     params = sharding.parameter_shapes(graph)
@@ -142,18 +152,18 @@ def main() -> None:
     metrics[1].metric("Collectives per step", sum(plan.counts(None).values()))
     metrics[2].metric("Communication time", format_seconds(plan.comm_time_s))
     (st.warning if over else st.success)(f"Over capacity: {', '.join(over)}." if over else "Every device fits.")
-    left, right = st.columns(2)
-    with left:
-        st.plotly_chart(training_figures.shard_memory_figure(before, after, devices), key="sh_memory_chart")
-    with right:
-        st.markdown("##### Collectives the spec adds")
-        if plan.collectives:
-            st.dataframe(pd.DataFrame([{"collective": c.kind, "tensor": c.node, "module": c.module,
-                                        "pass": "backward" if c.backward else "forward",
-                                        "bytes": format_bytes(c.nbytes), "time": format_seconds(c.time_s),
-                                        "why": c.reason} for c in plan.collectives]), hide_index=True)
-        else:
-            st.caption("None: nothing is sharded.")
+    st.plotly_chart(training_figures.shard_memory_figure(before, after, devices), key="sh_memory_chart")
+    st.markdown("##### Collectives the spec adds")
+    if plan.collectives:
+        st.dataframe(collectives_table(plan), hide_index=True, width="stretch", column_config={
+            "Collective": st.column_config.TextColumn(width="small"),
+            "Pass": st.column_config.TextColumn(width="small"),
+            "Bytes": st.column_config.TextColumn(width="small"),
+            "Time": st.column_config.TextColumn(width="small"),
+            "Why": st.column_config.TextColumn(width="large"),
+        })
+    else:
+        st.caption("None: nothing is sharded.")
     st.download_button("Download the spec (JSON)", json.dumps(plan.spec, indent=2), file_name="shard_spec.json",
                        mime="application/json", key="sh_download")
     _run(config, graph, plan, training)

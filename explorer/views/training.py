@@ -16,7 +16,7 @@ from explorer.builders.text import md
 from explorer.viewer import show_graph
 from partitioner import Graph, PartitionError, format_bytes
 from partitioner import remat
-from partitioner.units import format_seconds
+from partitioner.units import format_flops, format_seconds
 
 RESULTS = "remat_results"  # (graph fingerprint, loss) -> the sweep's results
 BUDGETS = (0.0, 0.25, 0.5, 0.75, 1.0)
@@ -114,7 +114,7 @@ def main() -> None:
                    delta_color="off", help=f"Nodes of the traced graph (as drawn below) whose output the backward "
                    f"computes again: {result.recomputed_ops} aten ops once decomposed "
                    f"({redo_all.recomputed_ops} at budget 0). Views are not counted: redoing them is free.")
-    cols[2].metric("Recompute FLOPs", f"{result.recompute_flops:,}")
+    cols[2].metric("Recompute FLOPs", format_flops(result.recompute_flops))
     cols[3].metric("Recompute time", format_seconds(result.recompute_time_s), "at 10 TFLOP/s", delta_color="off")
     if any(r.gradients_equal is False for r in results):
         st.error("The split forward and backward did not give eager's gradients at some budget.")

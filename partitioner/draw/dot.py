@@ -14,16 +14,19 @@ from typing import Iterable, Mapping, Sequence
 from partitioner.devices import Device
 from partitioner.plan.records import Partition, Plan
 
-__all__ = ["PALETTE", "CRITICAL_COLOUR", "WARNING_COLOUR", "HIGHLIGHT_COLOUR", "UNKNOWN_DEVICE_COLOUR",
+__all__ = ["PALETTE", "TOL_LIGHT", "CRITICAL_COLOUR", "WARNING_COLOUR", "HIGHLIGHT_COLOUR", "UNKNOWN_DEVICE_COLOUR",
            "device_colours", "over_capacity_devices", "partition_capacity", "quote", "percent",
            "device_names", "fill", "bar_label", "html_text"]
 
-# Light fills that keep black text readable; colour-blind-safe order for the first eight
-# (Okabe-Ito hues lightened), then more. Device i (in logical-id order) gets PALETTE[i % 16].
-PALETTE: tuple[str, ...] = (
-    "#a6cee3", "#fdbf6f", "#b2df8a", "#cab2d6", "#ffff99", "#8dd3c7", "#fccde5", "#d9d9d9",
-    "#80b1d3", "#bebada", "#ccebc5", "#ffed6f", "#e5c494", "#b3de69", "#fb9a99", "#bc80bd",
+# NOTE: [Device palette] Light fills that keep black text readable. The first nine are Paul Tol's
+# "light" scheme (https://personal.sron.nl/~pault/#sec:qualitative), made for labelled fills and
+# distinct to readers with deuteranopia or protanopia (tests/draw/test_palette.py simulates both);
+# then pastels for the rarer plans of more devices. Device i (in logical-id order) gets
+# PALETTE[i % 16].
+TOL_LIGHT: tuple[str, ...] = (
+    "#77aadd", "#ee8866", "#eedd88", "#ffaabb", "#99ddff", "#44bb99", "#bbcc33", "#aaaa00", "#dddddd",
 )
+PALETTE: tuple[str, ...] = TOL_LIGHT + ("#cab2d6", "#fccde5", "#ccebc5", "#e5c494", "#bebada", "#80b1d3", "#fb9a99")
 CRITICAL_COLOUR = "#d62728"  # critical-path edges and outlines
 WARNING_COLOUR = "#ff7f0e"  # partitions on a device over its memory
 HIGHLIGHT_COLOUR = "#1f5fd6"  # search hits

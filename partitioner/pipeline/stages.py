@@ -38,6 +38,10 @@ from partitioner.errors import InfeasibleError, PartitionError
 from partitioner.graph import Graph
 from partitioner.pipeline.simulate import simulate
 
+BOTTLENECK_NOTE = ("this split is exact for its slowest stage (compute plus the transfer out), the proxy "
+                   "the dynamic program minimises; the step time also counts the schedule's fill and drain, "
+                   "so a split with a slower bottleneck can finish a step sooner")
+
 if TYPE_CHECKING:
     from partitioner.plan.records import Plan
 

@@ -189,8 +189,8 @@ def plan_violations(
             found.append(Violation(
                 MEMORY,
                 f"device {dev.name} (id {did}) holds partition(s) {holders.get(did, [])} using "
-                f"{format_bytes(used[did])} ({used[did]} B) of its {format_bytes(dev.memory_bytes)} "
-                f"({dev.memory_bytes} B); move nodes to another device or add memory",
+                f"{format_bytes(used[did])} of its {format_bytes(dev.memory_bytes)} "
+                f"({format_bytes(used[did] - dev.memory_bytes)} over); move nodes to another device or add memory",
                 min(holders[did]) if holders.get(did) else None, device=did,
             ))
     cycle = find_cycle(len(plan.partitions), edges) if ids_ok else []

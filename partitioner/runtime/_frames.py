@@ -3,6 +3,7 @@ on a pipe, and the typed message a rank sends. Torch-free."""
 
 from __future__ import annotations
 
+import logging
 import os
 import pickle
 import struct
@@ -12,7 +13,7 @@ import time
 from typing import IO, Any, NamedTuple
 
 __all__ = ["Message", "Reply", "write_frame", "read_frame", "exit_with_parent", "set_channel", "send",
-           "child_pythonpath"]
+           "child_pythonpath", "quiet_server_loggers"]
 
 _HEADER = struct.Struct("!Q")
 
@@ -68,6 +69,16 @@ def read_frame(stream: IO[bytes]) -> Any:
     if len(data) < size:
         raise EOFError("the stream ended inside a frame")
     return pickle.loads(data)
+
+
+def quiet_server_loggers() -> None:
+    """In a child the library started: a job that imported a web app's modules when it unpickled
+    (a Streamlit page's functions) would log the server's warnings once per call, "missing
+    ScriptRunContext" above all, where no server runs; its loggers keep errors only. Touches
+    Streamlit only when the job already imported it."""
+    streamlit_logger = sys.modules.get("streamlit.logger")
+    if streamlit_logger is not None:
+        streamlit_logger.set_log_level(logging.ERROR)
 
 
 def exit_with_parent(poll_s: float = 0.5) -> None:

@@ -14,7 +14,7 @@ import threading
 import traceback
 from typing import IO, Any
 
-from partitioner.runtime._frames import Message, exit_with_parent, read_frame, send, set_channel
+from partitioner.runtime._frames import Message, exit_with_parent, quiet_server_loggers, read_frame, send, set_channel
 
 
 def _exit_with_parent(stdin: IO[bytes]) -> None:
@@ -31,6 +31,7 @@ def main() -> None:
     rank = int(os.environ["RANK"])
     try:
         entry, args, backend, timeout_s = read_frame(sys.stdin.buffer)
+        quiet_server_loggers()
     except BaseException as exc:  # noqa: BLE001 - reported to the launcher as data
         send(Message("error", rank, f"could not read the job: {type(exc).__name__}: {exc}"))
         return

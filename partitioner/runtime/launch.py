@@ -176,7 +176,7 @@ def launch(entry: Callable[..., Any], world_size: int, args: tuple[Any, ...] = (
     port = free_port()
     if progress:
         progress(f"starting {world_size} processes ({backend}, port {port})")
-    base = dict(os.environ)
+    base = dict(os.environ, STREAMLIT_LOGGER_LEVEL="error")  # no server runs in a rank (quiet_server_loggers)
     base["PYTHONPATH"] = child_pythonpath(_ROOT)
     # Children unpickle torch objects before any of our code runs: keep torch's deprecation
     # notices out of the person's terminal.

@@ -20,7 +20,7 @@ import traceback
 from typing import Any, Callable
 
 from partitioner.errors import RunError
-from partitioner.runtime._frames import Reply, child_pythonpath, exit_with_parent  # not defined here: this module runs as __main__
+from partitioner.runtime._frames import Reply, child_pythonpath, exit_with_parent, quiet_server_loggers  # not defined here: this module runs as __main__
 
 __all__ = ["run_in_worker", "WorkerTimeout"]
 
@@ -37,6 +37,7 @@ def run_in_worker(fn: Callable[..., Any], args: tuple[Any, ...], timeout_s: floa
     ``fn`` must be a module-level function and ``args`` picklable."""
     env = dict(os.environ)
     env["PYTHONPATH"] = child_pythonpath(_ROOT)
+    env["STREAMLIT_LOGGER_LEVEL"] = "error"  # no server runs there (quiet_server_loggers)
     proc = subprocess.Popen([sys.executable, "-m", "partitioner.runtime.worker"], stdin=subprocess.PIPE,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
     try:
@@ -68,6 +69,7 @@ def _serve() -> None:
     sys.stdout = sys.stderr  # anything the function prints stays off the result channel
     try:
         fn, args = pickle.loads(sys.stdin.buffer.read())
+        quiet_server_loggers()
         result = Reply(True, fn(*args))
     except BaseException as exc:  # report every failure to the parent, whatever it was
         result = Reply(False, f"{type(exc).__name__}: {exc}\n{traceback.format_exc(limit=4)}")

@@ -17,7 +17,7 @@ from explorer.builders.inputs import ALLOW_USER_MODELS_ENV
 from explorer.sidebar import HF_MODEL, USER_MODEL
 from explorer.builders.teaching import MODE_TEXT
 
-from app_helpers import APP, MODELS, TIMEOUT, charts, errors, review, start, summary
+from app_helpers import APP, MODELS, TIMEOUT, charts, errors, review, shown, start, summary
 
 
 def test_opens_on_a_model_that_needs_several_devices_and_shows_a_plan():
@@ -217,3 +217,45 @@ def test_review_page_loads_a_plan_and_moves_a_node():
     assert at.session_state["edit"]["partition_to_devices"]  # nothing lost across pages
     at.button(key="edit_reset").click().run()
     assert "edit" not in at.session_state
+
+
+def test_review_undo_steps_back_through_moves_placements_and_start_over():
+    at = review(start())
+    assert at.button(key="edit_undo").disabled  # nothing to undo yet
+    before = at.session_state["edit_scored"][1]
+    part = before.partitions[0]
+    spare = next(d.logical_id for d in before.devices if d.logical_id not in part.device_ids)
+    at.selectbox(key="edit_place_partition").set_value(part.id)
+    at.multiselect(key="edit_place_devices").set_value([spare])
+    at.button(key="edit_place").click().run()
+    assert not at.exception
+    assert at.session_state["edit"]["partition_to_devices"][str(part.id)] == [spare]
+    moves = next(df.value for df in at.dataframe if "node" in df.value.columns)
+    assert sorted(moves["node"]) == sorted(part.node_names)  # a placement moves every node of it
+    assert set(moves["change"]) == {"other devices"}
+    placed = dict(at.session_state["edit"]["partition_to_devices"])
+    first = at.selectbox(key="edit_node").value
+    at.selectbox(key="edit_node").set_value(first)
+    at.selectbox(key="edit_target").set_value(-1).run()
+    at.button(key="edit_move").click().run()
+    assert not at.exception
+    moved = dict(at.session_state["edit"]["node_to_partition"])
+    at.button(key="edit_reset").click().run()  # start over: kept for Undo
+    assert "edit" not in at.session_state
+    at.button(key="edit_undo").click().run()
+    assert at.session_state["edit"]["node_to_partition"] == moved  # the move is back
+    at.button(key="edit_undo").click().run()
+    assert at.session_state["edit"]["partition_to_devices"] == placed  # before the move
+    at.button(key="edit_undo").click().run()
+    assert "edit" not in at.session_state and not at.exception  # the plan as the mode made it
+    assert at.button(key="edit_undo").disabled
+
+
+def test_explore_headline_says_how_many_devices_the_model_needs_at_least():
+    at = start()
+    used = next(m for m in at.metric if m.label == "Devices used")
+    assert used.proto.delta.startswith("needs at least ")
+    needed = int(used.proto.delta.rsplit(" ", 1)[1])
+    assert 1 <= needed <= int(used.value.split(" of ")[0])  # a lower bound on what the plan uses
+    at.text_input(key="dev_memory").set_value("1 KiB").run()  # no plan: the caption says what it needs
+    assert errors(at) and any("all 4 devices together hold 4 KiB" in shown(c.value) for c in at.caption)

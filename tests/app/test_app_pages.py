@@ -223,7 +223,7 @@ def test_optimal_mode_says_how_far_from_the_best_and_compare_measures_every_mode
     assert any(plan.bound_summary() in c.value for c in at.caption)
     at.switch_page("views/compare.py").run()
     frame = at.dataframe[0].value.set_index("Mode")
-    assert frame.loc["optimal", "Gap to optimal"] == "+0.0%"
+    assert frame.loc["optimal", "Gap to optimal"] == "0%"  # signs as a person writes them: never "+0.0%"
     ok = frame[frame["Error"] == ""]
     assert all(float(g.rstrip("%")) >= -1e-9 for g in ok["Gap to optimal"])
     assert all(g.endswith("%") for g in ok["Gap to bound"])
@@ -337,8 +337,9 @@ def test_sharding_page_suggests_edits_and_runs():
     assert any("Every device fits" in s.value for s in at.success)
     largest = next(m for m in at.metric if m.label == "Largest device memory")
     assert largest.delta.startswith("-") and largest.delta.endswith("sharded") and largest.delta != "-0 B sharded"
-    collectives = [d.value for d in at.dataframe if "collective" in d.value.columns][0]
-    assert set(collectives["collective"]) == {"all_reduce"} and len(collectives) == 4
+    collectives = [d.value for d in at.dataframe if "Collective" in d.value.columns][0]
+    assert set(collectives["Collective"]) == {"all_reduce"} and len(collectives) == 4
+    assert list(collectives.columns) == ["Collective", "Tensor", "Module", "Pass", "Bytes", "Time", "Why"]
     at.switch_page("views/explore.py").run()
     at.switch_page("views/sharding.py").run()
     assert any("Every device fits" in s.value for s in at.success)  # the suggestion was kept

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 
@@ -189,3 +190,68 @@ def test_comparison_figure_has_four_panels_and_marks_failures(mlp):
 
 
 # -- inputs --------------------------------------------------------------------------------
+
+
+def test_readable_device_and_edge_tables_speak_in_units_and_name_partitions_as_the_dag(plans):
+    plan = plans["cost_aware"]
+    devices = tables.readable_device_table(plan)
+    assert not [c for c in devices.columns if "_" in c or c != c.strip()]  # headers in words
+    assert list(devices["Device"]) == [d.name for d in sorted(plan.devices, key=lambda d: d.logical_id)]
+    assert all(re.fullmatch(r"(<0\.1|\d+\.\d)%", share) for share in devices["Of capacity"])  # as the partition table
+    held = sorted(f"P{p.id}" for p in plan.partitions)
+    assert sorted(x for cell in devices["Partitions"] if cell != "-" for x in cell.split(", ")) == held
+    edges = tables.readable_edge_table(plan)
+    assert len(edges) == len(plan.edges) and not [c for c in edges.columns if "_" in c]
+    assert all(str(v).startswith("P") for v in list(edges["From"]) + list(edges["To"]))
+    assert all(re.fullmatch(r"[\d.]+ (s|ms|us|ns)|free \(same device\)", t) for t in edges["Transfer time"])
+    assert all(re.fullmatch(r"[\d.]+ (B|KiB|MiB|GiB|TiB)", b) for b in edges["Bytes crossing"])
+
+
+def test_over_capacity_message_gives_sizes_people_read():
+    graph, plan = over_capacity_plan()
+    message = next(v.message for v in plan.violations(graph) if "of its" in v.message)
+    assert "of its 1 KiB (" in message and " over)" in message
+    assert not re.search(r"\d{4,} B", message)
+
+
+def test_moves_table_counts_a_partition_placed_on_other_devices(mlp):
+    devices = partitioner.parse_devices("3x16KiB")
+    plan = partitioner.partition(mlp, devices)
+    edit = editing.edit_from_plan(plan, "test")
+    part = plan.partitions[-1]
+    spare = next(d.logical_id for d in devices if d.logical_id not in part.device_ids)
+    placed = editing.evaluate_edit(editing.place_partition(edit, part.id, [spare]), mlp, devices)
+    frame = tables.moves_table(plan, placed)
+    assert sorted(frame["node"]) == sorted(part.node_names)
+    assert set(frame["change"]) == {"other devices"}
+    assert set(frame["to"]) == {f"P{part.id} ({devices[spare].name})"}
+
+
+def test_devices_needed_is_the_memory_lower_bound(mlp):
+    from partitioner.devices import fewest_devices
+
+    need = mlp.total_size_bytes
+    devices = partitioner.parse_devices(f"4x{need // 3 + 1}B")
+    assert fewest_devices(need, devices) == 3
+    assert fewest_devices(need, partitioner.parse_devices(f"1x{need}B")) == 1
+    assert fewest_devices(need, partitioner.parse_devices(f"2x{need // 3}B")) is None
+    mixed = partitioner.parse_devices(f"1x{need // 4}B,1x{need}B")  # the largest first
+    assert fewest_devices(need, mixed) == 1
+    headline, why = teaching.devices_needed(mlp, devices)
+    assert headline == "needs at least 3" and "lower bound" in why
+    assert teaching.devices_needed(mlp, partitioner.parse_devices("1x1KiB"))[0] == "needs more than these"
+
+
+def test_comparison_says_when_optimal_is_optimal_for_a_coarsened_graph_and_who_beats_it():
+    from partitioner.accelerator.compare import ModeResult
+
+    def row(mode: str, latency: float) -> ModeResult:
+        return ModeResult(mode, latency, 2, 0.5, 0.1, None, None)
+
+    results = [row("kl_based", 1.2e-3), row("optimal", 1.0e-3), row("accelerate", 0.999e-3)]
+    frame = tables.comparison_table(results, op_count=4000).set_index("Mode")
+    assert "coarsened graph only" in frame.loc["optimal", "Note"] and "4,000 ops" in frame.loc["optimal", "Note"]
+    assert frame.loc["accelerate", "Note"].startswith("beats optimal by 1 us (0.1% of its 1 ms)")
+    assert frame.loc["kl_based", "Note"] == ""
+    small = tables.comparison_table(results, op_count=50).set_index("Mode")
+    assert small.loc["optimal", "Note"] == ""

@@ -234,3 +234,16 @@ def test_app_steps_through_the_size_based_fill():
     assert viewers(at)["learn_steps"]["svg"] != first
     at.selectbox(key="learn_algorithm").set_value("kl_pass").run()
     assert not at.exception and any("of " in m.value for m in at.metric)
+
+
+def test_the_partition_picker_relabels_after_a_model_switch():
+    """The browser keeps a selectbox's label until the server sends a value: after another model
+    with the same partition ids, the picker must send the new label, not keep "P1 (53 nodes)"."""
+    at = AppTest.from_file(APP, default_timeout=120).run()
+    at.selectbox(key="explore_drill").set_value(1).run()
+    before = at.selectbox(key="explore_drill").options[2]
+    at.selectbox(key="model").set_value("cnn").run()
+    assert not at.exception
+    picker = at.selectbox(key="explore_drill")
+    assert picker.value == 1 and picker.options[2] != before
+    assert picker.proto.set_value and picker.proto.raw_value == picker.options[2]

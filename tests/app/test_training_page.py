@@ -37,3 +37,15 @@ def test_too_small_devices_are_named_as_the_cause():
     shown = [w.value for w in at.warning]
     assert any("No plan of this model fits the sidebar's devices" in w and "KiB" in w for w in shown), shown
     assert not any("see the Explore page" in i.value for i in at.info)
+
+
+def test_flops_read_in_units_in_the_tradeoff_and_the_graph():
+    graph = partitioner.trace(torch.nn.Sequential(torch.nn.Linear(64, 512), torch.nn.GELU(), torch.nn.Linear(512, 64)),
+                              (torch.randn(256, 64),))
+    gelu = graph.nodes[graph.op_indices[1]].name
+    result = RematResult(budget=0.5, saved=(), recomputed=(gelu,), saved_activation_bytes=0, saved_input_bytes=0,
+                         recompute_flops=35_362_048, recompute_time_s=1e-6, recomputed_ops=3)
+    hover = training_figures.tradeoff_figure([result], 0.5).data[0].hovertext[0]
+    assert "35.4 MFLOP" in hover and "35,362,048" not in hover
+    dot = training_figures.remat_to_dot(graph, result)
+    assert "FLOPs" not in dot and "FLOP" in dot
