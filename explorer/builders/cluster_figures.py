@@ -9,7 +9,8 @@ from typing import TYPE_CHECKING, Any, Sequence
 import pandas as pd
 import plotly.graph_objects as go
 
-from partitioner.units import format_bytes, format_seconds
+from explorer.builders.text import plain
+from partitioner.units import format_bytes, format_seconds, format_signed
 
 if TYPE_CHECKING:
     from partitioner.pipeline.simulate import Simulation
@@ -17,7 +18,7 @@ if TYPE_CHECKING:
 from partitioner.cluster import ClusterPlan, Collective, Layout, LayoutResult, Workload
 
 __all__ = ["pareto_figure", "memory_figure", "time_figure", "layouts_table", "CLOUD_PER_SIZE",
-           "MEMORY_KINDS", "collectives_table", "rank_memory_figure", "rank_stash", "run_figure", "run_table"]
+           "MEMORY_KINDS", "collectives_table", "rank_memory_figure", "rank_stash", "run_figure", "run_table", "parts_table"]
 
 GiB = 2**30
 CLOUD_PER_SIZE = 200  # grey points drawn at each device count (thinned evenly over step time)
@@ -200,21 +201,35 @@ def rank_memory_figure(r: LayoutResult, capacity_bytes: int) -> go.Figure | None
     return fig
 
 
-def run_figure(predicted: LayoutResult, measured_step_s: float) -> go.Figure:
-    """A real run's step beside the prediction for this machine, the prediction stacked by cause
-    (compute, each communication, bubble) as the time chart splits it; the error in the title."""
+def run_figure(check: Any) -> go.Figure:
+    """A real run's step beside its prediction on this machine's profile
+    (:class:`partitioner.cluster.checked.LayoutCheck`): the prediction stacked by part (compute,
+    DTensor dispatch, each collective, bubble), the measurement by what the run times apart (the
+    dp gradient sync and the rest), each with the end-to-end error in the title."""
+    from partitioner.cluster.checked import END_TO_END, REST, SYNC
+
     fig = go.Figure()
-    for cause, seconds in predicted.parts_s.items():
-        if seconds > 0:
-            fig.add_trace(go.Bar(x=["predicted"], y=[seconds], name=cause,
-                                 hovertemplate=f"{cause}: %{{y:.4g}} s<extra></extra>"))
-    fig.add_trace(go.Bar(x=["measured"], y=[measured_step_s], name="measured step", marker_color="#333333",
-                         hovertemplate="measured: %{y:.4g} s<extra></extra>"))
-    error = (measured_step_s - predicted.step_s) / predicted.step_s if predicted.step_s else float("inf")
+    for part in check.parts:
+        if part.name in (REST, SYNC, END_TO_END) or part.predicted_s <= 0:
+            continue
+        fig.add_trace(go.Bar(x=["predicted"], y=[part.predicted_s], name=plain(part.name),
+                             hovertemplate=f"{plain(part.name)}: %{{y:.4g}} s<extra></extra>"))
+    timed = [p for p in check.parts if p.name in (REST, SYNC) and p.measured_s is not None]
+    for part in timed or [check.parts[-1]]:
+        fig.add_trace(go.Bar(x=["measured"], y=[part.measured_s], name=f"measured: {plain(part.name)}",
+                             hovertemplate=f"{plain(part.name)}: %{{y:.4g}} s<extra></extra>"))
+    error = check.error
     fig.update_layout(barmode="stack", height=400, yaxis_title="time per step (s)", xaxis_title="",
-                      title=f"One training step, predicted against measured: {predicted.layout.label()} "
-                            f"(measured {error:+.0%} against predicted)")
+                      title=f"One training step on this machine, predicted against measured: "
+                            f"{check.run.layout.label()} (error {'-' if error is None else format_signed(error)})")
     return fig
+
+
+def parts_table(check: Any) -> pd.DataFrame:
+    """Each part of a checked run: predicted, measured where the run times it apart, the error."""
+    return pd.DataFrame([{"part": p.name, "predicted": format_seconds(p.predicted_s),
+                          "measured": "inside the rest" if p.measured_s is None else format_seconds(p.measured_s),
+                          "error": "-" if p.error is None else format_signed(p.error)} for p in check.parts])
 
 
 def run_table(predicted: LayoutResult, ranks: Sequence[Any]) -> pd.DataFrame:
@@ -226,6 +241,6 @@ def run_table(predicted: LayoutResult, ranks: Sequence[Any]) -> pd.DataFrame:
         rows.append({"rank": r.rank, "mesh": (f"pp={r.pp} " if predicted.layout.pp > 1 else "") + f"dp={r.dp} tp={r.tp}",
                      "parameters held": format_bytes(r.parameter_bytes), "gradients held": format_bytes(r.gradient_bytes),
                      "predicted": format_bytes(states),
-                     "error": f"{(r.memory_bytes - states) / states:+.1%}" if states else "-",
+                     "error": format_signed((r.memory_bytes - states) / states) if states else "-",
                      "step": format_seconds(r.step_s)})
     return pd.DataFrame(rows)

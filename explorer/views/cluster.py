@@ -5,6 +5,7 @@ ZeRO, recomputation), how fast and at what cost, for the sidebar's model
 from __future__ import annotations
 
 import dataclasses
+import os
 from typing import Any
 
 import streamlit as st
@@ -302,7 +303,8 @@ def _run_here(chosen: cluster.Layout, graph: Graph, prof: cluster.ModelProfile, 
     for this machine (its calibrated profile when there is one)."""
     import sample_models
     from partitioner import PartitionError
-    from partitioner.cluster.compose import model_tp_plan, run_layout
+    from partitioner.cluster.checked import check_layout
+    from partitioner.cluster.compose import model_tp_plan
     from partitioner.cluster.search import _simulator
     from partitioner.runtime.execute import picklable
 
@@ -331,8 +333,8 @@ def _run_here(chosen: cluster.Layout, graph: Graph, prof: cluster.ModelProfile, 
             module, inputs, kwargs = sample_models.load(config.model.name, dict(config.model.overrides))
         else:
             module, inputs, kwargs = picklable(graph.graph_module), graph.example_inputs or (), {}
-        return run_layout(module, inputs, lay, timeout_s=180, progress=progress, tp_plan=model_tp_plan(graph, lay.tp),
-                          example_kwargs=kwargs)
+        return check_layout(module, inputs, lay, timeout_s=180, progress=progress, graph=graph,
+                            tp_plan=model_tp_plan(graph, lay.tp), example_kwargs=kwargs)
 
     too_many = panels.too_many_processes(lay.devices)
     if too_many:
@@ -345,23 +347,29 @@ def _run_here(chosen: cluster.Layout, graph: Graph, prof: cluster.ModelProfile, 
             done = None
         if done is not None:
             runs[key] = done
-    result = runs.get(key)
-    if result is None:
+    check = runs.get(key)
+    if check is None:
         return
+    result = check.run
     work = cluster.Workload("training", max(1, prof.tokens0 // prof.seq0), prof.seq0, prof.element_bytes, "none")
-    target = cluster.local_cluster(lay.devices, result.backend == "nccl")
-    predicted = cluster.evaluate(prof, work, target, lay, _simulator())
+    planned = cluster.evaluate(prof, work, cluster.local_cluster(lay.devices, result.backend == "nccl"), lay,
+                               _simulator())
     good = result.outputs_equal and result.gradients_equal and result.loss_equal is not False
     (st.success if good else st.error)(md(
         f"Outputs {'equal' if result.outputs_equal else 'differ from'} one process's and gradients "
         f"{'equal' if result.gradients_equal else 'differ'} (max difference {result.max_abs_diff:.2g})"
         + (f": {result.mismatch}" if result.mismatch else "") + f". Measured {format_seconds(result.step_s)} a step "
-        f"(the slowest rank), predicted {format_seconds(predicted.step_s)} on {target.accelerator.name}."))
-    st.plotly_chart(cluster_figures.run_figure(predicted, result.step_s), key="cl_run_chart")
-    st.dataframe(cluster_figures.run_table(predicted, result.ranks), hide_index=True, width="stretch")
-    st.caption("Held: the parameter and gradient shards each rank holds after the step (activations are freed by "
-               "then); predicted: the planner's weights and gradients a device. `partition-explorer calibrate` "
-               "measures this machine so that the prediction uses its own speeds.")
+        f"(the slowest rank's median), predicted {format_seconds(check.predicted.total_s)} on the profile "
+        f"{check.profile_name!r} of this machine (load {check.load_average[0]:.1f} on {os.cpu_count()} cores)."))
+    st.plotly_chart(cluster_figures.run_figure(check), key="cl_run_chart")
+    left, right = st.columns(2)
+    left.dataframe(cluster_figures.parts_table(check), hide_index=True, width="stretch")
+    right.dataframe(cluster_figures.run_table(planned, result.ranks), hide_index=True, width="stretch")
+    st.caption("Parts the run does not time apart (compute, dispatch, tensor-parallel collectives, bubble) are "
+               "measured together as the rest of the step. Held: the parameter and gradient shards each rank holds "
+               "after the step (activations are freed by then); predicted: the planner's weights and gradients a "
+               "device. `partition-explorer calibrate` measures this machine again; a loaded machine moves its "
+               "speed between the calibration and the run.")
 
 
 def _stage_dag(chosen: cluster.LayoutResult, graph: Graph, target: cluster.Cluster) -> None:

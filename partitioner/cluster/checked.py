@@ -26,6 +26,8 @@ if TYPE_CHECKING:
     import torch
 
     from partitioner.device_profile import DeviceProfile
+    from partitioner.graph import Graph
+    from partitioner.sharding.tensor_parallel import TPPlan
 
 __all__ = ["PartCheck", "LayoutCheck", "check_layout", "SYNC", "REST", "END_TO_END"]
 
@@ -84,23 +86,30 @@ def _parts(predicted: Predicted, run: ComposedRun) -> tuple[PartCheck, ...]:
 
 def check_layout(module: torch.nn.Module, example_inputs: Sequence[Any] | torch.Tensor, layout: Layout, *,
                  profile: DeviceProfile | None = None, timeout_s: float = 180.0, repeats: int = 5,
-                 progress: Callable[[str], None] | None = None, in_worker: bool = False) -> LayoutCheck:
+                 progress: Callable[[str], None] | None = None, in_worker: bool = False,
+                 tp_plan: TPPlan | None = None, example_kwargs: dict[str, Any] | None = None,
+                 graph: Graph | None = None) -> LayoutCheck:
     """Run one training step of ``layout`` on ``layout.devices`` local processes (outputs and
     gradients checked against one process) and predict it on ``profile`` (this machine's cached
     ``local`` profile by default, measured first when there is none). Raises
     :class:`~partitioner.errors.PartitionError` for a layout the run cannot do and
     :class:`~partitioner.errors.RunError` naming the failing rank and its mesh coordinates.
-    ``in_worker``: all of it in a fresh worker process, killed after ``timeout_s`` plus a minute."""
+    ``in_worker``: all of it in a fresh worker process, killed after ``timeout_s`` plus a minute.
+    ``tp_plan`` and ``example_kwargs`` are :func:`~partitioner.cluster.compose.run_layout`'s;
+    ``graph``, the module's trace when the caller holds it (else it is traced here)."""
+    args = (module, example_inputs, layout, profile, timeout_s, repeats, None, tp_plan, example_kwargs, graph)
     if in_worker:
         from partitioner.runtime.worker import run_in_worker
 
-        return run_in_worker(_check_with, (module, example_inputs, layout, profile, timeout_s,  # type: ignore[no-any-return]
-                                           repeats), timeout_s + 60.0, f"the run of {layout.label()}")
-    return _check_with(module, example_inputs, layout, profile, timeout_s, repeats, progress)
+        return run_in_worker(_check_with, args, timeout_s + 60.0,  # type: ignore[no-any-return]
+                             f"the run of {layout.label()}")
+    return _check_with(*args[:6], progress, *args[7:])
 
 
 def _check_with(module: Any, example_inputs: Any, layout: Layout, profile: DeviceProfile | None,
-                timeout_s: float, repeats: int, progress: Callable[[str], None] | None = None) -> LayoutCheck:
+                timeout_s: float, repeats: int, progress: Callable[[str], None] | None = None,
+                tp_plan: TPPlan | None = None, example_kwargs: dict[str, Any] | None = None,
+                graph: Graph | None = None) -> LayoutCheck:
     import torch
 
     import partitioner
@@ -113,9 +122,14 @@ def _check_with(module: Any, example_inputs: Any, layout: Layout, profile: Devic
         if progress:
             progress("reading this machine's profile (measuring it when none is cached)")
         profile = local_profile(progress=progress)
-    plan = linear_pairs_plan(module, layout.tp) if layout.tp > 1 else ()
-    graph = partitioner.trace(module, inputs, name=type(module).__name__)
+    if tp_plan is not None and layout.tp > 1:
+        plan = tuple((path, s["style"]) for path, s in tp_plan.styles.items())
+    else:
+        plan = linear_pairs_plan(module, layout.tp) if layout.tp > 1 else ()
+    if graph is None:
+        graph = partitioner.trace(module, inputs, name=type(module).__name__, example_kwargs=example_kwargs)
     predicted = composed_step(graph, layout, plan, profile, int(inputs[0].shape[0]))
-    run = run_layout(module, inputs, layout, timeout_s=timeout_s, repeats=repeats, progress=progress)
+    run = run_layout(module, inputs, layout, timeout_s=timeout_s, repeats=repeats, progress=progress,
+                     tp_plan=tp_plan, example_kwargs=example_kwargs)
     load = os.getloadavg() if hasattr(os, "getloadavg") else (0.0, 0.0, 0.0)
     return LayoutCheck(run, predicted, _parts(predicted, run), profile.name, tuple(load))  # type: ignore[arg-type]

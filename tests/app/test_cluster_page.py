@@ -150,7 +150,7 @@ def test_run_this_layout_runs_a_pipeline_and_compares_it_with_the_prediction():
     at.button(key="cl_run").click().run(timeout=600)
     assert not at.exception and not errors(at)
     assert any("Outputs equal one process's and gradients equal" in shown(s.value) for s in at.success)
-    figure = next(f for t, f in _figures(at).items() if t.startswith("One training step, predicted against measured"))
+    figure = next(f for t, f in _figures(at).items() if t.startswith("One training step on this machine, predicted against measured"))
     assert {trace["x"][0] for trace in figure["data"]} == {"predicted", "measured"}
     table = next(df.value for df in at.dataframe if "mesh" in df.value.columns)
     pp = int(piped.split(" pp")[1].split()[0])
