@@ -16,7 +16,7 @@ from partitioner import Graph, Plan, format_bytes
 from partitioner.accelerator.compare import ModeResult
 from partitioner.draw.overlay import formatter, partition_values, plotly_scale
 from partitioner.plan.records import Partition
-from partitioner.units import format_seconds
+from partitioner.units import format_seconds, format_signed
 from partitioner.draw.dag import (
     CRITICAL_COLOUR,
     UNKNOWN_DEVICE_COLOUR,
@@ -348,3 +348,20 @@ def run_figure(partitions: Sequence[Any], unit_s: float | None = None) -> go.Fig
     fig.update_layout(barmode="group")
     fig.update_yaxes(title=f"time ({unit})")
     return _layout(fig, "Predicted against measured, per partition", height=320)
+
+
+def predicted_parts_figure(parts: Sequence[tuple[str, float]], measured_s: float, title: str) -> go.Figure:
+    """A prediction stacked by part (seconds) beside one measured time, the error in the title."""
+    total = sum(seconds for _, seconds in parts)
+    unit, scale = time_unit(max(total, measured_s))
+    fig = go.Figure()
+    for name, seconds in parts:
+        if seconds > 0:
+            fig.add_bar(x=["predicted"], y=[seconds / scale], name=plain(name),
+                        hovertemplate=f"{plain(name)}: %{{y:.4g}} {unit}<extra></extra>")
+    fig.add_bar(x=["measured"], y=[measured_s / scale], name="measured", marker_color="#333333",
+                hovertemplate=f"measured: %{{y:.4g}} {unit}<extra></extra>")
+    fig.update_layout(barmode="stack")
+    fig.update_yaxes(title=f"time ({unit})")
+    error = (measured_s - total) / total if total > 0 else float("nan")
+    return _layout(fig, f"{plain(title)}: predicted against measured (error {format_signed(error)})", height=340)

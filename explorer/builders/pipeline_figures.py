@@ -194,3 +194,16 @@ def stage_memory_figure(pp: PipelinePlan, capacity: Sequence[int]) -> go.Figure:
     fig.update_layout(barmode="stack")
     fig.update_yaxes(title=f"memory ({unit})", rangemode="tozero")
     return _layout(fig, "Memory per stage against its device")
+
+
+def run_figure(stages: Sequence[int], simulated_s: Sequence[float], measured_s: Sequence[float]) -> go.Figure:
+    """A real pipeline run's forward per microbatch on each stage beside the simulation's."""
+    unit, scale = time_unit(max([*simulated_s, *measured_s], default=0.0))
+    labels = [f"S{s}" for s in stages]
+    fig = go.Figure()
+    fig.add_bar(x=labels, y=[t / scale for t in simulated_s], name="simulated", marker={"color": "#9ecae1"})
+    fig.add_bar(x=labels, y=[t / scale for t in measured_s], name="measured", marker={"color": "#3182bd"})
+    fig.update_layout(barmode="group")
+    fig.update_yaxes(title=f"forward per microbatch ({unit})")
+    fig.update_xaxes(title="stage")
+    return _layout(fig, "Simulated against measured, per stage")

@@ -126,19 +126,25 @@ def _real_run(pp: pipeline.PipelinePlan, graph: Graph) -> None:
             return
         same = result.outputs_equal and result.gradients_equal is not False
         words = "Outputs" + (" and gradients" if result.gradients_equal is not None else "")
+        error = ((result.measured_step_s - result.simulated_step_s) / result.simulated_step_s
+                 if result.simulated_step_s > 0 else float("nan"))
         (st.success if same else st.error)(
             f"{words} {'equal' if same else 'differ from'} the model's. Step measured "
-            f"{format_seconds(result.measured_step_s)} on {result.world_size} processes, simulated "
-            f"{format_seconds(result.simulated_step_s)}.")
+            f"{format_seconds(result.measured_step_s)} on {result.world_size} processes (the median after a "
+            f"warm-up), simulated {format_seconds(result.simulated_step_s)}: error {format_signed(error)}.")
+        stages = list(range(len(result.stage_forward_s)))
+        st.plotly_chart(pipeline_figures.run_figure(stages, result.simulated_forward_s, result.stage_forward_s),
+                        key="pp_run_chart")
         st.dataframe(pd.DataFrame({
-            "stage": list(range(len(result.stage_forward_s))),
+            "stage": [f"S{s}" for s in stages],
             "forward / microbatch, simulated": [format_seconds(t) for t in result.simulated_forward_s],
             "forward / microbatch, measured": [format_seconds(t) for t in result.stage_forward_s],
-            "measured / simulated": [f"{m / s:.3g}x" if s > 0 else "-"
-                                     for m, s in zip(result.stage_forward_s, result.simulated_forward_s)],
+            "error": [format_signed((m - s) / s) if s > 0 else "-"
+                      for m, s in zip(result.stage_forward_s, result.simulated_forward_s)],
         }), hide_index=True)
-        st.caption("Simulated times use the roofline estimate of the devices you described; this machine's "
-                   "processes share its cores, so expect a constant factor.")
+        st.caption("Simulated times use the devices' speeds as described: with this machine's measured profile as "
+                   "the device type (`partition-explorer calibrate`, then `local` in the sidebar) they are this "
+                   "machine's; with a preset, expect a constant factor.")
 
 
 def main() -> None:

@@ -14,7 +14,7 @@ import streamlit as st
 
 import sample_models
 from explorer import panels, state
-from explorer.builders import training_figures
+from explorer.builders import figures, training_figures
 from partitioner import Graph, ShardingError, format_bytes
 from partitioner import sharding
 from partitioner.sharding import tensor_parallel
@@ -76,7 +76,7 @@ def _run(config: state.PlanConfig, graph: Graph, plan: tensor_parallel.TPPlan, t
             def start(progress: Callable[[str], None]) -> Any:
                 module, inputs, kwargs = _module(config, graph)
                 return run_sharded(module, inputs, plan, training=training, timeout_s=180, progress=progress,
-                                   example_kwargs=kwargs)
+                                   example_kwargs=kwargs, repeats=5)
 
             try:
                 done = panels.run_with_status(start)
@@ -94,6 +94,28 @@ def _run(config: state.PlanConfig, graph: Graph, plan: tensor_parallel.TPPlan, t
             f"{result.max_abs_diff:.2g}); collectives counted {result.forward_counts} forward"
             + (f", {result.backward_counts} backward" if training else "")
             + f": {'as predicted' if result.counts_match else 'not as predicted'}.")
+        _forward_against_prediction(config, graph, plan, result.forward_s)
+
+
+def _forward_against_prediction(config: state.PlanConfig, graph: Graph, plan: tensor_parallel.TPPlan,
+                                measured_s: float) -> None:
+    """The run's forward (median of 5 warm ones on rank 0) beside the one predicted on the
+    devices' measured profile, by part; without a profile, how to get one."""
+    from partitioner.cost.measured import device_profile
+    from partitioner.cost.runs import tp_forward
+
+    profile = device_profile(config.device_list())
+    if profile is None:
+        st.caption(f"Forward measured {format_seconds(measured_s)} (median of 5 warm ones on rank 0). For a "
+                   "prediction to hold it against, measure this machine (`partition-explorer calibrate`) and "
+                   "choose its profile, `local`, as the device type in the sidebar.")
+        return
+    predicted = tp_forward(graph, plan, profile)
+    st.plotly_chart(figures.predicted_parts_figure(predicted.parts, measured_s, "The tensor-parallel forward"),
+                    key="sh_run_chart")
+    st.caption(md(f"Predicted on the measured profile {profile.name!r}: compute of each rank's shard, DTensor's "
+                  "dispatch per sharded module and each collective; measured: the median of 5 warm forwards on "
+                  "rank 0."))
 
 
 def main() -> None:

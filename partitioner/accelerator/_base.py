@@ -113,7 +113,7 @@ def largest_node_check(graph: Graph, devices: Sequence[Device]) -> None:
     if need > room:
         node = graph.nodes[biggest]
         raise InfeasibleError(
-            f"node {node.name!r} ({node.target}) needs {format_bytes(need)} ({need} B) with its "
-            f"inputs but the largest device has {format_bytes(room)} ({room} B); add memory to a "
+            f"node {node.name!r} ({node.target}) needs {format_bytes(need)} with its inputs but the "
+            f"largest device has {format_bytes(room)} ({format_bytes(need - room)} short); add memory to a "
             "device or shrink that layer"
         )

@@ -168,8 +168,8 @@ def partition_with(graph: Graph, devices: Sequence[Device], mode: str, options: 
         assignment = Assignment([0 if nd.is_op else -1 for nd in graph.nodes], [[biggest.logical_id]])
     elif total > capacity:
         raise InfeasibleError(
-            f"the model needs {format_bytes(total)} ({total} B) but all {len(devices)} devices "
-            f"together have {format_bytes(capacity)} ({capacity} B); add devices or memory"
+            f"the model needs {format_bytes(total)} but all {len(devices)} devices together have "
+            f"{format_bytes(capacity)} ({format_bytes(total - capacity)} short); add devices or memory"
         )
     else:
         largest_node_check(graph, devices)
@@ -310,8 +310,7 @@ def check_plan(
             if over:
                 shown = "; ".join(
                     f"{d.name} (id {d.logical_id}) {used[d.logical_id] / d.memory_bytes:.1%}: "
-                    f"{format_bytes(used[d.logical_id])} ({used[d.logical_id]} B) of "
-                    f"{format_bytes(d.memory_bytes)} ({d.memory_bytes} B)" for d in over)
+                    f"{format_bytes(used[d.logical_id])} of {format_bytes(d.memory_bytes)}" for d in over)
                 problems.append(Violation(
                     MEMORY_BUDGET,
                     f"peak memory utilisation {evaluated.memory_utilisation():.1%} exceeds the budget "

@@ -106,7 +106,7 @@ def test_aot_based_incomplete_mapping(worked_example):
 def test_aot_based_over_capacity_lists_violation(worked_example):
     graph, _ = worked_example
     mapping = {name: 0 for name in graph.op_names}
-    with pytest.raises(partitioner.InvalidPlanError, match=r"device dev_0 \(id 0\) .* using 240 B .* of its 125 B"):
+    with pytest.raises(partitioner.InvalidPlanError, match=r"device dev_0 \(id 0\) .* using 240 B of its 125 B \(115 B over\)"):
         partitioner.partition(graph, devices(4, 125), mode="aot_based",
                               node_to_partition=mapping, partition_to_devices={0: [0]})
 
