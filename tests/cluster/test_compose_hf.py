@@ -48,9 +48,14 @@ def test_dp_over_the_models_own_tensor_parallel_plan_equals_one_process(name, la
         assert held == pytest.approx(whole - sharded + sharded / 2, rel=0.02)
 
 
-def test_a_model_without_a_plan_of_its_own_composes_by_linear_pairs():
+def test_a_model_without_a_plan_of_its_own_composes_by_its_mlp_pairs():
     module, inputs, kwargs = sample_models.load("hf:gpt2", overrides=GPT2)
-    assert model_tp_plan(partitioner.trace(module, inputs, example_kwargs=kwargs), 2) is None
+    plan = model_tp_plan(partitioner.trace(module, inputs, example_kwargs=kwargs), 2)
+    assert plan is not None and set(plan.styles) == {f"transformer.h.{i}.mlp.{layer}" for i in range(2)
+                                                     for layer in ("c_fc", "c_proj")}
+    assert set(plan.transposed) == set(plan.styles)  # GPT-2's Conv1D, run as the equal Linear
+    mlp, inputs, _ = sample_models.load("mlp")
+    assert model_tp_plan(partitioner.trace(mlp, inputs), 2) is None  # its Linear pairs serve
 
 
 @pytest.mark.slow
