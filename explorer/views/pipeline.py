@@ -16,7 +16,7 @@ from partitioner import Graph, PartitionError, format_bytes, pipeline
 from partitioner.pipeline.runner import check_runnable
 from partitioner.pipeline.schedules import SCHEDULES, MicrobatchError, stages_per_rank
 from partitioner.pipeline.stages import BOTTLENECK_NOTE
-from partitioner.units import format_change, format_seconds, format_share
+from partitioner.units import format_change, format_seconds, format_share, format_signed
 from explorer.builders.text import md
 
 PIPELINE_RUNS = "pipeline_runs"  # pipeline plan JSON hash -> its last real run

@@ -341,7 +341,8 @@ def run_layout(module: torch.nn.Module, example_inputs: Sequence[Any] | torch.Te
     inputs = (example_inputs,) if isinstance(example_inputs, torch.Tensor) else tuple(example_inputs)
     kwargs = dict(example_kwargs or {})
     _check(layout, inputs)
-    styles, transposed = None, ()
+    styles: dict[str, dict[str, str]] | None = None
+    transposed: tuple[str, ...] = ()
     if tp_plan is not None and layout.tp > 1:
         if tp_plan.world_size != layout.tp or layout.pp > 1:
             raise PartitionError(f"a tensor-parallel plan runs here over the layout's tp ({layout.tp}, the plan has "

@@ -131,9 +131,9 @@ def test_the_sharding_page_on_a_hugging_face_model():
     assert not at.exception, at.exception
     at.button(key="sh_model_plan").click().run()
     assert not at.exception and not at.error, [e.value for e in at.error]
-    collectives = [d.value for d in at.dataframe if "collective" in d.value.columns][0]
-    assert set(collectives["collective"]) == {"all_reduce"}
-    assert set(collectives["module"]) == {f"model.layers.{i}.{m}" for i in range(2)
+    collectives = [d.value for d in at.dataframe if "Collective" in d.value.columns][0]
+    assert set(collectives["Collective"]) == {"all_reduce"}
+    assert set(collectives["Module"]) == {f"model.layers.{i}.{m}" for i in range(2)
                                           for m in ("self_attn.o_proj", "mlp.down_proj")}
     at.button(key="sh_run").click().run(timeout=240)
     assert not at.exception and not at.error, [e.value for e in at.error]
