@@ -20,8 +20,10 @@ __all__ = ["improve_by_moves", "default_budget"]
 
 _EPS = 1e-12
 _CHECKS_PER_EVAL = 20  # memory checks that cost the budget one evaluation
-_SCORED_REFS = 4_000_000  # node entries the scored plans may hold (about 32 MB of references)
-_SCORED_NODES = 5_000  # graphs up to this size keep scored plans (larger: few tries, each long)
+_SCORED_REFS = 1_000_000  # node entries the scored plans may hold (about 8 MB of references)
+_SCORED_NODES = 150  # graphs up to this size keep scored plans: the default budget affords them 9 or
+# more tries a node, and a fifth of the tries meet a plan again; beyond, few do, and keying every
+# try cost 4-8 % at 250-500 nodes
 
 
 def default_budget(problem: Problem) -> int:
@@ -388,12 +390,14 @@ def _score(s: _State, moves: Sequence[tuple[int, int]]) -> float:
             key ^= hash((v, part[v])) ^ hash((v, q))
             after[v] = q
         found = scored.get(key)
-        if found is not None and found[0] == after and found[1] == s.placement:  # not a collision
+        if found is not None and found[0] == tuple(after) and found[1] == s.placement:  # not a collision
             result = found[2]
         else:
             result = s.inc.trial(moves)
             if (len(scored) + 1) * len(after) <= _SCORED_REFS:
-                scored[key] = (after, s.placement, result)
+                # A tuple of ints: the collector stops tracking it (a list would be traversed
+                # at every full collection, a cost that grows with the store).
+                scored[key] = (tuple(after), s.placement, result)
         lat, s.path = result
         return lat
     old = [(v, s.part[v]) for v, _ in moves]
