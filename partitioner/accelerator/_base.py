@@ -55,6 +55,11 @@ class Problem:
     cost: CostModel
     options: PartitionOptions = field(default_factory=PartitionOptions)
     record: Recorder | None = None  # a decision trace is being kept (the Learn page's steps)
+    # (latency, critical path) of the plans the searches scored, keyed by the plan: a search that
+    # meets a plan again reads it back (NOTE: [Scored plans] in _search.py). Not copied by
+    # dataclasses.replace: a Problem with another cost model starts empty.
+    scored: dict[int, Any] = field(default_factory=dict, init=False, repr=False,
+                                   compare=False)
 
     @property
     def capacity(self) -> dict[int, int]:

@@ -15,11 +15,11 @@ inputs and is evaluated in full.
 
 from __future__ import annotations
 
+import heapq
 import math
 from typing import Iterable, Mapping, Sequence
 
 from partitioner.cost.model import CostModel
-from partitioner.graph import toposort_children
 
 __all__ = ["IncrementalCost", "DeviceMemory"]
 
@@ -165,13 +165,46 @@ class IncrementalCost:
         self._dirty.difference_update(saved)
         return result
 
+    def _order(self) -> list[int] | None:
+        """:func:`partitioner.graph.toposort_children` of the partition DAG kept: lowest id first
+        among the ready partitions, None for a cycle. Each in-degree is read off the parents
+        kept, and the ids are scanned in turn: only a partition passed over while it waited
+        for a parent goes on the heap once ready (the searches' DAGs have few backward edges),
+        so the pops are the few, not all P. O(P log P + E)."""
+        parents, children = self.parents, self.children
+        num = len(parents)
+        indeg = [len(ps) for ps in parents]
+        waiting: list[int] = []  # ready partitions passed over by the scan: a heap
+        order = []
+        nxt = 0  # the scan: every id below it is in order or passed over
+        pop, push = heapq.heappop, heapq.heappush
+        while True:
+            while nxt < num and indeg[nxt]:
+                nxt += 1
+            if waiting and (nxt >= num or waiting[0] < nxt):
+                p = pop(waiting)
+            elif nxt < num:
+                p = nxt
+                nxt += 1
+            else:
+                break
+            order.append(p)
+            for c in children[p]:
+                n = indeg[c] - 1
+                indeg[c] = n
+                if not n and c < nxt:
+                    push(waiting, c)
+        return order if len(order) == num else None
+
     def schedule(self) -> tuple[float, list[int]]:
         """(end-to-end latency, critical path of partition ids) of the current plan: what
         :meth:`CostModel.schedule` gives for it (its order, ties and arithmetic), from the
         partition DAG kept by the moves instead of one rebuilt from the edges, and without the
         start times and levels a search does not read. O(P log P + E), O(P + E) while every
         edge goes from a lower partition id to a higher one: the lowest-id-first topological
-        order is then the ids in turn, and needs no heap."""
+        order is then the ids in turn, and needs no heap. Each partition takes the latest
+        arrival, the lowest parent id among equals (whatever order its parents are visited in),
+        then waits for its devices."""
         self._flush()
         num = len(self.devices_of)
         if not num:
@@ -181,30 +214,40 @@ class IncrementalCost:
         alpha = self.cost.transfer_latency_s
         finish = [0.0] * num
         came_from = [-1] * num
-        order = toposort_children(self.children) if self._backward else range(num)
+        order = self._order() if self._backward else range(num)
         if order is None:  # a cycle
             return math.inf, []
-        free_at: dict[int, tuple[float, int]] = {}  # device -> (when free, last partition)
+        free_t: dict[int, float] = {}  # device -> when it is free
+        free_p: dict[int, int] = {}  # device -> the partition it ran last
         for p in order:
             start, came = 0.0, -1
             dst = devices_of[p]
-            for q, nbytes in parents[p].items():  # the latest arrival; the lowest id among equals
-                src = devices_of[q]
-                if free_transfers or (src and (dst == src or (dst[0] in src if len(dst) == 1  # one device: no sets
-                                                              else set(dst) <= set(src)))):
-                    t = finish[q]
+            ps = parents[p]
+            if ps:
+                if free_transfers:
+                    for q in ps:
+                        t = finish[q]
+                        if t > start or t == start and (came < 0 or q < came):
+                            start, came = t, q
                 else:
-                    t = finish[q] + alpha + nbytes / rate  # type: ignore[operator]  # free_transfers: no rate
-                if t > start or t == start and (came < 0 or q < came):
-                    start, came = t, q
+                    one = dst[0] if len(dst) == 1 else None  # one device: no sets
+                    for q, nbytes in ps.items():
+                        src = devices_of[q]
+                        if src and (dst == src or (one in src if one is not None else set(dst) <= set(src))):
+                            t = finish[q]
+                        else:
+                            t = finish[q] + alpha + nbytes / rate  # type: ignore[operator]  # not free: a rate
+                        if t > start or t == start and (came < 0 or q < came):
+                            start, came = t, q
             for d in dst:
-                t, last = free_at.get(d, (0.0, -1))
+                t = free_t.get(d, 0.0)  # start is never below 0: an unused device never delays
                 if t > start:
-                    start, came = t, last
+                    start, came = t, free_p[d]
             end = start + inner[p]
             finish[p], came_from[p] = end, came
             for d in dst:
-                free_at[d] = (end, p)
+                free_t[d] = end
+                free_p[d] = p
         total = max(finish)
         p = finish.index(total)  # the first of equals: the lowest id
         path = []
