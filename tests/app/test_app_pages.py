@@ -297,7 +297,11 @@ def test_pipeline_page_runs_the_split_on_local_processes():
     assert not at.exception and not errors(at)
     assert any("Outputs and gradients equal the model's" in s.value for s in at.success)
     measured = [d.value for d in at.dataframe if "forward / microbatch, measured" in d.value.columns]
-    assert len(measured) == 1 and list(measured[0]["stage"]) == [0, 1]
+    assert len(measured) == 1 and list(measured[0]["stage"]) == ["S0", "S1"]
+    assert all(e.startswith(("+", "-")) or e == "0%" for e in measured[0]["error"])
+    chart = next(json.loads(c.proto.spec) for c in at.get("plotly_chart")
+                 if json.loads(c.proto.spec)["layout"]["title"]["text"].startswith("Simulated against measured"))
+    assert [trace["name"] for trace in chart["data"]] == ["simulated", "measured"]
 
 
 @pytest.mark.slow
