@@ -175,7 +175,8 @@ def main() -> None:
     st.caption(f"{len(pp.stages)} stages on {ranks} device{'s' if ranks != 1 else ''}, {microbatches} "
                f"microbatches, {'training with ' + training if training else 'inference'}; split in "
                f"{format_seconds(result.seconds)} by an exact dynamic program over cut points (the slowest "
-               "stage under each device's memory), then simulated over the schedule's per-rank actions.")
+               "stage under each device's memory), simulated over the schedule's per-rank actions and kept "
+               "unless a simple split below (equal layers, by parameters) that fits simulates faster.")
     sim = _simulate(pp, microbatches)
     st.plotly_chart(pipeline_figures.schedule_figure(sim, ranks, _transfer_s(pp, microbatches)),
                     key="pp_schedule_chart")

@@ -29,13 +29,13 @@ def test_plan_summary_shares_of_a_large_device_never_read_zero():
 
 
 @pytest.mark.slow
-def test_pipeline_says_why_a_simple_split_beats_the_exact_one(capsys):
+def test_pipeline_is_never_slower_than_a_simple_split_that_fits(capsys):
     assert main(["pipeline", "mlp", "--devices", "4x1GiB", "--stages", "4", "--microbatches", "8"]) == 0
     out = capsys.readouterr().out
     assert "-0." not in out and "+0.0" not in out
-    faster = [line for line in out.splitlines() if "faster than this split" in line]
-    if faster:  # the bottleneck split is not always the fastest step: the page says why
-        assert "exact for its slowest stage" in out
+    # The bottleneck-exact split lost 32.6 % to equal layers here: the fill and drain count every
+    # stage. The plan is now the fastest that fits of it and the simple splits.
+    assert "faster than this split" not in out and "does not fit the devices' memory" not in out
     inference_rows = [line for line in out.splitlines() if line[:1].isdigit()]
     assert inference_rows and all(" 0 s " not in line for line in inference_rows)  # no backward in inference
 
