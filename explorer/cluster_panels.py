@@ -52,8 +52,8 @@ def _runnable(lay: cluster.Layout, graph: Graph, hf: bool = False) -> tuple[clus
 
 def run_here(chosen: cluster.Layout, graph: Graph, prof: cluster.ModelProfile, config: state.PlanConfig) -> None:
     """Run the opened layout's shape for one training step of the traced example on local
-    processes (a worker process per rank, with a time limit) and show it beside the prediction
-    for this machine (its calibrated profile when there is one)."""
+    processes (a process per rank, with a time limit) and show it beside the prediction on this
+    machine's measured profile (measured first when none is cached)."""
     import sample_models
     from partitioner import PartitionError
     from partitioner.cluster.checked import check_layout
@@ -75,7 +75,8 @@ def run_here(chosen: cluster.Layout, graph: Graph, prof: cluster.ModelProfile, c
     st.caption(md(f"Starts {lay.devices} processes on this machine (torch.distributed over gloo, started as torchrun "
                   f"starts them), builds one (pp, dp, tp) device mesh and runs {lay.label()} for one training step "
                   "of the traced example: tensor parallelism by DTensor's parallelize_module ("
-                  + ("the model's own plan: attention by heads" if hf else "Linear pairs, column then row")
+                  + ("the model's own plan: attention by heads" if hf
+                     else "its Linear or MLP pairs, column then row, the rest replicated")
                   + "), data parallelism by FSDP's fully_shard (ZeRO 2, 3) or a gradient all-reduce, pipeline stages "
                   "by torch's schedules. Outputs and gradients are checked against one process; the step is "
                   "predicted for this machine."
@@ -158,8 +159,9 @@ def stage_dag(chosen: cluster.LayoutResult, graph: Graph, target: cluster.Cluste
             except InfeasibleError:  # the weights as traced exceed it: draw the cut all the same
                 cut, stage_plan = split(graph.total_size_bytes * 2 + (1 << 30))
                 group = format_bytes(acc.memory_bytes * lay.tp)
-                note = (f" A stage's weights as traced exceed its tp{lay.tp} group's {group}, so the boxes are measured against room for any cut (the layout itself shards "
-                        "them further with ZeRO and counts them in its own precision).")
+                note = (f" A stage's weights as traced exceed its tp{lay.tp} group's {group}, so the boxes are "
+                        "measured against room for any cut (the layout itself shards them further with ZeRO and "
+                        "counts them in its own precision).")
     except PartitionError as exc:
         st.error(f"Cannot cut the graph into {stages} stages: {md(exc)}")
         return
