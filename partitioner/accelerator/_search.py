@@ -15,15 +15,12 @@ from typing import Iterable, Iterator, Sequence
 from partitioner.units import format_seconds
 from partitioner.cost.incremental import DeviceMemory, IncrementalCost
 from partitioner.accelerator._base import Assignment, Problem
+from partitioner.accelerator._scored import SCORED_NODES, scored_trial
 
 __all__ = ["improve_by_moves", "default_budget"]
 
 _EPS = 1e-12
 _CHECKS_PER_EVAL = 20  # memory checks that cost the budget one evaluation
-_SCORED_REFS = 1_000_000  # node entries the scored plans may hold (about 8 MB of references)
-_SCORED_NODES = 150  # graphs up to this size keep scored plans: the default budget affords them 9 or
-# more tries a node, and a fifth of the tries meet a plan again; beyond, few do, and keying every
-# try cost 4-8 % at 250-500 nodes
 
 
 def default_budget(problem: Problem) -> int:
@@ -56,7 +53,7 @@ class _State:
         self.path: list[int] = []  # critical path of the plan scored last
         # Plans scored before on this problem (NOTE: [Scored plans]); physical model only. The
         # plan's key: an XOR of (node, partition) hashes kept per move, and the placement's hash.
-        self.scored = problem.scored if self.inc is not None and len(self.part) <= _SCORED_NODES else None
+        self.scored = problem.scored if self.inc is not None and len(self.part) <= SCORED_NODES else None
         self.part_hash = 0
         if self.scored is not None:
             for v, p in enumerate(self.part):
@@ -361,44 +358,14 @@ def _try(s: _State, moves: tuple[tuple[int, int], ...]) -> float | None:
 
 
 def _score(s: _State, moves: Sequence[tuple[int, int]]) -> float:
-    """The latency with ``moves`` applied, then undone; a plan scored before is read back.
-
-    NOTE: [Scored plans] Under the physical model the latency and critical path of a plan are a
-    function of the plan alone (its ``part`` and ``devices_of``, the partition count included):
-    :class:`IncrementalCost` counts edge bytes in integers and recomputes a touched partition's
-    path from its members, so no history leaks into a result, and a test checks each try
-    against a full evaluation. The searches meet the same plan again and again: the KL pass's
-    first step tries the moves the descent's last sweep tried on the same plan, a move tried
-    from one plan and its reverse from the next lead back, and the starts of ``cost_aware``
-    and ``kl_based``'s refinement reach plans the earlier searches scored (a fifth to a
-    quarter of the tries below 100 op nodes). Such a try is read back from ``problem.scored``
-    instead of re-timed: the key is a hash kept per move (O(1) a try), and a hit is checked
-    against the stored plan (O(N) at C speed), so a collision is only a miss. A read-back try
-    still counts as an evaluation, so every search takes the same steps and returns the same
-    plan as without it (a test compares the two on random graphs).
-    """
+    """The latency with ``moves`` applied, then undone; a plan scored before is read back
+    (NOTE: [Scored plans] in :mod:`._scored`)."""
     if s.inc is not None:
         s.evals += 1
-        scored = s.scored
-        if scored is None:
+        if s.scored is None:
             lat, s.path = s.inc.trial(moves)
-            return lat
-        part = s.part
-        after = part.copy()
-        key = s.part_hash ^ s.placement_hash
-        for v, q in moves:
-            key ^= hash((v, part[v])) ^ hash((v, q))
-            after[v] = q
-        found = scored.get(key)
-        if found is not None and found[0] == tuple(after) and found[1] == s.placement:  # not a collision
-            result = found[2]
         else:
-            result = s.inc.trial(moves)
-            if (len(scored) + 1) * len(after) <= _SCORED_REFS:
-                # A tuple of ints: the collector stops tracking it (a list would be traversed
-                # at every full collection, a cost that grows with the store).
-                scored[key] = (tuple(after), s.placement, result)
-        lat, s.path = result
+            lat, s.path = scored_trial(s, moves)
         return lat
     old = [(v, s.part[v]) for v, _ in moves]
     for v, q in moves:

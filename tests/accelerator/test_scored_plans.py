@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 import partitioner
 from partitioner import InfeasibleError
-from partitioner.accelerator import _search
+from partitioner.accelerator import _scored, _search
 from partitioner.accelerator._base import Assignment
 from partitioner.accelerator.api import build_problem
 from partitioner.cost.incremental import IncrementalCost
@@ -36,7 +36,7 @@ def test_reading_scored_plans_back_changes_no_plan(problem, mode):
     """Same partitions, devices and latency (to the bit) with the scored plans read back as
     without (nothing stored)."""
     graph, devices, latency, rate = problem
-    with mock.patch.object(_search, "_SCORED_REFS", 0):
+    with mock.patch.object(_scored, "SCORED_REFS", 0):
         without = _plan(graph, devices, latency, rate, mode)
     assert _plan(graph, devices, latency, rate, mode) == without
 
