@@ -116,9 +116,10 @@ def run_here(chosen: cluster.Layout, graph: Graph, prof: cluster.ModelProfile, c
         f"(the slowest rank's median), predicted {format_seconds(check.predicted.total_s)} on the profile "
         f"{check.profile_name!r} of this machine (load {check.load_average[0]:.1f} on {os.cpu_count()} cores)."))
     st.plotly_chart(cluster_figures.run_figure(check), key="cl_run_chart")
-    left, right = st.columns(2)
+    left, right = st.columns([2, 3])
     left.dataframe(cluster_figures.parts_table(check), hide_index=True, width="stretch")
-    right.dataframe(cluster_figures.run_table(planned, result.ranks), hide_index=True, width="stretch")
+    right.dataframe(cluster_figures.run_table(planned, result.ranks), hide_index=True, width="stretch",
+                    column_config={"rank": st.column_config.NumberColumn(width="small")})
     st.caption("Parts the run does not time apart (compute, dispatch, tensor-parallel collectives, bubble) are "
                "measured together as the rest of the step. Held: the parameter and gradient shards each rank holds "
                "after the step (activations are freed by then); predicted: the planner's weights and gradients a "

@@ -18,7 +18,8 @@ if TYPE_CHECKING:
 from partitioner.cluster import ClusterPlan, Collective, Layout, LayoutResult, Workload
 
 __all__ = ["pareto_figure", "memory_figure", "time_figure", "layouts_table", "CLOUD_PER_SIZE",
-           "MEMORY_KINDS", "collectives_table", "rank_memory_figure", "rank_stash", "run_figure", "run_table", "parts_table"]
+           "MEMORY_KINDS", "collectives_table", "rank_memory_figure", "rank_stash", "run_figure", "run_table",
+           "parts_table"]
 
 GiB = 2**30
 CLOUD_PER_SIZE = 200  # grey points drawn at each device count (thinned evenly over step time)
@@ -238,8 +239,9 @@ def run_table(predicted: LayoutResult, ranks: Sequence[Any]) -> pd.DataFrame:
     states = predicted.memory.get("weights", 0.0) + predicted.memory.get("gradients", 0.0)
     rows = []
     for r in ranks:
-        rows.append({"rank": r.rank, "mesh": (f"pp={r.pp} " if predicted.layout.pp > 1 else "") + f"dp={r.dp} tp={r.tp}",
-                     "parameters held": format_bytes(r.parameter_bytes), "gradients held": format_bytes(r.gradient_bytes),
+        mesh = (f"pp={r.pp} " if predicted.layout.pp > 1 else "") + f"dp={r.dp} tp={r.tp}"
+        rows.append({"rank": r.rank, "mesh": mesh, "weights held": format_bytes(r.parameter_bytes),
+                     "gradients held": format_bytes(r.gradient_bytes),
                      "predicted": format_bytes(states),
                      "error": format_signed((r.memory_bytes - states) / states) if states else "-",
                      "step": format_seconds(r.step_s)})
