@@ -255,3 +255,15 @@ def test_comparison_says_when_optimal_is_optimal_for_a_coarsened_graph_and_who_b
     assert frame.loc["kl_based", "Note"] == ""
     small = tables.comparison_table(results, op_count=50).set_index("Mode")
     assert small.loc["optimal", "Note"] == ""
+
+
+def test_predicted_parts_stack_beside_the_measured_time_with_the_error():
+    from explorer.builders.figures import predicted_parts_figure
+
+    fig = predicted_parts_figure([("compute", 3e-3), ("dtensor dispatch", 1e-3), ("all_reduce", 0.0)], 6e-3,
+                                 "The <b>forward</b>")
+    names = [trace.name for trace in fig.data]
+    assert names == ["compute", "dtensor dispatch", "measured"]  # a part of no time is not drawn
+    assert sum(trace.y[0] for trace in fig.data[:-1]) == pytest.approx(4.0)  # in ms
+    assert fig.data[-1].y[0] == pytest.approx(6.0) and fig.layout.yaxis.title.text == "time (ms)"
+    assert "(error +50.0%)" in fig.layout.title.text and "<b>" not in fig.layout.title.text
