@@ -97,13 +97,15 @@ def check_layout(module: torch.nn.Module, example_inputs: Sequence[Any] | torch.
     ``in_worker``: all of it in a fresh worker process, killed after ``timeout_s`` plus a minute.
     ``tp_plan`` and ``example_kwargs`` are :func:`~partitioner.cluster.compose.run_layout`'s;
     ``graph``, the module's trace when the caller holds it (else it is traced here)."""
-    args = (module, example_inputs, layout, profile, timeout_s, repeats, None, tp_plan, example_kwargs, graph)
+    if in_worker:  # no progress from a worker: its callback would not cross the process
+        progress = None
+    args = (module, example_inputs, layout, profile, timeout_s, repeats, progress, tp_plan, example_kwargs, graph)
     if in_worker:
         from partitioner.runtime.worker import run_in_worker
 
         return run_in_worker(_check_with, args, timeout_s + 60.0,  # type: ignore[no-any-return]
                              f"the run of {layout.label()}")
-    return _check_with(*args[:6], progress, *args[7:])
+    return _check_with(*args)
 
 
 def _check_with(module: Any, example_inputs: Any, layout: Layout, profile: DeviceProfile | None,
