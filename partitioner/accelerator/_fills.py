@@ -17,6 +17,7 @@ from partitioner.errors import InfeasibleError
 from partitioner.units import format_bytes
 from partitioner.accelerator._base import Assignment, Problem, node_alone_bytes
 from partitioner.accelerator._segments import time_orders
+from partitioner.accelerator._torch_merge import merge_sequence
 from partitioner.accelerator.size_based import torch_fill, torch_singletons
 
 __all__ = ["starts", "priority_starts", "initial_fill", "fill_in_order", "pack_by_size", "exhaustive_fit"]
@@ -86,8 +87,9 @@ def priority_starts(problem: Problem, count: int, taken: Sequence[Assignment] = 
 def initial_fill(problem: Problem) -> Assignment:
     """Mode ``largest_first``: contiguous fill, the largest device first; when fragmentation leaves a node nowhere to go, a tighter packing, then a
     packing by size that ignores order, then (small graphs) an exhaustive search, then torch's
-    fill and one node per partition mapped as torch maps them (which torch's memory rule can
-    accept where the physical tallies of the others refuse). The searches
+    fill, one node per partition mapped as torch maps them (which torch's memory rule can
+    accept where the physical tallies of the others refuse) and, under torch's cost model,
+    torch's own cost_aware plan. The searches
     start from whichever succeeds, so none of them depends on the contiguous fill succeeding."""
     try:
         found = fill_in_order(problem, problem.graph.op_indices)
@@ -99,9 +101,11 @@ def initial_fill(problem: Problem) -> Assignment:
         first = exc
     for fallback in (lambda: fill_in_order(problem, problem.graph.op_indices, pack=True),
                      lambda: pack_by_size(problem), lambda: exhaustive_fit(problem),
-                     lambda: torch_fill(problem), lambda: torch_singletons(problem)):
-        # the last two: no fill refuses where torch's fill, or a search from one node per
-        # partition (the searches' last resort), finds a plan
+                     lambda: torch_fill(problem), lambda: torch_singletons(problem),
+                     lambda: merge_sequence(problem) if problem.cost.torch else None):
+        # the last three: no fill refuses where torch's fill, a search from one node per
+        # partition (the searches' last resort) or, under torch's memory rule, torch's own
+        # cost_aware plan (NOTE: [Never slower than torch]) finds one
         try:
             candidate = fallback()
         except InfeasibleError:

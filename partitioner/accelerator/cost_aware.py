@@ -29,7 +29,6 @@ to L nodes).
 from __future__ import annotations
 
 from partitioner.accelerator._base import Assignment, Problem, compact, pick_best
-from partitioner.errors import InfeasibleError
 from partitioner.accelerator._fills import priority_starts, starts
 from partitioner.accelerator._layers import layer_start
 from partitioner.accelerator._segments import affordable, segment_starts, time_orders
@@ -60,16 +59,7 @@ def search(problem: Problem, budget: int) -> Assignment:
     """The cost-aware search with ``budget`` cost-model evaluations, from :func:`fills.starts`,
     the segmentations and the priority-ordered starts the budget affords."""
     graph = problem.graph
-    try:
-        begin = starts(problem)
-    except InfeasibleError:
-        # Torch's memory rule can refuse every fill yet take torch's own merge sequence (its
-        # partitions mapped as torch maps them): that plan stands alone (NOTE: [Never slower than torch]).
-        theirs = merge_sequence(problem, max_evaluations=10 * budget) if problem.cost.torch else None
-        if theirs is None or not problem.fits(theirs):
-            raise
-        refined = improve_by_moves(problem, theirs, budget // 4, swaps=False)
-        return refined if problem.fits(refined) and problem.latency(refined) <= problem.latency(theirs) else theirs
+    begin = starts(problem)
     count = budget // _EVALS_PER_START - len(begin)  # the priority fills the budget affords
     orders = time_orders(problem) if count > 0 or affordable(problem) else []
     every = begin + segment_starts(problem, begin, orders)
