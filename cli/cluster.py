@@ -10,7 +10,7 @@ from typing import Any
 import sample_models
 from partitioner import cluster
 from partitioner.interop.engines import ENGINES, engine_file
-from partitioner.units import format_bytes, format_seconds
+from partitioner.units import format_bytes, format_seconds, format_signed
 
 from cli.commands import COMMON_EPILOG
 from cli.inputs import EXIT_FAIL, EXIT_OK, CLIError, add_model_arguments, load_model, positive_float, write_output
@@ -38,10 +38,12 @@ Prices are editable presets (--price-per-hour).
 memory per device by kind, its time by cause and its collectives (count, size and time of each,
 on which link, and what hides them); its export follows with --export.
 
---run LAYOUT runs one training step of that layout (dp x tp, ZeRO; words like "dp2 tp2 zero3
+--run LAYOUT runs one training step of that layout (pp x dp x tp, ZeRO; words like "dp2 tp2 zero3
 mb4") on local processes with the model's example inputs instead of searching, checks outputs
-and gradients against one process, and prints each rank's held bytes and the measured step
-beside the planner's prediction for this machine (the "cpu" device preset, fp32, no optimizer).
+and gradients against one process, and prints each rank's held bytes beside the planner's, and
+the measured step beside its prediction part by part on this machine's measured profile
+(partition-explorer calibrate; measured first when none is cached), as the app's "Run this
+layout" shows them.
 """
 
 
@@ -197,12 +199,13 @@ def _with_min_cut(args: argparse.Namespace, graph: Any, prof: cluster.ModelProfi
 
 
 def run_layout(args: argparse.Namespace, graph: Any, prof: cluster.ModelProfile) -> int:
-    """``--run``: one training step of the layout on local processes beside the prediction."""
+    """``--run``: one training step of the layout on local processes beside its prediction on this
+    machine's profile, part by part (what the app's "Run this layout" shows:
+    :func:`partitioner.cluster.checked.check_layout`)."""
     import sys
 
-    from partitioner.cluster.compose import parse_layout
-    from partitioner.cluster.compose import model_tp_plan
-    from partitioner.cluster.compose import run_layout as run_composed
+    from partitioner.cluster.checked import check_layout
+    from partitioner.cluster.compose import model_tp_plan, parse_layout
     from partitioner.cluster.search import _simulator
     from partitioner.runtime.execute import picklable
 
@@ -218,17 +221,21 @@ def run_layout(args: argparse.Namespace, graph: Any, prof: cluster.ModelProfile)
                            "cannot be sent to other processes): run it with pp1")
         module, inputs, kwargs = sample_models.load(args.model, sample_models.parse_overrides(args.model, args.set))
     quiet = args.out == "-"
-    result = run_composed(module, inputs, layout, timeout_s=args.timeout, tp_plan=model_tp_plan(graph, layout.tp),
-                          example_kwargs=kwargs,
-                          progress=None if quiet else (lambda text: print(f"  {text}", file=sys.stderr)))
+    check = check_layout(module, inputs, layout, timeout_s=args.timeout, graph=graph,
+                         tp_plan=model_tp_plan(graph, layout.tp), example_kwargs=kwargs,
+                         progress=None if quiet else (lambda text: print(f"  {text}", file=sys.stderr)))
+    result = check.run
     work = cluster.Workload("training", max(1, prof.tokens0 // prof.seq0), prof.seq0, prof.element_bytes, "none")
-    target = cluster.local_cluster(layout.devices, result.backend == "nccl", args.accelerator)
-    predicted = cluster.evaluate(prof, work, target, layout, _simulator())
-    states = predicted.memory["weights"] + predicted.memory["gradients"]
+    planned = cluster.evaluate(prof, work, cluster.local_cluster(layout.devices, result.backend == "nccl",
+                                                                 args.accelerator), layout, _simulator())
+    states = planned.memory["weights"] + planned.memory["gradients"]
     rows = [[str(r.rank), (f"pp={r.pp} " if layout.pp > 1 else "") + f"dp={r.dp} tp={r.tp}", format_bytes(r.parameter_bytes), format_bytes(r.gradient_bytes),
-             format_bytes(r.memory_bytes), format_bytes(int(states)), f"{(r.memory_bytes - states) / states:+.1%}"
+             format_bytes(r.memory_bytes), format_bytes(int(states)), format_signed((r.memory_bytes - states) / states)
              if states else "-", format_seconds(r.step_s)] for r in result.ranks]
-    error = (result.step_s - predicted.step_s) / predicted.step_s if predicted.step_s else float("inf")
+    parts = [[p.name, format_seconds(p.predicted_s), "inside the rest" if p.measured_s is None
+              else format_seconds(p.measured_s), "-" if p.error is None else format_signed(p.error)]
+             for p in check.parts]
+    error = check.error
     lines = [f"{prof.name}: {layout.label()} on {layout.devices} local processes ({result.backend}); "
              f"tensor parallel: {len(result.tp_plan)} Linear layers" if result.tp_plan else
              f"{prof.name}: {layout.label()} on {layout.devices} local processes ({result.backend}); no tensor parallelism",
@@ -240,15 +247,20 @@ def run_layout(args: argparse.Namespace, graph: Any, prof: cluster.ModelProfile)
              + (f": {result.mismatch}" if result.mismatch else ""), "",
              format_table(["rank", "mesh", "parameters", "gradients", "held", "predicted", "error", "median step"], rows),
              "", f"predicted per device: weights + gradients {format_bytes(int(states))}, activations "
-             f"{format_bytes(int(predicted.memory['activations']))} (not held after the step)",
-             f"step: measured {format_seconds(result.step_s)} (slowest rank), predicted "
-             f"{format_seconds(predicted.step_s)} on {target.accelerator.name}: error {error:+.1%}"]
+             f"{format_bytes(int(planned.memory['activations']))} (not held after the step)", "",
+             format_table(["part", "predicted", "measured", "error"], parts),
+             "", f"step: measured {format_seconds(result.step_s)} (slowest rank), predicted "
+             f"{format_seconds(check.predicted.total_s)} on the profile {check.profile_name!r} of this machine"
+             + ("" if error is None else f": error {format_signed(error)}")
+             + f" (load {check.load_average[0]:.1f}); parts the run does not time apart are measured together "
+             "as the rest of the step"]
     if args.out:
         data = {"model": prof.name, "layout": layout.__dict__, "label": layout.label(),
                 "outputs_equal": result.outputs_equal, "gradients_equal": result.gradients_equal,
                 "max_abs_diff": result.max_abs_diff, "ranks": [r.__dict__ for r in result.ranks],
-                "measured_step_s": result.step_s, "predicted_step_s": predicted.step_s,
-                "predicted_memory_bytes": predicted.memory, "tp_plan": [list(p) for p in result.tp_plan],
+                "measured_step_s": result.step_s, "predicted_step_s": check.predicted.total_s,
+                "profile": check.profile_name, "parts": check.to_dict()["parts"],
+                "predicted_memory_bytes": planned.memory, "tp_plan": [list(p) for p in result.tp_plan],
                 "data_parallel": result.data_parallel, "backend": result.backend}
         if args.out != "-":
             print("\n".join(lines))

@@ -115,6 +115,9 @@ def test_the_cli_runs_a_layout_and_prints_the_comparison(capsys: pytest.CaptureF
     out = capsys.readouterr().out
     assert "outputs equal one process: yes; gradients equal: yes" in out
     assert "dp=1 tp=1" in out and "predicted" in out
-    assert "step: measured" in out and "error" in out
+    assert "step: measured" in out and "on the profile 'local' of this machine: error" in out
+    # The prediction part by part, as the app's "Run this layout" shows it: parts the run does not
+    # time apart (FSDP's gathers inside the step), and the step end to end.
+    assert "inside the rest" in out and "\nend to end " in out
     assert main(["cluster", "mlp", "--run", "dp2 pp2 zero3"]) == 2  # refused: FSDP with pipeline stages
     assert "ZeRO 0 or 1" in capsys.readouterr().err
