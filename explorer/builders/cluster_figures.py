@@ -15,7 +15,7 @@ from partitioner.units import format_bytes, format_seconds, format_signed
 if TYPE_CHECKING:
     from partitioner.pipeline.simulate import Simulation
 
-from partitioner.cluster import ClusterPlan, Collective, Layout, LayoutResult, Workload
+from partitioner.cluster import ClusterPlan, Collective, LayoutResult
 
 __all__ = ["pareto_figure", "memory_figure", "time_figure", "layouts_table", "CLOUD_PER_SIZE",
            "MEMORY_KINDS", "collectives_table", "rank_memory_figure", "rank_stash", "run_figure", "run_table",

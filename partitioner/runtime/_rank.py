@@ -12,7 +12,7 @@ import os
 import sys
 import threading
 import traceback
-from typing import IO, Any
+from typing import IO
 
 from partitioner.runtime._frames import Message, exit_with_parent, quiet_server_loggers, read_frame, send, set_channel
 

@@ -25,7 +25,7 @@ from __future__ import annotations
 import functools
 import logging
 import types
-from typing import Any, Callable, Hashable
+from typing import Any, Hashable
 
 import torch
 import torch.fx as fx

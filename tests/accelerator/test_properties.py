@@ -1,6 +1,5 @@
 """Hypothesis properties over random DAGs (no torch needed) and oracle checks of the cost model."""
 
-import itertools
 import math
 
 import networkx as nx
@@ -10,7 +9,6 @@ from hypothesis import strategies as st
 import partitioner
 from partitioner import Device, InfeasibleError, Plan
 from partitioner.options import PartitionOptions
-from partitioner.testing.synthetic import synthetic_graph
 
 from property_problems import (MODES, brute_force_partition_latency, independent_memory, list_schedule,
                                oracle_latency, problems)

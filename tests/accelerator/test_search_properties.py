@@ -3,17 +3,15 @@
 import itertools
 import math
 
-import networkx as nx
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import partitioner
-from partitioner import Device, InfeasibleError, Plan
+from partitioner import Device, InfeasibleError
 from partitioner.options import PartitionOptions
 from partitioner.testing.synthetic import synthetic_graph
 
-from property_problems import (MODES, brute_force_partition_latency, independent_memory, list_schedule,
-                               oracle_latency, problems, check_forward_starts)
+from property_problems import MODES, independent_memory, problems, check_forward_starts
 
 
 def _valid_placement_exists(graph, devices) -> bool:

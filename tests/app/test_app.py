@@ -4,20 +4,14 @@ re-plan; errors are shown in words and never lose what was entered."""
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
-from streamlit.testing.v1 import AppTest
 
 import partitioner
 import sample_models
-from explorer import compute
 from explorer.builders.config import DEFAULT_MODEL, PLAN_MODES
-from explorer.builders.inputs import ALLOW_USER_MODELS_ENV
-from explorer.sidebar import HF_MODEL, USER_MODEL
-from explorer.builders.teaching import MODE_TEXT
 
-from app_helpers import APP, MODELS, TIMEOUT, charts, errors, review, shown, start, summary
+from app_helpers import MODELS, charts, errors, review, shown, start, summary
 
 
 def test_opens_on_a_model_that_needs_several_devices_and_shows_a_plan():

@@ -17,7 +17,7 @@ from explorer.builders.inputs import ALLOW_USER_MODELS_ENV
 from explorer.sidebar import HF_MODEL, USER_MODEL
 from explorer.builders.teaching import MODE_TEXT
 
-from app_helpers import APP, MODELS, TIMEOUT, charts, errors, review, shown, start, summary
+from app_helpers import APP, TIMEOUT, charts, errors, review, shown, start, summary
 
 
 def test_learn_page_explains_the_current_plan():

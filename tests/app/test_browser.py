@@ -4,83 +4,22 @@ change re-plans. Waits with Playwright's ``expect``, never with sleeps. Needs /u
 
 from __future__ import annotations
 
-import os
-import queue
-import socket
-import subprocess
-import sys
-import threading
-import time
-from pathlib import Path
-
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
-CHROMIUM = "/usr/bin/chromium"
-ARTIFACTS = ROOT / "artifacts"
-CHROMIUM_ARGS = [
-    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-    "--disable-background-networking", "--disable-component-update", "--disable-sync",
-]
-START_TIMEOUT_S = 60
-RENDER_TIMEOUT_MS = 90_000
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def wait_for_line(proc: subprocess.Popen, needle: str, timeout_s: float) -> list[str]:
-    """Read the server's output until a line contains ``needle`` (blocking reads in a thread)."""
-    lines: queue.Queue[str | None] = queue.Queue()
-
-    def pump() -> None:
-        assert proc.stdout is not None
-        for line in proc.stdout:
-            lines.put(line)
-        lines.put(None)
-
-    threading.Thread(target=pump, daemon=True).start()
-    seen: list[str] = []
-    deadline = time.monotonic() + timeout_s
-    while True:
-        try:
-            line = lines.get(timeout=max(0.0, deadline - time.monotonic()))
-        except queue.Empty:
-            raise AssertionError(f"streamlit did not start within {timeout_s} s; output:\n{''.join(seen)}")
-        if line is None:
-            raise AssertionError(f"streamlit exited with {proc.wait()}; output:\n{''.join(seen)}")
-        seen.append(line)
-        if needle in line:
-            return seen
+from browser_helpers import ARTIFACTS, CHROMIUM, CHROMIUM_ARGS, RENDER_TIMEOUT_MS, app_server
 
 
 @pytest.mark.slow
 @pytest.mark.browser
 def test_app_renders_dag_and_charts_and_re_plans_on_a_mode_change():
-    if not os.path.exists(CHROMIUM):
-        pytest.fail(f"{CHROMIUM} is missing: install Chromium (apt-get install chromium, or "
-                    "bash scripts/setup.sh --test) to run the browser test")
     from playwright.sync_api import expect, sync_playwright
 
-    port = free_port()
-    streamlit = Path(sys.executable).with_name("streamlit")
-    command = [str(streamlit), "run", "explorer/app.py", "--server.headless", "true",
-               "--server.port", str(port), "--server.address", "127.0.0.1",
-               "--browser.gatherUsageStats", "false"]
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    proc = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True)
-    try:
-        wait_for_line(proc, "URL:", START_TIMEOUT_S)
-        ARTIFACTS.mkdir(exist_ok=True)
+    with app_server() as (_, url):
         with sync_playwright() as p:
             browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
             try:
                 page = browser.new_page(viewport={"width": 1600, "height": 2000})
-                page.goto(f"http://127.0.0.1:{port}/")
+                page.goto(f"{url}/")
                 dag = page.locator(".pe-stage svg").first
                 expect(dag).to_be_visible(timeout=RENDER_TIMEOUT_MS)
                 expect(dag).to_contain_text("size_based", timeout=RENDER_TIMEOUT_MS)
@@ -94,7 +33,7 @@ def test_app_renders_dag_and_charts_and_re_plans_on_a_mode_change():
                 expect(page.get_by_test_id("stException")).to_have_count(0)
                 page.screenshot(path=str(ARTIFACTS / "browser_explore.png"))
                 # Compare: every mode in one table and chart.
-                page.goto(f"http://127.0.0.1:{port}/compare")
+                page.goto(f"{url}/compare")
                 expect(page.get_by_text("Every mode on transformer")).to_be_visible(timeout=RENDER_TIMEOUT_MS)
                 expect(page.locator(".js-plotly-plot").first).to_be_visible(timeout=RENDER_TIMEOUT_MS)
                 expect(page.locator(".pe-stage svg")).to_have_count(2, timeout=RENDER_TIMEOUT_MS)  # side by side
@@ -102,7 +41,7 @@ def test_app_renders_dag_and_charts_and_re_plans_on_a_mode_change():
                 page.get_by_text("Side by side").scroll_into_view_if_needed()
                 page.screenshot(path=str(ARTIFACTS / "browser_side_by_side.png"))
                 # Learn: a step of the size-based fill, the graph coloured after it.
-                page.goto(f"http://127.0.0.1:{port}/learn")
+                page.goto(f"{url}/learn")
                 steps = page.locator(".pe-stage svg").first
                 expect(steps).to_contain_text("not placed", timeout=RENDER_TIMEOUT_MS)
                 page.get_by_role("button", name="Next").click()
@@ -113,7 +52,7 @@ def test_app_renders_dag_and_charts_and_re_plans_on_a_mode_change():
                 page.screenshot(path=str(ARTIFACTS / "browser_learn_step.png"))
                 # gpt2_small: zoom into the DAG, hover a partition for its tooltip, then the model
                 # collapsed by module.
-                page.goto(f"http://127.0.0.1:{port}/?model=gpt2_small&mode=cost_aware")
+                page.goto(f"{url}/?model=gpt2_small&mode=cost_aware")
                 dag = page.locator(".pe-stage svg").first
                 expect(dag).to_contain_text("gpt2_small | cost_aware", timeout=180_000)
                 before = dag.get_attribute("viewBox")
@@ -137,7 +76,7 @@ def test_app_renders_dag_and_charts_and_re_plans_on_a_mode_change():
                 page.screenshot(path=str(ARTIFACTS / "browser_gpt2_collapsed.png"))
                 # Saturate host on 6 devices, opened from a shared link: each replica shows the
                 # colours of both its devices in the drawn SVG.
-                page.goto(f"http://127.0.0.1:{port}/?model=transformer&dev_count=6&saturate_host=true")
+                page.goto(f"{url}/?model=transformer&dev_count=6&saturate_host=true")
                 dag = page.locator(".pe-stage svg").first
                 expect(dag).to_contain_text("P0 on dev_0, dev_", timeout=RENDER_TIMEOUT_MS)
                 shapes = dag.evaluate(
@@ -149,7 +88,7 @@ def test_app_renders_dag_and_charts_and_re_plans_on_a_mode_change():
                 assert all(d for _, tag, d in shapes if tag == "path"), shapes
                 page.screenshot(path=str(ARTIFACTS / "browser_saturate_host.png"))
                 # Review after an edit: move a node to a new partition.
-                page.goto(f"http://127.0.0.1:{port}/review")
+                page.goto(f"{url}/review")
                 expect(page.get_by_text("Editing the size_based plan")).to_be_visible(timeout=RENDER_TIMEOUT_MS)
                 page.get_by_label("Move to").click()
                 page.get_by_role("option", name="a new partition").click()
@@ -158,14 +97,14 @@ def test_app_renders_dag_and_charts_and_re_plans_on_a_mode_change():
                 expect(page.get_by_test_id("stException")).to_have_count(0)
                 page.screenshot(path=str(ARTIFACTS / "browser_review_edit.png"), full_page=True)
                 # Pipeline: the schedule's timeline, the microbatch sweep and memory per stage.
-                page.goto(f"http://127.0.0.1:{port}/pipeline")
+                page.goto(f"{url}/pipeline")
                 expect(page.get_by_text("Pipeline stages for transformer")).to_be_visible(timeout=RENDER_TIMEOUT_MS)
                 expect(page.locator(".js-plotly-plot")).to_have_count(3, timeout=RENDER_TIMEOUT_MS)
                 expect(page.get_by_text("Schedule 1f1b: step")).to_be_visible(timeout=RENDER_TIMEOUT_MS)
                 expect(page.get_by_test_id("stException")).to_have_count(0)
                 page.screenshot(path=str(ARTIFACTS / "browser_pipeline.png"), full_page=True)
                 # Training memory: min-cut in its worker, then the graph coloured by what it saves.
-                page.goto(f"http://127.0.0.1:{port}/training")
+                page.goto(f"{url}/training")
                 page.get_by_role("button", name="Trace the joint graph and run min-cut").click()
                 expect(page.get_by_text("Activation memory against recomputation").first).to_be_visible(
                     timeout=180_000)
@@ -174,7 +113,7 @@ def test_app_renders_dag_and_charts_and_re_plans_on_a_mode_change():
                 expect(page.get_by_test_id("stException")).to_have_count(0)
                 page.screenshot(path=str(ARTIFACTS / "browser_training.png"), full_page=True)
                 # Sharding: a suggestion on two 7 MiB devices, the memory before and after.
-                page.goto(f"http://127.0.0.1:{port}/sharding?model=transformer&dev_count=2&dev_memory=7%20MiB")
+                page.goto(f"{url}/sharding?model=transformer&dev_count=2&dev_memory=7%20MiB")
                 page.get_by_role("button", name="Suggest a spec that fits").click()
                 expect(page.get_by_text("Every device fits.")).to_be_visible(timeout=RENDER_TIMEOUT_MS)
                 expect(page.get_by_text("Memory per device, unsharded and with the spec").first).to_be_visible(
@@ -183,10 +122,3 @@ def test_app_renders_dag_and_charts_and_re_plans_on_a_mode_change():
                 page.screenshot(path=str(ARTIFACTS / "browser_sharding.png"), full_page=True)
             finally:
                 browser.close()
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()

@@ -4,15 +4,11 @@ outlines its box, and the Learn page steps over the folded blocks. Screenshots i
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-from pathlib import Path
 from urllib.parse import urlencode
 
 import pytest
 
-from test_browser import ARTIFACTS, CHROMIUM, CHROMIUM_ARGS, ROOT, START_TIMEOUT_S, free_port, wait_for_line
+from browser_helpers import ARTIFACTS, CHROMIUM, CHROMIUM_ARGS, app_server, require_chromium
 
 TIMEOUT_MS = 120_000
 
@@ -36,8 +32,7 @@ def _in_view(page, selector: str) -> bool:
 @pytest.mark.slow
 @pytest.mark.browser
 def test_llama_3_70b_folds_opens_a_layer_searches_and_steps(tmp_path, monkeypatch):
-    if not os.path.exists(CHROMIUM):
-        pytest.fail(f"{CHROMIUM} is missing: install Chromium (apt-get install chromium) to run the browser test")
+    require_chromium()
     pytest.importorskip("transformers")
     from playwright.sync_api import expect, sync_playwright
 
@@ -47,22 +42,14 @@ def test_llama_3_70b_folds_opens_a_layer_searches_and_steps(tmp_path, monkeypatc
 
     monkeypatch.setenv(cache.ENV, str(tmp_path))  # the command line traces once; the app reads it
     cli_inputs.load_model("hf:llama-3-70b", ["dtype=bf16"])
-    port = free_port()
-    command = [str(Path(sys.executable).with_name("streamlit")), "run", "explorer/app.py", "--server.headless",
-               "true", "--server.port", str(port), "--server.address", "127.0.0.1",
-               "--browser.gatherUsageStats", "false"]
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    proc = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     query = urlencode({"model": HF_MODEL, "hf_name": "llama-3-70b", "hf_set": "dtype=bf16", "dev_count": 4,
                        "dev_memory": "40GiB"})
-    try:
-        wait_for_line(proc, "URL:", START_TIMEOUT_S)
-        ARTIFACTS.mkdir(exist_ok=True)
+    with app_server() as (_, url):
         with sync_playwright() as p:
             browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
             try:
                 page = browser.new_page(viewport={"width": 1600, "height": 1400})
-                page.goto(f"http://127.0.0.1:{port}/?{query}")
+                page.goto(f"{url}/?{query}")
                 dag = page.locator(".pe-stage svg").first
                 expect(dag).to_contain_text("hf:llama-3-70b", timeout=TIMEOUT_MS)
                 page.get_by_text("Model graph by module").click()
@@ -82,7 +69,7 @@ def test_llama_3_70b_folds_opens_a_layer_searches_and_steps(tmp_path, monkeypatc
                 expect(page.get_by_text("matches").first).to_be_visible(timeout=TIMEOUT_MS)
                 expect(model.locator('g.node [stroke="#1f5fd6"]').first).to_be_attached(timeout=TIMEOUT_MS)
                 page.screenshot(path=str(ARTIFACTS / "browser_70b_search.png"))
-                page.goto(f"http://127.0.0.1:{port}/learn?{query}")
+                page.goto(f"{url}/learn?{query}")
                 steps = page.get_by_text("Step through an algorithm")
                 expect(steps).to_be_visible(timeout=TIMEOUT_MS)
                 stage = page.locator(".pe-stage svg").first
@@ -96,9 +83,3 @@ def test_llama_3_70b_folds_opens_a_layer_searches_and_steps(tmp_path, monkeypatc
                 expect(page.get_by_test_id("stException")).to_have_count(0)
             finally:
                 browser.close()
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()

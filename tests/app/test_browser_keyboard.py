@@ -3,14 +3,11 @@ reaches the drawing and its partitions, the keys pan and zoom, Enter opens a par
 
 from __future__ import annotations
 
-import os
 import re
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
-from test_browser import CHROMIUM, CHROMIUM_ARGS, RENDER_TIMEOUT_MS, ROOT, START_TIMEOUT_S, free_port, wait_for_line
+
+from browser_helpers import CHROMIUM, CHROMIUM_ARGS, RENDER_TIMEOUT_MS, app_server
 
 
 # The focused element, inside the component's shadow root when it has one.
@@ -21,22 +18,14 @@ ACTIVE = ("(() => { let a = document.activeElement; while (a && a.shadowRoot && 
 @pytest.mark.slow
 @pytest.mark.browser
 def test_the_viewer_is_reachable_and_usable_from_the_keyboard():
-    if not os.path.exists(CHROMIUM):
-        pytest.fail(f"{CHROMIUM} is missing: install Chromium to run the browser tests")
     from playwright.sync_api import expect, sync_playwright
 
-    port = free_port()
-    command = [str(Path(sys.executable).with_name("streamlit")), "run", "explorer/app.py", "--server.headless", "true",
-               "--server.port", str(port), "--server.address", "127.0.0.1", "--browser.gatherUsageStats", "false"]
-    proc = subprocess.Popen(command, cwd=ROOT, env={**os.environ, "PYTHONUNBUFFERED": "1"}, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True)
-    try:
-        wait_for_line(proc, "URL:", START_TIMEOUT_S)
+    with app_server() as (_, url):
         with sync_playwright() as p:
             browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
             try:
                 page = browser.new_page(viewport={"width": 1600, "height": 1400})
-                page.goto(f"http://127.0.0.1:{port}/")
+                page.goto(f"{url}/")
                 dag = page.locator(".pe-stage svg").first
                 expect(dag).to_be_visible(timeout=RENDER_TIMEOUT_MS)
                 for name in ("Zoom in", "Zoom out", "Fit the whole graph"):
@@ -64,6 +53,3 @@ def test_the_viewer_is_reachable_and_usable_from_the_keyboard():
                 expect(page.get_by_test_id("stException")).to_have_count(0)
             finally:
                 browser.close()
-    finally:
-        proc.terminate()
-        proc.wait(timeout=30)

@@ -14,10 +14,8 @@ import partitioner
 import sample_models
 from explorer.builders import editing, figures, inputs, tables, teaching
 from explorer.builders.config import ModelChoice, PlanConfig, device_key, devices_from_key
-from partitioner import Device, Plan
+from partitioner import Device
 from partitioner.accelerator.api import partition_with
-from partitioner.accelerator.compare import ModeResult, best_mode, compare_modes
-from partitioner.draw.dag import CRITICAL_COLOUR, WARNING_COLOUR, device_colours
 from partitioner.testing.synthetic import synthetic_graph
 
 from builder_helpers import MiB, default_devices, dlrm, mlp, over_capacity_plan, plans, traced  # noqa: F401 - fixtures

@@ -2,26 +2,17 @@
 
 from __future__ import annotations
 
-import json
 import re
-import subprocess
-import sys
 
 import pytest
-from hypothesis import given
-from hypothesis import strategies as st
 
 import partitioner
-import sample_models
-from explorer.builders import editing, figures, inputs, tables, teaching
-from explorer.builders.config import ModelChoice, PlanConfig, device_key, devices_from_key
-from partitioner import Device, Plan
-from partitioner.accelerator.api import partition_with
+from explorer.builders import editing, figures, tables, teaching
 from partitioner.accelerator.compare import ModeResult, best_mode, compare_modes
 from partitioner.draw.dag import CRITICAL_COLOUR, WARNING_COLOUR, device_colours
 from partitioner.testing.synthetic import synthetic_graph
 
-from builder_helpers import MiB, default_devices, dlrm, mlp, over_capacity_plan, plans, traced  # noqa: F401 - fixtures
+from builder_helpers import MiB, dlrm, mlp, over_capacity_plan, plans, traced  # noqa: F401 - fixtures
 
 # -- schedule and tables -------------------------------------------------------------------
 

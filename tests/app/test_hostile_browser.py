@@ -6,12 +6,8 @@ and the names show as text. Waits with Playwright's ``expect``, never with sleep
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from pathlib import Path
 from urllib.parse import quote
 
 import pytest
@@ -21,9 +17,7 @@ import sample_models
 from explorer.builders.config import DEFAULT_MODEL
 from explorer.state import HF_MODEL
 
-from test_browser import CHROMIUM, CHROMIUM_ARGS, RENDER_TIMEOUT_MS, ROOT, START_TIMEOUT_S, free_port, wait_for_line
-
-ARTIFACTS = ROOT / "artifacts"
+from browser_helpers import ARTIFACTS, CHROMIUM, CHROMIUM_ARGS, RENDER_TIMEOUT_MS, app_server, require_chromium
 
 
 class Beacon(BaseHTTPRequestHandler):
@@ -60,8 +54,7 @@ def hostile_plan(beacon: str) -> tuple[str, str]:
 @pytest.mark.slow
 @pytest.mark.browser
 def test_hostile_names_fetch_nothing_and_show_as_text():
-    if not os.path.exists(CHROMIUM):
-        pytest.fail(f"{CHROMIUM} is missing: install Chromium (bash scripts/setup.sh --test)")
+    require_chromium()
     from playwright.sync_api import expect, sync_playwright
 
     server = ThreadingHTTPServer(("127.0.0.1", 0), Beacon)
@@ -69,67 +62,53 @@ def test_hostile_names_fetch_nothing_and_show_as_text():
     beacon = f"http://127.0.0.1:{server.server_address[1]}"
     Beacon.hits.clear()
     valid, unknown = hostile_plan(beacon)
-    port = free_port()
-    streamlit = Path(sys.executable).with_name("streamlit")
-    proc = subprocess.Popen([str(streamlit), "run", "explorer/app.py", "--server.headless", "true",
-                             "--server.port", str(port), "--server.address", "127.0.0.1",
-                             "--browser.gatherUsageStats", "false"],
-                            cwd=ROOT, env={**os.environ, "PYTHONUNBUFFERED": "1"}, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True)
     requested: list[str] = []
     try:
-        wait_for_line(proc, "URL:", START_TIMEOUT_S)
-        ARTIFACTS.mkdir(exist_ok=True)
-        with sync_playwright() as p:
-            browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-            try:
-                page = browser.new_page(viewport={"width": 1600, "height": 2000})
-                page.on("request", lambda r: requested.append(r.url) if r.url.startswith(beacon) else None)
+        with app_server() as (_, url):
+            with sync_playwright() as p:
+                browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+                try:
+                    page = browser.new_page(viewport={"width": 1600, "height": 2000})
+                    page.on("request", lambda r: requested.append(r.url) if r.url.startswith(beacon) else None)
 
-                def paste(text: str, expect_text: str) -> None:
-                    area = page.get_by_label("...or paste plan JSON")
-                    area.fill(text)
-                    area.press("Control+Enter")
-                    page.get_by_role("button", name="Load pasted plan").click()
-                    expect(page.get_by_text(expect_text).first).to_be_visible(timeout=RENDER_TIMEOUT_MS)
+                    def paste(text: str, expect_text: str) -> None:
+                        area = page.get_by_label("...or paste plan JSON")
+                        area.fill(text)
+                        area.press("Control+Enter")
+                        page.get_by_role("button", name="Load pasted plan").click()
+                        expect(page.get_by_text(expect_text).first).to_be_visible(timeout=RENDER_TIMEOUT_MS)
 
-                page.goto(f"http://127.0.0.1:{port}/review")
-                expect(page.get_by_text("Editing the size_based plan")).to_be_visible(timeout=RENDER_TIMEOUT_MS)
-                paste(valid, "it breaks these rules")  # made for another graph: its model is named
-                host = beacon.removeprefix("http://")  # the page has an invisible word joiner before http
-                expect(page.get_by_text(f"{host}/beacon-model.png)").first).to_be_visible(
-                    timeout=RENDER_TIMEOUT_MS)
-                dag = page.locator(".pe-stage svg").first
-                expect(dag).to_contain_text('a"];evil[label="x', timeout=RENDER_TIMEOUT_MS)
-                expect(dag).to_contain_text("<b>bold</b>{braces}|<port>")
-                expect(page.locator(".js-plotly-plot").first).to_be_visible(timeout=RENDER_TIMEOUT_MS)
-                expect(page.get_by_test_id("stException")).to_have_count(0)
-                page.screenshot(path=str(ARTIFACTS / "browser_hostile_review.png"), full_page=True)
-                paste(unknown, "do not exist in the model")
-                expect(page.get_by_text(f"{host}/beacon-node.png)").first).to_be_visible(
-                    timeout=RENDER_TIMEOUT_MS)
-                page.screenshot(path=str(ARTIFACTS / "browser_hostile_unknown_node.png"), full_page=True)
-                # Shared links whose Hugging Face fields are hostile: a message, as text.
-                rope = '{"rope_type":"![r](' + beacon + '/beacon-config.png)"}'
-                for name, sets, said in (("llama", f"num_hidden_layers=1 rope_parameters={rope}", "rope_type must be"),
-                                         (f"![h]({beacon}/beacon-hf-name.png)", "n_layer=1", "is neither a preset"),
-                                         ("gpt2", f"n_layer=1 n_head=0 n_inner=[{beacon}/beacon-x]", "must be")):
-                    page.goto(f"http://127.0.0.1:{port}/?model={quote(HF_MODEL)}&hf_name={quote(name)}"
-                              f"&hf_set={quote(sets)}")
-                    expect(page.get_by_text(said).first).to_be_visible(timeout=RENDER_TIMEOUT_MS)
-                    expect(page.get_by_text("This is a bug")).to_have_count(0)
+                    page.goto(f"{url}/review")
+                    expect(page.get_by_text("Editing the size_based plan")).to_be_visible(timeout=RENDER_TIMEOUT_MS)
+                    paste(valid, "it breaks these rules")  # made for another graph: its model is named
+                    host = beacon.removeprefix("http://")  # the page has an invisible word joiner before http
+                    expect(page.get_by_text(f"{host}/beacon-model.png)").first).to_be_visible(
+                        timeout=RENDER_TIMEOUT_MS)
+                    dag = page.locator(".pe-stage svg").first
+                    expect(dag).to_contain_text('a"];evil[label="x', timeout=RENDER_TIMEOUT_MS)
+                    expect(dag).to_contain_text("<b>bold</b>{braces}|<port>")
+                    expect(page.locator(".js-plotly-plot").first).to_be_visible(timeout=RENDER_TIMEOUT_MS)
                     expect(page.get_by_test_id("stException")).to_have_count(0)
-                page.screenshot(path=str(ARTIFACTS / "browser_hostile_config.png"), full_page=True)
-                assert page.locator(f"img[src^='{beacon}'], a[href^='{beacon}']").count() == 0
-            finally:
-                browser.close()
+                    page.screenshot(path=str(ARTIFACTS / "browser_hostile_review.png"), full_page=True)
+                    paste(unknown, "do not exist in the model")
+                    expect(page.get_by_text(f"{host}/beacon-node.png)").first).to_be_visible(
+                        timeout=RENDER_TIMEOUT_MS)
+                    page.screenshot(path=str(ARTIFACTS / "browser_hostile_unknown_node.png"), full_page=True)
+                    # Shared links whose Hugging Face fields are hostile: a message, as text.
+                    rope = '{"rope_type":"![r](' + beacon + '/beacon-config.png)"}'
+                    for name, sets, said in (("llama", f"num_hidden_layers=1 rope_parameters={rope}", "rope_type must be"),
+                                             (f"![h]({beacon}/beacon-hf-name.png)", "n_layer=1", "is neither a preset"),
+                                             ("gpt2", f"n_layer=1 n_head=0 n_inner=[{beacon}/beacon-x]", "must be")):
+                        page.goto(f"{url}/?model={quote(HF_MODEL)}&hf_name={quote(name)}"
+                                  f"&hf_set={quote(sets)}")
+                        expect(page.get_by_text(said).first).to_be_visible(timeout=RENDER_TIMEOUT_MS)
+                        expect(page.get_by_text("This is a bug")).to_have_count(0)
+                        expect(page.get_by_test_id("stException")).to_have_count(0)
+                    page.screenshot(path=str(ARTIFACTS / "browser_hostile_config.png"), full_page=True)
+                    assert page.locator(f"img[src^='{beacon}'], a[href^='{beacon}']").count() == 0
+                finally:
+                    browser.close()
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
         server.shutdown()
         server.server_close()
     assert not Beacon.hits and not requested, (Beacon.hits, requested)

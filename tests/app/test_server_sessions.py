@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import os
 import random
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -16,7 +14,7 @@ import pytest
 
 from partitioner.runtime.launch import MAX_LOCAL_PROCESSES
 
-from test_browser import CHROMIUM, CHROMIUM_ARGS, ROOT, START_TIMEOUT_S, free_port, wait_for_line
+from browser_helpers import CHROMIUM, CHROMIUM_ARGS, app_server
 
 MODELS = ("mlp", "cnn", "transformer", "dlrm", "unet", "moe")
 PAGES = ("", "compare", "pipeline", "learn", "review", "training", "sharding")
@@ -50,23 +48,8 @@ def descendants(pid: int) -> list[int]:
 
 @pytest.fixture
 def server():
-    if not os.path.exists(CHROMIUM):
-        pytest.fail(f"{CHROMIUM} is missing: install Chromium (bash scripts/setup.sh --test)")
-    port = free_port()
-    command = [str(Path(sys.executable).with_name("streamlit")), "run", "explorer/app.py", "--server.headless", "true",
-               "--server.port", str(port), "--server.address", "127.0.0.1", "--browser.gatherUsageStats", "false"]
-    proc = subprocess.Popen(command, cwd=ROOT, env={**os.environ, "PYTHONUNBUFFERED": "1"}, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True)
-    try:
-        wait_for_line(proc, "URL:", START_TIMEOUT_S)
-        yield proc, f"http://127.0.0.1:{port}"
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+    with app_server() as started:
+        yield started
 
 
 def shows_a_plan(page, expect) -> None:

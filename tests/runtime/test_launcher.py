@@ -3,7 +3,6 @@ local processes stated before any starts, and children that die with their paren
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 import sys
