@@ -139,9 +139,8 @@ def run(args: argparse.Namespace) -> int:
     if result is not None:
         print(f"\nran on {result.world_size} processes ({result.backend}): outputs "
               f"{'equal' if result.outputs_equal else 'DIFFER from'} the model in one process "
-              f"(max difference {result.max_abs_diff:.2g}); collectives counted {result.forward_counts} forward"
-              + (f", {result.backward_counts} backward" if args.training else "")
-              + f": {'as predicted' if result.counts_match else 'NOT as predicted'}")
+              f"(max difference {result.max_abs_diff:.2g}); collectives counted: {result.counted()}"
+              + f" ({'as predicted' if result.counts_match else 'NOT as predicted'})")
         print(forward_line(graph, plan, devices, result.forward_s))
     return status
 

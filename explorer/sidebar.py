@@ -18,7 +18,7 @@ import streamlit as st
 
 import partitioner
 import sample_models
-from partitioner import PRESETS, Device
+from partitioner import Device
 
 from explorer import state
 from explorer.builders.config import DEFAULT_MODEL, PLAN_MODES, ModelChoice, PlanConfig
@@ -27,7 +27,9 @@ from explorer.builders.inputs import (
     DEVICE_COLUMNS,
     InputError,
     device_rows,
+    device_types,
     exact_bytes_text,
+    type_spec,
     hf_default_fields,
     hf_fields_for,
     parse_node_latency,
@@ -216,12 +218,16 @@ def devices_ui() -> tuple[list[Device] | None, float | None]:
     st.session_state.setdefault("dev_count", 4)
     st.session_state.setdefault("dev_memory", "16 GiB")
     st.session_state.setdefault("dev_preset", CUSTOM)
-    preset = st.selectbox("Device type", [CUSTOM, *sorted(PRESETS)], key="dev_preset",
-                          help="custom: give the memory; a preset brings real memory and speeds")
+    types = device_types()
+    if st.session_state["dev_preset"] not in types:  # a measured profile deleted since
+        st.session_state["dev_preset"] = CUSTOM
+    preset = st.selectbox("Device type", types, key="dev_preset",
+                          help="custom: give the memory; a preset brings real memory and speeds; a profile "
+                               "measured here (partition-explorer calibrate) brings this machine's curves")
     count = st.number_input("Number of devices", min_value=1, max_value=1024, step=1, key="dev_count")
     memory = st.text_input("Memory per device", key="dev_memory", disabled=preset != CUSTOM,
                            help="e.g. 16GiB, 512 MiB, 1.5GB" if preset == CUSTOM else
-                           f"set by the preset: {exact_bytes_text(PRESETS[preset]['memory_bytes'])}")
+                           f"set by the device type: {exact_bytes_text(type_spec(preset)[0]['memory_bytes'])}")
     base = (int(count), memory, preset)
     if st.session_state.get("dev_base") != base:
         st.session_state["dev_base"] = base
@@ -236,7 +242,7 @@ def devices_ui() -> tuple[list[Device] | None, float | None]:
             # Narrow columns, so all six fit the sidebar's width.
             column_config={
                 "name": st.column_config.TextColumn(width="small"),
-                "preset": st.column_config.SelectboxColumn(options=[CUSTOM, *sorted(PRESETS)], default=CUSTOM,
+                "preset": st.column_config.SelectboxColumn(options=types, default=CUSTOM,
                                                            width="small"),
                 "memory": st.column_config.TextColumn(help="e.g. 16GiB", default=memory, width="small"),
                 "peak TFLOP/s": st.column_config.NumberColumn("TFLOP/s", min_value=0.0, format="%g",

@@ -12,11 +12,11 @@ from typing import Callable
 import streamlit as st
 
 import sample_models
-from partitioner import PRESETS, Graph
+from partitioner import Graph
 
 from explorer import compute
 from explorer.builders.config import PlanConfig
-from explorer.builders.inputs import CUSTOM
+from explorer.builders.inputs import CUSTOM, device_types
 from explorer.builders.links import HF_URL_KEYS, URL_KEYS, read_link
 from explorer.builders.text import md
 
@@ -65,7 +65,7 @@ def restore_from_url(models: list[str], modes: list[str],
         return
     st.session_state[URL_RESTORED] = True
     params = st.query_params.to_dict()
-    read = read_link(params, models, modes, [CUSTOM, *sorted(PRESETS)], HF_MODEL, sample_models.config_class)
+    read = read_link(params, models, modes, device_types(), HF_MODEL, sample_models.config_class)
     if read.notes:
         st.warning(md("The link's settings were checked: " + "; ".join(read.notes) + "."))
     if not read.values:

@@ -7,12 +7,14 @@ built once from the sidebar's widgets.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, replace
 from typing import Any
 
 import partitioner
 import sample_models
 from partitioner import Device
+from partitioner.device_profile import DeviceProfile
 from partitioner.options import PartitionOptions
 
 __all__ = ["ModelChoice", "PlanConfig", "device_key", "devices_from_key", "DEFAULT_MODEL", "PLAN_MODES"]
@@ -39,12 +41,22 @@ class ModelChoice:
 
 
 def device_key(device: Device) -> DeviceKey:
-    """A device as sorted (field, value) pairs: hashable, and stable across runs."""
-    return tuple(sorted(device.to_dict().items()))
+    """A device as sorted (field, value) pairs: hashable, and stable across runs (a measured
+    profile as its JSON text)."""
+    data = device.to_dict()
+    if "profile" in data:
+        data["profile"] = json.dumps(data["profile"], sort_keys=True)
+    return tuple(sorted(data.items()))
 
 
 def devices_from_key(key: tuple[DeviceKey, ...]) -> list[Device]:
-    return [Device(**dict(items)) for items in key]
+    devices = []
+    for items in key:
+        data = dict(items)
+        if "profile" in data:
+            data["profile"] = DeviceProfile.from_dict(json.loads(data["profile"]))
+        devices.append(Device(**data))
+    return devices
 
 
 @dataclass(frozen=True)

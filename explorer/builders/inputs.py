@@ -15,6 +15,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import partitioner
 from partitioner import PRESETS, Device, DeviceSpecError
+from partitioner.device_profile import DeviceProfile, cached_profiles, find_profile
 from partitioner.interop.readers import LatencyFileError, read_node_latency_text
 
 __all__ = [
@@ -22,6 +23,8 @@ __all__ = [
     "DEVICE_COLUMNS",
     "CUSTOM",
     "exact_bytes_text",
+    "device_types",
+    "type_spec",
     "device_rows",
     "rows_to_devices",
     "with_headroom",
@@ -59,19 +62,40 @@ def exact_bytes_text(n: int) -> str:
     return f"{n} B"
 
 
+def device_types() -> list[str]:
+    """What the device type can be: custom, a preset, or a profile measured on this machine
+    (``partition-explorer calibrate``; a profile named like a preset is reached by its file only)."""
+    return [CUSTOM, *sorted(PRESETS), *(name for name in cached_profiles() if name not in PRESETS)]
+
+
+def type_spec(kind: str) -> tuple[dict[str, Any], DeviceProfile | None]:
+    """A device type's memory and speeds (Device fields) and, for a measured one, its profile;
+    ``({}, None)`` for custom or a type that is not there (a profile deleted since)."""
+    if kind in PRESETS:
+        return dict(PRESETS[kind]), None
+    profile = find_profile(kind) if kind != CUSTOM else None
+    if profile is None:
+        return {}, None
+    link = profile.link
+    return {"memory_bytes": profile.memory_bytes, "peak_flops": profile.peak_flops,
+            "memory_bandwidth_bytes_per_s": profile.memory_bandwidth_bytes_per_s,
+            "link_bandwidth_bytes_per_s": link.bandwidth_bytes_per_s if link else None}, profile
+
+
 def device_rows(count: int, memory: str, preset: str = CUSTOM) -> list[dict[str, Any]]:
-    """Rows of the device table for ``count`` equal devices (a preset, or ``memory`` each)."""
-    if preset != CUSTOM and preset not in PRESETS:
-        raise InputError(f"unknown preset {preset!r}; choose one of {', '.join(sorted(PRESETS))}")
+    """Rows of the device table for ``count`` equal devices (a preset or measured profile, or
+    ``memory`` each)."""
+    spec, _ = type_spec(preset)
+    if preset != CUSTOM and not spec:
+        raise InputError(f"unknown device type {preset!r}; choose one of {', '.join(device_types())}")
     rows = []
     for i in range(int(count)):
         row: dict[str, Any] = {"name": f"dev_{i}", "preset": preset, "memory": memory}
         if preset != CUSTOM:
-            spec = PRESETS[preset]
             row["name"] = f"{preset}_{i}"
             row["memory"] = exact_bytes_text(spec["memory_bytes"])
             for column, field, scale in _SPEEDS:
-                row[column] = spec[field] / scale
+                row[column] = spec[field] / scale if spec.get(field) else None
         else:
             for column, _, _ in _SPEEDS:
                 row[column] = None
@@ -95,12 +119,11 @@ def rows_to_devices(rows: Iterable[Mapping[str, Any]]) -> list[Device]:
         name = str(row.get("name") or "").strip() or f"dev_{i}"
         where = f"device row {i + 1} ({name})"
         preset = row.get("preset")
-        preset = CUSTOM if _blank(preset) else str(preset).strip().lower()
-        if preset != CUSTOM and preset not in PRESETS:
-            raise InputError(
-                f"{where}: unknown preset {preset!r}; choose one of {CUSTOM}, {', '.join(sorted(PRESETS))}"
-            )
-        spec = PRESETS.get(preset, {})
+        preset = CUSTOM if _blank(preset) else str(preset).strip()
+        preset = preset.lower() if preset.lower() in PRESETS else preset
+        spec, profile = type_spec(preset)
+        if preset != CUSTOM and not spec:
+            raise InputError(f"{where}: unknown device type {preset!r}; choose one of {', '.join(device_types())}")
         memory = row.get("memory")
         if _blank(memory):
             if not spec:
@@ -128,7 +151,8 @@ def rows_to_devices(rows: Iterable[Mapping[str, Any]]) -> list[Device]:
                 raise InputError(f"{where}: {column} must be > 0 or left empty (got {value!r})")
             speeds[field] = number * scale
         try:
-            devices.append(Device(name=name, memory_bytes=memory_bytes, logical_id=i, kind=preset, **speeds))
+            devices.append(Device(name=name, memory_bytes=memory_bytes, logical_id=i, kind=preset, profile=profile,
+                                  **speeds))
         except DeviceSpecError as exc:
             raise InputError(f"{where}: {exc}") from None
     if not devices:

@@ -91,9 +91,8 @@ def _run(config: state.PlanConfig, graph: Graph, plan: tensor_parallel.TPPlan, t
         good = result.outputs_equal and result.counts_match
         (st.success if good else st.error)(
             f"Outputs {'equal' if result.outputs_equal else 'differ from'} the model's (max difference "
-            f"{result.max_abs_diff:.2g}); collectives counted {result.forward_counts} forward"
-            + (f", {result.backward_counts} backward" if training else "")
-            + f": {'as predicted' if result.counts_match else 'not as predicted'}.")
+            f"{result.max_abs_diff:.2g}); collectives counted: {md(result.counted())} "
+            f"({'as predicted' if result.counts_match else 'not as predicted'}).")
         _forward_against_prediction(config, graph, plan, result.forward_s)
 
 

@@ -48,6 +48,14 @@ class ShardRun:
     backend: str
     forward_s: float  # rank 0's forward, measured
 
+    def counted(self) -> str:
+        """The collectives counted, in words: "2 all_reduce forward, 4 backward", or "none"."""
+        def words(counts: dict[str, int]) -> str:
+            return ", ".join(f"{n} {kind}" for kind, n in sorted(counts.items())) or "none"
+
+        text = f"{words(self.forward_counts)} forward"
+        return text + (f", {words(self.backward_counts)} backward" if self.backward_counts is not None else "")
+
     @property
     def counts_match(self) -> bool:
         return self.forward_counts == self.predicted_forward and (

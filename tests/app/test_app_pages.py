@@ -349,7 +349,8 @@ def test_sharding_page_suggests_edits_and_runs():
     assert any("Every device fits" in s.value for s in at.success)  # the suggestion was kept
     at.button(key="sh_run").click().run(timeout=240)
     assert not at.exception and not errors(at)
-    assert any("as predicted" in s.value and "Outputs equal" in s.value for s in at.success)
+    assert any("as predicted" in s.value and "Outputs equal" in s.value and "all\\_reduce forward" in s.value
+               for s in at.success)
     # An entry that cannot run (as if typed in the table) is a message naming it; the edits stay.
     specs = at.session_state["shard_specs"]
     (key,) = specs

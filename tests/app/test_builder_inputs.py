@@ -56,13 +56,38 @@ def test_rows_to_devices_mixed_blank_and_nan_cells():
 @pytest.mark.parametrize("rows, message", [
     ([{"name": "a", "preset": "custom", "memory": ""}], "memory is empty"),
     ([{"name": "a", "preset": "custom", "memory": "lots"}], r"device row 1 \(a\).*16GiB"),
-    ([{"name": "a", "preset": "tpu-v9", "memory": "1GiB"}], "unknown preset 'tpu-v9'"),
+    ([{"name": "a", "preset": "tpu-v9", "memory": "1GiB"}], "unknown device type 'tpu-v9'; choose one of custom, a100-40gb"),
     ([{"name": "a", "memory": "1GiB", "link GB/s": -1}], "link GB/s must be > 0"),
     ([{"name": "a", "memory": "1GiB"}, {"name": "a", "memory": "1GiB"}], "unique; a repeat"),
     ([], "table is empty"),
 ])
 def test_rows_to_devices_errors_name_the_row_and_fix(rows, message):
     with pytest.raises(inputs.InputError, match=message):
+        inputs.rows_to_devices(rows)
+
+
+def test_a_profile_measured_here_is_a_device_type(tmp_path, monkeypatch):
+    """A profile ``partition-explorer calibrate`` cached is offered beside the presets; its devices
+    carry the profile (the Pipeline and Sharding pages predict on its curves), and the plan's
+    config key holds it and gives it back."""
+    from explorer.builders.config import device_key, devices_from_key
+    from runtime.test_calibrate import _profile
+
+    monkeypatch.setenv("PARTITION_EXPLORER_CACHE", str(tmp_path))
+    assert inputs.device_types()[-1] != "box"
+    profile = _profile("box")
+    profile.save(tmp_path / "profiles" / "box.json")
+    assert inputs.device_types()[-1] == "box"
+    rows = inputs.device_rows(2, "1 GiB", "box")
+    assert [r["name"] for r in rows] == ["box_0", "box_1"] and rows[0]["peak TFLOP/s"] == profile.peak_flops / 1e12
+    devices = inputs.rows_to_devices(rows)
+    assert [d.profile for d in devices] == [profile, profile] and devices[0].memory_bytes == 8 * 2**30
+    assert devices[0].kind == "box"
+    key = tuple(device_key(d) for d in devices)
+    assert hash(key) == hash(tuple(device_key(d) for d in inputs.rows_to_devices(rows)))
+    assert devices_from_key(key) == devices
+    (tmp_path / "profiles" / "box.json").unlink()  # deleted since: named, with what there is
+    with pytest.raises(inputs.InputError, match="unknown device type 'box'; choose one of custom"):
         inputs.rows_to_devices(rows)
 
 

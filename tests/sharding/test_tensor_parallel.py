@@ -112,3 +112,16 @@ def test_cli_shard_suggest_and_run(tmp_path):
     done = subprocess.run(cli + ["--spec", str(bad)], capture_output=True, text=True, timeout=120)
     assert done.returncode == 2 and "only the weights of Linear and Embedding" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_a_runs_collective_counts_read_as_words():
+    from partitioner.sharding.tp_run import ShardRun
+
+    run = ShardRun(outputs_equal=True, max_abs_diff=0.0, forward_counts={"all_reduce": 2, "all_gather": 1},
+                   backward_counts={}, predicted_forward={"all_reduce": 2, "all_gather": 1}, predicted_backward={},
+                   local_shapes={}, local_parameter_bytes=[0, 0], world_size=2, backend="gloo", forward_s=1e-3)
+    assert run.counted() == "1 all_gather, 2 all_reduce forward, none backward" and run.counts_match
+    inference = ShardRun(outputs_equal=True, max_abs_diff=0.0, forward_counts={}, backward_counts=None,
+                         predicted_forward={}, predicted_backward=None, local_shapes={}, local_parameter_bytes=[0, 0],
+                         world_size=2, backend="gloo", forward_s=1e-3)
+    assert inference.counted() == "none forward"
