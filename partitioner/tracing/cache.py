@@ -128,17 +128,19 @@ class CachedGraph(Graph):
     @property  # type: ignore[override]
     def graph_module(self) -> Any:
         if self._module is None and self._rebuild is not None:
-            logger.info("tracing %s again for its module (the cache keeps its data only)", self.name)
-            with TRACE_LOCK:
-                fresh = self._rebuild()
-            self._rebuild = None
-            if fresh.fingerprint() != self.fingerprint():
-                raise TraceError(f"tracing {self.name!r} again gave another graph than the cached one "
-                                 f"(fingerprint {fresh.fingerprint()} against {self.fingerprint()}); "
-                                 f"clear the trace cache ({cache_dir()}) and open the model again")
-            self._module = fresh.graph_module
-            if self.example_inputs is None:
-                self.example_inputs = fresh.example_inputs
+            with TRACE_LOCK:  # the app's sessions are threads: one traces, the others wait and read it
+                rebuild = self._rebuild
+                if self._module is None and rebuild is not None:
+                    logger.info("tracing %s again for its module (the cache keeps its data only)", self.name)
+                    fresh = rebuild()
+                    self._rebuild = None
+                    if fresh.fingerprint() != self.fingerprint():
+                        raise TraceError(f"tracing {self.name!r} again gave another graph than the cached one "
+                                         f"(fingerprint {fresh.fingerprint()} against {self.fingerprint()}); "
+                                         f"clear the trace cache ({cache_dir()}) and open the model again")
+                    if self.example_inputs is None:
+                        self.example_inputs = fresh.example_inputs
+                    self._module = fresh.graph_module
         return self._module
 
     @graph_module.setter

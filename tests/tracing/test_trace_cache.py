@@ -55,6 +55,41 @@ def test_a_hit_is_the_traced_graph_and_its_module_comes_back_on_first_use(folder
     assert plan.to_dict() == partitioner.partition(fresh, partitioner.parse_devices("3x512KiB"), "size_based").to_dict()
 
 
+def test_sessions_reading_a_hits_module_at_once_trace_it_once_and_all_get_it(folder):
+    """The app's sessions are threads of one process: several reading a cached graph's module at
+    the same moment (two reruns of one page, two people) wait for one trace and all get its module."""
+    import threading
+    import time
+
+    key = cache.model_key("mlp", {})
+    calls: list[str] = []
+    cache.cached_trace(key, _builder("mlp", {}, calls))
+    build = _builder("mlp", {}, calls)
+
+    def slow() -> partitioner.Graph:
+        time.sleep(0.2)  # the other readers arrive while it traces
+        return build()
+
+    hit = cache.cached_trace(key, slow)
+    assert isinstance(hit, cache.CachedGraph)
+    got: list[object] = []
+    failed: list[BaseException] = []
+
+    def read() -> None:
+        try:
+            got.append(hit.graph_module)
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            failed.append(exc)
+
+    threads = [threading.Thread(target=read) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not failed, failed
+    assert calls == ["mlp", "mlp"] and len(got) == 4 and all(m is got[0] and m is not None for m in got)
+
+
 def test_every_part_of_the_key_makes_its_own_entry(folder, monkeypatch):
     calls: list[str] = []
     cache.cached_trace(cache.model_key("mlp", {}), _builder("mlp", {}, calls))
