@@ -225,9 +225,13 @@ def devices_ui() -> tuple[list[Device] | None, float | None]:
                           help="custom: give the memory; a preset brings real memory and speeds; a profile "
                                "measured here (partition-explorer calibrate) brings this machine's curves")
     count = st.number_input("Number of devices", min_value=1, max_value=1024, step=1, key="dev_count")
-    memory = st.text_input("Memory per device", key="dev_memory", disabled=preset != CUSTOM,
-                           help="e.g. 16GiB, 512 MiB, 1.5GB" if preset == CUSTOM else
-                           f"set by the device type: {exact_bytes_text(type_spec(preset)[0]['memory_bytes'])}")
+    if preset == CUSTOM:
+        memory = st.text_input("Memory per device", key="dev_memory", help="e.g. 16GiB, 512 MiB, 1.5GB")
+    else:  # the type's memory shown; the custom memory is kept for when custom is chosen again
+        memory = st.session_state["dev_memory"]
+        st.text_input("Memory per device", value=exact_bytes_text(type_spec(preset)[0]["memory_bytes"]),
+                      disabled=True, key=f"dev_memory_of_{preset}",
+                      help="set by the device type; choose custom to give your own")
     base = (int(count), memory, preset)
     if st.session_state.get("dev_base") != base:
         st.session_state["dev_base"] = base

@@ -25,3 +25,12 @@ def test_a_link_opens_the_app_on_a_profile_measured_here(tmp_path, monkeypatch):
     assert [d.name for d in devices] == ["box_0", "box_1"] and all(d.profile == profile for d in devices)
     assert not at.warning or all("was ignored" not in w.value for w in at.warning)
     assert summary(at)["model"].startswith("mlp")
+    # The memory shown is the type's; the custom memory comes back with custom.
+    assert at.text_input(key="dev_memory_of_box").value == "8 GiB"
+    at.selectbox(key="dev_preset").set_value("custom").run()
+    custom = at.text_input(key="dev_memory").value
+    at.text_input(key="dev_memory").set_value("3 GiB").run()
+    at.selectbox(key="dev_preset").set_value("a100-40gb").run()
+    assert at.text_input(key="dev_memory_of_a100-40gb").value == "40 GiB" and custom != "3 GiB"
+    at.selectbox(key="dev_preset").set_value("custom").run()
+    assert at.text_input(key="dev_memory").value == "3 GiB" and not at.exception
