@@ -29,11 +29,11 @@ from explorer.builders.inputs import (
     device_rows,
     device_types,
     exact_bytes_text,
-    type_spec,
     hf_default_fields,
     hf_fields_for,
     parse_node_latency,
     rows_to_devices,
+    type_spec,
     user_models_allowed,
     with_headroom,
 )

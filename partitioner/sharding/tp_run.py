@@ -49,7 +49,8 @@ class ShardRun:
     forward_s: float  # rank 0's forward, measured
 
     def counted(self) -> str:
-        """The collectives counted, in words: "2 all_reduce forward, 4 backward", or "none"."""
+        """The collectives counted, in words: "2 all_reduce forward, 4 all_reduce backward";
+        "none forward" when nothing is sharded.""""
         def words(counts: dict[str, int]) -> str:
             return ", ".join(f"{n} {kind}" for kind, n in sorted(counts.items())) or "none"
 
