@@ -125,7 +125,6 @@ def profile(graph: Graph, name: str = "") -> ModelProfile:
         raise PartitionError("the graph has no operations to plan a cluster for")
     tokens0, seq0 = _tokens(graph)
     nodes = graph.nodes
-    attr = [v for v, nd in enumerate(nodes) if nd.op == "get_attr"]
     weight_bytes = graph.parameter_bytes
     dtypes = Counter(str(nd.dtype).removeprefix("torch.") for nd in nodes
                      if str(nd.dtype).removeprefix("torch.") in DTYPE_BYTES)

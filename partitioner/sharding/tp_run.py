@@ -50,7 +50,7 @@ class ShardRun:
 
     def counted(self) -> str:
         """The collectives counted, in words: "2 all_reduce forward, 4 all_reduce backward";
-        "none forward" when nothing is sharded.""""
+        "none forward" when nothing is sharded."""
         def words(counts: dict[str, int]) -> str:
             return ", ".join(f"{n} {kind}" for kind, n in sorted(counts.items())) or "none"
 
