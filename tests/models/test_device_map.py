@@ -127,14 +127,11 @@ def test_the_fake_devices_catch_a_split_block_and_pass_accelerates_own_map():
     torch.testing.assert_close(logits(out), reference)
 
 
-@pytest.mark.parametrize("count,share", [(2, 0.6), (3, 0.45)])
+@pytest.mark.parametrize("count,share", [(2, 0.65), (3, 0.45)])
 def test_a_plans_map_is_one_accelerate_runs(traced, count, share):
     model, args, kwargs, graph = traced
     devices = partitioner.parse_devices(f"{count}x{int(graph.total_size_bytes * share)}B")
-    try:
-        plan = partitioner.partition(graph, devices, mode="kl_based")
-    except partitioner.InfeasibleError:
-        pytest.skip("no plan on these devices")
+    plan = partitioner.partition(graph, devices, mode="kl_based")  # every model here has one
     assert len({p.device_ids[0] for p in plan.partitions}) >= 2
     exported = to_device_map(plan, graph)
     dm = exported.device_map
