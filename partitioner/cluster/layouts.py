@@ -216,7 +216,7 @@ def evaluate(p: ModelProfile, w: Workload, c: Cluster, lay: Layout, sim: Any) ->
     elif lay.recompute != "none":  # min-cut at a budget: its measured shares
         kept, redo = min_cut_shares(p, lay.recompute)
         act_mb *= kept
-    fwd = p.forward_seconds(tokens_mb, w.seq_len, acc.peak_flops, acc.memory_bandwidth_bytes_per_s, lay.tp) / lay.pp
+    fwd = p.forward_seconds(tokens_mb, w.seq_len, acc, lay.tp) / lay.pp
     bwd = fwd * (2.0 + redo)
     in_node = lay.tp * lay.pp <= c.devices_per_node
     tp_s = 2 * layers_per_stage * ring_allreduce_s(hidden_mb, lay.tp, c.intra.bandwidth_bytes_per_s, c.intra.latency_s)
@@ -288,10 +288,10 @@ def _inference(p: ModelProfile, w: Workload, c: Cluster, lay: Layout) -> LayoutR
         tp = 2 * p.layers * ring_allreduce_s(hidden, lay.tp, c.intra.bandwidth_bytes_per_s, c.intra.latency_s)
         return tp + (lay.pp - 1) * (hidden / link.bandwidth_bytes_per_s + link.latency_s)
 
-    ttft = p.forward_seconds(batch * w.seq_len, w.seq_len, peak, bw, lay.tp) + comm(batch * w.seq_len)
+    ttft = p.forward_seconds(batch * w.seq_len, w.seq_len, acc, lay.tp) + comm(batch * w.seq_len)
     mid = w.seq_len + w.generate_tokens // 2
     kv_read = p.kv_bytes_per_token * scale * batch * mid / lay.tp / bw
-    per_token = p.forward_seconds(batch, mid, peak, bw, lay.tp) + kv_read + comm(batch)
+    per_token = p.forward_seconds(batch, mid, acc, lay.tp) + kv_read + comm(batch)
     fits = sum(mem.values()) <= acc.memory_bytes
     parts = {"prefill compute": ttft - comm(batch * w.seq_len), "decode per token": per_token,
              "communication per token": comm(batch)}

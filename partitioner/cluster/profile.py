@@ -24,7 +24,7 @@ import dataclasses
 import re
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import Any, Sequence
 
 from partitioner.errors import PartitionError, ShardingError
 from partitioner.graph import Graph
@@ -69,10 +69,12 @@ class ModelProfile:
         linear = self.flops_per_token - self.attention_flops_per_token
         return tokens * (linear + self.attention_flops_per_token * seq / self.seq0)
 
-    def forward_seconds(self, tokens: float, seq: int, peak_flops: float, bandwidth: float, tp: int = 1) -> float:
-        """The roofline forward time of ``tokens`` tokens on one device, the work split ``tp``
-        ways (NOTE: [Scaling the traced graph]). O(N) the first time for each size, then cached."""
-        key = (float(tokens), int(seq), float(peak_flops), float(bandwidth))
+    def forward_seconds(self, tokens: float, seq: int, acc: Any, tp: int = 1) -> float:
+        """The forward time of ``tokens`` tokens on one device of ``acc`` (an
+        :class:`~partitioner.hardware.Accelerator`), the work split ``tp`` ways (NOTE: [Scaling
+        the traced graph]). O(N) the first time for each size, then cached."""
+        peak_flops, bandwidth = float(acc.peak_flops), float(acc.memory_bandwidth_bytes_per_s)
+        key = (float(tokens), int(seq), peak_flops, bandwidth)
         if key not in self._cache:
             ratio = seq / self.seq0
             total = 0.0
