@@ -32,7 +32,7 @@ from typing import NamedTuple
 from partitioner.errors import PartitionError
 
 __all__ = ["Action", "ActionKind", "SCHEDULES", "MicrobatchError", "actions", "check_microbatches",
-           "accepted_microbatches", "stages_per_rank"]
+           "accepted_microbatches", "stages_per_rank", "MAX_LISTED"]
 
 
 class ActionKind(StrEnum):
@@ -81,8 +81,8 @@ SCHEDULES = {
 
 class MicrobatchError(PartitionError):
     """A microbatch count torch's schedule (or the example batch) does not take. ``accepted`` are
-    the counts up to 16 that would be (for the batch: the divisors of its first dimension), so a
-    front end can name its own knob."""
+    the first counts that would be (at most :data:`MAX_LISTED`; for the batch: the divisors of its
+    first dimension), so a front end can name its own knob."""
 
     def __init__(self, message: str, schedule: str, microbatches: int, accepted: tuple[int, ...],
                  batch: int | None = None) -> None:
@@ -110,9 +110,24 @@ def _refusal(schedule: str, ranks: int, m: int) -> str | None:
     return None
 
 
-def accepted_microbatches(schedule: str, ranks: int, up_to: int = 16) -> tuple[int, ...]:
-    """The microbatch counts 1..``up_to`` that ``schedule`` takes on ``ranks`` ranks."""
-    return tuple(m for m in range(1, up_to + 1) if _refusal(schedule, ranks, m) is None)
+MAX_LISTED = 16  # counts a refusal names: the first ones a schedule takes
+
+
+def accepted_microbatches(schedule: str, ranks: int, up_to: int = 16, limit: int = MAX_LISTED) -> tuple[int, ...]:
+    """The first ``limit`` microbatch counts in 1..``up_to`` that ``schedule`` takes on ``ranks`` ranks.
+
+    O(limit), whatever ``ranks`` and ``up_to`` are (a person's ``--stages 1000000000`` once made
+    this a loop of 3 x 10^9): 1f1b takes every count from ``ranks`` on, so the scan starts there;
+    the interleaved schedules take every count below ``2 * ranks`` (one round). The scan looks at
+    no more than ``4 * limit`` counts."""
+    start = max(1, ranks) if schedule == "1f1b" else 1
+    found: list[int] = []
+    for m in range(start, min(up_to, start + 4 * limit) + 1):
+        if _refusal(schedule, ranks, m) is None:
+            found.append(m)
+            if len(found) >= limit:
+                break
+    return tuple(found)
 
 
 def check_microbatches(schedule: str, ranks: int, microbatches: int) -> None:

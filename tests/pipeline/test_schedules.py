@@ -99,3 +99,31 @@ def test_a_refusal_on_many_ranks_still_names_the_counts_taken():
 
     with pytest.raises(MicrobatchError, match="use 32 or more microbatches"):
         check_microbatches("1f1b", 32, 8)
+
+
+def test_a_huge_stage_count_is_refused_at_once(capsys, monkeypatch):
+    """`pipeline mlp --stages 1000000000` looped 3 x 10^9 times building the refusal's hint; the
+    hint is the first accepted counts, found in a bounded scan (a call count, not a timing)."""
+    from partitioner.pipeline import schedules
+
+    calls = []
+    real = schedules._refusal
+
+    def counted(*args):
+        calls.append(args)
+        assert len(calls) < 1000, "the hint's scan is not bounded"  # fails fast where it once ran for minutes
+        return real(*args)
+
+    monkeypatch.setattr(schedules, "_refusal", counted)
+    with pytest.raises(MicrobatchError, match="use 1000000000 or more microbatches") as info:
+        check_microbatches("1f1b", 10**9, 8)
+    assert info.value.accepted[0] == 10**9 and len(info.value.accepted) <= schedules.MAX_LISTED
+    assert len(calls) <= 4 * schedules.MAX_LISTED + 2
+    calls.clear()
+    with pytest.raises(MicrobatchError, match=r"choose one of 1, 2, 3"):
+        check_microbatches("interleaved_1f1b", 7, 15)
+    assert len(calls) <= 4 * schedules.MAX_LISTED + 2
+    from cli.main import main
+
+    assert main(["pipeline", "mlp", "--stages", "1000000000"]) == 2
+    assert "--microbatches 8: 1f1b needs at least as many microbatches as stages" in capsys.readouterr().err
