@@ -21,21 +21,27 @@ from explorer import sidebar, state
 
 st.set_page_config(page_title="Partition Explorer", page_icon=":material/account_tree:", layout="wide")
 
-PAGES = [
-    st.Page("views/explore.py", title="Explore", icon=":material/account_tree:", default=True),
-    st.Page("views/compare.py", title="Compare modes", icon=":material/bar_chart:"),
-    st.Page("views/review.py", title="Review & edit plan", icon=":material/edit_note:"),
-    st.Page("views/pipeline.py", title="Pipeline", icon=":material/view_timeline:"),
-    st.Page("views/training.py", title="Training memory", icon=":material/memory:"),
-    st.Page("views/sharding.py", title="Sharding", icon=":material/grid_view:"),
-    st.Page("views/cluster.py", title="Plan a cluster", icon=":material/dns:"),
-    st.Page("views/learn.py", title="Learn", icon=":material/school:"),
+# (script, title, icon, the name its view goes by in the URL's keys: explorer.builders.links.PAGE_PREFIXES)
+VIEWS = [
+    ("views/explore.py", "Explore", ":material/account_tree:", "explore"),
+    ("views/techniques.py", "Techniques side by side", ":material/compare:", "techniques"),
+    ("views/compare.py", "Compare modes", ":material/bar_chart:", "compare"),
+    ("views/review.py", "Review & edit plan", ":material/edit_note:", "review"),
+    ("views/pipeline.py", "Pipeline", ":material/view_timeline:", "pipeline"),
+    ("views/training.py", "Training memory", ":material/memory:", "training"),
+    ("views/sharding.py", "Sharding", ":material/grid_view:", "sharding"),
+    ("views/cluster.py", "Plan a cluster", ":material/dns:", "cluster"),
+    ("views/learn.py", "Learn", ":material/school:", "learn"),
 ]
+PAGES = [st.Page(script, title=title, icon=icon, default=i == 0) for i, (script, title, icon, _) in enumerate(VIEWS)]
+NAMES = {title: name for _, title, _, name in VIEWS}
 
 page = st.navigation(PAGES, position="top")
+state.set_page(NAMES.get(page.title, ""))
 state.restore_from_url(sample_models.names(), sidebar.PLAN_MODES, sidebar.default_device_controls)
 state.keep_widget_state()
 state.follow_page_request()
 state.set_config(sidebar.config_ui())
 state.write_url()
+state.show_size_warning()
 page.run()

@@ -28,6 +28,7 @@ from partitioner.accelerator.steps import DecisionTrace
 from partitioner.units import format_seconds
 
 from explorer.builders import tables
+from explorer.builders.figures import colour_range
 from explorer.builders.text import md
 from explorer.viewer import show_graph, svg_of, svg_size
 
@@ -78,7 +79,8 @@ def render_dag(plan: Plan, graph: Graph, key: str, overlay: str = "device", hit:
     def open_partition(node_id: str) -> None:
         st.session_state[f"{key}_drill"] = int(node_id[1:])
 
-    show_graph(plan_to_dot(plan, graph, highlight_critical=highlight, overlay=overlay, highlight=hits),
+    scale = colour_range(list(partition_values(plan, overlay, graph).values())) if overlay != "device" else None
+    show_graph(plan_to_dot(plan, graph, highlight_critical=highlight, overlay=overlay, highlight=hits, scale=scale),
                key=f"{key}_dag", clickable=_PARTITION_ID if drilldown else None,
                on_click=open_partition if drilldown else None, focus=f"p{hits[0]}" if hits else None)
     st.caption("Boxes are partitions (memory used of the device's capacity, latency); edges carry "
@@ -113,7 +115,7 @@ def render_drilldown(plan: Plan, graph: Graph, key: str, overlay: str = "device"
         st.caption(f"P{pick} has {sizes[pick]} nodes: drawn by module, repeated blocks folded; click a box "
                    "to open it.")
         _folded_view(graph, plan, f"{key}_drill{pick}", node_s or node_seconds(plan, graph), overlay, hit,
-                     title=f"P{pick}: {sizes[pick]} nodes", only=only)
+                     title=f"P{pick}: {sizes[pick]} node{'s' if sizes[pick] != 1 else ''}", only=only)
         return
     show_graph(partition_to_dot(plan, graph, pick, max_nodes=NODE_LIMIT, overlay=overlay,
                                 node_s=node_s or node_seconds(plan, graph), highlight=names),
@@ -194,7 +196,7 @@ def render_side_by_side(a: Plan, b: Plan, label_a: str, label_b: str, key: str, 
     scale = None
     if overlay != "device":
         values = [*partition_values(a, overlay, graph).values(), *partition_values(b, overlay, graph).values()]
-        scale = (min(values), max(values)) if values else None
+        scale = colour_range(values) if values else None
     if sorted((d.logical_id, d.name) for d in a.devices) != sorted((d.logical_id, d.name) for d in b.devices):
         st.caption("The plans list different devices: a colour may name a different device on each side.")
     left, right = st.columns(2)

@@ -142,8 +142,17 @@ def render_comparison(results: Sequence[ModeResult], op_count: int | None = None
     st.plotly_chart(figures.comparison_figure(results), key="chart_comparison")
     for r in results:
         if r.error:
-            st.warning(f"**{md(r.mode)}** found no plan: {md(r.error)}")
+            st.warning(f"**{md(r.mode)}** found no plan{_reason(r.mode, r.error)}")
 
+
+
+def _reason(mode: str, error: str) -> str:
+    """': why' of a mode's failure, without the error's own "mode 'x' found no plan" said again."""
+    text = error.strip()
+    for said in (f"mode '{mode}' found no plan", f"{mode} found no plan"):
+        if text.lower().startswith(said.lower()):
+            text = text[len(said):].lstrip(":;,. ")
+    return f": {md(text)}" if text else "."
 
 
 RUN_RESULTS = "run_results"  # plan JSON hash -> RunResult of its last real run

@@ -24,6 +24,7 @@ from explorer import state
 from explorer.builders.config import DEFAULT_MODEL, PLAN_MODES, ModelChoice, PlanConfig
 from explorer.builders.inputs import (
     CUSTOM,
+    DEFAULT_HEADROOM_PERCENT,
     DEVICE_COLUMNS,
     InputError,
     device_rows,
@@ -257,12 +258,13 @@ def devices_ui() -> tuple[list[Device] | None, float | None]:
                                                            width="small", help="link bandwidth, GB/s"),
             },
         )
-    st.session_state.setdefault("dev_headroom", 0.0)
+    st.session_state.setdefault("dev_headroom", DEFAULT_HEADROOM_PERCENT)
     headroom = st.number_input(
         "Memory headroom (% of each device)", min_value=0.0, max_value=90.0, step=5.0, format="%g",
         key="dev_headroom",
-        help="kept free on every device (CUDA context, allocator fragmentation, buffers): the modes plan "
-             "within the rest, and the charts show the rest as each device's capacity")
+        help=f"kept free on every device (CUDA context, allocator fragmentation, buffers): the modes plan "
+             f"within the rest, and the charts show the rest as each device's capacity. {DEFAULT_HEADROOM_PERCENT:g} % "
+             "by default: 4 GiB of an 80 GiB H100, as Plan a cluster keeps; 0 fills devices to the last byte")
     st.session_state.setdefault("transfer_gbps", DEFAULT_TRANSFER_GBPS)
     rate_gbps = st.number_input(
         "Transfer rate between devices (GB/s)", min_value=0.0, step=1.0, format="%g",

@@ -16,12 +16,13 @@ from partitioner import Graph
 
 from explorer import compute
 from explorer.builders.config import PlanConfig
-from explorer.builders.inputs import CUSTOM, device_types
-from explorer.builders.links import HF_URL_KEYS, URL_KEYS, read_link
+from explorer.builders.inputs import CUSTOM, device_types, size_warning
+from explorer.builders.links import HF_URL_KEYS, PAGE_PREFIXES, URL_KEYS, page_kind, page_keys, read_link, read_page_link
 from explorer.builders.text import md
 
 __all__ = ["set_config", "current_config", "load_graph", "page_inputs", "load_plan", "current_plan", "PLAN_SUMMARY",
-           "model_generation", "bump_model_generation", "open_page", "follow_page_request"]
+           "model_generation", "bump_model_generation", "open_page", "follow_page_request", "set_page",
+           "show_size_warning", "write_url"]
 
 # Every session-state key the pages share lives here.
 CONFIG = "config"  # the sidebar's PlanConfig (None while an input is unreadable)
@@ -41,10 +42,35 @@ PERSISTENT = ("model", "user_factory", "hf_name", "hf_set", "hf_batch", "hf_seq"
               "torch_cost_model", "pp_ranks", "pp_microbatches", "pp_schedule", "pp_training", "tm_budget", "tm_loss",
               "tm_optimizer", "sh_training")
 URL_RESTORED = "url_restored"
+PAGE = "current_page"  # the page this run draws (a key of PAGE_PREFIXES), whose view the URL carries
 
 
 def _persistent(key: str) -> bool:
-    return key in PERSISTENT or (key.startswith("knob_") and not key.startswith("knob_reset_"))
+    if key in PERSISTENT or (key.startswith("knob_") and not key.startswith("knob_reset_")):
+        return True
+    # a page's view (its widgets a link carries) is kept while the person visits other pages
+    return any(key.startswith(p) for p in PAGE_PREFIXES.values()) and \
+        page_kind(key, st.session_state.get(key)) not in (None, object)
+
+
+def page_choices() -> dict[str, list]:
+    """The options of the pages' choice widgets, to check a link's values against."""
+    from partitioner import cluster
+    from partitioner.accelerator import steps
+    from partitioner.draw.overlay import OVERLAYS
+    from partitioner.pipeline.schedules import SCHEDULES
+
+    links = list(cluster.LINKS)
+    return {"explore_view": list(EXPLORE_VIEWS), "explore_overlay": list(OVERLAYS),
+            "learn_algorithm": list(steps.ALGORITHMS), "pp_schedule": list(SCHEDULES),
+            "pp_training": ["inference", "training, SGD", "training, Adam"],
+            "tm_budget": [0.0, 0.25, 0.5, 0.75, 1.0],
+            "cl_kind": ["training", "inference"], "cl_precision": ["bf16 (mixed)", "fp32"],
+            "cl_optimizer": ["adam", "sgd", "none"], "cl_accelerator": list(cluster.ACCELERATORS), "cl_inter": links,
+            **{f"cl_intra_{name}": links for name in cluster.ACCELERATORS}}
+
+
+EXPLORE_VIEWS = ("Partition DAG", "Model graph by module")
 
 
 def keep_widget_state() -> None:
@@ -66,8 +92,11 @@ def restore_from_url(models: list[str], modes: list[str],
     st.session_state[URL_RESTORED] = True
     params = st.query_params.to_dict()
     read = read_link(params, models, modes, device_types(), HF_MODEL, sample_models.config_class)
-    if read.notes:
-        st.warning(md("The link's settings were checked: " + "; ".join(read.notes) + "."))
+    view = read_page_link(params, page_choices())
+    notes = read.notes + view.notes
+    if notes:
+        st.warning(md("The link's settings were checked: " + "; ".join(notes) + "."))
+    st.session_state.update(view.values)
     if not read.values:
         return
     model = params["model"]
@@ -78,14 +107,21 @@ def restore_from_url(models: list[str], modes: list[str],
     st.session_state["devices_for_model"] = model  # the link's devices, not reset again
 
 
+def set_page(name: str) -> None:
+    """Record which page this run draws (its view goes in the URL)."""
+    st.session_state[PAGE] = name
+
+
 def write_url() -> None:
-    """Put the sidebar's current settings in the URL (a link to this view)."""
+    """Put the sidebar's current settings and the current page's view in the URL (a link that
+    reopens this view). Pages call it again after changing their own state mid-run."""
     params = {}
     model = st.session_state.get("model")
     for key in list(URL_KEYS) + (list(HF_URL_KEYS) if model == HF_MODEL else []) + sorted(k for k in st.session_state.keys()
                                        if isinstance(k, str) and k.startswith(f"knob_{model}_")):
         if key in st.session_state and st.session_state[key] is not None:
             params[key] = str(st.session_state[key])
+    params.update(page_keys(st.session_state.get(PAGE, ""), st.session_state))
     if params != st.query_params.to_dict():
         st.query_params.from_dict(params)
 
@@ -116,6 +152,17 @@ def follow_page_request() -> None:
 
 def set_config(config: PlanConfig | None) -> None:
     st.session_state[CONFIG] = config
+
+
+def show_size_warning() -> None:
+    """Above every page: a warning when the model is a preset with its size overridden ("llama-3-70b
+    with 2 of 80 layers"), since every figure then answers for the smaller model."""
+    config = st.session_state.get(CONFIG)
+    if config is None or config.model.user:
+        return
+    text = size_warning(config.model.name, dict(config.model.overrides))
+    if text:
+        st.warning(md(text), icon=":material/warning:")
 
 
 def current_config() -> PlanConfig | None:

@@ -129,16 +129,35 @@ def _device_bars(fig: go.Figure, plan: Plan, parts: Sequence[Partition], names: 
         )
 
 
+def colour_range(values: Sequence[float]) -> tuple[float, float]:
+    """The (low, high) an overlay's colours span: from 0 to the largest value for the overlays that
+    count something (memory, latency, FLOPs, bytes), so two partitions 0.007 % apart get nearly the
+    same colour instead of the scale's two ends; (0, 1) for no values."""
+    if not values:
+        return 0.0, 1.0
+    low, high = min(0.0, min(values)), max(values)
+    return low, high if high > low else low + 1.0
+
+
+def colourbar(overlay: str, low: float, high: float, ticks: int = 5) -> dict[str, Any]:
+    """A Plotly colourbar for ``overlay`` whose tick labels are in the overlay's units (GiB, ms,
+    GFLOP), never Plotly's SI suffixes (71.68B read as billions)."""
+    fmt = formatter(overlay)
+    values = [low + (high - low) * i / (ticks - 1) for i in range(ticks)]
+    return {"title": {"text": overlay}, "thickness": 12, "tickmode": "array", "tickvals": values,
+            "ticktext": [fmt(v) for v in values]}
+
+
 def _overlay_bars(fig: go.Figure, plan: Plan, parts: Sequence[Partition], overlay: str, graph: Graph | None,
                   scale: float) -> None:
     """One bar trace coloured by ``overlay`` on :func:`partitioner.draw.overlay.plotly_scale`."""
     values = partition_values(plan, overlay, graph)
-    low, high = (min(values.values()), max(values.values())) if values else (0.0, 1.0)
+    low, high = colour_range(list(values.values()))
     fmt = formatter(overlay)
     fig.add_bar(name=f"coloured by {overlay}", x=[_label(p.id) for p in parts], y=[p.memory_bytes / scale for p in parts],
                 marker={"color": [values[p.id] for p in parts], "colorscale": plotly_scale(), "cmin": low,
-                        "cmax": high if high > low else low + 1, "line": {"color": "#333333", "width": 0.5},
-                        "colorbar": {"title": {"text": overlay}, "thickness": 12}},
+                        "cmax": high, "line": {"color": "#333333", "width": 0.5},
+                        "colorbar": colourbar(overlay, low, high)},
                 hovertext=[f"P{p.id}: {format_bytes(p.memory_bytes)}, {overlay} {fmt(values[p.id])}" for p in parts],
                 hoverinfo="text")
 

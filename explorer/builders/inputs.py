@@ -28,11 +28,14 @@ __all__ = [
     "device_rows",
     "rows_to_devices",
     "with_headroom",
+    "DEFAULT_HEADROOM_PERCENT",
     "parse_node_latency",
     "user_models_allowed",
     "ALLOW_USER_MODELS_ENV",
     "hf_default_fields",
     "hf_fields_for",
+    "preset_overrides",
+    "size_warning",
 ]
 
 ALLOW_USER_MODELS_ENV = "PARTITION_EXPLORER_ALLOW_USER_MODELS"
@@ -164,6 +167,12 @@ def rows_to_devices(rows: Iterable[Mapping[str, Any]]) -> list[Device]:
     return devices
 
 
+# Memory kept free on every device by default: 5 % is 4 GiB of an 80 GiB H100, what the Plan a
+# cluster page keeps (CUDA context, allocator fragmentation, communication buffers); plans that
+# fill a device to 100 % are not what a practitioner would run.
+DEFAULT_HEADROOM_PERCENT = 5.0
+
+
 def with_headroom(devices: list[Device], percent: float) -> list[Device]:
     """``devices`` with ``percent`` of each one's memory kept free (what the modes may fill is the
     rest); the name, id and speeds stay."""
@@ -196,27 +205,75 @@ def user_models_allowed(environ: Mapping[str, str] | None = None, argv: Sequence
 HF_DEFAULT_LAYERS = 2  # layers the hf: source builds by default: a what-if that traces in seconds
 
 
+def _bare(name: str) -> str:
+    return name.strip().removeprefix("hf:")
+
+
+def _preset_fields(name: str) -> dict[str, Any]:
+    """The fields preset ``name`` sets (its checkpoint's config); {} for an architecture."""
+    from sample_models._hf import PRESETS
+
+    return dict(PRESETS[_bare(name)][1]) if _bare(name) in PRESETS else {}
+
+
 def hf_default_fields(name: str) -> str:
-    """The config fields the hf: source starts ``name`` with: two layers, under the field names of
-    its architecture (``n_layer=2`` for gpt2, ``num_hidden_layers=2`` for llama); "" when the
+    """The config fields the hf: source starts ``name`` with: for an architecture, two layers under
+    the field names of its architecture (``n_layer=2`` for gpt2, ``num_hidden_layers=2`` for llama);
+    for a preset, none (a preset is chosen to ask about the checkpoint's real size); "" when the
     architecture is unknown."""
     from sample_models._hf import layer_fields
 
-    return " ".join(f"{field}={HF_DEFAULT_LAYERS}" for field in layer_fields(name.strip().removeprefix("hf:")))
+    if _preset_fields(name):
+        return ""
+    return " ".join(f"{field}={HF_DEFAULT_LAYERS}" for field in layer_fields(_bare(name)))
 
 
 def hf_fields_for(text: str, old: str, new: str) -> str:
     """The config fields ``text`` of architecture ``old`` carried over to architecture ``new``: the
     default of ``old`` becomes the default of ``new``, and a layer count under ``old``'s field name
     moves to ``new``'s (``n_layer=4 dtype=bf16`` -> ``num_hidden_layers=4 dtype=bf16``); other
-    fields are kept as the person wrote them."""
+    fields are kept as the person wrote them. Choosing a preset clears the fields the preset sets
+    (its layers, widths, vocabulary): ``n_layer=2 dtype=bf16`` -> ``dtype=bf16`` for llama-3-70b."""
     from sample_models._hf import layer_fields
 
     if text.strip() == hf_default_fields(old):
         return hf_default_fields(new)
-    before = layer_fields(old.strip().removeprefix("hf:"))
-    after = layer_fields(new.strip().removeprefix("hf:"))
+    sets = _preset_fields(new)
+    if sets:  # layer counts moved to the preset's architecture's names, then what the preset sets dropped
+        moved = hf_fields_for(text, old, _preset_arch(new))
+        return " ".join(item for item in moved.split() if item.split("=", 1)[0] not in sets)
+    before = layer_fields(_bare(old))
+    after = layer_fields(_bare(new))
     if len(before) != 1 or len(after) != 1 or before == after:
         return text
     return " ".join(after[0] + item[len(before[0]):] if item.startswith(before[0] + "=") else item
                     for item in text.split())
+
+
+def _preset_arch(name: str) -> str:
+    from sample_models._hf import PRESETS
+
+    return PRESETS[_bare(name)][0] if _bare(name) in PRESETS else ""
+
+
+def preset_overrides(spec: str, overrides: Mapping[str, Any]) -> list[tuple[str, Any, Any]]:
+    """The fields of preset ``spec`` (``hf:llama-3-70b``) that ``overrides`` set to another value,
+    as (field, given, the preset's); [] for an architecture or a preset left at its size."""
+    sets = _preset_fields(spec)
+    return [(field, overrides[field], value) for field, value in sets.items()
+            if field in overrides and overrides[field] != value]
+
+
+def size_warning(spec: str, overrides: Mapping[str, Any]) -> str | None:
+    """What a page's heading says when a preset's size is overridden: "llama-3-70b with 2 of 80
+    layers: ..." (None when the model is the preset's real size or not a preset)."""
+    changed = preset_overrides(spec, overrides)
+    if not changed:
+        return None
+    from sample_models._hf import layer_fields
+
+    layers = set(layer_fields(_bare(spec)))
+    said = [f"{given:,} of {value:,} layers" if field in layers else f"{field}={given} (the checkpoint's {value})"
+            for field, given, value in changed]
+    return (f"{_bare(spec)} with {', '.join(said)}: every figure on this page is for that smaller model, not the "
+            f"checkpoint. Clear {', '.join(f for f, _, _ in changed)} in the sidebar's Config fields for the real size.")

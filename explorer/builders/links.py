@@ -13,7 +13,8 @@ from typing import Any, Callable, Mapping, Sequence
 
 from partitioner.units import parse_bytes
 
-__all__ = ["LinkValues", "read_link", "URL_KEYS", "HF_URL_KEYS", "RANGES"]
+__all__ = ["LinkValues", "read_link", "read_page_link", "page_keys", "page_kind", "URL_KEYS", "HF_URL_KEYS", "PAGE_URL_KEYS",
+           "PAGE_PREFIXES", "RANGES"]
 
 URL_KEYS: dict[str, type] = {"model": str, "dev_preset": str, "dev_count": int, "dev_memory": str,
                              "transfer_gbps": float, "dev_headroom": float, "mode": str, "saturate_host": bool,
@@ -22,7 +23,34 @@ HF_URL_KEYS: dict[str, type] = {"hf_name": str, "hf_set": str, "hf_batch": int, 
 # The sidebar widgets' own bounds (None: unbounded on that side).
 RANGES: dict[str, tuple[float | None, float | None]] = {"dev_count": (1, 1024), "transfer_gbps": (0.0, None),
                                                         "dev_headroom": (0.0, 90.0),
-                                                        "hf_batch": (1, 4096), "hf_seq": (1, 1 << 20)}
+                                                        "hf_batch": (1, 4096), "hf_seq": (1, 1 << 20),
+                                                        "learn_step": (1, None), "pp_ranks": (1, 1024),
+                                                        "pp_microbatches": (1, 1024), "cl_batch": (1, 1 << 20),
+                                                        "cl_seq": (1, 1 << 20), "cl_tokens": (1e6, 1e15),
+                                                        "cl_generate": (0, 1 << 16), "cl_per_node": (1, 64),
+                                                        "cl_max_nodes": (1, 512), "cl_headroom": (0.0, 64.0)}
+# What each page's own widgets hold (its view), carried by a link to that page: the key's prefix
+# names the page. Keys of the cluster page not listed here (a widget added since) are carried
+# too, typed as their text reads (NOTE: [Page keys]).
+PAGE_PREFIXES: dict[str, str] = {"explore": "explore_", "learn": "learn_", "pipeline": "pp_", "training": "tm_",
+                                 "sharding": "sh_", "cluster": "cl_"}
+PAGE_URL_KEYS: dict[str, type] = {
+    "explore_view": str, "explore_overlay": str, "explore_search": str,
+    "learn_algorithm": str, "learn_step": int,
+    "pp_ranks": int, "pp_microbatches": int, "pp_schedule": str, "pp_training": str,
+    "tm_budget": float, "tm_loss": str, "tm_optimizer": str, "sh_training": bool,
+    "cl_kind": str, "cl_batch": int, "cl_seq": int, "cl_precision": str, "cl_optimizer": str, "cl_tokens": float,
+    "cl_generate": int, "cl_accelerator": str, "cl_per_node": int, "cl_max_nodes": int, "cl_inter": str,
+    "cl_headroom": float, "cl_write": str,
+}
+_PAGE_PATTERNS: tuple[tuple[str, type], ...] = (("cl_intra_", str), ("cl_price_", float))
+# Keys that are actions or files, never a view: buttons, downloads, uploads, editors, run state.
+_NOT_CARRIED = ("cl_open", "cl_run", "cl_min_cut", "cl_dl_", "cl_stage_dag", "cl_memory", "cl_time", "cl_timeline", "cl_rank_memory",
+                "cl_pareto", "cl_run_chart", "pp_run", "pp_download", "pp_sweep_chart", "pp_memory_chart", "pp_schedule_chart",
+                "tm_run", "tm_graph", "tm_memory_chart", "tm_tradeoff_chart", "sh_run", "sh_editor_", "sh_download",
+                "sh_suggest", "sh_model_plan", "sh_memory_chart", "sh_run_chart", "learn_prev", "learn_next", "learn_play",
+                "learn_playing", "learn_tick", "learn_restart", "learn_speed", "learn_steps", "explore_dag", "explore_drill",
+                "explore_critical", "explore_model", "explore_node")
 _TRUE, _FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
 
 
@@ -117,8 +145,8 @@ def read_link(params: Mapping[str, str], models: Sequence[str], modes: Sequence[
     choices: dict[str, Sequence[str]] = {"mode": modes, "dev_preset": presets}
     values: dict[str, Any] = {}
     for key, text in params.items():
-        if key.startswith("knob_"):
-            continue
+        if key.startswith("knob_") or (key not in kinds and any(key.startswith(p) for p in PAGE_PREFIXES.values())):
+            continue  # a size knob (read below) or a page's own setting (read_page_link)
         if key not in kinds:
             notes.append(f"{key} in the link was ignored: it is not a setting a link carries")
             continue
@@ -134,4 +162,80 @@ def read_link(params: Mapping[str, str], models: Sequence[str], modes: Sequence[
         values[key] = _clamped(key, value, text, notes) if key in RANGES else value
     if not hf:
         values.update(_knobs(model, params, config_class, notes))
+    return LinkValues(values, tuple(notes))
+
+
+def page_kind(key: str, value: Any = None) -> type | None:
+    """The type a page key holds (None: not a key a link carries). NOTE: [Page keys] a cluster-page
+    key this table does not know yet is carried as its session value's type when writing, and
+    read back as the type its text has (true/false, a whole number, a number, else text)."""
+    if key in PAGE_URL_KEYS:
+        return PAGE_URL_KEYS[key]
+    for prefix, kind in _PAGE_PATTERNS:
+        if key.startswith(prefix):
+            return kind
+    if any(key == k or (k.endswith("_") and key.startswith(k)) for k in _NOT_CARRIED):
+        return None
+    if key.startswith(PAGE_PREFIXES["cluster"]):
+        if value is None:
+            return object  # reading: from the text
+        # a number or text; never a bool, which may be a button's state (not settable from code)
+        return type(value) if isinstance(value, (int, float, str)) and not isinstance(value, bool) else None
+    return None
+
+
+def page_keys(page: str, state: Mapping[str, Any]) -> dict[str, str]:
+    """The query parameters of ``page``'s view (a key of :data:`PAGE_PREFIXES`): its widgets'
+    values in ``state`` (session state) as text. O(len(state))."""
+    prefix = PAGE_PREFIXES.get(page)
+    if prefix is None:
+        return {}
+    out = {}
+    for key, value in state.items():
+        if not isinstance(key, str) or not key.startswith(prefix) or value is None:
+            continue
+        kind = page_kind(key, value)
+        if kind is None or (kind is not object and not isinstance(value, (bool, int, float, str))):
+            continue
+        out[key] = repr(float(value)) if kind is float else str(value)
+    return dict(sorted(out.items()))
+
+
+def _guess(text: str) -> Any:
+    try:
+        return int(text)
+    except ValueError:
+        pass
+    try:
+        value = float(text)
+        return value if math.isfinite(value) else text
+    except ValueError:
+        return text
+
+
+def read_page_link(params: Mapping[str, str], choices: Mapping[str, Sequence[Any]] | None = None) -> LinkValues:
+    """The page widgets' values of a link's query ``params`` (keys of :data:`PAGE_URL_KEYS`, the
+    cluster page's other ``cl_`` keys): typed, a number clamped to its widget's range, a choice
+    checked against ``choices[key]`` (the widget's options) and dropped with a note when it is not
+    one. Parameters that are neither a page key nor a sidebar one are left to :func:`read_link`.
+    O(number of parameters)."""
+    choices = choices or {}
+    notes: list[str] = []
+    values: dict[str, Any] = {}
+    for key, text in params.items():
+        if not any(key.startswith(p) for p in PAGE_PREFIXES.values()):
+            continue
+        kind = page_kind(key)
+        if kind is None:
+            notes.append(f"{key} in the link was ignored: it is not a setting a link carries")
+            continue
+        try:
+            value = _guess(text) if kind is object else _typed(key, kind, text)
+            options = choices.get(key)
+            if options is not None and value not in options:
+                raise ValueError(f"{key} must be one of {', '.join(map(str, options))}")
+        except ValueError as exc:
+            notes.append(f"{key}={text} in the link was ignored: {exc}")
+            continue
+        values[key] = _clamped(key, value, text, notes) if key in RANGES else value
     return LinkValues(values, tuple(notes))

@@ -12,6 +12,8 @@ from typing import Sequence
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from partitioner import Graph
+from partitioner.draw.nodeview import block_of
 from partitioner.pipeline import PipelinePlan, Simulation
 from partitioner.pipeline.schedules import ActionKind
 from partitioner.units import format_bytes, format_seconds
@@ -19,7 +21,7 @@ from partitioner.units import format_bytes, format_seconds
 from explorer.builders.figures import _layout
 from explorer.builders.tables import byte_unit, time_unit
 
-__all__ = ["schedule_figure", "microbatch_figure", "stage_memory_figure", "KIND_NAMES", "transfers", "bubble_note", "idle_parts"]
+__all__ = ["stage_span", "schedule_figure", "microbatch_figure", "stage_memory_figure", "KIND_NAMES", "transfers", "bubble_note", "idle_parts"]
 
 KIND_NAMES = {ActionKind.F: "forward", ActionKind.B: "backward", ActionKind.I: "backward (inputs)",
               ActionKind.W: "backward (weights)"}
@@ -176,6 +178,23 @@ def microbatch_figure(points: Sequence[tuple[int, float, float]], chosen: int) -
     return _layout(fig, "Step time and bubble against the microbatch count (dashed: chosen)")
 
 
+def stage_span(graph: Graph, nodes: Sequence[str]) -> str:
+    """What a stage holds in a person's words: its first and last layers (``model.layers.0 ->
+    model.layers.9``, with "embedding" or "head" where it also holds operations before the first
+    block or after the last) where the model has numbered blocks, else its first and last
+    operations. O(len(nodes))."""
+    index = graph.index
+    blocks = [block_of(graph, index[n]) for n in nodes if n in index]
+    named = [b for b in blocks if b]
+    arrow = " \u2192 "
+    if not named:
+        return f"{nodes[0]}{arrow}{nodes[-1]}" if len(nodes) > 1 else str(nodes[0])
+    first, last = named[0], named[-1]
+    lead = "" if blocks[0] else "embedding, "
+    tail = "" if blocks[-1] else ", head"
+    return f"{lead}{first}{'' if first == last else arrow + last}{tail}"
+
+
 def stage_memory_figure(pp: PipelinePlan, capacity: Sequence[int]) -> go.Figure:
     """Per stage: weights (with gradients and optimizer state when training) and the stashed
     activations, stacked, against the capacity of the stage's device."""
@@ -192,7 +211,8 @@ def stage_memory_figure(pp: PipelinePlan, capacity: Sequence[int]) -> go.Figure:
     fig.add_scatter(x=labels, y=[c / scale for c in capacity], name="device capacity", mode="markers",
                     marker={"symbol": "line-ew-open", "size": 36, "color": "#333333", "line": {"width": 3}})
     fig.update_layout(barmode="stack")
-    fig.update_yaxes(title=f"memory ({unit})", rangemode="tozero")
+    top = max([*pp.stage_memory_bytes, *capacity], default=0) / scale
+    fig.update_yaxes(title=f"memory ({unit})", range=[0, top * 1.08 or 1])  # the capacity marks always drawn
     return _layout(fig, "Memory per stage against its device")
 
 

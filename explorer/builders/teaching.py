@@ -12,12 +12,12 @@ from typing import Sequence
 
 from partitioner import Device, Graph, Plan, format_bytes
 from partitioner.devices import fewest_devices
-from partitioner.accelerator.steps import DecisionTrace
+from partitioner.accelerator.steps import Decision, DecisionTrace
 from partitioner.units import format_seconds
 from partitioner.draw.dag import over_capacity_devices
 from explorer.builders.text import md
 
-__all__ = ["ModeText", "MODE_TEXT", "COST_MODEL", "explain_plan", "StepGroup", "group_steps", "replay_note",
+__all__ = ["ModeText", "MODE_TEXT", "COST_MODEL", "explain_plan", "StepGroup", "group_steps", "replay_note", "final_latency",
            "MAX_GROUPS"]
 
 MAX_GROUPS = 60  # a played run lasts about a minute at one group a second
@@ -208,7 +208,8 @@ def explain_plan(plan: Plan) -> list[str]:
     idle = [md(d.name) for d in plan.devices if not used.get(d.logical_id)]
     if idle and count:
         notes.append(
-            f"**Idle devices:** {', '.join(idle)} hold nothing. Saturate host copies the plan "
+            f"**Idle device{'s' if len(idle) != 1 else ''}:** {', '.join(idle)} "
+            f"{'hold' if len(idle) != 1 else 'holds'} nothing. Saturate host copies the plan "
             "onto idle devices when there is a free one for every device in use."
         )
     over = over_capacity_devices(plan)
@@ -248,14 +249,28 @@ class StepGroup:
         return self.last - self.first + 1
 
 
+BLOCK_GRAIN_ABOVE = 300  # operations: on larger graphs a step is at most one block's decisions
+
+
+def _block(trace: DecisionTrace, d: Decision) -> str:
+    from partitioner.draw.nodeview import block_of
+
+    return block_of(trace.graph, d.moves[0][0]) if d.moves else ""
+
+
 def _round_ends(trace: DecisionTrace) -> list[int]:
     """Indices where a natural round ends: the fill moving to a new partition, a KL pass rolled
-    back or a step taken, a merge taken, the chains contracted."""
+    back or a step taken, a merge taken, the chains contracted; on a graph of more than
+    :data:`BLOCK_GRAIN_ABOVE` operations also where the placed or tried nodes move on to another
+    block (``model.layers.5``), so a 4,861-operation fill is not one step of thousands."""
     ends = []
     decisions = trace.decisions
+    by_block = len(trace.graph.op_indices) > BLOCK_GRAIN_ABOVE
     for i, d in enumerate(decisions):
         nxt = decisions[i + 1] if i + 1 < len(decisions) else None
         if nxt is None:
+            ends.append(i)
+        elif by_block and d.kind == nxt.kind and d.kind in ("place", "try") and _block(trace, d) != _block(trace, nxt):
             ends.append(i)
         elif d.kind == "place" and nxt.kind == "place":
             if d.moves and nxt.moves and d.moves[0][1] != nxt.moves[0][1]:
@@ -272,9 +287,12 @@ def _title(trace: DecisionTrace, first: int, last: int) -> str:
     for d in trace.decisions[first:last + 1]:
         kinds[d.kind] = kinds.get(d.kind, 0) + 1
     taken = sum(d.accepted for d in trace.decisions[first:last + 1])
-    parts = ", ".join(f"{n} {k}" for k, n in kinds.items())
-    return f"decisions {first + 1}-{last + 1}: {parts} ({taken} taken)" if last > first else \
-        f"decision {first + 1}: {trace.decisions[first].kind}"
+    parts = ", ".join(f"{n:,} {k}" for k, n in kinds.items())
+    blocks = sorted({b for b in (_block(trace, d) for d in trace.decisions[first:last + 1]) if b},
+                    key=lambda b: [int(c) if c.isdigit() else c for c in b.split(".")])
+    where = "" if not blocks else f" in {blocks[0]}" if len(blocks) == 1 else f" in {blocks[0]} to {blocks[-1]}"
+    return f"decisions {first + 1:,}-{last + 1:,}: {parts} ({taken:,} taken){where}" if last > first else \
+        f"decision {first + 1:,}: {trace.decisions[first].kind}{where}"
 
 
 def group_steps(trace: DecisionTrace, max_groups: int = MAX_GROUPS) -> list[StepGroup]:
@@ -322,6 +340,15 @@ def _scored(trace: DecisionTrace, plan: Plan) -> float | None:
     return scored.latency_s
 
 
+def final_latency(trace: DecisionTrace, plan: Plan) -> float | None:
+    """The latency where the replay ends: its last frame's, or (a fill's frames carry none) its final
+    mapping scored under ``plan``'s devices and options; None while a node is left unplaced."""
+    last = trace.frames[-1] if trace.frames else None
+    if last is None:
+        return None
+    return last.latency_s if last.latency_s is not None else _scored(trace, plan)
+
+
 def replay_note(trace: DecisionTrace, plan: Plan) -> str | None:
     """Where the replay ends beside the sidebar's plan: None when it ends on the same latency and
     partition count, else a sentence saying both and why they part."""
@@ -329,7 +356,7 @@ def replay_note(trace: DecisionTrace, plan: Plan) -> str | None:
     if last is None:
         return None
     parts = len({p for p in last.part if p >= 0})
-    latency = last.latency_s if last.latency_s is not None else _scored(trace, plan)
+    latency = final_latency(trace, plan)
     same_latency = latency is not None and abs(latency - plan.latency_s) <= 1e-9 + 1e-6 * plan.latency_s
     if same_latency and parts == len(plan.partitions):
         return (f"The replay ends where the `{plan.mode}` plan ends: {format_seconds(plan.latency_s)} with "

@@ -9,7 +9,27 @@ from explorer.builders import teaching
 from explorer.builders.text import md
 
 
+def start_here() -> None:
+    """What to do first, and where each question is answered (the first page a person sees)."""
+    with st.expander("Start here", expanded=not st.session_state.get("explore_started", False)):
+        st.markdown(
+            "1. **Pick a model** in the sidebar: a small sample, or *Hugging Face architecture...* with a "
+            "checkpoint's preset (`llama-3-70b`, `mixtral-8x7b`, ...) at its real size.\n"
+            "2. **Describe the devices** you have or mean to buy (a preset such as `h100-80gb`, how many).\n"
+            "3. **Read the answer** on the page that asks your question:")
+        cols = st.columns(4)
+        cols[0].page_link("views/cluster.py", label="How many GPUs, laid out how? Plan a cluster",
+                          icon=":material/dns:")
+        cols[1].page_link("views/techniques.py", label="Which technique? Techniques side by side",
+                          icon=":material/compare:")
+        cols[2].page_link("views/explore.py", label="Where does each layer go? This page, below",
+                          icon=":material/account_tree:")
+        cols[3].page_link("views/learn.py", label="How does partitioning work? Learn", icon=":material/school:")
+        st.caption("Everything you set is in the page's address: copy it to share exactly this view.")
+
+
 def main() -> None:
+    start_here()
     loaded = state.current_plan()
     if loaded is None:
         return
@@ -32,8 +52,8 @@ def main() -> None:
     panels.render_cost_models(plan, graph)
     overlay, hit = graph_panels.view_controls("explore", graph, plan)
     node_s = graph_panels.node_seconds(plan, graph)
-    view = st.segmented_control("Show", ["Partition DAG", "Model graph by module"], key="explore_view",
-                                default="Partition DAG") or "Partition DAG"
+    st.session_state.setdefault("explore_view", state.EXPLORE_VIEWS[0])  # no default beside it (Streamlit warns)
+    view = st.segmented_control("Show", list(state.EXPLORE_VIEWS), key="explore_view") or state.EXPLORE_VIEWS[0]
     left, right = st.columns([3, 2])
     with left:
         if view == "Partition DAG":

@@ -71,7 +71,8 @@ def _step_through(config: PlanConfig, plan: Plan, graph: Graph) -> None:
     KL pass, a merge), played or stepped: the graph coloured by where each node is after it, the
     view following the step's nodes, and the latency so far. The trace is computed once."""
     st.markdown(f"#### Step through an algorithm on {md(plan.model)}")
-    algorithm = st.selectbox("Algorithm", list(steps.ALGORITHMS), format_func=steps.ALGORITHMS.get, key="learn_algorithm")
+    algorithm = st.selectbox("Algorithm", list(steps.ALGORITHMS), format_func=steps.ALGORITHMS.get, key="learn_algorithm",
+                             on_change=lambda: st.session_state.update(learn_step=1, learn_playing=False))
     trace = compute.decision_trace(config, algorithm)
     if isinstance(trace, str):
         st.warning(f"{steps.ALGORITHMS[algorithm]} finds no plan here: {md(trace)}")
@@ -124,7 +125,8 @@ def _step_through(config: PlanConfig, plan: Plan, graph: Graph) -> None:
     span = f"decision {group.last + 1}" if group.size == 1 else f"decisions {group.first + 1}-{group.last + 1}"
     metrics[0].metric("Step", f"{step} of {count}", f"{span} of {len(trace.decisions)}, {taken} taken",
                       delta_color="off")
-    metrics[1].metric("Latency after it", "plan not complete" if frame.latency_s is None else format_seconds(frame.latency_s))
+    latency = frame.latency_s if frame.latency_s is not None or step < count else teaching.final_latency(trace, plan)
+    metrics[1].metric("Latency after it", "plan not complete" if latency is None else format_seconds(latency))
     metrics[2].metric("Partitions", len({p for p in frame.part if p >= 0}))
     decision = trace.decisions[index]
     st.caption(md(group.title))
@@ -137,6 +139,7 @@ def _step_through(config: PlanConfig, plan: Plan, graph: Graph) -> None:
             st.info(note)
     if trace.truncated:
         st.caption("The trace stopped recording after 20,000 decisions; the algorithm itself ran to its end.")
+    state.write_url()  # the step and algorithm in the link (a played step changes without the router's run)
 
 
 main()

@@ -26,15 +26,20 @@ SWEEP = (1, 2, 4, 8, 16, 32, 64, 128)
 
 def _controls(device_count: int) -> tuple[int, int, str, str | None]:
     cols = st.columns(4)
+    # kept in session state (and the link), never beside a default: Streamlit warns of both
+    st.session_state.setdefault("pp_ranks", min(4, device_count))
+    st.session_state["pp_ranks"] = max(1, min(int(st.session_state["pp_ranks"]), device_count))
+    st.session_state.setdefault("pp_microbatches", 8)
     ranks = cols[0].number_input("Devices in the pipeline", min_value=1, max_value=max(1, device_count),
-                                 value=min(4, device_count), step=1, key="pp_ranks",
+                                 step=1, key="pp_ranks",
                                  help="the first N devices of the sidebar, one pipeline rank each")
-    microbatches = cols[1].number_input("Microbatches", min_value=1, max_value=1024, value=8, step=1,
+    microbatches = cols[1].number_input("Microbatches", min_value=1, max_value=1024, step=1,
                                         key="pp_microbatches",
                                         help="the batch is cut into this many; torch's schedules take: gpipe any "
                                              "count, 1f1b at least one per stage, interleaved and zero bubble a "
                                              "multiple of max(1, microbatches // devices)")
-    schedule = cols[2].selectbox("Schedule", list(SCHEDULES), index=1, key="pp_schedule",
+    st.session_state.setdefault("pp_schedule", list(SCHEDULES)[1])
+    schedule = cols[2].selectbox("Schedule", list(SCHEDULES), key="pp_schedule",
                                  help="interleaved and zero-bubble schedules hold two stages per device")
     training = cols[3].selectbox("Work", list(TRAINING), key="pp_training",
                                  help="training adds the backward, gradients and optimizer state")
@@ -65,12 +70,12 @@ def _splits_table(pp: pipeline.PipelinePlan) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def _stages_table(pp: pipeline.PipelinePlan, names: dict[int, str], caps: list[int]) -> pd.DataFrame:
+def _stages_table(pp: pipeline.PipelinePlan, names: dict[int, str], caps: list[int], graph: Graph) -> pd.DataFrame:
     rows = []
     for s, nodes in enumerate(pp.stages):
         rows.append({
             "Stage": f"S{s}", "Device": names[pp.device_ids[s]], "Ops": len(nodes),
-            "Nodes": f"{nodes[0]} \u2192 {nodes[-1]}", "Forward": format_seconds(pp.stage_forward_s[s]),
+            "Nodes": pipeline_figures.stage_span(graph, nodes), "Forward": format_seconds(pp.stage_forward_s[s]),
             "Backward": format_seconds(pp.stage_backward_s[s]) if pp.training else "-",
             "Transfer out": format_seconds(pp.stage_transfer_s[s]) if s < len(pp.stage_transfer_s) else "-",
             "Memory": format_bytes(pp.stage_memory_bytes[s]), "Stashed": format_bytes(pp.stage_stash_bytes[s]),
@@ -82,7 +87,8 @@ def _stages_table(pp: pipeline.PipelinePlan, names: dict[int, str], caps: list[i
 STAGE_COLUMNS = {  # narrow columns, so the table fits the page; the names' column takes the rest
     "Stage": st.column_config.TextColumn(width="small"),
     "Ops": st.column_config.NumberColumn(width="small", help="operations of the traced graph in the stage"),
-    "Nodes": st.column_config.TextColumn(width="medium", help="the stage's first and last node"),
+    "Nodes": st.column_config.TextColumn(width="medium", help="the stage's first and last layer (its first and last "
+                                                                 "operation in a model without numbered blocks)"),
     "Forward": st.column_config.TextColumn(width="small", help="forward time per microbatch"),
     "Backward": st.column_config.TextColumn(width="small", help="backward time per microbatch"),
     "Transfer out": st.column_config.TextColumn(width="small"),
@@ -204,7 +210,7 @@ def main() -> None:
     if any(step < pp.step_time_s * (1 - 0.0005) for _, step, _ in pp.baselines):
         st.caption(md(BOTTLENECK_NOTE[0].upper() + BOTTLENECK_NOTE[1:] + "."))
     st.markdown("##### Stages")
-    st.dataframe(_stages_table(pp, {d.logical_id: d.name for d in devices}, caps), hide_index=True,
+    st.dataframe(_stages_table(pp, {d.logical_id: d.name for d in devices}, caps, graph), hide_index=True,
                  width="stretch", column_config=STAGE_COLUMNS)
     if result.stage_plan is not None:
         with st.expander("Stage DAG (the stages as a plan: one forward pass, no microbatches)"):

@@ -251,5 +251,6 @@ def test_explore_headline_says_how_many_devices_the_model_needs_at_least():
     assert used.proto.delta.startswith("needs at least ")
     needed = int(used.proto.delta.rsplit(" ", 1)[1])
     assert 1 <= needed <= int(used.value.split(" of ")[0])  # a lower bound on what the plan uses
+    at.number_input(key="dev_headroom").set_value(0.0)  # the whole 1 KiB of each device is planned on
     at.text_input(key="dev_memory").set_value("1 KiB").run()  # no plan: the caption says what it needs
     assert errors(at) and any("all 4 devices together hold 4 KiB" in shown(c.value) for c in at.caption)

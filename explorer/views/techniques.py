@@ -1,0 +1,60 @@
+"""Techniques side by side: the sidebar's model on the sidebar's devices, partitioned by torch.fx's
+accelerator partitioner, split into pipeline stages, split tensor-parallel, and laid out by the
+cluster planner; one table, each row opening the page that shows it in full."""
+
+from __future__ import annotations
+
+import streamlit as st
+
+from explorer import compute, state
+from explorer.builders import techniques
+from explorer.builders.text import md
+
+
+@st.cache_data(max_entries=16, show_spinner=False)
+def _cluster_rows(_graph, fingerprint: str, devices_key: tuple, rate: float | None, name: str) -> list:
+    del fingerprint, devices_key  # the cache key: the graph and devices themselves are not hashed
+    return techniques.cluster_rows(_graph, _DEVICES[0], rate, name)
+
+
+_DEVICES: list = [None]
+
+
+def main() -> None:
+    inputs = state.page_inputs()
+    if inputs is None:
+        return
+    config, graph = inputs
+    devices = config.device_list()
+    st.markdown(f"#### Techniques side by side: {md(config.model.label)} on {len(devices)} "
+                f"{md(devices[0].kind or 'custom')} device{'s' if len(devices) != 1 else ''}")
+    st.caption("The same model, the same devices (the sidebar's, after its headroom), the same forward pass of "
+               "the model's example batch, answered four ways. Each row's figures are the ones its page shows.")
+    with st.spinner("Planning each technique..."):
+        result = compute.plan(config)
+        n = len(devices)
+        pp = compute.pipeline_plan(config, n, n, max(1, n), "gpipe", None)
+        _DEVICES[0] = devices
+        rows = [techniques.fx_row(result.plan, result.error, devices),
+                techniques.pipeline_row(pp.plan, pp.error, devices),
+                *_cluster_rows(graph, graph.fingerprint(), tuple(map(str, devices)), config.transfer_rate_bytes_per_s,
+                               config.model.label)]
+    st.dataframe(techniques.table(rows, n), hide_index=True, width="stretch", column_config={
+        "technique": st.column_config.TextColumn(width="medium"),
+        "devices used": st.column_config.TextColumn(width="small"),
+        "forward pass": st.column_config.TextColumn(width="small", help="one forward pass of the example batch"),
+        "fullest device": st.column_config.TextColumn(width="small"),
+        "fits": st.column_config.TextColumn(width="small"),
+        "how": st.column_config.TextColumn(width="large")})
+    cols = st.columns(len(rows))
+    for col, row in zip(cols, rows):
+        col.page_link(row.page, label=f"Open: {row.name.split(' (')[0]}")
+    st.caption(md(
+        f"Partitions: the sidebar's mode `{config.mode}` (its plan's critical path). Pipeline: {n} contiguous stages, "
+        f"one a device, GPipe over {max(1, n)} microbatches. Tensor parallel and the best layout: the cluster "
+        "planner's inference prefill (a language model's time to the first token) on these devices as one node, "
+        "at the sidebar's transfer rate; its layouts add data parallelism and pipelines to tensor parallelism. "
+        "The Plan a cluster page asks the buyer's question: how many of which accelerator."))
+
+
+main()
