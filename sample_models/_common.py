@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import threading
 import typing
 from typing import Any, Iterator, TypeVar
 
@@ -70,10 +71,16 @@ def require_positive(config: object, *names: str) -> None:
             )
 
 
+# torch's CPU generator is one per process: two threads building models at once (the app's
+# sessions) would draw from each other's seeded stream and build other weights than a serial build.
+_SEED_LOCK = threading.RLock()
+
+
 @contextlib.contextmanager
 def seeded(seed: int) -> Iterator[None]:
-    """Seed torch's CPU generator inside the block and restore the caller's state afterwards."""
-    with torch.random.fork_rng(devices=[]):
+    """Seed torch's CPU generator inside the block and restore the caller's state afterwards;
+    one seeded block at a time in a process, so a build gives the same weights from any thread."""
+    with _SEED_LOCK, torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         yield
 

@@ -18,7 +18,7 @@ from typing import Any, Mapping
 import torch
 from torch import nn
 
-from sample_models._common import HF_OPS_PER_LAYER, MAX_GRAPH_OPS
+from sample_models._common import HF_OPS_PER_LAYER, MAX_GRAPH_OPS, seeded
 from sample_models._user import LoaderError, ModelSpecError
 
 __all__ = ["load_hf", "PRESETS", "REAL_WEIGHTS_MAX_PARAMS", "is_meta", "weight_scale", "DTYPES", "layer_fields"]
@@ -200,8 +200,8 @@ def load_hf(name: str, overrides: Mapping[str, Any]) -> tuple[nn.Module, tuple[t
         with torch.device("meta"):
             model = auto.from_config(config)
         if sum(p.numel() for p in model.parameters()) <= REAL_WEIGHTS_MAX_PARAMS:
-            torch.manual_seed(0)
-            model = auto.from_config(config)  # small: real weights, so a split can be checked
+            with seeded(0):
+                model = auto.from_config(config)  # small: real weights, so a split can be checked
     except (ValueError, TypeError, KeyError, RuntimeError, ArithmeticError) as exc:
         raise LoaderError(f"hf:{name}: transformers could not build it ({str(exc).splitlines()[0][:200]})") from None
     model = model.to(DTYPES[dtype_name]).eval()

@@ -26,7 +26,6 @@ import logging
 import os
 import platform
 import tempfile
-import threading
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
@@ -34,6 +33,7 @@ import torch
 
 from partitioner.errors import TraceError
 from partitioner.graph import Graph, ModelInfo, Node
+from partitioner.tracing import lock as _lock
 
 __all__ = ["cached_trace", "CachedGraph", "model_key", "cache_dir", "versions", "module_loaded",
            "SCHEMA", "MAX_ENTRIES", "ENV"]
@@ -109,9 +109,10 @@ def _digest(key: Mapping[str, Any]) -> str:
 
 
 # Tracing patches module-level functions (torch.fx) and installs global modes (torch.export), so two
-# traces at once in one process race; the app's sessions take this lock around every trace, and a
-# cached graph takes it to trace its module again (NOTE: [One trace at a time] in explorer/compute.py).
-TRACE_LOCK = threading.RLock()
+# traces at once in one process race: every trace takes this lock, the app's sessions around their
+# trace cache, and a cached graph to trace its module again (NOTE: [Tracing and threads] in
+# partitioner/tracing/lock.py).
+TRACE_LOCK = _lock.TRACE_LOCK
 
 
 class CachedGraph(Graph):

@@ -27,6 +27,7 @@ from partitioner.tracing.functionalize import remove_inplace
 from partitioner.graph import Graph, ModelInfo, Node
 from partitioner.tracing.annotate import Annotation, annotate
 from partitioner.tracing.flops import unpriced
+from partitioner.tracing.lock import TRACE_LOCK
 
 __all__ = ["trace"]
 
@@ -255,7 +256,8 @@ def trace(
     its outputs. Parameters reached under two names (tied weights) become one node, so their
     bytes count once (``graph.tied_parameters`` lists them). Raises :class:`TraceError` naming
     the failing line and the fix when neither works. torch's own log output while tracing is
-    shown only with ``verbose``. O(N) for N nodes: one fake-tensor dispatch per distinct op
+    shown only with ``verbose``. Safe from threads: one trace at a time in a process (NOTE: [Tracing and
+    threads]). O(N) for N nodes: one fake-tensor dispatch per distinct op
     (NOTE: [Annotating repeated ops once]), no cycle collection meanwhile (NOTE: [No cycle
     collection while tracing]).
     """
@@ -268,14 +270,15 @@ def trace(
     # off (each sub-model may hold its own config), and put it back afterwards.
     configs: dict[int, Any] = {id(c): c for m in (model.modules() if isinstance(model, torch.nn.Module) else ())
                if getattr(c := getattr(m, "config", None), "use_cache", False) is True}
-    try:
-        for c in configs.values():
-            c.use_cache = False
-        with _quiet(verbose), _gc_paused():
-            return _trace(model, example_inputs, name, dict(example_kwargs or {}))
-    finally:
-        for c in configs.values():
-            c.use_cache = True
+    with TRACE_LOCK:  # NOTE: [Tracing and threads] (partitioner/tracing/lock.py)
+        try:
+            for c in configs.values():
+                c.use_cache = False
+            with _quiet(verbose), _gc_paused():
+                return _trace(model, example_inputs, name, dict(example_kwargs or {}))
+        finally:
+            for c in configs.values():
+                c.use_cache = True
 
 
 _VIEW_OPS = frozenset({"t", "transpose", "permute", "view", "_unsafe_view", "expand", "alias", "unsqueeze",
