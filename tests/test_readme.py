@@ -157,3 +157,22 @@ def test_readme_command_line_examples_each_say_what_they_show():
         if line.startswith(".venv/"):
             assert before.startswith("#") or before.startswith(".venv/"), line  # a comment opens each group
     assert lines[0].startswith("#")
+
+
+def test_readme_examples_write_only_git_ignored_files():
+    """Run from the repository root, the examples leave nothing git would see: every file a bash
+    block writes is ignored (.gitignore), so `git status` stays clean."""
+    blocks = re.findall(r"```bash\n(.*?)```", README, re.S)
+    written = sorted({name for block in blocks for name in _written(block)})
+    assert "plan.json" in written and "titan.toml" in written
+    done = subprocess.run(["git", "check-ignore", "--no-index", *written], cwd=ROOT, capture_output=True, text=True)
+    ignored = set(done.stdout.split())
+    assert ignored == set(written), f"README examples write files git would track: {sorted(set(written) - ignored)}"
+
+
+def test_no_machine_profile_is_tracked():
+    """A profile measured on one machine (profiles/local.json under a cache folder) prices another
+    machine wrongly: none is in the repository."""
+    done = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=True)
+    local = [p for p in done.stdout.splitlines() if p.endswith("profiles/local.json")]
+    assert not local, f"a machine's profile is committed: {local}; git rm it"

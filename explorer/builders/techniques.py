@@ -104,26 +104,28 @@ def cluster_rows(graph: Graph, devices: Sequence[Device], transfer_rate_bytes_pe
         work = cluster.Workload("inference", max(1, prof.tokens0 // max(1, prof.seq0)), prof.seq0, prof.element_bytes,
                                 "none", 1e12, 0)
         target = cluster_target(devices, transfer_rate_bytes_per_s)
-        capacity = target.accelerator.memory_bytes
-        rows = []
-        try:
-            tp = cluster.evaluate(prof, work, target, parse_layout(f"tp{n}"), None)
-            rows.append(Technique(tp_name, "views/sharding.py", n, tp.step_s, tp.memory_bytes, capacity,
-                                  f"{tp.layout.label()}; limited by {tp.limit}"))
-        except ValueError as exc:
-            rows.append(Technique(tp_name, "views/sharding.py", error=str(exc)))
-        found = cluster.search(prof, work, target, [n])
-        best = found.by_devices.get(n)
-        if best is None:
-            rows.append(Technique(best_name, "views/cluster.py",
-                                  error=f"no layout of {n} device{'s' if n != 1 else ''} fits"))
-        else:
-            rows.append(Technique(best_name, "views/cluster.py", best.devices, best.step_s, best.memory_bytes,
-                                  capacity, f"{best.layout.label()}; limited by {best.limit}"))
-        return rows
     except ValueError as exc:  # the planner refuses the graph or the devices (PartitionError): its words
         return [Technique(tp_name, "views/sharding.py", error=str(exc)),
                 Technique(best_name, "views/cluster.py", error=str(exc))]
+    capacity = target.accelerator.memory_bytes
+    rows = []
+    try:
+        tp = cluster.evaluate(prof, work, target, parse_layout(f"tp{n}"), None)
+        rows.append(Technique(tp_name, "views/sharding.py", n, tp.step_s, tp.memory_bytes, capacity,
+                              f"{tp.layout.label()}; limited by {tp.limit}"))
+    except ValueError as exc:
+        rows.append(Technique(tp_name, "views/sharding.py", error=str(exc)))
+    try:
+        best = cluster.search(prof, work, target, [n]).by_devices.get(n)
+    except ValueError as exc:
+        rows.append(Technique(best_name, "views/cluster.py", error=str(exc)))
+        return rows
+    if best is None:
+        rows.append(Technique(best_name, "views/cluster.py", error=f"no layout of {n} device{'s' if n != 1 else ''} fits"))
+    else:
+        rows.append(Technique(best_name, "views/cluster.py", best.devices, best.step_s, best.memory_bytes, capacity,
+                              f"{best.layout.label()}; limited by {best.limit}"))
+    return rows
 
 
 def table(rows: Sequence[Technique], device_count: int) -> pd.DataFrame:

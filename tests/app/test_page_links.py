@@ -1,0 +1,90 @@
+"""Every page's view in its link: the cluster page's workload and hardware, Explore's view,
+colour and search, Learn's algorithm and step, the Pipeline page's settings. A link opened in a
+fresh session brings back exactly what was shared; a value its widget could not hold is dropped
+with a note (explorer.builders.links.read_page_link)."""
+
+from __future__ import annotations
+
+from streamlit.testing.v1 import AppTest
+
+from explorer.builders.links import page_keys, read_page_link, read_link
+
+from app_helpers import APP, TIMEOUT, shown, start
+
+
+def _params(at: AppTest) -> dict[str, str]:
+    return {k: v[0] if isinstance(v, list) else v for k, v in dict(at.query_params).items()}
+
+
+def _open(params: dict[str, str], page: str) -> AppTest:
+    fresh = AppTest.from_file(APP, default_timeout=TIMEOUT)
+    fresh.query_params.update(params)
+    fresh.switch_page(page).run()
+    assert not fresh.exception, fresh.exception
+    return fresh
+
+
+def test_page_keys_are_typed_and_an_unholdable_value_is_dropped_with_a_note():
+    state = {"cl_batch": 1024, "cl_tokens": 1e12, "cl_kind": "inference", "cl_run": False, "cl_new_box": 3,
+             "explore_view": "Partition DAG", "model": "mlp", "cl_intra_h100-80gb": "nvlink4"}
+    assert page_keys("cluster", state) == {"cl_batch": "1024", "cl_intra_h100-80gb": "nvlink4",
+                                           "cl_kind": "inference", "cl_new_box": "3", "cl_tokens": "1000000000000.0"}
+    assert page_keys("explore", state) == {"explore_view": "Partition DAG"}
+    read = read_page_link({"cl_batch": "1024", "cl_tokens": "1000000000000.0", "cl_kind": "serving",
+                           "cl_seq": "0", "cl_new_box": "3", "explore_overlay": "memory", "model": "mlp"},
+                          {"cl_kind": ["training", "inference"]})
+    assert read.values == {"cl_batch": 1024, "cl_tokens": 1e12, "cl_seq": 1, "cl_new_box": 3,
+                           "explore_overlay": "memory"}
+    assert any("cl_kind=serving" in n and "training, inference" in n for n in read.notes)
+    assert any("cl_seq=0" in n and "set to 1" in n for n in read.notes)
+    # the sidebar's reader leaves a page's keys alone: no "not a setting a link carries" for them
+    assert not read_link({"model": "mlp", "cl_batch": "1024"}, ["mlp"], ["size_based"], ["custom"], "hf").notes
+
+
+def test_a_cluster_link_reopens_its_workload():
+    at = start()
+    at.switch_page("views/cluster.py").run()
+    at.number_input(key="cl_batch").set_value(1024).run()
+    at.number_input(key="cl_seq").set_value(8192).run()
+    at.number_input(key="cl_max_nodes").set_value(128).run()
+    assert not at.exception, at.exception
+    params = _params(at)
+    assert params["cl_batch"] == "1024" and params["cl_seq"] == "8192" and params["cl_max_nodes"] == "128"
+    fresh = _open(params, "views/cluster.py")
+    assert fresh.number_input(key="cl_batch").value == 1024
+    assert fresh.number_input(key="cl_seq").value == 8192
+    assert fresh.number_input(key="cl_max_nodes").value == 128
+    assert [m.value for m in fresh.metric] == [m.value for m in at.metric]  # the same answers
+
+
+def test_explores_view_colour_and_search_are_in_the_link():
+    at = start()
+    at.segmented_control(key="explore_view").set_value("Model graph by module").run()
+    at.selectbox(key="explore_overlay").set_value("memory").run()
+    at.text_input(key="explore_search").set_value("fc").run()
+    assert not at.exception, at.exception
+    params = _params(at)
+    assert params["explore_view"] == "Model graph by module" and params["explore_overlay"] == "memory"
+    assert params["explore_search"] == "fc"
+    fresh = _open(params, "views/explore.py")
+    assert fresh.segmented_control(key="explore_view").value == "Model graph by module"
+    assert fresh.selectbox(key="explore_overlay").value == "memory"
+    assert fresh.text_input(key="explore_search").value == "fc"
+    assert not any("link" in shown(w.value) for w in fresh.warning)
+
+
+def test_a_page_value_no_widget_can_hold_is_dropped_with_a_note():
+    fresh = _open({"model": "mlp", "explore_overlay": "rainbow", "explore_view": "Partition DAG"}, "views/explore.py")
+    assert fresh.selectbox(key="explore_overlay").value == "device"
+    assert any("explore_overlay=rainbow" in shown(w.value) for w in fresh.warning)
+
+
+def test_the_pipeline_pages_settings_are_in_the_link():
+    at = start()
+    at.switch_page("views/pipeline.py").run()
+    at.number_input(key="pp_microbatches").set_value(4).run()
+    at.selectbox(key="pp_schedule").set_value("gpipe").run()
+    params = _params(at)
+    assert params["pp_microbatches"] == "4" and params["pp_schedule"] == "gpipe"
+    fresh = _open(params, "views/pipeline.py")
+    assert fresh.number_input(key="pp_microbatches").value == 4 and fresh.selectbox(key="pp_schedule").value == "gpipe"
