@@ -18,6 +18,7 @@ from typing import Any, Mapping
 import torch
 from torch import nn
 
+from partitioner import optional
 from sample_models._common import HF_OPS_PER_LAYER, MAX_GRAPH_OPS, seeded
 from sample_models._user import LoaderError, ModelSpecError
 
@@ -71,8 +72,10 @@ _DIMENSION = re.compile(r"(^(n|num|d)_.*|.*_(size|dim|heads|layers|embeddings|po
 
 
 def _transformers() -> Any:
+    """transformers, imported once under the optional libraries' lock with the names read here
+    (NOTE: [Optional imports and threads] in partitioner/optional.py)."""
     try:
-        import transformers
+        transformers = optional.load("transformers", optional.TRANSFORMERS_NAMES)
     except ImportError:
         raise LoaderError(
             "hf: models need the transformers package, which is not installed; "
@@ -107,7 +110,8 @@ def layer_fields(name: str) -> tuple[str, ...]:
     ``num_decoder_layers`` for t5); () when the name is unknown or transformers is missing."""
     model_type = PRESETS[name][0] if name in PRESETS else name
     try:
-        config = _transformers().AutoConfig.for_model(model_type)
+        with optional.LOCK:  # for_model imports the architecture's config module on first use
+            config = _transformers().AutoConfig.for_model(model_type)
     except (ValueError, KeyError, LoaderError, ImportError):
         return ()
     fields = config.to_dict()
@@ -145,7 +149,14 @@ def _check_layers(name: str, config: Any) -> None:
 def load_hf(name: str, overrides: Mapping[str, Any]) -> tuple[nn.Module, tuple[torch.Tensor, ...], dict[str, Any]]:
     """``name`` is a preset (:data:`PRESETS`) or a ``transformers`` model type; ``overrides`` are
     config fields, and ``dtype`` (fp32, bf16, fp16) the weights' and activations' type; fp8,
-    int8 and int4 build bf16 weights whose bytes :func:`weight_scale` scales after tracing."""
+    int8 and int4 build bf16 weights whose bytes :func:`weight_scale` scales after tracing.
+    One build at a time in a process: configs and models import their architecture's modules
+    lazily on first use (NOTE: [Optional imports and threads] in partitioner/optional.py)."""
+    with optional.LOCK:
+        return _load_hf(name, overrides)
+
+
+def _load_hf(name: str, overrides: Mapping[str, Any]) -> tuple[nn.Module, tuple[torch.Tensor, ...], dict[str, Any]]:
     transformers = _transformers()
     overrides = dict(overrides)
     dtype_name = str(overrides.pop("dtype", "fp32"))

@@ -18,6 +18,8 @@ import sys
 from collections import Counter
 from typing import Any, Iterable
 
+from partitioner import optional
+
 __all__ = ["register_formulas", "unpriced", "describe_unpriced", "MATMUL_LIKE"]
 
 # aten ops that do matmul-sized work: one counted as free by the counter is reported.
@@ -56,7 +58,7 @@ def register_formulas() -> None:
            (getattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu", None), cpu_attention)]
     if "transformers" in sys.modules:  # its custom op exists once its MoE integration is imported
         try:
-            import transformers.integrations.moe  # noqa: F401
+            optional.load("transformers.integrations.moe")  # NOTE: [Optional imports and threads]
 
             ops.append((torch.ops.transformers.grouped_mm_fallback, grouped_mm))
         except (ImportError, AttributeError, RuntimeError):
