@@ -26,7 +26,7 @@ the nearest measured count when the asked one was not measured.
 
 from __future__ import annotations
 
-import bisect
+import dataclasses
 import json
 import math
 import os
@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
+from partitioner.kernels import ENGINES, MAX_CURVE_POINTS, GpuKernels, interp
 from partitioner.errors import DeviceSpecError
 
 __all__ = ["DeviceProfile", "AlphaBeta", "PROFILE_KIND", "ELEMENTWISE_KINDS", "SCHEMA_VERSION", "cache_dir", "profile_path",
@@ -87,16 +88,21 @@ def fit_alpha_beta(points: Sequence[tuple[float, float]]) -> AlphaBeta:
 
 
 def _interp(curve: Curve, x: float) -> float:
-    """Seconds at ``x`` by log-log interpolation, held at the end points' throughput beyond them."""
-    xs = [p[0] for p in curve]
-    if x <= xs[0]:
-        return curve[0][1] * x / xs[0]
-    if x >= xs[-1]:
-        return curve[-1][1] * x / xs[-1]
-    i = bisect.bisect_right(xs, x)
-    (x0, y0), (x1, y1) = curve[i - 1], curve[i]
-    f = (math.log(x) - math.log(x0)) / (math.log(x1) - math.log(x0))
-    return math.exp(math.log(y0) + f * (math.log(y1) - math.log(y0)))
+    """Seconds at ``x`` by log-log interpolation, held at the end points' throughput beyond them.
+    O(log n): a bisection over the curve's x values (cached per curve)."""
+    xs = _XS.get(id(curve))
+    if xs is None or xs[0] is not curve:
+        xs = (curve, [p[0] for p in curve])
+        if len(_XS) > 4096:
+            _XS.clear()
+        _XS[id(curve)] = xs
+    keys = xs[1]
+    if x <= keys[0]:
+        return curve[0][1] * x / keys[0]
+    return interp(curve, x, keys)
+
+
+_XS: dict[int, tuple[Curve, list[float]]] = {}
 
 
 def _check_curve(name: str, what: str, curve: Any) -> Curve:
@@ -104,7 +110,10 @@ def _check_curve(name: str, what: str, curve: Any) -> Curve:
         points = tuple(sorted((float(x), float(y)) for x, y in curve))
     except (TypeError, ValueError):
         raise DeviceSpecError(f"profile {name!r}: {what} must be a list of [x, seconds] pairs (got {curve!r})") from None
-    if not points or any(not (x > 0 and y > 0 and math.isfinite(x) and math.isfinite(y)) for x, y in points):
+    if len(points) > MAX_CURVE_POINTS:
+        raise DeviceSpecError(f"profile {name!r}: {what} has {len(points)} points (at most {MAX_CURVE_POINTS}); a "
+                              "measured curve has tens: measure it again with `partition-explorer calibrate`")
+    if not points or any(not (x > 0 and 0 < y < 3600 and math.isfinite(x) and math.isfinite(y)) for x, y in points):
         raise DeviceSpecError(f"profile {name!r}: {what} needs positive, finite [x, seconds] pairs (got {curve!r}); "
                               "measure it again with `partition-explorer calibrate`")
     return points
@@ -135,6 +144,8 @@ class DeviceProfile:
     load_average: float = 0.0  # the machine's 1-minute load when it was measured
     measured_at: str = ""
     calibration_s: float = 0.0
+    gpu: GpuKernels | None = None  # a GPU's kernel curves: ops are priced by them (NOTE: [Eager launch queue])
+    engine: str = "eager"  # what the times assume (partitioner.kernels.ENGINES)
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not _NAME.match(self.name):
@@ -143,11 +154,50 @@ class DeviceProfile:
             value = getattr(self, field)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < 1:
                 raise DeviceSpecError(f"profile {self.name!r}: {field} must be seconds in [0, 1) (got {value!r})")
+        if not isinstance(self.memory_bytes, int) or not 0 < self.memory_bytes <= 2**60:
+            raise DeviceSpecError(f"profile {self.name!r}: memory_bytes must be an integer in [1, 2**60] "
+                                  f"(got {self.memory_bytes!r})")
         if not self.matmul:
             raise DeviceSpecError(f"profile {self.name!r}: matmul needs at least one dtype's curve")
-        if not self.slowdown or any(k < 1 or not f > 0 for k, f in self.slowdown):
-            raise DeviceSpecError(f"profile {self.name!r}: slowdown needs (ranks >= 1, factor > 0) pairs "
+        if not self.slowdown or any(not (k >= 1 and 0 < f < 1e6) for k, f in self.slowdown):
+            raise DeviceSpecError(f"profile {self.name!r}: slowdown needs (ranks >= 1, factor in (0, 1e6)) pairs "
                                   f"(got {self.slowdown!r})")
+        ts = self.training_step_factor
+        if isinstance(ts, bool) or not isinstance(ts, (int, float)) or not 1 <= ts <= 100:
+            raise DeviceSpecError(f"profile {self.name!r}: training_step_factor must be in [1, 100] (a step over "
+                                  f"its forward; 3 by the FLOP count) (got {ts!r})")
+        for field in ("pipeline_action_s", "barrier_s", "dtensor_module_s"):
+            pairs = getattr(self, field)
+            if len(pairs) > 4096 or any(not (1 <= k <= 1_000_000 and 0 <= t < 60) for k, t in pairs):
+                raise DeviceSpecError(f"profile {self.name!r}: {field} needs (count in [1, 1e6], seconds in "
+                                      f"[0, 60)) pairs (got {pairs[:4]!r}...)")
+        for kind, n, ab in self.collectives:
+            if not (1 <= n <= 1_000_000 and 0 <= ab.latency_s < 60 and 1e3 <= ab.bandwidth_bytes_per_s < 1e16):
+                raise DeviceSpecError(
+                    f"profile {self.name!r}: collective {kind!r} at {n} processes needs latency_s in [0, 60) and "
+                    f"bandwidth_bytes_per_s in [1e3, 1e16) (got {ab.latency_s!r}, {ab.bandwidth_bytes_per_s!r})")
+        if isinstance(self.cores, bool) or not isinstance(self.cores, int) or not 1 <= self.cores <= 100_000:
+            raise DeviceSpecError(f"profile {self.name!r}: cores must be an integer in [1, 100000] (got {self.cores!r})")
+        if self.engine not in ENGINES:
+            raise DeviceSpecError(f"profile {self.name!r}: engine must be one of {', '.join(ENGINES)} "
+                                  f"(got {self.engine!r})")
+        if len(self.collectives) > 4096 or len(self.elementwise) > 64 or len(self.matmul) > 16:
+            raise DeviceSpecError(f"profile {self.name!r} has more curves than a measurement makes")
+
+    @property
+    def assumes(self) -> str:
+        """What this profile's times assume, in words (for the page and reports)."""
+        if self.gpu is None:
+            return (f"measured on this host ({self.cores} cores, {self.backend}): ops as timed in place, "
+                    "unfused, with their dispatch")
+        where = self.gpu.derived_from or f"kernel curves measured on {self.gpu.gpu}"
+        return f"{ENGINES[self.engine]}; {where}"
+
+    def with_engine(self, engine: str) -> "DeviceProfile":
+        """The same profile under another engine (:data:`partitioner.kernels.ENGINES`)."""
+        if engine not in ENGINES:
+            raise DeviceSpecError(f"unknown engine {engine!r}; choose one of {', '.join(ENGINES)}")
+        return dataclasses.replace(self, engine=engine)
 
     # --- the curves
     def matmul_seconds(self, flops: float, dtype: str | None = None) -> float:
@@ -267,7 +317,8 @@ class DeviceProfile:
                 "elementwise": {kind: [list(p) for p in curve] for kind, curve in self.elementwise},
                 "graph_op_overhead_s": self.graph_op_overhead_s, "cores": self.cores, "backend": self.backend,
                 "host": self.host, "load_average": self.load_average, "measured_at": self.measured_at,
-                "calibration_s": self.calibration_s}
+                "calibration_s": self.calibration_s, "engine": self.engine,
+                **({"gpu": self.gpu.to_dict()} if self.gpu is not None else {})}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "DeviceProfile":
@@ -299,10 +350,12 @@ class DeviceProfile:
                        cores=int(data.get("cores", 1)), backend=str(data.get("backend", "gloo")),
                        host=str(data.get("host", "")), load_average=float(data.get("load_average", 0.0)),
                        measured_at=str(data.get("measured_at", "")),
-                       calibration_s=float(data.get("calibration_s", 0.0)))
+                       calibration_s=float(data.get("calibration_s", 0.0)),
+                       gpu=GpuKernels.from_dict(data["gpu"]) if data.get("gpu") is not None else None,
+                       engine=str(data.get("engine", "eager")))
         except DeviceSpecError:
             raise
-        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        except (KeyError, TypeError, ValueError, AttributeError, OverflowError) as exc:
             raise DeviceSpecError(f"device profile {name!r} is malformed ({type(exc).__name__}: {exc}); "
                                   "measure it again with `partition-explorer calibrate`") from None
 
@@ -322,7 +375,10 @@ def _nearest(points: Sequence[tuple[int, float]], count: int) -> float:
 
 
 def _pairs(data: Mapping[str, Any], key: str) -> tuple[tuple[int, float], ...]:
-    return tuple(sorted((int(k), float(f)) for k, f in data.get(key, [])))
+    pairs = tuple(sorted((int(k), float(f)) for k, f in data.get(key, [])))
+    if any(not math.isfinite(f) for _, f in pairs):
+        raise DeviceSpecError(f"device profile field {key} needs finite values (got {pairs[:4]!r})")
+    return pairs
 
 
 def _dtype_name(dtype: str | None) -> str:
@@ -334,14 +390,22 @@ def cache_dir() -> Path:
     ``$XDG_CACHE_HOME/partition-explorer/profiles``, else ``~/.cache/partition-explorer/profiles``."""
     root = os.environ.get("PARTITION_EXPLORER_CACHE")
     if root:
-        return Path(root) / "profiles"
+        return Path(os.devnull) / "profiles" if cache_off() else Path(root) / "profiles"
     xdg = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
     return Path(xdg) / "partition-explorer" / "profiles"
+
+
+def cache_off() -> bool:
+    """Whether ``PARTITION_EXPLORER_CACHE=off`` turned the cache off (no profile is read or kept)."""
+    return os.environ.get("PARTITION_EXPLORER_CACHE", "").strip().lower() == "off"
 
 
 def profile_path(name: str) -> Path:
     if not _NAME.match(name):
         raise DeviceSpecError(f"profile name must be 1-64 letters, digits, '_', '.', '-' (got {name!r})")
+    if cache_off():
+        raise DeviceSpecError("the profile cache is off (PARTITION_EXPLORER_CACHE=off): write the profile to a "
+                              "file with --out FILE and use FILE as the device type, or set the variable to a folder")
     return cache_dir() / f"{name}.json"
 
 
@@ -360,7 +424,7 @@ def load_profile(path: str | Path) -> DeviceProfile:
 
 def find_profile(name: str) -> DeviceProfile | None:
     """The cached profile called ``name``, or None when there is none."""
-    if not _NAME.match(name):
+    if not _NAME.match(name) or cache_off():
         return None
     path = cache_dir() / f"{name}.json"
     return load_profile(path) if path.is_file() else None
@@ -369,6 +433,8 @@ def find_profile(name: str) -> DeviceProfile | None:
 def cached_profiles() -> list[str]:
     """Names of the profiles in :func:`cache_dir`, sorted."""
     folder = cache_dir()
+    if cache_off():
+        return []
     return sorted(p.stem for p in folder.glob("*.json")) if folder.is_dir() else []
 
 

@@ -15,6 +15,7 @@ from typing import Any, Iterable, Mapping
 
 from partitioner.device_profile import DeviceProfile, find_profile, is_profile_data, load_profile
 from partitioner.errors import DeviceSpecError
+from partitioner.hardware import HARDWARE
 from partitioner.units import format_bytes, parse_bytes
 
 __all__ = [
@@ -28,6 +29,7 @@ __all__ = [
     "profile_device",
     "with_profile",
     "fewest_devices",
+    "preset_profile",
 ]
 
 # More devices than this is a cluster, not a partitioning question; checks stay linear below it
@@ -83,6 +85,8 @@ class Device:
         data = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
         if self.profile is None:
             del data["profile"]
+        elif self.kind in PRESETS and self.profile == preset_profile(self.kind, self.profile.engine):
+            data["profile"] = self.kind if self.profile.engine == "eager" else f"{self.kind}@{self.profile.engine}"
         else:
             data["profile"] = self.profile.to_dict()
         return data
@@ -101,7 +105,10 @@ class Device:
         if isinstance(values.get("profile"), Mapping):
             values["profile"] = DeviceProfile.from_dict(values["profile"])
         elif isinstance(values.get("profile"), str):
-            values["profile"] = _named_profile(values["profile"])
+            body, _, engine = values["profile"].partition("@")
+            values["profile"] = _named_profile(body)
+            if engine:
+                values["profile"] = values["profile"].with_engine(engine)
         elif values.get("profile") is not None:
             raise DeviceSpecError(f"device field profile must be a profile object or a profile's name or "
                                   f"file (got {values['profile']!r})")
@@ -118,30 +125,32 @@ DEFAULT_SPEEDS = {
     "link_bandwidth_bytes_per_s": 25e9,
 }
 
-# Public figures (dense FP32/TF32-class throughput is not what models run at, so peak_flops is
-# the BF16/FP16 dense figure; memory is the usable HBM/DRAM size).
+# Every device type of partitioner.hardware (the one table), as the fields of a Device: memory,
+# the dense bf16 peak, HBM bandwidth and the node's link. A preset's devices carry the card's
+# GPU profile (measured or derived kernel curves), which the cost model prices ops by.
 PRESETS: dict[str, dict[str, Any]] = {
-    "h100-80gb": dict(memory_bytes=80 * 2**30, peak_flops=989e12,
-                      memory_bandwidth_bytes_per_s=3.35e12, link_bandwidth_bytes_per_s=450e9),
-    "a100-40gb": dict(memory_bytes=40 * 2**30, peak_flops=312e12,
-                      memory_bandwidth_bytes_per_s=1.555e12, link_bandwidth_bytes_per_s=300e9),
-    "a100-80gb": dict(memory_bytes=80 * 2**30, peak_flops=312e12,
-                      memory_bandwidth_bytes_per_s=2.039e12, link_bandwidth_bytes_per_s=300e9),
-    "v100-16gb": dict(memory_bytes=16 * 2**30, peak_flops=125e12,
-                      memory_bandwidth_bytes_per_s=900e9, link_bandwidth_bytes_per_s=150e9),
-    "t4-16gb": dict(memory_bytes=16 * 2**30, peak_flops=65e12,
-                    memory_bandwidth_bytes_per_s=320e9, link_bandwidth_bytes_per_s=16e9),
-    "tpu-v4": dict(memory_bytes=32 * 2**30, peak_flops=275e12,
-                   memory_bandwidth_bytes_per_s=1.2e12, link_bandwidth_bytes_per_s=100e9),
-    "cpu": dict(memory_bytes=64 * 2**30, peak_flops=1e12,
-                memory_bandwidth_bytes_per_s=100e9, link_bandwidth_bytes_per_s=10e9),
+    name: dict(memory_bytes=card.memory_bytes, peak_flops=card.peak_flops,
+               memory_bandwidth_bytes_per_s=card.memory_bandwidth_bytes_per_s,
+               link_bandwidth_bytes_per_s=card.link_bandwidth_bytes_per_s)
+    for name, card in HARDWARE.items()
 }
 
 
+def preset_profile(name: str, engine: str = "eager") -> DeviceProfile | None:
+    """The GPU profile the preset ``name``'s devices carry (None for the host CPU)."""
+    from partitioner.profiles import gpu_profile
+
+    return gpu_profile(name, engine)
+
+
 def _named_profile(body: str) -> DeviceProfile:
-    """A profile from a file (``*.json``) or a name cached by ``partition-explorer calibrate``."""
+    """A profile from a file (``*.json``), a preset's name (its GPU profile), or a name cached by
+    ``partition-explorer calibrate``."""
     if body.endswith(".json"):
         return load_profile(body)
+    preset = preset_profile(body.lower()) if body.lower() in PRESETS else None
+    if preset is not None:
+        return preset
     found = find_profile(body)
     if found is None:
         raise DeviceSpecError(f"no device profile named {body!r}; measure one with "
@@ -169,7 +178,8 @@ def with_profile(devices: Iterable[Device], profile: DeviceProfile) -> list[Devi
 
 def _preset_device(preset: str, logical_id: int) -> Device:
     spec = PRESETS[preset]
-    return Device(name=f"{preset}_{logical_id}", logical_id=logical_id, kind=preset, **spec)
+    return Device(name=f"{preset}_{logical_id}", logical_id=logical_id, kind=preset, profile=preset_profile(preset),
+                  **spec)
 
 
 def parse_devices(spec: str) -> list[Device]:
@@ -276,6 +286,8 @@ def devices_from_dicts(items: Iterable[Mapping[str, Any]]) -> list[Device]:
                     f"unknown preset {preset!r}; valid presets are {sorted(PRESETS)}"
                 )
             values = {**PRESETS[str(preset).lower()], "kind": str(preset).lower(), **values}
+            if preset_profile(str(preset).lower()) is not None:
+                values.setdefault("profile", str(preset).lower())
         values.setdefault("logical_id", i)
         values.setdefault("name", f"dev_{values['logical_id']}")
         device = Device.from_dict(values)

@@ -1,9 +1,7 @@
-"""Accelerators and links for cluster planning: published peak figures, editable prices.
-
-Peak FLOP/s are the vendors' dense BF16/FP16 tensor-core figures (no sparsity); memory is the
-HBM (or GDDR) size; bandwidth the HBM bandwidth. Prices per device-hour are on-demand list
-prices of the kind public clouds quoted in 2025 (rounded; edit them for your own quote). Links
-carry a bandwidth per device and direction and a latency per message.
+"""Accelerators and links for cluster planning, read from the one hardware table
+(:mod:`partitioner.hardware`): datasheet figures, editable prices, and each card's kernel curves
+(:mod:`partitioner.profiles`: measured on H100 and H200, derived for the others), which price
+the planner's compute op by op under an engine (eager PyTorch by default).
 """
 
 from __future__ import annotations
@@ -13,6 +11,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Mapping
 
 from partitioner.errors import PartitionError
+from partitioner.hardware import ACCELERATOR_NAMES, HARDWARE, LINKS, Link
+from partitioner.kernels import ENGINES, GpuKernels
 
 if TYPE_CHECKING:
     from partitioner.device_profile import DeviceProfile
@@ -24,40 +24,36 @@ __all__ = ["Accelerator", "Link", "Cluster", "ACCELERATORS", "LINKS", "cluster",
 class Accelerator:
     name: str
     memory_bytes: int
-    peak_flops: float  # dense BF16 FLOP/s
+    peak_flops: float  # dense BF16 FLOP/s (what MFU is quoted against)
     memory_bandwidth_bytes_per_s: float
     price_per_hour: float  # one device, USD
+    kernels: GpuKernels | None = dataclasses.field(default=None, compare=False, repr=False)  # per-op curves
+    engine: str = "eager"  # what its times assume (partitioner.kernels.ENGINES)
+
+    @property
+    def assumes(self) -> str:
+        """What a time on this accelerator assumes, in words."""
+        if self.kernels is None:
+            return "the roofline of the datasheet's peak FLOP/s and memory bandwidth (no kernel curves)"
+        where = self.kernels.derived_from or f"kernel curves measured on {self.kernels.gpu}"
+        return f"{ENGINES[self.engine]}; {where}"
+
+    def with_engine(self, engine: str) -> "Accelerator":
+        if engine not in ENGINES:
+            raise PartitionError(f"unknown engine {engine!r}; choose one of {', '.join(ENGINES)}")
+        return dataclasses.replace(self, engine=engine)
 
 
-@dataclass(frozen=True)
-class Link:
-    name: str
-    bandwidth_bytes_per_s: float  # per device, one direction
-    latency_s: float  # per message
+def _accelerator(name: str) -> Accelerator:
+    from partitioner.profiles import gpu_kernels
+
+    card = HARDWARE[name]
+    return Accelerator(card.name, card.memory_bytes, card.peak_flops, card.memory_bandwidth_bytes_per_s,
+                       card.price_per_hour, kernels=gpu_kernels(name))
 
 
 GiB = 2**30
-ACCELERATORS: dict[str, Accelerator] = {a.name: a for a in (
-    Accelerator("a100-40gb", 40 * GiB, 312e12, 1.555e12, 3.0),
-    Accelerator("a100-80gb", 80 * GiB, 312e12, 2.039e12, 4.0),
-    Accelerator("h100-80gb", 80 * GiB, 989e12, 3.35e12, 6.0),
-    Accelerator("h200-141gb", 141 * 10**9, 989e12, 4.8e12, 7.5),
-    Accelerator("b200-192gb", 192 * 10**9, 2.25e15, 8.0e12, 10.0),
-    Accelerator("mi300x-192gb", 192 * GiB, 1.307e15, 5.3e12, 5.0),
-    Accelerator("l4-24gb", 24 * GiB, 121e12, 300e9, 0.8),
-)}
-
-LINKS: dict[str, Link] = {l.name: l for l in (
-    Link("nvlink4", 450e9, 2e-6),  # H100 SXM: 900 GB/s both directions
-    Link("nvlink3", 300e9, 2e-6),  # A100 SXM
-    Link("nvlink5", 900e9, 2e-6),  # B200
-    Link("infinity-fabric", 448e9, 2e-6),  # MI300X: 7 links of 64 GB/s
-    Link("pcie5", 64e9, 5e-6),
-    Link("pcie4", 32e9, 5e-6),
-    Link("infiniband-ndr", 50e9, 5e-6),  # 400 Gb/s a device
-    Link("infiniband-hdr", 25e9, 5e-6),  # 200 Gb/s a device
-    Link("ethernet-100g", 12.5e9, 10e-6),
-)}
+ACCELERATORS: dict[str, Accelerator] = {name: _accelerator(name) for name in ACCELERATOR_NAMES}
 
 
 @dataclass(frozen=True)
@@ -88,7 +84,7 @@ def from_profile(profile: DeviceProfile, price_per_hour: float = 0.0) -> tuple[A
     bandwidth) and link (its measured point-to-point latency and bandwidth)."""
     link = profile.link
     return (Accelerator(profile.name, profile.memory_bytes, profile.peak_flops, profile.memory_bandwidth_bytes_per_s,
-                        price_per_hour),
+                        price_per_hour, kernels=profile.gpu, engine=profile.engine),
             Link(f"{profile.name}-p2p", link.bandwidth_bytes_per_s if link else 10e9, link.latency_s if link else 5e-6))
 
 
@@ -100,8 +96,13 @@ def _profile_named(name: str) -> DeviceProfile | None:
 
 def cluster(accelerator: str, devices_per_node: int = 8, intra: str | None = None, inter: str = "infiniband-ndr",
             headroom_bytes: int = 4 * GiB, price_per_hour: float | None = None,
-            overrides: Mapping[str, float] | None = None) -> Cluster:
-    """A :class:`Cluster` from preset names (``intra`` defaults to the accelerator's own link)."""
+            overrides: Mapping[str, float] | None = None, engine: str = "eager") -> Cluster:
+    """A :class:`Cluster` from preset names (``intra`` defaults to the accelerator's own link).
+    ``engine`` names what the times assume (:data:`partitioner.kernels.ENGINES`); ``overrides``
+    of the peak FLOP/s or bandwidth price the compute by the roofline of those figures (the card's
+    kernel curves no longer describe it)."""
+    if engine not in ENGINES:
+        raise PartitionError(f"unknown engine {engine!r}; choose one of {', '.join(ENGINES)}")
     measured = _profile_named(accelerator) if accelerator not in ACCELERATORS else None
     if accelerator not in ACCELERATORS and measured is None:
         raise PartitionError(f"unknown accelerator {accelerator!r}; choose one of {', '.join(ACCELERATORS)}, or a "
@@ -110,22 +111,28 @@ def cluster(accelerator: str, devices_per_node: int = 8, intra: str | None = Non
         acc, own = from_profile(measured)
         if price_per_hour is not None:
             acc = dataclasses.replace(acc, price_per_hour=float(price_per_hour))
-        if overrides:
-            acc = dataclasses.replace(acc, **dict(overrides))  # type: ignore[arg-type]
+        acc = _overridden(acc, overrides).with_engine(engine)
         return Cluster(acc, devices_per_node, LINKS[intra] if intra else own, LINKS.get(inter, own), headroom_bytes)
     acc = ACCELERATORS[accelerator]
     if price_per_hour is not None:
         if not price_per_hour >= 0:
             raise PartitionError(f"price_per_hour must be >= 0 (got {price_per_hour})")
         acc = dataclasses.replace(acc, price_per_hour=float(price_per_hour))
-    if overrides:
-        acc = dataclasses.replace(acc, **dict(overrides))  # type: ignore[arg-type]
-    default_intra = {"a100": "nvlink3", "b200": "nvlink5", "mi300x": "infinity-fabric", "l4": "pcie4"}
-    intra = intra or default_intra.get(accelerator.split("-")[0], "nvlink4")
+    acc = _overridden(acc, overrides).with_engine(engine)
+    intra = intra or HARDWARE[accelerator].link
     for name in (intra, inter):
         if name not in LINKS:
             raise PartitionError(f"unknown link {name!r}; choose one of {', '.join(LINKS)}")
     return Cluster(acc, devices_per_node, LINKS[intra], LINKS[inter], headroom_bytes)
+
+
+def _overridden(acc: Accelerator, overrides: Mapping[str, float] | None) -> Accelerator:
+    if not overrides:
+        return acc
+    changed = {k: v for k, v in overrides.items() if getattr(acc, k, None) != v}
+    if {"peak_flops", "memory_bandwidth_bytes_per_s"} & set(changed):
+        changed["kernels"] = None  # type: ignore[assignment]
+    return dataclasses.replace(acc, **changed)  # type: ignore[arg-type]
 
 
 def local_cluster(devices: int, gpu: bool = False, accelerator: str = "h100-80gb") -> Cluster:
@@ -135,13 +142,12 @@ def local_cluster(devices: int, gpu: bool = False, accelerator: str = "h100-80gb
     if gpu:
         return cluster(accelerator, max(1, devices), headroom_bytes=0)
     from partitioner.device_profile import find_profile
-    from partitioner.devices import PRESETS
 
     measured = find_profile("local")
     if measured is not None:
         acc, link = from_profile(measured)
         return Cluster(acc, max(1, devices), link, link, headroom_bytes=0)
-    cpu = PRESETS["cpu"]
-    acc = Accelerator("local-cpu", cpu["memory_bytes"], cpu["peak_flops"], cpu["memory_bandwidth_bytes_per_s"], 0.0)
-    link = Link("local", cpu["link_bandwidth_bytes_per_s"], 5e-6)
+    cpu = HARDWARE["cpu"]
+    acc = Accelerator("local-cpu", cpu.memory_bytes, cpu.peak_flops, cpu.memory_bandwidth_bytes_per_s, 0.0)
+    link = Link("local", cpu.link_bandwidth_bytes_per_s, 5e-6)
     return Cluster(acc, max(1, devices), link, link, headroom_bytes=0)

@@ -26,7 +26,9 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
+from partitioner import kernels
 from partitioner.errors import PartitionError, ShardingError
+from partitioner.kernels import KernelOp
 from partitioner.graph import Graph
 from partitioner.remat.memory import RematResult
 from partitioner.sharding.specs import parameter_shapes
@@ -62,28 +64,108 @@ class ModelProfile:
     # min-cut recomputation measured on this graph (:func:`with_min_cut`): (budget, the share of the
     # forward's activations it saves, its recomputed FLOPs as a share of the forward's)
     min_cut: tuple[tuple[float, float, float], ...] = ()
-    _cache: dict[tuple[float, int, float, float], float] = field(default_factory=dict, compare=False, repr=False)
+    node_ops: tuple[KernelOp, ...] = field(default=(), compare=False, repr=False)  # each op as a kernel, at tokens0
+    vocab: int = 0  # a language model's vocabulary (its head's width), 0 without one
+    _cache: dict[tuple, float] = field(default_factory=dict, compare=False, repr=False)
 
     def forward_flops(self, tokens: float, seq: int) -> float:
         """Forward FLOPs for ``tokens`` tokens in sequences of ``seq``."""
         linear = self.flops_per_token - self.attention_flops_per_token
         return tokens * (linear + self.attention_flops_per_token * seq / self.seq0)
 
-    def forward_seconds(self, tokens: float, seq: int, acc: Any, tp: int = 1) -> float:
-        """The forward time of ``tokens`` tokens on one device of ``acc`` (an
-        :class:`~partitioner.hardware.Accelerator`), the work split ``tp`` ways (NOTE: [Scaling
-        the traced graph]). O(N) the first time for each size, then cached."""
-        peak_flops, bandwidth = float(acc.peak_flops), float(acc.memory_bandwidth_bytes_per_s)
-        key = (float(tokens), int(seq), peak_flops, bandwidth)
+    def forward_seconds(self, tokens: float, seq: int, acc: Any, tp: int = 1, decode: bool = False,
+                        element_bytes: int | None = None) -> float:
+        """The forward time of ``tokens`` tokens in sequences of ``seq`` on one device of ``acc``
+        (an :class:`~partitioner.cluster.hardware.Accelerator`), the work split ``tp`` ways
+        (NOTE: [Scaling the traced graph]). With the card's kernel curves (``acc.kernels``) each
+        op is priced by them through its engine (NOTE: [Engines] in :mod:`partitioner.kernels`);
+        without, by the roofline of the accelerator's two figures. ``decode``: one new token a
+        sequence (``tokens`` sequences) against ``seq`` tokens of context, attention's cache read
+        priced by the caller; ``element_bytes``: the workload's (2: bf16), else as traced. O(N) the
+        first time for each size, then cached."""
+        gpu = getattr(acc, "kernels", None)
+        engine = getattr(acc, "engine", "eager")
+        elem = int(element_bytes or self.element_bytes)
+        key = (float(tokens), int(seq), getattr(acc, "name", ""), float(acc.peak_flops),
+               float(acc.memory_bandwidth_bytes_per_s), engine, int(tp), bool(decode), elem)
         if key not in self._cache:
-            ratio = seq / self.seq0
-            total = 0.0
-            for w, a, f, att in zip(self.node_weight_bytes, self.node_act_bytes, self.node_flops,
-                                    self.node_attention):
-                grow = tokens * (ratio if att else 1.0)
-                total += max((w + a * grow) / bandwidth, f * grow / peak_flops)
-            self._cache[key] = total
-        return self._cache[key] / tp
+            if gpu is not None and self.node_ops:
+                self._cache[key] = sum(self._kernel_seconds(gpu, engine, tokens, seq, tp, decode, False, elem))
+            else:
+                self._cache[key] = self._roofline_seconds(tokens, seq, float(acc.peak_flops),
+                                                          float(acc.memory_bandwidth_bytes_per_s)) / tp
+        return self._cache[key]
+
+    def backward_seconds(self, tokens: float, seq: int, acc: Any, tp: int = 1, element_bytes: int | None = None) -> float:
+        """The backward's time for the same work (:func:`partitioner.kernels.backward_times` with
+        the card's curves; twice the forward without them, the FLOP count's rule). Cached."""
+        gpu = getattr(acc, "kernels", None)
+        if gpu is None or not self.node_ops:
+            return 2.0 * self.forward_seconds(tokens, seq, acc, tp, element_bytes=element_bytes)
+        engine = getattr(acc, "engine", "eager")
+        elem = int(element_bytes or self.element_bytes)
+        key = (float(tokens), int(seq), getattr(acc, "name", ""), -1.0, 0.0, engine, int(tp), True, elem)
+        if key not in self._cache:
+            self._cache[key] = sum(self._kernel_seconds(gpu, engine, tokens, seq, tp, False, True, elem))
+        return self._cache[key]
+
+    def loss_seconds(self, tokens: float, acc: Any) -> float:
+        """The loss over the vocabulary and its backward for ``tokens`` tokens (a language model's
+        cross-entropy in fp32, measured; 0 for a model without a vocabulary head or a card
+        without curves). O(1)."""
+        gpu = getattr(acc, "kernels", None)
+        if gpu is None or not self.vocab:
+            return 0.0
+        op = KernelOp("loss", "float32", nbytes=tokens * self.vocab)
+        return 2.0 * gpu.kernel_s(op) + 2 * gpu.host_per_op_s
+
+    def optimizer_seconds(self, params: float, optimizer: str, element_bytes: int, acc: Any) -> float:
+        """One optimizer step over ``params`` parameters on one device: it reads and writes every
+        state tensor (NOTE: [Optimizer step]); 0 for "none". O(1)."""
+        from partitioner.cost.training import model_state_bytes
+
+        if optimizer in ("none", None) or params <= 0:
+            return 0.0
+        weight, grad, state = model_state_bytes(optimizer, element_bytes)
+        master = 4 if element_bytes < 4 else 0  # mixed precision writes the working copy from the master
+        moved = params * (grad + 2 * state + master + (weight if master else 0))
+        gpu = getattr(acc, "kernels", None)
+        bandwidth = gpu.best_bandwidth_bytes_per_s if gpu is not None else float(acc.memory_bandwidth_bytes_per_s)
+        return moved / bandwidth
+
+    def _kernel_seconds(self, gpu: Any, engine: str, tokens: float, seq: int, tp: int, decode: bool,
+                        backward: bool, element_bytes: int) -> list[float]:
+        r, q = tokens / self.tokens0, seq / self.seq0
+        dtype = {1: "float8", 2: "bfloat16", 4: "float32", 8: "float64"}.get(element_bytes, "bfloat16")
+        size = element_bytes / self.element_bytes
+        ops = []
+        for op in self.node_ops:
+            if op.kind != "view":  # the workload's dtype, not the traced one
+                op = dataclasses.replace(op, dtype=dtype, nbytes=op.nbytes * size, fixed_bytes=op.fixed_bytes * size)
+            if op.kind == "attention" and decode:  # one query a sequence: a small kernel; the cache read apart
+                op = KernelOp("copy", op.dtype, nbytes=op.m * op.k * 4 * r / tp)
+            elif decode:
+                op = op.scaled(r, q, tp) if op.seq_squared or op.seq_axis else op.scaled(r, 1.0, tp)
+            else:
+                op = op.scaled(r, q, tp)
+            ops.append(op)
+        if backward:
+            pairs = kernels.backward_times(ops, gpu)
+            if engine == "graphs":
+                return [k for _, k in pairs]
+            return kernels.eager_increments([h for h, _ in pairs[::-1]], [k for _, k in pairs[::-1]])
+        times = [gpu.kernel_s(op) for op in ops]
+        if engine == "graphs":
+            return [kernels.fused_s(gpu, op, t) for op, t in zip(ops, times)]
+        return kernels.eager_increments([gpu.host_per_op_s] * len(ops), times)
+
+    def _roofline_seconds(self, tokens: float, seq: int, peak_flops: float, bandwidth: float) -> float:
+        ratio = seq / self.seq0
+        total = 0.0
+        for w, a, f, att in zip(self.node_weight_bytes, self.node_act_bytes, self.node_flops, self.node_attention):
+            grow = tokens * (ratio if att else 1.0)
+            total += max((w + a * grow) / bandwidth, f * grow / peak_flops)
+        return total
 
 
 def _tokens(graph: Graph) -> tuple[int, int]:
@@ -137,10 +219,14 @@ def profile(graph: Graph, name: str = "") -> ModelProfile:
     is_attr = [nd.op == "get_attr" for nd in nodes]
     for v in graph.op_indices:
         nd = nodes[v]
-        if nd.flops == 0 and nd.inputs and is_attr[nd.inputs[0]]:
+        # An embedding lookup takes its table first but gathers rows by the token ids: its output
+        # grows with the tokens (and so does everything computed from it).
+        lookup = nd.is_embedding or "embedding" in nd.target
+        if nd.flops == 0 and nd.inputs and is_attr[nd.inputs[0]] and not lookup and _reads_no_activation(graph, v, is_attr):
             is_attr[v] = True
     ops = list(graph.op_indices)
     w_bytes, a_bytes, flops, att = [], [], [], []
+    node_ops = _kernel_ops(graph, ops, is_attr, seq0)
     for v in ops:
         nd = nodes[v]
         if is_attr[v]:  # weight-derived: no work that grows with the tokens
@@ -185,8 +271,50 @@ def profile(graph: Graph, name: str = "") -> ModelProfile:
         act_bytes_per_token=sum(nodes[v].output_bytes for v in ops if not is_attr[v]) / tokens0,
         flops_per_token=sum(flops), attention_flops_per_token=sum(f for f, t in zip(flops, att) if t),
         node_weight_bytes=tuple(w_bytes), node_act_bytes=tuple(a_bytes), node_flops=tuple(flops),
-        node_attention=tuple(att), expert_param_count=expert_params, experts=experts,
+        node_attention=tuple(att), node_ops=node_ops, vocab=_vocab(graph, ops, node_ops), expert_param_count=expert_params, experts=experts,
         experts_per_token=graph.model_info.experts_per_token if experts else 0, moe_layers=moe_layers)
+
+
+def _vocab(graph: Graph, ops: Sequence[int], node_ops: Sequence[KernelOp]) -> int:
+    """The vocabulary of a language model: the width of the matrix product that makes its last
+    output when the model also looks up embeddings (a head over the tokens), else 0."""
+    if not any(graph.nodes[v].is_embedding or "embedding" in graph.nodes[v].target for v in ops):
+        return 0
+    for op in reversed(node_ops):
+        if op.kind == "matmul":
+            return int(op.n) if op.n >= 1000 else 0
+        if op.kind not in ("view", "copy"):
+            return 0
+    return 0
+
+
+def _reads_no_activation(graph: Graph, v: int, is_attr: Sequence[bool]) -> bool:
+    """Whether every input of ``v`` that is an op output is weight-derived (placeholders holding
+    token ids or positions count as activations)."""
+    return all(is_attr[u] or graph.nodes[u].op == "get_attr" for u in graph.preds[v])
+
+
+def _kernel_ops(graph: Graph, ops: Sequence[int], is_attr: Sequence[bool], seq0: int) -> tuple[KernelOp, ...]:
+    """Each op of ``ops`` as a :class:`~partitioner.kernels.KernelOp` at the traced size, marked
+    with how it grows (NOTE: [Scaling the traced graph]): a weight-derived op not at all, a
+    product of two activations along its sequence axis, an op on (sequence x sequence) scores or
+    masks with the tokens times the sequence. O(N)."""
+    causal = kernels.is_causal(graph)
+    out = []
+    for v in ops:
+        nd = graph.nodes[v]
+        op = kernels.kernel_op(graph, v, kernels.op_kind(nd.op, nd.target), causal)
+        if is_attr[v]:
+            op = dataclasses.replace(op, fixed_bytes=op.nbytes) if op.kind != "matmul" else op
+        elif op.kind == "matmul" and seq0 > 1 and nd.param_bytes == 0 and not any(is_attr[u] for u in graph.preds[v]):
+            axis = "n" if round(op.n) == seq0 else "k" if round(op.k) == seq0 else ""
+            op = dataclasses.replace(op, seq_axis=axis)
+        elif op.kind not in ("matmul", "attention") and seq0 > 1:
+            shape = nd.shape or ()
+            if len(shape) >= 2 and shape[-1] == shape[-2] == seq0:
+                op = dataclasses.replace(op, seq_squared=True)
+        out.append(op)
+    return tuple(out)
 
 
 def with_min_cut(p: ModelProfile, results: Sequence[RematResult]) -> ModelProfile:

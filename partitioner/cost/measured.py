@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
+from partitioner import kernels
 from partitioner.device_profile import DeviceProfile
 from partitioner.devices import Device
 from partitioner.graph import Graph
@@ -33,7 +34,10 @@ def profile_latencies(graph: Graph, profile: DeviceProfile, batch_fraction: floa
     """Per node index: (memory seconds, compute seconds) from a measured profile, overhead
     included in both (NOTE: [Op time from a profile]). ``batch_fraction`` prices one microbatch
     of the traced batch: FLOPs and activations scale by it, weights and overheads do not.
-    O(N + E)."""
+    A GPU's profile prices each op by its kernel curves through its engine
+    (:func:`gpu_latencies`). O(N + E)."""
+    if profile.gpu is not None:
+        return gpu_latencies(graph, profile, batch_fraction)
     latencies: list[NodeLatency] = []
     for i, node in enumerate(graph.nodes):
         if not node.is_op:
@@ -43,6 +47,37 @@ def profile_latencies(graph: Graph, profile: DeviceProfile, batch_fraction: floa
         latencies.append(profile.op_seconds(node.flops * batch_fraction, moved, node.dtype, node.op, node.target,
                                             _module_kind(graph, node)))
     return latencies
+
+
+def gpu_latencies(graph: Graph, profile: DeviceProfile, batch_fraction: float = 1.0) -> list[NodeLatency]:
+    """Per node index: (memory seconds, compute seconds) on a GPU profile: each op's kernel from
+    the measured curves, then its engine (NOTE: [Engines] in :mod:`partitioner.kernels`): under
+    "eager" each op's increment of the launch queue (NOTE: [Eager launch queue]), so the nodes of
+    one device add up to the queue's time. A matrix product's, attention's or the loss's time is
+    compute, every other op's memory (the other half of the pair is 0). O(N + E)."""
+    gpu = profile.gpu
+    assert gpu is not None
+    ops, _ = kernels.op_times(graph, gpu, lambda node: _module_kind(graph, node))
+    if batch_fraction != 1.0:
+        ops = [op.scaled(batch_fraction) if op is not None else None for op in ops]
+    times = [gpu.kernel_s(op) if op is not None else 0.0 for op in ops]
+    if profile.engine == "graphs":
+        spent = [kernels.fused_s(gpu, op, t) if op is not None else 0.0 for op, t in zip(ops, times)]
+    else:
+        order = [v for v in range(len(ops)) if ops[v] is not None]
+        steps = kernels.eager_increments([gpu.host_per_op_s] * len(order), [times[v] for v in order])
+        spent = [0.0] * len(ops)
+        for v, t in zip(order, steps):
+            spent[v] = t
+    out: list[NodeLatency] = []
+    for op, t in zip(ops, spent):
+        if op is None:
+            out.append((0.0, 0.0))
+        elif op.kind in ("matmul", "attention", "loss"):
+            out.append((0.0, t))
+        else:
+            out.append((t, 0.0))
+    return out
 
 
 def _module_kind(graph: Graph, node: Any) -> str:

@@ -47,8 +47,12 @@ def test_a_two_layer_mlp_on_two_by_two_devices_by_hand():
     # Gradients (2 B each) reduced over dp = 2; tp x dp = 4 devices span two nodes: the slow link.
     dp = 2 * (2 - 1) / 2 * 2 * 500_000 / 1e9
     m = 2  # 4 sequences a replica in microbatches of 2
-    expected = m * (fwd + tp + 2 * fwd + tp) + max(0.0, dp - 2 * fwd)
+    # Adam's step on the device's 500k parameters (no ZeRO): it reads the fp16 gradient, reads and
+    # writes the fp32 master and both moments, writes the fp16 weight: 2 + 2 x 12 + 4 + 2 bytes each.
+    optimizer = 500_000 * (2 + 2 * 12 + 4 + 2) / 1e11
+    expected = m * (fwd + tp + 2 * fwd + tp) + max(0.0, dp - 2 * fwd) + optimizer
     assert r.step_s == pytest.approx(expected)
+    assert r.parts_s["optimizer step"] == pytest.approx(optimizer)
     assert r.microbatches == 2
     # pp2 across the node boundary: one stage a device pair, the hidden state crosses the slow link.
     r = cluster.evaluate(p, w, TOY, cluster.Layout(dp=1, tp=2, pp=2, microbatch_size=1, schedule="gpipe"), sim)
@@ -56,7 +60,8 @@ def test_a_two_layer_mlp_on_two_by_two_devices_by_hand():
     hop = 64 / 1e9
     per_f = stage + 2 * 1 * ring_allreduce_s(64, 2, 1e10, 0.0) + hop
     per_b = 2 * stage + 2 * 1 * ring_allreduce_s(64, 2, 1e10, 0.0) + hop
-    assert r.step_s == pytest.approx((8 + 2 - 1) * (per_f + per_b))  # GPipe: (m + p - 1) slots
+    optimizer = 250_000 * (2 + 2 * 12 + 4 + 2) / 1e11  # a quarter of the parameters a device
+    assert r.step_s == pytest.approx((8 + 2 - 1) * (per_f + per_b) + optimizer)  # GPipe: (m + p - 1) slots
     assert r.memory["activations"] == pytest.approx(100 * 2 / 2 / 2 * 8)  # GPipe stashes all 8
 
 

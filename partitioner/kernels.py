@@ -1,0 +1,492 @@
+"""GPU kernel times from measured curves, op by op, for an engine that says what it assumes.
+
+A :class:`GpuKernels` holds what ``measure_curves`` measures on one GPU (CUDA events, median
+after warm-up): Linear time by shape (m tokens x k -> n) and dtype, elementwise and normalisation
+time by bytes, causal and full attention by sequence, embedding lookups, the loss over a
+vocabulary, and the launch cost of one kernel. :func:`op_times` turns a traced graph's ops into
+kernel seconds; :func:`eager_increments` runs them through the launch queue of eager PyTorch.
+Torch-free.
+
+# NOTE: [What a lone timed kernel includes]
+A kernel timed alone between two CUDA events includes the wait for its own launch: a 1-element
+add "takes" 27 us on the H100 host measured and 15 us on the H200's, where back to back the
+same adds run one every 11 and 7.4 us (``launch_s``). So the curves reproduce what was timed
+(:meth:`GpuKernels.timed_s`, the recorded points exactly), and the GPU's own time of a kernel
+is the timed one less ``launch_s`` (held at ``MIN_KERNEL_S``): the launch is paid once, by the
+queue below, not twice.
+
+# NOTE: [Eager launch queue]
+Eager PyTorch runs a model's ops in program order: the host spends ``host_op_s`` on each
+(Python, the dispatcher, the launch; views and no-op casts included), and the GPU runs each
+kernel when it has been launched and the one before it has finished. Over ops ``i``:
+``host += host_op_s; gpu = max(gpu, host) + kernel_i``. Small shapes are launch-bound (the host
+is the bottleneck: about 2,000 ops a Llama-3-8B token at 10-14 us each), large ones GPU-bound
+(the host runs ahead). Each op's latency is its increment of ``gpu``, so the increments add up
+to the queue's finish time and the cost model's sums stay exact on one device.
+The host cost per op is the bare op's measured host time (16.5 us on the H100 host measured,
+7.4 on the H200's) plus ``PYTHON_GLUE_S``, what a Hugging Face model's forward adds per traced op beyond a bare op
+(measured on CPU where every op is dispatch-bound: Llama 2.9, GPT-2 4.7, BERT 5.6 us an op).
+
+# NOTE: [Engines]
+"eager" (the default) is what a plain ``model(x)`` runs: one kernel per op, unfused, each
+launched from Python (above). "graphs" is an engine with CUDA graphs and fused kernels (vLLM- or
+TensorRT-LLM-like serving, ``torch.compile(mode="max-autotune")`` training): no host cost per op,
+matrix products and attention as measured, and the elementwise and normalisation ops between
+them fused into their neighbours: they move their bytes once at the card's best measured
+bandwidth (``FUSED_TRAFFIC`` of the unfused traffic) with no launch of their own.
+"""
+
+from __future__ import annotations
+
+import bisect
+import dataclasses
+import math
+from dataclasses import dataclass
+from typing import Any, Iterable, Mapping, Sequence
+
+from partitioner.errors import DeviceSpecError
+
+__all__ = ["GpuKernels", "KernelOp", "ENGINES", "MIN_KERNEL_S", "PYTHON_GLUE_S", "FUSED_TRAFFIC", "op_kind",
+           "kernel_op", "op_times", "eager_increments", "backward_times", "derive", "from_rows", "interp"]
+
+ENGINES = {
+    "eager": "eager PyTorch: one unfused kernel per op, each launched from Python (about 10-14 us an op "
+             "on the measured hosts), the host and the GPU overlapping as the launch queue allows",
+    "graphs": "CUDA graphs and fused kernels (vLLM / TensorRT-LLM serving, torch.compile training): no "
+              "launch cost per op; elementwise and normalisation ops fused into the matrix products",
+}
+MIN_KERNEL_S = 2e-6  # the GPU time of the smallest kernel
+PYTHON_GLUE_S = 3e-6  # a Hugging Face forward's Python per traced op beyond a bare op (NOTE: [Eager launch queue])
+FUSED_TRAFFIC = 0.5  # fused elementwise chains move about half the bytes their unfused ops do
+MAX_CURVE_POINTS = 10_000  # a measured curve has tens of points; more is not a measurement
+_REF_HEADS, _REF_HEAD_DIM = 32, 128  # the attention curves' shape (batch 1)
+
+Curve = tuple[tuple[float, float], ...]
+
+
+def interp(curve: Curve, x: float, xs: Sequence[float] | None = None) -> float:
+    """Seconds at ``x`` on a sorted ``(x, seconds)`` curve: log-log between points, the end
+    points' rate beyond the last, the first point's time below it (a smaller problem is not
+    faster than the smallest measured: launch and latency bound). O(log n)."""
+    keys = xs if xs is not None else [p[0] for p in curve]
+    if x <= keys[0]:
+        return curve[0][1]
+    if x >= keys[-1]:
+        return curve[-1][1] * x / keys[-1]
+    i = bisect.bisect_right(keys, x)
+    (x0, y0), (x1, y1) = curve[i - 1], curve[i]
+    if x0 == x1:
+        return y1
+    f = (math.log(x) - math.log(x0)) / (math.log(x1) - math.log(x0))
+    return math.exp(math.log(y0) + f * (math.log(y1) - math.log(y0)))
+
+
+def _curve(name: str, what: str, points: Iterable[Any]) -> Curve:
+    try:
+        out = tuple(sorted((float(x), float(y)) for x, y in points))
+    except (TypeError, ValueError):
+        raise DeviceSpecError(f"GPU profile {name!r}: {what} must be a list of [x, seconds] pairs") from None
+    if not out:
+        raise DeviceSpecError(f"GPU profile {name!r}: {what} has no points; measure it with "
+                              "`partition-explorer calibrate --gpu`")
+    if len(out) > MAX_CURVE_POINTS:
+        raise DeviceSpecError(f"GPU profile {name!r}: {what} has {len(out)} points (at most {MAX_CURVE_POINTS}); "
+                              "a measured curve has tens")
+    if any(not (math.isfinite(x) and math.isfinite(y) and x > 0 and 0 < y < 3600) for x, y in out):
+        raise DeviceSpecError(f"GPU profile {name!r}: {what} needs positive, finite x and seconds below an hour")
+    return out
+
+
+@dataclass(frozen=True)
+class KernelOp:
+    """What the kernel model needs of one op. ``kind``: "view" (no kernel), "matmul", "attention",
+    "embedding", "loss", or an elementwise curve's name ("add", "copy", "gelu", "softmax"...).
+    matmul: ``m`` rows x ``k`` -> ``n`` (batch dimensions folded into ``m``); attention: ``m``
+    batch x heads, ``k`` head dim, ``n`` sequence; embedding and elementwise ops: ``nbytes``
+    read and written; loss: ``nbytes`` logit elements."""
+
+    kind: str
+    dtype: str = "float32"
+    m: float = 0.0
+    k: float = 0.0
+    n: float = 0.0
+    nbytes: float = 0.0
+    causal: bool = True
+    fixed_bytes: float = 0.0  # of nbytes, what does not grow with the tokens (weights read)
+    seq_axis: str = ""  # a product of two activations: "k" or "n" grows with the sequence
+    seq_squared: bool = False  # an elementwise op on (sequence x sequence) scores or masks
+
+    def scaled(self, tokens_ratio: float, seq_ratio: float = 1.0, tp: int = 1) -> "KernelOp":
+        """This op at ``tokens_ratio`` times the tokens in sequences ``seq_ratio`` times as long,
+        its work split ``tp`` ways (NOTE: [Scaling the traced graph] in the planner's profile)."""
+        if self.kind == "view":
+            return self
+        r, q = tokens_ratio, seq_ratio
+        if self.kind == "matmul":
+            k = self.k * (q if self.seq_axis == "k" else 1.0)
+            n = self.n * (q if self.seq_axis == "n" else 1.0) / tp
+            return dataclasses.replace(self, m=max(self.m * r, 1.0), k=k, n=max(n, 1.0))
+        if self.kind == "attention":
+            return dataclasses.replace(self, m=max(self.m * r / q / tp, 1.0), n=max(self.n * q, 1.0))
+        grow = r * (q if self.seq_squared else 1.0)
+        moving = (self.nbytes - self.fixed_bytes) * grow
+        return dataclasses.replace(self, nbytes=(self.fixed_bytes + moving) / tp, fixed_bytes=self.fixed_bytes / tp)
+
+
+@dataclass(frozen=True)
+class GpuKernels:
+    """Measured kernel curves of one GPU (NOTE: [What a lone timed kernel includes])."""
+
+    gpu: str  # the card as measured ("NVIDIA H100 80GB HBM3")
+    launch_s: float  # kernels back to back: one every launch_s
+    host_op_s: float  # the host's wall time per tiny op
+    matmul: tuple[tuple[str, tuple[tuple[float, float, float, float], ...]], ...]  # dtype -> (m, k, n, s)
+    elementwise: tuple[tuple[str, Curve], ...]  # op -> (bytes moved, s)
+    attention: tuple[tuple[bool, Curve], ...]  # causal -> (sequence, s), batch 1 x 32 heads of 128
+    embedding: Curve  # (bytes moved, s)
+    loss: Curve  # cross-entropy: (logit elements, s)
+    derived_from: str = ""  # "" when measured; else how it was scaled from a measured card
+    source: str = ""
+
+    def __post_init__(self) -> None:
+        for field_name in ("launch_s", "host_op_s"):
+            value = getattr(self, field_name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < 0.01:
+                raise DeviceSpecError(f"GPU profile {self.gpu!r}: {field_name} must be seconds in (0, 0.01) "
+                                      f"(got {value!r}); measure it with `partition-explorer calibrate --gpu`")
+        if not self.matmul or not self.elementwise or not self.attention:
+            raise DeviceSpecError(f"GPU profile {self.gpu!r}: needs matmul, elementwise and attention curves")
+        groups: dict[str, dict[tuple[float, float], list[tuple[float, float]]]] = {}
+        for dtype, rows in self.matmul:
+            if len(rows) > MAX_CURVE_POINTS:
+                raise DeviceSpecError(f"GPU profile {self.gpu!r}: matmul[{dtype}] has {len(rows)} points "
+                                      f"(at most {MAX_CURVE_POINTS})")
+            for m, k, n, s in rows:
+                if not all(math.isfinite(v) and v > 0 for v in (m, k, n, s)) or s >= 3600:
+                    raise DeviceSpecError(f"GPU profile {self.gpu!r}: matmul[{dtype}] needs positive, finite "
+                                          f"m, k, n and seconds (got {(m, k, n, s)})")
+                groups.setdefault(dtype, {}).setdefault((k, n), []).append((m, s))
+        # Lookup tables, built once (the record stays frozen and comparable).
+        object.__setattr__(self, "_mm", {d: [((k, n), tuple(sorted(pts))) for (k, n), pts in g.items()]
+                                         for d, g in groups.items()})
+        object.__setattr__(self, "_ew", dict(self.elementwise))
+        object.__setattr__(self, "_att", dict(self.attention))
+
+    # --- the curves as timed (the recorded points exactly)
+    def timed_matmul_s(self, m: float, k: float, n: float, dtype: str = "bfloat16") -> float:
+        """A lone ``F.linear`` of (m, k) by (n, k) as timed: the nearest measured weight shape's
+        curve at ``m`` tokens, scaled by the weight's size k x n (a matrix product's time grows
+        with k x n at any m: its weight read when memory-bound, its FLOPs when compute-bound)."""
+        groups = self._mm.get(_dtype(dtype)) or self._mm.get("bfloat16") or next(iter(self._mm.values()))  # type: ignore[attr-defined]
+        (gk, gn), curve = min(groups, key=lambda g: (abs(math.log(k * n / (g[0][0] * g[0][1])))
+                                                      + 0.25 * abs(math.log(k / n * g[0][1] / g[0][0]))))
+        t = interp(curve, m) if len(curve) > 1 else curve[0][1] * max(m / curve[0][0], 1.0)
+        scale = k * n / (gk * gn)
+        return t if scale == 1.0 else self.launch_s + max(t - self.launch_s, MIN_KERNEL_S) * scale
+
+    def timed_elementwise_s(self, kind: str, nbytes: float) -> float:
+        curve = self._ew.get(kind) or self._ew.get("copy") or next(iter(self._ew.values()))  # type: ignore[attr-defined]
+        return interp(curve, max(nbytes, 1.0))
+
+    def timed_attention_s(self, heads: float, head_dim: float, seq: float, causal: bool = True) -> float:
+        """SDPA over ``heads`` (batch x heads) of ``head_dim`` at ``seq``: the measured curve at
+        ``seq``, its kernel scaled by heads x head dim against the measured 32 x 128."""
+        curve = self._att.get(causal) or next(iter(self._att.values()))  # type: ignore[attr-defined]
+        t = interp(curve, max(seq, 1.0))
+        scale = heads * head_dim / (_REF_HEADS * _REF_HEAD_DIM)
+        return t if scale == 1.0 else self.launch_s + max(t - self.launch_s, MIN_KERNEL_S) * scale
+
+    # --- the GPU's own time of a kernel (NOTE: [What a lone timed kernel includes])
+    def kernel_s(self, op: KernelOp) -> float:
+        """Seconds the GPU spends on ``op``'s kernel (0 for a view)."""
+        if op.kind == "view":
+            return 0.0
+        if op.kind == "matmul":
+            t = self.timed_matmul_s(op.m, op.k, op.n, op.dtype)
+        elif op.kind == "attention":
+            t = self.timed_attention_s(op.m, op.k, op.n, op.causal)
+        elif op.kind == "embedding":
+            t = interp(self.embedding, max(op.nbytes, 1.0))
+        elif op.kind == "loss":
+            t = interp(self.loss, max(op.nbytes, 1.0))
+        else:
+            t = self.timed_elementwise_s(op.kind, op.nbytes)
+        return max(t - self.launch_s, MIN_KERNEL_S)
+
+    @property
+    def host_per_op_s(self) -> float:
+        """What eager PyTorch's host spends on one op of a model (NOTE: [Eager launch queue]): the
+        measured host cost of a bare op (its wall time in a loop, or the GPU's spacing of
+        back-to-back ops where that is longer) and a model's Python around it."""
+        return max(self.launch_s, self.host_op_s) + PYTHON_GLUE_S
+
+    @property
+    def best_bandwidth_bytes_per_s(self) -> float:
+        """The best measured elementwise bandwidth (a copy of the largest size measured)."""
+        return max(c[-1][0] / c[-1][1] for _, c in self.elementwise)
+
+    def best_flops(self, dtype: str = "bfloat16") -> float:
+        """The best measured matmul throughput at ``dtype`` (0 when not measured)."""
+        rows = dict(self.matmul).get(_dtype(dtype), ())
+        return max((2 * m * k * n / s for m, k, n, s in rows), default=0.0)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"gpu": self.gpu, "launch_s": self.launch_s, "host_op_s": self.host_op_s,
+                "matmul": {d: [list(r) for r in rows] for d, rows in self.matmul},
+                "elementwise": {k: [list(p) for p in c] for k, c in self.elementwise},
+                "attention": {("causal" if c else "full"): [list(p) for p in curve] for c, curve in self.attention},
+                "embedding": [list(p) for p in self.embedding], "loss": [list(p) for p in self.loss],
+                "derived_from": self.derived_from, "source": self.source}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "GpuKernels":
+        name = str(data.get("gpu", ""))[:200]
+        try:
+            matmul = tuple(sorted((str(d), tuple(sorted(tuple(float(v) for v in r) for r in rows)))
+                                  for d, rows in dict(data["matmul"]).items()))
+            if any(len(r) != 4 for _, rows in matmul for r in rows):
+                raise DeviceSpecError(f"GPU profile {name!r}: matmul rows are [m, k, n, seconds]")
+            return cls(gpu=name, launch_s=float(data["launch_s"]), host_op_s=float(data["host_op_s"]), matmul=matmul,
+                       elementwise=tuple(sorted((str(k), _curve(name, f"elementwise[{k}]", c))
+                                                for k, c in dict(data["elementwise"]).items())),
+                       attention=tuple(sorted((str(k) == "causal", _curve(name, f"attention[{k}]", c))
+                                              for k, c in dict(data["attention"]).items())),
+                       embedding=_curve(name, "embedding", data["embedding"]), loss=_curve(name, "loss", data["loss"]),
+                       derived_from=str(data.get("derived_from", ""))[:500], source=str(data.get("source", ""))[:500])
+        except DeviceSpecError:
+            raise
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise DeviceSpecError(f"GPU profile {name!r} is malformed ({type(exc).__name__}: {exc}); measure it "
+                                  "again with `partition-explorer calibrate --gpu`") from None
+
+
+def _dtype(dtype: str | None) -> str:
+    name = (dtype or "float32").removeprefix("torch.")
+    return {"half": "float16", "float": "float32"}.get(name, name)
+
+
+def from_rows(rows: Iterable[Mapping[str, Any]], source: str = "") -> GpuKernels:
+    """A :class:`GpuKernels` from ``measure_curves`` rows (one JSON object a measurement, the
+    format ``partition-explorer calibrate --gpu`` writes). O(rows log rows)."""
+    gpu, launch, host = "", 0.0, 0.0
+    matmul: dict[str, list[tuple[float, float, float, float]]] = {}
+    elementwise: dict[str, list[tuple[float, float]]] = {}
+    attention: dict[bool, list[tuple[float, float]]] = {}
+    embedding: list[tuple[float, float]] = []
+    loss: list[tuple[float, float]] = []
+    for row in rows:
+        kind = row.get("kind")
+        if kind == "info":
+            gpu = str(row.get("gpu", ""))
+        elif kind == "overhead":
+            if "back to back" in str(row.get("what", "")):
+                launch = float(row["per_op_s"])
+            else:
+                host = float(row["per_op_s"])
+        elif kind == "matmul" and row.get("dtype") != "tf32":
+            matmul.setdefault(str(row["dtype"]), []).append(
+                (float(row["m"]), float(row["k"]), float(row["n"]), float(row["s"])))
+        elif kind == "elementwise":
+            elementwise.setdefault(str(row["op"]), []).append((float(row["bytes"]), float(row["s"])))
+        elif kind == "attention":
+            attention.setdefault(bool(row["causal"]), []).append((float(row["seq"]), float(row["s"])))
+        elif kind == "embedding":
+            embedding.append((2.0 * 2 * float(row["tokens"]) * float(row["dim"]), float(row["s"])))
+        elif kind == "cross_entropy":
+            loss.append((float(row["tokens"]) * float(row["vocab"]), float(row["s"])))
+    return GpuKernels(gpu=gpu, launch_s=launch, host_op_s=host or launch,
+                      matmul=tuple(sorted((d, tuple(sorted(r))) for d, r in matmul.items())),
+                      elementwise=tuple(sorted((k, _curve(gpu, k, c)) for k, c in elementwise.items())),
+                      attention=tuple(sorted((k, _curve(gpu, "attention", c)) for k, c in attention.items())),
+                      embedding=_curve(gpu, "embedding", embedding), loss=_curve(gpu, "cross_entropy", loss),
+                      source=source)
+
+
+def derive(base: GpuKernels, compute: Mapping[str, float], bandwidth: float, name: str, base_name: str) -> GpuKernels:
+    """Curves of a card nobody measured, from ``base`` (the nearest measured card): each kernel's
+    own time (the timed one less the launch) divided by the datasheet ratio of the roof it sits
+    under: ``compute[dtype]`` (this card's peak over the base's) for matrix products above the
+    base's ridge point and for attention, ``bandwidth`` for the rest. Launch costs are kept (they
+    are the host's). Said so in ``derived_from``."""
+    def scaled(t: float, ratio: float) -> float:
+        return base.launch_s + max(t - base.launch_s, MIN_KERNEL_S) / ratio
+
+    bf16_ratio = compute.get("bfloat16", 1.0)
+    ridge = base.best_flops("bfloat16") / max(base.best_bandwidth_bytes_per_s, 1.0)
+    matmul = []
+    for dtype, rows in base.matmul:
+        out = []
+        for m, k, n, s in rows:
+            intensity = m * k * n / (m * k + k * n + m * n)  # FLOPs per byte at 2 bytes an element
+            share = intensity / (intensity + ridge)  # how compute-bound: a smooth roofline blend
+            ratio = 1.0 / (share / compute.get(dtype, bf16_ratio) + (1.0 - share) / bandwidth)
+            out.append((m, k, n, scaled(s, ratio)))
+        matmul.append((dtype, tuple(out)))
+    return GpuKernels(
+        gpu=name, launch_s=base.launch_s, host_op_s=base.host_op_s, matmul=tuple(matmul),
+        elementwise=tuple((k, tuple((x, scaled(s, bandwidth)) for x, s in c)) for k, c in base.elementwise),
+        attention=tuple((k, tuple((x, scaled(s, bf16_ratio)) for x, s in c)) for k, c in base.attention),
+        embedding=tuple((x, scaled(s, bandwidth)) for x, s in base.embedding),
+        loss=tuple((x, scaled(s, bandwidth)) for x, s in base.loss),
+        derived_from=(f"derived from the measured {base_name}: kernels scaled by the datasheet ratios "
+                      f"(bf16 x{bf16_ratio:.2f}, fp32 x{compute.get('float32', bf16_ratio):.2f}, "
+                      f"memory bandwidth x{bandwidth:.2f}); launch costs as measured there"),
+        source=base.source)
+
+
+# --------------------------------------------------------------------------------------------
+# A traced graph's ops as kernels
+
+_VIEWS = frozenset({"view", "_unsafe_view", "reshape", "unsqueeze", "squeeze", "transpose", "t", "permute", "expand",
+                    "slice", "select", "alias", "detach", "unflatten", "flatten", "split", "split_with_sizes", "chunk",
+                    "unbind", "getitem", "size", "sym_size", "dim", "lift_fresh_copy", "dropout", "as_strided",
+                    "expand_as", "view_as", "narrow", "movedim", "_assert_tensor_metadata", "getattr", "identity",
+                    "flatten_using_ints", "numel", "type_as", "float", "half", "bfloat16"})
+_MATMUL = frozenset({"linear", "mm", "addmm", "bmm", "matmul", "baddbmm", "einsum", "conv1d", "conv2d", "conv3d",
+                     "convolution", "_grouped_mm", "addmv", "mv", "dot", "conv_transpose2d"})
+_ATTENTION = frozenset({"scaled_dot_product_attention", "_scaled_dot_product_flash_attention",
+                        "_scaled_dot_product_efficient_attention", "_scaled_dot_product_cudnn_attention"})
+_LOSS = frozenset({"cross_entropy", "nll_loss", "cross_entropy_loss", "log_softmax", "_log_softmax"})
+_NAMED = {"softmax": "softmax", "_softmax": "softmax", "layer_norm": "layer_norm", "native_layer_norm": "layer_norm",
+          "group_norm": "layer_norm", "batch_norm": "layer_norm", "rms_norm": "rms_norm", "_fused_rms_norm": "rms_norm",
+          "gelu": "gelu", "silu": "silu", "sigmoid": "silu", "tanh": "gelu", "add": "add", "sub": "add", "mul": "add",
+          "div": "add", "where": "add", "maximum": "add", "minimum": "add", "masked_fill": "add",
+          "embedding": "embedding"}
+_MODULES = {"linear": "linear", "conv1d": "conv1d", "conv2d": "conv2d", "layernorm": "layer_norm",
+            "rmsnorm": "rms_norm", "gelu": "gelu", "silu": "silu", "relu": "add", "softmax": "softmax",
+            "embedding": "embedding", "dropout": "dropout", "identity": "identity", "crossentropyloss": "cross_entropy",
+            "batchnorm2d": "batch_norm", "groupnorm": "group_norm", "multiheadattention": "linear"}
+
+
+def _short(target: str) -> str:
+    """``aten::mul.Tensor`` -> ``mul``; ``torch.nn.functional.gelu`` -> ``gelu``."""
+    base = target.split("::")[-1].rpartition(".")[2] if "::" not in target else target.split("::")[-1].split(".")[0]
+    return base.strip("_") if base not in ("_softmax", "_log_softmax", "_grouped_mm", "_unsafe_view",
+                                           "_fused_rms_norm") else base
+
+
+def op_kind(op: str, target: str, module_kind: str = "") -> str:
+    """The kernel class of an op (see :class:`KernelOp`); ``module_kind`` is a ``call_module``'s
+    class name (``"Linear"``)."""
+    short = _MODULES.get(module_kind.lower(), module_kind.lower()) if op == "call_module" else _short(target)
+    if short in _VIEWS:
+        return "view"
+    if short in _MATMUL:
+        return "matmul"
+    if short in _ATTENTION:
+        return "attention"
+    if short in _LOSS:
+        return "loss"
+    return _NAMED.get(short, "copy")
+
+
+def kernel_op(graph: Any, v: int, kind: str, causal: bool = True) -> KernelOp:
+    """The :class:`KernelOp` of node ``v`` of a :class:`~partitioner.graph.Graph`."""
+    node = graph.nodes[v]
+    dtype = _dtype(node.dtype)
+    moved = float(graph.activation_bytes(v) + node.param_bytes)
+    shape = node.shape or ()
+    numel = 1.0
+    for d in shape:
+        numel *= d
+    if kind == "view" or (kind == "copy" and _short(node.target) in ("to", "_to_copy", "contiguous", "clone")
+                          and _same_as_input(graph, v)):
+        return KernelOp("view", dtype)  # a cast to the same dtype, or contiguous on a contiguous tensor
+    if kind == "matmul" and node.flops > 0 and numel > 0:
+        if len(shape) == 4 and node.op == "call_module" or "conv" in node.target:
+            n = float(shape[1]) if len(shape) >= 3 else float(shape[-1])
+        else:
+            n = float(shape[-1]) if shape else 1.0
+        m = max(numel / n, 1.0)
+        k = max(node.flops / (2.0 * numel), 1.0)
+        return KernelOp("matmul", dtype, m=m, k=k, n=n)
+    if kind == "attention" and len(shape) >= 3 and node.flops > 0:
+        seq, head_dim = float(shape[-2]), float(shape[-1])
+        heads = max(numel / (seq * head_dim), 1.0)
+        return KernelOp("attention", dtype, m=heads, k=head_dim, n=seq, causal=causal)
+    if kind == "loss":
+        logits = max((graph.output_bytes[u] for u in graph.preds[v]), default=0)
+        return KernelOp("loss", dtype, nbytes=float(logits) / max(_element_bytes(dtype), 1))
+    if kind == "embedding":  # reads the rows it gathers, writes them: not the whole table
+        return KernelOp(kind, dtype, nbytes=2.0 * node.output_bytes)
+    if kind in ("matmul", "attention"):
+        kind = "copy"
+    return KernelOp(kind, dtype, nbytes=moved, fixed_bytes=float(node.param_bytes))
+
+
+def _element_bytes(dtype: str) -> int:
+    return {"float32": 4, "float16": 2, "bfloat16": 2, "float64": 8, "int64": 8, "int32": 4}.get(dtype, 4)
+
+
+def _same_as_input(graph: Any, v: int) -> bool:
+    node = graph.nodes[v]
+    ins = [graph.nodes[u] for u in node.inputs if graph.nodes[u].op != "get_attr"]
+    return bool(ins) and ins[0].dtype == node.dtype and ins[0].shape == node.shape
+
+
+def is_causal(graph: Any) -> bool:
+    """Whether the model's attention is causal: a decoder (``*ForCausalLM``, ``*LMHeadModel``),
+    read from the traced model's classes; an encoder (BERT, ViT) attends both ways."""
+    classes = " ".join(" ".join(c) for c in graph.model_info.module_classes.values())
+    if not classes:
+        return True
+    return any(k in classes for k in ("CausalLM", "LMHead", "Decoder", "GPT", "Llama", "Mistral", "Mixtral"))
+
+
+def op_times(graph: Any, kernels: GpuKernels, module_kind: Any = None) -> tuple[list[KernelOp | None], list[float]]:
+    """Per node index: its :class:`KernelOp` (None for non-ops) and its kernel seconds. O(N + E)."""
+    causal = is_causal(graph)
+    ops: list[KernelOp | None] = []
+    times: list[float] = []
+    for v, node in enumerate(graph.nodes):
+        if not node.is_op:
+            ops.append(None)
+            times.append(0.0)
+            continue
+        op = kernel_op(graph, v, op_kind(node.op, node.target, module_kind(node) if module_kind else ""), causal)
+        ops.append(op)
+        times.append(kernels.kernel_s(op))
+    return ops, times
+
+
+def eager_increments(host_s: Sequence[float], gpu_s: Sequence[float]) -> list[float]:
+    """Each op's increment of the eager launch queue's finish time (NOTE: [Eager launch queue]),
+    in program order; they sum to the queue's finish. O(N)."""
+    host = gpu = 0.0
+    out = []
+    for h, k in zip(host_s, gpu_s):
+        host += h
+        done = max(gpu, host) + k
+        out.append(done - gpu)
+        gpu = done
+    return out
+
+
+def fused_s(kernels: GpuKernels, op: KernelOp, kernel: float) -> float:
+    """An op's time under the "graphs" engine (NOTE: [Engines])."""
+    if op.kind in ("view",):
+        return 0.0
+    if op.kind in ("matmul", "attention", "embedding", "loss"):
+        return kernel
+    return FUSED_TRAFFIC * op.nbytes / kernels.best_bandwidth_bytes_per_s
+
+
+def backward_times(ops: Sequence[KernelOp | None], kernels: GpuKernels) -> list[tuple[float, float]]:
+    """Per op: (host seconds, GPU seconds) of its backward. A matrix product's backward is two
+    products of its size (the input's and the weight's gradients); flash attention's backward
+    about 2.5 of its forward (FlashAttention-2, Dao 2023); an elementwise op's reads its saved
+    inputs and the incoming gradient and writes one (twice its bytes); views nothing. The
+    autograd engine launches from C++: the host pays the launch alone."""
+    out = []
+    for op in ops:
+        if op is None or op.kind == "view":
+            out.append((0.0, 0.0))
+            continue
+        k = kernels.kernel_s(op)
+        if op.kind == "matmul":
+            out.append((2 * kernels.launch_s, 2 * k))
+        elif op.kind == "attention":
+            out.append((kernels.launch_s, 2.5 * k))
+        else:
+            out.append((kernels.launch_s, max(2 * k, MIN_KERNEL_S)))
+    return out
