@@ -58,6 +58,7 @@ SEQUENCE = 32  # tokens in the example input by default (8 for an encoder-decode
 # weights; batch_size and seq_len (overrides beside the config's fields) trace the real one.
 TOKEN_SETTINGS = {"batch_size": 1, "seq_len": SEQUENCE}
 MAX_TOKENS = 1 << 20  # batch x sequence traced on fake tensors: beyond, tracing takes minutes
+MAX_PIXELS = 1 << 26  # values of a vision model's example image (256 MiB in fp32), made before tracing
 REAL_WEIGHTS_MAX_PARAMS = 50_000_000  # larger models get meta weights
 # NOTE: [Config ranges] transformers checks a config field's type (its strict dataclasses) but
 # not its range: n_head=0 or vocab_size=0 build a model that divides by zero or cannot take a
@@ -205,6 +206,7 @@ def _load_hf(name: str, overrides: Mapping[str, Any]) -> tuple[nn.Module, tuple[
     _check_activations(name, overrides, transformers)
     config.use_cache = False
     _check_layers(name, config)
+    image = _check_image(name, config, shape["batch_size"]) if model_type in VISION else None
     auto = (transformers.AutoModelForSeq2SeqLM if model_type in SEQ2SEQ else
             transformers.AutoModel if model_type in ENCODERS | VISION else transformers.AutoModelForCausalLM)
     try:
@@ -217,11 +219,10 @@ def _load_hf(name: str, overrides: Mapping[str, Any]) -> tuple[nn.Module, tuple[
         raise LoaderError(f"hf:{name}: transformers could not build it ({str(exc).splitlines()[0][:200]})") from None
     model = model.to(DTYPES[dtype_name]).eval()
     generator = torch.Generator().manual_seed(0)
-    if model_type in VISION:
-        size = int(getattr(config, "image_size", 224))
-        channels = int(getattr(config, "num_channels", 3))
-        pixels = torch.randn(shape["batch_size"], channels, size, size, generator=generator).to(DTYPES[dtype_name])
-        return model, (pixels.to("meta") if is_meta(model) else pixels,), {}  # a conv needs one device
+    if image is not None:  # a conv needs one device: a meta model's image is made on meta (no memory)
+        if is_meta(model):
+            return model, (torch.empty(image, dtype=DTYPES[dtype_name], device="meta"),), {}
+        return model, (torch.randn(image, generator=generator).to(DTYPES[dtype_name]),), {}
     vocab = int(getattr(config, "vocab_size", 1000))
     limit = int(getattr(config, "max_position_embeddings", 0) or getattr(config, "n_positions", 0) or shape["seq_len"])
     if shape["seq_len"] > limit and shape["seq_len"] != SEQUENCE:
@@ -230,6 +231,29 @@ def _load_hf(name: str, overrides: Mapping[str, Any]) -> tuple[nn.Module, tuple[
     if model_type in SEQ2SEQ:
         return model, (ids,), {"decoder_input_ids": ids[:, :8]}
     return model, (ids,), {}
+
+
+def _check_image(name: str, config: Any, batch: int) -> tuple[int, int, int, int]:
+    """The example image's shape (batch, channels, size, size), refused before anything is built
+    when it would hold more than :data:`MAX_PIXELS` values or cut into more than
+    :data:`MAX_TOKENS` patches (``image_size=100000`` once asked for 120 GB)."""
+    size, channels, patch = (getattr(config, key, default) for key, default in
+                             (("image_size", 224), ("num_channels", 3), ("patch_size", 1)))
+    for key, value in (("image_size", size), ("num_channels", channels)):
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise ModelSpecError(f"hf:{name}: {key} must be a whole number of at least 1 (got {value!r}); "
+                                 f"e.g. {key}={224 if key == 'image_size' else 3}")
+    values = batch * channels * size * size
+    if values > MAX_PIXELS:
+        raise ModelSpecError(f"hf:{name}: the example image (batch_size x num_channels x image_size^2 = {batch} x "
+                             f"{channels} x {size}^2 = {values:,} values) must hold at most {MAX_PIXELS:,} values (a model "
+                             "with real weights runs on it in memory); lower image_size (ViT-L/16 takes 224) or "
+                             "batch_size")
+    if isinstance(patch, int) and not isinstance(patch, bool) and patch >= 1 and batch * (size // patch) ** 2 > MAX_TOKENS:
+        raise ModelSpecError(f"hf:{name}: batch_size x (image_size / patch_size)^2 must be at most {MAX_TOKENS:,} "
+                             f"patches to trace (got {batch} x ({size} / {patch})^2); raise patch_size or lower "
+                             "image_size")
+    return batch, channels, size, size
 
 
 def _from_text(value: Any) -> Any:

@@ -37,15 +37,29 @@ def parse_partition_str(text: str) -> list[int]:
     return values
 
 
+def _whole_numbers(values: Sequence[int]) -> list[int]:
+    """``values`` as ints, or a :class:`ShardingError` naming the list (a nested list, a float,
+    a bool or text in a spec file is no shard count)."""
+    if isinstance(values, (str, bytes)) or not isinstance(values, Sequence):
+        raise ShardingError(f"a partition list is shard counts per axis, e.g. [1, 4] or '1,4' (got {values!r})")
+    counts = []
+    for v in values:
+        if isinstance(v, bool) or not hasattr(v, "__index__"):
+            raise ShardingError(f"a partition list holds whole numbers, one per axis, e.g. [1, 4] or '1,4' "
+                                f"(got {list(values)!r}: {v!r} is no shard count)")
+        counts.append(int(v))
+    return counts
+
+
 def format_partition_list(values: Sequence[int]) -> str:
-    """``[1, 4]`` -> ``"1,4"``."""
-    return ",".join(str(int(v)) for v in values)
+    """``[1, 4]`` -> ``"1,4"``. Raises :class:`ShardingError` for entries that are not whole numbers."""
+    return ",".join(str(v) for v in _whole_numbers(values))
 
 
 def validate_partition_list(values: Sequence[int] | str, shape: Sequence[int], name: str = "parameter") -> list[int]:
     """Check ``values`` against a tensor of ``shape`` as autodist does: one count per axis, each
     >= 1, at most one axis above 1, and no more shards than that axis has rows. Returns the list."""
-    counts = parse_partition_str(values) if isinstance(values, str) else [int(v) for v in values]
+    counts = parse_partition_str(values) if isinstance(values, str) else _whole_numbers(values)
     shape = tuple(int(s) for s in shape)
     where = f"{name} of shape {list(shape)}"
     if len(counts) != len(shape):
