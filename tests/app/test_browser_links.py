@@ -1,0 +1,130 @@
+"""In headless Chromium: typing a preset answers for the checkpoint's real size and an overridden
+size warns above every page (the preset trap), and a shared Plan a cluster link opened in a fresh
+browser context brings back the whole view (its workload, not only the sidebar). Screenshots of
+every page this round changed go to artifacts/."""
+
+from __future__ import annotations
+
+from urllib.parse import parse_qs, urlencode, urlparse
+
+import pytest
+
+from browser_helpers import ARTIFACTS, CHROMIUM, CHROMIUM_ARGS, app_server, require_chromium
+
+TIMEOUT_MS = 120_000
+VIEWPORT = {"width": 1600, "height": 1400}
+
+def _settled(page) -> None:
+    """Wait until the script run is over (Streamlit's running indicator gone), never a sleep."""
+    from playwright.sync_api import expect
+
+    expect(page.get_by_test_id("stStatusWidget")).to_have_count(0, timeout=TIMEOUT_MS)
+
+@pytest.mark.slow
+@pytest.mark.browser
+def test_a_typed_preset_is_its_real_size_and_an_override_warns_on_every_page():
+    require_chromium()
+    pytest.importorskip("transformers")
+    from playwright.sync_api import expect, sync_playwright
+
+    from explorer.state import HF_MODEL
+
+    query = urlencode({"model": HF_MODEL, "dev_preset": "h100-80gb", "dev_count": 2})
+    with app_server() as (_, url), sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_page(viewport=VIEWPORT)
+            page.goto(f"{url}/?{query}")
+            name = page.get_by_label("Architecture or preset", exact=True)
+            expect(name).to_have_value("gpt2", timeout=TIMEOUT_MS)
+            fields = page.get_by_label("Config fields", exact=True)
+            expect(fields).to_have_value("n_layer=2")
+            name.fill("llama-3-8b")
+            name.press("Enter")
+            expect(page.get_by_text("hf:llama-3-8b on 2 devices")).to_be_visible(timeout=TIMEOUT_MS)
+            expect(fields).to_have_value("")  # the gpt2 default did not carry over onto the preset
+            expect(page.get_by_text("with 2 of 32 layers")).to_have_count(0)
+            fields.fill("num_hidden_layers=2")
+            fields.press("Enter")
+            warning = page.get_by_text("llama-3-8b with 2 of 32 layers")
+            expect(warning).to_be_visible(timeout=TIMEOUT_MS)
+            _settled(page)
+            page.screenshot(path=str(ARTIFACTS / "browser_preset_override_explore.png"))
+            page.get_by_role("link", name="Plan a cluster").first.click()  # the same session, another page
+            expect(page.get_by_text("llama-3-8b with 2 of 32 layers")).to_be_visible(timeout=TIMEOUT_MS)
+            _settled(page)
+            page.screenshot(path=str(ARTIFACTS / "browser_preset_override_cluster.png"))
+            page.goto(f"{url}/learn?{urlparse(page.url).query}")  # the link, reopened on another page
+            expect(page.get_by_text("llama-3-8b with 2 of 32 layers")).to_be_visible(timeout=TIMEOUT_MS)
+            _settled(page)
+            page.screenshot(path=str(ARTIFACTS / "browser_preset_override_learn.png"))
+            expect(page.get_by_test_id("stException")).to_have_count(0)
+        finally:
+            browser.close()
+
+@pytest.mark.slow
+@pytest.mark.browser
+def test_a_shared_cluster_link_reopens_the_workload_in_a_fresh_context():
+    require_chromium()
+    from playwright.sync_api import expect, sync_playwright
+
+    with app_server() as (_, url), sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            mine = browser.new_context(viewport=VIEWPORT)
+            page = mine.new_page()
+            page.goto(f"{url}/cluster")
+            batch = page.get_by_label("Global batch (sequences a step)", exact=True)
+            expect(batch).to_be_visible(timeout=TIMEOUT_MS)
+            for label, key, value in (("Global batch (sequences a step)", "cl_batch", "1024"),
+                                      ("Sequence length (tokens)", "cl_seq", "8192"), ("Up to nodes", "cl_max_nodes", "128")):
+                box = page.get_by_label(label, exact=True)
+                box.fill(value)
+                box.press("Enter")
+                page.wait_for_url(f"**{key}={value}**", timeout=TIMEOUT_MS)  # the run with it is over
+                _settled(page)
+                expect(box).to_have_value(value, timeout=TIMEOUT_MS)
+            _settled(page)
+            shared = page.url
+            query = parse_qs(urlparse(shared).query)
+            assert query["cl_batch"] == ["1024"] and query["cl_seq"] == ["8192"], shared
+            fastest = page.get_by_test_id("stMetric").filter(has_text="Fastest").first.inner_text()
+            page.screenshot(path=str(ARTIFACTS / "browser_cluster_link_shared.png"))
+            theirs = browser.new_context(viewport=VIEWPORT)  # a colleague's browser: no session, no state
+            other = theirs.new_page()
+            other.goto(shared)
+            expect(other.get_by_label("Global batch (sequences a step)", exact=True)).to_have_value("1024", timeout=TIMEOUT_MS)
+            expect(other.get_by_label("Sequence length (tokens)", exact=True)).to_have_value("8192")
+            expect(other.get_by_label("Up to nodes", exact=True)).to_have_value("128")
+            metric = other.get_by_test_id("stMetric").filter(has_text="Fastest").first
+            expect(metric).to_be_visible(timeout=TIMEOUT_MS)
+            assert metric.inner_text() == fastest
+            _settled(other)
+            other.screenshot(path=str(ARTIFACTS / "browser_cluster_link_reopened.png"))
+            expect(other.get_by_test_id("stException")).to_have_count(0)
+        finally:
+            browser.close()
+
+@pytest.mark.slow
+@pytest.mark.browser
+def test_the_changed_pages_draw_without_an_error():
+    """Explore's start box, the techniques page, Learn, Pipeline and Compare, each screenshotted."""
+    require_chromium()
+    from playwright.sync_api import expect, sync_playwright
+
+    with app_server() as (_, url), sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_page(viewport=VIEWPORT)
+            for path, text in (("", "Start here"), ("techniques", "Techniques side by side"),
+                               ("learn", "Step through an algorithm"), ("pipeline", "Pipeline stages for"),
+                               ("compare", "Every mode on")):
+                page.goto(f"{url}/{path}?explore_overlay=memory")
+                expect(page.get_by_text(text).first).to_be_visible(timeout=TIMEOUT_MS)
+                _settled(page)
+                page.set_viewport_size({"width": 1600, "height": 2200})
+                page.screenshot(path=str(ARTIFACTS / f"browser_page_{path or 'explore'}.png"), full_page=True)
+                page.set_viewport_size(VIEWPORT)
+                expect(page.get_by_test_id("stException")).to_have_count(0)
+        finally:
+            browser.close()
