@@ -24,13 +24,13 @@ st.set_page_config(page_title="Partition Explorer", page_icon=":material/account
 # (script, title, icon, the name its view goes by in the URL's keys: explorer.builders.links.PAGE_PREFIXES)
 VIEWS = [
     ("views/explore.py", "Explore", ":material/account_tree:", "explore"),
-    ("views/techniques.py", "Techniques side by side", ":material/compare:", "techniques"),
+    ("views/cluster.py", "Plan a cluster", ":material/dns:", "cluster"),  # the buyer's question, second
+    ("views/techniques.py", "Techniques", ":material/compare:", "techniques"),
     ("views/compare.py", "Compare modes", ":material/bar_chart:", "compare"),
-    ("views/review.py", "Review & edit plan", ":material/edit_note:", "review"),
+    ("views/review.py", "Review & edit", ":material/edit_note:", "review"),
     ("views/pipeline.py", "Pipeline", ":material/view_timeline:", "pipeline"),
     ("views/training.py", "Training memory", ":material/memory:", "training"),
     ("views/sharding.py", "Sharding", ":material/grid_view:", "sharding"),
-    ("views/cluster.py", "Plan a cluster", ":material/dns:", "cluster"),
     ("views/learn.py", "Learn", ":material/school:", "learn"),
 ]
 PAGES = [st.Page(script, title=title, icon=icon, default=i == 0) for i, (script, title, icon, _) in enumerate(VIEWS)]

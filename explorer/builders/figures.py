@@ -302,10 +302,10 @@ def timeline_figure(plan: Plan) -> go.Figure:
             orientation="h", y=[row] * len(moving),
             base=[times[e.src][1] / scale for e in moving],
             x=[e.latency_s / scale for e in moving],
-            text=[f"P{e.src}\u2192P{e.dst}" for e in moving], textposition="inside",
+            text=[f"P{e.src} to P{e.dst}" for e in moving], textposition="inside",  # an arrow glyph reads as "+"
             insidetextanchor="middle", textangle=0,
             marker={"color": "#d9d9d9", "pattern": {"shape": "/"}, "line": {"color": "#666666", "width": 0.5}},
-            hovertext=[f"transfer P{e.src}\u2192P{e.dst}: {format_bytes(e.bytes)} in "
+            hovertext=[f"transfer P{e.src} to P{e.dst}: {format_bytes(e.bytes)} in "
                        f"{format_seconds(e.latency_s)}, {format_seconds(times[e.src][1])} to "
                        f"{format_seconds(times[e.src][1] + e.latency_s)}" for e in moving],
             hoverinfo="text", showlegend=False,

@@ -17,14 +17,14 @@ def start_here() -> None:
             "checkpoint's preset (`llama-3-70b`, `mixtral-8x7b`, ...) at its real size.\n"
             "2. **Describe the devices** you have or mean to buy (a preset such as `h100-80gb`, how many).\n"
             "3. **Read the answer** on the page that asks your question:")
-        cols = st.columns(4)
-        cols[0].page_link("views/cluster.py", label="How many GPUs, laid out how? Plan a cluster",
+        cols = st.columns(2)
+        cols[0].page_link("views/cluster.py", label="How many GPUs, laid out how? **Plan a cluster**",
                           icon=":material/dns:")
-        cols[1].page_link("views/techniques.py", label="Which technique? Techniques side by side",
+        cols[0].page_link("views/techniques.py", label="Which technique for my devices? **Techniques**",
                           icon=":material/compare:")
-        cols[2].page_link("views/explore.py", label="Where does each layer go? This page, below",
+        cols[1].page_link("views/explore.py", label="Where does each layer go? **Explore**, below",
                           icon=":material/account_tree:")
-        cols[3].page_link("views/learn.py", label="How does partitioning work? Learn", icon=":material/school:")
+        cols[1].page_link("views/learn.py", label="How does partitioning work? **Learn**", icon=":material/school:")
         st.caption("Everything you set is in the page's address: copy it to share exactly this view.")
 
 

@@ -116,9 +116,9 @@ def test_the_changed_pages_draw_without_an_error():
         browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
         try:
             page = browser.new_page(viewport=VIEWPORT)
-            for path, text in (("", "Start here"), ("techniques", "Techniques side by side"),
-                               ("learn", "Step through an algorithm"), ("pipeline", "Pipeline stages for"),
-                               ("compare", "Every mode on")):
+            for path, text in (("", "Timeline per device"), ("techniques", "Open: Partitions"),
+                               ("learn", "Things to try"), ("pipeline", "Download the pipeline plan"),
+                               ("compare", "Side by side")):  # each the page's last part drawn
                 page.goto(f"{url}/{path}?explore_overlay=memory")
                 expect(page.get_by_text(text).first).to_be_visible(timeout=TIMEOUT_MS)
                 _settled(page)
