@@ -13,10 +13,30 @@ from partitioner.interop.engines import ENGINES, engine_file
 from partitioner.units import format_bytes, format_seconds, format_signed
 
 from cli.commands import COMMON_EPILOG
-from cli.inputs import EXIT_FAIL, EXIT_OK, CLIError, add_model_arguments, load_model, positive_float, write_output
+from cli.inputs import (
+    EXIT_FAIL,
+    EXIT_OK,
+    EXIT_RUN,
+    CLIError,
+    add_model_arguments,
+    bounded,
+    load_model,
+    time_limit,
+    write_output,
+)
 from cli.report import format_table
 
 __all__ = ["register"]
+
+# The ranges a person may give, the app's own (explorer/views/cluster.py): beyond them the search
+# answers nothing useful, and a loop or a figure grows with the number.
+MAX_NODES = 512
+MAX_PRICE = 1000.0  # USD per device-hour
+MAX_SEQUENCES = 1 << 20  # sequences a step, and tokens a sequence
+MAX_GENERATE = 1 << 16  # tokens generated per sequence
+MAX_TOP = 1000  # rows of the table
+MAX_HEADROOM = 64 * 2**30
+MAX_BUDGETS = 11  # min-cut budgets measured (0, 0.1, ..., 1)
 
 EXAMPLES = """examples:
   partition-explorer cluster hf:llama-3-8b --dtype bf16 --accelerator h100-80gb --global-batch 512 --seq-len 4096
@@ -56,24 +76,31 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
     p.add_argument("--accelerator", default="h100-80gb",
                    help=f"a preset ({', '.join(cluster.ACCELERATORS)}) or a measured profile: its name "
                         "(partition-explorer calibrate --name NAME) or .json file (default h100-80gb)")
-    p.add_argument("--devices-per-node", type=int, default=8)
-    p.add_argument("--max-nodes", type=int, default=64, help="search up to this many nodes (default 64)")
+    p.add_argument("--devices-per-node", type=bounded(int, 1, 64), default=8, help="devices in a node (default 8)")
+    p.add_argument("--max-nodes", type=bounded(int, 1, MAX_NODES), default=64,
+                   help=f"search up to this many nodes (default 64, at most {MAX_NODES})")
     p.add_argument("--intra", choices=list(cluster.LINKS), help="the link inside a node (default: the accelerator's)")
     p.add_argument("--inter", choices=list(cluster.LINKS), default="infiniband-ndr", help="the link between nodes")
-    p.add_argument("--price-per-hour", type=float, help="USD per device-hour (default: the preset's)")
-    p.add_argument("--headroom", default="4GiB", help="memory kept free on each device (default 4GiB)")
-    p.add_argument("--global-batch", type=int, default=512, help="sequences per step (default 512)")
-    p.add_argument("--seq-len", type=int, default=4096, help="tokens per sequence (inference: the prompt)")
+    p.add_argument("--price-per-hour", type=bounded(float, 0, MAX_PRICE),
+                   help=f"USD per device-hour, 0 to {MAX_PRICE:g} (default: the preset's)")
+    p.add_argument("--headroom", default="4GiB", help="memory kept free on each device, up to 64GiB (default 4GiB)")
+    p.add_argument("--global-batch", type=bounded(int, 1, MAX_SEQUENCES), default=512,
+                   help=f"sequences per step (default 512, at most {MAX_SEQUENCES:,})")
+    p.add_argument("--seq-len", type=bounded(int, 1, MAX_SEQUENCES), default=4096,
+                   help=f"tokens per sequence (inference: the prompt; at most {MAX_SEQUENCES:,})")
     p.add_argument("--optimizer", choices=["adam", "sgd", "none"], default="adam")
     p.add_argument("--precision", choices=["bf16", "fp32"], default="bf16",
                    help="bf16: mixed precision (fp32 master weights and state); fp32: full precision")
-    p.add_argument("--train-tokens", type=positive_float, default=1e12, help="tokens to price a training run")
+    p.add_argument("--train-tokens", type=bounded(float, 1e6, 1e15), default=1e12,
+                   help="tokens to price a training run, 1e6 to 1e15 (default 1e12)")
     p.add_argument("--inference", action="store_true", help="serve instead of train")
-    p.add_argument("--generate", type=int, default=256, help="inference: tokens generated per sequence")
+    p.add_argument("--generate", type=bounded(int, 0, MAX_GENERATE), default=256,
+                   help=f"inference: tokens generated per sequence, 0 to {MAX_GENERATE:,} (default 256)")
     p.add_argument("--min-cut-budgets", metavar="B,B,...",
                    help="also search functorch's min-cut recomputation at these activation memory budgets "
                         "(0 to 1, e.g. 0.25,0.5), measured on the model's joint graph in a worker first")
-    p.add_argument("--top", type=int, default=10, help="rows of the best-layouts table (default 10)")
+    p.add_argument("--top", type=bounded(int, 1, MAX_TOP), default=10,
+                   help=f"rows of the best-layouts table (default 10, at most {MAX_TOP:,})")
     p.add_argument("--open", metavar="LAYOUT",
                    help='show one layout\'s memory, time and collectives, e.g. "dp4 tp8 pp2 1f1b mb1 zero1"')
     p.add_argument("--export", choices=list(ENGINES),
@@ -81,7 +108,7 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
     p.add_argument("--out", metavar="FILE", help="write the answers as JSON (or the --export config) here")
     p.add_argument("--run", metavar="LAYOUT",
                    help='run this layout on local processes and compare with the plan, e.g. "dp2 tp2 zero3"')
-    p.add_argument("--timeout", metavar="SECONDS", type=positive_float, default=180.0,
+    p.add_argument("--timeout", metavar="SECONDS", type=time_limit, default=180.0,
                    help="--run: time limit of the run (default 180)")
     p.set_defaults(func=run)
 
@@ -94,18 +121,21 @@ def _row(r: cluster.LayoutResult, inference: bool) -> list[str]:
 def run(args: argparse.Namespace) -> int:
     from partitioner.units import parse_bytes
 
-    if args.devices_per_node < 1 or args.max_nodes < 1:
-        raise ValueError("--devices-per-node and --max-nodes must be at least 1")
+    budgets = _budgets(args.min_cut_budgets) if args.min_cut_budgets is not None else ()
+    headroom = parse_bytes(args.headroom)
+    if not 0 <= headroom <= MAX_HEADROOM:
+        raise CLIError(f"--headroom must be from 0 B to 64 GiB (got {args.headroom})")
     model = load_model(args.model, args.set)
     prof = cluster.profile(model.graph, model.label)
-    if args.min_cut_budgets:
-        prof = _with_min_cut(args, model.graph, prof)
+    if budgets:
+        prof = _with_min_cut(args, model.graph, prof, budgets)
     if args.run:
         return run_layout(args, model.graph, prof)
     target = cluster.cluster(args.accelerator, args.devices_per_node, args.intra, args.inter,
-                             parse_bytes(args.headroom), args.price_per_hour)
+                             headroom, args.price_per_hour)
     work = cluster.Workload("inference" if args.inference else "training", args.global_batch, args.seq_len,
                             2 if args.precision == "bf16" else 4, args.optimizer, args.train_tokens, args.generate)
+    to_open = _checked_layout(args.open, prof, work, args.devices_per_node * args.max_nodes) if args.open else None
     found = cluster.search(prof, work, target, cluster.device_counts(args.devices_per_node, args.max_nodes))
     print(f"{model.label}: {prof.param_count / 1e9:.2f} B parameters ({format_bytes(prof.weight_bytes)} as traced), "
           f"{prof.layers} layers; {work.kind} at {work.global_batch} x {work.seq_len} tokens on "
@@ -131,7 +161,7 @@ def run(args: argparse.Namespace) -> int:
     print()
     print(format_table(["devices", "layout", step, "MFU", "memory/device", "limit", "$/M tokens"],
                        [_row(r, args.inference) for r in found.best(args.top)]))
-    opened = _open(args.open, prof, work, target) if args.open else None
+    opened = _open(to_open, prof, work, target) if to_open else None
     if args.export:
         best = opened or found.fastest
         assert best is not None
@@ -152,13 +182,24 @@ def run(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _open(text: str, prof: cluster.ModelProfile, work: cluster.Workload,
+def _checked_layout(text: str, prof: cluster.ModelProfile, work: cluster.Workload,
+                    max_devices: int) -> cluster.Layout:
+    """``--open``'s layout, checked against the model, the batch and the cluster (--max-nodes)
+    before any search: the rules --run applies before it starts a process."""
+    from partitioner.cluster.compose import parse_layout
+    from partitioner.cluster.layouts import check_layout
+
+    layout = parse_layout(text)
+    check_layout(prof, layout, work, max_devices)
+    return layout
+
+
+def _open(layout: cluster.Layout, prof: cluster.ModelProfile, work: cluster.Workload,
           target: cluster.Cluster) -> cluster.LayoutResult:
     """``--open``: one layout's memory by kind, time by cause and collectives, printed."""
-    from partitioner.cluster.compose import parse_layout
     from partitioner.cluster.search import _simulator
 
-    r = cluster.evaluate(prof, work, target, parse_layout(text), _simulator())
+    r = cluster.evaluate(prof, work, target, layout, _simulator())
     print()
     print(f"{r.layout.label()} on {r.devices} x {target.accelerator.name}: {'fits' if r.fits else 'does NOT fit'}, "
           f"{format_bytes(int(r.memory_bytes))} of {format_bytes(target.accelerator.memory_bytes)} a device; "
@@ -177,20 +218,33 @@ def _open(text: str, prof: cluster.ModelProfile, work: cluster.Workload,
     return r
 
 
-def _with_min_cut(args: argparse.Namespace, graph: Any, prof: cluster.ModelProfile) -> cluster.ModelProfile:
+def _budgets(text: str) -> tuple[float, ...]:
+    """``--min-cut-budgets "0.25,0.5"``: up to :data:`MAX_BUDGETS` distinct numbers from 0 to 1."""
+    fix = "e.g. --min-cut-budgets 0.25,0.5"
+    try:
+        budgets = tuple(float(b) for b in text.split(","))
+    except ValueError:
+        raise CLIError(f"--min-cut-budgets takes numbers from 0 to 1 separated by commas (got {text!r}); {fix}") from None
+    bad = [b for b in budgets if not 0.0 <= b <= 1.0]  # NaN fails both comparisons
+    if bad:
+        raise CLIError(f"--min-cut-budgets: each budget must be from 0 to 1 (got {bad[0]:g} in {text!r}); {fix}")
+    budgets = tuple(dict.fromkeys(budgets))
+    if len(budgets) > MAX_BUDGETS:
+        raise CLIError(f"--min-cut-budgets: at most {MAX_BUDGETS} budgets (got {len(budgets)}); each is a min-cut "
+                       f"measured in a worker; {fix}")
+    return budgets
+
+
+def _with_min_cut(args: argparse.Namespace, graph: Any, prof: cluster.ModelProfile,
+                  budgets: tuple[float, ...]) -> cluster.ModelProfile:
     from partitioner import remat
     from partitioner.cluster.layouts import min_cut_label
     from partitioner.errors import RunError
 
     try:
-        budgets = tuple(float(b) for b in args.min_cut_budgets.split(","))
-    except ValueError:
-        raise CLIError(f"--min-cut-budgets takes numbers between 0 and 1 separated by commas "
-                       f"(got {args.min_cut_budgets!r}), e.g. 0.25,0.5") from None
-    try:
         results = remat.sweep(graph, graph.example_inputs or (), budgets, timeout_s=args.timeout * 4)
     except RunError as exc:
-        raise CLIError(f"the min-cut worker failed: {exc}", EXIT_FAIL) from None
+        raise CLIError(f"the min-cut worker failed: {exc}", EXIT_RUN) from None
     prof = cluster.with_min_cut(prof, results)
     shares = ", ".join(f"{min_cut_label(b)} keeps {kept:.0%} of the activations and recomputes "
                        f"{redo:.0%} of the forward" for b, kept, redo in prof.min_cut)
@@ -214,6 +268,11 @@ def run_layout(args: argparse.Namespace, graph: Any, prof: cluster.ModelProfile)
         raise CLIError(f"--run needs a traced model with example inputs; {prof.name} has none")
     batch = int(inputs[0].shape[0]) if hasattr(inputs[0], "shape") and inputs[0].dim() else 1
     layout = parse_layout(args.run, batch)
+    # The same rules as --open and --export, before any process starts.
+    from partitioner.cluster.layouts import check_layout as check_against_model
+
+    check_against_model(prof, layout, cluster.Workload("training", batch, max(1, prof.seq0), prof.element_bytes,
+                                                      "none"))
     module, kwargs = picklable(graph.graph_module), {}
     if sample_models.is_hf(args.model):  # the model as built: its exported graph cannot be pickled
         if layout.pp > 1:

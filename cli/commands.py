@@ -6,6 +6,7 @@ Each command module registers itself with ``register(subparsers)``; :mod:`cli.ma
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import importlib.util
 import json
 import sys
@@ -19,6 +20,7 @@ from partitioner.pipeline import PipelinePlan
 from partitioner.accelerator.api import check_plan, partition_with
 from partitioner.accelerator.compare import compare_modes, default_modes, gaps
 from partitioner.plan.diff import diff_plans
+from partitioner.plan.validate import GRAPH_CHANGED, Violation
 from partitioner.errors import PartitionError
 from partitioner.interop.export import (
     EXPORT_KINDS,
@@ -39,6 +41,7 @@ from cli.inputs import (
     add_model_arguments,
     load_model,
     load_plan,
+    other_model,
     partition_options,
     positive_float,
     read_json,
@@ -103,6 +106,11 @@ def cmd_check(args: argparse.Namespace) -> int:
     models = ["physical", "torch"] if args.cost_model == "both" else [args.cost_model or plan.cost_model]
     results = {m: check_plan(plan, model.graph, devices, rate, node_latency, args.max_latency,
                              args.max_memory_utilisation, args.strict, cost_model=m) for m in models}
+    why = other_model(plan, model)
+    if why:  # a plan for another model fails, as run and export refuse it; not a note about a changed graph
+        results = {m: dataclasses.replace(r, violations=(Violation(GRAPH_CHANGED, why), *(
+            v for v in r.violations if v.kind != GRAPH_CHANGED)), notes=tuple(
+            n for n in r.notes if "graph changed since the plan was made" not in n)) for m, r in results.items()}
     for note in dict.fromkeys(n for r in results.values() for n in r.notes):
         print(f"note: {as_flags(note)}", file=sys.stderr)
     where = f"{model.label} on {describe_devices(devices)}"
@@ -171,8 +179,11 @@ def cmd_compare(args: argparse.Namespace) -> int:
     model = load_model(args.model, args.set, args.devices)
     devices = resolve_devices(args.devices, model)
     modes = None
-    if args.modes:
+    if args.modes is not None:
         modes = [m.strip() for item in args.modes for m in item.split(",") if m.strip()]
+        if not modes:
+            raise CLIError(f"--modes {','.join(args.modes)!r} names no mode; give modes separated by commas, "
+                           f"e.g. --modes size_based,kl_based (modes: {', '.join(MODES)})")
     options = partition_options(args)
     results = compare_modes(model.graph, devices, modes, options=options)
     if model.module is not None and importlib.util.find_spec("accelerate") is not None:
@@ -217,9 +228,9 @@ def cmd_export(args: argparse.Namespace) -> int:
         write_output(args.out, json.dumps(data, indent=2), f"{args.kind} export")
         return EXIT_OK
     plan = load_plan(args.plan)
-    graph = load_model(args.model, args.set).graph if args.model else None
-    refuse_invalid(plan, args.plan, graph)
-    data = export_plan(plan, args.kind, graph)
+    model = load_model(args.model, args.set) if args.model else None
+    refuse_invalid(plan, args.plan, model=model)
+    data = export_plan(plan, args.kind, model.graph if model is not None else None)
     for note in data.get("notes", []) if args.kind == "accelerate-device-map" else []:
         print(f"note: {note}", file=sys.stderr)  # where the map differs from the plan, and why
     write_output(args.out, json.dumps(data, indent=2), f"{args.kind} export")

@@ -21,9 +21,11 @@ from cli.inputs import (
     EXIT_OK,
     CLIError,
     add_model_arguments,
+    bounded,
     load_model,
     load_plan,
-    positive_float,
+    other_model,
+    time_limit,
 )
 from cli.report import format_table
 
@@ -49,9 +51,9 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
                        epilog=EXAMPLES + COMMON_EPILOG)
     p.add_argument("plan", metavar="PLAN.json", help="the plan file (- for stdin)")
     add_model_arguments(p)
-    p.add_argument("--timeout", metavar="SECONDS", type=positive_float, default=120.0,
+    p.add_argument("--timeout", metavar="SECONDS", type=time_limit, default=120.0,
                    help="end the run (and every process) after this long (default 120)")
-    p.add_argument("--repeats", type=int, default=3, help="timed walks after a warm-up (default 3)")
+    p.add_argument("--repeats", type=bounded(int, 1, 100), default=3, help="timed walks after a warm-up (default 3, at most 100)")
     p.add_argument("--calibrate", action="store_true",
                    help="re-score the plan with this machine's device profile (the one `partition-explorer "
                         "calibrate` cached; measured first when there is none) before comparing")
@@ -65,6 +67,9 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     plan = load_plan(args.plan)
     model = load_model(args.model, args.set)
+    why = other_model(plan, model)
+    if why:  # before any process starts, as check and export refuse it
+        raise CLIError(f"plan file {args.plan}: {why}", EXIT_FAIL)
     inputs = model.graph.example_inputs or ()
     if args.torchrun:
         return _torchrun(args, plan, model.graph, inputs)

@@ -30,8 +30,9 @@ from sample_models._user import LoaderError
 
 __all__ = ["CLIError", "EXIT_OK", "EXIT_FAIL", "EXIT_USAGE", "EXIT_INTERNAL", "EXIT_RUN", "LoadedModel",
            "load_model", "resolve_devices", "load_plan", "read_json", "read_text",
-           "read_node_latency", "write_output", "refuse_overwriting", "refuse_invalid", "add_model_arguments", "add_cost_arguments",
-           "partition_options", "positive_float", "rate"]
+           "read_node_latency", "write_output", "refuse_overwriting", "refuse_invalid", "other_model",
+           "add_model_arguments", "add_cost_arguments", "partition_options", "positive_float", "rate", "bounded",
+           "time_limit", "MAX_SECONDS"]
 
 EXIT_OK, EXIT_FAIL, EXIT_USAGE, EXIT_INTERNAL, EXIT_RUN = 0, 1, 2, 3, 4
 MAX_INPUT_BYTES = 256 * 2**20  # larger plan or mapping files are not plans
@@ -176,6 +177,37 @@ def rate(text: str) -> float:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
+MAX_SECONDS = 86_400.0  # the longest time limit taken (a day); longer ones overflow the clocks waiting on them
+
+
+def bounded(kind: type, low: float, high: float) -> Callable[[str], Any]:
+    """argparse type: a ``kind`` (int or float) from ``low`` to ``high``, finite; the message gives
+    the value and the range (argparse puts the flag before it, so it names the field too)."""
+    what = "a whole number" if kind is int else "a number"
+    shown = f"{low:,} to {high:,}" if kind is int else f"{low:g} to {high:g}"
+
+    def parse(text: str) -> Any:
+        try:
+            value = int(text) if kind is int else float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected {what} from {shown}, got {text!r}") from None
+        if not (math.isfinite(value) and low <= value <= high):
+            raise argparse.ArgumentTypeError(f"must be from {shown} (got {text})")
+        return value
+
+    parse.__name__ = what
+    return parse
+
+
+def time_limit(text: str) -> float:
+    """argparse type of a time limit in seconds: above 0, at most :data:`MAX_SECONDS`."""
+    value = positive_float(text)
+    if value > MAX_SECONDS:
+        raise argparse.ArgumentTypeError(f"a time limit must be above 0 and at most {MAX_SECONDS:,.0f} seconds "
+                                         f"(a day; got {text})")
+    return value
+
+
 def positive_float(text: str) -> float:
     try:
         value = float(text)
@@ -264,14 +296,32 @@ def refuse_overwriting(args: argparse.Namespace) -> None:
                 raise CLIError(f"{flag[name]} {path} and {flag[other]} {second} are the same file; give each its own")
 
 
-def refuse_invalid(plan: Plan, path: str, graph: Graph | None = None) -> None:
+def other_model(plan: Plan, model: LoadedModel) -> str | None:
+    """Why ``plan`` was made for another model than ``model``, or None: the plan names another
+    model (its label, as ``sample_models.label`` writes it) and records another graph. The same
+    model whose graph changed (a new torch) is not another model: ``check`` notes that. O(N)."""
+    fingerprint = model.graph.fingerprint()
+    if not plan.model or plan.model == model.label or not plan.graph_fingerprint \
+            or plan.graph_fingerprint == fingerprint:
+        return None
+    return (f"the plan was made for model {plan.model!r} (graph {plan.graph_fingerprint}), not for {model.label!r} "
+            f"(graph {fingerprint}); give the model the plan was made for, or make a plan for this one "
+            f"(partition-explorer plan {model.label.partition('(')[0]} ...)")
+
+
+def refuse_invalid(plan: Plan, path: str, graph: Graph | None = None, model: LoadedModel | None = None) -> None:
     """Raise :class:`CLIError` (exit 1, as ``check`` exits) when ``plan`` breaks a rule: every
-    violation ``check`` finds against ``graph`` and the plan's devices, or the plan's own rules
-    without a model. Nothing is written for an invalid plan."""
+    violation ``check`` finds against ``graph`` (``model``'s graph when given, with
+    :func:`other_model`'s refusal first) and the plan's devices, or the plan's own rules without a
+    model. Nothing is written for an invalid plan."""
     from partitioner.accelerator.api import check_plan
 
+    if model is not None:
+        graph = model.graph
     found = ([str(v) for v in check_plan(plan, graph, plan.devices).violations] if graph is not None
              else [str(v) for v in plan.violations(check_fingerprint=False)])
+    why = other_model(plan, model) if model is not None else None
+    found = [why, *found] if why else found
     if found:
         listed = "; ".join(f"{i}. {v}" for i, v in enumerate(found, start=1))
         raise CLIError(f"plan file {'<stdin>' if path == '-' else path} is not valid"
@@ -330,5 +380,5 @@ def add_cost_arguments(p: argparse.ArgumentParser, partitioning: bool = True) ->
                        help="partition even when the whole model fits one device")
         p.add_argument("--search-budget", type=int, metavar="N",
                        help="cap the cost-model evaluations of cost_aware and kl_based")
-        p.add_argument("--time-limit", type=positive_float, metavar="SECONDS",
-                       help="the optimal mode's solver time limit (default 10)")
+        p.add_argument("--time-limit", type=time_limit, metavar="SECONDS",
+                       help="the optimal mode's solver time limit (default 10; at most a day)")

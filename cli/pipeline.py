@@ -22,9 +22,9 @@ from cli.inputs import (
     CLIError,
     add_model_arguments,
     load_model,
-    positive_float,
     rate,
     resolve_devices,
+    time_limit,
     write_output,
 )
 from cli.report import format_table
@@ -68,7 +68,7 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
                    help="write the split_spec of torch.distributed.pipelining.pipeline for these stages")
     p.add_argument("--run", action="store_true",
                    help="run the stages on local processes with torch's schedules and compare")
-    p.add_argument("--timeout", metavar="SECONDS", type=positive_float, default=180.0,
+    p.add_argument("--timeout", metavar="SECONDS", type=time_limit, default=180.0,
                    help="with --run: end the run (and every process) after this long (default 180)")
     p.set_defaults(func=run)
 

@@ -13,12 +13,12 @@ from partitioner.units import format_bytes, format_flops, format_seconds
 
 from cli.commands import COMMON_EPILOG
 from cli.inputs import (
-    EXIT_FAIL,
     EXIT_OK,
+    EXIT_RUN,
     CLIError,
     add_model_arguments,
     load_model,
-    positive_float,
+    time_limit,
     write_output,
 )
 from cli.report import format_table
@@ -64,7 +64,7 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
     p.add_argument("--sweep", action="store_true", help="every budget from 0 to 1 in steps of 0.1")
     p.add_argument("--loss", choices=list(remat.LOSSES), default="sum", help="loss over the outputs (default sum)")
     p.add_argument("--out", metavar="FILE", help="write the results as JSON here (- for stdout)")
-    p.add_argument("--timeout", metavar="SECONDS", type=positive_float, default=300.0,
+    p.add_argument("--timeout", metavar="SECONDS", type=time_limit, default=300.0,
                    help="stop the worker process after this long (default 300)")
     p.set_defaults(func=run)
 
@@ -79,7 +79,7 @@ def run(args: argparse.Namespace) -> int:
         results = remat.sweep(model.graph, model.graph.example_inputs or (), budgets, args.loss,
                               timeout_s=args.timeout)
     except RunError as exc:
-        raise CLIError(f"the min-cut worker failed: {exc}", EXIT_FAIL) from None
+        raise CLIError(f"the min-cut worker failed: {exc}", EXIT_RUN) from None
     if args.out:
         data = {"model": model.label, "loss": args.loss, "results": [r.to_dict() for r in results]}
         write_output(args.out, json.dumps(data, indent=2), "remat results")

@@ -18,13 +18,14 @@ from cli.commands import COMMON_EPILOG
 from cli.inputs import (
     EXIT_FAIL,
     EXIT_OK,
+    EXIT_RUN,
     CLIError,
     add_model_arguments,
     load_model,
-    positive_float,
     rate,
     read_text,
     resolve_devices,
+    time_limit,
     write_output,
 )
 from cli.report import format_table
@@ -65,7 +66,7 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
     p.add_argument("--transfer-rate", metavar="BYTES_PER_S", type=rate, default=25e9,
                    help="link rate between the devices (default 25GB)")
     p.add_argument("--run", action="store_true", help="run it on local processes with DTensor and compare")
-    p.add_argument("--timeout", metavar="SECONDS", type=positive_float, default=180.0,
+    p.add_argument("--timeout", metavar="SECONDS", type=time_limit, default=180.0,
                    help="with --run: end the run (and every process) after this long (default 180)")
     p.add_argument("--out", metavar="FILE", help="write the spec, memory and collectives as JSON (- for stdout)")
     p.set_defaults(func=run)
@@ -107,7 +108,7 @@ def run(args: argparse.Namespace) -> int:
         except ShardingError as exc:
             raise CLIError(f"cannot run it: {exc}") from None
         except RunError as exc:
-            raise CLIError(f"the sharded run failed: {exc}", EXIT_FAIL) from None
+            raise CLIError(f"the sharded run failed: {exc}", EXIT_RUN) from None
     status = EXIT_OK if result is None or (result.outputs_equal and result.counts_match) else EXIT_FAIL
     if args.out:
         data = {"model": model.label, "spec": plan.spec, "styles": plan.styles,

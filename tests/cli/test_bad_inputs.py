@@ -41,6 +41,9 @@ def files(tmp_path_factory) -> Path:
     (d / "mapping_deep.json").write_text("[" * 100_000 + "]" * 100_000)
     (d / "mapping_bad.json").write_text(json.dumps({"node_to_partition": {"linear": "one"}, "partition_to_devices": {}}))
     (d / "empty.csv").write_text("")
+    (d / "spec_nested.json").write_text(json.dumps({"layers.0.weight": [[2], 1]}))
+    (d / "spec_bool.json").write_text(json.dumps({"layers.0.weight": [True, 2]}))
+    (d / "spec_float.json").write_text(json.dumps({"layers.0.weight": [2.5, 1]}))
     return d
 
 
@@ -90,6 +93,35 @@ BAD = [
     ["diff", "{plan_list.json}", "{plan_text.json}"],
     ["export", "{plan_deep.json}", "--kind", "fx-aot"],
     ["check", "{plan_text.json}", *MLP, "--max-latency", "nan"],
+    # issue 47: each once ended in a hang, "This is a bug" (exit 3), a wrong exit code or no word at all
+    ["pipeline", "mlp", "--stages", "1000000000"],
+    ["plan", "hf:vit", "--set", "image_size=100000", "--devices", "2x1GiB"],
+    ["plan", "hf:vit", "--set", "image_size=4096", "--set", "patch_size=1", "--devices", "2x1GiB"],
+    ["shard", *MLP, "--devices", "2x1GiB", "--spec", "{spec_nested.json}"],
+    ["shard", *MLP, "--devices", "2x1GiB", "--spec", "{spec_bool.json}"],
+    ["shard", *MLP, "--devices", "2x1GiB", "--spec", "{spec_float.json}"],
+    ["compare", *MLP, "--modes", ",,,"],
+    ["compare", *MLP, "--modes", "optimal", "--time-limit", "1e12"],
+    ["plan", *MLP, "--mode", "optimal", "--time-limit", "inf"],
+    ["cluster", *MLP, "--price-per-hour", "inf"],
+    ["cluster", *MLP, "--price-per-hour", "-1"],
+    ["cluster", *MLP, "--top", "-1"],
+    ["cluster", *MLP, "--top", "0"],
+    ["cluster", *MLP, "--max-nodes", "1000000000"],
+    ["cluster", *MLP, "--max-nodes", "1e9"],
+    ["cluster", *MLP, "--devices-per-node", "0"],
+    ["cluster", *MLP, "--min-cut-budgets", ""],
+    ["cluster", *MLP, "--min-cut-budgets", "nan"],
+    ["cluster", *MLP, "--min-cut-budgets", "0.5,2"],
+    ["cluster", *MLP, "--global-batch", "1e40"],
+    ["cluster", *MLP, "--global-batch", "1" + "0" * 40],
+    ["cluster", *MLP, "--seq-len", "0"],
+    ["cluster", *MLP, "--generate", "-1"],
+    ["cluster", *MLP, "--train-tokens", "inf"],
+    ["cluster", *MLP, "--headroom", "100GiB"],
+    ["cluster", *MLP, "--timeout", "1e12"],
+    ["remat", *MLP, "--timeout", "1e12"],
+    ["run", "{plan_text.json}", *MLP, "--repeats", "1000000000"],
 ]
 
 
@@ -104,6 +136,11 @@ def test_bad_input_is_exit_2_with_a_message(argv, files, capsys):
     assert code == 2, err
     assert "Traceback" not in err and "internal error" not in err
     assert err.strip(), "the error must say what is wrong"
+    flag = next((a for a in argv if a.startswith("--") and a not in ("--set", "--devices")), None)
+    if argv[0] == "cluster" and flag:  # a number out of range: the message names the field and the value
+        value = argv[argv.index(flag) + 1]
+        assert flag in err and (value in err or repr(value) in err), err
+        assert " from " in err or "at most" in err, f"the allowed range is not said: {err}"
 
 
 def test_nan_and_infinite_node_latencies_are_refused_everywhere():
