@@ -40,17 +40,17 @@ def main() -> None:
                 *_cluster_rows(graph, graph.fingerprint(), tuple(map(str, devices)), config.transfer_rate_bytes_per_s,
                                config.model.label)]
     st.dataframe(techniques.table(rows, n), hide_index=True, width="stretch", column_config={
-        "technique": st.column_config.TextColumn(width="medium"),
+        "technique": st.column_config.TextColumn(width="large"),
         "devices used": st.column_config.TextColumn(width="small"),
         "forward pass": st.column_config.TextColumn(width="small", help="one forward pass of the example batch"),
-        "fullest device": st.column_config.TextColumn(width="small"),
+        "fullest device": st.column_config.TextColumn(width="medium", help="its memory of its capacity"),
         "fits": st.column_config.TextColumn(width="small"),
         "how": st.column_config.TextColumn(width="large")})
     cols = st.columns(len(rows))
     for col, row in zip(cols, rows):
         col.page_link(row.page, label=f"Open: {row.name.split(' (')[0]}")
     st.caption(md(
-        f"Partitions: the sidebar's mode `{config.mode}` (its plan's critical path). Pipeline: {n} contiguous stages, "
+        f"Partitions: the sidebar's mode, {config.mode} (its plan's critical path). Pipeline: {n} contiguous stages, "
         f"one a device, GPipe over {max(1, n)} microbatches. Tensor parallel and the best layout: the cluster "
         "planner's inference prefill (a language model's time to the first token) on these devices as one node, "
         "at the sidebar's transfer rate; its layouts add data parallelism and pipelines to tensor parallelism. "
