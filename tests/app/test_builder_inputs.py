@@ -220,10 +220,10 @@ def test_timeline_draws_transfers_as_their_own_bars():
     times = tables.schedule(plan)
     unit, scale = tables.time_unit(plan.latency_s)
     transfers = {label: (y, base, width) for bar in fig.data
-                 for y, label, base, width in zip(bar.y, bar.text, bar.base, bar.x) if "\u2192" in label}
-    assert set(transfers) == {"P0\u2192P1", "P1\u2192P2"}
+                 for y, label, base, width in zip(bar.y, bar.text, bar.base, bar.x) if " to " in label}
+    assert set(transfers) == {"P0 to P1", "P1 to P2"}
     for e in plan.edges:
-        y, base, width = transfers[f"P{e.src}\u2192P{e.dst}"]
+        y, base, width = transfers[f"P{e.src} to P{e.dst}"]
         assert y == f"d{e.dst} incoming" and e.latency_s == pytest.approx(1.0)
         assert base == pytest.approx(times[e.src][1] / scale) and width == pytest.approx(e.latency_s / scale)
         # The receiving partition starts when its data has arrived: no unexplained gap.

@@ -159,7 +159,7 @@ def test_timeline_places_each_partition_on_its_devices_at_its_start(plans):
     placed = {}
     for bar in fig.data:
         for y, label, base, width in zip(bar.y, bar.text, bar.base, bar.x):
-            if "\u2192" not in label:  # transfers are checked below
+            if " to " not in label:  # transfers are checked below
                 placed.setdefault(int(label[1:]), []).append((y, base, width))
     names = {d.logical_id: d.name for d in plan.devices}
     for p in plan.partitions:
