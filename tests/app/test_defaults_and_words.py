@@ -111,16 +111,6 @@ def test_pipeline_stages_are_named_by_layer_and_the_capacity_is_drawn():
     assert figure["layout"]["yaxis"]["range"][1] > max(capacity["y"])
 
 
-def test_no_widget_takes_a_default_beside_its_session_value(caplog):
-    at = start()
-    at.switch_page("views/pipeline.py").run()
-    at.switch_page("views/explore.py").run()
-    at.switch_page("views/pipeline.py").run()
-    assert not at.exception
-    said = [r.getMessage() for r in caplog.records if "default value" in r.getMessage()]
-    assert not said, said
-
-
 def test_stage_span_reads_layers():
     import partitioner
     import sample_models
