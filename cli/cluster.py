@@ -136,6 +136,7 @@ def run(args: argparse.Namespace) -> int:
                              headroom, args.price_per_hour)
     work = cluster.Workload("inference" if args.inference else "training", args.global_batch, args.seq_len,
                             2 if args.precision == "bf16" else 4, args.optimizer, args.train_tokens, args.generate)
+    to_open = _checked_layout(args.open, prof, work, args.devices_per_node * args.max_nodes) if args.open else None
     found = cluster.search(prof, work, target, cluster.device_counts(args.devices_per_node, args.max_nodes))
     print(f"{model.label}: {prof.param_count / 1e9:.2f} B parameters ({format_bytes(prof.weight_bytes)} as traced), "
           f"{prof.layers} layers; {work.kind} at {work.global_batch} x {work.seq_len} tokens on "
@@ -161,7 +162,7 @@ def run(args: argparse.Namespace) -> int:
     print()
     print(format_table(["devices", "layout", step, "MFU", "memory/device", "limit", "$/M tokens"],
                        [_row(r, args.inference) for r in found.best(args.top)]))
-    opened = _open(args.open, prof, work, target) if args.open else None
+    opened = _open(to_open, prof, work, target) if to_open else None
     if args.export:
         best = opened or found.fastest
         assert best is not None
@@ -182,13 +183,24 @@ def run(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _open(text: str, prof: cluster.ModelProfile, work: cluster.Workload,
+def _checked_layout(text: str, prof: cluster.ModelProfile, work: cluster.Workload,
+                    max_devices: int) -> cluster.Layout:
+    """``--open``'s layout, checked against the model, the batch and the cluster (--max-nodes)
+    before any search: the rules --run applies before it starts a process."""
+    from partitioner.cluster.compose import parse_layout
+    from partitioner.cluster.layouts import check_layout
+
+    layout = parse_layout(text)
+    check_layout(prof, layout, work, max_devices)
+    return layout
+
+
+def _open(layout: cluster.Layout, prof: cluster.ModelProfile, work: cluster.Workload,
           target: cluster.Cluster) -> cluster.LayoutResult:
     """``--open``: one layout's memory by kind, time by cause and collectives, printed."""
-    from partitioner.cluster.compose import parse_layout
     from partitioner.cluster.search import _simulator
 
-    r = cluster.evaluate(prof, work, target, parse_layout(text), _simulator())
+    r = cluster.evaluate(prof, work, target, layout, _simulator())
     print()
     print(f"{r.layout.label()} on {r.devices} x {target.accelerator.name}: {'fits' if r.fits else 'does NOT fit'}, "
           f"{format_bytes(int(r.memory_bytes))} of {format_bytes(target.accelerator.memory_bytes)} a device; "
@@ -257,6 +269,11 @@ def run_layout(args: argparse.Namespace, graph: Any, prof: cluster.ModelProfile)
         raise CLIError(f"--run needs a traced model with example inputs; {prof.name} has none")
     batch = int(inputs[0].shape[0]) if hasattr(inputs[0], "shape") and inputs[0].dim() else 1
     layout = parse_layout(args.run, batch)
+    # The same rules as --open and --export, before any process starts.
+    from partitioner.cluster.layouts import check_layout as check_against_model
+
+    check_against_model(prof, layout, cluster.Workload("training", batch, max(1, prof.seq0), prof.element_bytes,
+                                                      "none"))
     module, kwargs = picklable(graph.graph_module), {}
     if sample_models.is_hf(args.model):  # the model as built: its exported graph cannot be pickled
         if layout.pp > 1:

@@ -24,8 +24,8 @@ __all__ = ["pareto_figure", "memory_figure", "time_figure", "layouts_table", "CL
 GiB = 2**30
 CLOUD_PER_SIZE = 200  # grey points drawn at each device count (thinned evenly over step time)
 # The memory kinds in stacking order, each with one colour on every chart.
-MEMORY_KINDS = {"weights": "#4c78a8", "gradients": "#f58518", "optimizer": "#e45756", "activations": "#72b7b2",
-                "kv_cache": "#54a24b", "headroom": "#bab0ac"}
+MEMORY_KINDS = {"weights": "#4c78a8", "gradients": "#f58518", "optimizer": "#e45756", "gathered layer": "#ff9da6",
+                "activations": "#72b7b2", "recomputed layer": "#9d755d", "kv_cache": "#54a24b", "headroom": "#bab0ac"}
 _ANSWERS = (("fewest devices", "fewest_devices", "diamond"), ("fastest", "fastest", "star"),
             ("cheapest", "cheapest", "square"))
 

@@ -184,16 +184,21 @@ def _render_table(found: cluster.ClusterPlan, work: cluster.Workload, prof: clus
     left, right = st.columns([3, 2])
     chosen = best[labels.index(left.selectbox("Open a layout", labels, key="cl_open"))]
     written = right.text_input("...or write one", key="cl_write", placeholder="e.g. dp4 tp2 pp2 1f1b mb2 zero1",
-                               help="words: dp, tp, pp, ep, mb (sequences a microbatch) with a number, zero0-3, "
-                                    "gpipe / 1f1b / interleaved_1f1b, recompute-full; what is left out is 1 or none")
+                               help="words: dp, tp, pp, cp, ep, mb (sequences a microbatch) with a number, "
+                                    "zero0-3, gpipe / 1f1b / interleaved_1f1b (v4: 4 chunks a rank), "
+                                    "recompute-selective / -full, no-sp (no sequence parallelism), fp32-grads "
+                                    "(DeepSpeed's fp32 gradient partition); what is left out is 1 or none")
     if not written.strip():
         return chosen
     from partitioner import PartitionError
     from partitioner.cluster.compose import parse_layout
+    from partitioner.cluster.layouts import check_layout
     from partitioner.cluster.search import _simulator
 
     try:
-        mine = cluster.evaluate(prof, work, target, parse_layout(written), _simulator())
+        layout = parse_layout(written)
+        check_layout(prof, layout, work)
+        mine = cluster.evaluate(prof, work, target, layout, _simulator())
     except PartitionError as exc:
         st.error(f"Cannot open {md(written)}: {md(exc)}")
         return chosen
@@ -289,11 +294,14 @@ def main() -> None:
                              int(hw["headroom_gib"] * GiB), hw["price"])
     chosen = _render_table(found, work, prof, target)
     _render_layout(chosen, work, target, prof, graph, config)
-    st.caption("How the figures are made: model states by the ZeRO paper's formulas, activations from the traced "
-               "graph divided by tensor parallelism and times the microbatches in flight (the Pipeline page's "
-               "simulator), time from the graph's roofline, ring collectives on each link and the simulated "
-               "schedule; expert parallelism adds two all-to-alls per MoE layer each way. Left out: the optimizer step, "
-               "kernel launch overheads, context parallelism, uneven expert routing.")
+    st.caption("How the figures are made: model states by the ZeRO paper's formulas (ZeRO-3 also holds the layer "
+               "it gathers, as DeepSpeed's estimators count it), activations as autograd keeps them (the traced "
+               "graph's saved values, Korthikanti et al.'s accounting: split by tensor parallelism, the rest by "
+               "sequence parallelism; full recomputation keeps each layer's input per microbatch in flight and "
+               "one layer's working set) times the microbatches in flight (the Pipeline page's simulator), time "
+               "from the graph, NCCL's ring, tree or one-shot all-reduce by size on each link and the simulated "
+               "schedule; expert parallelism adds two all-to-alls per MoE layer each way, context parallelism a "
+               "ring of keys and values. Left out: kernel launch overheads, uneven expert routing.")
 
 
 main()

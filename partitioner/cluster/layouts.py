@@ -38,6 +38,7 @@ from typing import Any
 
 from partitioner.cluster.hardware import Cluster
 from partitioner.cluster.profile import ModelProfile
+from partitioner.cluster.saved import SavedActivations
 from partitioner.cost.training import check_optimizer, model_state_bytes
 from partitioner.errors import PartitionError
 
@@ -45,7 +46,18 @@ __all__ = ["Workload", "Layout", "LayoutResult", "Collective", "evaluate", "coll
            "all_to_all_s", "check_layout", "min_cut_label", "min_cut_shares"]
 
 ZERO_STAGES = (0, 1, 2, 3)
-RECOMPUTE = ("none", "full")
+RECOMPUTE = ("none", "selective", "full")
+
+
+def _is_min_cut(text: str) -> bool:
+    """Whether ``text`` is ``min-cut-B`` with B a number in [0, 1]."""
+    if not text.startswith("min-cut-"):
+        return False
+    try:
+        budget = float(text.removeprefix("min-cut-"))
+    except ValueError:
+        return False
+    return 0.0 <= budget <= 1.0
 
 
 @dataclass(frozen=True)
@@ -72,25 +84,57 @@ class Workload:
         check_optimizer(self.optimizer)
 
 
+SCHEDULE_CHOICES = ("none", "gpipe", "1f1b", "interleaved_1f1b")
+MAX_DEGREE = 1 << 20  # no layout has a degree beyond a million devices
+
+
 @dataclass(frozen=True)
 class Layout:
+    """One way to lay a model out. Validates itself: degrees are whole numbers in [1, 2^20], ZeRO
+    0-3, a known schedule and recomputation; :func:`check_layout` checks it against a model."""
+
     dp: int = 1
     tp: int = 1
     pp: int = 1
     microbatch_size: int = 1  # sequences per microbatch
     schedule: str = "none"  # a pipeline schedule when pp > 1
     zero: int = 0  # ZeRO stage over the dp group (3: FSDP full sharding)
-    recompute: str = "none"
+    recompute: str = "none"  # none, selective (attention core), full, or min-cut-B
     ep: int = 1  # expert parallelism: each MoE layer's experts split over ep ranks of the dp group
+    sp: bool = True  # sequence parallelism with tp > 1 (Korthikanti et al. 2022; Megatron's --sequence-parallel)
+    cp: int = 1  # context parallelism: each sequence split over cp ranks (ring attention)
+    virtual: int = 2  # interleaved 1F1B: model chunks a pipeline rank holds
+    grad_fp32: bool = False  # DeepSpeed's fp32 gradient partition (its estimators' 18 bytes a parameter)
+
+    def __post_init__(self) -> None:
+        for key in ("dp", "tp", "pp", "microbatch_size", "ep", "cp", "virtual"):
+            value = getattr(self, key)
+            if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_DEGREE:
+                raise PartitionError(f"layout {key} must be a whole number in [1, {MAX_DEGREE}] (got {value!r})")
+        if isinstance(self.zero, bool) or self.zero not in ZERO_STAGES:
+            raise PartitionError(f"layout zero must be 0, 1, 2 or 3 (got {self.zero!r})")
+        if self.schedule not in SCHEDULE_CHOICES:
+            raise PartitionError(f"layout schedule must be one of {', '.join(SCHEDULE_CHOICES)} (got {self.schedule!r})")
+        if self.schedule == "interleaved_1f1b" and self.virtual < 2:
+            raise PartitionError(f"interleaved 1F1B needs at least 2 chunks a rank (got virtual={self.virtual})")
+        if not isinstance(self.recompute, str) or not (self.recompute in RECOMPUTE or _is_min_cut(self.recompute)):
+            raise PartitionError(f"layout recompute must be one of {', '.join(RECOMPUTE)} or min-cut-B with B in "
+                                 f"[0, 1] (got {self.recompute!r})")
+        if self.devices > MAX_DEGREE:
+            raise PartitionError(f"a layout of {self.devices} devices is beyond {MAX_DEGREE}; lower its degrees")
 
     @property
     def devices(self) -> int:
-        return self.dp * self.tp * self.pp
+        return self.dp * self.tp * self.pp * self.cp
 
     def label(self) -> str:
         parts = [f"dp{self.dp}", f"tp{self.tp}", f"pp{self.pp}"]
+        if self.cp > 1:
+            parts.append(f"cp{self.cp}")
         if self.pp > 1:
             parts.append(self.schedule)
+            if self.schedule == "interleaved_1f1b" and self.virtual != 2:
+                parts.append(f"v{self.virtual}")
         if self.ep > 1:
             parts.append(f"ep{self.ep}")
         parts.append(f"mb{self.microbatch_size}")
@@ -98,6 +142,10 @@ class Layout:
             parts.append(f"zero{self.zero}")
         if self.recompute != "none":
             parts.append(f"recompute-{self.recompute}")
+        if self.tp > 1 and not self.sp:
+            parts.append("no-sp")
+        if self.grad_fp32:
+            parts.append("fp32-grads")
         return " ".join(parts)
 
 
@@ -141,11 +189,32 @@ def ring_allreduce_s(nbytes: float, n: int, bandwidth: float, latency: float) ->
     return 2 * (n - 1) / n * nbytes / bandwidth + 2 * (n - 1) * latency
 
 
+def allreduce_s(nbytes: float, n: int, bandwidth: float, latency: float, one_shot: bool = False) -> tuple[float, str]:
+    """(seconds, algorithm) of an all-reduce of ``nbytes`` over ``n`` devices, the fastest of the
+    algorithms NCCL chooses among by size (NOTE: [All-reduce algorithms]): the ring, the double
+    binary tree, and, inside a node whose devices read each other's memory (``one_shot``), the
+    one-shot all-reduce of small messages."""
+    if n <= 1:
+        return 0.0, "none"
+    steps = math.ceil(math.log2(n))
+    options = [(ring_allreduce_s(nbytes, n, bandwidth, latency), "ring"),
+               (2 * nbytes / bandwidth + 2 * steps * latency, "tree")]
+    if one_shot:
+        options.append(((n - 1) * nbytes / bandwidth + latency, "one-shot"))
+    return min(options)
+
+
 def _params(p: ModelProfile, lay: Layout) -> tuple[float, float]:
     """(dense, expert) parameters a device holds before ZeRO: everything split over tp x pp, the
     experts also over ep."""
     split = lay.tp * lay.pp
     return (p.param_count - p.expert_param_count) / split, p.expert_param_count / (split * lay.ep)
+
+
+def largest_layer_params(p: ModelProfile) -> float:
+    """The most parameters one op reads (an embedding, a fused projection): what ZeRO-3 gathers at
+    once, as DeepSpeed's estimators take it (``largest_layer_params``)."""
+    return max(p.node_weight_bytes, default=0) / p.element_bytes
 
 
 def _states(p: ModelProfile, w: Workload, lay: Layout) -> dict[str, float]:
@@ -154,13 +223,21 @@ def _states(p: ModelProfile, w: Workload, lay: Layout) -> dict[str, float]:
         return {"weights": (dense + expert) * w.element_bytes}
     wb, gb, kb = model_state_bytes(w.optimizer, w.element_bytes)
     out = {"weights": 0.0, "gradients": 0.0, "optimizer": 0.0}
-    # ZeRO shards each parameter over the ranks holding a copy of it: the dp group for dense
-    # ones, dp / ep for the experts (the expert-data-parallel group, as DeepSpeed-MoE shards them).
-    for psi, dp in ((dense, lay.dp), (expert, lay.dp // lay.ep)):
+    # ZeRO shards each parameter over the ranks holding a copy of it: the dp x cp group for dense
+    # ones (context-parallel ranks hold the same weights), dp x cp / ep for the experts (the
+    # expert-data-parallel group, as DeepSpeed-MoE shards them).
+    group = lay.dp * lay.cp
+    for psi, dp in ((dense, group), (expert, group // lay.ep)):
         shard = {0: (1, 1, 1), 1: (1, 1, dp), 2: (1, dp, dp), 3: (dp, dp, dp)}[lay.zero]
         out["weights"] += wb * psi / shard[0]
-        out["gradients"] += gb * psi / shard[1]
+        if lay.grad_fp32 and kb:  # DeepSpeed: an fp32 partition beside the 16-bit gradients (ZeRO-3:
+            # the 16-bit ones live in the gathered layer only)
+            out["gradients"] += 4 * psi / shard[1] + (gb * psi / shard[1] if lay.zero < 3 else 0.0)
+        else:
+            out["gradients"] += gb * psi / shard[1]
         out["optimizer"] += kb * psi / shard[2]
+    if lay.zero == 3 and group > 1:  # the layer computed now, gathered whole, and its whole gradient
+        out["gathered layer"] = (wb + gb) * largest_layer_params(p) / lay.tp
     return out
 
 
@@ -186,18 +263,103 @@ def min_cut_shares(p: ModelProfile, recompute: str) -> tuple[float, float]:
                          "come from cluster.with_min_cut (the CLI's --min-cut-budgets)")
 
 
-def check_layout(p: ModelProfile, lay: Layout) -> None:
-    """Raise :class:`PartitionError` for a layout no engine can run."""
+def _saved(p: ModelProfile) -> SavedActivations | None:
+    return getattr(p, "saved", None)
+
+
+def check_layout(p: ModelProfile, lay: Layout, w: Workload | None = None, max_devices: int | None = None) -> None:
+    """Raise :class:`PartitionError` for a layout no engine can run on this model: tensor
+    parallelism must divide the attention heads (and key-value heads), the hidden width and every
+    product's width; pipeline stages the layers (times the chunks a rank holds, interleaved);
+    expert parallelism the experts and the data-parallel degree; context parallelism the sequence;
+    data parallelism times the microbatch the global batch (training); the devices the cluster's
+    ``max_devices``. One message lists every rule broken."""
+    broken: list[str] = []
+    saved = _saved(p)
+    widths = set(saved.widths) if saved else set()
+    hidden = saved.hidden if saved else round(p.hidden_bytes_per_token / p.element_bytes) if p.element_bytes else 0
+    if hidden:
+        widths.add(int(hidden))
+    if lay.tp > 1:
+        heads = sorted({h for h in ((saved.heads, saved.kv_heads) if saved else ()) if h})
+        bad = [f"{h} heads" for h in heads if h % lay.tp] + [f"width {d}" for d in sorted(widths) if d % lay.tp]
+        if bad:
+            raise_tp = ", ".join(bad[:4])
+            broken.append(f"tensor parallelism tp{lay.tp} must divide the attention heads and the widths "
+                          f"({raise_tp}); choose a tp that divides them")
+    chunks = lay.pp * (lay.virtual if lay.schedule == "interleaved_1f1b" else 1)
+    if lay.pp > 1 and p.layers % chunks:
+        broken.append(f"pipeline stages pp{lay.pp}" + (f" x {lay.virtual} chunks" if chunks != lay.pp else "")
+                      + f" must divide the {p.layers} layers; choose a divisor")
+    if lay.pp > 1 and lay.schedule == "none" and w is not None and w.kind == "training":
+        broken.append(f"pipeline stages pp{lay.pp} need a schedule (gpipe, 1f1b or interleaved_1f1b)")
     if lay.ep > 1 and (not p.experts or p.experts % lay.ep or lay.dp % lay.ep):
         experts = p.experts or "none: a dense model"
-        raise PartitionError(f"expert parallelism ep{lay.ep} must divide the experts ({experts}) and the "
-                             f"data-parallel degree ({lay.dp}); choose ep among their common divisors")
+        broken.append(f"expert parallelism ep{lay.ep} must divide the experts ({experts}) and the "
+                      f"data-parallel degree ({lay.dp}); choose ep among their common divisors")
+    if w is not None:
+        if lay.cp > 1 and w.seq_len % lay.cp:
+            broken.append(f"context parallelism cp{lay.cp} must divide the sequence ({w.seq_len} tokens)")
+        if w.kind == "training" and w.global_batch % (lay.dp * lay.microbatch_size):
+            broken.append(f"the global batch ({w.global_batch}) must divide over dp{lay.dp} x mb"
+                          f"{lay.microbatch_size}; choose degrees whose product divides it")
+        if w.kind == "inference" and w.global_batch % lay.dp:
+            broken.append(f"the sequences served ({w.global_batch}) must divide over dp{lay.dp}")
+    if max_devices is not None and lay.devices > max_devices:
+        broken.append(f"the layout needs {lay.devices} devices and the cluster has {max_devices}; "
+                      "lower its degrees or add nodes")
+    if broken:
+        raise PartitionError(f"layout {lay.label()!r} cannot run on {p.name or 'this model'}: " + "; ".join(broken))
+
+
+def activation_bytes(p: ModelProfile, w: Workload, lay: Layout, stash: float) -> dict[str, float]:
+    """Saved activations on the fullest device (NOTE: [Activation memory]): by kind, in bytes."""
+    scale = w.element_bytes / p.element_bytes
+    tokens = lay.microbatch_size * w.seq_len / lay.cp  # a microbatch's tokens on one device
+    stage_layers = p.layers / lay.pp
+    saved = _saved(p)
+    if saved is not None:
+        layer = saved.layer_bytes_per_token(w.element_bytes, w.seq_len, lay.tp, lay.sp or lay.tp == 1,
+                                            scores=lay.recompute != "selective")
+        layer_input = saved.input_bytes_per_token(w.element_bytes, lay.tp, lay.sp or lay.tp == 1)
+        outside = saved.outside_elements * w.element_bytes / lay.tp
+    else:  # a profile without its graph: every op output, split over tp
+        layer = p.act_bytes_per_token * scale / max(1, p.layers) / lay.tp
+        layer_input = p.hidden_bytes_per_token * scale / lay.tp
+        outside = 0.0
+    out: dict[str, float] = {}
+    if lay.recompute == "full":  # each layer's input a microbatch in flight; one layer's working set once
+        out["activations"] = layer_input * tokens * stage_layers * stash
+        out["recomputed layer"] = layer * tokens
+    else:
+        kept = min_cut_shares(p, lay.recompute)[0] if lay.recompute.startswith("min-cut-") else 1.0
+        out["activations"] = kept * layer * tokens * stage_layers * stash
+    if lay.pp == 1 and outside:
+        out["activations"] += outside * tokens
+    return out
+
+
+def _redo_share(p: ModelProfile, w: Workload, lay: Layout) -> float:
+    """Recomputed forward work as a share of the forward: full 1, selective the attention core
+    (the FLOPs that grow with the sequence), min-cut its measured share."""
+    if lay.recompute == "full":
+        return 1.0
+    if lay.recompute == "selective":
+        total = p.forward_flops(1, w.seq_len)
+        return p.attention_flops_per_token * w.seq_len / p.seq0 / total if total else 0.0
+    if lay.recompute.startswith("min-cut-"):
+        return min_cut_shares(p, lay.recompute)[1]
+    return 0.0
+
+
+def _tp_allreduce(c: Cluster, nbytes: float, n: int) -> tuple[float, str]:
+    return allreduce_s(nbytes, n, c.intra.bandwidth_bytes_per_s, c.intra.latency_s, one_shot=True)
 
 
 def evaluate(p: ModelProfile, w: Workload, c: Cluster, lay: Layout, sim: Any) -> LayoutResult:
     """Memory and time of ``lay`` (NOTE: [Layout costs]); ``sim(schedule, pp, m, backward_ratio)``
     gives (unit step, bubble fraction, peak stash) of the schedule with unit forward stages."""
-    check_layout(p, lay)
+    check_layout(p, lay, w)
     if w.kind == "inference":
         return _inference(p, w, c, lay)
     acc = c.accelerator
@@ -205,43 +367,45 @@ def evaluate(p: ModelProfile, w: Workload, c: Cluster, lay: Layout, sim: Any) ->
     mem = _states(p, w, lay)
     per_replica = w.global_batch // lay.dp
     m = per_replica // lay.microbatch_size
-    tokens_mb = lay.microbatch_size * w.seq_len
+    tokens_mb = lay.microbatch_size * w.seq_len / lay.cp  # on one device of the cp group
     hidden_mb = p.hidden_bytes_per_token * scale * tokens_mb
     layers_per_stage = p.layers / lay.pp
-    act_mb = p.act_bytes_per_token * scale * tokens_mb / lay.tp / lay.pp
-    redo = 0.0  # recomputed forward work, as a share of the forward
-    if lay.recompute == "full":  # each layer's input kept; one layer's activations live at a time
-        act_mb = hidden_mb / lay.tp * layers_per_stage + act_mb / layers_per_stage
-        redo = 1.0
-    elif lay.recompute != "none":  # min-cut at a budget: its measured shares
-        kept, redo = min_cut_shares(p, lay.recompute)
-        act_mb *= kept
+    redo = _redo_share(p, w, lay)
     fwd = p.forward_seconds(tokens_mb, w.seq_len, acc, lay.tp) / lay.pp
     bwd = fwd * (2.0 + redo)
-    in_node = lay.tp * lay.pp <= c.devices_per_node
-    tp_s = 2 * layers_per_stage * ring_allreduce_s(hidden_mb, lay.tp, c.intra.bandwidth_bytes_per_s, c.intra.latency_s)
+    in_node = lay.tp * lay.pp * lay.cp <= c.devices_per_node
+    tp_s = 2 * layers_per_stage * _tp_allreduce(c, hidden_mb, lay.tp)[0]
     link = c.intra if in_node else c.inter
     p2p = (hidden_mb / link.bandwidth_bytes_per_s + link.latency_s) if lay.pp > 1 else 0.0
+    cp_s = _context_exchange_s(p, c, lay, tokens_mb * lay.cp * scale) / lay.pp
     ep_s = _expert_exchange_s(p, c, lay, tokens_mb * p.hidden_bytes_per_token * scale / lay.tp) / lay.pp
-    stage_f, stage_b = fwd + tp_s + p2p + ep_s, bwd + tp_s + p2p + ep_s
+    stage_f, stage_b = fwd + tp_s + p2p + ep_s + cp_s, bwd + tp_s + p2p + ep_s + 2 * cp_s
+    ratio = bwd / fwd if fwd else 2.0
     if lay.pp > 1:  # the compute's backward ratio; communication scales with the stage time
-        unit, _, stash = sim(lay.schedule, lay.pp, m, bwd / fwd if fwd else 2.0)
-        pipe = unit * (stage_f + stage_b) / (1 + (bwd / fwd if fwd else 2.0))
+        if lay.schedule == "interleaved_1f1b" and lay.virtual != 2:
+            from partitioner.cluster.search import closed_form
+
+            unit, _, stash = closed_form(lay.schedule, lay.pp, m, ratio, lay.virtual)
+        else:
+            unit, _, stash = sim(lay.schedule, lay.pp, m, ratio)
+        pipe = unit * (stage_f + stage_b) / (1 + ratio)
     else:
         stash, pipe = 1, m * (stage_f + stage_b)
-    mem["activations"] = act_mb * stash
+    mem.update(activation_bytes(p, w, lay, stash))
     mem["headroom"] = float(c.headroom_bytes)
     dense, expert = _params(p, lay)
     grad_bytes = model_state_bytes(w.optimizer, w.element_bytes)[1]
-    dp_link = c.intra if lay.tp * lay.dp <= c.devices_per_node else c.inter
-    dp_s = (ring_allreduce_s(dense * grad_bytes, lay.dp, dp_link.bandwidth_bytes_per_s, dp_link.latency_s)
-            + ring_allreduce_s(expert * grad_bytes, lay.dp // lay.ep, dp_link.bandwidth_bytes_per_s, dp_link.latency_s)
+    group = lay.dp * lay.cp
+    dp_link = c.intra if lay.tp * group <= c.devices_per_node else c.inter
+    dp_s = (ring_allreduce_s(dense * grad_bytes, group, dp_link.bandwidth_bytes_per_s, dp_link.latency_s)
+            + ring_allreduce_s(expert * grad_bytes, group // lay.ep, dp_link.bandwidth_bytes_per_s, dp_link.latency_s)
             ) * (1.5 if lay.zero == 3 else 1.0)
     exposed = max(0.0, dp_s - bwd)
     step = pipe + exposed
     busy = m * (fwd + bwd)
     parts = {"compute": busy, "tensor-parallel communication": m * 2 * tp_s,
              "pipeline transfers": m * 2 * p2p, "expert all-to-all": m * 2 * ep_s,
+             "context-parallel exchange": m * 3 * cp_s,
              "bubble": max(0.0, pipe - m * (stage_f + stage_b)),
              "gradient reduction (exposed)": exposed}
     if redo:  # the forward and its backward; the recomputed share apart
@@ -258,6 +422,18 @@ def evaluate(p: ModelProfile, w: Workload, c: Cluster, lay: Layout, sim: Any) ->
     return LayoutResult(lay, fits, mem, step, parts, limit, mfu, tps, cost, m, stage_s=(stage_f, stage_b))
 
 
+def _context_exchange_s(p: ModelProfile, c: Cluster, lay: Layout, sequence_bytes_scale: float) -> float:
+    """One forward's context-parallel exchange on a device: ring attention passes every layer's
+    keys and values around the cp ranks ((cp - 1) / cp of a microbatch's, split over tp), on the
+    node's link when tp x cp fits in one (Liu et al. 2023; Megatron's and torchtitan's context
+    parallelism). The backward sends the key and value gradients back: twice this."""
+    if lay.cp <= 1 or not p.kv_bytes_per_token:
+        return 0.0
+    link = c.intra if lay.tp * lay.cp <= c.devices_per_node else c.inter
+    kv = p.kv_bytes_per_token * sequence_bytes_scale / lay.tp  # every layer's K and V of the microbatch
+    return (lay.cp - 1) / lay.cp * kv / link.bandwidth_bytes_per_s + (lay.cp - 1) * p.layers * link.latency_s
+
+
 def _expert_exchange_s(p: ModelProfile, c: Cluster, lay: Layout, hidden_bytes: float) -> float:
     """One direction's expert exchange of a microbatch whose hidden state is ``hidden_bytes`` a
     device: in every MoE layer, an all-to-all sends each token to its top-k experts and another
@@ -269,6 +445,15 @@ def _expert_exchange_s(p: ModelProfile, c: Cluster, lay: Layout, hidden_bytes: f
     per_layer = 2 * all_to_all_s(hidden_bytes * max(1, p.experts_per_token), lay.ep, link.bandwidth_bytes_per_s,
                                  link.latency_s)
     return p.moe_layers * per_layer
+
+
+def experts_touched(experts: int, top_k: int, tokens: float) -> float:
+    """Expected experts of one MoE layer that ``tokens`` tokens route to, each to ``top_k`` of
+    ``experts`` at random: E (1 - (1 - k / E)^T); k at one token, all E once the batch is large."""
+    if experts <= 0:
+        return 0.0
+    k = min(max(1, top_k), experts)
+    return experts * (1.0 - (1.0 - k / experts) ** max(1.0, tokens))
 
 
 def _inference(p: ModelProfile, w: Workload, c: Cluster, lay: Layout) -> LayoutResult:
@@ -285,15 +470,25 @@ def _inference(p: ModelProfile, w: Workload, c: Cluster, lay: Layout) -> LayoutR
 
     def comm(tokens: float) -> float:
         hidden = p.hidden_bytes_per_token * scale * tokens
-        tp = 2 * p.layers * ring_allreduce_s(hidden, lay.tp, c.intra.bandwidth_bytes_per_s, c.intra.latency_s)
+        tp = 2 * p.layers * _tp_allreduce(c, hidden, lay.tp)[0]
         return tp + (lay.pp - 1) * (hidden / link.bandwidth_bytes_per_s + link.latency_s)
 
-    ttft = p.forward_seconds(batch * w.seq_len, w.seq_len, acc, lay.tp) + comm(batch * w.seq_len)
+    def weight_floor(tokens: float) -> float:
+        """Reading the weights a step touches: the dense ones and the experts its tokens route to
+        (NOTE: [Experts read in decode]), on one device of tp x pp."""
+        dense, expert = (p.param_count - p.expert_param_count), p.expert_param_count
+        if p.experts:
+            expert *= experts_touched(p.experts, p.experts_per_token, tokens) / p.experts
+        return (dense + expert) * w.element_bytes / (lay.tp * lay.pp) / bw
+
+    ttft_compute = max(p.forward_seconds(batch * w.seq_len, w.seq_len, acc, lay.tp), weight_floor(batch * w.seq_len))
+    ttft = ttft_compute + comm(batch * w.seq_len)
     mid = w.seq_len + w.generate_tokens // 2
     kv_read = p.kv_bytes_per_token * scale * batch * mid / lay.tp / bw
-    per_token = p.forward_seconds(batch, mid, acc, lay.tp) + kv_read + comm(batch)
+    decode = max(p.forward_seconds(batch, mid, acc, lay.tp), weight_floor(batch))
+    per_token = decode + kv_read + comm(batch)
     fits = sum(mem.values()) <= acc.memory_bytes
-    parts = {"prefill compute": ttft - comm(batch * w.seq_len), "decode per token": per_token,
+    parts = {"prefill compute": ttft_compute, "decode per token": per_token,
              "communication per token": comm(batch)}
     generated = w.global_batch * max(1, w.generate_tokens)
     run_s = ttft + w.generate_tokens * per_token
@@ -301,10 +496,16 @@ def _inference(p: ModelProfile, w: Workload, c: Cluster, lay: Layout) -> LayoutR
     flops = p.forward_flops(batch, mid)
     mfu = flops / (per_token * lay.tp * lay.pp * peak)
     cost = acc.price_per_hour * lay.devices / 3600 * run_s / generated * 1e6
-    limit = "memory" if not fits else ("memory bandwidth" if per_token > 2 * flops / (lay.tp * peak) else "compute")
+    # What bounds a generated token: the weights and cache read, the arithmetic, or the messages.
+    bounds = {"memory bandwidth": weight_floor(batch) + kv_read, "compute": flops / (lay.tp * lay.pp * peak),
+              "communication": comm(batch)}
+    limit = "memory" if not fits else max(bounds, key=lambda k: bounds[k])
     extra = {"time_to_first_token_s": ttft, "seconds_per_token": per_token,
              "tokens_per_s_per_sequence": 1 / per_token, "tokens_per_s_per_device": tps / lay.devices,
-             "kv_cache_bytes_per_token": p.kv_bytes_per_token * scale}
+             "kv_cache_bytes_per_token": p.kv_bytes_per_token * scale,
+             "weights_read_s_per_token": weight_floor(batch), "kv_read_s_per_token": kv_read,
+             "compute_floor_s_per_token": flops / (lay.tp * lay.pp * peak),
+             "prefill_compute_floor_s": p.forward_flops(batch * w.seq_len, w.seq_len) / (lay.tp * lay.pp * peak)}
     return LayoutResult(lay, fits, mem, ttft, parts, limit, mfu, tps, cost, 1, extra)
 
 
@@ -331,11 +532,12 @@ class Collective:
 
 def collectives(p: ModelProfile, w: Workload, c: Cluster, lay: Layout) -> list[Collective]:
     """The communication :func:`evaluate` prices, one row a kind (NOTE: [Layout costs]): per step
-    for training, in the tensor-parallel, pipeline, expert and data-parallel groups; for inference
-    the prompt's prefill and each generated token. Rows sum to ``evaluate``'s parts (a test holds
-    them equal); the counts are Megatron-LM's (Shoeybi et al. 2019, sec. 3: two all-reduces per
-    layer in the forward and two in the backward), GShard's and the ZeRO paper's (sec. 7: ZeRO-3
-    moves 1.5 times data parallelism's bytes)."""
+    for training, in the tensor-parallel, pipeline, context, expert and data-parallel groups; for
+    inference the prompt's prefill and each generated token. Rows sum to ``evaluate``'s parts (a
+    test holds them equal); the counts are Megatron-LM's (Shoeybi et al. 2019, sec. 3: two
+    all-reduces per layer in the forward and two in the backward), GShard's and the ZeRO paper's
+    (sec. 7: ZeRO-3 moves 1.5 times data parallelism's bytes); each all-reduce names the algorithm
+    that prices it (NOTE: [All-reduce algorithms])."""
     check_layout(p, lay)
     scale = w.element_bytes / p.element_bytes
     intra, inter = c.intra, c.inter
@@ -346,9 +548,9 @@ def collectives(p: ModelProfile, w: Workload, c: Cluster, lay: Layout) -> list[C
         for phase, tokens in (("prefill", batch * w.seq_len), ("each token", batch)):
             hidden = p.hidden_bytes_per_token * scale * tokens
             if lay.tp > 1:
-                rows.append(Collective("all-reduce of the hidden state", "tp", lay.tp, intra.name, 2 * p.layers, hidden,
-                                       ring_allreduce_s(hidden, lay.tp, intra.bandwidth_bytes_per_s, intra.latency_s),
-                                       phase))
+                seconds, algorithm = _tp_allreduce(c, hidden, lay.tp)
+                rows.append(Collective(f"all-reduce of the hidden state ({algorithm})", "tp", lay.tp, intra.name,
+                                       2 * p.layers, hidden, seconds, phase))
             if lay.pp > 1:
                 rows.append(Collective("send of the hidden state to the next stage", "pp", 2, pipe_link.name,
                                        lay.pp - 1, hidden,
@@ -356,16 +558,23 @@ def collectives(p: ModelProfile, w: Workload, c: Cluster, lay: Layout) -> list[C
         return rows
     per_replica = w.global_batch // lay.dp
     m = per_replica // lay.microbatch_size
-    hidden_mb = p.hidden_bytes_per_token * scale * lay.microbatch_size * w.seq_len
+    tokens_mb = lay.microbatch_size * w.seq_len / lay.cp
+    hidden_mb = p.hidden_bytes_per_token * scale * tokens_mb
     layers_per_stage = p.layers / lay.pp
     if lay.tp > 1:  # each microbatch, each layer of the stage: 2 in the forward, 2 in the backward
-        rows.append(Collective("all-reduce of the hidden state", "tp", lay.tp, intra.name, m * 4 * layers_per_stage,
-                               hidden_mb, ring_allreduce_s(hidden_mb, lay.tp, intra.bandwidth_bytes_per_s,
-                                                           intra.latency_s), "forward + backward"))
+        seconds, algorithm = _tp_allreduce(c, hidden_mb, lay.tp)
+        rows.append(Collective(f"all-reduce of the hidden state ({algorithm})", "tp", lay.tp, intra.name,
+                               m * 4 * layers_per_stage, hidden_mb, seconds, "forward + backward"))
     if lay.pp > 1:
-        link = intra if lay.tp * lay.pp <= c.devices_per_node else inter
+        link = intra if lay.tp * lay.pp * lay.cp <= c.devices_per_node else inter
         rows.append(Collective("send of the hidden state and its gradient", "pp", 2, link.name, m * 2,
                                hidden_mb, hidden_mb / link.bandwidth_bytes_per_s + link.latency_s,
+                               "forward + backward"))
+    if lay.cp > 1 and p.kv_bytes_per_token:
+        link = intra if lay.tp * lay.cp <= c.devices_per_node else inter
+        kv = p.kv_bytes_per_token * scale * tokens_mb * lay.cp / lay.tp / lay.pp
+        rows.append(Collective("ring exchange of keys and values (backward: their gradients, twice)", "cp", lay.cp,
+                               link.name, m * 3, kv, _context_exchange_s(p, c, lay, tokens_mb * lay.cp * scale) / lay.pp,
                                "forward + backward"))
     if lay.ep > 1 and p.moe_layers:
         link = intra if lay.tp * lay.ep <= c.devices_per_node else inter
@@ -376,9 +585,10 @@ def collectives(p: ModelProfile, w: Workload, c: Cluster, lay: Layout) -> list[C
                                "forward + backward"))
     dense, expert = _params(p, lay)
     grad_bytes = model_state_bytes(w.optimizer, w.element_bytes)[1]
-    link = intra if lay.tp * lay.dp <= c.devices_per_node else inter
+    group = lay.dp * lay.cp
+    link = intra if lay.tp * group <= c.devices_per_node else inter
     overlap = "last microbatch's backward"
-    for what, psi, ranks in (("gradients", dense, lay.dp), ("expert gradients", expert, lay.dp // lay.ep)):
+    for what, psi, ranks in (("gradients", dense, group), ("expert gradients", expert, group // lay.ep)):
         nbytes = psi * grad_bytes
         if ranks <= 1 or nbytes <= 0:
             continue

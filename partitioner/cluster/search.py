@@ -8,7 +8,10 @@ data parallelism taking the rest (the global batch must divide over it), microba
 powers of two, each runnable schedule (the microbatch counts torch's schedule classes accept:
 :func:`partitioner.pipeline.schedules.check_microbatches`), ZeRO 0-3, recomputation none, full
 or min-cut at each measured budget, and for a mixture of experts every expert-parallel degree
-dividing both the experts and the data-parallel degree. The pipeline's step and stash come
+dividing both the experts and the data-parallel degree; tensor parallelism only where it divides the
+heads and widths (:func:`partitioner.cluster.layouts.check_layout`), selective recomputation where
+the model keeps sequence-sized scores, interleaving 2 and 4 chunks deep, and for sequences of
+16k tokens and more context parallelism up to 16. The pipeline's step and stash come
 from the Pipeline page's simulator, cached per (schedule, stages, microbatches). O(sizes x
 layouts) evaluations of O(1) each after the first forward time of each microbatch size.
 """
@@ -20,7 +23,7 @@ from dataclasses import dataclass
 from typing import Callable, Sequence
 
 from partitioner.cluster.hardware import Cluster
-from partitioner.cluster.layouts import RECOMPUTE, Layout, LayoutResult, Workload, evaluate, min_cut_label
+from partitioner.cluster.layouts import Layout, LayoutResult, Workload, check_layout, evaluate, min_cut_label
 from partitioner.cluster.profile import ModelProfile
 from partitioner.errors import PartitionError
 
@@ -29,22 +32,23 @@ __all__ = ["ClusterPlan", "search", "device_counts", "SCHEDULES", "pareto"]
 SCHEDULES = ("1f1b", "gpipe", "interleaved_1f1b")
 MICROBATCH_SIZES = (1, 2, 4, 8, 16, 32)
 MAX_MICROBATCHES = 512  # more is a simulation of little use (and slow): larger microbatches win
-SIMULATE_UP_TO = 256  # stages x microbatches simulated; beyond, the closed forms (equal stages)
+SIMULATE_UP_TO = 256
+LONG_SEQUENCE = 16384  # context parallelism is searched from this sequence length on  # stages x microbatches simulated; beyond, the closed forms (equal stages)
 
 
-def closed_form(schedule: str, pp: int, m: int, ratio: float) -> tuple[float, float, int]:
+def closed_form(schedule: str, pp: int, m: int, ratio: float, v: int = 2) -> tuple[float, float, int]:
     """(step, bubble fraction, a stage's peak stash) of ``schedule`` with ``pp`` equal stages of
     forward 1 and backward ``ratio`` and ``m`` microbatches. GPipe and 1F1B: (m + pp - 1)(1 + ratio),
     bubble (pp - 1) / (m + pp - 1) (Huang et al. 2019; Narayanan et al. 2021); GPipe stashes m
-    microbatches, 1F1B min(m, pp). Interleaved 1F1B with v = 2 chunks per rank:
-    (max(m, pp) + (min(m, pp) - 1) / v)(1 + ratio), stash min(m, v pp) per chunk when pp divides m
-    (torch's order holds up to 3 pp otherwise: that bound is used). The tests check these against
-    the simulator, which the search uses up to :data:`SIMULATE_UP_TO`."""
+    microbatches, 1F1B min(m, pp). Interleaved 1F1B with v chunks per rank (torch's class: 2):
+    (max(m, pp) + (min(m, pp) - 1) / v)(1 + ratio) (the bubble shrinks by v: Narayanan et al. 2021,
+    sec. 2.2.2), stash min(m, v pp) per chunk when pp divides m (torch's order holds up to
+    (v + 1) pp otherwise: that bound is used). The tests check these against the simulator, which
+    the search uses up to :data:`SIMULATE_UP_TO`."""
     work = m * (1 + ratio)
     if schedule == "interleaved_1f1b":
-        v = 2
         step = (max(m, pp) + (min(m, pp) - 1) / v) * (1 + ratio)
-        return step, 1 - work / step, min(m, v * pp if m % pp == 0 else 3 * pp)
+        return step, 1 - work / step, min(m, v * pp if m % pp == 0 else (v + 1) * pp)
     step = (m + pp - 1) * (1 + ratio)
     return step, 1 - work / step, m if schedule == "gpipe" else min(m, pp)
 
@@ -106,44 +110,72 @@ def _powers(limit: int) -> list[int]:
     return out
 
 
+def _count(refused: dict[str, int], why: str) -> None:
+    refused[why] = refused.get(why, 0) + 1
+
+
+def _tp_divides(p: ModelProfile, tp: int) -> bool:
+    try:
+        check_layout(p, Layout(tp=tp))
+    except PartitionError:
+        return False
+    return True
+
+
+def _context_degrees(p: ModelProfile, w: Workload, rest: int) -> list[int]:
+    """Context parallelism for long sequences (16k tokens and more, where Llama 3 used it): powers
+    of two up to 16 dividing the sequence and the devices left after tensor parallelism."""
+    if w.kind != "training" or w.seq_len < LONG_SEQUENCE or not p.kv_bytes_per_token:
+        return [1]
+    return [cp for cp in _powers(min(16, rest)) if rest % cp == 0 and w.seq_len % cp == 0]
+
+
 def _layouts(p: ModelProfile, w: Workload, c: Cluster, devices: int, refused: dict[str, int],
              check: Callable[[str, int, int], None]) -> list[Layout]:
     found: list[Layout] = []
-    recompute = (*RECOMPUTE, *(min_cut_label(b) for b, _, _ in p.min_cut))
+    saved = getattr(p, "saved", None)
+    # Selective recomputation drops what grows with the sequence: only where the model keeps it.
+    recompute = ("none", *(("selective",) if saved is not None and saved.score_elements else ()), "full",
+                 *(min_cut_label(b) for b, _, _ in p.min_cut))
     for tp in _powers(min(devices, c.devices_per_node)):
         if devices % tp:
             continue
-        rest = devices // tp
-        for pp in (d for d in range(1, min(rest, p.layers) + 1) if rest % d == 0 and p.layers % d == 0):
-            dp = rest // pp
-            eps = [e for e in range(1, dp + 1) if dp % e == 0 and p.experts % e == 0] if p.experts else [1]
-            if w.global_batch % dp:
-                refused["global batch does not divide over data parallelism"] = refused.get(
-                    "global batch does not divide over data parallelism", 0) + 1
-                continue
-            if w.kind == "inference":
-                found.append(Layout(dp, tp, pp))
-                continue
-            per_replica = w.global_batch // dp
-            for mb in MICROBATCH_SIZES:
-                if per_replica % mb:
+        if tp > 1 and not _tp_divides(p, tp):
+            _count(refused, "tensor parallelism does not divide the heads or widths")
+            continue
+        for cp in _context_degrees(p, w, devices // tp):
+            rest = devices // (tp * cp)
+            for pp in (d for d in range(1, min(rest, p.layers) + 1) if rest % d == 0 and p.layers % d == 0):
+                dp = rest // pp
+                eps = [e for e in range(1, dp + 1) if dp % e == 0 and p.experts % e == 0] if p.experts else [1]
+                if w.global_batch % dp:
+                    _count(refused, "global batch does not divide over data parallelism")
                     continue
-                m = per_replica // mb
-                if m > MAX_MICROBATCHES:
+                if w.kind == "inference":
+                    if cp == 1:
+                        found.append(Layout(dp, tp, pp))
                     continue
-                schedules = ["none"] if pp == 1 else [s for s in SCHEDULES
-                                                      if s != "interleaved_1f1b" or p.layers % (2 * pp) == 0]
-                for sched in schedules:
-                    if sched != "none":
-                        try:
-                            check(sched, pp, m)
-                        except PartitionError:
-                            refused["microbatch count the schedule refuses"] = refused.get(
-                                "microbatch count the schedule refuses", 0) + 1
-                            continue
-                    for zero in ((0, 1, 2, 3) if dp > 1 else (0,)):
-                        for rc in recompute:
-                            found.extend(Layout(dp, tp, pp, mb, sched, zero, rc, ep) for ep in eps)
+                per_replica = w.global_batch // dp
+                for mb in MICROBATCH_SIZES:
+                    if per_replica % mb:
+                        continue
+                    m = per_replica // mb
+                    if m > MAX_MICROBATCHES:
+                        continue
+                    schedules: list[tuple[str, int]] = [("none", 2)] if pp == 1 else [
+                        (s, v) for s in SCHEDULES for v in ((2, 4) if s == "interleaved_1f1b" else (2,))
+                        if s != "interleaved_1f1b" or p.layers % (v * pp) == 0]
+                    for sched, v in schedules:
+                        if sched != "none":
+                            try:
+                                check(sched, pp, m)
+                            except PartitionError:
+                                _count(refused, "microbatch count the schedule refuses")
+                                continue
+                        for zero in ((0, 1, 2, 3) if dp * cp > 1 else (0,)):
+                            for rc in recompute:
+                                found.extend(Layout(dp, tp, pp, mb, sched, zero, rc, ep, cp=cp, virtual=v)
+                                             for ep in eps)
     return found
 
 
