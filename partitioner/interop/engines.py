@@ -40,6 +40,8 @@ def to_torchtitan(layout: Layout, workload: Workload) -> dict[str, Any]:
         "tensor_parallel_degree": layout.tp,
         "pipeline_parallel_degree": layout.pp,
         "expert_parallel_degree": layout.ep,
+        "context_parallel_degree": layout.cp,
+        "enable_sequence_parallel": layout.sp,
     }
     if sharded and layout.dp > 1:
         parallelism["fsdp_reshard_after_forward"] = "always" if layout.zero == 3 else "never"
@@ -69,7 +71,7 @@ def to_torchtitan(layout: Layout, workload: Workload) -> dict[str, Any]:
 def _titan_checkpoint(layout: Layout) -> dict[str, Any]:
     if layout.recompute.startswith("min-cut-"):  # torch.compile's activation_memory_budget: the same min-cut
         return {"mode": "memory_budget", "memory_budget": float(layout.recompute.removeprefix("min-cut-"))}
-    return {"mode": "full" if layout.recompute == "full" else "none"}
+    return {"mode": layout.recompute if layout.recompute in ("full", "selective") else "none"}
 
 
 def to_torchtitan_args(layout: Layout, workload: Workload) -> list[str]:
@@ -98,16 +100,20 @@ def to_megatron(layout: Layout, workload: Workload) -> list[str]:
     args = ["--tensor-model-parallel-size", str(layout.tp), "--pipeline-model-parallel-size", str(layout.pp),
             "--micro-batch-size", str(layout.microbatch_size), "--global-batch-size", str(workload.global_batch),
             "--seq-length", str(workload.seq_len), "--bf16"]
-    if layout.tp > 1:
+    if layout.tp > 1 and layout.sp:
         args.append("--sequence-parallel")
+    if layout.cp > 1:
+        args += ["--context-parallel-size", str(layout.cp)]
     if layout.ep > 1:
         args += ["--expert-model-parallel-size", str(layout.ep)]
     if layout.schedule == "interleaved_1f1b":
-        args += ["--num-virtual-stages-per-pipeline-rank", "2"]
+        args += ["--num-virtual-stages-per-pipeline-rank", str(layout.virtual)]
     if layout.zero >= 1:
         args.append("--use-distributed-optimizer")  # Megatron's ZeRO-1 (optimizer state sharded)
     if layout.recompute == "full":
         args += ["--recompute-granularity", "full", "--recompute-method", "uniform", "--recompute-num-layers", "1"]
+    elif layout.recompute == "selective":  # the attention core (Korthikanti et al. 2022)
+        args += ["--recompute-granularity", "selective"]
     return args
 
 

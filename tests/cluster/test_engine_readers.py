@@ -87,14 +87,16 @@ TITAN_READER = textwrap.dedent("""
         compile: CompileConfig = dataclasses.field(default_factory=CompileConfig)
 
     ConfigManager()  # registers torchtitan's parsing rules with tyro
-    CHECKPOINTS = {"none": type(None), "full": ac.FullAC.Config, "memory_budget": ac.MemoryBudgetAC.Config}
+    CHECKPOINTS = {"none": type(None), "full": ac.FullAC.Config, "memory_budget": ac.MemoryBudgetAC.Config,
+                   "selective": ac.SelectiveAC.Config}
 
     def fields(obj):
         return {f.name: getattr(obj, f.name) for f in dataclasses.fields(obj)} if obj is not None else None
 
     out = []
-    for dp, tp, pp, mb, sched, zero, rc, batch in json.loads(sys.argv[1]):
-        lay = cluster.Layout(dp=dp, tp=tp, pp=pp, microbatch_size=mb, schedule=sched, zero=zero, recompute=rc)
+    for dp, tp, pp, mb, sched, zero, rc, batch, cp, sp in json.loads(sys.argv[1]):
+        lay = cluster.Layout(dp=dp, tp=tp, pp=pp, microbatch_size=mb, schedule=sched, zero=zero, recompute=rc, cp=cp,
+                             sp=sp)
         work = cluster.Workload(global_batch=batch, seq_len=2048)
         sections = tomllib.loads(toml_text(to_torchtitan(lay, work)))
         from_toml = {"parallelism": fields(ParallelismConfig(**sections["parallelism"])),
@@ -109,21 +111,24 @@ TITAN_READER = textwrap.dedent("""
     print(json.dumps(out))
 """)
 
-TITAN_CASES = [(4, 2, 2, 2, "1f1b", 0, "full", 64), (8, 1, 1, 2, "none", 3, "none", 64),
-               (2, 4, 1, 1, "none", 2, "min-cut-0.5", 16), (1, 8, 4, 1, "interleaved_1f1b", 0, "none", 32)]
+TITAN_CASES = [(4, 2, 2, 2, "1f1b", 0, "full", 64, 1, True), (8, 1, 1, 2, "none", 3, "none", 64, 1, True),
+               (2, 4, 1, 1, "none", 2, "min-cut-0.5", 16, 1, True), (1, 8, 4, 1, "interleaved_1f1b", 0, "none", 32, 1, True),
+               (2, 8, 1, 1, "none", 3, "selective", 16, 4, False)]
 
 
 def test_torchtitan_reads_the_exported_configs_as_meant():
     done = subprocess.run([sys.executable, "-c", TITAN_READER, json.dumps(TITAN_CASES)],
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
-    for (dp, tp, pp, mb, sched, zero, rc, batch), got in zip(TITAN_CASES, json.loads(done.stdout.splitlines()[-1])):
+    for (dp, tp, pp, mb, sched, zero, rc, batch, cp, sp), got in zip(TITAN_CASES,
+                                                                     json.loads(done.stdout.splitlines()[-1])):
         assert got["toml"] == got["args"]  # the TOML and the command line say the same
         par, train = got["args"]["parallelism"], got["args"]["training"]
         shard = zero in (2, 3)
         assert (par["data_parallel_shard_degree"], par["data_parallel_replicate_degree"]) == \
             ((dp, 1) if shard else (1, dp))
         assert (par["tensor_parallel_degree"], par["pipeline_parallel_degree"]) == (tp, pp)
+        assert (par["context_parallel_degree"], par["enable_sequence_parallel"]) == (cp, sp)
         if shard and dp > 1:  # ZeRO-3 reshards after the forward; ZeRO-2 keeps them to the backward
             assert par["fsdp_reshard_after_forward"] == ("always" if zero == 3 else "never")
         # torchtitan's batch rule: a rank's local batch, accumulated (or split into pipeline
@@ -137,3 +142,19 @@ def test_torchtitan_reads_the_exported_configs_as_meant():
             assert train["local_batch_size"] == mb and batch % (mb * dp) == 0
         assert got["budget"] == (0.5 if rc == "min-cut-0.5" else None)
         assert got["compile"] == rc.startswith("min-cut")  # Trainer.Config: a memory budget needs compile
+
+
+def test_megatron_arguments_carry_the_new_options():
+    """Megatron-LM's arguments.py names: --context-parallel-size, --recompute-granularity
+    selective, --num-virtual-stages-per-pipeline-rank, and --sequence-parallel only when it is on."""
+    from partitioner import cluster
+    from partitioner.interop.engines import to_megatron
+
+    lay = cluster.Layout(dp=2, tp=8, pp=4, schedule="interleaved_1f1b", virtual=4, cp=2, recompute="selective",
+                         sp=False)
+    args = to_megatron(lay, cluster.Workload(global_batch=64, seq_len=8192))
+    assert args[args.index("--context-parallel-size") + 1] == "2"
+    assert args[args.index("--recompute-granularity") + 1] == "selective"
+    assert args[args.index("--num-virtual-stages-per-pipeline-rank") + 1] == "4"
+    assert "--sequence-parallel" not in args
+    assert "--sequence-parallel" in to_megatron(cluster.Layout(tp=2), cluster.Workload(global_batch=8))
