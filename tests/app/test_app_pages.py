@@ -329,6 +329,7 @@ def test_training_memory_page_runs_min_cut_and_keeps_the_choices():
 @pytest.mark.slow
 def test_sharding_page_suggests_edits_and_runs():
     at = start()
+    at.number_input(key="dev_headroom").set_value(0.0)  # the whole 7 MiB: the suggestion's four all-reduces fit it
     at.text_input(key="dev_memory").set_value("7 MiB").run()
     at.number_input(key="dev_count").set_value(2).run()
     at.switch_page("views/sharding.py").run()
