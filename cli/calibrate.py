@@ -7,7 +7,7 @@ import json
 import sys
 from typing import Any
 
-from partitioner.device_profile import DeviceProfile, cache_dir, find_profile, load_profile, profile_path
+from partitioner.device_profile import DeviceProfile, cache_dir, cache_off, find_profile, load_profile, profile_path
 from partitioner.units import format_bytes, format_seconds
 
 from cli.commands import COMMON_EPILOG
@@ -22,6 +22,7 @@ EXAMPLES = """examples:
   partition-explorer calibrate --show                # the cached profile, measured if none is
   partition-explorer plan mlp --devices 2xlocal      # a measured profile as the device type
   partition-explorer run plan.json mlp --calibrate   # re-score with the cached profile, then run
+  partition-explorer calibrate --gpu --name my-h100  # a CUDA GPU's kernel curves (a few minutes)
 
 Starts --processes ranks (gloo on CPU, NCCL on GPUs) and times what the cost model needs: Linear
 ops (n x n by n x n, with bias) from 8 to 512 per dtype (the efficiency curve), an elementwise op
@@ -31,6 +32,12 @@ latency and bandwidth on 2 and all ranks. Writes the profile as JSON under the c
 (PARTITION_EXPLORER_CACHE, else ~/.cache/partition-explorer) as NAME.json: NAME or the file is
 then a device type wherever one is asked (--devices 2xNAME, 2xFILE.json; cluster --accelerator
 NAME). Takes 20-60 s, most of it the processes importing torch.
+
+--gpu measures this machine's CUDA GPU the way the GPU presets (h100-80gb, h200-141gb) were
+measured: launch cost per kernel, Linear by shape and dtype, elementwise and normalisation ops by
+bytes, attention by sequence, embedding and cross-entropy. The profile is priced as the presets
+are (eager PyTorch by default; see `plan --engine`). A machine without CUDA keeps the host's
+calibration above.
 """
 
 
@@ -47,6 +54,8 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
     p.add_argument("--timeout", metavar="SECONDS", type=positive_float, default=180.0,
                    help="end the measurement (and every process) after this long (default 180)")
     p.add_argument("--json", action="store_true", help="print the profile's JSON")
+    p.add_argument("--gpu", action="store_true", help="measure this machine's CUDA GPU's kernel curves")
+    p.add_argument("--quick", action="store_true", help="--gpu: a few small shapes only (seconds; a check)")
     p.set_defaults(func=run)
 
 
@@ -61,6 +70,10 @@ def run(args: argparse.Namespace) -> int:
         profile = load_profile(args.profile)
     elif args.show:
         profile = find_profile(args.name)
+    if profile is None and args.gpu:
+        profile = _calibrate_gpu(args)
+        if not cache_off():
+            profile.save(profile_path(args.name))
     if profile is None:
         profile = calibrate(args.name, args.processes, timeout_s=args.timeout, progress=progress)
         profile.save(profile_path(args.name))
@@ -70,13 +83,53 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps(profile.to_dict(), indent=2))
     else:
         print(summary(profile))
-        print(f"\ncached as {profile_path(profile.name)}" if profile_path(profile.name).exists()
-              else f"\nnot cached (cache folder {cache_dir()})")
+        cached = not cache_off() and profile_path(profile.name).exists()
+        print(f"\ncached as {profile_path(profile.name)}" if cached else f"\nnot cached (cache folder {cache_dir()})")
     return EXIT_OK
+
+
+def _calibrate_gpu(args: argparse.Namespace) -> DeviceProfile:
+    from partitioner.runtime.calibrate_gpu import calibrate_gpu
+    from partitioner.runtime.worker import run_in_worker
+
+    if not run_in_worker(_has_cuda, (), 60.0, "the CUDA check"):
+        raise CLIError("--gpu needs a CUDA GPU and torch with CUDA (none here); `partition-explorer calibrate` "
+                       "without --gpu measures this host, and the presets h100-80gb, h200-141gb carry measured curves")
+    return calibrate_gpu(args.name, timeout_s=max(args.timeout, 900.0) if not args.quick else args.timeout,
+                         quick=args.quick)
+
+
+def _has_cuda() -> bool:
+    import torch
+
+    return bool(torch.cuda.is_available())
+
+
+def gpu_summary(profile: DeviceProfile) -> str:
+    """A GPU profile as a person reads it: what it assumes, and its curves at a few sizes."""
+    gpu = profile.gpu
+    assert gpu is not None
+    lines = [f"profile {profile.name!r}: {gpu.gpu}, {format_bytes(profile.memory_bytes)}; {profile.assumes}",
+             f"launch: {format_seconds(gpu.launch_s)} a kernel back to back, {format_seconds(gpu.host_op_s)} of "
+             f"host time a bare op, {format_seconds(gpu.host_per_op_s)} an op of a model (eager)", ""]
+    rows = []
+    for dtype, points in gpu.matmul:
+        for m, k, n, s in points:
+            if k == n == 4096 or (m == k == n):
+                rows.append([dtype, f"{m:g} x {k:g} -> {n:g}", format_seconds(s), f"{2 * m * k * n / s / 1e12:.1f}"])
+    lines.append(format_table(["matmul", "shape", "time (timed alone)", "TFLOP/s"], rows[:24], right=(2, 3)))
+    rows = [[k, format_bytes(int(c[-1][0])), f"{c[-1][0] / c[-1][1] / 1e9:,.0f}"] for k, c in gpu.elementwise]
+    lines += ["", format_table(["elementwise", "largest measured", "GB/s there"], rows, right=(1, 2))]
+    rows = [[("causal" if causal else "full"), f"{seq:g}", format_seconds(s)] for causal, c in gpu.attention
+            for seq, s in c]
+    lines += ["", format_table(["attention (32 heads of 128)", "sequence", "time"], rows, right=(1, 2))]
+    return "\n".join(lines)
 
 
 def summary(profile: DeviceProfile) -> str:
     """The profile as a person reads it: curves as tables, fits in words."""
+    if profile.gpu is not None:
+        return gpu_summary(profile)
     lines = [f"profile {profile.name!r}: {profile.cores} cores, {format_bytes(profile.memory_bytes)}, "
              f"{profile.backend}; measured {profile.measured_at or '?'} on {profile.host or '?'} at load "
              f"{profile.load_average:g} in {profile.calibration_s:.0f} s",

@@ -30,7 +30,6 @@ import dataclasses
 import json
 import math
 import os
-import re
 import statistics
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,15 +37,14 @@ from typing import Any, Mapping, Sequence
 
 from partitioner.kernels import ENGINES, MAX_CURVE_POINTS, GpuKernels, interp
 from partitioner.errors import DeviceSpecError
+from partitioner.profile_cache import NAME as _NAME, PROFILE_KIND, cache_dir, cache_off, cached_profiles, is_profile_data, profile_path  # noqa: E501
 
 __all__ = ["DeviceProfile", "AlphaBeta", "PROFILE_KIND", "ELEMENTWISE_KINDS", "SCHEMA_VERSION", "cache_dir", "profile_path",
            "load_profile", "find_profile", "cached_profiles", "fit_alpha_beta", "is_profile_data"]
 
-PROFILE_KIND = "device-profile"
 SCHEMA_VERSION = 1
 COLLECTIVE_KINDS = ("p2p", "handoff", "all_reduce", "all_gather", "dtensor_all_reduce", "concurrent_all_reduce",
                     "concurrent_dtensor_all_reduce")  # concurrent_*: groups of that size side by side on every rank
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 # Ops that index, view or reshape: no bytes move, only the dispatch is paid.
 _FREE_OPS = ("getitem", "getattr", "size", "view", "reshape", "flatten", "unflatten", "unsqueeze", "squeeze",
              "permute", "transpose", "t", "expand", "contiguous", "split", "chunk", "dim", "unbind")
@@ -178,20 +176,16 @@ class DeviceProfile:
                     f"bandwidth_bytes_per_s in [1e3, 1e16) (got {ab.latency_s!r}, {ab.bandwidth_bytes_per_s!r})")
         if isinstance(self.cores, bool) or not isinstance(self.cores, int) or not 1 <= self.cores <= 100_000:
             raise DeviceSpecError(f"profile {self.name!r}: cores must be an integer in [1, 100000] (got {self.cores!r})")
-        if self.engine not in ENGINES:
-            raise DeviceSpecError(f"profile {self.name!r}: engine must be one of {', '.join(ENGINES)} "
-                                  f"(got {self.engine!r})")
-        if len(self.collectives) > 4096 or len(self.elementwise) > 64 or len(self.matmul) > 16:
-            raise DeviceSpecError(f"profile {self.name!r} has more curves than a measurement makes")
+        if self.engine not in ENGINES or len(self.collectives) > 4096 or len(self.elementwise) > 64 or len(self.matmul) > 16:
+            raise DeviceSpecError(f"profile {self.name!r}: engine must be one of {', '.join(ENGINES)} (got {self.engine!r}) "
+                                  "and its curves as many as a measurement makes")
 
     @property
     def assumes(self) -> str:
         """What this profile's times assume, in words (for the page and reports)."""
         if self.gpu is None:
-            return (f"measured on this host ({self.cores} cores, {self.backend}): ops as timed in place, "
-                    "unfused, with their dispatch")
-        where = self.gpu.derived_from or f"kernel curves measured on {self.gpu.gpu}"
-        return f"{ENGINES[self.engine]}; {where}"
+            return f"measured on this host ({self.cores} cores, {self.backend}): ops as timed in place, unfused"
+        return f"{ENGINES[self.engine]}; {self.gpu.derived_from or f'kernel curves measured on {self.gpu.gpu}'}"
 
     def with_engine(self, engine: str) -> "DeviceProfile":
         """The same profile under another engine (:data:`partitioner.kernels.ENGINES`)."""
@@ -385,30 +379,6 @@ def _dtype_name(dtype: str | None) -> str:
     return (dtype or "float32").removeprefix("torch.")
 
 
-def cache_dir() -> Path:
-    """Where named profiles live: ``$PARTITION_EXPLORER_CACHE/profiles``, else
-    ``$XDG_CACHE_HOME/partition-explorer/profiles``, else ``~/.cache/partition-explorer/profiles``."""
-    root = os.environ.get("PARTITION_EXPLORER_CACHE")
-    if root:
-        return Path(os.devnull) / "profiles" if cache_off() else Path(root) / "profiles"
-    xdg = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(xdg) / "partition-explorer" / "profiles"
-
-
-def cache_off() -> bool:
-    """Whether ``PARTITION_EXPLORER_CACHE=off`` turned the cache off (no profile is read or kept)."""
-    return os.environ.get("PARTITION_EXPLORER_CACHE", "").strip().lower() == "off"
-
-
-def profile_path(name: str) -> Path:
-    if not _NAME.match(name):
-        raise DeviceSpecError(f"profile name must be 1-64 letters, digits, '_', '.', '-' (got {name!r})")
-    if cache_off():
-        raise DeviceSpecError("the profile cache is off (PARTITION_EXPLORER_CACHE=off): write the profile to a "
-                              "file with --out FILE and use FILE as the device type, or set the variable to a folder")
-    return cache_dir() / f"{name}.json"
-
-
 def load_profile(path: str | Path) -> DeviceProfile:
     """A profile from a JSON file; :class:`DeviceSpecError` naming the file and the fix."""
     source = Path(path)
@@ -428,15 +398,3 @@ def find_profile(name: str) -> DeviceProfile | None:
         return None
     path = cache_dir() / f"{name}.json"
     return load_profile(path) if path.is_file() else None
-
-
-def cached_profiles() -> list[str]:
-    """Names of the profiles in :func:`cache_dir`, sorted."""
-    folder = cache_dir()
-    if cache_off():
-        return []
-    return sorted(p.stem for p in folder.glob("*.json")) if folder.is_dir() else []
-
-
-def is_profile_data(data: Any) -> bool:
-    return isinstance(data, Mapping) and data.get("kind") == PROFILE_KIND

@@ -191,6 +191,8 @@ def parse_devices(spec: str) -> list[Device]:
       ``"2x16GiB,1x8GiB"`` heterogeneous groups
       ``"2xlocal"``        two devices of a profile cached by ``partition-explorer calibrate``
       ``"2xprofile.json"`` two devices of the profile in that file
+      ``"2xh100-80gb@graphs"`` two H100s timed for an engine with CUDA graphs and fused kernels
+                           (``@eager``, the default: plain PyTorch; see partitioner.kernels.ENGINES)
       a path to a JSON file holding a list of device dicts (see :meth:`Device.from_dict`), or a
       profile (one device)
     """
@@ -241,6 +243,7 @@ def parse_devices(spec: str) -> list[Device]:
                 f"{MAX_DEVICES} (e.g. one node's devices) and replicate the plan"
             )
         profile = None
+        body, engine = _engine_suffix(body, group)
         if body.lower() in PRESETS:
             memory = -1
         elif body.endswith(".json") or find_profile(body) is not None:
@@ -259,15 +262,44 @@ def parse_devices(spec: str) -> list[Device]:
                     f"device memory must be more than 0 B in {spec!r} (group {group!r} gives 0 B); a device "
                     "with no memory holds nothing: write its memory, e.g. '4x16GiB'"
                 )
+        if engine and (profile is not None or memory < 0):
+            profile = (profile or preset_profile(body.lower()))
+            if profile is None:
+                raise DeviceSpecError(f"device group {group!r}: {body!r} has no kernel curves to run under an "
+                                      f"engine; engines apply to GPU types ({', '.join(_gpu_presets())})")
+            profile = profile.with_engine(engine)
+        elif engine:
+            raise DeviceSpecError(f"device group {group!r}: an engine applies to a device type with kernel curves "
+                                  f"(a GPU preset or a measured profile), not to a size")
         for _ in range(count):
             lid = len(devices)
             if profile is not None:
-                devices.append(profile_device(profile, lid))
+                device = profile_device(profile, lid)
+                if memory < 0 and body.lower() in PRESETS:  # a preset under another engine keeps its figures
+                    device = dataclasses.replace(_preset_device(body.lower(), lid), profile=profile)
+                devices.append(device)
             elif memory < 0:
                 devices.append(_preset_device(body.lower(), lid))
             else:
                 devices.append(Device(name=f"dev_{lid}", memory_bytes=memory, logical_id=lid))
     return devices
+
+
+def _gpu_presets() -> list[str]:
+    return [name for name, card in HARDWARE.items() if card.accelerator]
+
+
+def _engine_suffix(body: str, group: str) -> tuple[str, str]:
+    """``"h100-80gb@graphs"`` -> ("h100-80gb", "graphs"); no suffix -> (body, "")."""
+    if "@" not in body:
+        return body, ""
+    from partitioner.kernels import ENGINES
+
+    name, _, engine = body.rpartition("@")
+    if engine not in ENGINES:
+        raise DeviceSpecError(f"device group {group!r}: unknown engine {engine!r}; write NAME@ENGINE with ENGINE one "
+                              f"of {', '.join(ENGINES)} (eager, the default, is what a plain PyTorch model runs)")
+    return name.strip(), engine
 
 
 def devices_from_dicts(items: Iterable[Mapping[str, Any]]) -> list[Device]:

@@ -16,6 +16,7 @@ import math
 from dataclasses import dataclass
 from typing import Mapping, Sequence
 
+from partitioner.cost.measured import runs_serially
 from partitioner.cost.model import CostModel, node_latencies, transfer_latency_s
 from partitioner.devices import MAX_DEVICES, Device
 from partitioner.errors import DeviceSpecError, InfeasibleError, InvalidPlanError, PartitionError
@@ -78,7 +79,7 @@ def build_problem(graph: Graph, devices: Sequence[Device], options: PartitionOpt
     devices = check_devices(devices)
     latencies = node_latencies(graph, devices, options.node_latency_dict)
     cost = CostModel(graph, latencies, resolve_transfer_rate(devices, options.transfer_rate_bytes_per_s),
-                     options.cost_model, transfer_latency_s(devices))
+                     options.cost_model, transfer_latency_s(devices), runs_serially(devices))
     return Problem(graph, devices, cost, options)
 
 

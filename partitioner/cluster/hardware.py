@@ -101,8 +101,10 @@ def cluster(accelerator: str, devices_per_node: int = 8, intra: str | None = Non
     ``engine`` names what the times assume (:data:`partitioner.kernels.ENGINES`); ``overrides``
     of the peak FLOP/s or bandwidth price the compute by the roofline of those figures (the card's
     kernel curves no longer describe it)."""
+    if "@" in accelerator:  # "h100-80gb@graphs"
+        accelerator, _, engine = accelerator.rpartition("@")
     if engine not in ENGINES:
-        raise PartitionError(f"unknown engine {engine!r}; choose one of {', '.join(ENGINES)}")
+        raise PartitionError(f"unknown engine {engine!r}; choose one of {', '.join(ENGINES)} (write NAME@ENGINE)")
     measured = _profile_named(accelerator) if accelerator not in ACCELERATORS else None
     if accelerator not in ACCELERATORS and measured is None:
         raise PartitionError(f"unknown accelerator {accelerator!r}; choose one of {', '.join(ACCELERATORS)}, or a "

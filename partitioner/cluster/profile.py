@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 from partitioner import kernels
+from partitioner.cost import ops as gpu_ops
 from partitioner.errors import PartitionError, ShardingError
 from partitioner.kernels import KernelOp
 from partitioner.graph import Graph
@@ -299,11 +300,11 @@ def _kernel_ops(graph: Graph, ops: Sequence[int], is_attr: Sequence[bool], seq0:
     with how it grows (NOTE: [Scaling the traced graph]): a weight-derived op not at all, a
     product of two activations along its sequence axis, an op on (sequence x sequence) scores or
     masks with the tokens times the sequence. O(N)."""
-    causal = kernels.is_causal(graph)
+    causal = gpu_ops.is_causal(graph)
     out = []
     for v in ops:
         nd = graph.nodes[v]
-        op = kernels.kernel_op(graph, v, kernels.op_kind(nd.op, nd.target), causal)
+        op = gpu_ops.kernel_op(graph, v, gpu_ops.op_kind(nd.op, nd.target), causal)
         if is_attr[v]:
             op = dataclasses.replace(op, fixed_bytes=op.nbytes) if op.kind != "matmul" else op
         elif op.kind == "matmul" and seq0 > 1 and nd.param_bytes == 0 and not any(is_attr[u] for u in graph.preds[v]):

@@ -133,8 +133,11 @@ class IncrementalCost:
 
     # -- queries ----------------------------------------------------------------------------
     def _inner(self, p: int) -> float:
-        """p's internal critical path, with evaluate()'s order and ties."""
+        """p's internal critical path, with evaluate()'s order and ties (its ops' sum on a device
+        that runs them one at a time: NOTE: [A partition's ops run one at a time])."""
         part, best, node_s, op_preds = self.part, self._best, self.cost.node_s, self.cost.op_preds
+        if self.cost.serial:
+            return sum(node_s[v] for v in self.members[p])
         longest = 0.0
         for v in sorted(self.members[p]):
             top = 0.0

@@ -7,11 +7,12 @@ from __future__ import annotations
 from typing import Any, Sequence
 
 from partitioner import kernels
+from partitioner.cost import ops as gpu_ops
 from partitioner.device_profile import DeviceProfile
 from partitioner.devices import Device
 from partitioner.graph import Graph
 
-__all__ = ["device_profile", "transfer_latency_s", "profile_latencies"]
+__all__ = ["device_profile", "transfer_latency_s", "profile_latencies", "runs_serially"]
 
 NodeLatency = tuple[float, float]  # (memory seconds, compute seconds)
 
@@ -20,6 +21,12 @@ def device_profile(devices: Sequence[Device]) -> DeviceProfile | None:
     """The measured profile the cost model uses for ``devices``: the first device's that has one
     (NOTE: [One speed per plan]), or None (the flat roofline)."""
     return next((d.profile for d in devices if d.profile is not None), None)
+
+
+def runs_serially(devices: Sequence[Device]) -> bool:
+    """Whether the devices run a partition's ops one at a time (NOTE: [A partition's ops run one
+    at a time] in :mod:`partitioner.cost.model`): devices priced by a measured profile."""
+    return device_profile(devices) is not None
 
 
 def transfer_latency_s(devices: Sequence[Device]) -> float:
@@ -57,7 +64,7 @@ def gpu_latencies(graph: Graph, profile: DeviceProfile, batch_fraction: float = 
     compute, every other op's memory (the other half of the pair is 0). O(N + E)."""
     gpu = profile.gpu
     assert gpu is not None
-    ops, _ = kernels.op_times(graph, gpu, lambda node: _module_kind(graph, node))
+    ops, _ = gpu_ops.op_times(graph, gpu, lambda node: _module_kind(graph, node))
     if batch_fraction != 1.0:
         ops = [op.scaled(batch_fraction) if op is not None else None for op in ops]
     times = [gpu.kernel_s(op) if op is not None else 0.0 for op in ops]

@@ -17,15 +17,13 @@ of them read is stored there once, as in the reference's device mapping).
 
 from __future__ import annotations
 
-import logging
 import math
 from dataclasses import dataclass
 from typing import Mapping, Sequence
 
+from partitioner.cost.latency import NodeLatency, node_latencies, node_seconds, roofline_latencies
 from partitioner.cost.measured import device_profile, profile_latencies, transfer_latency_s
-from partitioner.devices import DEFAULT_SPEEDS, Device
 from partitioner.errors import PartitionError
-from partitioner.options import check_latency_pair
 from partitioner.graph import Graph, toposort
 
 __all__ = [
@@ -42,75 +40,6 @@ __all__ = [
     "best_index",
 ]
 
-logger = logging.getLogger(__name__)
-
-NodeLatency = tuple[float, float]  # (memory seconds, compute seconds)
-
-
-def _slowest(devices: Sequence[Device], field: str) -> float:
-    values = [getattr(d, field) for d in devices if getattr(d, field) is not None]
-    return float(min(values)) if values else float(DEFAULT_SPEEDS[field])
-
-
-def roofline_latencies(graph: Graph, devices: Sequence[Device]) -> list[NodeLatency]:
-    """Per node index: (bytes moved / memory bandwidth, FLOPs / peak FLOP/s).
-
-    Bytes moved are the node's inputs, parameters and output. # NOTE: [One speed per plan]
-    The reference cost model gives a node one latency whatever device runs it, and every
-    algorithm here relies on that. With heterogeneous devices we estimate on the slowest
-    device's figures, so plans are never optimistic. Non-op nodes cost nothing. With a measured
-    profile (:mod:`partitioner.device_profile`) both roofs are its curves and each op pays its
-    dispatch overhead (NOTE: [Op time from a profile]). O(N + E).
-    """
-    profile = device_profile(devices)
-    if profile is not None:
-        return profile_latencies(graph, profile)
-    bandwidth = _slowest(devices, "memory_bandwidth_bytes_per_s")
-    peak = _slowest(devices, "peak_flops")
-    latencies: list[NodeLatency] = []
-    for i, node in enumerate(graph.nodes):
-        if not node.is_op:
-            latencies.append((0.0, 0.0))
-            continue
-        moved = graph.activation_bytes(i) + node.param_bytes
-        latencies.append((moved / bandwidth, node.flops / peak))
-    return latencies
-
-
-def node_latencies(
-    graph: Graph,
-    devices: Sequence[Device],
-    node_latency: Mapping[str, Sequence[float]] | None = None,
-) -> list[NodeLatency]:
-    """Roofline estimates, overridden per node name by ``node_latency`` (``{name: (mem_s, compute_s)}``).
-
-    Names in ``node_latency`` that are not op nodes of the graph are an error (a typo there
-    would silently change nothing); op nodes it leaves out keep their roofline estimate.
-    """
-    latencies = roofline_latencies(graph, devices)
-    if not node_latency:
-        return latencies
-    unknown = sorted(n for n in node_latency if n not in graph.index or not graph.node(n).is_op)
-    if unknown:
-        shown = ", ".join(unknown[:5]) + (" ..." if len(unknown) > 5 else "")
-        raise PartitionError(
-            f"node_latency names {len(unknown)} node(s) that are not op nodes of the graph: "
-            f"{shown}; use node names from the traced graph (e.g. {', '.join(graph.op_names[:3])})"
-        )
-    for name, pair in node_latency.items():
-        mem_s, compute_s = check_latency_pair(name, pair)
-        latencies[graph.index[name]] = (mem_s, compute_s)
-    missing = len(graph.op_indices) - len(node_latency)
-    if missing > 0:
-        logger.info("node_latency covers %d op nodes; %d keep their roofline estimate",
-                    len(node_latency), missing)
-    return latencies
-
-
-def node_seconds(graph: Graph, devices: Sequence[Device],
-                 node_latency: Mapping[str, Sequence[float]] | None = None) -> list[float]:
-    """Each node's latency: the larger of its memory and compute time (:attr:`CostModel.node_s`)."""
-    return [max(m, c) for m, c in node_latencies(graph, devices, node_latency)]
 
 
 # --------------------------------------------------------------------------------------------
@@ -143,11 +72,18 @@ class CostModel:
         transfer_rate_bytes_per_s: float | None,
         cost_model: str = "physical",
         transfer_latency_s: float = 0.0,
+        serial: bool = False,
     ) -> None:
         if cost_model not in ("physical", "torch"):
             raise PartitionError(f"unknown cost model {cost_model!r}; choose 'physical' or 'torch'")
         self.cost_model = cost_model
         self.torch = cost_model == "torch"
+        # NOTE: [A partition's ops run one at a time] On a device with a measured profile (a GPU's
+        # one stream, eager PyTorch's one thread) a partition's ops run in program order, one at a
+        # time: its latency is their sum, not the critical path through them (torch's model, kept
+        # for the datasheet roofline). The critical path stays a lower bound on the sum, so the
+        # bounds and the exact solver's proofs hold under both.
+        self.serial = bool(serial) and not self.torch
         self._bound: float | None = None
         self.graph = graph
         self.n = len(graph)
@@ -285,7 +221,10 @@ class CostModel:
             e = end[p]
             if e < 0 and cur > 0.0 or e >= 0 and cur > best[e]:
                 end[p] = v
-        latency = [self._path_latency(end[p], came) for p in range(num)]
+        if self.serial:
+            latency = [self._sum_latency(m) for m in members]
+        else:
+            latency = [self._path_latency(end[p], came) for p in range(num)]
         if self.torch:
             edges = self._torch_edge_bytes(part, members, edges)
         order, finish, begin, levels, path, total = self.schedule([t for t, _, _ in latency], edges, devices_of)
@@ -355,6 +294,11 @@ class CostModel:
             mem += self.mem_s[u]
             compute += self.compute_s[u]
         return (total, mem, compute)
+
+    def _sum_latency(self, members: Sequence[int]) -> tuple[float, float, float]:
+        """(overall, mem, compute) seconds of a partition whose ops run one at a time."""
+        return (sum(self.node_s[v] for v in members), sum(self.mem_s[v] for v in members),
+                sum(self.compute_s[v] for v in members))
 
     def _torch_edge_bytes(self, part: Sequence[int], members: Sequence[Sequence[int]],
                           edges: Mapping[tuple[int, int], int]) -> dict[tuple[int, int], int]:

@@ -15,6 +15,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
+from partitioner.cost.measured import runs_serially
 from partitioner.cost.model import CostModel, Evaluation, node_latencies, transfer_latency_s
 from partitioner.devices import Device
 from partitioner.errors import InvalidPlanError
@@ -138,7 +139,8 @@ class Plan:
         devices_of = [list(p.device_ids) for p in sorted(self.partitions, key=lambda p: p.id)]
         devices = list(self.devices)
         cost = CostModel(graph, node_latencies(graph, devices, options.node_latency_dict),
-                         options.transfer_rate_bytes_per_s, options.cost_model, transfer_latency_s(devices))
+                         options.transfer_rate_bytes_per_s, options.cost_model, transfer_latency_s(devices),
+                         runs_serially(devices))
         provenance = dataclasses.replace(self.provenance, options=options)
         # The solver's bound holds under both cost models (NOTE: [Relaxation bound]), not at another rate.
         same_rate = options.transfer_rate_bytes_per_s == self.options.transfer_rate_bytes_per_s

@@ -1,0 +1,157 @@
+"""Measure a GPU's kernel curves into a device profile (``partition-explorer calibrate --gpu``).
+
+The same measurements as the curves the GPU presets carry (:mod:`partitioner.profiles`): one
+op's launch cost back to back and the host's wall time per op; ``F.linear`` by LLM shape
+(tokens x k -> n) and dtype; elementwise and normalisation ops by bytes; causal and full
+``scaled_dot_product_attention`` by sequence; an embedding lookup and the cross-entropy over a
+128k vocabulary by tokens. Timed with CUDA events, the median after warm-up, in a fresh worker
+process with a time limit (:func:`partitioner.runtime.worker.run_in_worker`). The rows have the
+format of the carried curves, so a profile measured here is priced exactly as the presets are.
+On a machine without CUDA the same code runs on the CPU (``device="cpu"``, wall-clock timing),
+which is how the tests check it; a CPU's own profile comes from ``partition-explorer calibrate``.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from typing import Any, Callable
+
+from partitioner.device_profile import DeviceProfile
+
+__all__ = ["measure_rows", "calibrate_gpu", "SHAPES", "QUICK_SHAPES"]
+
+# (k, n) weights of Llama-3-8B / 70B, GPT-2 XL and BERT-large's layers; tokens from decode to 16k.
+SHAPES = dict(tokens=(1, 8, 64, 256, 1024, 4096, 16384),
+              weights=((4096, 4096), (4096, 14336), (14336, 4096), (8192, 8192), (8192, 28672), (1600, 6400),
+                       (1024, 4096)),
+              squares=(128, 256, 512, 1024, 2048, 4096, 8192),
+              elements=tuple(1 << e for e in (10, 14, 18, 20, 22, 24, 26, 28)),
+              sequences=(128, 512, 1024, 2048, 4096, 8192, 16384), vocab=128256, dim=4096,
+              loss_tokens=(128, 2048, 16384), dtypes=("bfloat16", "float16", "float32"), repeats=10)
+QUICK_SHAPES = dict(tokens=(1, 8, 32), weights=((64, 64), (64, 256)), squares=(32, 64), elements=(1 << 10, 1 << 14),
+                    sequences=(16, 32), vocab=512, dim=64, loss_tokens=(8, 32), dtypes=("float32",), repeats=3)
+
+
+def _timer(torch: Any, device: str) -> Callable[[Callable[[], Any], int], float]:
+    def timed(fn: Callable[[], Any], reps: int) -> float:
+        for _ in range(3):
+            fn()
+        times = []
+        for _ in range(reps):
+            if device == "cuda":
+                torch.cuda.synchronize()
+                a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                a.record()
+                fn()
+                b.record()
+                torch.cuda.synchronize()
+                times.append(a.elapsed_time(b) / 1e3)
+            else:
+                start = time.perf_counter()
+                fn()
+                times.append(time.perf_counter() - start)
+        return statistics.median(times)
+
+    return timed
+
+
+def measure_rows(device: str = "cuda", quick: bool = False) -> list[dict[str, Any]]:
+    """The curves of ``device`` as rows (the carried curves' format). Minutes on a GPU with the
+    full shapes; ``quick`` measures a few small shapes (seconds), for checks."""
+    import torch
+    import torch.nn.functional as F
+
+    shapes = QUICK_SHAPES if quick else SHAPES
+    reps = int(shapes["repeats"])  # type: ignore[call-overload]
+    timed = _timer(torch, device)
+    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
+    name = torch.cuda.get_device_name(0) if device == "cuda" else "cpu"
+    rows: list[dict[str, Any]] = [{"kind": "info", "gpu": name, "torch": torch.__version__}]
+    x = torch.ones(1, device=device)
+    n = 200 if quick else 2000
+    per = timed(lambda: [torch.add(x, x) for _ in range(n)], 3) / n
+    rows.append({"kind": "overhead", "what": "add 1 element, back to back", "per_op_s": per})
+    sync()
+    start = time.perf_counter()
+    for _ in range(n):
+        torch.add(x, x)
+    sync()
+    rows.append({"kind": "overhead", "what": "host wall per tiny op", "per_op_s": (time.perf_counter() - start) / n})
+    for dtype_name in shapes["dtypes"]:  # type: ignore[union-attr]
+        dtype = getattr(torch, str(dtype_name))
+        for tokens in shapes["tokens"]:  # type: ignore[union-attr]
+            for k, m in shapes["weights"]:  # type: ignore[union-attr, misc]
+                a = torch.randn(tokens, k, device=device, dtype=dtype)
+                w = torch.randn(m, k, device=device, dtype=dtype)
+                s = timed(lambda: F.linear(a, w), reps)
+                rows.append({"kind": "matmul", "dtype": dtype_name, "m": tokens, "k": k, "n": m,
+                             "flops": 2 * tokens * k * m, "s": s})
+        for sq in shapes["squares"]:  # type: ignore[union-attr]
+            a = torch.randn(sq, sq, device=device, dtype=dtype)
+            s = timed(lambda: a @ a, reps)
+            rows.append({"kind": "matmul", "dtype": dtype_name, "m": sq, "k": sq, "n": sq, "flops": 2 * sq ** 3, "s": s})
+    half = torch.bfloat16 if not quick else torch.float32
+    size = 2 if not quick else 4
+    for numel in shapes["elements"]:  # type: ignore[union-attr]
+        width = min(int(numel), int(shapes["dim"]))  # type: ignore[call-overload]
+        t = torch.randn(max(int(numel) // width, 1), width, device=device, dtype=half)
+        u = torch.randn_like(t)
+        ones = torch.ones(width, device=device, dtype=half)
+        for op, fn, moved in (("add", lambda: t + u, 3), ("mul_scalar", lambda: t * 2.0, 2),
+                              ("gelu", lambda: F.gelu(t), 2), ("silu", lambda: F.silu(t), 2),
+                              ("softmax", lambda: torch.softmax(t, -1), 2),
+                              ("layer_norm", lambda: F.layer_norm(t, t.shape[-1:], ones, ones), 2),
+                              ("rms_norm", lambda: F.rms_norm(t, t.shape[-1:], ones), 2), ("copy", lambda: t.clone(), 2)):
+            s = timed(fn, reps)
+            rows.append({"kind": "elementwise", "op": op, "numel": t.numel(), "bytes": moved * t.numel() * size, "s": s})
+    heads, head_dim = (32, 128) if not quick else (4, 16)
+    for seq in shapes["sequences"]:  # type: ignore[union-attr]
+        q = torch.randn(1, heads, seq, head_dim, device=device, dtype=half)
+        for causal in (True, False):
+            s = timed(lambda: F.scaled_dot_product_attention(q, q, q, is_causal=causal), reps)
+            scale = (32 * 128) / (heads * head_dim)  # the curves are per 32 heads of 128
+            rows.append({"kind": "attention", "seq": seq, "heads": 32, "head_dim": 128, "causal": causal,
+                         "s": s * scale})
+    vocab, dim = int(shapes["vocab"]), int(shapes["dim"])  # type: ignore[call-overload]
+    emb = torch.randn(vocab, dim, device=device, dtype=half)
+    for tokens in shapes["loss_tokens"]:  # type: ignore[union-attr]
+        ids = torch.randint(0, vocab, (tokens,), device=device)
+        s = timed(lambda: F.embedding(ids, emb), reps)
+        rows.append({"kind": "embedding", "tokens": tokens, "dim": dim, "s": s})
+        logits = torch.randn(tokens, vocab, device=device, dtype=half)
+        s = timed(lambda: F.cross_entropy(logits.float(), ids), max(3, reps // 2))
+        rows.append({"kind": "cross_entropy", "tokens": tokens, "vocab": vocab, "s": s})
+    return rows
+
+
+def _memory_bytes(device: str) -> int:
+    import torch
+
+    if device == "cuda":
+        return int(torch.cuda.get_device_properties(0).total_memory)
+    from partitioner.runtime.calibrate import _memory_bytes as host_memory
+
+    return int(host_memory())
+
+
+def _measure(device: str, quick: bool) -> tuple[list[dict[str, Any]], int]:
+    return measure_rows(device, quick), _memory_bytes(device)
+
+
+def calibrate_gpu(name: str, timeout_s: float = 900.0, device: str = "cuda", quick: bool = False,
+                  link_bandwidth_bytes_per_s: float = 450e9, link_latency_s: float = 2e-6) -> DeviceProfile:
+    """Measure ``device`` in a fresh worker (at most ``timeout_s``) into a profile called ``name``:
+    its kernel curves, priced as the GPU presets are. The link between GPUs is the node's
+    datasheet figure (NVLink 4 by default) until NCCL collectives are measured."""
+    from partitioner.kernels import from_rows
+    from partitioner.profiles import profile_from_kernels
+    from partitioner.runtime.worker import run_in_worker
+
+    rows, memory = run_in_worker(_measure, (device, quick), timeout_s, f"the {device} kernel measurement")
+    kernels = from_rows(rows, source=f"measured by partition-explorer calibrate --gpu on {rows[0].get('gpu', device)}")
+    profile = profile_from_kernels(name, memory, kernels, link_bandwidth_bytes_per_s, link_latency_s)
+    import dataclasses
+
+    return dataclasses.replace(profile, measured_at=time.strftime("%Y-%m-%d %H:%M:%S"),
+                               backend="nccl" if device == "cuda" else "gloo")
