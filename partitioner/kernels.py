@@ -178,7 +178,11 @@ class GpuKernels:
         curve at ``m`` tokens, scaled by the weight's size k x n (a matrix product's time grows
         with k x n at any m: its weight read when memory-bound, its FLOPs when compute-bound)."""
         groups = self._mm.get(dtype_name(dtype)) or self._mm.get("bfloat16") or next(iter(self._mm.values()))  # type: ignore[attr-defined]
-        (gk, gn), curve = min(groups, key=lambda g: (abs(math.log(k * n / (g[0][0] * g[0][1])))
+        for (gk, gn), curve in groups:  # a shape measured at this very size (the squares)
+            if (gk, gn) == (k, n) and len(curve) == 1 and curve[0][0] == m:
+                return curve[0][1]
+        curves = [g for g in groups if len(g[1]) > 1] or groups  # shapes measured over the tokens
+        (gk, gn), curve = min(curves, key=lambda g: (abs(math.log(k * n / (g[0][0] * g[0][1])))
                                                       + 0.25 * abs(math.log(k / n * g[0][1] / g[0][0]))))
         t = interp(curve, m) if len(curve) > 1 else curve[0][1] * max(m / curve[0][0], 1.0)
         scale = k * n / (gk * gn)
