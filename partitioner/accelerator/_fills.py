@@ -5,7 +5,8 @@ The contiguous fill walks the nodes in topological order and opens each new part
 largest unused device (torch's ``size_based``, in :mod:`.size_based`, takes the first in list
 order); when devices run out the remaining nodes go to the device where they cost least room
 instead of one partition per leftover node. When fragmentation leaves a node nowhere to go: a
-best-fit packing, a packing by size that ignores order, and (small graphs) an exhaustive search.
+best-fit packing, a packing by size that ignores order, (small graphs) an exhaustive search,
+torch's fills and, last, a search that repairs a placement until it fits (:mod:`._repair`).
 """
 
 from __future__ import annotations
@@ -16,11 +17,13 @@ from partitioner.cost.incremental import DeviceMemory
 from partitioner.errors import InfeasibleError
 from partitioner.units import format_bytes
 from partitioner.accelerator._base import Assignment, Problem, node_alone_bytes
+from partitioner.accelerator._repair import repair_fit, runs as _runs
 from partitioner.accelerator._segments import time_orders
 from partitioner.accelerator._torch_merge import merge_sequence
 from partitioner.accelerator.size_based import torch_fill, torch_singletons
 
-__all__ = ["starts", "priority_starts", "initial_fill", "fill_in_order", "pack_by_size", "exhaustive_fit"]
+__all__ = ["starts", "priority_starts", "initial_fill", "fill_in_order", "pack_by_size", "exhaustive_fit",
+           "exhaustive_search"]
 
 
 def starts(problem: Problem) -> list[Assignment]:
@@ -85,12 +88,14 @@ def priority_starts(problem: Problem, count: int, taken: Sequence[Assignment] = 
 
 
 def initial_fill(problem: Problem) -> Assignment:
-    """Mode ``largest_first``: contiguous fill, the largest device first; when fragmentation leaves a node nowhere to go, a tighter packing, then a
-    packing by size that ignores order, then (small graphs) an exhaustive search, then torch's
-    fill, one node per partition mapped as torch maps them (which torch's memory rule can
-    accept where the physical tallies of the others refuse) and, under torch's cost model,
-    torch's own cost_aware plan. The searches
-    start from whichever succeeds, so none of them depends on the contiguous fill succeeding."""
+    """Mode ``largest_first``: contiguous fill, the largest device first; when fragmentation
+    leaves a node nowhere to go, a tighter packing, then a packing by size that ignores order,
+    then (small graphs) an exhaustive search, then torch's fill, one node per partition mapped as
+    torch maps them (which torch's memory rule can accept where the physical tallies of the
+    others refuse), under torch's cost model torch's own cost_aware plan, and last a repair of a
+    placement until it fits (NOTE: [Repairing a placement]; not where the exhaustive search
+    proved that no placement fits). The searches start from whichever succeeds, so none of them depends
+    on the contiguous fill succeeding."""
     try:
         found = fill_in_order(problem, problem.graph.op_indices)
         if problem.fits(found):  # the fills count memory as the physical model does
@@ -99,13 +104,22 @@ def initial_fill(problem: Problem) -> Assignment:
                                 "cost model's memory rule; add a device or memory")
     except InfeasibleError as exc:
         first = exc
+    proven = False  # the exhaustive search found no placement: none fits as runs
+
+    def exhaustive() -> Assignment | None:
+        nonlocal proven
+        found, complete = exhaustive_search(problem)
+        proven = found is None and complete
+        return found
+
     for fallback in (lambda: fill_in_order(problem, problem.graph.op_indices, pack=True),
-                     lambda: pack_by_size(problem), lambda: exhaustive_fit(problem),
+                     lambda: pack_by_size(problem), exhaustive,
                      lambda: torch_fill(problem), lambda: torch_singletons(problem),
-                     lambda: merge_sequence(problem) if problem.cost.torch else None):
-        # the last three: no fill refuses where torch's fill, a search from one node per
-        # partition (the searches' last resort) or, under torch's memory rule, torch's own
-        # cost_aware plan (NOTE: [Never slower than torch]) finds one
+                     lambda: merge_sequence(problem) if problem.cost.torch else None,
+                     lambda: None if proven else repair_fit(problem)):
+        # then: no fill refuses where torch's fill, a search from one node per partition (the
+        # searches' last resort) or, under torch's memory rule, torch's own cost_aware plan
+        # (NOTE: [Never slower than torch]) finds one, nor where any placement fits
         try:
             candidate = fallback()
         except InfeasibleError:
@@ -113,20 +127,6 @@ def initial_fill(problem: Problem) -> Assignment:
         if candidate is not None and problem.fits(candidate):
             return candidate
     raise first
-
-
-def _runs(problem: Problem, device_of: Sequence[int]) -> Assignment:
-    """Node -> device as partitions: maximal runs of one device in topological order, so the
-    partition DAG is acyclic whatever the placement (every edge goes forward in the order)."""
-    part = [-1] * len(problem.graph)
-    devices_of: list[list[int]] = []
-    last = None
-    for v in problem.graph.op_indices:
-        if device_of[v] != last:
-            devices_of.append([device_of[v]])
-            last = device_of[v]
-        part[v] = len(devices_of) - 1
-    return Assignment(part, devices_of)
 
 
 def pack_by_size(problem: Problem) -> Assignment:
@@ -149,23 +149,46 @@ def pack_by_size(problem: Problem) -> Assignment:
     return _runs(problem, chosen)
 
 
-def exhaustive_fit(problem: Problem, max_ops: int = 12) -> Assignment | None:
+EXHAUSTIVE_MAX_OPS = 12  # op nodes the exhaustive search takes by default
+
+
+def exhaustive_fit(problem: Problem, max_ops: int = EXHAUSTIVE_MAX_OPS) -> Assignment | None:
     """Depth-first search over node -> device placements with exact memory pruning, for graphs
     of at most ``max_ops`` op nodes (exponential: D ** N at worst; devices of equal memory that
-    are still empty are tried once). Returns None when no placement fits or the graph is large."""
+    are still empty are tried once). Returns None when no placement fits or the graph is large.
+    See :func:`exhaustive_search`."""
+    return exhaustive_search(problem, max_ops)[0]
+
+
+_TORCH_LEAVES = 20_000  # placements checked against torch's memory rule before giving up
+
+
+def exhaustive_search(problem: Problem, max_ops: int = EXHAUSTIVE_MAX_OPS) -> tuple[Assignment | None, bool]:
+    """(:func:`exhaustive_fit`'s placement, whether the search was complete). The pruning
+    counts memory by the union rule, which torch's memory rule never undercuts (it counts an
+    outside input again for each reader, an input again for each partition). Under torch's cost
+    model each placement that passes is checked as runs against torch's rule, and the search
+    goes on past those that fail, for up to ``_TORCH_LEAVES`` of them. A complete search
+    without a placement proves that no placement fits as runs, the only plans
+    :func:`repair_fit` makes."""
     graph = problem.graph
     ops = list(graph.op_indices)
     if len(ops) > max_ops:
-        return None
+        return None, False
     capacity = problem.capacity
     tally = DeviceMemory(problem.cost, [-1] * len(graph), [], capacity)  # the one union rule
     where = [-1] * len(graph)
     devices = [d.logical_id for d in problem.devices]
     used = {d: 0 for d in devices}
+    leaves = 0
 
     def search(i: int) -> bool:
+        nonlocal leaves
         if i == len(ops):
-            return True
+            if not problem.cost.torch:
+                return True
+            leaves += 1
+            return leaves > _TORCH_LEAVES or problem.fits(_runs(problem, where))
         v = ops[i]
         empty_tried: set[int] = set()
         for d in devices:
@@ -186,8 +209,10 @@ def exhaustive_fit(problem: Problem, max_ops: int = 12) -> Assignment | None:
         return False
 
     if not search(0):
-        return None
-    return _runs(problem, where)
+        return None, True
+    if leaves > _TORCH_LEAVES:
+        return None, False
+    return _runs(problem, where), True
 
 
 def fill_in_order(problem: Problem, order: Sequence[int], pack: bool = False) -> Assignment:
