@@ -48,8 +48,11 @@ PAGE = "current_page"  # the page this run draws (a key of PAGE_PREFIXES), whose
 def _persistent(key: str) -> bool:
     if key in PERSISTENT or (key.startswith("knob_") and not key.startswith("knob_reset_")):
         return True
-    # a page's view (its widgets a link carries) is kept while the person visits other pages
-    return any(key.startswith(p) for p in PAGE_PREFIXES.values()) and \
+    # A page's view (its widgets a link carries) is kept while the person visits other pages; on its
+    # own page its widgets keep it, and re-owning it there would count as setting it from code beside
+    # the widget's default (Streamlit logs a warning for each).
+    here = PAGE_PREFIXES.get(st.session_state.get(PAGE, ""))
+    return any(key.startswith(p) for p in PAGE_PREFIXES.values() if p != here) and \
         page_kind(key, st.session_state.get(key)) not in (None, object)
 
 
