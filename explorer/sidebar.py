@@ -102,7 +102,7 @@ def hf_ui() -> ModelChoice | None:
     from sample_models._hf import PRESETS, TOKEN_SETTINGS
 
     st.session_state.setdefault("hf_name", "gpt2")
-    st.session_state.setdefault("hf_set", hf_default_fields("gpt2"))
+    st.session_state.setdefault("hf_set", hf_default_fields(st.session_state["hf_name"]))  # a link's preset: none
     # The fields follow the architecture: a name sent with the form carries the fields over (its
     # default becomes the new one's, a layer count moves to the new field name) before they show.
     built_for = st.session_state.setdefault("hf_fields_for", st.session_state["hf_name"])

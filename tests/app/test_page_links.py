@@ -88,3 +88,17 @@ def test_the_pipeline_pages_settings_are_in_the_link():
     assert params["pp_microbatches"] == "4" and params["pp_schedule"] == "gpipe"
     fresh = _open(params, "views/pipeline.py")
     assert fresh.number_input(key="pp_microbatches").value == 4 and fresh.selectbox(key="pp_schedule").value == "gpipe"
+
+
+def test_a_link_naming_only_a_preset_builds_it_at_its_real_size():
+    import pytest
+
+    pytest.importorskip("transformers")
+    from explorer.state import HF_MODEL
+
+    fresh = AppTest.from_file(APP, default_timeout=TIMEOUT)
+    fresh.query_params.update({"model": HF_MODEL, "hf_name": "llama-3-8b", "dev_preset": "h100-80gb"})
+    fresh.run()
+    assert not fresh.exception, fresh.exception
+    assert fresh.text_input(key="hf_set").value == ""  # not gpt2's n_layer=2
+    assert fresh.session_state["config"].model.label == "hf:llama-3-8b"
