@@ -115,6 +115,13 @@ class KernelOp:
     fixed_bytes: float = 0.0  # of nbytes, what does not grow with the tokens (weights read)
     seq_axis: str = ""  # a product of two activations: "k" or "n" grows with the sequence
     seq_squared: bool = False  # an elementwise op on (sequence x sequence) scores or masks
+    experts: float = 0.0  # a grouped product over this many experts' weights (a mixture of experts)
+
+    @property
+    def launches(self) -> float:
+        """Ops the host issues for it: one, or for a grouped product the per-expert loop eager
+        PyTorch runs (a slice, a product and a copy for each expert its rows reach)."""
+        return 1.0 + 3.0 * min(self.experts, max(self.m, 1.0)) if self.kind == "matmul" and self.experts > 1 else 1.0
 
     def scaled(self, tokens_ratio: float, seq_ratio: float = 1.0, tp: int = 1) -> "KernelOp":
         """This op at ``tokens_ratio`` times the tokens in sequences ``seq_ratio`` times as long,
@@ -205,6 +212,10 @@ class GpuKernels:
         """Seconds the GPU spends on ``op``'s kernel (0 for a view)."""
         if op.kind == "view":
             return 0.0
+        if op.kind == "matmul" and op.experts > 1:  # one product per expert its rows route to
+            groups = min(op.experts, max(op.m, 1.0))
+            t = self.timed_matmul_s(op.m / groups, op.k, op.n, op.dtype)
+            return groups * max(t - self.launch_s, MIN_KERNEL_S)
         if op.kind == "matmul":
             t = self.timed_matmul_s(op.m, op.k, op.n, op.dtype)
         elif op.kind == "attention":

@@ -158,7 +158,7 @@ class ModelProfile:
         times = [gpu.kernel_s(op) for op in ops]
         if engine == "graphs":
             return [kernels.fused_s(gpu, op, t) for op, t in zip(ops, times)]
-        return kernels.eager_increments([gpu.host_per_op_s] * len(ops), times)
+        return kernels.eager_increments([gpu.host_per_op_s * op.launches for op in ops], times)
 
     def _roofline_seconds(self, tokens: float, seq: int, peak_flops: float, bandwidth: float) -> float:
         ratio = seq / self.seq0

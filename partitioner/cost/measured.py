@@ -72,7 +72,8 @@ def gpu_latencies(graph: Graph, profile: DeviceProfile, batch_fraction: float = 
         spent = [kernels.fused_s(gpu, op, t) if op is not None else 0.0 for op, t in zip(ops, times)]
     else:
         order = [v for v in range(len(ops)) if ops[v] is not None]
-        steps = kernels.eager_increments([gpu.host_per_op_s] * len(order), [times[v] for v in order])
+        steps = kernels.eager_increments([gpu.host_per_op_s * ops[v].launches for v in order],  # type: ignore[union-attr]
+                                         [times[v] for v in order])
         spent = [0.0] * len(ops)
         for v, t in zip(order, steps):
             spent[v] = t

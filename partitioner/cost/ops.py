@@ -18,7 +18,7 @@ _VIEWS = frozenset({"view", "_unsafe_view", "reshape", "unsqueeze", "squeeze", "
                     "expand_as", "view_as", "narrow", "movedim", "_assert_tensor_metadata", "getattr", "identity",
                     "flatten_using_ints", "numel", "type_as", "float", "half", "bfloat16"})
 _MATMUL = frozenset({"linear", "mm", "addmm", "bmm", "matmul", "baddbmm", "einsum", "conv1d", "conv2d", "conv3d",
-                     "convolution", "_grouped_mm", "addmv", "mv", "dot", "conv_transpose2d"})
+                     "convolution", "_grouped_mm", "grouped_mm_fallback", "grouped_mm", "addmv", "mv", "dot", "conv_transpose2d"})
 _ATTENTION = frozenset({"scaled_dot_product_attention", "_scaled_dot_product_flash_attention",
                         "_scaled_dot_product_efficient_attention", "_scaled_dot_product_cudnn_attention"})
 _LOSS = frozenset({"cross_entropy", "nll_loss", "cross_entropy_loss", "log_softmax", "_log_softmax"})
@@ -74,7 +74,11 @@ def kernel_op(graph: Any, v: int, kind: str, causal: bool = True) -> KernelOp:
             n = float(shape[-1]) if shape else 1.0
         m = max(numel / n, 1.0)
         k = max(node.flops / (2.0 * numel), 1.0)
-        return KernelOp("matmul", dtype, m=m, k=k, n=n)
+        experts = 0.0
+        if "grouped_mm" in node.target:  # packed experts' weights: (experts, ., .)
+            packed = [graph.nodes[u].shape for u in node.inputs if len(graph.nodes[u].shape or ()) == 3]
+            experts = float(packed[0][0]) if packed else 0.0
+        return KernelOp("matmul", dtype, m=m, k=k, n=n, experts=experts)
     if kind == "attention" and len(shape) >= 3 and node.flops > 0:
         seq, head_dim = float(shape[-2]), float(shape[-1])
         heads = max(numel / (seq * head_dim), 1.0)
