@@ -17,7 +17,10 @@ from partitioner import cluster, pipeline
 from partitioner.cluster.compose import parse_layout
 from partitioner.devices import DEFAULT_SPEEDS
 
-__all__ = ["Technique", "fx_row", "pipeline_row", "cluster_rows", "table", "cluster_target"]
+ROOFLINE = "roofline"  # the partitioner's cost model: max(bytes / bandwidth, FLOPs / peak) per node
+PLANNER = "cluster planner"  # partitioner.cluster: the accelerator's curves, kernel launches, collectives
+
+__all__ = ["ROOFLINE", "PLANNER", "Technique", "fx_row", "pipeline_row", "cluster_rows", "table", "cluster_target"]
 
 
 @dataclass(frozen=True)
@@ -33,6 +36,7 @@ class Technique:
     capacity_bytes: int | None = None
     how: str = ""  # the shape of its answer in a few words (modes, stages, the layout)
     error: str | None = None
+    priced_by: str = ""  # whose cost model the time is (the roofline, the cluster planner's)
 
     @property
     def fits(self) -> bool | None:
@@ -56,7 +60,8 @@ def fx_row(plan: Plan | None, error: str | None, devices: Sequence[Device]) -> T
             held[d] = held.get(d, 0) + p.memory_bytes
     return Technique(name, "views/explore.py", len(held), plan.latency_s, max(held.values(), default=0),
                      _capacity(devices), f"{plan.mode}: {len(plan.partitions)} partition"
-                     f"{'s' if len(plan.partitions) != 1 else ''}, critical path {len(plan.critical_path)} long")
+                     f"{'s' if len(plan.partitions) != 1 else ''}, critical path {len(plan.critical_path)} long",
+                     priced_by=ROOFLINE)
 
 
 def pipeline_row(pp: "pipeline.PipelinePlan | None", error: str | None, devices: Sequence[Device]) -> Technique:
@@ -67,7 +72,7 @@ def pipeline_row(pp: "pipeline.PipelinePlan | None", error: str | None, devices:
     return Technique(name, "views/pipeline.py", len(set(pp.device_ids)), pp.step_time_s,
                      max(pp.stage_memory_bytes, default=0), _capacity(devices),
                      f"{len(pp.stages)} stages, {pp.microbatches} microbatches, {pp.schedule}, bubble "
-                     f"{pp.bubble_fraction:.0%}")
+                     f"{pp.bubble_fraction:.0%}", priced_by=ROOFLINE)
 
 
 def cluster_target(devices: Sequence[Device], transfer_rate_bytes_per_s: float | None) -> cluster.Cluster:
@@ -112,7 +117,7 @@ def cluster_rows(graph: Graph, devices: Sequence[Device], transfer_rate_bytes_pe
     try:
         tp = cluster.evaluate(prof, work, target, parse_layout(f"tp{n}"), None)
         rows.append(Technique(tp_name, "views/sharding.py", n, tp.step_s, tp.memory_bytes, capacity,
-                              f"{tp.layout.label()}; limited by {tp.limit}"))
+                              f"{tp.layout.label()}; limited by {tp.limit}", priced_by=PLANNER))
     except ValueError as exc:
         rows.append(Technique(tp_name, "views/sharding.py", error=str(exc)))
     try:
@@ -124,26 +129,30 @@ def cluster_rows(graph: Graph, devices: Sequence[Device], transfer_rate_bytes_pe
         rows.append(Technique(best_name, "views/cluster.py", error=f"no layout of {n} device{'s' if n != 1 else ''} fits"))
     else:
         rows.append(Technique(best_name, "views/cluster.py", best.devices, best.step_s, best.memory_bytes, capacity,
-                              f"{best.layout.label()}; limited by {best.limit}"))
+                              f"{best.layout.label()}; limited by {best.limit}", priced_by=PLANNER))
     return rows
 
 
 def table(rows: Sequence[Technique], device_count: int) -> pd.DataFrame:
-    """The rows as a table in the units people read; the fastest that fits marked."""
+    """The rows as a table in the units people read; the fastest that fits marked among the rows of
+    one cost model (times of two cost models are not compared)."""
     fitting = [r for r in rows if r.fits and r.time_s is not None]
-    fastest = min(fitting, key=lambda r: r.time_s or 0.0) if fitting else None
+    fastest = {min((r for r in fitting if r.priced_by == by), key=lambda r: r.time_s or 0.0).name
+               for by in {r.priced_by for r in fitting}}
     out = []
     for r in rows:
         if r.error:
-            out.append({"technique": r.name, "devices used": "-", "forward pass": "-", "fullest device": "-",
-                        "fits": "no answer", "how": r.error})
+            out.append({"technique": r.name, "devices used": "-", "forward pass": "-", "priced by": "-",
+                        "fullest device": "-", "fits": "no answer", "how": r.error})
             continue
         out.append({
-            "technique": r.name + ("  (fastest that fits)" if r is fastest else ""),
+            "technique": r.name + ("  (fastest that fits)" if r.name in fastest else ""),
             "devices used": f"{r.devices_used} of {device_count}",
             "forward pass": format_seconds(r.time_s or 0.0),
+            "priced by": r.priced_by,
             "fullest device": f"{format_bytes(r.peak_memory_bytes or 0)} of {format_bytes(r.capacity_bytes or 0)}",
             "fits": "yes" if r.fits else "no",
             "how": r.how,
         })
-    return pd.DataFrame(out, columns=["technique", "devices used", "forward pass", "fullest device", "fits", "how"])
+    return pd.DataFrame(out, columns=["technique", "devices used", "forward pass", "priced by", "fullest device", "fits",
+                                      "how"])

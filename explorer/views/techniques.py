@@ -43,6 +43,9 @@ def main() -> None:
         "technique": st.column_config.TextColumn(width="large"),
         "devices used": st.column_config.TextColumn(width="small"),
         "forward pass": st.column_config.TextColumn(width="small", help="one forward pass of the example batch"),
+        "priced by": st.column_config.TextColumn(width="small", help="whose cost model the time is: compare times "
+                                                 "within one (the roofline is a lower bound; the planner adds "
+                                                 "the accelerator's measured curves and kernel launches)"),
         "fullest device": st.column_config.TextColumn(width="medium", help="its memory of its capacity"),
         "fits": st.column_config.TextColumn(width="small"),
         "how": st.column_config.TextColumn(width="large")})
@@ -54,6 +57,9 @@ def main() -> None:
         f"one a device, GPipe over {max(1, n)} microbatches. Tensor parallel and the best layout: the cluster "
         "planner's inference prefill (a language model's time to the first token) on these devices as one node, "
         "at the sidebar's transfer rate; its layouts add data parallelism and pipelines to tensor parallelism. "
+        "The first two are priced by the roofline (peak speeds), the last two by the cluster planner (the "
+        "accelerator's measured curves, kernel launches, collectives): compare times within one, as the "
+        "fastest mark does. "
         "The Plan a cluster page asks the buyer's question: how many of which accelerator."))
 
 
