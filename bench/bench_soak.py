@@ -5,13 +5,15 @@ the server is killed with SIGKILL during a min-cut sweep.
 
     .venv/bin/python bench/bench_soak.py                      # hf:llama-3-70b, 50 actions
     .venv/bin/python bench/bench_soak.py --model hf:llama-3-8b --actions 20
+    .venv/bin/python bench/bench_soak.py --kill-only --kill-after-s 20   # the SIGKILL alone, mid-sweep
 
 Loopback only: the server listens on 127.0.0.1 and headless Chromium visits nothing else.
 Bounded: every wait has a time limit (--wait-s), the whole run a deadline (--deadline-s), and
 the server is killed on the way out. Prints, and asserts nothing: every session answered (of 8,
 per wave), the time each took, the waves' medians and their ratio, the server's peak memory
 (its own RSS and with its child processes), memory growth per repeated action, and the
-processes left 5 s after the SIGKILL (they should be 0), with the machine's load.
+processes left 5 s after the SIGKILL (they should be 0; by default the kill comes as the sweep's
+worker starts, the harshest moment), with the machine's load.
 
 Sessions of a wave (as the attack that found issue 47 opened them): 3 x Explore with the model
 graph by module, 2 x Plan a cluster, on the large model; 2 x Compare modes and 1 x Training
@@ -22,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import os
 import signal
 import socket
@@ -225,9 +228,18 @@ async def repeated(browser, base: str, server: int, hf_spec: str, actions: int, 
     return len(seconds), answered, seconds, before, rss_bytes(server)
 
 
-async def kill_during_min_cut(browser, base: str, proc: subprocess.Popen[str], wait_s: float) -> tuple[int, int]:
+def command_line(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()[:120]
+    except OSError:
+        return "(gone)"
+
+
+async def kill_during_min_cut(browser, base: str, proc: subprocess.Popen[str], wait_s: float,
+                              after_s: float = 0.0) -> tuple[int, int]:
     """Start a min-cut sweep, SIGKILL the server once it has a child process, wait 5 s: (child
-    processes it had, those still running)."""
+    processes it had, those still running). Those still running are named, and looked at again
+    30 s later (then killed, so the bench leaves nothing behind)."""
     context = await browser.new_context()
     page = await context.new_page()
     await page.goto(f"{base}/training?model={SAMPLE}&knob_{SAMPLE}_seed=1", wait_until="commit")
@@ -237,12 +249,23 @@ async def kill_during_min_cut(browser, base: str, proc: subprocess.Popen[str], w
     while time.monotonic() < end and not children:
         await asyncio.sleep(0.2)
         children = descendants(proc.pid)
+    await asyncio.sleep(after_s)  # 0: while the worker starts (imports torch); later: in the sweep itself
     children = descendants(proc.pid)
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
     await asyncio.sleep(5)
     await context.close()
-    return len(children), sum(alive(c) for c in children)
+    left = [c for c in children if alive(c)]
+    for c in left:
+        print(f"  still running 5 s after the SIGKILL: pid {c}: {command_line(c)}")
+    if left:
+        await asyncio.sleep(30)
+        later = [c for c in left if alive(c)]
+        print(f"  35 s after the SIGKILL: {len(later)} still running")
+        for c in later:
+            with contextlib.suppress(OSError):
+                os.kill(c, signal.SIGKILL)
+    return len(children), len(left)
 
 
 # -- the run ----------------------------------------------------------------------------------
@@ -269,6 +292,11 @@ async def main_async(args: argparse.Namespace) -> None:
             async with async_playwright() as p:
                 browser = await p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
                 try:
+                    if args.kill_only:
+                        had, left = await kill_during_min_cut(browser, base, proc, min(args.wait_s, 60), args.kill_after_s)
+                        print(f"SIGKILL of the server during a min-cut sweep ({args.kill_after_s:g} s after its worker started): it had {had} child process(es); "
+                              f"{left} still running 5 s later")
+                        return
                     first = await wave(browser, base, args.model, wait_ms)
                     m1 = report("first wave (fresh server, nothing traced)", first)
                     second = await wave(browser, base, args.model, wait_ms)
@@ -284,8 +312,8 @@ async def main_async(args: argparse.Namespace) -> None:
                     sampler.stop()
                     print(f"peak memory: server {sampler.peak_server / 2**20:.0f} MiB, with its child processes "
                           f"{sampler.peak_total / 2**20:.0f} MiB")
-                    had, left = await kill_during_min_cut(browser, base, proc, min(args.wait_s, 60))
-                    print(f"SIGKILL of the server during a min-cut sweep: it had {had} child process(es); "
+                    had, left = await kill_during_min_cut(browser, base, proc, min(args.wait_s, 60), args.kill_after_s)
+                    print(f"SIGKILL of the server during a min-cut sweep ({args.kill_after_s:g} s after its worker started): it had {had} child process(es); "
                           f"{left} still running 5 s later")
                 finally:
                     await browser.close()
@@ -304,6 +332,9 @@ def main() -> None:
     parser.add_argument("--wait-s", type=float, default=300.0, help="longest wait for one answer (default 300)")
     parser.add_argument("--deadline-s", type=float, default=900.0,
                         help="the repeated actions stop past this many seconds from the start (default 900)")
+    parser.add_argument("--kill-only", action="store_true", help="only the SIGKILL during a min-cut sweep")
+    parser.add_argument("--kill-after-s", type=float, default=0.0,
+                        help="SIGKILL this long after the sweep's worker appears (default 0: while it starts)")
     args = parser.parse_args()
     if not os.path.exists(CHROMIUM):
         raise SystemExit(f"{CHROMIUM} is missing: install Chromium (bash scripts/setup.sh --test)")
