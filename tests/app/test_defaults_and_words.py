@@ -125,3 +125,29 @@ def test_stage_span_reads_layers():
     names = [graph.nodes[v].name for v in graph.op_indices]
     assert pipeline_figures.stage_span(graph, names).startswith("embedding, blocks.0")
     assert pipeline_figures.stage_span(graph, names).endswith(", head")
+
+
+WALK = """
+import sys
+from streamlit.testing.v1 import AppTest
+at = AppTest.from_file(sys.argv[1], default_timeout=120).run()
+for page in sys.argv[2:]:
+    at.switch_page(page).run()
+    assert not at.exception, at.exception
+"""
+
+
+def test_no_widget_is_given_a_default_beside_its_session_value():
+    """Streamlit logs (once a process) a widget created with a default while its key holds a value
+    set from code; walked in a fresh process, no page does it (the Pipeline page's pp_ranks did)."""
+    import subprocess
+    import sys
+
+    from app_helpers import APP
+
+    pages = ["views/pipeline.py", "views/explore.py", "views/pipeline.py", "views/learn.py", "views/explore.py",
+             "views/learn.py", "views/techniques.py", "views/training.py", "views/explore.py", "views/training.py"]
+    done = subprocess.run([sys.executable, "-c", WALK, APP, *pages], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    said = [line for line in done.stderr.splitlines() if "created with a default value" in line]
+    assert not said, said
