@@ -19,7 +19,7 @@ from partitioner.cluster import ClusterPlan, Collective, LayoutResult
 
 __all__ = ["pareto_figure", "memory_figure", "time_figure", "layouts_table", "CLOUD_PER_SIZE",
            "MEMORY_KINDS", "collectives_table", "rank_memory_figure", "rank_stash", "run_figure", "run_table",
-           "parts_table"]
+           "parts_table", "scaling_figure"]
 
 GiB = 2**30
 CLOUD_PER_SIZE = 200  # grey points drawn at each device count (thinned evenly over step time)
@@ -74,6 +74,28 @@ def pareto_figure(found: ClusterPlan, step_label: str = "step time", per_size: i
                       yaxis_title=f"{step_label} (s, log)", height=460, legend=dict(orientation="h", y=-0.25))
     fig.update_xaxes(type="log")
     fig.update_yaxes(type="log")
+    return fig
+
+
+def scaling_figure(found: ClusterPlan, step_label: str = "step time", stops: int | None = None) -> go.Figure:
+    """The fastest layout at each device count: ``step_label`` (left axis, log) and cost per
+    million tokens (right axis) against devices (log), with a dashed line where adding devices
+    stops paying (``stops``: :func:`partitioner.cluster.search.stops_paying`)."""
+    best = list(found.by_devices.values())
+    fig = go.Figure()
+    fig.add_trace(go.Scatter(x=[r.devices for r in best], y=[r.step_s for r in best], mode="lines+markers",
+                             name=step_label, text=[r.layout.label() for r in best], hoverinfo="text+x+y"))
+    fig.add_trace(go.Scatter(x=[r.devices for r in best], y=[r.cost_per_million_tokens for r in best],
+                             mode="lines+markers", name="$ per million tokens", yaxis="y2",
+                             line=dict(dash="dot", color="#e45756"), hoverinfo="x+y"))
+    if stops is not None:
+        fig.add_vline(x=stops, line_dash="dash", line_color="#888888",
+                      annotation_text=f"more than {stops} devices pays little")
+    fig.update_layout(title=f"{step_label[0].upper()}{step_label[1:]} and cost against devices (the fastest at "
+                            "each size)", xaxis=dict(title="devices (count, log)", type="log"),
+                      yaxis=dict(title=f"{step_label} (s, log)", type="log"),
+                      yaxis2=dict(title="$ per million tokens", overlaying="y", side="right", rangemode="tozero"),
+                      height=400, legend=dict(orientation="h", y=-0.25))
     return fig
 
 

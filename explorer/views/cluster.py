@@ -13,6 +13,7 @@ from explorer import cluster_panels, panels, state
 from explorer.builders import cluster_figures
 from explorer.builders.text import md
 from partitioner import Graph, cluster, format_bytes, format_seconds
+from partitioner.cluster.search import at_the_edge, stops_paying
 from partitioner.interop.engines import ENGINES, engine_file
 
 GiB = 2**30
@@ -71,10 +72,13 @@ def _workload_ui() -> cluster.Workload:
     cols = st.columns(4)
     kind = cols[0].selectbox("Work", ["training", "inference"], key="cl_kind")
     training = kind == "training"
-    batch = int(cols[1].number_input("Global batch (sequences a step)" if training else "Sequences served at once",
-                                     1, 1 << 20, 512, key="cl_batch"))
-    seq = int(cols[2].number_input("Sequence length (tokens)" if training else "Prompt length (tokens)",
-                                   1, 1 << 20, 4096, key="cl_seq"))
+    if training:
+        batch = int(cols[1].number_input("Global batch (sequences a step)", 1, 1 << 20, 512, key="cl_batch"))
+        seq = int(cols[2].number_input("Sequence length (tokens)", 1, 1 << 20, 4096, key="cl_seq"))
+    else:  # serving has its own inputs: one conversation at a time unless told otherwise
+        batch = int(cols[1].number_input("Sequences served at once", 1, 1 << 20, 1, key="cl_serve_batch",
+                                         help="concurrent sequences decoded together (the serving batch)"))
+        seq = int(cols[2].number_input("Prompt length (tokens)", 1, 1 << 20, 4096, key="cl_prompt"))
     precision = cols[3].selectbox("Precision", ["bf16 (mixed)", "fp32"], key="cl_precision",
                                   help="bf16: bf16 weights and activations with fp32 master weights and state")
     cols = st.columns(4)
@@ -135,6 +139,12 @@ def _answer(title: str, r: cluster.LayoutResult | None, work: cluster.Workload, 
     elif r.extra:
         column.caption(f"{r.extra['tokens_per_s_per_sequence']:,.1f} tokens/s per sequence, "
                        f"{r.extra['tokens_per_s_per_device']:,.1f} tokens/s per device")
+        x = r.extra
+        column.caption(md(f"Each token {format_seconds(x['seconds_per_token'])}: weights read "
+                          f"{format_seconds(x['weights_read_s_per_token'])}, KV cache read "
+                          f"{format_seconds(x['kv_read_s_per_token'])}, arithmetic at peak "
+                          f"{format_seconds(x['compute_floor_s_per_token'])}; the first token's arithmetic at peak "
+                          f"{format_seconds(x['prefill_compute_floor_s'])} of {format_seconds(r.step_s)}"))
 
 
 def _summary(prof: cluster.ModelProfile, found: cluster.ClusterPlan) -> None:
@@ -289,7 +299,18 @@ def main() -> None:
         return
     _render_answers(found, work)
     step_label = "time to first token" if work.kind == "inference" else "step time"
+    searched = cluster.device_counts(hw["per_node"], hw["max_nodes"])
+    edge = at_the_edge(found, searched)
+    if edge:
+        st.warning(md(f"{', '.join(a.capitalize() for a in edge)}: {max(searched):,} devices, the largest size "
+                      f"searched ({hw['max_nodes']} nodes of {hw['per_node']}): more devices may do better. Raise "
+                      "*Up to nodes* to see where adding devices stops paying."))
     st.plotly_chart(cluster_figures.pareto_figure(found, step_label), key="cl_pareto")
+    stops = stops_paying(found)
+    st.plotly_chart(cluster_figures.scaling_figure(found, step_label, stops))
+    if stops is not None:
+        st.caption(md(f"From {stops:,} devices on, the next size searched cuts the {step_label} by less than 10 % "
+                      "or costs half as much again per token: adding devices stops paying there."))
     target = cluster.cluster(hw["accelerator"], hw["per_node"], hw["intra"], hw["inter"],
                              int(hw["headroom_gib"] * GiB), hw["price"])
     chosen = _render_table(found, work, prof, target)

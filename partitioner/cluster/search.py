@@ -27,7 +27,7 @@ from partitioner.cluster.layouts import Layout, LayoutResult, Workload, check_la
 from partitioner.cluster.profile import ModelProfile
 from partitioner.errors import PartitionError
 
-__all__ = ["ClusterPlan", "search", "device_counts", "SCHEDULES", "pareto"]
+__all__ = ["ClusterPlan", "search", "device_counts", "SCHEDULES", "pareto", "at_the_edge", "stops_paying"]
 
 SCHEDULES = ("1f1b", "gpipe", "interleaved_1f1b")
 MICROBATCH_SIZES = (1, 2, 4, 8, 16, 32)
@@ -211,3 +211,24 @@ def search(p: ModelProfile, w: Workload, c: Cluster, device_range: Sequence[int]
     cheapest = min(fitting, key=lambda r: (r.cost_per_million_tokens, r.step_s)) if fitting else None
     return ClusterPlan(tuple(fitting), fewest, fitting[0] if fitting else None, cheapest, pareto(fitting),
                        dict(sorted(by_devices.items())), evaluated, time.perf_counter() - began, refused)
+
+
+def at_the_edge(found: ClusterPlan, device_range: Sequence[int]) -> tuple[str, ...]:
+    """The answers (``"fastest"``, ``"cheapest"``, ``"fewest devices"``) that sit at the largest
+    size searched: more devices might beat them, so a page says so."""
+    if not device_range:
+        return ()
+    top = max(device_range)
+    answers = (("fewest devices", found.fewest_devices), ("fastest", found.fastest), ("cheapest", found.cheapest))
+    return tuple(name for name, r in answers if r is not None and r.devices == top)
+
+
+def stops_paying(found: ClusterPlan, gain: float = 0.10) -> int | None:
+    """The device count from which the next size searched (the fastest layout at each) cuts the
+    step by less than ``gain`` or costs more per token: where adding devices stops paying. None when
+    every step up still pays. O(sizes)."""
+    sizes = list(found.by_devices.items())
+    for (n, r), (_, nxt) in zip(sizes, sizes[1:]):
+        if nxt.step_s > r.step_s * (1 - gain) or nxt.cost_per_million_tokens > r.cost_per_million_tokens * 1.5:
+            return n
+    return None

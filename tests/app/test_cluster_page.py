@@ -38,7 +38,7 @@ def test_the_page_answers_and_re_plans_on_another_accelerator():
     before = _answers(at)
     assert len(before) == 3 and all("per million tokens" in a and "limited by" in a for a in before)
     assert len([c for c in at.caption if "1e+12 tokens:" in c.value]) == 3  # training time and cost
-    assert charts(at)[1] == 3
+    assert charts(at)[1] == 4  # the Pareto chart, the scaling curve, memory and time
     figures = _figures(at)
     pareto = figures["Devices against step time (log scales)"]
     assert pareto["layout"]["xaxis"]["type"] == "log"
@@ -191,3 +191,36 @@ def test_run_this_layout_on_a_small_hugging_face_model_by_its_own_plan():
     assert any("the model's own plan: attention by heads" in shown(c.value) for c in at.caption)
     table = next(df.value for df in at.dataframe if "mesh" in df.value.columns)
     assert list(table["mesh"]) == ["dp=0 tp=0", "dp=0 tp=1", "dp=1 tp=0", "dp=1 tp=1"]
+
+
+def test_an_answer_at_the_searchs_edge_is_said_and_the_scaling_curve_is_drawn():
+    at = _page()
+    at.number_input(key="cl_max_nodes").set_value(1).run()  # 1 to 8 devices: the sample's answers reach 8
+    assert not at.exception and not errors(at)
+    edge = [shown(w.value) for w in at.warning if "the largest size searched" in shown(w.value)]
+    assert edge and "8 devices" in edge[0] and "Up to nodes" in edge[0]
+    curve = next(f for t, f in _figures(at).items() if t.startswith("Step time and cost against devices"))
+    steps, costs = curve["data"][0], curve["data"][1]
+    assert steps["x"] == costs["x"] and steps["x"] == sorted(steps["x"]) and costs["yaxis"] == "y2"
+    at.number_input(key="cl_max_nodes").set_value(64).run()
+    edge = [shown(w.value) for w in at.warning if "the largest size searched" in shown(w.value)]
+    assert all("512 devices" in e for e in edge)  # the edge moved with the search
+    curve = next(f for t, f in _figures(at).items() if t.startswith("Step time and cost against devices"))
+    steps, costs = curve["data"][0]["y"], curve["data"][1]["y"]
+    stalls = [n for n, s0, s1, c0, c1 in zip(curve["data"][0]["x"], steps, steps[1:], costs, costs[1:])
+              if s1 > 0.9 * s0 or c1 > 1.5 * c0]
+    said = [shown(c.value) for c in at.caption if "stops paying" in shown(c.value)]
+    assert bool(said) == bool(stalls) and (not said or f"From {stalls[0]:,} devices on" in said[0])
+
+
+def test_serving_has_its_own_inputs_and_names_its_bottleneck_with_the_numbers():
+    at = _page()
+    at.selectbox(key="cl_kind").set_value("inference").run()
+    assert not at.exception and not errors(at)
+    assert at.number_input(key="cl_serve_batch").value == 1  # one sequence, not the training batch
+    assert at.number_input(key="cl_prompt").label == "Prompt length (tokens)"
+    assert at.session_state["cl_batch"] == 512 if "cl_batch" in at.session_state else True
+    parts = [shown(c.value) for c in at.caption if shown(c.value).startswith("Each token")]
+    assert len(parts) == 3 and all("weights read" in p and "arithmetic at peak" in p for p in parts)
+    answers = _answers(at, " a time to first token;")
+    assert answers and all("limited by" in a for a in answers)

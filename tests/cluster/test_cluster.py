@@ -159,7 +159,8 @@ def test_engine_configs_read_back():
     titan = tomllib.loads(toml_text(to_torchtitan(lay, w)))
     assert titan["parallelism"] == {"data_parallel_replicate_degree": 1, "data_parallel_shard_degree": 4,
                                     "tensor_parallel_degree": 8, "pipeline_parallel_degree": 2,
-                                    "expert_parallel_degree": 1, "fsdp_reshard_after_forward": "always",
+                                    "expert_parallel_degree": 1, "context_parallel_degree": 1,
+                                    "enable_sequence_parallel": True, "fsdp_reshard_after_forward": "always",
                                     "pipeline_parallel_schedule": "Interleaved1F1B",
                                     "pipeline_parallel_microbatch_size": 2}
     assert titan["activation_checkpoint"]["mode"] == "full" and titan["training"]["local_batch_size"] == 64
