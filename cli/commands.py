@@ -6,7 +6,6 @@ Each command module registers itself with ``register(subparsers)``; :mod:`cli.ma
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import importlib.util
 import json
 import sys
@@ -20,7 +19,6 @@ from partitioner.pipeline import PipelinePlan
 from partitioner.accelerator.api import check_plan, partition_with
 from partitioner.accelerator.compare import compare_modes, default_modes, gaps
 from partitioner.plan.diff import diff_plans
-from partitioner.plan.validate import GRAPH_CHANGED, Violation
 from partitioner.errors import PartitionError
 from partitioner.interop.export import (
     EXPORT_KINDS,
@@ -37,18 +35,8 @@ from partitioner.units import format_seconds
 from cli.diff_report import format_diff
 from cli.inputs import (
     EXIT_FAIL, EXIT_OK, CLIError,
-    add_cost_arguments,
-    add_model_arguments,
-    load_model,
-    load_plan,
-    other_model,
-    partition_options,
-    positive_float,
-    read_json,
-    read_node_latency,
-    refuse_invalid,
-    resolve_devices,
-    write_output,
+    add_cost_arguments, add_model_arguments, load_model, load_plan, partition_options, positive_float,
+    read_json, read_node_latency, refuse_invalid, refuse_other_model, resolve_devices, write_output,
 )
 from cli.report import describe_devices, format_comparison, format_cost_models, format_plan_summary
 
@@ -106,11 +94,7 @@ def cmd_check(args: argparse.Namespace) -> int:
     models = ["physical", "torch"] if args.cost_model == "both" else [args.cost_model or plan.cost_model]
     results = {m: check_plan(plan, model.graph, devices, rate, node_latency, args.max_latency,
                              args.max_memory_utilisation, args.strict, cost_model=m) for m in models}
-    why = other_model(plan, model)
-    if why:  # a plan for another model fails, as run and export refuse it; not a note about a changed graph
-        results = {m: dataclasses.replace(r, violations=(Violation(GRAPH_CHANGED, why), *(
-            v for v in r.violations if v.kind != GRAPH_CHANGED)), notes=tuple(
-            n for n in r.notes if "graph changed since the plan was made" not in n)) for m, r in results.items()}
+    results = {m: refuse_other_model(r, plan, model) for m, r in results.items()}  # as run and export refuse it
     for note in dict.fromkeys(n for r in results.values() for n in r.notes):
         print(f"note: {as_flags(note)}", file=sys.stderr)
     where = f"{model.label} on {describe_devices(devices)}"
@@ -182,8 +166,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     if args.modes is not None:
         modes = [m.strip() for item in args.modes for m in item.split(",") if m.strip()]
         if not modes:
-            raise CLIError(f"--modes {','.join(args.modes)!r} names no mode; give modes separated by commas, "
-                           f"e.g. --modes size_based,kl_based (modes: {', '.join(MODES)})")
+            raise CLIError(f"--modes {','.join(args.modes)!r} names no mode; e.g. --modes size_based,kl_based ({', '.join(MODES)})")
     options = partition_options(args)
     results = compare_modes(model.graph, devices, modes, options=options)
     if model.module is not None and importlib.util.find_spec("accelerate") is not None:

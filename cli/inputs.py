@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import functools
 import json
 import math
@@ -30,7 +31,7 @@ from sample_models._user import LoaderError
 
 __all__ = ["CLIError", "EXIT_OK", "EXIT_FAIL", "EXIT_USAGE", "EXIT_INTERNAL", "EXIT_RUN", "LoadedModel",
            "load_model", "resolve_devices", "load_plan", "read_json", "read_text",
-           "read_node_latency", "write_output", "refuse_overwriting", "refuse_invalid", "other_model",
+           "read_node_latency", "write_output", "refuse_overwriting", "refuse_invalid", "other_model", "refuse_other_model",
            "add_model_arguments", "add_cost_arguments", "partition_options", "positive_float", "rate", "bounded",
            "time_limit", "MAX_SECONDS"]
 
@@ -307,6 +308,19 @@ def other_model(plan: Plan, model: LoadedModel) -> str | None:
     return (f"the plan was made for model {plan.model!r} (graph {plan.graph_fingerprint}), not for {model.label!r} "
             f"(graph {fingerprint}); give the model the plan was made for, or make a plan for this one "
             f"(partition-explorer plan {model.label.partition('(')[0]} ...)")
+
+
+def refuse_other_model(result: Any, plan: Plan, model: LoadedModel) -> Any:
+    """``check_plan``'s ``result`` with :func:`other_model`'s refusal as its first violation, in place
+    of the note (or the strict violation) that the graph changed; ``result`` when it is the same model."""
+    from partitioner.plan.validate import GRAPH_CHANGED, Violation
+
+    why = other_model(plan, model)
+    if not why:
+        return result
+    return dataclasses.replace(result, violations=(Violation(GRAPH_CHANGED, why), *(
+        v for v in result.violations if v.kind != GRAPH_CHANGED)), notes=tuple(
+        n for n in result.notes if "graph changed since the plan was made" not in n))
 
 
 def refuse_invalid(plan: Plan, path: str, graph: Graph | None = None, model: LoadedModel | None = None) -> None:

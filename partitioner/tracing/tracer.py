@@ -18,6 +18,7 @@ import os
 import traceback
 import warnings
 from typing import Any, Iterator, Mapping, Sequence
+from unittest import mock
 
 import torch
 import torch.fx as fx
@@ -28,6 +29,7 @@ from partitioner.graph import Graph, ModelInfo, Node
 from partitioner.tracing.annotate import Annotation, annotate
 from partitioner.tracing.flops import unpriced
 from partitioner.tracing.lock import TRACE_LOCK
+from partitioner.tracing.meta import on_meta, to_meta
 
 __all__ = ["trace"]
 
@@ -93,32 +95,9 @@ def _to_graph_module(model: torch.nn.Module, example_inputs: tuple[Any, ...],
 def _no_stack_traces() -> Iterator[None]:
     """torch.export without the Python stack it records on every node (``node.meta["stack_trace"]``,
     which nothing here reads): capturing and symbolizing it was a quarter of export's time."""
-    if not hasattr(torch.fx.config, "do_not_emit_stack_traces"):  # torch 2.11 has no such switch
+    switch = "do_not_emit_stack_traces"  # torch 2.11 has no such switch: nothing to set there
+    with mock.patch.object(torch.fx.config, switch, True) if hasattr(torch.fx.config, switch) else contextlib.nullcontext():
         yield
-        return
-    previous = torch.fx.config.do_not_emit_stack_traces
-    torch.fx.config.do_not_emit_stack_traces = True
-    try:
-        yield
-    finally:
-        torch.fx.config.do_not_emit_stack_traces = previous
-
-
-# NOTE: [Meta weights, meta inputs]
-# A large hf: model is built with its weights on the meta device (shapes, no memory). torch 2.13's
-# export takes such a model with CPU example inputs; torch 2.11's refuses it ("Unhandled FakeTensor
-# Device Propagation for aten.embedding.default, found two different devices meta, cpu"). With
-# the inputs on meta too, every hf: preset traces on both. So a model whose weights are on meta is
-# traced and annotated on meta copies of its example inputs; the graph keeps the inputs given.
-def _on_meta(model: Any) -> bool:
-    """Whether ``model``'s weights are on the meta device. O(parameters)."""
-    return isinstance(model, torch.nn.Module) and any(
-        t.is_meta for t in (*model.parameters(), *model.buffers()))
-
-
-def _to_meta(values: Any) -> Any:
-    """``values`` (a tuple, a dict, nested) with every tensor moved to the meta device."""
-    return torch.utils._pytree.tree_map(lambda v: v.to("meta") if isinstance(v, torch.Tensor) else v, values)
 
 
 def _without_export_checks(gm: fx.GraphModule) -> fx.GraphModule:
@@ -338,8 +317,8 @@ def _trace(
     if isinstance(example_inputs, torch.Tensor):
         example_inputs = (example_inputs,)
     args = tuple(example_inputs)
-    meta = _on_meta(model)  # NOTE: [Meta weights, meta inputs]
-    traced_args, traced_kwargs = (_to_meta(args), _to_meta(example_kwargs)) if meta else (args, example_kwargs)
+    meta = on_meta(model)  # NOTE: [Meta weights, meta inputs]
+    traced_args, traced_kwargs = (to_meta(args), to_meta(example_kwargs)) if meta else (args, example_kwargs)
     gm, _ = remove_inplace(_to_graph_module(model, traced_args, traced_kwargs))  # NOTE: [In-place ops and partitions]
     tied = _merge_tied_attributes(gm)
     inputs = args + tuple(torch.utils._pytree.tree_leaves(example_kwargs)) if example_kwargs else args
@@ -350,7 +329,7 @@ def _trace(
             f"({', '.join(p.name for p in placeholders)}) but {len(inputs)} example input(s) "
             "were given; pass one example tensor per forward() argument"
         )
-    records = _run_annotation(gm, _to_meta(inputs) if meta else inputs)
+    records = _run_annotation(gm, to_meta(inputs) if meta else inputs)
     modules = dict(gm.named_modules())
     position: dict[fx.Node, int] = {}
     nodes: list[Node] = []

@@ -50,7 +50,7 @@ def test_meta_weights_trace_on_meta_inputs_to_the_cpu_inputs_graph(preset, monke
     # Where torch takes meta weights with CPU inputs, the meta-input path gives the same graph;
     # where it does not (torch 2.11's export for any preset, 2.13's for a vision model's concat),
     # the refusal is the device mismatch that path avoids.
-    monkeypatch.setattr(tracer, "_on_meta", lambda model: False)
+    monkeypatch.setattr(tracer, "on_meta", lambda model: False)
     try:
         plain = tracer.trace(module, cpu_inputs, name=preset, example_kwargs=dict(kwargs))
     except TraceError as exc:
