@@ -11,8 +11,8 @@ fused bias-GeLU, torch.compile): a connected region of pointwise ops with one in
 non-linearly (a GeLU however decomposed, an RMSNorm) keeps that input; a region linear in its
 inputs (residual adds, rotary embeddings: products with position tables) keeps nothing; a region
 of several inputs (SwiGLU's silu(gate) x up) keeps what each op keeps, as eager autograd does.
-Values smaller than an eighth of the hidden state a token (position tables, norms' statistics,
-masks) are left out. A value saved by several ops counts once.
+Values under 1/64 of the hidden state a token (norms' statistics) and values not made from the token stream (position tables, masks)
+are left out. A value saved by several ops counts once.
 
 This reproduces Korthikanti et al. 2022 ("Reducing Activation Recomputation in Large Transformer
 Models", sec. 4.1) exactly for a GPT block with dropout and fused attention: 34 s b h bytes a layer
@@ -164,7 +164,7 @@ def saved_activations(graph: Graph) -> SavedActivations:
     sizes = Counter(round(elements(u)) for v in block for u in nodes[v].inputs
                     if not weight[u] and block.get(u) != block[v] and elements(u) > 0)
     hidden = sizes.most_common(1)[0][0] if sizes else max((round(elements(v)) for v in graph.op_indices), default=1)
-    significant = [not weight[v] and elements(v) >= hidden / 8 for v in range(n)]
+    significant = [not weight[v] and elements(v) >= max(2.0, hidden / 64) for v in range(n)]
     root = list(range(n))
     kind = ["" for _ in range(n)]
     for v in graph.op_indices:

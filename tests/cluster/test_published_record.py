@@ -176,3 +176,37 @@ def test_small_all_reduces_take_nccls_small_message_algorithms():
     assert algo in ("one-shot", "tree") and small < 14 * lat / 3
     big, algo = allreduce_s(2**30, 8, bw, lat, one_shot=True)
     assert algo == "ring" and big == pytest.approx(2 * 7 / 8 * 2**30 / bw + 14 * lat)
+
+
+# Llama Team, "The Llama 3 Herd of Models" (2024), Table 4: Llama 3 405B on H100-80GB, each row
+# (GPUs, TP, CP, PP, DP, sequence, sequences a data-parallel rank, published BF16 MFU).
+LLAMA3_TABLE4 = [(8192, 8, 1, 16, 64, 8192, 32, 0.43), (16384, 8, 1, 16, 128, 8192, 16, 0.41),
+                 (16384, 8, 16, 16, 8, 131072, 16, 0.38)]
+
+
+@pytest.fixture(scope="module")
+def llama405b():
+    """Llama 3 405B's block (hidden 16384, 128 heads, 8 key-value heads, MLP 53248, vocabulary
+    128256), traced with 2 layers; 126 layers plus the embedding and head, balanced as Meta did
+    (one layer fewer on the first and last stages), counted as 128 stage slots; 405B parameters."""
+    p, _ = _traced("hf:llama", {"num_hidden_layers": 2, "hidden_size": 16384, "intermediate_size": 53248,
+                                "num_attention_heads": 128, "num_key_value_heads": 8, "vocab_size": 128256,
+                                "head_dim": 128})
+    return dataclasses.replace(p, layers=128, param_count=405_000_000_000, _cache={})
+
+
+@pytest.mark.parametrize("gpus, tp, cp, pp, dp, seq, per_rank, mfu", LLAMA3_TABLE4)
+def test_llama3_405b_layouts_fit_in_80_gb(llama405b, gpus, tp, cp, pp, dp, seq, per_rank, mfu):
+    """Every row of the table fits an 80 GB H100 with the page's 4 GiB headroom: 16M tokens a step,
+    interleaved 1F1B, the optimizer state sharded over data parallelism (FSDP), and full
+    recomputation (without it a 1F1B stage keeps every layer's 2 (6h + 2k + 4f) s b / t bytes for
+    16 microbatches in flight: more than the card). The CP16 row splits each 131,072-token sequence
+    over 16 ranks, so a rank holds 8,192 tokens of it, as in the other rows."""
+    assert tp * cp * pp * dp == gpus and dp * per_rank * seq == 16 * 2**20  # 16M tokens a step
+    c = cluster.cluster("h100-80gb")
+    w = cluster.Workload(global_batch=dp * per_rank, seq_len=seq)
+    lay = cluster.Layout(dp=dp, tp=tp, pp=pp, cp=cp, schedule="interleaved_1f1b", zero=1, recompute="full")
+    r = cluster.evaluate(llama405b, w, c, lay, _simulator())
+    assert r.fits and r.memory_bytes <= 80 * 10**9, {k: v / GiB for k, v in r.memory.items()}
+    none = cluster.evaluate(llama405b, w, c, dataclasses.replace(lay, recompute="none"), _simulator())
+    assert not none.fits
