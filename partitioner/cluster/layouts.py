@@ -1,33 +1,62 @@
 """One layout of a cluster, its memory per device and its time per step.
 
-A layout composes the four techniques as Megatron-LM and torchtitan do: ``tp``-way tensor
-parallelism inside a node, ``pp`` pipeline stages (a schedule from :mod:`partitioner.pipeline`,
-simulated by the pipeline page's own simulator), ``dp``-way data parallelism with ZeRO stage
-0-3 (stage 3 is FSDP's full sharding), ``ep``-way expert parallelism for a mixture of experts
-(each MoE layer's experts split over ranks of the data-parallel group), and recomputation (none;
-full: only each layer's input is kept and the forward runs again in the backward; or functorch's
-min-cut at a budget).
+A layout composes the techniques as Megatron-LM and torchtitan do: ``tp``-way tensor parallelism
+inside a node (with or without sequence parallelism), ``cp``-way context parallelism (each
+sequence split over ranks, keys and values passed around a ring), ``pp`` pipeline stages (a
+schedule from :mod:`partitioner.pipeline`, simulated by the pipeline page's own simulator; an
+interleaved schedule ``virtual`` chunks deep), ``dp``-way data parallelism with ZeRO stage 0-3
+(stage 3 is FSDP's full sharding), ``ep``-way expert parallelism for a mixture of experts (each
+MoE layer's experts split over ranks of the data-parallel group), and recomputation (none;
+selective: the attention core; full: each layer's input kept and its forward run again in the
+backward; or functorch's min-cut at a budget).
 
 # NOTE: [Layout costs]
 Memory per device (training): model states by the ZeRO paper (Rajbhandari et al. 2020, sec. 3.1)
-over psi = parameters / (tp x pp): (2 + 2 + K) psi with stage 0, 4 psi + K psi / dp with 1,
-2 psi + (2 + K) psi / dp with 2, (4 + K) psi / dp with 3 (K from
-:func:`partitioner.cost.training.model_state_bytes`); activations of one microbatch per stage,
-divided by tp (sequence parallelism, Korthikanti et al. 2022), times the microbatches the
-schedule keeps in flight on the first stage (the simulator's peak stash); the headroom.
+over psi = parameters / (tp x pp), sharded over the dp x cp ranks that hold copies: (2 + 2 + K)
+psi with stage 0, 4 psi + K psi / dp with 1, 2 psi + (2 + K) psi / dp with 2, (4 + K) psi / dp with
+3 (K from :func:`partitioner.cost.training.model_state_bytes`), and with stage 3 the layer being
+computed, gathered whole with its whole gradient (DeepSpeed's ``estimate_zero3_model_states_mem_needs``:
+4 x the largest layer in bf16); DeepSpeed's fp32 gradient partition (``grad_fp32``) adds 4 bytes a
+parameter over dp (its estimators' 18 psi / N); activations (NOTE: [Activation memory]); the headroom.
 Inference: the weights over tp x pp and the KV cache of the batch's context.
-Time per step (training): each stage's forward per microbatch is the roofline of its share of
-the graph (NOTE: [Scaling the traced graph]); backward twice the forward, three times with full
-recomputation; tensor parallelism adds 2 all-reduces of the hidden state per layer in each
-direction (Megatron-LM) on the node's link; a stage boundary sends the hidden state of a
-microbatch; expert parallelism adds two all-to-alls per MoE layer in each direction (each token's
-hidden state to its top-k experts and back); the schedule's simulation gives the step and its
-bubble; data parallelism reduces the gradients (ring all-reduce, 2 (dp - 1) / dp of the bytes;
-ZeRO-3 1.5 times that for its parameter gathers) on the slowest link of its group, overlapped with
-the last microbatch's backward (as DDP's buckets are; the experts' gradients over their dp / ep
-replicas): only what exceeds that backward is added. The optimizer step
-and kernel launch overheads are left out. Assumptions: stages hold equal shares of the layers
-(the first and last also hold the embedding and head: an under-estimate of the largest stage).
+Time per step (training): each stage's forward per microbatch is the graph's time for its share
+(NOTE: [Scaling the traced graph]); backward twice the forward plus the recomputed share;
+tensor parallelism adds 2 all-reduces of the hidden state per layer in each direction (Megatron-LM)
+on the node's link (NOTE: [All-reduce algorithms]); a stage boundary sends the hidden state of a
+microbatch; context parallelism passes every layer's keys and values around its ring (their
+gradients back: twice); expert parallelism adds two all-to-alls per MoE layer in each direction
+(each token's hidden state to its top-k experts and back); the schedule's simulation gives the
+step and its bubble; data parallelism reduces the gradients (ring all-reduce, 2 (dp - 1) / dp of
+the bytes; ZeRO-3 1.5 times that for its parameter gathers) on the slowest link of its group,
+overlapped with the last microbatch's backward (as DDP's buckets are; the experts' gradients over
+their dp / ep replicas): only what exceeds that backward is added. Kernel launch overheads are
+left out. Assumptions: stages hold equal shares of the layers (the first and last also hold the
+embedding and head: an under-estimate of the largest stage).
+
+# NOTE: [Activation memory]
+What autograd keeps (:mod:`partitioner.cluster.saved`: the traced forward's saved values, per layer
+and token, Korthikanti et al. 2022's accounting) for a microbatch's tokens on a device (its
+sequence share under context parallelism): the tensor-parallel part over tp, the rest over tp only
+with sequence parallelism; selective recomputation drops what grows with the sequence (eager
+attention's scores; fused attention keeps none). A stage holds its layers' share for every
+microbatch in flight (the schedule's peak stash on the first stage). Full recomputation keeps each
+layer's input for every microbatch in flight and one layer's working set once (the layer being
+recomputed). Min-cut keeps its measured share. Profiles without their graph fall back to every op
+output over tp.
+
+# NOTE: [All-reduce algorithms]
+NCCL chooses its algorithm by message size and group (its tuning model): the ring moves
+2 (n - 1) / n of the bytes in 2 (n - 1) steps (bandwidth-optimal, Patarasuk and Yuan 2009); the
+double binary tree 2 x the bytes in 2 log2 n steps; inside an NVLink node small messages go
+one-shot (every rank reads its n - 1 peers' buffers at once: (n - 1) x the bytes, one step; NVLS,
+TensorRT-LLM's and vLLM's custom all-reduce). The planner takes the fastest: the tree or one-shot
+for a decoded token's hidden state, the ring for gradients.
+
+# NOTE: [Experts read in decode]
+A mixture of experts reads only the experts its tokens route to: with top-k of E and T tokens
+routed at random, E (1 - (1 - k / E)^T) experts a layer (k at one token, all E once the batch is
+large). Decoding reads the dense weights, those experts and the KV cache each token: a floor under
+the step beside the arithmetic (Mixtral-8x7B at one sequence: 12.9B of 46.7B parameters).
 """
 
 from __future__ import annotations
