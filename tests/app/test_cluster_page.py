@@ -224,3 +224,17 @@ def test_serving_has_its_own_inputs_and_names_its_bottleneck_with_the_numbers():
     assert len(parts) == 3 and all("weights read" in p and "arithmetic at peak" in p for p in parts)
     answers = _answers(at, " a time to first token;")
     assert answers and all("limited by" in a for a in answers)
+
+
+def test_a_written_layout_takes_the_new_options_and_prices_them():
+    at = _page()
+    at.text_input(key="cl_write").set_value("dp4 tp2 cp2 recompute-full no-sp").run()
+    assert not at.exception and not errors(at)
+    label = "dp4 tp2 pp1 cp2 mb1 recompute-full no-sp"
+    memory = next(f for t, f in _figures(at).items() if t.startswith("Memory per device") and label in t)
+    assert {trace["name"] for trace in memory["data"]} >= {"activations", "recomputed layer"}
+    table = next(df.value for df in at.dataframe if "collective" in df.value.columns)
+    assert any(group.startswith("cp: 2 ranks") for group in table["group"])
+    assert any("(one-shot)" in name or "(tree)" in name or "(ring)" in name for name in table["collective"])
+    at.text_input(key="cl_write").set_value("dp4 tp3").run()  # the sample's 4 heads and widths refuse tp3
+    assert any("Cannot open dp4 tp3" in e and "must divide the attention heads" in e for e in errors(at))
