@@ -19,6 +19,7 @@ import streamlit as st
 import partitioner
 import sample_models
 from partitioner import Device
+from partitioner.kernels import ENGINES
 
 from explorer import state
 from explorer.builders.config import DEFAULT_MODEL, PLAN_MODES, ModelChoice, PlanConfig
@@ -36,6 +37,7 @@ from explorer.builders.inputs import (
     rows_to_devices,
     type_spec,
     user_models_allowed,
+    with_engine,
     with_headroom,
 )
 from explorer.builders.text import md
@@ -225,6 +227,15 @@ def devices_ui() -> tuple[list[Device] | None, float | None]:
     preset = st.selectbox("Device type", types, key="dev_preset",
                           help="custom: give the memory; a preset brings real memory and speeds; a profile "
                                "measured here (partition-explorer calibrate) brings this machine's curves")
+    _, kernels_of = type_spec(preset)
+    engine = "eager"
+    if kernels_of is not None and kernels_of.gpu is not None:
+        st.session_state.setdefault("dev_engine", "eager")
+        engine = st.radio("Engine the times are for", list(ENGINES), key="dev_engine", horizontal=True,
+                          format_func={"eager": "eager PyTorch", "graphs": "CUDA graphs, fused"}.get,
+                          help="eager: what a plain PyTorch model runs (one kernel an op, launched from Python); "
+                               "graphs: a serving engine or compiled training (CUDA graphs, fused kernels)")
+        st.caption(md(f"Times assume {kernels_of.with_engine(engine).assumes}."))
     count = st.number_input("Number of devices", min_value=1, max_value=1024, step=1, key="dev_count")
     if preset == CUSTOM:
         memory = st.text_input("Memory per device", key="dev_memory", help="e.g. 16GiB, 512 MiB, 1.5GB")
@@ -276,7 +287,7 @@ def devices_ui() -> tuple[list[Device] | None, float | None]:
                 help="When you pick another model, set the devices to ones on which it needs several")
     rate = float(rate_gbps) * 1e9 if rate_gbps else None
     try:
-        return with_headroom(rows_to_devices(edited.to_dict("records")), float(headroom)), rate
+        return with_headroom(with_engine(rows_to_devices(edited.to_dict("records")), engine), float(headroom)), rate
     except InputError as exc:
         st.error(md(exc))
         return None, rate

@@ -37,7 +37,7 @@ HF_MODEL = "Hugging Face architecture..."  # the model selectbox's choice for hf
 # did not draw, and a page switch can end a run before the sidebar is drawn) and that the URL
 # carries, so a view can be shared and survives a reload. Buttons, uploads and the per-device
 # table cannot be set from code and are not kept.
-PERSISTENT = ("model", "user_factory", "hf_name", "hf_set", "hf_batch", "hf_seq", "dev_preset", "dev_count", "dev_memory", "dev_headroom", "transfer_gbps",
+PERSISTENT = ("model", "user_factory", "hf_name", "hf_set", "hf_batch", "hf_seq", "dev_preset", "dev_engine", "dev_count", "dev_memory", "dev_headroom", "transfer_gbps",
               "follow_model", "mode", "saturate_host", "force_partition", "latency_source", "search_budget", "time_limit_s",
               "torch_cost_model", "pp_ranks", "pp_microbatches", "pp_schedule", "pp_training", "tm_budget", "tm_loss",
               "tm_optimizer", "sh_training")

@@ -14,7 +14,6 @@ from typing import Any
 import partitioner
 import sample_models
 from partitioner import Device
-from partitioner.device_profile import DeviceProfile
 from partitioner.options import PartitionOptions
 
 __all__ = ["ModelChoice", "PlanConfig", "device_key", "devices_from_key", "DEFAULT_MODEL", "PLAN_MODES"]
@@ -53,9 +52,9 @@ def devices_from_key(key: tuple[DeviceKey, ...]) -> list[Device]:
     devices = []
     for items in key:
         data = dict(items)
-        if "profile" in data:
-            data["profile"] = DeviceProfile.from_dict(json.loads(data["profile"]))
-        devices.append(Device(**data))
+        if "profile" in data:  # a measured profile's JSON, or a preset's name ("h100-80gb@graphs")
+            data["profile"] = json.loads(data["profile"])
+        devices.append(Device.from_dict(data))
     return devices
 
 

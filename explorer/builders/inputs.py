@@ -15,6 +15,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import partitioner
 from partitioner import PRESETS, Device, DeviceSpecError
+from partitioner.devices import preset_profile
 from partitioner.device_profile import DeviceProfile, cached_profiles, find_profile
 from partitioner.interop.readers import LatencyFileError, read_node_latency_text
 
@@ -74,8 +75,8 @@ def device_types() -> list[str]:
 def type_spec(kind: str) -> tuple[dict[str, Any], DeviceProfile | None]:
     """A device type's memory and speeds (Device fields) and, for a measured one, its profile;
     ``({}, None)`` for custom or a type that is not there (a profile deleted since)."""
-    if kind in PRESETS:
-        return dict(PRESETS[kind]), None
+    if kind in PRESETS:  # a GPU preset carries its kernel curves (measured or derived)
+        return dict(PRESETS[kind]), preset_profile(kind)
     profile = find_profile(kind) if kind != CUSTOM else None
     if profile is None:
         return {}, None
@@ -153,6 +154,9 @@ def rows_to_devices(rows: Iterable[Mapping[str, Any]]) -> list[Device]:
             if not number > 0:
                 raise InputError(f"{where}: {column} must be > 0 or left empty (got {value!r})")
             speeds[field] = number * scale
+            if spec.get(field) and field != "link_bandwidth_bytes_per_s" and not math.isclose(
+                    number * scale, spec[field], rel_tol=1e-6):
+                profile = None  # speeds of one's own: the roofline of them, not the type's kernel curves
         try:
             devices.append(Device(name=name, memory_bytes=memory_bytes, logical_id=i, kind=preset, profile=profile,
                                   **speeds))
@@ -171,6 +175,13 @@ def rows_to_devices(rows: Iterable[Mapping[str, Any]]) -> list[Device]:
 # cluster page keeps (CUDA context, allocator fragmentation, communication buffers); plans that
 # fill a device to 100 % are not what a practitioner would run.
 DEFAULT_HEADROOM_PERCENT = 5.0
+
+
+def with_engine(devices: list[Device], engine: str) -> list[Device]:
+    """``devices`` timed for ``engine`` (partitioner.kernels.ENGINES) where they carry kernel
+    curves; the others as they are."""
+    return [dataclasses.replace(d, profile=d.profile.with_engine(engine))
+            if d.profile is not None and d.profile.gpu is not None else d for d in devices]
 
 
 def with_headroom(devices: list[Device], percent: float) -> list[Device]:

@@ -16,7 +16,7 @@ from partitioner.units import parse_bytes
 __all__ = ["LinkValues", "read_link", "read_page_link", "page_keys", "page_kind", "URL_KEYS", "HF_URL_KEYS", "PAGE_URL_KEYS",
            "PAGE_PREFIXES", "RANGES"]
 
-URL_KEYS: dict[str, type] = {"model": str, "dev_preset": str, "dev_count": int, "dev_memory": str,
+URL_KEYS: dict[str, type] = {"model": str, "dev_preset": str, "dev_engine": str, "dev_count": int, "dev_memory": str,
                              "transfer_gbps": float, "dev_headroom": float, "mode": str, "saturate_host": bool,
                              "force_partition": bool, "torch_cost_model": bool}
 HF_URL_KEYS: dict[str, type] = {"hf_name": str, "hf_set": str, "hf_batch": int, "hf_seq": int}  # with hf: only
@@ -142,7 +142,7 @@ def read_link(params: Mapping[str, str], models: Sequence[str], modes: Sequence[
     if model not in models and not hf:
         return LinkValues({}, (f"model={model} in the link was ignored: choose one of {', '.join(models)}",))
     kinds = {**URL_KEYS, **(HF_URL_KEYS if hf else {})}
-    choices: dict[str, Sequence[str]] = {"mode": modes, "dev_preset": presets}
+    choices: dict[str, Sequence[str]] = {"mode": modes, "dev_preset": presets, "dev_engine": ("eager", "graphs")}
     values: dict[str, Any] = {}
     for key, text in params.items():
         if key.startswith("knob_") or (key not in kinds and any(key.startswith(p) for p in PAGE_PREFIXES.values())):
