@@ -9,8 +9,9 @@ Run where a CUDA GPU is at hand (torch with CUDA, transformers installed):
 
 Measured: the model built from its config on the GPU with random weights (bf16, ``sdpa``), CUDA
 events, the median of several runs after warm-up. Forward: ``model(ids)`` without a cache, under
-``no_grad``. Training: forward with labels, backward, ``AdamW`` step and ``zero_grad`` (weights and
-optimizer state in bf16). Decode: one token a sequence against a KV cache of ``seq`` tokens,
+``no_grad``. Training: forward with labels, backward, then mixed precision's step as Megatron-LM and
+DeepSpeed run it (the planner's assumption): bf16 gradients copied to fp32 master weights, torch's
+default ``AdamW`` step (foreach) on them, the master copied back to the bf16 weights. Decode: one token a sequence against a KV cache of ``seq`` tokens,
 ``model(next, past_key_values=cache)`` in a loop, per token. Predicted: the forward by Explore's own
 number (``partition(graph, 1 x preset, "size_based").latency_s``), the training step and decode by
 the cluster planner (``--open "dp1 tp1 pp1 mbB"``), both from the preset's kernel curves under the
@@ -89,20 +90,28 @@ def _measure(model: Any, kind: str, batch: int, seq: int, vocab: int, device: st
                 model(ids, use_cache=False) if "use_cache" in model.forward.__code__.co_varnames else model(ids)
 
         return _timed(fwd, device)
-    if kind == "train":
+    if kind == "train":  # mixed precision as the planner prices it: bf16 compute, fp32 master and Adam state
         model.train()
-        opt = torch.optim.AdamW(model.parameters(), lr=1e-5)
+        params = [p for p in model.parameters() if p.requires_grad]
+        master = [p.detach().float() for p in params]
+        for m in master:
+            m.grad = torch.zeros_like(m)
+        opt = torch.optim.AdamW(master, lr=1e-5)  # torch's default step on a GPU: foreach
         labels = ids if hasattr(model, "lm_head") else None
 
         def step() -> None:
             out = model(ids, labels=labels) if labels is not None else model(ids)
             loss = out.loss if labels is not None else out.last_hidden_state.float().square().mean()
             loss.backward()
+            torch._foreach_copy_([m.grad for m in master], [p.grad for p in params])
             opt.step()
-            opt.zero_grad(set_to_none=True)
+            with torch.no_grad():
+                torch._foreach_copy_(params, master)
+            for p in params:
+                p.grad = None
 
         result = _timed(step, device, reps=5)
-        del opt
+        del opt, master
         return result
     model.eval()  # decode: a prompt of seq tokens cached, then one token a sequence at a time
     with torch.no_grad():

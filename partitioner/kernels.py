@@ -50,7 +50,7 @@ __all__ = ["GpuKernels", "KernelOp", "ENGINES", "MIN_KERNEL_S", "PYTHON_GLUE_S",
            "fused_s", "backward_times", "derive", "from_rows", "interp", "dtype_name"]
 
 ENGINES = {
-    "eager": "eager PyTorch: one unfused kernel per op, each launched from Python (about 10-14 us an op "
+    "eager": "eager PyTorch: one unfused kernel per op, each launched from Python (about 10-20 us an op "
              "on the measured hosts), the host and the GPU overlapping as the launch queue allows",
     "graphs": "CUDA graphs and fused kernels (vLLM / TensorRT-LLM serving, torch.compile training): no "
               "launch cost per op; elementwise and normalisation ops fused into the matrix products",

@@ -36,6 +36,7 @@ from partitioner.sharding.specs import parameter_shapes
 
 __all__ = ["ModelProfile", "profile", "with_min_cut", "DTYPE_BYTES"]
 
+_FOREACH_PASSES = {"adam": 2.6, "sgd": 2.0}  # eager foreach steps over the fused one (NOTE: [Optimizer step])
 DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2, "float64": 8, "float8_e4m3fn": 1}
 _BLOCK = re.compile(r"^(.*?)\.?(\d+)(?:\.|$)")
 
@@ -121,8 +122,16 @@ class ModelProfile:
         return 2.0 * gpu.kernel_s(op) + 2 * gpu.host_per_op_s
 
     def optimizer_seconds(self, params: float, optimizer: str, element_bytes: int, acc: Any) -> float:
-        """One optimizer step over ``params`` parameters on one device: it reads and writes every
-        state tensor (NOTE: [Optimizer step]); 0 for "none". O(1)."""
+        """One optimizer step over ``params`` parameters on one device; 0 for "none". O(1).
+
+        # NOTE: [Optimizer step]
+        A fused step (``fused=True``, a compiled step: the "graphs" engine) reads the gradient and
+        reads and writes every state tensor once, and with mixed precision reads the fp32 master
+        to write the bf16 weight: 2 + 2 x 12 + 4 + 2 = 32 bytes a parameter for Adam. Eager
+        PyTorch's default step on a GPU is the ``foreach`` one, which makes a pass over the tensors
+        per elementwise op: torch.optim's ``_multi_tensor_adam`` runs 8 (decay, lerp, mul,
+        addcmul, sqrt, div, add, addcdiv), about 2.6 times the fused step's bytes; SGD with
+        momentum's 3 about 2 times. Priced at the card's best measured bandwidth."""
         from partitioner.cost.training import model_state_bytes
 
         if optimizer in ("none", None) or params <= 0:
@@ -132,7 +141,9 @@ class ModelProfile:
         moved = params * (grad + 2 * state + master + (weight if master else 0))
         gpu = getattr(acc, "kernels", None)
         bandwidth = gpu.best_bandwidth_bytes_per_s if gpu is not None else float(acc.memory_bandwidth_bytes_per_s)
-        return moved / bandwidth
+        eager = gpu is not None and getattr(acc, "engine", "eager") == "eager"  # without curves: the roofline's one pass
+        passes = _FOREACH_PASSES.get(optimizer, 1.0) if eager else 1.0
+        return passes * moved / bandwidth
 
     def _kernel_seconds(self, gpu: Any, engine: str, tokens: float, seq: int, tp: int, decode: bool,
                         backward: bool, element_bytes: int) -> list[float]:
