@@ -195,7 +195,8 @@ def _render_table(found: cluster.ClusterPlan, work: cluster.Workload, prof: clus
     chosen = best[labels.index(left.selectbox("Open a layout", labels, key="cl_open"))]
     written = right.text_input("...or write one", key="cl_write", placeholder="e.g. dp4 tp2 pp2 1f1b mb2 zero1",
                                help="words: dp, tp, pp, cp, ep, mb (sequences a microbatch) with a number, "
-                                    "zero0-3, gpipe / 1f1b / interleaved_1f1b (v4: 4 chunks a rank), "
+                                    "zero0-3, shard8 (HSDP: ZeRO over 8 ranks, replicated across), gpipe / 1f1b / "
+                                    "interleaved_1f1b (v4: 4 chunks a rank), "
                                     "recompute-selective / -full, no-sp (no sequence parallelism), fp32-grads "
                                     "(DeepSpeed's fp32 gradient partition); what is left out is 1 or none")
     if not written.strip():

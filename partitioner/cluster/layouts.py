@@ -134,12 +134,16 @@ class Layout:
     cp: int = 1  # context parallelism: each sequence split over cp ranks (ring attention)
     virtual: int = 2  # interleaved 1F1B: model chunks a pipeline rank holds
     grad_fp32: bool = False  # DeepSpeed's fp32 gradient partition (its estimators' 18 bytes a parameter)
+    shard: int = 0  # ZeRO's sharding group: 0 the whole dp x cp group; k: HSDP, shard over k, replicate the rest
 
     def __post_init__(self) -> None:
         for key in ("dp", "tp", "pp", "microbatch_size", "ep", "cp", "virtual"):
             value = getattr(self, key)
             if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_DEGREE:
                 raise PartitionError(f"layout {key} must be a whole number in [1, {MAX_DEGREE}] (got {value!r})")
+        if isinstance(self.shard, bool) or not isinstance(self.shard, int) or not 0 <= self.shard <= MAX_DEGREE:
+            raise PartitionError(f"layout shard must be a whole number in [0, {MAX_DEGREE}] (got {self.shard!r}); "
+                                 "0 shards over the whole data-parallel group")
         if isinstance(self.zero, bool) or self.zero not in ZERO_STAGES:
             raise PartitionError(f"layout zero must be 0, 1, 2 or 3 (got {self.zero!r})")
         if self.schedule not in SCHEDULE_CHOICES:
@@ -175,6 +179,8 @@ class Layout:
             parts.append("no-sp")
         if self.grad_fp32:
             parts.append("fp32-grads")
+        if self.shard:
+            parts.append(f"shard{self.shard}")
         return " ".join(parts)
 
 
@@ -256,7 +262,8 @@ def _states(p: ModelProfile, w: Workload, lay: Layout) -> dict[str, float]:
     # ones (context-parallel ranks hold the same weights), dp x cp / ep for the experts (the
     # expert-data-parallel group, as DeepSpeed-MoE shards them).
     group = lay.dp * lay.cp
-    for psi, dp in ((dense, group), (expert, group // lay.ep)):
+    sharded = lay.shard or group  # HSDP: shard within lay.shard ranks, replicate across the rest
+    for psi, dp in ((dense, sharded), (expert, min(sharded, group // lay.ep))):
         shard = {0: (1, 1, 1), 1: (1, 1, dp), 2: (1, dp, dp), 3: (dp, dp, dp)}[lay.zero]
         out["weights"] += wb * psi / shard[0]
         if lay.grad_fp32 and kb:  # DeepSpeed: an fp32 partition beside the 16-bit gradients (ZeRO-3:
@@ -322,6 +329,9 @@ def check_layout(p: ModelProfile, lay: Layout, w: Workload | None = None, max_de
                       + f" must divide the {p.layers} layers; choose a divisor")
     if lay.pp > 1 and lay.schedule == "none" and w is not None and w.kind == "training":
         broken.append(f"pipeline stages pp{lay.pp} need a schedule (gpipe, 1f1b or interleaved_1f1b)")
+    if lay.shard and (not lay.zero or (lay.dp * lay.cp) % lay.shard or lay.shard % lay.cp):
+        broken.append(f"a ZeRO sharding group of {lay.shard} (HSDP) needs ZeRO 1-3 and must divide the "
+                      f"data-parallel ranks (dp{lay.dp} x cp{lay.cp}) in whole context-parallel groups")
     if lay.ep > 1 and (not p.experts or p.experts % lay.ep or lay.dp % lay.ep):
         experts = p.experts or "none: a dense model"
         broken.append(f"expert parallelism ep{lay.ep} must divide the experts ({experts}) and the "
@@ -425,10 +435,7 @@ def evaluate(p: ModelProfile, w: Workload, c: Cluster, lay: Layout, sim: Any) ->
     dense, expert = _params(p, lay)
     grad_bytes = model_state_bytes(w.optimizer, w.element_bytes)[1]
     group = lay.dp * lay.cp
-    dp_link = c.intra if lay.tp * group <= c.devices_per_node else c.inter
-    dp_s = (ring_allreduce_s(dense * grad_bytes, group, dp_link.bandwidth_bytes_per_s, dp_link.latency_s)
-            + ring_allreduce_s(expert * grad_bytes, group // lay.ep, dp_link.bandwidth_bytes_per_s, dp_link.latency_s)
-            ) * (1.5 if lay.zero == 3 else 1.0)
+    dp_s = sum(row.seconds for row in _data_parallel_rows(p, w, c, lay))
     exposed = max(0.0, dp_s - bwd)
     step = pipe + exposed
     busy = m * (fwd + bwd)
@@ -612,14 +619,39 @@ def collectives(p: ModelProfile, w: Workload, c: Cluster, lay: Layout) -> list[C
                                m * 2 * 2 * p.moe_layers / lay.pp, sent,
                                all_to_all_s(sent, lay.ep, link.bandwidth_bytes_per_s, link.latency_s),
                                "forward + backward"))
+    return rows + _data_parallel_rows(p, w, c, lay)
+
+
+def _data_parallel_rows(p: ModelProfile, w: Workload, c: Cluster, lay: Layout) -> list[Collective]:
+    """The gradient reduction over the data-parallel (dp x cp) ranks, once a step: a ring
+    all-reduce (ZeRO 0-2), or ZeRO-3's reduce-scatter and its two all-gathers of the weights; with
+    HSDP (``lay.shard``) a reduce-scatter and the all-gathers inside the sharding group, and an
+    all-reduce of each shard across the replicas (FSDP2's HSDP; DeepSpeed's ZeRO++ hpZ)."""
     dense, expert = _params(p, lay)
     grad_bytes = model_state_bytes(w.optimizer, w.element_bytes)[1]
     group = lay.dp * lay.cp
-    link = intra if lay.tp * group <= c.devices_per_node else inter
+    node = c.devices_per_node
+    link = c.intra if lay.tp * group <= node else c.inter
     overlap = "last microbatch's backward"
+    rows: list[Collective] = []
     for what, psi, ranks in (("gradients", dense, group), ("expert gradients", expert, group // lay.ep)):
         nbytes = psi * grad_bytes
         if ranks <= 1 or nbytes <= 0:
+            continue
+        shard = min(lay.shard, ranks) if lay.shard else ranks
+        if shard < ranks:  # HSDP
+            inner = c.intra if lay.tp * shard <= node else c.inter
+            half = ring_allreduce_s(nbytes, shard, inner.bandwidth_bytes_per_s, inner.latency_s) / 2
+            across = ring_allreduce_s(nbytes / shard, ranks // shard, link.bandwidth_bytes_per_s, link.latency_s)
+            weights = what.replace("gradients", "weights")
+            rows += [Collective(f"reduce-scatter of the {what} in the shard group", "dp", shard, inner.name, 1,
+                                nbytes, half, "once a step", overlap),
+                     Collective(f"all-reduce of each {what.removesuffix('s')} shard across replicas", "dp",
+                                ranks // shard, link.name, 1, nbytes / shard, across, "once a step", overlap),
+                     Collective(f"all-gather of the {weights} in the shard group" + (" (forward, backward)"
+                                                                                    if lay.zero == 3 else ""),
+                                "dp", shard, inner.name, 2 if lay.zero == 3 else 1, nbytes, half, "once a step",
+                                overlap)]
             continue
         ring = ring_allreduce_s(nbytes, ranks, link.bandwidth_bytes_per_s, link.latency_s)
         if lay.zero == 3:  # a reduce-scatter of the gradients, an all-gather of the weights each way

@@ -10,8 +10,9 @@ powers of two, each runnable schedule (the microbatch counts torch's schedule cl
 or min-cut at each measured budget, and for a mixture of experts every expert-parallel degree
 dividing both the experts and the data-parallel degree; tensor parallelism only where it divides the
 heads and widths (:func:`partitioner.cluster.layouts.check_layout`), selective recomputation where
-the model keeps sequence-sized scores, interleaving 2 and 4 chunks deep, and for sequences of
-16k tokens and more context parallelism up to 16. The pipeline's step and stash come
+the model keeps sequence-sized scores, interleaving 2 and 4 chunks deep, HSDP (ZeRO
+sharding inside a node, replication across nodes) where the data-parallel group spans nodes, and
+for sequences of 16k tokens and more context parallelism up to 16. The pipeline's step and stash come
 from the Pipeline page's simulator, cached per (schedule, stages, microbatches). O(sizes x
 layouts) evaluations of O(1) each after the first forward time of each microbatch size.
 """
@@ -172,10 +173,15 @@ def _layouts(p: ModelProfile, w: Workload, c: Cluster, devices: int, refused: di
                             except PartitionError:
                                 _count(refused, "microbatch count the schedule refuses")
                                 continue
+                        # HSDP: shard inside a node, replicate across nodes, where the group spans nodes
+                        node_shard = c.devices_per_node // tp
+                        shards = [0] + ([node_shard] if tp * dp * cp > c.devices_per_node and node_shard > 1
+                                        and (dp * cp) % node_shard == 0 and node_shard % cp == 0 else [])
                         for zero in ((0, 1, 2, 3) if dp * cp > 1 else (0,)):
                             for rc in recompute:
-                                found.extend(Layout(dp, tp, pp, mb, sched, zero, rc, ep, cp=cp, virtual=v)
-                                             for ep in eps)
+                                for shard in (shards if zero else [0]):
+                                    found.extend(Layout(dp, tp, pp, mb, sched, zero, rc, ep, cp=cp, virtual=v,
+                                                        shard=shard) for ep in eps)
     return found
 
 

@@ -34,9 +34,11 @@ def to_torchtitan(layout: Layout, workload: Workload) -> dict[str, Any]:
     """The layout as torchtitan's config sections (its TOML file up to 0.2; the same fields as 0.3's dataclasses)."""
     sharded = layout.zero in (2, 3)
     per_replica = workload.global_batch // layout.dp
+    # FSDP shards over data_parallel_shard x context_parallel; HSDP replicates across the rest.
+    shard = layout.shard // layout.cp if sharded and layout.shard else layout.dp if sharded else 1
     parallelism: dict[str, Any] = {
-        "data_parallel_replicate_degree": 1 if sharded else layout.dp,
-        "data_parallel_shard_degree": layout.dp if sharded else 1,
+        "data_parallel_replicate_degree": layout.dp // shard,
+        "data_parallel_shard_degree": shard,
         "tensor_parallel_degree": layout.tp,
         "pipeline_parallel_degree": layout.pp,
         "expert_parallel_degree": layout.ep,
@@ -110,6 +112,8 @@ def to_megatron(layout: Layout, workload: Workload) -> list[str]:
         args += ["--num-virtual-stages-per-pipeline-rank", str(layout.virtual)]
     if layout.zero >= 1:
         args.append("--use-distributed-optimizer")  # Megatron's ZeRO-1 (optimizer state sharded)
+        if layout.shard:  # sharded within groups of that size, replicated across them
+            args += ["--num-distributed-optimizer-instances", str(layout.dp * layout.cp // layout.shard)]
     if layout.recompute == "full":
         args += ["--recompute-granularity", "full", "--recompute-method", "uniform", "--recompute-num-layers", "1"]
     elif layout.recompute == "selective":  # the attention core (Korthikanti et al. 2022)
@@ -124,7 +128,9 @@ def to_deepspeed(layout: Layout, workload: Workload) -> dict[str, Any]:
         "train_micro_batch_size_per_gpu": layout.microbatch_size,
         "gradient_accumulation_steps": per_replica // layout.microbatch_size,
         "bf16": {"enabled": workload.element_bytes == 2},
-        "zero_optimization": {"stage": layout.zero},
+        "zero_optimization": {"stage": layout.zero,
+                              **({"zero_hpz_partition_size": layout.shard} if layout.shard and layout.zero == 3
+                                 else {})},
         "activation_checkpointing": {"partition_activations": layout.recompute == "full"},
     }
     if layout.ep > 1:  # DeepSpeed-MoE takes ep_size in the model's MoE layers, not in this file

@@ -94,9 +94,9 @@ TITAN_READER = textwrap.dedent("""
         return {f.name: getattr(obj, f.name) for f in dataclasses.fields(obj)} if obj is not None else None
 
     out = []
-    for dp, tp, pp, mb, sched, zero, rc, batch, cp, sp in json.loads(sys.argv[1]):
+    for dp, tp, pp, mb, sched, zero, rc, batch, cp, sp, shard in json.loads(sys.argv[1]):
         lay = cluster.Layout(dp=dp, tp=tp, pp=pp, microbatch_size=mb, schedule=sched, zero=zero, recompute=rc, cp=cp,
-                             sp=sp)
+                             sp=sp, shard=shard)
         work = cluster.Workload(global_batch=batch, seq_len=2048)
         sections = tomllib.loads(toml_text(to_torchtitan(lay, work)))
         from_toml = {"parallelism": fields(ParallelismConfig(**sections["parallelism"])),
@@ -111,25 +111,26 @@ TITAN_READER = textwrap.dedent("""
     print(json.dumps(out))
 """)
 
-TITAN_CASES = [(4, 2, 2, 2, "1f1b", 0, "full", 64, 1, True), (8, 1, 1, 2, "none", 3, "none", 64, 1, True),
-               (2, 4, 1, 1, "none", 2, "min-cut-0.5", 16, 1, True), (1, 8, 4, 1, "interleaved_1f1b", 0, "none", 32, 1, True),
-               (2, 8, 1, 1, "none", 3, "selective", 16, 4, False)]
+TITAN_CASES = [(4, 2, 2, 2, "1f1b", 0, "full", 64, 1, True, 0), (8, 1, 1, 2, "none", 3, "none", 64, 1, True, 0),
+               (2, 4, 1, 1, "none", 2, "min-cut-0.5", 16, 1, True, 0),
+               (1, 8, 4, 1, "interleaved_1f1b", 0, "none", 32, 1, True, 0),
+               (2, 8, 1, 1, "none", 3, "selective", 16, 4, False, 0), (8, 2, 1, 1, "none", 3, "none", 64, 2, True, 8)]
 
 
 def test_torchtitan_reads_the_exported_configs_as_meant():
     done = subprocess.run([sys.executable, "-c", TITAN_READER, json.dumps(TITAN_CASES)],
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
-    for (dp, tp, pp, mb, sched, zero, rc, batch, cp, sp), got in zip(TITAN_CASES,
-                                                                     json.loads(done.stdout.splitlines()[-1])):
+    for (dp, tp, pp, mb, sched, zero, rc, batch, cp, sp, shard), got in zip(TITAN_CASES,
+                                                                            json.loads(done.stdout.splitlines()[-1])):
         assert got["toml"] == got["args"]  # the TOML and the command line say the same
         par, train = got["args"]["parallelism"], got["args"]["training"]
-        shard = zero in (2, 3)
+        fsdp = shard // cp if shard else dp  # HSDP: FSDP over shard ranks (with cp), replicas across
         assert (par["data_parallel_shard_degree"], par["data_parallel_replicate_degree"]) == \
-            ((dp, 1) if shard else (1, dp))
+            ((fsdp, dp // fsdp) if zero in (2, 3) else (1, dp))
         assert (par["tensor_parallel_degree"], par["pipeline_parallel_degree"]) == (tp, pp)
         assert (par["context_parallel_degree"], par["enable_sequence_parallel"]) == (cp, sp)
-        if shard and dp > 1:  # ZeRO-3 reshards after the forward; ZeRO-2 keeps them to the backward
+        if zero in (2, 3) and dp > 1:  # ZeRO-3 reshards after the forward; ZeRO-2 keeps them to the backward
             assert par["fsdp_reshard_after_forward"] == ("always" if zero == 3 else "never")
         # torchtitan's batch rule: a rank's local batch, accumulated (or split into pipeline
         # microbatches) up to the global batch over the data-parallel ranks.
