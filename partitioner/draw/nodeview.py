@@ -82,7 +82,8 @@ def partition_to_dot(plan: Plan, graph: "Graph", partition_id: int, *, max_nodes
     colours = device_colours(plan.devices)
     _, fill = _fill(colours, p.device_ids)
     fill = fill.split(":")[0]
-    title = f"P{p.id} on {_device_names(plan, p.device_ids)}: {len(p.node_names)} nodes"
+    count = len(p.node_names)
+    title = f"P{p.id} on {_device_names(plan, p.device_ids)}: {count} node{'' if count == 1 else 's'}"
     if len(known) > len(shown):
         title += f" (first {len(shown)} drawn)"
     lines = [
