@@ -280,6 +280,9 @@ def run_layout(args: argparse.Namespace, graph: Any, prof: cluster.ModelProfile)
             raise CLIError("--run: pipeline stages of a Hugging Face model are not run here (its exported graph "
                            "cannot be sent to other processes): run it with pp1")
         module, inputs, kwargs = sample_models.load(args.model, sample_models.parse_overrides(args.model, args.set))
+    from partitioner.cluster.compose import check_runnable
+
+    check_runnable(layout, inputs if isinstance(inputs, (tuple, list)) else (inputs,))
     quiet = args.out == "-"
     check = check_layout(module, inputs, layout, timeout_s=args.timeout, graph=graph,
                          tp_plan=model_tp_plan(graph, layout.tp), example_kwargs=kwargs,

@@ -45,7 +45,8 @@ if TYPE_CHECKING:
 
     from partitioner.sharding.tensor_parallel import TPPlan
 
-__all__ = ["ComposedRun", "RankReport", "run_layout", "parse_layout", "linear_pairs_plan", "model_tp_plan"]
+__all__ = ["ComposedRun", "RankReport", "run_layout", "parse_layout", "linear_pairs_plan", "model_tp_plan",
+           "check_runnable"]
 
 SCHEDULE_NAMES = ("gpipe", "1f1b", "interleaved_1f1b")
 _TOKEN = re.compile(r"^(dp|tp|pp|ep|cp|mb|zero|shard|v)=?([0-9]+)$", re.ASCII)
@@ -313,6 +314,12 @@ def _reference(module: torch.nn.Module, inputs: tuple[torch.Tensor, ...],
     return [t.detach() for t in out], {n: p.grad.detach() for n, p in ref.named_parameters() if p.grad is not None}
 
 
+def check_runnable(layout: Layout, inputs: Sequence[Any]) -> None:
+    """Raise :class:`PartitionError` naming every part of ``layout`` a local run cannot run on these
+    example inputs (the planner prices more than the run runs), before any process starts."""
+    _check(layout, tuple(inputs))
+
+
 def _check(layout: Layout, inputs: tuple[Any, ...]) -> None:
     problems = []
     if layout.pp > 1 and layout.zero >= 2:
@@ -323,6 +330,13 @@ def _check(layout: Layout, inputs: tuple[Any, ...]) -> None:
                         "choose gpipe or 1f1b")
     if layout.recompute != "none":
         problems.append(f"recomputation is not run here (got recompute={layout.recompute!r}): drop it")
+    unrun = [word for word, on in ((f"cp{layout.cp}", layout.cp > 1), (f"ep{layout.ep}", layout.ep > 1),
+                                   (f"shard{layout.shard}", layout.shard > 0), ("fp32-grads", layout.grad_fp32))
+             if on]
+    if unrun:
+        problems.append(f"{', '.join(unrun)} {'is' if len(unrun) == 1 else 'are'} planned but not run here "
+                        "(context and expert parallelism, HSDP and DeepSpeed's fp32 gradients): drop "
+                        f"{'it' if len(unrun) == 1 else 'them'} to run the rest")
     if not inputs or not all(hasattr(x, "shape") and x.dim() >= 1 for x in inputs):
         problems.append("every example input must be a tensor with a batch dimension to split over dp")
     else:

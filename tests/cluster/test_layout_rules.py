@@ -87,6 +87,7 @@ def _cli(*args: str) -> tuple[subprocess.CompletedProcess, float]:
     (("--open", "dp8 tp8"), "needs 64 devices and the cluster has 8"),
     (("--run", "dp2 ep2"), "ep2 must divide the experts (none: a dense model)"),
     (("--run", "tp3"), "tp3 must divide"),
+    (("--run", "dp2 shard2 zero3"), "shard2 is planned but not run here"),
 ])
 def test_the_command_line_refuses_before_it_searches_or_starts_a_process(args, match):
     done, seconds = _cli(*args)
