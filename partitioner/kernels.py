@@ -257,10 +257,10 @@ class GpuKernels:
     def from_dict(cls, data: Mapping[str, Any]) -> "GpuKernels":
         name = str(data.get("gpu", ""))[:200]
         try:
-            matmul = tuple(sorted((str(d), tuple(sorted(tuple(float(v) for v in r) for r in rows)))
-                                  for d, rows in dict(data["matmul"]).items()))
-            if any(len(r) != 4 for _, rows in matmul for r in rows):
+            raw = {str(d): [tuple(float(v) for v in r) for r in rows] for d, rows in dict(data["matmul"]).items()}
+            if any(len(r) != 4 for rows in raw.values() for r in rows):
                 raise DeviceSpecError(f"GPU profile {name!r}: matmul rows are [m, k, n, seconds]")
+            matmul = tuple(sorted((d, tuple(sorted((r[0], r[1], r[2], r[3]) for r in rows))) for d, rows in raw.items()))
             return cls(gpu=name, launch_s=float(data["launch_s"]), host_op_s=float(data["host_op_s"]), matmul=matmul,
                        elementwise=tuple(sorted((str(k), _curve(name, f"elementwise[{k}]", c))
                                                 for k, c in dict(data["elementwise"]).items())),

@@ -60,7 +60,7 @@ def kernel_op(graph: Any, v: int, kind: str, causal: bool = True) -> KernelOp:
     node = graph.nodes[v]
     dtype = dtype_name(node.dtype)
     moved = float(graph.activation_bytes(v) + node.param_bytes)
-    shape = node.shape or ()
+    shape: tuple[int, ...] = node.shape or ()
     numel = 1.0
     for d in shape:
         numel *= d

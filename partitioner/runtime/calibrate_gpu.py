@@ -15,22 +15,40 @@ from __future__ import annotations
 
 import statistics
 import time
+from dataclasses import dataclass
 from typing import Any, Callable
 
 from partitioner.device_profile import DeviceProfile
 
-__all__ = ["measure_rows", "calibrate_gpu", "SHAPES", "QUICK_SHAPES"]
+__all__ = ["measure_rows", "calibrate_gpu", "Shapes", "SHAPES", "QUICK_SHAPES"]
+
+@dataclass(frozen=True)
+class Shapes:
+    """What is measured: Linear weights (k, n) by tokens, squares, elementwise sizes, attention
+    sequences, the vocabulary and width of the embedding and the loss, and the dtypes."""
+
+    tokens: tuple[int, ...]
+    weights: tuple[tuple[int, int], ...]
+    squares: tuple[int, ...]
+    elements: tuple[int, ...]
+    sequences: tuple[int, ...]
+    vocab: int
+    dim: int
+    loss_tokens: tuple[int, ...]
+    dtypes: tuple[str, ...]
+    repeats: int
+
 
 # (k, n) weights of Llama-3-8B / 70B, GPT-2 XL and BERT-large's layers; tokens from decode to 16k.
-SHAPES = dict(tokens=(1, 8, 64, 256, 1024, 4096, 16384),
-              weights=((4096, 4096), (4096, 14336), (14336, 4096), (8192, 8192), (8192, 28672), (1600, 6400),
-                       (1024, 4096)),
-              squares=(128, 256, 512, 1024, 2048, 4096, 8192),
-              elements=tuple(1 << e for e in (10, 14, 18, 20, 22, 24, 26, 28)),
-              sequences=(128, 512, 1024, 2048, 4096, 8192, 16384), vocab=128256, dim=4096,
-              loss_tokens=(128, 2048, 16384), dtypes=("bfloat16", "float16", "float32"), repeats=10)
-QUICK_SHAPES = dict(tokens=(1, 8, 32), weights=((64, 64), (64, 256)), squares=(32, 64), elements=(1 << 10, 1 << 14),
-                    sequences=(16, 32), vocab=512, dim=64, loss_tokens=(8, 32), dtypes=("float32",), repeats=3)
+SHAPES = Shapes(tokens=(1, 8, 64, 256, 1024, 4096, 16384),
+                weights=((4096, 4096), (4096, 14336), (14336, 4096), (8192, 8192), (8192, 28672), (1600, 6400),
+                         (1024, 4096)),
+                squares=(128, 256, 512, 1024, 2048, 4096, 8192),
+                elements=tuple(1 << e for e in (10, 14, 18, 20, 22, 24, 26, 28)),
+                sequences=(128, 512, 1024, 2048, 4096, 8192, 16384), vocab=128256, dim=4096,
+                loss_tokens=(128, 2048, 16384), dtypes=("bfloat16", "float16", "float32"), repeats=10)
+QUICK_SHAPES = Shapes(tokens=(1, 8, 32), weights=((64, 64), (64, 256)), squares=(32, 64), elements=(1 << 10, 1 << 14),
+                      sequences=(16, 32), vocab=512, dim=64, loss_tokens=(8, 32), dtypes=("float32",), repeats=3)
 
 
 def _timer(torch: Any, device: str) -> Callable[[Callable[[], Any], int], float]:
@@ -63,7 +81,7 @@ def measure_rows(device: str = "cuda", quick: bool = False) -> list[dict[str, An
     import torch.nn.functional as F
 
     shapes = QUICK_SHAPES if quick else SHAPES
-    reps = int(shapes["repeats"])  # type: ignore[call-overload]
+    reps = shapes.repeats
     timed = _timer(torch, device)
     sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
     name = torch.cuda.get_device_name(0) if device == "cuda" else "cpu"
@@ -78,23 +96,23 @@ def measure_rows(device: str = "cuda", quick: bool = False) -> list[dict[str, An
         torch.add(x, x)
     sync()
     rows.append({"kind": "overhead", "what": "host wall per tiny op", "per_op_s": (time.perf_counter() - start) / n})
-    for dtype_name in shapes["dtypes"]:  # type: ignore[union-attr]
+    for dtype_name in shapes.dtypes:
         dtype = getattr(torch, str(dtype_name))
-        for tokens in shapes["tokens"]:  # type: ignore[union-attr]
-            for k, m in shapes["weights"]:  # type: ignore[union-attr, misc]
+        for tokens in shapes.tokens:
+            for k, m in shapes.weights:
                 a = torch.randn(tokens, k, device=device, dtype=dtype)
                 w = torch.randn(m, k, device=device, dtype=dtype)
                 s = timed(lambda: F.linear(a, w), reps)
                 rows.append({"kind": "matmul", "dtype": dtype_name, "m": tokens, "k": k, "n": m,
                              "flops": 2 * tokens * k * m, "s": s})
-        for sq in shapes["squares"]:  # type: ignore[union-attr]
+        for sq in shapes.squares:
             a = torch.randn(sq, sq, device=device, dtype=dtype)
             s = timed(lambda: a @ a, reps)
             rows.append({"kind": "matmul", "dtype": dtype_name, "m": sq, "k": sq, "n": sq, "flops": 2 * sq ** 3, "s": s})
     half = torch.bfloat16 if not quick else torch.float32
     size = 2 if not quick else 4
-    for numel in shapes["elements"]:  # type: ignore[union-attr]
-        width = min(int(numel), int(shapes["dim"]))  # type: ignore[call-overload]
+    for numel in shapes.elements:
+        width = min(int(numel), shapes.dim)
         t = torch.randn(max(int(numel) // width, 1), width, device=device, dtype=half)
         u = torch.randn_like(t)
         ones = torch.ones(width, device=device, dtype=half)
@@ -106,16 +124,16 @@ def measure_rows(device: str = "cuda", quick: bool = False) -> list[dict[str, An
             s = timed(fn, reps)
             rows.append({"kind": "elementwise", "op": op, "numel": t.numel(), "bytes": moved * t.numel() * size, "s": s})
     heads, head_dim = (32, 128) if not quick else (4, 16)
-    for seq in shapes["sequences"]:  # type: ignore[union-attr]
+    for seq in shapes.sequences:
         q = torch.randn(1, heads, seq, head_dim, device=device, dtype=half)
         for causal in (True, False):
             s = timed(lambda: F.scaled_dot_product_attention(q, q, q, is_causal=causal), reps)
             scale = (32 * 128) / (heads * head_dim)  # the curves are per 32 heads of 128
             rows.append({"kind": "attention", "seq": seq, "heads": 32, "head_dim": 128, "causal": causal,
                          "s": s * scale})
-    vocab, dim = int(shapes["vocab"]), int(shapes["dim"])  # type: ignore[call-overload]
+    vocab, dim = shapes.vocab, shapes.dim
     emb = torch.randn(vocab, dim, device=device, dtype=half)
-    for tokens in shapes["loss_tokens"]:  # type: ignore[union-attr]
+    for tokens in shapes.loss_tokens:
         ids = torch.randint(0, vocab, (tokens,), device=device)
         s = timed(lambda: F.embedding(ids, emb), reps)
         rows.append({"kind": "embedding", "tokens": tokens, "dim": dim, "s": s})
