@@ -9,7 +9,13 @@ Three tables, one per speed target:
 2. below 100 op nodes: each search's time (target: under 50 ms);
 3. large graphs: every mode at 10,000 op nodes (a random torch.fx graph; target: under 1 s) and
    at 50,000 (a torch-free graph of 400 repeated blocks, ``testing.synthetic.blocks_graph``;
-   target: under 2 s).
+   target: under 2 s);
+4. long graphs: every mode on chains (Linear + ReLU), residual chains (x + relu(Linear(x)), each
+   layer a block of its own: the shape whose cost grew with its length) and blocks of 125 ops,
+   at 2,000, 10,000 and 50,000 nodes, on 4 devices of 1.3x a quarter of the model with roofline
+   latencies and 1 GB/s between devices (targets: under 1 s up to 10,000 nodes, under 2 s at
+   50,000), with torch's reference on the traced chains where it finishes within ``--long-limit``
+   (a mode whose reference ran out of time is not run again on a longer graph of that kind).
 
 Times are wall-clock medians (one run on large graphs); the machine's load average is printed
 beside them. Usage:
@@ -17,6 +23,7 @@ beside them. Usage:
     .venv/bin/python bench/bench_modes.py
     .venv/bin/python bench/bench_modes.py --sizes 100 --limit 30 --small 50 --large --blocks
     .venv/bin/python bench/bench_modes.py --sizes --models gpt2_small:n_layer=4 --modes kl_based
+    .venv/bin/python bench/bench_modes.py --sizes --models --small --large --blocks --long 2000 10000 50000
 """
 
 from __future__ import annotations
@@ -34,6 +41,8 @@ from partitioner import Device
 from partitioner.accelerator._base import node_alone_bytes
 from partitioner.testing.reference import reference_partition
 from partitioner.testing.synthetic import blocks_graph, random_fx_module
+
+LONG_KINDS = ["chain", "residual", "blocks"]
 
 MODES = ["size_based", "cost_aware", "kl_based", "aot_based", "size_based+saturate_host"]
 SEARCHES = ["largest_first", "cost_aware", "kl_based"]
@@ -202,6 +211,116 @@ def timed_table(title: str, cases: list[int | str], modes: list[str], target_s: 
     return failures
 
 
+def long_graph(kind: str, nodes: int) -> partitioner.Graph:
+    """A graph of about ``nodes`` nodes: a traced chain of Linear + ReLU layers (width 16), a traced
+    residual chain x + relu(Linear(x)) (each layer a block ``layers.<i>``), or torch-free blocks of
+    125 op nodes (``blocks_graph``)."""
+    if kind == "blocks":
+        return blocks_graph(max(1, round((nodes - 4) / 125)), per_block=125)
+    import torch
+
+    per_layer = 2 if kind == "chain" else 3
+
+    class Chain(torch.nn.Module):
+        def __init__(self, depth: int) -> None:
+            super().__init__()
+            self.layers = torch.nn.ModuleList(torch.nn.Linear(16, 16) for _ in range(depth))
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            for layer in self.layers:
+                x = torch.relu(layer(x)) if kind == "chain" else x + torch.relu(layer(x))
+            return x
+
+    return partitioner.trace(Chain(max(1, (nodes - 2) // per_layer)), (torch.randn(4, 16),))
+
+
+def _reference_of(graph: partitioner.Graph, devices: list[Device], mode: str, kw: dict[str, Any],
+                  queue: mp.Queue) -> None:
+    import contextlib
+    import io
+    import logging
+
+    logging.disable(logging.CRITICAL)
+    start = time.perf_counter()
+    try:
+        with contextlib.redirect_stdout(io.StringIO()):
+            result = reference_partition(graph, devices, mode, **kw)
+        queue.put((time.perf_counter() - start, result.plan.latency_s, not result.plan.violations(graph), None))
+    except Exception as exc:  # report, don't crash the benchmark
+        queue.put((time.perf_counter() - start, None, False, f"{type(exc).__name__}: {exc}"))
+
+
+def reference_on(graph: partitioner.Graph, devices: list[Device], mode: str, kw: dict[str, Any],
+                 limit: float) -> tuple[Any, ...] | None:
+    """torch's reference on ``graph`` in a forked child (the graph is inherited, not rebuilt);
+    None when it runs past ``limit`` seconds."""
+    ctx = mp.get_context("fork")
+    queue: mp.Queue = ctx.Queue()
+    child = ctx.Process(target=_reference_of, args=(graph, devices, mode, kw, queue))
+    child.start()
+    child.join(limit)
+    if child.is_alive():
+        child.kill()
+        child.join()
+        return None
+    return queue.get() if not queue.empty() else None
+
+
+def long_table(kinds: list[str], sizes: list[int], modes: list[str], limit: float) -> int:
+    """Table 4: every mode on chains, residual chains and blocks; returns the failures."""
+    header = (f"{'graph':<10}{'nodes':>7}  {'mode':<26}{'ours s':>9}{'target':>8}{'ref s':>9}{'speedup':>9}"
+              f"{'latency':>12}{'ref lat':>12}{'parts':>6}  note")
+    print(f"\n4. Long graphs: chains, residual chains, blocks (targets: under 1 s to 10,000 nodes, "
+          f"under 2 s at 50,000; {load()})")
+    print(header)
+    print("-" * len(header))
+    failures = 0
+    for kind in kinds:
+        timed_out: set[str] = set()
+        for size in sizes:
+            graph = long_graph(kind, size)
+            memory = max(int(graph.total_size_bytes / 4 * 1.3),
+                         max(node_alone_bytes(graph, v) for v in graph.op_indices))
+            devices = [Device(f"dev_{i}", memory, i) for i in range(4)]
+            kw: dict[str, Any] = dict(transfer_rate_bytes_per_s=1e9)
+            target = 1.0 if len(graph) <= 10_500 else 2.0
+            for mode in modes:
+                name, devs, mkw = mode_args(mode, graph, devices, kw)
+                ours_s, plan = time_ours(graph, devs, name, mkw, repeat=1)
+                assert not plan.violations(graph), plan.violations(graph)
+                note = ""
+                if ours_s >= target:
+                    note += "OVER TARGET "
+                    failures += 1
+                ref_s = speedup = ref_lat = "-"
+                if graph.graph_module is None:
+                    note += "no reference (no GraphModule)"
+                elif mode == "largest_first":
+                    note += "no reference (ours alone)"
+                elif mode in timed_out:
+                    note += "reference skipped (ran out of time on a shorter graph)"
+                else:
+                    rkw = {k: v for k, v in mkw.items() if k in ("transfer_rate_bytes_per_s", "saturate_host",
+                                                                  "node_to_partition", "partition_to_devices")}
+                    ref = reference_on(graph, devs, name, rkw, limit)
+                    if ref is None:
+                        timed_out.add(mode)
+                        ref_s, speedup = f">{limit:.0f}", f">{limit / ours_s:.0f}x"
+                        note += f"reference over the {limit:.0f} s limit"
+                    else:
+                        seconds, lat, valid, error = ref
+                        ref_s, speedup = f"{seconds:.3f}", f"{seconds / ours_s:.1f}x"
+                        if error:
+                            note += "reference failed: " + error.replace("PartitionError: reference partitioner failed: ", "")[:60]
+                        else:
+                            ref_lat = f"{lat:.4g}"
+                            if not valid:
+                                note += "reference plan invalid in our memory model"
+                print(f"{kind:<10}{len(graph):>7}  {mode:<26}{ours_s:>9.3f}{target:>8.1f}{ref_s:>9}{speedup:>9}"
+                      f"{plan.latency_s:>12.4g}{ref_lat:>12}{len(plan.partitions):>6}  {note}", flush=True)
+    return failures
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sizes", type=int, nargs="*", default=[100, 150, 500],
@@ -216,14 +335,26 @@ def main(argv: list[str] | None = None) -> int:
                         help="random graphs timed against 1 s")
     parser.add_argument("--blocks", type=int, nargs="*", default=[400],
                         help="block graphs (125 op nodes a block) timed against 2 s")
+    parser.add_argument("--long", type=int, nargs="*", default=[2000, 10000, 50000],
+                        help="nodes of the chains, residual chains and blocks of table 4")
+    parser.add_argument("--long-kinds", nargs="+", default=LONG_KINDS, choices=LONG_KINDS)
+    parser.add_argument("--long-limit", type=float, default=60.0,
+                        help="seconds the reference may take on a long graph")
     args = parser.parse_args(argv)
-    failures = reference_table([*args.sizes, *args.models], args.modes, args.limit)
-    failures += timed_table("2. Searches below 100 op nodes (target: under 50 ms)", list(args.small),
-                            SEARCHES, 0.05, repeat=5)
-    failures += timed_table("3. Every mode at 10,000 op nodes (target: under 1 s)", list(args.large),
-                            LARGE_MODES, 1.0, repeat=1)
-    failures += timed_table("   and at 50,000 op nodes (target: under 2 s)", [f"blocks:{b}" for b in args.blocks],
-                            LARGE_MODES, 2.0, repeat=1)
+    failures = 0
+    if args.sizes or args.models:
+        failures += reference_table([*args.sizes, *args.models], args.modes, args.limit)
+    if args.small:
+        failures += timed_table("2. Searches below 100 op nodes (target: under 50 ms)", list(args.small),
+                                SEARCHES, 0.05, repeat=5)
+    if args.large:
+        failures += timed_table("3. Every mode at 10,000 op nodes (target: under 1 s)", list(args.large),
+                                LARGE_MODES, 1.0, repeat=1)
+    if args.blocks:
+        failures += timed_table("   and at 50,000 op nodes (target: under 2 s)", [f"blocks:{b}" for b in args.blocks],
+                                LARGE_MODES, 2.0, repeat=1)
+    if args.long:
+        failures += long_table(args.long_kinds, list(args.long), LARGE_MODES, args.long_limit)
     return 1 if failures else 0
 
 

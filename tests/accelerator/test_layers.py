@@ -1,14 +1,19 @@
 """Layer-aligned starts: the cut between whole repeated blocks that Accelerate's device maps make."""
 
+import itertools
 import math
+import time
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import partitioner
 from partitioner import Device
-from partitioner.accelerator._layers import block_units, layer_start
+from partitioner.accelerator._layers import _balanced, block_units, layer_start
 from partitioner.accelerator.api import build_problem
 from partitioner.cost.model import NEAR_TIE
+from partitioner.graph import Graph, Node
 from partitioner.options import PartitionOptions
 from partitioner.testing.synthetic import blocks_graph, synthetic_graph
 
@@ -86,3 +91,70 @@ def test_kl_based_ends_no_slower_than_the_layer_aligned_cut_on_a_tiny_decoder():
     plan = partitioner.partition(graph, devices, mode="kl_based")
     assert plan.violations(graph) == []
     assert plan.latency_s <= problem.latency(start) * (1 + 1e-9)
+
+
+def _textbook_cuts(weight, runs):
+    """The O(B^2 runs) dynamic programme the bisection replaced (the earliest best cut per
+    state): the cuts must be the same to the index."""
+    n = len(weight)
+    prefix = [0]
+    for w in weight:
+        prefix.append(prefix[-1] + w)
+    best = [[math.inf] * (n + 1) for _ in range(runs + 1)]
+    cut = [[0] * (n + 1) for _ in range(runs + 1)]
+    best[0][0] = 0
+    for k in range(1, runs + 1):
+        for j in range(k, n + 1):
+            for i in range(k - 1, j):
+                value = max(best[k - 1][i], prefix[j] - prefix[i])
+                if value < best[k][j]:
+                    best[k][j], cut[k][j] = value, i
+    cuts = [n]
+    for k in range(runs, 0, -1):
+        cuts.append(cut[k][cuts[-1]])
+    return cuts[::-1]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.one_of(st.integers(0, 3), st.integers(0, 1000)), min_size=1, max_size=9), st.data())
+def test_balanced_cuts_are_the_best_min_max_split(weight, data):
+    """Against every way to cut the blocks into ``runs`` non-empty runs: the largest run is the
+    smallest possible, and the cuts are those of the textbook dynamic programme."""
+    runs = data.draw(st.integers(1, len(weight)))
+    cuts = _balanced(weight, runs)
+    assert cuts[0] == 0 and cuts[-1] == len(weight) and len(cuts) == runs + 1
+    assert all(a < b for a, b in zip(cuts, cuts[1:]))
+    largest = max(sum(weight[a:b]) for a, b in zip(cuts, cuts[1:]))
+    brute = min(max(sum(weight[a:b]) for a, b in zip((0, *inner), (*inner, len(weight))))
+                for inner in itertools.combinations(range(1, len(weight)), runs - 1))
+    assert largest == brute
+    assert cuts == _textbook_cuts(weight, runs)
+
+
+def _residual_chain(layers):
+    """A torch-free residual chain x + fc(x), each layer a block ``layers.<i>``."""
+    nodes = [Node("x", "placeholder", "x", output_bytes=256)]
+    prev = 0
+    for i in range(layers):
+        nodes.append(Node(f"fc{i}", "call_module", f"layers.{i}.fc", (prev,), f"layers.{i}.fc",
+                          output_bytes=256, param_bytes=1088, flops=2048))
+        nodes.append(Node(f"add{i}", "call_function", "add", (prev, len(nodes) - 1), f"layers.{i}", output_bytes=256))
+        prev = len(nodes) - 1
+    nodes.append(Node("output", "output", "output", (prev,)))
+    return Graph(nodes, name="residual_chain")
+
+
+def test_a_residual_chain_of_10000_nodes_is_partitioned_in_seconds():
+    """Each of its 5,000 layers is a block: the layer-aligned start's quadratic cut made
+    cost_aware take 16 s here (and 5 s of its 5.3 s on a traced one of 8,000 nodes); the bound
+    is generous (bench/bench_modes.py times them against their targets)."""
+    graph = _residual_chain(5000)
+    assert len(graph) > 10_000
+    devices = [Device(f"d{i}", int(graph.total_size_bytes / 4 * 1.3), i) for i in range(4)]
+    problem, _ = _problem(graph, 4, 0.325)
+    assert len(block_units(problem)) == 5000
+    for mode in ("size_based", "largest_first", "cost_aware", "kl_based"):
+        start = time.perf_counter()
+        plan = partitioner.partition(graph, devices, mode=mode, transfer_rate_bytes_per_s=1e9)
+        assert time.perf_counter() - start < 10.0, mode
+        assert plan.violations(graph) == []
