@@ -48,12 +48,12 @@ if TYPE_CHECKING:
 __all__ = ["ComposedRun", "RankReport", "run_layout", "parse_layout", "linear_pairs_plan", "model_tp_plan",
            "check_runnable"]
 
-SCHEDULE_NAMES = ("gpipe", "1f1b", "interleaved_1f1b")
+SCHEDULE_NAMES = ("gpipe", "1f1b", "interleaved_1f1b", "zero_bubble")
 _TOKEN = re.compile(r"^(dp|tp|pp|ep|cp|mb|zero|shard|v)=?([0-9]+)$", re.ASCII)
 _FLAGS = {"sp": ("sp", True), "no-sp": ("sp", False), "fp32-grads": ("grad_fp32", True)}
 _ELEMENTWISE = ("relu", "gelu", "silu", "tanh", "sigmoid", "dropout", "identity", "mish", "leaky_relu", "elu")
-LAYOUT_WORDS = "dp2 tp2 pp2 cp2 ep2 mb4 zero3 shard8 (HSDP) 1f1b (or gpipe, interleaved_1f1b with v4) recompute-selective " \
-               "(or -full, -none, -min-cut-0.5) no-sp fp32-grads"
+LAYOUT_WORDS = ("dp2 tp2 pp2 cp2 ep2 mb4 zero3 shard8 (HSDP) 1f1b (or gpipe, interleaved_1f1b with v4, "
+                "zero_bubble) recompute-selective (or -full, -none, -min-cut-0.5) no-sp fp32-grads")
 
 
 def parse_layout(text: str, batch: int | None = None) -> Layout:

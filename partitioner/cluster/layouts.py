@@ -113,7 +113,7 @@ class Workload:
         check_optimizer(self.optimizer)
 
 
-SCHEDULE_CHOICES = ("none", "gpipe", "1f1b", "interleaved_1f1b")
+SCHEDULE_CHOICES = ("none", "gpipe", "1f1b", "interleaved_1f1b", "zero_bubble")
 MAX_DEGREE = 1 << 20  # no layout has a degree beyond a million devices
 
 
@@ -323,12 +323,13 @@ def check_layout(p: ModelProfile, lay: Layout, w: Workload | None = None, max_de
             raise_tp = ", ".join(bad[:4])
             broken.append(f"tensor parallelism tp{lay.tp} must divide the attention heads and the widths "
                           f"({raise_tp}); choose a tp that divides them")
-    chunks = lay.pp * (lay.virtual if lay.schedule == "interleaved_1f1b" else 1)
+    per_rank = {"interleaved_1f1b": lay.virtual, "zero_bubble": 2}.get(lay.schedule, 1)
+    chunks = lay.pp * per_rank
     if lay.pp > 1 and p.layers % chunks:
-        broken.append(f"pipeline stages pp{lay.pp}" + (f" x {lay.virtual} chunks" if chunks != lay.pp else "")
+        broken.append(f"pipeline stages pp{lay.pp}" + (f" x {chunks // lay.pp} chunks" if chunks != lay.pp else "")
                       + f" must divide the {p.layers} layers; choose a divisor")
     if lay.pp > 1 and lay.schedule == "none" and w is not None and w.kind == "training":
-        broken.append(f"pipeline stages pp{lay.pp} need a schedule (gpipe, 1f1b or interleaved_1f1b)")
+        broken.append(f"pipeline stages pp{lay.pp} need a schedule (gpipe, 1f1b, interleaved_1f1b or zero_bubble)")
     if lay.shard and (not lay.zero or (lay.dp * lay.cp) % lay.shard or lay.shard % lay.cp):
         broken.append(f"a ZeRO sharding group of {lay.shard} (HSDP) needs ZeRO 1-3 and must divide the "
                       f"data-parallel ranks (dp{lay.dp} x cp{lay.cp}) in whole context-parallel groups")

@@ -30,7 +30,7 @@ from partitioner.errors import PartitionError
 
 __all__ = ["ClusterPlan", "search", "device_counts", "SCHEDULES", "pareto", "at_the_edge", "stops_paying"]
 
-SCHEDULES = ("1f1b", "gpipe", "interleaved_1f1b")
+SCHEDULES = ("1f1b", "gpipe", "interleaved_1f1b", "zero_bubble")
 MICROBATCH_SIZES = (1, 2, 4, 8, 16, 32)
 MAX_MICROBATCHES = 512  # more is a simulation of little use (and slow): larger microbatches win
 SIMULATE_UP_TO = 256
@@ -45,8 +45,11 @@ def closed_form(schedule: str, pp: int, m: int, ratio: float, v: int = 2) -> tup
     (max(m, pp) + (min(m, pp) - 1) / v)(1 + ratio) (the bubble shrinks by v: Narayanan et al. 2021,
     sec. 2.2.2), stash min(m, v pp) per chunk when pp divides m (torch's order holds up to
     (v + 1) pp otherwise: that bound is used). The tests check these against the simulator, which
-    the search uses up to :data:`SIMULATE_UP_TO`."""
+    the search uses up to :data:`SIMULATE_UP_TO` (zero-bubble schedules beyond it take interleaved
+    1F1B's figures: an upper bound on their step, whose split backward fills the bubble)."""
     work = m * (1 + ratio)
+    if schedule == "zero_bubble":
+        schedule, v = "interleaved_1f1b", 2
     if schedule == "interleaved_1f1b":
         step = (max(m, pp) + (min(m, pp) - 1) / v) * (1 + ratio)
         return step, 1 - work / step, min(m, v * pp if m % pp == 0 else (v + 1) * pp)
@@ -165,7 +168,7 @@ def _layouts(p: ModelProfile, w: Workload, c: Cluster, devices: int, refused: di
                         continue
                     schedules: list[tuple[str, int]] = [("none", 2)] if pp == 1 else [
                         (s, v) for s in SCHEDULES for v in ((2, 4) if s == "interleaved_1f1b" else (2,))
-                        if s != "interleaved_1f1b" or p.layers % (v * pp) == 0]
+                        if s not in ("interleaved_1f1b", "zero_bubble") or p.layers % (v * pp) == 0]
                     for sched, v in schedules:
                         if sched != "none":
                             try:

@@ -27,7 +27,8 @@ from partitioner.errors import PartitionError
 __all__ = ["to_torchtitan", "to_torchtitan_args", "to_megatron", "to_deepspeed", "ENGINES", "toml_text",
            "engine_file"]
 
-_TITAN_SCHEDULES = {"gpipe": "GPipe", "1f1b": "1F1B", "interleaved_1f1b": "Interleaved1F1B"}
+_TITAN_SCHEDULES = {"gpipe": "GPipe", "1f1b": "1F1B", "interleaved_1f1b": "Interleaved1F1B",
+                    "zero_bubble": "InterleavedZeroBubble"}
 
 
 def to_torchtitan(layout: Layout, workload: Workload) -> dict[str, Any]:
@@ -108,8 +109,9 @@ def to_megatron(layout: Layout, workload: Workload) -> list[str]:
         args += ["--context-parallel-size", str(layout.cp)]
     if layout.ep > 1:
         args += ["--expert-model-parallel-size", str(layout.ep)]
-    if layout.schedule == "interleaved_1f1b":
-        args += ["--num-virtual-stages-per-pipeline-rank", str(layout.virtual)]
+    if layout.schedule in ("interleaved_1f1b", "zero_bubble"):
+        virtual = layout.virtual if layout.schedule == "interleaved_1f1b" else 2
+        args += ["--num-virtual-stages-per-pipeline-rank", str(virtual)]
     if layout.zero >= 1:
         args.append("--use-distributed-optimizer")  # Megatron's ZeRO-1 (optimizer state sharded)
         if layout.shard:  # sharded within groups of that size, replicated across them
@@ -167,6 +169,9 @@ def engine_file(engine: str, layout: Layout, workload: Workload) -> tuple[str, s
     if engine in ("torchtitan-args", "megatron"):
         args = ENGINES[engine](layout, workload)
         note = to_torchtitan(layout, workload).get("note") if engine == "torchtitan-args" else None
+        if engine == "megatron" and layout.schedule == "zero_bubble":
+            note = ("Megatron-LM has no zero-bubble schedule: this runs interleaved 1F1B with 2 chunks a rank "
+                    "(torchtitan's InterleavedZeroBubble runs the planned one)")
         text = (f"# {note}\n" if note else "") + " ".join(shlex.quote(a) for a in args) + "\n"
         return f"{engine.replace('-', '_')}.txt", text, "text/plain"
     return "deepspeed.json", json.dumps(to_deepspeed(layout, workload), indent=2) + "\n", "application/json"

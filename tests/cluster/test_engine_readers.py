@@ -114,7 +114,8 @@ TITAN_READER = textwrap.dedent("""
 TITAN_CASES = [(4, 2, 2, 2, "1f1b", 0, "full", 64, 1, True, 0), (8, 1, 1, 2, "none", 3, "none", 64, 1, True, 0),
                (2, 4, 1, 1, "none", 2, "min-cut-0.5", 16, 1, True, 0),
                (1, 8, 4, 1, "interleaved_1f1b", 0, "none", 32, 1, True, 0),
-               (2, 8, 1, 1, "none", 3, "selective", 16, 4, False, 0), (8, 2, 1, 1, "none", 3, "none", 64, 2, True, 8)]
+               (2, 8, 1, 1, "none", 3, "selective", 16, 4, False, 0), (8, 2, 1, 1, "none", 3, "none", 64, 2, True, 8),
+               (2, 2, 4, 1, "zero_bubble", 0, "none", 64, 1, True, 0)]
 
 
 def test_torchtitan_reads_the_exported_configs_as_meant():
@@ -138,7 +139,8 @@ def test_torchtitan_reads_the_exported_configs_as_meant():
         if pp > 1:
             assert train["local_batch_size"] == batch // dp
             assert train["local_batch_size"] % par["pipeline_parallel_microbatch_size"] == 0  # Trainer.Config's rule
-            assert par["pipeline_parallel_schedule"] == {"1f1b": "1F1B", "interleaved_1f1b": "Interleaved1F1B"}[sched]
+            assert par["pipeline_parallel_schedule"] == {"1f1b": "1F1B", "interleaved_1f1b": "Interleaved1F1B",
+                                                 "zero_bubble": "InterleavedZeroBubble"}[sched]
         else:
             assert train["local_batch_size"] == mb and batch % (mb * dp) == 0
         assert got["budget"] == (0.5 if rc == "min-cut-0.5" else None)
