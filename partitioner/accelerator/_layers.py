@@ -10,7 +10,7 @@ boundary node at a time, do not walk a cut across a whole block: on 2,100-op dec
 kl_based up to 1.1 % slower than Accelerate's map. This start cuts the op nodes, in their
 topological order, into runs of whole blocks (ops outside the blocks join their neighbours),
 with the fewest runs that fit the devices and the bytes balanced between them (a min-max
-partition of the blocks' bytes by dynamic programming). O(N + E + B log B D) for B blocks on D
+partition of the blocks' bytes by dynamic programming). O(N + E + B D^2) for B blocks on D
 devices. The block key is the first numbered component of an op's module path that most ops
 share; graphs without two or more such blocks get no start here.
 """
@@ -80,15 +80,16 @@ def layer_start(problem: Problem) -> Assignment | None:
 
 def _balanced(weight: Sequence[int], runs: int) -> list[int]:
     """Cut positions 0 = c0 < c1 < ... < c_runs = len(weight) minimising the largest run's sum
-    (the linear partition problem), the earliest cut winning ties. O(B log B runs) for B blocks:
-    NOTE: [Balanced cuts by bisection]."""
-    # NOTE: [Balanced cuts by bisection] The textbook DP tries every previous cut i for every
-    # j: best[k][j] = min over i of max(best[k-1][i], prefix[j] - prefix[i]), O(B^2 runs), which
-    # took 5 s of cost_aware's 5.3 s on a residual chain of 2,000 blocks (each layer a block).
-    # With weights >= 0, best[k-1][i] never falls as i grows and prefix[j] - prefix[i] never
-    # rises, so the first i where the first reaches the second (found by bisection) or the i
-    # just before it holds the minimum; among equal values the earliest i is taken, as the
-    # full scan with a strict "<" takes it, so the cuts are the same to the index.
+    (the linear partition problem), the earliest cut winning ties. O(B runs) for B blocks (and
+    a bisection per tie): NOTE: [Balanced cuts at the crossing]."""
+    # NOTE: [Balanced cuts at the crossing] The textbook DP tries every previous cut i for
+    # every j: best[k][j] = min over i of max(best[k-1][i], prefix[j] - prefix[i]), O(B^2 runs),
+    # which took 5 s of cost_aware's 5.3 s on a residual chain of 2,000 blocks (each layer a
+    # block). With weights >= 0, best[k-1][i] never falls as i grows and prefix[j] - prefix[i]
+    # never rises, so the first i where the first reaches the second, or the i just before it,
+    # holds the minimum; that crossing never moves left as j grows, so one pointer finds it for
+    # every j. Among equal values the earliest i is taken, as the full scan with a strict "<"
+    # takes it, so the cuts are the same to the index.
     n = len(weight)
     prefix = [0]
     for w in weight:
@@ -99,15 +100,11 @@ def _balanced(weight: Sequence[int], runs: int) -> list[int]:
     best[0][0] = 0
     for k in range(1, runs + 1):
         previous, row, cuts_k = best[k - 1], best[k], cut[k]
+        lo = k - 1  # the first i in [k-1, j) with previous[i] >= total - prefix[i], else j
         for j in range(k, n + 1):
             total = prefix[j]
-            lo, hi = k - 1, j  # the first i in [k-1, j) with previous[i] >= total - prefix[i], else j
-            while lo < hi:
-                mid = (lo + hi) // 2
-                if previous[mid] >= total - prefix[mid]:
-                    hi = mid
-                else:
-                    lo = mid + 1
+            while lo < j and previous[lo] < total - prefix[lo]:
+                lo += 1
             value, at = inf, j
             if lo > k - 1:  # before the crossing the run's sum rules; its earliest minimum
                 value = total - prefix[lo - 1]
