@@ -12,7 +12,7 @@ import threading
 import time
 from typing import IO, Any, NamedTuple
 
-__all__ = ["Message", "Reply", "write_frame", "read_frame", "exit_with_parent", "set_channel", "send",
+__all__ = ["Message", "Reply", "write_frame", "read_frame", "exit_with_parent", "child_env", "PARENT_ENV", "set_channel", "send",
            "child_pythonpath", "quiet_server_loggers"]
 
 _HEADER = struct.Struct("!Q")
@@ -84,8 +84,12 @@ def quiet_server_loggers() -> None:
 def exit_with_parent(poll_s: float = 0.5) -> None:
     """In a child the library started: exit at once when its parent dies (SIGKILL included), so
     no worker or rank outlives the run that started it. A daemon thread watches the parent id
-    (an orphan is re-parented); works wherever ``os.getppid`` does."""
-    parent = os.getppid()
+    (an orphan is re-parented); works wherever ``os.getppid`` does. The parent's id comes from
+    :data:`PARENT_ENV` where the parent set it (:func:`child_env`): a parent killed while the child
+    was still importing is noticed too, though the child was re-parented before it looked."""
+    parent = int(os.environ.pop(PARENT_ENV, "0") or 0) or os.getppid()  # not passed on to its own children
+    if os.getppid() != parent:
+        os._exit(1)
 
     def watch() -> None:
         while True:
@@ -94,6 +98,18 @@ def exit_with_parent(poll_s: float = 0.5) -> None:
                 os._exit(1)
 
     threading.Thread(target=watch, daemon=True, name="exit-with-parent").start()
+
+
+PARENT_ENV = "PARTITION_EXPLORER_PARENT_PID"
+
+
+def child_env(root: str) -> dict[str, str]:
+    """The environment of a child interpreter the library starts: this one's, the package on its
+    path (:func:`child_pythonpath`) and this process's id (:func:`exit_with_parent`)."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = child_pythonpath(root)
+    env[PARENT_ENV] = str(os.getpid())
+    return env
 
 
 def child_pythonpath(root: str) -> str:

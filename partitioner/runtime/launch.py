@@ -27,7 +27,7 @@ import time
 from typing import Any, Callable
 
 from partitioner.errors import PartitionError, RunError
-from partitioner.runtime._frames import Message, child_pythonpath, read_frame, write_frame
+from partitioner.runtime._frames import Message, child_env, read_frame, write_frame
 
 __all__ = ["launch", "free_port", "report_progress", "default_backend", "MAX_LOCAL_PROCESSES"]
 
@@ -176,8 +176,7 @@ def launch(entry: Callable[..., Any], world_size: int, args: tuple[Any, ...] = (
     port = free_port()
     if progress:
         progress(f"starting {world_size} processes ({backend}, port {port})")
-    base = dict(os.environ, STREAMLIT_LOGGER_LEVEL="error")  # no server runs in a rank (quiet_server_loggers)
-    base["PYTHONPATH"] = child_pythonpath(_ROOT)
+    base = dict(child_env(_ROOT), STREAMLIT_LOGGER_LEVEL="error")  # no server runs in a rank (quiet_server_loggers)
     # Children unpickle torch objects before any of our code runs: keep torch's deprecation
     # notices out of the person's terminal.
     base["PYTHONWARNINGS"] = "ignore::FutureWarning,ignore::DeprecationWarning"

@@ -20,7 +20,7 @@ import traceback
 from typing import Any, Callable
 
 from partitioner.errors import RunError
-from partitioner.runtime._frames import Reply, child_pythonpath, exit_with_parent, quiet_server_loggers  # not defined here: this module runs as __main__
+from partitioner.runtime._frames import Reply, child_env, exit_with_parent, quiet_server_loggers  # not defined here: this module runs as __main__
 
 __all__ = ["run_in_worker", "WorkerTimeout"]
 
@@ -35,8 +35,7 @@ def run_in_worker(fn: Callable[..., Any], args: tuple[Any, ...], timeout_s: floa
     """``fn(*args)`` in a new interpreter; its result, or :class:`RunError` naming ``what`` and
     the cause (an exception in the worker, the worker dying, or :class:`WorkerTimeout`).
     ``fn`` must be a module-level function and ``args`` picklable."""
-    env = dict(os.environ)
-    env["PYTHONPATH"] = child_pythonpath(_ROOT)
+    env = child_env(_ROOT)
     env["STREAMLIT_LOGGER_LEVEL"] = "error"  # no server runs there (quiet_server_loggers)
     proc = subprocess.Popen([sys.executable, "-m", "partitioner.runtime.worker"], stdin=subprocess.PIPE,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)

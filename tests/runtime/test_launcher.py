@@ -88,3 +88,34 @@ def test_a_plan_that_breaks_a_rule_is_refused_before_any_rank_starts():
     with pytest.raises(InvalidPlanError, match="no device"):
         partitioner.run(homeless, graph, (x,))
     assert time.monotonic() - began < 5 and faults.child_pids() <= before
+
+
+@pytest.mark.slow
+def test_a_worker_whose_parent_died_while_it_was_starting_exits_at_once(tmp_path):
+    """The parent is killed before the worker has imported anything: the worker, re-parented
+    already when it first looks, still sees that its parent is gone and exits."""
+    script = tmp_path / "parent.py"
+    pid_file = tmp_path / "worker.pid"
+    script.write_text(textwrap.dedent(f"""
+        import os, subprocess, sys, time
+        from partitioner.runtime._frames import child_env
+        env = child_env({str(ROOT)!r})
+        # the worker sleeps (as an import of torch does) before it first looks at its parent
+        code = ("import time, os; open({str(pid_file)!r}, 'w').write(str(os.getpid())); time.sleep(2); "
+                "from partitioner.runtime._frames import exit_with_parent; exit_with_parent(); time.sleep(600)")
+        subprocess.Popen([sys.executable, "-c", code], env=env)
+        time.sleep(600)
+    """))
+    parent = subprocess.Popen([sys.executable, str(script)], cwd=ROOT)
+    deadline = time.monotonic() + 30
+    while not pid_file.exists() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    worker = int(pid_file.read_text())
+    parent.send_signal(signal.SIGKILL)
+    parent.wait()
+    deadline = time.monotonic() + 10
+    while Path(f"/proc/{worker}").exists() and "zombie" not in Path(f"/proc/{worker}/status").read_text().lower() \
+            and time.monotonic() < deadline:
+        time.sleep(0.2)
+    gone = not Path(f"/proc/{worker}").exists() or "zombie" in Path(f"/proc/{worker}/status").read_text().lower()
+    assert gone, "the worker outlived its parent"
