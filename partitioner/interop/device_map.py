@@ -356,8 +356,10 @@ def accelerate_plan(model: Any, graph: Graph, devices: Sequence[Device], **optio
     """The plan Accelerate's ``infer_auto_device_map`` makes for ``model`` with each device's
     memory as ``max_memory`` (keeping the model's no-split modules whole), scored by our cost model
     (``options``: :func:`partitioner.evaluate_plan`'s). Needs ``accelerate``."""
-    try:
-        from accelerate import infer_auto_device_map
+    from partitioner import optional
+
+    try:  # once, under the optional libraries' lock (NOTE: [Optional imports and threads])
+        infer_auto_device_map = optional.load("accelerate", ("infer_auto_device_map",)).infer_auto_device_map
     except ImportError:
         raise PartitionError("comparing with Accelerate needs the accelerate package; "
                              "pip install 'partition-explorer[hf]'") from None
