@@ -18,9 +18,10 @@ from partitioner.cluster.compose import parse_layout
 from partitioner.devices import DEFAULT_SPEEDS
 
 ROOFLINE = "roofline"  # the partitioner's cost model: max(bytes / bandwidth, FLOPs / peak) per node
-PLANNER = "cluster planner"  # partitioner.cluster: the accelerator's curves, kernel launches, collectives
+PLANNER = "cluster planner"  # partitioner.cluster on a roofline of the devices' figures, with its collectives
+KERNELS = "measured kernels"  # a GPU type's kernel curves and launches, op by op: the same for every technique
 
-__all__ = ["ROOFLINE", "PLANNER", "Technique", "fx_row", "pipeline_row", "cluster_rows", "table", "cluster_target"]
+__all__ = ["ROOFLINE", "PLANNER", "KERNELS", "pricing", "Technique", "fx_row", "pipeline_row", "cluster_rows", "table", "cluster_target"]
 
 
 @dataclass(frozen=True)
@@ -45,6 +46,13 @@ class Technique:
         return self.peak_memory_bytes <= self.capacity_bytes
 
 
+def pricing(devices: Sequence[Device]) -> str:
+    """What prices the partitioner's times on ``devices``: a GPU type's kernel curves, else the
+    roofline (a measured host's profile is a roofline of its own curves)."""
+    profile = devices[0].profile if devices else None
+    return KERNELS if profile is not None and profile.gpu is not None else ROOFLINE
+
+
 def _capacity(devices: Sequence[Device]) -> int:
     return min(d.memory_bytes for d in devices)
 
@@ -61,7 +69,7 @@ def fx_row(plan: Plan | None, error: str | None, devices: Sequence[Device]) -> T
     return Technique(name, "views/explore.py", len(held), plan.latency_s, max(held.values(), default=0),
                      _capacity(devices), f"{plan.mode}: {len(plan.partitions)} partition"
                      f"{'s' if len(plan.partitions) != 1 else ''}, critical path {len(plan.critical_path)} long",
-                     priced_by=ROOFLINE)
+                     priced_by=pricing(devices))
 
 
 def pipeline_row(pp: "pipeline.PipelinePlan | None", error: str | None, devices: Sequence[Device]) -> Technique:
@@ -72,7 +80,7 @@ def pipeline_row(pp: "pipeline.PipelinePlan | None", error: str | None, devices:
     return Technique(name, "views/pipeline.py", len(set(pp.device_ids)), pp.step_time_s,
                      max(pp.stage_memory_bytes, default=0), _capacity(devices),
                      f"{len(pp.stages)} stages, {pp.microbatches} microbatches, {pp.schedule}, bubble "
-                     f"{pp.bubble_fraction:.0%}", priced_by=ROOFLINE)
+                     f"{pp.bubble_fraction:.0%}", priced_by=pricing(devices))
 
 
 def cluster_target(devices: Sequence[Device], transfer_rate_bytes_per_s: float | None) -> cluster.Cluster:
@@ -89,7 +97,8 @@ def cluster_target(devices: Sequence[Device], transfer_rate_bytes_per_s: float |
                          peak_flops=first.peak_flops or DEFAULT_SPEEDS["peak_flops"],
                          memory_bandwidth_bytes_per_s=first.memory_bandwidth_bytes_per_s
                          or DEFAULT_SPEEDS["memory_bandwidth_bytes_per_s"])
-    target = cluster.cluster(kind, len(devices), headroom_bytes=0, overrides=overrides)
+    engine = first.profile.engine if first.profile is not None and first.profile.gpu is not None else "eager"
+    target = cluster.cluster(kind, len(devices), headroom_bytes=0, overrides=overrides, engine=engine)
     if transfer_rate_bytes_per_s:
         link = cluster.Link("sidebar transfer rate", float(transfer_rate_bytes_per_s), target.intra.latency_s)
         target = cluster.Cluster(target.accelerator, target.devices_per_node, link, target.inter, target.headroom_bytes)
@@ -113,11 +122,12 @@ def cluster_rows(graph: Graph, devices: Sequence[Device], transfer_rate_bytes_pe
         return [Technique(tp_name, "views/sharding.py", error=str(exc)),
                 Technique(best_name, "views/cluster.py", error=str(exc))]
     capacity = target.accelerator.memory_bytes
+    priced = KERNELS if target.accelerator.kernels is not None else PLANNER
     rows = []
     try:
         tp = cluster.evaluate(prof, work, target, parse_layout(f"tp{n}"), None)
         rows.append(Technique(tp_name, "views/sharding.py", n, tp.step_s, tp.memory_bytes, capacity,
-                              f"{tp.layout.label()}; limited by {tp.limit}", priced_by=PLANNER))
+                              f"{tp.layout.label()}; limited by {tp.limit}", priced_by=priced))
     except ValueError as exc:
         rows.append(Technique(tp_name, "views/sharding.py", error=str(exc)))
     try:
@@ -129,7 +139,7 @@ def cluster_rows(graph: Graph, devices: Sequence[Device], transfer_rate_bytes_pe
         rows.append(Technique(best_name, "views/cluster.py", error=f"no layout of {n} device{'s' if n != 1 else ''} fits"))
     else:
         rows.append(Technique(best_name, "views/cluster.py", best.devices, best.step_s, best.memory_bytes, capacity,
-                              f"{best.layout.label()}; limited by {best.limit}", priced_by=PLANNER))
+                              f"{best.layout.label()}; limited by {best.limit}", priced_by=priced))
     return rows
 
 

@@ -44,8 +44,8 @@ def main() -> None:
         "devices used": st.column_config.TextColumn(width="small"),
         "forward pass": st.column_config.TextColumn(width="small", help="one forward pass of the example batch"),
         "priced by": st.column_config.TextColumn(width="small", help="whose cost model the time is: compare times "
-                                                 "within one (the roofline is a lower bound; the planner adds "
-                                                 "the accelerator's measured curves and kernel launches)"),
+                                                 "within one (measured kernels: a GPU type's curves and launches "
+                                                 "for every row; the roofline is a lower bound)"),
         "fullest device": st.column_config.TextColumn(width="medium", help="its memory of its capacity"),
         "fits": st.column_config.TextColumn(width="small"),
         "how": st.column_config.TextColumn(width="large")})
@@ -57,9 +57,10 @@ def main() -> None:
         f"one a device, GPipe over {max(1, n)} microbatches. Tensor parallel and the best layout: the cluster "
         "planner's inference prefill (a language model's time to the first token) on these devices as one node, "
         "at the sidebar's transfer rate; its layouts add data parallelism and pipelines to tensor parallelism. "
-        "The first two are priced by the roofline (peak speeds), the last two by the cluster planner (the "
-        "accelerator's measured curves, kernel launches, collectives): compare times within one, as the "
-        "fastest mark does. "
+        "On a GPU type every row is priced by the same measured kernels (the card's curves and launches, op by "
+        "op, under the sidebar's engine) and the times compare; on devices of one's own the first two are priced "
+        "by the roofline of their figures and the last two by the cluster planner: compare times within one, as "
+        "the fastest mark does. "
         "The Plan a cluster page asks the buyer's question: how many of which accelerator."))
 
 

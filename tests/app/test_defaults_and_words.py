@@ -12,7 +12,9 @@ from explorer.builders.inputs import DEFAULT_HEADROOM_PERCENT
 from partitioner import parse_bytes
 from partitioner.draw.overlay import SCALE, colour_for
 
-from app_helpers import errors, shown, start
+from streamlit.testing.v1 import AppTest
+
+from app_helpers import APP, TIMEOUT, errors, shown, start
 
 GiB = 2**30
 
@@ -151,3 +153,15 @@ def test_no_widget_is_given_a_default_beside_its_session_value():
     assert done.returncode == 0, done.stderr[-3000:]
     said = [line for line in done.stderr.splitlines() if "created with a default value" in line]
     assert not said, said
+
+
+def test_on_a_gpu_type_every_technique_is_priced_by_the_same_measured_kernels():
+    at = AppTest.from_file(APP, default_timeout=TIMEOUT)
+    for key, value in {"model": "transformer", "dev_preset": "h100-80gb", "dev_count": "2"}.items():
+        at.query_params[key] = value
+    at.run()
+    at.switch_page("views/techniques.py").run()
+    assert not at.exception and not errors(at), errors(at)
+    table = at.dataframe[0].value
+    assert set(table["priced by"]) == {techniques.KERNELS}
+    assert table["technique"].str.contains("fastest that fits").sum() == 1  # one cost model: one fastest
