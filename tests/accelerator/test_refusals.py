@@ -106,6 +106,9 @@ def test_sparse_nn_places_a_dlrm_like_model_where_torchs_sparse_nn_does(cost_mod
     tables = {n for p in ours.partitions for n in p.node_names if n.startswith("tables_")}
     assert len(tables) == 6 and all(len(p.device_ids) == 1 for p in ours.partitions
                                     if any(n.startswith("tables_") for n in p.node_names))
+    for mode in SEARCHES:  # where sparse_nn places it, the searches do too (none refused it)
+        plan = partitioner.partition(graph, devices, mode=mode, cost_model=cost_model)
+        assert plan.violations(graph) == [], mode
 
 
 # Tiny graphs (edges between op indices, output bytes, device memories, transfer rate) on which
