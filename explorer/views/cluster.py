@@ -197,7 +197,8 @@ def _render_table(found: cluster.ClusterPlan, work: cluster.Workload, prof: clus
                                help="words: dp, tp, pp, cp, ep, mb (sequences a microbatch) with a number, "
                                     "zero0-3, shard8 (HSDP: ZeRO over 8 ranks, replicated across), gpipe / 1f1b / "
                                     "interleaved_1f1b (v4: 4 chunks a rank), "
-                                    "recompute-selective / -full, no-sp (no sequence parallelism), fp32-grads "
+                                    "recompute-selective / -full, no-sp (no sequence parallelism), offload (the optimizer on the "
+                                    "host), fp32-grads "
                                     "(DeepSpeed's fp32 gradient partition); what is left out is 1 or none")
     if not written.strip():
         return chosen

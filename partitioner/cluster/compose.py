@@ -50,10 +50,11 @@ __all__ = ["ComposedRun", "RankReport", "run_layout", "parse_layout", "linear_pa
 
 SCHEDULE_NAMES = ("gpipe", "1f1b", "interleaved_1f1b", "zero_bubble")
 _TOKEN = re.compile(r"^(dp|tp|pp|ep|cp|mb|zero|shard|v)=?([0-9]+)$", re.ASCII)
-_FLAGS = {"sp": ("sp", True), "no-sp": ("sp", False), "fp32-grads": ("grad_fp32", True)}
+_FLAGS = {"sp": ("sp", True), "no-sp": ("sp", False), "fp32-grads": ("grad_fp32", True),
+          "offload": ("offload", True)}
 _ELEMENTWISE = ("relu", "gelu", "silu", "tanh", "sigmoid", "dropout", "identity", "mish", "leaky_relu", "elu")
 LAYOUT_WORDS = ("dp2 tp2 pp2 cp2 ep2 mb4 zero3 shard8 (HSDP) 1f1b (or gpipe, interleaved_1f1b with v4, "
-                "zero_bubble) recompute-selective (or -full, -none, -min-cut-0.5) no-sp fp32-grads")
+                "zero_bubble) recompute-selective (or -full, -none, -min-cut-0.5) no-sp fp32-grads offload")
 
 
 def parse_layout(text: str, batch: int | None = None) -> Layout:
@@ -331,11 +332,12 @@ def _check(layout: Layout, inputs: tuple[Any, ...]) -> None:
     if layout.recompute != "none":
         problems.append(f"recomputation is not run here (got recompute={layout.recompute!r}): drop it")
     unrun = [word for word, on in ((f"cp{layout.cp}", layout.cp > 1), (f"ep{layout.ep}", layout.ep > 1),
-                                   (f"shard{layout.shard}", layout.shard > 0), ("fp32-grads", layout.grad_fp32))
+                                   (f"shard{layout.shard}", layout.shard > 0), ("fp32-grads", layout.grad_fp32),
+                                   ("offload", layout.offload))
              if on]
     if unrun:
         problems.append(f"{', '.join(unrun)} {'is' if len(unrun) == 1 else 'are'} planned but not run here "
-                        "(context and expert parallelism, HSDP and DeepSpeed's fp32 gradients): drop "
+                        "(context and expert parallelism, HSDP, DeepSpeed's fp32 gradients and offload): drop "
                         f"{'it' if len(unrun) == 1 else 'them'} to run the rest")
     if not inputs or not all(hasattr(x, "shape") and x.dim() >= 1 for x in inputs):
         problems.append("every example input must be a tensor with a batch dimension to split over dp")

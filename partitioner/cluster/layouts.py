@@ -135,6 +135,7 @@ class Layout:
     virtual: int = 2  # interleaved 1F1B: model chunks a pipeline rank holds
     grad_fp32: bool = False  # DeepSpeed's fp32 gradient partition (its estimators' 18 bytes a parameter)
     shard: int = 0  # ZeRO's sharding group: 0 the whole dp x cp group; k: HSDP, shard over k, replicate the rest
+    offload: bool = False  # ZeRO-Offload: the optimizer state and its step on the host, gradients sent there
 
     def __post_init__(self) -> None:
         for key in ("dp", "tp", "pp", "microbatch_size", "ep", "cp", "virtual"):
@@ -181,6 +182,8 @@ class Layout:
             parts.append("fp32-grads")
         if self.shard:
             parts.append(f"shard{self.shard}")
+        if self.offload:
+            parts.append("offload")
         return " ".join(parts)
 
 
@@ -272,6 +275,9 @@ def _states(p: ModelProfile, w: Workload, lay: Layout) -> dict[str, float]:
         else:
             out["gradients"] += gb * psi / shard[1]
         out["optimizer"] += kb * psi / shard[2]
+    if lay.offload:  # ZeRO-Offload: the state and the gradient partition live on the host
+        out["optimizer"] = 0.0
+        out["gradients"] = 0.0 if lay.zero >= 2 else out["gradients"]
     if lay.zero == 3 and group > 1:  # the layer computed now, gathered whole, and its whole gradient
         out["gathered layer"] = (wb + gb) * largest_layer_params(p) / lay.tp
     return out
@@ -333,6 +339,8 @@ def check_layout(p: ModelProfile, lay: Layout, w: Workload | None = None, max_de
     if lay.shard and (not lay.zero or (lay.dp * lay.cp) % lay.shard or lay.shard % lay.cp):
         broken.append(f"a ZeRO sharding group of {lay.shard} (HSDP) needs ZeRO 1-3 and must divide the "
                       f"data-parallel ranks (dp{lay.dp} x cp{lay.cp}) in whole context-parallel groups")
+    if lay.offload and not lay.zero:
+        broken.append("offloading the optimizer (ZeRO-Offload) needs ZeRO 1-3: add zero1, zero2 or zero3")
     if lay.ep > 1 and (not p.experts or p.experts % lay.ep or lay.dp % lay.ep):
         experts = p.experts or "none: a dense model"
         broken.append(f"expert parallelism ep{lay.ep} must divide the experts ({experts}) and the "
@@ -377,6 +385,24 @@ def activation_bytes(p: ModelProfile, w: Workload, lay: Layout, stash: float) ->
     if lay.pp == 1 and outside:
         out["activations"] += outside * tokens
     return out
+
+
+HOST_LINK_BYTES_PER_S = 25e9  # a device's PCIe share to the host, each way (PCIe 5 x16 at about 40 % in practice)
+HOST_BYTES_PER_S = 12.5e9  # host memory bandwidth a device's optimizer step gets (100 GB/s a socket over 8)
+
+
+def offload_seconds(p: ModelProfile, w: Workload, lay: Layout) -> float:
+    """ZeRO-Offload's step on the host (Ren et al. 2021): the device's gradient partition goes down
+    the PCIe link, the host's Adam reads and writes the fp32 state, the updated 16-bit weights come
+    back; none of it hidden (DeepSpeed overlaps part of it: an upper bound). The two host figures are
+    assumptions (:data:`HOST_LINK_BYTES_PER_S`, :data:`HOST_BYTES_PER_S`), not measurements."""
+    if not lay.offload:
+        return 0.0
+    wb, gb, kb = model_state_bytes(w.optimizer, w.element_bytes)
+    dense, expert = _params(p, lay)
+    shard = lay.shard or lay.dp * lay.cp
+    psi = dense / shard + expert / max(1, min(shard, lay.dp * lay.cp // lay.ep))
+    return psi * (gb + wb) / HOST_LINK_BYTES_PER_S + psi * (2 * kb + gb) / HOST_BYTES_PER_S
 
 
 def _redo_share(p: ModelProfile, w: Workload, lay: Layout) -> float:
@@ -437,7 +463,7 @@ def evaluate(p: ModelProfile, w: Workload, c: Cluster, lay: Layout, sim: Any) ->
     grad_bytes = model_state_bytes(w.optimizer, w.element_bytes)[1]
     group = lay.dp * lay.cp
     dp_s = sum(row.seconds for row in _data_parallel_rows(p, w, c, lay))
-    exposed = max(0.0, dp_s - bwd)
+    exposed = max(0.0, dp_s - bwd) + offload_seconds(p, w, lay)
     step = pipe + exposed
     busy = m * (fwd + bwd)
     parts = {"compute": busy, "tensor-parallel communication": m * 2 * tp_s,

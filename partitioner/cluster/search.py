@@ -11,7 +11,8 @@ or min-cut at each measured budget, and for a mixture of experts every expert-pa
 dividing both the experts and the data-parallel degree; tensor parallelism only where it divides the
 heads and widths (:func:`partitioner.cluster.layouts.check_layout`), selective recomputation where
 the model keeps sequence-sized scores, interleaving 2 and 4 chunks deep, HSDP (ZeRO
-sharding inside a node, replication across nodes) where the data-parallel group spans nodes, and
+sharding inside a node, replication across nodes) where the data-parallel group spans nodes,
+ZeRO-Offload (the optimizer on the host) for ZeRO 2 and 3 layouts that do not fit without it, and
 for sequences of 16k tokens and more context parallelism up to 16. The pipeline's step and stash come
 from the Pipeline page's simulator, cached per (schedule, stages, microbatches). O(sizes x
 layouts) evaluations of O(1) each after the first forward time of each microbatch size.
@@ -20,7 +21,7 @@ layouts) evaluations of O(1) each after the first forward time of each microbatc
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable, Sequence
 
 from partitioner.cluster.hardware import Cluster
@@ -218,6 +219,8 @@ def search(p: ModelProfile, w: Workload, c: Cluster, device_range: Sequence[int]
         for lay in _layouts(p, w, c, devices, refused, sim.check):  # type: ignore[attr-defined]
             r = evaluate(p, w, c, lay, sim)
             evaluated += 1
+            if not r.fits and lay.zero >= 2 and w.kind == "training":  # ZeRO-Offload, where the devices are short
+                r = evaluate(p, w, c, replace(lay, offload=True), sim)  # the same layout, its optimizer moved
             if r.fits:
                 fitting.append(r)
     fitting.sort(key=lambda r: (r.step_s, r.devices))

@@ -63,6 +63,8 @@ def to_torchtitan(layout: Layout, workload: Workload) -> dict[str, Any]:
     notes = []
     if layout.zero == 1:
         notes.append("torchtitan has no ZeRO-1: data parallelism is replicated (DDP) here")
+    if layout.offload:
+        notes.append("torchtitan does not offload the optimizer: this runs it on the devices")
     if layout.ep > 1 and not sharded:  # its mesh: dp_shard x cp x tp == expert-FSDP x ep
         notes.append(f"torchtitan runs expert parallelism inside data_parallel_shard x tensor_parallel, which is "
                      f"{layout.tp} here and must divide by ep {layout.ep}: choose a layout with ZeRO 2 or 3")
@@ -114,6 +116,8 @@ def to_megatron(layout: Layout, workload: Workload) -> list[str]:
         args += ["--num-virtual-stages-per-pipeline-rank", str(virtual)]
     if layout.zero >= 1:
         args.append("--use-distributed-optimizer")  # Megatron's ZeRO-1 (optimizer state sharded)
+        if layout.offload:
+            args.append("--optimizer-cpu-offload")
         if layout.shard:  # sharded within groups of that size, replicated across them
             args += ["--num-distributed-optimizer-instances", str(layout.dp * layout.cp // layout.shard)]
     if layout.recompute == "full":
@@ -132,6 +136,8 @@ def to_deepspeed(layout: Layout, workload: Workload) -> dict[str, Any]:
         "bf16": {"enabled": workload.element_bytes == 2},
         "zero_optimization": {"stage": layout.zero,
                               **({"zero_hpz_partition_size": layout.shard} if layout.shard and layout.zero == 3
+                                 else {}),
+                              **({"offload_optimizer": {"device": "cpu", "pin_memory": True}} if layout.offload
                                  else {})},
         "activation_checkpointing": {"partition_activations": layout.recompute == "full"},
     }

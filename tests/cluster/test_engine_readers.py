@@ -29,13 +29,15 @@ READER = textwrap.dedent("""
         def get_model_parallel_rank(self): return 0
 
     out = []
-    for dp, mb, zero, rc, ep, batch, bf16 in json.loads(sys.argv[2]):
-        lay = cluster.Layout(dp=dp, microbatch_size=mb, zero=zero, recompute=rc, ep=ep)
+    for dp, mb, zero, rc, ep, batch, bf16, offload, shard in json.loads(sys.argv[2]):
+        lay = cluster.Layout(dp=dp, microbatch_size=mb, zero=zero, recompute=rc, ep=ep, offload=offload, shard=shard)
         work = cluster.Workload(global_batch=batch, seq_len=128, element_bytes=2 if bf16 else 4)
         config = to_deepspeed(lay, work)
         ds = DeepSpeedConfig(config, mpu=Groups(dp))
         out.append([ds.train_batch_size, ds.train_micro_batch_size_per_gpu, ds.gradient_accumulation_steps,
-                    ds.zero_optimization_stage, bool(ds.bfloat16_config.enabled)])
+                    ds.zero_optimization_stage, bool(ds.bfloat16_config.enabled),
+                    str(ds.zero_config.offload_optimizer.device) if ds.zero_config.offload_optimizer else "none",
+                    ds.zero_config.zero_hpz_partition_size])
     bad = to_deepspeed(cluster.Layout(dp=4, microbatch_size=2), cluster.Workload(global_batch=32))
     bad["gradient_accumulation_steps"] += 1
     try:
@@ -47,8 +49,9 @@ READER = textwrap.dedent("""
     deepspeed.comm.destroy_process_group()
 """)
 
-CASES = [(4, 2, 3, "full", 1, 32, True), (8, 1, 0, "none", 1, 64, False), (2, 4, 1, "none", 1, 64, True),
-         (4, 1, 2, "min-cut-0.5", 2, 16, True)]
+CASES = [(4, 2, 3, "full", 1, 32, True, False, 0), (8, 1, 0, "none", 1, 64, False, False, 0),
+         (2, 4, 1, "none", 1, 64, True, False, 0), (4, 1, 2, "min-cut-0.5", 2, 16, True, False, 0),
+         (8, 1, 2, "none", 1, 64, True, True, 0), (8, 1, 3, "none", 1, 64, True, True, 4)]
 
 
 @pytest.mark.slow
@@ -59,8 +62,11 @@ def test_deepspeed_reads_the_exported_configs_as_meant():
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     *parsed, bad = json.loads(done.stdout.strip().splitlines()[-1])
-    for (dp, mb, zero, _, _, batch, bf16), (train, micro, accumulate, stage, bf) in zip(CASES, parsed):
+    for (dp, mb, zero, _, _, batch, bf16, offload, shard), (train, micro, accumulate, stage, bf, device, hpz) in \
+            zip(CASES, parsed):
         assert (train, micro, stage, bf) == (batch, mb, zero, bf16)
+        assert device == ("OffloadDeviceEnum.cpu" if offload else "none") or device == ("cpu" if offload else "none")
+        assert hpz == (shard if shard and zero == 3 else 1)  # ZeRO++ hpZ: the secondary partition's size
         assert accumulate == batch // (dp * mb)  # DeepSpeed's rule holds: batch = micro x steps x dp
     assert "train_batch_size is not equal to micro_batch_per_gpu * gradient_acc_step * world_size" in bad
 

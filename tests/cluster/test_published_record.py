@@ -231,3 +231,47 @@ def test_tensor_parallel_decode_is_not_priced_by_a_ring_of_small_messages():
     assert comm == pytest.approx(64 * allreduce_s(8192, 8, c.intra.bandwidth_bytes_per_s, c.intra.latency_s, True)[0])
     rows = cluster.collectives(p, cluster.Workload("inference", 1, 1024, generate_tokens=1), c, cluster.Layout(tp=8))
     assert any("(one-shot)" in row.name and row.phase == "each token" for row in rows)
+
+
+@pytest.mark.parametrize("devices", [8, 64])
+def test_zero_offload_matches_deepspeeds_estimators(small_llama, devices):
+    """DeepSpeed's estimators with ``cpu_offload=True`` (ZeRO-Offload, Ren et al. 2021): ZeRO-2
+    keeps 2 Psi on the device, ZeRO-3 (parameters on the device) 4 x the largest layer + 2 Psi / N;
+    the optimizer state and the gradient partition live on the host."""
+    from deepspeed.runtime.zero.stage3 import estimate_zero3_model_states_mem_needs
+    from deepspeed.runtime.zero.stage_1_and_2 import estimate_zero2_model_states_mem_needs
+
+    p, module = small_llama
+    total = sum(t.numel() for t in module.parameters())
+    largest = max(sum(t.numel() for t in m.parameters(recurse=False)) for m in module.modules())
+    w = cluster.Workload(global_batch=devices, seq_len=1)
+    for zero, want in ((2, estimate_zero2_model_states_mem_needs(total, 8, devices // 8, cpu_offload=True)[1]),
+                       (3, estimate_zero3_model_states_mem_needs(total, largest, 8, devices // 8, cpu_offload=True,
+                                                                 cpu_offload_params=False)[1])):
+        lay = cluster.Layout(dp=devices, zero=zero, offload=True)
+        r = cluster.evaluate(p, w, BIG, lay, _simulator())
+        states = sum(v for k, v in r.memory.items() if k in ("weights", "gradients", "optimizer", "gathered layer"))
+        assert states == pytest.approx(want, rel=0.05), (zero, devices)
+        on_device = cluster.evaluate(p, w, BIG, dataclasses.replace(lay, offload=False), _simulator())
+        assert r.step_s > on_device.step_s  # the host's step and the PCIe traffic are not free
+    from partitioner.interop.engines import to_deepspeed, to_megatron
+
+    lay = cluster.Layout(dp=8, zero=2, offload=True)
+    assert to_deepspeed(lay, w)["zero_optimization"]["offload_optimizer"]["device"] == "cpu"
+    assert "--optimizer-cpu-offload" in to_megatron(lay, w)
+    with pytest.raises(partitioner.PartitionError, match="needs ZeRO 1-3"):
+        cluster.evaluate(p, w, BIG, cluster.Layout(dp=8, offload=True), _simulator())
+
+
+def test_the_search_offloads_only_where_the_devices_are_short():
+    from cluster_helpers import hand_profile
+
+    p = hand_profile(params=40_000_000_000, layers=8)
+    c = cluster.Cluster(ACC80, devices_per_node=8, headroom_bytes=4 * GiB)
+    w = cluster.Workload(global_batch=8, seq_len=256)
+    found = cluster.search(p, w, c, [8])
+    offloaded = [r for r in found.fitting if r.layout.offload]
+    assert offloaded and all(r.layout.zero >= 2 for r in offloaded)
+    for r in offloaded:
+        twin = cluster.evaluate(p, w, c, dataclasses.replace(r.layout, offload=False), _simulator())
+        assert not twin.fits
