@@ -4,7 +4,7 @@ A layout composes the techniques as Megatron-LM and torchtitan do: ``tp``-way te
 inside a node (with or without sequence parallelism), ``cp``-way context parallelism (each
 sequence split over ranks, keys and values passed around a ring), ``pp`` pipeline stages (a
 schedule from :mod:`partitioner.pipeline`, simulated by the pipeline page's own simulator; an
-interleaved schedule ``virtual`` chunks deep), ``dp``-way data parallelism with ZeRO stage 0-3
+interleaved schedule ``virtual`` chunks deep, or zero-bubble), ``dp``-way data parallelism with ZeRO stage 0-3
 (stage 3 is FSDP's full sharding), ``ep``-way expert parallelism for a mixture of experts (each
 MoE layer's experts split over ranks of the data-parallel group), and recomputation (none;
 selective: the attention core; full: each layer's input kept and its forward run again in the
@@ -17,7 +17,10 @@ psi with stage 0, 4 psi + K psi / dp with 1, 2 psi + (2 + K) psi / dp with 2, (4
 3 (K from :func:`partitioner.cost.training.model_state_bytes`), and with stage 3 the layer being
 computed, gathered whole with its whole gradient (DeepSpeed's ``estimate_zero3_model_states_mem_needs``:
 4 x the largest layer in bf16); DeepSpeed's fp32 gradient partition (``grad_fp32``) adds 4 bytes a
-parameter over dp (its estimators' 18 psi / N); activations (NOTE: [Activation memory]); the headroom.
+parameter over dp (its estimators' 18 psi / N); with HSDP (``shard``) the states shard over that
+group only; with ZeRO-Offload (``offload``) the optimizer state (and with ZeRO 2-3 the gradient
+partition) lives on the host (:func:`offload_seconds` prices its traffic and step); activations
+(NOTE: [Activation memory]); the headroom.
 Inference: the weights over tp x pp and the KV cache of the batch's context.
 Time per step (training): each stage's forward per microbatch is the graph's time for its share
 (NOTE: [Scaling the traced graph]); backward twice the forward plus the recomputed share;
