@@ -322,7 +322,8 @@ def long_table(kinds: list[str], sizes: list[int], modes: list[str], limit: floa
                         seconds, lat, valid, error = ref
                         ref_s, speedup = f"{seconds:.3f}", f"{seconds / ours_s:.1f}x"
                         if error:
-                            note += "reference failed: " + error.replace("PartitionError: reference partitioner failed: ", "")[:60]
+                            reason = error.replace("PartitionError: reference partitioner failed: ", "")
+                            note += f"reference failed: {reason[:60]}"
                         else:
                             ref_lat = f"{lat:.4g}"
                             if not valid:
@@ -356,8 +357,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.sizes or args.models:
         failures += reference_table([*args.sizes, *args.models], args.modes, args.limit)
     if args.small:
-        failures += timed_table("2. Searches below 150 op nodes (targets: under 50 ms below 50, under 120 ms below 150)",
-                                list(args.small), SEARCHES, small_target_s, repeat=5)
+        failures += timed_table("2. Searches below 150 op nodes (targets: under 50 ms below 50, under 120 ms "
+                                "below 150)", list(args.small), SEARCHES, small_target_s, repeat=5)
     if args.large:
         failures += timed_table("3. Every mode at 10,000 op nodes (target: under 1 s)", list(args.large),
                                 LARGE_MODES, 1.0, repeat=1)

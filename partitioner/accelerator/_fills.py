@@ -94,8 +94,8 @@ def initial_fill(problem: Problem) -> Assignment:
     torch maps them (which torch's memory rule can accept where the physical tallies of the
     others refuse), under torch's cost model torch's own cost_aware plan, and last a repair of a
     placement until it fits (NOTE: [Repairing a placement]; not where the exhaustive search
-    proved that no placement fits). The searches start from whichever succeeds, so none of them depends
-    on the contiguous fill succeeding."""
+    proved that no placement fits). The searches start from whichever succeeds, so none of them
+    depends on the contiguous fill succeeding."""
     try:
         found = fill_in_order(problem, problem.graph.op_indices)
         if problem.fits(found):  # the fills count memory as the physical model does

@@ -169,7 +169,8 @@ class _Packer:
 
     def most_room(self) -> Assignment:
         """All tables together, largest first onto the device with the most room left."""
-        return self._greedy(self._largest_first(), lambda fits: max(fits, key=lambda rd: (rd[0], -self.order.index(rd[1])))[1])
+        rank = {d: i for i, d in enumerate(self.order)}
+        return self._greedy(self._largest_first(), lambda fits: max(fits, key=lambda rd: (rd[0], -rank[rd[1]]))[1])
 
     def first_fit_decreasing(self) -> Assignment:
         """All tables together, largest first onto the first device (largest memory first) that holds it."""
