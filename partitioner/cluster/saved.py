@@ -26,7 +26,8 @@ row-parallel product; divided by tp only with sequence parallelism) or in the te
 with a weight reading the sequence-parallel part is column-parallel (its output is split), one
 reading the split part is row-parallel (its output is whole again); attention and what reads split
 values are split. Score-shaped values (the last two dimensions the sequence: eager attention's
-probabilities) grow with the sequence and are what selective recomputation drops.
+probabilities: a product of two activations and what is made of it alone) grow with the sequence
+and are what selective recomputation drops.
 """
 
 from __future__ import annotations
@@ -275,6 +276,19 @@ def saved_activations(graph: Graph) -> SavedActivations:
         elif base not in _VIEW and base not in ("embedding", "output"):
             for u in ins:
                 keep(u, v)
+    # Scores: a product of two activations shaped (..., s, s), and what is made of it alone
+    # (scaling, masking, softmax, dropout): the values that grow with the sequence.
+    score = [False] * n
+    for v in graph.op_indices:
+        shape = nodes[v].shape or ()
+        square = seq0 > 1 and len(shape) >= 2 and shape[-1] == shape[-2] == seq0
+        acts = [root[u] for u in nodes[v].inputs if not weight[u] and significant[root[u]]]
+        if not square or weight[v]:
+            continue
+        if kind[v] in ("matmul", "bmm", "baddbmm", "einsum") and len(acts) >= 2:
+            score[v] = not any(score[u] for u in acts)  # Q K^T; the scores times V is the attention's output
+        elif acts and all(score[u] for u in acts):
+            score[v] = True
     layers = max(1, len(set(block.values())))
     sp_el = tp_el = score_el = out_el = 0.0
     for value, by in kept.items():
@@ -282,8 +296,7 @@ def saved_activations(graph: Graph) -> SavedActivations:
         if by not in block:
             out_el += e
             continue
-        shape = nodes[value].shape or ()
-        if seq0 > 1 and len(shape) >= 2 and shape[-1] == shape[-2] == seq0:
+        if score[value]:
             score_el += e
         elif sp[value]:
             sp_el += e
@@ -292,10 +305,9 @@ def saved_activations(graph: Graph) -> SavedActivations:
     sp_mask = tp_mask = score_mask = out_mask = 0.0
     for v in masks:
         e = elements(v)
-        shape = nodes[v].shape or ()
         if v not in block:
             out_mask += e
-        elif seq0 > 1 and len(shape) >= 2 and shape[-1] == shape[-2] == seq0:
+        elif score[root[nodes[v].inputs[0]]]:
             score_mask += e
         elif sp[root[nodes[v].inputs[0]]]:
             sp_mask += e

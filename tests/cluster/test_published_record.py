@@ -275,3 +275,14 @@ def test_the_search_offloads_only_where_the_devices_are_short():
     for r in offloaded:
         twin = cluster.evaluate(p, w, c, dataclasses.replace(r.layout, offload=False), _simulator())
         assert not twin.fits
+
+
+def test_eager_attention_keeps_its_scores_and_selective_recomputation_drops_them():
+    """Korthikanti et al. 2022, sec. 4.1 without dropout (the sample decoder has none): a layer with
+    eager attention keeps 32 s b h bytes plus the softmax's 2 a s^2 b; selective recomputation
+    (sec. 5) recomputes the attention core and keeps the 32 s b h. The sample: h 128, 4 heads."""
+    module, inputs, kwargs = sample_models.load("transformer")
+    saved = cluster.profile(partitioner.trace(module, inputs, example_kwargs=kwargs)).saved
+    h, a, s = 128, 4, 2048
+    assert saved.layer_bytes_per_token(2, s) * s == pytest.approx(32 * s * h + 2 * a * s * s, rel=0.10)
+    assert saved.layer_bytes_per_token(2, s, scores=False) * s == pytest.approx(32 * s * h, rel=0.10)
