@@ -159,6 +159,14 @@ def run(args: argparse.Namespace) -> int:
         else:
             line += f"; {r.extra['tokens_per_s_per_sequence']:.1f} tokens/s per sequence"
         print(line)
+    from partitioner.cluster.search import at_the_edge
+
+    searched = cluster.device_counts(args.devices_per_node, args.max_nodes)
+    edge = at_the_edge(found, searched)
+    if edge:
+        print(f"{' and '.join(edge)} {'sits' if len(edge) == 1 else 'sit'} at the largest size searched "
+              f"({max(searched)} devices): more may do "
+              "better; raise --max-nodes to see where adding devices stops paying")
     print()
     print(format_table(["devices", "layout", step, "MFU", "memory/device", "limit", "$/M tokens"],
                        [_row(r, args.inference) for r in found.best(args.top)]))

@@ -95,3 +95,14 @@ def test_the_command_line_refuses_before_it_searches_or_starts_a_process(args, m
     assert match in done.stderr and "Traceback" not in done.stderr
     assert "searched" not in done.stdout and "local processes" not in done.stdout
     assert seconds < 60  # a refusal, not a run (a --run that starts ranks takes longer than this here)
+
+
+def test_the_command_line_says_when_an_answer_sits_at_the_searchs_edge(capsys: pytest.CaptureFixture[str]):
+    from cli.main import main
+
+    args = ["cluster", "mlp", "--set", "n_layer=4", "--set", "hidden=32", "--global-batch", "16", "--seq-len", "8"]
+    assert main([*args, "--max-nodes", "1"]) == 0
+    out = capsys.readouterr().out
+    fastest = next(line for line in out.splitlines() if line.startswith("fastest:"))
+    at_edge = fastest.startswith("fastest: 8 devices")
+    assert ("at the largest size searched (8 devices)" in out) == at_edge and (not at_edge or "--max-nodes" in out)
