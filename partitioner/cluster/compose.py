@@ -31,12 +31,12 @@ holder (an embedding, a norm, a convolution) is refused: run it with tp1.
 
 from __future__ import annotations
 
-import re
 import time
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from partitioner.cluster._records import ComposedRun, RankReport, compare, measure_step
-from partitioner.cluster.layouts import RECOMPUTE, Layout
+from partitioner.cluster.layouts import Layout
+from partitioner.cluster.words import parse_layout
 from partitioner.errors import PartitionError, RunError
 from partitioner.runtime.timing import step_seconds
 
@@ -48,57 +48,7 @@ if TYPE_CHECKING:
 __all__ = ["ComposedRun", "RankReport", "run_layout", "parse_layout", "linear_pairs_plan", "model_tp_plan",
            "check_runnable"]
 
-SCHEDULE_NAMES = ("gpipe", "1f1b", "interleaved_1f1b", "zero_bubble")
-_TOKEN = re.compile(r"^(dp|tp|pp|ep|cp|mb|zero|shard|v)=?([0-9]+)$", re.ASCII)
-_FLAGS = {"sp": ("sp", True), "no-sp": ("sp", False), "fp32-grads": ("grad_fp32", True),
-          "offload": ("offload", True)}
 _ELEMENTWISE = ("relu", "gelu", "silu", "tanh", "sigmoid", "dropout", "identity", "mish", "leaky_relu", "elu")
-LAYOUT_WORDS = ("dp2 tp2 pp2 cp2 ep2 mb4 zero3 shard8 (HSDP) 1f1b (or gpipe, interleaved_1f1b with v4, "
-                "zero_bubble) recompute-selective (or -full, -none, -min-cut-0.5) no-sp fp32-grads offload")
-
-
-def parse_layout(text: str, batch: int | None = None) -> Layout:
-    """A layout from a short string: ``"dp2 tp2"``, ``"dp2 tp2 zero3 mb2"``, ``"dp=4,tp=1"``,
-    ``"pp2 1f1b"``, ``"pp4 interleaved_1f1b v4"``, ``"dp8 ep4"``, ``"tp8 cp2 no-sp"``,
-    ``"recompute-selective"``, ``"zero3 fp32-grads"``. ASCII digits only; each word once. Without
-    ``mb`` and with ``batch`` (the example's rows), a replica's whole share is one microbatch;
-    pipeline stages without a schedule run GPipe. The :class:`Layout` checks its own values;
-    :func:`partitioner.cluster.layouts.check_layout` checks it against a model."""
-    values: dict[str, Any] = {}
-
-    def put(key: str, value: Any, token: str) -> None:
-        if key in values:
-            raise PartitionError(f"a layout names each setting once ({key} twice in {text!r}, at {token!r}); "
-                                 f"write it once")
-        values[key] = value
-
-    for token in filter(None, re.split(r"[\s,]+", text.strip().lower())):
-        m = _TOKEN.match(token)
-        if m:
-            key = {"mb": "microbatch_size", "v": "virtual"}.get(m.group(1), m.group(1))
-            if len(m.group(2)) > 8:
-                raise PartitionError(f"{key} {m.group(2)} in {text!r} is beyond any cluster; write at most 8 digits")
-            put(key, int(m.group(2)), token)
-        elif token in SCHEDULE_NAMES:
-            put("schedule", token, token)
-        elif token in _FLAGS:
-            put(*_FLAGS[token], token)
-        elif token.startswith("recompute-") and (token[len("recompute-"):] in RECOMPUTE
-                                                 or token.startswith("recompute-min-cut-")):
-            put("recompute", token[len("recompute-"):], token)
-        else:
-            raise PartitionError(f"a layout is words like {LAYOUT_WORDS} (got {token!r} in {text!r}); "
-                                 f"write e.g. \"dp2 tp2 zero3\" with ASCII digits")
-    for key in ("dp", "tp", "pp", "ep", "cp", "microbatch_size", "virtual"):
-        if values.get(key, 1) < 1:
-            raise PartitionError(f"{key} must be at least 1 (got {values[key]} in {text!r})")
-    if values.get("zero", 0) not in (0, 1, 2, 3):
-        raise PartitionError(f"zero must be 0, 1, 2 or 3 (got {values['zero']} in {text!r})")
-    if values.get("pp", 1) > 1 and "schedule" not in values:
-        values["schedule"] = "gpipe"
-    if "microbatch_size" not in values and batch is not None:
-        values["microbatch_size"] = max(1, batch // values.get("dp", 1))
-    return Layout(**values)
 
 
 def _elementwise(gm: Any, node: Any) -> bool:

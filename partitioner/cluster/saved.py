@@ -257,15 +257,15 @@ def saved_activations(graph: Graph) -> SavedActivations:
             done.add(r)
             group = members[r]
             inside = set(group)
-            outside = sorted({root[u] for m in group for u in nodes[m].inputs
-                              if not weight[u] and significant[root[u]] and root[u] not in inside})
+            external = sorted({root[u] for m in group for u in nodes[m].inputs
+                               if not weight[u] and significant[root[u]] and root[u] not in inside})
             nonlinear = any(kind[m] in _NONLINEAR_POINTWISE or
                             (kind[m] in ("mul", "div") and sum(significant[root[u]] and not weight[u]
                                                                for u in nodes[m].inputs) >= 2) for m in group)
             if not nonlinear:
                 continue
-            if len(outside) == 1:
-                keep(outside[0], group[0])
+            if len(external) == 1:
+                keep(external[0], group[0])
                 continue
             for m in group:  # several inputs: each op as eager autograd keeps
                 acts = [u for u in nodes[m].inputs if not weight[u] and significant[root[u]]]

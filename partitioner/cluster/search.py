@@ -24,6 +24,7 @@ import time
 from dataclasses import dataclass, replace
 from typing import Callable, Sequence
 
+from partitioner.cluster._closed_forms import closed_form
 from partitioner.cluster.hardware import Cluster
 from partitioner.cluster.layouts import Layout, LayoutResult, Workload, check_layout, evaluate, min_cut_label
 from partitioner.cluster.profile import ModelProfile
@@ -36,26 +37,6 @@ MICROBATCH_SIZES = (1, 2, 4, 8, 16, 32)
 MAX_MICROBATCHES = 512  # more is a simulation of little use (and slow): larger microbatches win
 SIMULATE_UP_TO = 256
 LONG_SEQUENCE = 16384  # context parallelism is searched from this sequence length on  # stages x microbatches simulated; beyond, the closed forms (equal stages)
-
-
-def closed_form(schedule: str, pp: int, m: int, ratio: float, v: int = 2) -> tuple[float, float, int]:
-    """(step, bubble fraction, a stage's peak stash) of ``schedule`` with ``pp`` equal stages of
-    forward 1 and backward ``ratio`` and ``m`` microbatches. GPipe and 1F1B: (m + pp - 1)(1 + ratio),
-    bubble (pp - 1) / (m + pp - 1) (Huang et al. 2019; Narayanan et al. 2021); GPipe stashes m
-    microbatches, 1F1B min(m, pp). Interleaved 1F1B with v chunks per rank (torch's class: 2):
-    (max(m, pp) + (min(m, pp) - 1) / v)(1 + ratio) (the bubble shrinks by v: Narayanan et al. 2021,
-    sec. 2.2.2), stash min(m, v pp) per chunk when pp divides m (torch's order holds up to
-    (v + 1) pp otherwise: that bound is used). The tests check these against the simulator, which
-    the search uses up to :data:`SIMULATE_UP_TO` (zero-bubble schedules beyond it take interleaved
-    1F1B's figures: an upper bound on their step, whose split backward fills the bubble)."""
-    work = m * (1 + ratio)
-    if schedule == "zero_bubble":
-        schedule, v = "interleaved_1f1b", 2
-    if schedule == "interleaved_1f1b":
-        step = (max(m, pp) + (min(m, pp) - 1) / v) * (1 + ratio)
-        return step, 1 - work / step, min(m, v * pp if m % pp == 0 else (v + 1) * pp)
-    step = (m + pp - 1) * (1 + ratio)
-    return step, 1 - work / step, m if schedule == "gpipe" else min(m, pp)
 
 
 @dataclass(frozen=True)
