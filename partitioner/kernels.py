@@ -41,6 +41,7 @@ from __future__ import annotations
 import bisect
 import dataclasses
 import math
+import statistics
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping, Sequence
 
@@ -277,10 +278,8 @@ class GpuKernels:
 
 def _merged(points: Sequence[tuple[float, float]]) -> Curve:
     """A curve from (x, seconds) points, repeated measurements of one x averaged."""
-    by_x: dict[float, list[float]] = {}
-    for x, y in points:
-        by_x.setdefault(x, []).append(y)
-    return tuple((x, sum(ys) / len(ys)) for x, ys in sorted(by_x.items()))
+    xs = sorted({x for x, _ in points})
+    return tuple((x, statistics.fmean(y for px, y in points if px == x)) for x in xs)
 
 
 def dtype_name(dtype: str | None) -> str:

@@ -181,8 +181,9 @@ def evaluate(p: ModelProfile, w: Workload, c: Cluster, lay: Layout, sim: Any) ->
     hidden_mb = p.hidden_bytes_per_token * scale * tokens_mb
     layers_per_stage = p.layers / lay.pp
     redo = _redo_share(p, w, lay)
-    fwd = p.forward_seconds(tokens_mb, w.seq_len, acc, lay.tp) / lay.pp
-    bwd = fwd * (2.0 + redo)
+    loss = p.loss_seconds(tokens_mb, acc) / 2 / lay.tp  # each way; on the last stage, spread over the stages here
+    fwd = (p.forward_seconds(tokens_mb, w.seq_len, acc, lay.tp, element_bytes=w.element_bytes) + loss) / lay.pp
+    bwd = (p.backward_seconds(tokens_mb, w.seq_len, acc, lay.tp, element_bytes=w.element_bytes) + loss) / lay.pp + redo * fwd
     in_node = lay.tp * lay.pp * lay.cp <= c.devices_per_node
     tp_s = 2 * layers_per_stage * _tp_allreduce(c, hidden_mb, lay.tp)[0]
     link = c.intra if in_node else c.inter
@@ -206,13 +207,17 @@ def evaluate(p: ModelProfile, w: Workload, c: Cluster, lay: Layout, sim: Any) ->
     group = lay.dp * lay.cp
     dp_s = sum(row.seconds for row in _data_parallel_rows(p, w, c, lay))
     exposed = max(0.0, dp_s - bwd) + offload_seconds(p, w, lay)
-    step = pipe + exposed
+    # ZeRO-1 and up: each rank steps its shard of the state (HSDP: of its shard group); offloaded: the host's
+    shard = (lay.shard or group) if lay.zero else 1
+    opt_s = 0.0 if lay.offload else p.optimizer_seconds(
+        dense / shard + expert / max(1, shard // lay.ep if lay.zero else 1), w.optimizer, w.element_bytes, acc)
+    step = pipe + exposed + opt_s
     busy = m * (fwd + bwd)
     parts = {"compute": busy, "tensor-parallel communication": m * 2 * tp_s,
              "pipeline transfers": m * 2 * p2p, "expert all-to-all": m * 2 * ep_s,
              "context-parallel exchange": m * 3 * cp_s,
              "bubble": max(0.0, pipe - m * (stage_f + stage_b)),
-             "gradient reduction (exposed)": exposed}
+             "gradient reduction (exposed)": exposed, "optimizer step": opt_s}
     if redo:  # the forward and its backward; the recomputed share apart
         parts["compute"] = m * 3 * fwd
         parts["recomputation"] = m * redo * fwd
@@ -259,11 +264,13 @@ def _inference(p: ModelProfile, w: Workload, c: Cluster, lay: Layout) -> LayoutR
             expert *= experts_touched(p.experts, p.experts_per_token, tokens) / p.experts
         return (dense + expert) * w.element_bytes / (lay.tp * lay.pp) / bw
 
-    ttft_compute = max(p.forward_seconds(batch * w.seq_len, w.seq_len, acc, lay.tp), weight_floor(batch * w.seq_len))
+    ttft_compute = max(p.forward_seconds(batch * w.seq_len, w.seq_len, acc, lay.tp, element_bytes=w.element_bytes),
+                       weight_floor(batch * w.seq_len))
     ttft = ttft_compute + comm(batch * w.seq_len)
     mid = w.seq_len + w.generate_tokens // 2
     kv_read = p.kv_bytes_per_token * scale * batch * mid / lay.tp / bw
-    decode = max(p.forward_seconds(batch, mid, acc, lay.tp), weight_floor(batch))
+    decode = max(p.forward_seconds(batch, mid, acc, lay.tp, decode=True, element_bytes=w.element_bytes),
+                 weight_floor(batch))
     per_token = decode + kv_read + comm(batch)
     fits = sum(mem.values()) <= acc.memory_bytes
     parts = {"prefill compute": ttft_compute, "decode per token": per_token,

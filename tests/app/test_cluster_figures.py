@@ -143,7 +143,9 @@ def test_an_opened_layout_draws_its_schedule_as_the_pipeline_simulator_does():
     fig = cluster_figures.layout_timeline(r)
     reference = simulate([r.stage_s[0]] * 4, 8, "1f1b", backward_s=[r.stage_s[1]] * 4)
     assert fig is not None and f"step {format_seconds(reference.step_time_s)}" in fig.layout.title.text
-    assert reference.step_time_s == pytest.approx(r.step_s)  # no data parallelism: the step is the schedule's
+    # no data parallelism: the step is the schedule's, then the optimizer's step
+    assert reference.step_time_s + r.parts_s["optimizer step"] == pytest.approx(r.step_s)
+    assert r.parts_s["optimizer step"] > 0
     assert sum(len(t.x) for t in fig.data[1:]) == 2 * 4 * 8  # a forward and a backward per stage and microbatch
     flat = cluster.evaluate(p, cluster.Workload(global_batch=8, seq_len=1), c, cluster.Layout(dp=4), sim)
     assert cluster_figures.layout_timeline(flat) is None
