@@ -76,7 +76,8 @@ def run(args: argparse.Namespace) -> int:
             profile.save(profile_path(args.name))
     if profile is None:
         profile = calibrate(args.name, args.processes, timeout_s=args.timeout, progress=progress)
-        profile.save(profile_path(args.name))
+        if not cache_off():
+            profile.save(profile_path(args.name))
     if args.out:
         profile.save(args.out)
     if args.json:
@@ -84,7 +85,9 @@ def run(args: argparse.Namespace) -> int:
     else:
         print(summary(profile))
         cached = not cache_off() and profile_path(profile.name).exists()
-        print(f"\ncached as {profile_path(profile.name)}" if cached else f"\nnot cached (cache folder {cache_dir()})")
+        print(f"\ncached as {profile_path(profile.name)}" if cached else
+              "\nnot cached (the cache is off: PARTITION_EXPLORER_CACHE=off)" if cache_off() else
+              f"\nnot cached (cache folder {cache_dir()})")
     return EXIT_OK
 
 

@@ -68,7 +68,7 @@ def page_choices() -> dict[str, list]:
             "learn_algorithm": list(steps.ALGORITHMS), "pp_schedule": list(SCHEDULES),
             "pp_training": ["inference", "training, SGD", "training, Adam"],
             "tm_budget": [0.0, 0.25, 0.5, 0.75, 1.0],
-            "cl_kind": ["training", "inference"], "cl_precision": ["bf16 (mixed)", "fp32"],
+            "cl_kind": ["training", "inference"], "cl_engine": ["eager", "graphs"], "cl_precision": ["bf16 (mixed)", "fp32"],
             "cl_optimizer": ["adam", "sgd", "none"], "cl_accelerator": list(cluster.ACCELERATORS), "cl_inter": links,
             **{f"cl_intra_{name}": links for name in cluster.ACCELERATORS}}
 

@@ -26,6 +26,7 @@ RANGES: dict[str, tuple[float | None, float | None]] = {"dev_count": (1, 1024), 
                                                         "hf_batch": (1, 4096), "hf_seq": (1, 1 << 20),
                                                         "learn_step": (1, None), "pp_ranks": (1, 1024),
                                                         "pp_microbatches": (1, 1024), "cl_batch": (1, 1 << 20),
+                                                        "cl_serve_batch": (1, 1 << 20), "cl_prompt": (1, 1 << 20),
                                                         "cl_seq": (1, 1 << 20), "cl_tokens": (1e6, 1e15),
                                                         "cl_generate": (0, 1 << 16), "cl_per_node": (1, 64),
                                                         "cl_max_nodes": (1, 512), "cl_headroom": (0.0, 64.0)}
@@ -39,7 +40,8 @@ PAGE_URL_KEYS: dict[str, type] = {
     "learn_algorithm": str, "learn_step": int,
     "pp_ranks": int, "pp_microbatches": int, "pp_schedule": str, "pp_training": str,
     "tm_budget": float, "tm_loss": str, "tm_optimizer": str, "sh_training": bool,
-    "cl_kind": str, "cl_batch": int, "cl_seq": int, "cl_precision": str, "cl_optimizer": str, "cl_tokens": float,
+    "cl_kind": str, "cl_engine": str, "cl_serve_batch": int, "cl_prompt": int, "cl_batch": int, "cl_seq": int,
+    "cl_precision": str, "cl_optimizer": str, "cl_tokens": float,
     "cl_generate": int, "cl_accelerator": str, "cl_per_node": int, "cl_max_nodes": int, "cl_inter": str,
     "cl_headroom": float, "cl_write": str,
 }

@@ -23,7 +23,7 @@ import statistics
 import time
 from typing import Any, Callable
 
-from partitioner.device_profile import ELEMENTWISE_KINDS, DeviceProfile, find_profile, fit_alpha_beta, profile_path
+from partitioner.device_profile import ELEMENTWISE_KINDS, DeviceProfile, cache_off, find_profile, fit_alpha_beta, profile_path
 from partitioner.errors import PartitionError
 from partitioner.runtime._engine_costs import engine_costs, loop_median_s
 
@@ -325,12 +325,14 @@ def calibrate(name: str = "local", processes: int = 4, *, timeout_s: float = 180
 
 def local_profile(name: str = "local", *, refresh: bool = False, processes: int = 4,
                   progress: Callable[[str], None] | None = None) -> DeviceProfile:
-    """The cached profile ``name``; measured (and cached) when there is none or ``refresh``."""
+    """The cached profile ``name``; measured (and cached) when there is none or ``refresh``. With
+    the cache off (``PARTITION_EXPLORER_CACHE=off``) measured each time and kept nowhere."""
     if not refresh:
         found = find_profile(name)
         if found is not None:
             return found
     profile = calibrate(name, processes, progress=progress)
-    profile.save(profile_path(name))
+    if not cache_off():
+        profile.save(profile_path(name))
     return profile
 

@@ -144,9 +144,10 @@ def test_run_this_layout_runs_a_pipeline_and_compares_it_with_the_prediction():
     at = start()
     at.selectbox(key="model").set_value("mlp").run()
     at.switch_page("views/cluster.py").run()
-    box = at.selectbox(key="cl_open")
-    piped = next(o for o in box.options if " 1f1b " in o and "interleaved" not in o)
-    box.set_value(piped).run()
+    # a pipelined layout that runs here (one stage a rank, 1f1b), written in (the answers on an H100 favour
+    # data parallelism and zero-bubble pipelines for a model this small)
+    piped = "dp1 tp1 pp2 1f1b mb2"
+    at.text_input(key="cl_write").set_value(piped).run()
     at.button(key="cl_run").click().run(timeout=600)
     assert not at.exception and not errors(at)
     assert any("Outputs equal one process's and gradients equal" in shown(s.value) for s in at.success)
@@ -238,3 +239,22 @@ def test_a_written_layout_takes_the_new_options_and_prices_them():
     assert any("(one-shot)" in name or "(tree)" in name or "(ring)" in name for name in table["collective"])
     at.text_input(key="cl_write").set_value("dp4 tp3").run()  # the sample's 4 heads and widths refuse tp3
     assert any("Cannot open dp4 tp3" in e and "must divide the attention heads" in e for e in errors(at))
+
+
+def test_the_cluster_page_names_its_engine_and_what_its_times_assume():
+    from streamlit.testing.v1 import AppTest
+
+    from app_helpers import APP, TIMEOUT, shown
+
+    at = AppTest.from_file(APP, default_timeout=TIMEOUT).run()
+    at.switch_page("views/cluster.py").run()
+    assert not at.exception, at.exception
+    captions = " ".join(shown(c.value) for c in at.caption)
+    assert "eager PyTorch" in captions and "kernel curves measured on NVIDIA H100" in captions
+    eager = at.session_state["cl_engine"]
+    at.radio(key="cl_engine").set_value("graphs").run()
+    assert not at.exception and eager == "eager"
+    assert "CUDA graphs" in " ".join(shown(c.value) for c in at.caption)
+    at.selectbox(key="cl_accelerator").set_value("a100-80gb").run()
+    assert "derived from the measured h100-80gb" in " ".join(shown(c.value) for c in at.caption)
+    assert at.query_params["cl_engine"] in ("graphs", ["graphs"])
