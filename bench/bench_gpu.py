@@ -29,7 +29,6 @@ import json
 import os
 import statistics
 import sys
-import time
 from pathlib import Path
 from typing import Any, Callable
 
@@ -49,23 +48,10 @@ DRY = [("llama", dict(hidden_size=64, intermediate_size=128, num_attention_heads
 
 
 def _timed(fn: Callable[[], Any], device: str, reps: int = 7, warmup: int = 2) -> float:
-    for _ in range(warmup):
-        fn()
-    times = []
-    for _ in range(reps):
-        if device == "cuda":
-            torch.cuda.synchronize()
-            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            a.record()
-            fn()
-            b.record()
-            torch.cuda.synchronize()
-            times.append(a.elapsed_time(b) / 1e3)
-        else:
-            start = time.perf_counter()
-            fn()
-            times.append(time.perf_counter() - start)
-    return statistics.median(times)
+    """The median of ``reps`` timed runs after ``warmup`` (CUDA events on a GPU): the calibration's timer."""
+    from partitioner.runtime.calibrate_gpu import timer
+
+    return timer(torch, device, warmup)(fn, reps)
 
 
 def _build(name: str, overrides: dict, device: str) -> tuple[Any, Any, Any]:

@@ -19,6 +19,7 @@ from explorer.builders import figures, tables, teaching
 from explorer.builders.text import md
 
 __all__ = [
+    "engine_ui",
     "render_summary",
     "render_notes",
     "render_charts",
@@ -235,3 +236,18 @@ def render_cost_models(plan: Plan, graph: Graph) -> None:
     with st.expander("Physical and torch's numbers for this plan", expanded=False):
         st.dataframe(tables.cost_model_table(plan, there), hide_index=True)
         st.caption("The Learn page explains the differences with a tiny example each.")
+
+
+def engine_ui(key: str, assumes: Callable[[str], str]) -> str:
+    """The engine a page's times are for (partitioner.kernels.ENGINES), a radio under ``key``,
+    with what the times then assume (``assumes(engine)``) said under it."""
+    from partitioner.kernels import ENGINES
+
+    st.session_state.setdefault(key, "eager")
+    engine = st.radio("Engine the times are for", list(ENGINES), key=key, horizontal=True,
+                      format_func={"eager": "eager PyTorch", "graphs": "CUDA graphs, fused kernels"}.get,
+                      help="eager: a plain PyTorch model call or training loop (one kernel an op, launched from "
+                           "Python); graphs: a serving engine (vLLM, TensorRT-LLM) or compiled training")
+    st.caption(md(f"Times assume {assumes(engine)}."))
+    return str(engine)
+

@@ -19,7 +19,6 @@ import streamlit as st
 import partitioner
 import sample_models
 from partitioner import Device
-from partitioner.kernels import ENGINES
 
 from explorer import state
 from explorer.builders.config import DEFAULT_MODEL, PLAN_MODES, ModelChoice, PlanConfig
@@ -41,6 +40,7 @@ from explorer.builders.inputs import (
     with_headroom,
 )
 from explorer.builders.text import md
+from explorer.panels import engine_ui
 
 __all__ = ["config_ui", "model_ui", "knobs_ui", "devices_ui", "mode_ui", "hf_ui", "DEFAULT_MODEL", "PLAN_MODES",
            "USER_MODEL", "HF_MODEL"]
@@ -230,12 +230,7 @@ def devices_ui() -> tuple[list[Device] | None, float | None]:
     _, kernels_of = type_spec(preset)
     engine = "eager"
     if kernels_of is not None and kernels_of.gpu is not None:
-        st.session_state.setdefault("dev_engine", "eager")
-        engine = st.radio("Engine the times are for", list(ENGINES), key="dev_engine", horizontal=True,
-                          format_func={"eager": "eager PyTorch", "graphs": "CUDA graphs, fused"}.get,
-                          help="eager: what a plain PyTorch model runs (one kernel an op, launched from Python); "
-                               "graphs: a serving engine or compiled training (CUDA graphs, fused kernels)")
-        st.caption(md(f"Times assume {kernels_of.with_engine(engine).assumes}."))
+        engine = engine_ui("dev_engine", lambda e: kernels_of.with_engine(e).assumes)  # type: ignore[union-attr]
     count = st.number_input("Number of devices", min_value=1, max_value=1024, step=1, key="dev_count")
     if preset == CUSTOM:
         memory = st.text_input("Memory per device", key="dev_memory", help="e.g. 16GiB, 512 MiB, 1.5GB")

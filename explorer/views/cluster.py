@@ -15,7 +15,6 @@ from explorer.builders.text import md
 from partitioner import Graph, cluster, format_bytes, format_seconds
 from partitioner.cluster.search import at_the_edge, stops_paying
 from partitioner.interop.engines import ENGINES, engine_file
-from partitioner.kernels import ENGINES as KERNEL_ENGINES
 
 GiB = 2**30
 MIN_CUT = "cl_min_cut"  # session state: graph fingerprint -> measured min-cut shares
@@ -113,12 +112,7 @@ def _hardware_ui() -> dict[str, Any]:
                                        key=f"cl_price_{accelerator}", help="defaults to the preset's list price"))
     headroom = float(cols[3].number_input("Headroom per device (GiB)", 0.0, 64.0, 4.0, key="cl_headroom",
                                           help="kept free on every device: CUDA context, fragmentation"))
-    st.session_state.setdefault("cl_engine", "eager")
-    engine = st.radio("Engine the times are for", list(KERNEL_ENGINES), key="cl_engine", horizontal=True,
-                      format_func={"eager": "eager PyTorch", "graphs": "CUDA graphs, fused kernels"}.get,
-                      help="eager: a plain PyTorch training loop or model call (one kernel an op, launched from "
-                           "Python); graphs: compiled training or a serving engine (vLLM, TensorRT-LLM)")
-    st.caption(md(f"Compute times assume {preset.with_engine(engine).assumes}."))
+    engine = panels.engine_ui("cl_engine", lambda e: preset.with_engine(e).assumes)
     return dict(accelerator=accelerator if engine == "eager" else f"{accelerator}@{engine}", per_node=per_node,
                 max_nodes=max_nodes, intra=intra, inter=inter, headroom_gib=headroom, price=price)
 

@@ -20,7 +20,7 @@ from typing import Any, Callable
 
 from partitioner.device_profile import DeviceProfile
 
-__all__ = ["measure_rows", "calibrate_gpu", "Shapes", "SHAPES", "QUICK_SHAPES"]
+__all__ = ["measure_rows", "calibrate_gpu", "timer", "Shapes", "SHAPES", "QUICK_SHAPES"]
 
 @dataclass(frozen=True)
 class Shapes:
@@ -51,9 +51,11 @@ QUICK_SHAPES = Shapes(tokens=(1, 8, 32), weights=((64, 64), (64, 256)), squares=
                       sequences=(16, 32), vocab=512, dim=64, loss_tokens=(8, 32), dtypes=("float32",), repeats=3)
 
 
-def _timer(torch: Any, device: str) -> Callable[[Callable[[], Any], int], float]:
+def timer(torch: Any, device: str, warmup: int = 3) -> Callable[[Callable[[], Any], int], float]:
+    """``timed(fn, reps)``: the median seconds of ``fn`` over ``reps`` runs after ``warmup`` ones,
+    by CUDA events on a GPU (what the curves were measured with), by the wall clock on a CPU."""
     def timed(fn: Callable[[], Any], reps: int) -> float:
-        for _ in range(3):
+        for _ in range(warmup):
             fn()
         times = []
         for _ in range(reps):
@@ -82,7 +84,7 @@ def measure_rows(device: str = "cuda", quick: bool = False) -> list[dict[str, An
 
     shapes = QUICK_SHAPES if quick else SHAPES
     reps = shapes.repeats
-    timed = _timer(torch, device)
+    timed = timer(torch, device)
     sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
     name = torch.cuda.get_device_name(0) if device == "cuda" else "cpu"
     rows: list[dict[str, Any]] = [{"kind": "info", "gpu": name, "torch": torch.__version__}]
