@@ -17,6 +17,8 @@ from partitioner.errors import PartitionError
 
 __all__ = ["PartitionOptions", "AotMapping", "COST_MODELS", "NodeLatencyTable", "check_latency_pair"]
 
+MAX_TIME_LIMIT_S = 86_400.0  # a solver's time limit: one day (the CLI's --time-limit caps it alike)
+
 COST_MODELS = ("physical", "torch")
 
 # Given node latencies: ((node name, (memory seconds, compute seconds)), ...), sorted by name.
@@ -93,8 +95,9 @@ class PartitionOptions:
             raise PartitionError(
                 f"unknown cost model {self.cost_model!r}; choose one of {', '.join(COST_MODELS)}"
             )
-        if self.time_limit_s is not None and not (self.time_limit_s > 0 and math.isfinite(self.time_limit_s)):
-            raise PartitionError(f"time_limit_s must be a positive number of seconds (got {self.time_limit_s!r})")
+        if self.time_limit_s is not None and not 0 < self.time_limit_s <= MAX_TIME_LIMIT_S:
+            raise PartitionError(f"time_limit_s must be seconds in (0, {MAX_TIME_LIMIT_S:g}] (one day; got "
+                                 f"{self.time_limit_s!r}); the solver keeps its best plan when the limit passes")
 
     @classmethod
     def build(

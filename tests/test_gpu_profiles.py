@@ -233,3 +233,12 @@ def test_an_engine_is_named_in_the_device_type_and_refused_where_it_cannot_apply
         partitioner.parse_devices("2xh100-80gb@turbo")
     with pytest.raises(DeviceSpecError, match="not to a size"):
         partitioner.parse_devices("2x16GiB@graphs")
+
+
+def test_a_solver_time_limit_is_bounded_in_the_library_too():
+    from partitioner.options import MAX_TIME_LIMIT_S, PartitionOptions
+
+    for bad in (1e12, float("inf"), float("nan"), 0.0, -1.0):
+        with pytest.raises(PartitionError, match="time_limit_s must be seconds"):
+            PartitionOptions(time_limit_s=bad)
+    assert PartitionOptions(time_limit_s=MAX_TIME_LIMIT_S).time_limit_s == MAX_TIME_LIMIT_S
