@@ -84,7 +84,7 @@ def _workload_ui() -> cluster.Workload:
     cols = st.columns(4)
     optimizer = cols[0].selectbox("Optimizer", ["adam", "sgd", "none"], key="cl_optimizer", disabled=not training)
     train_tokens = float(cols[1].number_input("Tokens to train (for time and cost)", 1e6, 1e15, 1e12,
-                                              format="%.3g", key="cl_tokens", disabled=not training))
+                                              format="%.2e", key="cl_tokens", disabled=not training))
     generate = int(cols[2].number_input("Tokens generated per sequence", 0, 1 << 16, 256, key="cl_generate",
                                         disabled=training))
     return cluster.Workload(kind, batch, seq, 2 if precision.startswith("bf16") else 4, optimizer, train_tokens,
