@@ -77,8 +77,11 @@ def linear_pairs_plan(module: torch.nn.Module, tp: int) -> tuple[tuple[str, str]
     if not linears or len(linears) % 2:
         raise PartitionError(f"tensor parallelism pairs Linear layers (colwise, rowwise); the model has "
                              f"{len(linears)}: run it with tp1")
+    from partitioner.tracing.lock import TRACE_LOCK
+
     try:
-        gm = fx.symbolic_trace(module)
+        with TRACE_LOCK:  # fx tracing patches module-level state: one trace at a time in a process
+            gm = fx.symbolic_trace(module)
     except Exception as exc:  # noqa: BLE001 - any trace failure means the pairs cannot be checked
         raise PartitionError(f"tensor parallelism checks the Linear pairs on a symbolic trace, which failed "
                              f"({type(exc).__name__}: {exc}): run this model with tp1") from None
