@@ -315,7 +315,7 @@ def _kernel_ops(graph: Graph, ops: Sequence[int], is_attr: Sequence[bool], seq0:
     out = []
     for v in ops:
         nd = graph.nodes[v]
-        op = gpu_ops.kernel_op(graph, v, gpu_ops.op_kind(nd.op, nd.target), causal)
+        op = gpu_ops.kernel_op(graph, v, gpu_ops.op_kind(nd.op, nd.target, gpu_ops.module_kind(graph, nd)), causal)
         if is_attr[v]:
             op = dataclasses.replace(op, fixed_bytes=op.nbytes) if op.kind != "matmul" else op
         elif op.kind == "matmul" and seq0 > 1 and nd.param_bytes == 0 and not any(is_attr[u] for u in graph.preds[v]):

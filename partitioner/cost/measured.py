@@ -52,7 +52,7 @@ def profile_latencies(graph: Graph, profile: DeviceProfile, batch_fraction: floa
             continue
         moved = graph.activation_bytes(i) * batch_fraction + node.param_bytes
         latencies.append(profile.op_seconds(node.flops * batch_fraction, moved, node.dtype, node.op, node.target,
-                                            _module_kind(graph, node)))
+                                            gpu_ops.module_kind(graph, node)))
     return latencies
 
 
@@ -64,7 +64,7 @@ def gpu_latencies(graph: Graph, profile: DeviceProfile, batch_fraction: float = 
     compute, every other op's memory (the other half of the pair is 0). O(N + E)."""
     gpu = profile.gpu
     assert gpu is not None
-    ops, _ = gpu_ops.op_times(graph, gpu, lambda node: _module_kind(graph, node))
+    ops, _ = gpu_ops.op_times(graph, gpu, lambda node: gpu_ops.module_kind(graph, node))
     if batch_fraction != 1.0:
         ops = [op.scaled(batch_fraction) if op is not None else None for op in ops]
     times = [gpu.kernel_s(op) if op is not None else 0.0 for op in ops]
@@ -86,14 +86,3 @@ def gpu_latencies(graph: Graph, profile: DeviceProfile, batch_fraction: float = 
         else:
             out.append((t, 0.0))
     return out
-
-
-def _module_kind(graph: Graph, node: Any) -> str:
-    """The type name of the module a ``call_module`` node calls (``"GELU"``), read from the traced
-    module when the graph has one; "" otherwise (the profile's copy curve prices it then)."""
-    if node.op != "call_module" or graph.graph_module is None:
-        return ""
-    try:
-        return type(graph.graph_module.get_submodule(node.target)).__name__
-    except AttributeError:
-        return ""

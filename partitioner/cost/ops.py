@@ -10,13 +10,13 @@ from typing import Any
 
 from partitioner.kernels import GpuKernels, KernelOp, dtype_name
 
-__all__ = ["op_kind", "kernel_op", "is_causal", "op_times"]
+__all__ = ["op_kind", "kernel_op", "is_causal", "op_times", "module_kind"]
 
 _VIEWS = frozenset({"view", "_unsafe_view", "reshape", "unsqueeze", "squeeze", "transpose", "t", "permute", "expand",
                     "slice", "select", "alias", "detach", "unflatten", "flatten", "split", "split_with_sizes", "chunk",
                     "unbind", "getitem", "size", "sym_size", "dim", "lift_fresh_copy", "dropout", "as_strided",
                     "expand_as", "view_as", "narrow", "movedim", "_assert_tensor_metadata", "getattr", "identity",
-                    "flatten_using_ints", "numel", "type_as", "float", "half", "bfloat16"})
+                    "flatten_using_ints", "numel"})
 _MATMUL = frozenset({"linear", "mm", "addmm", "bmm", "matmul", "baddbmm", "einsum", "conv1d", "conv2d", "conv3d",
                      "convolution", "_grouped_mm", "grouped_mm_fallback", "grouped_mm", "addmv", "mv", "dot", "conv_transpose2d"})
 _ATTENTION = frozenset({"scaled_dot_product_attention", "_scaled_dot_product_flash_attention",
@@ -64,8 +64,8 @@ def kernel_op(graph: Any, v: int, kind: str, causal: bool = True) -> KernelOp:
     numel = 1.0
     for d in shape:
         numel *= d
-    if kind == "view" or (kind == "copy" and _short(node.target) in ("to", "_to_copy", "contiguous", "clone")
-                          and _same_as_input(graph, v)):
+    casts = ("to", "_to_copy", "contiguous", "clone", "type_as", "float", "half", "bfloat16", "type")
+    if kind == "view" or (kind == "copy" and _short(node.target) in casts and _same_as_input(graph, v)):
         return KernelOp("view", dtype)  # a cast to the same dtype, or contiguous on a contiguous tensor
     if kind == "matmul" and node.flops > 0 and numel > 0:
         if len(shape) == 4 and node.op == "call_module" or "conv" in node.target:
@@ -126,3 +126,14 @@ def op_times(graph: Any, kernels: GpuKernels, module_kind: Any = None) -> tuple[
         ops.append(op)
         times.append(kernels.kernel_s(op))
     return ops, times
+
+
+def module_kind(graph: Any, node: Any) -> str:
+    """The type name of the module a ``call_module`` node calls (``"GELU"``), read from the traced
+    module when the graph has one; "" otherwise."""
+    if node.op != "call_module" or graph.graph_module is None:
+        return ""
+    try:
+        return type(graph.graph_module.get_submodule(node.target)).__name__
+    except AttributeError:
+        return ""
