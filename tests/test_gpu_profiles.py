@@ -242,3 +242,21 @@ def test_a_solver_time_limit_is_bounded_in_the_library_too():
         with pytest.raises(PartitionError, match="time_limit_s must be seconds"):
             PartitionOptions(time_limit_s=bad)
     assert PartitionOptions(time_limit_s=MAX_TIME_LIMIT_S).time_limit_s == MAX_TIME_LIMIT_S
+
+
+def test_a_symbolically_traced_models_layers_are_priced_by_their_type():
+    """A sample model traced with call_module nodes: its Linear layers are matrix products in Explore
+    and in the planner alike, priced from the bf16 or fp32 curves, never as a copy of their bytes."""
+    import sample_models
+
+    model, inputs = sample_models.build("mlp")
+    graph = partitioner.trace(model, inputs)
+    linears = [v for v in graph.op_indices if graph.nodes[v].op == "call_module" and graph.nodes[v].flops > 0]
+    assert linears
+    ops = cluster.profile(graph).node_ops
+    kinds = {graph.op_indices[i]: op.kind for i, op in enumerate(ops)}
+    assert all(kinds[v] == "matmul" for v in linears)
+    from partitioner.cost import ops as gpu_ops
+
+    explore, _ = gpu_ops.op_times(graph, gpu_kernels("h100-80gb"), lambda node: gpu_ops.module_kind(graph, node))
+    assert all(explore[v].kind == "matmul" for v in linears)
