@@ -33,11 +33,11 @@ and are what selective recomputation drops.
 from __future__ import annotations
 
 import dataclasses
-import re
 from collections import Counter
 from dataclasses import dataclass
 
 from partitioner.cluster.profile import DTYPE_BYTES, ModelProfile
+from partitioner.cluster.profile import _blocks as _profile_blocks
 from partitioner.cluster.profile import profile as _profile
 from partitioner.graph import Graph
 
@@ -61,7 +61,6 @@ _NONLINEAR_POINTWISE = {"pow", "tanh", "sigmoid", "silu", "gelu", "relu", "exp",
                         "hardtanh", "hardswish", "hardsigmoid", "sin", "cos", "log1p", "expm1", "relu6",
                         "mean", "var", "sum", "amax", "var_mean", "std", "norm"}
 _REDUCTION = {"mean", "var", "sum", "amax", "var_mean", "std", "norm"}
-_BLOCK = re.compile(r"^(.*?)\.?(\d+)(?:\.|$)")
 
 
 def _base(target: str) -> str:
@@ -120,15 +119,7 @@ class SavedActivations:
 
 def _blocks(graph: Graph) -> dict[int, str]:
     """op node -> its block (the most repeated ``name.N`` container's), as the profile finds them."""
-    best: dict[str, dict[str, list[int]]] = {}
-    for v in graph.op_indices:
-        m = _BLOCK.match(graph.nodes[v].module_path)
-        if m:
-            best.setdefault(m.group(1), {}).setdefault(f"{m.group(1)}.{m.group(2)}", []).append(v)
-    if not best:
-        return {}
-    blocks = max(best.values(), key=len)
-    return {v: name for name, vs in blocks.items() for v in vs}
+    return {v: name for name, vs in _profile_blocks(graph).items() for v in vs}
 
 
 def saved_activations(graph: Graph) -> SavedActivations:
