@@ -26,13 +26,13 @@ def _cpu_seconds_to_trace(nodes: int) -> float:
 @pytest.mark.slow
 def test_a_20000_node_graph_traces_within_4x_a_5000_node_one():
     # CPU time of this process, best of three: other processes on the machine cancel out. Four
-    # times the nodes in linear time is four times the time exactly (measured 3.9-4.0x: Python's
-    # compile of the generated forward grows a little faster), so the bar is 4x with 5 % for the
-    # machine; one step quadratic in the nodes gives 16x.
+    # times the nodes in linear time is four times the time (measured 3.9-4.6x on an idle machine:
+    # Python's compile of the generated forward and its garbage collector grow a little faster), so
+    # the bar is 6x; one step quadratic in the nodes gives 16x.
     _cpu_seconds_to_trace(101)  # torch's first-call costs
     small = min(_cpu_seconds_to_trace(5_001) for _ in range(3))
     large = min(_cpu_seconds_to_trace(20_001) for _ in range(3))
-    assert large <= 4.2 * small, f"20,001 nodes took {large:.2f} s, {large / small:.2f}x 5,001 nodes' {small:.2f} s"
+    assert large <= 6.0 * small, f"20,001 nodes took {large:.2f} s, {large / small:.2f}x 5,001 nodes' {small:.2f} s"
 
 
 @pytest.mark.slow
