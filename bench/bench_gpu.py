@@ -169,7 +169,7 @@ def main(argv: list[str] | None = None) -> int:
     preset = args.preset or _preset_for(gpu_name)
     cases = DRY if args.dry_run else [c for c in CASES if not args.models or c[0] in args.models.split(",")]
     print(f"bench_gpu: {gpu_name}, torch {torch.__version__}; predicted with {args.profile or preset} ({args.engine})")
-    rows, assumes = [], ""
+    rows, assumes, failed = [], "", 0
     for name, overrides, sizes, kinds in cases:
         model, config, _ = _build(name, overrides, device)
         vocab = int(getattr(config, "vocab_size", 32000))
@@ -184,6 +184,10 @@ def main(argv: list[str] | None = None) -> int:
                 except torch.cuda.OutOfMemoryError:
                     print(f"{label}: out of memory, skipped")
                     torch.cuda.empty_cache()
+                    continue
+                except Exception as exc:  # one broken case must not cost the rest of a GPU lease
+                    print(f"{label}: failed, skipped: {type(exc).__name__}: {exc}")
+                    failed += 1
                     continue
                 error = predicted / measured - 1
                 rows.append(dict(model=name, layers=overrides, kind=kind, batch=batch, seq=seq,
@@ -203,7 +207,7 @@ def main(argv: list[str] | None = None) -> int:
     if out:
         Path(out, "bench_gpu.json").write_text(json.dumps({"gpu": gpu_name, "preset": preset, "engine": args.engine,
                                                            "torch": torch.__version__, "rows": rows}, indent=1))
-    return 0
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":
