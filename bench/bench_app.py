@@ -82,26 +82,33 @@ def bench_default(repeat: int) -> None:
         plan_s, plan = timed(lambda: partitioner.partition(graph, devices, mode=partitioner.DEFAULT_MODE), repeat)
         draw_s, _ = timed(lambda: draw(plan), repeat)  # type: ignore[arg-type]
         worst = max(worst, plan_s + draw_s)
-        print(f"device edit [{spec}]: plan {plan_s * 1e3:.1f} ms + "
-              f"DOT/figures/tables {draw_s * 1e3:.1f} ms = {(plan_s + draw_s) * 1e3:.1f} ms "
-              f"({len(plan.partitions)} partitions)")  # type: ignore[union-attr]
-    print(f"worst re-plan + rebuild after a device edit: {worst * 1e3:.1f} ms "
-          f"(target < {TARGET_S * 1e3:.0f} ms: {'met' if worst < TARGET_S else 'MISSED'})")
+        print(
+            f"device edit [{spec}]: plan {plan_s * 1e3:.1f} ms + "
+            f"DOT/figures/tables {draw_s * 1e3:.1f} ms = {(plan_s + draw_s) * 1e3:.1f} ms "
+            f"({len(plan.partitions)} partitions)"
+        )  # type: ignore[union-attr]
+    print(
+        f"worst re-plan + rebuild after a device edit: {worst * 1e3:.1f} ms "
+        f"(target < {TARGET_S * 1e3:.0f} ms: {'met' if worst < TARGET_S else 'MISSED'})"
+    )
     devices = device_edits(DEFAULT_MODEL)[0]
     for mode in PLAN_MODES:
         _report_mode(graph, devices, mode, repeat)
 
 
-def _report_mode(graph: partitioner.Graph, devices: list[partitioner.Device], mode: str, repeat: int,
-                 layout: bool = False) -> None:
+def _report_mode(
+    graph: partitioner.Graph, devices: list[partitioner.Device], mode: str, repeat: int, layout: bool = False
+) -> None:
     try:
         plan_s, plan = timed(lambda: partitioner.partition(graph, devices, mode=mode), repeat)
     except partitioner.PartitionError as exc:
         print(f"  {mode:<11} no plan: {str(exc).splitlines()[0][:90]}")
         return
     draw_s, _ = timed(lambda: draw(plan), repeat)  # type: ignore[arg-type]
-    line = (f"  {mode:<11} plan {plan_s * 1e3:8.1f} ms  DOT/figures/tables {draw_s * 1e3:7.1f} ms  "
-            f"{len(plan.partitions):4d} partitions")  # type: ignore[union-attr]
+    line = (
+        f"  {mode:<11} plan {plan_s * 1e3:8.1f} ms  DOT/figures/tables {draw_s * 1e3:7.1f} ms  "
+        f"{len(plan.partitions):4d} partitions"
+    )  # type: ignore[union-attr]
     if layout:
         layout_s, _ = timed(lambda: render_dot(plan_to_dot(plan), "svg"))  # type: ignore[arg-type]
         line += f"  (dot -Tsvg layout {layout_s * 1e3:.0f} ms)"
@@ -134,8 +141,10 @@ def bench_apptest() -> None:
     for count in (5, 6, 3):
         start = time.perf_counter()
         at.number_input(key="dev_count").set_value(count).run()
-        print(f"rerun after setting {count} devices: {(time.perf_counter() - start) * 1e3:.0f} ms "
-              f"({at.session_state['plan_summary']['partitions']} partitions)")
+        print(
+            f"rerun after setting {count} devices: {(time.perf_counter() - start) * 1e3:.0f} ms "
+            f"({at.session_state['plan_summary']['partitions']} partitions)"
+        )
     start = time.perf_counter()
     at.selectbox(key="model").set_value("gpt2_small").run()
     print(f"switch to gpt2_small (trace + plan + draw): {time.perf_counter() - start:.2f} s")

@@ -26,8 +26,23 @@ import sample_models  # noqa: E402
 from partitioner import cluster  # noqa: E402
 from partitioner.units import format_seconds  # noqa: E402
 
-HEADER = ("model", "params", "trace", "search", "layouts", "fit", "layouts/s", "answer", "devices", "layout",
-          "step", "MFU", "limit", "days", "cost")
+HEADER = (
+    "model",
+    "params",
+    "trace",
+    "search",
+    "layouts",
+    "fit",
+    "layouts/s",
+    "answer",
+    "devices",
+    "layout",
+    "step",
+    "MFU",
+    "limit",
+    "days",
+    "cost",
+)
 
 
 def _table(rows: list[tuple[str, ...]]) -> str:
@@ -49,9 +64,11 @@ def main() -> None:
     target = cluster.cluster("h100-80gb", 8)
     work = cluster.Workload(global_batch=args.global_batch, seq_len=args.seq_len, train_tokens=args.train_tokens)
     sizes = cluster.device_counts(8, args.max_devices // 8, min_devices=8, max_devices=args.max_devices)
-    print(f"training at {work.global_batch} x {work.seq_len} tokens a step on H100 nodes of 8 "
-          f"(${target.accelerator.price_per_hour:g} a device-hour), {sizes[0]} to {sizes[-1]} devices "
-          f"({len(sizes)} sizes); days and cost of {work.train_tokens:.3g} tokens")
+    print(
+        f"training at {work.global_batch} x {work.seq_len} tokens a step on H100 nodes of 8 "
+        f"(${target.accelerator.price_per_hour:g} a device-hour), {sizes[0]} to {sizes[-1]} devices "
+        f"({len(sizes)} sizes); days and cost of {work.train_tokens:.3g} tokens"
+    )
     rows: list[tuple[str, ...]] = []
     for spec in args.models:
         began = time.perf_counter()
@@ -61,16 +78,34 @@ def main() -> None:
         prof = cluster.profile(graph, spec)
         found = cluster.search(prof, work, target, sizes)
         rate = found.evaluated / found.search_s if found.search_s else float("inf")
-        lead = (spec, f"{prof.param_count / 1e9:.1f} B", f"{traced:.1f} s", f"{found.search_s:.2f} s",
-                f"{found.evaluated:,}", f"{len(found.fitting):,}", f"{rate:,.0f}")
+        lead = (
+            spec,
+            f"{prof.param_count / 1e9:.1f} B",
+            f"{traced:.1f} s",
+            f"{found.search_s:.2f} s",
+            f"{found.evaluated:,}",
+            f"{len(found.fitting):,}",
+            f"{rate:,.0f}",
+        )
         if not found.fitting:
             rows.append((*lead, "no layout fits", *[""] * 7))
             continue
         for title, r in (("fewest", found.fewest_devices), ("fastest", found.fastest), ("cheapest", found.cheapest)):
             assert r is not None
             days = work.train_tokens / r.tokens_per_s / 86400
-            rows.append((*lead, title, str(r.devices), r.layout.label(), format_seconds(r.step_s), f"{r.mfu:.0%}",
-                         r.limit, f"{days:,.1f}", f"${r.cost_per_million_tokens * work.train_tokens / 1e6:,.0f}"))
+            rows.append(
+                (
+                    *lead,
+                    title,
+                    str(r.devices),
+                    r.layout.label(),
+                    format_seconds(r.step_s),
+                    f"{r.mfu:.0%}",
+                    r.limit,
+                    f"{days:,.1f}",
+                    f"${r.cost_per_million_tokens * work.train_tokens / 1e6:,.0f}",
+                )
+            )
             lead = ("",) * len(lead)
     print(_table(rows))
 

@@ -44,30 +44,46 @@ from partitioner.cluster.search import _simulator  # noqa: E402
 GiB, MiB = 2**30, 2**20
 
 # Narayanan et al. 2021, Table 1: (params B, heads, hidden, layers, t, p, GPUs, batch, TFLOP/s a GPU).
-NARAYANAN_TABLE1 = [(1.7, 24, 2304, 24, 1, 1, 32, 512, 137), (3.6, 32, 3072, 30, 2, 1, 64, 512, 138),
-                    (7.5, 32, 4096, 36, 4, 1, 128, 512, 142), (18.4, 48, 6144, 40, 8, 1, 256, 1024, 135),
-                    (39.1, 64, 8192, 48, 8, 2, 512, 1536, 138), (76.1, 80, 10240, 60, 8, 4, 1024, 1792, 140),
-                    (145.6, 96, 12288, 80, 8, 8, 1536, 2304, 148), (310.1, 128, 16384, 96, 8, 16, 1920, 2160, 155),
-                    (529.6, 128, 20480, 105, 8, 35, 2520, 2520, 163), (1008.0, 160, 25600, 128, 8, 64, 3072, 3072, 163)]
+NARAYANAN_TABLE1 = [
+    (1.7, 24, 2304, 24, 1, 1, 32, 512, 137),
+    (3.6, 32, 3072, 30, 2, 1, 64, 512, 138),
+    (7.5, 32, 4096, 36, 4, 1, 128, 512, 142),
+    (18.4, 48, 6144, 40, 8, 1, 256, 1024, 135),
+    (39.1, 64, 8192, 48, 8, 2, 512, 1536, 138),
+    (76.1, 80, 10240, 60, 8, 4, 1024, 1792, 140),
+    (145.6, 96, 12288, 80, 8, 8, 1536, 2304, 148),
+    (310.1, 128, 16384, 96, 8, 16, 1920, 2160, 155),
+    (529.6, 128, 20480, 105, 8, 35, 2520, 2520, 163),
+    (1008.0, 160, 25600, 128, 8, 64, 3072, 3072, 163),
+]
 # Korthikanti et al. 2022, Table 3: (name, heads, hidden, layers).
-KORTHIKANTI_TABLE3 = [("22B", 64, 6144, 48), ("175B", 96, 12288, 96), ("530B", 128, 20480, 105),
-                      ("1T", 160, 25600, 128)]
+KORTHIKANTI_TABLE3 = [
+    ("22B", 64, 6144, 48),
+    ("175B", 96, 12288, 96),
+    ("530B", 128, 20480, 105),
+    ("1T", 160, 25600, 128),
+]
 # Llama 3, Table 4: (GPUs, TP, CP, PP, DP, sequence, sequences a DP rank, BF16 MFU).
-LLAMA3_TABLE4 = [(8192, 8, 1, 16, 64, 8192, 32, 0.43), (16384, 8, 1, 16, 128, 8192, 16, 0.41),
-                 (16384, 8, 16, 16, 8, 131072, 16, 0.38)]
+LLAMA3_TABLE4 = [
+    (8192, 8, 1, 16, 64, 8192, 32, 0.43),
+    (16384, 8, 1, 16, 128, 8192, 16, 0.41),
+    (16384, 8, 16, 16, 8, 131072, 16, 0.38),
+]
 A100_80 = cluster.cluster("a100-80gb") if "a100-80gb" in cluster.ACCELERATORS else None
 
 
 def _gpt(hidden: int, heads: int, layers: int = 2) -> cluster.ModelProfile:
-    module, inputs, kwargs = sample_models.load("hf:gpt2", overrides={"n_layer": layers, "n_embd": hidden,
-                                                                       "n_head": heads, "vocab_size": 51200,
-                                                                       "dtype": "bf16"})
+    module, inputs, kwargs = sample_models.load(
+        "hf:gpt2",
+        overrides={"n_layer": layers, "n_embd": hidden, "n_head": heads, "vocab_size": 51200, "dtype": "bf16"},
+    )
     return cluster.profile(partitioner.trace(module, inputs, example_kwargs=kwargs))
 
 
 def _llama(layers: int = 2, **sizes: int) -> tuple[cluster.ModelProfile, object]:
-    module, inputs, kwargs = sample_models.load("hf:llama", overrides={"num_hidden_layers": layers, **sizes,
-                                                                        "dtype": "bf16"})
+    module, inputs, kwargs = sample_models.load(
+        "hf:llama", overrides={"num_hidden_layers": layers, **sizes, "dtype": "bf16"}
+    )
     return cluster.profile(partitioner.trace(module, inputs, example_kwargs=kwargs)), module
 
 
@@ -76,14 +92,26 @@ def _row(*cells: object) -> str:
 
 
 def zero_rows() -> list[str]:
-    p = cluster.ModelProfile(name="7.5B", tokens0=1, seq0=1, weight_bytes=15 * 10**9, param_count=75 * 10**8,
-                             element_bytes=2, layers=1, hidden_bytes_per_token=0.0, kv_bytes_per_token=0.0,
-                             act_bytes_per_token=0.0, flops_per_token=0.0, attention_flops_per_token=0.0)
+    p = cluster.ModelProfile(
+        name="7.5B",
+        tokens0=1,
+        seq0=1,
+        weight_bytes=15 * 10**9,
+        param_count=75 * 10**8,
+        element_bytes=2,
+        layers=1,
+        hidden_bytes_per_token=0.0,
+        kv_bytes_per_token=0.0,
+        act_bytes_per_token=0.0,
+        flops_per_token=0.0,
+        attention_flops_per_token=0.0,
+    )
     big = cluster.Cluster(cluster.Accelerator("big", 2**50, 1e15, 1e12, 1.0), devices_per_node=8)
     out = []
     for stage, published in enumerate((120.0, 31.4, 16.6, 1.88)):
-        r = cluster.evaluate(p, cluster.Workload(global_batch=64, seq_len=1), big, cluster.Layout(dp=64, zero=stage),
-                             _simulator())
+        r = cluster.evaluate(
+            p, cluster.Workload(global_batch=64, seq_len=1), big, cluster.Layout(dp=64, zero=stage), _simulator()
+        )
         ours = sum(r.memory[k] for k in ("weights", "gradients", "optimizer")) / 1e9
         out.append(_row(f"ZeRO Fig. 1, stage {stage} (GB)", published, f"{ours:.3g}", f"{ours / published:.3f}"))
     return out
@@ -93,19 +121,38 @@ def deepspeed_rows() -> list[str]:
     from deepspeed.runtime.zero.stage3 import estimate_zero3_model_states_mem_needs
     from deepspeed.runtime.zero.stage_1_and_2 import estimate_zero2_model_states_mem_needs
 
-    p, module = _llama(hidden_size=512, intermediate_size=1376, num_attention_heads=8, num_key_value_heads=4,
-                       vocab_size=32000, head_dim=64)
+    p, module = _llama(
+        hidden_size=512,
+        intermediate_size=1376,
+        num_attention_heads=8,
+        num_key_value_heads=4,
+        vocab_size=32000,
+        head_dim=64,
+    )
     total = sum(t.numel() for t in module.parameters())
     largest = max(sum(t.numel() for t in m.parameters(recurse=False)) for m in module.modules())
     out = []
     for n in (8, 64, 512):
-        for zero, ds in ((2, estimate_zero2_model_states_mem_needs(total, 8, n // 8, cpu_offload=False)[1]),
-                         (3, estimate_zero3_model_states_mem_needs(total, largest, 8, n // 8, cpu_offload=False)[1])):
-            r = cluster.evaluate(p, cluster.Workload(global_batch=n, seq_len=1), A100_80,
-                                 cluster.Layout(dp=n, zero=zero, grad_fp32=True), _simulator())
+        for zero, ds in (
+            (2, estimate_zero2_model_states_mem_needs(total, 8, n // 8, cpu_offload=False)[1]),
+            (3, estimate_zero3_model_states_mem_needs(total, largest, 8, n // 8, cpu_offload=False)[1]),
+        ):
+            r = cluster.evaluate(
+                p,
+                cluster.Workload(global_batch=n, seq_len=1),
+                A100_80,
+                cluster.Layout(dp=n, zero=zero, grad_fp32=True),
+                _simulator(),
+            )
             ours = sum(v for k, v in r.memory.items() if k in ("weights", "gradients", "optimizer", "gathered layer"))
-            out.append(_row(f"DeepSpeed ZeRO-{zero} estimator, {n} GPUs (MB)", f"{ds / 1e6:.1f}", f"{ours / 1e6:.1f}",
-                            f"{ours / ds:.3f}"))
+            out.append(
+                _row(
+                    f"DeepSpeed ZeRO-{zero} estimator, {n} GPUs (MB)",
+                    f"{ds / 1e6:.1f}",
+                    f"{ours / 1e6:.1f}",
+                    f"{ours / ds:.3f}",
+                )
+            )
     return out
 
 
@@ -114,19 +161,42 @@ def activation_rows() -> list[str]:
     s = 2048
     for name, heads, hidden, _ in KORTHIKANTI_TABLE3:
         p = _gpt(hidden, heads)
-        for label, tp, sp, published in (("t8 SP", 8, True, 34 * s * hidden / 8),
-                                          ("t8 no SP", 8, False, s * hidden * (10 + 24 / 8)),
-                                          ("full recompute t1", 1, False, 2 * s * hidden)):
-            ours = (p.saved.input_bytes_per_token(2, tp, sp) if "full" in label
-                    else p.saved.layer_bytes_per_token(2, s, tp, sp)) * s
-            out.append(_row(f"Korthikanti {name} a layer, {label} (MiB)", f"{published / MiB:.1f}",
-                            f"{ours / MiB:.1f}", f"{ours / published:.3f}"))
-    p, _ = _llama(hidden_size=4096, intermediate_size=14336, num_attention_heads=32, num_key_value_heads=8,
-                  vocab_size=1000, head_dim=128)
+        for label, tp, sp, published in (
+            ("t8 SP", 8, True, 34 * s * hidden / 8),
+            ("t8 no SP", 8, False, s * hidden * (10 + 24 / 8)),
+            ("full recompute t1", 1, False, 2 * s * hidden),
+        ):
+            ours = (
+                p.saved.input_bytes_per_token(2, tp, sp)
+                if "full" in label
+                else p.saved.layer_bytes_per_token(2, s, tp, sp)
+            ) * s
+            out.append(
+                _row(
+                    f"Korthikanti {name} a layer, {label} (MiB)",
+                    f"{published / MiB:.1f}",
+                    f"{ours / MiB:.1f}",
+                    f"{ours / published:.3f}",
+                )
+            )
+    p, _ = _llama(
+        hidden_size=4096,
+        intermediate_size=14336,
+        num_attention_heads=32,
+        num_key_value_heads=8,
+        vocab_size=1000,
+        head_dim=128,
+    )
     published = 2 * (6 * 4096 + 2 * 1024 + 4 * 14336) * 4096
     ours = p.saved.layer_bytes_per_token(2, 4096) * 4096
-    out.append(_row("Llama-3-8B a layer at s 4096 (MiB)", f"{published / MiB:.0f}", f"{ours / MiB:.0f}",
-                    f"{ours / published:.3f}"))
+    out.append(
+        _row(
+            "Llama-3-8B a layer at s 4096 (MiB)",
+            f"{published / MiB:.0f}",
+            f"{ours / MiB:.0f}",
+            f"{ours / published:.3f}",
+        )
+    )
     return out
 
 
@@ -140,8 +210,14 @@ def narayanan_rows(full_depth: bool, max_layers: int) -> list[str]:
         dp = gpus // (tp * pp)
         lay = cluster.Layout(dp=dp, tp=tp, pp=pp, schedule="1f1b" if pp > 1 else "none", recompute="full", sp=False)
         r = cluster.evaluate(p, cluster.Workload(global_batch=batch, seq_len=2048), A100_80, lay, _simulator())
-        out.append(_row(f"Narayanan {params}B {lay.label()} fits", "yes", "yes" if r.fits else "NO",
-                        f"{r.memory_bytes / GiB:.1f} GiB"))
+        out.append(
+            _row(
+                f"Narayanan {params}B {lay.label()} fits",
+                "yes",
+                "yes" if r.fits else "NO",
+                f"{r.memory_bytes / GiB:.1f} GiB",
+            )
+        )
         if deep:  # Megatron's eq. 3 FLOPs with recomputation (4 passes) over the step, a GPU
             flops = 96 * batch * 2048 * layers * hidden**2 * (1 + 2048 / (6 * hidden) + 51200 / (16 * layers * hidden))
             ours = flops / r.step_s / gpus / 1e12
@@ -150,8 +226,14 @@ def narayanan_rows(full_depth: bool, max_layers: int) -> list[str]:
 
 
 def llama3_rows(full_depth: bool) -> list[str]:
-    sizes = dict(hidden_size=16384, intermediate_size=53248, num_attention_heads=128, num_key_value_heads=8,
-                 vocab_size=128256, head_dim=128)
+    sizes = dict(
+        hidden_size=16384,
+        intermediate_size=53248,
+        num_attention_heads=128,
+        num_key_value_heads=8,
+        vocab_size=128256,
+        head_dim=128,
+    )
     p, _ = _llama(126 if full_depth else 2, **sizes)
     if not full_depth:
         p = dataclasses.replace(p, layers=128, param_count=405_000_000_000, _cache={})
@@ -162,8 +244,14 @@ def llama3_rows(full_depth: bool) -> list[str]:
     for gpus, tp, cp, pp, dp, seq, per_rank, mfu in LLAMA3_TABLE4:
         lay = cluster.Layout(dp=dp, tp=tp, pp=pp, cp=cp, schedule="interleaved_1f1b", zero=1, recompute="full")
         r = cluster.evaluate(p, cluster.Workload(global_batch=dp * per_rank, seq_len=seq), c, lay, _simulator())
-        out.append(_row(f"Llama 3 {gpus} GPUs cp{cp} fits 80 GB", "yes", "yes" if r.fits else "NO",
-                        f"{r.memory_bytes / GiB:.1f} GiB"))
+        out.append(
+            _row(
+                f"Llama 3 {gpus} GPUs cp{cp} fits 80 GB",
+                "yes",
+                "yes" if r.fits else "NO",
+                f"{r.memory_bytes / GiB:.1f} GiB",
+            )
+        )
         if full_depth:
             out.append(_row(f"Llama 3 {gpus} GPUs cp{cp} MFU", f"{mfu:.0%}", f"{r.mfu:.1%}", f"{r.mfu / mfu:.2f}"))
     return out
@@ -177,8 +265,13 @@ def main() -> None:
     began = time.perf_counter()
     print(_row("row (source)", "published", "planner", "ratio"))
     print(_row("-" * 56, "-" * 12, "-" * 12, "-" * 10))
-    for rows in (zero_rows(), deepspeed_rows(), activation_rows(), narayanan_rows(args.full_depth, args.max_layers),
-                 llama3_rows(args.full_depth)):
+    for rows in (
+        zero_rows(),
+        deepspeed_rows(),
+        activation_rows(),
+        narayanan_rows(args.full_depth, args.max_layers),
+        llama3_rows(args.full_depth),
+    ):
         for line in rows:
             print(line)
     print(f"\n{time.perf_counter() - began:.1f} s")

@@ -43,8 +43,21 @@ CASES = [
     ("bert-large", dict(num_hidden_layers=8), [(1, 128), (4, 512), (32, 512)], ("forward", "train")),
     ("mixtral-8x7b", dict(num_hidden_layers=2), [(1, 128), (1, 2048)], ("forward", "decode")),
 ]
-DRY = [("llama", dict(hidden_size=64, intermediate_size=128, num_attention_heads=4, num_key_value_heads=2,
-                      num_hidden_layers=2, vocab_size=256), [(1, 16)], ("forward", "train", "decode"))]
+DRY = [
+    (
+        "llama",
+        dict(
+            hidden_size=64,
+            intermediate_size=128,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            num_hidden_layers=2,
+            vocab_size=256,
+        ),
+        [(1, 16)],
+        ("forward", "train", "decode"),
+    )
+]
 
 
 def _timed(fn: Callable[[], Any], device: str, reps: int = 7, warmup: int = 2) -> float:
@@ -115,8 +128,17 @@ def _measure(model: Any, kind: str, batch: int, seq: int, vocab: int, device: st
         return _timed(loop, device, reps=1, warmup=1) / decode_tokens
 
 
-def _predict(name: str, overrides: dict, kind: str, batch: int, seq: int, preset: str, engine: str,
-             profile_file: str | None, decode_tokens: int) -> tuple[float, str]:
+def _predict(
+    name: str,
+    overrides: dict,
+    kind: str,
+    batch: int,
+    seq: int,
+    preset: str,
+    engine: str,
+    profile_file: str | None,
+    decode_tokens: int,
+) -> tuple[float, str]:
     import partitioner
     from partitioner import cluster
     from partitioner.cluster.compose import parse_layout
@@ -145,8 +167,16 @@ def _predict(name: str, overrides: dict, kind: str, batch: int, seq: int, preset
 
 def _preset_for(gpu_name: str) -> str:
     name = gpu_name.upper()
-    for key, preset in (("H200", "h200-141gb"), ("H100", "h100-80gb"), ("B200", "b200-192gb"), ("A100", "a100-80gb"),
-                        ("L4", "l4-24gb"), ("V100", "v100-16gb"), ("T4", "t4-16gb"), ("MI300", "mi300x-192gb")):
+    for key, preset in (
+        ("H200", "h200-141gb"),
+        ("H100", "h100-80gb"),
+        ("B200", "b200-192gb"),
+        ("A100", "a100-80gb"),
+        ("L4", "l4-24gb"),
+        ("V100", "v100-16gb"),
+        ("T4", "t4-16gb"),
+        ("MI300", "mi300x-192gb"),
+    ):
         if key in name:
             return preset
     return "h100-80gb"
@@ -180,7 +210,9 @@ def main(argv: list[str] | None = None) -> int:
                 label = f"{name} x{overrides} {kind} {batch}x{seq}"
                 try:
                     measured = _measure(model, kind, batch, seq, vocab, device)
-                    predicted, assumes = _predict(name, overrides, kind, batch, seq, preset, args.engine, args.profile, 16)
+                    predicted, assumes = _predict(
+                        name, overrides, kind, batch, seq, preset, args.engine, args.profile, 16
+                    )
                 except torch.cuda.OutOfMemoryError:
                     print(f"{label}: out of memory, skipped")
                     torch.cuda.empty_cache()
@@ -190,23 +222,42 @@ def main(argv: list[str] | None = None) -> int:
                     failed += 1
                     continue
                 error = predicted / measured - 1
-                rows.append(dict(model=name, layers=overrides, kind=kind, batch=batch, seq=seq,
-                                 predicted_s=predicted, measured_s=measured, error=error))
-                print(f"{name:14s} {kind:8s} {batch:3d} x {seq:6d}  predicted {predicted * 1e3:9.3f} ms  "
-                      f"measured {measured * 1e3:9.3f} ms  error {error:+7.1%}", flush=True)
+                rows.append(
+                    dict(
+                        model=name,
+                        layers=overrides,
+                        kind=kind,
+                        batch=batch,
+                        seq=seq,
+                        predicted_s=predicted,
+                        measured_s=measured,
+                        error=error,
+                    )
+                )
+                print(
+                    f"{name:14s} {kind:8s} {batch:3d} x {seq:6d}  predicted {predicted * 1e3:9.3f} ms  "
+                    f"measured {measured * 1e3:9.3f} ms  error {error:+7.1%}",
+                    flush=True,
+                )
         del model
         if device == "cuda":
             torch.cuda.empty_cache()
     if rows:
         errors = [abs(r["error"]) for r in rows]
-        print(f"\n{len(rows)} cases: median |error| {statistics.median(errors):.1%}, worst {max(errors):.1%}; "
-              f"within 25 %: {sum(e <= 0.25 for e in errors)} of {len(rows)}; "
-              f"predicted above measured: {sum(r['error'] > 0 for r in rows)}, below: {sum(r['error'] < 0 for r in rows)}")
+        print(
+            f"\n{len(rows)} cases: median |error| {statistics.median(errors):.1%}, worst {max(errors):.1%}; "
+            f"within 25 %: {sum(e <= 0.25 for e in errors)} of {len(rows)}; "
+            f"predicted above measured: {sum(r['error'] > 0 for r in rows)}, below: {sum(r['error'] < 0 for r in rows)}"
+        )
         print(f"assumes: {assumes}")
     out = os.environ.get("OUT")
     if out:
-        Path(out, "bench_gpu.json").write_text(json.dumps({"gpu": gpu_name, "preset": preset, "engine": args.engine,
-                                                           "torch": torch.__version__, "rows": rows}, indent=1))
+        Path(out, "bench_gpu.json").write_text(
+            json.dumps(
+                {"gpu": gpu_name, "preset": preset, "engine": args.engine, "torch": torch.__version__, "rows": rows},
+                indent=1,
+            )
+        )
     return 1 if failed else 0
 
 

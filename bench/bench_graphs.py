@@ -50,8 +50,9 @@ def timed(fn: Callable[[], object]) -> tuple[float, object]:
 def reference_s(dot: str, limit: float) -> float | None:
     start = time.perf_counter()
     try:
-        subprocess.run(["dot", "-Tsvg", "-o", "/dev/null"], input=dot.encode(), check=True, timeout=limit,
-                       capture_output=True)
+        subprocess.run(
+            ["dot", "-Tsvg", "-o", "/dev/null"], input=dot.encode(), check=True, timeout=limit, capture_output=True
+        )
     except subprocess.TimeoutExpired:
         return None
     return time.perf_counter() - start
@@ -85,8 +86,11 @@ def bench(spec: str, limit: float) -> list[str]:
         return next((g.key for g in cg.groups if g.blocks), "")
 
     t_model, fold = timed(view)
-    query = ".".join(next(g for g in collapse(graph).groups if g.blocks).blocks[0].split(".")[:-1] + ["3"]) \
-        if fold else graph.nodes[graph.op_indices[n // 2]].name  # type: ignore[union-attr]
+    query = (
+        ".".join(next(g for g in collapse(graph).groups if g.blocks).blocks[0].split(".")[:-1] + ["3"])
+        if fold
+        else graph.nodes[graph.op_indices[n // 2]].name
+    )  # type: ignore[union-attr]
     t_search, _ = timed(lambda: view(hits=query))
     t_expand, _ = timed(lambda: view(expanded={expand_key(fold)} if fold else set()))
     largest = max(plan.partitions, key=lambda p: len(p.node_names))
@@ -102,12 +106,17 @@ def bench(spec: str, limit: float) -> list[str]:
     flat = collapsed_to_dot(collapse(graph, plan, node_s, fold=False), plan)
     ref = reference_s(flat, limit)
     ref_text = f"> {limit:.0f} s (stopped)" if ref is None else f"{ref:.2f} s"
-    for name, seconds in (("model graph by module", t_model), (f"search {query!r}", t_search),
-                          (f"expand {fold or '(nothing folded)'}", t_expand),
-                          (f"drill-down of P{largest.id} ({len(largest.node_names)} nodes)", t_drill)):
+    for name, seconds in (
+        ("model graph by module", t_model),
+        (f"search {query!r}", t_search),
+        (f"expand {fold or '(nothing folded)'}", t_expand),
+        (f"drill-down of P{largest.id} ({len(largest.node_names)} nodes)", t_drill),
+    ):
         rows.append(f"  {name:<58} {seconds:8.3f} s  {'ok' if seconds < TARGET_S else 'OVER'}")
-    rows.append(f"  reference: unfolded model graph {ref_text}; folded is "
-                f"{'>' if ref is None else ''}{(limit if ref is None else ref) / t_model:.0f}x faster")
+    rows.append(
+        f"  reference: unfolded model graph {ref_text}; folded is "
+        f"{'>' if ref is None else ''}{(limit if ref is None else ref) / t_model:.0f}x faster"
+    )
     return rows
 
 

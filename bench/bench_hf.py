@@ -48,8 +48,10 @@ print(json.dumps(out))
 
 def main() -> None:
     names = sys.argv[1:] or list(PRESETS)
-    print(f"{'preset':14s} {'ops':>6s} {'weights':>9s} {'trace s':>8s} {'peak RSS':>9s} {'dev':>4s}  "
-          f"{'ours: latency, peak mem':>26s}  {'accelerate: latency, peak mem':>31s}")
+    print(
+        f"{'preset':14s} {'ops':>6s} {'weights':>9s} {'trace s':>8s} {'peak RSS':>9s} {'dev':>4s}  "
+        f"{'ours: latency, peak mem':>26s}  {'accelerate: latency, peak mem':>31s}"
+    )
     for name in names:
         done = subprocess.run([sys.executable, "-c", CHILD, name], capture_output=True, text=True, timeout=900)
         if done.returncode:
@@ -63,8 +65,10 @@ def main() -> None:
             bad = f" ({d['violations']} violations)" if d["violations"] else ""
             return f"{d['latency_s'] * 1e3:8.2f} ms {d['max_util']:6.1%}{bad}"
 
-        print(f"{name:14s} {r['ops']:6d} {r['weights'] / 2**30:7.2f}Gi {r['trace_s']:8.1f} "
-              f"{r['peak_rss'] / 2**20:7.0f}Mi {r['devices']:4d}  {cell(r['ours']):>26s}  {cell(r['accelerate']):>31s}")
+        print(
+            f"{name:14s} {r['ops']:6d} {r['weights'] / 2**30:7.2f}Gi {r['trace_s']:8.1f} "
+            f"{r['peak_rss'] / 2**20:7.0f}Mi {r['devices']:4d}  {cell(r['ours']):>26s}  {cell(r['accelerate']):>31s}"
+        )
 
 
 if __name__ == "__main__":

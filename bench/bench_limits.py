@@ -24,8 +24,15 @@ import partitioner  # noqa: E402
 import sample_models  # noqa: E402
 from sample_models import _registry as registry
 
-WIDTH = {"mlp": "hidden", "cnn": "base_channels", "transformer": "n_embd", "dlrm": "rows_per_table",
-         "unet": "base_channels", "moe": "expert_hidden", "gpt2_small": "n_layer"}
+WIDTH = {
+    "mlp": "hidden",
+    "cnn": "base_channels",
+    "transformer": "n_embd",
+    "dlrm": "rows_per_table",
+    "unet": "base_channels",
+    "moe": "expert_hidden",
+    "gpt2_small": "n_layer",
+}
 
 
 def rss_mib() -> float:
@@ -84,8 +91,10 @@ def main() -> None:
         at.number_input(key="transfer_gbps").set_value(10.0 + count % 7).run()  # one rerun, a new plan
         times[count] = time.perf_counter() - start
         assert not at.exception, at.exception
-    print(f"\napp rerun after a change: 4 devices {times[4]:.2f} s, 1024 devices {times[1024]:.2f} s "
-          f"({times[1024] / times[4]:.1f}x)")
+    print(
+        f"\napp rerun after a change: 4 devices {times[4]:.2f} s, 1024 devices {times[1024]:.2f} s "
+        f"({times[1024] / times[4]:.1f}x)"
+    )
 
 
 if __name__ == "__main__":

@@ -55,8 +55,11 @@ LARGE_MODES = ["size_based", "largest_first", "cost_aware", "kl_based", "aot_bas
 def reference_latencies(graph: partitioner.Graph) -> dict[str, tuple[float, float]]:
     """The latencies of torch's own partitioner tests: memory = total bytes, compute = output
     bytes for nodes with parameters, else 1."""
-    return {nd.name: (float(nd.total_bytes), float(nd.output_bytes) if nd.param_bytes else 1.0)
-            for nd in graph.nodes if nd.is_op}
+    return {
+        nd.name: (float(nd.total_bytes), float(nd.output_bytes) if nd.param_bytes else 1.0)
+        for nd in graph.nodes
+        if nd.is_op
+    }
 
 
 def setup(case: int | str, seed: int = 0) -> tuple[partitioner.Graph, list[Device], dict[str, Any]]:
@@ -68,7 +71,9 @@ def setup(case: int | str, seed: int = 0) -> tuple[partitioner.Graph, list[Devic
         import sample_models
 
         name, _, fields = case.partition(":")
-        model, inputs = sample_models.build(name, **sample_models.parse_overrides(name, [f for f in fields.split(",") if f]))
+        model, inputs = sample_models.build(
+            name, **sample_models.parse_overrides(name, [f for f in fields.split(",") if f])
+        )
         graph = partitioner.trace(model, inputs)
     else:
         gm, inputs = random_fx_module(seed, case, width=8)
@@ -88,8 +93,11 @@ def mode_args(mode: str, graph, devices, kw) -> tuple[str, list[Device], dict[st
         return "size_based", devices + extra, {**kw, "saturate_host": True}
     if mode == "aot_based":
         base = partitioner.partition(graph, devices, mode="size_based", **kw)
-        return "aot_based", devices, {**kw, "node_to_partition": base.node_to_partition(),
-                                      "partition_to_devices": base.partition_to_devices()}
+        return (
+            "aot_based",
+            devices,
+            {**kw, "node_to_partition": base.node_to_partition(), "partition_to_devices": base.partition_to_devices()},
+        )
     return mode, devices, kw
 
 
@@ -143,8 +151,10 @@ def load() -> str:
 def reference_table(cases: list[int | str], modes: list[str], limit: float) -> int:
     """Table 1: ours against the reference from 100 op nodes up (100x judged from 150); returns
     the failures."""
-    header = (f"{'mode':<26}{'nodes':>6}{'ours s':>10}{'ref s':>10}{'speedup':>11}"
-              f"{'our lat':>10}{'ref lat':>10}{'ref own':>10}{'our gap':>9}  note")
+    header = (
+        f"{'mode':<26}{'nodes':>6}{'ours s':>10}{'ref s':>10}{'speedup':>11}"
+        f"{'our lat':>10}{'ref lat':>10}{'ref own':>10}{'our gap':>9}  note"
+    )
     print(f"\n1. Against torch's reference (target: 100x from {RATIO_FROM} op nodes up; {load()})")
     print(header)
     print("-" * len(header))
@@ -187,9 +197,11 @@ def reference_table(cases: list[int | str], modes: list[str], limit: float) -> i
             if speedup < 100 and len(graph.op_indices) >= RATIO_FROM and mode in ("cost_aware", "kl_based"):
                 note += " UNDER 100x"
                 failures += ref is not None
-            print(f"{mode:<26}{len(graph.op_indices):>6}{ours_s:>10.4f}{ref_s:>10}{ratio:>11}"
-                  f"{plan.latency_s:>10.0f}{ref_lat:>10}{ref_own:>10}{plan.gap_to_bound:>9.1%}  {note}",
-                  flush=True)
+            print(
+                f"{mode:<26}{len(graph.op_indices):>6}{ours_s:>10.4f}{ref_s:>10}{ratio:>11}"
+                f"{plan.latency_s:>10.0f}{ref_lat:>10}{ref_own:>10}{plan.gap_to_bound:>9.1%}  {note}",
+                flush=True,
+            )
     return failures
 
 
@@ -198,8 +210,9 @@ def small_target_s(ops: int) -> float:
     return 0.05 if ops < 50 else 0.12
 
 
-def timed_table(title: str, cases: list[int | str], modes: list[str], target: float | Callable[[int], float],
-                repeat: int) -> int:
+def timed_table(
+    title: str, cases: list[int | str], modes: list[str], target: float | Callable[[int], float], repeat: int
+) -> int:
     """Tables 2 and 3: our time per mode against a target in seconds; returns the failures."""
     header = f"{'mode':<26}{'nodes':>7}{'ours s':>10}{'target s':>10}{'latency':>12}{'parts':>6}  note"
     print(f"\n{title} ({load()})")
@@ -217,8 +230,11 @@ def timed_table(title: str, cases: list[int | str], modes: list[str], target: fl
             if ours_s >= target_s:
                 note += "OVER TARGET"
                 failures += 1
-            print(f"{mode:<26}{len(graph.op_indices):>7}{ours_s:>10.4f}{target_s:>10.3f}{plan.latency_s:>12.4g}"
-                  f"{len(plan.partitions):>6}  {note}", flush=True)
+            print(
+                f"{mode:<26}{len(graph.op_indices):>7}{ours_s:>10.4f}{target_s:>10.3f}{plan.latency_s:>12.4g}"
+                f"{len(plan.partitions):>6}  {note}",
+                flush=True,
+            )
     return failures
 
 
@@ -245,8 +261,9 @@ def long_graph(kind: str, nodes: int) -> partitioner.Graph:
     return partitioner.trace(Chain(max(1, (nodes - 2) // per_layer)), (torch.randn(4, 16),))
 
 
-def _reference_of(graph: partitioner.Graph, devices: list[Device], mode: str, kw: dict[str, Any],
-                  queue: mp.Queue) -> None:
+def _reference_of(
+    graph: partitioner.Graph, devices: list[Device], mode: str, kw: dict[str, Any], queue: mp.Queue
+) -> None:
     import contextlib
     import io
     import logging
@@ -261,8 +278,9 @@ def _reference_of(graph: partitioner.Graph, devices: list[Device], mode: str, kw
         queue.put((time.perf_counter() - start, None, False, f"{type(exc).__name__}: {exc}"))
 
 
-def reference_on(graph: partitioner.Graph, devices: list[Device], mode: str, kw: dict[str, Any],
-                 limit: float) -> tuple[Any, ...] | None:
+def reference_on(
+    graph: partitioner.Graph, devices: list[Device], mode: str, kw: dict[str, Any], limit: float
+) -> tuple[Any, ...] | None:
     """torch's reference on ``graph`` in a forked child (the graph is inherited, not rebuilt);
     None when it runs past ``limit`` seconds."""
     ctx = mp.get_context("fork")
@@ -279,10 +297,14 @@ def reference_on(graph: partitioner.Graph, devices: list[Device], mode: str, kw:
 
 def long_table(kinds: list[str], sizes: list[int], modes: list[str], limit: float) -> int:
     """Table 4: every mode on chains, residual chains and blocks; returns the failures."""
-    header = (f"{'graph':<10}{'nodes':>7}  {'mode':<26}{'ours s':>9}{'target':>8}{'ref s':>9}{'speedup':>9}"
-              f"{'latency':>12}{'ref lat':>12}{'parts':>6}  note")
-    print(f"\n4. Long graphs: chains, residual chains, blocks (targets: under 1 s to 10,000 nodes, "
-          f"under 2 s at 50,000; {load()})")
+    header = (
+        f"{'graph':<10}{'nodes':>7}  {'mode':<26}{'ours s':>9}{'target':>8}{'ref s':>9}{'speedup':>9}"
+        f"{'latency':>12}{'ref lat':>12}{'parts':>6}  note"
+    )
+    print(
+        f"\n4. Long graphs: chains, residual chains, blocks (targets: under 1 s to 10,000 nodes, "
+        f"under 2 s at 50,000; {load()})"
+    )
     print(header)
     print("-" * len(header))
     failures = 0
@@ -290,8 +312,9 @@ def long_table(kinds: list[str], sizes: list[int], modes: list[str], limit: floa
         timed_out: set[str] = set()
         for size in sizes:
             graph = long_graph(kind, size)
-            memory = max(int(graph.total_size_bytes / 4 * 1.3),
-                         max(node_alone_bytes(graph, v) for v in graph.op_indices))
+            memory = max(
+                int(graph.total_size_bytes / 4 * 1.3), max(node_alone_bytes(graph, v) for v in graph.op_indices)
+            )
             devices = [Device(f"dev_{i}", memory, i) for i in range(4)]
             kw: dict[str, Any] = dict(transfer_rate_bytes_per_s=1e9)
             target = 1.0 if len(graph) <= 10_500 else 2.0
@@ -311,8 +334,12 @@ def long_table(kinds: list[str], sizes: list[int], modes: list[str], limit: floa
                 elif mode in timed_out:
                     note += "reference skipped (ran out of time on a shorter graph)"
                 else:
-                    rkw = {k: v for k, v in mkw.items() if k in ("transfer_rate_bytes_per_s", "saturate_host",
-                                                                  "node_to_partition", "partition_to_devices")}
+                    rkw = {
+                        k: v
+                        for k, v in mkw.items()
+                        if k
+                        in ("transfer_rate_bytes_per_s", "saturate_host", "node_to_partition", "partition_to_devices")
+                    }
                     ref = reference_on(graph, devs, name, rkw, limit)
                     if ref is None:
                         timed_out.add(mode)
@@ -328,43 +355,75 @@ def long_table(kinds: list[str], sizes: list[int], modes: list[str], limit: floa
                             ref_lat = f"{lat:.4g}"
                             if not valid:
                                 note += "reference plan invalid in our memory model"
-                print(f"{kind:<10}{len(graph):>7}  {mode:<26}{ours_s:>9.3f}{target:>8.1f}{ref_s:>9}{speedup:>9}"
-                      f"{plan.latency_s:>12.4g}{ref_lat:>12}{len(plan.partitions):>6}  {note}", flush=True)
+                print(
+                    f"{kind:<10}{len(graph):>7}  {mode:<26}{ours_s:>9.3f}{target:>8.1f}{ref_s:>9}{speedup:>9}"
+                    f"{plan.latency_s:>12.4g}{ref_lat:>12}{len(plan.partitions):>6}  {note}",
+                    flush=True,
+                )
     return failures
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--sizes", type=int, nargs="*", default=[100, 150, 500],
-                        help="random graphs (op nodes) timed against the reference")
-    parser.add_argument("--models", nargs="*", default=["gpt2_small:n_layer=2", "moe"],
-                        help="sample models as name:field=value,... (the reference runs on them too)")
+    parser.add_argument(
+        "--sizes",
+        type=int,
+        nargs="*",
+        default=[100, 150, 500],
+        help="random graphs (op nodes) timed against the reference",
+    )
+    parser.add_argument(
+        "--models",
+        nargs="*",
+        default=["gpt2_small:n_layer=2", "moe"],
+        help="sample models as name:field=value,... (the reference runs on them too)",
+    )
     parser.add_argument("--modes", nargs="+", default=MODES)
     parser.add_argument("--limit", type=float, default=60.0, help="seconds the reference may take")
-    parser.add_argument("--small", type=int, nargs="*", default=[30, 49, 75, 99, 149],
-                        help="random graphs below 150 op nodes (each search under 50 ms below 50, 120 ms below 150)")
-    parser.add_argument("--large", type=int, nargs="*", default=[10000],
-                        help="random graphs timed against 1 s")
-    parser.add_argument("--blocks", type=int, nargs="*", default=[400],
-                        help="block graphs (125 op nodes a block) timed against 2 s")
-    parser.add_argument("--long", type=int, nargs="*", default=[2000, 10000, 50000],
-                        help="nodes of the chains, residual chains and blocks of table 4")
+    parser.add_argument(
+        "--small",
+        type=int,
+        nargs="*",
+        default=[30, 49, 75, 99, 149],
+        help="random graphs below 150 op nodes (each search under 50 ms below 50, 120 ms below 150)",
+    )
+    parser.add_argument("--large", type=int, nargs="*", default=[10000], help="random graphs timed against 1 s")
+    parser.add_argument(
+        "--blocks", type=int, nargs="*", default=[400], help="block graphs (125 op nodes a block) timed against 2 s"
+    )
+    parser.add_argument(
+        "--long",
+        type=int,
+        nargs="*",
+        default=[2000, 10000, 50000],
+        help="nodes of the chains, residual chains and blocks of table 4",
+    )
     parser.add_argument("--long-kinds", nargs="+", default=LONG_KINDS, choices=LONG_KINDS)
-    parser.add_argument("--long-limit", type=float, default=60.0,
-                        help="seconds the reference may take on a long graph")
+    parser.add_argument("--long-limit", type=float, default=60.0, help="seconds the reference may take on a long graph")
     args = parser.parse_args(argv)
     failures = 0
     if args.sizes or args.models:
         failures += reference_table([*args.sizes, *args.models], args.modes, args.limit)
     if args.small:
-        failures += timed_table("2. Searches below 150 op nodes (targets: under 50 ms below 50, under 120 ms "
-                                "below 150)", list(args.small), SEARCHES, small_target_s, repeat=5)
+        failures += timed_table(
+            "2. Searches below 150 op nodes (targets: under 50 ms below 50, under 120 ms below 150)",
+            list(args.small),
+            SEARCHES,
+            small_target_s,
+            repeat=5,
+        )
     if args.large:
-        failures += timed_table("3. Every mode at 10,000 op nodes (target: under 1 s)", list(args.large),
-                                LARGE_MODES, 1.0, repeat=1)
+        failures += timed_table(
+            "3. Every mode at 10,000 op nodes (target: under 1 s)", list(args.large), LARGE_MODES, 1.0, repeat=1
+        )
     if args.blocks:
-        failures += timed_table("   and at 50,000 op nodes (target: under 2 s)", [f"blocks:{b}" for b in args.blocks],
-                                LARGE_MODES, 2.0, repeat=1)
+        failures += timed_table(
+            "   and at 50,000 op nodes (target: under 2 s)",
+            [f"blocks:{b}" for b in args.blocks],
+            LARGE_MODES,
+            2.0,
+            repeat=1,
+        )
     if args.long:
         failures += long_table(args.long_kinds, list(args.long), LARGE_MODES, args.long_limit)
     return 1 if failures else 0

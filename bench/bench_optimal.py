@@ -24,12 +24,12 @@ import random
 import statistics
 import time
 
+from bench_modes import setup
+
 import partitioner
 import sample_models
 from partitioner import Device
 from partitioner.units import format_seconds
-
-from bench_modes import setup
 
 HEURISTICS = ["size_based", "largest_first", "cost_aware", "kl_based"]
 
@@ -54,8 +54,10 @@ def run_case(label: str, graph: partitioner.Graph, devices: list[Device], limit:
             continue
         gap = plan.latency_s / bound - 1 if bound > 0 else 0.0
         vs = f"{plan.latency_s / best - 1:+.1%}" if best else "-"
-        print(f"  {mode:14s} {format_seconds(plan.latency_s):>12s} {len(plan.partitions):5d} "
-              f"{seconds:7.2f}s {gap:12.2%} {vs:>10s}")
+        print(
+            f"  {mode:14s} {format_seconds(plan.latency_s):>12s} {len(plan.partitions):5d} "
+            f"{seconds:7.2f}s {gap:12.2%} {vs:>10s}"
+        )
         if mode == "optimal":
             print(f"  optimal: {plan.bound_summary()}\n           {plan.provenance.solver}")
 
@@ -66,8 +68,9 @@ def proof_case(seed: int, n: int, count: int) -> tuple[partitioner.Graph, list[D
     from partitioner.testing.synthetic import synthetic_graph
 
     rng = random.Random(seed)
-    edges = sorted({(a, b) for b in range(1, n)
-                    for a in [rng.randint(max(0, b - 6), b - 1) for _ in range(rng.randint(0, 3))]})
+    edges = sorted(
+        {(a, b) for b in range(1, n) for a in [rng.randint(max(0, b - 6), b - 1) for _ in range(rng.randint(0, 3))]}
+    )
     graph = synthetic_graph(edges, [rng.randint(1, 64) for _ in range(n)])
     latency = {name: (rng.uniform(0, 10), rng.uniform(0, 10)) for name in graph.op_names}
     need = max(node_alone_bytes(graph, v) for v in graph.op_indices)
@@ -77,8 +80,10 @@ def proof_case(seed: int, n: int, count: int) -> tuple[partitioner.Graph, list[D
 
 
 def proof_table(per_cell: int) -> None:
-    print(f"\nProofs on small random graphs, default limit 10 s (load average {os.getloadavg()[0]:.1f} "
-          f"on {os.cpu_count()} cores)")
+    print(
+        f"\nProofs on small random graphs, default limit 10 s (load average {os.getloadavg()[0]:.1f} "
+        f"on {os.cpu_count()} cores)"
+    )
     print(f"  {'ops':>3s} {'devices':>7s} {'cases':>5s} {'proven':>6s} {'no plan':>7s} {'median s':>8s} {'max s':>6s}")
     for count in (2, 3):
         for n in range(4, 13):
@@ -92,8 +97,11 @@ def proof_table(per_cell: int) -> None:
                 except partitioner.InfeasibleError:
                     none += 1
                 times.append(time.perf_counter() - began)
-            print(f"  {n:3d} {count:7d} {per_cell:5d} {proven:6d} {none:7d} {statistics.median(times):8.2f} "
-                  f"{max(times):6.2f}", flush=True)
+            print(
+                f"  {n:3d} {count:7d} {per_cell:5d} {proven:6d} {none:7d} {statistics.median(times):8.2f} "
+                f"{max(times):6.2f}",
+                flush=True,
+            )
 
 
 def main() -> None:

@@ -34,17 +34,22 @@ def main() -> None:
         print(f"split of {n} layers into 8 stages: {time.perf_counter() - start:.3f} s")
     start = time.perf_counter()
     sim = pipeline.simulate([0.01] * 8, 64, "1f1b")
-    print(f"simulating 1F1B at p=8, m=64: {1000 * (time.perf_counter() - start):.1f} ms (bubble {sim.bubble_fraction:.3f})\n")
+    print(
+        f"simulating 1F1B at p=8, m=64: {1000 * (time.perf_counter() - start):.1f} ms (bubble {sim.bubble_fraction:.3f})\n"
+    )
     print(f"{'model':<16} {'schedule':<12} {'optimal':>10} {'equal layers':>13} {'by params':>10}")
     for name, overrides, devices in (("gpt2_small", {}, "4x1GiB"), ("transformer", {"n_layer": 48}, "4x256MiB")):
         module, inputs, _ = sample_models.load(name, overrides)
         graph = partitioner.trace(module, inputs)
         for schedule in ("gpipe", "1f1b"):
-            pp = pipeline.plan(graph, partitioner.parse_devices(devices), stages=4, microbatches=16,
-                               schedule=schedule, training="adam")
+            pp = pipeline.plan(
+                graph, partitioner.parse_devices(devices), stages=4, microbatches=16, schedule=schedule, training="adam"
+            )
             base = {n: s for n, s, _ in pp.baselines}
-            print(f"{name:<16} {schedule:<12} {pp.step_time_s * 1e3:>8.2f}ms {base['equal layers'] * 1e3:>11.2f}ms "
-                  f"{base['by parameters'] * 1e3:>8.2f}ms")
+            print(
+                f"{name:<16} {schedule:<12} {pp.step_time_s * 1e3:>8.2f}ms {base['equal layers'] * 1e3:>11.2f}ms "
+                f"{base['by parameters'] * 1e3:>8.2f}ms"
+            )
 
 
 if __name__ == "__main__":

@@ -49,16 +49,20 @@ def main() -> None:
     cases = [("transformer", {}, "4x4MiB")]
     if not args.quick:
         cases.append(("hf:llama-3-70b", {"dtype": "bf16"}, "4xh100-80gb"))
-    print(f"{'model':<16} {'nodes':>6} {'JSON KiB':>9} {'json.loads':>11} {'check':>9} {'from_json':>10} "
-          f"{'check / loads':>14}")
+    print(
+        f"{'model':<16} {'nodes':>6} {'JSON KiB':>9} {'json.loads':>11} {'check':>9} {'from_json':>10} "
+        f"{'check / loads':>14}"
+    )
     for spec, overrides, devices in cases:
         text, nodes = plan_text(spec, overrides, devices)
         loads = timed(lambda: json.loads(text))
         data = json.loads(text)
         checking = timed(lambda: check(data))
         whole = timed(lambda: partitioner.Plan.from_json(text))
-        print(f"{spec:<16} {nodes:>6} {len(text) / 1024:>9.0f} {loads * 1e3:>9.2f}ms {checking * 1e3:>7.2f}ms "
-              f"{whole * 1e3:>8.2f}ms {checking / loads:>13.2f}x")
+        print(
+            f"{spec:<16} {nodes:>6} {len(text) / 1024:>9.0f} {loads * 1e3:>9.2f}ms {checking * 1e3:>7.2f}ms "
+            f"{whole * 1e3:>8.2f}ms {checking / loads:>13.2f}x"
+        )
     if not args.quick:
         start = time.perf_counter()
         try:

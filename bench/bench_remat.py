@@ -29,6 +29,7 @@ def main() -> None:
     warnings.filterwarnings("ignore")
     start = time.perf_counter()
     import torch._functorch.partitioners  # noqa: F401  (the imports the worker pays once)
+
     print(f"importing functorch's partitioners: {time.perf_counter() - start:.2f} s\n")
     for name in ("mlp", "cnn", "transformer", "moe", "unet", "gpt2_small"):
         module, inputs, _ = sample_models.load(name)
@@ -38,14 +39,18 @@ def main() -> None:
         total = time.perf_counter() - start
         trace_s = [r.joint_trace_s for r in results]
         solve_s = [r.solver_s for r in results]
-        print(f"{name}: {len(graph.op_indices)} traced ops, {results[0].forward_ops} aten forward ops; "
-              f"sweep of {len(BUDGETS)} budgets {total:.2f} s; joint trace {min(trace_s):.2f}-{max(trace_s):.2f} s, "
-              f"min-cut {min(solve_s):.2f}-{max(solve_s):.2f} s; gradients equal eager: "
-              f"{all(r.gradients_equal for r in results)}")
+        print(
+            f"{name}: {len(graph.op_indices)} traced ops, {results[0].forward_ops} aten forward ops; "
+            f"sweep of {len(BUDGETS)} budgets {total:.2f} s; joint trace {min(trace_s):.2f}-{max(trace_s):.2f} s, "
+            f"min-cut {min(solve_s):.2f}-{max(solve_s):.2f} s; gradients equal eager: "
+            f"{all(r.gradients_equal for r in results)}"
+        )
         for r in results:
-            print(f"  budget {r.budget:<4g} saved {format_bytes(r.saved_activation_bytes):>10}  "
-                  f"recomputed {r.recomputed_ops:>4} ops {r.recompute_flops:>14,} FLOPs "
-                  f"({format_seconds(r.recompute_time_s)} at 10 TFLOP/s)")
+            print(
+                f"  budget {r.budget:<4g} saved {format_bytes(r.saved_activation_bytes):>10}  "
+                f"recomputed {r.recomputed_ops:>4} ops {r.recompute_flops:>14,} FLOPs "
+                f"({format_seconds(r.recompute_time_s)} at 10 TFLOP/s)"
+            )
 
 
 if __name__ == "__main__":

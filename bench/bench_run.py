@@ -31,19 +31,32 @@ def main() -> None:
         module, inputs, _ = sample_models.load(name)
         graph = partitioner.trace(module, inputs, name=name)
         _, memory = sample_models.default_devices(name)
-        devices = partitioner.parse_devices(f"{count}x{max(memory, graph.total_size_bytes // (count - 1) if count > 1 else memory)}B")
-        plan = partitioner.partition(graph, devices, mode="kl_based", transfer_rate_bytes_per_s=5e9, force_partition=True)
-        calibrated = partitioner.evaluate_plan(graph, with_profile(devices, local_profile()), plan.node_to_partition(),
-                                               plan.partition_to_devices(), mode=plan.mode)
+        devices = partitioner.parse_devices(
+            f"{count}x{max(memory, graph.total_size_bytes // (count - 1) if count > 1 else memory)}B"
+        )
+        plan = partitioner.partition(
+            graph, devices, mode="kl_based", transfer_rate_bytes_per_s=5e9, force_partition=True
+        )
+        calibrated = partitioner.evaluate_plan(
+            graph,
+            with_profile(devices, local_profile()),
+            plan.node_to_partition(),
+            plan.partition_to_devices(),
+            mode=plan.mode,
+        )
         for label, p in (("roofline", plan), ("calibrated", calibrated)):
             result = partitioner.run(p, graph, inputs, timeout_s=300)
             assert result.outputs_equal
             for part in result.partitions:
-                print(f"{name:<12} {result.world_size:>5} {label:>10} {'P' + str(part.id):>9} "
-                      f"{format_seconds(part.predicted_s):>10} {format_seconds(part.compute_s):>10} {part.ratio:>6.2f}x")
+                print(
+                    f"{name:<12} {result.world_size:>5} {label:>10} {'P' + str(part.id):>9} "
+                    f"{format_seconds(part.predicted_s):>10} {format_seconds(part.compute_s):>10} {part.ratio:>6.2f}x"
+                )
             ratio = result.measured_latency_s / result.predicted_latency_s
-            print(f"{name:<12} {result.world_size:>5} {label:>10} {'end-to-end':>9} "
-                  f"{format_seconds(result.predicted_latency_s):>10} {format_seconds(result.measured_latency_s):>10} {ratio:>6.2f}x")
+            print(
+                f"{name:<12} {result.world_size:>5} {label:>10} {'end-to-end':>9} "
+                f"{format_seconds(result.predicted_latency_s):>10} {format_seconds(result.measured_latency_s):>10} {ratio:>6.2f}x"
+            )
 
 
 if __name__ == "__main__":

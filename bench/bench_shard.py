@@ -18,8 +18,7 @@ sys.path.insert(0, str(ROOT))
 
 import partitioner  # noqa: E402
 import sample_models  # noqa: E402
-from partitioner import Device, ShardingError
-from partitioner import sharding
+from partitioner import Device, ShardingError, sharding
 from partitioner.sharding import tensor_parallel
 from partitioner.units import format_bytes, format_seconds
 
@@ -41,10 +40,12 @@ def main() -> None:
             seconds = time.perf_counter() - start
             plan = tensor_parallel.tp_plan(graph, spec, n, 25e9)
             after = sharding.device_memory(graph, devices, plan.spec)
-            print(f"{label} on {n} x {format_bytes(devices[0].memory_bytes)}: suggested in {seconds:.3f} s, "
-                  f"{sum(1 for v in plan.spec.values() if v.replace(',', '').strip('1'))} parameters sharded; "
-                  f"per device {format_bytes(whole)} -> {format_bytes(max(after.values()))}; "
-                  f"{plan.counts()} per forward, {format_seconds(plan.comm_time_s)}")
+            print(
+                f"{label} on {n} x {format_bytes(devices[0].memory_bytes)}: suggested in {seconds:.3f} s, "
+                f"{sum(1 for v in plan.spec.values() if v.replace(',', '').strip('1'))} parameters sharded; "
+                f"per device {format_bytes(whole)} -> {format_bytes(max(after.values()))}; "
+                f"{plan.counts()} per forward, {format_seconds(plan.comm_time_s)}"
+            )
 
 
 if __name__ == "__main__":

@@ -41,14 +41,23 @@ from urllib.parse import urlencode
 
 ROOT = Path(__file__).resolve().parents[1]
 CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
 HF_MODEL = "Hugging Face architecture..."  # explorer.state.HF_MODEL: the sidebar's choice for hf: models
 SAMPLE = "transformer"
 WAVE = 8
 
 
 # -- the server and its processes --------------------------------------------------------------
+
 
 def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
@@ -58,9 +67,21 @@ def free_port() -> int:
 
 def start_server(cache: str, wait_s: float) -> tuple[subprocess.Popen[str], str]:
     port = free_port()
-    command = [str(Path(sys.executable).with_name("streamlit")), "run", "explorer/app.py", "--server.headless", "true",
-               "--server.port", str(port), "--server.address", "127.0.0.1", "--browser.gatherUsageStats", "false",
-               "--server.fileWatcherType", "none"]
+    command = [
+        str(Path(sys.executable).with_name("streamlit")),
+        "run",
+        "explorer/app.py",
+        "--server.headless",
+        "true",
+        "--server.port",
+        str(port),
+        "--server.address",
+        "127.0.0.1",
+        "--browser.gatherUsageStats",
+        "false",
+        "--server.fileWatcherType",
+        "none",
+    ]
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "PARTITION_EXPLORER_CACHE": cache}
     proc = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     started = threading.Event()
@@ -135,6 +156,7 @@ class Sampler:
 
 # -- sessions ---------------------------------------------------------------------------------
 
+
 @dataclass
 class Answer:
     name: str
@@ -147,8 +169,15 @@ def views(hf_spec: str, wait_ms: float) -> list[tuple[str, str, Callable[..., Aw
     """(name, path and query, what shows that it answered) for the 8 sessions of a wave."""
     from playwright.async_api import expect
 
-    hf = urlencode({"model": HF_MODEL, "hf_name": hf_spec.removeprefix("hf:"), "hf_set": "dtype=bf16",
-                    "dev_count": 8, "dev_memory": "80GiB"})
+    hf = urlencode(
+        {
+            "model": HF_MODEL,
+            "hf_name": hf_spec.removeprefix("hf:"),
+            "hf_set": "dtype=bf16",
+            "dev_count": 8,
+            "dev_memory": "80GiB",
+        }
+    )
 
     async def by_module(page) -> None:
         await expect(page.locator(".pe-stage svg").first).to_contain_text("(x", timeout=wait_ms)
@@ -165,10 +194,12 @@ def views(hf_spec: str, wait_ms: float) -> list[tuple[str, str, Callable[..., Aw
         await expect(page.get_by_text("Activation memory against recomputation").first).to_be_visible(timeout=wait_ms)
 
     explore = f"/?{hf}&{urlencode({'explore_view': 'Model graph by module'})}"
-    return ([(f"explore by module {hf_spec}", explore, by_module)] * 3
-            + [(f"plan a cluster {hf_spec}", f"/cluster?{hf}", cluster)] * 2
-            + [(f"compare {SAMPLE}", f"/compare?model={SAMPLE}", compare)] * 2
-            + [(f"min-cut sweep {SAMPLE}", f"/training?model={SAMPLE}", min_cut)])
+    return (
+        [(f"explore by module {hf_spec}", explore, by_module)] * 3
+        + [(f"plan a cluster {hf_spec}", f"/cluster?{hf}", cluster)] * 2
+        + [(f"compare {SAMPLE}", f"/compare?model={SAMPLE}", compare)] * 2
+        + [(f"min-cut sweep {SAMPLE}", f"/training?model={SAMPLE}", min_cut)]
+    )
 
 
 async def session(browser, base: str, name: str, path: str, answered: Callable[..., Awaitable[None]]) -> Answer:
@@ -185,8 +216,12 @@ async def session(browser, base: str, name: str, path: str, answered: Callable[.
         return Answer(name, time.perf_counter() - start, bug == 0, "the page says it met a bug" if bug else "")
     except Exception as exc:  # noqa: BLE001 - a session that did not answer is a figure, not a crash
         shown = await page.get_by_test_id("stException").all_inner_texts() if not page.is_closed() else []
-        return Answer(name, time.perf_counter() - start, False,
-                      (shown[0] if shown else f"{type(exc).__name__}: {str(exc).splitlines()[0]}")[:200])
+        return Answer(
+            name,
+            time.perf_counter() - start,
+            False,
+            (shown[0] if shown else f"{type(exc).__name__}: {str(exc).splitlines()[0]}")[:200],
+        )
     finally:
         await context.close()
 
@@ -195,14 +230,23 @@ async def wave(browser, base: str, hf_spec: str, wait_ms: float) -> list[Answer]
     return list(await asyncio.gather(*(session(browser, base, n, p, a) for n, p, a in views(hf_spec, wait_ms))))
 
 
-async def repeated(browser, base: str, server: int, hf_spec: str, actions: int, wait_ms: float,
-                   deadline: float) -> tuple[int, int, list[float], int, int]:
+async def repeated(
+    browser, base: str, server: int, hf_spec: str, actions: int, wait_ms: float, deadline: float
+) -> tuple[int, int, list[float], int, int]:
     """One session switches between the large model's view by module and the sample's, ``actions``
     times: (done, answered, seconds each, server RSS after the first two, RSS at the end)."""
     from playwright.async_api import expect
 
-    hf = urlencode({"model": HF_MODEL, "hf_name": hf_spec.removeprefix("hf:"), "hf_set": "dtype=bf16",
-                    "dev_count": 8, "dev_memory": "80GiB", "explore_view": "Model graph by module"})
+    hf = urlencode(
+        {
+            "model": HF_MODEL,
+            "hf_name": hf_spec.removeprefix("hf:"),
+            "hf_set": "dtype=bf16",
+            "dev_count": 8,
+            "dev_memory": "80GiB",
+            "explore_view": "Model graph by module",
+        }
+    )
     sample = urlencode({"model": SAMPLE, "explore_view": "Model graph by module"})
     context = await browser.new_context(viewport={"width": 1600, "height": 1400})
     page = await context.new_page()
@@ -235,8 +279,9 @@ def command_line(pid: int) -> str:
         return "(gone)"
 
 
-async def kill_during_min_cut(browser, base: str, proc: subprocess.Popen[str], wait_s: float,
-                              after_s: float = 0.0) -> tuple[int, int]:
+async def kill_during_min_cut(
+    browser, base: str, proc: subprocess.Popen[str], wait_s: float, after_s: float = 0.0
+) -> tuple[int, int]:
     """Start a min-cut sweep, SIGKILL the server once it has a child process, wait 5 s: (child
     processes it had, those still running). Those still running are named, and looked at again
     30 s later (then killed, so the bench leaves nothing behind)."""
@@ -270,10 +315,13 @@ async def kill_during_min_cut(browser, base: str, proc: subprocess.Popen[str], w
 
 # -- the run ----------------------------------------------------------------------------------
 
+
 def report(title: str, answers: list[Answer]) -> float:
     ok = sum(a.ok for a in answers)
     median = statistics.median(a.seconds for a in answers)
-    print(f"{title}: {ok} of {len(answers)} sessions answered; median {median:.1f} s, slowest {max(a.seconds for a in answers):.1f} s")
+    print(
+        f"{title}: {ok} of {len(answers)} sessions answered; median {median:.1f} s, slowest {max(a.seconds for a in answers):.1f} s"
+    )
     for a in answers:
         print(f"  {a.name:<40} {a.seconds:7.1f} s  {'answered' if a.ok else 'FAILED: ' + a.why}")
     return median
@@ -293,9 +341,13 @@ async def main_async(args: argparse.Namespace) -> None:
                 browser = await p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
                 try:
                     if args.kill_only:
-                        had, left = await kill_during_min_cut(browser, base, proc, min(args.wait_s, 60), args.kill_after_s)
-                        print(f"SIGKILL of the server during a min-cut sweep ({args.kill_after_s:g} s after its worker started): it had {had} child process(es); "
-                              f"{left} still running 5 s later")
+                        had, left = await kill_during_min_cut(
+                            browser, base, proc, min(args.wait_s, 60), args.kill_after_s
+                        )
+                        print(
+                            f"SIGKILL of the server during a min-cut sweep ({args.kill_after_s:g} s after its worker started): it had {had} child process(es); "
+                            f"{left} still running 5 s later"
+                        )
                         return
                     first = await wave(browser, base, args.model, wait_ms)
                     m1 = report("first wave (fresh server, nothing traced)", first)
@@ -303,18 +355,25 @@ async def main_async(args: argparse.Namespace) -> None:
                     m2 = report("second wave", second)
                     print(f"second wave / first wave (medians): {m2 / m1:.2f}")
                     done, answered, seconds, before, after = await repeated(
-                        browser, base, proc.pid, args.model, args.actions, wait_ms, deadline)
+                        browser, base, proc.pid, args.model, args.actions, wait_ms, deadline
+                    )
                     growth = (after - before) / max(1, done - 2)
-                    print(f"repeated action ({args.model} by module <-> {SAMPLE}): {answered} of {done} answered "
-                          f"(of {args.actions} asked); median {statistics.median(seconds):.1f} s; server RSS "
-                          f"{before / 2**20:.0f} MiB after 2, {after / 2**20:.0f} MiB after {done}: "
-                          f"{growth / 2**20:+.2f} MiB per action")
+                    print(
+                        f"repeated action ({args.model} by module <-> {SAMPLE}): {answered} of {done} answered "
+                        f"(of {args.actions} asked); median {statistics.median(seconds):.1f} s; server RSS "
+                        f"{before / 2**20:.0f} MiB after 2, {after / 2**20:.0f} MiB after {done}: "
+                        f"{growth / 2**20:+.2f} MiB per action"
+                    )
                     sampler.stop()
-                    print(f"peak memory: server {sampler.peak_server / 2**20:.0f} MiB, with its child processes "
-                          f"{sampler.peak_total / 2**20:.0f} MiB")
+                    print(
+                        f"peak memory: server {sampler.peak_server / 2**20:.0f} MiB, with its child processes "
+                        f"{sampler.peak_total / 2**20:.0f} MiB"
+                    )
                     had, left = await kill_during_min_cut(browser, base, proc, min(args.wait_s, 60), args.kill_after_s)
-                    print(f"SIGKILL of the server during a min-cut sweep ({args.kill_after_s:g} s after its worker started): it had {had} child process(es); "
-                          f"{left} still running 5 s later")
+                    print(
+                        f"SIGKILL of the server during a min-cut sweep ({args.kill_after_s:g} s after its worker started): it had {had} child process(es); "
+                        f"{left} still running 5 s later"
+                    )
                 finally:
                     await browser.close()
         finally:
@@ -330,11 +389,19 @@ def main() -> None:
     parser.add_argument("--model", default="hf:llama-3-70b", help="the large model (default hf:llama-3-70b)")
     parser.add_argument("--actions", type=int, default=50, help="repeated heavy actions (default 50)")
     parser.add_argument("--wait-s", type=float, default=300.0, help="longest wait for one answer (default 300)")
-    parser.add_argument("--deadline-s", type=float, default=900.0,
-                        help="the repeated actions stop past this many seconds from the start (default 900)")
+    parser.add_argument(
+        "--deadline-s",
+        type=float,
+        default=900.0,
+        help="the repeated actions stop past this many seconds from the start (default 900)",
+    )
     parser.add_argument("--kill-only", action="store_true", help="only the SIGKILL during a min-cut sweep")
-    parser.add_argument("--kill-after-s", type=float, default=0.0,
-                        help="SIGKILL this long after the sweep's worker appears (default 0: while it starts)")
+    parser.add_argument(
+        "--kill-after-s",
+        type=float,
+        default=0.0,
+        help="SIGKILL this long after the sweep's worker appears (default 0: while it starts)",
+    )
     args = parser.parse_args()
     if not os.path.exists(CHROMIUM):
         raise SystemExit(f"{CHROMIUM} is missing: install Chromium (bash scripts/setup.sh --test)")

@@ -35,8 +35,7 @@ HF_NODES_PER_LAYER = 69  # nodes of one Llama decoder layer as exported at 1 x 3
 
 def _mlp(nodes: int) -> tuple[str, Callable[[], Any]]:
     layers = max(1, (nodes - 1) // 2)  # n Linear + (n - 1) ReLU + input + output
-    model, inputs = sample_models.build("mlp", n_layer=layers, in_features=16, hidden=16,
-                                        out_features=16, batch_size=4)
+    model, inputs = sample_models.build("mlp", n_layer=layers, in_features=16, hidden=16, out_features=16, batch_size=4)
     return f"mlp n_layer={layers}", lambda: partitioner.trace(model, inputs)
 
 
@@ -44,12 +43,16 @@ def _hf(nodes: int) -> tuple[str, Callable[[], Any]]:
     layers = max(1, round(nodes / HF_NODES_PER_LAYER))
     overrides = {"num_hidden_layers": layers, "dtype": "bf16"}
     loaded = _loading.load(HF_SPEC, overrides)
-    return (f"{HF_SPEC} layers={layers}",
-            lambda: _loading.trace_loaded(HF_SPEC, overrides, loaded, HF_SPEC))
+    return (f"{HF_SPEC} layers={layers}", lambda: _loading.trace_loaded(HF_SPEC, overrides, loaded, HF_SPEC))
 
 
-def _row(kind: str, nodes_wanted: int, build: Callable[[int], tuple[str, Callable[[], Any]]],
-         reference_max: int, first_per_node: dict[str, float]) -> None:
+def _row(
+    kind: str,
+    nodes_wanted: int,
+    build: Callable[[int], tuple[str, Callable[[], Any]]],
+    reference_max: int,
+    first_per_node: dict[str, float],
+) -> None:
     label, run = build(nodes_wanted)
     t0, c0 = time.perf_counter(), time.process_time()
     graph = run()
@@ -68,16 +71,20 @@ def _row(kind: str, nodes_wanted: int, build: Callable[[int], tuple[str, Callabl
         plain_s = time.process_time() - c0
         same = "same" if plain == memo else "DIFFERENT"
         reference = f"{plain_s:8.2f} s {memo_s:8.2f} s {plain_s / memo_s:6.1f}x  {same}"
-    print(f"{label:32} {n:>7,} {trace_s:9.2f} s {cpu_s:9.2f} s {per_node * 1e6:8.0f} us {per_node / base:7.2f}  "
-          f"{reference}", flush=True)
+    print(
+        f"{label:32} {n:>7,} {trace_s:9.2f} s {cpu_s:9.2f} s {per_node * 1e6:8.0f} us {per_node / base:7.2f}  "
+        f"{reference}",
+        flush=True,
+    )
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", default="1000,5000,10000,50000", help="mlp node counts")
     parser.add_argument("--hf-sizes", default="1000,5000,10000", help="hf:llama node counts ('' for none)")
-    parser.add_argument("--reference-max", type=int, default=5000,
-                        help="time the plain annotation on graphs up to this many nodes")
+    parser.add_argument(
+        "--reference-max", type=int, default=5000, help="time the plain annotation on graphs up to this many nodes"
+    )
     args = parser.parse_args(argv)
     warnings.simplefilter("ignore")
     torch.set_num_threads(1)
@@ -85,8 +92,10 @@ def main(argv: list[str] | None = None) -> None:
     hf_sizes = [int(s) for s in args.hf_sizes.split(",") if s]
 
     print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores (at the start)")
-    print(f"{'model':32} {'nodes':>7} {'trace':>11} {'its CPU':>11} {'CPU/node':>11} {'vs first':>7}  "
-          f"{'plain annotation CPU':>10} {'memo CPU':>10} {'speedup':>7}  annotations")
+    print(
+        f"{'model':32} {'nodes':>7} {'trace':>11} {'its CPU':>11} {'CPU/node':>11} {'vs first':>7}  "
+        f"{'plain annotation CPU':>10} {'memo CPU':>10} {'speedup':>7}  annotations"
+    )
     _mlp(10)[1]()  # imports and torch's first-call costs, outside the table
     first: dict[str, float] = {}
     for nodes in sizes:

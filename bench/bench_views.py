@@ -26,11 +26,11 @@ sys.path.insert(0, str(ROOT))
 
 import partitioner  # noqa: E402
 from explorer.builders import tables
-from partitioner.draw.collapse import collapse, collapsed_to_dot
 from partitioner.cost.model import node_seconds
-from partitioner.plan.diff import diff_plans
-from partitioner.draw.nodeview import partition_to_dot
+from partitioner.draw.collapse import collapse, collapsed_to_dot
 from partitioner.draw.dag import plan_to_dot, render_dot
+from partitioner.draw.nodeview import partition_to_dot
+from partitioner.plan.diff import diff_plans
 from partitioner.testing.synthetic import blocks_graph
 
 TARGET_S = 2.0
@@ -56,8 +56,13 @@ def full_node_dot(graph: partitioner.Graph) -> str:
 def reference_s(dot: str) -> float | None:
     start = time.perf_counter()
     try:
-        subprocess.run(["dot", "-Tsvg", "-o", "/dev/null"], input=dot.encode(), check=True,
-                       timeout=REFERENCE_LIMIT_S, capture_output=True)
+        subprocess.run(
+            ["dot", "-Tsvg", "-o", "/dev/null"],
+            input=dot.encode(),
+            check=True,
+            timeout=REFERENCE_LIMIT_S,
+            capture_output=True,
+        )
     except subprocess.TimeoutExpired:
         return None
     return time.perf_counter() - start
@@ -71,26 +76,47 @@ def main() -> None:
     for size in args.sizes:
         graph = blocks_graph(max(1, size // 25))
         devices = partitioner.parse_devices(f"8x{graph.total_size_bytes}")
-        where = {graph.nodes[v].name: (0 if not graph.nodes[v].module_path.startswith("blocks.")
-                 else int(graph.nodes[v].module_path.split(".")[1]) + 1) for v in graph.op_indices}
+        where = {
+            graph.nodes[v].name: (
+                0
+                if not graph.nodes[v].module_path.startswith("blocks.")
+                else int(graph.nodes[v].module_path.split(".")[1]) + 1
+            )
+            for v in graph.op_indices
+        }
         blocks = max(where.values()) + 1
-        plan = partitioner.evaluate_plan(graph, devices, where, {p: [p % 8] for p in range(blocks)},
-                                         transfer_rate_bytes_per_s=25e9)
-        other = partitioner.evaluate_plan(graph, devices, where, {p: [(p // 2) % 8] for p in range(blocks)},
-                                          transfer_rate_bytes_per_s=25e9)
+        plan = partitioner.evaluate_plan(
+            graph, devices, where, {p: [p % 8] for p in range(blocks)}, transfer_rate_bytes_per_s=25e9
+        )
+        other = partitioner.evaluate_plan(
+            graph, devices, where, {p: [(p // 2) % 8] for p in range(blocks)}, transfer_rate_bytes_per_s=25e9
+        )
         node_s = node_seconds(graph, list(plan.devices))
         n = len(graph.op_indices)
-        rows.append((f"{n} nodes: partition DAG ({len(plan.partitions)} partitions)",
-                     timed(lambda: render_dot(plan_to_dot(plan, graph, overlay="latency")))))
+        rows.append(
+            (
+                f"{n} nodes: partition DAG ({len(plan.partitions)} partitions)",
+                timed(lambda: render_dot(plan_to_dot(plan, graph, overlay="latency"))),
+            )
+        )
         collapsed = timed(lambda: render_dot(collapsed_to_dot(collapse(graph, plan, node_s), plan)))
         rows.append((f"{n} nodes: model graph collapsed by module", collapsed))
-        rows.append((f"{n} nodes: collapsed, one block expanded", timed(lambda: render_dot(
-            collapsed_to_dot(collapse(graph, plan, node_s, expanded={"blocks.3"}), plan)))))
-        big = partitioner.evaluate_plan(graph, devices, {name: p // 12 for name, p in where.items()},
-                                        {p: [p % 8] for p in range(blocks // 12 + 1)})
+        rows.append(
+            (
+                f"{n} nodes: collapsed, one block expanded",
+                timed(lambda: render_dot(collapsed_to_dot(collapse(graph, plan, node_s, expanded={"blocks.3"}), plan))),
+            )
+        )
+        big = partitioner.evaluate_plan(
+            graph, devices, {name: p // 12 for name, p in where.items()}, {p: [p % 8] for p in range(blocks // 12 + 1)}
+        )
         largest = max(big.partitions, key=lambda p: len(p.node_names))
-        rows.append((f"{n} nodes: drill-down of a {len(largest.node_names)}-node partition", timed(
-            lambda: render_dot(partition_to_dot(big, graph, largest.id, overlay="memory", node_s=node_s)))))
+        rows.append(
+            (
+                f"{n} nodes: drill-down of a {len(largest.node_names)}-node partition",
+                timed(lambda: render_dot(partition_to_dot(big, graph, largest.id, overlay="memory", node_s=node_s))),
+            )
+        )
 
         def side_by_side() -> None:
             render_dot(plan_to_dot(plan, graph))
@@ -102,8 +128,13 @@ def main() -> None:
         ref = reference_s(full_node_dot(graph))
         ref_text = f"> {REFERENCE_LIMIT_S} s (stopped)" if ref is None else f"{ref:.2f} s"
         ratio = (REFERENCE_LIMIT_S if ref is None else ref) / collapsed
-        rows.append((f"{n} nodes: reference, every node in one layout: {ref_text}; collapsed is "
-                     f"{'>' if ref is None else ''}{ratio:.0f}x faster", None))
+        rows.append(
+            (
+                f"{n} nodes: reference, every node in one layout: {ref_text}; collapsed is "
+                f"{'>' if ref is None else ''}{ratio:.0f}x faster",
+                None,
+            )
+        )
     print(f"{'view':<72} {'seconds':>8}  target {TARGET_S:.0f} s")
     for name, seconds in rows:
         if seconds is None:

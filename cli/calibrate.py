@@ -7,12 +7,11 @@ import json
 import sys
 from typing import Any
 
-from partitioner.device_profile import DeviceProfile, cache_dir, cache_off, find_profile, load_profile, profile_path
-from partitioner.units import format_bytes, format_seconds
-
 from cli.commands import COMMON_EPILOG
 from cli.inputs import EXIT_OK, CLIError, positive_float
 from cli.report import format_table
+from partitioner.device_profile import DeviceProfile, cache_dir, cache_off, find_profile, load_profile, profile_path
+from partitioner.units import format_bytes, format_seconds
 
 __all__ = ["register"]
 
@@ -42,17 +41,26 @@ calibration above.
 
 
 def register(sub: Any, common: argparse.ArgumentParser) -> None:
-    p = sub.add_parser("calibrate", help="measure this machine as a device profile for the cost model",
-                       description="measure this machine as a device profile for the cost model",
-                       parents=[common], formatter_class=argparse.RawDescriptionHelpFormatter,
-                       epilog=EXAMPLES + COMMON_EPILOG)
+    p = sub.add_parser(
+        "calibrate",
+        help="measure this machine as a device profile for the cost model",
+        description="measure this machine as a device profile for the cost model",
+        parents=[common],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=EXAMPLES + COMMON_EPILOG,
+    )
     p.add_argument("--name", default="local", help="the profile's name, its device type (default local)")
     p.add_argument("--processes", type=int, default=4, help="ranks to measure on, 2 to 8 (default 4)")
     p.add_argument("--out", metavar="FILE", help="also write the profile here")
     p.add_argument("--show", action="store_true", help="print the cached profile (measure only if none is cached)")
     p.add_argument("--profile", metavar="FILE", help="--show: print this profile file instead")
-    p.add_argument("--timeout", metavar="SECONDS", type=positive_float, default=180.0,
-                   help="end the measurement (and every process) after this long (default 180)")
+    p.add_argument(
+        "--timeout",
+        metavar="SECONDS",
+        type=positive_float,
+        default=180.0,
+        help="end the measurement (and every process) after this long (default 180)",
+    )
     p.add_argument("--json", action="store_true", help="print the profile's JSON")
     p.add_argument("--gpu", action="store_true", help="measure this machine's CUDA GPU's kernel curves")
     p.add_argument("--quick", action="store_true", help="--gpu: a few small shapes only (seconds; a check)")
@@ -85,9 +93,13 @@ def run(args: argparse.Namespace) -> int:
     else:
         print(summary(profile))
         cached = not cache_off() and profile_path(profile.name).exists()
-        print(f"\ncached as {profile_path(profile.name)}" if cached else
-              "\nnot cached (the cache is off: PARTITION_EXPLORER_CACHE=off)" if cache_off() else
-              f"\nnot cached (cache folder {cache_dir()})")
+        print(
+            f"\ncached as {profile_path(profile.name)}"
+            if cached
+            else "\nnot cached (the cache is off: PARTITION_EXPLORER_CACHE=off)"
+            if cache_off()
+            else f"\nnot cached (cache folder {cache_dir()})"
+        )
     return EXIT_OK
 
 
@@ -96,10 +108,13 @@ def _calibrate_gpu(args: argparse.Namespace) -> DeviceProfile:
     from partitioner.runtime.worker import run_in_worker
 
     if not run_in_worker(_has_cuda, (), 60.0, "the CUDA check"):
-        raise CLIError("--gpu needs a CUDA GPU and torch with CUDA (none here); `partition-explorer calibrate` "
-                       "without --gpu measures this host, and the presets h100-80gb, h200-141gb carry measured curves")
-    return calibrate_gpu(args.name, timeout_s=max(args.timeout, 900.0) if not args.quick else args.timeout,
-                         quick=args.quick)
+        raise CLIError(
+            "--gpu needs a CUDA GPU and torch with CUDA (none here); `partition-explorer calibrate` "
+            "without --gpu measures this host, and the presets h100-80gb, h200-141gb carry measured curves"
+        )
+    return calibrate_gpu(
+        args.name, timeout_s=max(args.timeout, 900.0) if not args.quick else args.timeout, quick=args.quick
+    )
 
 
 def _has_cuda() -> bool:
@@ -112,9 +127,12 @@ def gpu_summary(profile: DeviceProfile) -> str:
     """A GPU profile as a person reads it: what it assumes, and its curves at a few sizes."""
     gpu = profile.gpu
     assert gpu is not None
-    lines = [f"profile {profile.name!r}: {gpu.gpu}, {format_bytes(profile.memory_bytes)}; {profile.assumes}",
-             f"launch: {format_seconds(gpu.launch_s)} a kernel back to back, {format_seconds(gpu.host_op_s)} of "
-             f"host time a bare op, {format_seconds(gpu.host_per_op_s)} an op of a model (eager)", ""]
+    lines = [
+        f"profile {profile.name!r}: {gpu.gpu}, {format_bytes(profile.memory_bytes)}; {profile.assumes}",
+        f"launch: {format_seconds(gpu.launch_s)} a kernel back to back, {format_seconds(gpu.host_op_s)} of "
+        f"host time a bare op, {format_seconds(gpu.host_per_op_s)} an op of a model (eager)",
+        "",
+    ]
     rows = []
     for dtype, points in gpu.matmul:
         for m, k, n, s in points:
@@ -123,8 +141,9 @@ def gpu_summary(profile: DeviceProfile) -> str:
     lines.append(format_table(["matmul", "shape", "time (timed alone)", "TFLOP/s"], rows[:24], right=(2, 3)))
     rows = [[k, format_bytes(int(c[-1][0])), f"{c[-1][0] / c[-1][1] / 1e9:,.0f}"] for k, c in gpu.elementwise]
     lines += ["", format_table(["elementwise", "largest measured", "GB/s there"], rows, right=(1, 2))]
-    rows = [[("causal" if causal else "full"), f"{seq:g}", format_seconds(s)] for causal, c in gpu.attention
-            for seq, s in c]
+    rows = [
+        [("causal" if causal else "full"), f"{seq:g}", format_seconds(s)] for causal, c in gpu.attention for seq, s in c
+    ]
     lines += ["", format_table(["attention (32 heads of 128)", "sequence", "time"], rows, right=(1, 2))]
     return "\n".join(lines)
 
@@ -133,32 +152,47 @@ def summary(profile: DeviceProfile) -> str:
     """The profile as a person reads it: curves as tables, fits in words."""
     if profile.gpu is not None:
         return gpu_summary(profile)
-    lines = [f"profile {profile.name!r}: {profile.cores} cores, {format_bytes(profile.memory_bytes)}, "
-             f"{profile.backend}; measured {profile.measured_at or '?'} on {profile.host or '?'} at load "
-             f"{profile.load_average:g} in {profile.calibration_s:.0f} s",
-             f"overhead: {format_seconds(profile.op_overhead_s)} an op, {format_seconds(profile.module_overhead_s)} "
-             f"more a module call; peak {profile.peak_flops / 1e9:.1f} GFLOP/s, memory "
-             f"{profile.memory_bandwidth_bytes_per_s / 1e9:.1f} GB/s", ""]
+    lines = [
+        f"profile {profile.name!r}: {profile.cores} cores, {format_bytes(profile.memory_bytes)}, "
+        f"{profile.backend}; measured {profile.measured_at or '?'} on {profile.host or '?'} at load "
+        f"{profile.load_average:g} in {profile.calibration_s:.0f} s",
+        f"overhead: {format_seconds(profile.op_overhead_s)} an op, {format_seconds(profile.module_overhead_s)} "
+        f"more a module call; peak {profile.peak_flops / 1e9:.1f} GFLOP/s, memory "
+        f"{profile.memory_bandwidth_bytes_per_s / 1e9:.1f} GB/s",
+        "",
+    ]
     sizes = [x for x, _ in profile.matmul[0][1]]
-    rows = [[f"{round((x / 2) ** (1 / 3))}^3"] + [f"{profile.flops_per_s(x, d) / 1e9:.1f}" for d, _ in profile.matmul]
-            for x in sizes]
+    rows = [
+        [f"{round((x / 2) ** (1 / 3))}^3"] + [f"{profile.flops_per_s(x, d) / 1e9:.1f}" for d, _ in profile.matmul]
+        for x in sizes
+    ]
     lines.append(format_table(["matmul", *(f"{d} GFLOP/s" for d, _ in profile.matmul)], rows, right=range(1, 3)))
-    rows = [[format_bytes(int(x)), format_seconds(t), f"{profile.bandwidth_bytes_per_s(x) / 1e9:.2f}"]
-            for x, t in profile.copy]
+    rows = [
+        [format_bytes(int(x)), format_seconds(t), f"{profile.bandwidth_bytes_per_s(x) / 1e9:.2f}"]
+        for x, t in profile.copy
+    ]
     lines += ["", format_table(["elementwise, bytes moved", "time", "GB/s"], rows, right=(1, 2))]
-    rows = [[k, str(n), format_seconds(ab.latency_s), f"{ab.bandwidth_bytes_per_s / 1e9:.3f}"]
-            for k, n, ab in profile.collectives]
+    rows = [
+        [k, str(n), format_seconds(ab.latency_s), f"{ab.bandwidth_bytes_per_s / 1e9:.3f}"]
+        for k, n, ab in profile.collectives
+    ]
     lines += ["", format_table(["collective", "processes", "latency", "GB/s"], rows, right=(1, 2, 3))]
     lines += ["", "ranks computing at once: " + ", ".join(f"{k}: x{f:.2f}" for k, f in profile.slowdown)]
-    lines += [f"a tensor-parallel module call: {format_seconds(profile.sharded_module_overhead_s)} more (DTensor, one rank)"
-              + "".join(f"; {format_seconds(s)} on {n} ranks at once" for n, s in profile.dtensor_module_s)]
+    lines += [
+        f"a tensor-parallel module call: {format_seconds(profile.sharded_module_overhead_s)} more (DTensor, one rank)"
+        + "".join(f"; {format_seconds(s)} on {n} ranks at once" for n, s in profile.dtensor_module_s)
+    ]
     if profile.barrier_s:
         lines += ["a barrier after compute: " + ", ".join(f"{format_seconds(s)} on {n}" for n, s in profile.barrier_s)]
     lines += [f"a training step (forward and backward): x{profile.training_step_factor:.2f} the forward"]
     if profile.elementwise:
-        lines += ["ops with their own curve (at the largest size measured): " + ", ".join(
-            f"{k} {profile.elementwise_rate(k) / 1e9:.2f} GB/s" for k, _ in profile.elementwise)]
+        lines += [
+            "ops with their own curve (at the largest size measured): "
+            + ", ".join(f"{k} {profile.elementwise_rate(k) / 1e9:.2f} GB/s" for k, _ in profile.elementwise)
+        ]
     if profile.pipeline_action_s:
-        lines += ["a pipelining action (forward of a microbatch on a stage, its send included): " + ", ".join(
-            f"{format_seconds(s)} on {n} stages" for n, s in profile.pipeline_action_s)]
+        lines += [
+            "a pipelining action (forward of a microbatch on a stage, its send included): "
+            + ", ".join(f"{format_seconds(s)} on {n} stages" for n, s in profile.pipeline_action_s)
+        ]
     return "\n".join(lines)

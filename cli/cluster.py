@@ -8,10 +8,6 @@ import json
 from typing import Any
 
 import sample_models
-from partitioner import cluster
-from partitioner.interop.engines import ENGINES, engine_file
-from partitioner.units import format_bytes, format_seconds, format_signed
-
 from cli.commands import COMMON_EPILOG
 from cli.inputs import (
     EXIT_FAIL,
@@ -25,6 +21,9 @@ from cli.inputs import (
     write_output,
 )
 from cli.report import format_table
+from partitioner import cluster
+from partitioner.interop.engines import ENGINES, engine_file
+from partitioner.units import format_bytes, format_seconds, format_signed
 
 __all__ = ["register"]
 
@@ -69,54 +68,114 @@ layout" shows them.
 
 
 def register(sub: Any, common: argparse.ArgumentParser) -> None:
-    p = sub.add_parser("cluster", help="plan a cluster: devices, layout, speed and cost",
-                       description="which devices, how many, laid out how, how fast, at what cost",
-                       parents=[common], formatter_class=argparse.RawDescriptionHelpFormatter,
-                       epilog=EXAMPLES + COMMON_EPILOG)
+    p = sub.add_parser(
+        "cluster",
+        help="plan a cluster: devices, layout, speed and cost",
+        description="which devices, how many, laid out how, how fast, at what cost",
+        parents=[common],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=EXAMPLES + COMMON_EPILOG,
+    )
     add_model_arguments(p, tokens=False)  # --seq-len is the workload's here
-    p.add_argument("--accelerator", default="h100-80gb",
-                   help=f"a preset ({', '.join(cluster.ACCELERATORS)}) or a measured profile: its name "
-                        "(partition-explorer calibrate --name NAME) or .json file (default h100-80gb)")
+    p.add_argument(
+        "--accelerator",
+        default="h100-80gb",
+        help=f"a preset ({', '.join(cluster.ACCELERATORS)}) or a measured profile: its name "
+        "(partition-explorer calibrate --name NAME) or .json file (default h100-80gb)",
+    )
     p.add_argument("--devices-per-node", type=bounded(int, 1, 64), default=8, help="devices in a node (default 8)")
-    p.add_argument("--max-nodes", type=bounded(int, 1, MAX_NODES), default=64,
-                   help=f"search up to this many nodes (default 64, at most {MAX_NODES})")
+    p.add_argument(
+        "--max-nodes",
+        type=bounded(int, 1, MAX_NODES),
+        default=64,
+        help=f"search up to this many nodes (default 64, at most {MAX_NODES})",
+    )
     p.add_argument("--intra", choices=list(cluster.LINKS), help="the link inside a node (default: the accelerator's)")
     p.add_argument("--inter", choices=list(cluster.LINKS), default="infiniband-ndr", help="the link between nodes")
-    p.add_argument("--price-per-hour", type=bounded(float, 0, MAX_PRICE),
-                   help=f"USD per device-hour, 0 to {MAX_PRICE:g} (default: the preset's)")
+    p.add_argument(
+        "--price-per-hour",
+        type=bounded(float, 0, MAX_PRICE),
+        help=f"USD per device-hour, 0 to {MAX_PRICE:g} (default: the preset's)",
+    )
     p.add_argument("--headroom", default="4GiB", help="memory kept free on each device, up to 64GiB (default 4GiB)")
-    p.add_argument("--global-batch", type=bounded(int, 1, MAX_SEQUENCES), default=512,
-                   help=f"sequences per step (default 512, at most {MAX_SEQUENCES:,})")
-    p.add_argument("--seq-len", type=bounded(int, 1, MAX_SEQUENCES), default=4096,
-                   help=f"tokens per sequence (inference: the prompt; at most {MAX_SEQUENCES:,})")
+    p.add_argument(
+        "--global-batch",
+        type=bounded(int, 1, MAX_SEQUENCES),
+        default=512,
+        help=f"sequences per step (default 512, at most {MAX_SEQUENCES:,})",
+    )
+    p.add_argument(
+        "--seq-len",
+        type=bounded(int, 1, MAX_SEQUENCES),
+        default=4096,
+        help=f"tokens per sequence (inference: the prompt; at most {MAX_SEQUENCES:,})",
+    )
     p.add_argument("--optimizer", choices=["adam", "sgd", "none"], default="adam")
-    p.add_argument("--precision", choices=["bf16", "fp32"], default="bf16",
-                   help="bf16: mixed precision (fp32 master weights and state); fp32: full precision")
-    p.add_argument("--train-tokens", type=bounded(float, 1e6, 1e15), default=1e12,
-                   help="tokens to price a training run, 1e6 to 1e15 (default 1e12)")
+    p.add_argument(
+        "--precision",
+        choices=["bf16", "fp32"],
+        default="bf16",
+        help="bf16: mixed precision (fp32 master weights and state); fp32: full precision",
+    )
+    p.add_argument(
+        "--train-tokens",
+        type=bounded(float, 1e6, 1e15),
+        default=1e12,
+        help="tokens to price a training run, 1e6 to 1e15 (default 1e12)",
+    )
     p.add_argument("--inference", action="store_true", help="serve instead of train")
-    p.add_argument("--generate", type=bounded(int, 0, MAX_GENERATE), default=256,
-                   help=f"inference: tokens generated per sequence, 0 to {MAX_GENERATE:,} (default 256)")
-    p.add_argument("--min-cut-budgets", metavar="B,B,...",
-                   help="also search functorch's min-cut recomputation at these activation memory budgets "
-                        "(0 to 1, e.g. 0.25,0.5), measured on the model's joint graph in a worker first")
-    p.add_argument("--top", type=bounded(int, 1, MAX_TOP), default=10,
-                   help=f"rows of the best-layouts table (default 10, at most {MAX_TOP:,})")
-    p.add_argument("--open", metavar="LAYOUT",
-                   help='show one layout\'s memory, time and collectives, e.g. "dp4 tp8 pp2 1f1b mb1 zero1"')
-    p.add_argument("--export", choices=list(ENGINES),
-                   help="print the fastest layout (or the --open one) as this engine's config")
+    p.add_argument(
+        "--generate",
+        type=bounded(int, 0, MAX_GENERATE),
+        default=256,
+        help=f"inference: tokens generated per sequence, 0 to {MAX_GENERATE:,} (default 256)",
+    )
+    p.add_argument(
+        "--min-cut-budgets",
+        metavar="B,B,...",
+        help="also search functorch's min-cut recomputation at these activation memory budgets "
+        "(0 to 1, e.g. 0.25,0.5), measured on the model's joint graph in a worker first",
+    )
+    p.add_argument(
+        "--top",
+        type=bounded(int, 1, MAX_TOP),
+        default=10,
+        help=f"rows of the best-layouts table (default 10, at most {MAX_TOP:,})",
+    )
+    p.add_argument(
+        "--open",
+        metavar="LAYOUT",
+        help='show one layout\'s memory, time and collectives, e.g. "dp4 tp8 pp2 1f1b mb1 zero1"',
+    )
+    p.add_argument(
+        "--export", choices=list(ENGINES), help="print the fastest layout (or the --open one) as this engine's config"
+    )
     p.add_argument("--out", metavar="FILE", help="write the answers as JSON (or the --export config) here")
-    p.add_argument("--run", metavar="LAYOUT",
-                   help='run this layout on local processes and compare with the plan, e.g. "dp2 tp2 zero3"')
-    p.add_argument("--timeout", metavar="SECONDS", type=time_limit, default=180.0,
-                   help="--run: time limit of the run (default 180)")
+    p.add_argument(
+        "--run",
+        metavar="LAYOUT",
+        help='run this layout on local processes and compare with the plan, e.g. "dp2 tp2 zero3"',
+    )
+    p.add_argument(
+        "--timeout",
+        metavar="SECONDS",
+        type=time_limit,
+        default=180.0,
+        help="--run: time limit of the run (default 180)",
+    )
     p.set_defaults(func=run)
 
 
 def _row(r: cluster.LayoutResult, inference: bool) -> list[str]:
-    return [str(r.devices), r.layout.label(), format_seconds(r.step_s), f"{r.mfu:.1%}",
-            format_bytes(int(r.memory_bytes)), r.limit, f"${r.cost_per_million_tokens:.3g}"]
+    return [
+        str(r.devices),
+        r.layout.label(),
+        format_seconds(r.step_s),
+        f"{r.mfu:.1%}",
+        format_bytes(int(r.memory_bytes)),
+        r.limit,
+        f"${r.cost_per_million_tokens:.3g}",
+    ]
 
 
 def run(args: argparse.Namespace) -> int:
@@ -132,30 +191,49 @@ def run(args: argparse.Namespace) -> int:
         prof = _with_min_cut(args, model.graph, prof, budgets)
     if args.run:
         return run_layout(args, model.graph, prof)
-    target = cluster.cluster(args.accelerator, args.devices_per_node, args.intra, args.inter,
-                             headroom, args.price_per_hour)
-    work = cluster.Workload("inference" if args.inference else "training", args.global_batch, args.seq_len,
-                            2 if args.precision == "bf16" else 4, args.optimizer, args.train_tokens, args.generate)
+    target = cluster.cluster(
+        args.accelerator, args.devices_per_node, args.intra, args.inter, headroom, args.price_per_hour
+    )
+    work = cluster.Workload(
+        "inference" if args.inference else "training",
+        args.global_batch,
+        args.seq_len,
+        2 if args.precision == "bf16" else 4,
+        args.optimizer,
+        args.train_tokens,
+        args.generate,
+    )
     to_open = _checked_layout(args.open, prof, work, args.devices_per_node * args.max_nodes) if args.open else None
     found = cluster.search(prof, work, target, cluster.device_counts(args.devices_per_node, args.max_nodes))
-    print(f"{model.label}: {prof.param_count / 1e9:.2f} B parameters ({format_bytes(prof.weight_bytes)} as traced), "
-          f"{prof.layers} layers; {work.kind} at {work.global_batch} x {work.seq_len} tokens on "
-          f"{args.accelerator} nodes of {args.devices_per_node}")
+    print(
+        f"{model.label}: {prof.param_count / 1e9:.2f} B parameters ({format_bytes(prof.weight_bytes)} as traced), "
+        f"{prof.layers} layers; {work.kind} at {work.global_batch} x {work.seq_len} tokens on "
+        f"{args.accelerator} nodes of {args.devices_per_node}"
+    )
     print(f"searched {found.evaluated} layouts in {found.search_s:.2f} s; {len(found.fitting)} fit")
     if not found.fitting:
-        print(f"no layout fits up to {args.max_nodes} node(s): raise --max-nodes, use a larger accelerator, "
-              "or a smaller batch")
+        print(
+            f"no layout fits up to {args.max_nodes} node(s): raise --max-nodes, use a larger accelerator, "
+            "or a smaller batch"
+        )
         return EXIT_FAIL
     step = "time to first token" if args.inference else "step"
-    for title, r in (("fewest devices", found.fewest_devices), ("fastest", found.fastest),
-                     ("cheapest", found.cheapest)):
+    for title, r in (
+        ("fewest devices", found.fewest_devices),
+        ("fastest", found.fastest),
+        ("cheapest", found.cheapest),
+    ):
         assert r is not None
-        line = (f"{title}: {r.devices} devices, {r.layout.label()}: {step} {format_seconds(r.step_s)}, MFU "
-                f"{r.mfu:.1%}, ${r.cost_per_million_tokens:.3g} per million tokens, limited by {r.limit}")
+        line = (
+            f"{title}: {r.devices} devices, {r.layout.label()}: {step} {format_seconds(r.step_s)}, MFU "
+            f"{r.mfu:.1%}, ${r.cost_per_million_tokens:.3g} per million tokens, limited by {r.limit}"
+        )
         if not args.inference:
             days = work.train_tokens / r.tokens_per_s / 86400
-            line += (f"; {work.train_tokens:.3g} tokens take {days:.1f} days and "
-                     f"${r.cost_per_million_tokens * work.train_tokens / 1e6:,.0f}")
+            line += (
+                f"; {work.train_tokens:.3g} tokens take {days:.1f} days and "
+                f"${r.cost_per_million_tokens * work.train_tokens / 1e6:,.0f}"
+            )
         else:
             line += f"; {r.extra['tokens_per_s_per_sequence']:.1f} tokens/s per sequence"
         print(line)
@@ -164,12 +242,18 @@ def run(args: argparse.Namespace) -> int:
     searched = cluster.device_counts(args.devices_per_node, args.max_nodes)
     edge = at_the_edge(found, searched)
     if edge:
-        print(f"{' and '.join(edge)} {'sits' if len(edge) == 1 else 'sit'} at the largest size searched "
-              f"({max(searched)} devices): more may do "
-              "better; raise --max-nodes to see where adding devices stops paying")
+        print(
+            f"{' and '.join(edge)} {'sits' if len(edge) == 1 else 'sit'} at the largest size searched "
+            f"({max(searched)} devices): more may do "
+            "better; raise --max-nodes to see where adding devices stops paying"
+        )
     print()
-    print(format_table(["devices", "layout", step, "MFU", "memory/device", "limit", "$/M tokens"],
-                       [_row(r, args.inference) for r in found.best(args.top)]))
+    print(
+        format_table(
+            ["devices", "layout", step, "MFU", "memory/device", "limit", "$/M tokens"],
+            [_row(r, args.inference) for r in found.best(args.top)],
+        )
+    )
     opened = _open(to_open, prof, work, target) if to_open else None
     if args.export:
         best = opened or found.fastest
@@ -178,21 +262,30 @@ def run(args: argparse.Namespace) -> int:
         write_output(args.out or "-", text, f"{args.export} config")
         return EXIT_OK
     if args.out:
-        data = {"model": model.label, "workload": work.__dict__, "accelerator": args.accelerator,
-                "searched": found.evaluated, "search_s": found.search_s,
-                "fewest_devices": found.fewest_devices.to_dict() if found.fewest_devices else None,
-                "fastest": found.fastest.to_dict() if found.fastest else None,
-                "cheapest": found.cheapest.to_dict() if found.cheapest else None,
-                "pareto": [r.to_dict() for r in found.front], "best": [r.to_dict() for r in found.best(args.top)]}
+        data = {
+            "model": model.label,
+            "workload": work.__dict__,
+            "accelerator": args.accelerator,
+            "searched": found.evaluated,
+            "search_s": found.search_s,
+            "fewest_devices": found.fewest_devices.to_dict() if found.fewest_devices else None,
+            "fastest": found.fastest.to_dict() if found.fastest else None,
+            "cheapest": found.cheapest.to_dict() if found.cheapest else None,
+            "pareto": [r.to_dict() for r in found.front],
+            "best": [r.to_dict() for r in found.best(args.top)],
+        }
         if opened is not None:
-            data["opened"] = {**opened.to_dict(), "collectives": [
-                {**c.__dict__, "seconds": c.seconds} for c in cluster.collectives(prof, work, target, opened.layout)]}
+            data["opened"] = {
+                **opened.to_dict(),
+                "collectives": [
+                    {**c.__dict__, "seconds": c.seconds} for c in cluster.collectives(prof, work, target, opened.layout)
+                ],
+            }
         write_output(args.out, json.dumps(data, indent=2), "cluster plan")
     return EXIT_OK
 
 
-def _checked_layout(text: str, prof: cluster.ModelProfile, work: cluster.Workload,
-                    max_devices: int) -> cluster.Layout:
+def _checked_layout(text: str, prof: cluster.ModelProfile, work: cluster.Workload, max_devices: int) -> cluster.Layout:
     """``--open``'s layout, checked against the model, the batch and the cluster (--max-nodes)
     before any search: the rules --run applies before it starts a process."""
     from partitioner.cluster.compose import parse_layout
@@ -203,25 +296,44 @@ def _checked_layout(text: str, prof: cluster.ModelProfile, work: cluster.Workloa
     return layout
 
 
-def _open(layout: cluster.Layout, prof: cluster.ModelProfile, work: cluster.Workload,
-          target: cluster.Cluster) -> cluster.LayoutResult:
+def _open(
+    layout: cluster.Layout, prof: cluster.ModelProfile, work: cluster.Workload, target: cluster.Cluster
+) -> cluster.LayoutResult:
     """``--open``: one layout's memory by kind, time by cause and collectives, printed."""
     from partitioner.cluster.search import _simulator
 
     r = cluster.evaluate(prof, work, target, layout, _simulator())
     print()
-    print(f"{r.layout.label()} on {r.devices} x {target.accelerator.name}: {'fits' if r.fits else 'does NOT fit'}, "
-          f"{format_bytes(int(r.memory_bytes))} of {format_bytes(target.accelerator.memory_bytes)} a device; "
-          f"{format_seconds(r.step_s)} a {'step' if work.kind == 'training' else 'first token'}, limited by {r.limit}")
-    print("memory per device: " + ", ".join(f"{k.replace('_', ' ')} {format_bytes(int(v))}"
-                                            for k, v in r.memory.items()))
+    print(
+        f"{r.layout.label()} on {r.devices} x {target.accelerator.name}: {'fits' if r.fits else 'does NOT fit'}, "
+        f"{format_bytes(int(r.memory_bytes))} of {format_bytes(target.accelerator.memory_bytes)} a device; "
+        f"{format_seconds(r.step_s)} a {'step' if work.kind == 'training' else 'first token'}, limited by {r.limit}"
+    )
+    print(
+        "memory per device: " + ", ".join(f"{k.replace('_', ' ')} {format_bytes(int(v))}" for k, v in r.memory.items())
+    )
     print("time by cause: " + ", ".join(f"{k} {format_seconds(v)}" for k, v in r.parts_s.items() if v > 0))
-    rows = [[c.name, f"{c.group} ({c.ranks})", c.link, c.phase, f"{c.count:,.0f}", format_bytes(int(c.bytes_each)),
-             format_seconds(c.seconds_each), format_seconds(c.seconds), c.overlap or "-"]
-            for c in cluster.collectives(prof, work, target, r.layout)]
+    rows = [
+        [
+            c.name,
+            f"{c.group} ({c.ranks})",
+            c.link,
+            c.phase,
+            f"{c.count:,.0f}",
+            format_bytes(int(c.bytes_each)),
+            format_seconds(c.seconds_each),
+            format_seconds(c.seconds),
+            c.overlap or "-",
+        ]
+        for c in cluster.collectives(prof, work, target, r.layout)
+    ]
     if rows:
-        print(format_table(["collective", "group", "link", "when", "count", "size each", "time each", "total",
-                            "hidden behind"], rows))
+        print(
+            format_table(
+                ["collective", "group", "link", "when", "count", "size each", "time each", "total", "hidden behind"],
+                rows,
+            )
+        )
     else:
         print("no collectives: one device")
     return r
@@ -233,19 +345,24 @@ def _budgets(text: str) -> tuple[float, ...]:
     try:
         budgets = tuple(float(b) for b in text.split(","))
     except ValueError:
-        raise CLIError(f"--min-cut-budgets takes numbers from 0 to 1 separated by commas (got {text!r}); {fix}") from None
+        raise CLIError(
+            f"--min-cut-budgets takes numbers from 0 to 1 separated by commas (got {text!r}); {fix}"
+        ) from None
     bad = [b for b in budgets if not 0.0 <= b <= 1.0]  # NaN fails both comparisons
     if bad:
         raise CLIError(f"--min-cut-budgets: each budget must be from 0 to 1 (got {bad[0]:g} in {text!r}); {fix}")
     budgets = tuple(dict.fromkeys(budgets))
     if len(budgets) > MAX_BUDGETS:
-        raise CLIError(f"--min-cut-budgets: at most {MAX_BUDGETS} budgets (got {len(budgets)}); each is a min-cut "
-                       f"measured in a worker; {fix}")
+        raise CLIError(
+            f"--min-cut-budgets: at most {MAX_BUDGETS} budgets (got {len(budgets)}); each is a min-cut "
+            f"measured in a worker; {fix}"
+        )
     return budgets
 
 
-def _with_min_cut(args: argparse.Namespace, graph: Any, prof: cluster.ModelProfile,
-                  budgets: tuple[float, ...]) -> cluster.ModelProfile:
+def _with_min_cut(
+    args: argparse.Namespace, graph: Any, prof: cluster.ModelProfile, budgets: tuple[float, ...]
+) -> cluster.ModelProfile:
     from partitioner import remat
     from partitioner.cluster.layouts import min_cut_label
     from partitioner.errors import RunError
@@ -255,8 +372,10 @@ def _with_min_cut(args: argparse.Namespace, graph: Any, prof: cluster.ModelProfi
     except RunError as exc:
         raise CLIError(f"the min-cut worker failed: {exc}", EXIT_RUN) from None
     prof = cluster.with_min_cut(prof, results)
-    shares = ", ".join(f"{min_cut_label(b)} keeps {kept:.0%} of the activations and recomputes "
-                       f"{redo:.0%} of the forward" for b, kept, redo in prof.min_cut)
+    shares = ", ".join(
+        f"{min_cut_label(b)} keeps {kept:.0%} of the activations and recomputes {redo:.0%} of the forward"
+        for b, kept, redo in prof.min_cut
+    )
     print(f"min-cut (functorch, on the traced graph): {shares}")
     return prof
 
@@ -280,59 +399,110 @@ def run_layout(args: argparse.Namespace, graph: Any, prof: cluster.ModelProfile)
     # The same rules as --open and --export, before any process starts.
     from partitioner.cluster.layouts import check_layout as check_against_model
 
-    check_against_model(prof, layout, cluster.Workload("training", batch, max(1, prof.seq0), prof.element_bytes,
-                                                      "none"))
+    check_against_model(
+        prof, layout, cluster.Workload("training", batch, max(1, prof.seq0), prof.element_bytes, "none")
+    )
     module, kwargs = picklable(graph.graph_module), {}
     if sample_models.is_hf(args.model):  # the model as built: its exported graph cannot be pickled
         if layout.pp > 1:
-            raise CLIError("--run: pipeline stages of a Hugging Face model are not run here (its exported graph "
-                           "cannot be sent to other processes): run it with pp1")
+            raise CLIError(
+                "--run: pipeline stages of a Hugging Face model are not run here (its exported graph "
+                "cannot be sent to other processes): run it with pp1"
+            )
         module, inputs, kwargs = sample_models.load(args.model, sample_models.parse_overrides(args.model, args.set))
     from partitioner.cluster.compose import check_runnable
 
     check_runnable(layout, inputs if isinstance(inputs, (tuple, list)) else (inputs,))
     quiet = args.out == "-"
-    check = check_layout(module, inputs, layout, timeout_s=args.timeout, graph=graph,
-                         tp_plan=model_tp_plan(graph, layout.tp), example_kwargs=kwargs,
-                         progress=None if quiet else (lambda text: print(f"  {text}", file=sys.stderr)))
+    check = check_layout(
+        module,
+        inputs,
+        layout,
+        timeout_s=args.timeout,
+        graph=graph,
+        tp_plan=model_tp_plan(graph, layout.tp),
+        example_kwargs=kwargs,
+        progress=None if quiet else (lambda text: print(f"  {text}", file=sys.stderr)),
+    )
     result = check.run
     work = cluster.Workload("training", max(1, prof.tokens0 // prof.seq0), prof.seq0, prof.element_bytes, "none")
-    planned = cluster.evaluate(prof, work, cluster.local_cluster(layout.devices, result.backend == "nccl",
-                                                                 args.accelerator), layout, _simulator())
+    planned = cluster.evaluate(
+        prof,
+        work,
+        cluster.local_cluster(layout.devices, result.backend == "nccl", args.accelerator),
+        layout,
+        _simulator(),
+    )
     states = planned.memory["weights"] + planned.memory["gradients"]
-    rows = [[str(r.rank), (f"pp={r.pp} " if layout.pp > 1 else "") + f"dp={r.dp} tp={r.tp}", format_bytes(r.parameter_bytes), format_bytes(r.gradient_bytes),
-             format_bytes(r.memory_bytes), format_bytes(int(states)), format_signed((r.memory_bytes - states) / states)
-             if states else "-", format_seconds(r.step_s)] for r in result.ranks]
-    parts = [[p.name, format_seconds(p.predicted_s), "inside the rest" if p.measured_s is None
-              else format_seconds(p.measured_s), "-" if p.error is None else format_signed(p.error)]
-             for p in check.parts]
+    rows = [
+        [
+            str(r.rank),
+            (f"pp={r.pp} " if layout.pp > 1 else "") + f"dp={r.dp} tp={r.tp}",
+            format_bytes(r.parameter_bytes),
+            format_bytes(r.gradient_bytes),
+            format_bytes(r.memory_bytes),
+            format_bytes(int(states)),
+            format_signed((r.memory_bytes - states) / states) if states else "-",
+            format_seconds(r.step_s),
+        ]
+        for r in result.ranks
+    ]
+    parts = [
+        [
+            p.name,
+            format_seconds(p.predicted_s),
+            "inside the rest" if p.measured_s is None else format_seconds(p.measured_s),
+            "-" if p.error is None else format_signed(p.error),
+        ]
+        for p in check.parts
+    ]
     error = check.error
-    lines = [f"{prof.name}: {layout.label()} on {layout.devices} local processes ({result.backend}); "
-             f"tensor parallel: {len(result.tp_plan)} Linear layers" if result.tp_plan else
-             f"{prof.name}: {layout.label()} on {layout.devices} local processes ({result.backend}); no tensor parallelism",
-             f"data parallel: {result.data_parallel}",
-             f"outputs equal one process: {'yes' if result.outputs_equal else 'NO'}; gradients equal: "
-             f"{'yes' if result.gradients_equal else 'NO'} (max |diff| {result.max_abs_diff:.3g})"
-             + (f"; loss {result.loss:.6g} {'equals' if result.loss_equal else 'DIFFERS from'} one process's"
-                if result.loss is not None else "")
-             + (f": {result.mismatch}" if result.mismatch else ""), "",
-             format_table(["rank", "mesh", "parameters", "gradients", "held", "predicted", "error", "median step"], rows),
-             "", f"predicted per device: weights + gradients {format_bytes(int(states))}, activations "
-             f"{format_bytes(int(planned.memory['activations']))} (not held after the step)", "",
-             format_table(["part", "predicted", "measured", "error"], parts),
-             "", f"step: measured {format_seconds(result.step_s)} (slowest rank), predicted "
-             f"{format_seconds(check.predicted.total_s)} on the profile {check.profile_name!r} of this machine"
-             + ("" if error is None else f": error {format_signed(error)}")
-             + f" (load {check.load_average[0]:.1f}); parts the run does not time apart are measured together "
-             "as the rest of the step"]
+    lines = [
+        f"{prof.name}: {layout.label()} on {layout.devices} local processes ({result.backend}); "
+        f"tensor parallel: {len(result.tp_plan)} Linear layers"
+        if result.tp_plan
+        else f"{prof.name}: {layout.label()} on {layout.devices} local processes ({result.backend}); no tensor parallelism",
+        f"data parallel: {result.data_parallel}",
+        f"outputs equal one process: {'yes' if result.outputs_equal else 'NO'}; gradients equal: "
+        f"{'yes' if result.gradients_equal else 'NO'} (max |diff| {result.max_abs_diff:.3g})"
+        + (
+            f"; loss {result.loss:.6g} {'equals' if result.loss_equal else 'DIFFERS from'} one process's"
+            if result.loss is not None
+            else ""
+        )
+        + (f": {result.mismatch}" if result.mismatch else ""),
+        "",
+        format_table(["rank", "mesh", "parameters", "gradients", "held", "predicted", "error", "median step"], rows),
+        "",
+        f"predicted per device: weights + gradients {format_bytes(int(states))}, activations "
+        f"{format_bytes(int(planned.memory['activations']))} (not held after the step)",
+        "",
+        format_table(["part", "predicted", "measured", "error"], parts),
+        "",
+        f"step: measured {format_seconds(result.step_s)} (slowest rank), predicted "
+        f"{format_seconds(check.predicted.total_s)} on the profile {check.profile_name!r} of this machine"
+        + ("" if error is None else f": error {format_signed(error)}")
+        + f" (load {check.load_average[0]:.1f}); parts the run does not time apart are measured together "
+        "as the rest of the step",
+    ]
     if args.out:
-        data = {"model": prof.name, "layout": layout.__dict__, "label": layout.label(),
-                "outputs_equal": result.outputs_equal, "gradients_equal": result.gradients_equal,
-                "max_abs_diff": result.max_abs_diff, "ranks": [r.__dict__ for r in result.ranks],
-                "measured_step_s": result.step_s, "predicted_step_s": check.predicted.total_s,
-                "profile": check.profile_name, "parts": check.to_dict()["parts"],
-                "predicted_memory_bytes": planned.memory, "tp_plan": [list(p) for p in result.tp_plan],
-                "data_parallel": result.data_parallel, "backend": result.backend}
+        data = {
+            "model": prof.name,
+            "layout": layout.__dict__,
+            "label": layout.label(),
+            "outputs_equal": result.outputs_equal,
+            "gradients_equal": result.gradients_equal,
+            "max_abs_diff": result.max_abs_diff,
+            "ranks": [r.__dict__ for r in result.ranks],
+            "measured_step_s": result.step_s,
+            "predicted_step_s": check.predicted.total_s,
+            "profile": check.profile_name,
+            "parts": check.to_dict()["parts"],
+            "predicted_memory_bytes": planned.memory,
+            "tp_plan": [list(p) for p in result.tp_plan],
+            "data_parallel": result.data_parallel,
+            "backend": result.backend,
+        }
         if args.out != "-":
             print("\n".join(lines))
         write_output(args.out, json.dumps(data, indent=2), "composed run")

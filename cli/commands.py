@@ -13,12 +13,30 @@ from pathlib import Path
 from typing import Any, Callable
 
 import sample_models
+from cli.diff_report import format_diff
+from cli.inputs import (
+    EXIT_FAIL,
+    EXIT_OK,
+    CLIError,
+    add_cost_arguments,
+    add_model_arguments,
+    load_model,
+    load_plan,
+    partition_options,
+    positive_float,
+    read_json,
+    read_node_latency,
+    refuse_invalid,
+    refuse_other_model,
+    resolve_devices,
+    write_output,
+)
+from cli.report import describe_devices, format_comparison, format_cost_models, format_plan_summary
 from partitioner import PRESETS, Device, parse_devices
-from partitioner.devices import MAX_MEMORY_BYTES
-from partitioner.pipeline import PipelinePlan
 from partitioner.accelerator.api import check_plan, partition_with
 from partitioner.accelerator.compare import compare_modes, default_modes, gaps
-from partitioner.plan.diff import diff_plans
+from partitioner.accelerator.modes import DEFAULT_MODE, MODES
+from partitioner.devices import MAX_MEMORY_BYTES
 from partitioner.errors import PartitionError
 from partitioner.interop.export import (
     EXPORT_KINDS,
@@ -27,18 +45,11 @@ from partitioner.interop.export import (
     read_aot_mapping,
     to_pipeline_split_spec,
 )
-from partitioner.accelerator.modes import DEFAULT_MODE, MODES
 from partitioner.options import AotMapping
+from partitioner.pipeline import PipelinePlan
+from partitioner.plan.diff import diff_plans
 from partitioner.tracing.flops import describe_unpriced
 from partitioner.units import format_seconds
-
-from cli.diff_report import format_diff
-from cli.inputs import (
-    EXIT_FAIL, EXIT_OK, CLIError,
-    add_cost_arguments, add_model_arguments, load_model, load_plan, partition_options, positive_float,
-    read_json, read_node_latency, refuse_invalid, refuse_other_model, resolve_devices, write_output,
-)
-from cli.report import describe_devices, format_comparison, format_cost_models, format_plan_summary
 
 __all__ = ["register", "COMMON_EPILOG"]
 
@@ -59,8 +70,10 @@ def cmd_plan(args: argparse.Namespace) -> int:
             raise CLIError(f"aot mapping file {args.aot_mapping}: {exc}") from None
         mapping = {"node_to_partition": n2p, "partition_to_devices": p2d}
     elif mode == "aot_based":
-        raise CLIError("--mode aot_based needs --aot-mapping FILE (a plan JSON, an fx-aot export, or "
-                       '{"node_to_partition": {...}, "partition_to_devices": {...}})')
+        raise CLIError(
+            "--mode aot_based needs --aot-mapping FILE (a plan JSON, an fx-aot export, or "
+            '{"node_to_partition": {...}, "partition_to_devices": {...}})'
+        )
     model = load_model(args.model, args.set, args.devices)
     devices = resolve_devices(args.devices, model)
     options = partition_options(args)
@@ -74,8 +87,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     try:
         exported = export_plan(plan, args.export, model.graph) if args.export else None
     except ExportError as exc:
-        raise CLIError(f"{exc} (nothing was written; run without --export to save the plan)",
-                       EXIT_FAIL) from None
+        raise CLIError(f"{exc} (nothing was written; run without --export to save the plan)", EXIT_FAIL) from None
     if args.out != "-" and args.export_out != "-":
         print(format_plan_summary(plan, model.graph))
     if args.out:
@@ -92,8 +104,20 @@ def cmd_check(args: argparse.Namespace) -> int:
     rate = args.transfer_rate  # None: the rate the plan was made with
     node_latency = read_node_latency(args.node_latency) if args.node_latency else None
     models = ["physical", "torch"] if args.cost_model == "both" else [args.cost_model or plan.cost_model]
-    results = {m: check_plan(plan, model.graph, devices, rate, node_latency, args.max_latency,
-                             args.max_memory_utilisation, args.strict, cost_model=m) for m in models}
+    results = {
+        m: check_plan(
+            plan,
+            model.graph,
+            devices,
+            rate,
+            node_latency,
+            args.max_latency,
+            args.max_memory_utilisation,
+            args.strict,
+            cost_model=m,
+        )
+        for m in models
+    }
     results = {m: refuse_other_model(r, plan, model) for m, r in results.items()}  # as run and export refuse it
     for note in dict.fromkeys(n for r in results.values() for n in r.notes):
         print(f"note: {as_flags(note)}", file=sys.stderr)
@@ -132,9 +156,13 @@ def _report_check(result: Any, args: argparse.Namespace, name: str, where: str) 
 
 
 # The library names its own parameters; the command line says the flags that set them.
-_FLAGS = {"max_latency_s = ": "--max-latency ", "max_latency_s": "--max-latency",
-          "max_memory_utilisation = ": "--max-memory-utilisation ",
-          "max_memory_utilisation": "--max-memory-utilisation", "check with strict=False": "drop --strict"}
+_FLAGS = {
+    "max_latency_s = ": "--max-latency ",
+    "max_latency_s": "--max-latency",
+    "max_memory_utilisation = ": "--max-memory-utilisation ",
+    "max_memory_utilisation": "--max-memory-utilisation",
+    "check with strict=False": "drop --strict",
+}
 
 
 def as_flags(message: str) -> str:
@@ -166,25 +194,44 @@ def cmd_compare(args: argparse.Namespace) -> int:
     if args.modes is not None:
         modes = [m.strip() for item in args.modes for m in item.split(",") if m.strip()]
         if not modes:
-            raise CLIError(f"--modes {','.join(args.modes)!r} names no mode; e.g. --modes size_based,kl_based ({', '.join(MODES)})")
+            raise CLIError(
+                f"--modes {','.join(args.modes)!r} names no mode; e.g. --modes size_based,kl_based ({', '.join(MODES)})"
+            )
     options = partition_options(args)
     results = compare_modes(model.graph, devices, modes, options=options)
     if model.module is not None and importlib.util.find_spec("accelerate") is not None:
         from partitioner.interop.device_map import accelerate_result
 
-        results.append(accelerate_result(model.module, model.graph, devices, cost_model=options.cost_model,
-                                         transfer_rate_bytes_per_s=options.transfer_rate_bytes_per_s,
-                                         node_latency=options.node_latency_dict))
+        results.append(
+            accelerate_result(
+                model.module,
+                model.graph,
+                devices,
+                cost_model=options.cost_model,
+                transfer_rate_bytes_per_s=options.transfer_rate_bytes_per_s,
+                node_latency=options.node_latency_dict,
+            )
+        )
     gap = gaps(results)
     if args.json:
-        print(json.dumps({
-            "model": model.label,
-            "graph_fingerprint": model.graph.fingerprint(),
-            "devices": [d.to_dict() for d in devices],
-            "results": [{**r.to_dict(include_plan=args.include_plans),
-                         "gap_to_bound": gap.get(r.mode, (None, None))[0],
-                         "gap_to_optimal": gap.get(r.mode, (None, None))[1]} for r in results],
-        }, indent=2))
+        print(
+            json.dumps(
+                {
+                    "model": model.label,
+                    "graph_fingerprint": model.graph.fingerprint(),
+                    "devices": [d.to_dict() for d in devices],
+                    "results": [
+                        {
+                            **r.to_dict(include_plan=args.include_plans),
+                            "gap_to_bound": gap.get(r.mode, (None, None))[0],
+                            "gap_to_optimal": gap.get(r.mode, (None, None))[1],
+                        }
+                        for r in results
+                    ],
+                },
+                indent=2,
+            )
+        )
     else:
         print(f"model {model.label} on {describe_devices(devices)}")
         print()
@@ -314,79 +361,113 @@ puts on several devices.
 }
 
 
-def _command(sub: Any, common: argparse.ArgumentParser, name: str, help_text: str, func: Callable[[argparse.Namespace], int]) -> argparse.ArgumentParser:
-        epilog = EXAMPLES[name]
-        if name == "plan":
-            epilog = epilog.format(models=", ".join(sample_models.names()),
-                                   presets=", ".join(sorted(PRESETS)))
-        p = sub.add_parser(name, help=help_text, description=help_text, parents=[common],
-                           formatter_class=argparse.RawDescriptionHelpFormatter,
-                       epilog=epilog + COMMON_EPILOG)
-        p.set_defaults(func=func)
-        return p
+def _command(
+    sub: Any, common: argparse.ArgumentParser, name: str, help_text: str, func: Callable[[argparse.Namespace], int]
+) -> argparse.ArgumentParser:
+    epilog = EXAMPLES[name]
+    if name == "plan":
+        epilog = epilog.format(models=", ".join(sample_models.names()), presets=", ".join(sorted(PRESETS)))
+    p = sub.add_parser(
+        name,
+        help=help_text,
+        description=help_text,
+        parents=[common],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=epilog + COMMON_EPILOG,
+    )
+    p.set_defaults(func=func)
+    return p
 
 
 def register(sub: Any, common: argparse.ArgumentParser) -> None:
     """Add the plan commands to ``sub`` (the parser's subparsers)."""
     p = _command(sub, common, "plan", "partition a model over devices and print (or save) the plan", cmd_plan)
     add_model_arguments(p)
-    p.add_argument("--devices", metavar="SPEC",
-                   help="devices: 4x16GiB, 2xa100-40gb, 2x16GiB,1x8GiB or devices.json "
-                        "(default for sample models: their default devices)")
-    p.add_argument("--mode", choices=list(MODES),
-                   help=f"partition mode (default {DEFAULT_MODE}; aot_based with --aot-mapping)")
+    p.add_argument(
+        "--devices",
+        metavar="SPEC",
+        help="devices: 4x16GiB, 2xa100-40gb, 2x16GiB,1x8GiB or devices.json "
+        "(default for sample models: their default devices)",
+    )
+    p.add_argument(
+        "--mode", choices=list(MODES), help=f"partition mode (default {DEFAULT_MODE}; aot_based with --aot-mapping)"
+    )
     add_cost_arguments(p)
-    p.add_argument("--aot-mapping", metavar="FILE",
-                   help="for aot_based: a plan JSON, an fx-aot export, or "
-                        '{"node_to_partition": {...}, "partition_to_devices": {...}}')
-    p.add_argument("--out", metavar="FILE",
-                   help="write the plan JSON here (the summary still prints); - writes the JSON to "
-                        "stdout instead of the summary")
+    p.add_argument(
+        "--aot-mapping",
+        metavar="FILE",
+        help="for aot_based: a plan JSON, an fx-aot export, or "
+        '{"node_to_partition": {...}, "partition_to_devices": {...}}',
+    )
+    p.add_argument(
+        "--out",
+        metavar="FILE",
+        help="write the plan JSON here (the summary still prints); - writes the JSON to stdout instead of the summary",
+    )
     p.add_argument("--export", choices=list(EXPORT_KINDS), help="also export the plan as KIND")
-    p.add_argument("--export-out", metavar="FILE",
-                   help="where --export writes; - writes it to stdout instead of the summary")
+    p.add_argument(
+        "--export-out", metavar="FILE", help="where --export writes; - writes it to stdout instead of the summary"
+    )
 
-    p = _command(sub, common, "check", "validate a plan against the model and devices; exit 1 on any violation",
-                cmd_check)
+    p = _command(
+        sub, common, "check", "validate a plan against the model and devices; exit 1 on any violation", cmd_check
+    )
     p.add_argument("plan", metavar="PLAN.json", help="the plan file (- for stdin)")
     add_model_arguments(p)
-    p.add_argument("--devices", metavar="SPEC",
-                   help="devices to check against (default: the devices recorded in the plan)")
+    p.add_argument(
+        "--devices", metavar="SPEC", help="devices to check against (default: the devices recorded in the plan)"
+    )
     add_cost_arguments(p, partitioning=False)
-    p.add_argument("--max-latency", metavar="SECONDS", type=positive_float,
-                   help="fail when the end-to-end latency exceeds this many seconds")
-    p.add_argument("--max-memory-utilisation", metavar="FRACTION", type=positive_float,
-                   help="fail when any device uses more than this fraction of its memory, e.g. 0.9")
-    p.add_argument("--strict", action="store_true",
-                   help="also fail when the model's graph changed since the plan was made, "
-                        "even if the plan still fits")
+    p.add_argument(
+        "--max-latency",
+        metavar="SECONDS",
+        type=positive_float,
+        help="fail when the end-to-end latency exceeds this many seconds",
+    )
+    p.add_argument(
+        "--max-memory-utilisation",
+        metavar="FRACTION",
+        type=positive_float,
+        help="fail when any device uses more than this fraction of its memory, e.g. 0.9",
+    )
+    p.add_argument(
+        "--strict",
+        action="store_true",
+        help="also fail when the model's graph changed since the plan was made, even if the plan still fits",
+    )
 
     p = _command(sub, common, "render", "draw a plan's partition DAG as SVG, PNG or Graphviz DOT", cmd_render)
     p.add_argument("plan", metavar="PLAN.json", help="the plan file (- for stdin)")
-    p.add_argument("--format", choices=["svg", "png", "dot"],
-                   help="output format (default: from --out's suffix, else svg)")
+    p.add_argument(
+        "--format", choices=["svg", "png", "dot"], help="output format (default: from --out's suffix, else svg)"
+    )
     p.add_argument("--out", metavar="FILE", default="-", help="output file (default - : stdout)")
 
-    p = _command(sub, common, "compare", "run every partition mode on one model and devices, in one table",
-                cmd_compare)
+    p = _command(sub, common, "compare", "run every partition mode on one model and devices, in one table", cmd_compare)
     add_model_arguments(p)
-    p.add_argument("--devices", metavar="SPEC",
-                   help="devices (default for sample models: their default devices)")
-    p.add_argument("--modes", metavar="MODE,...", action="append",
-                   help=f"modes to run (default: {', '.join(default_modes())})")
+    p.add_argument("--devices", metavar="SPEC", help="devices (default for sample models: their default devices)")
+    p.add_argument(
+        "--modes", metavar="MODE,...", action="append", help=f"modes to run (default: {', '.join(default_modes())})"
+    )
     add_cost_arguments(p)
     p.add_argument("--json", action="store_true", help="print JSON for machines instead of the table")
     p.add_argument("--include-plans", action="store_true", help="with --json, include each full plan")
 
-    p = _command(sub, common, "diff", "show what changed between two plans: moved nodes, per-partition deltas",
-                cmd_diff)
+    p = _command(
+        sub, common, "diff", "show what changed between two plans: moved nodes, per-partition deltas", cmd_diff
+    )
     p.add_argument("a", metavar="A.json", help="the old plan")
     p.add_argument("b", metavar="B.json", help="the new plan")
     p.add_argument("--json", action="store_true", help="print JSON for machines")
     p.add_argument("--exit-code", action="store_true", help="exit 1 when the plans differ")
 
-    p = _command(sub, common, "export", "export a plan for torch or Accelerate: fx-aot mappings, a split spec, a device map",
-                cmd_export)
+    p = _command(
+        sub,
+        common,
+        "export",
+        "export a plan for torch or Accelerate: fx-aot mappings, a split spec, a device map",
+        cmd_export,
+    )
     p.add_argument("plan", metavar="PLAN.json", help="the plan file (- for stdin)")
     add_model_arguments(p, optional=True)
     p.add_argument("--kind", required=True, choices=list(EXPORT_KINDS), help="export format")

@@ -5,10 +5,9 @@ from __future__ import annotations
 
 import math
 
+from cli.report import format_table
 from partitioner.plan.diff import PlanDiff
 from partitioner.units import format_bytes, format_seconds, format_signed
-
-from cli.report import format_table
 
 __all__ = ["format_diff"]
 
@@ -72,14 +71,11 @@ def format_diff(d: PlanDiff, label_a: str = "a", label_b: str = "b") -> str:
     latency = (
         format_seconds(d.latency_s_a)
         if d.latency_s_a == d.latency_s_b
-        else f"{format_seconds(d.latency_s_a)} -> {format_seconds(d.latency_s_b)} "
-        f"({_signed_seconds(change)}{pct})"
+        else f"{format_seconds(d.latency_s_a)} -> {format_seconds(d.latency_s_b)} ({_signed_seconds(change)}{pct})"
     )
     lines.append(f"end-to-end latency: {latency}")
     ua, ub = d.peak_memory_utilisation_a, d.peak_memory_utilisation_b
-    lines.append(
-        "peak memory utilisation: " + (f"{ua:.1%}" if ua == ub else f"{ua:.1%} -> {ub:.1%}")
-    )
+    lines.append("peak memory utilisation: " + (f"{ua:.1%}" if ua == ub else f"{ua:.1%} -> {ub:.1%}"))
     if d.is_empty:
         lines.append("")
         lines.append("no differences: every node and partition is placed and scored alike")
@@ -88,8 +84,11 @@ def format_diff(d: PlanDiff, label_a: str = "a", label_b: str = "b") -> str:
     if d.moves:
         lines.append(f"{len(d.moves)} node(s) moved between partitions:")
         rows = [
-            [m.node, f"{m.from_partition} on {_devices(m.from_devices)}",
-             f"{m.to_partition} on {_devices(m.to_devices)}"]
+            [
+                m.node,
+                f"{m.from_partition} on {_devices(m.from_devices)}",
+                f"{m.to_partition} on {_devices(m.to_devices)}",
+            ]
             for m in d.moves
         ]
         lines.append(format_table(["node", "from partition", "to partition"], rows))
@@ -106,16 +105,18 @@ def format_diff(d: PlanDiff, label_a: str = "a", label_b: str = "b") -> str:
     lines.append("")
     rows = []
     for p in d.partitions:
-        rows.append([
-            str(p.id),
-            p.status,
-            _pair(_devices(p.devices_a), _devices(p.devices_b), None),
-            _pair("-" if p.nodes_a is None else str(p.nodes_a), "-" if p.nodes_b is None else str(p.nodes_b), None),
-            _cell_bytes(p.memory_bytes_a, p.memory_bytes_b),
-            _cell_seconds(p.latency_s_a, p.latency_s_b),
-            _cell_bytes(p.bytes_crossing_a, p.bytes_crossing_b),
-        ])
-    lines.append(format_table(
-        ["partition", "status", "devices", "nodes", "memory", "latency", "bytes crossing (in+out)"], rows
-    ))
+        rows.append(
+            [
+                str(p.id),
+                p.status,
+                _pair(_devices(p.devices_a), _devices(p.devices_b), None),
+                _pair("-" if p.nodes_a is None else str(p.nodes_a), "-" if p.nodes_b is None else str(p.nodes_b), None),
+                _cell_bytes(p.memory_bytes_a, p.memory_bytes_b),
+                _cell_seconds(p.latency_s_a, p.latency_s_b),
+                _cell_bytes(p.bytes_crossing_a, p.bytes_crossing_b),
+            ]
+        )
+    lines.append(
+        format_table(["partition", "status", "devices", "nodes", "memory", "latency", "bytes crossing (in+out)"], rows)
+    )
     return "\n".join(lines)

@@ -8,13 +8,6 @@ import json
 import sys
 from typing import Any
 
-from partitioner.accelerator.api import evaluate_plan
-from partitioner.devices import with_profile
-from partitioner.runtime.calibrate import local_profile
-from partitioner.runtime.execute import prepare, ranked_devices, run_rank
-from partitioner.runtime.execute import run as run_plan
-from partitioner.units import format_bytes, format_seconds, format_signed
-
 from cli.commands import COMMON_EPILOG
 from cli.inputs import (
     EXIT_FAIL,
@@ -28,6 +21,12 @@ from cli.inputs import (
     time_limit,
 )
 from cli.report import format_table
+from partitioner.accelerator.api import evaluate_plan
+from partitioner.devices import with_profile
+from partitioner.runtime.calibrate import local_profile
+from partitioner.runtime.execute import prepare, ranked_devices, run_rank
+from partitioner.runtime.execute import run as run_plan
+from partitioner.units import format_bytes, format_seconds, format_signed
 
 __all__ = ["register"]
 
@@ -45,22 +44,39 @@ differ. Across hosts, run the same plan under torchrun (see the README).
 
 
 def register(sub: Any, common: argparse.ArgumentParser) -> None:
-    p = sub.add_parser("run", help="run a plan on local processes and compare with its prediction",
-                       description="run a plan on local processes and compare with its prediction",
-                       parents=[common], formatter_class=argparse.RawDescriptionHelpFormatter,
-                       epilog=EXAMPLES + COMMON_EPILOG)
+    p = sub.add_parser(
+        "run",
+        help="run a plan on local processes and compare with its prediction",
+        description="run a plan on local processes and compare with its prediction",
+        parents=[common],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=EXAMPLES + COMMON_EPILOG,
+    )
     p.add_argument("plan", metavar="PLAN.json", help="the plan file (- for stdin)")
     add_model_arguments(p)
-    p.add_argument("--timeout", metavar="SECONDS", type=time_limit, default=120.0,
-                   help="end the run (and every process) after this long (default 120)")
-    p.add_argument("--repeats", type=bounded(int, 1, 100), default=3, help="timed walks after a warm-up (default 3, at most 100)")
-    p.add_argument("--calibrate", action="store_true",
-                   help="re-score the plan with this machine's device profile (the one `partition-explorer "
-                        "calibrate` cached; measured first when there is none) before comparing")
+    p.add_argument(
+        "--timeout",
+        metavar="SECONDS",
+        type=time_limit,
+        default=120.0,
+        help="end the run (and every process) after this long (default 120)",
+    )
+    p.add_argument(
+        "--repeats", type=bounded(int, 1, 100), default=3, help="timed walks after a warm-up (default 3, at most 100)"
+    )
+    p.add_argument(
+        "--calibrate",
+        action="store_true",
+        help="re-score the plan with this machine's device profile (the one `partition-explorer "
+        "calibrate` cached; measured first when there is none) before comparing",
+    )
     p.add_argument("--json", action="store_true", help="print JSON for machines")
-    p.add_argument("--torchrun", action="store_true",
-                   help="this process is one rank of a torchrun job (RANK, WORLD_SIZE and the "
-                        "rendezvous come from torchrun): run this rank's partitions, rank 0 reports")
+    p.add_argument(
+        "--torchrun",
+        action="store_true",
+        help="this process is one rank of a torchrun job (RANK, WORLD_SIZE and the "
+        "rendezvous come from torchrun): run this rank's partitions, rank 0 reports",
+    )
     p.set_defaults(func=run)
 
 
@@ -76,25 +92,55 @@ def run(args: argparse.Namespace) -> int:
     progress = None if args.json else (lambda text: print(f"  {text}", file=sys.stderr))
     if args.calibrate:  # this machine's profile (cached, or measured now) as every device's type
         profile = local_profile(progress=progress)
-        plan = evaluate_plan(model.graph, with_profile(plan.devices, profile), plan.node_to_partition(),
-                             plan.partition_to_devices(), None, mode=plan.mode, edited=plan.provenance.edited,
-                             cost_model=plan.cost_model, keep_ids=True)
-    result = run_plan(plan, model.graph, inputs, timeout_s=args.timeout, repeats=max(1, args.repeats),
-                      progress=progress)
+        plan = evaluate_plan(
+            model.graph,
+            with_profile(plan.devices, profile),
+            plan.node_to_partition(),
+            plan.partition_to_devices(),
+            None,
+            mode=plan.mode,
+            edited=plan.provenance.edited,
+            cost_model=plan.cost_model,
+            keep_ids=True,
+        )
+    result = run_plan(
+        plan, model.graph, inputs, timeout_s=args.timeout, repeats=max(1, args.repeats), progress=progress
+    )
     if args.json:
-        print(json.dumps({"plan": args.plan, "model": model.label, "calibrated": args.calibrate,
-                          "run": result.to_dict()}, indent=2))
+        print(
+            json.dumps(
+                {"plan": args.plan, "model": model.label, "calibrated": args.calibrate, "run": result.to_dict()},
+                indent=2,
+            )
+        )
     else:
-        rows = [[f"P{p.id}", ",".join(map(str, p.ranks)), format_seconds(p.predicted_s),
-                 format_seconds(p.compute_s), format_seconds(p.wait_s), format_bytes(p.received_bytes),
-                 f"{p.ratio:.3g}x", _error(p.compute_s, p.predicted_s)] for p in result.partitions]
-        print(format_table(["partition", "ranks", "predicted", "measured", "waiting", "received",
-                            "measured/predicted", "error"], rows, right=(2, 3, 4, 5, 6, 7)))
+        rows = [
+            [
+                f"P{p.id}",
+                ",".join(map(str, p.ranks)),
+                format_seconds(p.predicted_s),
+                format_seconds(p.compute_s),
+                format_seconds(p.wait_s),
+                format_bytes(p.received_bytes),
+                f"{p.ratio:.3g}x",
+                _error(p.compute_s, p.predicted_s),
+            ]
+            for p in result.partitions
+        ]
+        print(
+            format_table(
+                ["partition", "ranks", "predicted", "measured", "waiting", "received", "measured/predicted", "error"],
+                rows,
+                right=(2, 3, 4, 5, 6, 7),
+            )
+        )
         how = "calibrated on this machine" if args.calibrate else "roofline"
-        print(f"\nend to end ({how}): predicted {format_seconds(result.predicted_latency_s)}, measured "
-              f"{format_seconds(result.measured_latency_s)} "
-              f"(error {_error(result.measured_latency_s, result.predicted_latency_s)}) on {result.world_size} processes "
-              f"({result.backend}); outputs {'equal the model' if result.outputs_equal else 'DIFFER from the model'}")
+        print(
+            f"\nend to end ({how}): predicted {format_seconds(result.predicted_latency_s)}, measured "
+            f"{format_seconds(result.measured_latency_s)} "
+            f"(error {_error(result.measured_latency_s, result.predicted_latency_s)}) on {result.world_size} processes "
+            f"({result.backend}); outputs {'equal the model' if result.outputs_equal else 'DIFFER from the model'}"
+        )
     return EXIT_OK if result.outputs_equal else EXIT_FAIL
 
 
@@ -112,8 +158,10 @@ def _torchrun(args: argparse.Namespace, plan: Any, graph: Any, inputs: Any) -> i
     world = int(os.environ.get("WORLD_SIZE", "0"))
     busy = len(ranked_devices(plan))  # one rank per device that holds a partition
     if world != busy:
-        raise CLIError(f"the plan runs on {busy} devices (those holding a partition) but torchrun started "
-                       f"{world or 'no'} processes; start it with {busy} in all (--nnodes x --nproc-per-node)")
+        raise CLIError(
+            f"the plan runs on {busy} devices (those holding a partition) but torchrun started "
+            f"{world or 'no'} processes; start it with {busy} in all (--nnodes x --nproc-per-node)"
+        )
     prepared = prepare(plan, graph, inputs)
     result = run_rank(prepared, repeats=max(1, args.repeats))
     if int(os.environ["RANK"]) != 0:
@@ -123,6 +171,15 @@ def _torchrun(args: argparse.Namespace, plan: Any, graph: Any, inputs: Any) -> i
         equal = True
     except AssertionError:
         equal = False
-    print(json.dumps({"rank": 0, "world_size": world, "outputs_equal": equal,
-                      "measured_latency_s": result.latency_s, "predicted_latency_s": plan.latency_s}))
+    print(
+        json.dumps(
+            {
+                "rank": 0,
+                "world_size": world,
+                "outputs_equal": equal,
+                "measured_latency_s": result.latency_s,
+                "predicted_latency_s": plan.latency_s,
+            }
+        )
+    )
     return EXIT_OK if equal else EXIT_FAIL

@@ -21,19 +21,42 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 import sample_models
-from partitioner import Device, Graph, Plan, PartitionError, parse_devices
+from partitioner import Device, Graph, PartitionError, Plan, parse_devices
+from partitioner.interop.readers import read_node_latency_text
 from partitioner.options import PartitionOptions
 from partitioner.plan.size import check_plan_size
 from partitioner.tracing import cache as trace_cache
-from partitioner.interop.readers import read_node_latency_text
 from partitioner.units import parse_rate
 from sample_models._user import LoaderError
 
-__all__ = ["CLIError", "EXIT_OK", "EXIT_FAIL", "EXIT_USAGE", "EXIT_INTERNAL", "EXIT_RUN", "LoadedModel",
-           "load_model", "resolve_devices", "load_plan", "read_json", "read_text",
-           "read_node_latency", "write_output", "refuse_overwriting", "refuse_invalid", "other_model", "refuse_other_model",
-           "add_model_arguments", "add_cost_arguments", "partition_options", "positive_float", "rate", "bounded",
-           "time_limit", "MAX_SECONDS"]
+__all__ = [
+    "CLIError",
+    "EXIT_OK",
+    "EXIT_FAIL",
+    "EXIT_USAGE",
+    "EXIT_INTERNAL",
+    "EXIT_RUN",
+    "LoadedModel",
+    "load_model",
+    "resolve_devices",
+    "load_plan",
+    "read_json",
+    "read_text",
+    "read_node_latency",
+    "write_output",
+    "refuse_overwriting",
+    "refuse_invalid",
+    "other_model",
+    "refuse_other_model",
+    "add_model_arguments",
+    "add_cost_arguments",
+    "partition_options",
+    "positive_float",
+    "rate",
+    "bounded",
+    "time_limit",
+    "MAX_SECONDS",
+]
 
 EXIT_OK, EXIT_FAIL, EXIT_USAGE, EXIT_INTERNAL, EXIT_RUN = 0, 1, 2, 3, 4
 MAX_INPUT_BYTES = 256 * 2**20  # larger plan or mapping files are not plans
@@ -108,8 +131,9 @@ def load_model(spec: str, sets: Sequence[str] = (), devices: str | None = "") ->
     ``sample_models.load``. Pass the ``--devices`` value as ``devices`` where the command needs
     devices: a factory model without them is refused before the (slow) import and trace."""
     if sample_models.is_factory(spec) and devices is None:
-        raise CLIError(f"--devices is required for {spec!r} (only sample models have default "
-                       "devices); e.g. --devices 4x16GiB")
+        raise CLIError(
+            f"--devices is required for {spec!r} (only sample models have default devices); e.g. --devices 4x16GiB"
+        )
     if sample_models.is_factory(spec) and os.getcwd() not in sys.path and "" not in sys.path:
         sys.path.insert(0, os.getcwd())  # as `python -m` does: factories next to the user
     try:
@@ -142,8 +166,10 @@ def load_model(spec: str, sets: Sequence[str] = (), devices: str | None = "") ->
 def resolve_devices(spec: str | None, model: LoadedModel) -> list[Device]:
     if spec is None:
         if model.default_devices is None:
-            raise CLIError(f"--devices is required for {model.label!r} (only sample models have "
-                           "default devices); e.g. --devices 4x16GiB")
+            raise CLIError(
+                f"--devices is required for {model.label!r} (only sample models have "
+                "default devices); e.g. --devices 4x16GiB"
+            )
         spec = model.default_devices
     return parse_devices(spec)
 
@@ -204,8 +230,9 @@ def time_limit(text: str) -> float:
     """argparse type of a time limit in seconds: above 0, at most :data:`MAX_SECONDS`."""
     value = positive_float(text)
     if value > MAX_SECONDS:
-        raise argparse.ArgumentTypeError(f"a time limit must be above 0 and at most {MAX_SECONDS:,.0f} seconds "
-                                         f"(a day; got {text})")
+        raise argparse.ArgumentTypeError(
+            f"a time limit must be above 0 and at most {MAX_SECONDS:,.0f} seconds (a day; got {text})"
+        )
     return value
 
 
@@ -280,18 +307,31 @@ def _same_file(a: str, b: str) -> bool:
 def refuse_overwriting(args: argparse.Namespace) -> None:
     """Raise :class:`CLIError` (exit 2) when an output path names one of the command's input files
     (``render plan.json --out plan.json``) or another output, before anything is read or written."""
-    inputs = [(name, getattr(args, name)) for name in INPUT_ARGS
-              if isinstance(getattr(args, name, None), str) and getattr(args, name) != "-"
-              and Path(getattr(args, name)).is_file()]
-    outputs = [(name, getattr(args, name)) for name in OUTPUT_ARGS
-               if isinstance(getattr(args, name, None), str) and getattr(args, name) != "-"]
+    inputs = [
+        (name, getattr(args, name))
+        for name in INPUT_ARGS
+        if isinstance(getattr(args, name, None), str)
+        and getattr(args, name) != "-"
+        and Path(getattr(args, name)).is_file()
+    ]
+    outputs = [
+        (name, getattr(args, name))
+        for name in OUTPUT_ARGS
+        if isinstance(getattr(args, name, None), str) and getattr(args, name) != "-"
+    ]
     flag = {name: "--" + name.replace("_", "-") for name in OUTPUT_ARGS}
     for i, (name, path) in enumerate(outputs):
         for other, source in inputs:
             if _same_file(path, source):
-                what = f"--{other.replace('_', '-')}" if other in ("aot_mapping", "node_latency", "spec", "devices") else other.upper()
-                raise CLIError(f"{flag[name]} {path} is the same file as the input {what} {source}: writing it "
-                               "would replace what this command reads; write to another file")
+                what = (
+                    f"--{other.replace('_', '-')}"
+                    if other in ("aot_mapping", "node_latency", "spec", "devices")
+                    else other.upper()
+                )
+                raise CLIError(
+                    f"{flag[name]} {path} is the same file as the input {what} {source}: writing it "
+                    "would replace what this command reads; write to another file"
+                )
         for other, second in outputs[:i]:
             if _same_file(path, second):
                 raise CLIError(f"{flag[name]} {path} and {flag[other]} {second} are the same file; give each its own")
@@ -302,12 +342,18 @@ def other_model(plan: Plan, model: LoadedModel) -> str | None:
     model (its label, as ``sample_models.label`` writes it) and records another graph. The same
     model whose graph changed (a new torch) is not another model: ``check`` notes that. O(N)."""
     fingerprint = model.graph.fingerprint()
-    if not plan.model or plan.model == model.label or not plan.graph_fingerprint \
-            or plan.graph_fingerprint == fingerprint:
+    if (
+        not plan.model
+        or plan.model == model.label
+        or not plan.graph_fingerprint
+        or plan.graph_fingerprint == fingerprint
+    ):
         return None
-    return (f"the plan was made for model {plan.model!r} (graph {plan.graph_fingerprint}), not for {model.label!r} "
-            f"(graph {fingerprint}); give the model the plan was made for, or make a plan for this one "
-            f"(partition-explorer plan {model.label.partition('(')[0]} ...)")
+    return (
+        f"the plan was made for model {plan.model!r} (graph {plan.graph_fingerprint}), not for {model.label!r} "
+        f"(graph {fingerprint}); give the model the plan was made for, or make a plan for this one "
+        f"(partition-explorer plan {model.label.partition('(')[0]} ...)"
+    )
 
 
 def refuse_other_model(result: Any, plan: Plan, model: LoadedModel) -> Any:
@@ -318,9 +364,11 @@ def refuse_other_model(result: Any, plan: Plan, model: LoadedModel) -> Any:
     why = other_model(plan, model)
     if not why:
         return result
-    return dataclasses.replace(result, violations=(Violation(GRAPH_CHANGED, why), *(
-        v for v in result.violations if v.kind != GRAPH_CHANGED)), notes=tuple(
-        n for n in result.notes if "graph changed since the plan was made" not in n))
+    return dataclasses.replace(
+        result,
+        violations=(Violation(GRAPH_CHANGED, why), *(v for v in result.violations if v.kind != GRAPH_CHANGED)),
+        notes=tuple(n for n in result.notes if "graph changed since the plan was made" not in n),
+    )
 
 
 def refuse_invalid(plan: Plan, path: str, graph: Graph | None = None, model: LoadedModel | None = None) -> None:
@@ -332,23 +380,34 @@ def refuse_invalid(plan: Plan, path: str, graph: Graph | None = None, model: Loa
 
     if model is not None:
         graph = model.graph
-    found = ([str(v) for v in check_plan(plan, graph, plan.devices).violations] if graph is not None
-             else [str(v) for v in plan.violations(check_fingerprint=False)])
+    found = (
+        [str(v) for v in check_plan(plan, graph, plan.devices).violations]
+        if graph is not None
+        else [str(v) for v in plan.violations(check_fingerprint=False)]
+    )
     why = other_model(plan, model) if model is not None else None
     found = [why, *found] if why else found
     if found:
         listed = "; ".join(f"{i}. {v}" for i, v in enumerate(found, start=1))
-        raise CLIError(f"plan file {'<stdin>' if path == '-' else path} is not valid"
-                       f"{' for ' + graph.name if graph is not None else ''}: {listed}. Nothing was written; "
-                       "fix the plan or make it again (`partition-explorer check` lists the same)", EXIT_FAIL)
+        raise CLIError(
+            f"plan file {'<stdin>' if path == '-' else path} is not valid"
+            f"{' for ' + graph.name if graph is not None else ''}: {listed}. Nothing was written; "
+            "fix the plan or make it again (`partition-explorer check` lists the same)",
+            EXIT_FAIL,
+        )
 
 
 class _SetAction(argparse.Action):
     """``--dtype bf16`` is ``--set dtype=bf16`` (hf: models); ``--batch-size`` and ``--seq-len``
     likewise set ``batch_size`` and ``seq_len``."""
 
-    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
-                 option_string: str | None = None) -> None:
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: Any,
+        option_string: str | None = None,
+    ) -> None:
         key = self.dest.replace("-", "_")
         namespace.set = [*(getattr(namespace, "set", None) or []), f"{key}={values}"]
 
@@ -357,42 +416,82 @@ _DtypeAction = _SetAction
 
 
 def add_model_arguments(p: argparse.ArgumentParser, optional: bool = False, tokens: bool = True) -> None:
-    p.add_argument("model", metavar="MODEL", nargs="?" if optional else None,
-                   help="a sample model name, hf:<model type or preset> (hf:llama, hf:llama-3-8b), or "
-                        "package.module:factory" + (" (needed for pipeline-split-spec)" if optional else ""))
-    p.add_argument("--set", metavar="KEY=VALUE", action="append", default=[],
-                   help="a model setting, repeatable: --set n_layer=4 --set bias=false (hf: models: "
-                        "fields of the transformers config)")
-    p.add_argument("--dtype", action=_DtypeAction, metavar="DTYPE",
-                   choices=["fp32", "bf16", "fp16", "fp8", "int8", "int4"],
-                   help="hf: models: the weights' type (fp8, int8, int4: weights only; activations bf16)")
+    p.add_argument(
+        "model",
+        metavar="MODEL",
+        nargs="?" if optional else None,
+        help="a sample model name, hf:<model type or preset> (hf:llama, hf:llama-3-8b), or "
+        "package.module:factory" + (" (needed for pipeline-split-spec)" if optional else ""),
+    )
+    p.add_argument(
+        "--set",
+        metavar="KEY=VALUE",
+        action="append",
+        default=[],
+        help="a model setting, repeatable: --set n_layer=4 --set bias=false (hf: models: "
+        "fields of the transformers config)",
+    )
+    p.add_argument(
+        "--dtype",
+        action=_DtypeAction,
+        metavar="DTYPE",
+        choices=["fp32", "bf16", "fp16", "fp8", "int8", "int4"],
+        help="hf: models: the weights' type (fp8, int8, int4: weights only; activations bf16)",
+    )
     if tokens:
-        p.add_argument("--batch-size", dest="batch_size", action=_SetAction, metavar="N",
-                       help="hf: models: sequences in the example input (default 1)")
-        p.add_argument("--seq-len", dest="seq_len", action=_SetAction, metavar="N",
-                       help="hf: models: tokens per sequence in the example input (default 32)")
+        p.add_argument(
+            "--batch-size",
+            dest="batch_size",
+            action=_SetAction,
+            metavar="N",
+            help="hf: models: sequences in the example input (default 1)",
+        )
+        p.add_argument(
+            "--seq-len",
+            dest="seq_len",
+            action=_SetAction,
+            metavar="N",
+            help="hf: models: tokens per sequence in the example input (default 32)",
+        )
 
 
 def add_cost_arguments(p: argparse.ArgumentParser, partitioning: bool = True) -> None:
-    p.add_argument("--transfer-rate", metavar="BYTES_PER_S", type=rate,
-                   help="device-to-device transfer rate, e.g. 25e9 or 25GB "
-                        + ("(default: the slowest device link given, else transfers are free)"
-                           if partitioning else "(default: the rate recorded in the plan)"))
-    p.add_argument("--node-latency", metavar="FILE",
-                   help='measured node latencies: JSON {"node": [mem_s, compute_s]} or CSV '
-                        "name,mem_s,compute_s (other nodes keep the roofline estimate)")
-    p.add_argument("--cost-model", choices=["physical", "torch"] + ([] if partitioning else ["both"]),
-                   default=None if not partitioning else "physical",
-                   help="physical (default: a device runs one partition at a time, shared tensors "
-                        "stored once) or torch (the numbers torch.fx's partitioner_utils computes)"
-                        + ("" if partitioning else "; both: check under each, side by side "
-                           "(default: the plan's own)"))
+    p.add_argument(
+        "--transfer-rate",
+        metavar="BYTES_PER_S",
+        type=rate,
+        help="device-to-device transfer rate, e.g. 25e9 or 25GB "
+        + (
+            "(default: the slowest device link given, else transfers are free)"
+            if partitioning
+            else "(default: the rate recorded in the plan)"
+        ),
+    )
+    p.add_argument(
+        "--node-latency",
+        metavar="FILE",
+        help='measured node latencies: JSON {"node": [mem_s, compute_s]} or CSV '
+        "name,mem_s,compute_s (other nodes keep the roofline estimate)",
+    )
+    p.add_argument(
+        "--cost-model",
+        choices=["physical", "torch"] + ([] if partitioning else ["both"]),
+        default=None if not partitioning else "physical",
+        help="physical (default: a device runs one partition at a time, shared tensors "
+        "stored once) or torch (the numbers torch.fx's partitioner_utils computes)"
+        + ("" if partitioning else "; both: check under each, side by side (default: the plan's own)"),
+    )
     if partitioning:
-        p.add_argument("--saturate-host", action="store_true",
-                       help="replicate the plan onto idle devices")
-        p.add_argument("--force-partition", action="store_true",
-                       help="partition even when the whole model fits one device")
-        p.add_argument("--search-budget", type=int, metavar="N",
-                       help="cap the cost-model evaluations of cost_aware and kl_based")
-        p.add_argument("--time-limit", type=time_limit, metavar="SECONDS",
-                       help="the optimal mode's solver time limit (default 10; at most a day)")
+        p.add_argument("--saturate-host", action="store_true", help="replicate the plan onto idle devices")
+        p.add_argument(
+            "--force-partition", action="store_true", help="partition even when the whole model fits one device"
+        )
+        p.add_argument(
+            "--search-budget", type=int, metavar="N", help="cap the cost-model evaluations of cost_aware and kl_based"
+        )
+        p.add_argument(
+            "--time-limit",
+            type=time_limit,
+            metavar="SECONDS",
+            help="the optimal mode's solver time limit (default 10; at most a day)",
+        )

@@ -15,11 +15,10 @@ import logging
 import sys
 from typing import Sequence
 
-from partitioner import __version__
-from partitioner.errors import InfeasibleError, InvalidPlanError, PartitionError, RunError
-
 from cli import calibrate, cluster, commands, execute, pipeline, remat, shard
 from cli.inputs import EXIT_FAIL, EXIT_INTERNAL, EXIT_OK, EXIT_RUN, EXIT_USAGE, CLIError, refuse_overwriting
+from partitioner import __version__
+from partitioner.errors import InfeasibleError, InvalidPlanError, PartitionError, RunError
 
 __all__ = ["main", "build_parser", "PROG"]
 
@@ -31,16 +30,20 @@ COMMAND_MODULES = (commands, execute, pipeline, remat, shard, cluster, calibrate
 
 def build_parser() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("-v", "--verbose", action="store_true", default=argparse.SUPPRESS,
-                        help="log what the library does (to stderr)")
-    common.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
-                        help="show tracebacks of unexpected errors")
+    common.add_argument(
+        "-v", "--verbose", action="store_true", default=argparse.SUPPRESS, help="log what the library does (to stderr)"
+    )
+    common.add_argument(
+        "--debug", action="store_true", default=argparse.SUPPRESS, help="show tracebacks of unexpected errors"
+    )
     fmt = argparse.RawDescriptionHelpFormatter
     parser = argparse.ArgumentParser(
-        prog=PROG, formatter_class=fmt, parents=[common],
+        prog=PROG,
+        formatter_class=fmt,
+        parents=[common],
         description="Partition PyTorch models across accelerators: make a plan, check it against\n"
-                    "the model and devices (for CI), draw, compare, diff and export plans. Plans are\n"
-                    "the same JSON the Partition Explorer app reads and writes.",
+        "the model and devices (for CI), draw, compare, diff and export plans. Plans are\n"
+        "the same JSON the Partition Explorer app reads and writes.",
         epilog="""quick start:
   partition-explorer plan transformer --devices 4x16GiB --out plan.json
   partition-explorer check plan.json transformer --devices 4x16GiB --max-memory-utilisation 0.9
@@ -48,7 +51,8 @@ def build_parser() -> argparse.ArgumentParser:
   partition-explorer render plan.json --out plan.svg
 
 run `partition-explorer COMMAND --help` for each command's options and examples.
-""" + commands.COMMON_EPILOG,
+"""
+        + commands.COMMON_EPILOG,
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
@@ -93,11 +97,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Exception as exc:
         if debug:
             raise
-        print(f"{PROG} {args.command}: internal error: {type(exc).__name__}: {exc}\n"
-              "This is a bug; rerun with --debug for the traceback and report it.", file=sys.stderr)
+        print(
+            f"{PROG} {args.command}: internal error: {type(exc).__name__}: {exc}\n"
+            "This is a bug; rerun with --debug for the traceback and report it.",
+            file=sys.stderr,
+        )
         return EXIT_INTERNAL
-
-
 
 
 if __name__ == "__main__":

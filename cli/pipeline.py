@@ -8,13 +8,6 @@ import json
 import sys
 from typing import Any
 
-from partitioner import pipeline
-from partitioner.cost.model import device_profile
-from partitioner.interop.export import to_pipeline_split_spec
-from partitioner.pipeline.schedules import SCHEDULES, MicrobatchError, check_microbatches, stages_per_rank
-from partitioner.pipeline.stages import BOTTLENECK_NOTE, MAX_MICROBATCHES
-from partitioner.units import format_bytes, format_change, format_seconds, format_share, format_signed
-
 from cli.commands import COMMON_EPILOG
 from cli.inputs import (
     EXIT_FAIL,
@@ -28,6 +21,12 @@ from cli.inputs import (
     write_output,
 )
 from cli.report import format_table
+from partitioner import pipeline
+from partitioner.cost.model import device_profile
+from partitioner.interop.export import to_pipeline_split_spec
+from partitioner.pipeline.schedules import SCHEDULES, MicrobatchError, check_microbatches, stages_per_rank
+from partitioner.pipeline.stages import BOTTLENECK_NOTE, MAX_MICROBATCHES
+from partitioner.units import format_bytes, format_change, format_seconds, format_share, format_signed
 
 __all__ = ["register"]
 
@@ -52,24 +51,43 @@ the measured step time beside the simulated one. Exit 1 when they differ.
 
 
 def register(sub: Any, common: argparse.ArgumentParser) -> None:
-    p = sub.add_parser("pipeline", help="split a model into pipeline stages and simulate a schedule",
-                       description="split a model into pipeline stages and simulate a schedule",
-                       parents=[common], formatter_class=argparse.RawDescriptionHelpFormatter, epilog=EXAMPLES + COMMON_EPILOG)
+    p = sub.add_parser(
+        "pipeline",
+        help="split a model into pipeline stages and simulate a schedule",
+        description="split a model into pipeline stages and simulate a schedule",
+        parents=[common],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=EXAMPLES + COMMON_EPILOG,
+    )
     add_model_arguments(p)
     p.add_argument("--devices", metavar="SPEC", help="devices, one per stage (default: the model's)")
     p.add_argument("--stages", type=int, default=4, help="pipeline stages (default 4)")
     p.add_argument("--microbatches", type=int, default=8, help="microbatches per step (default 8)")
     p.add_argument("--schedule", choices=list(SCHEDULES), default="1f1b", help="schedule (default 1f1b)")
     p.add_argument("--training", choices=["sgd", "adam"], help="train (gradients, optimizer state, backward)")
-    p.add_argument("--transfer-rate", metavar="BYTES_PER_S", type=rate, default=25e9,
-                   help="link rate between stages (default 25GB)")
+    p.add_argument(
+        "--transfer-rate",
+        metavar="BYTES_PER_S",
+        type=rate,
+        default=25e9,
+        help="link rate between stages (default 25GB)",
+    )
     p.add_argument("--out", metavar="FILE", help="write the pipeline plan JSON here (- for stdout)")
-    p.add_argument("--split-spec-out", metavar="FILE",
-                   help="write the split_spec of torch.distributed.pipelining.pipeline for these stages")
-    p.add_argument("--run", action="store_true",
-                   help="run the stages on local processes with torch's schedules and compare")
-    p.add_argument("--timeout", metavar="SECONDS", type=time_limit, default=180.0,
-                   help="with --run: end the run (and every process) after this long (default 180)")
+    p.add_argument(
+        "--split-spec-out",
+        metavar="FILE",
+        help="write the split_spec of torch.distributed.pipelining.pipeline for these stages",
+    )
+    p.add_argument(
+        "--run", action="store_true", help="run the stages on local processes with torch's schedules and compare"
+    )
+    p.add_argument(
+        "--timeout",
+        metavar="SECONDS",
+        type=time_limit,
+        default=180.0,
+        help="with --run: end the run (and every process) after this long (default 180)",
+    )
     p.set_defaults(func=run)
 
 
@@ -77,11 +95,15 @@ def _check_schedule(args: argparse.Namespace) -> None:
     """torch's microbatch rule for the schedule, before the (slow) load and trace."""
     per_rank = stages_per_rank(args.schedule)
     if args.stages < 1 or args.stages % per_rank:
-        raise CLIError(f"--stages {args.stages}: {args.schedule} runs {per_rank} stages per device; give a "
-                       f"positive multiple of {per_rank}")
+        raise CLIError(
+            f"--stages {args.stages}: {args.schedule} runs {per_rank} stages per device; give a "
+            f"positive multiple of {per_rank}"
+        )
     if args.microbatches > MAX_MICROBATCHES:
-        raise CLIError(f"--microbatches {args.microbatches}: at most {MAX_MICROBATCHES:,} microbatches are simulated; "
-                       "split the batch into fewer, larger microbatches")
+        raise CLIError(
+            f"--microbatches {args.microbatches}: at most {MAX_MICROBATCHES:,} microbatches are simulated; "
+            "split the batch into fewer, larger microbatches"
+        )
     try:
         check_microbatches(args.schedule, args.stages // per_rank, args.microbatches)
     except MicrobatchError as exc:
@@ -106,8 +128,15 @@ def run(args: argparse.Namespace) -> int:
     _check_schedule(args)
     model = load_model(args.model, args.set, args.devices)
     devices = resolve_devices(args.devices, model)
-    pp = pipeline.plan(model.graph, devices, stages=args.stages, microbatches=args.microbatches,
-                       schedule=args.schedule, training=args.training, transfer_rate_bytes_per_s=args.transfer_rate)
+    pp = pipeline.plan(
+        model.graph,
+        devices,
+        stages=args.stages,
+        microbatches=args.microbatches,
+        schedule=args.schedule,
+        training=args.training,
+        transfer_rate_bytes_per_s=args.transfer_rate,
+    )
     if args.run:
         _check_runnable(pp, model)
     if args.out == "-" and args.split_spec_out == "-":
@@ -118,8 +147,13 @@ def run(args: argparse.Namespace) -> int:
     result = None
     if args.run:
         quiet = args.out == "-"
-        result = pipeline.run(pp, model.graph, model.graph.example_inputs or (), timeout_s=args.timeout,
-                              progress=None if quiet else (lambda text: print(f"  {text}", file=sys.stderr)))
+        result = pipeline.run(
+            pp,
+            model.graph,
+            model.graph.example_inputs or (),
+            timeout_s=args.timeout,
+            progress=None if quiet else (lambda text: print(f"  {text}", file=sys.stderr)),
+        )
     if args.out:
         data = pp.to_dict()
         if result is not None:
@@ -129,37 +163,70 @@ def run(args: argparse.Namespace) -> int:
     if args.out == "-":
         return status
     caps = {d.logical_id: d.memory_bytes for d in devices}
-    rows = [[s, len(nodes), format_seconds(f), format_seconds(b) if pp.training else "-", format_bytes(mem), format_bytes(stash),
-             format_share(mem, caps[d])]
-            for s, (nodes, f, b, mem, stash, d) in enumerate(zip(pp.stages, pp.stage_forward_s, pp.stage_backward_s,
-                                                                 pp.stage_memory_bytes, pp.stage_stash_bytes,
-                                                                 pp.device_ids))]
-    print(f"model {model.label}: {args.stages} stages, {args.microbatches} microbatches, {args.schedule}"
-          + (f", training with {args.training}" if args.training else ", inference"))
-    print(format_table(["stage", "nodes", "forward/mb", "backward/mb", "memory", "of which stash", "of device"],
-                       rows, right=(1, 2, 3, 4, 5, 6)))
+    rows = [
+        [
+            s,
+            len(nodes),
+            format_seconds(f),
+            format_seconds(b) if pp.training else "-",
+            format_bytes(mem),
+            format_bytes(stash),
+            format_share(mem, caps[d]),
+        ]
+        for s, (nodes, f, b, mem, stash, d) in enumerate(
+            zip(
+                pp.stages,
+                pp.stage_forward_s,
+                pp.stage_backward_s,
+                pp.stage_memory_bytes,
+                pp.stage_stash_bytes,
+                pp.device_ids,
+            )
+        )
+    ]
+    print(
+        f"model {model.label}: {args.stages} stages, {args.microbatches} microbatches, {args.schedule}"
+        + (f", training with {args.training}" if args.training else ", inference")
+    )
+    print(
+        format_table(
+            ["stage", "nodes", "forward/mb", "backward/mb", "memory", "of which stash", "of device"],
+            rows,
+            right=(1, 2, 3, 4, 5, 6),
+        )
+    )
     print(f"\nstep time {format_seconds(pp.step_time_s)}, bubble {pp.bubble_fraction:.1%}")
     for name, step, sizes in pp.baselines:
         gain = step / pp.step_time_s - 1 if pp.step_time_s else 0.0
-        change = format_change(gain, "slower than this split", "faster than this split",
-                               "the same step time as this split")
+        change = format_change(
+            gain, "slower than this split", "faster than this split", "the same step time as this split"
+        )
         print(f"  {name} split {list(sizes)}: {format_seconds(step)} ({change})")
     if any(step < pp.step_time_s * (1 - 0.0005) for _, step, _ in pp.baselines):
         print(f"  ({BOTTLENECK_NOTE})")
     if result is not None:
         profile = device_profile(devices)
         how = f"on profile {profile.name!r}" if profile is not None else "roofline estimates"
-        print(f"\nran on {result.world_size} processes ({result.backend}): step measured "
-              f"{format_seconds(result.measured_step_s)} against {format_seconds(result.simulated_step_s)} "
-              f"simulated ({how}): error {_error(result.measured_step_s, result.simulated_step_s)}; "
-              "per-stage forward below")
-        rows = [[s, format_seconds(sim), format_seconds(got), _error(got, sim)]
-                for s, (sim, got) in enumerate(zip(result.simulated_forward_s, result.stage_forward_s))]
+        print(
+            f"\nran on {result.world_size} processes ({result.backend}): step measured "
+            f"{format_seconds(result.measured_step_s)} against {format_seconds(result.simulated_step_s)} "
+            f"simulated ({how}): error {_error(result.measured_step_s, result.simulated_step_s)}; "
+            "per-stage forward below"
+        )
+        rows = [
+            [s, format_seconds(sim), format_seconds(got), _error(got, sim)]
+            for s, (sim, got) in enumerate(zip(result.simulated_forward_s, result.stage_forward_s))
+        ]
         print(format_table(["stage", "forward/mb simulated", "forward/mb measured", "error"], rows, right=(1, 2, 3)))
-        print(f"outputs {'equal' if result.outputs_equal else 'DIFFER from'} the model in one process"
-              + ("" if result.gradients_equal is None else
-                 f"; gradients {'equal' if result.gradients_equal else 'DIFFER from'} the model's"
-                 f" (loss {result.loss:.4g})"))
+        print(
+            f"outputs {'equal' if result.outputs_equal else 'DIFFER from'} the model in one process"
+            + (
+                ""
+                if result.gradients_equal is None
+                else f"; gradients {'equal' if result.gradients_equal else 'DIFFER from'} the model's"
+                f" (loss {result.loss:.4g})"
+            )
+        )
     sys.stdout.flush()
     return status
 

@@ -7,10 +7,6 @@ import argparse
 import json
 from typing import Any
 
-from partitioner import remat
-from partitioner.errors import RunError
-from partitioner.units import format_bytes, format_flops, format_seconds
-
 from cli.commands import COMMON_EPILOG
 from cli.inputs import (
     EXIT_OK,
@@ -22,6 +18,9 @@ from cli.inputs import (
     write_output,
 )
 from cli.report import format_table
+from partitioner import remat
+from partitioner.errors import RunError
+from partitioner.units import format_bytes, format_flops, format_seconds
 
 __all__ = ["register"]
 
@@ -56,16 +55,26 @@ def _budget(text: str) -> float:
 
 
 def register(sub: Any, common: argparse.ArgumentParser) -> None:
-    p = sub.add_parser("remat", help="what training saves and recomputes (functorch's min-cut)",
-                       description="what training saves for the backward and recomputes, by torch's min-cut",
-                       parents=[common], formatter_class=argparse.RawDescriptionHelpFormatter, epilog=EXAMPLES + COMMON_EPILOG)
+    p = sub.add_parser(
+        "remat",
+        help="what training saves and recomputes (functorch's min-cut)",
+        description="what training saves for the backward and recomputes, by torch's min-cut",
+        parents=[common],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=EXAMPLES + COMMON_EPILOG,
+    )
     add_model_arguments(p)
     p.add_argument("--budget", type=_budget, default=0.5, help="activation memory budget, 0 to 1 (default 0.5)")
     p.add_argument("--sweep", action="store_true", help="every budget from 0 to 1 in steps of 0.1")
     p.add_argument("--loss", choices=list(remat.LOSSES), default="sum", help="loss over the outputs (default sum)")
     p.add_argument("--out", metavar="FILE", help="write the results as JSON here (- for stdout)")
-    p.add_argument("--timeout", metavar="SECONDS", type=time_limit, default=300.0,
-                   help="stop the worker process after this long (default 300)")
+    p.add_argument(
+        "--timeout",
+        metavar="SECONDS",
+        type=time_limit,
+        default=300.0,
+        help="stop the worker process after this long (default 300)",
+    )
     p.set_defaults(func=run)
 
 
@@ -76,8 +85,7 @@ def run(args: argparse.Namespace) -> int:
     model = load_model(args.model, args.set)
     budgets = SWEEP if args.sweep else (args.budget,)
     try:
-        results = remat.sweep(model.graph, model.graph.example_inputs or (), budgets, args.loss,
-                              timeout_s=args.timeout)
+        results = remat.sweep(model.graph, model.graph.example_inputs or (), budgets, args.loss, timeout_s=args.timeout)
     except RunError as exc:
         raise CLIError(f"the min-cut worker failed: {exc}", EXIT_RUN) from None
     if args.out:
@@ -85,12 +93,37 @@ def run(args: argparse.Namespace) -> int:
         write_output(args.out, json.dumps(data, indent=2), "remat results")
         if args.out == "-":
             return EXIT_OK
-    rows = [[f"{r.budget:g}", format_bytes(r.saved_activation_bytes), len(r.saved), len(r.recomputed),
-             r.recomputed_ops, format_flops(r.recompute_flops), format_seconds(r.recompute_time_s)] for r in results]
-    print(f"model {model.label}: loss {args.loss} of the outputs; parameters and inputs the backward reads: "
-          f"{format_bytes(results[0].saved_input_bytes)} at budget {results[0].budget:g}")
-    print(format_table(["budget", "saved activations", "saved nodes", "recomputed nodes", "recomputed ops",
-                        "recompute FLOPs", "recompute time"], rows, right=(1, 2, 3, 4, 5, 6)))
+    rows = [
+        [
+            f"{r.budget:g}",
+            format_bytes(r.saved_activation_bytes),
+            len(r.saved),
+            len(r.recomputed),
+            r.recomputed_ops,
+            format_flops(r.recompute_flops),
+            format_seconds(r.recompute_time_s),
+        ]
+        for r in results
+    ]
+    print(
+        f"model {model.label}: loss {args.loss} of the outputs; parameters and inputs the backward reads: "
+        f"{format_bytes(results[0].saved_input_bytes)} at budget {results[0].budget:g}"
+    )
+    print(
+        format_table(
+            [
+                "budget",
+                "saved activations",
+                "saved nodes",
+                "recomputed nodes",
+                "recomputed ops",
+                "recompute FLOPs",
+                "recompute time",
+            ],
+            rows,
+            right=(1, 2, 3, 4, 5, 6),
+        )
+    )
     if not args.sweep:
         r = results[0]
         shown = ", ".join(r.recomputed[:SHOWN]) or "nothing"

@@ -12,8 +12,14 @@ from partitioner.accelerator.compare import ModeResult, best_mode, gaps
 from partitioner.cost.model import NEAR_TIE
 from partitioner.units import format_bytes, format_rate, format_seconds, format_share, format_signed
 
-__all__ = ["describe_devices", "format_plan_summary", "format_table", "format_comparison",
-           "format_cost_models", "format_gap"]
+__all__ = [
+    "describe_devices",
+    "format_plan_summary",
+    "format_table",
+    "format_comparison",
+    "format_cost_models",
+    "format_gap",
+]
 
 
 def describe_devices(devices: Sequence[Device]) -> str:
@@ -53,12 +59,24 @@ def format_plan_summary(plan: Plan, graph: Graph | None = None) -> str:
     for p in plan.partitions:
         room = min((capacity.get(i, 0) for i in p.device_ids), default=0)
         share = f"{format_share(p.memory_bytes, room)} of {format_bytes(room)}" if room else "-"
-        rows.append([p.id, ",".join(map(str, p.device_ids)), len(p.node_names),
-                     format_bytes(p.memory_bytes), share, format_seconds(p.latency_s), p.bfs_level])
-    lines.append(format_table(
-        ["partition", "devices", "nodes", "memory", "of capacity", "latency", "level"], rows,
-        right=(0, 2, 3, 4, 5, 6),
-    ))
+        rows.append(
+            [
+                p.id,
+                ",".join(map(str, p.device_ids)),
+                len(p.node_names),
+                format_bytes(p.memory_bytes),
+                share,
+                format_seconds(p.latency_s),
+                p.bfs_level,
+            ]
+        )
+    lines.append(
+        format_table(
+            ["partition", "devices", "nodes", "memory", "of capacity", "latency", "level"],
+            rows,
+            right=(0, 2, 3, 4, 5, 6),
+        )
+    )
     lines.append("")
     used = plan.device_memory_bytes()
     holders: dict[int, list[int]] = {}
@@ -68,23 +86,34 @@ def format_plan_summary(plan: Plan, graph: Graph | None = None) -> str:
     rows = []
     for d in plan.devices:
         u = used.get(d.logical_id, 0)
-        rows.append([d.logical_id, d.name, format_bytes(u), format_bytes(d.memory_bytes),
-                     format_share(u, d.memory_bytes),
-                     ",".join(map(str, holders.get(d.logical_id, []))) or "idle"])
-    lines.append(format_table(
-        ["device", "name", "used", "capacity", "utilisation", "partitions"], rows, right=(0, 2, 3, 4)
-    ))
+        rows.append(
+            [
+                d.logical_id,
+                d.name,
+                format_bytes(u),
+                format_bytes(d.memory_bytes),
+                format_share(u, d.memory_bytes),
+                ",".join(map(str, holders.get(d.logical_id, []))) or "idle",
+            ]
+        )
+    lines.append(
+        format_table(["device", "name", "used", "capacity", "utilisation", "partitions"], rows, right=(0, 2, 3, 4))
+    )
     lines.append("")
     path = " -> ".join(map(str, plan.critical_path))
     lines.append(f"end-to-end latency: {format_seconds(plan.latency_s)} (critical path: partitions {path})")
     lines.append(f"peak memory utilisation: {format_share(plan.memory_utilisation(), 1.0)}")
     lines.append(f"best possible: {format_gap(plan)}")
     if plan.provenance.single_partition:
-        lines.append("one partition: the whole model fits the largest device, so no mode runs "
-                     "(splitting would only add transfers); --force-partition shows the mode at work")
+        lines.append(
+            "one partition: the whole model fits the largest device, so no mode runs "
+            "(splitting would only add transfers); --force-partition shows the mode at work"
+        )
     if plan.provenance.forced_cap_bytes is not None:
-        lines.append(f"forced: the model fits one device; the mode ran with each device limited to "
-                     f"{format_bytes(plan.provenance.forced_cap_bytes)} so it spread the model")
+        lines.append(
+            f"forced: the model fits one device; the mode ran with each device limited to "
+            f"{format_bytes(plan.provenance.forced_cap_bytes)} so it spread the model"
+        )
     return "\n".join(lines)
 
 
@@ -117,27 +146,35 @@ def format_comparison(results: Sequence[ModeResult]) -> str:
         if r.ok:
             util = r.peak_memory_utilisation
             to_bound, to_best = gap.get(r.mode, (None, None))
-            rows.append([
-                r.mode + mark,
-                format_seconds(r.latency_s),
-                r.partitions,
-                "-" if util is None else format_share(util, 1.0),
-                "-" if to_bound is None else format_share(to_bound, 1.0),
-                "-" if to_best is None else format_signed(to_best),
-                format_seconds(r.seconds),
-                "",
-            ])
+            rows.append(
+                [
+                    r.mode + mark,
+                    format_seconds(r.latency_s),
+                    r.partitions,
+                    "-" if util is None else format_share(util, 1.0),
+                    "-" if to_bound is None else format_share(to_bound, 1.0),
+                    "-" if to_best is None else format_signed(to_best),
+                    format_seconds(r.seconds),
+                    "",
+                ]
+            )
         else:
             message = " ".join(part.strip() for part in (r.error or "").splitlines())
             rows.append([r.mode, "-", "-", "-", "-", "-", format_seconds(r.seconds), f"failed: {message}"])
     table = format_table(
         ["mode", "latency", "partitions", "peak memory", "gap to bound", "vs optimal", "time taken", "error"],
-        rows, right=(1, 2, 3, 4, 5, 6),
+        rows,
+        right=(1, 2, 3, 4, 5, 6),
     )
-    note = (f"\n* best: {best} (lowest latency; within {NEAR_TIE:.0%} of it, fewer partitions win)"
-            if best else "\nno mode found a plan")
-    note += ("\ngap to bound: how far above the strongest proven lower bound (no plan is faster "
-             "than it); vs optimal: against the optimal mode's plan")
+    note = (
+        f"\n* best: {best} (lowest latency; within {NEAR_TIE:.0%} of it, fewer partitions win)"
+        if best
+        else "\nno mode found a plan"
+    )
+    note += (
+        "\ngap to bound: how far above the strongest proven lower bound (no plan is faster "
+        "than it); vs optimal: against the optimal mode's plan"
+    )
     return table + note
 
 
@@ -152,10 +189,12 @@ def format_cost_models(results: dict[str, Any]) -> str:
         transfer = sum(e.bytes for e in p.edges if e.latency_s > 0)
         rows.append([m, format_seconds(p.latency_s), format_share(p.memory_utilisation(), 1.0), format_bytes(transfer)])
     table = format_table(["cost model", "latency", "peak memory", "bytes sent"], rows, right=(1, 2, 3))
-    return (table + "\nphysical: a device runs one partition at a time; a tensor read twice is stored "
-            "once; only op outputs crossing devices are sent.\ntorch: partitioner_utils' numbers: "
-            "an outside input is counted for every node reading it; inputs both partitions hold "
-            "count as sent.")
+    return (
+        table + "\nphysical: a device runs one partition at a time; a tensor read twice is stored "
+        "once; only op outputs crossing devices are sent.\ntorch: partitioner_utils' numbers: "
+        "an outside input is counted for every node reading it; inputs both partitions hold "
+        "count as sent."
+    )
 
 
 def format_gap(plan: Plan) -> str:

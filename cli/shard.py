@@ -9,11 +9,6 @@ import json
 import sys
 from typing import Any
 
-from partitioner import sharding
-from partitioner.sharding import tensor_parallel
-from partitioner.errors import RunError, ShardingError
-from partitioner.units import format_bytes, format_seconds, format_signed
-
 from cli.commands import COMMON_EPILOG
 from cli.inputs import (
     EXIT_FAIL,
@@ -29,6 +24,10 @@ from cli.inputs import (
     write_output,
 )
 from cli.report import format_table
+from partitioner import sharding
+from partitioner.errors import RunError, ShardingError
+from partitioner.sharding import tensor_parallel
+from partitioner.units import format_bytes, format_seconds, format_signed
 
 __all__ = ["register"]
 
@@ -54,20 +53,35 @@ and the collectives CommDebugMode counts against the prediction (exit 1 when eit
 
 
 def register(sub: Any, common: argparse.ArgumentParser) -> None:
-    p = sub.add_parser("shard", help="shard parameters along an axis (tensor parallelism)",
-                       description="shard parameters along an axis: memory per device, collectives, a real run",
-                       parents=[common], formatter_class=argparse.RawDescriptionHelpFormatter, epilog=EXAMPLES + COMMON_EPILOG)
+    p = sub.add_parser(
+        "shard",
+        help="shard parameters along an axis (tensor parallelism)",
+        description="shard parameters along an axis: memory per device, collectives, a real run",
+        parents=[common],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=EXAMPLES + COMMON_EPILOG,
+    )
     add_model_arguments(p)
     p.add_argument("--devices", metavar="SPEC", help="the devices running the model together (default: the model's)")
     which = p.add_mutually_exclusive_group(required=True)
     which.add_argument("--spec", metavar="FILE", help="a JSON spec {parameter: partition list}")
     which.add_argument("--suggest", action="store_true", help="suggest a spec that makes the model fit")
     p.add_argument("--training", action="store_true", help="count the backward's collectives too")
-    p.add_argument("--transfer-rate", metavar="BYTES_PER_S", type=rate, default=25e9,
-                   help="link rate between the devices (default 25GB)")
+    p.add_argument(
+        "--transfer-rate",
+        metavar="BYTES_PER_S",
+        type=rate,
+        default=25e9,
+        help="link rate between the devices (default 25GB)",
+    )
     p.add_argument("--run", action="store_true", help="run it on local processes with DTensor and compare")
-    p.add_argument("--timeout", metavar="SECONDS", type=time_limit, default=180.0,
-                   help="with --run: end the run (and every process) after this long (default 180)")
+    p.add_argument(
+        "--timeout",
+        metavar="SECONDS",
+        type=time_limit,
+        default=180.0,
+        help="with --run: end the run (and every process) after this long (default 180)",
+    )
     p.add_argument("--out", metavar="FILE", help="write the spec, memory and collectives as JSON (- for stdout)")
     p.set_defaults(func=run)
 
@@ -76,9 +90,9 @@ def _read_spec(path: str) -> dict[str, str]:
     try:
         data = json.loads(read_text(path, "spec file"))
     except json.JSONDecodeError as exc:
-        raise CLIError(f"{path} is not JSON ({exc}); write {{\"fc1.weight\": \"2,1\"}}") from None
+        raise CLIError(f'{path} is not JSON ({exc}); write {{"fc1.weight": "2,1"}}') from None
     if not isinstance(data, dict) or not all(isinstance(v, (str, list)) for v in data.values()):
-        raise CLIError(f"{path} must map parameter names to partition lists, e.g. {{\"fc1.weight\": \"2,1\"}}")
+        raise CLIError(f'{path} must map parameter names to partition lists, e.g. {{"fc1.weight": "2,1"}}')
     return {str(k): v if isinstance(v, str) else sharding.format_partition_list(v) for k, v in data.items()}
 
 
@@ -102,46 +116,85 @@ def run(args: argparse.Namespace) -> int:
         # hf: models run as built (their exported graph cannot be pickled for the ranks)
         module = model.module if model.module is not None else picklable(graph.graph_module)
         try:
-            result = run_sharded(module, graph.example_inputs or (), plan,
-                                 training=args.training, timeout_s=args.timeout, repeats=5,
-                                 progress=None if quiet else (lambda text: print(f"  {text}", file=sys.stderr)))
+            result = run_sharded(
+                module,
+                graph.example_inputs or (),
+                plan,
+                training=args.training,
+                timeout_s=args.timeout,
+                repeats=5,
+                progress=None if quiet else (lambda text: print(f"  {text}", file=sys.stderr)),
+            )
         except ShardingError as exc:
             raise CLIError(f"cannot run it: {exc}") from None
         except RunError as exc:
             raise CLIError(f"the sharded run failed: {exc}", EXIT_RUN) from None
     status = EXIT_OK if result is None or (result.outputs_equal and result.counts_match) else EXIT_FAIL
     if args.out:
-        data = {"model": model.label, "spec": plan.spec, "styles": plan.styles,
-                "memory_before": before, "memory_after": after,
-                "collectives": [vars(c) for c in plan.collectives]}
+        data = {
+            "model": model.label,
+            "spec": plan.spec,
+            "styles": plan.styles,
+            "memory_before": before,
+            "memory_after": after,
+            "collectives": [vars(c) for c in plan.collectives],
+        }
         if result is not None:
             data["run"] = result.to_dict()
         write_output(args.out, json.dumps(data, indent=2), "shard report")
         if args.out == "-":
             return status
     params = sharding.parameter_shapes(graph)
-    rows = [[name, str(list(params[name][0])), value,
-             " ".join(str(list(s)) for s in sharding.shard_shapes(params[name][0], value))]
-            for name, value in plan.spec.items() if value.replace(",", "").strip("1")]
+    rows = [
+        [
+            name,
+            str(list(params[name][0])),
+            value,
+            " ".join(str(list(s)) for s in sharding.shard_shapes(params[name][0], value)),
+        ]
+        for name, value in plan.spec.items()
+        if value.replace(",", "").strip("1")
+    ]
     print(f"model {model.label}: {len(devices)} devices running it together, {len(rows)} parameters sharded")
     print(format_table(["parameter", "shape", "spec", "shards"], rows))
     caps = {d.logical_id: d.memory_bytes for d in devices}
-    rows = [[str(d), format_bytes(before[d]), format_bytes(after[d]), format_bytes(caps[d]),
-             "yes" if after[d] <= caps[d] else "NO"] for d in sorted(after)]
+    rows = [
+        [
+            str(d),
+            format_bytes(before[d]),
+            format_bytes(after[d]),
+            format_bytes(caps[d]),
+            "yes" if after[d] <= caps[d] else "NO",
+        ]
+        for d in sorted(after)
+    ]
     print()
     print(format_table(["device", "memory unsharded", "memory sharded", "capacity", "fits"], rows, right=(1, 2, 3)))
-    rows = [[c.kind, c.node, c.module, "backward" if c.backward else "forward", format_bytes(c.nbytes),
-             format_seconds(c.time_s)] for c in plan.collectives]
-    print(f"\ncollectives: {plan.counts(False) or 'none'} forward"
-          + (f", {plan.counts(True) or 'none'} backward" if args.training else "")
-          + f"; {format_seconds(plan.comm_time_s)} at {args.transfer_rate / 1e9:g} GB/s")
+    rows = [
+        [
+            c.kind,
+            c.node,
+            c.module,
+            "backward" if c.backward else "forward",
+            format_bytes(c.nbytes),
+            format_seconds(c.time_s),
+        ]
+        for c in plan.collectives
+    ]
+    print(
+        f"\ncollectives: {plan.counts(False) or 'none'} forward"
+        + (f", {plan.counts(True) or 'none'} backward" if args.training else "")
+        + f"; {format_seconds(plan.comm_time_s)} at {args.transfer_rate / 1e9:g} GB/s"
+    )
     if rows:
         print(format_table(["collective", "tensor", "module", "pass", "bytes", "time"], rows, right=(4, 5)))
     if result is not None:
-        print(f"\nran on {result.world_size} processes ({result.backend}): outputs "
-              f"{'equal' if result.outputs_equal else 'DIFFER from'} the model in one process "
-              f"(max difference {result.max_abs_diff:.2g}); collectives counted: {result.counted()}"
-              + f" ({'as predicted' if result.counts_match else 'NOT as predicted'})")
+        print(
+            f"\nran on {result.world_size} processes ({result.backend}): outputs "
+            f"{'equal' if result.outputs_equal else 'DIFFER from'} the model in one process "
+            f"(max difference {result.max_abs_diff:.2g}); collectives counted: {result.counted()}"
+            + f" ({'as predicted' if result.counts_match else 'NOT as predicted'})"
+        )
         print(forward_line(graph, plan, devices, result.forward_s))
     return status
 
@@ -154,14 +207,18 @@ def forward_line(graph: Any, plan: Any, devices: Any, measured_s: float) -> str:
 
     profile = device_profile(devices)
     if profile is None:
-        return (f"forward: measured {format_seconds(measured_s)} (median of 5 warm ones on rank 0); for a "
-                "prediction give a measured profile as the device type (--devices 2xlocal after "
-                "`partition-explorer calibrate`)")
+        return (
+            f"forward: measured {format_seconds(measured_s)} (median of 5 warm ones on rank 0); for a "
+            "prediction give a measured profile as the device type (--devices 2xlocal after "
+            "`partition-explorer calibrate`)"
+        )
     predicted = tp_forward(graph, plan, profile)
     error = (measured_s - predicted.total_s) / predicted.total_s if predicted.total_s else float("inf")
     dispatch = predicted.part("dtensor dispatch")
     comm = predicted.total_s - predicted.part("compute") - dispatch
-    return (f"forward: measured {format_seconds(measured_s)} (median of 5 warm ones on rank 0), predicted "
-            f"{format_seconds(predicted.total_s)} on profile {profile.name!r} (compute "
-            f"{format_seconds(predicted.part('compute'))}, DTensor dispatch {format_seconds(dispatch)}, "
-            f"collectives {format_seconds(comm)}): error {format_signed(error)}")
+    return (
+        f"forward: measured {format_seconds(measured_s)} (median of 5 warm ones on rank 0), predicted "
+        f"{format_seconds(predicted.total_s)} on profile {profile.name!r} (compute "
+        f"{format_seconds(predicted.part('compute'))}, DTensor dispatch {format_seconds(dispatch)}, "
+        f"collectives {format_seconds(comm)}): error {format_signed(error)}"
+    )

@@ -29,20 +29,26 @@ def _runnable(lay: cluster.Layout, graph: Graph, hf: bool = False) -> tuple[clus
     if graph.graph_module is None or not inputs or not hasattr(inputs[0], "shape") or not inputs[0].dim():
         return None, "the model has no traced example with a batch dimension to split"
     if any(p.is_meta for p in graph.graph_module.parameters()):
-        return None, ("the model was built at full size on the meta device (shapes only, no weights): choose a "
-                      "smaller size in the sidebar (fewer layers, a smaller hidden size) so that it gets real weights")
+        return None, (
+            "the model was built at full size on the meta device (shapes only, no weights): choose a "
+            "smaller size in the sidebar (fewer layers, a smaller hidden size) so that it gets real weights"
+        )
     if lay.ep > 1:
         return None, "expert parallelism is not run here: open a layout with ep1"
     if hf and lay.pp > 1:
-        return None, ("pipeline stages of a Hugging Face model are not run here (its exported graph cannot be sent "
-                      "to other processes): open a layout with pp1")
+        return None, (
+            "pipeline stages of a Hugging Face model are not run here (its exported graph cannot be sent "
+            "to other processes): open a layout with pp1"
+        )
     if lay.pp > 1 and lay.schedule not in ("gpipe", "1f1b"):
         return None, f"pipelines run here with gpipe or 1f1b (this layout uses {lay.schedule}): open another layout"
     if lay.pp > 1 and lay.zero >= 2:
         return None, f"pipelines run here with ZeRO 0 or 1 (this layout uses ZeRO-{lay.zero}): open another layout"
     if lay.tp * lay.pp > MAX_LOCAL_PROCESSES:
-        return None, (f"tp{lay.tp} x pp{lay.pp} needs {lay.tp * lay.pp} processes and this machine runs at most "
-                      f"{MAX_LOCAL_PROCESSES}: open a layout with fewer tensor-parallel ranks or stages")
+        return None, (
+            f"tp{lay.tp} x pp{lay.pp} needs {lay.tp * lay.pp} processes and this machine runs at most "
+            f"{MAX_LOCAL_PROCESSES}: open a layout with fewer tensor-parallel ranks or stages"
+        )
     batch = int(inputs[0].shape[0])
     dp = max(d for d in range(1, min(lay.dp, MAX_LOCAL_PROCESSES // (lay.tp * lay.pp)) + 1) if batch % d == 0)
     share = batch // dp
@@ -69,26 +75,45 @@ def run_here(chosen: cluster.Layout, graph: Graph, prof: cluster.ModelProfile, c
     runs = st.session_state.setdefault(RUNS, {})
     key = (graph.fingerprint(), lay)
     if lay.label() != chosen.label():
-        st.caption(md(f"Runs {lay.label()}: {chosen.label()} on {lay.devices} processes and the traced example's "
-                      f"{int((graph.example_inputs or ())[0].shape[0])} rows (the same tensor-parallel and pipeline "
-                      "degrees, data parallelism and microbatches reduced to fit)."))
-    st.caption(md(f"Starts {lay.devices} processes on this machine (torch.distributed over gloo, started as torchrun "
-                  f"starts them), builds one (pp, dp, tp) device mesh and runs {lay.label()} for one training step "
-                  "of the traced example: tensor parallelism by DTensor's parallelize_module ("
-                  + ("the model's own plan: attention by heads" if hf
-                     else "its Linear or MLP pairs, column then row, the rest replicated")
-                  + "), data parallelism by FSDP's fully_shard (ZeRO 2, 3) or a gradient all-reduce, pipeline stages "
-                  "by torch's schedules. Outputs and gradients are checked against one process; the step is "
-                  "predicted for this machine."
-                  + ("" if lay.recompute == chosen.recompute else " Recomputation is not run here.")))
+        st.caption(
+            md(
+                f"Runs {lay.label()}: {chosen.label()} on {lay.devices} processes and the traced example's "
+                f"{int((graph.example_inputs or ())[0].shape[0])} rows (the same tensor-parallel and pipeline "
+                "degrees, data parallelism and microbatches reduced to fit)."
+            )
+        )
+    st.caption(
+        md(
+            f"Starts {lay.devices} processes on this machine (torch.distributed over gloo, started as torchrun "
+            f"starts them), builds one (pp, dp, tp) device mesh and runs {lay.label()} for one training step "
+            "of the traced example: tensor parallelism by DTensor's parallelize_module ("
+            + (
+                "the model's own plan: attention by heads"
+                if hf
+                else "its Linear or MLP pairs, column then row, the rest replicated"
+            )
+            + "), data parallelism by FSDP's fully_shard (ZeRO 2, 3) or a gradient all-reduce, pipeline stages "
+            "by torch's schedules. Outputs and gradients are checked against one process; the step is "
+            "predicted for this machine."
+            + ("" if lay.recompute == chosen.recompute else " Recomputation is not run here.")
+        )
+    )
 
     def start(progress: Any) -> Any:
         if hf:  # the model as built (its exported graph cannot be pickled): the same config, the same weights
             module, inputs, kwargs = sample_models.load(config.model.name, dict(config.model.overrides))
         else:
             module, inputs, kwargs = picklable(graph.graph_module), graph.example_inputs or (), {}
-        return check_layout(module, inputs, lay, timeout_s=180, progress=progress, graph=graph,
-                            tp_plan=model_tp_plan(graph, lay.tp), example_kwargs=kwargs)
+        return check_layout(
+            module,
+            inputs,
+            lay,
+            timeout_s=180,
+            progress=progress,
+            graph=graph,
+            tp_plan=model_tp_plan(graph, lay.tp),
+            example_kwargs=kwargs,
+        )
 
     too_many = panels.too_many_processes(lay.devices)
     if too_many:
@@ -106,25 +131,36 @@ def run_here(chosen: cluster.Layout, graph: Graph, prof: cluster.ModelProfile, c
         return
     result = check.run
     work = cluster.Workload("training", max(1, prof.tokens0 // prof.seq0), prof.seq0, prof.element_bytes, "none")
-    planned = cluster.evaluate(prof, work, cluster.local_cluster(lay.devices, result.backend == "nccl"), lay,
-                               _simulator())
+    planned = cluster.evaluate(
+        prof, work, cluster.local_cluster(lay.devices, result.backend == "nccl"), lay, _simulator()
+    )
     good = result.outputs_equal and result.gradients_equal and result.loss_equal is not False
-    (st.success if good else st.error)(md(
-        f"Outputs {'equal' if result.outputs_equal else 'differ from'} one process's and gradients "
-        f"{'equal' if result.gradients_equal else 'differ'} (max difference {result.max_abs_diff:.2g})"
-        + (f": {result.mismatch}" if result.mismatch else "") + f". Measured {format_seconds(result.step_s)} a step "
-        f"(the slowest rank's median), predicted {format_seconds(check.predicted.total_s)} on the profile "
-        f"{check.profile_name!r} of this machine (load {check.load_average[0]:.1f} on {os.cpu_count()} cores)."))
+    (st.success if good else st.error)(
+        md(
+            f"Outputs {'equal' if result.outputs_equal else 'differ from'} one process's and gradients "
+            f"{'equal' if result.gradients_equal else 'differ'} (max difference {result.max_abs_diff:.2g})"
+            + (f": {result.mismatch}" if result.mismatch else "")
+            + f". Measured {format_seconds(result.step_s)} a step "
+            f"(the slowest rank's median), predicted {format_seconds(check.predicted.total_s)} on the profile "
+            f"{check.profile_name!r} of this machine (load {check.load_average[0]:.1f} on {os.cpu_count()} cores)."
+        )
+    )
     st.plotly_chart(cluster_figures.run_figure(check), key="cl_run_chart")
     left, right = st.columns([2, 3])
     left.dataframe(cluster_figures.parts_table(check), hide_index=True, width="stretch")
-    right.dataframe(cluster_figures.run_table(planned, result.ranks), hide_index=True, width="stretch",
-                    column_config={"rank": st.column_config.NumberColumn(width="small")})
-    st.caption("Parts the run does not time apart (compute, dispatch, tensor-parallel collectives, bubble) are "
-               "measured together as the rest of the step. Held: the parameter and gradient shards each rank holds "
-               "after the step (activations are freed by then); predicted: the planner's weights and gradients a "
-               "device. `partition-explorer calibrate` measures this machine again; a loaded machine moves its "
-               "speed between the calibration and the run.")
+    right.dataframe(
+        cluster_figures.run_table(planned, result.ranks),
+        hide_index=True,
+        width="stretch",
+        column_config={"rank": st.column_config.NumberColumn(width="small")},
+    )
+    st.caption(
+        "Parts the run does not time apart (compute, dispatch, tensor-parallel collectives, bubble) are "
+        "measured together as the rest of the step. Held: the parameter and gradient shards each rank holds "
+        "after the step (activations are freed by then); predicted: the planner's weights and gradients a "
+        "device. `partition-explorer calibrate` measures this machine again; a loaded machine moves its "
+        "speed between the calibration and the run."
+    )
 
 
 def stage_dag(chosen: cluster.LayoutResult, graph: Graph, target: cluster.Cluster) -> None:
@@ -139,17 +175,29 @@ def stage_dag(chosen: cluster.LayoutResult, graph: Graph, target: cluster.Cluste
         return
     stages = lay.pp * stages_per_rank(lay.schedule)
     if not st.toggle(f"Cut the traced graph into {stages} stages", key="cl_stage_dag"):
-        st.caption("The Pipeline page's splitter (the slowest stage as small as it can be, on the traced example) "
-                   "cuts the graph; the planner assumes equal layers a stage.")
+        st.caption(
+            "The Pipeline page's splitter (the slowest stage as small as it can be, on the traced example) "
+            "cuts the graph; the planner assumes equal layers a stage."
+        )
         return
     acc = target.accelerator
 
     def split(memory: int) -> tuple[Any, Any]:
-        devices = [Device(f"rank {k}: tp{lay.tp} x {acc.name}", memory, k, acc.peak_flops * lay.tp,
-                          acc.memory_bandwidth_bytes_per_s * lay.tp, target.intra.bandwidth_bytes_per_s, acc.name)
-                   for k in range(lay.pp)]
-        cut = pipeline.plan(graph, devices, stages=stages, microbatches=max(chosen.microbatches, lay.pp),
-                            schedule=lay.schedule)
+        devices = [
+            Device(
+                f"rank {k}: tp{lay.tp} x {acc.name}",
+                memory,
+                k,
+                acc.peak_flops * lay.tp,
+                acc.memory_bandwidth_bytes_per_s * lay.tp,
+                target.intra.bandwidth_bytes_per_s,
+                acc.name,
+            )
+            for k in range(lay.pp)
+        ]
+        cut = pipeline.plan(
+            graph, devices, stages=stages, microbatches=max(chosen.microbatches, lay.pp), schedule=lay.schedule
+        )
         return cut, cut.as_plan(graph, devices, target.intra.bandwidth_bytes_per_s)
 
     note = ""
@@ -160,13 +208,19 @@ def stage_dag(chosen: cluster.LayoutResult, graph: Graph, target: cluster.Cluste
             except InfeasibleError:  # the weights as traced exceed it: draw the cut all the same
                 cut, stage_plan = split(graph.total_size_bytes * 2 + (1 << 30))
                 group = format_bytes(acc.memory_bytes * lay.tp)
-                note = (f" A stage's weights as traced exceed its tp{lay.tp} group's {group}, so the boxes are "
-                        "measured against room for any cut (the layout itself shards them further with ZeRO and "
-                        "counts them in its own precision).")
+                note = (
+                    f" A stage's weights as traced exceed its tp{lay.tp} group's {group}, so the boxes are "
+                    "measured against room for any cut (the layout itself shards them further with ZeRO and "
+                    "counts them in its own precision)."
+                )
     except PartitionError as exc:
         st.error(f"Cannot cut the graph into {stages} stages: {md(exc)}")
         return
-    st.caption(md(f"{stages} stages on {lay.pp} pipeline ranks ({', '.join(f'{len(s):,}' for s in cut.stages)} "
-                  f"nodes a stage), one forward pass of the traced example; each rank is its tensor-parallel group "
-                  f"of {lay.tp} devices (their memory and speed together).{note}"))
+    st.caption(
+        md(
+            f"{stages} stages on {lay.pp} pipeline ranks ({', '.join(f'{len(s):,}' for s in cut.stages)} "
+            f"nodes a stage), one forward pass of the traced example; each rank is its tensor-parallel group "
+            f"of {lay.tp} devices (their memory and speed together).{note}"
+        )
+    )
     graph_panels.render_dag(stage_plan, graph, key="cluster")

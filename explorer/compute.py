@@ -19,14 +19,13 @@ import streamlit as st
 
 import partitioner
 import sample_models
+from explorer.builders.config import ModelChoice, PlanConfig
 from partitioner import Graph, Plan, pipeline
 from partitioner.accelerator import steps
 from partitioner.accelerator.api import partition_with
 from partitioner.accelerator.compare import ModeResult
 from partitioner.tracing import cache as trace_cache
 from sample_models._user import LoaderError
-
-from explorer.builders.config import ModelChoice, PlanConfig
 
 __all__ = ["trace", "plan", "compare", "PlanResult", "explain_error", "pipeline_plan", "PipelineResult"]
 
@@ -66,8 +65,10 @@ def _cached(choice: ModelChoice) -> Graph | None:
 
 
 def _graph_bytes(graph: Graph) -> int:
-    weights = sum(t.numel() * t.element_size()  # a graph read from the disk cache holds no module until asked
-                  for t in (graph.graph_module.state_dict().values() if trace_cache.module_loaded(graph) else ()))
+    weights = sum(
+        t.numel() * t.element_size()  # a graph read from the disk cache holds no module until asked
+        for t in (graph.graph_module.state_dict().values() if trace_cache.module_loaded(graph) else ())
+    )
     return int(weights) + sum(nd.output_bytes for nd in graph.nodes if nd.op == "placeholder")
 
 
@@ -79,10 +80,14 @@ def trace(choice: ModelChoice) -> Graph:
     cached = _cached(choice)
     if cached is not None:
         return cached
-    waiting = ("Building the model from its config (weights on the meta device when large) and tracing it: "
-               "about 5 s per thousand operations; the trace is kept on disk, so opening it again takes "
-               "a fraction of a second..."
-               if sample_models.is_hf(choice.name) else "Tracing the model...")
+    waiting = (
+        "Building the model from its config (weights on the meta device when large) and tracing it: "
+        "about 5 s per thousand operations; the trace is kept on disk, so opening it again takes "
+        "a fraction of a second..."
+        if sample_models.is_hf(choice.name)
+        else "Tracing the model..."
+    )
+
     def build() -> Graph:
         loaded = sample_models.load(choice.name, dict(choice.overrides), reload=choice.generation > 0)
         return sample_models.trace_loaded(choice.name, dict(choice.overrides), loaded, choice.label)
@@ -93,7 +98,8 @@ def trace(choice: ModelChoice) -> Graph:
         if cached is not None:
             return cached
         graph = trace_cache.cached_trace(
-            None if choice.user else trace_cache.model_key(choice.name, dict(choice.overrides)), build)
+            None if choice.user else trace_cache.model_key(choice.name, dict(choice.overrides)), build
+        )
         size = _graph_bytes(graph)
         with _LOCK:  # cached before the next trace starts, so a session that waited finds it
             _GRAPHS[choice] = (graph, size)
@@ -147,9 +153,14 @@ def _accelerate(config: PlanConfig, fingerprint: str) -> ModeResult:
 
     module, _, _ = sample_models.load(config.model.name, dict(config.model.overrides))
     options = config.options
-    return accelerate_result(module, trace(config.model), config.device_list(), cost_model=options.cost_model,
-                             transfer_rate_bytes_per_s=options.transfer_rate_bytes_per_s,
-                             node_latency=options.node_latency_dict)
+    return accelerate_result(
+        module,
+        trace(config.model),
+        config.device_list(),
+        cost_model=options.cost_model,
+        transfer_rate_bytes_per_s=options.transfer_rate_bytes_per_s,
+        node_latency=options.node_latency_dict,
+    )
 
 
 def accelerate(config: PlanConfig) -> ModeResult | None:
@@ -169,15 +180,29 @@ class PipelineResult:
 
 
 @st.cache_data(show_spinner=False, max_entries=128)
-def _pipeline_plan(config: PlanConfig, fingerprint: str, ranks: int, stages: int, microbatches: int,
-                   schedule: str, training: str | None) -> PipelineResult:
+def _pipeline_plan(
+    config: PlanConfig,
+    fingerprint: str,
+    ranks: int,
+    stages: int,
+    microbatches: int,
+    schedule: str,
+    training: str | None,
+) -> PipelineResult:
     graph = trace(config.model)
     devices = config.device_list()[:ranks]
     start = time.perf_counter()
     try:
-        pp = pipeline.plan(graph, devices, stages=stages, microbatches=microbatches, schedule=schedule,
-                           training=training, transfer_rate_bytes_per_s=config.transfer_rate_bytes_per_s,
-                           node_latency=config.node_latency_map())
+        pp = pipeline.plan(
+            graph,
+            devices,
+            stages=stages,
+            microbatches=microbatches,
+            schedule=schedule,
+            training=training,
+            transfer_rate_bytes_per_s=config.transfer_rate_bytes_per_s,
+            node_latency=config.node_latency_map(),
+        )
         seconds = time.perf_counter() - start
         stage_plan = pp.as_plan(graph, devices, config.transfer_rate_bytes_per_s)
     except Exception as exc:  # shown to the person, like a mode's failure
@@ -185,11 +210,11 @@ def _pipeline_plan(config: PlanConfig, fingerprint: str, ranks: int, stages: int
     return PipelineResult(pp, stage_plan, None, seconds)
 
 
-def pipeline_plan(config: PlanConfig, ranks: int, stages: int, microbatches: int, schedule: str,
-                  training: str | None) -> PipelineResult:
+def pipeline_plan(
+    config: PlanConfig, ranks: int, stages: int, microbatches: int, schedule: str, training: str | None
+) -> PipelineResult:
     """The pipeline split of the config's model on its first ``ranks`` devices; errors as text."""
-    return _pipeline_plan(config, trace(config.model).fingerprint(), ranks, stages, microbatches, schedule,
-                          training)
+    return _pipeline_plan(config, trace(config.model).fingerprint(), ranks, stages, microbatches, schedule, training)
 
 
 @st.cache_resource(show_spinner=False, max_entries=8)

@@ -10,13 +10,12 @@ from typing import Any, Callable, Sequence
 
 import streamlit as st
 
-from partitioner import Graph, PartitionError, Plan
-from partitioner.accelerator.compare import ModeResult
-from partitioner.units import format_seconds
-from partitioner.draw.dag import plan_to_dot, render_dot
-
 from explorer.builders import figures, tables, teaching
 from explorer.builders.text import md
+from partitioner import Graph, PartitionError, Plan
+from partitioner.accelerator.compare import ModeResult
+from partitioner.draw.dag import plan_to_dot, render_dot
+from partitioner.units import format_seconds
 
 __all__ = [
     "engine_ui",
@@ -30,8 +29,9 @@ __all__ = [
 ]
 
 
-def render_summary(plan: Plan, seconds: float | None = None, reference: Plan | None = None,
-                   graph: Graph | None = None) -> None:
+def render_summary(
+    plan: Plan, seconds: float | None = None, reference: Plan | None = None, graph: Graph | None = None
+) -> None:
     """Headline numbers; with ``reference``, each shows its change from that plan; with ``graph``,
     how many devices the model needs at least (:func:`teaching.devices_needed`)."""
     used = plan.device_memory_bytes()
@@ -46,18 +46,34 @@ def render_summary(plan: Plan, seconds: float | None = None, reference: Plan | N
         return ("+" if now > before else "-") + fmt(abs(now - before))
 
     ref = reference
-    cols[0].metric("Latency (critical path)", format_seconds(plan.latency_s),
-                   delta(plan.latency_s, None if ref is None else ref.latency_s, format_seconds), delta_color="inverse")
-    cols[1].metric("Partitions", len(plan.partitions),
-                   None if ref is None else (len(plan.partitions) - len(ref.partitions)) or None,
-                   delta_color="off")
+    cols[0].metric(
+        "Latency (critical path)",
+        format_seconds(plan.latency_s),
+        delta(plan.latency_s, None if ref is None else ref.latency_s, format_seconds),
+        delta_color="inverse",
+    )
+    cols[1].metric(
+        "Partitions",
+        len(plan.partitions),
+        None if ref is None else (len(plan.partitions) - len(ref.partitions)) or None,
+        delta_color="off",
+    )
     needed = None if graph is None else teaching.devices_needed(graph, plan.devices)
-    cols[2].metric("Devices used", f"{busy} of {len(plan.devices)}",
-                   None if needed is None else needed[0], delta_color="off", delta_arrow="off",
-                   help=None if needed is None else needed[1])
+    cols[2].metric(
+        "Devices used",
+        f"{busy} of {len(plan.devices)}",
+        None if needed is None else needed[0],
+        delta_color="off",
+        delta_arrow="off",
+        help=None if needed is None else needed[1],
+    )
     util = plan.memory_utilisation()
-    cols[3].metric("Peak memory utilisation", f"{util:.0%}" if math.isfinite(util) else "inf",
-                   delta(util, None if ref is None else ref.memory_utilisation(), lambda x: f"{x:.0%}"), delta_color="inverse")
+    cols[3].metric(
+        "Peak memory utilisation",
+        f"{util:.0%}" if math.isfinite(util) else "inf",
+        delta(util, None if ref is None else ref.memory_utilisation(), lambda x: f"{x:.0%}"),
+        delta_color="inverse",
+    )
     if seconds is not None:
         cols[4].metric("Time to partition", format_seconds(seconds))
     else:
@@ -102,23 +118,38 @@ def render_violations(violations: Sequence[str]) -> None:
     if not violations:
         st.success("The plan is valid: every node is placed once, every device has room, data flows one way.")
         return
-    st.error(f"The plan breaks {len(violations)} rule{'s' if len(violations) != 1 else ''}:\n\n"
-             + "\n".join(f"- {md(v)}" for v in violations))
+    st.error(
+        f"The plan breaks {len(violations)} rule{'s' if len(violations) != 1 else ''}:\n\n"
+        + "\n".join(f"- {md(v)}" for v in violations)
+    )
 
 
 def render_downloads(plan: Plan, key: str, stem: str) -> None:
     """Plan JSON, and the DAG as SVG (rendered on click; needs Graphviz) and DOT."""
     dot = plan_to_dot(plan)
     cols = st.columns(3)
-    cols[0].download_button("Plan (JSON)", plan.to_json(), file_name=f"{stem}.json",
-                            mime="application/json", key=f"{key}_json", on_click="ignore")
+    cols[0].download_button(
+        "Plan (JSON)",
+        plan.to_json(),
+        file_name=f"{stem}.json",
+        mime="application/json",
+        key=f"{key}_json",
+        on_click="ignore",
+    )
     if shutil.which("dot"):
-        cols[1].download_button("DAG (SVG)", lambda: _svg(dot), file_name=f"{stem}.svg",
-                                mime="image/svg+xml", key=f"{key}_svg", on_click="ignore")
+        cols[1].download_button(
+            "DAG (SVG)",
+            lambda: _svg(dot),
+            file_name=f"{stem}.svg",
+            mime="image/svg+xml",
+            key=f"{key}_svg",
+            on_click="ignore",
+        )
     else:
         cols[1].warning("SVG needs Graphviz's `dot`: install Graphviz (apt-get install graphviz).")
-    cols[2].download_button("DAG (DOT)", dot, file_name=f"{stem}.dot", mime="text/vnd.graphviz",
-                            key=f"{key}_dot", on_click="ignore")
+    cols[2].download_button(
+        "DAG (DOT)", dot, file_name=f"{stem}.dot", mime="text/vnd.graphviz", key=f"{key}_dot", on_click="ignore"
+    )
 
 
 def _svg(dot: str) -> bytes:
@@ -131,7 +162,9 @@ def _svg(dot: str) -> bytes:
 def render_comparison(results: Sequence[ModeResult], op_count: int | None = None) -> None:
     frame = tables.comparison_table(results, op_count)
     st.dataframe(
-        frame, hide_index=True, width="stretch",
+        frame,
+        hide_index=True,
+        width="stretch",
         column_config={
             "Note": st.column_config.TextColumn(width="large"),
             "Error": st.column_config.TextColumn(width="large"),
@@ -146,13 +179,12 @@ def render_comparison(results: Sequence[ModeResult], op_count: int | None = None
             st.warning(f"**{md(r.mode)}** found no plan{_reason(r.mode, r.error)}")
 
 
-
 def _reason(mode: str, error: str) -> str:
     """': why' of a mode's failure, without the error's own "mode 'x' found no plan" said again."""
     text = error.strip()
     for said in (f"mode '{mode}' found no plan", f"{mode} found no plan"):
         if text.lower().startswith(said.lower()):
-            text = text[len(said):].lstrip(":;,. ")
+            text = text[len(said) :].lstrip(":;,. ")
     return f": {md(text)}" if text else "."
 
 
@@ -166,9 +198,11 @@ def too_many_processes(count: int) -> str | None:
 
     if count <= MAX_LOCAL_PROCESSES:
         return None
-    return (f"this run needs {count} processes, and this machine runs at most {MAX_LOCAL_PROCESSES} "
-            f"({os.cpu_count()} cores; each process holds a few hundred MB of torch): plan for fewer devices "
-            "here, or run the plan across hosts with torchrun")
+    return (
+        f"this run needs {count} processes, and this machine runs at most {MAX_LOCAL_PROCESSES} "
+        f"({os.cpu_count()} cores; each process holds a few hundred MB of torch): plan for fewer devices "
+        "here, or run the plan across hosts with torchrun"
+    )
 
 
 def run_with_status(start: Callable[[Callable[[str], None]], Any]) -> Any | None:
@@ -198,31 +232,38 @@ def render_real_run(plan: Plan, graph: Graph) -> None:
     with st.expander("Run on local processes", expanded=key in results):
         count = len(ranked_devices(plan))
         idle = len(plan.devices) - count
-        st.caption(f"Starts {count} processes (one per device that holds a partition"
-                   f"{f'; the {idle} idle devices get none' if idle else ''}) on this machine with "
-                   "torch.distributed over gloo, runs each partition where the plan puts it, and "
-                   "checks the outputs against the model. Takes a few seconds per process.")
+        st.caption(
+            f"Starts {count} processes (one per device that holds a partition"
+            f"{f'; the {idle} idle devices get none' if idle else ''}) on this machine with "
+            "torch.distributed over gloo, runs each partition where the plan puts it, and "
+            "checks the outputs against the model. Takes a few seconds per process."
+        )
         why = too_many_processes(count)
         if why:
             st.info(f"Cannot run this plan here: {why}.")
         if st.button("Run on local processes", key="run_local", disabled=bool(why), help=why):
-            done = run_with_status(lambda progress: run(plan, graph, graph.example_inputs or (), timeout_s=120,
-                                                        progress=progress))
+            done = run_with_status(
+                lambda progress: run(plan, graph, graph.example_inputs or (), timeout_s=120, progress=progress)
+            )
             if done is not None:
                 results[key] = done
         result = results.get(key)
         if result is None:
             return
         if result.outputs_equal:
-            st.success(f"Outputs equal the model's. Measured end to end "
-                       f"{format_seconds(result.measured_latency_s)} on {result.world_size} processes "
-                       f"(predicted {format_seconds(result.predicted_latency_s)}).")
+            st.success(
+                f"Outputs equal the model's. Measured end to end "
+                f"{format_seconds(result.measured_latency_s)} on {result.world_size} processes "
+                f"(predicted {format_seconds(result.predicted_latency_s)})."
+            )
         else:
             st.error("The outputs of the run differ from the model's.")
         st.plotly_chart(figures.run_figure(result.partitions), key="chart_real_run")
-        st.caption("Predicted figures use the roofline estimate of the devices you described; this "
-                   "machine's processes share its cores, so expect a constant factor. "
-                   "`partition-explorer run --calibrate` re-scores with timings measured here.")
+        st.caption(
+            "Predicted figures use the roofline estimate of the devices you described; this "
+            "machine's processes share its cores, so expect a constant factor. "
+            "`partition-explorer run --calibrate` re-scores with timings measured here."
+        )
 
 
 def render_cost_models(plan: Plan, graph: Graph) -> None:
@@ -244,10 +285,14 @@ def engine_ui(key: str, assumes: Callable[[str], str]) -> str:
     from partitioner.kernels import ENGINES
 
     st.session_state.setdefault(key, "eager")
-    engine = st.radio("Engine the times are for", list(ENGINES), key=key, horizontal=True,
-                      format_func={"eager": "eager PyTorch", "graphs": "CUDA graphs, fused kernels"}.get,
-                      help="eager: a plain PyTorch model call or training loop (one kernel an op, launched from "
-                           "Python); graphs: a serving engine (vLLM, TensorRT-LLM) or compiled training")
+    engine = st.radio(
+        "Engine the times are for",
+        list(ENGINES),
+        key=key,
+        horizontal=True,
+        format_func={"eager": "eager PyTorch", "graphs": "CUDA graphs, fused kernels"}.get,
+        help="eager: a plain PyTorch model call or training loop (one kernel an op, launched from "
+        "Python); graphs: a serving engine (vLLM, TensorRT-LLM) or compiled training",
+    )
     st.caption(md(f"Times assume {assumes(engine)}."))
     return str(engine)
-

@@ -18,8 +18,6 @@ import streamlit as st
 
 import partitioner
 import sample_models
-from partitioner import Device
-
 from explorer import state
 from explorer.builders.config import DEFAULT_MODEL, PLAN_MODES, ModelChoice, PlanConfig
 from explorer.builders.inputs import (
@@ -41,9 +39,20 @@ from explorer.builders.inputs import (
 )
 from explorer.builders.text import md
 from explorer.panels import engine_ui
+from partitioner import Device
 
-__all__ = ["config_ui", "model_ui", "knobs_ui", "devices_ui", "mode_ui", "hf_ui", "DEFAULT_MODEL", "PLAN_MODES",
-           "USER_MODEL", "HF_MODEL"]
+__all__ = [
+    "config_ui",
+    "model_ui",
+    "knobs_ui",
+    "devices_ui",
+    "mode_ui",
+    "hf_ui",
+    "DEFAULT_MODEL",
+    "PLAN_MODES",
+    "USER_MODEL",
+    "HF_MODEL",
+]
 
 USER_MODEL = "your own model..."
 HF_MODEL = state.HF_MODEL
@@ -71,16 +80,21 @@ def model_ui() -> ModelChoice | None:
     if st.session_state.get("model") not in options:
         st.session_state["model"] = DEFAULT_MODEL
     name = st.selectbox(
-        "Model", options, key="model",
-        help="A sample model; start the app with PARTITION_EXPLORER_ALLOW_USER_MODELS=1 "
-        "to load your own." if not allowed else "A sample model, or your own factory.",
+        "Model",
+        options,
+        key="model",
+        help="A sample model; start the app with PARTITION_EXPLORER_ALLOW_USER_MODELS=1 to load your own."
+        if not allowed
+        else "A sample model, or your own factory.",
     )
     _follow_model_devices(name)
     if name == HF_MODEL:
         return hf_ui()
     if name == USER_MODEL:
         spec = st.text_input(
-            "Model factory (package.module:factory)", key="user_factory", placeholder="my_models:build",
+            "Model factory (package.module:factory)",
+            key="user_factory",
+            placeholder="my_models:build",
             help="A callable taking no arguments that returns (module, example_inputs). Its folder "
             "must be on PYTHONPATH. Loading it runs its code.",
         )
@@ -98,8 +112,10 @@ def hf_ui() -> ModelChoice | None:
     """A ``transformers`` architecture or preset by name, with config fields; None (and a message
     saying what to do) when transformers is missing or a field is wrong."""
     if importlib.util.find_spec("transformers") is None:
-        st.info("Hugging Face architectures need the transformers package: run "
-                "`.venv/bin/pip install -c constraints.txt -e \".[hf]\"` and restart the app.")
+        st.info(
+            "Hugging Face architectures need the transformers package: run "
+            '`.venv/bin/pip install -c constraints.txt -e ".[hf]"` and restart the app.'
+        )
         return None
     from sample_models._hf import PRESETS, TOKEN_SETTINGS
 
@@ -116,19 +132,38 @@ def hf_ui() -> ModelChoice | None:
     # One form: a change of any field traces once, with every field applied, when it is sent
     # (Enter in a field, or the button), rather than once per field.
     with st.form("hf_model", border=False, enter_to_submit=True):
-        name = st.text_input("Architecture or preset", key="hf_name",
-                             help="A transformers model type (llama, gpt2, t5, bert, vit, mixtral, ...) or a "
-                             f"checkpoint's config: {', '.join(PRESETS)}. Nothing is downloaded; models over "
-                             "50 M parameters get meta weights (shapes only).")
-        sets = st.text_input("Config fields", key="hf_set", placeholder="num_hidden_layers=2 dtype=bf16",
-                             help="field=value pairs of its transformers config, space-separated; "
-                             "dtype=bf16, fp16 or fp32 sets the weights' and activations' type")
+        name = st.text_input(
+            "Architecture or preset",
+            key="hf_name",
+            help="A transformers model type (llama, gpt2, t5, bert, vit, mixtral, ...) or a "
+            f"checkpoint's config: {', '.join(PRESETS)}. Nothing is downloaded; models over "
+            "50 M parameters get meta weights (shapes only).",
+        )
+        sets = st.text_input(
+            "Config fields",
+            key="hf_set",
+            placeholder="num_hidden_layers=2 dtype=bf16",
+            help="field=value pairs of its transformers config, space-separated; "
+            "dtype=bf16, fp16 or fp32 sets the weights' and activations' type",
+        )
         left, right = st.columns(2)
-        batch = left.number_input("Batch size", min_value=1, max_value=4096, step=1, key="hf_batch",
-                                  help="sequences (or images) in the example input")
-        seq = right.number_input("Sequence length", min_value=1, max_value=1 << 20, step=1, key="hf_seq",
-                                 help=f"tokens per sequence in the example input (default {TOKEN_SETTINGS['seq_len']}: "
-                                 "a what-if that traces fast; the real length traces on meta weights in seconds)")
+        batch = left.number_input(
+            "Batch size",
+            min_value=1,
+            max_value=4096,
+            step=1,
+            key="hf_batch",
+            help="sequences (or images) in the example input",
+        )
+        seq = right.number_input(
+            "Sequence length",
+            min_value=1,
+            max_value=1 << 20,
+            step=1,
+            key="hf_seq",
+            help=f"tokens per sequence in the example input (default {TOKEN_SETTINGS['seq_len']}: "
+            "a what-if that traces fast; the real length traces on meta weights in seconds)",
+        )
         st.form_submit_button("Build and trace", key="hf_build", help="Apply every field above at once")
     spec = "hf:" + name.strip().removeprefix("hf:")
     try:
@@ -224,9 +259,13 @@ def devices_ui() -> tuple[list[Device] | None, float | None]:
     types = device_types()
     if st.session_state["dev_preset"] not in types:  # a measured profile deleted since
         st.session_state["dev_preset"] = CUSTOM
-    preset = st.selectbox("Device type", types, key="dev_preset",
-                          help="custom: give the memory; a preset brings real memory and speeds; a profile "
-                               "measured here (partition-explorer calibrate) brings this machine's curves")
+    preset = st.selectbox(
+        "Device type",
+        types,
+        key="dev_preset",
+        help="custom: give the memory; a preset brings real memory and speeds; a profile "
+        "measured here (partition-explorer calibrate) brings this machine's curves",
+    )
     _, kernels_of = type_spec(preset)
     engine = "eager"
     if kernels_of is not None and kernels_of.gpu is not None:
@@ -236,9 +275,13 @@ def devices_ui() -> tuple[list[Device] | None, float | None]:
         memory = st.text_input("Memory per device", key="dev_memory", help="e.g. 16GiB, 512 MiB, 1.5GB")
     else:  # the type's memory shown; the custom memory is kept for when custom is chosen again
         memory = st.session_state["dev_memory"]
-        st.text_input("Memory per device", value=exact_bytes_text(type_spec(preset)[0]["memory_bytes"]),
-                      disabled=True, key=f"dev_memory_of_{preset}",
-                      help="set by the device type; choose custom to give your own")
+        st.text_input(
+            "Memory per device",
+            value=exact_bytes_text(type_spec(preset)[0]["memory_bytes"]),
+            disabled=True,
+            key=f"dev_memory_of_{preset}",
+            help="set by the device type; choose custom to give your own",
+        )
     base = (int(count), memory, preset)
     if st.session_state.get("dev_base") != base:
         st.session_state["dev_base"] = base
@@ -246,40 +289,58 @@ def devices_ui() -> tuple[list[Device] | None, float | None]:
     version = st.session_state["dev_table_version"]
     table = pd.DataFrame(device_rows(int(count), memory, preset), columns=list(DEVICE_COLUMNS))
     with st.expander("Edit devices one by one", expanded=False):
-        st.caption("One row per device (add or delete rows for a mixed set). Empty speeds take "
-                   "the preset's or a modest default. Changing the controls above restarts the table.")
+        st.caption(
+            "One row per device (add or delete rows for a mixed set). Empty speeds take "
+            "the preset's or a modest default. Changing the controls above restarts the table."
+        )
         edited = st.data_editor(
-            table, key=f"dev_table_{version}", num_rows="dynamic", hide_index=True,
+            table,
+            key=f"dev_table_{version}",
+            num_rows="dynamic",
+            hide_index=True,
             # Narrow columns, so all six fit the sidebar's width.
             column_config={
                 "name": st.column_config.TextColumn(width="small"),
-                "preset": st.column_config.SelectboxColumn(options=types, default=CUSTOM,
-                                                           width="small"),
+                "preset": st.column_config.SelectboxColumn(options=types, default=CUSTOM, width="small"),
                 "memory": st.column_config.TextColumn(help="e.g. 16GiB", default=memory, width="small"),
-                "peak TFLOP/s": st.column_config.NumberColumn("TFLOP/s", min_value=0.0, format="%g",
-                                                              width="small", help="peak TFLOP/s"),
-                "memory GB/s": st.column_config.NumberColumn("mem GB/s", min_value=0.0, format="%g",
-                                                             width="small", help="memory bandwidth, GB/s"),
-                "link GB/s": st.column_config.NumberColumn("link GB/s", min_value=0.0, format="%g",
-                                                           width="small", help="link bandwidth, GB/s"),
+                "peak TFLOP/s": st.column_config.NumberColumn(
+                    "TFLOP/s", min_value=0.0, format="%g", width="small", help="peak TFLOP/s"
+                ),
+                "memory GB/s": st.column_config.NumberColumn(
+                    "mem GB/s", min_value=0.0, format="%g", width="small", help="memory bandwidth, GB/s"
+                ),
+                "link GB/s": st.column_config.NumberColumn(
+                    "link GB/s", min_value=0.0, format="%g", width="small", help="link bandwidth, GB/s"
+                ),
             },
         )
     st.session_state.setdefault("dev_headroom", DEFAULT_HEADROOM_PERCENT)
     headroom = st.number_input(
-        "Memory headroom (% of each device)", min_value=0.0, max_value=90.0, step=5.0, format="%g",
+        "Memory headroom (% of each device)",
+        min_value=0.0,
+        max_value=90.0,
+        step=5.0,
+        format="%g",
         key="dev_headroom",
         help=f"kept free on every device (CUDA context, allocator fragmentation, buffers): the modes plan "
-             f"within the rest, and the charts show the rest as each device's capacity. {DEFAULT_HEADROOM_PERCENT:g} % "
-             "by default: 4 GiB of an 80 GiB H100, as Plan a cluster keeps; 0 fills devices to the last byte")
+        f"within the rest, and the charts show the rest as each device's capacity. {DEFAULT_HEADROOM_PERCENT:g} % "
+        "by default: 4 GiB of an 80 GiB H100, as Plan a cluster keeps; 0 fills devices to the last byte",
+    )
     st.session_state.setdefault("transfer_gbps", DEFAULT_TRANSFER_GBPS)
     rate_gbps = st.number_input(
-        "Transfer rate between devices (GB/s)", min_value=0.0, step=1.0, format="%g",
+        "Transfer rate between devices (GB/s)",
+        min_value=0.0,
+        step=1.0,
+        format="%g",
         key="transfer_gbps",
         help="0: use the slowest link bandwidth the devices give; with none, transfers are free",
     )
     st.session_state.setdefault("follow_model", True)
-    st.checkbox("Switch to each model's default devices", key="follow_model",
-                help="When you pick another model, set the devices to ones on which it needs several")
+    st.checkbox(
+        "Switch to each model's default devices",
+        key="follow_model",
+        help="When you pick another model, set the devices to ones on which it needs several",
+    )
     rate = float(rate_gbps) * 1e9 if rate_gbps else None
     try:
         return with_headroom(with_engine(rows_to_devices(edited.to_dict("records")), engine), float(headroom)), rate
@@ -291,24 +352,31 @@ def devices_ui() -> tuple[list[Device] | None, float | None]:
 def mode_ui() -> tuple[str, dict[str, Any] | None]:
     """The mode and its options (None when an uploaded latency file cannot be read)."""
     st.session_state.setdefault("mode", partitioner.DEFAULT_MODE)
-    mode = st.selectbox("Mode", PLAN_MODES, key="mode",
-                        help="See the Learn page for what each mode does")
+    mode = st.selectbox("Mode", PLAN_MODES, key="mode", help="See the Learn page for what each mode does")
     st.caption(partitioner.DESCRIPTIONS.get(mode, "").split(". ")[0].strip().rstrip(".") + ".")
     saturate = st.checkbox("Saturate host (copy the plan onto idle devices)", key="saturate_host")
     force = st.checkbox("Force partitioning when the model fits one device", key="force_partition")
-    torch_numbers = st.checkbox("Numbers as torch's partitioner computes them", key="torch_cost_model",
-                                help="torch.fx's partitioner_utils: an input counted for every node "
-                                "reading it, partitions on one device overlapping in time. The Learn "
-                                "page explains the differences.")
+    torch_numbers = st.checkbox(
+        "Numbers as torch's partitioner computes them",
+        key="torch_cost_model",
+        help="torch.fx's partitioner_utils: an input counted for every node "
+        "reading it, partitions on one device overlapping in time. The Learn "
+        "page explains the differences.",
+    )
     source = st.radio(
-        "Node latencies", ["roofline", "upload"], key="latency_source", horizontal=True,
+        "Node latencies",
+        ["roofline", "upload"],
+        key="latency_source",
+        horizontal=True,
         format_func={"roofline": "roofline estimate", "upload": "upload per node"}.get,
         help="Roofline: max(bytes / memory bandwidth, FLOPs / peak FLOP/s) on the slowest device",
     )
     node_latency = None
     if source == "upload":
         upload = st.file_uploader(
-            "Per-node latencies (CSV or JSON)", type=["csv", "json"], key="latency_file",
+            "Per-node latencies (CSV or JSON)",
+            type=["csv", "json"],
+            key="latency_file",
             help='CSV with columns name, mem_s, compute_s; or JSON {"fc1": [mem_s, compute_s], ...}. '
             "Nodes left out keep the roofline estimate.",
         )
@@ -323,12 +391,23 @@ def mode_ui() -> tuple[str, dict[str, Any] | None]:
     st.session_state.setdefault("search_budget", 0)
     st.session_state.setdefault("time_limit_s", 10)
     with st.expander("Advanced", expanded=mode == "optimal"):
-        budget = st.number_input("Search budget (cost-model evaluations, 0 = automatic)", min_value=0,
-                                 max_value=1_000_000, step=100, key="search_budget",
-                                 help="Caps the work of cost_aware and kl_based")
-        limit = st.number_input("Solver time limit (s)", min_value=1, max_value=600, step=5, key="time_limit_s",
-                                help="How long the optimal mode's solver may search; it runs in a "
-                                "worker process and keeps the best plan found")
+        budget = st.number_input(
+            "Search budget (cost-model evaluations, 0 = automatic)",
+            min_value=0,
+            max_value=1_000_000,
+            step=100,
+            key="search_budget",
+            help="Caps the work of cost_aware and kl_based",
+        )
+        limit = st.number_input(
+            "Solver time limit (s)",
+            min_value=1,
+            max_value=600,
+            step=5,
+            key="time_limit_s",
+            help="How long the optimal mode's solver may search; it runs in a "
+            "worker process and keeps the best plan found",
+        )
     return mode, {
         "saturate_host": bool(saturate),
         "force_partition": bool(force),

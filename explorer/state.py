@@ -12,17 +12,37 @@ from typing import Callable
 import streamlit as st
 
 import sample_models
-from partitioner import Graph
-
 from explorer import compute
 from explorer.builders.config import PlanConfig
 from explorer.builders.inputs import CUSTOM, device_types, size_warning
-from explorer.builders.links import HF_URL_KEYS, PAGE_PREFIXES, URL_KEYS, page_kind, page_keys, read_link, read_page_link
+from explorer.builders.links import (
+    HF_URL_KEYS,
+    PAGE_PREFIXES,
+    URL_KEYS,
+    page_keys,
+    page_kind,
+    read_link,
+    read_page_link,
+)
 from explorer.builders.text import md
+from partitioner import Graph
 
-__all__ = ["set_config", "current_config", "load_graph", "page_inputs", "load_plan", "current_plan", "PLAN_SUMMARY",
-           "model_generation", "bump_model_generation", "open_page", "follow_page_request", "set_page",
-           "show_size_warning", "write_url"]
+__all__ = [
+    "set_config",
+    "current_config",
+    "load_graph",
+    "page_inputs",
+    "load_plan",
+    "current_plan",
+    "PLAN_SUMMARY",
+    "model_generation",
+    "bump_model_generation",
+    "open_page",
+    "follow_page_request",
+    "set_page",
+    "show_size_warning",
+    "write_url",
+]
 
 # Every session-state key the pages share lives here.
 CONFIG = "config"  # the sidebar's PlanConfig (None while an input is unreadable)
@@ -37,10 +57,36 @@ HF_MODEL = "Hugging Face architecture..."  # the model selectbox's choice for hf
 # did not draw, and a page switch can end a run before the sidebar is drawn) and that the URL
 # carries, so a view can be shared and survives a reload. Buttons, uploads and the per-device
 # table cannot be set from code and are not kept.
-PERSISTENT = ("model", "user_factory", "hf_name", "hf_set", "hf_batch", "hf_seq", "dev_preset", "dev_engine", "dev_count", "dev_memory", "dev_headroom", "transfer_gbps",
-              "follow_model", "mode", "saturate_host", "force_partition", "latency_source", "search_budget", "time_limit_s",
-              "torch_cost_model", "pp_ranks", "pp_microbatches", "pp_schedule", "pp_training", "tm_budget", "tm_loss",
-              "tm_optimizer", "sh_training")
+PERSISTENT = (
+    "model",
+    "user_factory",
+    "hf_name",
+    "hf_set",
+    "hf_batch",
+    "hf_seq",
+    "dev_preset",
+    "dev_engine",
+    "dev_count",
+    "dev_memory",
+    "dev_headroom",
+    "transfer_gbps",
+    "follow_model",
+    "mode",
+    "saturate_host",
+    "force_partition",
+    "latency_source",
+    "search_budget",
+    "time_limit_s",
+    "torch_cost_model",
+    "pp_ranks",
+    "pp_microbatches",
+    "pp_schedule",
+    "pp_training",
+    "tm_budget",
+    "tm_loss",
+    "tm_optimizer",
+    "sh_training",
+)
 URL_RESTORED = "url_restored"
 PAGE = "current_page"  # the page this run draws (a key of PAGE_PREFIXES), whose view the URL carries
 
@@ -52,8 +98,9 @@ def _persistent(key: str) -> bool:
     # own page its widgets keep it, and re-owning it there would count as setting it from code beside
     # the widget's default (Streamlit logs a warning for each).
     here = PAGE_PREFIXES.get(st.session_state.get(PAGE, ""))
-    return any(key.startswith(p) for p in PAGE_PREFIXES.values() if p != here) and \
-        page_kind(key, st.session_state.get(key)) not in (None, object)
+    return any(key.startswith(p) for p in PAGE_PREFIXES.values() if p != here) and page_kind(
+        key, st.session_state.get(key)
+    ) not in (None, object)
 
 
 def page_choices() -> dict[str, list]:
@@ -64,13 +111,21 @@ def page_choices() -> dict[str, list]:
     from partitioner.pipeline.schedules import SCHEDULES
 
     links = list(cluster.LINKS)
-    return {"explore_view": list(EXPLORE_VIEWS), "explore_overlay": list(OVERLAYS),
-            "learn_algorithm": list(steps.ALGORITHMS), "pp_schedule": list(SCHEDULES),
-            "pp_training": ["inference", "training, SGD", "training, Adam"],
-            "tm_budget": [0.0, 0.25, 0.5, 0.75, 1.0],
-            "cl_kind": ["training", "inference"], "cl_engine": ["eager", "graphs"], "cl_precision": ["bf16 (mixed)", "fp32"],
-            "cl_optimizer": ["adam", "sgd", "none"], "cl_accelerator": list(cluster.ACCELERATORS), "cl_inter": links,
-            **{f"cl_intra_{name}": links for name in cluster.ACCELERATORS}}
+    return {
+        "explore_view": list(EXPLORE_VIEWS),
+        "explore_overlay": list(OVERLAYS),
+        "learn_algorithm": list(steps.ALGORITHMS),
+        "pp_schedule": list(SCHEDULES),
+        "pp_training": ["inference", "training, SGD", "training, Adam"],
+        "tm_budget": [0.0, 0.25, 0.5, 0.75, 1.0],
+        "cl_kind": ["training", "inference"],
+        "cl_engine": ["eager", "graphs"],
+        "cl_precision": ["bf16 (mixed)", "fp32"],
+        "cl_optimizer": ["adam", "sgd", "none"],
+        "cl_accelerator": list(cluster.ACCELERATORS),
+        "cl_inter": links,
+        **{f"cl_intra_{name}": links for name in cluster.ACCELERATORS},
+    }
 
 
 EXPLORE_VIEWS = ("Partition DAG", "Model graph by module")
@@ -83,8 +138,9 @@ def keep_widget_state() -> None:
             st.session_state[key] = st.session_state[key]
 
 
-def restore_from_url(models: list[str], modes: list[str],
-                     device_defaults: Callable[[str], tuple[int, str]] | None = None) -> None:
+def restore_from_url(
+    models: list[str], modes: list[str], device_defaults: Callable[[str], tuple[int, str]] | None = None
+) -> None:
     """On a session's first run, set the sidebar from the URL's query parameters (those a
     shared link carries), each checked as its widget would check it
     (:func:`explorer.builders.links.read_link`): a value out of its range is clamped, one a widget
@@ -120,8 +176,11 @@ def write_url() -> None:
     reopens this view). Pages call it again after changing their own state mid-run."""
     params = {}
     model = st.session_state.get("model")
-    for key in list(URL_KEYS) + (list(HF_URL_KEYS) if model == HF_MODEL else []) + sorted(k for k in st.session_state.keys()
-                                       if isinstance(k, str) and k.startswith(f"knob_{model}_")):
+    for key in (
+        list(URL_KEYS)
+        + (list(HF_URL_KEYS) if model == HF_MODEL else [])
+        + sorted(k for k in st.session_state.keys() if isinstance(k, str) and k.startswith(f"knob_{model}_"))
+    ):
         if key in st.session_state and st.session_state[key] is not None:
             params[key] = str(st.session_state[key])
     params.update(page_keys(st.session_state.get(PAGE, ""), st.session_state))
@@ -201,14 +260,18 @@ def load_plan(config: PlanConfig) -> tuple[Graph, compute.PlanResult] | None:
     with st.spinner(f"Partitioning with {config.mode}..."):
         result = compute.plan(config)
     plan = result.plan
-    st.session_state[PLAN_SUMMARY] = None if plan is None else {
-        "model": config.model.label,
-        "mode": plan.mode,
-        "partitions": len(plan.partitions),
-        "latency_s": plan.latency_s,
-        "devices": len(plan.devices),
-        "memory_utilisation": plan.memory_utilisation(),
-    }
+    st.session_state[PLAN_SUMMARY] = (
+        None
+        if plan is None
+        else {
+            "model": config.model.label,
+            "mode": plan.mode,
+            "partitions": len(plan.partitions),
+            "latency_s": plan.latency_s,
+            "devices": len(plan.devices),
+            "memory_utilisation": plan.memory_utilisation(),
+        }
+    )
     return graph, result
 
 

@@ -17,9 +17,9 @@ from typing import Any, Callable
 
 import streamlit as st
 
+from explorer.builders.text import md
 from partitioner import PartitionError
 from partitioner.draw.dag import render_dot
-from explorer.builders.text import md
 
 __all__ = ["show_graph", "svg_of", "svg_size"]
 
@@ -42,7 +42,7 @@ def _mount() -> Any:
 def svg_of(dot: str) -> str:
     """The SVG of ``dot`` laid out by Graphviz, without the XML prolog (cached by source)."""
     svg = render_dot(dot, "svg").decode("utf-8")
-    return svg[svg.find("<svg"):]
+    return svg[svg.find("<svg") :]
 
 
 def svg_size(svg: str) -> tuple[float, float]:
@@ -53,10 +53,18 @@ def svg_size(svg: str) -> tuple[float, float]:
     return (float(found.group(1)), float(found.group(2))) if found else (0.0, 0.0)
 
 
-def show_graph(dot: str, *, key: str, height: int = 560, clickable: str | None = None,
-               focus: str | None = None, hint: str | None = None,
-               on_click: Callable[[str], None] | None = None, span: tuple[float, float] | None = None,
-               sync: str | None = None) -> None:
+def show_graph(
+    dot: str,
+    *,
+    key: str,
+    height: int = 560,
+    clickable: str | None = None,
+    focus: str | None = None,
+    hint: str | None = None,
+    on_click: Callable[[str], None] | None = None,
+    span: tuple[float, float] | None = None,
+    sync: str | None = None,
+) -> None:
     """Draw ``dot`` in the pan-and-zoom viewer.
 
     ``clickable``: a regular expression for the node ids (DOT ``id`` attributes) a click sends to
@@ -71,9 +79,16 @@ def show_graph(dot: str, *, key: str, height: int = 560, clickable: str | None =
     except PartitionError as exc:
         st.error(md(exc))
         return
-    data = {"svg": svg, "view": key, "height": height, "clickable": clickable, "focus": focus, "span": span, "sync": sync,
-            "hint": hint or ("scroll to zoom, drag to pan, hover for details"
-                             + (", click to open" if clickable else ""))}
+    data = {
+        "svg": svg,
+        "view": key,
+        "height": height,
+        "clickable": clickable,
+        "focus": focus,
+        "span": span,
+        "sync": sync,
+        "hint": hint or ("scroll to zoom, drag to pan, hover for details" + (", click to open" if clickable else "")),
+    }
 
     def clicked() -> None:
         value = st.session_state.get(key, {})

@@ -14,6 +14,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 from partitioner.accelerator.api import check_plan, evaluate_plan, partition
+from partitioner.accelerator.modes import DEFAULT_MODE, DESCRIPTIONS, MODES
 from partitioner.cost.model import node_latencies, roofline_latencies
 from partitioner.devices import PRESETS, Device, parse_devices
 from partitioner.errors import (
@@ -26,11 +27,10 @@ from partitioner.errors import (
     TraceError,
 )
 from partitioner.graph import Graph, Node
-from partitioner.accelerator.modes import DEFAULT_MODE, DESCRIPTIONS, MODES
 from partitioner.options import PartitionOptions
 from partitioner.plan.records import SCHEMA_VERSION, Edge, Partition, Plan, PlanFormatError
-from partitioner.units import format_bytes, format_seconds, parse_bytes
 from partitioner.plan.validate import Violation
+from partitioner.units import format_bytes, format_seconds, parse_bytes
 
 if TYPE_CHECKING:  # pragma: no cover - for type checkers; at run time these load on first use
     from partitioner.runtime.execute import run
@@ -49,6 +49,7 @@ def __getattr__(name: str) -> Any:
         globals()[name] = value
         return value
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = [
     "trace",

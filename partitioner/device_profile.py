@@ -35,19 +35,66 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from partitioner.kernels import ENGINES, MAX_CURVE_POINTS, GpuKernels, interp
 from partitioner.errors import DeviceSpecError
-from partitioner.profile_cache import NAME as _NAME, PROFILE_KIND, cache_dir, cache_off, cached_profiles, is_profile_data, profile_path  # noqa: E501
+from partitioner.kernels import ENGINES, MAX_CURVE_POINTS, GpuKernels, interp
+from partitioner.profile_cache import (
+    NAME as _NAME,
+)  # noqa: E501
+from partitioner.profile_cache import (
+    PROFILE_KIND,
+    cache_dir,
+    cache_off,
+    cached_profiles,
+    is_profile_data,
+    profile_path,
+)
 
-__all__ = ["DeviceProfile", "AlphaBeta", "PROFILE_KIND", "ELEMENTWISE_KINDS", "SCHEMA_VERSION", "cache_dir", "profile_path",
-           "load_profile", "find_profile", "cached_profiles", "fit_alpha_beta", "is_profile_data"]
+__all__ = [
+    "DeviceProfile",
+    "AlphaBeta",
+    "PROFILE_KIND",
+    "ELEMENTWISE_KINDS",
+    "SCHEMA_VERSION",
+    "cache_dir",
+    "profile_path",
+    "load_profile",
+    "find_profile",
+    "cached_profiles",
+    "fit_alpha_beta",
+    "is_profile_data",
+]
 
 SCHEMA_VERSION = 1
-COLLECTIVE_KINDS = ("p2p", "handoff", "all_reduce", "all_gather", "dtensor_all_reduce", "concurrent_all_reduce",
-                    "concurrent_dtensor_all_reduce")  # concurrent_*: groups of that size side by side on every rank
+COLLECTIVE_KINDS = (
+    "p2p",
+    "handoff",
+    "all_reduce",
+    "all_gather",
+    "dtensor_all_reduce",
+    "concurrent_all_reduce",
+    "concurrent_dtensor_all_reduce",
+)  # concurrent_*: groups of that size side by side on every rank
 # Ops that index, view or reshape: no bytes move, only the dispatch is paid.
-_FREE_OPS = ("getitem", "getattr", "size", "view", "reshape", "flatten", "unflatten", "unsqueeze", "squeeze",
-             "permute", "transpose", "t", "expand", "contiguous", "split", "chunk", "dim", "unbind")
+_FREE_OPS = (
+    "getitem",
+    "getattr",
+    "size",
+    "view",
+    "reshape",
+    "flatten",
+    "unflatten",
+    "unsqueeze",
+    "squeeze",
+    "permute",
+    "transpose",
+    "t",
+    "expand",
+    "contiguous",
+    "split",
+    "chunk",
+    "dim",
+    "unbind",
+)
 
 Curve = tuple[tuple[float, float], ...]  # (x, seconds) sorted by x
 # Ops that compute more than a copy per byte (transcendentals, reductions): each gets its own
@@ -107,13 +154,19 @@ def _check_curve(name: str, what: str, curve: Any) -> Curve:
     try:
         points = tuple(sorted((float(x), float(y)) for x, y in curve))
     except (TypeError, ValueError):
-        raise DeviceSpecError(f"profile {name!r}: {what} must be a list of [x, seconds] pairs (got {curve!r})") from None
+        raise DeviceSpecError(
+            f"profile {name!r}: {what} must be a list of [x, seconds] pairs (got {curve!r})"
+        ) from None
     if len(points) > MAX_CURVE_POINTS:
-        raise DeviceSpecError(f"profile {name!r}: {what} has {len(points)} points (at most {MAX_CURVE_POINTS}); a "
-                              "measured curve has tens: measure it again with `partition-explorer calibrate`")
+        raise DeviceSpecError(
+            f"profile {name!r}: {what} has {len(points)} points (at most {MAX_CURVE_POINTS}); a "
+            "measured curve has tens: measure it again with `partition-explorer calibrate`"
+        )
     if not points or any(not (x > 0 and 0 < y < 3600 and math.isfinite(x) and math.isfinite(y)) for x, y in points):
-        raise DeviceSpecError(f"profile {name!r}: {what} needs positive, finite [x, seconds] pairs (got {curve!r}); "
-                              "measure it again with `partition-explorer calibrate`")
+        raise DeviceSpecError(
+            f"profile {name!r}: {what} needs positive, finite [x, seconds] pairs (got {curve!r}); "
+            "measure it again with `partition-explorer calibrate`"
+        )
     return points
 
 
@@ -132,7 +185,9 @@ class DeviceProfile:
     pipeline_action_s: tuple[tuple[int, float], ...] = ()  # (stages, seconds a pipelining action costs)
     slowdown: tuple[tuple[int, float], ...] = ((1, 1.0),)  # (ranks computing at once, time factor)
     barrier_s: tuple[tuple[int, float], ...] = ()  # (processes, seconds a barrier adds after compute)
-    dtensor_module_s: tuple[tuple[int, float], ...] = ()  # (processes, DTensor dispatch of a sharded Linear, all ranks at once)
+    dtensor_module_s: tuple[
+        tuple[int, float], ...
+    ] = ()  # (processes, DTensor dispatch of a sharded Linear, all ranks at once)
     training_step_factor: float = 3.0  # forward + backward over forward, measured (3: the FLOP count's rule)
     elementwise: tuple[tuple[str, Curve], ...] = ()  # kind (ELEMENTWISE_KINDS) -> (bytes moved, seconds)
     graph_op_overhead_s: float = 0.0  # one small op inside a traced module's forward (0: not measured)
@@ -153,32 +208,48 @@ class DeviceProfile:
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < 1:
                 raise DeviceSpecError(f"profile {self.name!r}: {field} must be seconds in [0, 1) (got {value!r})")
         if not isinstance(self.memory_bytes, int) or not 0 < self.memory_bytes <= 2**60:
-            raise DeviceSpecError(f"profile {self.name!r}: memory_bytes must be an integer in [1, 2**60] "
-                                  f"(got {self.memory_bytes!r})")
+            raise DeviceSpecError(
+                f"profile {self.name!r}: memory_bytes must be an integer in [1, 2**60] (got {self.memory_bytes!r})"
+            )
         if not self.matmul:
             raise DeviceSpecError(f"profile {self.name!r}: matmul needs at least one dtype's curve")
         if not self.slowdown or any(not (k >= 1 and 0 < f < 1e6) for k, f in self.slowdown):
-            raise DeviceSpecError(f"profile {self.name!r}: slowdown needs (ranks >= 1, factor in (0, 1e6)) pairs "
-                                  f"(got {self.slowdown!r})")
+            raise DeviceSpecError(
+                f"profile {self.name!r}: slowdown needs (ranks >= 1, factor in (0, 1e6)) pairs (got {self.slowdown!r})"
+            )
         ts = self.training_step_factor
         if isinstance(ts, bool) or not isinstance(ts, (int, float)) or not 1 <= ts <= 100:
-            raise DeviceSpecError(f"profile {self.name!r}: training_step_factor must be in [1, 100] (a step over "
-                                  f"its forward; 3 by the FLOP count) (got {ts!r})")
+            raise DeviceSpecError(
+                f"profile {self.name!r}: training_step_factor must be in [1, 100] (a step over "
+                f"its forward; 3 by the FLOP count) (got {ts!r})"
+            )
         for field in ("pipeline_action_s", "barrier_s", "dtensor_module_s"):
             pairs = getattr(self, field)
             if len(pairs) > 4096 or any(not (1 <= k <= 1_000_000 and 0 <= t < 60) for k, t in pairs):
-                raise DeviceSpecError(f"profile {self.name!r}: {field} needs (count in [1, 1e6], seconds in "
-                                      f"[0, 60)) pairs (got {pairs[:4]!r}...)")
+                raise DeviceSpecError(
+                    f"profile {self.name!r}: {field} needs (count in [1, 1e6], seconds in "
+                    f"[0, 60)) pairs (got {pairs[:4]!r}...)"
+                )
         for kind, n, ab in self.collectives:
             if not (1 <= n <= 1_000_000 and 0 <= ab.latency_s < 60 and 1e3 <= ab.bandwidth_bytes_per_s < 1e16):
                 raise DeviceSpecError(
                     f"profile {self.name!r}: collective {kind!r} at {n} processes needs latency_s in [0, 60) and "
-                    f"bandwidth_bytes_per_s in [1e3, 1e16) (got {ab.latency_s!r}, {ab.bandwidth_bytes_per_s!r})")
+                    f"bandwidth_bytes_per_s in [1e3, 1e16) (got {ab.latency_s!r}, {ab.bandwidth_bytes_per_s!r})"
+                )
         if isinstance(self.cores, bool) or not isinstance(self.cores, int) or not 1 <= self.cores <= 100_000:
-            raise DeviceSpecError(f"profile {self.name!r}: cores must be an integer in [1, 100000] (got {self.cores!r})")
-        if self.engine not in ENGINES or len(self.collectives) > 4096 or len(self.elementwise) > 64 or len(self.matmul) > 16:
-            raise DeviceSpecError(f"profile {self.name!r}: engine must be one of {', '.join(ENGINES)} (got {self.engine!r}) "
-                                  "and its curves as many as a measurement makes")
+            raise DeviceSpecError(
+                f"profile {self.name!r}: cores must be an integer in [1, 100000] (got {self.cores!r})"
+            )
+        if (
+            self.engine not in ENGINES
+            or len(self.collectives) > 4096
+            or len(self.elementwise) > 64
+            or len(self.matmul) > 16
+        ):
+            raise DeviceSpecError(
+                f"profile {self.name!r}: engine must be one of {', '.join(ENGINES)} (got {self.engine!r}) "
+                "and its curves as many as a measurement makes"
+            )
 
     @property
     def assumes(self) -> str:
@@ -210,8 +281,15 @@ class DeviceProfile:
         t = _interp(self.copy, max(nbytes, 1.0))
         return max(nbytes, 1.0) / max(t - self.op_overhead_s, 0.05 * t)
 
-    def op_seconds(self, flops: float, moved_bytes: float, dtype: str | None = None, op: str = "call_function",
-                   target: str = "", kind: str = "") -> tuple[float, float]:
+    def op_seconds(
+        self,
+        flops: float,
+        moved_bytes: float,
+        dtype: str | None = None,
+        op: str = "call_function",
+        target: str = "",
+        kind: str = "",
+    ) -> tuple[float, float]:
         """(memory seconds, compute seconds) of one op, each with its overhead (NOTE: [Op time
         from a profile]). ``kind``: a module's type name (``"GELU"``), for its measured curve."""
         overhead = self.module_overhead_s + self.op_overhead_s if op == "call_module" else self.op_overhead_s
@@ -295,63 +373,110 @@ class DeviceProfile:
 
     # --- JSON
     def to_dict(self) -> dict[str, Any]:
-        return {"kind": PROFILE_KIND, "schema_version": SCHEMA_VERSION, "name": self.name,
-                "memory_bytes": self.memory_bytes, "op_overhead_s": self.op_overhead_s,
-                "module_overhead_s": self.module_overhead_s,
-                "sharded_module_overhead_s": self.sharded_module_overhead_s,
-                "matmul": {dtype: [list(p) for p in curve] for dtype, curve in self.matmul},
-                "copy": [list(p) for p in self.copy],
-                "collectives": [{"kind": k, "processes": n, "latency_s": ab.latency_s,
-                                 "bandwidth_bytes_per_s": ab.bandwidth_bytes_per_s} for k, n, ab in self.collectives],
-                "slowdown": [list(p) for p in self.slowdown],
-                "pipeline_action_s": [list(p) for p in self.pipeline_action_s],
-                "barrier_s": [list(p) for p in self.barrier_s],
-                "dtensor_module_s": [list(p) for p in self.dtensor_module_s],
-                "training_step_factor": self.training_step_factor,
-                "elementwise": {kind: [list(p) for p in curve] for kind, curve in self.elementwise},
-                "graph_op_overhead_s": self.graph_op_overhead_s, "cores": self.cores, "backend": self.backend,
-                "host": self.host, "load_average": self.load_average, "measured_at": self.measured_at,
-                "calibration_s": self.calibration_s, "engine": self.engine,
-                **({"gpu": self.gpu.to_dict()} if self.gpu is not None else {})}
+        return {
+            "kind": PROFILE_KIND,
+            "schema_version": SCHEMA_VERSION,
+            "name": self.name,
+            "memory_bytes": self.memory_bytes,
+            "op_overhead_s": self.op_overhead_s,
+            "module_overhead_s": self.module_overhead_s,
+            "sharded_module_overhead_s": self.sharded_module_overhead_s,
+            "matmul": {dtype: [list(p) for p in curve] for dtype, curve in self.matmul},
+            "copy": [list(p) for p in self.copy],
+            "collectives": [
+                {
+                    "kind": k,
+                    "processes": n,
+                    "latency_s": ab.latency_s,
+                    "bandwidth_bytes_per_s": ab.bandwidth_bytes_per_s,
+                }
+                for k, n, ab in self.collectives
+            ],
+            "slowdown": [list(p) for p in self.slowdown],
+            "pipeline_action_s": [list(p) for p in self.pipeline_action_s],
+            "barrier_s": [list(p) for p in self.barrier_s],
+            "dtensor_module_s": [list(p) for p in self.dtensor_module_s],
+            "training_step_factor": self.training_step_factor,
+            "elementwise": {kind: [list(p) for p in curve] for kind, curve in self.elementwise},
+            "graph_op_overhead_s": self.graph_op_overhead_s,
+            "cores": self.cores,
+            "backend": self.backend,
+            "host": self.host,
+            "load_average": self.load_average,
+            "measured_at": self.measured_at,
+            "calibration_s": self.calibration_s,
+            "engine": self.engine,
+            **({"gpu": self.gpu.to_dict()} if self.gpu is not None else {}),
+        }
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "DeviceProfile":
         if not isinstance(data, Mapping) or data.get("kind") != PROFILE_KIND:
-            raise DeviceSpecError(f"a device profile is a JSON object with \"kind\": \"{PROFILE_KIND}\"; "
-                                  "write one with `partition-explorer calibrate`")
+            raise DeviceSpecError(
+                f'a device profile is a JSON object with "kind": "{PROFILE_KIND}"; '
+                "write one with `partition-explorer calibrate`"
+            )
         version = data.get("schema_version")
         if version != SCHEMA_VERSION:
-            raise DeviceSpecError(f"device profile schema_version must be {SCHEMA_VERSION} (got {version!r}); "
-                                  "measure it again with `partition-explorer calibrate`")
+            raise DeviceSpecError(
+                f"device profile schema_version must be {SCHEMA_VERSION} (got {version!r}); "
+                "measure it again with `partition-explorer calibrate`"
+            )
         name = str(data.get("name", ""))
         try:
-            matmul = tuple(sorted((str(dtype), _check_curve(name, f"matmul[{dtype}]", curve))
-                                  for dtype, curve in dict(data["matmul"]).items()))
-            collectives = tuple(sorted(
-                (str(c["kind"]), int(c["processes"]), AlphaBeta(float(c["latency_s"]), float(c["bandwidth_bytes_per_s"])))
-                for c in data.get("collectives", ())))
-            return cls(name=name, memory_bytes=int(data["memory_bytes"]),
-                       op_overhead_s=float(data["op_overhead_s"]), module_overhead_s=float(data["module_overhead_s"]),
-                       matmul=matmul, copy=_check_curve(name, "copy", data["copy"]), collectives=collectives,
-                       sharded_module_overhead_s=float(data.get("sharded_module_overhead_s", 0.0)),
-                       slowdown=tuple(sorted((int(k), float(f)) for k, f in data.get("slowdown", [[1, 1.0]]))),
-                       pipeline_action_s=_pairs(data, "pipeline_action_s"), barrier_s=_pairs(data, "barrier_s"),
-                       dtensor_module_s=_pairs(data, "dtensor_module_s"),
-                       training_step_factor=float(data.get("training_step_factor", 3.0)),
-                       elementwise=tuple(sorted((str(k), _check_curve(name, f"elementwise[{k}]", c))
-                                                for k, c in dict(data.get("elementwise", {})).items())),
-                       graph_op_overhead_s=float(data.get("graph_op_overhead_s", 0.0)),
-                       cores=int(data.get("cores", 1)), backend=str(data.get("backend", "gloo")),
-                       host=str(data.get("host", "")), load_average=float(data.get("load_average", 0.0)),
-                       measured_at=str(data.get("measured_at", "")),
-                       calibration_s=float(data.get("calibration_s", 0.0)),
-                       gpu=GpuKernels.from_dict(data["gpu"]) if data.get("gpu") is not None else None,
-                       engine=str(data.get("engine", "eager")))
+            matmul = tuple(
+                sorted(
+                    (str(dtype), _check_curve(name, f"matmul[{dtype}]", curve))
+                    for dtype, curve in dict(data["matmul"]).items()
+                )
+            )
+            collectives = tuple(
+                sorted(
+                    (
+                        str(c["kind"]),
+                        int(c["processes"]),
+                        AlphaBeta(float(c["latency_s"]), float(c["bandwidth_bytes_per_s"])),
+                    )
+                    for c in data.get("collectives", ())
+                )
+            )
+            return cls(
+                name=name,
+                memory_bytes=int(data["memory_bytes"]),
+                op_overhead_s=float(data["op_overhead_s"]),
+                module_overhead_s=float(data["module_overhead_s"]),
+                matmul=matmul,
+                copy=_check_curve(name, "copy", data["copy"]),
+                collectives=collectives,
+                sharded_module_overhead_s=float(data.get("sharded_module_overhead_s", 0.0)),
+                slowdown=tuple(sorted((int(k), float(f)) for k, f in data.get("slowdown", [[1, 1.0]]))),
+                pipeline_action_s=_pairs(data, "pipeline_action_s"),
+                barrier_s=_pairs(data, "barrier_s"),
+                dtensor_module_s=_pairs(data, "dtensor_module_s"),
+                training_step_factor=float(data.get("training_step_factor", 3.0)),
+                elementwise=tuple(
+                    sorted(
+                        (str(k), _check_curve(name, f"elementwise[{k}]", c))
+                        for k, c in dict(data.get("elementwise", {})).items()
+                    )
+                ),
+                graph_op_overhead_s=float(data.get("graph_op_overhead_s", 0.0)),
+                cores=int(data.get("cores", 1)),
+                backend=str(data.get("backend", "gloo")),
+                host=str(data.get("host", "")),
+                load_average=float(data.get("load_average", 0.0)),
+                measured_at=str(data.get("measured_at", "")),
+                calibration_s=float(data.get("calibration_s", 0.0)),
+                gpu=GpuKernels.from_dict(data["gpu"]) if data.get("gpu") is not None else None,
+                engine=str(data.get("engine", "eager")),
+            )
         except DeviceSpecError:
             raise
         except (KeyError, TypeError, ValueError, AttributeError, OverflowError) as exc:
-            raise DeviceSpecError(f"device profile {name!r} is malformed ({type(exc).__name__}: {exc}); "
-                                  "measure it again with `partition-explorer calibrate`") from None
+            raise DeviceSpecError(
+                f"device profile {name!r} is malformed ({type(exc).__name__}: {exc}); "
+                "measure it again with `partition-explorer calibrate`"
+            ) from None
 
     def save(self, path: str | Path) -> Path:
         """Write the profile as JSON (atomically: a temporary file renamed over the target)."""
@@ -385,8 +510,10 @@ def load_profile(path: str | Path) -> DeviceProfile:
     try:
         data = json.loads(source.read_text(encoding="utf-8"))
     except FileNotFoundError:
-        raise DeviceSpecError(f"device profile {str(source)!r} does not exist; write it with "
-                              f"`partition-explorer calibrate --out {source}`") from None
+        raise DeviceSpecError(
+            f"device profile {str(source)!r} does not exist; write it with "
+            f"`partition-explorer calibrate --out {source}`"
+        ) from None
     except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
         raise DeviceSpecError(f"cannot read device profile {str(source)!r} ({type(exc).__name__}: {exc})") from None
     return DeviceProfile.from_dict(data)

@@ -38,6 +38,7 @@ MAX_DEVICES = 4096
 MAX_MEMORY_BYTES = 2**60  # 1 EiB a device: beyond any accelerator, and within int64 for tables
 MAX_SPEED = 1e300  # a speed the cost model can divide by as a float (10**400 as an int overflows)
 
+
 @dataclass(frozen=True)
 class Device:
     """One accelerator (or host) that partitions can be placed on.
@@ -58,9 +59,7 @@ class Device:
 
     def __post_init__(self) -> None:
         if not isinstance(self.logical_id, int) or isinstance(self.logical_id, bool):
-            raise DeviceSpecError(
-                f"device {self.name!r}: logical_id must be an integer (got {self.logical_id!r})"
-            )
+            raise DeviceSpecError(f"device {self.name!r}: logical_id must be an integer (got {self.logical_id!r})")
         if not isinstance(self.name, str):
             raise DeviceSpecError(f"device name must be a string (got {self.name!r})")
         if not isinstance(self.memory_bytes, int) or isinstance(self.memory_bytes, bool):
@@ -75,8 +74,12 @@ class Device:
             )
         for field in ("peak_flops", "memory_bandwidth_bytes_per_s", "link_bandwidth_bytes_per_s"):
             value = getattr(self, field)
-            if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
-                                      or not 0 < value < float("inf") or value > MAX_SPEED):
+            if value is not None and (
+                isinstance(value, bool)
+                or not isinstance(value, (int, float))
+                or not 0 < value < float("inf")
+                or value > MAX_SPEED
+            ):
                 raise DeviceSpecError(
                     f"device {self.name!r}: {field} must be a positive number up to {MAX_SPEED:g} or omitted (got {value!r})"
                 )
@@ -96,9 +99,7 @@ class Device:
         known = {f.name for f in dataclasses.fields(cls)}
         unknown = sorted(set(data) - known)
         if unknown:
-            raise DeviceSpecError(
-                f"unknown device field(s) {unknown}; valid fields are {sorted(known)}"
-            )
+            raise DeviceSpecError(f"unknown device field(s) {unknown}; valid fields are {sorted(known)}")
         values = dict(data)
         if isinstance(values.get("memory_bytes"), str):
             values["memory_bytes"] = parse_bytes(values["memory_bytes"])
@@ -110,8 +111,9 @@ class Device:
             if engine:
                 values["profile"] = values["profile"].with_engine(engine)
         elif values.get("profile") is not None:
-            raise DeviceSpecError(f"device field profile must be a profile object or a profile's name or "
-                                  f"file (got {values['profile']!r})")
+            raise DeviceSpecError(
+                f"device field profile must be a profile object or a profile's name or file (got {values['profile']!r})"
+            )
         try:
             return cls(**values)
         except TypeError as exc:
@@ -129,9 +131,12 @@ DEFAULT_SPEEDS = {
 # the dense bf16 peak, HBM bandwidth and the node's link. A preset's devices carry the card's
 # GPU profile (measured or derived kernel curves), which the cost model prices ops by.
 PRESETS: dict[str, dict[str, Any]] = {
-    name: dict(memory_bytes=card.memory_bytes, peak_flops=card.peak_flops,
-               memory_bandwidth_bytes_per_s=card.memory_bandwidth_bytes_per_s,
-               link_bandwidth_bytes_per_s=card.link_bandwidth_bytes_per_s)
+    name: dict(
+        memory_bytes=card.memory_bytes,
+        peak_flops=card.peak_flops,
+        memory_bandwidth_bytes_per_s=card.memory_bandwidth_bytes_per_s,
+        link_bandwidth_bytes_per_s=card.link_bandwidth_bytes_per_s,
+    )
     for name, card in HARDWARE.items()
 }
 
@@ -153,33 +158,47 @@ def _named_profile(body: str) -> DeviceProfile:
         return preset
     found = find_profile(body)
     if found is None:
-        raise DeviceSpecError(f"no device profile named {body!r}; measure one with "
-                              f"`partition-explorer calibrate --name {body}`")
+        raise DeviceSpecError(
+            f"no device profile named {body!r}; measure one with `partition-explorer calibrate --name {body}`"
+        )
     return found
 
 
 def profile_device(profile: DeviceProfile, logical_id: int) -> Device:
     """A device of the measured type ``profile`` (its best figures as the flat speeds)."""
     link = profile.link
-    return Device(name=f"{profile.name}_{logical_id}", memory_bytes=profile.memory_bytes, logical_id=logical_id,
-                  peak_flops=profile.peak_flops, memory_bandwidth_bytes_per_s=profile.memory_bandwidth_bytes_per_s,
-                  link_bandwidth_bytes_per_s=link.bandwidth_bytes_per_s if link else None, kind=profile.name,
-                  profile=profile)
+    return Device(
+        name=f"{profile.name}_{logical_id}",
+        memory_bytes=profile.memory_bytes,
+        logical_id=logical_id,
+        peak_flops=profile.peak_flops,
+        memory_bandwidth_bytes_per_s=profile.memory_bandwidth_bytes_per_s,
+        link_bandwidth_bytes_per_s=link.bandwidth_bytes_per_s if link else None,
+        kind=profile.name,
+        profile=profile,
+    )
 
 
 def with_profile(devices: Iterable[Device], profile: DeviceProfile) -> list[Device]:
     """The same devices (names, ids, memory) measured as ``profile``: its speeds and curves."""
     link = profile.link
-    return [dataclasses.replace(d, peak_flops=profile.peak_flops, profile=profile,
-                                memory_bandwidth_bytes_per_s=profile.memory_bandwidth_bytes_per_s,
-                                link_bandwidth_bytes_per_s=link.bandwidth_bytes_per_s if link else None)
-            for d in devices]
+    return [
+        dataclasses.replace(
+            d,
+            peak_flops=profile.peak_flops,
+            profile=profile,
+            memory_bandwidth_bytes_per_s=profile.memory_bandwidth_bytes_per_s,
+            link_bandwidth_bytes_per_s=link.bandwidth_bytes_per_s if link else None,
+        )
+        for d in devices
+    ]
 
 
 def _preset_device(preset: str, logical_id: int) -> Device:
     spec = PRESETS[preset]
-    return Device(name=f"{preset}_{logical_id}", logical_id=logical_id, kind=preset, profile=preset_profile(preset),
-                  **spec)
+    return Device(
+        name=f"{preset}_{logical_id}", logical_id=logical_id, kind=preset, profile=preset_profile(preset), **spec
+    )
 
 
 def parse_devices(spec: str) -> list[Device]:
@@ -263,14 +282,18 @@ def parse_devices(spec: str) -> list[Device]:
                     "with no memory holds nothing: write its memory, e.g. '4x16GiB'"
                 )
         if engine and (profile is not None or memory < 0):
-            profile = (profile or preset_profile(body.lower()))
+            profile = profile or preset_profile(body.lower())
             if profile is None:
-                raise DeviceSpecError(f"device group {group!r}: {body!r} has no kernel curves to run under an "
-                                      f"engine; engines apply to GPU types ({', '.join(_gpu_presets())})")
+                raise DeviceSpecError(
+                    f"device group {group!r}: {body!r} has no kernel curves to run under an "
+                    f"engine; engines apply to GPU types ({', '.join(_gpu_presets())})"
+                )
             profile = profile.with_engine(engine)
         elif engine:
-            raise DeviceSpecError(f"device group {group!r}: an engine applies to a device type with kernel curves "
-                                  f"(a GPU preset or a measured profile), not to a size")
+            raise DeviceSpecError(
+                f"device group {group!r}: an engine applies to a device type with kernel curves "
+                f"(a GPU preset or a measured profile), not to a size"
+            )
         for _ in range(count):
             lid = len(devices)
             if profile is not None:
@@ -297,8 +320,10 @@ def _engine_suffix(body: str, group: str) -> tuple[str, str]:
 
     name, _, engine = body.rpartition("@")
     if engine not in ENGINES:
-        raise DeviceSpecError(f"device group {group!r}: unknown engine {engine!r}; write NAME@ENGINE with ENGINE one "
-                              f"of {', '.join(ENGINES)} (eager, the default, is what a plain PyTorch model runs)")
+        raise DeviceSpecError(
+            f"device group {group!r}: unknown engine {engine!r}; write NAME@ENGINE with ENGINE one "
+            f"of {', '.join(ENGINES)} (eager, the default, is what a plain PyTorch model runs)"
+        )
     return name.strip(), engine
 
 
@@ -314,9 +339,7 @@ def devices_from_dicts(items: Iterable[Mapping[str, Any]]) -> list[Device]:
         preset = values.pop("preset", None)
         if preset is not None:
             if str(preset).lower() not in PRESETS:
-                raise DeviceSpecError(
-                    f"unknown preset {preset!r}; valid presets are {sorted(PRESETS)}"
-                )
+                raise DeviceSpecError(f"unknown preset {preset!r}; valid presets are {sorted(PRESETS)}")
             values = {**PRESETS[str(preset).lower()], "kind": str(preset).lower(), **values}
             if preset_profile(str(preset).lower()) is not None:
                 values.setdefault("profile", str(preset).lower())
@@ -326,7 +349,7 @@ def devices_from_dicts(items: Iterable[Mapping[str, Any]]) -> list[Device]:
         if device.memory_bytes == 0:
             raise DeviceSpecError(
                 f"device #{i} ({device.name!r}): memory_bytes must be more than 0 (got 0); a device with no "
-                "memory holds nothing: give its memory, e.g. \"memory_bytes\": \"16GiB\""
+                'memory holds nothing: give its memory, e.g. "memory_bytes": "16GiB"'
             )
         devices.append(device)
     return devices

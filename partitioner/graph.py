@@ -109,9 +109,7 @@ class Graph:
             for j in dict.fromkeys(node.inputs):
                 users[j].append(i)
         self.users: tuple[tuple[int, ...], ...] = tuple(tuple(u) for u in users)
-        self.preds: tuple[tuple[int, ...], ...] = tuple(
-            tuple(dict.fromkeys(node.inputs)) for node in self.nodes
-        )
+        self.preds: tuple[tuple[int, ...], ...] = tuple(tuple(dict.fromkeys(node.inputs)) for node in self.nodes)
         self.op_indices: tuple[int, ...] = tuple(i for i, nd in enumerate(self.nodes) if nd.is_op)
         self.output_bytes: tuple[int, ...] = tuple(nd.output_bytes for nd in self.nodes)
         self.total_bytes: tuple[int, ...] = tuple(nd.total_bytes for nd in self.nodes)
@@ -141,8 +139,11 @@ class Graph:
         tied weights are one node) that some operation reads (a buffer the forward never reads,
         like a kept copy of rotary frequencies, is no weight a device must hold for it). The one
         count every technique reads. O(N)."""
-        return sum(nd.param_bytes for nd in self.nodes) - sum(b for _, b in self.repeated_weights.values()) + sum(
-            nd.output_bytes for v, nd in enumerate(self.nodes) if nd.op == "get_attr" and self.users[v])
+        return (
+            sum(nd.param_bytes for nd in self.nodes)
+            - sum(b for _, b in self.repeated_weights.values())
+            + sum(nd.output_bytes for v, nd in enumerate(self.nodes) if nd.op == "get_attr" and self.users[v])
+        )
 
     def activation_bytes(self, v: int) -> int:
         """Bytes node ``v`` writes (its output) and reads from other nodes' outputs: what its
@@ -165,9 +166,14 @@ class Graph:
         """The same graph with every parameter's bytes times ``scale`` (weights stored in 8 or
         4 bits while activations keep their type: 0.5 or 0.25 of bf16); outputs of ops and the
         traced module are unchanged. O(N)."""
-        nodes = [dataclasses.replace(nd, param_bytes=int(nd.param_bytes * scale),
-                                     output_bytes=int(nd.output_bytes * scale) if nd.op == "get_attr"
-                                     else nd.output_bytes) for nd in self.nodes]
+        nodes = [
+            dataclasses.replace(
+                nd,
+                param_bytes=int(nd.param_bytes * scale),
+                output_bytes=int(nd.output_bytes * scale) if nd.op == "get_attr" else nd.output_bytes,
+            )
+            for nd in self.nodes
+        ]
         graph = Graph(nodes, self.graph_module, self.example_inputs, name=self.name)
         graph.tied_parameters = self.tied_parameters
         graph.model_info = self.model_info
@@ -186,7 +192,7 @@ class Graph:
 def toposort(num: int, edges: Iterable[tuple[int, int]]) -> list[int] | None:
     """Kahn's algorithm; lowest id first among ready partitions, None when there is a cycle."""
     children: list[list[int]] = [[] for _ in range(num)]
-    for (a, b) in edges:
+    for a, b in edges:
         children[a].append(b)
     return toposort_children(children)
 
@@ -213,7 +219,7 @@ def toposort_children(children: Sequence[Iterable[int]]) -> list[int] | None:
 def find_cycle(num: int, edges: Mapping[tuple[int, int], int]) -> list[int]:
     """One cycle of partition ids (for error messages), or [] when the DAG is acyclic."""
     children: list[list[int]] = [[] for _ in range(num)]
-    for (a, b) in sorted(edges):
+    for a, b in sorted(edges):
         children[a].append(b)
     state = [0] * num  # 0 new, 1 on stack, 2 done
     stack: list[int] = []
@@ -231,7 +237,7 @@ def find_cycle(num: int, edges: Mapping[tuple[int, int], int]) -> list[int]:
                 stack.pop()
                 state[node] = 2
             elif state[nxt] == 1:
-                return stack[stack.index(nxt):] + [nxt]
+                return stack[stack.index(nxt) :] + [nxt]
             elif state[nxt] == 0:
                 state[nxt] = 1
                 stack.append(nxt)

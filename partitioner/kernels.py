@@ -47,14 +47,27 @@ from typing import Any, Iterable, Mapping, Sequence
 
 from partitioner.errors import DeviceSpecError
 
-__all__ = ["GpuKernels", "KernelOp", "ENGINES", "MIN_KERNEL_S", "PYTHON_GLUE_S", "FUSED_TRAFFIC", "eager_increments",
-           "fused_s", "backward_times", "derive", "from_rows", "interp", "dtype_name"]
+__all__ = [
+    "GpuKernels",
+    "KernelOp",
+    "ENGINES",
+    "MIN_KERNEL_S",
+    "PYTHON_GLUE_S",
+    "FUSED_TRAFFIC",
+    "eager_increments",
+    "fused_s",
+    "backward_times",
+    "derive",
+    "from_rows",
+    "interp",
+    "dtype_name",
+]
 
 ENGINES = {
     "eager": "eager PyTorch: one unfused kernel per op, each launched from Python (about 10-20 us an op "
-             "on the measured hosts), the host and the GPU overlapping as the launch queue allows",
+    "on the measured hosts), the host and the GPU overlapping as the launch queue allows",
     "graphs": "CUDA graphs and fused kernels (vLLM / TensorRT-LLM serving, torch.compile training): no "
-              "launch cost per op; elementwise and normalisation ops fused into the matrix products",
+    "launch cost per op; elementwise and normalisation ops fused into the matrix products",
 }
 MIN_KERNEL_S = 2e-6  # the GPU time of the smallest kernel
 PYTHON_GLUE_S = 3e-6  # a Hugging Face forward's Python per traced op beyond a bare op (NOTE: [Eager launch queue])
@@ -88,11 +101,14 @@ def _curve(name: str, what: str, points: Iterable[Any]) -> Curve:
     except (TypeError, ValueError):
         raise DeviceSpecError(f"GPU profile {name!r}: {what} must be a list of [x, seconds] pairs") from None
     if not out:
-        raise DeviceSpecError(f"GPU profile {name!r}: {what} has no points; measure it with "
-                              "`partition-explorer calibrate --gpu`")
+        raise DeviceSpecError(
+            f"GPU profile {name!r}: {what} has no points; measure it with `partition-explorer calibrate --gpu`"
+        )
     if len(out) > MAX_CURVE_POINTS:
-        raise DeviceSpecError(f"GPU profile {name!r}: {what} has {len(out)} points (at most {MAX_CURVE_POINTS}); "
-                              "a measured curve has tens")
+        raise DeviceSpecError(
+            f"GPU profile {name!r}: {what} has {len(out)} points (at most {MAX_CURVE_POINTS}); "
+            "a measured curve has tens"
+        )
     if any(not (math.isfinite(x) and math.isfinite(y) and x > 0 and 0 < y < 3600) for x, y in out):
         raise DeviceSpecError(f"GPU profile {name!r}: {what} needs positive, finite x and seconds below an hour")
     return out
@@ -160,23 +176,29 @@ class GpuKernels:
         for field_name in ("launch_s", "host_op_s"):
             value = getattr(self, field_name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < 0.01:
-                raise DeviceSpecError(f"GPU profile {self.gpu!r}: {field_name} must be seconds in (0, 0.01) "
-                                      f"(got {value!r}); measure it with `partition-explorer calibrate --gpu`")
+                raise DeviceSpecError(
+                    f"GPU profile {self.gpu!r}: {field_name} must be seconds in (0, 0.01) "
+                    f"(got {value!r}); measure it with `partition-explorer calibrate --gpu`"
+                )
         if not self.matmul or not self.elementwise or not self.attention:
             raise DeviceSpecError(f"GPU profile {self.gpu!r}: needs matmul, elementwise and attention curves")
         groups: dict[str, dict[tuple[float, float], list[tuple[float, float]]]] = {}
         for dtype, rows in self.matmul:
             if len(rows) > MAX_CURVE_POINTS:
-                raise DeviceSpecError(f"GPU profile {self.gpu!r}: matmul[{dtype}] has {len(rows)} points "
-                                      f"(at most {MAX_CURVE_POINTS})")
+                raise DeviceSpecError(
+                    f"GPU profile {self.gpu!r}: matmul[{dtype}] has {len(rows)} points (at most {MAX_CURVE_POINTS})"
+                )
             for m, k, n, s in rows:
                 if not all(math.isfinite(v) and v > 0 for v in (m, k, n, s)) or s >= 3600:
-                    raise DeviceSpecError(f"GPU profile {self.gpu!r}: matmul[{dtype}] needs positive, finite "
-                                          f"m, k, n and seconds (got {(m, k, n, s)})")
+                    raise DeviceSpecError(
+                        f"GPU profile {self.gpu!r}: matmul[{dtype}] needs positive, finite "
+                        f"m, k, n and seconds (got {(m, k, n, s)})"
+                    )
                 groups.setdefault(dtype, {}).setdefault((k, n), []).append((m, s))
         # Lookup tables, built once (the record stays frozen and comparable).
-        object.__setattr__(self, "_mm", {d: [((k, n), _merged(pts)) for (k, n), pts in g.items()]
-                                         for d, g in groups.items()})
+        object.__setattr__(
+            self, "_mm", {d: [((k, n), _merged(pts)) for (k, n), pts in g.items()] for d, g in groups.items()}
+        )
         object.__setattr__(self, "_ew", dict(self.elementwise))
         object.__setattr__(self, "_att", dict(self.attention))
 
@@ -190,8 +212,10 @@ class GpuKernels:
             if (gk, gn) == (k, n) and len(curve) == 1 and curve[0][0] == m:
                 return curve[0][1]
         curves = [g for g in groups if len(g[1]) > 1] or groups  # shapes measured over the tokens
-        (gk, gn), curve = min(curves, key=lambda g: (abs(math.log(k * n / (g[0][0] * g[0][1])))
-                                                      + 0.25 * abs(math.log(k / n * g[0][1] / g[0][0]))))
+        (gk, gn), curve = min(
+            curves,
+            key=lambda g: abs(math.log(k * n / (g[0][0] * g[0][1]))) + 0.25 * abs(math.log(k / n * g[0][1] / g[0][0])),
+        )
         t = interp(curve, m) if len(curve) > 1 else curve[0][1] * max(m / curve[0][0], 1.0)
         scale = k * n / (gk * gn)
         return t if scale == 1.0 else self.launch_s + max(t - self.launch_s, MIN_KERNEL_S) * scale
@@ -247,12 +271,18 @@ class GpuKernels:
         return max((2 * m * k * n / s for m, k, n, s in rows), default=0.0)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"gpu": self.gpu, "launch_s": self.launch_s, "host_op_s": self.host_op_s,
-                "matmul": {d: [list(r) for r in rows] for d, rows in self.matmul},
-                "elementwise": {k: [list(p) for p in c] for k, c in self.elementwise},
-                "attention": {("causal" if c else "full"): [list(p) for p in curve] for c, curve in self.attention},
-                "embedding": [list(p) for p in self.embedding], "loss": [list(p) for p in self.loss],
-                "derived_from": self.derived_from, "source": self.source}
+        return {
+            "gpu": self.gpu,
+            "launch_s": self.launch_s,
+            "host_op_s": self.host_op_s,
+            "matmul": {d: [list(r) for r in rows] for d, rows in self.matmul},
+            "elementwise": {k: [list(p) for p in c] for k, c in self.elementwise},
+            "attention": {("causal" if c else "full"): [list(p) for p in curve] for c, curve in self.attention},
+            "embedding": [list(p) for p in self.embedding],
+            "loss": [list(p) for p in self.loss],
+            "derived_from": self.derived_from,
+            "source": self.source,
+        }
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "GpuKernels":
@@ -261,19 +291,35 @@ class GpuKernels:
             raw = {str(d): [tuple(float(v) for v in r) for r in rows] for d, rows in dict(data["matmul"]).items()}
             if any(len(r) != 4 for rows in raw.values() for r in rows):
                 raise DeviceSpecError(f"GPU profile {name!r}: matmul rows are [m, k, n, seconds]")
-            matmul = tuple(sorted((d, tuple(sorted((r[0], r[1], r[2], r[3]) for r in rows))) for d, rows in raw.items()))
-            return cls(gpu=name, launch_s=float(data["launch_s"]), host_op_s=float(data["host_op_s"]), matmul=matmul,
-                       elementwise=tuple(sorted((str(k), _curve(name, f"elementwise[{k}]", c))
-                                                for k, c in dict(data["elementwise"]).items())),
-                       attention=tuple(sorted((str(k) == "causal", _curve(name, f"attention[{k}]", c))
-                                              for k, c in dict(data["attention"]).items())),
-                       embedding=_curve(name, "embedding", data["embedding"]), loss=_curve(name, "loss", data["loss"]),
-                       derived_from=str(data.get("derived_from", ""))[:500], source=str(data.get("source", ""))[:500])
+            matmul = tuple(
+                sorted((d, tuple(sorted((r[0], r[1], r[2], r[3]) for r in rows))) for d, rows in raw.items())
+            )
+            return cls(
+                gpu=name,
+                launch_s=float(data["launch_s"]),
+                host_op_s=float(data["host_op_s"]),
+                matmul=matmul,
+                elementwise=tuple(
+                    sorted((str(k), _curve(name, f"elementwise[{k}]", c)) for k, c in dict(data["elementwise"]).items())
+                ),
+                attention=tuple(
+                    sorted(
+                        (str(k) == "causal", _curve(name, f"attention[{k}]", c))
+                        for k, c in dict(data["attention"]).items()
+                    )
+                ),
+                embedding=_curve(name, "embedding", data["embedding"]),
+                loss=_curve(name, "loss", data["loss"]),
+                derived_from=str(data.get("derived_from", ""))[:500],
+                source=str(data.get("source", ""))[:500],
+            )
         except DeviceSpecError:
             raise
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
-            raise DeviceSpecError(f"GPU profile {name!r} is malformed ({type(exc).__name__}: {exc}); measure it "
-                                  "again with `partition-explorer calibrate --gpu`") from None
+            raise DeviceSpecError(
+                f"GPU profile {name!r} is malformed ({type(exc).__name__}: {exc}); measure it "
+                "again with `partition-explorer calibrate --gpu`"
+            ) from None
 
 
 def _merged(points: Sequence[tuple[float, float]]) -> Curve:
@@ -308,7 +354,8 @@ def from_rows(rows: Iterable[Mapping[str, Any]], source: str = "") -> GpuKernels
                 host = float(row["per_op_s"])
         elif kind == "matmul" and row.get("dtype") != "tf32":
             matmul.setdefault(str(row["dtype"]), []).append(
-                (float(row["m"]), float(row["k"]), float(row["n"]), float(row["s"])))
+                (float(row["m"]), float(row["k"]), float(row["n"]), float(row["s"]))
+            )
         elif kind == "elementwise":
             elementwise.setdefault(str(row["op"]), []).append((float(row["bytes"]), float(row["s"])))
         elif kind == "attention":
@@ -317,12 +364,17 @@ def from_rows(rows: Iterable[Mapping[str, Any]], source: str = "") -> GpuKernels
             embedding.append((2.0 * 2 * float(row["tokens"]) * float(row["dim"]), float(row["s"])))
         elif kind == "cross_entropy":
             loss.append((float(row["tokens"]) * float(row["vocab"]), float(row["s"])))
-    return GpuKernels(gpu=gpu, launch_s=launch, host_op_s=host or launch,
-                      matmul=tuple(sorted((d, tuple(sorted(r))) for d, r in matmul.items())),
-                      elementwise=tuple(sorted((k, _curve(gpu, k, c)) for k, c in elementwise.items())),
-                      attention=tuple(sorted((k, _curve(gpu, "attention", c)) for k, c in attention.items())),
-                      embedding=_curve(gpu, "embedding", embedding), loss=_curve(gpu, "cross_entropy", loss),
-                      source=source)
+    return GpuKernels(
+        gpu=gpu,
+        launch_s=launch,
+        host_op_s=host or launch,
+        matmul=tuple(sorted((d, tuple(sorted(r))) for d, r in matmul.items())),
+        elementwise=tuple(sorted((k, _curve(gpu, k, c)) for k, c in elementwise.items())),
+        attention=tuple(sorted((k, _curve(gpu, "attention", c)) for k, c in attention.items())),
+        embedding=_curve(gpu, "embedding", embedding),
+        loss=_curve(gpu, "cross_entropy", loss),
+        source=source,
+    )
 
 
 def derive(base: GpuKernels, compute: Mapping[str, float], bandwidth: float, name: str, base_name: str) -> GpuKernels:
@@ -331,6 +383,7 @@ def derive(base: GpuKernels, compute: Mapping[str, float], bandwidth: float, nam
     under: ``compute[dtype]`` (this card's peak over the base's) for matrix products above the
     base's ridge point and for attention, ``bandwidth`` for the rest. Launch costs are kept (they
     are the host's). Said so in ``derived_from``."""
+
     def scaled(t: float, ratio: float) -> float:
         return base.launch_s + max(t - base.launch_s, MIN_KERNEL_S) / ratio
 
@@ -346,15 +399,21 @@ def derive(base: GpuKernels, compute: Mapping[str, float], bandwidth: float, nam
             out.append((m, k, n, scaled(s, ratio)))
         matmul.append((dtype, tuple(out)))
     return GpuKernels(
-        gpu=name, launch_s=base.launch_s, host_op_s=base.host_op_s, matmul=tuple(matmul),
+        gpu=name,
+        launch_s=base.launch_s,
+        host_op_s=base.host_op_s,
+        matmul=tuple(matmul),
         elementwise=tuple((k, tuple((x, scaled(s, bandwidth)) for x, s in c)) for k, c in base.elementwise),
         attention=tuple((k, tuple((x, scaled(s, bf16_ratio)) for x, s in c)) for k, c in base.attention),
         embedding=tuple((x, scaled(s, bandwidth)) for x, s in base.embedding),
         loss=tuple((x, scaled(s, bandwidth)) for x, s in base.loss),
-        derived_from=(f"derived from the measured {base_name}: kernels scaled by the datasheet ratios "
-                      f"(bf16 x{bf16_ratio:.2f}, fp32 x{compute.get('float32', bf16_ratio):.2f}, "
-                      f"memory bandwidth x{bandwidth:.2f}); launch costs as measured there"),
-        source=base.source)
+        derived_from=(
+            f"derived from the measured {base_name}: kernels scaled by the datasheet ratios "
+            f"(bf16 x{bf16_ratio:.2f}, fp32 x{compute.get('float32', bf16_ratio):.2f}, "
+            f"memory bandwidth x{bandwidth:.2f}); launch costs as measured there"
+        ),
+        source=base.source,
+    )
 
 
 def eager_increments(host_s: Sequence[float], gpu_s: Sequence[float]) -> list[float]:

@@ -24,8 +24,15 @@ LOCK = threading.RLock()
 _LOADED: dict[tuple[str, tuple[str, ...]], ModuleType] = {}
 
 # What the project reads from transformers: resolved together on its first import.
-TRANSFORMERS_NAMES = ("AutoConfig", "AutoModel", "AutoModelForCausalLM", "AutoModelForSeq2SeqLM",
-                      "activations", "modeling_rope_utils", "logging")
+TRANSFORMERS_NAMES = (
+    "AutoConfig",
+    "AutoModel",
+    "AutoModelForCausalLM",
+    "AutoModelForSeq2SeqLM",
+    "activations",
+    "modeling_rope_utils",
+    "logging",
+)
 
 
 def load(name: str, names: Sequence[str] = ()) -> ModuleType:

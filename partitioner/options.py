@@ -35,12 +35,12 @@ class AotMapping:
     partition_to_devices: tuple[tuple[int, tuple[int, ...]], ...]
 
     @classmethod
-    def build(cls, node_to_partition: Mapping[str, int],
-              partition_to_devices: Mapping[int, Sequence[int]]) -> "AotMapping":
+    def build(
+        cls, node_to_partition: Mapping[str, int], partition_to_devices: Mapping[int, Sequence[int]]
+    ) -> "AotMapping":
         try:
             nodes = tuple(sorted((str(k), int(v)) for k, v in node_to_partition.items()))
-            parts = tuple(sorted((int(k), tuple(int(d) for d in v))
-                                 for k, v in partition_to_devices.items()))
+            parts = tuple(sorted((int(k), tuple(int(d) for d in v)) for k, v in partition_to_devices.items()))
         except (TypeError, ValueError, AttributeError) as exc:
             raise PartitionError(
                 "aot_based needs node_to_partition as {node name: partition id} and "
@@ -81,23 +81,24 @@ class PartitionOptions:
 
     def __post_init__(self) -> None:
         rate = self.transfer_rate_bytes_per_s
-        if rate is not None and (isinstance(rate, bool) or not isinstance(rate, (int, float))
-                                 or not rate > 0 or math.isnan(rate)):
+        if rate is not None and (
+            isinstance(rate, bool) or not isinstance(rate, (int, float)) or not rate > 0 or math.isnan(rate)
+        ):
             raise PartitionError(
                 f"transfer_rate_bytes_per_s must be a positive number (got {rate!r}); "
                 "e.g. 25e9 for 25 GB/s, or None to use the devices' link bandwidth"
             )
-        if self.search_budget is not None and (isinstance(self.search_budget, bool)
-                                               or not isinstance(self.search_budget, int)
-                                               or self.search_budget < 1):
+        if self.search_budget is not None and (
+            isinstance(self.search_budget, bool) or not isinstance(self.search_budget, int) or self.search_budget < 1
+        ):
             raise PartitionError(f"search_budget must be a positive integer (got {self.search_budget!r})")
         if self.cost_model not in COST_MODELS:
-            raise PartitionError(
-                f"unknown cost model {self.cost_model!r}; choose one of {', '.join(COST_MODELS)}"
-            )
+            raise PartitionError(f"unknown cost model {self.cost_model!r}; choose one of {', '.join(COST_MODELS)}")
         if self.time_limit_s is not None and not 0 < self.time_limit_s <= MAX_TIME_LIMIT_S:
-            raise PartitionError(f"time_limit_s must be seconds in (0, {MAX_TIME_LIMIT_S:g}] (one day; got "
-                                 f"{self.time_limit_s!r}); the solver keeps its best plan when the limit passes")
+            raise PartitionError(
+                f"time_limit_s must be seconds in (0, {MAX_TIME_LIMIT_S:g}] (one day; got "
+                f"{self.time_limit_s!r}); the solver keeps its best plan when the limit passes"
+            )
 
     @classmethod
     def build(
@@ -155,6 +156,5 @@ class PartitionOptions:
         values = {k: v for k, v in data.items() if k in known}
         latency = values.pop("node_latency", None)
         if isinstance(latency, Mapping):
-            values["node_latency"] = tuple(sorted((str(k), check_latency_pair(str(k), v))
-                                                  for k, v in latency.items()))
+            values["node_latency"] = tuple(sorted((str(k), check_latency_pair(str(k), v)) for k, v in latency.items()))
         return cls(**values)

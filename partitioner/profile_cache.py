@@ -35,8 +35,10 @@ def profile_path(name: str) -> Path:
     if not NAME.match(name):
         raise DeviceSpecError(f"profile name must be 1-64 letters, digits, '_', '.', '-' (got {name!r})")
     if cache_off():
-        raise DeviceSpecError("the profile cache is off (PARTITION_EXPLORER_CACHE=off): write the profile to a "
-                              "file with --out FILE and use FILE as the device type, or set the variable to a folder")
+        raise DeviceSpecError(
+            "the profile cache is off (PARTITION_EXPLORER_CACHE=off): write the profile to a "
+            "file with --out FILE and use FILE as the device type, or set the variable to a folder"
+        )
     return cache_dir() / f"{name}.json"
 
 

@@ -11,8 +11,18 @@ import re
 
 from partitioner.errors import DeviceSpecError
 
-__all__ = ["BYTE_UNITS", "parse_bytes", "format_bytes", "format_seconds", "format_rate", "parse_rate", "format_flops",
-           "format_change", "format_share", "format_signed"]
+__all__ = [
+    "BYTE_UNITS",
+    "parse_bytes",
+    "format_bytes",
+    "format_seconds",
+    "format_rate",
+    "parse_rate",
+    "format_flops",
+    "format_change",
+    "format_share",
+    "format_signed",
+]
 
 BYTE_UNITS = {
     "": 1,
@@ -60,8 +70,7 @@ def parse_rate(text: str | float) -> float:
             value = float(parse_bytes(body))
     if not (math.isfinite(value) and value > 0):
         raise DeviceSpecError(
-            f"a transfer rate must be a positive, finite number of bytes per second (got {text!r}); "
-            "e.g. 25e9 or 25GB"
+            f"a transfer rate must be a positive, finite number of bytes per second (got {text!r}); e.g. 25e9 or 25GB"
         )
     return value
 

@@ -40,8 +40,7 @@ def make_config(config_cls: type[C], overrides: dict[str, Any], *, model: str = 
     unknown = sorted(set(overrides) - set(fields))
     if unknown:
         raise ValueError(
-            f"{what} has no config field {', '.join(map(repr, unknown))}; "
-            f"valid fields: {', '.join(fields)}"
+            f"{what} has no config field {', '.join(map(repr, unknown))}; valid fields: {', '.join(fields)}"
         )
     values: dict[str, Any] = {}
     for name, value in overrides.items():
@@ -51,8 +50,7 @@ def make_config(config_cls: type[C], overrides: dict[str, Any], *, model: str = 
         ok = isinstance(value, kind) and not (kind is int and isinstance(value, bool))
         if not ok:
             raise ValueError(
-                f"{what}: field {name!r} must be {kind.__name__} "
-                f"(got {value!r} of type {type(value).__name__})"
+                f"{what}: field {name!r} must be {kind.__name__} (got {value!r} of type {type(value).__name__})"
             )
         values[name] = value
     try:
@@ -66,9 +64,7 @@ def require_positive(config: object, *names: str) -> None:
     for name in names:
         value = getattr(config, name)
         if not value > 0:
-            raise ValueError(
-                f"{type(config).__name__}.{name} must be > 0 (got {value!r}); pass a positive value"
-            )
+            raise ValueError(f"{type(config).__name__}.{name} must be > 0 (got {value!r}); pass a positive value")
 
 
 # torch's CPU generator is one per process: two threads building models at once (the app's
@@ -83,4 +79,3 @@ def seeded(seed: int) -> Iterator[None]:
     with _SEED_LOCK, torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         yield
-

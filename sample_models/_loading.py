@@ -20,8 +20,17 @@ from sample_models import _registry as registry
 from sample_models._common import MAX_GRAPH_OPS, make_config
 from sample_models._user import LoaderError, ModelSpecError, load_factory
 
-__all__ = ["load", "label", "parse_overrides", "is_factory", "is_hf", "ModelSpecError", "weight_scale",
-           "graph_ops", "GRAPH_OPS"]
+__all__ = [
+    "load",
+    "label",
+    "parse_overrides",
+    "is_factory",
+    "is_hf",
+    "ModelSpecError",
+    "weight_scale",
+    "graph_ops",
+    "GRAPH_OPS",
+]
 
 Loaded = tuple[nn.Module, tuple[Tensor, ...], dict[str, Any]]
 
@@ -56,7 +65,8 @@ def _check_graph_size(name: str, overrides: Mapping[str, Any]) -> None:
         raise ModelSpecError(
             f"model {name!r} with {given} would trace {ops:,} operations; a graph is built and traced "
             f"only up to {MAX_GRAPH_OPS:,} operations (a few ms each, so a trace ends within a minute or "
-            f"two): lower {' or '.join(fields)}, or load your own model as package.module:factory")
+            f"two): lower {' or '.join(fields)}, or load your own model as package.module:factory"
+        )
 
 
 def is_factory(spec: str) -> bool:

@@ -56,8 +56,7 @@ class ModelSpec:
 SPECS: tuple[ModelSpec, ...] = (
     ModelSpec(
         "mlp",
-        "A chain of Linear+ReLU layers: the simplest graph, where the best contiguous split is "
-        "known exactly.",
+        "A chain of Linear+ReLU layers: the simplest graph, where the best contiguous split is known exactly.",
         mlp.MLPConfig,
         mlp.build,
         device_memory_bytes=3 * MiB // 2,
@@ -72,16 +71,14 @@ SPECS: tuple[ModelSpec, ...] = (
     ),
     ModelSpec(
         "transformer",
-        "A GPT-style decoder: large embedding and LM head at the two ends, identical blocks "
-        "between them.",
+        "A GPT-style decoder: large embedding and LM head at the two ends, identical blocks between them.",
         transformer.TransformerConfig,
         transformer.build,
         device_memory_bytes=4 * MiB,
     ),
     ModelSpec(
         "dlrm",
-        "A DLRM-style recommender: big embedding tables beside small MLPs, the case sparse_nn "
-        "exists for.",
+        "A DLRM-style recommender: big embedding tables beside small MLPs, the case sparse_nn exists for.",
         dlrm.DLRMConfig,
         dlrm.build,
         device_memory_bytes=9 * MiB // 4,
@@ -103,8 +100,7 @@ SPECS: tuple[ModelSpec, ...] = (
     ),
     ModelSpec(
         "gpt2_small",
-        "GPT-2 small (124M parameters): the transformer at real scale, weights far larger than "
-        "activations.",
+        "GPT-2 small (124M parameters): the transformer at real scale, weights far larger than activations.",
         gpt2_small.GPT2SmallConfig,
         gpt2_small.build,
         device_memory_bytes=400 * MiB,
@@ -125,9 +121,7 @@ def spec(name: str) -> ModelSpec:
     try:
         return _BY_NAME[name]
     except (KeyError, TypeError):
-        raise ValueError(
-            f"unknown sample model {name!r}; choose one of: {', '.join(names())}"
-        ) from None
+        raise ValueError(f"unknown sample model {name!r}; choose one of: {', '.join(names())}") from None
 
 
 # NOTE: [Sample model sizes]

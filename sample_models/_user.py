@@ -111,18 +111,14 @@ def _as_inputs(value: Any, where: str) -> tuple[Tensor, ...]:
     if isinstance(value, Tensor):
         return (value,)
     if isinstance(value, (tuple, list)):
-        bad = [
-            f"#{i}: {type(v).__name__}" for i, v in enumerate(value) if not isinstance(v, Tensor)
-        ]
+        bad = [f"#{i}: {type(v).__name__}" for i, v in enumerate(value) if not isinstance(v, Tensor)]
         if not bad:
             return tuple(value)
         raise LoaderError(
             f"{where} must hold only tensors, but these are not: {', '.join(bad)}; "
             "pass the forward's positional arguments as tensors"
         )
-    raise LoaderError(
-        f"{where} must be a tensor or a tuple/list of tensors (got {type(value).__name__})"
-    )
+    raise LoaderError(f"{where} must be a tensor or a tuple/list of tensors (got {type(value).__name__})")
 
 
 def load_factory(spec: str, reload: bool = False) -> tuple[nn.Module, tuple[Tensor, ...]]:
@@ -151,14 +147,11 @@ def load_factory(spec: str, reload: bool = False) -> tuple[nn.Module, tuple[Tens
             f"factory {spec!r} raised {type(e).__name__}: {e}; it must take no arguments and "
             "return (module, example_inputs)"
         ) from e
-    expected = (
-        "return (module, example_inputs) or an nn.Module with an example_inputs attribute"
-    )
+    expected = "return (module, example_inputs) or an nn.Module with an example_inputs attribute"
     if isinstance(result, nn.Module):
         if not hasattr(result, "example_inputs"):
             raise LoaderError(
-                f"factory {spec!r} returned a {type(result).__name__} without an "
-                f"example_inputs attribute; {expected}"
+                f"factory {spec!r} returned a {type(result).__name__} without an example_inputs attribute; {expected}"
             )
         return result, _as_inputs(result.example_inputs, f"{spec!r}'s example_inputs")
     if isinstance(result, (tuple, list)) and len(result) == 2:

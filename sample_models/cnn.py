@@ -34,8 +34,14 @@ class CNNConfig:
 
     def __post_init__(self) -> None:
         require_positive(
-            self, "n_stage", "blocks_per_stage", "base_channels", "in_channels", "image_size",
-            "n_classes", "batch_size",
+            self,
+            "n_stage",
+            "blocks_per_stage",
+            "base_channels",
+            "in_channels",
+            "image_size",
+            "n_classes",
+            "batch_size",
         )
 
 
@@ -50,9 +56,7 @@ class BasicBlock(nn.Module):
         self.bn2 = nn.BatchNorm2d(c_out)
         self.shortcut: nn.Module = nn.Identity()
         if stride != 1 or c_in != c_out:
-            self.shortcut = nn.Sequential(
-                nn.Conv2d(c_in, c_out, 1, stride=stride, bias=False), nn.BatchNorm2d(c_out)
-            )
+            self.shortcut = nn.Sequential(nn.Conv2d(c_in, c_out, 1, stride=stride, bias=False), nn.BatchNorm2d(c_out))
 
     def forward(self, x: Tensor) -> Tensor:
         # x: (B, c_in, H, W)

@@ -43,8 +43,16 @@ class DLRMConfig:
 
     def __post_init__(self) -> None:
         require_positive(
-            self, "n_tables", "rows_per_table", "embedding_dim", "bag_size", "n_dense",
-            "bottom_hidden", "top_hidden", "n_mlp_layer", "batch_size",
+            self,
+            "n_tables",
+            "rows_per_table",
+            "embedding_dim",
+            "bag_size",
+            "n_dense",
+            "bottom_hidden",
+            "top_hidden",
+            "n_mlp_layer",
+            "batch_size",
         )
 
 

@@ -38,9 +38,7 @@ class MLP(nn.Module):
         super().__init__()
         widths = [config.in_features] + [config.hidden] * (config.n_layer - 1)
         widths.append(config.out_features)
-        self.layers = nn.ModuleList(
-            nn.Linear(w_in, w_out, bias=config.bias) for w_in, w_out in zip(widths, widths[1:])
-        )
+        self.layers = nn.ModuleList(nn.Linear(w_in, w_out, bias=config.bias) for w_in, w_out in zip(widths, widths[1:]))
 
     def forward(self, x: Tensor) -> Tensor:
         # x: (B, in_features)

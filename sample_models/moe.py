@@ -37,7 +37,13 @@ class MoEConfig:
 
     def __post_init__(self) -> None:
         require_positive(
-            self, "n_layer", "n_experts", "top_k", "n_embd", "expert_hidden", "batch_size",
+            self,
+            "n_layer",
+            "n_experts",
+            "top_k",
+            "n_embd",
+            "expert_hidden",
+            "batch_size",
             "seq_len",
         )
         if self.top_k > self.n_experts:

@@ -49,8 +49,15 @@ class TransformerConfig:
 
     def __post_init__(self) -> None:
         require_positive(
-            self, "n_layer", "n_head", "n_embd", "vocab_size", "block_size", "mlp_ratio",
-            "batch_size", "seq_len",
+            self,
+            "n_layer",
+            "n_head",
+            "n_embd",
+            "vocab_size",
+            "block_size",
+            "mlp_ratio",
+            "batch_size",
+            "seq_len",
         )
         if self.n_embd % self.n_head:
             raise ValueError(

@@ -35,7 +35,12 @@ class UNetConfig:
 
     def __post_init__(self) -> None:
         require_positive(
-            self, "depth", "base_channels", "in_channels", "out_channels", "image_size",
+            self,
+            "depth",
+            "base_channels",
+            "in_channels",
+            "out_channels",
+            "image_size",
             "batch_size",
         )
         if self.image_size % 2**self.depth:

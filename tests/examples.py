@@ -5,7 +5,6 @@ from __future__ import annotations
 import torch
 
 import partitioner
-from partitioner.testing.synthetic import random_fx_module
 
 
 class WorkedExample(torch.nn.Module):

@@ -13,9 +13,13 @@ ROOT = Path(__file__).resolve().parents[1]
 
 @pytest.mark.slow
 def test_the_gpu_bench_runs_its_cases_dry_on_the_cpu(tmp_path):
-    out = subprocess.run([sys.executable, str(ROOT / "bench" / "bench_gpu.py"), "--dry-run"], capture_output=True,
-                         text=True, timeout=600, env={"PATH": "/usr/bin:/bin", "OUT": str(tmp_path),
-                                                      "PARTITION_EXPLORER_CACHE": "off"})
+    out = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "bench_gpu.py"), "--dry-run"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={"PATH": "/usr/bin:/bin", "OUT": str(tmp_path), "PARTITION_EXPLORER_CACHE": "off"},
+    )
     assert out.returncode == 0, out.stderr[-2000:]
     for kind in ("forward", "train", "decode"):
         assert f" {kind} " in out.stdout
@@ -24,6 +28,7 @@ def test_the_gpu_bench_runs_its_cases_dry_on_the_cpu(tmp_path):
 
 
 def test_without_a_gpu_the_bench_says_where_to_run_it():
-    out = subprocess.run([sys.executable, str(ROOT / "bench" / "bench_gpu.py")], capture_output=True, text=True,
-                         timeout=300)
+    out = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "bench_gpu.py")], capture_output=True, text=True, timeout=300
+    )
     assert out.returncode == 2 and "no CUDA GPU here" in out.stdout

@@ -36,15 +36,45 @@ def test_the_models_build_and_trace_on_the_lowest_versions_accepted(tmp_path):
     venv = tmp_path / "floor"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
     pins = [f"{name}=={version}" for name, version in _floors().items()]
-    pip = [str(venv / "bin" / "python"), "-m", "pip", "install", "-q", "--disable-pip-version-check",
-           "-c", str(ROOT / "constraints.txt")]
+    pip = [
+        str(venv / "bin" / "python"),
+        "-m",
+        "pip",
+        "install",
+        "-q",
+        "--disable-pip-version-check",
+        "-c",
+        str(ROOT / "constraints.txt"),
+    ]
     subprocess.run([*pip, "-e", str(ROOT), *pins, "pytest>=8", "hypothesis>=6.100"], check=True, timeout=1200)
-    versions = subprocess.run([str(venv / "bin" / "python"), "-c",
-                               "import transformers, accelerate; print(transformers.__version__, accelerate.__version__)"],
-                              capture_output=True, text=True, check=True).stdout.split()
+    versions = subprocess.run(
+        [
+            str(venv / "bin" / "python"),
+            "-c",
+            "import transformers, accelerate; print(transformers.__version__, accelerate.__version__)",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
     floors = _floors()
     assert [Version(v) for v in versions] == [Version(floors["transformers"]), Version(floors["accelerate"])]
-    run = subprocess.run([str(venv / "bin" / "python"), "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m",
-                          "not slow", "tests/models", "tests/tracing"], cwd=ROOT, capture_output=True, text=True,
-                         timeout=1800)
+    run = subprocess.run(
+        [
+            str(venv / "bin" / "python"),
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "-m",
+            "not slow",
+            "tests/models",
+            "tests/tracing",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=1800,
+    )
     assert run.returncode == 0, run.stdout[-3000:]

@@ -8,8 +8,15 @@ from partitioner import Device, DeviceSpecError, parse_bytes, parse_devices
 
 @pytest.mark.parametrize(
     "text, expected",
-    [("16GiB", 16 * 2**30), ("1536KiB", 1536 * 1024), ("512MiB", 512 * 2**20), ("100B", 100),
-     ("1.5GiB", int(1.5 * 2**30)), ("2GB", 2 * 10**9), ("125", 125)],
+    [
+        ("16GiB", 16 * 2**30),
+        ("1536KiB", 1536 * 1024),
+        ("512MiB", 512 * 2**20),
+        ("100B", 100),
+        ("1.5GiB", int(1.5 * 2**30)),
+        ("2GB", 2 * 10**9),
+        ("125", 125),
+    ],
 )
 def test_parse_bytes(text, expected):
     assert parse_bytes(text) == expected

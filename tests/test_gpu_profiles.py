@@ -22,8 +22,10 @@ from partitioner.profiles import MEASURED, gpu_kernels, gpu_profile
 CARRIED = Path(partitioner.__file__).parent / "profiles"
 # sha256 of the measured files as recorded beside the script that measured them (h100-80gb-hbm3.jsonl,
 # h200.jsonl): the package carries them byte for byte.
-MEASURED_SHA256 = {"h100-80gb": "4f0460bae763ceaaaa409dd29b5c999e9be3f32387868031030895950ea968af",
-                   "h200-141gb": "9294284b5d3f0a58ed4c761aa1321f8592282cf884182afa6259b2bde2057def"}
+MEASURED_SHA256 = {
+    "h100-80gb": "4f0460bae763ceaaaa409dd29b5c999e9be3f32387868031030895950ea968af",
+    "h200-141gb": "9294284b5d3f0a58ed4c761aa1321f8592282cf884182afa6259b2bde2057def",
+}
 
 
 def _rows(name: str) -> list[dict]:
@@ -78,7 +80,9 @@ def test_the_measured_figures_stay_under_the_datasheet():
     for name in MEASURED:
         card, gpu = HARDWARE[name], gpu_kernels(name)
         assert 0.5 * card.peak_for("bfloat16") < gpu.best_flops("bfloat16") < card.peak_for("bfloat16")
-        assert 0.5 * card.memory_bandwidth_bytes_per_s < gpu.best_bandwidth_bytes_per_s < card.memory_bandwidth_bytes_per_s
+        assert (
+            0.5 * card.memory_bandwidth_bytes_per_s < gpu.best_bandwidth_bytes_per_s < card.memory_bandwidth_bytes_per_s
+        )
         # eager fp32 (TF32 off, torch's default) runs on the fp32 units: under their datasheet figure
         assert gpu.best_flops("float32") < card.peak_for("float32") < 0.1 * card.peak_for("bfloat16")
 
@@ -108,7 +112,8 @@ def test_cards_nobody_measured_say_their_curves_are_derived():
     # The derivation follows the datasheet: an A100's large bf16 matmul is the H100's time x 989/312.
     a100, h100 = gpu_kernels("a100-80gb"), gpu_kernels("h100-80gb")
     ratio = a100.kernel_s(KernelOp("matmul", "bfloat16", 16384, 8192, 8192)) / h100.kernel_s(
-        KernelOp("matmul", "bfloat16", 16384, 8192, 8192))
+        KernelOp("matmul", "bfloat16", 16384, 8192, 8192)
+    )
     assert ratio == pytest.approx(989 / 312, rel=0.1)
 
 
@@ -147,21 +152,26 @@ def test_a_small_forward_is_priced_by_its_launches_and_the_engine_says_so():
 
 
 def test_the_planner_gives_the_same_answer_whatever_shape_the_model_was_traced_at():
-    from sample_models._loading import load, trace_loaded
-
     from partitioner.cluster.compose import parse_layout
     from partitioner.cluster.search import _simulator
+    from sample_models._loading import load, trace_loaded
 
     steps, decodes = [], []
     for batch, seq in ((1, 32), (1, 512), (8, 2048)):
         ov = dict(num_hidden_layers=4, batch_size=batch, seq_len=seq)
         p = cluster.profile(trace_loaded("hf:llama-3-8b", ov, load("hf:llama-3-8b", ov), "llama"))
         c = cluster.cluster("h100-80gb")
-        r = cluster.evaluate(p, cluster.Workload(global_batch=8, seq_len=2048), c, parse_layout("dp1 tp1 pp1 mb1"),
-                             _simulator())
+        r = cluster.evaluate(
+            p, cluster.Workload(global_batch=8, seq_len=2048), c, parse_layout("dp1 tp1 pp1 mb1"), _simulator()
+        )
         steps.append(r.step_s)
-        inf = cluster.evaluate(p, cluster.Workload(kind="inference", global_batch=1, seq_len=2048),
-                               c, parse_layout("dp1 tp1 pp1"), _simulator())
+        inf = cluster.evaluate(
+            p,
+            cluster.Workload(kind="inference", global_batch=1, seq_len=2048),
+            c,
+            parse_layout("dp1 tp1 pp1"),
+            _simulator(),
+        )
         decodes.append(inf.extra["seconds_per_token"])
     for values in (steps, decodes):
         assert max(values) <= 1.05 * min(values), values

@@ -28,7 +28,8 @@ def _modules() -> dict[str, Path]:
 def _is_type_checking(node: ast.If) -> bool:
     test = node.test
     return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
-        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    )
 
 
 def _imports(name: str, path: Path, known: set[str]) -> set[str]:
@@ -81,8 +82,9 @@ def test_no_import_circle():
 
 
 def test_no_source_file_over_400_lines():
-    long = {str(p.relative_to(ROOT)): n for p in _modules().values()
-            if (n := len(p.read_text().splitlines())) > MAX_LINES}
+    long = {
+        str(p.relative_to(ROOT)): n for p in _modules().values() if (n := len(p.read_text().splitlines())) > MAX_LINES
+    }
     assert long == {}, f"split these modules: {long}"
 
 
@@ -92,8 +94,11 @@ def _fresh(code: str) -> str:
 
 
 def test_no_test_file_over_400_lines():
-    long = {str(p.relative_to(ROOT)): n for p in sorted((ROOT / "tests").rglob("*.py"))
-            if (n := len(p.read_text().splitlines())) > MAX_LINES}
+    long = {
+        str(p.relative_to(ROOT)): n
+        for p in sorted((ROOT / "tests").rglob("*.py"))
+        if (n := len(p.read_text().splitlines())) > MAX_LINES
+    }
     assert long == {}, f"split these test files: {long}"
 
 
@@ -106,13 +111,27 @@ def test_no_module_named_like_a_public_function():
     assert clash == [], f"rename these modules: {clash}"
 
 
-TORCH_FREE = ("partitioner.accelerator", "partitioner.cost", "partitioner.plan", "partitioner.draw",
-              "partitioner.pipeline", "partitioner.remat", "partitioner.sharding", "partitioner.runtime",
-              "partitioner.accelerator.steps", "partitioner.accelerator.compare",
-              "partitioner.pipeline.stages", "partitioner.pipeline.simulate",
-              "partitioner.remat.memory", "partitioner.sharding.tensor_parallel",
-              "partitioner.runtime.worker", "partitioner.interop.readers", "partitioner.cluster",
-              "partitioner.cluster.search", "partitioner.interop.engines")
+TORCH_FREE = (
+    "partitioner.accelerator",
+    "partitioner.cost",
+    "partitioner.plan",
+    "partitioner.draw",
+    "partitioner.pipeline",
+    "partitioner.remat",
+    "partitioner.sharding",
+    "partitioner.runtime",
+    "partitioner.accelerator.steps",
+    "partitioner.accelerator.compare",
+    "partitioner.pipeline.stages",
+    "partitioner.pipeline.simulate",
+    "partitioner.remat.memory",
+    "partitioner.sharding.tensor_parallel",
+    "partitioner.runtime.worker",
+    "partitioner.interop.readers",
+    "partitioner.cluster",
+    "partitioner.cluster.search",
+    "partitioner.interop.engines",
+)
 
 
 def test_algorithm_packages_import_no_torch():
@@ -120,15 +139,19 @@ def test_algorithm_packages_import_no_torch():
 
 
 def test_library_imports_no_ui_library():
-    code = ("import sys, partitioner, partitioner.draw.dag, partitioner.accelerator.compare, "
-            "partitioner.plan.diff, partitioner.interop.export, partitioner.tracing; "
-            "import partitioner.remat, partitioner.sharding.tensor_parallel, partitioner.runtime.execute; "
-            "print(sorted(m for m in sys.modules if m.split('.')[0] in "
-            "{'streamlit', 'plotly', 'graphviz', 'pandas'}))")
+    code = (
+        "import sys, partitioner, partitioner.draw.dag, partitioner.accelerator.compare, "
+        "partitioner.plan.diff, partitioner.interop.export, partitioner.tracing; "
+        "import partitioner.remat, partitioner.sharding.tensor_parallel, partitioner.runtime.execute; "
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in "
+        "{'streamlit', 'plotly', 'graphviz', 'pandas'}))"
+    )
     assert _fresh(code) == "[]"
 
 
 def test_trace_is_the_function_after_importing_its_package():
-    code = ("import partitioner, partitioner.tracing, torch; "
-            "g = partitioner.trace(torch.nn.Linear(2, 2), (torch.randn(1, 2),)); print(len(g.op_names))")
+    code = (
+        "import partitioner, partitioner.tracing, torch; "
+        "g = partitioner.trace(torch.nn.Linear(2, 2), (torch.randn(1, 2),)); print(len(g.op_names))"
+    )
     assert _fresh(code) == "1"

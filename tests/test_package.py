@@ -21,5 +21,12 @@ def test_public_api_names():
     for name in ("trace", "partition", "split", "Device", "Plan", "PartitionError", "parse_devices"):
         assert hasattr(partitioner, name)
     assert issubclass(partitioner.PartitionError, ValueError)
-    assert set(partitioner.MODES) == {"size_based", "largest_first", "sparse_nn", "cost_aware", "kl_based", "aot_based",
-                                     "optimal"}
+    assert set(partitioner.MODES) == {
+        "size_based",
+        "largest_first",
+        "sparse_nn",
+        "cost_aware",
+        "kl_based",
+        "aot_based",
+        "optimal",
+    }

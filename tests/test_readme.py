@@ -17,7 +17,7 @@ README = (ROOT / "README.md").read_text()
 
 
 def _block(after: str, language: str) -> str:
-    section = README[README.index(after):]
+    section = README[README.index(after) :]
     match = re.search(rf"```{language}\n(.*?)```", section, re.S)
     assert match, f"no {language} block after {after!r}"
     return match.group(1)
@@ -29,8 +29,14 @@ def test_command_line_examples_run_in_order(tmp_path):
     assert ".venv/bin/partition-explorer" in script and "my_models:build" in script
     (tmp_path / ".venv").symlink_to(Path(sys.executable).parents[1])
     (tmp_path / "examples").symlink_to(ROOT / "examples")
-    done = subprocess.run(["bash", "-euo", "pipefail", "-c", script], cwd=tmp_path, capture_output=True,
-                          text=True, timeout=600, env={**os.environ, "PYTHONPATH": ""})
+    done = subprocess.run(
+        ["bash", "-euo", "pipefail", "-c", script],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "PYTHONPATH": ""},
+    )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     plan = json.loads((tmp_path / "plan.json").read_text())
     assert plan["mode"] == "cost_aware" and len(plan["partitions"]) > 1
@@ -71,8 +77,13 @@ def test_hugging_face_examples_run(tmp_path):
 def _run_block(after: str, tmp_path: Path) -> subprocess.CompletedProcess:
     """The section's bash block, in a fresh folder holding only the set-up's .venv."""
     (tmp_path / ".venv").symlink_to(Path(sys.executable).parents[1])
-    done = subprocess.run(["bash", "-euo", "pipefail", "-c", _block(after, "bash")], cwd=tmp_path,
-                          capture_output=True, text=True, timeout=600)
+    done = subprocess.run(
+        ["bash", "-euo", "pipefail", "-c", _block(after, "bash")],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     return done
 
@@ -105,14 +116,23 @@ def test_sharding_examples_run(tmp_path):
     done = _run_block("## Sharding", tmp_path)
     assert "as predicted" in done.stdout and "outputs equal the model" in done.stdout
     report = json.loads((tmp_path / "shard.json").read_text())
-    assert report["spec"]["blocks.0.mlp.c_fc.bias"] == "2" and report["styles"]["blocks.0.mlp.c_proj"]["style"] == "rowwise"
+    assert (
+        report["spec"]["blocks.0.mlp.c_fc.bias"] == "2"
+        and report["styles"]["blocks.0.mlp.c_proj"]["style"] == "rowwise"
+    )
 
 
 def _run_bash(script: str, tmp_path: Path) -> subprocess.CompletedProcess:
     """Run a README bash block in ``tmp_path`` with this interpreter's venv as ``.venv``."""
     (tmp_path / ".venv").symlink_to(Path(sys.executable).parents[1])
-    done = subprocess.run(["bash", "-euo", "pipefail", "-c", script], cwd=tmp_path, capture_output=True,
-                          text=True, timeout=600, env={**os.environ, "PYTHONPATH": ""})
+    done = subprocess.run(
+        ["bash", "-euo", "pipefail", "-c", script],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "PYTHONPATH": ""},
+    )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     return done
 

@@ -17,17 +17,40 @@ if TYPE_CHECKING:
 
 from partitioner.cluster import ClusterPlan, Collective, LayoutResult
 
-__all__ = ["pareto_figure", "memory_figure", "time_figure", "layouts_table", "CLOUD_PER_SIZE",
-           "MEMORY_KINDS", "collectives_table", "rank_memory_figure", "rank_stash", "run_figure", "run_table",
-           "parts_table", "scaling_figure"]
+__all__ = [
+    "pareto_figure",
+    "memory_figure",
+    "time_figure",
+    "layouts_table",
+    "CLOUD_PER_SIZE",
+    "MEMORY_KINDS",
+    "collectives_table",
+    "rank_memory_figure",
+    "rank_stash",
+    "run_figure",
+    "run_table",
+    "parts_table",
+    "scaling_figure",
+]
 
 GiB = 2**30
 CLOUD_PER_SIZE = 200  # grey points drawn at each device count (thinned evenly over step time)
 # The memory kinds in stacking order, each with one colour on every chart.
-MEMORY_KINDS = {"weights": "#4c78a8", "gradients": "#f58518", "optimizer": "#e45756", "gathered layer": "#ff9da6",
-                "activations": "#72b7b2", "recomputed layer": "#9d755d", "kv_cache": "#54a24b", "headroom": "#bab0ac"}
-_ANSWERS = (("fewest devices", "fewest_devices", "diamond"), ("fastest", "fastest", "star"),
-            ("cheapest", "cheapest", "square"))
+MEMORY_KINDS = {
+    "weights": "#4c78a8",
+    "gradients": "#f58518",
+    "optimizer": "#e45756",
+    "gathered layer": "#ff9da6",
+    "activations": "#72b7b2",
+    "recomputed layer": "#9d755d",
+    "kv_cache": "#54a24b",
+    "headroom": "#bab0ac",
+}
+_ANSWERS = (
+    ("fewest devices", "fewest_devices", "diamond"),
+    ("fastest", "fastest", "star"),
+    ("cheapest", "cheapest", "square"),
+)
 
 
 def _thin(results: Sequence[LayoutResult], per_size: int) -> list[LayoutResult]:
@@ -52,26 +75,60 @@ def pareto_figure(found: ClusterPlan, step_label: str = "step time", per_size: i
     devices (log) against ``step_label`` in seconds (log)."""
     fig = go.Figure()
     cloud = _thin(found.fitting, per_size)
-    fig.add_trace(go.Scatter(x=[r.devices for r in cloud], y=[r.step_s for r in cloud], mode="markers",
-                             marker=dict(color="#cccccc", size=5), name="other fitting layouts",
-                             text=[r.layout.label() for r in cloud], hoverinfo="text+x+y"))
+    fig.add_trace(
+        go.Scatter(
+            x=[r.devices for r in cloud],
+            y=[r.step_s for r in cloud],
+            mode="markers",
+            marker=dict(color="#cccccc", size=5),
+            name="other fitting layouts",
+            text=[r.layout.label() for r in cloud],
+            hoverinfo="text+x+y",
+        )
+    )
     best = list(found.by_devices.values())
-    fig.add_trace(go.Scatter(
-        x=[r.devices for r in best], y=[r.step_s for r in best], mode="lines+markers", name="fastest at each size",
-        text=[f"{r.layout.label()}<br>${r.cost_per_million_tokens:.3g} per million tokens<br>limit: {r.limit}"
-              for r in best],
-        hoverinfo="text+x+y", line=dict(color="#888888"),
-        marker=dict(size=11, color=[r.cost_per_million_tokens for r in best], colorscale="Viridis",
-                    colorbar=dict(title="$ / million tokens"), showscale=True, line=dict(width=1, color="#333"))))
+    fig.add_trace(
+        go.Scatter(
+            x=[r.devices for r in best],
+            y=[r.step_s for r in best],
+            mode="lines+markers",
+            name="fastest at each size",
+            text=[
+                f"{r.layout.label()}<br>${r.cost_per_million_tokens:.3g} per million tokens<br>limit: {r.limit}"
+                for r in best
+            ],
+            hoverinfo="text+x+y",
+            line=dict(color="#888888"),
+            marker=dict(
+                size=11,
+                color=[r.cost_per_million_tokens for r in best],
+                colorscale="Viridis",
+                colorbar=dict(title="$ / million tokens"),
+                showscale=True,
+                line=dict(width=1, color="#333"),
+            ),
+        )
+    )
     for title, attr, symbol in _ANSWERS:
         r = getattr(found, attr)
         if r is not None:
-            fig.add_trace(go.Scatter(x=[r.devices], y=[r.step_s], mode="markers", name=f"{title}: {r.layout.label()}",
-                                     marker=dict(symbol=symbol, size=16, color="rgba(0,0,0,0)",
-                                                 line=dict(width=2, color="#d62728")),
-                                     hoverinfo="name+x+y"))
-    fig.update_layout(title=f"Devices against {step_label} (log scales)", xaxis_title="devices (count, log)",
-                      yaxis_title=f"{step_label} (s, log)", height=460, legend=dict(orientation="h", y=-0.25))
+            fig.add_trace(
+                go.Scatter(
+                    x=[r.devices],
+                    y=[r.step_s],
+                    mode="markers",
+                    name=f"{title}: {r.layout.label()}",
+                    marker=dict(symbol=symbol, size=16, color="rgba(0,0,0,0)", line=dict(width=2, color="#d62728")),
+                    hoverinfo="name+x+y",
+                )
+            )
+    fig.update_layout(
+        title=f"Devices against {step_label} (log scales)",
+        xaxis_title="devices (count, log)",
+        yaxis_title=f"{step_label} (s, log)",
+        height=460,
+        legend=dict(orientation="h", y=-0.25),
+    )
     fig.update_xaxes(type="log")
     fig.update_yaxes(type="log")
     return fig
@@ -83,19 +140,39 @@ def scaling_figure(found: ClusterPlan, step_label: str = "step time", stops: int
     stops paying (``stops``: :func:`partitioner.cluster.search.stops_paying`)."""
     best = list(found.by_devices.values())
     fig = go.Figure()
-    fig.add_trace(go.Scatter(x=[r.devices for r in best], y=[r.step_s for r in best], mode="lines+markers",
-                             name=step_label, text=[r.layout.label() for r in best], hoverinfo="text+x+y"))
-    fig.add_trace(go.Scatter(x=[r.devices for r in best], y=[r.cost_per_million_tokens for r in best],
-                             mode="lines+markers", name="$ per million tokens", yaxis="y2",
-                             line=dict(dash="dot", color="#e45756"), hoverinfo="x+y"))
+    fig.add_trace(
+        go.Scatter(
+            x=[r.devices for r in best],
+            y=[r.step_s for r in best],
+            mode="lines+markers",
+            name=step_label,
+            text=[r.layout.label() for r in best],
+            hoverinfo="text+x+y",
+        )
+    )
+    fig.add_trace(
+        go.Scatter(
+            x=[r.devices for r in best],
+            y=[r.cost_per_million_tokens for r in best],
+            mode="lines+markers",
+            name="$ per million tokens",
+            yaxis="y2",
+            line=dict(dash="dot", color="#e45756"),
+            hoverinfo="x+y",
+        )
+    )
     if stops is not None:
-        fig.add_vline(x=stops, line_dash="dash", line_color="#888888",
-                      annotation_text=f"more than {stops} devices pays little")
-    fig.update_layout(title=f"{step_label[0].upper()}{step_label[1:]} and cost against devices (the fastest at "
-                            "each size)", xaxis=dict(title="devices (count, log)", type="log"),
-                      yaxis=dict(title=f"{step_label} (s, log)", type="log"),
-                      yaxis2=dict(title="$ per million tokens", overlaying="y", side="right", rangemode="tozero"),
-                      height=400, legend=dict(orientation="h", y=-0.25))
+        fig.add_vline(
+            x=stops, line_dash="dash", line_color="#888888", annotation_text=f"more than {stops} devices pays little"
+        )
+    fig.update_layout(
+        title=f"{step_label[0].upper()}{step_label[1:]} and cost against devices (the fastest at each size)",
+        xaxis=dict(title="devices (count, log)", type="log"),
+        yaxis=dict(title=f"{step_label} (s, log)", type="log"),
+        yaxis2=dict(title="$ per million tokens", overlaying="y", side="right", rangemode="tozero"),
+        height=400,
+        legend=dict(orientation="h", y=-0.25),
+    )
     return fig
 
 
@@ -106,14 +183,29 @@ def memory_figure(result: LayoutResult, capacity_bytes: int) -> go.Figure:
     kinds = [k for k in MEMORY_KINDS if k in result.memory] + sorted(k for k in result.memory if k not in MEMORY_KINDS)
     for kind in kinds:
         value = result.memory[kind]
-        fig.add_trace(go.Bar(x=["per device"], y=[value / GiB], name=kind.replace("_", " "),
-                             marker_color=MEMORY_KINDS.get(kind), hovertemplate=f"{kind.replace('_', ' ')}: "
-                             "%{y:.2f} GiB<extra></extra>"))
-    fig.add_hline(y=capacity_bytes / GiB, line_dash="dash", line_color="#d62728",
-                  annotation_text=f"device memory {capacity_bytes / GiB:.0f} GiB")
+        fig.add_trace(
+            go.Bar(
+                x=["per device"],
+                y=[value / GiB],
+                name=kind.replace("_", " "),
+                marker_color=MEMORY_KINDS.get(kind),
+                hovertemplate=f"{kind.replace('_', ' ')}: %{{y:.2f}} GiB<extra></extra>",
+            )
+        )
+    fig.add_hline(
+        y=capacity_bytes / GiB,
+        line_dash="dash",
+        line_color="#d62728",
+        annotation_text=f"device memory {capacity_bytes / GiB:.0f} GiB",
+    )
     used = result.memory_bytes / capacity_bytes if capacity_bytes else 0.0
-    fig.update_layout(barmode="stack", title=f"Memory per device: {result.layout.label()} ({used:.0%} of the device)",
-                      yaxis_title="memory (GiB)", xaxis_title="the fullest device", height=400)
+    fig.update_layout(
+        barmode="stack",
+        title=f"Memory per device: {result.layout.label()} ({used:.0%} of the device)",
+        yaxis_title="memory (GiB)",
+        xaxis_title="the fullest device",
+        height=400,
+    )
     return fig
 
 
@@ -121,11 +213,21 @@ def time_figure(result: LayoutResult, inference: bool = False) -> go.Figure:
     """Where the time goes, one bar per cause in seconds: a training step's, or for inference
     the prompt's prefill and each generated token's decode and communication."""
     parts = dict(result.parts_s)
-    fig = go.Figure(go.Bar(x=[k for k in parts], y=list(parts.values()), marker_color="#4c78a8",
-                           hovertemplate="%{x}: %{y:.4g} s<extra></extra>"))
+    fig = go.Figure(
+        go.Bar(
+            x=[k for k in parts],
+            y=list(parts.values()),
+            marker_color="#4c78a8",
+            hovertemplate="%{x}: %{y:.4g} s<extra></extra>",
+        )
+    )
     what = "inference: prefill, and per generated token" if inference else "one training step"
-    fig.update_layout(title=f"Time by cause ({what}): {result.layout.label()}",
-                      yaxis_title="time (s)" if inference else "time per step (s)", xaxis_title="cause", height=400)
+    fig.update_layout(
+        title=f"Time by cause ({what}): {result.layout.label()}",
+        yaxis_title="time (s)" if inference else "time per step (s)",
+        xaxis_title="cause",
+        height=400,
+    )
     return fig
 
 
@@ -134,10 +236,21 @@ def layouts_table(results: Sequence[LayoutResult], train_tokens: float | None = 
     ``train_tokens``, the days and dollars such a training run takes."""
     rows = []
     for r in results:
-        row = {"devices": r.devices, "layout": r.layout.label(), "dp": r.layout.dp, "tp": r.layout.tp,
-               "pp": r.layout.pp, "ep": r.layout.ep, "zero": r.layout.zero, "recompute": r.layout.recompute,
-               "step_s": r.step_s, "mfu": r.mfu, "memory_gib": r.memory_bytes / GiB, "limit": r.limit,
-               "usd_per_million_tokens": r.cost_per_million_tokens}
+        row = {
+            "devices": r.devices,
+            "layout": r.layout.label(),
+            "dp": r.layout.dp,
+            "tp": r.layout.tp,
+            "pp": r.layout.pp,
+            "ep": r.layout.ep,
+            "zero": r.layout.zero,
+            "recompute": r.layout.recompute,
+            "step_s": r.step_s,
+            "mfu": r.mfu,
+            "memory_gib": r.memory_bytes / GiB,
+            "limit": r.limit,
+            "usd_per_million_tokens": r.cost_per_million_tokens,
+        }
         if train_tokens:
             row["train_days"] = train_tokens / r.tokens_per_s / 86400 if r.tokens_per_s else float("inf")
             row["train_usd"] = r.cost_per_million_tokens * train_tokens / 1e6
@@ -159,8 +272,9 @@ def _simulate(r: LayoutResult) -> Simulation | None:
         return None
     v = stages_per_rank(lay.schedule)
     forward, backward = r.stage_s
-    return simulate([forward / v] * (lay.pp * v), r.microbatches, lay.schedule,
-                    backward_s=[backward / v] * (lay.pp * v))
+    return simulate(
+        [forward / v] * (lay.pp * v), r.microbatches, lay.schedule, backward_s=[backward / v] * (lay.pp * v)
+    )
 
 
 def layout_timeline(r: LayoutResult) -> go.Figure | None:
@@ -176,12 +290,21 @@ def collectives_table(rows: Sequence[Collective]) -> pd.DataFrame:
     """One row a kind of communication (:func:`partitioner.cluster.collectives`), in words: the
     group, its ranks and link, how many a step (or a token), each one's size and time, their
     total, and what hides them."""
-    return pd.DataFrame([{
-        "collective": r.name, "group": f"{r.group}: {r.ranks} ranks, {r.link}", "when": r.phase,
-        "count": f"{r.count:,.0f}" if float(r.count).is_integer() else f"{r.count:,.2f}",
-        "size each": format_bytes(r.bytes_each), "time each": format_seconds(r.seconds_each),
-        "total": format_seconds(r.seconds), "hidden behind": r.overlap or "nothing"}
-        for r in rows])
+    return pd.DataFrame(
+        [
+            {
+                "collective": r.name,
+                "group": f"{r.group}: {r.ranks} ranks, {r.link}",
+                "when": r.phase,
+                "count": f"{r.count:,.0f}" if float(r.count).is_integer() else f"{r.count:,.2f}",
+                "size each": format_bytes(r.bytes_each),
+                "time each": format_seconds(r.seconds_each),
+                "total": format_seconds(r.seconds),
+                "hidden behind": r.overlap or "nothing",
+            }
+            for r in rows
+        ]
+    )
 
 
 def rank_stash(r: LayoutResult) -> list[int] | None:
@@ -211,16 +334,33 @@ def rank_memory_figure(r: LayoutResult, capacity_bytes: int) -> go.Figure | None
         if kind not in r.memory:
             continue
         values = [per_mb * held if kind == "activations" else r.memory[kind] for held in stash]
-        fig.add_trace(go.Bar(x=labels, y=[v / GiB for v in values], name=kind.replace("_", " "),
-                             marker_color=MEMORY_KINDS[kind],
-                             hovertext=[f"{kind.replace('_', ' ')}: {format_bytes(v)}" + (
-                                 f" ({held} microbatches held)" if kind == "activations" else "")
-                                 for v, held in zip(values, stash)], hoverinfo="text"))
-    fig.add_hline(y=capacity_bytes / GiB, line_dash="dash", line_color="#d62728",
-                  annotation_text=f"device memory {capacity_bytes / GiB:.0f} GiB")
-    fig.update_layout(barmode="stack", title=f"Training memory on each pipeline rank: {r.layout.label()}",
-                      yaxis_title="memory (GiB)", xaxis_title="pipeline rank (each with tp x dp devices alike)",
-                      height=400)
+        fig.add_trace(
+            go.Bar(
+                x=labels,
+                y=[v / GiB for v in values],
+                name=kind.replace("_", " "),
+                marker_color=MEMORY_KINDS[kind],
+                hovertext=[
+                    f"{kind.replace('_', ' ')}: {format_bytes(v)}"
+                    + (f" ({held} microbatches held)" if kind == "activations" else "")
+                    for v, held in zip(values, stash)
+                ],
+                hoverinfo="text",
+            )
+        )
+    fig.add_hline(
+        y=capacity_bytes / GiB,
+        line_dash="dash",
+        line_color="#d62728",
+        annotation_text=f"device memory {capacity_bytes / GiB:.0f} GiB",
+    )
+    fig.update_layout(
+        barmode="stack",
+        title=f"Training memory on each pipeline rank: {r.layout.label()}",
+        yaxis_title="memory (GiB)",
+        xaxis_title="pipeline rank (each with tp x dp devices alike)",
+        height=400,
+    )
     return fig
 
 
@@ -235,24 +375,49 @@ def run_figure(check: Any) -> go.Figure:
     for part in check.parts:
         if part.name in (REST, SYNC, END_TO_END) or part.predicted_s <= 0:
             continue
-        fig.add_trace(go.Bar(x=["predicted"], y=[part.predicted_s], name=plain(part.name),
-                             hovertemplate=f"{plain(part.name)}: %{{y:.4g}} s<extra></extra>"))
+        fig.add_trace(
+            go.Bar(
+                x=["predicted"],
+                y=[part.predicted_s],
+                name=plain(part.name),
+                hovertemplate=f"{plain(part.name)}: %{{y:.4g}} s<extra></extra>",
+            )
+        )
     timed = [p for p in check.parts if p.name in (REST, SYNC) and p.measured_s is not None]
     for part in timed or [check.parts[-1]]:
-        fig.add_trace(go.Bar(x=["measured"], y=[part.measured_s], name=f"measured: {plain(part.name)}",
-                             hovertemplate=f"{plain(part.name)}: %{{y:.4g}} s<extra></extra>"))
+        fig.add_trace(
+            go.Bar(
+                x=["measured"],
+                y=[part.measured_s],
+                name=f"measured: {plain(part.name)}",
+                hovertemplate=f"{plain(part.name)}: %{{y:.4g}} s<extra></extra>",
+            )
+        )
     error = check.error
-    fig.update_layout(barmode="stack", height=400, yaxis_title="time per step (s)", xaxis_title="",
-                      title=f"One training step on this machine, predicted against measured: "
-                            f"{check.run.layout.label()} (error {'-' if error is None else format_signed(error)})")
+    fig.update_layout(
+        barmode="stack",
+        height=400,
+        yaxis_title="time per step (s)",
+        xaxis_title="",
+        title=f"One training step on this machine, predicted against measured: "
+        f"{check.run.layout.label()} (error {'-' if error is None else format_signed(error)})",
+    )
     return fig
 
 
 def parts_table(check: Any) -> pd.DataFrame:
     """Each part of a checked run: predicted, measured where the run times it apart, the error."""
-    return pd.DataFrame([{"part": p.name, "predicted": format_seconds(p.predicted_s),
-                          "measured": "inside the rest" if p.measured_s is None else format_seconds(p.measured_s),
-                          "error": "-" if p.error is None else format_signed(p.error)} for p in check.parts])
+    return pd.DataFrame(
+        [
+            {
+                "part": p.name,
+                "predicted": format_seconds(p.predicted_s),
+                "measured": "inside the rest" if p.measured_s is None else format_seconds(p.measured_s),
+                "error": "-" if p.error is None else format_signed(p.error),
+            }
+            for p in check.parts
+        ]
+    )
 
 
 def run_table(predicted: LayoutResult, ranks: Sequence[Any]) -> pd.DataFrame:
@@ -262,9 +427,15 @@ def run_table(predicted: LayoutResult, ranks: Sequence[Any]) -> pd.DataFrame:
     rows = []
     for r in ranks:
         mesh = (f"pp={r.pp} " if predicted.layout.pp > 1 else "") + f"dp={r.dp} tp={r.tp}"
-        rows.append({"rank": r.rank, "mesh": mesh, "weights held": format_bytes(r.parameter_bytes),
-                     "gradients held": format_bytes(r.gradient_bytes),
-                     "predicted": format_bytes(states),
-                     "error": format_signed((r.memory_bytes - states) / states) if states else "-",
-                     "step": format_seconds(r.step_s)})
+        rows.append(
+            {
+                "rank": r.rank,
+                "mesh": mesh,
+                "weights held": format_bytes(r.parameter_bytes),
+                "gradients held": format_bytes(r.gradient_bytes),
+                "predicted": format_bytes(states),
+                "error": format_signed((r.memory_bytes - states) / states) if states else "-",
+                "step": format_seconds(r.step_s),
+            }
+        )
     return pd.DataFrame(rows)

@@ -68,8 +68,9 @@ class PlanConfig:
     options: PartitionOptions = PartitionOptions()
 
     @classmethod
-    def build(cls, model: ModelChoice, devices: list[Device], mode: str = partitioner.DEFAULT_MODE,
-              **options: Any) -> "PlanConfig":
+    def build(
+        cls, model: ModelChoice, devices: list[Device], mode: str = partitioner.DEFAULT_MODE, **options: Any
+    ) -> "PlanConfig":
         """``options`` are :meth:`PartitionOptions.build`'s keyword arguments."""
         return cls(model, tuple(device_key(d) for d in devices), mode, PartitionOptions.build(**options))
 

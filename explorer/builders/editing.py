@@ -44,8 +44,7 @@ def _tidy(edit: Edit) -> Edit:
     """Drop partitions that hold no node any more."""
     used = {int(p) for p in edit["node_to_partition"].values()}
     edit["partition_to_devices"] = {
-        k: v for k, v in sorted(edit["partition_to_devices"].items(), key=lambda kv: int(kv[0]))
-        if int(k) in used
+        k: v for k, v in sorted(edit["partition_to_devices"].items(), key=lambda kv: int(kv[0])) if int(k) in used
     }
     return edit
 
@@ -55,8 +54,11 @@ def move_node(edit: Mapping[str, Any], node: str, target: int, devices: Sequence
     ``target`` is :data:`NEW`. Raises ``KeyError`` for a node the mapping does not hold."""
     if node not in edit["node_to_partition"]:
         raise KeyError(f"node {node!r} is not in the plan being edited")
-    out: Edit = {**edit, "node_to_partition": dict(edit["node_to_partition"]),
-                 "partition_to_devices": {k: list(v) for k, v in edit["partition_to_devices"].items()}}
+    out: Edit = {
+        **edit,
+        "node_to_partition": dict(edit["node_to_partition"]),
+        "partition_to_devices": {k: list(v) for k, v in edit["partition_to_devices"].items()},
+    }
     if target == NEW:
         target = new_partition_id(edit)
         out["partition_to_devices"][str(target)] = [int(d) for d in devices]
@@ -85,13 +87,18 @@ def evaluate_edit(
     or a cycle; raises :class:`partitioner.PartitionError` for nodes or devices the model does
     not have). With ``base`` (the plan the edit started from) the result keeps its mode and cost
     model and is marked edited when it differs from it (renumbering alone is no change)."""
-    kwargs: dict[str, Any] = dict(transfer_rate_bytes_per_s=transfer_rate_bytes_per_s,
-                                  node_latency=node_latency, keep_ids=True)
+    kwargs: dict[str, Any] = dict(
+        transfer_rate_bytes_per_s=transfer_rate_bytes_per_s, node_latency=node_latency, keep_ids=True
+    )
     if base is not None:
         kwargs.update(mode=base.mode, cost_model=base.cost_model)
     scored = partitioner.evaluate_plan(
-        graph, devices, edit["node_to_partition"],
-        {int(k): v for k, v in edit["partition_to_devices"].items()}, **kwargs)
+        graph,
+        devices,
+        edit["node_to_partition"],
+        {int(k): v for k, v in edit["partition_to_devices"].items()},
+        **kwargs,
+    )
     if base is not None and not diff_plans(base, scored).is_empty:
         scored = dataclasses.replace(scored, provenance=dataclasses.replace(scored.provenance, edited=True))
     return scored

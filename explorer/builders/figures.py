@@ -12,11 +12,10 @@ from typing import Any, Sequence
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from explorer.builders.tables import byte_unit, incoming_transfer_s, schedule, time_unit
+from explorer.builders.text import plain
 from partitioner import Graph, Plan, format_bytes
 from partitioner.accelerator.compare import ModeResult
-from partitioner.draw.overlay import formatter, partition_values, plotly_scale
-from partitioner.plan.records import Partition
-from partitioner.units import format_seconds, format_signed
 from partitioner.draw.dag import (
     CRITICAL_COLOUR,
     UNKNOWN_DEVICE_COLOUR,
@@ -25,9 +24,9 @@ from partitioner.draw.dag import (
     over_capacity_devices,
     partition_capacity,
 )
-
-from explorer.builders.tables import byte_unit, incoming_transfer_s, schedule, time_unit
-from explorer.builders.text import plain
+from partitioner.draw.overlay import formatter, partition_values, plotly_scale
+from partitioner.plan.records import Partition
+from partitioner.units import format_seconds, format_signed
 
 __all__ = [
     "memory_figure",
@@ -86,13 +85,22 @@ def memory_figure(plan: Plan, overlay: str = "device", graph: Graph | None = Non
     )
     fig.update_xaxes(type="category", categoryorder="array", categoryarray=[_label(p.id) for p in parts])
     fig.update_yaxes(title=f"memory ({unit})", rangemode="tozero")
-    title = ("Memory per partition against its device's capacity" if overlay == "device"
-             else f"Memory per partition, coloured by {overlay}")
+    title = (
+        "Memory per partition against its device's capacity"
+        if overlay == "device"
+        else f"Memory per partition, coloured by {overlay}"
+    )
     return _layout(fig, title)
 
 
-def _device_bars(fig: go.Figure, plan: Plan, parts: Sequence[Partition], names: dict[int, str],
-                 capacities: Sequence[int | None], scale: float) -> None:
+def _device_bars(
+    fig: go.Figure,
+    plan: Plan,
+    parts: Sequence[Partition],
+    names: dict[int, str],
+    capacities: Sequence[int | None],
+    scale: float,
+) -> None:
     """A bar trace per device (its colour; over capacity in orange), so the legend names devices."""
     colours = device_colours(plan.devices)
     over = over_capacity_devices(plan)
@@ -111,8 +119,10 @@ def _device_bars(fig: go.Figure, plan: Plan, parts: Sequence[Partition], names: 
         members = groups[key]
         first = parts[members[0]]
         colour = (
-            WARNING_COLOUR if key == "over capacity"
-            else colours.get(first.device_ids[0], UNKNOWN_DEVICE_COLOUR) if first.device_ids
+            WARNING_COLOUR
+            if key == "over capacity"
+            else colours.get(first.device_ids[0], UNKNOWN_DEVICE_COLOUR)
+            if first.device_ids
             else UNKNOWN_DEVICE_COLOUR
         )
         fig.add_bar(
@@ -144,22 +154,37 @@ def colourbar(overlay: str, low: float, high: float, ticks: int = 5) -> dict[str
     GFLOP), never Plotly's SI suffixes (71.68B read as billions)."""
     fmt = formatter(overlay)
     values = [low + (high - low) * i / (ticks - 1) for i in range(ticks)]
-    return {"title": {"text": overlay}, "thickness": 12, "tickmode": "array", "tickvals": values,
-            "ticktext": [fmt(v) for v in values]}
+    return {
+        "title": {"text": overlay},
+        "thickness": 12,
+        "tickmode": "array",
+        "tickvals": values,
+        "ticktext": [fmt(v) for v in values],
+    }
 
 
-def _overlay_bars(fig: go.Figure, plan: Plan, parts: Sequence[Partition], overlay: str, graph: Graph | None,
-                  scale: float) -> None:
+def _overlay_bars(
+    fig: go.Figure, plan: Plan, parts: Sequence[Partition], overlay: str, graph: Graph | None, scale: float
+) -> None:
     """One bar trace coloured by ``overlay`` on :func:`partitioner.draw.overlay.plotly_scale`."""
     values = partition_values(plan, overlay, graph)
     low, high = colour_range(list(values.values()))
     fmt = formatter(overlay)
-    fig.add_bar(name=f"coloured by {overlay}", x=[_label(p.id) for p in parts], y=[p.memory_bytes / scale for p in parts],
-                marker={"color": [values[p.id] for p in parts], "colorscale": plotly_scale(), "cmin": low,
-                        "cmax": high, "line": {"color": "#333333", "width": 0.5},
-                        "colorbar": colourbar(overlay, low, high)},
-                hovertext=[f"P{p.id}: {format_bytes(p.memory_bytes)}, {overlay} {fmt(values[p.id])}" for p in parts],
-                hoverinfo="text")
+    fig.add_bar(
+        name=f"coloured by {overlay}",
+        x=[_label(p.id) for p in parts],
+        y=[p.memory_bytes / scale for p in parts],
+        marker={
+            "color": [values[p.id] for p in parts],
+            "colorscale": plotly_scale(),
+            "cmin": low,
+            "cmax": high,
+            "line": {"color": "#333333", "width": 0.5},
+            "colorbar": colourbar(overlay, low, high),
+        },
+        hovertext=[f"P{p.id}: {format_bytes(p.memory_bytes)}, {overlay} {fmt(values[p.id])}" for p in parts],
+        hoverinfo="text",
+    )
 
 
 def device_memory_figure(plan: Plan) -> go.Figure:
@@ -175,8 +200,10 @@ def device_memory_figure(plan: Plan) -> go.Figure:
         name="used",
         x=x,
         y=[used.get(d.logical_id, 0) / scale for d in devices],
-        marker={"color": [WARNING_COLOUR if d.logical_id in over else colours[d.logical_id] for d in devices],
-                "line": {"color": "#333333", "width": 0.5}},
+        marker={
+            "color": [WARNING_COLOUR if d.logical_id in over else colours[d.logical_id] for d in devices],
+            "line": {"color": "#333333", "width": 0.5},
+        },
         hovertext=[
             f"{plain(d.name)}: {format_bytes(used.get(d.logical_id, 0))} of {format_bytes(d.memory_bytes)}"
             + (" (over capacity)" if d.logical_id in over else "")
@@ -215,7 +242,10 @@ def latency_figure(plan: Plan) -> go.Figure:
         ("communication in", [comm[p.id] for p in parts], TRANSFER_COLOUR),
     ):
         fig.add_bar(
-            name=name, x=x, y=[v / scale for v in values], marker={"color": colour},
+            name=name,
+            x=x,
+            y=[v / scale for v in values],
+            marker={"color": colour},
             hovertext=[f"P{p.id} {name}: {format_seconds(v)}" for p, v in zip(parts, values)],
             hoverinfo="text",
         )
@@ -253,8 +283,14 @@ def timeline_figure(plan: Plan) -> go.Figure:
     critical = set(plan.critical_path)
     fig = go.Figure()
     if not times:
-        fig.add_annotation(text="The partitions form a cycle: no schedule exists.", showarrow=False,
-                           x=0.5, y=0.5, xref="paper", yref="paper")
+        fig.add_annotation(
+            text="The partitions form a cycle: no schedule exists.",
+            showarrow=False,
+            x=0.5,
+            y=0.5,
+            xref="paper",
+            yref="paper",
+        )
         return _layout(fig, "Timeline per device", height=200)
     finish = max(f for _, f in times.values())
     unit, scale = time_unit(finish)
@@ -277,8 +313,10 @@ def timeline_figure(plan: Plan) -> go.Figure:
             textangle=0,
             marker={
                 "color": colours.get(d, UNKNOWN_DEVICE_COLOUR),
-                "line": {"color": [CRITICAL_COLOUR if p.id in critical else "#333333" for p in members],
-                         "width": [2.5 if p.id in critical else 0.5 for p in members]},
+                "line": {
+                    "color": [CRITICAL_COLOUR if p.id in critical else "#333333" for p in members],
+                    "width": [2.5 if p.id in critical else 0.5 for p in members],
+                },
             },
             hovertext=[
                 f"P{p.id} on {names.get(d, d)}: {format_seconds(times[p.id][0])} to "
@@ -299,20 +337,28 @@ def timeline_figure(plan: Plan) -> go.Figure:
         row = f"{names.get(d, d)} incoming"
         categories.append(row)
         fig.add_bar(
-            orientation="h", y=[row] * len(moving),
+            orientation="h",
+            y=[row] * len(moving),
             base=[times[e.src][1] / scale for e in moving],
             x=[e.latency_s / scale for e in moving],
-            text=[f"P{e.src} to P{e.dst}" for e in moving], textposition="inside",  # an arrow glyph reads as "+"
-            insidetextanchor="middle", textangle=0,
+            text=[f"P{e.src} to P{e.dst}" for e in moving],
+            textposition="inside",  # an arrow glyph reads as "+"
+            insidetextanchor="middle",
+            textangle=0,
             marker={"color": "#d9d9d9", "pattern": {"shape": "/"}, "line": {"color": "#666666", "width": 0.5}},
-            hovertext=[f"transfer P{e.src} to P{e.dst}: {format_bytes(e.bytes)} in "
-                       f"{format_seconds(e.latency_s)}, {format_seconds(times[e.src][1])} to "
-                       f"{format_seconds(times[e.src][1] + e.latency_s)}" for e in moving],
-            hoverinfo="text", showlegend=False,
+            hovertext=[
+                f"transfer P{e.src} to P{e.dst}: {format_bytes(e.bytes)} in "
+                f"{format_seconds(e.latency_s)}, {format_seconds(times[e.src][1])} to "
+                f"{format_seconds(times[e.src][1] + e.latency_s)}"
+                for e in moving
+            ],
+            hoverinfo="text",
+            showlegend=False,
         )
     fig.update_layout(barmode="overlay")
-    fig.update_yaxes(title="device", type="category", autorange="reversed",
-                     categoryorder="array", categoryarray=categories)
+    fig.update_yaxes(
+        title="device", type="category", autorange="reversed", categoryorder="array", categoryarray=categories
+    )
     fig.update_xaxes(title=f"time ({unit})", range=[0, finish / scale * 1.02 if finish > 0 else 1])
     height = max(220, 60 + 40 * len(categories))
     return _layout(fig, "Timeline per device (red outline: critical path; hatched: transfers)", height=height)
@@ -330,9 +376,16 @@ def comparison_figure(results: Sequence[ModeResult]) -> go.Figure:
     largest = max([r.latency_s or 0.0 for r in ok] + [0.0])
     unit, scale = time_unit(largest)
     took_unit, took_scale = time_unit(max([r.seconds for r in results] + [0.0]))
-    fig = make_subplots(rows=1, cols=4, subplot_titles=(
-        f"latency ({unit})", "partitions", "peak memory utilisation (%)", f"time to partition ({took_unit})",
-    ))
+    fig = make_subplots(
+        rows=1,
+        cols=4,
+        subplot_titles=(
+            f"latency ({unit})",
+            "partitions",
+            "peak memory utilisation (%)",
+            f"time to partition ({took_unit})",
+        ),
+    )
     panels: tuple[list[float | None], ...] = (
         [None if r.latency_s is None else r.latency_s / scale for r in results],
         [r.partitions for r in results],
@@ -344,14 +397,21 @@ def comparison_figure(results: Sequence[ModeResult]) -> go.Figure:
         fig.add_bar(x=modes, y=values, marker={"color": colours}, showlegend=False, row=1, col=col)
         for r, v in zip(results, values):
             if v is None:
-                fig.add_annotation(x=r.mode, y=0, text="failed", showarrow=False, yanchor="bottom",
-                                   font={"color": WARNING_COLOUR}, row=1, col=col)
+                fig.add_annotation(
+                    x=r.mode,
+                    y=0,
+                    text="failed",
+                    showarrow=False,
+                    yanchor="bottom",
+                    font={"color": WARNING_COLOUR},
+                    row=1,
+                    col=col,
+                )
     fig.update_yaxes(rangemode="tozero")
     fig.update_annotations(font_size=13)
     _layout(fig, "", height=320)
     fig.update_layout(margin={"t": 30})
     return fig
-
 
 
 def run_figure(partitions: Sequence[Any], unit_s: float | None = None) -> go.Figure:
@@ -376,10 +436,19 @@ def predicted_parts_figure(parts: Sequence[tuple[str, float]], measured_s: float
     fig = go.Figure()
     for name, seconds in parts:
         if seconds > 0:
-            fig.add_bar(x=["predicted"], y=[seconds / scale], name=plain(name),
-                        hovertemplate=f"{plain(name)}: %{{y:.4g}} {unit}<extra></extra>")
-    fig.add_bar(x=["measured"], y=[measured_s / scale], name="measured", marker_color="#333333",
-                hovertemplate=f"measured: %{{y:.4g}} {unit}<extra></extra>")
+            fig.add_bar(
+                x=["predicted"],
+                y=[seconds / scale],
+                name=plain(name),
+                hovertemplate=f"{plain(name)}: %{{y:.4g}} {unit}<extra></extra>",
+            )
+    fig.add_bar(
+        x=["measured"],
+        y=[measured_s / scale],
+        name="measured",
+        marker_color="#333333",
+        hovertemplate=f"measured: %{{y:.4g}} {unit}<extra></extra>",
+    )
     fig.update_layout(barmode="stack")
     fig.update_yaxes(title=f"time ({unit})")
     error = (measured_s - total) / total if total > 0 else float("nan")

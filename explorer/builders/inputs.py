@@ -7,7 +7,6 @@ field, the rule and the fix, so the app can show it with ``st.error`` as it is.
 from __future__ import annotations
 
 import dataclasses
-
 import math
 import os
 import sys
@@ -15,8 +14,8 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import partitioner
 from partitioner import PRESETS, Device, DeviceSpecError
-from partitioner.devices import preset_profile
 from partitioner.device_profile import DeviceProfile, cached_profiles, find_profile
+from partitioner.devices import preset_profile
 from partitioner.interop.readers import LatencyFileError, read_node_latency_text
 
 __all__ = [
@@ -81,9 +80,12 @@ def type_spec(kind: str) -> tuple[dict[str, Any], DeviceProfile | None]:
     if profile is None:
         return {}, None
     link = profile.link
-    return {"memory_bytes": profile.memory_bytes, "peak_flops": profile.peak_flops,
-            "memory_bandwidth_bytes_per_s": profile.memory_bandwidth_bytes_per_s,
-            "link_bandwidth_bytes_per_s": link.bandwidth_bytes_per_s if link else None}, profile
+    return {
+        "memory_bytes": profile.memory_bytes,
+        "peak_flops": profile.peak_flops,
+        "memory_bandwidth_bytes_per_s": profile.memory_bandwidth_bytes_per_s,
+        "link_bandwidth_bytes_per_s": link.bandwidth_bytes_per_s if link else None,
+    }, profile
 
 
 def device_rows(count: int, memory: str, preset: str = CUSTOM) -> list[dict[str, Any]]:
@@ -139,8 +141,10 @@ def rows_to_devices(rows: Iterable[Mapping[str, Any]]) -> list[Device]:
             except DeviceSpecError as exc:
                 raise InputError(f"{where}: {exc}") from None
             if memory_bytes == 0:
-                raise InputError(f"{where}: memory must be more than 0 B (got {str(memory).strip()!r}); "
-                                 "a device with no memory holds nothing: write its memory, e.g. '16GiB'")
+                raise InputError(
+                    f"{where}: memory must be more than 0 B (got {str(memory).strip()!r}); "
+                    "a device with no memory holds nothing: write its memory, e.g. '16GiB'"
+                )
         speeds: dict[str, float | None] = {}
         for column, field, scale in _SPEEDS:
             value = row.get(column)
@@ -154,12 +158,16 @@ def rows_to_devices(rows: Iterable[Mapping[str, Any]]) -> list[Device]:
             if not number > 0:
                 raise InputError(f"{where}: {column} must be > 0 or left empty (got {value!r})")
             speeds[field] = number * scale
-            if spec.get(field) and field != "link_bandwidth_bytes_per_s" and not math.isclose(
-                    number * scale, spec[field], rel_tol=1e-6):
+            if (
+                spec.get(field)
+                and field != "link_bandwidth_bytes_per_s"
+                and not math.isclose(number * scale, spec[field], rel_tol=1e-6)
+            ):
                 profile = None  # speeds of one's own: the roofline of them, not the type's kernel curves
         try:
-            devices.append(Device(name=name, memory_bytes=memory_bytes, logical_id=i, kind=preset, profile=profile,
-                                  **speeds))
+            devices.append(
+                Device(name=name, memory_bytes=memory_bytes, logical_id=i, kind=preset, profile=profile, **speeds)
+            )
         except DeviceSpecError as exc:
             raise InputError(f"{where}: {exc}") from None
     if not devices:
@@ -180,8 +188,12 @@ DEFAULT_HEADROOM_PERCENT = 5.0
 def with_engine(devices: list[Device], engine: str) -> list[Device]:
     """``devices`` timed for ``engine`` (partitioner.kernels.ENGINES) where they carry kernel
     curves; the others as they are."""
-    return [dataclasses.replace(d, profile=d.profile.with_engine(engine))
-            if d.profile is not None and d.profile.gpu is not None else d for d in devices]
+    return [
+        dataclasses.replace(d, profile=d.profile.with_engine(engine))
+        if d.profile is not None and d.profile.gpu is not None
+        else d
+        for d in devices
+    ]
 
 
 def with_headroom(devices: list[Device], percent: float) -> list[Device]:
@@ -257,8 +269,9 @@ def hf_fields_for(text: str, old: str, new: str) -> str:
     after = layer_fields(_bare(new))
     if len(before) != 1 or len(after) != 1 or before == after:
         return text
-    return " ".join(after[0] + item[len(before[0]):] if item.startswith(before[0] + "=") else item
-                    for item in text.split())
+    return " ".join(
+        after[0] + item[len(before[0]) :] if item.startswith(before[0] + "=") else item for item in text.split()
+    )
 
 
 def _preset_arch(name: str) -> str:
@@ -271,8 +284,11 @@ def preset_overrides(spec: str, overrides: Mapping[str, Any]) -> list[tuple[str,
     """The fields of preset ``spec`` (``hf:llama-3-70b``) that ``overrides`` set to another value,
     as (field, given, the preset's); [] for an architecture or a preset left at its size."""
     sets = _preset_fields(spec)
-    return [(field, overrides[field], value) for field, value in sets.items()
-            if field in overrides and overrides[field] != value]
+    return [
+        (field, overrides[field], value)
+        for field, value in sets.items()
+        if field in overrides and overrides[field] != value
+    ]
 
 
 def size_warning(spec: str, overrides: Mapping[str, Any]) -> str | None:
@@ -284,7 +300,11 @@ def size_warning(spec: str, overrides: Mapping[str, Any]) -> str | None:
     from sample_models._hf import layer_fields
 
     layers = set(layer_fields(_bare(spec)))
-    said = [f"{given:,} of {value:,} layers" if field in layers else f"{field}={given} (the checkpoint's {value})"
-            for field, given, value in changed]
-    return (f"{_bare(spec)} with {', '.join(said)}: every figure on this page is for that smaller model, not the "
-            f"checkpoint. Clear {', '.join(f for f, _, _ in changed)} in the sidebar's Config fields for the real size.")
+    said = [
+        f"{given:,} of {value:,} layers" if field in layers else f"{field}={given} (the checkpoint's {value})"
+        for field, given, value in changed
+    ]
+    return (
+        f"{_bare(spec)} with {', '.join(said)}: every figure on this page is for that smaller model, not the "
+        f"checkpoint. Clear {', '.join(f for f, _, _ in changed)} in the sidebar's Config fields for the real size."
+    )

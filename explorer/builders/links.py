@@ -13,46 +13,139 @@ from typing import Any, Callable, Mapping, Sequence
 
 from partitioner.units import parse_bytes
 
-__all__ = ["LinkValues", "read_link", "read_page_link", "page_keys", "page_kind", "URL_KEYS", "HF_URL_KEYS", "PAGE_URL_KEYS",
-           "PAGE_PREFIXES", "RANGES"]
+__all__ = [
+    "LinkValues",
+    "read_link",
+    "read_page_link",
+    "page_keys",
+    "page_kind",
+    "URL_KEYS",
+    "HF_URL_KEYS",
+    "PAGE_URL_KEYS",
+    "PAGE_PREFIXES",
+    "RANGES",
+]
 
-URL_KEYS: dict[str, type] = {"model": str, "dev_preset": str, "dev_engine": str, "dev_count": int, "dev_memory": str,
-                             "transfer_gbps": float, "dev_headroom": float, "mode": str, "saturate_host": bool,
-                             "force_partition": bool, "torch_cost_model": bool}
+URL_KEYS: dict[str, type] = {
+    "model": str,
+    "dev_preset": str,
+    "dev_engine": str,
+    "dev_count": int,
+    "dev_memory": str,
+    "transfer_gbps": float,
+    "dev_headroom": float,
+    "mode": str,
+    "saturate_host": bool,
+    "force_partition": bool,
+    "torch_cost_model": bool,
+}
 HF_URL_KEYS: dict[str, type] = {"hf_name": str, "hf_set": str, "hf_batch": int, "hf_seq": int}  # with hf: only
 # The sidebar widgets' own bounds (None: unbounded on that side).
-RANGES: dict[str, tuple[float | None, float | None]] = {"dev_count": (1, 1024), "transfer_gbps": (0.0, None),
-                                                        "dev_headroom": (0.0, 90.0),
-                                                        "hf_batch": (1, 4096), "hf_seq": (1, 1 << 20),
-                                                        "learn_step": (1, None), "pp_ranks": (1, 1024),
-                                                        "pp_microbatches": (1, 1024), "cl_batch": (1, 1 << 20),
-                                                        "cl_serve_batch": (1, 1 << 20), "cl_prompt": (1, 1 << 20),
-                                                        "cl_seq": (1, 1 << 20), "cl_tokens": (1e6, 1e15),
-                                                        "cl_generate": (0, 1 << 16), "cl_per_node": (1, 64),
-                                                        "cl_max_nodes": (1, 512), "cl_headroom": (0.0, 64.0)}
+RANGES: dict[str, tuple[float | None, float | None]] = {
+    "dev_count": (1, 1024),
+    "transfer_gbps": (0.0, None),
+    "dev_headroom": (0.0, 90.0),
+    "hf_batch": (1, 4096),
+    "hf_seq": (1, 1 << 20),
+    "learn_step": (1, None),
+    "pp_ranks": (1, 1024),
+    "pp_microbatches": (1, 1024),
+    "cl_batch": (1, 1 << 20),
+    "cl_serve_batch": (1, 1 << 20),
+    "cl_prompt": (1, 1 << 20),
+    "cl_seq": (1, 1 << 20),
+    "cl_tokens": (1e6, 1e15),
+    "cl_generate": (0, 1 << 16),
+    "cl_per_node": (1, 64),
+    "cl_max_nodes": (1, 512),
+    "cl_headroom": (0.0, 64.0),
+}
 # What each page's own widgets hold (its view), carried by a link to that page: the key's prefix
 # names the page. Keys of the cluster page not listed here (a widget added since) are carried
 # too, typed as their text reads (NOTE: [Page keys]).
-PAGE_PREFIXES: dict[str, str] = {"explore": "explore_", "learn": "learn_", "pipeline": "pp_", "training": "tm_",
-                                 "sharding": "sh_", "cluster": "cl_"}
+PAGE_PREFIXES: dict[str, str] = {
+    "explore": "explore_",
+    "learn": "learn_",
+    "pipeline": "pp_",
+    "training": "tm_",
+    "sharding": "sh_",
+    "cluster": "cl_",
+}
 PAGE_URL_KEYS: dict[str, type] = {
-    "explore_view": str, "explore_overlay": str, "explore_search": str,
-    "learn_algorithm": str, "learn_step": int,
-    "pp_ranks": int, "pp_microbatches": int, "pp_schedule": str, "pp_training": str,
-    "tm_budget": float, "tm_loss": str, "tm_optimizer": str, "sh_training": bool,
-    "cl_kind": str, "cl_engine": str, "cl_serve_batch": int, "cl_prompt": int, "cl_batch": int, "cl_seq": int,
-    "cl_precision": str, "cl_optimizer": str, "cl_tokens": float,
-    "cl_generate": int, "cl_accelerator": str, "cl_per_node": int, "cl_max_nodes": int, "cl_inter": str,
-    "cl_headroom": float, "cl_write": str,
+    "explore_view": str,
+    "explore_overlay": str,
+    "explore_search": str,
+    "learn_algorithm": str,
+    "learn_step": int,
+    "pp_ranks": int,
+    "pp_microbatches": int,
+    "pp_schedule": str,
+    "pp_training": str,
+    "tm_budget": float,
+    "tm_loss": str,
+    "tm_optimizer": str,
+    "sh_training": bool,
+    "cl_kind": str,
+    "cl_engine": str,
+    "cl_serve_batch": int,
+    "cl_prompt": int,
+    "cl_batch": int,
+    "cl_seq": int,
+    "cl_precision": str,
+    "cl_optimizer": str,
+    "cl_tokens": float,
+    "cl_generate": int,
+    "cl_accelerator": str,
+    "cl_per_node": int,
+    "cl_max_nodes": int,
+    "cl_inter": str,
+    "cl_headroom": float,
+    "cl_write": str,
 }
 _PAGE_PATTERNS: tuple[tuple[str, type], ...] = (("cl_intra_", str), ("cl_price_", float))
 # Keys that are actions or files, never a view: buttons, downloads, uploads, editors, run state.
-_NOT_CARRIED = ("cl_open", "cl_run", "cl_min_cut", "cl_dl_", "cl_stage_dag", "cl_memory", "cl_time", "cl_timeline", "cl_rank_memory",
-                "cl_pareto", "cl_run_chart", "pp_run", "pp_download", "pp_sweep_chart", "pp_memory_chart", "pp_schedule_chart",
-                "tm_run", "tm_graph", "tm_memory_chart", "tm_tradeoff_chart", "sh_run", "sh_editor_", "sh_download",
-                "sh_suggest", "sh_model_plan", "sh_memory_chart", "sh_run_chart", "learn_prev", "learn_next", "learn_play",
-                "learn_playing", "learn_tick", "learn_restart", "learn_speed", "learn_steps", "explore_dag", "explore_drill",
-                "explore_critical", "explore_model", "explore_node")
+_NOT_CARRIED = (
+    "cl_open",
+    "cl_run",
+    "cl_min_cut",
+    "cl_dl_",
+    "cl_stage_dag",
+    "cl_memory",
+    "cl_time",
+    "cl_timeline",
+    "cl_rank_memory",
+    "cl_pareto",
+    "cl_run_chart",
+    "pp_run",
+    "pp_download",
+    "pp_sweep_chart",
+    "pp_memory_chart",
+    "pp_schedule_chart",
+    "tm_run",
+    "tm_graph",
+    "tm_memory_chart",
+    "tm_tradeoff_chart",
+    "sh_run",
+    "sh_editor_",
+    "sh_download",
+    "sh_suggest",
+    "sh_model_plan",
+    "sh_memory_chart",
+    "sh_run_chart",
+    "learn_prev",
+    "learn_next",
+    "learn_play",
+    "learn_playing",
+    "learn_tick",
+    "learn_restart",
+    "learn_speed",
+    "learn_steps",
+    "explore_dag",
+    "explore_drill",
+    "explore_critical",
+    "explore_model",
+    "explore_node",
+)
 _TRUE, _FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
 
 
@@ -98,8 +191,9 @@ def _clamped(key: str, value: Any, text: str, notes: list[str]) -> Any:
     return value
 
 
-def _knobs(model: str, params: Mapping[str, str], config_class: Callable[[str], type] | None,
-           notes: list[str]) -> dict[str, Any]:
+def _knobs(
+    model: str, params: Mapping[str, str], config_class: Callable[[str], type] | None, notes: list[str]
+) -> dict[str, Any]:
     """The link's ``knob_<model>_<field>`` values typed by the model's config; a value the config
     refuses on its own (a width of 0, a bool that is not one) is dropped with the config's reason."""
     given = {k: v for k, v in params.items() if k.startswith("knob_")}
@@ -129,8 +223,14 @@ def _knobs(model: str, params: Mapping[str, str], config_class: Callable[[str], 
     return out
 
 
-def read_link(params: Mapping[str, str], models: Sequence[str], modes: Sequence[str], presets: Sequence[str],
-              hf_model: str, config_class: Callable[[str], type] | None = None) -> LinkValues:
+def read_link(
+    params: Mapping[str, str],
+    models: Sequence[str],
+    modes: Sequence[str],
+    presets: Sequence[str],
+    hf_model: str,
+    config_class: Callable[[str], type] | None = None,
+) -> LinkValues:
     """The sidebar values of a link's query ``params``. ``models`` are the sample models' names
     (``hf_model`` the choice for Hugging Face architectures), ``modes`` and ``presets`` the
     selectboxes' options, ``config_class(model)`` a sample model's config dataclass (its fields are

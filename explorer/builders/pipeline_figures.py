@@ -12,19 +12,31 @@ from typing import Sequence
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from explorer.builders.figures import _layout
+from explorer.builders.tables import byte_unit, time_unit
 from partitioner import Graph
 from partitioner.draw.nodeview import block_of
 from partitioner.pipeline import PipelinePlan, Simulation
 from partitioner.pipeline.schedules import ActionKind
 from partitioner.units import format_bytes, format_seconds
 
-from explorer.builders.figures import _layout
-from explorer.builders.tables import byte_unit, time_unit
+__all__ = [
+    "stage_span",
+    "schedule_figure",
+    "microbatch_figure",
+    "stage_memory_figure",
+    "KIND_NAMES",
+    "transfers",
+    "bubble_note",
+    "idle_parts",
+]
 
-__all__ = ["stage_span", "schedule_figure", "microbatch_figure", "stage_memory_figure", "KIND_NAMES", "transfers", "bubble_note", "idle_parts"]
-
-KIND_NAMES = {ActionKind.F: "forward", ActionKind.B: "backward", ActionKind.I: "backward (inputs)",
-              ActionKind.W: "backward (weights)"}
+KIND_NAMES = {
+    ActionKind.F: "forward",
+    ActionKind.B: "backward",
+    ActionKind.I: "backward (inputs)",
+    ActionKind.W: "backward (weights)",
+}
 _KIND_COLOURS = {ActionKind.F: "#4c78a8", ActionKind.B: "#f58518", ActionKind.I: "#e45756", ActionKind.W: "#54a24b"}
 _IDLE_COLOUR = "#e6e6e6"
 
@@ -43,15 +55,22 @@ def transfers(sim: Simulation, transfer_s: Sequence[float] | float) -> list[tupl
             source = next((ended[k] for k in [(e.stage - 1, ActionKind.F, e.microbatch)] if k in ended), None)
             boundary, sender, what = e.stage - 1, rank_of.get(e.stage - 1), "activations"
         elif e.kind in (ActionKind.B, ActionKind.I) and e.stage < stages - 1:
-            source = next((ended[k] for k in [(e.stage + 1, ActionKind.B, e.microbatch),
-                                                (e.stage + 1, ActionKind.I, e.microbatch)] if k in ended), None)
+            source = next(
+                (
+                    ended[k]
+                    for k in [(e.stage + 1, ActionKind.B, e.microbatch), (e.stage + 1, ActionKind.I, e.microbatch)]
+                    if k in ended
+                ),
+                None,
+            )
             boundary, sender, what = e.stage, rank_of.get(e.stage + 1), "gradients"
         else:
             continue
         if source is None or sender == e.rank or boundary >= len(comm) or comm[boundary] <= 0:
             continue
-        found.append((e.rank, source, source + comm[boundary],
-                      f"{what} of microbatch {e.microbatch} to stage {e.stage}"))
+        found.append(
+            (e.rank, source, source + comm[boundary], f"{what} of microbatch {e.microbatch} to stage {e.stage}")
+        )
     return found
 
 
@@ -65,8 +84,15 @@ def schedule_figure(sim: Simulation, ranks: int, transfer_s: Sequence[float] | f
     unit, scale = time_unit(sim.step_time_s)
     fig = go.Figure()
     rows = [f"rank {r}" for r in range(ranks)]
-    fig.add_bar(orientation="h", y=rows, base=[0.0] * ranks, x=[sim.step_time_s / scale] * ranks,
-                marker={"color": _IDLE_COLOUR}, name="idle (bubble)", hoverinfo="skip")
+    fig.add_bar(
+        orientation="h",
+        y=rows,
+        base=[0.0] * ranks,
+        x=[sim.step_time_s / scale] * ranks,
+        marker={"color": _IDLE_COLOUR},
+        name="idle (bubble)",
+        hoverinfo="skip",
+    )
     per_rank_stages: dict[int, set[int]] = {}
     for e in sim.timeline:
         per_rank_stages.setdefault(e.rank, set()).add(e.stage)
@@ -76,38 +102,55 @@ def schedule_figure(sim: Simulation, ranks: int, transfer_s: Sequence[float] | f
         if not events:
             continue
         fig.add_bar(
-            orientation="h", name=KIND_NAMES[kind],
+            orientation="h",
+            name=KIND_NAMES[kind],
             y=[f"rank {e.rank}" for e in events],
             base=[e.start_s / scale for e in events],
             x=[(e.end_s - e.start_s) / scale for e in events],
             text=[f"s{e.stage}:{e.microbatch}" if several else str(e.microbatch) for e in events],
-            textposition="inside", insidetextanchor="middle", textangle=0,
+            textposition="inside",
+            insidetextanchor="middle",
+            textangle=0,
             textfont={"size": 12, "color": "#ffffff"},
             marker={"color": _KIND_COLOURS[kind], "line": {"color": "#ffffff", "width": 0.5}},
-            hovertext=[f"rank {e.rank}, stage {e.stage}: {KIND_NAMES[e.kind]} of microbatch {e.microbatch}, "
-                       f"{format_seconds(e.start_s)} to {format_seconds(e.end_s)}" for e in events],
+            hovertext=[
+                f"rank {e.rank}, stage {e.stage}: {KIND_NAMES[e.kind]} of microbatch {e.microbatch}, "
+                f"{format_seconds(e.start_s)} to {format_seconds(e.end_s)}"
+                for e in events
+            ],
             hoverinfo="text",
         )
     moved = transfers(sim, transfer_s)
     if moved:
         fig.add_bar(
-            orientation="h", name="transfer in (hatched)", y=[f"rank {r}" for r, *_ in moved],
-            base=[start / scale for _, start, _, _ in moved], x=[(end - start) / scale for _, start, end, _ in moved],
-            width=0.18, offset=0.3,  # a thin strip at the bottom of the receiving rank's row
-            marker={"color": "#ffffff", "line": {"color": "#555555", "width": 0.5},
-                    "pattern": {"shape": "/", "fgcolor": "#555555", "size": 5}},
+            orientation="h",
+            name="transfer in (hatched)",
+            y=[f"rank {r}" for r, *_ in moved],
+            base=[start / scale for _, start, _, _ in moved],
+            x=[(end - start) / scale for _, start, end, _ in moved],
+            width=0.18,
+            offset=0.3,  # a thin strip at the bottom of the receiving rank's row
+            marker={
+                "color": "#ffffff",
+                "line": {"color": "#555555", "width": 0.5},
+                "pattern": {"shape": "/", "fgcolor": "#555555", "size": 5},
+            },
             hovertext=[f"{what}: {format_seconds(start)} to {format_seconds(end)}" for _, start, end, what in moved],
             hoverinfo="text",
         )
     fig.update_layout(barmode="overlay", uniformtext={"minsize": LABEL_MIN_PX, "mode": "hide"})
     fig.update_yaxes(type="category", autorange="reversed", categoryorder="array", categoryarray=rows)
     fig.update_xaxes(title=f"time ({unit})", range=[0, sim.step_time_s / scale * 1.01 or 1])
-    title = (f"Schedule {sim.schedule}: step {format_seconds(sim.step_time_s)}, "
-             f"bubble {sim.bubble_fraction:.1%} (labels: {'stage:' if several else ''}microbatch, where they fit)")
+    title = (
+        f"Schedule {sim.schedule}: step {format_seconds(sim.step_time_s)}, "
+        f"bubble {sim.bubble_fraction:.1%} (labels: {'stage:' if several else ''}microbatch, where they fit)"
+    )
     fig = _layout(fig, title, height=max(260, 130 + 40 * ranks))
     # The legend above the plot, under the title: below it, it met the x-axis title.
-    fig.update_layout(legend={"orientation": "h", "yanchor": "bottom", "y": 1.0, "xanchor": "left", "x": 0},
-                      margin={"l": 10, "r": 10, "t": 70, "b": 10})
+    fig.update_layout(
+        legend={"orientation": "h", "yanchor": "bottom", "y": 1.0, "xanchor": "left", "x": 0},
+        margin={"l": 10, "r": 10, "t": 70, "b": 10},
+    )
     return fig
 
 
@@ -131,28 +174,36 @@ def bubble_note(sim: Simulation, training: bool, other: Simulation | None = None
     """What the bubble counts, and why zero bubble's is what it is at these settings (``other``:
     the same stages under the other two-stages-per-rank schedule, interleaved or zero bubble)."""
     ranks = 1 + max((e.rank for e in sim.timeline), default=0)
-    text = (f"The bubble is the idle share of {ranks} ranks \u00d7 the step time (grey): a rank waits for the "
-            "schedule to fill and drain, and for its inputs to arrive (transfers, hatched).")
+    text = (
+        f"The bubble is the idle share of {ranks} ranks \u00d7 the step time (grey): a rank waits for the "
+        "schedule to fill and drain, and for its inputs to arrive (transfers, hatched)."
+    )
     if sim.schedule == "zero_bubble":
         if other is None:
             versus = ""
         elif f"{sim.bubble_fraction:.1%}" == f"{other.bubble_fraction:.1%}":
             versus = f" ({sim.bubble_fraction:.1%} here, as interleaved's on the same stages)"
         else:
-            versus = (f" ({sim.bubble_fraction:.1%} here against interleaved's {other.bubble_fraction:.1%} on the "
-                      "same stages)")
+            versus = (
+                f" ({sim.bubble_fraction:.1%} here against interleaved's {other.bubble_fraction:.1%} on the "
+                "same stages)"
+            )
         if not training:
-            text += (" Zero bubble removes idle time by splitting each backward into its input-gradient (I) and "
-                     "weight-gradient (W) halves and running the W's in the gaps. At inference there is no "
-                     f"backward, so nothing fills them: it runs the forwards alone, in its own order{versus}. "
-                     "Choose training under Work to see the gaps fill.")
+            text += (
+                " Zero bubble removes idle time by splitting each backward into its input-gradient (I) and "
+                "weight-gradient (W) halves and running the W's in the gaps. At inference there is no "
+                f"backward, so nothing fills them: it runs the forwards alone, in its own order{versus}. "
+                "Choose training under Work to see the gaps fill."
+            )
         elif other is not None and sim.bubble_fraction >= other.bubble_fraction - 0.0005:
             fill, drain, between = idle_parts(sim)
-            text += (f" Zero bubble fills gaps with the weight-gradient (W) halves of the backward, yet at "
-                     f"{sim.microbatches} microbatches on {ranks} ranks it idles no less{versus}: of its idle time "
-                     f"{fill:.0%} is the fill (ranks waiting for their first input), {drain:.0%} the drain, and "
-                     f"{between:.0%} waits in between, where a slower stage or a transfer holds the next rank up; "
-                     "the W's cannot start before their own backward, so they do not cover these.")
+            text += (
+                f" Zero bubble fills gaps with the weight-gradient (W) halves of the backward, yet at "
+                f"{sim.microbatches} microbatches on {ranks} ranks it idles no less{versus}: of its idle time "
+                f"{fill:.0%} is the fill (ranks waiting for their first input), {drain:.0%} the drain, and "
+                f"{between:.0%} waits in between, where a slower stage or a transfer holds the next rank up; "
+                "the W's cannot start before their own backward, so they do not cover these."
+            )
         else:
             text += f" Its weight-gradient (W) halves of the backward run in the gaps{versus}."
     elif sim.schedule == "interleaved_1f1b" and other is not None:
@@ -166,15 +217,28 @@ def microbatch_figure(points: Sequence[tuple[int, float, float]], chosen: int) -
     unit, scale = time_unit(max((p[1] for p in points), default=0.0))
     fig = make_subplots(specs=[[{"secondary_y": True}]])
     xs = [p[0] for p in points]
-    fig.add_scatter(x=xs, y=[p[1] / scale for p in points], name=f"step time ({unit})", mode="lines+markers",
-                    line={"color": "#4c78a8"}, secondary_y=False)
-    fig.add_scatter(x=xs, y=[100 * p[2] for p in points], name="bubble (%)", mode="lines+markers",
-                    line={"color": "#e45756", "dash": "dot"}, secondary_y=True)
+    fig.add_scatter(
+        x=xs,
+        y=[p[1] / scale for p in points],
+        name=f"step time ({unit})",
+        mode="lines+markers",
+        line={"color": "#4c78a8"},
+        secondary_y=False,
+    )
+    fig.add_scatter(
+        x=xs,
+        y=[100 * p[2] for p in points],
+        name="bubble (%)",
+        mode="lines+markers",
+        line={"color": "#e45756", "dash": "dot"},
+        secondary_y=True,
+    )
     fig.add_vline(x=chosen, line={"color": "#333333", "dash": "dash", "width": 1})
     fig.update_xaxes(title="microbatches", type="log", tickvals=xs, ticktext=[str(x) for x in xs])
     fig.update_yaxes(title=f"step time ({unit})", rangemode="tozero", secondary_y=False)
-    fig.update_yaxes(title="bubble (%)", range=[0, 100], tickvals=[0, 25, 50, 75, 100], showgrid=False,
-                     secondary_y=True)
+    fig.update_yaxes(
+        title="bubble (%)", range=[0, 100], tickvals=[0, 25, 50, 75, 100], showgrid=False, secondary_y=True
+    )
     return _layout(fig, "Step time and bubble against the microbatch count (dashed: chosen)")
 
 
@@ -202,14 +266,29 @@ def stage_memory_figure(pp: PipelinePlan, capacity: Sequence[int]) -> go.Figure:
     labels = [f"stage {s}" for s in range(len(pp.stages))]
     weights = [m - s for m, s in zip(pp.stage_memory_bytes, pp.stage_stash_bytes)]
     fig = go.Figure()
-    fig.add_bar(x=labels, y=[w / scale for w in weights], name="weights" + (" + gradients + optimizer"
-                                                                           if pp.training else ""),
-                marker={"color": "#72b7b2"}, hovertext=[format_bytes(w) for w in weights], hoverinfo="text")
-    fig.add_bar(x=labels, y=[s / scale for s in pp.stage_stash_bytes], name="stashed activations",
-                marker={"color": "#b279a2"}, hovertext=[format_bytes(s) for s in pp.stage_stash_bytes],
-                hoverinfo="text")
-    fig.add_scatter(x=labels, y=[c / scale for c in capacity], name="device capacity", mode="markers",
-                    marker={"symbol": "line-ew-open", "size": 36, "color": "#333333", "line": {"width": 3}})
+    fig.add_bar(
+        x=labels,
+        y=[w / scale for w in weights],
+        name="weights" + (" + gradients + optimizer" if pp.training else ""),
+        marker={"color": "#72b7b2"},
+        hovertext=[format_bytes(w) for w in weights],
+        hoverinfo="text",
+    )
+    fig.add_bar(
+        x=labels,
+        y=[s / scale for s in pp.stage_stash_bytes],
+        name="stashed activations",
+        marker={"color": "#b279a2"},
+        hovertext=[format_bytes(s) for s in pp.stage_stash_bytes],
+        hoverinfo="text",
+    )
+    fig.add_scatter(
+        x=labels,
+        y=[c / scale for c in capacity],
+        name="device capacity",
+        mode="markers",
+        marker={"symbol": "line-ew-open", "size": 36, "color": "#333333", "line": {"width": 3}},
+    )
     fig.update_layout(barmode="stack")
     top = max([*pp.stage_memory_bytes, *capacity], default=0) / scale
     fig.update_yaxes(title=f"memory ({unit})", range=[0, top * 1.08 or 1])  # the capacity marks always drawn

@@ -13,9 +13,9 @@ import pandas as pd
 
 from partitioner import Plan, format_bytes
 from partitioner.accelerator.compare import ModeResult, best_mode, gaps
-from partitioner.units import format_seconds, format_share, format_signed
-from partitioner.plan.diff import PlanDiff, match_partitions
 from partitioner.draw.dag import over_capacity_devices, partition_capacity
+from partitioner.plan.diff import PlanDiff, match_partitions
+from partitioner.units import format_seconds, format_share, format_signed
 
 __all__ = [
     "schedule",
@@ -64,27 +64,29 @@ def partition_table(plan: Plan) -> pd.DataFrame:
     for p in sorted(plan.partitions, key=lambda p: p.id):
         capacity = partition_capacity(plan, p)
         start, finish = times.get(p.id, (math.nan, math.nan))
-        rows.append({
-            "partition": p.id,
-            "devices": _devices_text(plan, p.device_ids),
-            "nodes": len(p.node_names),
-            "memory": format_bytes(p.memory_bytes),
-            "memory_bytes": p.memory_bytes,
-            "capacity_bytes": capacity,
-            "utilisation": (p.memory_bytes / capacity) if capacity else math.nan,
-            "over_capacity": any(d in over for d in p.device_ids),
-            "latency": format_seconds(p.latency_s),
-            "latency_s": p.latency_s,
-            "compute_s": p.compute_latency_s,
-            "memory_s": p.memory_latency_s,
-            "transfer_in_s": comm[p.id],
-            "start_s": start,
-            "finish_s": finish,
-            "critical": p.id in critical,
-            "bfs_level": p.bfs_level,
-            "parents": ", ".join(map(str, p.parents)),
-            "children": ", ".join(map(str, p.children)),
-        })
+        rows.append(
+            {
+                "partition": p.id,
+                "devices": _devices_text(plan, p.device_ids),
+                "nodes": len(p.node_names),
+                "memory": format_bytes(p.memory_bytes),
+                "memory_bytes": p.memory_bytes,
+                "capacity_bytes": capacity,
+                "utilisation": (p.memory_bytes / capacity) if capacity else math.nan,
+                "over_capacity": any(d in over for d in p.device_ids),
+                "latency": format_seconds(p.latency_s),
+                "latency_s": p.latency_s,
+                "compute_s": p.compute_latency_s,
+                "memory_s": p.memory_latency_s,
+                "transfer_in_s": comm[p.id],
+                "start_s": start,
+                "finish_s": finish,
+                "critical": p.id in critical,
+                "bfs_level": p.bfs_level,
+                "parents": ", ".join(map(str, p.parents)),
+                "children": ", ".join(map(str, p.children)),
+            }
+        )
     return pd.DataFrame(rows)
 
 
@@ -92,28 +94,31 @@ def readable_partition_table(plan: Plan) -> pd.DataFrame:
     """:func:`partition_table` for people: headers in words, times in one unit chosen for the
     plan (enough digits to tell start from finish), memory in binary units, share in percent."""
     data = partition_table(plan)
-    unit, scale = time_unit(max([plan.latency_s] + [p.latency_s for p in plan.partitions]
-                                if math.isfinite(plan.latency_s) else [0.0]))
+    unit, scale = time_unit(
+        max([plan.latency_s] + [p.latency_s for p in plan.partitions] if math.isfinite(plan.latency_s) else [0.0])
+    )
 
     def t(v: float) -> str:
         return "-" if v is None or not math.isfinite(v) else f"{v / scale:.4g} {unit}"
 
     nodes = data["nodes"]
-    return pd.DataFrame({
-        "Partition": [f"P{i}" for i in data["partition"]],
-        "Devices": data["devices"],
-        "Nodes": [f"{n} node{'s' if n != 1 else ''}" for n in nodes],
-        "Memory": data["memory"],
-        "Of capacity": ["-" if not math.isfinite(u) else f"{u:.1%}" for u in data["utilisation"]],
-        "Latency": [t(v) for v in data["latency_s"]],
-        "Compute": [t(v) for v in data["compute_s"]],
-        "Memory time": [t(v) for v in data["memory_s"]],
-        "Transfer in": [t(v) for v in data["transfer_in_s"]],
-        "Start": [t(v) for v in data["start_s"]],
-        "Finish": [t(v) for v in data["finish_s"]],
-        "Critical path": ["yes" if c else "" for c in data["critical"]],
-        "BFS level": data["bfs_level"],
-    })
+    return pd.DataFrame(
+        {
+            "Partition": [f"P{i}" for i in data["partition"]],
+            "Devices": data["devices"],
+            "Nodes": [f"{n} node{'s' if n != 1 else ''}" for n in nodes],
+            "Memory": data["memory"],
+            "Of capacity": ["-" if not math.isfinite(u) else f"{u:.1%}" for u in data["utilisation"]],
+            "Latency": [t(v) for v in data["latency_s"]],
+            "Compute": [t(v) for v in data["compute_s"]],
+            "Memory time": [t(v) for v in data["memory_s"]],
+            "Transfer in": [t(v) for v in data["transfer_in_s"]],
+            "Start": [t(v) for v in data["start_s"]],
+            "Finish": [t(v) for v in data["finish_s"]],
+            "Critical path": ["yes" if c else "" for c in data["critical"]],
+            "BFS level": data["bfs_level"],
+        }
+    )
 
 
 def device_table(plan: Plan) -> pd.DataFrame:
@@ -126,18 +131,20 @@ def device_table(plan: Plan) -> pd.DataFrame:
     rows = []
     for dev in sorted(plan.devices, key=lambda d: d.logical_id):
         u = used.get(dev.logical_id, 0)
-        rows.append({
-            "device": dev.name,
-            "id": dev.logical_id,
-            "kind": dev.kind,
-            "used": format_bytes(u),
-            "capacity": format_bytes(dev.memory_bytes),
-            "used_bytes": u,
-            "capacity_bytes": dev.memory_bytes,
-            "utilisation": u / dev.memory_bytes if dev.memory_bytes else (math.inf if u else 0.0),
-            "over_capacity": u > dev.memory_bytes,
-            "partitions": ", ".join(map(str, sorted(holders.get(dev.logical_id, [])))),
-        })
+        rows.append(
+            {
+                "device": dev.name,
+                "id": dev.logical_id,
+                "kind": dev.kind,
+                "used": format_bytes(u),
+                "capacity": format_bytes(dev.memory_bytes),
+                "used_bytes": u,
+                "capacity_bytes": dev.memory_bytes,
+                "utilisation": u / dev.memory_bytes if dev.memory_bytes else (math.inf if u else 0.0),
+                "over_capacity": u > dev.memory_bytes,
+                "partitions": ", ".join(map(str, sorted(holders.get(dev.logical_id, [])))),
+            }
+        )
     return pd.DataFrame(rows)
 
 
@@ -162,16 +169,20 @@ def readable_device_table(plan: Plan) -> pd.DataFrame:
     """:func:`device_table` for people: one column per fact, memory in binary units, the share in
     percent (a number, so it sorts), partitions named as the DAG names them (``P0``)."""
     data = device_table(plan)
-    return pd.DataFrame({
-        "Device": data["device"],
-        "Kind": data["kind"],
-        "Memory used": data["used"],
-        "Capacity": data["capacity"],
-        "Of capacity": [format_share(u, d) for u, d in zip(data["used_bytes"], data["capacity_bytes"])],
-        "Over capacity": ["yes" if o else "" for o in data["over_capacity"]],
-        "Partitions": [", ".join(f"P{i}" for i in text.split(", ")) if text else "-"
-                       for text in data["partitions"]],
-    }, columns=["Device", "Kind", "Memory used", "Capacity", "Of capacity", "Over capacity", "Partitions"])
+    return pd.DataFrame(
+        {
+            "Device": data["device"],
+            "Kind": data["kind"],
+            "Memory used": data["used"],
+            "Capacity": data["capacity"],
+            "Of capacity": [format_share(u, d) for u, d in zip(data["used_bytes"], data["capacity_bytes"])],
+            "Over capacity": ["yes" if o else "" for o in data["over_capacity"]],
+            "Partitions": [
+                ", ".join(f"P{i}" for i in text.split(", ")) if text else "-" for text in data["partitions"]
+            ],
+        },
+        columns=["Device", "Kind", "Memory used", "Capacity", "Of capacity", "Over capacity", "Partitions"],
+    )
 
 
 def readable_edge_table(plan: Plan) -> pd.DataFrame:
@@ -186,13 +197,16 @@ def readable_edge_table(plan: Plan) -> pd.DataFrame:
             return "-"
         return "free (same device)" if v == 0 else f"{v / scale:.3g} {unit}"
 
-    return pd.DataFrame({
-        "From": [f"P{i}" for i in data["from"]],
-        "To": [f"P{i}" for i in data["to"]],
-        "Bytes crossing": data["bytes"],
-        "Transfer time": [t(v) for v in data["transfer_s"]],
-        "Critical path": ["yes" if c else "" for c in data["critical"]],
-    }, columns=["From", "To", "Bytes crossing", "Transfer time", "Critical path"])
+    return pd.DataFrame(
+        {
+            "From": [f"P{i}" for i in data["from"]],
+            "To": [f"P{i}" for i in data["to"]],
+            "Bytes crossing": data["bytes"],
+            "Transfer time": [t(v) for v in data["transfer_s"]],
+            "Critical path": ["yes" if c else "" for c in data["critical"]],
+        },
+        columns=["From", "To", "Bytes crossing", "Transfer time", "Critical path"],
+    )
 
 
 def optimal_notes(results: Sequence[ModeResult], op_count: int | None = None) -> dict[str, str]:
@@ -207,14 +221,18 @@ def optimal_notes(results: Sequence[ModeResult], op_count: int | None = None) ->
     if optimal is None:
         return notes
     if op_count is not None and op_count > MAX_UNITS:
-        notes["optimal"] = (f"optimal for a coarsened graph only: its {op_count:,} ops grouped into at most "
-                            f"{MAX_UNITS} units first, so a plan that splits a group can be faster")
+        notes["optimal"] = (
+            f"optimal for a coarsened graph only: its {op_count:,} ops grouped into at most "
+            f"{MAX_UNITS} units first, so a plan that splits a group can be faster"
+        )
     best = float(optimal.latency_s or 0.0)
     for mode, r in found.items():
         lat = float(r.latency_s or 0.0)
         if mode != "optimal" and best > 0 and lat < best * (1 - 0.0005):
-            notes[mode] = (f"beats optimal by {format_seconds(best - lat)} ({(best - lat) / best:.1%} of its "
-                           f"{format_seconds(best)})")
+            notes[mode] = (
+                f"beats optimal by {format_seconds(best - lat)} ({(best - lat) / best:.1%} of its "
+                f"{format_seconds(best)})"
+            )
     return notes
 
 
@@ -230,20 +248,35 @@ def comparison_table(results: Sequence[ModeResult], op_count: int | None = None)
     for r in results:
         util = r.peak_memory_utilisation
         to_bound, to_best = gap.get(r.mode, (None, None))
-        rows.append({
-            "Mode": r.mode,
-            "Best": "\u2605 best" if r.mode == best else "",
-            "Latency": format_seconds(r.latency_s) if r.ok else "-",
-            "Partitions": "-" if r.partitions is None else str(r.partitions),
-            "Peak memory": "-" if util is None else f"{util:.1%}",
-            "Gap to bound": "-" if to_bound is None else format_share(to_bound, 1.0),
-            "Gap to optimal": "-" if to_best is None else format_signed(to_best),
-            "Time to plan": format_seconds(r.seconds),
-            "Note": notes.get(r.mode, ""),
-            "Error": r.error or "",
-        })
-    return pd.DataFrame(rows, columns=["Mode", "Best", "Latency", "Partitions", "Peak memory",
-                                       "Gap to bound", "Gap to optimal", "Time to plan", "Note", "Error"])
+        rows.append(
+            {
+                "Mode": r.mode,
+                "Best": "\u2605 best" if r.mode == best else "",
+                "Latency": format_seconds(r.latency_s) if r.ok else "-",
+                "Partitions": "-" if r.partitions is None else str(r.partitions),
+                "Peak memory": "-" if util is None else f"{util:.1%}",
+                "Gap to bound": "-" if to_bound is None else format_share(to_bound, 1.0),
+                "Gap to optimal": "-" if to_best is None else format_signed(to_best),
+                "Time to plan": format_seconds(r.seconds),
+                "Note": notes.get(r.mode, ""),
+                "Error": r.error or "",
+            }
+        )
+    return pd.DataFrame(
+        rows,
+        columns=[
+            "Mode",
+            "Best",
+            "Latency",
+            "Partitions",
+            "Peak memory",
+            "Gap to bound",
+            "Gap to optimal",
+            "Time to plan",
+            "Note",
+            "Error",
+        ],
+    )
 
 
 def moves_table(plan_a: Plan, plan_b: Plan) -> pd.DataFrame:
@@ -262,12 +295,14 @@ def moves_table(plan_a: Plan, plan_b: Plan) -> pd.DataFrame:
             other_partition = matched.get(p.id) != where_a[name]
             if not other_partition and sorted(old.device_ids) == sorted(p.device_ids):
                 continue
-            rows.append({
-                "node": name,
-                "from": f"P{old.id} ({_devices_text(plan_a, old.device_ids)})",
-                "to": f"P{p.id} ({_devices_text(plan_b, p.device_ids)})" + ("" if p.id in matched else ", new"),
-                "change": "other partition" if other_partition else "other devices",
-            })
+            rows.append(
+                {
+                    "node": name,
+                    "from": f"P{old.id} ({_devices_text(plan_a, old.device_ids)})",
+                    "to": f"P{p.id} ({_devices_text(plan_b, p.device_ids)})" + ("" if p.id in matched else ", new"),
+                    "change": "other partition" if other_partition else "other devices",
+                }
+            )
     return pd.DataFrame(rows, columns=["node", "from", "to", "change"])
 
 
@@ -291,15 +326,25 @@ def cost_model_table(plan: Plan, other: Plan) -> pd.DataFrame:
     model and the other one, for the same partitions."""
     by = {plan.cost_model: plan, other.cost_model: other}
     phys, torch_ = by.get("physical", plan), by.get("torch", other)
-    rows = [{"": "whole plan", "latency, physical": format_seconds(phys.latency_s),
-             "latency, torch": format_seconds(torch_.latency_s),
-             "peak memory, physical": f"{phys.memory_utilisation():.1%}",
-             "peak memory, torch": f"{torch_.memory_utilisation():.1%}"}]
+    rows = [
+        {
+            "": "whole plan",
+            "latency, physical": format_seconds(phys.latency_s),
+            "latency, torch": format_seconds(torch_.latency_s),
+            "peak memory, physical": f"{phys.memory_utilisation():.1%}",
+            "peak memory, torch": f"{torch_.memory_utilisation():.1%}",
+        }
+    ]
     for a, b in zip(sorted(phys.partitions, key=lambda p: p.id), sorted(torch_.partitions, key=lambda p: p.id)):
-        rows.append({"": f"P{a.id}", "latency, physical": f"finishes {format_seconds(a.finish_s)}",
-                     "latency, torch": f"finishes {format_seconds(b.finish_s)}",
-                     "peak memory, physical": format_bytes(a.memory_bytes),
-                     "peak memory, torch": format_bytes(b.memory_bytes)})
+        rows.append(
+            {
+                "": f"P{a.id}",
+                "latency, physical": f"finishes {format_seconds(a.finish_s)}",
+                "latency, torch": f"finishes {format_seconds(b.finish_s)}",
+                "peak memory, physical": format_bytes(a.memory_bytes),
+                "peak memory, torch": format_bytes(b.memory_bytes),
+            }
+        )
     return pd.DataFrame(rows)
 
 
@@ -307,6 +352,7 @@ def partition_delta_table(diff: PlanDiff) -> pd.DataFrame:
     """The library's per-partition deltas (:func:`partitioner.plan.diff.diff_plans`), a row per id
     of either plan that is not unchanged: devices, nodes, memory, latency and bytes crossing, A
     then B."""
+
     def cell(value: object, fmt) -> str:
         return "-" if value is None else fmt(value)
 
@@ -314,13 +360,17 @@ def partition_delta_table(diff: PlanDiff) -> pd.DataFrame:
     for d in diff.partitions:
         if d.status == "unchanged":
             continue
-        rows.append({
-            "partition": f"P{d.id}", "status": d.status,
-            "devices": f"{cell(d.devices_a, list)} -> {cell(d.devices_b, list)}",
-            "nodes": f"{cell(d.nodes_a, str)} -> {cell(d.nodes_b, str)}",
-            "memory": f"{cell(d.memory_bytes_a, format_bytes)} -> {cell(d.memory_bytes_b, format_bytes)}",
-            "latency": f"{cell(d.latency_s_a, format_seconds)} -> {cell(d.latency_s_b, format_seconds)}",
-            "bytes crossing": f"{cell(d.bytes_crossing_a, format_bytes)} -> {cell(d.bytes_crossing_b, format_bytes)}",
-        })
-    return pd.DataFrame(rows, columns=["partition", "status", "devices", "nodes", "memory", "latency",
-                                       "bytes crossing"])
+        rows.append(
+            {
+                "partition": f"P{d.id}",
+                "status": d.status,
+                "devices": f"{cell(d.devices_a, list)} -> {cell(d.devices_b, list)}",
+                "nodes": f"{cell(d.nodes_a, str)} -> {cell(d.nodes_b, str)}",
+                "memory": f"{cell(d.memory_bytes_a, format_bytes)} -> {cell(d.memory_bytes_b, format_bytes)}",
+                "latency": f"{cell(d.latency_s_a, format_seconds)} -> {cell(d.latency_s_b, format_seconds)}",
+                "bytes crossing": f"{cell(d.bytes_crossing_a, format_bytes)} -> {cell(d.bytes_crossing_b, format_bytes)}",
+            }
+        )
+    return pd.DataFrame(
+        rows, columns=["partition", "status", "devices", "nodes", "memory", "latency", "bytes crossing"]
+    )

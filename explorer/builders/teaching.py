@@ -10,15 +10,24 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Sequence
 
-from partitioner import Device, Graph, Plan, format_bytes
-from partitioner.devices import fewest_devices
-from partitioner.accelerator.steps import Decision, DecisionTrace
-from partitioner.units import format_seconds
-from partitioner.draw.dag import over_capacity_devices
 from explorer.builders.text import md
+from partitioner import Device, Graph, Plan, format_bytes
+from partitioner.accelerator.steps import Decision, DecisionTrace
+from partitioner.devices import fewest_devices
+from partitioner.draw.dag import over_capacity_devices
+from partitioner.units import format_seconds
 
-__all__ = ["ModeText", "MODE_TEXT", "COST_MODEL", "explain_plan", "StepGroup", "group_steps", "replay_note", "final_latency",
-           "MAX_GROUPS"]
+__all__ = [
+    "ModeText",
+    "MODE_TEXT",
+    "COST_MODEL",
+    "explain_plan",
+    "StepGroup",
+    "group_steps",
+    "replay_note",
+    "final_latency",
+    "MAX_GROUPS",
+]
 
 MAX_GROUPS = 60  # a played run lasts about a minute at one group a second
 
@@ -108,7 +117,7 @@ MODE_TEXT: dict[str, ModeText] = {
         "and bound runs first: it builds plans a partition at a time, in the order they run, "
         "drops every branch the bound shows cannot win, and so proves the optimum.",
         "The fastest plan the solver found in its time, never slower than the heuristics; "
-        "\"optimal\" when its latency meets the proven bound (within 0.01 %).",
+        '"optimal" when its latency meets the proven bound (within 0.01 %).',
         "To know how good a heuristic's plan is, and for final plans of models up to a few "
         "hundred ops where seconds of solving are worth it.",
     ),
@@ -134,7 +143,7 @@ COST_MODEL = (
     "When the whole model fits on one device the plan is a single partition, unless *force "
     "partitioning* is on; *saturate host* then copies the plan onto idle devices. Every plan "
     "is measured against a **lower bound**, the heaviest path of nodes, which no plan can beat: "
-    "\"within 5 % of the best possible\" means at most 5 % slower than any plan could be. The "
+    '"within 5 % of the best possible" means at most 5 % slower than any plan could be. The '
     "*optimal* mode proves a stronger bound (memory forces nodes apart, and data that crosses "
     "devices takes time); Compare measures every mode by the strongest bound any of them proved. "
     "A gap is an upper limit on what a better plan could gain: 12 % means no plan, found by "
@@ -162,12 +171,17 @@ def devices_needed(graph: Graph, devices: Sequence[Device]) -> tuple[str, str]:
     need = graph.total_size_bytes
     fewest = fewest_devices(need, devices)
     if fewest is None:
-        return ("needs more than these", f"The model needs {format_bytes(need)}; all {len(devices)} devices together "
-                f"hold {format_bytes(sum(d.memory_bytes for d in devices))}.")
-    return (f"needs at least {fewest}",
-            f"A lower bound by memory alone: the model needs {format_bytes(need)} (weights and activations, "
-            f"each stored once), and the {'largest device holds' if fewest == 1 else f'{fewest} largest devices hold'} "
-            "that much. A plan may need more: a partition also holds the inputs it reads from other partitions.")
+        return (
+            "needs more than these",
+            f"The model needs {format_bytes(need)}; all {len(devices)} devices together "
+            f"hold {format_bytes(sum(d.memory_bytes for d in devices))}.",
+        )
+    return (
+        f"needs at least {fewest}",
+        f"A lower bound by memory alone: the model needs {format_bytes(need)} (weights and activations, "
+        f"each stored once), and the {'largest device holds' if fewest == 1 else f'{fewest} largest devices hold'} "
+        "that much. A plan may need more: a partition also holds the inputs it reads from other partitions.",
+    )
 
 
 def explain_plan(plan: Plan) -> list[str]:
@@ -175,7 +189,9 @@ def explain_plan(plan: Plan) -> list[str]:
     notes: list[str] = []
     count = len(plan.partitions)
     if plan.provenance.single_partition:
-        device = plan.device(plan.partitions[0].device_ids[0]) if plan.partitions and plan.partitions[0].device_ids else None
+        device = (
+            plan.device(plan.partitions[0].device_ids[0]) if plan.partitions and plan.partitions[0].device_ids else None
+        )
         where = f" ({md(device.name)}, {format_bytes(device.memory_bytes)})" if device else ""
         notes.append(
             "**One partition:** the whole model fits on the largest device"
@@ -198,8 +214,11 @@ def explain_plan(plan: Plan) -> list[str]:
         notes.append("**Edited by hand:** this plan was scored as given (no algorithm ran).")
     replicated = [p.id for p in plan.partitions if len(p.device_ids) > 1]
     if replicated:
-        why = "saturate host copied the plan onto idle devices" if plan.options.saturate_host else (
-            "the dense part is replicated on every device" if plan.mode == "sparse_nn" else "they were placed so")
+        why = (
+            "saturate host copied the plan onto idle devices"
+            if plan.options.saturate_host
+            else ("the dense part is replicated on every device" if plan.mode == "sparse_nn" else "they were placed so")
+        )
         notes.append(
             f"**Replicated:** partition(s) {_ids(replicated)} run on several devices ({why}); "
             "they are drawn with a colour bar, one cell per device."
@@ -284,15 +303,20 @@ def _round_ends(trace: DecisionTrace) -> list[int]:
 
 def _title(trace: DecisionTrace, first: int, last: int) -> str:
     kinds: dict[str, int] = {}
-    for d in trace.decisions[first:last + 1]:
+    for d in trace.decisions[first : last + 1]:
         kinds[d.kind] = kinds.get(d.kind, 0) + 1
-    taken = sum(d.accepted for d in trace.decisions[first:last + 1])
+    taken = sum(d.accepted for d in trace.decisions[first : last + 1])
     parts = ", ".join(f"{n:,} {k}" for k, n in kinds.items())
-    blocks = sorted({b for b in (_block(trace, d) for d in trace.decisions[first:last + 1]) if b},
-                    key=lambda b: [int(c) if c.isdigit() else c for c in b.split(".")])
+    blocks = sorted(
+        {b for b in (_block(trace, d) for d in trace.decisions[first : last + 1]) if b},
+        key=lambda b: [int(c) if c.isdigit() else c for c in b.split(".")],
+    )
     where = "" if not blocks else f" in {blocks[0]}" if len(blocks) == 1 else f" in {blocks[0]} to {blocks[-1]}"
-    return f"decisions {first + 1:,}-{last + 1:,}: {parts} ({taken:,} taken){where}" if last > first else \
-        f"decision {first + 1:,}: {trace.decisions[first].kind}{where}"
+    return (
+        f"decisions {first + 1:,}-{last + 1:,}: {parts} ({taken:,} taken){where}"
+        if last > first
+        else f"decision {first + 1:,}: {trace.decisions[first].kind}{where}"
+    )
 
 
 def group_steps(trace: DecisionTrace, max_groups: int = MAX_GROUPS) -> list[StepGroup]:
@@ -314,12 +338,12 @@ def group_steps(trace: DecisionTrace, max_groups: int = MAX_GROUPS) -> list[Step
 
 _WHY_APART = {
     "kl_pass": "this replay is one Kernighan-Lin refinement from the size-based plan; the kl_based mode "
-               "refines several starts with a larger budget and keeps the best plan",
+    "refines several starts with a larger budget and keeps the best plan",
     "cost_aware_merge": "this replay is cost_aware's merge phase from one node per partition, one of the "
-                        "mode's starts; the mode also starts from coarse fills and cuts, moves boundary nodes, "
-                        "and keeps the lowest latency of them all",
+    "mode's starts; the mode also starts from coarse fills and cuts, moves boundary nodes, "
+    "and keeps the lowest latency of them all",
     "size_based": "this replay is torch's fill alone; the size_based mode then maps partitions as the "
-                  "options ask (saturate host, forced partitioning)",
+    "options ask (saturate host, forced partitioning)",
 }
 
 
@@ -334,9 +358,15 @@ def _scored(trace: DecisionTrace, plan: Plan) -> float | None:
         return None
     mapping = {graph.nodes[v].name: final.part[v] for v in graph.op_indices}
     options = plan.options
-    scored = evaluate_plan(graph, list(plan.devices), mapping, dict(enumerate(final.devices_of)),
-                           transfer_rate_bytes_per_s=plan.transfer_rate_bytes_per_s,
-                           node_latency=options.node_latency_dict, cost_model=options.cost_model)
+    scored = evaluate_plan(
+        graph,
+        list(plan.devices),
+        mapping,
+        dict(enumerate(final.devices_of)),
+        transfer_rate_bytes_per_s=plan.transfer_rate_bytes_per_s,
+        node_latency=options.node_latency_dict,
+        cost_model=options.cost_model,
+    )
     return scored.latency_s
 
 
@@ -359,9 +389,13 @@ def replay_note(trace: DecisionTrace, plan: Plan) -> str | None:
     latency = final_latency(trace, plan)
     same_latency = latency is not None and abs(latency - plan.latency_s) <= 1e-9 + 1e-6 * plan.latency_s
     if same_latency and parts == len(plan.partitions):
-        return (f"The replay ends where the `{plan.mode}` plan ends: {format_seconds(plan.latency_s)} with "
-                f"{parts} partition{'s' if parts != 1 else ''}.")
+        return (
+            f"The replay ends where the `{plan.mode}` plan ends: {format_seconds(plan.latency_s)} with "
+            f"{parts} partition{'s' if parts != 1 else ''}."
+        )
     ends = "an incomplete plan" if latency is None else format_seconds(latency)
     why = _WHY_APART.get(trace.algorithm, "the replay shows one algorithm, not the whole mode")
-    return (f"The replay ends at {ends} with {parts} partition{'s' if parts != 1 else ''}, the sidebar's "
-            f"`{plan.mode}` plan at {format_seconds(plan.latency_s)} with {len(plan.partitions)}: {why}.")
+    return (
+        f"The replay ends at {ends} with {parts} partition{'s' if parts != 1 else ''}, the sidebar's "
+        f"`{plan.mode}` plan at {format_seconds(plan.latency_s)} with {len(plan.partitions)}: {why}."
+    )

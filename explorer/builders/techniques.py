@@ -12,8 +12,7 @@ from typing import Sequence
 
 import pandas as pd
 
-from partitioner import Device, Graph, Plan, format_bytes, format_seconds
-from partitioner import cluster, pipeline
+from partitioner import Device, Graph, Plan, cluster, format_bytes, format_seconds, pipeline
 from partitioner.cluster.compose import parse_layout
 from partitioner.devices import DEFAULT_SPEEDS
 
@@ -21,7 +20,18 @@ ROOFLINE = "roofline"  # the partitioner's cost model: max(bytes / bandwidth, FL
 PLANNER = "cluster planner"  # partitioner.cluster on a roofline of the devices' figures, with its collectives
 KERNELS = "measured kernels"  # a GPU type's kernel curves and launches, op by op: the same for every technique
 
-__all__ = ["ROOFLINE", "PLANNER", "KERNELS", "pricing", "Technique", "fx_row", "pipeline_row", "cluster_rows", "table", "cluster_target"]
+__all__ = [
+    "ROOFLINE",
+    "PLANNER",
+    "KERNELS",
+    "pricing",
+    "Technique",
+    "fx_row",
+    "pipeline_row",
+    "cluster_rows",
+    "table",
+    "cluster_target",
+]
 
 
 @dataclass(frozen=True)
@@ -66,10 +76,17 @@ def fx_row(plan: Plan | None, error: str | None, devices: Sequence[Device]) -> T
     for p in plan.partitions:
         for d in p.device_ids:
             held[d] = held.get(d, 0) + p.memory_bytes
-    return Technique(name, "views/explore.py", len(held), plan.latency_s, max(held.values(), default=0),
-                     _capacity(devices), f"{plan.mode}: {len(plan.partitions)} partition"
-                     f"{'s' if len(plan.partitions) != 1 else ''}, critical path {len(plan.critical_path)} long",
-                     priced_by=pricing(devices))
+    return Technique(
+        name,
+        "views/explore.py",
+        len(held),
+        plan.latency_s,
+        max(held.values(), default=0),
+        _capacity(devices),
+        f"{plan.mode}: {len(plan.partitions)} partition"
+        f"{'s' if len(plan.partitions) != 1 else ''}, critical path {len(plan.critical_path)} long",
+        priced_by=pricing(devices),
+    )
 
 
 def pipeline_row(pp: "pipeline.PipelinePlan | None", error: str | None, devices: Sequence[Device]) -> Technique:
@@ -77,10 +94,16 @@ def pipeline_row(pp: "pipeline.PipelinePlan | None", error: str | None, devices:
     name = "Pipeline stages (torch.distributed.pipelining)"
     if pp is None:
         return Technique(name, "views/pipeline.py", error=error or "no plan")
-    return Technique(name, "views/pipeline.py", len(set(pp.device_ids)), pp.step_time_s,
-                     max(pp.stage_memory_bytes, default=0), _capacity(devices),
-                     f"{len(pp.stages)} stages, {pp.microbatches} microbatches, {pp.schedule}, bubble "
-                     f"{pp.bubble_fraction:.0%}", priced_by=pricing(devices))
+    return Technique(
+        name,
+        "views/pipeline.py",
+        len(set(pp.device_ids)),
+        pp.step_time_s,
+        max(pp.stage_memory_bytes, default=0),
+        _capacity(devices),
+        f"{len(pp.stages)} stages, {pp.microbatches} microbatches, {pp.schedule}, bubble {pp.bubble_fraction:.0%}",
+        priced_by=pricing(devices),
+    )
 
 
 def cluster_target(devices: Sequence[Device], transfer_rate_bytes_per_s: float | None) -> cluster.Cluster:
@@ -93,10 +116,12 @@ def cluster_target(devices: Sequence[Device], transfer_rate_bytes_per_s: float |
     kind = first.kind if first.kind in cluster.ACCELERATORS else "h100-80gb"
     overrides: dict[str, float] = {"memory_bytes": first.memory_bytes}
     if first.kind not in cluster.ACCELERATORS:  # the speeds the partitioner's roofline takes for it
-        overrides.update(name=first.kind or "custom",  # type: ignore[dict-item]
-                         peak_flops=first.peak_flops or DEFAULT_SPEEDS["peak_flops"],
-                         memory_bandwidth_bytes_per_s=first.memory_bandwidth_bytes_per_s
-                         or DEFAULT_SPEEDS["memory_bandwidth_bytes_per_s"])
+        overrides.update(
+            name=first.kind or "custom",  # type: ignore[dict-item]
+            peak_flops=first.peak_flops or DEFAULT_SPEEDS["peak_flops"],
+            memory_bandwidth_bytes_per_s=first.memory_bandwidth_bytes_per_s
+            or DEFAULT_SPEEDS["memory_bandwidth_bytes_per_s"],
+        )
     engine = first.profile.engine if first.profile is not None and first.profile.gpu is not None else "eager"
     target = cluster.cluster(kind, len(devices), headroom_bytes=0, overrides=overrides, engine=engine)
     if transfer_rate_bytes_per_s:
@@ -105,8 +130,9 @@ def cluster_target(devices: Sequence[Device], transfer_rate_bytes_per_s: float |
     return target
 
 
-def cluster_rows(graph: Graph, devices: Sequence[Device], transfer_rate_bytes_per_s: float | None,
-                 name: str = "") -> list[Technique]:
+def cluster_rows(
+    graph: Graph, devices: Sequence[Device], transfer_rate_bytes_per_s: float | None, name: str = ""
+) -> list[Technique]:
     """Tensor parallelism over every device, then the cluster planner's fastest layout on exactly
     these devices (pipeline x tensor x data parallel), for the example batch's forward pass
     (the planner's inference prefill: the time to the first token of a language model)."""
@@ -115,19 +141,32 @@ def cluster_rows(graph: Graph, devices: Sequence[Device], transfer_rate_bytes_pe
     best_name = "Best cluster layout (the cluster planner)"
     try:
         prof = cluster.profile(graph, name)
-        work = cluster.Workload("inference", max(1, prof.tokens0 // max(1, prof.seq0)), prof.seq0, prof.element_bytes,
-                                "none", 1e12, 0)
+        work = cluster.Workload(
+            "inference", max(1, prof.tokens0 // max(1, prof.seq0)), prof.seq0, prof.element_bytes, "none", 1e12, 0
+        )
         target = cluster_target(devices, transfer_rate_bytes_per_s)
     except ValueError as exc:  # the planner refuses the graph or the devices (PartitionError): its words
-        return [Technique(tp_name, "views/sharding.py", error=str(exc)),
-                Technique(best_name, "views/cluster.py", error=str(exc))]
+        return [
+            Technique(tp_name, "views/sharding.py", error=str(exc)),
+            Technique(best_name, "views/cluster.py", error=str(exc)),
+        ]
     capacity = target.accelerator.memory_bytes
     priced = KERNELS if target.accelerator.kernels is not None else PLANNER
     rows = []
     try:
         tp = cluster.evaluate(prof, work, target, parse_layout(f"tp{n}"), None)
-        rows.append(Technique(tp_name, "views/sharding.py", n, tp.step_s, tp.memory_bytes, capacity,
-                              f"{tp.layout.label()}; limited by {tp.limit}", priced_by=priced))
+        rows.append(
+            Technique(
+                tp_name,
+                "views/sharding.py",
+                n,
+                tp.step_s,
+                tp.memory_bytes,
+                capacity,
+                f"{tp.layout.label()}; limited by {tp.limit}",
+                priced_by=priced,
+            )
+        )
     except ValueError as exc:
         rows.append(Technique(tp_name, "views/sharding.py", error=str(exc)))
     try:
@@ -136,10 +175,22 @@ def cluster_rows(graph: Graph, devices: Sequence[Device], transfer_rate_bytes_pe
         rows.append(Technique(best_name, "views/cluster.py", error=str(exc)))
         return rows
     if best is None:
-        rows.append(Technique(best_name, "views/cluster.py", error=f"no layout of {n} device{'s' if n != 1 else ''} fits"))
+        rows.append(
+            Technique(best_name, "views/cluster.py", error=f"no layout of {n} device{'s' if n != 1 else ''} fits")
+        )
     else:
-        rows.append(Technique(best_name, "views/cluster.py", best.devices, best.step_s, best.memory_bytes, capacity,
-                              f"{best.layout.label()}; limited by {best.limit}", priced_by=priced))
+        rows.append(
+            Technique(
+                best_name,
+                "views/cluster.py",
+                best.devices,
+                best.step_s,
+                best.memory_bytes,
+                capacity,
+                f"{best.layout.label()}; limited by {best.limit}",
+                priced_by=priced,
+            )
+        )
     return rows
 
 
@@ -147,22 +198,36 @@ def table(rows: Sequence[Technique], device_count: int) -> pd.DataFrame:
     """The rows as a table in the units people read; the fastest that fits marked among the rows of
     one cost model (times of two cost models are not compared)."""
     fitting = [r for r in rows if r.fits and r.time_s is not None]
-    fastest = {min((r for r in fitting if r.priced_by == by), key=lambda r: r.time_s or 0.0).name
-               for by in {r.priced_by for r in fitting}}
+    fastest = {
+        min((r for r in fitting if r.priced_by == by), key=lambda r: r.time_s or 0.0).name
+        for by in {r.priced_by for r in fitting}
+    }
     out = []
     for r in rows:
         if r.error:
-            out.append({"technique": r.name, "devices used": "-", "forward pass": "-", "priced by": "-",
-                        "fullest device": "-", "fits": "no answer", "how": r.error})
+            out.append(
+                {
+                    "technique": r.name,
+                    "devices used": "-",
+                    "forward pass": "-",
+                    "priced by": "-",
+                    "fullest device": "-",
+                    "fits": "no answer",
+                    "how": r.error,
+                }
+            )
             continue
-        out.append({
-            "technique": r.name + ("  (fastest that fits)" if r.name in fastest else ""),
-            "devices used": f"{r.devices_used} of {device_count}",
-            "forward pass": format_seconds(r.time_s or 0.0),
-            "priced by": r.priced_by,
-            "fullest device": f"{format_bytes(r.peak_memory_bytes or 0)} of {format_bytes(r.capacity_bytes or 0)}",
-            "fits": "yes" if r.fits else "no",
-            "how": r.how,
-        })
-    return pd.DataFrame(out, columns=["technique", "devices used", "forward pass", "priced by", "fullest device", "fits",
-                                      "how"])
+        out.append(
+            {
+                "technique": r.name + ("  (fastest that fits)" if r.name in fastest else ""),
+                "devices used": f"{r.devices_used} of {device_count}",
+                "forward pass": format_seconds(r.time_s or 0.0),
+                "priced by": r.priced_by,
+                "fullest device": f"{format_bytes(r.peak_memory_bytes or 0)} of {format_bytes(r.capacity_bytes or 0)}",
+                "fits": "yes" if r.fits else "no",
+                "how": r.how,
+            }
+        )
+    return pd.DataFrame(
+        out, columns=["technique", "devices used", "forward pass", "priced by", "fullest device", "fits", "how"]
+    )

@@ -19,8 +19,12 @@ from partitioner.interop.engines import ENGINES, engine_file
 GiB = 2**30
 MIN_CUT = "cl_min_cut"  # session state: graph fingerprint -> measured min-cut shares
 MIN_CUT_BUDGETS = (0.0, 0.25, 0.5, 0.75)
-ENGINE_LABELS = {"torchtitan": "torchtitan up to 0.2 (TOML)", "torchtitan-args": "torchtitan 0.3 (arguments)",
-                 "megatron": "Megatron-LM (arguments)", "deepspeed": "DeepSpeed (JSON)"}
+ENGINE_LABELS = {
+    "torchtitan": "torchtitan up to 0.2 (TOML)",
+    "torchtitan-args": "torchtitan 0.3 (arguments)",
+    "megatron": "Megatron-LM (arguments)",
+    "deepspeed": "DeepSpeed (JSON)",
+}
 
 
 @st.cache_data(max_entries=8, show_spinner=False)
@@ -30,9 +34,20 @@ def _profile(_graph: Graph, fingerprint: str, name: str) -> cluster.ModelProfile
 
 
 @st.cache_data(max_entries=16, show_spinner="Searching the layouts...")
-def _search(_graph: Graph, fingerprint: str, name: str, work: cluster.Workload, accelerator: str,
-            per_node: int, max_nodes: int, intra: str, inter: str, headroom_gib: float,
-            price: float, min_cut: tuple[tuple[float, float, float], ...] = ()) -> cluster.ClusterPlan:
+def _search(
+    _graph: Graph,
+    fingerprint: str,
+    name: str,
+    work: cluster.Workload,
+    accelerator: str,
+    per_node: int,
+    max_nodes: int,
+    intra: str,
+    inter: str,
+    headroom_gib: float,
+    price: float,
+    min_cut: tuple[tuple[float, float, float], ...] = (),
+) -> cluster.ClusterPlan:
     """Every layout of every size (O(sizes x layouts), well under a second for Llama-3-8B over
     1 to 512 devices), cached by the inputs and the graph's fingerprint."""
     target = cluster.cluster(accelerator, per_node, intra, inter, int(headroom_gib * GiB), price)
@@ -47,15 +62,18 @@ def _min_cut_ui(graph: Graph, prof: cluster.ModelProfile) -> tuple[tuple[float, 
     measured = st.session_state.setdefault(MIN_CUT, {})
     key = graph.fingerprint()
     with st.expander("Recomputation by functorch's min-cut", expanded=key in measured):
-        st.caption("Besides none and full, the search can recompute what torch.compile's min-cut chooses at an "
-                   "activation memory budget (torchtitan's memory_budget mode). Measuring runs the model's joint "
-                   "forward and backward trace and min-cut at budgets "
-                   f"{', '.join(f'{b:g}' for b in MIN_CUT_BUDGETS)} in a worker process (seconds for the samples, "
-                   "minutes for a large Hugging Face model: weights on the meta device run as fake tensors).")
+        st.caption(
+            "Besides none and full, the search can recompute what torch.compile's min-cut chooses at an "
+            "activation memory budget (torchtitan's memory_budget mode). Measuring runs the model's joint "
+            "forward and backward trace and min-cut at budgets "
+            f"{', '.join(f'{b:g}' for b in MIN_CUT_BUDGETS)} in a worker process (seconds for the samples, "
+            "minutes for a large Hugging Face model: weights on the meta device run as fake tensors)."
+        )
         if st.button("Measure min-cut budgets", key="cl_min_cut_run"):
             try:
-                results = panels.run_with_status(lambda progress: remat.sweep(
-                    graph, graph.example_inputs or (), MIN_CUT_BUDGETS, timeout_s=600))
+                results = panels.run_with_status(
+                    lambda progress: remat.sweep(graph, graph.example_inputs or (), MIN_CUT_BUDGETS, timeout_s=600)
+                )
             except PartitionError as exc:
                 st.error(f"Cannot trace the joint graph: {md(exc)}")
                 results = None
@@ -63,8 +81,14 @@ def _min_cut_ui(graph: Graph, prof: cluster.ModelProfile) -> tuple[tuple[float, 
                 measured[key] = cluster.with_min_cut(prof, results).min_cut
         shares = measured.get(key, ())
         if shares:
-            st.caption(md("; ".join(f"min-cut-{b:g} keeps {kept:.0%} of the activations and recomputes "
-                                    f"{redo:.0%} of the forward" for b, kept, redo in shares)))
+            st.caption(
+                md(
+                    "; ".join(
+                        f"min-cut-{b:g} keeps {kept:.0%} of the activations and recomputes {redo:.0%} of the forward"
+                        for b, kept, redo in shares
+                    )
+                )
+            )
     return shares
 
 
@@ -76,19 +100,42 @@ def _workload_ui() -> cluster.Workload:
         batch = int(cols[1].number_input("Global batch (sequences a step)", 1, 1 << 20, 512, key="cl_batch"))
         seq = int(cols[2].number_input("Sequence length (tokens)", 1, 1 << 20, 4096, key="cl_seq"))
     else:  # serving has its own inputs: one conversation at a time unless told otherwise
-        batch = int(cols[1].number_input("Sequences served at once", 1, 1 << 20, 1, key="cl_serve_batch",
-                                         help="concurrent sequences decoded together (the serving batch)"))
+        batch = int(
+            cols[1].number_input(
+                "Sequences served at once",
+                1,
+                1 << 20,
+                1,
+                key="cl_serve_batch",
+                help="concurrent sequences decoded together (the serving batch)",
+            )
+        )
         seq = int(cols[2].number_input("Prompt length (tokens)", 1, 1 << 20, 4096, key="cl_prompt"))
-    precision = cols[3].selectbox("Precision", ["bf16 (mixed)", "fp32"], key="cl_precision",
-                                  help="bf16: bf16 weights and activations with fp32 master weights and state")
+    precision = cols[3].selectbox(
+        "Precision",
+        ["bf16 (mixed)", "fp32"],
+        key="cl_precision",
+        help="bf16: bf16 weights and activations with fp32 master weights and state",
+    )
     cols = st.columns(4)
     optimizer = cols[0].selectbox("Optimizer", ["adam", "sgd", "none"], key="cl_optimizer", disabled=not training)
-    train_tokens = float(cols[1].number_input("Tokens to train (for time and cost)", 1e6, 1e15, 1e12,
-                                              format="%.2e", key="cl_tokens", disabled=not training))
-    generate = int(cols[2].number_input("Tokens generated per sequence", 0, 1 << 16, 256, key="cl_generate",
-                                        disabled=training))
-    return cluster.Workload(kind, batch, seq, 2 if precision.startswith("bf16") else 4, optimizer, train_tokens,
-                            generate)
+    train_tokens = float(
+        cols[1].number_input(
+            "Tokens to train (for time and cost)",
+            1e6,
+            1e15,
+            1e12,
+            format="%.2e",
+            key="cl_tokens",
+            disabled=not training,
+        )
+    )
+    generate = int(
+        cols[2].number_input("Tokens generated per sequence", 0, 1 << 16, 256, key="cl_generate", disabled=training)
+    )
+    return cluster.Workload(
+        kind, batch, seq, 2 if precision.startswith("bf16") else 4, optimizer, train_tokens, generate
+    )
 
 
 def _hardware_ui() -> dict[str, Any]:
@@ -96,25 +143,64 @@ def _hardware_ui() -> dict[str, Any]:
     names = list(cluster.ACCELERATORS)
     accelerator = cols[0].selectbox("Accelerator", names, index=names.index("h100-80gb"), key="cl_accelerator")
     preset = cluster.ACCELERATORS[accelerator]
-    cols[1].caption(md(f"{format_bytes(preset.memory_bytes)}, {preset.peak_flops / 1e12:,.0f} TFLOP/s dense bf16, "
-                       f"{preset.memory_bandwidth_bytes_per_s / 1e12:.2f} TB/s memory"))
+    cols[1].caption(
+        md(
+            f"{format_bytes(preset.memory_bytes)}, {preset.peak_flops / 1e12:,.0f} TFLOP/s dense bf16, "
+            f"{preset.memory_bandwidth_bytes_per_s / 1e12:.2f} TB/s memory"
+        )
+    )
     per_node = int(cols[2].number_input("Devices per node", 1, 64, 8, key="cl_per_node"))
-    max_nodes = int(cols[3].number_input("Up to nodes", 1, 512, 64, key="cl_max_nodes",
-                                         help="sizes searched: 1, 2, 4, ... devices of one node, then 1, 2, 4, ... "
-                                              "nodes up to this"))
+    max_nodes = int(
+        cols[3].number_input(
+            "Up to nodes",
+            1,
+            512,
+            64,
+            key="cl_max_nodes",
+            help="sizes searched: 1, 2, 4, ... devices of one node, then 1, 2, 4, ... nodes up to this",
+        )
+    )
     cols = st.columns(4)
     links = list(cluster.LINKS)
     own = cluster.cluster(accelerator).intra.name  # the accelerator's own link (NVLink, Infinity Fabric, PCIe)
-    intra = cols[0].selectbox("Link inside a node", links, index=links.index(own), key=f"cl_intra_{accelerator}",
-                              help="defaults to the accelerator's own link")
+    intra = cols[0].selectbox(
+        "Link inside a node",
+        links,
+        index=links.index(own),
+        key=f"cl_intra_{accelerator}",
+        help="defaults to the accelerator's own link",
+    )
     inter = cols[1].selectbox("Link between nodes", links, index=links.index("infiniband-ndr"), key="cl_inter")
-    price = float(cols[2].number_input("$ per device-hour", 0.0, 1000.0, float(preset.price_per_hour),
-                                       key=f"cl_price_{accelerator}", help="defaults to the preset's list price"))
-    headroom = float(cols[3].number_input("Headroom per device (GiB)", 0.0, 64.0, 4.0, key="cl_headroom",
-                                          help="kept free on every device: CUDA context, fragmentation"))
+    price = float(
+        cols[2].number_input(
+            "$ per device-hour",
+            0.0,
+            1000.0,
+            float(preset.price_per_hour),
+            key=f"cl_price_{accelerator}",
+            help="defaults to the preset's list price",
+        )
+    )
+    headroom = float(
+        cols[3].number_input(
+            "Headroom per device (GiB)",
+            0.0,
+            64.0,
+            4.0,
+            key="cl_headroom",
+            help="kept free on every device: CUDA context, fragmentation",
+        )
+    )
     engine = panels.engine_ui("cl_engine", lambda e: preset.with_engine(e).assumes)
-    return dict(accelerator=accelerator if engine == "eager" else f"{accelerator}@{engine}", per_node=per_node,
-                max_nodes=max_nodes, intra=intra, inter=inter, headroom_gib=headroom, price=price)
+    return dict(
+        accelerator=accelerator if engine == "eager" else f"{accelerator}@{engine}",
+        per_node=per_node,
+        max_nodes=max_nodes,
+        intra=intra,
+        inter=inter,
+        headroom_gib=headroom,
+        price=price,
+    )
 
 
 def _duration(seconds: float) -> str:
@@ -129,46 +215,72 @@ def _answer(title: str, r: cluster.LayoutResult | None, work: cluster.Workload, 
     if r is None:
         return
     step = "time to first token" if work.kind == "inference" else "step"
-    column.metric(title, f"{r.devices} device{'s' if r.devices != 1 else ''}", help="the fastest layout at this size"
-                  if title == "Fewest devices" else None)
-    column.caption(md(f"{format_seconds(r.step_s)} a {step}; {r.layout.label()}; "
-                      f"${r.cost_per_million_tokens:.3g} per million tokens; "
-                      f"MFU {r.mfu:.1%}; limited by {r.limit}"))
+    column.metric(
+        title,
+        f"{r.devices} device{'s' if r.devices != 1 else ''}",
+        help="the fastest layout at this size" if title == "Fewest devices" else None,
+    )
+    column.caption(
+        md(
+            f"{format_seconds(r.step_s)} a {step}; {r.layout.label()}; "
+            f"${r.cost_per_million_tokens:.3g} per million tokens; "
+            f"MFU {r.mfu:.1%}; limited by {r.limit}"
+        )
+    )
     if work.kind == "training" and r.tokens_per_s:
-        column.caption(f"{work.train_tokens:.3g} tokens: {_duration(work.train_tokens / r.tokens_per_s)}, "
-                       f"${r.cost_per_million_tokens * work.train_tokens / 1e6:,.0f}")
+        column.caption(
+            f"{work.train_tokens:.3g} tokens: {_duration(work.train_tokens / r.tokens_per_s)}, "
+            f"${r.cost_per_million_tokens * work.train_tokens / 1e6:,.0f}"
+        )
     elif r.extra:
-        column.caption(f"{r.extra['tokens_per_s_per_sequence']:,.1f} tokens/s per sequence, "
-                       f"{r.extra['tokens_per_s_per_device']:,.1f} tokens/s per device")
+        column.caption(
+            f"{r.extra['tokens_per_s_per_sequence']:,.1f} tokens/s per sequence, "
+            f"{r.extra['tokens_per_s_per_device']:,.1f} tokens/s per device"
+        )
         x = r.extra
-        column.caption(md(f"Each token {format_seconds(x['seconds_per_token'])}: weights read "
-                          f"{format_seconds(x['weights_read_s_per_token'])}, KV cache read "
-                          f"{format_seconds(x['kv_read_s_per_token'])}, arithmetic at peak "
-                          f"{format_seconds(x['compute_floor_s_per_token'])}; the first token's arithmetic at peak "
-                          f"{format_seconds(x['prefill_compute_floor_s'])} of {format_seconds(r.step_s)}"))
+        column.caption(
+            md(
+                f"Each token {format_seconds(x['seconds_per_token'])}: weights read "
+                f"{format_seconds(x['weights_read_s_per_token'])}, KV cache read "
+                f"{format_seconds(x['kv_read_s_per_token'])}, arithmetic at peak "
+                f"{format_seconds(x['compute_floor_s_per_token'])}; the first token's arithmetic at peak "
+                f"{format_seconds(x['prefill_compute_floor_s'])} of {format_seconds(r.step_s)}"
+            )
+        )
 
 
 def _summary(prof: cluster.ModelProfile, found: cluster.ClusterPlan) -> None:
     count = prof.param_count
     size = f"{count / 1e9:.3g} B" if count >= 1e8 else f"{count / 1e6:.3g} M" if count >= 1e5 else f"{count}"
     refused = "; ".join(f"{n:,} refused: {why}" for why, n in sorted(found.refused.items()))
-    experts = (f"a mixture of {prof.experts} experts, {prof.experts_per_token} a token, in {prof.moe_layers} layers "
-               f"({prof.expert_param_count / max(1, prof.param_count):.0%} of the parameters: layouts with expert "
-               "parallelism ep split them over the data-parallel group); " if prof.experts else "")
-    st.caption(md(f"{size} parameters ({format_bytes(prof.weight_bytes)} as traced), {prof.layers} layers; {experts}"
-                  f"searched {found.evaluated:,} layouts in {found.search_s:.2f} s, {len(found.fitting):,} fit"
-                  + (f" ({refused})" if refused else "") + "."))
+    experts = (
+        f"a mixture of {prof.experts} experts, {prof.experts_per_token} a token, in {prof.moe_layers} layers "
+        f"({prof.expert_param_count / max(1, prof.param_count):.0%} of the parameters: layouts with expert "
+        "parallelism ep split them over the data-parallel group); "
+        if prof.experts
+        else ""
+    )
+    st.caption(
+        md(
+            f"{size} parameters ({format_bytes(prof.weight_bytes)} as traced), {prof.layers} layers; {experts}"
+            f"searched {found.evaluated:,} layouts in {found.search_s:.2f} s, {len(found.fitting):,} fit"
+            + (f" ({refused})" if refused else "")
+            + "."
+        )
+    )
 
 
 def _render_answers(found: cluster.ClusterPlan, work: cluster.Workload) -> None:
     cols = st.columns(3)
-    for col, (title, r) in zip(cols, (("Fewest devices", found.fewest_devices), ("Fastest", found.fastest),
-                                      ("Cheapest", found.cheapest))):
+    for col, (title, r) in zip(
+        cols, (("Fewest devices", found.fewest_devices), ("Fastest", found.fastest), ("Cheapest", found.cheapest))
+    ):
         _answer(title, r, work, col)
 
 
-def _render_table(found: cluster.ClusterPlan, work: cluster.Workload, prof: cluster.ModelProfile,
-                  target: cluster.Cluster) -> cluster.LayoutResult:
+def _render_table(
+    found: cluster.ClusterPlan, work: cluster.Workload, prof: cluster.ModelProfile, target: cluster.Cluster
+) -> cluster.LayoutResult:
     """The best layouts (the three answers, the fastest at each size, then the fastest overall)
     as a table; returns the one opened below it: chosen from them, or written (any layout, fitting
     or not, evaluated as the search evaluates it)."""
@@ -180,27 +292,50 @@ def _render_table(found: cluster.ClusterPlan, work: cluster.Workload, prof: clus
     training = work.kind == "training"
     table = cluster_figures.layouts_table(best, work.train_tokens if training else None)
     step = "step (s)" if training else "first token (s)"
-    shown = [c for c in ("devices", "layout", "step_s", "mfu", "memory_gib", "limit", "usd_per_million_tokens",
-                         "train_days", "train_usd") if c in table.columns]  # dp, tp, ... are in the layout's name
-    st.dataframe(table, hide_index=True, column_order=shown, column_config={
-        "devices": st.column_config.NumberColumn("devices", width="small"),
-        "layout": st.column_config.TextColumn("layout", width="large"),
-        "step_s": st.column_config.NumberColumn(step, format="%.3g"),
-        "mfu": st.column_config.NumberColumn("MFU", format="percent"),
-        "memory_gib": st.column_config.NumberColumn("memory/device (GiB)", format="%.1f"),
-        "usd_per_million_tokens": st.column_config.NumberColumn("$ / M tokens", format="%.3g"),
-        "train_days": st.column_config.NumberColumn("training (days)", format="%.1f"),
-        "train_usd": st.column_config.NumberColumn("training ($)", format="%.0f")})
+    shown = [
+        c
+        for c in (
+            "devices",
+            "layout",
+            "step_s",
+            "mfu",
+            "memory_gib",
+            "limit",
+            "usd_per_million_tokens",
+            "train_days",
+            "train_usd",
+        )
+        if c in table.columns
+    ]  # dp, tp, ... are in the layout's name
+    st.dataframe(
+        table,
+        hide_index=True,
+        column_order=shown,
+        column_config={
+            "devices": st.column_config.NumberColumn("devices", width="small"),
+            "layout": st.column_config.TextColumn("layout", width="large"),
+            "step_s": st.column_config.NumberColumn(step, format="%.3g"),
+            "mfu": st.column_config.NumberColumn("MFU", format="percent"),
+            "memory_gib": st.column_config.NumberColumn("memory/device (GiB)", format="%.1f"),
+            "usd_per_million_tokens": st.column_config.NumberColumn("$ / M tokens", format="%.3g"),
+            "train_days": st.column_config.NumberColumn("training (days)", format="%.1f"),
+            "train_usd": st.column_config.NumberColumn("training ($)", format="%.0f"),
+        },
+    )
     labels = [f"{r.devices} device{'s' if r.devices != 1 else ''}: {r.layout.label()}" for r in best]
     left, right = st.columns([3, 2])
     chosen = best[labels.index(left.selectbox("Open a layout", labels, key="cl_open"))]
-    written = right.text_input("...or write one", key="cl_write", placeholder="e.g. dp4 tp2 pp2 1f1b mb2 zero1",
-                               help="words: dp, tp, pp, cp, ep, mb (sequences a microbatch) with a number, "
-                                    "zero0-3, shard8 (HSDP: ZeRO over 8 ranks, replicated across), gpipe / 1f1b / "
-                                    "interleaved_1f1b (v4: 4 chunks a rank), "
-                                    "recompute-selective / -full, no-sp (no sequence parallelism), offload (the optimizer on the "
-                                    "host), fp32-grads "
-                                    "(DeepSpeed's fp32 gradient partition); what is left out is 1 or none")
+    written = right.text_input(
+        "...or write one",
+        key="cl_write",
+        placeholder="e.g. dp4 tp2 pp2 1f1b mb2 zero1",
+        help="words: dp, tp, pp, cp, ep, mb (sequences a microbatch) with a number, "
+        "zero0-3, shard8 (HSDP: ZeRO over 8 ranks, replicated across), gpipe / 1f1b / "
+        "interleaved_1f1b (v4: 4 chunks a rank), "
+        "recompute-selective / -full, no-sp (no sequence parallelism), offload (the optimizer on the "
+        "host), fp32-grads "
+        "(DeepSpeed's fp32 gradient partition); what is left out is 1 or none",
+    )
     if not written.strip():
         return chosen
     from partitioner import PartitionError
@@ -216,13 +351,23 @@ def _render_table(found: cluster.ClusterPlan, work: cluster.Workload, prof: clus
         st.error(f"Cannot open {md(written)}: {md(exc)}")
         return chosen
     if not mine.fits:
-        st.warning(md(f"{mine.layout.label()} does not fit: {format_bytes(mine.memory_bytes)} a device of "
-                      f"{format_bytes(target.accelerator.memory_bytes)}. Its figures below show by how much."))
+        st.warning(
+            md(
+                f"{mine.layout.label()} does not fit: {format_bytes(mine.memory_bytes)} a device of "
+                f"{format_bytes(target.accelerator.memory_bytes)}. Its figures below show by how much."
+            )
+        )
     return mine
 
 
-def _render_layout(chosen: cluster.LayoutResult, work: cluster.Workload, target: cluster.Cluster,
-                   prof: cluster.ModelProfile, graph: Graph, config: state.PlanConfig) -> None:
+def _render_layout(
+    chosen: cluster.LayoutResult,
+    work: cluster.Workload,
+    target: cluster.Cluster,
+    prof: cluster.ModelProfile,
+    graph: Graph,
+    config: state.PlanConfig,
+) -> None:
     """The opened layout in the other pages' views: memory and time by cause, its schedule, each
     pipeline rank's memory, its collectives, its stage DAG and its engine configs."""
     capacity = target.accelerator.memory_bytes
@@ -230,38 +375,49 @@ def _render_layout(chosen: cluster.LayoutResult, work: cluster.Workload, target:
     left, right = st.columns(2)
     left.plotly_chart(cluster_figures.memory_figure(chosen, capacity), key="cl_memory")
     right.plotly_chart(cluster_figures.time_figure(chosen, not training), key="cl_time")
-    schedule, memory, comms, dag, export, here = st.tabs(["Pipeline schedule", "Memory per rank", "Collectives",
-                                                          "Stage DAG", "Export", "Run it here"])
+    schedule, memory, comms, dag, export, here = st.tabs(
+        ["Pipeline schedule", "Memory per rank", "Collectives", "Stage DAG", "Export", "Run it here"]
+    )
     with schedule:
         timeline = cluster_figures.layout_timeline(chosen) if training else None
         if timeline is not None:
             st.plotly_chart(timeline, key="cl_timeline")
-            st.caption(md(f"{chosen.layout.label()}: one step's pipeline schedule as the Pipeline page simulates it, "
-                          "each stage at this layout's forward and backward of a microbatch (tensor-parallel and "
-                          f"stage transfers included); the simulator's step is {format_seconds(chosen.step_s)} "
-                          "less the exposed gradient reduction."))
+            st.caption(
+                md(
+                    f"{chosen.layout.label()}: one step's pipeline schedule as the Pipeline page simulates it, "
+                    "each stage at this layout's forward and backward of a microbatch (tensor-parallel and "
+                    f"stage transfers included); the simulator's step is {format_seconds(chosen.step_s)} "
+                    "less the exposed gradient reduction."
+                )
+            )
         elif chosen.layout.pp > 1 and training:
-            st.caption(f"The schedule has {chosen.layout.pp * chosen.microbatches:,} stage-microbatch actions: too "
-                       "many to draw; the step comes from the schedule's closed form.")
+            st.caption(
+                f"The schedule has {chosen.layout.pp * chosen.microbatches:,} stage-microbatch actions: too "
+                "many to draw; the step comes from the schedule's closed form."
+            )
         else:
             st.caption("No pipeline stages in this layout" + ("." if training else " (inference)."))
     with memory:
         figure = cluster_figures.rank_memory_figure(chosen, capacity) if training else None
         if figure is not None:
             st.plotly_chart(figure, key="cl_rank_memory")
-            st.caption("Each rank holds the same share of the model states (equal stages); activations are a "
-                       "stage's for each microbatch its stages hold at once in the simulated schedule. The planner "
-                       "checks rank 0, which holds the most.")
+            st.caption(
+                "Each rank holds the same share of the model states (equal stages); activations are a "
+                "stage's for each microbatch its stages hold at once in the simulated schedule. The planner "
+                "checks rank 0, which holds the most."
+            )
         else:
             st.caption("Every device holds the same memory in this layout: the chart above is each device's.")
     with comms:
         rows = cluster.collectives(prof, work, target, chosen.layout)
         if rows:
             st.dataframe(cluster_figures.collectives_table(rows), hide_index=True, width="stretch")
-            st.caption("Counts per step (inference: the prompt's prefill, then each generated token) on the "
-                       "fullest device: Megatron-LM's two all-reduces per layer each way, GShard's all-to-alls, "
-                       "the ZeRO paper's gradient reduction (1.5 times with ZeRO-3); ring collectives priced on "
-                       "each group's link. Their totals are the time chart's communication bars.")
+            st.caption(
+                "Counts per step (inference: the prompt's prefill, then each generated token) on the "
+                "fullest device: Megatron-LM's two all-reduces per layer each way, GShard's all-to-alls, "
+                "the ZeRO paper's gradient reduction (1.5 times with ZeRO-3); ring collectives priced on "
+                "each group's link. Their totals are the time chart's communication bars."
+            )
         else:
             st.caption("One device, or data parallelism without gradients to reduce: nothing to communicate.")
     with dag:
@@ -272,8 +428,9 @@ def _render_layout(chosen: cluster.LayoutResult, work: cluster.Workload, target:
         cols = st.columns(len(ENGINES))
         for col, engine in zip(cols, ENGINES):
             name, text, mime = engine_file(engine, chosen.layout, work)
-            col.download_button(f"{ENGINE_LABELS.get(engine, engine)} config", text, file_name=name, mime=mime,
-                                key=f"cl_dl_{engine}")
+            col.download_button(
+                f"{ENGINE_LABELS.get(engine, engine)} config", text, file_name=name, mime=mime, key=f"cl_dl_{engine}"
+            )
     with here:
         if training:
             cluster_panels.run_here(chosen.layout, graph, prof, config)
@@ -305,27 +462,38 @@ def main() -> None:
     searched = cluster.device_counts(hw["per_node"], hw["max_nodes"])
     edge = at_the_edge(found, searched)
     if edge:
-        st.warning(md(f"{', '.join(a.capitalize() for a in edge)}: {max(searched):,} devices, the largest size "
-                      f"searched ({hw['max_nodes']} nodes of {hw['per_node']}): more devices may do better. Raise "
-                      "*Up to nodes* to see where adding devices stops paying."))
+        st.warning(
+            md(
+                f"{', '.join(a.capitalize() for a in edge)}: {max(searched):,} devices, the largest size "
+                f"searched ({hw['max_nodes']} nodes of {hw['per_node']}): more devices may do better. Raise "
+                "*Up to nodes* to see where adding devices stops paying."
+            )
+        )
     st.plotly_chart(cluster_figures.pareto_figure(found, step_label), key="cl_pareto")
     stops = stops_paying(found)
     st.plotly_chart(cluster_figures.scaling_figure(found, step_label, stops))
     if stops is not None:
-        st.caption(md(f"From {stops:,} devices on, the next size searched cuts the {step_label} by less than 10 % "
-                      "or costs half as much again per token: adding devices stops paying there."))
-    target = cluster.cluster(hw["accelerator"], hw["per_node"], hw["intra"], hw["inter"],
-                             int(hw["headroom_gib"] * GiB), hw["price"])
+        st.caption(
+            md(
+                f"From {stops:,} devices on, the next size searched cuts the {step_label} by less than 10 % "
+                "or costs half as much again per token: adding devices stops paying there."
+            )
+        )
+    target = cluster.cluster(
+        hw["accelerator"], hw["per_node"], hw["intra"], hw["inter"], int(hw["headroom_gib"] * GiB), hw["price"]
+    )
     chosen = _render_table(found, work, prof, target)
     _render_layout(chosen, work, target, prof, graph, config)
-    st.caption("How the figures are made: model states by the ZeRO paper's formulas (ZeRO-3 also holds the layer "
-               "it gathers, as DeepSpeed's estimators count it), activations as autograd keeps them (the traced "
-               "graph's saved values, Korthikanti et al.'s accounting: split by tensor parallelism, the rest by "
-               "sequence parallelism; full recomputation keeps each layer's input per microbatch in flight and "
-               "one layer's working set) times the microbatches in flight (the Pipeline page's simulator), time "
-               "from the graph, NCCL's ring, tree or one-shot all-reduce by size on each link and the simulated "
-               "schedule; expert parallelism adds two all-to-alls per MoE layer each way, context parallelism a "
-               "ring of keys and values. Left out: kernel launch overheads, uneven expert routing.")
+    st.caption(
+        "How the figures are made: model states by the ZeRO paper's formulas (ZeRO-3 also holds the layer "
+        "it gathers, as DeepSpeed's estimators count it), activations as autograd keeps them (the traced "
+        "graph's saved values, Korthikanti et al.'s accounting: split by tensor parallelism, the rest by "
+        "sequence parallelism; full recomputation keeps each layer's input per microbatch in flight and "
+        "one layer's working set) times the microbatches in flight (the Pipeline page's simulator), time "
+        "from the graph, NCCL's ring, tree or one-shot all-reduce by size on each link and the simulated "
+        "schedule; expert parallelism adds two all-to-alls per MoE layer each way, context parallelism a "
+        "ring of keys and values. Left out: kernel launch overheads, uneven expert routing."
+    )
 
 
 main()

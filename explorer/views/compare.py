@@ -6,9 +6,9 @@ import streamlit as st
 
 import sample_models
 from explorer import compute, graph_panels, panels, sidebar, state
+from explorer.builders.text import md
 from partitioner import Graph, PartitionError
 from partitioner.accelerator.compare import ModeResult
-from explorer.builders.text import md
 from partitioner.plan.size import plan_from_json
 
 
@@ -36,7 +36,12 @@ def main() -> None:
     if good:
         cols = st.columns(len(good))
         for col, mode in zip(cols, good):
-            col.button(f"Open {mode} on Explore", key=f"compare_open_{mode}", on_click=state.open_page, args=("views/explore.py", mode))
+            col.button(
+                f"Open {mode} on Explore",
+                key=f"compare_open_{mode}",
+                on_click=state.open_page,
+                args=("views/explore.py", mode),
+            )
     _side_by_side(results, graph)
 
 
@@ -45,13 +50,16 @@ def _side_by_side(results: list[ModeResult], graph: Graph) -> None:
     st.markdown("#### Side by side")
     plans = {f"{r.mode} plan": r.plan for r in results if r.ok and r.plan is not None}
     with st.expander("Add plan files to compare (JSON from the command line or a download)"):
-        for upload in st.file_uploader("Plan files", type=["json"], accept_multiple_files=True,
-                                       key="compare_uploads") or []:
+        for upload in (
+            st.file_uploader("Plan files", type=["json"], accept_multiple_files=True, key="compare_uploads") or []
+        ):
             try:
                 plans[f"file {upload.name}"] = plan_from_json(upload.getvalue(), graph)  # sized by the model
             except PartitionError as exc:
-                st.error(f"{md(upload.name)} is not a plan: {md(exc)}. Download a plan from Explore or write one "
-                         "with `partition-explorer partition ... --out plan.json`.")
+                st.error(
+                    f"{md(upload.name)} is not a plan: {md(exc)}. Download a plan from Explore or write one "
+                    "with `partition-explorer partition ... --out plan.json`."
+                )
     names = list(plans)
     if len(names) < 2:
         st.info("Side by side needs two plans: at least two modes must find one, or add plan files.")

@@ -16,14 +16,18 @@ def start_here() -> None:
             "1. **Pick a model** in the sidebar: a small sample, or *Hugging Face architecture...* with a "
             "checkpoint's preset (`llama-3-70b`, `mixtral-8x7b`, ...) at its real size.\n"
             "2. **Describe the devices** you have or mean to buy (a preset such as `h100-80gb`, how many).\n"
-            "3. **Read the answer** on the page that asks your question:")
+            "3. **Read the answer** on the page that asks your question:"
+        )
         cols = st.columns(2)
-        cols[0].page_link("views/cluster.py", label="How many GPUs, laid out how? **Plan a cluster**",
-                          icon=":material/dns:")
-        cols[0].page_link("views/techniques.py", label="Which technique for my devices? **Techniques**",
-                          icon=":material/compare:")
-        cols[1].page_link("views/explore.py", label="Where does each layer go? **Explore**, below",
-                          icon=":material/account_tree:")
+        cols[0].page_link(
+            "views/cluster.py", label="How many GPUs, laid out how? **Plan a cluster**", icon=":material/dns:"
+        )
+        cols[0].page_link(
+            "views/techniques.py", label="Which technique for my devices? **Techniques**", icon=":material/compare:"
+        )
+        cols[1].page_link(
+            "views/explore.py", label="Where does each layer go? **Explore**, below", icon=":material/account_tree:"
+        )
         cols[1].page_link("views/learn.py", label="How does partitioning work? **Learn**", icon=":material/school:")
         st.caption("Everything you set is in the page's address: copy it to share exactly this view.")
 
@@ -46,8 +50,10 @@ def main() -> None:
 
         st.warning(md(describe_unpriced(graph.unpriced_ops)))
     if graph.tied_parameters:
-        st.caption("Tied parameters, one tensor counted once: "
-                   + "; ".join(" = ".join(f"`{n}`" for n in names) for names in graph.tied_parameters))
+        st.caption(
+            "Tied parameters, one tensor counted once: "
+            + "; ".join(" = ".join(f"`{n}`" for n in names) for names in graph.tied_parameters)
+        )
     panels.render_notes(plan)
     panels.render_cost_models(plan, graph)
     overlay, hit = graph_panels.view_controls("explore", graph, plan)

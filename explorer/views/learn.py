@@ -6,8 +6,8 @@ import streamlit as st
 
 from explorer import compute, graph_panels, state
 from explorer.builders import teaching
-from explorer.builders.text import md
 from explorer.builders.config import PlanConfig
+from explorer.builders.text import md
 from partitioner import Graph, Plan
 from partitioner.accelerator import steps
 from partitioner.units import format_seconds
@@ -71,8 +71,13 @@ def _step_through(config: PlanConfig, plan: Plan, graph: Graph) -> None:
     KL pass, a merge), played or stepped: the graph coloured by where each node is after it, the
     view following the step's nodes, and the latency so far. The trace is computed once."""
     st.markdown(f"#### Step through an algorithm on {md(plan.model)}")
-    algorithm = st.selectbox("Algorithm", list(steps.ALGORITHMS), format_func=steps.ALGORITHMS.get, key="learn_algorithm",
-                             on_change=lambda: st.session_state.update(learn_step=1, learn_playing=False))
+    algorithm = st.selectbox(
+        "Algorithm",
+        list(steps.ALGORITHMS),
+        format_func=steps.ALGORITHMS.get,
+        key="learn_algorithm",
+        on_change=lambda: st.session_state.update(learn_step=1, learn_playing=False),
+    )
     trace = compute.decision_trace(config, algorithm)
     if isinstance(trace, str):
         st.warning(f"{steps.ALGORITHMS[algorithm]} finds no plan here: {md(trace)}")
@@ -106,15 +111,30 @@ def _step_through(config: PlanConfig, plan: Plan, graph: Graph) -> None:
     playing = bool(st.session_state.get("learn_playing", False))
     cols = st.columns([1, 1, 1, 2, 5])
     cols[0].button("Previous", key="learn_prev", on_click=shift, args=(-1,), width="stretch")
-    cols[1].button("Pause" if playing else "Play", key="learn_play", on_click=play, width="stretch",
-                   help="Play the steps one after another at the chosen speed")
+    cols[1].button(
+        "Pause" if playing else "Play",
+        key="learn_play",
+        on_click=play,
+        width="stretch",
+        help="Play the steps one after another at the chosen speed",
+    )
     cols[2].button("Next", key="learn_next", on_click=shift, args=(1,), width="stretch")
     st.session_state.setdefault("learn_speed", 1.0)
-    cols[3].select_slider("Speed", list(SPEEDS), format_func=SPEEDS.get, key="learn_speed",
-                          on_change=lambda: st.session_state.update(learn_restart=True, learn_tick=False))
+    cols[3].select_slider(
+        "Speed",
+        list(SPEEDS),
+        format_func=SPEEDS.get,
+        key="learn_speed",
+        on_change=lambda: st.session_state.update(learn_restart=True, learn_tick=False),
+    )
     if count > 1:
-        cols[4].slider("Step", 1, count, key="learn_step",
-                       help=f"{len(trace.decisions)} decisions in {count} steps (a partition filled, a pass, a merge)")
+        cols[4].slider(
+            "Step",
+            1,
+            count,
+            key="learn_step",
+            help=f"{len(trace.decisions)} decisions in {count} steps (a partition filled, a pass, a merge)",
+        )
     if st.session_state.pop("learn_restart", False):
         st.rerun(scope="app")  # the timer's speed is set where the fragment starts
     group = groups[step - 1]
@@ -123,15 +143,17 @@ def _step_through(config: PlanConfig, plan: Plan, graph: Graph) -> None:
     taken = sum(d.accepted for d in trace.decisions[: index + 1])
     metrics = st.columns(3)
     span = f"decision {group.last + 1}" if group.size == 1 else f"decisions {group.first + 1}-{group.last + 1}"
-    metrics[0].metric("Step", f"{step} of {count}", f"{span} of {len(trace.decisions)}, {taken} taken",
-                      delta_color="off")
+    metrics[0].metric(
+        "Step", f"{step} of {count}", f"{span} of {len(trace.decisions)}, {taken} taken", delta_color="off"
+    )
     latency = frame.latency_s if frame.latency_s is not None or step < count else teaching.final_latency(trace, plan)
     metrics[1].metric("Latency after it", "plan not complete" if latency is None else format_seconds(latency))
     metrics[2].metric("Partitions", len({p for p in frame.part if p >= 0}))
     decision = trace.decisions[index]
     st.caption(md(group.title))
     (st.success if decision.accepted else st.warning)(
-        f"**{decision.kind}** ({'taken' if decision.accepted else 'tried, not taken'}): {md(decision.text)}")
+        f"**{decision.kind}** ({'taken' if decision.accepted else 'tried, not taken'}): {md(decision.text)}"
+    )
     graph_panels.render_step(trace, index, plan, key="learn_steps")
     if step == count:
         note = teaching.replay_note(trace, plan)

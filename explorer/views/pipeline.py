@@ -12,12 +12,12 @@ import streamlit as st
 
 from explorer import compute, graph_panels, panels, state
 from explorer.builders import pipeline_figures
+from explorer.builders.text import md
 from partitioner import Graph, PartitionError, format_bytes, pipeline
 from partitioner.pipeline.runner import check_runnable
 from partitioner.pipeline.schedules import SCHEDULES, MicrobatchError, stages_per_rank
 from partitioner.pipeline.stages import BOTTLENECK_NOTE
 from partitioner.units import format_change, format_seconds, format_share, format_signed
-from explorer.builders.text import md
 
 PIPELINE_RUNS = "pipeline_runs"  # pipeline plan JSON hash -> its last real run
 TRAINING = {"inference": None, "training, SGD": "sgd", "training, Adam": "adam"}
@@ -30,19 +30,34 @@ def _controls(device_count: int) -> tuple[int, int, str, str | None]:
     st.session_state.setdefault("pp_ranks", min(4, device_count))
     st.session_state["pp_ranks"] = max(1, min(int(st.session_state["pp_ranks"]), device_count))
     st.session_state.setdefault("pp_microbatches", 8)
-    ranks = cols[0].number_input("Devices in the pipeline", min_value=1, max_value=max(1, device_count),
-                                 step=1, key="pp_ranks",
-                                 help="the first N devices of the sidebar, one pipeline rank each")
-    microbatches = cols[1].number_input("Microbatches", min_value=1, max_value=1024, step=1,
-                                        key="pp_microbatches",
-                                        help="the batch is cut into this many; torch's schedules take: gpipe any "
-                                             "count, 1f1b at least one per stage, interleaved and zero bubble a "
-                                             "multiple of max(1, microbatches // devices)")
+    ranks = cols[0].number_input(
+        "Devices in the pipeline",
+        min_value=1,
+        max_value=max(1, device_count),
+        step=1,
+        key="pp_ranks",
+        help="the first N devices of the sidebar, one pipeline rank each",
+    )
+    microbatches = cols[1].number_input(
+        "Microbatches",
+        min_value=1,
+        max_value=1024,
+        step=1,
+        key="pp_microbatches",
+        help="the batch is cut into this many; torch's schedules take: gpipe any "
+        "count, 1f1b at least one per stage, interleaved and zero bubble a "
+        "multiple of max(1, microbatches // devices)",
+    )
     st.session_state.setdefault("pp_schedule", list(SCHEDULES)[1])
-    schedule = cols[2].selectbox("Schedule", list(SCHEDULES), key="pp_schedule",
-                                 help="interleaved and zero-bubble schedules hold two stages per device")
-    training = cols[3].selectbox("Work", list(TRAINING), key="pp_training",
-                                 help="training adds the backward, gradients and optimizer state")
+    schedule = cols[2].selectbox(
+        "Schedule",
+        list(SCHEDULES),
+        key="pp_schedule",
+        help="interleaved and zero-bubble schedules hold two stages per device",
+    )
+    training = cols[3].selectbox(
+        "Work", list(TRAINING), key="pp_training", help="training adds the backward, gradients and optimizer state"
+    )
     return int(ranks), int(microbatches), schedule, TRAINING[training]
 
 
@@ -55,40 +70,64 @@ def _simulate(pp: pipeline.PipelinePlan, microbatches: int, schedule: str | None
     """The plan's stages with the same batch cut into ``microbatches`` (under ``schedule``, the
     plan's own by default)."""
     scale = pp.microbatches / microbatches
-    return pipeline.simulate([f * scale for f in pp.stage_forward_s], microbatches, schedule or pp.schedule,
-                             backward_s=[b * scale for b in pp.stage_backward_s],
-                             transfer_s=[t * scale for t in pp.stage_transfer_s] or 0.0,
-                             training=pp.training is not None)
+    return pipeline.simulate(
+        [f * scale for f in pp.stage_forward_s],
+        microbatches,
+        schedule or pp.schedule,
+        backward_s=[b * scale for b in pp.stage_backward_s],
+        transfer_s=[t * scale for t in pp.stage_transfer_s] or 0.0,
+        training=pp.training is not None,
+    )
 
 
 def _splits_table(pp: pipeline.PipelinePlan) -> pd.DataFrame:
-    rows = [{"split": "this split (exact DP)", "operations per stage": str([len(s) for s in pp.stages]),
-             "step time": format_seconds(pp.step_time_s), "against this split": "-"}]
+    rows = [
+        {
+            "split": "this split (exact DP)",
+            "operations per stage": str([len(s) for s in pp.stages]),
+            "step time": format_seconds(pp.step_time_s),
+            "against this split": "-",
+        }
+    ]
     for name, step, sizes in pp.baselines:
-        rows.append({"split": name, "operations per stage": str(list(sizes)), "step time": format_seconds(step),
-                     "against this split": format_change(step / pp.step_time_s - 1) if pp.step_time_s else "-"})
+        rows.append(
+            {
+                "split": name,
+                "operations per stage": str(list(sizes)),
+                "step time": format_seconds(step),
+                "against this split": format_change(step / pp.step_time_s - 1) if pp.step_time_s else "-",
+            }
+        )
     return pd.DataFrame(rows)
 
 
 def _stages_table(pp: pipeline.PipelinePlan, names: dict[int, str], caps: list[int], graph: Graph) -> pd.DataFrame:
     rows = []
     for s, nodes in enumerate(pp.stages):
-        rows.append({
-            "Stage": f"S{s}", "Device": names[pp.device_ids[s]], "Ops": len(nodes),
-            "Nodes": pipeline_figures.stage_span(graph, nodes), "Forward": format_seconds(pp.stage_forward_s[s]),
-            "Backward": format_seconds(pp.stage_backward_s[s]) if pp.training else "-",
-            "Transfer out": format_seconds(pp.stage_transfer_s[s]) if s < len(pp.stage_transfer_s) else "-",
-            "Memory": format_bytes(pp.stage_memory_bytes[s]), "Stashed": format_bytes(pp.stage_stash_bytes[s]),
-            "Of device": format_share(pp.stage_memory_bytes[s], caps[s]),
-        })
+        rows.append(
+            {
+                "Stage": f"S{s}",
+                "Device": names[pp.device_ids[s]],
+                "Ops": len(nodes),
+                "Nodes": pipeline_figures.stage_span(graph, nodes),
+                "Forward": format_seconds(pp.stage_forward_s[s]),
+                "Backward": format_seconds(pp.stage_backward_s[s]) if pp.training else "-",
+                "Transfer out": format_seconds(pp.stage_transfer_s[s]) if s < len(pp.stage_transfer_s) else "-",
+                "Memory": format_bytes(pp.stage_memory_bytes[s]),
+                "Stashed": format_bytes(pp.stage_stash_bytes[s]),
+                "Of device": format_share(pp.stage_memory_bytes[s], caps[s]),
+            }
+        )
     return pd.DataFrame(rows)
 
 
 STAGE_COLUMNS = {  # narrow columns, so the table fits the page; the names' column takes the rest
     "Stage": st.column_config.TextColumn(width="small"),
     "Ops": st.column_config.NumberColumn(width="small", help="operations of the traced graph in the stage"),
-    "Nodes": st.column_config.TextColumn(width="medium", help="the stage's first and last layer (its first and last "
-                                                                 "operation in a model without numbered blocks)"),
+    "Nodes": st.column_config.TextColumn(
+        width="medium",
+        help="the stage's first and last layer (its first and last operation in a model without numbered blocks)",
+    ),
     "Forward": st.column_config.TextColumn(width="small", help="forward time per microbatch"),
     "Backward": st.column_config.TextColumn(width="small", help="backward time per microbatch"),
     "Transfer out": st.column_config.TextColumn(width="small"),
@@ -116,15 +155,18 @@ def _real_run(pp: pipeline.PipelinePlan, graph: Graph) -> None:
     key = hashlib.sha256(pp.to_json(indent=None).encode()).hexdigest()[:16]
     results = st.session_state.setdefault(PIPELINE_RUNS, {})
     with st.expander("Run on local processes", expanded=key in results):
-        st.caption("Runs these stages with torch.distributed.pipelining's own schedule, one process per "
-                   "device over gloo, on the model's example batch cut into the microbatches; checks the "
-                   "outputs (and when training, every gradient) against the model in one process.")
+        st.caption(
+            "Runs these stages with torch.distributed.pipelining's own schedule, one process per "
+            "device over gloo, on the model's example batch cut into the microbatches; checks the "
+            "outputs (and when training, every gradient) against the model in one process."
+        )
         why = panels.too_many_processes(len(set(pp.device_ids))) or _why_not_runnable(pp, graph)
         if why:
             st.info(f"Cannot run this plan: {md(why)}.")
         if st.button("Run on local processes", key="pp_run", disabled=bool(why), help=why or None):
-            done = panels.run_with_status(lambda progress: pipeline.run(
-                pp, graph, graph.example_inputs or (), timeout_s=180, progress=progress))
+            done = panels.run_with_status(
+                lambda progress: pipeline.run(pp, graph, graph.example_inputs or (), timeout_s=180, progress=progress)
+            )
             if done is not None:
                 results[key] = done
         result = results.get(key)
@@ -132,25 +174,39 @@ def _real_run(pp: pipeline.PipelinePlan, graph: Graph) -> None:
             return
         same = result.outputs_equal and result.gradients_equal is not False
         words = "Outputs" + (" and gradients" if result.gradients_equal is not None else "")
-        error = ((result.measured_step_s - result.simulated_step_s) / result.simulated_step_s
-                 if result.simulated_step_s > 0 else float("nan"))
+        error = (
+            (result.measured_step_s - result.simulated_step_s) / result.simulated_step_s
+            if result.simulated_step_s > 0
+            else float("nan")
+        )
         (st.success if same else st.error)(
             f"{words} {'equal' if same else 'differ from'} the model's. Step measured "
             f"{format_seconds(result.measured_step_s)} on {result.world_size} processes (the median after a "
-            f"warm-up), simulated {format_seconds(result.simulated_step_s)}: error {format_signed(error)}.")
+            f"warm-up), simulated {format_seconds(result.simulated_step_s)}: error {format_signed(error)}."
+        )
         stages = list(range(len(result.stage_forward_s)))
-        st.plotly_chart(pipeline_figures.run_figure(stages, result.simulated_forward_s, result.stage_forward_s),
-                        key="pp_run_chart")
-        st.dataframe(pd.DataFrame({
-            "stage": [f"S{s}" for s in stages],
-            "forward / microbatch, simulated": [format_seconds(t) for t in result.simulated_forward_s],
-            "forward / microbatch, measured": [format_seconds(t) for t in result.stage_forward_s],
-            "error": [format_signed((m - s) / s) if s > 0 else "-"
-                      for m, s in zip(result.stage_forward_s, result.simulated_forward_s)],
-        }), hide_index=True)
-        st.caption("Simulated times use the devices' speeds as described: with this machine's measured profile as "
-                   "the device type (`partition-explorer calibrate`, then `local` in the sidebar) they are this "
-                   "machine's; with a preset, expect a constant factor.")
+        st.plotly_chart(
+            pipeline_figures.run_figure(stages, result.simulated_forward_s, result.stage_forward_s), key="pp_run_chart"
+        )
+        st.dataframe(
+            pd.DataFrame(
+                {
+                    "stage": [f"S{s}" for s in stages],
+                    "forward / microbatch, simulated": [format_seconds(t) for t in result.simulated_forward_s],
+                    "forward / microbatch, measured": [format_seconds(t) for t in result.stage_forward_s],
+                    "error": [
+                        format_signed((m - s) / s) if s > 0 else "-"
+                        for m, s in zip(result.stage_forward_s, result.simulated_forward_s)
+                    ],
+                }
+            ),
+            hide_index=True,
+        )
+        st.caption(
+            "Simulated times use the devices' speeds as described: with this machine's measured profile as "
+            "the device type (`partition-explorer calibrate`, then `local` in the sidebar) they are this "
+            "machine's; with a preset, expect a constant factor."
+        )
 
 
 def main() -> None:
@@ -175,17 +231,23 @@ def main() -> None:
     for col, name in zip(cols[2:], ("equal layers", "by parameters")):
         if name in equal and pp.step_time_s > 0:
             gain = equal[name] / pp.step_time_s - 1
-            col.metric(f"Split by {name}" if name == "parameters" else f"Split into {name}",
-                       format_seconds(equal[name]), format_change(gain, same="same step time"),
-                       delta_color="inverse" if gain >= 0.0005 else "off")
-    st.caption(f"{len(pp.stages)} stages on {ranks} device{'s' if ranks != 1 else ''}, {microbatches} "
-               f"microbatches, {'training with ' + training if training else 'inference'}; split in "
-               f"{format_seconds(result.seconds)} by an exact dynamic program over cut points (the slowest "
-               "stage under each device's memory), simulated over the schedule's per-rank actions and kept "
-               "unless a simple split below (equal layers, by parameters) that fits simulates faster.")
+            col.metric(
+                f"Split by {name}" if name == "parameters" else f"Split into {name}",
+                format_seconds(equal[name]),
+                format_change(gain, same="same step time"),
+                delta_color="inverse" if gain >= 0.0005 else "off",
+            )
+    st.caption(
+        f"{len(pp.stages)} stages on {ranks} device{'s' if ranks != 1 else ''}, {microbatches} "
+        f"microbatches, {'training with ' + training if training else 'inference'}; split in "
+        f"{format_seconds(result.seconds)} by an exact dynamic program over cut points (the slowest "
+        "stage under each device's memory), simulated over the schedule's per-rank actions and kept "
+        "unless a simple split below (equal layers, by parameters) that fits simulates faster."
+    )
     sim = _simulate(pp, microbatches)
-    st.plotly_chart(pipeline_figures.schedule_figure(sim, ranks, _transfer_s(pp, microbatches)),
-                    key="pp_schedule_chart")
+    st.plotly_chart(
+        pipeline_figures.schedule_figure(sim, ranks, _transfer_s(pp, microbatches)), key="pp_schedule_chart"
+    )
     twin = {"zero_bubble": "interleaved_1f1b", "interleaved_1f1b": "zero_bubble"}.get(schedule)
     try:
         other = _simulate(pp, microbatches, twin) if twin else None
@@ -210,13 +272,22 @@ def main() -> None:
     if any(step < pp.step_time_s * (1 - 0.0005) for _, step, _ in pp.baselines):
         st.caption(md(BOTTLENECK_NOTE[0].upper() + BOTTLENECK_NOTE[1:] + "."))
     st.markdown("##### Stages")
-    st.dataframe(_stages_table(pp, {d.logical_id: d.name for d in devices}, caps, graph), hide_index=True,
-                 width="stretch", column_config=STAGE_COLUMNS)
+    st.dataframe(
+        _stages_table(pp, {d.logical_id: d.name for d in devices}, caps, graph),
+        hide_index=True,
+        width="stretch",
+        column_config=STAGE_COLUMNS,
+    )
     if result.stage_plan is not None:
         with st.expander("Stage DAG (the stages as a plan: one forward pass, no microbatches)"):
             graph_panels.render_dag(result.stage_plan, graph, key="pipeline")
-    st.download_button("Download the pipeline plan (JSON)", pp.to_json(), file_name="pipeline.json",
-                       mime="application/json", key="pp_download")
+    st.download_button(
+        "Download the pipeline plan (JSON)",
+        pp.to_json(),
+        file_name="pipeline.json",
+        mime="application/json",
+        key="pp_download",
+    )
     _real_run(pp, graph)
 
 

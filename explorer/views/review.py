@@ -13,13 +13,13 @@ import json
 
 import streamlit as st
 
+from explorer import compute, graph_panels, panels, state
+from explorer.builders import editing, tables
+from explorer.builders.config import PlanConfig
+from explorer.builders.text import md
 from partitioner import Device, Graph, Plan
 from partitioner.plan.size import plan_from_json
 from partitioner.units import format_rate, format_seconds
-from explorer import compute, graph_panels, panels, state
-from explorer.builders import editing, tables
-from explorer.builders.text import md
-from explorer.builders.config import PlanConfig
 
 EDIT = "edit"
 LOAD_MESSAGE = "plan_load_message"
@@ -75,8 +75,12 @@ def load_ui(graph: Graph) -> None:
     st.markdown("##### Load a plan")
     left, right = st.columns(2)
     with left:
-        upload = st.file_uploader("Plan JSON file", type=["json"], key="plan_upload",
-                                  help="A plan saved from this app or `partition-explorer plan`")
+        upload = st.file_uploader(
+            "Plan JSON file",
+            type=["json"],
+            key="plan_upload",
+            help="A plan saved from this app or `partition-explorer plan`",
+        )
         if upload is not None and st.session_state.get(UPLOAD_SEEN) != upload.file_id:
             st.session_state[UPLOAD_SEEN] = upload.file_id
             _load(upload.getvalue(), f"file {upload.name}", graph)
@@ -94,10 +98,17 @@ def load_ui(graph: Graph) -> None:
 
 
 def _devices(edit: dict, config: PlanConfig) -> list[Device]:
-    if edit.get("devices") and st.radio(
-        "Score the plan on", ["plan", "sidebar"], key="review_devices", horizontal=True,
-        format_func={"plan": "the devices in the plan file", "sidebar": "the devices in the sidebar"}.get,
-    ) == "plan":
+    if (
+        edit.get("devices")
+        and st.radio(
+            "Score the plan on",
+            ["plan", "sidebar"],
+            key="review_devices",
+            horizontal=True,
+            format_func={"plan": "the devices in the plan file", "sidebar": "the devices in the sidebar"}.get,
+        )
+        == "plan"
+    ):
         return [Device.from_dict(d) for d in edit["devices"]]
     return config.device_list()
 
@@ -117,21 +128,29 @@ def edit_ui(edit: dict, plan: Plan, graph: Graph) -> tuple[str, dict] | None:
 
     st.markdown("##### Move a node")
     cols = st.columns([3, 3, 2, 1.2])
-    node = cols[0].selectbox("Node", names, key="edit_node",
-                             format_func=lambda n: f"{n} (in P{where[n]})")
-    target = cols[1].selectbox("Move to", [p.id for p in parts] + [editing.NEW], key="edit_target",
-                               format_func=part_label)
-    device = cols[2].selectbox("New partition's device", sorted(device_names), key="edit_device",
-                               format_func=lambda d: device_names[d], disabled=target != editing.NEW)
+    node = cols[0].selectbox("Node", names, key="edit_node", format_func=lambda n: f"{n} (in P{where[n]})")
+    target = cols[1].selectbox(
+        "Move to", [p.id for p in parts] + [editing.NEW], key="edit_target", format_func=part_label
+    )
+    device = cols[2].selectbox(
+        "New partition's device",
+        sorted(device_names),
+        key="edit_device",
+        format_func=lambda d: device_names[d],
+        disabled=target != editing.NEW,
+    )
     cols[3].markdown("&nbsp;")
     if cols[3].button("Move", key="edit_move", type="primary") and node is not None:
         return f"the move of {node}", editing.move_node(edit, node, target, [device])
     st.markdown("##### Place a partition on other devices")
     cols = st.columns([3, 5, 1.2])
-    pid = cols[0].selectbox("Partition", [p.id for p in parts], key="edit_place_partition",
-                            format_func=part_label)
-    chosen = cols[1].multiselect("Devices (several: replicated)", sorted(device_names), key="edit_place_devices",
-                                 format_func=lambda d: device_names[d])
+    pid = cols[0].selectbox("Partition", [p.id for p in parts], key="edit_place_partition", format_func=part_label)
+    chosen = cols[1].multiselect(
+        "Devices (several: replicated)",
+        sorted(device_names),
+        key="edit_place_devices",
+        format_func=lambda d: device_names[d],
+    )
     cols[2].markdown("&nbsp;")
     if cols[2].button("Place", key="edit_place") and pid is not None:
         if not chosen:
@@ -166,14 +185,19 @@ def main() -> None:
     base = Plan.from_json(edit["loaded_plan"]) if edit.get("loaded_plan") else current
     # A loaded plan is scored with its own transfer rate and node latencies (the figures
     # `partition-explorer check` gives for it); the sidebar's are a separate comparison below.
-    rate, latency = ((base.transfer_rate_bytes_per_s, base.options.node_latency_dict) if edit.get("loaded_plan")
-                     and base is not None else (config.transfer_rate_bytes_per_s, config.node_latency_map()))
+    rate, latency = (
+        (base.transfer_rate_bytes_per_s, base.options.node_latency_dict)
+        if edit.get("loaded_plan") and base is not None
+        else (config.transfer_rate_bytes_per_s, config.node_latency_map())
+    )
     try:
         edited = _scored(edit, graph, devices, rate, latency, base)
     except Exception as exc:  # unknown nodes or devices: PartitionError naming them
         made_for = f" ({md(base.model)})" if base is not None and base.model else ""
-        st.error(f"This mapping does not fit the current model or devices: {md(compute.explain_error(exc))}\n\n"
-                 f"Switch back to the model it was made for{made_for}, or start over from the current plan.")
+        st.error(
+            f"This mapping does not fit the current model or devices: {md(compute.explain_error(exc))}\n\n"
+            f"Switch back to the model it was made for{made_for}, or start over from the current plan."
+        )
         _history_buttons()
         return
     shown = editing.edit_from_plan(edited, source=edit["source"])  # ids as the scored plan shows them
@@ -194,10 +218,12 @@ def main() -> None:
     panels.render_summary(edited, reference=base)
     if edit.get("loaded_plan") and rate != config.transfer_rate_bytes_per_s:
         sidebar_view = edited.rescore(graph, transfer_rate_bytes_per_s=config.transfer_rate_bytes_per_s)
-        st.info(f"These are the plan's own figures, at the transfer rate it was made with "
-                f"({format_rate(rate)}). Re-scored at the sidebar's rate "
-                f"({format_rate(config.transfer_rate_bytes_per_s)}) the same partitions take "
-                f"{format_seconds(sidebar_view.latency_s)}.")
+        st.info(
+            f"These are the plan's own figures, at the transfer rate it was made with "
+            f"({format_rate(rate)}). Re-scored at the sidebar's rate "
+            f"({format_rate(config.transfer_rate_bytes_per_s)}) the same partitions take "
+            f"{format_seconds(sidebar_view.latency_s)}."
+        )
     panels.render_violations(edited.violations(graph))
     panels.render_cost_models(edited, graph)
     left, right = st.columns([3, 2])
@@ -216,20 +242,32 @@ def main() -> None:
         _history_buttons()
     panels.render_charts(edited)
     if base is not None and st.toggle("Side by side with the plan before the edit", key="review_sbs_on"):
-        graph_panels.render_side_by_side(base, edited, f"before: {edit['source']}", "after the edit",
-                                         key="review_sbs", graph=graph)
+        graph_panels.render_side_by_side(
+            base, edited, f"before: {edit['source']}", "after the edit", key="review_sbs", graph=graph
+        )
 
 
 SCORED = "edit_scored"
 
 
-def _scored(edit: dict, graph: Graph, devices: list[Device], rate: float | None, latency: object,
-            base: Plan | None) -> Plan:
+def _scored(
+    edit: dict, graph: Graph, devices: list[Device], rate: float | None, latency: object, base: Plan | None
+) -> Plan:
     """``editing.evaluate_edit`` once per mapping: a move scores its edit, and the rerun that
     shows it finds that plan here instead of scoring it again."""
-    key = json.dumps([edit.get("node_to_partition"), edit.get("partition_to_devices"), [d.to_dict() for d in devices],
-                      rate, latency, graph.fingerprint(), base.to_json(indent=None) if base is not None else None],
-                     sort_keys=True, default=str)
+    key = json.dumps(
+        [
+            edit.get("node_to_partition"),
+            edit.get("partition_to_devices"),
+            [d.to_dict() for d in devices],
+            rate,
+            latency,
+            graph.fingerprint(),
+            base.to_json(indent=None) if base is not None else None,
+        ],
+        sort_keys=True,
+        default=str,
+    )
     cached = st.session_state.get(SCORED)
     if cached is not None and cached[0] == key:
         return cached[1]
@@ -250,10 +288,21 @@ def _history_buttons() -> None:
     """Undo (the last move, placement, load or start over) beside Start over."""
     history = st.session_state.get(HISTORY) or []
     left, right = st.columns(2)
-    left.button("Undo", key="edit_undo", on_click=_undo, disabled=not history, icon=":material/undo:",
-                help=f"Undo {md(history[-1][0])}" if history else "Nothing to undo yet")
-    right.button("Start over", key="edit_reset", on_click=_reset, icon=":material/restart_alt:",
-                 help="From the current plan of the sidebar; your edit is kept: Undo brings it back")
+    left.button(
+        "Undo",
+        key="edit_undo",
+        on_click=_undo,
+        disabled=not history,
+        icon=":material/undo:",
+        help=f"Undo {md(history[-1][0])}" if history else "Nothing to undo yet",
+    )
+    right.button(
+        "Start over",
+        key="edit_reset",
+        on_click=_reset,
+        icon=":material/restart_alt:",
+        help="From the current plan of the sidebar; your edit is kept: Undo brings it back",
+    )
 
 
 main()

@@ -15,11 +15,10 @@ import streamlit as st
 import sample_models
 from explorer import panels, state
 from explorer.builders import figures, training_figures
-from partitioner import Graph, ShardingError, format_bytes
-from partitioner import sharding
+from explorer.builders.text import md
+from partitioner import Graph, ShardingError, format_bytes, sharding
 from partitioner.sharding import tensor_parallel
 from partitioner.units import format_seconds
-from explorer.builders.text import md
 
 SPECS = "shard_specs"  # graph fingerprint -> {parameter: partition list}, the person's edits
 VERSION = "shard_editor_version"  # bumped when a suggestion replaces the table
@@ -29,20 +28,38 @@ RUNS = "shard_runs"  # spec hash -> its last real run
 def collectives_table(plan: Any) -> pd.DataFrame:
     """One row per collective the spec adds, in units people read (the full page width: the reasons
     are sentences)."""
-    return pd.DataFrame([{"Collective": c.kind, "Tensor": c.node, "Module": c.module,
-                          "Pass": "backward" if c.backward else "forward",
-                          "Bytes": format_bytes(c.nbytes), "Time": format_seconds(c.time_s),
-                          "Why": c.reason} for c in plan.collectives],
-                        columns=["Collective", "Tensor", "Module", "Pass", "Bytes", "Time", "Why"])
+    return pd.DataFrame(
+        [
+            {
+                "Collective": c.kind,
+                "Tensor": c.node,
+                "Module": c.module,
+                "Pass": "backward" if c.backward else "forward",
+                "Bytes": format_bytes(c.nbytes),
+                "Time": format_seconds(c.time_s),
+                "Why": c.reason,
+            }
+            for c in plan.collectives
+        ],
+        columns=["Collective", "Tensor", "Module", "Pass", "Bytes", "Time", "Why"],
+    )
 
 
 def _table(graph: Graph, spec: dict[str, str]) -> pd.DataFrame:
     """One row per parameter, the sharded ones first (each group in ``named_parameters()`` order)."""
     params = sharding.parameter_shapes(graph)
     names = sorted(params, key=lambda n: n not in spec)
-    return pd.DataFrame([{"parameter": name, "shape": str(list(params[name][0])),
-                          "bytes": format_bytes(math.prod(params[name][0]) * params[name][1]),
-                          "spec": spec.get(name, "")} for name in names])
+    return pd.DataFrame(
+        [
+            {
+                "parameter": name,
+                "shape": str(list(params[name][0])),
+                "bytes": format_bytes(math.prod(params[name][0]) * params[name][1]),
+                "spec": spec.get(name, ""),
+            }
+            for name in names
+        ]
+    )
 
 
 def _module(config: state.PlanConfig, graph: Graph) -> tuple[Any, tuple[Any, ...], dict[str, Any]]:
@@ -62,21 +79,34 @@ def _run(config: state.PlanConfig, graph: Graph, plan: tensor_parallel.TPPlan, t
     runs = st.session_state.setdefault(RUNS, {})
     with st.expander("Run on local processes", expanded=key in runs):
         if any(p.is_meta for p in graph.graph_module.parameters()):
-            st.info("This model was built at full size on the meta device (shapes only, no weights), so it cannot "
-                    "run; the memory and collectives above are predictions. To run it, choose a smaller size in "
-                    "the sidebar (fewer layers, a smaller hidden size) so that it gets real weights.")
+            st.info(
+                "This model was built at full size on the meta device (shapes only, no weights), so it cannot "
+                "run; the memory and collectives above are predictions. To run it, choose a smaller size in "
+                "the sidebar (fewer layers, a smaller hidden size) so that it gets real weights."
+            )
             return
-        st.caption(f"Starts {plan.world_size} processes with torch.distributed over gloo, applies the styles "
-                   "with parallelize_module, runs the example inputs and compares the outputs with one process, "
-                   "and the collectives CommDebugMode counts with the prediction.")
+        st.caption(
+            f"Starts {plan.world_size} processes with torch.distributed over gloo, applies the styles "
+            "with parallelize_module, runs the example inputs and compares the outputs with one process, "
+            "and the collectives CommDebugMode counts with the prediction."
+        )
         why = panels.too_many_processes(plan.world_size)
         if why:
             st.info(f"Cannot run this spec here: {why}.")
         if st.button("Run on local processes", key="sh_run", disabled=bool(why), help=why):
+
             def start(progress: Callable[[str], None]) -> Any:
                 module, inputs, kwargs = _module(config, graph)
-                return run_sharded(module, inputs, plan, training=training, timeout_s=180, progress=progress,
-                                   example_kwargs=kwargs, repeats=5)
+                return run_sharded(
+                    module,
+                    inputs,
+                    plan,
+                    training=training,
+                    timeout_s=180,
+                    progress=progress,
+                    example_kwargs=kwargs,
+                    repeats=5,
+                )
 
             try:
                 done = panels.run_with_status(start)
@@ -92,12 +122,14 @@ def _run(config: state.PlanConfig, graph: Graph, plan: tensor_parallel.TPPlan, t
         (st.success if good else st.error)(
             f"Outputs {'equal' if result.outputs_equal else 'differ from'} the model's (max difference "
             f"{result.max_abs_diff:.2g}); collectives counted: {md(result.counted())} "
-            f"({'as predicted' if result.counts_match else 'not as predicted'}).")
+            f"({'as predicted' if result.counts_match else 'not as predicted'})."
+        )
         _forward_against_prediction(config, graph, plan, result.forward_s)
 
 
-def _forward_against_prediction(config: state.PlanConfig, graph: Graph, plan: tensor_parallel.TPPlan,
-                                measured_s: float) -> None:
+def _forward_against_prediction(
+    config: state.PlanConfig, graph: Graph, plan: tensor_parallel.TPPlan, measured_s: float
+) -> None:
     """The run's forward (median of 5 warm ones on rank 0) beside the one predicted on the
     devices' measured profile, by part; without a profile, how to get one."""
     from partitioner.cost.measured import device_profile
@@ -105,16 +137,23 @@ def _forward_against_prediction(config: state.PlanConfig, graph: Graph, plan: te
 
     profile = device_profile(config.device_list())
     if profile is None:
-        st.caption(f"Forward measured {format_seconds(measured_s)} (median of 5 warm ones on rank 0). For a "
-                   "prediction to hold it against, measure this machine (`partition-explorer calibrate`) and "
-                   "choose its profile, `local`, as the device type in the sidebar.")
+        st.caption(
+            f"Forward measured {format_seconds(measured_s)} (median of 5 warm ones on rank 0). For a "
+            "prediction to hold it against, measure this machine (`partition-explorer calibrate`) and "
+            "choose its profile, `local`, as the device type in the sidebar."
+        )
         return
     predicted = tp_forward(graph, plan, profile)
-    st.plotly_chart(figures.predicted_parts_figure(predicted.parts, measured_s, "The tensor-parallel forward"),
-                    key="sh_run_chart")
-    st.caption(md(f"Predicted on the measured profile {profile.name!r}: compute of each rank's shard, DTensor's "
-                  "dispatch per sharded module and each collective; measured: the median of 5 warm forwards on "
-                  "rank 0."))
+    st.plotly_chart(
+        figures.predicted_parts_figure(predicted.parts, measured_s, "The tensor-parallel forward"), key="sh_run_chart"
+    )
+    st.caption(
+        md(
+            f"Predicted on the measured profile {profile.name!r}: compute of each rank's shard, DTensor's "
+            "dispatch per sharded module and each collective; measured: the median of 5 warm forwards on "
+            "rank 0."
+        )
+    )
 
 
 def main() -> None:
@@ -133,9 +172,11 @@ def main() -> None:
     cols = st.columns([1, 1, 2])
     training = cols[1].toggle("Training (count the backward)", key="sh_training")
     rate = config.transfer_rate_bytes_per_s
-    if graph.model_info.tp_plan and cols[1].button("Use the model's own plan", key="sh_model_plan",
-                                                   help="transformers' config.base_model_tp_plan: attention "
-                                                        "by heads, MLPs column then row"):
+    if graph.model_info.tp_plan and cols[1].button(
+        "Use the model's own plan",
+        key="sh_model_plan",
+        help="transformers' config.base_model_tp_plan: attention by heads, MLPs column then row",
+    ):
         try:
             spec = specs[key] = tensor_parallel.from_model_plan(graph, len(devices))
             st.session_state[VERSION] = st.session_state.get(VERSION, 0) + 1
@@ -147,16 +188,25 @@ def main() -> None:
             st.session_state[VERSION] = st.session_state.get(VERSION, 0) + 1
         except ShardingError as exc:
             st.error(f"No suggestion: {md(exc)}")
-    cols[2].caption("A Linear's weight split by rows (\"n,1\") runs column-parallel, by columns (\"1,n\") "
-                    "row-parallel; an Embedding split by rows, row-parallel; GPT-2's Conv1D weight is (in, out), so "
-                    "\"1,n\" is its column split. n is the number of devices. The suggestion starts from a Hugging "
-                    "Face model's own plan where it has one.")
-    edited = st.data_editor(_table(graph, spec), key=f"sh_editor_{st.session_state.get(VERSION, 0)}",
-                            disabled=["parameter", "shape", "bytes"], hide_index=True, width="stretch",
-                            column_config={"spec": st.column_config.TextColumn(
-                                "spec", help="autodist's partition list, e.g. 2,1; empty = replicated")})
-    spec = specs[key] = {row["parameter"]: str(row["spec"]).strip() for _, row in edited.iterrows()
-                         if str(row["spec"] or "").strip()}
+    cols[2].caption(
+        'A Linear\'s weight split by rows ("n,1") runs column-parallel, by columns ("1,n") '
+        "row-parallel; an Embedding split by rows, row-parallel; GPT-2's Conv1D weight is (in, out), so "
+        '"1,n" is its column split. n is the number of devices. The suggestion starts from a Hugging '
+        "Face model's own plan where it has one."
+    )
+    edited = st.data_editor(
+        _table(graph, spec),
+        key=f"sh_editor_{st.session_state.get(VERSION, 0)}",
+        disabled=["parameter", "shape", "bytes"],
+        hide_index=True,
+        width="stretch",
+        column_config={
+            "spec": st.column_config.TextColumn("spec", help="autodist's partition list, e.g. 2,1; empty = replicated")
+        },
+    )
+    spec = specs[key] = {
+        row["parameter"]: str(row["spec"]).strip() for _, row in edited.iterrows() if str(row["spec"] or "").strip()
+    }
     try:
         plan = tensor_parallel.tp_plan(graph, spec, len(devices), rate, training=training)
         before = sharding.device_memory(graph, devices, {})
@@ -167,26 +217,40 @@ def main() -> None:
     over = [d.name for d in devices if after[d.logical_id] > d.memory_bytes]
     metrics = st.columns(3)
     saved = max(before.values()) - max(after.values())
-    metrics[0].metric("Largest device memory", format_bytes(max(after.values())),
-                      f"-{format_bytes(saved)} sharded" if saved > 0 else None, delta_color="inverse",
-                      help=None if saved > 0 else "Nothing is sharded yet: every device holds the whole model.")
+    metrics[0].metric(
+        "Largest device memory",
+        format_bytes(max(after.values())),
+        f"-{format_bytes(saved)} sharded" if saved > 0 else None,
+        delta_color="inverse",
+        help=None if saved > 0 else "Nothing is sharded yet: every device holds the whole model.",
+    )
     metrics[1].metric("Collectives per step", sum(plan.counts(None).values()))
     metrics[2].metric("Communication time", format_seconds(plan.comm_time_s))
     (st.warning if over else st.success)(f"Over capacity: {', '.join(over)}." if over else "Every device fits.")
     st.plotly_chart(training_figures.shard_memory_figure(before, after, devices), key="sh_memory_chart")
     st.markdown("##### Collectives the spec adds")
     if plan.collectives:
-        st.dataframe(collectives_table(plan), hide_index=True, width="stretch", column_config={
-            "Collective": st.column_config.TextColumn(width="small"),
-            "Pass": st.column_config.TextColumn(width="small"),
-            "Bytes": st.column_config.TextColumn(width="small"),
-            "Time": st.column_config.TextColumn(width="small"),
-            "Why": st.column_config.TextColumn(width="large"),
-        })
+        st.dataframe(
+            collectives_table(plan),
+            hide_index=True,
+            width="stretch",
+            column_config={
+                "Collective": st.column_config.TextColumn(width="small"),
+                "Pass": st.column_config.TextColumn(width="small"),
+                "Bytes": st.column_config.TextColumn(width="small"),
+                "Time": st.column_config.TextColumn(width="small"),
+                "Why": st.column_config.TextColumn(width="large"),
+            },
+        )
     else:
         st.caption("None: nothing is sharded.")
-    st.download_button("Download the spec (JSON)", json.dumps(plan.spec, indent=2), file_name="shard_spec.json",
-                       mime="application/json", key="sh_download")
+    st.download_button(
+        "Download the spec (JSON)",
+        json.dumps(plan.spec, indent=2),
+        file_name="shard_spec.json",
+        mime="application/json",
+        key="sh_download",
+    )
     _run(config, graph, plan, training)
 
 

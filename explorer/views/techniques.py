@@ -26,42 +26,65 @@ def main() -> None:
         return
     config, graph = inputs
     devices = config.device_list()
-    st.markdown(f"#### Techniques side by side: {md(config.model.label)} on {len(devices)} "
-                f"{md(devices[0].kind or 'custom')} device{'s' if len(devices) != 1 else ''}")
-    st.caption("The same model, the same devices (the sidebar's, after its headroom), the same forward pass of "
-               "the model's example batch, answered four ways. Each row's figures are the ones its page shows.")
+    st.markdown(
+        f"#### Techniques side by side: {md(config.model.label)} on {len(devices)} "
+        f"{md(devices[0].kind or 'custom')} device{'s' if len(devices) != 1 else ''}"
+    )
+    st.caption(
+        "The same model, the same devices (the sidebar's, after its headroom), the same forward pass of "
+        "the model's example batch, answered four ways. Each row's figures are the ones its page shows."
+    )
     with st.spinner("Planning each technique..."):
         result = compute.plan(config)
         n = len(devices)
         pp = compute.pipeline_plan(config, n, n, max(1, n), "gpipe", None)
         _DEVICES[0] = devices
-        rows = [techniques.fx_row(result.plan, result.error, devices),
-                techniques.pipeline_row(pp.plan, pp.error, devices),
-                *_cluster_rows(graph, graph.fingerprint(), tuple(map(str, devices)), config.transfer_rate_bytes_per_s,
-                               config.model.label)]
-    st.dataframe(techniques.table(rows, n), hide_index=True, width="stretch", column_config={
-        "technique": st.column_config.TextColumn(width="large"),
-        "devices used": st.column_config.TextColumn(width="small"),
-        "forward pass": st.column_config.TextColumn(width="small", help="one forward pass of the example batch"),
-        "priced by": st.column_config.TextColumn(width="small", help="whose cost model the time is: compare times "
-                                                 "within one (measured kernels: a GPU type's curves and launches "
-                                                 "for every row; the roofline is a lower bound)"),
-        "fullest device": st.column_config.TextColumn(width="medium", help="its memory of its capacity"),
-        "fits": st.column_config.TextColumn(width="small"),
-        "how": st.column_config.TextColumn(width="large")})
+        rows = [
+            techniques.fx_row(result.plan, result.error, devices),
+            techniques.pipeline_row(pp.plan, pp.error, devices),
+            *_cluster_rows(
+                graph,
+                graph.fingerprint(),
+                tuple(map(str, devices)),
+                config.transfer_rate_bytes_per_s,
+                config.model.label,
+            ),
+        ]
+    st.dataframe(
+        techniques.table(rows, n),
+        hide_index=True,
+        width="stretch",
+        column_config={
+            "technique": st.column_config.TextColumn(width="large"),
+            "devices used": st.column_config.TextColumn(width="small"),
+            "forward pass": st.column_config.TextColumn(width="small", help="one forward pass of the example batch"),
+            "priced by": st.column_config.TextColumn(
+                width="small",
+                help="whose cost model the time is: compare times "
+                "within one (measured kernels: a GPU type's curves and launches "
+                "for every row; the roofline is a lower bound)",
+            ),
+            "fullest device": st.column_config.TextColumn(width="medium", help="its memory of its capacity"),
+            "fits": st.column_config.TextColumn(width="small"),
+            "how": st.column_config.TextColumn(width="large"),
+        },
+    )
     cols = st.columns(len(rows))
     for col, row in zip(cols, rows):
         col.page_link(row.page, label=f"Open: {row.name.split(' (')[0]}")
-    st.caption(md(
-        f"Partitions: the sidebar's mode, {config.mode} (its plan's critical path). Pipeline: {n} contiguous stages, "
-        f"one a device, GPipe over {max(1, n)} microbatches. Tensor parallel and the best layout: the cluster "
-        "planner's inference prefill (a language model's time to the first token) on these devices as one node, "
-        "at the sidebar's transfer rate; its layouts add data parallelism and pipelines to tensor parallelism. "
-        "On a GPU type every row is priced by the same measured kernels (the card's curves and launches, op by "
-        "op, under the sidebar's engine) and the times compare; on devices of one's own the first two are priced "
-        "by the roofline of their figures and the last two by the cluster planner: compare times within one, as "
-        "the fastest mark does. "
-        "The Plan a cluster page asks the buyer's question: how many of which accelerator."))
+    st.caption(
+        md(
+            f"Partitions: the sidebar's mode, {config.mode} (its plan's critical path). Pipeline: {n} contiguous stages, "
+            f"one a device, GPipe over {max(1, n)} microbatches. Tensor parallel and the best layout: the cluster "
+            "planner's inference prefill (a language model's time to the first token) on these devices as one node, "
+            "at the sidebar's transfer rate; its layouts add data parallelism and pipelines to tensor parallelism. "
+            "On a GPU type every row is priced by the same measured kernels (the card's curves and launches, op by "
+            "op, under the sidebar's engine) and the times compare; on devices of one's own the first two are priced "
+            "by the roofline of their figures and the last two by the cluster planner: compare times within one, as "
+            "the fastest mark does. "
+            "The Plan a cluster page asks the buyer's question: how many of which accelerator."
+        )
+    )
 
 
 main()

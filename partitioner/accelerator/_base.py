@@ -43,9 +43,15 @@ class Assignment:
 class Recorder(Protocol):
     """Receives an algorithm's decisions as it makes them (:mod:`partitioner.accelerator.steps` keeps them)."""
 
-    def __call__(self, kind: str, text: str, moves: Sequence[tuple[int, int]] = (),
-                 devices: Sequence[tuple[int, Sequence[int]]] = (), accepted: bool = True,
-                 latency_s: float | None = None) -> Any: ...
+    def __call__(
+        self,
+        kind: str,
+        text: str,
+        moves: Sequence[tuple[int, int]] = (),
+        devices: Sequence[tuple[int, Sequence[int]]] = (),
+        accepted: bool = True,
+        latency_s: float | None = None,
+    ) -> Any: ...
 
 
 @dataclass
@@ -58,8 +64,7 @@ class Problem:
     # (latency, critical path) of the plans the searches scored, keyed by the plan: a search that
     # meets a plan again reads it back (NOTE: [Scored plans] in _search.py). Not copied by
     # dataclasses.replace: a Problem with another cost model starts empty.
-    scored: dict[int, Any] = field(default_factory=dict, init=False, repr=False,
-                                   compare=False)
+    scored: dict[int, Any] = field(default_factory=dict, init=False, repr=False, compare=False)
 
     @property
     def capacity(self) -> dict[int, int]:
@@ -78,9 +83,7 @@ class Problem:
             if p >= 0:
                 members.setdefault(p, []).append(v)
         pids = sorted(members) if assignment.ordered else sorted(members, key=lambda p: members[p][0])
-        used = self.cost.device_memory(
-            [members[p] for p in pids], [assignment.devices_of[p] for p in pids]
-        )
+        used = self.cost.device_memory([members[p] for p in pids], [assignment.devices_of[p] for p in pids])
         return all(used.get(d.logical_id, 0) <= d.memory_bytes for d in self.devices)
 
     def latency(self, assignment: Assignment) -> float:

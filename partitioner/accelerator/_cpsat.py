@@ -104,8 +104,15 @@ def _horizon(w: tuple[int, ...], tensors: tuple[Tensor, ...]) -> int:
     return sum(w) + sum(t[3] for t in tensors) + 1
 
 
-def _finish(m: Any, memory: list[list[Any]], capacity: tuple[int, ...], ends: list[Any], horizon: int,
-            x: list[list[Any]], hint: tuple[int, ...] | None) -> None:
+def _finish(
+    m: Any,
+    memory: list[list[Any]],
+    capacity: tuple[int, ...],
+    ends: list[Any],
+    horizon: int,
+    x: list[list[Any]],
+    hint: tuple[int, ...] | None,
+) -> None:
     """Both models' tail: memory within capacity, minimise the latest end, hint each row of ``x``
     (a unit's choice among slots or devices) with the choice in ``hint``."""
     for d, terms in enumerate(memory):
@@ -147,12 +154,12 @@ def solve_slots(inp: SlotInput) -> SolveResult:
     for g, preds in enumerate(inp.unit_preds):
         for h in preds:
             m.add(done[g] >= done[h] + inp.unit_w[g])
-    on = [[sum(x[g][d * k + j] for j in range(k)) for d in range(len(inp.capacity))]
-          for g in range(num_units)]
+    on = [[sum(x[g][d * k + j] for j in range(k)) for d in range(len(inp.capacity))] for g in range(num_units)]
     edge = {(a, b): m.new_bool_var("") for a in range(num_slots) for b in range(num_slots) if a != b}
     comm: dict[tuple[int, int], list[Any]] = {key: [] for key in edge}
-    memory: list[list[Any]] = [[inp.unit_bytes[g] * on[g][d] for g in range(num_units)]
-                               for d in range(len(inp.capacity))]
+    memory: list[list[Any]] = [
+        [inp.unit_bytes[g] * on[g][d] for g in range(num_units)] for d in range(len(inp.capacity))
+    ]
     for src, nbytes, readers, ticks, held in inp.tensors:
         for d in range(len(inp.capacity)):  # memory: an outside tensor read on the device
             if inp.torch and src >= 0:
@@ -173,7 +180,7 @@ def solve_slots(inp: SlotInput) -> SolveResult:
                     for h, _ in readers:
                         m.add_implication(x[h][b], r)
                     reads.append(r)
-                for (a, b) in edge:
+                for a, b in edge:
                     both = m.new_bool_var("")
                     m.add(both >= reads[a] + reads[b] - 1)
                     comm[(a, b)].append(ticks * both)
@@ -206,9 +213,12 @@ def solve_slots(inp: SlotInput) -> SolveResult:
     found = SolveResult(solver.status_name(status), int(solver.best_objective_bound), time.perf_counter() - began)
     if status in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         found = dataclasses.replace(
-            found, objective=int(solver.objective_value),
+            found,
+            objective=int(solver.objective_value),
             slot=tuple(next(s for s in range(num_slots) if solver.value(x[g][s])) for g in range(num_units)),
-            start=tuple(solver.value(v) for v in start), rank=tuple(solver.value(v) for v in rank))
+            start=tuple(solver.value(v) for v in start),
+            rank=tuple(solver.value(v) for v in rank),
+        )
     return found
 
 

@@ -45,8 +45,8 @@ import math
 import time
 from dataclasses import dataclass
 
-from partitioner.plan.records import OPTIMALITY_TOLERANCE
 from partitioner.accelerator._cpsat import RelaxInput, solve_relaxation
+from partitioner.plan.records import OPTIMALITY_TOLERANCE
 
 __all__ = ["EnumInput", "EnumResult", "search", "bounded_search", "MAX_OPS"]
 
@@ -205,8 +205,11 @@ def search(inp: EnumInput) -> EnumResult:  # noqa: C901 - one search, its cuts k
         used = tuple(bool(ops) for ops in dev_ops)
         got = memo_open.get(used)
         if got is None:
-            got = memo_open[used] = [d for d in range(devices) if used[d] or not any(
-                not used[e] and capacity[e] == capacity[d] for e in range(d))]
+            got = memo_open[used] = [
+                d
+                for d in range(devices)
+                if used[d] or not any(not used[e] and capacity[e] == capacity[d] for e in range(d))
+            ]
         return got
 
     def fits(rest: int, dev_ops: tuple[int, ...], may: tuple[int, ...]) -> bool:
@@ -222,14 +225,15 @@ def search(inp: EnumInput) -> EnumResult:  # noqa: C901 - one search, its cuts k
             for d in open_devices(dev_ops):
                 grown = dev_ops[d] | 1 << v
                 if may[d] >> v & 1 and room(d, dev_ops[d]) >> v & 1:
-                    if fits(rest & ~(1 << v), dev_ops[:d] + (grown,) + dev_ops[d + 1:], may):
+                    if fits(rest & ~(1 << v), dev_ops[:d] + (grown,) + dev_ops[d + 1 :], may):
                         got = True
                         break
             memo_fits[key] = got
         return got
 
-    def bound(rest: int, free: tuple[float, ...], fin: list[float], dev: list[int],
-              dev_ops: tuple[int, ...]) -> tuple[float, tuple[int, ...]]:
+    def bound(
+        rest: int, free: tuple[float, ...], fin: list[float], dev: list[int], dev_ops: tuple[int, ...]
+    ) -> tuple[float, tuple[int, ...]]:
         """The latest earliest finish of an unplaced op, and per device the unplaced ops that
         could finish there before the best plan found. An op on a device (its memory alone
         permitting) finishes no earlier than its time after the device is free and after each
@@ -274,10 +278,10 @@ def search(inp: EnumInput) -> EnumResult:  # noqa: C901 - one search, its cuts k
                 top = low
         return top, tuple(may)
 
-    def dominated(rest: int, dev_ops: tuple[int, ...], free: tuple[float, ...],
-                  parts: list[tuple[int, int, float]], latest: float) -> bool:
-        live = [(ops & ~rest & sum(user_mask[u] & rest and 1 << u for u in bits_of(ops)), d, f)
-                for d, ops, f in parts]
+    def dominated(
+        rest: int, dev_ops: tuple[int, ...], free: tuple[float, ...], parts: list[tuple[int, int, float]], latest: float
+    ) -> bool:
+        live = [(ops & ~rest & sum(user_mask[u] & rest and 1 << u for u in bits_of(ops)), d, f) for d, ops, f in parts]
         live = sorted((m, d, f) for m, d, f in live if m)
         key = (rest, dev_ops, tuple((m, d) for m, d, _ in live))
         times = (latest,) + free + tuple(f for _, _, f in live)
@@ -289,8 +293,15 @@ def search(inp: EnumInput) -> EnumResult:  # noqa: C901 - one search, its cuts k
         stored.append(times)
         return False
 
-    def step(rest: int, parts: list[tuple[int, int, float]], free: tuple[float, ...], fin: list[float],
-             dev: list[int], dev_ops: tuple[int, ...], latest: float) -> None:
+    def step(
+        rest: int,
+        parts: list[tuple[int, int, float]],
+        free: tuple[float, ...],
+        fin: list[float],
+        dev: list[int],
+        dev_ops: tuple[int, ...],
+        latest: float,
+    ) -> None:
         visited[0] += 1
         if visited[0] & 255 == 0 and time.perf_counter() > deadline:
             raise _Timeout
@@ -321,8 +332,11 @@ def search(inp: EnumInput) -> EnumResult:  # noqa: C901 - one search, its cuts k
                     for qd, qops, qfin in parts:
                         got = reads & qops
                         if got:
-                            t = qfin if qd == d or free_comm else (
-                                qfin + inp.transfer_latency_s + sent_bytes(got) / inp.rate)
+                            t = (
+                                qfin
+                                if qd == d or free_comm
+                                else (qfin + inp.transfer_latency_s + sent_bytes(got) / inp.rate)
+                            )
                             if t > start:
                                 start = t
                 finish = start + critical(ops)
@@ -336,8 +350,15 @@ def search(inp: EnumInput) -> EnumResult:  # noqa: C901 - one search, its cuts k
             saved = [(v, fin[v], dev[v]) for v in bits_of(ops)]
             for v, _, _ in saved:
                 fin[v], dev[v] = finish, d
-            step(rest & ~ops, parts, free[:d] + (finish,) + free[d + 1:], fin, dev,
-                 dev_ops[:d] + (dev_ops[d] | ops,) + dev_ops[d + 1:], max(latest, finish))
+            step(
+                rest & ~ops,
+                parts,
+                free[:d] + (finish,) + free[d + 1 :],
+                fin,
+                dev,
+                dev_ops[:d] + (dev_ops[d] | ops,) + dev_ops[d + 1 :],
+                max(latest, finish),
+            )
             parts.pop()
 
     complete = True
@@ -349,5 +370,6 @@ def search(inp: EnumInput) -> EnumResult:  # noqa: C901 - one search, its cuts k
         complete = False
     except _Reached:
         pass
-    return EnumResult(complete, best[0], best_plan[0] if best_plan else None, visited[0],
-                      time.perf_counter() - began, inp.lower_s)
+    return EnumResult(
+        complete, best[0], best_plan[0] if best_plan else None, visited[0], time.perf_counter() - began, inp.lower_s
+    )

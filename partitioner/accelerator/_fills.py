@@ -13,17 +13,25 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from partitioner.cost.incremental import DeviceMemory
-from partitioner.errors import InfeasibleError
-from partitioner.units import format_bytes
 from partitioner.accelerator._base import Assignment, Problem, node_alone_bytes
-from partitioner.accelerator._repair import repair_fit, runs as _runs
+from partitioner.accelerator._repair import repair_fit
+from partitioner.accelerator._repair import runs as _runs
 from partitioner.accelerator._segments import time_orders
 from partitioner.accelerator._torch_merge import merge_sequence
 from partitioner.accelerator.size_based import torch_fill, torch_singletons
+from partitioner.cost.incremental import DeviceMemory
+from partitioner.errors import InfeasibleError
+from partitioner.units import format_bytes
 
-__all__ = ["starts", "priority_starts", "initial_fill", "fill_in_order", "pack_by_size", "exhaustive_fit",
-           "exhaustive_search"]
+__all__ = [
+    "starts",
+    "priority_starts",
+    "initial_fill",
+    "fill_in_order",
+    "pack_by_size",
+    "exhaustive_fit",
+    "exhaustive_search",
+]
 
 
 def starts(problem: Problem) -> list[Assignment]:
@@ -61,8 +69,9 @@ def starts(problem: Problem) -> list[Assignment]:
     return found
 
 
-def priority_starts(problem: Problem, count: int, taken: Sequence[Assignment] = (),
-                    orders: Sequence[Sequence[int]] | None = None) -> list[Assignment]:
+def priority_starts(
+    problem: Problem, count: int, taken: Sequence[Assignment] = (), orders: Sequence[Sequence[int]] | None = None
+) -> list[Assignment]:
     """Up to ``count`` more starts: best-fit fills (``pack``) of the nodes ordered by their earliest
     start, by their latest start that keeps the node-level critical path, and by the middle of
     the two (:func:`segments.time_orders`, unless ``orders`` are given; fills that do not fit,
@@ -100,8 +109,10 @@ def initial_fill(problem: Problem) -> Assignment:
         found = fill_in_order(problem, problem.graph.op_indices)
         if problem.fits(found):  # the fills count memory as the physical model does
             return found
-        first = InfeasibleError(f"the largest-first fill does not fit under the {problem.cost.cost_model} "
-                                "cost model's memory rule; add a device or memory")
+        first = InfeasibleError(
+            f"the largest-first fill does not fit under the {problem.cost.cost_model} "
+            "cost model's memory rule; add a device or memory"
+        )
     except InfeasibleError as exc:
         first = exc
     proven = False  # the exhaustive search found no placement: none fits as runs
@@ -112,11 +123,15 @@ def initial_fill(problem: Problem) -> Assignment:
         proven = found is None and complete
         return found
 
-    for fallback in (lambda: fill_in_order(problem, problem.graph.op_indices, pack=True),
-                     lambda: pack_by_size(problem), exhaustive,
-                     lambda: torch_fill(problem), lambda: torch_singletons(problem),
-                     lambda: merge_sequence(problem) if problem.cost.torch else None,
-                     lambda: None if proven else repair_fit(problem)):
+    for fallback in (
+        lambda: fill_in_order(problem, problem.graph.op_indices, pack=True),
+        lambda: pack_by_size(problem),
+        exhaustive,
+        lambda: torch_fill(problem),
+        lambda: torch_singletons(problem),
+        lambda: merge_sequence(problem) if problem.cost.torch else None,
+        lambda: None if proven else repair_fit(problem),
+    ):
         # then: no fill refuses where torch's fill, a search from one node per partition (the
         # searches' last resort) or, under torch's memory rule, torch's own cost_aware plan
         # (NOTE: [Never slower than torch]) finds one, nor where any placement fits

@@ -3,9 +3,9 @@
 
 from __future__ import annotations
 
-from partitioner.units import format_seconds
 from partitioner.accelerator._base import Assignment, Problem
-from partitioner.accelerator._search import _EPS, _State, _score
+from partitioner.accelerator._search import _EPS, _score, _State
+from partitioner.units import format_seconds
 
 __all__ = ["merge_partitions"]
 
@@ -21,7 +21,7 @@ def _contract_chains(problem: Problem, a: Assignment) -> Assignment:
     num = len(a.devices_of)
     parents: list[set[int]] = [set() for _ in range(num)]
     children: list[set[int]] = [set() for _ in range(num)]
-    for (x, y) in ev.edges:
+    for x, y in ev.edges:
         children[x].add(y)
         parents[y].add(x)
     root = list(range(num))
@@ -44,9 +44,13 @@ def merge_partitions(problem: Problem, a: Assignment, budget: int) -> Assignment
     s = _State(problem, contracted)
     if problem.record is not None:
         shifts = [(v, q) for v, (p, q) in enumerate(zip(a.part, contracted.part)) if p != q]
-        problem.record("contract", f"{len({a.part[v] for v, _ in shifts})} partition(s) merged into their only "
-                       "parent on the same devices (never slower, no evaluation needed)", shifts,
-                       latency_s=s.latency)
+        problem.record(
+            "contract",
+            f"{len({a.part[v] for v, _ in shifts})} partition(s) merged into their only "
+            "parent on the same devices (never slower, no evaluation needed)",
+            shifts,
+            latency_s=s.latency,
+        )
     merged = True
     while merged and s.evals < budget:
         merged = False
@@ -63,8 +67,14 @@ def merge_partitions(problem: Problem, a: Assignment, budget: int) -> Assignment
                 lat = _score(s, moves)
                 ok = lat <= s.latency + _EPS
                 if s.record is not None:
-                    s.record("merge", f"merge P{p} into P{q}: latency {format_seconds(lat)}, " + (
-                        "not longer: merged" if ok else "longer: kept apart"), moves, accepted=ok, latency_s=lat)
+                    s.record(
+                        "merge",
+                        f"merge P{p} into P{q}: latency {format_seconds(lat)}, "
+                        + ("not longer: merged" if ok else "longer: kept apart"),
+                        moves,
+                        accepted=ok,
+                        latency_s=lat,
+                    )
                 if ok:
                     s.apply(moves)
                     s.latency = min(lat, s.latency)

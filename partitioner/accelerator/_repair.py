@@ -70,8 +70,7 @@ class _Tally:
         delta = self.total[v]
         for u in self.preds[v]:
             if self.is_op[u]:
-                if where[u] != d and (self.per_reader or not readers.get(u)
-                                      or sign < 0 and readers[u] == 1):
+                if where[u] != d and (self.per_reader or not readers.get(u) or sign < 0 and readers[u] == 1):
                     delta += out[u]
             elif self.inputs_per_reader or not readers.get(u) or sign < 0 and readers[u] == 1:
                 delta += out[u]
@@ -136,8 +135,14 @@ def _search(problem: Problem, tally: _Tally, max_tries: int, seed: int = 0) -> A
         if seed:
             best = rng.choice(devices)
         else:
-            best = min(devices, key=lambda d: (over(d, more := tally.change(v, d, 1)) - over(d), more,
-                                               capacity[d] - tally.bytes[d] - more))
+            best = min(
+                devices,
+                key=lambda d: (
+                    over(d, more := tally.change(v, d, 1)) - over(d),
+                    more,
+                    capacity[d] - tally.bytes[d] - more,
+                ),
+            )
         tally.place(v, best, 1)
     total = sum(over(d) for d in devices)
     lowest = total

@@ -12,10 +12,10 @@ from __future__ import annotations
 import math
 from typing import Iterable, Iterator, Sequence
 
-from partitioner.units import format_seconds
-from partitioner.cost.incremental import DeviceMemory, IncrementalCost
 from partitioner.accelerator._base import Assignment, Problem
 from partitioner.accelerator._scored import SCORED_NODES, scored_trial
+from partitioner.cost.incremental import DeviceMemory, IncrementalCost
+from partitioner.units import format_seconds
 
 __all__ = ["improve_by_moves", "default_budget"]
 
@@ -92,8 +92,11 @@ class _State:
             old, new = self.devices_of[self.part[v]], self.devices_of[q]
             touched = {*old, *new}
             memory, capacity = self.memory, self.capacity
-            ok = all(memory.bytes[d] + (0 if d in old else memory.added(v, d))
-                     - (0 if d in new else memory.removed(v, d)) <= capacity[d] for d in touched)
+            ok = all(
+                memory.bytes[d] + (0 if d in old else memory.added(v, d)) - (0 if d in new else memory.removed(v, d))
+                <= capacity[d]
+                for d in touched
+            )
             return ok and (not self.cost.torch or self._fits_torch(moves, touched))
         touched = set()
         for v, q in moves:
@@ -192,8 +195,12 @@ def improve_by_moves(problem: Problem, a: Assignment, budget: int, swaps: bool =
                 break
             lat, moves = step
             if s.record is not None:
-                s.record("take", _describe(s, moves, lat, "the best of this KL step, taken even if slower"),
-                         moves, latency_s=lat)
+                s.record(
+                    "take",
+                    _describe(s, moves, lat, "the best of this KL step, taken even if slower"),
+                    moves,
+                    latency_s=lat,
+                )
             s.apply(moves)
             s.settle(lat, evaluation_is_current=False)
             locked.update(v for v, _ in moves)
@@ -201,8 +208,13 @@ def improve_by_moves(problem: Problem, a: Assignment, budget: int, swaps: bool =
                 best_latency, best_part = lat, list(s.part)
         rollback = [(v, p) for v, p in enumerate(best_part) if p >= 0 and s.part[v] != p]
         if s.record is not None and rollback:
-            s.record("roll back", f"the KL pass rolls back {len(rollback)} move(s) to the best plan it saw "
-                     f"(latency {format_seconds(best_latency)})", rollback, latency_s=best_latency)
+            s.record(
+                "roll back",
+                f"the KL pass rolls back {len(rollback)} move(s) to the best plan it saw "
+                f"(latency {format_seconds(best_latency)})",
+                rollback,
+                latency_s=best_latency,
+            )
         s.apply(rollback)
         s.settle(best_latency, evaluation_is_current=not rollback and s.latency == best_latency)
         if not best_latency < start_latency - _EPS:
@@ -254,8 +266,13 @@ def _descend(s: _State, budget: int, swaps: bool) -> None:
             lat = _try(s, moves)
             taken = lat is not None and lat < s.latency - _EPS
             if s.record is not None:
-                s.record("move", _describe(s, moves, lat, "shorter: taken" if taken else "not shorter"),
-                         moves, accepted=taken, latency_s=lat)
+                s.record(
+                    "move",
+                    _describe(s, moves, lat, "shorter: taken" if taken else "not shorter"),
+                    moves,
+                    accepted=taken,
+                    latency_s=lat,
+                )
             if taken and lat is not None:
                 s.apply(moves)
                 s.settle(lat, evaluation_is_current=True)
@@ -286,9 +303,20 @@ def _move_partitions(s: _State, budget: int) -> bool:
                 lat = s.score()
             taken = lat < s.latency - _EPS
             if s.record is not None:
-                s.record("device", f"P{p} to device {d}: " + (
-                    f"latency {format_seconds(lat)}, taken" if taken else "does not fit" if not fits else f"latency {format_seconds(lat)}, not shorter"),
-                    devices=[(p, [d])], accepted=taken, latency_s=lat if fits else None)
+                s.record(
+                    "device",
+                    f"P{p} to device {d}: "
+                    + (
+                        f"latency {format_seconds(lat)}, taken"
+                        if taken
+                        else "does not fit"
+                        if not fits
+                        else f"latency {format_seconds(lat)}, not shorter"
+                    ),
+                    devices=[(p, [d])],
+                    accepted=taken,
+                    latency_s=lat if fits else None,
+                )
             if taken:
                 for v in members:
                     s._shift_devices(v, old, [d])
@@ -334,7 +362,9 @@ def _best_step(
             break
         lat = _try(s, moves)
         if s.record is not None:
-            s.record("try", _describe(s, moves, lat, "a candidate of this KL step"), moves, accepted=False, latency_s=lat)
+            s.record(
+                "try", _describe(s, moves, lat, "a candidate of this KL step"), moves, accepted=False, latency_s=lat
+            )
         if lat is not None and math.isfinite(lat) and (best is None or lat < best[0] - _EPS):
             best = (lat, moves)
     return best

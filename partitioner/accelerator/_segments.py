@@ -55,8 +55,11 @@ def time_orders(problem: Problem) -> list[list[int]]:
     span = max((earliest[v] + tail[v] for v in range(n)), default=0.0)
     latest = [span - t for t in tail]
     ops = graph.op_indices
-    return [sorted(ops, key=lambda v: (earliest[v], v)), sorted(ops, key=lambda v: (latest[v], v)),
-            sorted(ops, key=lambda v: (earliest[v] + latest[v], v))]
+    return [
+        sorted(ops, key=lambda v: (earliest[v], v)),
+        sorted(ops, key=lambda v: (latest[v], v)),
+        sorted(ops, key=lambda v: (earliest[v] + latest[v], v)),
+    ]
 
 
 def segmentation(problem: Problem, order: Sequence[int]) -> Assignment | None:
@@ -131,8 +134,9 @@ def segmentation(problem: Problem, order: Sequence[int]) -> Assignment | None:
     return Assignment(part, [[devices[k].logical_id] for k in range(runs)])
 
 
-def segment_starts(problem: Problem, taken: Sequence[Assignment] = (),
-                   orders: Sequence[Sequence[int]] | None = None) -> list[Assignment]:
+def segment_starts(
+    problem: Problem, taken: Sequence[Assignment] = (), orders: Sequence[Sequence[int]] | None = None
+) -> list[Assignment]:
     """:func:`segmentation` of each of ``orders`` (default :func:`time_orders`) that fits,
     duplicates (of each other and of ``taken``) left out."""
     found: list[Assignment] = []

@@ -7,8 +7,8 @@ fed by ``PartitionerConfig.node_to_partition_mapping`` and
 
 from __future__ import annotations
 
-from partitioner.errors import InvalidPlanError, PartitionError
 from partitioner.accelerator._base import Assignment, Problem
+from partitioner.errors import InvalidPlanError, PartitionError
 
 __all__ = ["partition"]
 
@@ -41,9 +41,7 @@ def partition(problem: Problem) -> Assignment:
     if bad:
         problems.append(f"partition_to_devices uses unknown logical device id(s) {bad} (known: {sorted(known)})")
     if problems:
-        raise InvalidPlanError(
-            [f"{p}; fix the mapping so it covers every op node of the model once" for p in problems]
-        )
+        raise InvalidPlanError([f"{p}; fix the mapping so it covers every op node of the model once" for p in problems])
     part = [-1] * len(graph)
     for name, p in node_to_partition.items():
         if graph.nodes[graph.index[name]].is_op:

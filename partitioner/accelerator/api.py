@@ -16,21 +16,28 @@ import math
 from dataclasses import dataclass
 from typing import Mapping, Sequence
 
+from partitioner.accelerator._base import Assignment, Problem, largest_node_check, node_alone_bytes
+from partitioner.accelerator.modes import MODES, get_mode
+from partitioner.accelerator.saturate_host import saturate
 from partitioner.cost.measured import runs_serially
 from partitioner.cost.model import CostModel, node_latencies, transfer_latency_s
 from partitioner.devices import MAX_DEVICES, Device
 from partitioner.errors import DeviceSpecError, InfeasibleError, InvalidPlanError, PartitionError
 from partitioner.graph import Graph
-from partitioner.accelerator.modes import MODES, get_mode
-from partitioner.accelerator._base import Assignment, Problem, largest_node_check, node_alone_bytes
-from partitioner.accelerator.saturate_host import saturate
 from partitioner.options import PartitionOptions
 from partitioner.plan.records import Plan, Provenance, build_plan
-from partitioner.units import format_bytes, format_seconds
 from partitioner.plan.validate import GRAPH_CHANGED, LATENCY_BUDGET, MEMORY_BUDGET, Violation
+from partitioner.units import format_bytes, format_seconds
 
-__all__ = ["partition", "partition_with", "evaluate_plan", "check_plan", "CheckResult",
-           "check_devices", "resolve_transfer_rate"]
+__all__ = [
+    "partition",
+    "partition_with",
+    "evaluate_plan",
+    "check_plan",
+    "CheckResult",
+    "check_devices",
+    "resolve_transfer_rate",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -78,8 +85,14 @@ def build_problem(graph: Graph, devices: Sequence[Device], options: PartitionOpt
         )
     devices = check_devices(devices)
     latencies = node_latencies(graph, devices, options.node_latency_dict)
-    cost = CostModel(graph, latencies, resolve_transfer_rate(devices, options.transfer_rate_bytes_per_s),
-                     options.cost_model, transfer_latency_s(devices), runs_serially(devices))
+    cost = CostModel(
+        graph,
+        latencies,
+        resolve_transfer_rate(devices, options.transfer_rate_bytes_per_s),
+        options.cost_model,
+        transfer_latency_s(devices),
+        runs_serially(devices),
+    )
     return Problem(graph, devices, cost, options)
 
 
@@ -181,11 +194,24 @@ def partition_with(graph: Graph, devices: Sequence[Device], mode: str, options: 
                 assignment = dataclasses.replace(assignment, lower_bound_s=0.0)
     if options.saturate_host:
         assignment = saturate(problem, assignment)
-    provenance = Provenance(options.replace(aot=None), single_partition=single, forced_cap_bytes=forced,
-                            solver=assignment.note,
-                            solver_bound=assignment.lower_bound_s > problem.cost.lower_bound_s())
-    plan = build_plan(graph, problem.cost, assignment.part, assignment.devices_of, devices, mode,
-                      provenance, keep_ids=assignment.ordered, lower_bound_s=assignment.lower_bound_s)
+    provenance = Provenance(
+        options.replace(aot=None),
+        single_partition=single,
+        forced_cap_bytes=forced,
+        solver=assignment.note,
+        solver_bound=assignment.lower_bound_s > problem.cost.lower_bound_s(),
+    )
+    plan = build_plan(
+        graph,
+        problem.cost,
+        assignment.part,
+        assignment.devices_of,
+        devices,
+        mode,
+        provenance,
+        keep_ids=assignment.ordered,
+        lower_bound_s=assignment.lower_bound_s,
+    )
     problems = plan.violations()
     if problems:
         if mode == "aot_based":
@@ -218,14 +244,26 @@ def evaluate_plan(
     ``keep_ids`` keeps the mapping's partition ids (in order, gaps closed) instead of numbering
     partitions by their first node.
     """
-    options = PartitionOptions.build(transfer_rate_bytes_per_s=transfer_rate_bytes_per_s,
-                                     node_latency=node_latency, node_to_partition=node_to_partition,
-                                     partition_to_devices=partition_to_devices, cost_model=cost_model)
+    options = PartitionOptions.build(
+        transfer_rate_bytes_per_s=transfer_rate_bytes_per_s,
+        node_latency=node_latency,
+        node_to_partition=node_to_partition,
+        partition_to_devices=partition_to_devices,
+        cost_model=cost_model,
+    )
     problem = build_problem(graph, devices, options)
     assignment = MODES["aot_based"](problem)
     provenance = Provenance(options.replace(aot=None), edited=edited)
-    return build_plan(graph, problem.cost, assignment.part, assignment.devices_of,
-                      problem.devices, mode, provenance, keep_ids=keep_ids)
+    return build_plan(
+        graph,
+        problem.cost,
+        assignment.part,
+        assignment.devices_of,
+        problem.devices,
+        mode,
+        provenance,
+        keep_ids=keep_ids,
+    )
 
 
 @dataclass(frozen=True)
@@ -270,11 +308,17 @@ def check_plan(
     notes: list[str] = []
     problems = plan.violations(graph, devices, check_fingerprint=False, cost_model=cost_model)
     if plan.graph_fingerprint and plan.graph_fingerprint != graph.fingerprint():
-        changed = (f"the model's graph changed since the plan was made (fingerprint "
-                   f"{plan.graph_fingerprint} in the plan, {graph.fingerprint()} now)")
+        changed = (
+            f"the model's graph changed since the plan was made (fingerprint "
+            f"{plan.graph_fingerprint} in the plan, {graph.fingerprint()} now)"
+        )
         if strict:
-            problems.insert(0, Violation(GRAPH_CHANGED, changed + "; re-plan, or check with strict=False "
-                                                              "to accept a plan that still fits"))
+            problems.insert(
+                0,
+                Violation(
+                    GRAPH_CHANGED, changed + "; re-plan, or check with strict=False to accept a plan that still fits"
+                ),
+            )
         else:
             notes.append(changed + "; checking the plan against the model as it is now")
     names = [n for p in plan.partitions for n in p.node_names]
@@ -285,39 +329,61 @@ def check_plan(
         and all(p.device_ids and set(p.device_ids) <= known for p in plan.partitions)
     )
     evaluated: Plan | None = None
-    budgets = [name for name, v in (("max_latency_s", max_latency_s),
-                                    ("max_memory_utilisation", max_memory_utilisation)) if v is not None]
+    budgets = [
+        name
+        for name, v in (("max_latency_s", max_latency_s), ("max_memory_utilisation", max_memory_utilisation))
+        if v is not None
+    ]
     if scorable:
-        evaluated = evaluate_plan(graph, devices, plan.node_to_partition(), plan.partition_to_devices(),
-                                  transfer_rate_bytes_per_s, node_latency, mode=plan.mode,
-                                  edited=plan.provenance.edited, cost_model=cost_model or plan.cost_model,
-                                  keep_ids=True)
+        evaluated = evaluate_plan(
+            graph,
+            devices,
+            plan.node_to_partition(),
+            plan.partition_to_devices(),
+            transfer_rate_bytes_per_s,
+            node_latency,
+            mode=plan.mode,
+            edited=plan.provenance.edited,
+            cost_model=cost_model or plan.cost_model,
+            keep_ids=True,
+        )
     elif budgets:
-        notes.append(f"budgets ({', '.join(budgets)}) not checked: the plan must cover the model's "
-                     "nodes and name known devices first")
+        notes.append(
+            f"budgets ({', '.join(budgets)}) not checked: the plan must cover the model's "
+            "nodes and name known devices first"
+        )
     if evaluated is not None:
         latency = evaluated.latency_s
         if max_latency_s is not None and math.isfinite(latency) and latency > max_latency_s:
-            problems.append(Violation(
-                LATENCY_BUDGET,
-                f"end-to-end latency {format_seconds(latency)} ({latency:.6g} s) exceeds the budget "
-                f"max_latency_s = {max_latency_s:g} s by {latency / max_latency_s - 1:.1%}; compare "
-                "the modes, add devices, or raise the budget",
-            ))
+            problems.append(
+                Violation(
+                    LATENCY_BUDGET,
+                    f"end-to-end latency {format_seconds(latency)} ({latency:.6g} s) exceeds the budget "
+                    f"max_latency_s = {max_latency_s:g} s by {latency / max_latency_s - 1:.1%}; compare "
+                    "the modes, add devices, or raise the budget",
+                )
+            )
         if max_memory_utilisation is not None:
             used = evaluated.device_memory_bytes()
-            over = [d for d in devices
-                    if d.memory_bytes and used.get(d.logical_id, 0) > max_memory_utilisation * d.memory_bytes]
+            over = [
+                d
+                for d in devices
+                if d.memory_bytes and used.get(d.logical_id, 0) > max_memory_utilisation * d.memory_bytes
+            ]
             if over:
                 shown = "; ".join(
                     f"{d.name} (id {d.logical_id}) {used[d.logical_id] / d.memory_bytes:.1%}: "
-                    f"{format_bytes(used[d.logical_id])} of {format_bytes(d.memory_bytes)}" for d in over)
-                problems.append(Violation(
-                    MEMORY_BUDGET,
-                    f"peak memory utilisation {evaluated.memory_utilisation():.1%} exceeds the budget "
-                    f"max_memory_utilisation = {max_memory_utilisation:g} ({max_memory_utilisation:.1%}) "
-                    f"on device(s) {shown}; spread the model over more devices, add memory, or raise "
-                    "the budget",
-                    device=over[0].logical_id,
-                ))
+                    f"{format_bytes(used[d.logical_id])} of {format_bytes(d.memory_bytes)}"
+                    for d in over
+                )
+                problems.append(
+                    Violation(
+                        MEMORY_BUDGET,
+                        f"peak memory utilisation {evaluated.memory_utilisation():.1%} exceeds the budget "
+                        f"max_memory_utilisation = {max_memory_utilisation:g} ({max_memory_utilisation:.1%}) "
+                        f"on device(s) {shown}; spread the model over more devices, add memory, or raise "
+                        "the budget",
+                        device=over[0].logical_id,
+                    )
+                )
     return CheckResult(tuple(problems), tuple(notes), evaluated)

@@ -15,11 +15,11 @@ from dataclasses import dataclass
 from typing import Any, Iterable, Sequence
 
 from partitioner.accelerator.api import partition_with
+from partitioner.accelerator.modes import MODES, get_mode
 from partitioner.cost.model import best_index
 from partitioner.devices import Device
 from partitioner.errors import PartitionError
 from partitioner.graph import Graph
-from partitioner.accelerator.modes import MODES, get_mode
 from partitioner.options import PartitionOptions
 from partitioner.plan.records import Plan
 
@@ -32,6 +32,7 @@ __all__ = [
 ]
 
 logger = logging.getLogger(__name__)
+
 
 @dataclass(frozen=True)
 class ModeResult:
@@ -113,8 +114,7 @@ def compare_modes(
             continue
         seconds = time.perf_counter() - start
         results.append(
-            ModeResult(name, plan.latency_s, len(plan.partitions), plan.memory_utilisation(),
-                       seconds, None, plan)
+            ModeResult(name, plan.latency_s, len(plan.partitions), plan.memory_utilisation(), seconds, None, plan)
         )
     return results
 
@@ -133,8 +133,10 @@ def gaps(results: Sequence[ModeResult]) -> dict[str, tuple[float | None, float |
     is no bound or no optimal result. # NOTE: [Lower bound] Every plan's bound holds for every
     plan of the same graph, devices and options, so the largest one is the best to measure by."""
     ok = [r for r in results if r.ok and r.plan is not None and r.latency_s is not None]
-    bound = max((r.plan.lower_bound_s for r in ok if r.plan is not None
-                 and r.plan.provenance.forced_cap_bytes is None), default=0.0)
+    bound = max(
+        (r.plan.lower_bound_s for r in ok if r.plan is not None and r.plan.provenance.forced_cap_bytes is None),
+        default=0.0,
+    )
     best = next((r.latency_s for r in ok if r.mode == "optimal"), None)
     out: dict[str, tuple[float | None, float | None]] = {}
     for r in ok:

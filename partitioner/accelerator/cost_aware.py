@@ -31,9 +31,9 @@ from __future__ import annotations
 from partitioner.accelerator._base import Assignment, Problem, compact, pick_best
 from partitioner.accelerator._fills import priority_starts, starts
 from partitioner.accelerator._layers import layer_start
-from partitioner.accelerator._segments import affordable, segment_starts, time_orders
 from partitioner.accelerator._merge import merge_partitions
 from partitioner.accelerator._search import default_budget, improve_by_moves
+from partitioner.accelerator._segments import affordable, segment_starts, time_orders
 from partitioner.accelerator._torch_merge import merge_sequence
 
 __all__ = ["partition", "search", "singletons"]

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from typing import Callable
 
-from partitioner.errors import PartitionError
 from partitioner.accelerator import (
     aot_based,
     cost_aware,
@@ -19,6 +18,7 @@ from partitioner.accelerator import (
     sparse_nn,
 )
 from partitioner.accelerator._base import Assignment, Problem
+from partitioner.errors import PartitionError
 
 __all__ = ["MODES", "DEFAULT_MODE", "get_mode", "DESCRIPTIONS"]
 
@@ -32,9 +32,7 @@ _MODULES = {
     "optimal": optimal,
 }
 
-MODES: dict[str, Callable[[Problem], Assignment]] = {
-    name: module.partition for name, module in _MODULES.items()
-}
+MODES: dict[str, Callable[[Problem], Assignment]] = {name: module.partition for name, module in _MODULES.items()}
 
 DEFAULT_MODE = "size_based"
 
@@ -47,6 +45,4 @@ def get_mode(name: str) -> Callable[[Problem], Assignment]:
     try:
         return MODES[name]
     except KeyError:
-        raise PartitionError(
-            f"unknown partition mode {name!r}; valid modes are {', '.join(MODES)}"
-        ) from None
+        raise PartitionError(f"unknown partition mode {name!r}; valid modes are {', '.join(MODES)}") from None

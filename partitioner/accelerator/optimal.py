@@ -23,15 +23,15 @@ import logging
 import math
 from typing import Sequence
 
-from partitioner.errors import InfeasibleError, PartitionError, RunError
-from partitioner.units import format_seconds
-from partitioner.plan.records import OPTIMALITY_TOLERANCE
-from partitioner.runtime.worker import run_in_worker
 from partitioner.accelerator import kl_based, largest_first, size_based
 from partitioner.accelerator._base import Assignment, Problem
-from partitioner.accelerator._fills import exhaustive_fit
 from partitioner.accelerator._cpsat import RelaxInput, SlotInput, SolveResult, Tensor, solve
 from partitioner.accelerator._enumerate import MAX_OPS, EnumInput, EnumResult, bounded_search
+from partitioner.accelerator._fills import exhaustive_fit
+from partitioner.errors import InfeasibleError, PartitionError, RunError
+from partitioner.plan.records import OPTIMALITY_TOLERANCE
+from partitioner.runtime.worker import run_in_worker
+from partitioner.units import format_seconds
 
 __all__ = ["partition", "coarsen", "MAX_UNITS", "RELAX_LIMIT", "DEFAULT_TIME_LIMIT_S", "MAX_DEVICES"]
 
@@ -41,7 +41,7 @@ DEFAULT_TIME_LIMIT_S = 10.0
 MAX_UNITS = 200  # units (ops or contracted groups) the plan model takes
 RELAX_LIMIT = 400  # ops the relaxation takes without coarsening
 MAX_DEVICES = 16
-TICKS = 10 ** 8  # ticks in the best heuristic's latency: the solver's time resolution
+TICKS = 10**8  # ticks in the best heuristic's latency: the solver's time resolution
 MAX_SLOTS = 16  # slots (partitions) the plan model holds over all devices
 
 
@@ -50,10 +50,13 @@ def partition(problem: Problem) -> Assignment:
     if len(devices) > MAX_DEVICES:
         raise PartitionError(
             f"optimal plans for at most {MAX_DEVICES} devices (got {len(devices)}); use kl_based "
-            "or cost_aware for larger clusters")
+            "or cost_aware for larger clusters"
+        )
     if importlib.util.find_spec("ortools") is None:
-        raise PartitionError("the optimal mode needs OR-Tools, which is not installed; "
-                             "pip install ortools (or reinstall partition-explorer), or use kl_based")
+        raise PartitionError(
+            "the optimal mode needs OR-Tools, which is not installed; "
+            "pip install ortools (or reinstall partition-explorer), or use kl_based"
+        )
     limit = problem.options.time_limit_s or DEFAULT_TIME_LIMIT_S
     heuristics = _heuristics(problem)  # (latency, assignment), each scored once
     upper, best = min(heuristics, key=lambda la: (la[0], _count(la[1])), default=(math.inf, None))
@@ -85,18 +88,20 @@ def partition(problem: Problem) -> Assignment:
             index = {d.logical_id: i for i, d in enumerate(devices)}
             dev_hint = tuple(index[best.devices_of[best.part[v]][0]] for v in ops)
         base = _slot_input(problem, node_units, tick, 1, None, 0.0)
-        relax_input = RelaxInput(base.unit_w, base.unit_preds, base.unit_bytes, base.tensors,
-                                 base.capacity, dev_hint, 0.4 * limit)
+        relax_input = RelaxInput(
+            base.unit_w, base.unit_preds, base.unit_bytes, base.tensors, base.capacity, dev_hint, 0.4 * limit
+        )
     try:
-        answer = run_in_worker(solve, (slot_input, relax_input), timeout_s=1.5 * limit + 30,
-                               what="the optimal mode's solver")
+        answer = run_in_worker(
+            solve, (slot_input, relax_input), timeout_s=1.5 * limit + 30, what="the optimal mode's solver"
+        )
     except RunError as exc:
         if best is None:
             raise
         logger.warning("solver failed (%s); keeping the best heuristic plan", exc)
         return dataclasses.replace(
-            best, ordered=True,
-            note=f"solver failed ({str(exc).splitlines()[0]}); the best heuristic plan is shown")
+            best, ordered=True, note=f"solver failed ({str(exc).splitlines()[0]}); the best heuristic plan is shown"
+        )
     slots = answer.slots
     bound_ticks = 0
     complete = not coarse and k >= len(units)  # every plan is a solution of the plan model
@@ -117,29 +122,45 @@ def partition(problem: Problem) -> Assignment:
     if chosen is None:
         raise InfeasibleError(f"the solver found no plan within the devices' memory ({slots.status})")
     bound_s = bound_ticks * tick
-    space = ("every plan" if complete else
-             f"plans of up to {k} partition{'s' if k > 1 else ''} per device"
-             + (f" over {len(units)} groups of the {len(ops)} ops (chains contracted)" if coarse else ""))
-    kept = "its plan" if chosen is found else "kept the best plan of the heuristics (and the plan search, when it ran) as the solver found none faster"
+    space = (
+        "every plan"
+        if complete
+        else f"plans of up to {k} partition{'s' if k > 1 else ''} per device"
+        + (f" over {len(units)} groups of the {len(ops)} ops (chains contracted)" if coarse else "")
+    )
+    kept = (
+        "its plan"
+        if chosen is found
+        else "kept the best plan of the heuristics (and the plan search, when it ran) as the solver found none faster"
+    )
     proof = "the node-level relaxation" if relax and relax.bound >= bound_ticks else "the plan model"
-    proved = (f"bound {format_seconds(bound_s)} proven by {proof}" if bound_ticks
-              else "it proved no bound above the heaviest path of nodes")
+    proved = (
+        f"bound {format_seconds(bound_s)} proven by {proof}"
+        if bound_ticks
+        else "it proved no bound above the heaviest path of nodes"
+    )
     note = f"CP-SAT searched {space} for {slots.wall_s:.1f} s ({slots.status.lower()}); {kept}; {proved}"
     return dataclasses.replace(chosen, lower_bound_s=bound_s, note=note)
 
 
-def _enumerate(problem: Problem, upper: float, best: Assignment | None,
-               limit: float) -> tuple[Assignment | None, Assignment | None]:
+def _enumerate(
+    problem: Problem, upper: float, best: Assignment | None, limit: float
+) -> tuple[Assignment | None, Assignment | None]:
     """The branch and bound of NOTE: [Plan enumeration] (in a worker): (the optimal plan with its
     proof, None) when the search ends within ``limit`` seconds, else (None, the faster plan than
     ``best`` it found, if any), and CP-SAT takes over."""
     try:
         tick = (upper if math.isfinite(upper) else sum(problem.cost.node_s)) / TICKS
         base = _slot_input(problem, [[v] for v in problem.graph.op_indices], tick or 1.0, 1, None, 0.0)
-        relax = RelaxInput(base.unit_w, base.unit_preds, base.unit_bytes, base.tensors, base.capacity,
-                           None, 0.1 * limit)
-        found: EnumResult = run_in_worker(bounded_search, (_enum_input(problem, upper, limit), relax, tick or 1.0),
-                                          timeout_s=limit + 30, what="the optimal mode's plan search")
+        relax = RelaxInput(
+            base.unit_w, base.unit_preds, base.unit_bytes, base.tensors, base.capacity, None, 0.1 * limit
+        )
+        found: EnumResult = run_in_worker(
+            bounded_search,
+            (_enum_input(problem, upper, limit), relax, tick or 1.0),
+            timeout_s=limit + 30,
+            what="the optimal mode's plan search",
+        )
     except RunError as exc:
         logger.warning("plan search failed (%s); CP-SAT takes over", exc)
         return None, None
@@ -157,8 +178,10 @@ def _enumerate(problem: Problem, upper: float, best: Assignment | None,
     if not found.complete:
         return None, (chosen if kept == "its plan" else None)
     if chosen is None:
-        raise InfeasibleError("no plan fits the devices' memory: a search of every placement of the "
-                              f"{len(ops)} ops found none; add memory or a device")
+        raise InfeasibleError(
+            "no plan fits the devices' memory: a search of every placement of the "
+            f"{len(ops)} ops found none; add memory or a device"
+        )
     latency = problem.latency(chosen)
     if found.lower_s >= latency * (1 - OPTIMALITY_TOLERANCE):
         how = "reached the bound CP-SAT's node-level relaxation proved"
@@ -183,8 +206,12 @@ def _enum_input(problem: Problem, upper: float, limit: float) -> EnumInput:
         op_bytes=tuple(cost.total[v] for v in ops),
         reads=tuple(tuple(sorted({tensor[u] for u in cost.preds[v]})) for v in ops),
         tensor_bytes=tuple(cost.out[u] for u in ops + outside),
-        rate=cost.rate if cost.rate else math.inf, transfer_latency_s=cost.transfer_latency_s,
-        capacity=tuple(d.memory_bytes for d in problem.devices), upper_s=upper, time_limit_s=limit)
+        rate=cost.rate if cost.rate else math.inf,
+        transfer_latency_s=cost.transfer_latency_s,
+        capacity=tuple(d.memory_bytes for d in problem.devices),
+        upper_s=upper,
+        time_limit_s=limit,
+    )
 
 
 def _count(a: Assignment) -> int:
@@ -245,7 +272,7 @@ def coarsen(problem: Problem, limit: int) -> tuple[list[list[int]], bool]:
         unit_of[v] = g
     if len(units) > limit:  # every edge goes forward in this order, so runs of it stay acyclic
         size = math.ceil(len(units) / limit)
-        units = [sum(units[i:i + size], []) for i in range(0, len(units), size)]
+        units = [sum(units[i : i + size], []) for i in range(0, len(units), size)]
     return [sorted(u) for u in units], True
 
 
@@ -265,8 +292,14 @@ def _slots_per_device(problem: Problem, units: Sequence[Sequence[int]], best: As
     return max(1, min(want, most))
 
 
-def _slot_input(problem: Problem, units: Sequence[Sequence[int]], tick: float, k: int,
-                hint: tuple[int, ...] | None, time_limit_s: float) -> SlotInput:
+def _slot_input(
+    problem: Problem,
+    units: Sequence[Sequence[int]],
+    tick: float,
+    k: int,
+    hint: tuple[int, ...] | None,
+    time_limit_s: float,
+) -> SlotInput:
     cost, graph = problem.cost, problem.graph
     unit_of = {v: g for g, members in enumerate(units) for v in members}
     w, preds, size = [], [], []
@@ -291,8 +324,7 @@ def _slot_input(problem: Problem, units: Sequence[Sequence[int]], tick: float, k
             ticks = int(_comm_s(problem, u) // tick)
             tensors.append((src, cost.out[u], tuple(sorted(counts.items())), ticks, cost.total[u]))
     capacity = tuple(d.memory_bytes for d in problem.devices)
-    return SlotInput(tuple(w), tuple(preds), tuple(size), tuple(tensors), capacity, k,
-                     cost.torch, hint, time_limit_s)
+    return SlotInput(tuple(w), tuple(preds), tuple(size), tuple(tensors), capacity, k, cost.torch, hint, time_limit_s)
 
 
 def _slot_hint(problem: Problem, units: Sequence[Sequence[int]], a: Assignment, k: int) -> tuple[int, ...] | None:

@@ -25,8 +25,9 @@ def saturate(problem: Problem, a: Assignment) -> Assignment:
     used = [d.logical_id for d in problem.devices if d.logical_id in used_bytes]
     replica_of: dict[int, int] = {}
     while len(used) * 2 + len(replica_of) <= len(problem.devices):
-        idle = [d.logical_id for d in problem.devices if d.logical_id not in used_bytes
-                and d.logical_id not in replica_of]
+        idle = [
+            d.logical_id for d in problem.devices if d.logical_id not in used_bytes and d.logical_id not in replica_of
+        ]
         round_map: dict[int, int] = {}
         for u in used:
             fits = [i for i in idle if by_id[i].memory_bytes >= used_bytes[u]]

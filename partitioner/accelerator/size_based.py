@@ -15,10 +15,10 @@ from __future__ import annotations
 
 from typing import Sequence
 
+from partitioner.accelerator._base import Assignment, Problem
+from partitioner.cost.model import CostModel
 from partitioner.errors import InfeasibleError
 from partitioner.units import format_bytes
-from partitioner.cost.model import CostModel
-from partitioner.accelerator._base import Assignment, Problem
 
 __all__ = ["partition", "torch_fill", "torch_singletons", "map_onto_devices"]
 
@@ -77,8 +77,7 @@ def torch_fill(problem: Problem) -> Assignment:
 
     def placed(q: int, v: int, why: str) -> None:
         if record is not None:
-            record("place", f"{nodes[v].name} -> P{q}: {why}", [(v, q)],
-                   [(q, devices_of[q])] if devices_of[q] else [])
+            record("place", f"{nodes[v].name} -> P{q}: {why}", [(v, q)], [(q, devices_of[q])] if devices_of[q] else [])
 
     left: dict[int, int] = {}  # torch's partition_to_left_mem_bytes
     p = open_partition()
@@ -88,7 +87,9 @@ def torch_fill(problem: Problem) -> Assignment:
             placed(q, v, alone)
             continue
         need = extra(v, held[p])
-        why = "" if record is None else f"it needs {format_bytes(need)} and P{p} has {format_bytes(left.get(p, 0))} left"
+        why = (
+            "" if record is None else f"it needs {format_bytes(need)} and P{p} has {format_bytes(left.get(p, 0))} left"
+        )
         if used[p] == 0:
             d = device_for(v)
             left[p] = capacity[d]
@@ -100,7 +101,11 @@ def torch_fill(problem: Problem) -> Assignment:
                 placed(q, v, "" if record is None else f"P{p} is full ({format_bytes(left[p])} left); " + alone)
                 continue
             d = device_for(v)
-            full = "" if record is None else f"P{p} is full ({format_bytes(left[p])} left, it needs {format_bytes(need)}); "
+            full = (
+                ""
+                if record is None
+                else f"P{p} is full ({format_bytes(left[p])} left, it needs {format_bytes(need)}); "
+            )
             p = open_partition()
             need = extra(v, held[p])
             left[p] = capacity[d]
@@ -113,7 +118,7 @@ def torch_fill(problem: Problem) -> Assignment:
         name = nodes[max(held[next(q for q, devs in enumerate(devices_of) if not devs)])].name
         raise InfeasibleError(
             f"torch's size_based cannot map the partition of node {name!r} onto a device (\"Cannot "
-            f"Get a Valid Partition to Logical Device Mapping\"); {_BETTER}, or add a device or memory"
+            f'Get a Valid Partition to Logical Device Mapping"); {_BETTER}, or add a device or memory'
         )
     return _assignment(len(graph), members, devices_of)
 
@@ -124,8 +129,9 @@ def torch_singletons(problem: Problem) -> Assignment:
     members = [[v] for v in problem.graph.op_indices]
     devices_of = map_onto_devices(problem, members)
     if devices_of is None:
-        raise InfeasibleError("torch's device mapping finds no device for some one-node partition; "
-                              "add a device or memory")
+        raise InfeasibleError(
+            "torch's device mapping finds no device for some one-node partition; add a device or memory"
+        )
     return _assignment(len(problem.graph), members, devices_of)
 
 
@@ -160,8 +166,13 @@ def _map(problem: Problem, held: list[set[int]], used: list[int], devices_of: li
             if need < left[d]:
                 if problem.record is not None:
                     name = next(x.name for x in problem.devices if x.logical_id == d)
-                    problem.record("map", f"P{q} -> {name}: the device with the least memory left ({format_bytes(left[d])}) "
-                                   f"that holds what it adds ({format_bytes(need)})", [], [(q, [d])])
+                    problem.record(
+                        "map",
+                        f"P{q} -> {name}: the device with the least memory left ({format_bytes(left[d])}) "
+                        f"that holds what it adds ({format_bytes(need)})",
+                        [],
+                        [(q, [d])],
+                    )
                 devs.append(d)
                 on[d] |= held[q]
                 left[d] -= need
@@ -174,8 +185,7 @@ def _map(problem: Problem, held: list[set[int]], used: list[int], devices_of: li
 def _adds(cost: CostModel, held: set[int], on: set[int]) -> int:
     """What a partition adds on a device already holding ``on``: torch's ``get_extra_size_of`` of
     each of its nodes against the union, without building the union (O(its nodes' inputs))."""
-    return sum(cost.total[v] + sum(cost.out[u] for u in cost.preds[v] if u not in held and u not in on)
-               for v in held)
+    return sum(cost.total[v] + sum(cost.out[u] for u in cost.preds[v] if u not in held and u not in on) for v in held)
 
 
 def _assignment(n: int, members: Sequence[Sequence[int]], devices_of: list[list[int]]) -> Assignment:

@@ -29,10 +29,10 @@ from __future__ import annotations
 
 from typing import Callable, Iterator, Sequence
 
-from partitioner.cost.incremental import DeviceMemory
-from partitioner.units import format_bytes
-from partitioner.errors import InfeasibleError
 from partitioner.accelerator._base import Assignment, Problem, pick_best
+from partitioner.cost.incremental import DeviceMemory
+from partitioner.errors import InfeasibleError
+from partitioner.units import format_bytes
 
 __all__ = ["partition"]
 
@@ -69,8 +69,7 @@ def partition(problem: Problem) -> Assignment:
     packer = _Packer(problem, stretches, dense_bytes, {d.logical_id for d in hosts})
     first: InfeasibleError | None = None
     fallback: Assignment | None = None
-    for pack in (packer.spread, packer.most_room, packer.first_fit_decreasing, packer.in_order,
-                 packer.exhaustive):
+    for pack in (packer.spread, packer.most_room, packer.first_fit_decreasing, packer.in_order, packer.exhaustive):
         try:
             found = pack()
         except InfeasibleError as exc:
@@ -96,8 +95,9 @@ class _Packer:
     model (:class:`DeviceMemory`: the dense part once, a tensor read twice stored once), which
     torch's rule never undercuts, and :meth:`Problem.fits` checks each plan."""
 
-    def __init__(self, problem: Problem, stretches: Sequence[tuple[bool, list[int]]], dense_bytes: int,
-                 hosts: set[int]) -> None:
+    def __init__(
+        self, problem: Problem, stretches: Sequence[tuple[bool, list[int]]], dense_bytes: int, hosts: set[int]
+    ) -> None:
         self.problem, self.stretches, self.dense_bytes, self.hosts = problem, stretches, dense_bytes, hosts
         self.memory_of = problem.cost.memory_of
         self.order = [d.logical_id for d in problem.devices_by_memory()]
@@ -119,12 +119,15 @@ class _Packer:
         return InfeasibleError(
             f"sparse_nn cannot place embedding {node.name!r} ({format_bytes(extra)}): "
             f"the most room left on a device is {format_bytes(room)} after "
-            f"{format_bytes(dense_bytes)} of replicated dense part; add a device or memory")
+            f"{format_bytes(dense_bytes)} of replicated dense part; add a device or memory"
+        )
 
     def spread(self) -> Assignment:
         """Each stretch's tables largest first onto the device with the most room (LPT)."""
-        room = {d.logical_id: d.memory_bytes - (self.dense_bytes if d.logical_id in self.hosts else 0)
-                for d in self.problem.devices}
+        room = {
+            d.logical_id: d.memory_bytes - (self.dense_bytes if d.logical_id in self.hosts else 0)
+            for d in self.problem.devices
+        }
         bins: dict[tuple[int, int], list[int]] = {}
         device_of: dict[int, int] = {}
         for v in sorted(self.tables, key=lambda v: (self.stretch_of[v], -self.size[v], v)):

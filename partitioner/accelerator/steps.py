@@ -22,11 +22,11 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Sequence
 
+from partitioner.accelerator._base import Assignment
 from partitioner.accelerator.api import build_problem
 from partitioner.devices import Device
 from partitioner.errors import PartitionError
 from partitioner.graph import Graph
-from partitioner.accelerator._base import Assignment
 from partitioner.options import PartitionOptions
 
 __all__ = ["ALGORITHMS", "Decision", "Frame", "DecisionTrace", "record"]
@@ -103,28 +103,47 @@ class _Keeper:
         self.decisions: list[Decision] = []
         self.truncated = False
 
-    def __call__(self, kind: str, text: str, moves: Sequence[tuple[int, int]] = (),
-                 devices: Sequence[tuple[int, Sequence[int]]] = (), accepted: bool = True,
-                 latency_s: float | None = None) -> None:
+    def __call__(
+        self,
+        kind: str,
+        text: str,
+        moves: Sequence[tuple[int, int]] = (),
+        devices: Sequence[tuple[int, Sequence[int]]] = (),
+        accepted: bool = True,
+        latency_s: float | None = None,
+    ) -> None:
         if len(self.decisions) >= _MAX_DECISIONS:
             self.truncated = True
             return
-        self.decisions.append(Decision(kind, text, tuple((int(v), int(q)) for v, q in moves),
-                                       tuple((int(p), tuple(int(x) for x in ds)) for p, ds in devices),
-                                       accepted, latency_s))
+        self.decisions.append(
+            Decision(
+                kind,
+                text,
+                tuple((int(v), int(q)) for v, q in moves),
+                tuple((int(p), tuple(int(x) for x in ds)) for p, ds in devices),
+                accepted,
+                latency_s,
+            )
+        )
 
 
-def record(graph: Graph, devices: Sequence[Device], algorithm: str, *, budget: int = 400,
-           options: PartitionOptions | None = None) -> DecisionTrace:
+def record(
+    graph: Graph,
+    devices: Sequence[Device],
+    algorithm: str,
+    *,
+    budget: int = 400,
+    options: PartitionOptions | None = None,
+) -> DecisionTrace:
     """Run ``algorithm`` (a key of :data:`ALGORITHMS`) on ``graph`` and ``devices`` and keep its
     decisions. ``budget``: cost-model evaluations for the searches (a few hundred keep a trace
     short enough to step through). Raises :class:`PartitionError` for an unknown algorithm and
     :class:`~partitioner.errors.InfeasibleError` where the algorithm finds no plan."""
     from partitioner.accelerator import size_based
-    from partitioner.accelerator.cost_aware import singletons
     from partitioner.accelerator._fills import starts
     from partitioner.accelerator._merge import merge_partitions
     from partitioner.accelerator._search import improve_by_moves
+    from partitioner.accelerator.cost_aware import singletons
 
     if algorithm not in ALGORITHMS:
         raise PartitionError(f"unknown algorithm {algorithm!r}; choose one of {', '.join(ALGORITHMS)}")
@@ -133,8 +152,9 @@ def record(graph: Graph, devices: Sequence[Device], algorithm: str, *, budget: i
     if algorithm == "size_based":
         problem.record = keeper
         result = size_based.torch_fill(problem)
-        return DecisionTrace(algorithm, graph, Assignment([-1] * len(graph), []), tuple(keeper.decisions),
-                             result, None, keeper.truncated)
+        return DecisionTrace(
+            algorithm, graph, Assignment([-1] * len(graph), []), tuple(keeper.decisions), result, None, keeper.truncated
+        )
     try:
         begin = size_based.partition(problem)
     except PartitionError:

@@ -14,13 +14,53 @@ optimizer table of :mod:`partitioner.cost.training`, the schedules' simulator of
 
 from __future__ import annotations
 
-from partitioner.cluster.hardware import (ACCELERATORS, LINKS, Accelerator, Cluster, Link, cluster, from_profile,
-                                         local_cluster)
-from partitioner.cluster.layouts import Collective, Layout, LayoutResult, Workload, collectives, evaluate, ring_allreduce_s
+from partitioner.cluster.hardware import (
+    ACCELERATORS,
+    LINKS,
+    Accelerator,
+    Cluster,
+    Link,
+    cluster,
+    from_profile,
+    local_cluster,
+)
+from partitioner.cluster.layouts import (
+    Collective,
+    Layout,
+    LayoutResult,
+    Workload,
+    collectives,
+    evaluate,
+    ring_allreduce_s,
+)
 from partitioner.cluster.profile import ModelProfile, with_min_cut
 from partitioner.cluster.saved import PlannerProfile, SavedActivations, profile, saved_activations
 from partitioner.cluster.search import ClusterPlan, device_counts, pareto, search
 
-__all__ = ["ACCELERATORS", "LINKS", "Accelerator", "Link", "Cluster", "cluster", "from_profile", "local_cluster",
-           "Workload", "Layout", "LayoutResult", "Collective", "collectives", "evaluate", "ring_allreduce_s",
-           "ModelProfile", "PlannerProfile", "SavedActivations", "saved_activations", "profile", "ClusterPlan", "device_counts", "pareto", "search", "with_min_cut"]
+__all__ = [
+    "ACCELERATORS",
+    "LINKS",
+    "Accelerator",
+    "Link",
+    "Cluster",
+    "cluster",
+    "from_profile",
+    "local_cluster",
+    "Workload",
+    "Layout",
+    "LayoutResult",
+    "Collective",
+    "collectives",
+    "evaluate",
+    "ring_allreduce_s",
+    "ModelProfile",
+    "PlannerProfile",
+    "SavedActivations",
+    "saved_activations",
+    "profile",
+    "ClusterPlan",
+    "device_counts",
+    "pareto",
+    "search",
+    "with_min_cut",
+]

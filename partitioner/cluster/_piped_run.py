@@ -17,10 +17,19 @@ if TYPE_CHECKING:
 __all__ = ["run_pipelined"]
 
 
-def run_pipelined(module: torch.nn.Module, inputs: tuple[torch.Tensor, ...], layout: Layout,
-                  plan: tuple[tuple[str, str], ...], expected: list[Any], expected_grads: dict[str, Any], *,
-                  timeout_s: float, backend: str, repeats: int,
-                  progress: Callable[[str], None] | None) -> ComposedRun:
+def run_pipelined(
+    module: torch.nn.Module,
+    inputs: tuple[torch.Tensor, ...],
+    layout: Layout,
+    plan: tuple[tuple[str, str], ...],
+    expected: list[Any],
+    expected_grads: dict[str, Any],
+    *,
+    timeout_s: float,
+    backend: str,
+    repeats: int,
+    progress: Callable[[str], None] | None,
+) -> ComposedRun:
     import math
 
     import torch
@@ -33,14 +42,21 @@ def run_pipelined(module: torch.nn.Module, inputs: tuple[torch.Tensor, ...], lay
     linears = [n for n, m in module.named_modules() if isinstance(m, torch.nn.Linear)]
     stages = build_stage_modules(graph, stage_cuts(graph, plan, linears, layout.pp), inputs)
     try:
-        results = launch(pipelined_entry, layout.devices, (stages, inputs, layout, plan, repeats),
-                         timeout_s=timeout_s, backend=backend, progress=progress)
+        results = launch(
+            pipelined_entry,
+            layout.devices,
+            (stages, inputs, layout, plan, repeats),
+            timeout_s=timeout_s,
+            backend=backend,
+            progress=progress,
+        )
     except RunError as exc:
         if exc.rank is None or "(pp=" in str(exc):
             raise
         raise RunError(f"{role(exc.rank, layout)}: {exc}", rank=exc.rank) from None
-    last = sorted((r for r in results if r["coords"][0] == layout.pp - 1 and r["coords"][2] == 0),
-                  key=lambda r: r["coords"][1])
+    last = sorted(
+        (r for r in results if r["coords"][0] == layout.pp - 1 and r["coords"][2] == 0), key=lambda r: r["coords"][1]
+    )
     outputs = [torch.cat([r["outputs"][k] for r in last]) for k in range(len(last[0]["outputs"]))]
     grads: dict[str, Any] = {}
     for r in results:
@@ -49,14 +65,30 @@ def run_pipelined(module: torch.nn.Module, inputs: tuple[torch.Tensor, ...], lay
                 grads[name] = grads[name] + g * layout.dp if name in grads else g * layout.dp
     outputs_equal, out_diff, out_why = compare(outputs, expected, "output")
     names = sorted(set(grads) | set(expected_grads))
-    gradients_equal, grad_diff, grad_why = compare([grads.get(n) for n in names],
-                                                   [expected_grads.get(n) for n in names], "gradient", names)
+    gradients_equal, grad_diff, grad_why = compare(
+        [grads.get(n) for n in names], [expected_grads.get(n) for n in names], "gradient", names
+    )
     loss = sum(r["loss"] for r in last if r["loss"] is not None)
     want = float(sum(t.float().sum() for t in expected))
     loss_equal = math.isclose(loss, want, rel_tol=1e-5, abs_tol=1e-4 * max(1.0, abs(want)))
-    ranks = tuple(RankReport(rank, r["coords"][1], r["coords"][2], r["held"][0], r["held"][1], r["step_s"],
-                             r["coords"][0], r["sync_s"]) for rank, r in enumerate(results))
+    ranks = tuple(
+        RankReport(
+            rank, r["coords"][1], r["coords"][2], r["held"][0], r["held"][1], r["step_s"], r["coords"][0], r["sync_s"]
+        )
+        for rank, r in enumerate(results)
+    )
     why = out_why or grad_why or ("" if loss_equal else f"loss {loss:.6g}, one process {want:.6g}")
-    return ComposedRun(layout, outputs_equal, gradients_equal, max(out_diff, grad_diff), ranks,
-                       max(r.step_s for r in ranks), plan, "all-reduce" if layout.dp > 1 else "none", backend,
-                       why, loss, loss_equal)
+    return ComposedRun(
+        layout,
+        outputs_equal,
+        gradients_equal,
+        max(out_diff, grad_diff),
+        ranks,
+        max(r.step_s for r in ranks),
+        plan,
+        "all-reduce" if layout.dp > 1 else "none",
+        backend,
+        why,
+        loss,
+        loss_equal,
+    )

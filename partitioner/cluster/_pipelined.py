@@ -39,20 +39,23 @@ def coordinates(rank: int, layout: Layout) -> tuple[int, int, int]:
 
 def role(rank: int, layout: Layout) -> str:
     s, i, j = coordinates(rank, layout)
-    return (f"rank {rank} (pp={s}, dp={i}, tp={j}: pipeline stage {s + 1} of {layout.pp}, "
-            f"tensor shard {j + 1} of {layout.tp}, replica {i + 1} of {layout.dp})")
+    return (
+        f"rank {rank} (pp={s}, dp={i}, tp={j}: pipeline stage {s + 1} of {layout.pp}, "
+        f"tensor shard {j + 1} of {layout.tp}, replica {i + 1} of {layout.dp})"
+    )
 
 
-def stage_cuts(graph: Graph, plan: Sequence[tuple[str, str]], linears: Sequence[str],
-               pp: int) -> list[list[str]]:
+def stage_cuts(graph: Graph, plan: Sequence[tuple[str, str]], linears: Sequence[str], pp: int) -> list[list[str]]:
     """Op names of each stage: contiguous in the traced order, each ending after the last op of
     its share of the units (Linear pairs when tensor parallel, else single Linears), which
     must divide by ``pp``. O(N)."""
     units = [b for (b, style) in plan if style == "rowwise"] if plan else list(linears)
     if not units or len(units) % pp:
-        raise PartitionError(f"pipeline stages take whole {'Linear pairs' if plan else 'Linear layers'}: the model "
-                             f"has {len(units)}, which pp={pp} does not divide; choose a pp that divides it")
-    ends = set(units[len(units) // pp - 1::len(units) // pp][:-1])
+        raise PartitionError(
+            f"pipeline stages take whole {'Linear pairs' if plan else 'Linear layers'}: the model "
+            f"has {len(units)}, which pp={pp} does not divide; choose a pp that divides it"
+        )
+    ends = set(units[len(units) // pp - 1 :: len(units) // pp][:-1])
     stages: list[list[str]] = [[]]
     for v in graph.op_indices:
         node = graph.nodes[v]
@@ -66,21 +69,33 @@ def _loss(output: Any, target: Any) -> Any:
     return output.float().sum()
 
 
-def pipelined_entry(rank: int, world_size: int, stages: list[Any], inputs: tuple[torch.Tensor, ...],
-                    layout: Layout, plan: tuple[tuple[str, str], ...], repeats: int) -> dict[str, Any]:
+def pipelined_entry(
+    rank: int,
+    world_size: int,
+    stages: list[Any],
+    inputs: tuple[torch.Tensor, ...],
+    layout: Layout,
+    plan: tuple[tuple[str, str], ...],
+    repeats: int,
+) -> dict[str, Any]:
     try:
         return _step(rank, stages, inputs, layout, plan, repeats)
     except Exception as exc:  # noqa: BLE001 - re-raised naming the rank's place
         raise RuntimeError(f"{role(rank, layout)}: {type(exc).__name__}: {exc}") from exc
 
 
-def _step(rank: int, stages: list[Any], inputs: tuple[torch.Tensor, ...], layout: Layout,
-          plan: tuple[tuple[str, str], ...], repeats: int) -> dict[str, Any]:
+def _step(
+    rank: int,
+    stages: list[Any],
+    inputs: tuple[torch.Tensor, ...],
+    layout: Layout,
+    plan: tuple[tuple[str, str], ...],
+    repeats: int,
+) -> dict[str, Any]:
     import torch
     import torch.distributed as dist
     from torch.distributed.device_mesh import init_device_mesh
-    from torch.distributed.pipelining import PipelineStage
-    from torch.distributed.pipelining import schedules
+    from torch.distributed.pipelining import PipelineStage, schedules
     from torch.distributed.tensor import DTensor
     from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
 
@@ -92,8 +107,11 @@ def _step(rank: int, stages: list[Any], inputs: tuple[torch.Tensor, ...], layout
     module = stages[s].to(device)
     here = {n: style for n, style in plan if any(n == m for m, _ in module.named_modules())}
     if here and layout.tp > 1:
-        parallelize_module(module, mesh["tp"], {n: ColwiseParallel() if st == "colwise" else RowwiseParallel()
-                                                for n, st in here.items()})
+        parallelize_module(
+            module,
+            mesh["tp"],
+            {n: ColwiseParallel() if st == "colwise" else RowwiseParallel() for n, st in here.items()},
+        )
     stage = PipelineStage(module, s, layout.pp, torch.device(device), group=mesh["pp"].get_group())
     shard = tuple(x.chunk(layout.dp, dim=0)[i].to(device) for x in inputs)
     rows = int(shard[0].shape[0])
@@ -131,6 +149,12 @@ def _step(rank: int, stages: list[Any], inputs: tuple[torch.Tensor, ...], layout
     if last and j == 0:
         outputs = [t.detach().cpu() for t in torch.utils._pytree.tree_leaves(out) if isinstance(t, torch.Tensor)]
     loss = float(sum(float(x) for x in losses)) if last and losses else None
-    return {"coords": (s, i, j), "outputs": outputs, "grads": grads if (i == 0 and j == 0) else None,
-            "held": held, "step_s": median, "loss": loss,
-            "sync_s": step_seconds(synced[1:])}
+    return {
+        "coords": (s, i, j),
+        "outputs": outputs,
+        "grads": grads if (i == 0 and j == 0) else None,
+        "held": held,
+        "step_s": median,
+        "loss": loss,
+        "sync_s": step_seconds(synced[1:]),
+    }

@@ -55,8 +55,7 @@ def _module(label: str) -> str:
     return label.rpartition(".")[0] or label
 
 
-def compare(got: list[Any], want: list[Any], what: str,
-             names: Sequence[str] | None = None) -> tuple[bool, float, str]:
+def compare(got: list[Any], want: list[Any], what: str, names: Sequence[str] | None = None) -> tuple[bool, float, str]:
     import torch
 
     if len(got) != len(want):
@@ -89,8 +88,9 @@ def compare(got: list[Any], want: list[Any], what: str,
     return not why, diff, why
 
 
-def measure_step(step: Callable[[], Any], params: Sequence[tuple[str, Any]], repeats: int,
-                 device: str) -> tuple[dict[str, Any], tuple[int, int], float]:
+def measure_step(
+    step: Callable[[], Any], params: Sequence[tuple[str, Any]], repeats: int, device: str
+) -> tuple[dict[str, Any], tuple[int, int], float]:
     """On a rank, after one step: every parameter's full gradient (on the CPU), the bytes this
     rank holds of the parameters and of their gradients (its shards), and the median of ``repeats``
     more steps, each started together (a barrier) and finished on the device. Torch, imported here."""
@@ -98,8 +98,11 @@ def measure_step(step: Callable[[], Any], params: Sequence[tuple[str, Any]], rep
     import torch.distributed as dist
     from torch.distributed.tensor import DTensor
 
-    grads = {n: (p.grad.full_tensor() if isinstance(p.grad, DTensor) else p.grad).detach().cpu()
-             for n, p in params if p.grad is not None}
+    grads = {
+        n: (p.grad.full_tensor() if isinstance(p.grad, DTensor) else p.grad).detach().cpu()
+        for n, p in params
+        if p.grad is not None
+    }
 
     def local_bytes(t: Any) -> int:
         return 0 if t is None else int((t.to_local() if isinstance(t, DTensor) else t).nbytes)

@@ -65,12 +65,19 @@ class LayoutCheck:
         return self.parts[-1].error
 
     def to_dict(self) -> dict[str, Any]:
-        return {"layout": self.run.layout.label(), "outputs_equal": self.run.outputs_equal,
-                "gradients_equal": self.run.gradients_equal, "profile": self.profile_name,
-                "load_average": list(self.load_average), "measured_step_s": self.run.step_s,
-                "predicted_step_s": self.predicted.total_s,
-                "parts": [{"name": p.name, "predicted_s": p.predicted_s, "measured_s": p.measured_s,
-                           "error": p.error} for p in self.parts]}
+        return {
+            "layout": self.run.layout.label(),
+            "outputs_equal": self.run.outputs_equal,
+            "gradients_equal": self.run.gradients_equal,
+            "profile": self.profile_name,
+            "load_average": list(self.load_average),
+            "measured_step_s": self.run.step_s,
+            "predicted_step_s": self.predicted.total_s,
+            "parts": [
+                {"name": p.name, "predicted_s": p.predicted_s, "measured_s": p.measured_s, "error": p.error}
+                for p in self.parts
+            ],
+        }
 
 
 def _parts(predicted: Predicted, run: ComposedRun) -> tuple[PartCheck, ...]:
@@ -84,11 +91,20 @@ def _parts(predicted: Predicted, run: ComposedRun) -> tuple[PartCheck, ...]:
     return tuple(out)
 
 
-def check_layout(module: torch.nn.Module, example_inputs: Sequence[Any] | torch.Tensor, layout: Layout, *,
-                 profile: DeviceProfile | None = None, timeout_s: float = 180.0, repeats: int = 5,
-                 progress: Callable[[str], None] | None = None, in_worker: bool = False,
-                 tp_plan: TPPlan | None = None, example_kwargs: dict[str, Any] | None = None,
-                 graph: Graph | None = None) -> LayoutCheck:
+def check_layout(
+    module: torch.nn.Module,
+    example_inputs: Sequence[Any] | torch.Tensor,
+    layout: Layout,
+    *,
+    profile: DeviceProfile | None = None,
+    timeout_s: float = 180.0,
+    repeats: int = 5,
+    progress: Callable[[str], None] | None = None,
+    in_worker: bool = False,
+    tp_plan: TPPlan | None = None,
+    example_kwargs: dict[str, Any] | None = None,
+    graph: Graph | None = None,
+) -> LayoutCheck:
     """Run one training step of ``layout`` on ``layout.devices`` local processes (outputs and
     gradients checked against one process) and predict it on ``profile`` (this machine's cached
     ``local`` profile by default, measured first when there is none). Raises
@@ -103,15 +119,27 @@ def check_layout(module: torch.nn.Module, example_inputs: Sequence[Any] | torch.
     if in_worker:
         from partitioner.runtime.worker import run_in_worker
 
-        return run_in_worker(_check_with, args, timeout_s + 60.0,  # type: ignore[no-any-return]
-                             f"the run of {layout.label()}")
+        return run_in_worker(
+            _check_with,
+            args,
+            timeout_s + 60.0,  # type: ignore[no-any-return]
+            f"the run of {layout.label()}",
+        )
     return _check_with(*args)
 
 
-def _check_with(module: Any, example_inputs: Any, layout: Layout, profile: DeviceProfile | None,
-                timeout_s: float, repeats: int, progress: Callable[[str], None] | None = None,
-                tp_plan: TPPlan | None = None, example_kwargs: dict[str, Any] | None = None,
-                graph: Graph | None = None) -> LayoutCheck:
+def _check_with(
+    module: Any,
+    example_inputs: Any,
+    layout: Layout,
+    profile: DeviceProfile | None,
+    timeout_s: float,
+    repeats: int,
+    progress: Callable[[str], None] | None = None,
+    tp_plan: TPPlan | None = None,
+    example_kwargs: dict[str, Any] | None = None,
+    graph: Graph | None = None,
+) -> LayoutCheck:
     import torch
 
     import partitioner
@@ -131,7 +159,15 @@ def _check_with(module: Any, example_inputs: Any, layout: Layout, profile: Devic
     if graph is None:
         graph = partitioner.trace(module, inputs, name=type(module).__name__, example_kwargs=example_kwargs)
     predicted = composed_step(graph, layout, plan, profile, int(inputs[0].shape[0]))
-    run = run_layout(module, inputs, layout, timeout_s=timeout_s, repeats=repeats, progress=progress,
-                     tp_plan=tp_plan, example_kwargs=example_kwargs)
+    run = run_layout(
+        module,
+        inputs,
+        layout,
+        timeout_s=timeout_s,
+        repeats=repeats,
+        progress=progress,
+        tp_plan=tp_plan,
+        example_kwargs=example_kwargs,
+    )
     load = os.getloadavg() if hasattr(os, "getloadavg") else (0.0, 0.0, 0.0)
     return LayoutCheck(run, predicted, _parts(predicted, run), profile.name, tuple(load))  # type: ignore[arg-type]

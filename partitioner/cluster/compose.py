@@ -45,8 +45,15 @@ if TYPE_CHECKING:
 
     from partitioner.sharding.tensor_parallel import TPPlan
 
-__all__ = ["ComposedRun", "RankReport", "run_layout", "parse_layout", "linear_pairs_plan", "model_tp_plan",
-           "check_runnable"]
+__all__ = [
+    "ComposedRun",
+    "RankReport",
+    "run_layout",
+    "parse_layout",
+    "linear_pairs_plan",
+    "model_tp_plan",
+    "check_runnable",
+]
 
 _ELEMENTWISE = ("relu", "gelu", "silu", "tanh", "sigmoid", "dropout", "identity", "mish", "leaky_relu", "elu")
 
@@ -68,23 +75,31 @@ def linear_pairs_plan(module: torch.nn.Module, tp: int) -> tuple[tuple[str, str]
     import torch.fx as fx
 
     linears = [(n, m) for n, m in module.named_modules() if isinstance(m, torch.nn.Linear)]
-    others = sorted(f"{n} ({type(m).__name__})" for n, m in module.named_modules()
-                    if not isinstance(m, torch.nn.Linear) and any(True for _ in m.parameters(recurse=False)))
+    others = sorted(
+        f"{n} ({type(m).__name__})"
+        for n, m in module.named_modules()
+        if not isinstance(m, torch.nn.Linear) and any(True for _ in m.parameters(recurse=False))
+    )
     if others:
         more = f" and {len(others) - 4} more" if len(others) > 4 else ""
-        raise PartitionError(f"tensor parallelism here shards Linear layers only; {', '.join(others[:4])}{more} "
-                             f"hold parameters of other kinds: run this model with tp1")
+        raise PartitionError(
+            f"tensor parallelism here shards Linear layers only; {', '.join(others[:4])}{more} "
+            f"hold parameters of other kinds: run this model with tp1"
+        )
     if not linears or len(linears) % 2:
-        raise PartitionError(f"tensor parallelism pairs Linear layers (colwise, rowwise); the model has "
-                             f"{len(linears)}: run it with tp1")
+        raise PartitionError(
+            f"tensor parallelism pairs Linear layers (colwise, rowwise); the model has {len(linears)}: run it with tp1"
+        )
     from partitioner.tracing.lock import TRACE_LOCK
 
     try:
         with TRACE_LOCK:  # fx tracing patches module-level state: one trace at a time in a process
             gm = fx.symbolic_trace(module)
     except Exception as exc:  # noqa: BLE001 - any trace failure means the pairs cannot be checked
-        raise PartitionError(f"tensor parallelism checks the Linear pairs on a symbolic trace, which failed "
-                             f"({type(exc).__name__}: {exc}): run this model with tp1") from None
+        raise PartitionError(
+            f"tensor parallelism checks the Linear pairs on a symbolic trace, which failed "
+            f"({type(exc).__name__}: {exc}): run this model with tp1"
+        ) from None
     calls: dict[str, list[Any]] = {}
     for node in gm.graph.nodes:
         if node.op == "call_module":
@@ -92,16 +107,20 @@ def linear_pairs_plan(module: torch.nn.Module, tp: int) -> tuple[tuple[str, str]
     plan: list[tuple[str, str]] = []
     for (a, la), (b, lb) in zip(linears[0::2], linears[1::2]):
         if la.out_features != lb.in_features or la.out_features % tp:
-            raise PartitionError(f"Linear pair {a} -> {b}: the shared width must match and divide by tp={tp} "
-                                 f"(got {la.out_features} -> {lb.in_features}); choose a tp that divides it")
+            raise PartitionError(
+                f"Linear pair {a} -> {b}: the shared width must match and divide by tp={tp} "
+                f"(got {la.out_features} -> {lb.in_features}); choose a tp that divides it"
+            )
         if len(calls.get(a, [])) != 1 or len(calls.get(b, [])) != 1:
             raise PartitionError(f"Linear pair {a} -> {b}: each must be called once in the forward: run with tp1")
         node = calls[b][0].args[0] if calls[b][0].args else None
         while node is not None and node is not calls[a][0]:
             tensors = [x for x in node.all_input_nodes]
             if not (_elementwise(gm, node) and len(tensors) == 1 and len(node.users) == 1):
-                raise PartitionError(f"Linear pair {a} -> {b}: only elementwise ops may stand between a column- "
-                                     f"and a row-parallel Linear (found {node.op} {node.target}): run with tp1")
+                raise PartitionError(
+                    f"Linear pair {a} -> {b}: only elementwise ops may stand between a column- "
+                    f"and a row-parallel Linear (found {node.op} {node.target}): run with tp1"
+                )
             node = tensors[0]
         if node is None or len(node.users) != 1:
             raise PartitionError(f"Linear pair {a} -> {b}: {b} must read {a}'s output alone: run with tp1")
@@ -137,9 +156,14 @@ def model_tp_plan(graph: Any, tp: int) -> TPPlan | None:
     kinds, shapes = module_kinds(graph), parameter_shapes(graph)
     rows = {path: shapes[f"{path}.weight"][0][0] for path in kinds if f"{path}.weight" in shapes}
     vocab = {rows[path] for path, kind in kinds.items() if kind == "embedding" and path in rows}
-    ends = {f"{path}.weight": f"{tp},1" for path, kind in kinds.items()
-            if path in rows and f"{path}.weight" not in spec and rows[path] % tp == 0
-            and (kind == "embedding" or (kind == "linear" and rows[path] in vocab))}  # tied heads are one parameter
+    ends = {
+        f"{path}.weight": f"{tp},1"
+        for path, kind in kinds.items()
+        if path in rows
+        and f"{path}.weight" not in spec
+        and rows[path] % tp == 0
+        and (kind == "embedding" or (kind == "linear" and rows[path] in vocab))
+    }  # tied heads are one parameter
     try:
         return tensor_parallel.tp_plan(graph, {**spec, **ends}, tp)
     except ShardingError:  # an end that will not split: the model's own plan alone
@@ -151,8 +175,11 @@ def _leaves(out: Any) -> list[torch.Tensor]:
     import torch
     from torch.distributed.tensor import DTensor
 
-    return [t.full_tensor() if isinstance(t, DTensor) else t for t in torch.utils._pytree.tree_leaves(out)
-            if isinstance(t, torch.Tensor)]
+    return [
+        t.full_tensor() if isinstance(t, DTensor) else t
+        for t in torch.utils._pytree.tree_leaves(out)
+        if isinstance(t, torch.Tensor)
+    ]
 
 
 def _split_kwargs(kwargs: dict[str, Any], dp: int, i: int, m: int) -> list[dict[str, Any]]:
@@ -162,15 +189,25 @@ def _split_kwargs(kwargs: dict[str, Any], dp: int, i: int, m: int) -> list[dict[
 
     cuts: list[dict[str, Any]] = [{} for _ in range(m)]
     for key, value in kwargs.items():
-        parts = (value.chunk(dp, dim=0)[i].chunk(m, dim=0) if isinstance(value, torch.Tensor) and value.dim()
-                 else [value] * m)
+        parts = (
+            value.chunk(dp, dim=0)[i].chunk(m, dim=0)
+            if isinstance(value, torch.Tensor) and value.dim()
+            else [value] * m
+        )
         for cut, part in zip(cuts, parts):
             cut[key] = part
     return cuts
 
 
-def _mesh_and_model(module: torch.nn.Module, device: str, dp: int, tp: int, zero: int,
-                    plan: tuple[tuple[str, str], ...], styles: dict[str, dict[str, str]] | None = None) -> Any:
+def _mesh_and_model(
+    module: torch.nn.Module,
+    device: str,
+    dp: int,
+    tp: int,
+    zero: int,
+    plan: tuple[tuple[str, str], ...],
+    styles: dict[str, dict[str, str]] | None = None,
+) -> Any:
     """The (dp, tp) mesh, ``module`` tensor-parallel on "tp" (the Linear pairs of ``plan``, or the
     sharding package's ``styles`` with their layouts: attention by heads, embeddings, lone layers;
     every other parameter replicated) and FSDP2 on "dp" with ZeRO 2 and 3."""
@@ -181,16 +218,24 @@ def _mesh_and_model(module: torch.nn.Module, device: str, dp: int, tp: int, zero
 
     mesh = init_device_mesh(device, (dp, tp), mesh_dim_names=("dp", "tp"))
     if styles:
+
         def layout(name: str) -> Any:
             return Shard(-1) if name == "shard" else Replicate()
 
-        parallelize_module(module, mesh["tp"], {
-            path: (ColwiseParallel if s["style"] == "colwise" else RowwiseParallel)(
-                input_layouts=layout(s["input"]), output_layouts=layout(s["output"]))
-            for path, s in styles.items()})
+        parallelize_module(
+            module,
+            mesh["tp"],
+            {
+                path: (ColwiseParallel if s["style"] == "colwise" else RowwiseParallel)(
+                    input_layouts=layout(s["input"]), output_layouts=layout(s["output"])
+                )
+                for path, s in styles.items()
+            },
+        )
     elif plan:
-        parallelize_module(module, mesh["tp"], {n: ColwiseParallel() if s == "colwise" else RowwiseParallel()
-                                                for n, s in plan})
+        parallelize_module(
+            module, mesh["tp"], {n: ColwiseParallel() if s == "colwise" else RowwiseParallel() for n, s in plan}
+        )
     if zero >= 2 and dp > 1:
         for name, _ in plan:
             fully_shard(module.get_submodule(name), mesh=mesh["dp"], reshard_after_forward=zero == 3)
@@ -198,9 +243,17 @@ def _mesh_and_model(module: torch.nn.Module, device: str, dp: int, tp: int, zero
     return mesh
 
 
-def _entry(rank: int, world_size: int, module: torch.nn.Module, inputs: tuple[torch.Tensor, ...],
-           layout: Layout, plan: tuple[tuple[str, str], ...], repeats: int,
-           styles: dict[str, dict[str, str]] | None = None, kwargs: dict[str, Any] | None = None) -> dict[str, Any]:
+def _entry(
+    rank: int,
+    world_size: int,
+    module: torch.nn.Module,
+    inputs: tuple[torch.Tensor, ...],
+    layout: Layout,
+    plan: tuple[tuple[str, str], ...],
+    repeats: int,
+    styles: dict[str, dict[str, str]] | None = None,
+    kwargs: dict[str, Any] | None = None,
+) -> dict[str, Any]:
     i, j = divmod(rank, layout.tp)
     try:
         return _rank_step(rank, module, inputs, layout, plan, repeats, styles, kwargs or {})
@@ -208,9 +261,16 @@ def _entry(rank: int, world_size: int, module: torch.nn.Module, inputs: tuple[to
         raise RuntimeError(f"rank {rank} (dp={i}, tp={j}): {type(exc).__name__}: {exc}") from exc
 
 
-def _rank_step(rank: int, module: torch.nn.Module, inputs: tuple[torch.Tensor, ...], layout: Layout,
-               plan: tuple[tuple[str, str], ...], repeats: int, styles: dict[str, dict[str, str]] | None = None,
-               kwargs: dict[str, Any] | None = None) -> dict[str, Any]:
+def _rank_step(
+    rank: int,
+    module: torch.nn.Module,
+    inputs: tuple[torch.Tensor, ...],
+    layout: Layout,
+    plan: tuple[tuple[str, str], ...],
+    repeats: int,
+    styles: dict[str, dict[str, str]] | None = None,
+    kwargs: dict[str, Any] | None = None,
+) -> dict[str, Any]:
     import os
 
     import torch
@@ -252,13 +312,19 @@ def _rank_step(rank: int, module: torch.nn.Module, inputs: tuple[torch.Tensor, .
 
     outputs = step()
     grads, held, median = measure_step(step, params, repeats, device)
-    return {"coords": (i, j), "outputs": [o.cpu() for o in outputs] if j == 0 else None,
-            "grads": grads if rank == 0 else None, "held": held, "step_s": median,
-            "sync_s": step_seconds(synced[1:])}
+    return {
+        "coords": (i, j),
+        "outputs": [o.cpu() for o in outputs] if j == 0 else None,
+        "grads": grads if rank == 0 else None,
+        "held": held,
+        "step_s": median,
+        "sync_s": step_seconds(synced[1:]),
+    }
 
 
-def _reference(module: torch.nn.Module, inputs: tuple[torch.Tensor, ...],
-               kwargs: dict[str, Any] | None = None) -> tuple[list[Any], dict[str, Any]]:
+def _reference(
+    module: torch.nn.Module, inputs: tuple[torch.Tensor, ...], kwargs: dict[str, Any] | None = None
+) -> tuple[list[Any], dict[str, Any]]:
     import copy
 
     ref = copy.deepcopy(module)
@@ -277,37 +343,60 @@ def check_runnable(layout: Layout, inputs: Sequence[Any]) -> None:
 def _check(layout: Layout, inputs: tuple[Any, ...]) -> None:
     problems = []
     if layout.pp > 1 and layout.zero >= 2:
-        problems.append(f"pipeline stages run here with ZeRO 0 or 1 (a gradient all-reduce over dp), not with "
-                        f"FSDP (got pp={layout.pp} zero{layout.zero}): choose zero0 or zero1, or pp1")
+        problems.append(
+            f"pipeline stages run here with ZeRO 0 or 1 (a gradient all-reduce over dp), not with "
+            f"FSDP (got pp={layout.pp} zero{layout.zero}): choose zero0 or zero1, or pp1"
+        )
     if layout.pp > 1 and layout.schedule not in ("none", "gpipe", "1f1b"):
-        problems.append(f"pipeline stages run here with one stage a rank, gpipe or 1f1b (got {layout.schedule}): "
-                        "choose gpipe or 1f1b")
+        problems.append(
+            f"pipeline stages run here with one stage a rank, gpipe or 1f1b (got {layout.schedule}): "
+            "choose gpipe or 1f1b"
+        )
     if layout.recompute != "none":
         problems.append(f"recomputation is not run here (got recompute={layout.recompute!r}): drop it")
-    unrun = [word for word, on in ((f"cp{layout.cp}", layout.cp > 1), (f"ep{layout.ep}", layout.ep > 1),
-                                   (f"shard{layout.shard}", layout.shard > 0), ("fp32-grads", layout.grad_fp32),
-                                   ("offload", layout.offload))
-             if on]
+    unrun = [
+        word
+        for word, on in (
+            (f"cp{layout.cp}", layout.cp > 1),
+            (f"ep{layout.ep}", layout.ep > 1),
+            (f"shard{layout.shard}", layout.shard > 0),
+            ("fp32-grads", layout.grad_fp32),
+            ("offload", layout.offload),
+        )
+        if on
+    ]
     if unrun:
-        problems.append(f"{', '.join(unrun)} {'is' if len(unrun) == 1 else 'are'} planned but not run here "
-                        "(context and expert parallelism, HSDP, DeepSpeed's fp32 gradients and offload): drop "
-                        f"{'it' if len(unrun) == 1 else 'them'} to run the rest")
+        problems.append(
+            f"{', '.join(unrun)} {'is' if len(unrun) == 1 else 'are'} planned but not run here "
+            "(context and expert parallelism, HSDP, DeepSpeed's fp32 gradients and offload): drop "
+            f"{'it' if len(unrun) == 1 else 'them'} to run the rest"
+        )
     if not inputs or not all(hasattr(x, "shape") and x.dim() >= 1 for x in inputs):
         problems.append("every example input must be a tensor with a batch dimension to split over dp")
     else:
         rows = {int(x.shape[0]) for x in inputs}
         per = min(rows) // layout.dp
         if len(rows) != 1 or min(rows) % layout.dp or per % layout.microbatch_size:
-            problems.append(f"the batch ({sorted(rows)} rows) must divide over dp={layout.dp} and each replica's "
-                            f"share into microbatches of {layout.microbatch_size}: choose dp and mb that divide it")
+            problems.append(
+                f"the batch ({sorted(rows)} rows) must divide over dp={layout.dp} and each replica's "
+                f"share into microbatches of {layout.microbatch_size}: choose dp and mb that divide it"
+            )
     if problems:
         raise PartitionError("; ".join(problems))
 
 
-def run_layout(module: torch.nn.Module, example_inputs: Sequence[Any] | torch.Tensor, layout: Layout, *,
-               timeout_s: float = 180.0, backend: str | None = None, repeats: int = 3,
-               progress: Callable[[str], None] | None = None, tp_plan: TPPlan | None = None,
-               example_kwargs: dict[str, Any] | None = None) -> ComposedRun:
+def run_layout(
+    module: torch.nn.Module,
+    example_inputs: Sequence[Any] | torch.Tensor,
+    layout: Layout,
+    *,
+    timeout_s: float = 180.0,
+    backend: str | None = None,
+    repeats: int = 3,
+    progress: Callable[[str], None] | None = None,
+    tp_plan: TPPlan | None = None,
+    example_kwargs: dict[str, Any] | None = None,
+) -> ComposedRun:
     """One training step of ``layout`` on ``layout.devices`` local processes (see the module
     doc), checked against one process. Tensor parallelism shards the Linear pairs (NOTE: [Linear
     pairs]) or, given ``tp_plan`` (:func:`partitioner.sharding.tensor_parallel.tp_plan` over
@@ -331,9 +420,11 @@ def run_layout(module: torch.nn.Module, example_inputs: Sequence[Any] | torch.Te
     transposed: tuple[str, ...] = ()
     if tp_plan is not None and layout.tp > 1:
         if tp_plan.world_size != layout.tp or layout.pp > 1:
-            raise PartitionError(f"a tensor-parallel plan runs here over the layout's tp ({layout.tp}, the plan has "
-                                 f"{tp_plan.world_size}) and without pipeline stages (pp={layout.pp}): make the "
-                                 "plan for that many devices, or run pipeline stages with Linear pairs")
+            raise PartitionError(
+                f"a tensor-parallel plan runs here over the layout's tp ({layout.tp}, the plan has "
+                f"{tp_plan.world_size}) and without pipeline stages (pp={layout.pp}): make the "
+                "plan for that many devices, or run pipeline stages with Linear pairs"
+            )
         styles, transposed = dict(tp_plan.styles), tuple(tp_plan.transposed)
         plan = tuple((path, s["style"]) for path, s in styles.items())
     else:
@@ -347,16 +438,32 @@ def run_layout(module: torch.nn.Module, example_inputs: Sequence[Any] | torch.Te
     if layout.pp > 1:
         from partitioner.cluster._piped_run import run_pipelined
 
-        return run_pipelined(module, inputs, layout, plan, expected, expected_grads, timeout_s=timeout_s,
-                             backend=backend, repeats=repeats, progress=progress)
+        return run_pipelined(
+            module,
+            inputs,
+            layout,
+            plan,
+            expected,
+            expected_grads,
+            timeout_s=timeout_s,
+            backend=backend,
+            repeats=repeats,
+            progress=progress,
+        )
     if transposed:  # GPT-2's Conv1D as the equal Linear, which DTensor's styles take
         from partitioner.sharding.tp_run import _as_linear
 
         module = copy.deepcopy(module)
         _as_linear(module, transposed)
     try:
-        results = launch(_entry, layout.devices, (module, inputs, layout, plan, repeats, styles, kwargs),
-                         timeout_s=timeout_s, backend=backend, progress=progress)
+        results = launch(
+            _entry,
+            layout.devices,
+            (module, inputs, layout, plan, repeats, styles, kwargs),
+            timeout_s=timeout_s,
+            backend=backend,
+            progress=progress,
+        )
     except RunError as exc:
         if exc.rank is None or "(dp=" in str(exc):
             raise
@@ -369,12 +476,28 @@ def run_layout(module: torch.nn.Module, example_inputs: Sequence[Any] | torch.Te
         grads[f"{path}.weight"] = grads[f"{path}.weight"].t()
     outputs_equal, out_diff, out_why = compare(outputs, expected, "output")
     names = sorted(set(grads) | set(expected_grads))
-    gradients_equal, grad_diff, grad_why = compare([grads.get(n) for n in names],
-                                                    [expected_grads.get(n) for n in names], "gradient", names)
-    ranks = tuple(RankReport(rank, r["coords"][0], r["coords"][1], r["held"][0], r["held"][1], r["step_s"],
-                             sync_s=r["sync_s"]) for rank, r in enumerate(results))
-    kind = {0: "all-reduce", 1: "all-reduce (ZeRO-1: no optimizer state to shard)",
-            2: "fully_shard, parameters kept until the backward (ZeRO-2)", 3: "fully_shard (ZeRO-3)"}
-    return ComposedRun(layout, outputs_equal, gradients_equal, max(out_diff, grad_diff), ranks,
-                       max(r.step_s for r in ranks), plan, kind[layout.zero] if layout.dp > 1 else "none",
-                       backend, out_why or grad_why)
+    gradients_equal, grad_diff, grad_why = compare(
+        [grads.get(n) for n in names], [expected_grads.get(n) for n in names], "gradient", names
+    )
+    ranks = tuple(
+        RankReport(rank, r["coords"][0], r["coords"][1], r["held"][0], r["held"][1], r["step_s"], sync_s=r["sync_s"])
+        for rank, r in enumerate(results)
+    )
+    kind = {
+        0: "all-reduce",
+        1: "all-reduce (ZeRO-1: no optimizer state to shard)",
+        2: "fully_shard, parameters kept until the backward (ZeRO-2)",
+        3: "fully_shard (ZeRO-3)",
+    }
+    return ComposedRun(
+        layout,
+        outputs_equal,
+        gradients_equal,
+        max(out_diff, grad_diff),
+        ranks,
+        max(r.step_s for r in ranks),
+        plan,
+        kind[layout.zero] if layout.dp > 1 else "none",
+        backend,
+        out_why or grad_why,
+    )

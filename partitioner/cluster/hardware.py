@@ -48,8 +48,14 @@ def _accelerator(name: str) -> Accelerator:
     from partitioner.profiles import gpu_kernels
 
     card = HARDWARE[name]
-    return Accelerator(card.name, card.memory_bytes, card.peak_flops, card.memory_bandwidth_bytes_per_s,
-                       card.price_per_hour, kernels=gpu_kernels(name))
+    return Accelerator(
+        card.name,
+        card.memory_bytes,
+        card.peak_flops,
+        card.memory_bandwidth_bytes_per_s,
+        card.price_per_hour,
+        kernels=gpu_kernels(name),
+    )
 
 
 GiB = 2**30
@@ -71,8 +77,10 @@ class Cluster:
         if not 1 <= self.devices_per_node <= 64:
             raise PartitionError(f"devices_per_node must be in [1, 64] (got {self.devices_per_node})")
         if not 0 <= self.headroom_bytes < self.accelerator.memory_bytes:
-            raise PartitionError(f"headroom_bytes must be below the device memory "
-                                 f"({self.accelerator.memory_bytes} B; got {self.headroom_bytes})")
+            raise PartitionError(
+                f"headroom_bytes must be below the device memory "
+                f"({self.accelerator.memory_bytes} B; got {self.headroom_bytes})"
+            )
 
     @property
     def usable_bytes(self) -> int:
@@ -83,9 +91,18 @@ def from_profile(profile: DeviceProfile, price_per_hour: float = 0.0) -> tuple[A
     """A measured device profile as the planner's accelerator (its best measured FLOP/s and
     bandwidth) and link (its measured point-to-point latency and bandwidth)."""
     link = profile.link
-    return (Accelerator(profile.name, profile.memory_bytes, profile.peak_flops, profile.memory_bandwidth_bytes_per_s,
-                        price_per_hour, kernels=profile.gpu, engine=profile.engine),
-            Link(f"{profile.name}-p2p", link.bandwidth_bytes_per_s if link else 10e9, link.latency_s if link else 5e-6))
+    return (
+        Accelerator(
+            profile.name,
+            profile.memory_bytes,
+            profile.peak_flops,
+            profile.memory_bandwidth_bytes_per_s,
+            price_per_hour,
+            kernels=profile.gpu,
+            engine=profile.engine,
+        ),
+        Link(f"{profile.name}-p2p", link.bandwidth_bytes_per_s if link else 10e9, link.latency_s if link else 5e-6),
+    )
 
 
 def _profile_named(name: str) -> DeviceProfile | None:
@@ -94,9 +111,16 @@ def _profile_named(name: str) -> DeviceProfile | None:
     return load_profile(name) if name.endswith(".json") else find_profile(name)
 
 
-def cluster(accelerator: str, devices_per_node: int = 8, intra: str | None = None, inter: str = "infiniband-ndr",
-            headroom_bytes: int = 4 * GiB, price_per_hour: float | None = None,
-            overrides: Mapping[str, float] | None = None, engine: str = "eager") -> Cluster:
+def cluster(
+    accelerator: str,
+    devices_per_node: int = 8,
+    intra: str | None = None,
+    inter: str = "infiniband-ndr",
+    headroom_bytes: int = 4 * GiB,
+    price_per_hour: float | None = None,
+    overrides: Mapping[str, float] | None = None,
+    engine: str = "eager",
+) -> Cluster:
     """A :class:`Cluster` from preset names (``intra`` defaults to the accelerator's own link).
     ``engine`` names what the times assume (:data:`partitioner.kernels.ENGINES`); ``overrides``
     of the peak FLOP/s or bandwidth price the compute by the roofline of those figures (the card's
@@ -107,8 +131,10 @@ def cluster(accelerator: str, devices_per_node: int = 8, intra: str | None = Non
         raise PartitionError(f"unknown engine {engine!r}; choose one of {', '.join(ENGINES)} (write NAME@ENGINE)")
     measured = _profile_named(accelerator) if accelerator not in ACCELERATORS else None
     if accelerator not in ACCELERATORS and measured is None:
-        raise PartitionError(f"unknown accelerator {accelerator!r}; choose one of {', '.join(ACCELERATORS)}, or a "
-                             "profile measured by `partition-explorer calibrate` (its name or .json file)")
+        raise PartitionError(
+            f"unknown accelerator {accelerator!r}; choose one of {', '.join(ACCELERATORS)}, or a "
+            "profile measured by `partition-explorer calibrate` (its name or .json file)"
+        )
     if measured is not None:
         acc, own = from_profile(measured)
         if price_per_hour is not None:

@@ -16,6 +16,7 @@ ZERO_STAGES = (0, 1, 2, 3)
 
 RECOMPUTE = ("none", "selective", "full")
 
+
 def _is_min_cut(text: str) -> bool:
     """Whether ``text`` is ``min-cut-B`` with B a number in [0, 1]."""
     if not text.startswith("min-cut-"):
@@ -25,6 +26,7 @@ def _is_min_cut(text: str) -> bool:
     except ValueError:
         return False
     return 0.0 <= budget <= 1.0
+
 
 @dataclass(frozen=True)
 class Workload:
@@ -49,9 +51,11 @@ class Workload:
             raise PartitionError(f"element_bytes must be 1, 2 or 4 (got {self.element_bytes})")
         check_optimizer(self.optimizer)
 
+
 SCHEDULE_CHOICES = ("none", "gpipe", "1f1b", "interleaved_1f1b", "zero_bubble")
 
 MAX_DEGREE = 1 << 20  # no layout has a degree beyond a million devices
+
 
 @dataclass(frozen=True)
 class Layout:
@@ -79,17 +83,23 @@ class Layout:
             if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_DEGREE:
                 raise PartitionError(f"layout {key} must be a whole number in [1, {MAX_DEGREE}] (got {value!r})")
         if isinstance(self.shard, bool) or not isinstance(self.shard, int) or not 0 <= self.shard <= MAX_DEGREE:
-            raise PartitionError(f"layout shard must be a whole number in [0, {MAX_DEGREE}] (got {self.shard!r}); "
-                                 "0 shards over the whole data-parallel group")
+            raise PartitionError(
+                f"layout shard must be a whole number in [0, {MAX_DEGREE}] (got {self.shard!r}); "
+                "0 shards over the whole data-parallel group"
+            )
         if isinstance(self.zero, bool) or self.zero not in ZERO_STAGES:
             raise PartitionError(f"layout zero must be 0, 1, 2 or 3 (got {self.zero!r})")
         if self.schedule not in SCHEDULE_CHOICES:
-            raise PartitionError(f"layout schedule must be one of {', '.join(SCHEDULE_CHOICES)} (got {self.schedule!r})")
+            raise PartitionError(
+                f"layout schedule must be one of {', '.join(SCHEDULE_CHOICES)} (got {self.schedule!r})"
+            )
         if self.schedule == "interleaved_1f1b" and self.virtual < 2:
             raise PartitionError(f"interleaved 1F1B needs at least 2 chunks a rank (got virtual={self.virtual})")
         if not isinstance(self.recompute, str) or not (self.recompute in RECOMPUTE or _is_min_cut(self.recompute)):
-            raise PartitionError(f"layout recompute must be one of {', '.join(RECOMPUTE)} or min-cut-B with B in "
-                                 f"[0, 1] (got {self.recompute!r})")
+            raise PartitionError(
+                f"layout recompute must be one of {', '.join(RECOMPUTE)} or min-cut-B with B in "
+                f"[0, 1] (got {self.recompute!r})"
+            )
         if self.devices > MAX_DEGREE:
             raise PartitionError(f"a layout of {self.devices} devices is beyond {MAX_DEGREE}; lower its degrees")
 
@@ -122,6 +132,7 @@ class Layout:
             parts.append("offload")
         return " ".join(parts)
 
+
 @dataclass(frozen=True)
 class LayoutResult:
     layout: Layout
@@ -146,9 +157,20 @@ class LayoutResult:
         return sum(self.memory.values())
 
     def to_dict(self) -> dict[str, Any]:
-        return {"layout": self.layout.__dict__, "label": self.layout.label(), "devices": self.devices,
-                "fits": self.fits, "memory_bytes": self.memory, "step_s": self.step_s, "parts_s": self.parts_s,
-                "limit": self.limit, "mfu": self.mfu, "tokens_per_s": self.tokens_per_s,
-                "cost_per_million_tokens": self.cost_per_million_tokens, "microbatches": self.microbatches,
-                "stage_forward_s": self.stage_s[0], "stage_backward_s": self.stage_s[1],
-                **({"inference": self.extra} if self.extra else {})}
+        return {
+            "layout": self.layout.__dict__,
+            "label": self.layout.label(),
+            "devices": self.devices,
+            "fits": self.fits,
+            "memory_bytes": self.memory,
+            "step_s": self.step_s,
+            "parts_s": self.parts_s,
+            "limit": self.limit,
+            "mfu": self.mfu,
+            "tokens_per_s": self.tokens_per_s,
+            "cost_per_million_tokens": self.cost_per_million_tokens,
+            "microbatches": self.microbatches,
+            "stage_forward_s": self.stage_s[0],
+            "stage_backward_s": self.stage_s[1],
+            **({"inference": self.extra} if self.extra else {}),
+        }

@@ -68,20 +68,53 @@ import math
 from typing import Any
 
 from partitioner.cluster._closed_forms import closed_form
-from partitioner.cluster.comms import (Collective, _context_exchange_s, _data_parallel_rows, _expert_exchange_s,
-                                       _tp_allreduce, all_to_all_s, allreduce_s, collectives, ring_allreduce_s)
+from partitioner.cluster.comms import (
+    Collective,
+    _context_exchange_s,
+    _data_parallel_rows,
+    _expert_exchange_s,
+    _tp_allreduce,
+    all_to_all_s,
+    allreduce_s,
+    collectives,
+    ring_allreduce_s,
+)
 from partitioner.cluster.hardware import Cluster
-from partitioner.cluster.layout_types import (MAX_DEGREE, RECOMPUTE, SCHEDULE_CHOICES, ZERO_STAGES, Layout,
-                                              LayoutResult, Workload)
+from partitioner.cluster.layout_types import (
+    MAX_DEGREE,
+    RECOMPUTE,
+    SCHEDULE_CHOICES,
+    ZERO_STAGES,
+    Layout,
+    LayoutResult,
+    Workload,
+)
 from partitioner.cluster.profile import ModelProfile
-from partitioner.cluster.rules import (_params, _saved, check_layout, largest_layer_params, min_cut_label,
-                                       min_cut_shares)
+from partitioner.cluster.rules import _params, _saved, check_layout, largest_layer_params, min_cut_label, min_cut_shares
 from partitioner.cost.training import model_state_bytes
 
-__all__ = ["Workload", "Layout", "LayoutResult", "Collective", "evaluate", "collectives", "ring_allreduce_s",
-           "allreduce_s", "all_to_all_s", "check_layout", "min_cut_label", "min_cut_shares", "experts_touched",
-           "activation_bytes", "offload_seconds", "largest_layer_params", "RECOMPUTE", "ZERO_STAGES",
-           "SCHEDULE_CHOICES", "MAX_DEGREE"]
+__all__ = [
+    "Workload",
+    "Layout",
+    "LayoutResult",
+    "Collective",
+    "evaluate",
+    "collectives",
+    "ring_allreduce_s",
+    "allreduce_s",
+    "all_to_all_s",
+    "check_layout",
+    "min_cut_label",
+    "min_cut_shares",
+    "experts_touched",
+    "activation_bytes",
+    "offload_seconds",
+    "largest_layer_params",
+    "RECOMPUTE",
+    "ZERO_STAGES",
+    "SCHEDULE_CHOICES",
+    "MAX_DEGREE",
+]
 
 
 def _states(p: ModelProfile, w: Workload, lay: Layout) -> dict[str, float]:
@@ -111,6 +144,7 @@ def _states(p: ModelProfile, w: Workload, lay: Layout) -> dict[str, float]:
         out["gathered layer"] = (wb + gb) * largest_layer_params(p) / lay.tp
     return out
 
+
 def activation_bytes(p: ModelProfile, w: Workload, lay: Layout, stash: float) -> dict[str, float]:
     """Saved activations on the fullest device (NOTE: [Activation memory]): by kind, in bytes."""
     scale = w.element_bytes / p.element_bytes
@@ -118,8 +152,9 @@ def activation_bytes(p: ModelProfile, w: Workload, lay: Layout, stash: float) ->
     stage_layers = p.layers / lay.pp
     saved = _saved(p)
     if saved is not None:
-        layer = saved.layer_bytes_per_token(w.element_bytes, w.seq_len, lay.tp, lay.sp or lay.tp == 1,
-                                            scores=lay.recompute != "selective")
+        layer = saved.layer_bytes_per_token(
+            w.element_bytes, w.seq_len, lay.tp, lay.sp or lay.tp == 1, scores=lay.recompute != "selective"
+        )
         layer_input = saved.input_bytes_per_token(w.element_bytes, lay.tp, lay.sp or lay.tp == 1)
         outside = saved.outside_elements * w.element_bytes / lay.tp
     else:  # a profile without its graph: every op output, split over tp
@@ -137,9 +172,11 @@ def activation_bytes(p: ModelProfile, w: Workload, lay: Layout, stash: float) ->
         out["activations"] += outside * tokens
     return out
 
+
 HOST_LINK_BYTES_PER_S = 25e9  # a device's PCIe share to the host, each way (PCIe 5 x16 at about 40 % in practice)
 
 HOST_BYTES_PER_S = 12.5e9  # host memory bandwidth a device's optimizer step gets (100 GB/s a socket over 8)
+
 
 def offload_seconds(p: ModelProfile, w: Workload, lay: Layout) -> float:
     """ZeRO-Offload's step on the host (Ren et al. 2021): the device's gradient partition goes down
@@ -154,6 +191,7 @@ def offload_seconds(p: ModelProfile, w: Workload, lay: Layout) -> float:
     psi = dense / shard + expert / max(1, min(shard, lay.dp * lay.cp // lay.ep))
     return psi * (gb + wb) / HOST_LINK_BYTES_PER_S + psi * (2 * kb + gb) / HOST_BYTES_PER_S
 
+
 def _redo_share(p: ModelProfile, w: Workload, lay: Layout) -> float:
     """Recomputed forward work as a share of the forward: full 1, selective the attention core
     (the FLOPs that grow with the sequence), min-cut its measured share."""
@@ -165,6 +203,7 @@ def _redo_share(p: ModelProfile, w: Workload, lay: Layout) -> float:
     if lay.recompute.startswith("min-cut-"):
         return min_cut_shares(p, lay.recompute)[1]
     return 0.0
+
 
 def evaluate(p: ModelProfile, w: Workload, c: Cluster, lay: Layout, sim: Any) -> LayoutResult:
     """Memory and time of ``lay`` (NOTE: [Layout costs]); ``sim(schedule, pp, m, backward_ratio)``
@@ -183,7 +222,9 @@ def evaluate(p: ModelProfile, w: Workload, c: Cluster, lay: Layout, sim: Any) ->
     redo = _redo_share(p, w, lay)
     loss = p.loss_seconds(tokens_mb, acc) / 2 / lay.tp  # each way; on the last stage, spread over the stages here
     fwd = (p.forward_seconds(tokens_mb, w.seq_len, acc, lay.tp, element_bytes=w.element_bytes) + loss) / lay.pp
-    bwd = (p.backward_seconds(tokens_mb, w.seq_len, acc, lay.tp, element_bytes=w.element_bytes) + loss) / lay.pp + redo * fwd
+    bwd = (
+        p.backward_seconds(tokens_mb, w.seq_len, acc, lay.tp, element_bytes=w.element_bytes) + loss
+    ) / lay.pp + redo * fwd
     in_node = lay.tp * lay.pp * lay.cp <= c.devices_per_node
     tp_s = 2 * layers_per_stage * _tp_allreduce(c, hidden_mb, lay.tp)[0]
     link = c.intra if in_node else c.inter
@@ -203,21 +244,30 @@ def evaluate(p: ModelProfile, w: Workload, c: Cluster, lay: Layout, sim: Any) ->
     mem.update(activation_bytes(p, w, lay, stash))
     mem["headroom"] = float(c.headroom_bytes)
     dense, expert = _params(p, lay)
-    grad_bytes = model_state_bytes(w.optimizer, w.element_bytes)[1]
     group = lay.dp * lay.cp
     dp_s = sum(row.seconds for row in _data_parallel_rows(p, w, c, lay))
     exposed = max(0.0, dp_s - bwd) + offload_seconds(p, w, lay)
     # ZeRO-1 and up: each rank steps its shard of the state (HSDP: of its shard group); offloaded: the host's
     shard = (lay.shard or group) if lay.zero else 1
-    opt_s = 0.0 if lay.offload else p.optimizer_seconds(
-        dense / shard + expert / max(1, shard // lay.ep if lay.zero else 1), w.optimizer, w.element_bytes, acc)
+    opt_s = (
+        0.0
+        if lay.offload
+        else p.optimizer_seconds(
+            dense / shard + expert / max(1, shard // lay.ep if lay.zero else 1), w.optimizer, w.element_bytes, acc
+        )
+    )
     step = pipe + exposed + opt_s
     busy = m * (fwd + bwd)
-    parts = {"compute": busy, "tensor-parallel communication": m * 2 * tp_s,
-             "pipeline transfers": m * 2 * p2p, "expert all-to-all": m * 2 * ep_s,
-             "context-parallel exchange": m * 3 * cp_s,
-             "bubble": max(0.0, pipe - m * (stage_f + stage_b)),
-             "gradient reduction (exposed)": exposed, "optimizer step": opt_s}
+    parts = {
+        "compute": busy,
+        "tensor-parallel communication": m * 2 * tp_s,
+        "pipeline transfers": m * 2 * p2p,
+        "expert all-to-all": m * 2 * ep_s,
+        "context-parallel exchange": m * 3 * cp_s,
+        "bubble": max(0.0, pipe - m * (stage_f + stage_b)),
+        "gradient reduction (exposed)": exposed,
+        "optimizer step": opt_s,
+    }
     if redo:  # the forward and its backward; the recomputed share apart
         parts["compute"] = m * 3 * fwd
         parts["recomputation"] = m * redo * fwd
@@ -231,6 +281,7 @@ def evaluate(p: ModelProfile, w: Workload, c: Cluster, lay: Layout, sim: Any) ->
     cost = acc.price_per_hour * devices / 3600 * step / tokens * 1e6
     return LayoutResult(lay, fits, mem, step, parts, limit, mfu, tps, cost, m, stage_s=(stage_f, stage_b))
 
+
 def experts_touched(experts: int, top_k: int, tokens: float) -> float:
     """Expected experts of one MoE layer that ``tokens`` tokens route to, each to ``top_k`` of
     ``experts`` at random: E (1 - (1 - k / E)^T); k at one token, all E once the batch is large."""
@@ -238,6 +289,7 @@ def experts_touched(experts: int, top_k: int, tokens: float) -> float:
         return 0.0
     k = min(max(1, top_k), experts)
     return experts * (1.0 - (1.0 - k / experts) ** max(1.0, tokens))
+
 
 def _inference(p: ModelProfile, w: Workload, c: Cluster, lay: Layout) -> LayoutResult:
     acc = c.accelerator
@@ -264,17 +316,19 @@ def _inference(p: ModelProfile, w: Workload, c: Cluster, lay: Layout) -> LayoutR
             expert *= experts_touched(p.experts, p.experts_per_token, tokens) / p.experts
         return (dense + expert) * w.element_bytes / (lay.tp * lay.pp) / bw
 
-    ttft_compute = max(p.forward_seconds(batch * w.seq_len, w.seq_len, acc, lay.tp, element_bytes=w.element_bytes),
-                       weight_floor(batch * w.seq_len))
+    ttft_compute = max(
+        p.forward_seconds(batch * w.seq_len, w.seq_len, acc, lay.tp, element_bytes=w.element_bytes),
+        weight_floor(batch * w.seq_len),
+    )
     ttft = ttft_compute + comm(batch * w.seq_len)
     mid = w.seq_len + w.generate_tokens // 2
     kv_read = p.kv_bytes_per_token * scale * batch * mid / lay.tp / bw
-    decode = max(p.forward_seconds(batch, mid, acc, lay.tp, decode=True, element_bytes=w.element_bytes),
-                 weight_floor(batch))
+    decode = max(
+        p.forward_seconds(batch, mid, acc, lay.tp, decode=True, element_bytes=w.element_bytes), weight_floor(batch)
+    )
     per_token = decode + kv_read + comm(batch)
     fits = sum(mem.values()) <= acc.memory_bytes
-    parts = {"prefill compute": ttft_compute, "decode per token": per_token,
-             "communication per token": comm(batch)}
+    parts = {"prefill compute": ttft_compute, "decode per token": per_token, "communication per token": comm(batch)}
     generated = w.global_batch * max(1, w.generate_tokens)
     run_s = ttft + w.generate_tokens * per_token
     tps = w.global_batch / per_token
@@ -282,13 +336,21 @@ def _inference(p: ModelProfile, w: Workload, c: Cluster, lay: Layout) -> LayoutR
     mfu = flops / (per_token * lay.tp * lay.pp * peak)
     cost = acc.price_per_hour * lay.devices / 3600 * run_s / generated * 1e6
     # What bounds a generated token: the weights and cache read, the arithmetic, or the messages.
-    bounds = {"memory bandwidth": weight_floor(batch) + kv_read, "compute": flops / (lay.tp * lay.pp * peak),
-              "communication": comm(batch)}
+    bounds = {
+        "memory bandwidth": weight_floor(batch) + kv_read,
+        "compute": flops / (lay.tp * lay.pp * peak),
+        "communication": comm(batch),
+    }
     limit = "memory" if not fits else max(bounds, key=lambda k: bounds[k])
-    extra = {"time_to_first_token_s": ttft, "seconds_per_token": per_token,
-             "tokens_per_s_per_sequence": 1 / per_token, "tokens_per_s_per_device": tps / lay.devices,
-             "kv_cache_bytes_per_token": p.kv_bytes_per_token * scale,
-             "weights_read_s_per_token": weight_floor(batch), "kv_read_s_per_token": kv_read,
-             "compute_floor_s_per_token": flops / (lay.tp * lay.pp * peak),
-             "prefill_compute_floor_s": p.forward_flops(batch * w.seq_len, w.seq_len) / (lay.tp * lay.pp * peak)}
+    extra = {
+        "time_to_first_token_s": ttft,
+        "seconds_per_token": per_token,
+        "tokens_per_s_per_sequence": 1 / per_token,
+        "tokens_per_s_per_device": tps / lay.devices,
+        "kv_cache_bytes_per_token": p.kv_bytes_per_token * scale,
+        "weights_read_s_per_token": weight_floor(batch),
+        "kv_read_s_per_token": kv_read,
+        "compute_floor_s_per_token": flops / (lay.tp * lay.pp * peak),
+        "prefill_compute_floor_s": p.forward_flops(batch * w.seq_len, w.seq_len) / (lay.tp * lay.pp * peak),
+    }
     return LayoutResult(lay, fits, mem, ttft, parts, limit, mfu, tps, cost, 1, extra)

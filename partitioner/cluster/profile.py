@@ -29,8 +29,8 @@ from typing import Any, Sequence
 from partitioner import kernels
 from partitioner.cost import ops as gpu_ops
 from partitioner.errors import PartitionError, ShardingError
-from partitioner.kernels import KernelOp
 from partitioner.graph import Graph
+from partitioner.kernels import KernelOp
 from partitioner.remat.memory import RematResult
 from partitioner.sharding.specs import parameter_shapes
 
@@ -75,8 +75,9 @@ class ModelProfile:
         linear = self.flops_per_token - self.attention_flops_per_token
         return tokens * (linear + self.attention_flops_per_token * seq / self.seq0)
 
-    def forward_seconds(self, tokens: float, seq: int, acc: Any, tp: int = 1, decode: bool = False,
-                        element_bytes: int | None = None) -> float:
+    def forward_seconds(
+        self, tokens: float, seq: int, acc: Any, tp: int = 1, decode: bool = False, element_bytes: int | None = None
+    ) -> float:
         """The forward time of ``tokens`` tokens in sequences of ``seq`` on one device of ``acc``
         (an :class:`~partitioner.cluster.hardware.Accelerator`), the work split ``tp`` ways
         (NOTE: [Scaling the traced graph]). With the card's kernel curves (``acc.kernels``) each
@@ -88,17 +89,30 @@ class ModelProfile:
         gpu = getattr(acc, "kernels", None)
         engine = getattr(acc, "engine", "eager")
         elem = int(element_bytes or self.element_bytes)
-        key = (float(tokens), int(seq), getattr(acc, "name", ""), float(acc.peak_flops),
-               float(acc.memory_bandwidth_bytes_per_s), engine, int(tp), bool(decode), elem)
+        key = (
+            float(tokens),
+            int(seq),
+            getattr(acc, "name", ""),
+            float(acc.peak_flops),
+            float(acc.memory_bandwidth_bytes_per_s),
+            engine,
+            int(tp),
+            bool(decode),
+            elem,
+        )
         if key not in self._cache:
             if gpu is not None and self.node_ops:
                 self._cache[key] = sum(self._kernel_seconds(gpu, engine, tokens, seq, tp, decode, False, elem))
             else:
-                self._cache[key] = self._roofline_seconds(tokens, seq, float(acc.peak_flops),
-                                                          float(acc.memory_bandwidth_bytes_per_s)) / tp
+                self._cache[key] = (
+                    self._roofline_seconds(tokens, seq, float(acc.peak_flops), float(acc.memory_bandwidth_bytes_per_s))
+                    / tp
+                )
         return self._cache[key]
 
-    def backward_seconds(self, tokens: float, seq: int, acc: Any, tp: int = 1, element_bytes: int | None = None) -> float:
+    def backward_seconds(
+        self, tokens: float, seq: int, acc: Any, tp: int = 1, element_bytes: int | None = None
+    ) -> float:
         """The backward's time for the same work (:func:`partitioner.kernels.backward_times` with
         the card's curves; twice the forward without them, the FLOP count's rule). Cached."""
         gpu = getattr(acc, "kernels", None)
@@ -141,12 +155,15 @@ class ModelProfile:
         moved = params * (grad + 2 * state + master + (weight if master else 0))
         gpu = getattr(acc, "kernels", None)
         bandwidth = gpu.best_bandwidth_bytes_per_s if gpu is not None else float(acc.memory_bandwidth_bytes_per_s)
-        eager = gpu is not None and getattr(acc, "engine", "eager") == "eager"  # without curves: the roofline's one pass
+        eager = (
+            gpu is not None and getattr(acc, "engine", "eager") == "eager"
+        )  # without curves: the roofline's one pass
         passes = _FOREACH_PASSES.get(optimizer, 1.0) if eager else 1.0
         return passes * moved / bandwidth
 
-    def _kernel_seconds(self, gpu: Any, engine: str, tokens: float, seq: int, tp: int, decode: bool,
-                        backward: bool, element_bytes: int) -> list[float]:
+    def _kernel_seconds(
+        self, gpu: Any, engine: str, tokens: float, seq: int, tp: int, decode: bool, backward: bool, element_bytes: int
+    ) -> list[float]:
         r, q = tokens / self.tokens0, seq / self.seq0
         dtype = {1: "float8", 2: "bfloat16", 4: "float32", 8: "float64"}.get(element_bytes, "bfloat16")
         size = element_bytes / self.element_bytes
@@ -222,8 +239,9 @@ def profile(graph: Graph, name: str = "") -> ModelProfile:
     tokens0, seq0 = _tokens(graph)
     nodes = graph.nodes
     weight_bytes = graph.parameter_bytes
-    dtypes = Counter(str(nd.dtype).removeprefix("torch.") for nd in nodes
-                     if str(nd.dtype).removeprefix("torch.") in DTYPE_BYTES)
+    dtypes = Counter(
+        str(nd.dtype).removeprefix("torch.") for nd in nodes if str(nd.dtype).removeprefix("torch.") in DTYPE_BYTES
+    )
     element = DTYPE_BYTES[dtypes.most_common(1)[0][0]] if dtypes else 4
     # Weight-derived values (NOTE: [Scaling the traced graph]): attributes, and what ops without
     # FLOPs make from them as their first input (a transpose, an expert's weights gathered by
@@ -234,7 +252,13 @@ def profile(graph: Graph, name: str = "") -> ModelProfile:
         # An embedding lookup takes its table first but gathers rows by the token ids: its output
         # grows with the tokens (and so does everything computed from it).
         lookup = nd.is_embedding or "embedding" in nd.target
-        if nd.flops == 0 and nd.inputs and is_attr[nd.inputs[0]] and not lookup and _reads_no_activation(graph, v, is_attr):
+        if (
+            nd.flops == 0
+            and nd.inputs
+            and is_attr[nd.inputs[0]]
+            and not lookup
+            and _reads_no_activation(graph, v, is_attr)
+        ):
             is_attr[v] = True
     ops = list(graph.op_indices)
     w_bytes, a_bytes, flops, att = [], [], [], []
@@ -262,8 +286,7 @@ def profile(graph: Graph, name: str = "") -> ModelProfile:
         starts = sorted(min(position[v] for v in vs) for vs in blocks.values())
         crossing = []
         for s in starts[1:]:
-            cut = sum(graph.output_bytes[v] for v in ops[:s]
-                      if any(position.get(u, -1) >= s for u in graph.users[v]))
+            cut = sum(graph.output_bytes[v] for v in ops[:s] if any(position.get(u, -1) >= s for u in graph.users[v]))
             crossing.append(cut)
         crossing.sort()
         hidden = crossing[len(crossing) // 2] / tokens0
@@ -277,14 +300,29 @@ def profile(graph: Graph, name: str = "") -> ModelProfile:
             kv += nodes[v].output_bytes * 2 / 3 / tokens0
     expert_params, experts, moe_layers = _experts(graph)
     return ModelProfile(
-        name=name or graph.name, tokens0=tokens0, seq0=seq0, weight_bytes=int(weight_bytes),
-        param_count=int(weight_bytes // element), element_bytes=element, layers=layers,
-        hidden_bytes_per_token=hidden, kv_bytes_per_token=kv,
+        name=name or graph.name,
+        tokens0=tokens0,
+        seq0=seq0,
+        weight_bytes=int(weight_bytes),
+        param_count=int(weight_bytes // element),
+        element_bytes=element,
+        layers=layers,
+        hidden_bytes_per_token=hidden,
+        kv_bytes_per_token=kv,
         act_bytes_per_token=sum(nodes[v].output_bytes for v in ops if not is_attr[v]) / tokens0,
-        flops_per_token=sum(flops), attention_flops_per_token=sum(f for f, t in zip(flops, att) if t),
-        node_weight_bytes=tuple(w_bytes), node_act_bytes=tuple(a_bytes), node_flops=tuple(flops),
-        node_attention=tuple(att), node_ops=node_ops, vocab=_vocab(graph, ops, node_ops), expert_param_count=expert_params, experts=experts,
-        experts_per_token=graph.model_info.experts_per_token if experts else 0, moe_layers=moe_layers)
+        flops_per_token=sum(flops),
+        attention_flops_per_token=sum(f for f, t in zip(flops, att) if t),
+        node_weight_bytes=tuple(w_bytes),
+        node_act_bytes=tuple(a_bytes),
+        node_flops=tuple(flops),
+        node_attention=tuple(att),
+        node_ops=node_ops,
+        vocab=_vocab(graph, ops, node_ops),
+        expert_param_count=expert_params,
+        experts=experts,
+        experts_per_token=graph.model_info.experts_per_token if experts else 0,
+        moe_layers=moe_layers,
+    )
 
 
 def _vocab(graph: Graph, ops: Sequence[int], node_ops: Sequence[KernelOp]) -> int:
@@ -340,8 +378,9 @@ def with_min_cut(p: ModelProfile, results: Sequence[RematResult]) -> ModelProfil
     flops = p.flops_per_token * p.tokens0
     if acts <= 0 or flops <= 0:
         raise PartitionError("the graph has no activations or FLOPs to recompute")
-    options = tuple(sorted((float(r.budget), min(1.0, r.saved_activation_bytes / acts), r.recompute_flops / flops)
-                           for r in results))
+    options = tuple(
+        sorted((float(r.budget), min(1.0, r.saved_activation_bytes / acts), r.recompute_flops / flops) for r in results)
+    )
     return dataclasses.replace(p, min_cut=options, _cache={})
 
 
@@ -377,4 +416,3 @@ def _experts(graph: Graph) -> tuple[int, int, int]:
 
 def divisors(n: int, limit: int | None = None) -> list[int]:
     return [d for d in range(1, (limit or n) + 1) if n % d == 0]
-

@@ -43,36 +43,147 @@ from partitioner.graph import Graph
 
 __all__ = ["SavedActivations", "saved_activations", "PlannerProfile", "profile"]
 
-_VIEW = {"view", "reshape", "_unsafe_view", "transpose", "permute", "expand", "expand_as", "unsqueeze", "squeeze",
-         "contiguous", "clone", "getitem", "split", "split_with_sizes", "chunk", "slice", "select", "t", "alias",
-         "detach", "flatten", "unflatten", "to", "_to_copy", "type_as", "view_as", "narrow", "movedim",
-         "lift_fresh_copy", "float", "half", "bfloat16", "type", "identity"}
-_PRODUCT = {"mm", "addmm", "linear", "matmul", "bmm", "baddbmm", "einsum", "conv1d", "conv2d", "conv3d",
-            "convolution", "_grouped_mm", "grouped_mm"}
-_NORM = {"layer_norm", "native_layer_norm", "rms_norm", "_fused_rms_norm", "group_norm", "batch_norm",
-         "native_batch_norm", "instance_norm"}
-_ATTENTION = {"scaled_dot_product_attention", "_scaled_dot_product_flash_attention",
-              "_scaled_dot_product_efficient_attention", "_scaled_dot_product_cudnn_attention", "flex_attention",
-              "_flash_attention_forward", "_efficient_attention_forward"}
+_VIEW = {
+    "view",
+    "reshape",
+    "_unsafe_view",
+    "transpose",
+    "permute",
+    "expand",
+    "expand_as",
+    "unsqueeze",
+    "squeeze",
+    "contiguous",
+    "clone",
+    "getitem",
+    "split",
+    "split_with_sizes",
+    "chunk",
+    "slice",
+    "select",
+    "t",
+    "alias",
+    "detach",
+    "flatten",
+    "unflatten",
+    "to",
+    "_to_copy",
+    "type_as",
+    "view_as",
+    "narrow",
+    "movedim",
+    "lift_fresh_copy",
+    "float",
+    "half",
+    "bfloat16",
+    "type",
+    "identity",
+}
+_PRODUCT = {
+    "mm",
+    "addmm",
+    "linear",
+    "matmul",
+    "bmm",
+    "baddbmm",
+    "einsum",
+    "conv1d",
+    "conv2d",
+    "conv3d",
+    "convolution",
+    "_grouped_mm",
+    "grouped_mm",
+}
+_NORM = {
+    "layer_norm",
+    "native_layer_norm",
+    "rms_norm",
+    "_fused_rms_norm",
+    "group_norm",
+    "batch_norm",
+    "native_batch_norm",
+    "instance_norm",
+}
+_ATTENTION = {
+    "scaled_dot_product_attention",
+    "_scaled_dot_product_flash_attention",
+    "_scaled_dot_product_efficient_attention",
+    "_scaled_dot_product_cudnn_attention",
+    "flex_attention",
+    "_flash_attention_forward",
+    "_efficient_attention_forward",
+}
 _SOFTMAX = {"softmax", "_softmax", "log_softmax", "_log_softmax", "safe_softmax", "_safe_softmax"}
 _LINEAR_POINTWISE = {"add", "sub", "neg", "cat", "where", "masked_fill", "rsub", "stack", "mul", "div"}
-_NONLINEAR_POINTWISE = {"pow", "tanh", "sigmoid", "silu", "gelu", "relu", "exp", "log", "rsqrt", "sqrt", "erf",
-                        "reciprocal", "square", "abs", "clamp", "softplus", "mish", "elu", "leaky_relu",
-                        "hardtanh", "hardswish", "hardsigmoid", "sin", "cos", "log1p", "expm1", "relu6",
-                        "mean", "var", "sum", "amax", "var_mean", "std", "norm"}
+_NONLINEAR_POINTWISE = {
+    "pow",
+    "tanh",
+    "sigmoid",
+    "silu",
+    "gelu",
+    "relu",
+    "exp",
+    "log",
+    "rsqrt",
+    "sqrt",
+    "erf",
+    "reciprocal",
+    "square",
+    "abs",
+    "clamp",
+    "softplus",
+    "mish",
+    "elu",
+    "leaky_relu",
+    "hardtanh",
+    "hardswish",
+    "hardsigmoid",
+    "sin",
+    "cos",
+    "log1p",
+    "expm1",
+    "relu6",
+    "mean",
+    "var",
+    "sum",
+    "amax",
+    "var_mean",
+    "std",
+    "norm",
+}
 _REDUCTION = {"mean", "var", "sum", "amax", "var_mean", "std", "norm"}
 
 
 def _base(target: str) -> str:
     """``"aten::addmm"`` or ``"aten::add.Tensor"`` -> ``"addmm"``, ``"add"``."""
-    return target.split("::")[-1].split(".")[0].lower().strip("_") if "::" in target else \
-        target.rsplit(".", 1)[-1].lower().strip("_")
+    return (
+        target.split("::")[-1].split(".")[0].lower().strip("_")
+        if "::" in target
+        else target.rsplit(".", 1)[-1].lower().strip("_")
+    )
 
 
-_MODULES = {"linear": "linear", "conv1d": "conv1d", "conv2d": "conv2d", "conv3d": "conv3d", "embedding": "embedding",
-            "layernorm": "layer_norm", "rmsnorm": "rms_norm", "groupnorm": "group_norm", "batchnorm1d": "batch_norm",
-            "batchnorm2d": "batch_norm", "dropout": "dropout", "gelu": "gelu", "relu": "relu", "silu": "silu",
-            "tanh": "tanh", "sigmoid": "sigmoid", "softmax": "softmax", "identity": "view", "flatten": "view"}
+_MODULES = {
+    "linear": "linear",
+    "conv1d": "conv1d",
+    "conv2d": "conv2d",
+    "conv3d": "conv3d",
+    "embedding": "embedding",
+    "layernorm": "layer_norm",
+    "rmsnorm": "rms_norm",
+    "groupnorm": "group_norm",
+    "batchnorm1d": "batch_norm",
+    "batchnorm2d": "batch_norm",
+    "dropout": "dropout",
+    "gelu": "gelu",
+    "relu": "relu",
+    "silu": "silu",
+    "tanh": "tanh",
+    "sigmoid": "sigmoid",
+    "softmax": "softmax",
+    "identity": "view",
+    "flatten": "view",
+}
 
 
 def _module_kind(graph: Graph, v: int) -> str:
@@ -103,8 +214,9 @@ class SavedActivations:
     kv_heads: int = 0
     widths: tuple[int, ...] = ()  # output widths of the products with weights inside the blocks
 
-    def layer_bytes_per_token(self, element_bytes: float, seq: int, tp: int = 1, sequence_parallel: bool = True,
-                              scores: bool = True) -> float:
+    def layer_bytes_per_token(
+        self, element_bytes: float, seq: int, tp: int = 1, sequence_parallel: bool = True, scores: bool = True
+    ) -> float:
         """One layer's saved bytes a token at sequence ``seq``, on one of ``tp`` ranks; without
         ``scores`` (selective recomputation) the sequence-sized values are left out."""
         sp = (self.sp_elements * element_bytes + self.sp_mask_bytes) / (tp if sequence_parallel else 1)
@@ -153,8 +265,12 @@ def saved_activations(graph: Graph) -> SavedActivations:
             weight[v] = not any(not weight[u] for u in nd.inputs)
     block = _blocks(graph)
     # The hidden state: the commonest width a block reads from outside itself.
-    sizes = Counter(round(elements(u)) for v in block for u in nodes[v].inputs
-                    if not weight[u] and block.get(u) != block[v] and elements(u) > 0)
+    sizes = Counter(
+        round(elements(u))
+        for v in block
+        for u in nodes[v].inputs
+        if not weight[u] and block.get(u) != block[v] and elements(u) > 0
+    )
     hidden = sizes.most_common(1)[0][0] if sizes else max((round(elements(v)) for v in graph.op_indices), default=1)
     significant = [not weight[v] and elements(v) >= max(2.0, hidden / 64) for v in range(n)]
     root = list(range(n))
@@ -206,8 +322,12 @@ def saved_activations(graph: Graph) -> SavedActivations:
         elif pointwise[v]:
             r = find(v)
             if r not in region_sp:
-                outside = {root[u] for m in members[r] for u in nodes[m].inputs
-                           if not weight[u] and significant[root[u]] and find(root[u]) != r}
+                outside = {
+                    root[u]
+                    for m in members[r]
+                    for u in nodes[m].inputs
+                    if not weight[u] and significant[root[u]] and find(root[u]) != r
+                }
                 region_sp[r] = all(sp[u] for u in outside)
             sp[v] = region_sp[r]
         else:
@@ -218,8 +338,7 @@ def saved_activations(graph: Graph) -> SavedActivations:
 
     def keep(value: int, by: int) -> None:
         value = root[value]
-        if not weight[value] and significant[value] and not str(nodes[value].dtype).startswith(("int", "uint",
-                                                                                                  "bool")):
+        if not weight[value] and significant[value] and not str(nodes[value].dtype).startswith(("int", "uint", "bool")):
             kept.setdefault(value, by)
 
     done: set[int] = set()
@@ -248,11 +367,22 @@ def saved_activations(graph: Graph) -> SavedActivations:
             done.add(r)
             group = members[r]
             inside = set(group)
-            external = sorted({root[u] for m in group for u in nodes[m].inputs
-                               if not weight[u] and significant[root[u]] and root[u] not in inside})
-            nonlinear = any(kind[m] in _NONLINEAR_POINTWISE or
-                            (kind[m] in ("mul", "div") and sum(significant[root[u]] and not weight[u]
-                                                               for u in nodes[m].inputs) >= 2) for m in group)
+            external = sorted(
+                {
+                    root[u]
+                    for m in group
+                    for u in nodes[m].inputs
+                    if not weight[u] and significant[root[u]] and root[u] not in inside
+                }
+            )
+            nonlinear = any(
+                kind[m] in _NONLINEAR_POINTWISE
+                or (
+                    kind[m] in ("mul", "div")
+                    and sum(significant[root[u]] and not weight[u] for u in nodes[m].inputs) >= 2
+                )
+                for m in group
+            )
             if not nonlinear:
                 continue
             if len(external) == 1:
@@ -260,8 +390,11 @@ def saved_activations(graph: Graph) -> SavedActivations:
                 continue
             for m in group:  # several inputs: each op as eager autograd keeps
                 acts = [u for u in nodes[m].inputs if not weight[u] and significant[root[u]]]
-                if kind[m] in ("mul", "div") and len(acts) >= 2 or (kind[m] in _NONLINEAR_POINTWISE
-                                                                     and kind[m] not in _REDUCTION):
+                if (
+                    kind[m] in ("mul", "div")
+                    and len(acts) >= 2
+                    or (kind[m] in _NONLINEAR_POINTWISE and kind[m] not in _REDUCTION)
+                ):
                     for u in acts:
                         keep(u, m)
         elif base not in _VIEW and base not in ("embedding", "output"):
@@ -312,19 +445,35 @@ def saved_activations(graph: Graph) -> SavedActivations:
             q, k = nodes[nd.inputs[0]].shape or (), nodes[root[nd.inputs[1]]].shape or ()
             if len(q) == 4:
                 heads = q[1]
-                dim = q[-1]
                 k = nodes[root[nd.inputs[1]]].shape or ()
                 kv_heads = k[1] if len(k) == 4 else heads
         if kind[v] in _PRODUCT and (nd.param_bytes or any(weight[u] for u in nd.inputs)) and nd.shape:
             widths.add(int(nd.shape[-1]))
-        elif not heads and kind[v] in ("matmul", "bmm") and nd.shape and len(nd.shape) == 4 and seq0 > 1 \
-                and nd.shape[-1] == nd.shape[-2] == seq0:  # eager attention's scores: (batch, heads, s, s)
+        elif (
+            not heads
+            and kind[v] in ("matmul", "bmm")
+            and nd.shape
+            and len(nd.shape) == 4
+            and seq0 > 1
+            and nd.shape[-1] == nd.shape[-2] == seq0
+        ):  # eager attention's scores: (batch, heads, s, s)
             heads = kv_heads = int(nd.shape[1])
-    return SavedActivations(layers=layers, seq0=seq0, sp_elements=sp_el / layers, tp_elements=tp_el / layers,
-                            score_elements=score_el / layers, sp_mask_bytes=sp_mask / layers,
-                            tp_mask_bytes=tp_mask / layers, score_mask_bytes=score_mask / layers,
-                            outside_elements=out_el, input_elements=float(hidden), hidden=int(hidden),
-                            heads=int(heads), kv_heads=int(kv_heads), widths=tuple(sorted(widths)))
+    return SavedActivations(
+        layers=layers,
+        seq0=seq0,
+        sp_elements=sp_el / layers,
+        tp_elements=tp_el / layers,
+        score_elements=score_el / layers,
+        sp_mask_bytes=sp_mask / layers,
+        tp_mask_bytes=tp_mask / layers,
+        score_mask_bytes=score_mask / layers,
+        outside_elements=out_el,
+        input_elements=float(hidden),
+        hidden=int(hidden),
+        heads=int(heads),
+        kv_heads=int(kv_heads),
+        widths=tuple(sorted(widths)),
+    )
 
 
 @dataclass(frozen=True)

@@ -57,7 +57,9 @@ class ClusterPlan:
         return self.fitting[:n]
 
 
-def device_counts(devices_per_node: int, max_nodes: int, min_devices: int = 1, max_devices: int | None = None) -> list[int]:
+def device_counts(
+    devices_per_node: int, max_nodes: int, min_devices: int = 1, max_devices: int | None = None
+) -> list[int]:
     counts = {d for d in (1, 2, 4, 8, 16, 32, 64) if d < devices_per_node}
     nodes = 1
     while nodes <= max_nodes:
@@ -124,13 +126,23 @@ def _context_degrees(p: ModelProfile, w: Workload, rest: int) -> list[int]:
     return [cp for cp in _powers(min(16, rest)) if rest % cp == 0 and w.seq_len % cp == 0]
 
 
-def _layouts(p: ModelProfile, w: Workload, c: Cluster, devices: int, refused: dict[str, int],
-             check: Callable[[str, int, int], None]) -> list[Layout]:
+def _layouts(
+    p: ModelProfile,
+    w: Workload,
+    c: Cluster,
+    devices: int,
+    refused: dict[str, int],
+    check: Callable[[str, int, int], None],
+) -> list[Layout]:
     found: list[Layout] = []
     saved = getattr(p, "saved", None)
     # Selective recomputation drops what grows with the sequence: only where the model keeps it.
-    recompute = ("none", *(("selective",) if saved is not None and saved.score_elements else ()), "full",
-                 *(min_cut_label(b) for b, _, _ in p.min_cut))
+    recompute = (
+        "none",
+        *(("selective",) if saved is not None and saved.score_elements else ()),
+        "full",
+        *(min_cut_label(b) for b, _, _ in p.min_cut),
+    )
     for tp in _powers(min(devices, c.devices_per_node)):
         if devices % tp:
             continue
@@ -156,9 +168,16 @@ def _layouts(p: ModelProfile, w: Workload, c: Cluster, devices: int, refused: di
                     m = per_replica // mb
                     if m > MAX_MICROBATCHES:
                         continue
-                    schedules: list[tuple[str, int]] = [("none", 2)] if pp == 1 else [
-                        (s, v) for s in SCHEDULES for v in ((2, 4) if s == "interleaved_1f1b" else (2,))
-                        if s not in ("interleaved_1f1b", "zero_bubble") or p.layers % (v * pp) == 0]
+                    schedules: list[tuple[str, int]] = (
+                        [("none", 2)]
+                        if pp == 1
+                        else [
+                            (s, v)
+                            for s in SCHEDULES
+                            for v in ((2, 4) if s == "interleaved_1f1b" else (2,))
+                            if s not in ("interleaved_1f1b", "zero_bubble") or p.layers % (v * pp) == 0
+                        ]
+                    )
                     for sched, v in schedules:
                         if sched != "none":
                             try:
@@ -168,13 +187,21 @@ def _layouts(p: ModelProfile, w: Workload, c: Cluster, devices: int, refused: di
                                 continue
                         # HSDP: shard inside a node, replicate across nodes, where the group spans nodes
                         node_shard = c.devices_per_node // tp
-                        shards = [0] + ([node_shard] if tp * dp * cp > c.devices_per_node and node_shard > 1
-                                        and (dp * cp) % node_shard == 0 and node_shard % cp == 0 else [])
-                        for zero in ((0, 1, 2, 3) if dp * cp > 1 else (0,)):
+                        shards = [0] + (
+                            [node_shard]
+                            if tp * dp * cp > c.devices_per_node
+                            and node_shard > 1
+                            and (dp * cp) % node_shard == 0
+                            and node_shard % cp == 0
+                            else []
+                        )
+                        for zero in (0, 1, 2, 3) if dp * cp > 1 else (0,):
                             for rc in recompute:
-                                for shard in (shards if zero else [0]):
-                                    found.extend(Layout(dp, tp, pp, mb, sched, zero, rc, ep, cp=cp, virtual=v,
-                                                        shard=shard) for ep in eps)
+                                for shard in shards if zero else [0]:
+                                    found.extend(
+                                        Layout(dp, tp, pp, mb, sched, zero, rc, ep, cp=cp, virtual=v, shard=shard)
+                                        for ep in eps
+                                    )
     return found
 
 
@@ -210,8 +237,17 @@ def search(p: ModelProfile, w: Workload, c: Cluster, device_range: Sequence[int]
         by_devices.setdefault(r.devices, r)
     fewest = min(fitting, key=lambda r: (r.devices, r.step_s)) if fitting else None
     cheapest = min(fitting, key=lambda r: (r.cost_per_million_tokens, r.step_s)) if fitting else None
-    return ClusterPlan(tuple(fitting), fewest, fitting[0] if fitting else None, cheapest, pareto(fitting),
-                       dict(sorted(by_devices.items())), evaluated, time.perf_counter() - began, refused)
+    return ClusterPlan(
+        tuple(fitting),
+        fewest,
+        fitting[0] if fitting else None,
+        cheapest,
+        pareto(fitting),
+        dict(sorted(by_devices.items())),
+        evaluated,
+        time.perf_counter() - began,
+        refused,
+    )
 
 
 def at_the_edge(found: ClusterPlan, device_range: Sequence[int]) -> tuple[str, ...]:

@@ -14,10 +14,11 @@ __all__ = ["parse_layout", "SCHEDULE_NAMES", "LAYOUT_WORDS"]
 
 SCHEDULE_NAMES = ("gpipe", "1f1b", "interleaved_1f1b", "zero_bubble")
 _TOKEN = re.compile(r"^(dp|tp|pp|ep|cp|mb|zero|shard|v)=?([0-9]+)$", re.ASCII)
-_FLAGS = {"sp": ("sp", True), "no-sp": ("sp", False), "fp32-grads": ("grad_fp32", True),
-          "offload": ("offload", True)}
-LAYOUT_WORDS = ("dp2 tp2 pp2 cp2 ep2 mb4 zero3 shard8 (HSDP) 1f1b (or gpipe, interleaved_1f1b with v4, "
-                "zero_bubble) recompute-selective (or -full, -none, -min-cut-0.5) no-sp fp32-grads offload")
+_FLAGS = {"sp": ("sp", True), "no-sp": ("sp", False), "fp32-grads": ("grad_fp32", True), "offload": ("offload", True)}
+LAYOUT_WORDS = (
+    "dp2 tp2 pp2 cp2 ep2 mb4 zero3 shard8 (HSDP) 1f1b (or gpipe, interleaved_1f1b with v4, "
+    "zero_bubble) recompute-selective (or -full, -none, -min-cut-0.5) no-sp fp32-grads offload"
+)
 
 
 def parse_layout(text: str, batch: int | None = None) -> Layout:
@@ -31,8 +32,9 @@ def parse_layout(text: str, batch: int | None = None) -> Layout:
 
     def put(key: str, value: Any, token: str) -> None:
         if key in values:
-            raise PartitionError(f"a layout names each setting once ({key} twice in {text!r}, at {token!r}); "
-                                 f"write it once")
+            raise PartitionError(
+                f"a layout names each setting once ({key} twice in {text!r}, at {token!r}); write it once"
+            )
         values[key] = value
 
     for token in filter(None, re.split(r"[\s,]+", text.strip().lower())):
@@ -46,12 +48,15 @@ def parse_layout(text: str, batch: int | None = None) -> Layout:
             put("schedule", token, token)
         elif token in _FLAGS:
             put(*_FLAGS[token], token)
-        elif token.startswith("recompute-") and (token[len("recompute-"):] in RECOMPUTE
-                                                 or token.startswith("recompute-min-cut-")):
-            put("recompute", token[len("recompute-"):], token)
+        elif token.startswith("recompute-") and (
+            token[len("recompute-") :] in RECOMPUTE or token.startswith("recompute-min-cut-")
+        ):
+            put("recompute", token[len("recompute-") :], token)
         else:
-            raise PartitionError(f"a layout is words like {LAYOUT_WORDS} (got {token!r} in {text!r}); "
-                                 f"write e.g. \"dp2 tp2 zero3\" with ASCII digits")
+            raise PartitionError(
+                f"a layout is words like {LAYOUT_WORDS} (got {token!r} in {text!r}); "
+                f'write e.g. "dp2 tp2 zero3" with ASCII digits'
+            )
     for key in ("dp", "tp", "pp", "ep", "cp", "microbatch_size", "virtual"):
         if values.get(key, 1) < 1:
             raise PartitionError(f"{key} must be at least 1 (got {values[key]} in {text!r})")

@@ -45,8 +45,9 @@ def _bias_bytes(graph: Graph, v: int) -> int:
     return int(out * 4) if node.param_bytes > out * 4 else 0
 
 
-def composed_step(graph: Graph, layout: Any, tp_plan: Sequence[tuple[str, str]], profile: DeviceProfile,
-                  batch: int) -> Predicted:
+def composed_step(
+    graph: Graph, layout: Any, tp_plan: Sequence[tuple[str, str]], profile: DeviceProfile, batch: int
+) -> Predicted:
     """The step of ``layout`` (a :class:`~partitioner.cluster.layouts.Layout`) on ``graph`` traced
     at ``batch`` rows, with ``tp_plan`` the (Linear, "colwise" | "rowwise") pairs the run shards
     (NOTE: [A composed step on a measured profile]). Parts are the slowest rank's, in seconds."""
@@ -62,8 +63,11 @@ def composed_step(graph: Graph, layout: Any, tp_plan: Sequence[tuple[str, str]],
     if pp > 1:
         from partitioner.cluster._pipelined import stage_cuts
 
-        linears = [graph.nodes[v].target for v in graph.op_indices if graph.nodes[v].op == "call_module"
-                   and graph.nodes[v].param_bytes]
+        linears = [
+            graph.nodes[v].target
+            for v in graph.op_indices
+            if graph.nodes[v].op == "call_module" and graph.nodes[v].param_bytes
+        ]
         for s, names in enumerate(stage_cuts(graph, tuple(tp_plan) if styles else (), linears, pp)):
             stage_of.update({name: s for name in names})
     k, slow = profile.training_step_factor, profile.slowdown_for(world)
@@ -90,7 +94,9 @@ def composed_step(graph: Graph, layout: Any, tp_plan: Sequence[tuple[str, str]],
         if node.param_bytes:
             bias = _bias_bytes(graph, v)
             weight = node.param_bytes - bias
-            grads[s] += [weight // tp if style else weight] + ([bias // tp if style == "colwise" else bias] if bias else [])
+            grads[s] += [weight // tp if style else weight] + (
+                [bias // tp if style == "colwise" else bias] if bias else []
+            )
         if style == "colwise":
             dispatch[s] += 2 * profile.dtensor_module_for(world)
             src = node.inputs[0] if node.inputs else v
@@ -102,17 +108,26 @@ def composed_step(graph: Graph, layout: Any, tp_plan: Sequence[tuple[str, str]],
     slot = [fwd[s] * k * slow + dispatch[s] + tp_fwd[s] + tp_bwd[s] for s in range(pp)]
     parts: list[tuple[str, float]] = []
     if pp == 1:
-        parts += [("compute", m * fwd[0] * k * slow), ("dtensor dispatch", m * dispatch[0]),
-                  ("all_reduce tp forward", m * tp_fwd[0]), ("all_reduce tp backward", m * tp_bwd[0])]
+        parts += [
+            ("compute", m * fwd[0] * k * slow),
+            ("dtensor dispatch", m * dispatch[0]),
+            ("all_reduce tp forward", m * tp_fwd[0]),
+            ("all_reduce tp backward", m * tp_bwd[0]),
+        ]
     else:
         slowest = max(range(pp), key=lambda s: slot[s])
         slots = m + pp - 1
         link = profile.link
         hand = max((link.seconds(b) if link else 0.0) for b in boundary)
-        parts += [("compute", m * fwd[slowest] * k * slow), ("dtensor dispatch", m * dispatch[slowest]),
-                  ("all_reduce tp forward", m * tp_fwd[slowest]), ("all_reduce tp backward", m * tp_bwd[slowest]),
-                  ("bubble", (pp - 1) * slot[slowest]), ("pipeline actions", 2 * slots * profile.pipeline_action_for(pp)),
-                  ("hand-off", 2 * slots * hand)]
+        parts += [
+            ("compute", m * fwd[slowest] * k * slow),
+            ("dtensor dispatch", m * dispatch[slowest]),
+            ("all_reduce tp forward", m * tp_fwd[slowest]),
+            ("all_reduce tp backward", m * tp_bwd[slowest]),
+            ("bubble", (pp - 1) * slot[slowest]),
+            ("pipeline actions", 2 * slots * profile.pipeline_action_for(pp)),
+            ("hand-off", 2 * slots * hand),
+        ]
     if dp > 1:
         sync = max(range(pp), key=lambda s: sum(grads[s]))
         if layout.zero <= 1:
@@ -121,7 +136,11 @@ def composed_step(graph: Graph, layout: Any, tp_plan: Sequence[tuple[str, str]],
             units = len(grads[sync]) // 2 + 1  # FSDP2 units: each planned Linear (weight, bias), and the root
             held = sum(grads[sync])
             gathers = m * (2 if layout.zero == 3 else 1)
-            parts.append(("all_gather parameters dp", gathers * (profile.collective_s("all_gather", held / dp / units, dp)
-                                                                   * units)))
+            parts.append(
+                (
+                    "all_gather parameters dp",
+                    gathers * (profile.collective_s("all_gather", held / dp / units, dp) * units),
+                )
+            )
             parts.append(("reduce_scatter gradients dp", units * profile.collective_s(sync_kind, held / units, dp)))
     return Predicted(sum(s for _, s in parts), tuple(parts))

@@ -268,8 +268,9 @@ class DeviceMemory:
     every non-member that a member reads (once, however many members read it).
     """
 
-    def __init__(self, cost: CostModel, part: Sequence[int], devices_of: Sequence[Sequence[int]],
-                 capacity: Mapping[int, int]) -> None:
+    def __init__(
+        self, cost: CostModel, part: Sequence[int], devices_of: Sequence[Sequence[int]], capacity: Mapping[int, int]
+    ) -> None:
         self.out, self.total, self.preds = cost.out, cost.total, cost.preds
         self.bytes = {d: 0 for d in capacity}
         self.count: dict[int, dict[int, int]] = {d: {} for d in capacity}

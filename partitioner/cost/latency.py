@@ -75,12 +75,12 @@ def node_latencies(
         latencies[graph.index[name]] = (mem_s, compute_s)
     missing = len(graph.op_indices) - len(node_latency)
     if missing > 0:
-        logger.info("node_latency covers %d op nodes; %d keep their roofline estimate",
-                    len(node_latency), missing)
+        logger.info("node_latency covers %d op nodes; %d keep their roofline estimate", len(node_latency), missing)
     return latencies
 
 
-def node_seconds(graph: Graph, devices: Sequence[Device],
-                 node_latency: Mapping[str, Sequence[float]] | None = None) -> list[float]:
+def node_seconds(
+    graph: Graph, devices: Sequence[Device], node_latency: Mapping[str, Sequence[float]] | None = None
+) -> list[float]:
     """Each node's latency: the larger of its memory and compute time (:attr:`CostModel.node_s`)."""
     return [max(m, c) for m, c in node_latencies(graph, devices, node_latency)]

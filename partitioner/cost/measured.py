@@ -4,7 +4,7 @@ devices carry one (NOTE: [Op time from a profile] there)."""
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Sequence
 
 from partitioner import kernels
 from partitioner.cost import ops as gpu_ops
@@ -51,8 +51,11 @@ def profile_latencies(graph: Graph, profile: DeviceProfile, batch_fraction: floa
             latencies.append((0.0, 0.0))
             continue
         moved = graph.activation_bytes(i) * batch_fraction + node.param_bytes
-        latencies.append(profile.op_seconds(node.flops * batch_fraction, moved, node.dtype, node.op, node.target,
-                                            gpu_ops.module_kind(graph, node)))
+        latencies.append(
+            profile.op_seconds(
+                node.flops * batch_fraction, moved, node.dtype, node.op, node.target, gpu_ops.module_kind(graph, node)
+            )
+        )
     return latencies
 
 
@@ -72,8 +75,10 @@ def gpu_latencies(graph: Graph, profile: DeviceProfile, batch_fraction: float = 
         spent = [kernels.fused_s(gpu, op, t) if op is not None else 0.0 for op, t in zip(ops, times)]
     else:
         order = [v for v in range(len(ops)) if ops[v] is not None]
-        steps = kernels.eager_increments([gpu.host_per_op_s * ops[v].launches for v in order],  # type: ignore[union-attr]
-                                         [times[v] for v in order])
+        steps = kernels.eager_increments(
+            [gpu.host_per_op_s * ops[v].launches for v in order],  # type: ignore[union-attr]
+            [times[v] for v in order],
+        )
         spent = [0.0] * len(ops)
         for v, t in zip(order, steps):
             spent[v] = t

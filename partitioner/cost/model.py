@@ -41,7 +41,6 @@ __all__ = [
 ]
 
 
-
 # --------------------------------------------------------------------------------------------
 # The cost model of a plan
 
@@ -157,9 +156,7 @@ class CostModel:
         held = self.torch_held(members)
         return sum(self.torch_extra(v, held) for v in held)
 
-    def device_memory(
-        self, members: Sequence[Sequence[int]], devices_of: Sequence[Sequence[int]]
-    ) -> dict[int, int]:
+    def device_memory(self, members: Sequence[Sequence[int]], devices_of: Sequence[Sequence[int]]) -> dict[int, int]:
         """Memory each device holds. Physical: the union of its partitions' nodes, so a tensor
         read by two partitions on one device is stored once there. Torch (the rule of
         ``get_device_to_partitions_mapping``): the device's first partition costs its memory;
@@ -230,9 +227,9 @@ class CostModel:
         order, finish, begin, levels, path, total = self.schedule([t for t, _, _ in latency], edges, devices_of)
         return Evaluation(members, memory, latency, edges, order, finish, total, path, levels, begin)
 
-    def schedule(self, latency: Sequence[float], edges: Mapping[tuple[int, int], int],
-                 devices_of: Sequence[Sequence[int]]
-                 ) -> tuple[list[int] | None, list[float], list[float], list[int], list[int], float]:
+    def schedule(
+        self, latency: Sequence[float], edges: Mapping[tuple[int, int], int], devices_of: Sequence[Sequence[int]]
+    ) -> tuple[list[int] | None, list[float], list[float], list[int], list[int], float]:
         """The plan's schedule from each partition's latency and the partition edges: (topological
         order or None when cyclic, finish, start, BFS level, critical path, end-to-end latency).
         O(P + E log E) for P partitions and E edges (parents are visited in id order, so ties on
@@ -247,7 +244,7 @@ class CostModel:
         if order is None:
             return order, finish, begin, levels, path, total
         parents: list[list[int]] = [[] for _ in range(num)]
-        for (a, b) in sorted(edges):
+        for a, b in sorted(edges):
             parents[b].append(a)
         came_from = [-1] * num
         free_at: dict[int, tuple[float, int]] = {}  # device -> (when free, last partition)
@@ -297,11 +294,15 @@ class CostModel:
 
     def _sum_latency(self, members: Sequence[int]) -> tuple[float, float, float]:
         """(overall, mem, compute) seconds of a partition whose ops run one at a time."""
-        return (sum(self.node_s[v] for v in members), sum(self.mem_s[v] for v in members),
-                sum(self.compute_s[v] for v in members))
+        return (
+            sum(self.node_s[v] for v in members),
+            sum(self.mem_s[v] for v in members),
+            sum(self.compute_s[v] for v in members),
+        )
 
-    def _torch_edge_bytes(self, part: Sequence[int], members: Sequence[Sequence[int]],
-                          edges: Mapping[tuple[int, int], int]) -> dict[tuple[int, int], int]:
+    def _torch_edge_bytes(
+        self, part: Sequence[int], members: Sequence[Sequence[int]], edges: Mapping[tuple[int, int], int]
+    ) -> dict[tuple[int, int], int]:
         """Bytes of each partition edge as ``get_comm_latency_between`` counts them: every node
         of the parent (its ops, and the inputs and attributes it holds) that the child reads,
         once, so an input both partitions read counts as sent from the parent."""
@@ -312,7 +313,7 @@ class CostModel:
                     if not self.is_op[u]:
                         held.setdefault(u, set()).add(p)
         out: dict[tuple[int, int], int] = {}
-        for (q, p) in edges:
+        for q, p in edges:
             seen: set[int] = set()
             total = 0
             for v in members[p]:

@@ -12,32 +12,127 @@ from partitioner.kernels import GpuKernels, KernelOp, dtype_name
 
 __all__ = ["op_kind", "kernel_op", "is_causal", "op_times", "module_kind"]
 
-_VIEWS = frozenset({"view", "_unsafe_view", "reshape", "unsqueeze", "squeeze", "transpose", "t", "permute", "expand",
-                    "slice", "select", "alias", "detach", "unflatten", "flatten", "split", "split_with_sizes", "chunk",
-                    "unbind", "getitem", "size", "sym_size", "dim", "lift_fresh_copy", "dropout", "as_strided",
-                    "expand_as", "view_as", "narrow", "movedim", "_assert_tensor_metadata", "getattr", "identity",
-                    "flatten_using_ints", "numel"})
-_MATMUL = frozenset({"linear", "mm", "addmm", "bmm", "matmul", "baddbmm", "einsum", "conv1d", "conv2d", "conv3d",
-                     "convolution", "_grouped_mm", "grouped_mm_fallback", "grouped_mm", "addmv", "mv", "dot", "conv_transpose2d"})
-_ATTENTION = frozenset({"scaled_dot_product_attention", "_scaled_dot_product_flash_attention",
-                        "_scaled_dot_product_efficient_attention", "_scaled_dot_product_cudnn_attention"})
+_VIEWS = frozenset(
+    {
+        "view",
+        "_unsafe_view",
+        "reshape",
+        "unsqueeze",
+        "squeeze",
+        "transpose",
+        "t",
+        "permute",
+        "expand",
+        "slice",
+        "select",
+        "alias",
+        "detach",
+        "unflatten",
+        "flatten",
+        "split",
+        "split_with_sizes",
+        "chunk",
+        "unbind",
+        "getitem",
+        "size",
+        "sym_size",
+        "dim",
+        "lift_fresh_copy",
+        "dropout",
+        "as_strided",
+        "expand_as",
+        "view_as",
+        "narrow",
+        "movedim",
+        "_assert_tensor_metadata",
+        "getattr",
+        "identity",
+        "flatten_using_ints",
+        "numel",
+    }
+)
+_MATMUL = frozenset(
+    {
+        "linear",
+        "mm",
+        "addmm",
+        "bmm",
+        "matmul",
+        "baddbmm",
+        "einsum",
+        "conv1d",
+        "conv2d",
+        "conv3d",
+        "convolution",
+        "_grouped_mm",
+        "grouped_mm_fallback",
+        "grouped_mm",
+        "addmv",
+        "mv",
+        "dot",
+        "conv_transpose2d",
+    }
+)
+_ATTENTION = frozenset(
+    {
+        "scaled_dot_product_attention",
+        "_scaled_dot_product_flash_attention",
+        "_scaled_dot_product_efficient_attention",
+        "_scaled_dot_product_cudnn_attention",
+    }
+)
 _LOSS = frozenset({"cross_entropy", "nll_loss", "cross_entropy_loss", "log_softmax", "_log_softmax"})
-_NAMED = {"softmax": "softmax", "_softmax": "softmax", "layer_norm": "layer_norm", "native_layer_norm": "layer_norm",
-          "group_norm": "layer_norm", "batch_norm": "layer_norm", "rms_norm": "rms_norm", "_fused_rms_norm": "rms_norm",
-          "gelu": "gelu", "silu": "silu", "sigmoid": "silu", "tanh": "gelu", "add": "add", "sub": "add", "mul": "add",
-          "div": "add", "where": "add", "maximum": "add", "minimum": "add", "masked_fill": "add",
-          "embedding": "embedding"}
-_MODULES = {"linear": "linear", "conv1d": "conv1d", "conv2d": "conv2d", "layernorm": "layer_norm",
-            "rmsnorm": "rms_norm", "gelu": "gelu", "silu": "silu", "relu": "add", "softmax": "softmax",
-            "embedding": "embedding", "dropout": "dropout", "identity": "identity", "crossentropyloss": "cross_entropy",
-            "batchnorm2d": "batch_norm", "groupnorm": "group_norm", "multiheadattention": "linear"}
+_NAMED = {
+    "softmax": "softmax",
+    "_softmax": "softmax",
+    "layer_norm": "layer_norm",
+    "native_layer_norm": "layer_norm",
+    "group_norm": "layer_norm",
+    "batch_norm": "layer_norm",
+    "rms_norm": "rms_norm",
+    "_fused_rms_norm": "rms_norm",
+    "gelu": "gelu",
+    "silu": "silu",
+    "sigmoid": "silu",
+    "tanh": "gelu",
+    "add": "add",
+    "sub": "add",
+    "mul": "add",
+    "div": "add",
+    "where": "add",
+    "maximum": "add",
+    "minimum": "add",
+    "masked_fill": "add",
+    "embedding": "embedding",
+}
+_MODULES = {
+    "linear": "linear",
+    "conv1d": "conv1d",
+    "conv2d": "conv2d",
+    "layernorm": "layer_norm",
+    "rmsnorm": "rms_norm",
+    "gelu": "gelu",
+    "silu": "silu",
+    "relu": "add",
+    "softmax": "softmax",
+    "embedding": "embedding",
+    "dropout": "dropout",
+    "identity": "identity",
+    "crossentropyloss": "cross_entropy",
+    "batchnorm2d": "batch_norm",
+    "groupnorm": "group_norm",
+    "multiheadattention": "linear",
+}
 
 
 def _short(target: str) -> str:
     """``aten::mul.Tensor`` -> ``mul``; ``torch.nn.functional.gelu`` -> ``gelu``."""
     base = target.split("::")[-1].rpartition(".")[2] if "::" not in target else target.split("::")[-1].split(".")[0]
-    return base.strip("_") if base not in ("_softmax", "_log_softmax", "_grouped_mm", "_unsafe_view",
-                                           "_fused_rms_norm") else base
+    return (
+        base.strip("_")
+        if base not in ("_softmax", "_log_softmax", "_grouped_mm", "_unsafe_view", "_fused_rms_norm")
+        else base
+    )
 
 
 def op_kind(op: str, target: str, module_kind: str = "") -> str:

@@ -75,8 +75,10 @@ def tp_forward(graph: Graph, plan: Any, profile: DeviceProfile) -> Predicted:
     in_place = profile.collective("dtensor_all_reduce", world) is not None
     reduced = sum(1 for c in plan.collectives if not c.backward and c.kind == "all_reduce") if in_place else 0
     dispatched = max(0, len(calls) - reduced)
-    parts = [("compute", compute * profile.slowdown_for(world)),
-             ("dtensor dispatch", profile.dtensor_module_for(world) * dispatched)]
+    parts = [
+        ("compute", compute * profile.slowdown_for(world)),
+        ("dtensor dispatch", profile.dtensor_module_for(world) * dispatched),
+    ]
     for c in plan.collectives:
         if c.backward:
             continue

@@ -37,8 +37,21 @@ if TYPE_CHECKING:  # pragma: no cover
     from partitioner.graph import Graph
     from partitioner.plan.records import Plan
 
-__all__ = ["Group", "CollapsedGraph", "collapse", "collapsed_to_dot", "box_values", "search", "SearchHit", "MAX_BOXES",
-           "expand_key", "FOLD", "lineage", "UPSTREAM_COLOUR", "DOWNSTREAM_COLOUR"]
+__all__ = [
+    "Group",
+    "CollapsedGraph",
+    "collapse",
+    "collapsed_to_dot",
+    "box_values",
+    "search",
+    "SearchHit",
+    "MAX_BOXES",
+    "expand_key",
+    "FOLD",
+    "lineage",
+    "UPSTREAM_COLOUR",
+    "DOWNSTREAM_COLOUR",
+]
 
 MAX_BOXES = 300  # above this many boxes, runs of nodes outside any module are merged
 FOLD = "fold:"  # key prefix of a box of folded repeated blocks
@@ -117,7 +130,7 @@ def expand_key(key: str) -> str:
     """The module path that expanding box ``key`` adds to ``expanded``: a folded box opens its
     first block (the others stay folded), any other box itself."""
     if key.startswith(FOLD):
-        parent, _, span = key[len(FOLD):].rpartition(".")
+        parent, _, span = key[len(FOLD) :].rpartition(".")
         return f"{parent}.{span.partition('-')[0]}" if parent else span.partition("-")[0]
     return key
 
@@ -132,8 +145,9 @@ def expand_key(key: str) -> str:
 # computed once per candidate box: O(N) over the graph.
 # A graph's block signatures and block ancestors, kept while the graph lives: every view of the
 # same model (expand, search, colour by) asks for the same ones.
-_SIGNATURES: "weakref.WeakKeyDictionary[Graph, dict[tuple[str, int, int], tuple[object, ...]]]" = \
+_SIGNATURES: "weakref.WeakKeyDictionary[Graph, dict[tuple[str, int, int], tuple[object, ...]]]" = (
     weakref.WeakKeyDictionary()
+)
 _ANCESTORS: "weakref.WeakKeyDictionary[Graph, set[str]]" = weakref.WeakKeyDictionary()
 
 
@@ -191,9 +205,15 @@ def _weight_bytes(graph: "Graph", members: Sequence[int]) -> int:
     return sum(graph.nodes[v].param_bytes for v in members) + sum(graph.output_bytes[u] for u in read)
 
 
-def collapse(graph: "Graph", plan: "Plan | None" = None, node_s: Sequence[float] | None = None,
-             expanded: Collection[str] = (), max_boxes: int = MAX_BOXES, fold: bool = True,
-             only: Collection[int] | None = None) -> CollapsedGraph:
+def collapse(
+    graph: "Graph",
+    plan: "Plan | None" = None,
+    node_s: Sequence[float] | None = None,
+    expanded: Collection[str] = (),
+    max_boxes: int = MAX_BOXES,
+    fold: bool = True,
+    only: Collection[int] | None = None,
+) -> CollapsedGraph:
     """The op nodes of ``graph`` grouped into boxes (see the module doc); ``plan`` gives each box
     its devices and partitions, ``node_s`` its latency (the cost model's per-node seconds);
     ``fold``: runs of identical blocks as one box (NOTE: [Folded blocks]); ``only``: box these
@@ -244,13 +264,32 @@ def collapse(graph: "Graph", plan: "Plan | None" = None, node_s: Sequence[float]
                 parts.add(p)
                 for d in on.get(p, ()):
                     devices[d] = devices.get(d, 0) + 1
-        label = graph.nodes[vs[0]].name if key.startswith("node:") else (
-            f"{graph.nodes[vs[0]].name} ... {graph.nodes[vs[-1]].name}" if key.startswith("run:") else
-            f"{key[len(FOLD):]} (x{len(blocks)})" if blocks else key)
-        groups.append(Group(
-            key, label, tuple(vs), sum(graph.output_bytes[v] for v in vs), _weight_bytes(graph, vs),
-            sum(graph.nodes[v].flops for v in vs), sum(node_s[v] for v in vs) if node_s is not None else 0.0,
-            tuple(sorted(devices.items())), tuple(sorted(parts)), bool(blocks) or keys[vs[0]][1], blocks))
+        label = (
+            graph.nodes[vs[0]].name
+            if key.startswith("node:")
+            else (
+                f"{graph.nodes[vs[0]].name} ... {graph.nodes[vs[-1]].name}"
+                if key.startswith("run:")
+                else f"{key[len(FOLD) :]} (x{len(blocks)})"
+                if blocks
+                else key
+            )
+        )
+        groups.append(
+            Group(
+                key,
+                label,
+                tuple(vs),
+                sum(graph.output_bytes[v] for v in vs),
+                _weight_bytes(graph, vs),
+                sum(graph.nodes[v].flops for v in vs),
+                sum(node_s[v] for v in vs) if node_s is not None else 0.0,
+                tuple(sorted(devices.items())),
+                tuple(sorted(parts)),
+                bool(blocks) or keys[vs[0]][1],
+                blocks,
+            )
+        )
     edges: dict[tuple[int, int], int] = {}
     for v in ops:
         seen: set[int] = set()
@@ -275,8 +314,9 @@ def search(graph: "Graph", query: str, plan: "Plan | None" = None) -> SearchHit:
     q = query.strip().lower()
     if not q:
         return SearchHit(query, (), ())
-    hits = tuple(v for v in graph.op_indices
-                 if q in graph.nodes[v].name.lower() or q in graph.nodes[v].module_path.lower())
+    hits = tuple(
+        v for v in graph.op_indices if q in graph.nodes[v].name.lower() or q in graph.nodes[v].module_path.lower()
+    )
     where = plan.node_to_partition() if plan is not None else {}
     parts = sorted({where[graph.nodes[v].name] for v in hits if graph.nodes[v].name in where})
     return SearchHit(query, hits, tuple(parts))
@@ -305,10 +345,13 @@ def lineage(cg: CollapsedGraph, box: int) -> tuple[frozenset[int], frozenset[int
 
 
 def _tip(g: Group, plan: "Plan | None", overlay: str, value: float | None) -> str:
-    lines = [g.label, f"{len(g.members)} node{'s' if len(g.members) != 1 else ''}"
-             + (f" ({len(g.members) // g.repeat} in each of {g.repeat} identical blocks)" if g.blocks else ""),
-             f"output {format_bytes(g.output_bytes)}, parameters {format_bytes(g.param_bytes)}",
-             f"{format_flops(g.flops)}, latency {format_seconds(g.latency_s)} (sum of its nodes)"]
+    lines = [
+        g.label,
+        f"{len(g.members)} node{'s' if len(g.members) != 1 else ''}"
+        + (f" ({len(g.members) // g.repeat} in each of {g.repeat} identical blocks)" if g.blocks else ""),
+        f"output {format_bytes(g.output_bytes)}, parameters {format_bytes(g.param_bytes)}",
+        f"{format_flops(g.flops)}, latency {format_seconds(g.latency_s)} (sum of its nodes)",
+    ]
     if plan is not None and g.devices:
         lines.append("devices: " + ", ".join(f"{device_names(plan, [d])} ({n})" for d, n in g.devices))
         lines.append("partitions: " + ", ".join(f"P{p}" for p in g.partitions))
@@ -345,9 +388,16 @@ def box_values(cg: CollapsedGraph, overlay: str) -> list[float]:
     return out
 
 
-def collapsed_to_dot(cg: CollapsedGraph, plan: "Plan | None" = None, *, overlay: str = "device",
-                     highlight: Collection[int] = (), title: str = "",
-                     upstream: Collection[int] = (), downstream: Collection[int] = ()) -> str:
+def collapsed_to_dot(
+    cg: CollapsedGraph,
+    plan: "Plan | None" = None,
+    *,
+    overlay: str = "device",
+    highlight: Collection[int] = (),
+    title: str = "",
+    upstream: Collection[int] = (),
+    downstream: Collection[int] = (),
+) -> str:
     """DOT of a collapsed graph: a box per group with its sums and a bar of its devices' colours
     (widths by member count), fill by ``overlay`` (the device's colour when a box sits on one
     device), edges with the bytes crossing, dashed where they change device. Boxes have DOT ids
@@ -356,27 +406,41 @@ def collapsed_to_dot(cg: CollapsedGraph, plan: "Plan | None" = None, *, overlay:
     colours: Mapping[int, str] = device_colours(plan.devices) if plan is not None else {}
     values = box_values(cg, overlay) if overlay != "device" else []
     low, high = (min(values), max(values)) if values else (0.0, 0.0)
-    lines = ["digraph model {",
-             f"  graph [rankdir=TB, labelloc=t, fontname=Helvetica, fontsize=14, label={quote(title)}, nodesep=0.25, ranksep=0.35];",
-             '  node [shape=box, style="rounded,filled", fontname=Helvetica, fontsize=10, margin="0.08,0.04"];',
-             '  edge [fontname=Helvetica, fontsize=8, color="#666666"];']
+    lines = [
+        "digraph model {",
+        f"  graph [rankdir=TB, labelloc=t, fontname=Helvetica, fontsize=14, label={quote(title)}, nodesep=0.25, ranksep=0.35];",
+        '  node [shape=box, style="rounded,filled", fontname=Helvetica, fontsize=10, margin="0.08,0.04"];',
+        '  edge [fontname=Helvetica, fontsize=8, color="#666666"];',
+    ]
     single: list[int | None] = []
     for b, g in enumerate(cg.groups):
         total = sum(n for _, n in g.devices) or 1
-        bar = "".join(f'<TD BGCOLOR="{colours.get(d, UNKNOWN_DEVICE_COLOUR)}" HEIGHT="8" WIDTH="{max(4, round(60 * n / total))}"></TD>'
-                      for d, n in g.devices)
+        bar = "".join(
+            f'<TD BGCOLOR="{colours.get(d, UNKNOWN_DEVICE_COLOUR)}" HEIGHT="8" WIDTH="{max(4, round(60 * n / total))}"></TD>'
+            for d, n in g.devices
+        )
         single.append(g.devices[0][0] if len(g.devices) == 1 else None)
         fill = colour_for(values[b], low, high) if values else colours.get(single[b], "#f7f7f7")  # type: ignore[arg-type]
-        text = f"{g.label}\n{len(g.members)} nodes | {format_bytes(g.memory_bytes)}\n{format_seconds(g.latency_s)}" \
-            if len(g.members) > 1 else f"{g.label}\n{format_bytes(g.memory_bytes)} | {format_seconds(g.latency_s)}"
+        text = (
+            f"{g.label}\n{len(g.members)} nodes | {format_bytes(g.memory_bytes)}\n{format_seconds(g.latency_s)}"
+            if len(g.members) > 1
+            else f"{g.label}\n{format_bytes(g.memory_bytes)} | {format_seconds(g.latency_s)}"
+        )
         if g.blocks and _spans(plan, g):
             text += "\n" + _spans(plan, g)
         body = "<BR/>".join(html_text(t) for t in text.split("\n"))
         span = max(1, len(g.devices))
-        label = ('<<TABLE BORDER="0" CELLBORDER="0" CELLSPACING="0" CELLPADDING="2">'
-                 + (f"<TR>{bar}</TR>" if bar else "") + f'<TR><TD COLSPAN="{span}">{body}</TD></TR></TABLE>>')
-        attrs = [f"label={label}", f'fillcolor="{fill}"', f'id={quote("m:" + g.key)}',
-                 f"tooltip={quote(_tip(g, plan, overlay, values[b] if values else None))}"]
+        label = (
+            '<<TABLE BORDER="0" CELLBORDER="0" CELLSPACING="0" CELLPADDING="2">'
+            + (f"<TR>{bar}</TR>" if bar else "")
+            + f'<TR><TD COLSPAN="{span}">{body}</TD></TR></TABLE>>'
+        )
+        attrs = [
+            f"label={label}",
+            f'fillcolor="{fill}"',
+            f"id={quote('m:' + g.key)}",
+            f"tooltip={quote(_tip(g, plan, overlay, values[b] if values else None))}",
+        ]
         if g.blocks:
             attrs += ["peripheries=3", 'style="rounded,filled,bold"']
         elif g.expandable:
@@ -388,7 +452,9 @@ def collapsed_to_dot(cg: CollapsedGraph, plan: "Plan | None" = None, *, overlay:
         lines.append(f"  b{b} [{', '.join(attrs)}];")
     for a, b, n in cg.edges:
         dashed = single[a] is None or single[b] is None or single[a] != single[b]
-        lines.append(f"  b{a} -> b{b} [label={quote(format_bytes(n))}{', style=dashed' if dashed and plan is not None else ''}];")
+        lines.append(
+            f"  b{a} -> b{b} [label={quote(format_bytes(n))}{', style=dashed' if dashed and plan is not None else ''}];"
+        )
     if values:
         lines.append(legend_node(overlay, low, high))
     lines.append("}")

@@ -18,28 +18,40 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Iterable, Mapping
 
-from partitioner.units import format_seconds
 from partitioner.devices import format_bytes
-from partitioner.errors import PartitionError
 from partitioner.draw.dot import (
     CRITICAL_COLOUR,
     HIGHLIGHT_COLOUR,
     PALETTE,
     UNKNOWN_DEVICE_COLOUR,
     WARNING_COLOUR,
-    bar_label as _replica_label,
     device_colours,
-    device_names as _device_names,
-    fill as _fill,
-    html_text as _html,
     over_capacity_devices,
     partition_capacity,
+)
+from partitioner.draw.dot import (
+    bar_label as _replica_label,
+)
+from partitioner.draw.dot import (
+    device_names as _device_names,
+)
+from partitioner.draw.dot import (
+    fill as _fill,
+)
+from partitioner.draw.dot import (
+    html_text as _html,
+)
+from partitioner.draw.dot import (
     percent as _percent,
+)
+from partitioner.draw.dot import (
     quote as _q,
 )
 from partitioner.draw.nodeview import partition_to_dot
 from partitioner.draw.overlay import colour_for, formatter, overlay_legend, partition_values
+from partitioner.errors import PartitionError
 from partitioner.plan.records import Partition, Plan
+from partitioner.units import format_seconds
 
 if TYPE_CHECKING:  # pragma: no cover
     from partitioner.graph import Graph
@@ -71,11 +83,7 @@ def _partition_label(plan: Plan, p: Partition, short: bool) -> str:
     nodes = f"{len(p.node_names)} node{'s' if len(p.node_names) != 1 else ''}"
     if short:
         return f"P{p.id} {_device_names(plan, p.device_ids)}\n{memory}\n{format_seconds(p.latency_s)}"
-    return (
-        f"P{p.id} on {_device_names(plan, p.device_ids)}\n"
-        f"{memory}\n"
-        f"{format_seconds(p.latency_s)} | {nodes}"
-    )
+    return f"P{p.id} on {_device_names(plan, p.device_ids)}\n{memory}\n{format_seconds(p.latency_s)} | {nodes}"
 
 
 def _default_title(plan: Plan) -> str:
@@ -86,16 +94,17 @@ def _default_title(plan: Plan) -> str:
     )
 
 
-def _partition_tip(plan: Plan, p: Partition, graph: "Graph | None", overlay: str,
-                   values: Mapping[int, float]) -> str:
+def _partition_tip(plan: Plan, p: Partition, graph: "Graph | None", overlay: str, values: Mapping[int, float]) -> str:
     """The hover text of a partition: where it runs, its memory, latency, schedule and nodes."""
     capacity = partition_capacity(plan, p)
-    lines = [f"P{p.id} on {_device_names(plan, p.device_ids)} (BFS level {p.bfs_level})",
-             f"memory {format_bytes(p.memory_bytes)} of {format_bytes(capacity) if capacity else '?'}",
-             f"latency {format_seconds(p.latency_s)} (memory {format_seconds(p.memory_latency_s)}, "
-             f"compute {format_seconds(p.compute_latency_s)})",
-             f"runs {format_seconds(p.start_s)} to {format_seconds(p.finish_s)}",
-             f"{len(p.node_names)} nodes: {', '.join(p.node_names[:6])}{' ...' if len(p.node_names) > 6 else ''}"]
+    lines = [
+        f"P{p.id} on {_device_names(plan, p.device_ids)} (BFS level {p.bfs_level})",
+        f"memory {format_bytes(p.memory_bytes)} of {format_bytes(capacity) if capacity else '?'}",
+        f"latency {format_seconds(p.latency_s)} (memory {format_seconds(p.memory_latency_s)}, "
+        f"compute {format_seconds(p.compute_latency_s)})",
+        f"runs {format_seconds(p.start_s)} to {format_seconds(p.finish_s)}",
+        f"{len(p.node_names)} nodes: {', '.join(p.node_names[:6])}{' ...' if len(p.node_names) > 6 else ''}",
+    ]
     if graph is not None:
         paths = sorted({graph.nodes[graph.index[n]].module_path for n in p.node_names if n in graph.index} - {""})
         if paths:
@@ -116,9 +125,7 @@ def _legend(plan: Plan, colours: Mapping[int, str], over: set[int], extra: str =
         if d.logical_id in over:
             text += " OVER"
         name = _html(d.name)
-        rows.append(
-            f'<TR><TD BGCOLOR="{colours[d.logical_id]}">{name}</TD><TD>{_html(text)}</TD></TR>'
-        )
+        rows.append(f'<TR><TD BGCOLOR="{colours[d.logical_id]}">{name}</TD><TD>{_html(text)}</TD></TR>')
     table = '<TABLE BORDER="0" CELLBORDER="1" CELLSPACING="0" CELLPADDING="3">' + "".join(rows) + extra + "</TABLE>"
     return f"  legend [shape=plaintext, margin=0, label=<{table}>];"
 
@@ -155,29 +162,29 @@ def plan_to_dot(
     colours = device_colours(plan.devices)
     over = over_capacity_devices(plan)
     critical_nodes = set(plan.critical_path) if highlight_critical else set()
-    critical_edges = (
-        set(zip(plan.critical_path, plan.critical_path[1:])) if highlight_critical else set()
-    )
+    critical_edges = set(zip(plan.critical_path, plan.critical_path[1:])) if highlight_critical else set()
     lines = [
         "digraph plan {",
         f"  graph [rankdir=TB, labelloc=t, fontname=Helvetica, fontsize=16, "
         f"label={_q(title if title is not None else _default_title(plan))}, nodesep=0.3, ranksep=0.45];",
         '  node [shape=box, fontname=Helvetica, fontsize=11, margin="0.12,0.06"];',
-        "  edge [fontname=Helvetica, fontsize=9, color=\"#555555\"];",
+        '  edge [fontname=Helvetica, fontsize=9, color="#555555"];',
     ]
     for p in sorted(plan.partitions, key=lambda p: p.id):
         style, fill = _fill(colours, p.device_ids)
         label = _partition_label(plan, p, short)
         if values:  # the overlay's colour for the body, the devices as a bar over it
-            attrs = [f"label={_replica_label(label, fill.split(':'))}",
-                     f'fillcolor="{colour_for(values[p.id], low, high)}"', 'margin="0"']
+            attrs = [
+                f"label={_replica_label(label, fill.split(':'))}",
+                f'fillcolor="{colour_for(values[p.id], low, high)}"',
+                'margin="0"',
+            ]
             style = "filled"
         elif style == "striped":
             # NOTE: [Replicas] One stripe per device as an HTML table, not Graphviz's "striped"
             # style, which the browser's renderer draws with an empty path and a line through
             # the label: a bar of the devices' colours over a light body holding the text.
-            attrs = [f"label={_replica_label(label, fill.split(':'))}", 'fillcolor="#f7f7f7"',
-                     'margin="0"']
+            attrs = [f"label={_replica_label(label, fill.split(':'))}", 'fillcolor="#f7f7f7"', 'margin="0"']
             style = "filled"
         else:
             attrs = [f"label={_q(label)}", f"fillcolor={_q(fill)}"]
@@ -210,8 +217,7 @@ def plan_to_dot(
         tip = f"P{e.src} to P{e.dst}: {format_bytes(e.bytes)}, {format_seconds(e.latency_s)} to transfer"
         attrs = [f"label={_q(label)}", f"tooltip={_q(tip)}"]
         if (e.src, e.dst) in critical_edges:
-            attrs += [f'color="{CRITICAL_COLOUR}"', f'fontcolor="{CRITICAL_COLOUR}"', "penwidth=2.5",
-                      "style=bold"]
+            attrs += [f'color="{CRITICAL_COLOUR}"', f'fontcolor="{CRITICAL_COLOUR}"', "penwidth=2.5", "style=bold"]
         lines.append(f"  p{e.src} -> p{e.dst} [{', '.join(attrs)}];")
     if legend and plan.devices:
         lines.append(_legend(plan, colours, over, overlay_legend(overlay, low, high) if values else ""))
@@ -245,4 +251,3 @@ def render_dot(dot_source: str, fmt: str = "svg") -> bytes:
             f"Graphviz could not render the DOT source as {fmt}: {stderr.strip() or exc}; "
             "export the DOT source and check it with `dot -Tsvg`"
         ) from None
-

@@ -8,15 +8,28 @@ Pure string building: no UI import, no Graphviz import.
 from __future__ import annotations
 
 import html
-
 from typing import Iterable, Mapping, Sequence
 
 from partitioner.devices import Device
 from partitioner.plan.records import Partition, Plan
 
-__all__ = ["PALETTE", "TOL_LIGHT", "CRITICAL_COLOUR", "WARNING_COLOUR", "HIGHLIGHT_COLOUR", "UNKNOWN_DEVICE_COLOUR",
-           "device_colours", "over_capacity_devices", "partition_capacity", "quote", "percent",
-           "device_names", "fill", "bar_label", "html_text"]
+__all__ = [
+    "PALETTE",
+    "TOL_LIGHT",
+    "CRITICAL_COLOUR",
+    "WARNING_COLOUR",
+    "HIGHLIGHT_COLOUR",
+    "UNKNOWN_DEVICE_COLOUR",
+    "device_colours",
+    "over_capacity_devices",
+    "partition_capacity",
+    "quote",
+    "percent",
+    "device_names",
+    "fill",
+    "bar_label",
+    "html_text",
+]
 
 # NOTE: [Device palette] Light fills that keep black text readable. The first nine are Paul Tol's
 # "light" scheme (https://personal.sron.nl/~pault/#sec:qualitative), made for labelled fills and
@@ -24,7 +37,15 @@ __all__ = ["PALETTE", "TOL_LIGHT", "CRITICAL_COLOUR", "WARNING_COLOUR", "HIGHLIG
 # then pastels for the rarer plans of more devices. Device i (in logical-id order) gets
 # PALETTE[i % 16].
 TOL_LIGHT: tuple[str, ...] = (
-    "#77aadd", "#ee8866", "#eedd88", "#ffaabb", "#99ddff", "#44bb99", "#bbcc33", "#aaaa00", "#dddddd",
+    "#77aadd",
+    "#ee8866",
+    "#eedd88",
+    "#ffaabb",
+    "#99ddff",
+    "#44bb99",
+    "#bbcc33",
+    "#aaaa00",
+    "#dddddd",
 )
 PALETTE: tuple[str, ...] = TOL_LIGHT + ("#cab2d6", "#fccde5", "#ccebc5", "#e5c494", "#bebada", "#80b1d3", "#fb9a99")
 CRITICAL_COLOUR = "#d62728"  # critical-path edges and outlines
@@ -84,8 +105,10 @@ def bar_label(text: str, colours: Sequence[str]) -> str:
     """An HTML-like DOT label: a bar with one cell per device colour above the text."""
     body = "<BR/>".join(html.escape(line) for line in text.split("\n"))
     bar = "".join(f'<TD BGCOLOR="{c}" HEIGHT="10" WIDTH="24"></TD>' for c in colours)
-    return (f'<<TABLE BORDER="0" CELLBORDER="0" CELLSPACING="0" CELLPADDING="3"><TR>{bar}</TR>'
-            f'<TR><TD COLSPAN="{len(colours)}">{body}</TD></TR></TABLE>>')
+    return (
+        f'<<TABLE BORDER="0" CELLBORDER="0" CELLSPACING="0" CELLPADDING="3"><TR>{bar}</TR>'
+        f'<TR><TD COLSPAN="{len(colours)}">{body}</TD></TR></TABLE>>'
+    )
 
 
 def html_text(text: str) -> str:

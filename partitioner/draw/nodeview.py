@@ -13,18 +13,22 @@ from partitioner.draw.dot import (
     HIGHLIGHT_COLOUR,
     WARNING_COLOUR,
     device_colours,
+)
+from partitioner.draw.dot import (
     device_names as _device_names,
+)
+from partitioner.draw.dot import (
     fill as _fill,
 )
 from partitioner.draw.dot import quote as _q
+from partitioner.draw.overlay import colour_for, legend_node, node_values
 from partitioner.errors import PartitionError
-from partitioner.draw.overlay import colour_for, node_values, legend_node
 from partitioner.plan.records import Plan
 from partitioner.units import format_flops, format_seconds
 
 if TYPE_CHECKING:  # pragma: no cover
-    from partitioner.graph import Graph
     from partitioner.accelerator.steps import DecisionTrace
+    from partitioner.graph import Graph
 
 __all__ = ["partition_to_dot", "node_tip", "step_to_dot", "step_boxes_to_dot", "touched_nodes", "block_of"]
 
@@ -54,9 +58,16 @@ def node_tip(graph: "Graph", v: int, node_s: Sequence[float] | None = None, plac
     return "\n".join(lines)
 
 
-def partition_to_dot(plan: Plan, graph: "Graph", partition_id: int, *, max_nodes: int = 600,
-                     overlay: str = "device", node_s: Sequence[float] | None = None,
-                     highlight: Iterable[str] = ()) -> str:
+def partition_to_dot(
+    plan: Plan,
+    graph: "Graph",
+    partition_id: int,
+    *,
+    max_nodes: int = 600,
+    overlay: str = "device",
+    node_s: Sequence[float] | None = None,
+    highlight: Iterable[str] = (),
+) -> str:
     """DOT source of the node DAG inside partition ``partition_id``.
 
     Nodes are labelled with name, op and target, output shape and dtype, and bytes (output plus
@@ -70,9 +81,7 @@ def partition_to_dot(plan: Plan, graph: "Graph", partition_id: int, *, max_nodes
     """
     by_id = {p.id: p for p in plan.partitions}
     if partition_id not in by_id:
-        raise PartitionError(
-            f"plan has no partition {partition_id}; choose one of {sorted(by_id) or 'none'}"
-        )
+        raise PartitionError(f"plan has no partition {partition_id}; choose one of {sorted(by_id) or 'none'}")
     p = by_id[partition_id]
     where = plan.node_to_partition()
     known = [n for n in p.node_names if n in graph.index]
@@ -150,9 +159,7 @@ def partition_to_dot(plan: Plan, graph: "Graph", partition_id: int, *, max_nodes
                 stubs_out[-1] = None
                 edges.append(f"  n{v} -> out_model [style=dashed];")
     for u in sorted(stubs_in):
-        lines.append(
-            f'  in{u} [label={_q(stubs_in[u])}, style="dashed", fillcolor=white, fontcolor="#555555"];'
-        )
+        lines.append(f'  in{u} [label={_q(stubs_in[u])}, style="dashed", fillcolor=white, fontcolor="#555555"];')
     for q in sorted(stubs_out):
         if q < 0:
             lines.append('  out_model [label="model output", style="dashed", fontcolor="#555555"];')
@@ -181,19 +188,29 @@ def step_to_dot(trace: "DecisionTrace", index: int, devices: Sequence[Device]) -
     decision = trace.decisions[index]
     colours = device_colours(devices)
     touched = touched_nodes(trace, index)
-    lines = ["digraph steps {", "  graph [rankdir=TB, nodesep=0.2, ranksep=0.3];",
-             '  node [shape=box, style="rounded,filled", fontname=Helvetica, fontsize=10, margin="0.06,0.03"];',
-             '  edge [color="#888888", arrowsize=0.6];']
+    lines = [
+        "digraph steps {",
+        "  graph [rankdir=TB, nodesep=0.2, ranksep=0.3];",
+        '  node [shape=box, style="rounded,filled", fontname=Helvetica, fontsize=10, margin="0.06,0.03"];',
+        '  edge [color="#888888", arrowsize=0.6];',
+    ]
     for v in graph.op_indices:
         p = frame.part[v]
         on = frame.devices_of.get(p, ()) if p >= 0 else ()
         fill = colours.get(on[0], "#ffffff") if on else "#ffffff"
         where = f"P{p}" if p >= 0 else "not placed"
-        attrs = [f"label={_q(graph.nodes[v].name + chr(10) + where)}", f'fillcolor="{fill}"', f'id="n{v}"',
-                 f"tooltip={_q(node_tip(graph, v, placement=where))}"]
+        attrs = [
+            f"label={_q(graph.nodes[v].name + chr(10) + where)}",
+            f'fillcolor="{fill}"',
+            f'id="n{v}"',
+            f"tooltip={_q(node_tip(graph, v, placement=where))}",
+        ]
         if v in touched:
-            attrs += ([f'color="{HIGHLIGHT_COLOUR}"', "penwidth=4"] if decision.accepted
-                      else [f'color="{CRITICAL_COLOUR}"', "penwidth=3", 'style="rounded,filled,dashed"'])
+            attrs += (
+                [f'color="{HIGHLIGHT_COLOUR}"', "penwidth=4"]
+                if decision.accepted
+                else [f'color="{CRITICAL_COLOUR}"', "penwidth=3", 'style="rounded,filled,dashed"']
+            )
         lines.append(f"  n{v} [{', '.join(attrs)}];")
     ops = set(graph.op_indices)
     for v in graph.op_indices:
@@ -220,8 +237,9 @@ def block_of(graph: "Graph", v: int) -> str:
     return ".".join(parts[:cut])
 
 
-def step_boxes_to_dot(trace: "DecisionTrace", index: int, devices: Sequence[Device],
-                      expanded: Iterable[str] = ()) -> tuple[str, str | None]:
+def step_boxes_to_dot(
+    trace: "DecisionTrace", index: int, devices: Sequence[Device], expanded: Iterable[str] = ()
+) -> tuple[str, str | None]:
     """:func:`step_to_dot` on the model folded by module (for graphs too large to draw node by
     node): each box with a bar of the devices its nodes are on after decision ``index`` (white:
     not placed) and the partitions they are in; the boxes holding the decision's nodes outlined.
@@ -235,9 +253,12 @@ def step_boxes_to_dot(trace: "DecisionTrace", index: int, devices: Sequence[Devi
     touched = touched_nodes(trace, index)
     cg = collapse(graph, expanded=set(expanded))
     marked = {cg.box_of[v] for v in touched if cg.box_of[v] >= 0}
-    lines = ["digraph steps {", "  graph [rankdir=TB, nodesep=0.25, ranksep=0.3];",
-             '  node [shape=box, style="rounded,filled", fontname=Helvetica, fontsize=10, margin="0.08,0.04"];',
-             '  edge [color="#888888", arrowsize=0.6];']
+    lines = [
+        "digraph steps {",
+        "  graph [rankdir=TB, nodesep=0.25, ranksep=0.3];",
+        '  node [shape=box, style="rounded,filled", fontname=Helvetica, fontsize=10, margin="0.08,0.04"];',
+        '  edge [color="#888888", arrowsize=0.6];',
+    ]
     for b, g in enumerate(cg.groups):
         on: dict[str, int] = {}
         parts: dict[int, None] = {}
@@ -248,18 +269,31 @@ def step_boxes_to_dot(trace: "DecisionTrace", index: int, devices: Sequence[Devi
             on[colour] = on.get(colour, 0) + 1
             if p >= 0:
                 parts[p] = None
-        bar = "".join(f'<TD BGCOLOR="{c}" HEIGHT="8" WIDTH="{max(4, round(60 * n / len(g.members)))}"></TD>'
-                      for c, n in on.items())
+        bar = "".join(
+            f'<TD BGCOLOR="{c}" HEIGHT="8" WIDTH="{max(4, round(60 * n / len(g.members)))}"></TD>'
+            for c, n in on.items()
+        )
         where = ", ".join(f"P{p}" for p in sorted(parts)[:4]) + (" ..." if len(parts) > 4 else "") or "not placed"
-        body = "<BR/>".join(html_text(t) for t in (g.label, f"{len(g.members)} node{'s' if len(g.members) != 1 else ''} in {where}"))
-        label = ('<<TABLE BORDER="0" CELLBORDER="0" CELLSPACING="0" CELLPADDING="2">'
-                 f'<TR>{bar}</TR><TR><TD COLSPAN="{len(on)}">{body}</TD></TR></TABLE>>')
+        body = "<BR/>".join(
+            html_text(t) for t in (g.label, f"{len(g.members)} node{'s' if len(g.members) != 1 else ''} in {where}")
+        )
+        label = (
+            '<<TABLE BORDER="0" CELLBORDER="0" CELLSPACING="0" CELLPADDING="2">'
+            f'<TR>{bar}</TR><TR><TD COLSPAN="{len(on)}">{body}</TD></TR></TABLE>>'
+        )
         fill = next(iter(on)) if len(on) == 1 else "#f7f7f7"
-        attrs = [f"label={label}", f'fillcolor="{fill}"', f"id={_q('m:' + g.key)}",
-                 f"tooltip={_q(g.label + chr(10) + where)}"]
+        attrs = [
+            f"label={label}",
+            f'fillcolor="{fill}"',
+            f"id={_q('m:' + g.key)}",
+            f"tooltip={_q(g.label + chr(10) + where)}",
+        ]
         if b in marked:
-            attrs += ([f'color="{HIGHLIGHT_COLOUR}"', "penwidth=4"] if decision.accepted
-                      else [f'color="{CRITICAL_COLOUR}"', "penwidth=3", 'style="rounded,filled,dashed"'])
+            attrs += (
+                [f'color="{HIGHLIGHT_COLOUR}"', "penwidth=4"]
+                if decision.accepted
+                else [f'color="{CRITICAL_COLOUR}"', "penwidth=3", 'style="rounded,filled,dashed"']
+            )
         lines.append(f"  b{b} [{', '.join(attrs)}];")
     lines += [f"  b{a} -> b{b};" for a, b, _ in cg.edges]
     lines.append("}")

@@ -19,8 +19,18 @@ if TYPE_CHECKING:  # pragma: no cover
     from partitioner.graph import Graph
     from partitioner.plan.records import Plan
 
-__all__ = ["OVERLAYS", "SCALE", "plotly_scale", "colour_for", "partition_values", "node_values",
-           "formatter", "legend_stops", "overlay_legend", "legend_node"]
+__all__ = [
+    "OVERLAYS",
+    "SCALE",
+    "plotly_scale",
+    "colour_for",
+    "partition_values",
+    "node_values",
+    "formatter",
+    "legend_stops",
+    "overlay_legend",
+    "legend_node",
+]
 
 OVERLAYS = ("device", "memory", "latency", "flops", "bytes crossing")
 SCALE: tuple[str, ...] = ("#ffffcc", "#ffeda0", "#fed976", "#feb24c", "#fd8d3c", "#fc6b4a")
@@ -61,8 +71,10 @@ def legend_stops(low: float, high: float, overlay: str, count: int = 4) -> list[
     fmt = formatter(overlay)
     if high <= low:
         return [(fmt(low), colour_for(low, low, high))]
-    return [(fmt(low + (high - low) * i / (count - 1)), colour_for(low + (high - low) * i / (count - 1), low, high))
-            for i in range(count)]
+    return [
+        (fmt(low + (high - low) * i / (count - 1)), colour_for(low + (high - low) * i / (count - 1), low, high))
+        for i in range(count)
+    ]
 
 
 def partition_values(plan: "Plan", overlay: str, graph: "Graph | None" = None) -> dict[int, float]:
@@ -74,8 +86,12 @@ def partition_values(plan: "Plan", overlay: str, graph: "Graph | None" = None) -
         return {p.id: p.latency_s for p in plan.partitions}
     if overlay == "flops":
         index = graph.index if graph is not None else {}
-        return {p.id: float(sum(graph.nodes[index[n]].flops for n in p.node_names if n in index))
-                if graph is not None else 0.0 for p in plan.partitions}
+        return {
+            p.id: float(sum(graph.nodes[index[n]].flops for n in p.node_names if n in index))
+            if graph is not None
+            else 0.0
+            for p in plan.partitions
+        }
     if overlay == "bytes crossing":
         crossing = {p.id: 0.0 for p in plan.partitions}
         for e in plan.edges:
@@ -85,8 +101,7 @@ def partition_values(plan: "Plan", overlay: str, graph: "Graph | None" = None) -
     raise ValueError(f"unknown overlay {overlay!r}; choose one of {', '.join(OVERLAYS)}")
 
 
-def node_values(graph: "Graph", overlay: str, node_s: Sequence[float],
-                where: Mapping[int, int]) -> list[float]:
+def node_values(graph: "Graph", overlay: str, node_s: Sequence[float], where: Mapping[int, int]) -> list[float]:
     """Node index -> its value of ``overlay``: output plus parameter bytes, latency
     (``node_s``, the cost model's), FLOPs, or the bytes of its output that cross to another
     partition (``where``: node index -> partition; once per node, as the cost model counts)."""
@@ -97,19 +112,27 @@ def node_values(graph: "Graph", overlay: str, node_s: Sequence[float],
     if overlay == "flops":
         return [float(nd.flops) for nd in graph.nodes]
     if overlay == "bytes crossing":
-        return [float(graph.output_bytes[v]) if v in where and any(
-            where.get(w, where[v]) != where[v] for w in graph.users[v]) else 0.0 for v in range(len(graph))]
+        return [
+            float(graph.output_bytes[v])
+            if v in where and any(where.get(w, where[v]) != where[v] for w in graph.users[v])
+            else 0.0
+            for v in range(len(graph))
+        ]
     raise ValueError(f"unknown overlay {overlay!r}; choose one of {', '.join(OVERLAYS)}")
 
 
 def overlay_legend(overlay: str, low: float, high: float) -> str:
     """HTML-like table rows for an overlay's scale (four stops), to put in a legend table."""
     cells = "".join(f'<TD BGCOLOR="{c}">{html_text(t)}</TD>' for t, c in legend_stops(low, high, overlay))
-    return f'<TR><TD COLSPAN="2"><B>{html_text(overlay)}</B></TD></TR><TR><TD COLSPAN="2"><TABLE BORDER="0" ' \
-           f'CELLSPACING="0" CELLPADDING="3"><TR>{cells}</TR></TABLE></TD></TR>'
+    return (
+        f'<TR><TD COLSPAN="2"><B>{html_text(overlay)}</B></TD></TR><TR><TD COLSPAN="2"><TABLE BORDER="0" '
+        f'CELLSPACING="0" CELLPADDING="3"><TR>{cells}</TR></TABLE></TD></TR>'
+    )
 
 
 def legend_node(overlay: str, low: float, high: float) -> str:
     """A DOT node (one line) holding the overlay's scale, for the node graphs."""
-    return (f'  scale [shape=plaintext, style="", margin=0, label=<<TABLE BORDER="0" CELLBORDER="1" '
-            f'CELLSPACING="0" CELLPADDING="3">{overlay_legend(overlay, low, high)}</TABLE>>];')
+    return (
+        f'  scale [shape=plaintext, style="", margin=0, label=<<TABLE BORDER="0" CELLBORDER="1" '
+        f'CELLSPACING="0" CELLPADDING="3">{overlay_legend(overlay, low, high)}</TABLE>>];'
+    )

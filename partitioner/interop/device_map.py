@@ -70,8 +70,11 @@ class DeviceMap:
 # torch.export invents, such as ``submod_1`` or ``_guards_fn``, are not modules of the model).
 
 
-_WHY = {"no_split": "a block Accelerate never splits (_no_split_modules)", "tied": "tied weights",
-        "shared_input": "an op outside them reads their outputs together"}
+_WHY = {
+    "no_split": "a block Accelerate never splits (_no_split_modules)",
+    "tied": "tied weights",
+    "shared_input": "an op outside them reads their outputs together",
+}
 
 
 class _Groups:
@@ -175,7 +178,9 @@ def _assign(place: _Placement, groups: _Groups) -> tuple[dict[int, int], dict[st
     ops_on: dict[str, dict[int, int]] = {}
     for name, owner, size, reader in place.weights:
         if (g := group(owner)) is not None:
-            bytes_on.setdefault(g, {})[place.plan_device[reader]] = bytes_on.get(g, {}).get(place.plan_device[reader], 0) + size
+            bytes_on.setdefault(g, {})[place.plan_device[reader]] = (
+                bytes_on.get(g, {}).get(place.plan_device[reader], 0) + size
+            )
     for v, path in place.op_path.items():
         if (g := group(path)) is not None:
             ops_on.setdefault(g, {})[place.plan_device[v]] = ops_on.get(g, {}).get(place.plan_device[v], 0) + 1
@@ -192,19 +197,27 @@ def _assign(place: _Placement, groups: _Groups) -> tuple[dict[int, int], dict[st
             size = sum(b for d, b in bytes_on.get(g, {}).items() if d != best)
             mods = tuple(sorted(members[g]))
             kinds = tuple(sorted(groups.kinds.get(g, ())))
-            moved.append(MovedGroup(kinds, mods, best, others, size,
-                                    f"{', '.join(mods[:4])}{' ...' if len(mods) > 4 else ''} ({'; '.join(_WHY[k] for k in kinds)}): "
-                                    f"the plan put parts on devices {', '.join(map(str, sorted(on)))}; the map puts "
-                                    f"all on device {best}, moving {size:,} weight bytes from device(s) "
-                                    f"{', '.join(map(str, others))}"))
+            moved.append(
+                MovedGroup(
+                    kinds,
+                    mods,
+                    best,
+                    others,
+                    size,
+                    f"{', '.join(mods[:4])}{' ...' if len(mods) > 4 else ''} ({'; '.join(_WHY[k] for k in kinds)}): "
+                    f"the plan put parts on devices {', '.join(map(str, sorted(on)))}; the map puts "
+                    f"all on device {best}, moving {size:,} weight bytes from device(s) "
+                    f"{', '.join(map(str, others))}",
+                )
+            )
     op_device = {v: chosen.get(group(place.op_path[v]) or "\0", place.plan_device[v]) for v in place.op_path}
-    weight_device = {name: chosen.get(group(owner) or "\0", place.plan_device[reader])
-                     for name, owner, _, reader in place.weights}
+    weight_device = {
+        name: chosen.get(group(owner) or "\0", place.plan_device[reader]) for name, owner, _, reader in place.weights
+    }
     return op_device, weight_device, moved
 
 
-def _collapse(place: _Placement, op_device: dict[int, int], weight_device: dict[str, int]
-              ) -> dict[str, int]:
+def _collapse(place: _Placement, op_device: dict[int, int], weight_device: dict[str, int]) -> dict[str, int]:
     """The coarsest map keys on one device: every module of the model covered once."""
     devices: dict[str, set[int]] = {}
     weight_of: dict[str, dict[int, int]] = {}
@@ -293,17 +306,23 @@ def to_device_map(plan: Plan, graph: Graph) -> DeviceMap:
     reasons = tuple(
         f"{name or 'the model'}: its nodes run in partitions {', '.join(map(str, sorted(partitions[name])))} "
         f"on devices {', '.join(map(str, sorted(planned[name])))}, and "
-        + (f"the map keeps it whole on device {kept[name].device} ({'; '.join(_WHY[k] for k in kept[name].kinds)})"
-           if name in kept else f"a device map puts a module on one device (mapped to {device_map[name]}; "
-           "the others read it from there)") for name in split)
+        + (
+            f"the map keeps it whole on device {kept[name].device} ({'; '.join(_WHY[k] for k in kept[name].kinds)})"
+            if name in kept
+            else f"a device map puts a module on one device (mapped to {device_map[name]}; "
+            "the others read it from there)"
+        )
+        for name in split
+    )
     notes = tuple(g.message for g in moved) + tuple(r for n, r in zip(split, reasons) if n not in kept)
     return DeviceMap(dict(sorted(device_map.items())), tuple(split), reasons, tuple(moved), notes)
 
 
 def _owners(graph: Graph) -> dict[int, list[str]]:
     """Op node -> the names it stands for: its module path, and the parameters it reads."""
-    out: dict[int, list[str]] = {v: [graph.nodes[v].module_path] if graph.nodes[v].module_path else []
-                                 for v in graph.op_indices}
+    out: dict[int, list[str]] = {
+        v: [graph.nodes[v].module_path] if graph.nodes[v].module_path else [] for v in graph.op_indices
+    }
     for u, node in enumerate(graph.nodes):
         if node.op == "get_attr":
             for v in graph.users[u]:
@@ -361,23 +380,27 @@ def accelerate_plan(model: Any, graph: Graph, devices: Sequence[Device], **optio
     try:  # once, under the optional libraries' lock (NOTE: [Optional imports and threads])
         infer_auto_device_map = optional.load("accelerate", ("infer_auto_device_map",)).infer_auto_device_map
     except ImportError:
-        raise PartitionError("comparing with Accelerate needs the accelerate package; "
-                             "pip install 'partition-explorer[hf]'") from None
+        raise PartitionError(
+            "comparing with Accelerate needs the accelerate package; pip install 'partition-explorer[hf]'"
+        ) from None
     from partitioner.accelerator.api import evaluate_plan
 
     ids = [d.logical_id for d in devices]
     quiet = logging.getLogger("accelerate.utils.modeling")  # "device N is not available": we plan
-    level = quiet.level                                       # for devices this machine lacks
+    level = quiet.level  # for devices this machine lacks
     quiet.setLevel(logging.ERROR)
     try:
         device_map = infer_auto_device_map(
-            model, max_memory={i: d.memory_bytes for i, d in zip(ids, devices)},
-            no_split_module_classes=list(getattr(model, "_no_split_modules", None) or []))
+            model,
+            max_memory={i: d.memory_bytes for i, d in zip(ids, devices)},
+            no_split_module_classes=list(getattr(model, "_no_split_modules", None) or []),
+        )
     finally:
         quiet.setLevel(level)
     node_to_partition, partition_to_devices = from_device_map(graph, device_map)
-    return evaluate_plan(graph, devices, node_to_partition, partition_to_devices, mode="accelerate",
-                         keep_ids=True, **options)
+    return evaluate_plan(
+        graph, devices, node_to_partition, partition_to_devices, mode="accelerate", keep_ids=True, **options
+    )
 
 
 def accelerate_result(model: Any, graph: Graph, devices: Sequence[Device], **options: Any) -> "ModeResult":
@@ -394,7 +417,16 @@ def accelerate_result(model: Any, graph: Graph, devices: Sequence[Device], **opt
     seconds = time.perf_counter() - began
     problems = plan.violations(graph)
     if problems:
-        return ModeResult("accelerate", None, None, None, seconds,
-                          f"its device map does not fit by our count (latency {format_seconds(plan.latency_s)}): "
-                          f"{problems[0].message}", None)
-    return ModeResult("accelerate", plan.latency_s, len(plan.partitions), plan.memory_utilisation(), seconds, None, plan)
+        return ModeResult(
+            "accelerate",
+            None,
+            None,
+            None,
+            seconds,
+            f"its device map does not fit by our count (latency {format_seconds(plan.latency_s)}): "
+            f"{problems[0].message}",
+            None,
+        )
+    return ModeResult(
+        "accelerate", plan.latency_s, len(plan.partitions), plan.memory_utilisation(), seconds, None, plan
+    )

@@ -24,11 +24,14 @@ from typing import Any
 from partitioner.cluster.layouts import Layout, Workload
 from partitioner.errors import PartitionError
 
-__all__ = ["to_torchtitan", "to_torchtitan_args", "to_megatron", "to_deepspeed", "ENGINES", "toml_text",
-           "engine_file"]
+__all__ = ["to_torchtitan", "to_torchtitan_args", "to_megatron", "to_deepspeed", "ENGINES", "toml_text", "engine_file"]
 
-_TITAN_SCHEDULES = {"gpipe": "GPipe", "1f1b": "1F1B", "interleaved_1f1b": "Interleaved1F1B",
-                    "zero_bubble": "InterleavedZeroBubble"}
+_TITAN_SCHEDULES = {
+    "gpipe": "GPipe",
+    "1f1b": "1F1B",
+    "interleaved_1f1b": "Interleaved1F1B",
+    "zero_bubble": "InterleavedZeroBubble",
+}
 
 
 def to_torchtitan(layout: Layout, workload: Workload) -> dict[str, Any]:
@@ -54,9 +57,12 @@ def to_torchtitan(layout: Layout, workload: Workload) -> dict[str, Any]:
     config: dict[str, Any] = {
         "parallelism": parallelism,
         "activation_checkpoint": _titan_checkpoint(layout),
-        "training": {"local_batch_size": per_replica if layout.pp > 1 else layout.microbatch_size,
-                     "global_batch_size": workload.global_batch, "seq_len": workload.seq_len,
-                     "mixed_precision_param": "bfloat16" if workload.element_bytes == 2 else "float32"},
+        "training": {
+            "local_batch_size": per_replica if layout.pp > 1 else layout.microbatch_size,
+            "global_batch_size": workload.global_batch,
+            "seq_len": workload.seq_len,
+            "mixed_precision_param": "bfloat16" if workload.element_bytes == 2 else "float32",
+        },
     }
     if layout.recompute.startswith("min-cut-"):
         config["compile"] = {"enable": True}  # memory_budget mode runs under torch.compile
@@ -66,8 +72,10 @@ def to_torchtitan(layout: Layout, workload: Workload) -> dict[str, Any]:
     if layout.offload:
         notes.append("torchtitan does not offload the optimizer: this runs it on the devices")
     if layout.ep > 1 and not sharded:  # its mesh: dp_shard x cp x tp == expert-FSDP x ep
-        notes.append(f"torchtitan runs expert parallelism inside data_parallel_shard x tensor_parallel, which is "
-                     f"{layout.tp} here and must divide by ep {layout.ep}: choose a layout with ZeRO 2 or 3")
+        notes.append(
+            f"torchtitan runs expert parallelism inside data_parallel_shard x tensor_parallel, which is "
+            f"{layout.tp} here and must divide by ep {layout.ep}: choose a layout with ZeRO 2 or 3"
+        )
     if notes:
         config["note"] = "; ".join(notes)
     return config
@@ -94,17 +102,30 @@ def to_torchtitan_args(layout: Layout, workload: Workload) -> list[str]:
                 args += [f"--{section}.{key}", str(value)]
     checkpoint = config["activation_checkpoint"]
     if checkpoint["mode"] == "memory_budget":
-        args += ["activation_checkpoint:memory-budget", "--activation_checkpoint.memory_budget",
-                 str(checkpoint["memory_budget"])]
+        args += [
+            "activation_checkpoint:memory-budget",
+            "--activation_checkpoint.memory_budget",
+            str(checkpoint["memory_budget"]),
+        ]
     else:
         args.append(f"activation_checkpoint:{checkpoint['mode']}")
     return args
 
 
 def to_megatron(layout: Layout, workload: Workload) -> list[str]:
-    args = ["--tensor-model-parallel-size", str(layout.tp), "--pipeline-model-parallel-size", str(layout.pp),
-            "--micro-batch-size", str(layout.microbatch_size), "--global-batch-size", str(workload.global_batch),
-            "--seq-length", str(workload.seq_len), "--bf16"]
+    args = [
+        "--tensor-model-parallel-size",
+        str(layout.tp),
+        "--pipeline-model-parallel-size",
+        str(layout.pp),
+        "--micro-batch-size",
+        str(layout.microbatch_size),
+        "--global-batch-size",
+        str(workload.global_batch),
+        "--seq-length",
+        str(workload.seq_len),
+        "--bf16",
+    ]
     if layout.tp > 1 and layout.sp:
         args.append("--sequence-parallel")
     if layout.cp > 1:
@@ -134,11 +155,11 @@ def to_deepspeed(layout: Layout, workload: Workload) -> dict[str, Any]:
         "train_micro_batch_size_per_gpu": layout.microbatch_size,
         "gradient_accumulation_steps": per_replica // layout.microbatch_size,
         "bf16": {"enabled": workload.element_bytes == 2},
-        "zero_optimization": {"stage": layout.zero,
-                              **({"zero_hpz_partition_size": layout.shard} if layout.shard and layout.zero == 3
-                                 else {}),
-                              **({"offload_optimizer": {"device": "cpu", "pin_memory": True}} if layout.offload
-                                 else {})},
+        "zero_optimization": {
+            "stage": layout.zero,
+            **({"zero_hpz_partition_size": layout.shard} if layout.shard and layout.zero == 3 else {}),
+            **({"offload_optimizer": {"device": "cpu", "pin_memory": True}} if layout.offload else {}),
+        },
         "activation_checkpointing": {"partition_activations": layout.recompute == "full"},
     }
     if layout.ep > 1:  # DeepSpeed-MoE takes ep_size in the model's MoE layers, not in this file
@@ -155,14 +176,24 @@ def toml_text(config: dict[str, Any]) -> str:
             continue
         lines.append(f"[{section}]")
         for key, value in values.items():
-            text = f'"{value}"' if isinstance(value, str) else str(value).lower() if isinstance(value, bool) else str(value)
+            text = (
+                f'"{value}"'
+                if isinstance(value, str)
+                else str(value).lower()
+                if isinstance(value, bool)
+                else str(value)
+            )
             lines.append(f"{key} = {text}")
         lines.append("")
     return "\n".join(lines)
 
 
-ENGINES = {"torchtitan": to_torchtitan, "torchtitan-args": to_torchtitan_args, "megatron": to_megatron,
-           "deepspeed": to_deepspeed}
+ENGINES = {
+    "torchtitan": to_torchtitan,
+    "torchtitan-args": to_torchtitan_args,
+    "megatron": to_megatron,
+    "deepspeed": to_deepspeed,
+}
 
 
 def engine_file(engine: str, layout: Layout, workload: Workload) -> tuple[str, str, str]:
@@ -176,8 +207,10 @@ def engine_file(engine: str, layout: Layout, workload: Workload) -> tuple[str, s
         args = ENGINES[engine](layout, workload)
         note = to_torchtitan(layout, workload).get("note") if engine == "torchtitan-args" else None
         if engine == "megatron" and layout.schedule == "zero_bubble":
-            note = ("Megatron-LM has no zero-bubble schedule: this runs interleaved 1F1B with 2 chunks a rank "
-                    "(torchtitan's InterleavedZeroBubble runs the planned one)")
+            note = (
+                "Megatron-LM has no zero-bubble schedule: this runs interleaved 1F1B with 2 chunks a rank "
+                "(torchtitan's InterleavedZeroBubble runs the planned one)"
+            )
         text = (f"# {note}\n" if note else "") + " ".join(shlex.quote(a) for a in args) + "\n"
         return f"{engine.replace('-', '_')}.txt", text, "text/plain"
     return "deepspeed.json", json.dumps(to_deepspeed(layout, workload), indent=2) + "\n", "application/json"

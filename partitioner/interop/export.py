@@ -63,12 +63,9 @@ def to_fx_aot(plan: Plan) -> dict[str, Any]:
     ``devices`` lists the reference ``Device`` fields (name, available_mem_bytes, logical_id). O(N)."""
     return {
         "node_to_partition": {name: p.id for p in plan.partitions for name in p.node_names},
-        "partition_to_logical_device_mapping": {
-            str(p.id): list(p.device_ids) for p in plan.partitions
-        },
+        "partition_to_logical_device_mapping": {str(p.id): list(p.device_ids) for p in plan.partitions},
         "devices": [
-            {"name": d.name, "available_mem_bytes": d.memory_bytes, "logical_id": d.logical_id}
-            for d in plan.devices
+            {"name": d.name, "available_mem_bytes": d.memory_bytes, "logical_id": d.logical_id} for d in plan.devices
         ],
         "model": plan.model,
         "graph_fingerprint": plan.graph_fingerprint,
@@ -101,8 +98,7 @@ def read_aot_mapping(data: Any) -> tuple[dict[str, int], dict[int, list[int]]]:
         raise ExportError("node_to_partition values must be integer partition ids") from None
     try:
         partition_to_devices = {
-            int(k): [int(d) for d in (v if isinstance(v, (list, tuple)) else [v])]
-            for k, v in devices.items()
+            int(k): [int(d) for d in (v if isinstance(v, (list, tuple)) else [v])] for k, v in devices.items()
         }
     except (TypeError, ValueError):
         raise ExportError(
@@ -140,7 +136,8 @@ def to_reference_config(
         problems.append(f"partitions use logical device id(s) {bad} not among the devices {sorted(known)}")
     if problems:
         raise ExportError(
-            "cannot build a reference PartitionerConfig: " + "; ".join(problems)
+            "cannot build a reference PartitionerConfig: "
+            + "; ".join(problems)
             + ". Re-plan for this model (or check the plan with `partition-explorer check`)."
         )
     rate = plan.transfer_rate_bytes_per_s
@@ -148,9 +145,7 @@ def to_reference_config(
         devices=[RefDevice(d.name, d.memory_bytes, d.logical_id) for d in devs],
         mode=PartitionMode.aot_based,
         transfer_rate_bytes_per_sec=rate if rate else math.inf,
-        node_to_partition_mapping={
-            n: mapping[n.name] for n in graph_module.graph.nodes if n.name in mapping
-        },
+        node_to_partition_mapping={n: mapping[n.name] for n in graph_module.graph.nodes if n.name in mapping},
         partition_to_logical_device_mapping={p.id: list(p.device_ids) for p in plan.partitions},
     )
 
@@ -173,7 +168,8 @@ def _stage_runs(plan: Plan, graph: Graph) -> list[tuple[int, int]]:
         if missing:
             detail.append(f"it leaves out the model's op node(s) {missing[:10]}")
         raise ExportError(
-            f"the plan does not match model {graph.name!r}: " + "; ".join(detail)
+            f"the plan does not match model {graph.name!r}: "
+            + "; ".join(detail)
             + ". Re-plan for this model, or check it with `partition-explorer check`."
         )
     runs: list[tuple[int, int]] = []
@@ -200,7 +196,8 @@ def _module_span(graph: Graph, path: str) -> list[int]:
     """Positions (in op order) of op nodes that run inside module ``path``."""
     prefix = path + "."
     return [
-        i for i, v in enumerate(graph.op_indices)
+        i
+        for i, v in enumerate(graph.op_indices)
         if graph.nodes[v].module_path == path or graph.nodes[v].module_path.startswith(prefix)
     ]
 
@@ -266,13 +263,15 @@ def to_pipeline_split_spec(plan: Plan, graph: Graph) -> dict[str, Any]:
                     "submodule's first node." + _nearest_valid(graph, pos)
                 )
             spec[path] = "beginning"
-        stages.append({
-            "stage": k,
-            "partition": pid,
-            "devices": list(parts[pid].device_ids),
-            "first_node": node.name,
-            "split_at": path,
-        })
+        stages.append(
+            {
+                "stage": k,
+                "partition": pid,
+                "devices": list(parts[pid].device_ids),
+                "first_node": node.name,
+                "split_at": path,
+            }
+        )
     return {
         "split_spec": spec,
         "num_stages": len(runs),
@@ -320,11 +319,23 @@ def _device_map(plan: Plan, graph: Graph | None) -> dict[str, Any]:
     from partitioner.interop.device_map import to_device_map
 
     exported = to_device_map(plan, _needs_graph("accelerate-device-map", graph))
-    return {"device_map": exported.device_map, "split_modules": list(exported.split_modules),
-            "not_following_module_boundaries": list(exported.reasons),
-            "moved": [{"kinds": list(g.kinds), "modules": list(g.modules), "device": g.device,
-                       "from_devices": list(g.from_devices), "moved_bytes": g.moved_bytes} for g in exported.moved],
-            "moved_bytes": exported.moved_bytes, "notes": list(exported.notes)}
+    return {
+        "device_map": exported.device_map,
+        "split_modules": list(exported.split_modules),
+        "not_following_module_boundaries": list(exported.reasons),
+        "moved": [
+            {
+                "kinds": list(g.kinds),
+                "modules": list(g.modules),
+                "device": g.device,
+                "from_devices": list(g.from_devices),
+                "moved_bytes": g.moved_bytes,
+            }
+            for g in exported.moved
+        ],
+        "moved_bytes": exported.moved_bytes,
+        "notes": list(exported.notes),
+    }
 
 
 EXPORT_KINDS: dict[str, Callable[[Plan, Graph | None], dict[str, Any]]] = {
@@ -339,7 +350,5 @@ def export_plan(plan: Plan, kind: str, graph: Graph | None = None) -> dict[str, 
     try:
         fn = EXPORT_KINDS[kind]
     except KeyError:
-        raise ExportError(
-            f"unknown export kind {kind!r}; valid kinds are {', '.join(EXPORT_KINDS)}"
-        ) from None
+        raise ExportError(f"unknown export kind {kind!r}; valid kinds are {', '.join(EXPORT_KINDS)}") from None
     return fn(plan, graph)

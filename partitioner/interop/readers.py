@@ -28,9 +28,7 @@ def _pair(name: str, value: Any, where: str) -> tuple[str, tuple[float, float]]:
     if isinstance(value, Mapping):
         value = (value.get("mem_s", value.get("memory_s")), value.get("compute_s"))
     if not isinstance(value, Sequence) or isinstance(value, str) or len(value) != 2:
-        raise LatencyFileError(
-            f"{where}: node {name!r} needs a pair [memory seconds, compute seconds] (got {value!r})"
-        )
+        raise LatencyFileError(f"{where}: node {name!r} needs a pair [memory seconds, compute seconds] (got {value!r})")
     try:
         mem_s, compute_s = float(value[0]), float(value[1])
     except (TypeError, ValueError, OverflowError):
@@ -52,8 +50,10 @@ def read_node_latency_text(data: bytes | str, filename: str = "") -> dict[str, t
     """
     where = filename or "node-latency file"
     if len(data) > MAX_LATENCY_FILE_BYTES:
-        raise LatencyFileError(f"{where} is larger than {MAX_LATENCY_FILE_BYTES // 2**20} MiB; "
-                               "give latencies for the graph's op nodes only")
+        raise LatencyFileError(
+            f"{where} is larger than {MAX_LATENCY_FILE_BYTES // 2**20} MiB; "
+            "give latencies for the graph's op nodes only"
+        )
     text = data.decode("utf-8-sig", errors="replace") if isinstance(data, bytes) else data.removeprefix("\ufeff")
     if not text.strip():
         raise LatencyFileError(f"{where} is empty; give one (memory s, compute s) pair per node name")
@@ -98,8 +98,10 @@ def _read_csv(text: str, where: str) -> dict[str, tuple[float, float]]:
                 columns = (lowered.index("name"), lowered.index("mem_s"), lowered.index("compute_s"))
                 continue
         if len(cells) <= max(columns) or (columns == (0, 1, 2) and len(cells) != 3):
-            raise LatencyFileError(f"{where} line {lineno}: expected the columns name,mem_s,compute_s "
-                                   f"(got {len(cells)}: {','.join(cells)})")
+            raise LatencyFileError(
+                f"{where} line {lineno}: expected the columns name,mem_s,compute_s "
+                f"(got {len(cells)}: {','.join(cells)})"
+            )
         name = cells[columns[0]]
         if not name:
             raise LatencyFileError(f"{where} line {lineno}: the name column is empty")

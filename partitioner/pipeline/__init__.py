@@ -23,7 +23,6 @@ from partitioner.pipeline.schedules import (
 from partitioner.pipeline.simulate import Event, Simulation, simulate, simulate_actions
 from partitioner.pipeline.stages import PipelinePlan, plan
 
-
 if TYPE_CHECKING:  # pragma: no cover
     from partitioner.pipeline.runner import PipelineRun, run
 
@@ -37,6 +36,20 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-__all__ = ["simulate", "simulate_actions", "Simulation", "Event", "actions", "Action", "ActionKind", "SCHEDULES",
-           "check_microbatches", "accepted_microbatches", "MicrobatchError", "plan", "PipelinePlan", "run",
-           "PipelineRun"]
+__all__ = [
+    "simulate",
+    "simulate_actions",
+    "Simulation",
+    "Event",
+    "actions",
+    "Action",
+    "ActionKind",
+    "SCHEDULES",
+    "check_microbatches",
+    "accepted_microbatches",
+    "MicrobatchError",
+    "plan",
+    "PipelinePlan",
+    "run",
+    "PipelineRun",
+]

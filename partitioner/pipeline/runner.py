@@ -33,12 +33,12 @@ import torch.fx as fx
 from torch.utils._pytree import tree_flatten
 
 from partitioner.errors import PartitionError, RunError
-from partitioner.runtime.timing import step_seconds
 from partitioner.graph import Graph
-from partitioner.runtime.launch import default_backend, launch, report_progress
-from partitioner.runtime.execute import picklable
 from partitioner.pipeline.schedules import MicrobatchError, check_microbatches, stages_per_rank
 from partitioner.pipeline.stages import PipelinePlan
+from partitioner.runtime.execute import picklable
+from partitioner.runtime.launch import default_backend, launch, report_progress
+from partitioner.runtime.timing import step_seconds
 
 __all__ = ["PipelineRun", "run", "check_runnable", "build_stage_modules", "RUNNABLE"]
 
@@ -79,8 +79,10 @@ def _microbatches(inputs: Sequence[torch.Tensor], m: int) -> list[tuple[torch.Te
     cuts it (the plan's costs are per microbatch of the same batch)."""
     sizes = {x.shape[0] for x in inputs}
     if len(sizes) != 1:
-        raise PartitionError(f"the inputs' first dimensions differ ({sorted(sizes)}); a pipelined run cuts "
-                       "every input into microbatches along dimension 0, which must be the batch")
+        raise PartitionError(
+            f"the inputs' first dimensions differ ({sorted(sizes)}); a pipelined run cuts "
+            "every input into microbatches along dimension 0, which must be the batch"
+        )
     batch = sizes.pop()
     if batch % m:
         bigger = m * max(1, -(-batch // m))
@@ -88,13 +90,19 @@ def _microbatches(inputs: Sequence[torch.Tensor], m: int) -> list[tuple[torch.Te
         raise MicrobatchError(
             f"microbatches must divide the example batch's first dimension: {batch} does not split into {m} "
             f"equal microbatches; choose microbatches in {', '.join(map(str, divisors))}, or an example batch "
-            f"whose first dimension is a multiple of {m} (e.g. {bigger})", "", m, divisors, batch)
+            f"whose first dimension is a multiple of {m} (e.g. {bigger})",
+            "",
+            m,
+            divisors,
+            batch,
+        )
     chunks = [x.chunk(m) for x in inputs]
     return [tuple(c[k] for c in chunks) for k in range(m)]
 
 
-def build_stage_modules(graph: Graph, stages: Sequence[Sequence[str]],
-                        example_inputs: Sequence[Any]) -> list[fx.GraphModule]:
+def build_stage_modules(
+    graph: Graph, stages: Sequence[Sequence[str]], example_inputs: Sequence[Any]
+) -> list[fx.GraphModule]:
     """One ``GraphModule`` per stage (see NOTE: [Carrying values across cuts]); stage 0 takes the
     model's inputs, the last returns the model's output leaves (one tensor, or a tuple)."""
     gm = graph.graph_module
@@ -122,8 +130,10 @@ def build_stage_modules(graph: Graph, stages: Sequence[Sequence[str]],
         stage_of[p.name] = -1
     missing = [n.name for n in nodes if n.op not in ("placeholder", "get_attr", "output") and n.name not in stage_of]
     if missing:
-        raise PartitionError(f"the plan's stages miss {len(missing)} operation(s) of the model ({missing[:3]}); "
-                       "was the plan made for this model?")
+        raise PartitionError(
+            f"the plan's stages miss {len(missing)} operation(s) of the model ({missing[:3]}); "
+            "was the plan made for this model?"
+        )
     output = next(n for n in nodes if n.op == "output")
     leaves = tree_flatten(output.args[0])[0]
     if not all(isinstance(a, fx.Node) and is_tensor[a.name] for a in leaves):
@@ -178,15 +188,27 @@ def build_stage_modules(graph: Graph, stages: Sequence[Sequence[str]],
     return modules
 
 
-def _entry(rank: int, world_size: int, modules: list[fx.GraphModule], schedule: str, m: int,
-           inputs: tuple[Any, ...], target: torch.Tensor | None, repeats: int) -> dict[str, Any]:
+def _entry(
+    rank: int,
+    world_size: int,
+    modules: list[fx.GraphModule],
+    schedule: str,
+    m: int,
+    inputs: tuple[Any, ...],
+    target: torch.Tensor | None,
+    repeats: int,
+) -> dict[str, Any]:
     """What each rank runs: its stages (stage s on rank s mod world size) under torch's schedule."""
     from torch.distributed.pipelining import PipelineStage
     from torch.distributed.pipelining import schedules as torch_schedules
 
     count = len(modules)
     local = [s for s in range(count) if s % world_size == rank]
-    device = torch.device(f"cuda:{rank}") if torch.cuda.is_available() and default_backend() == "nccl" else torch.device("cpu")
+    device = (
+        torch.device(f"cuda:{rank}")
+        if torch.cuda.is_available() and default_backend() == "nccl"
+        else torch.device("cpu")
+    )
     forward_times: dict[int, list[float]] = {s: [] for s in local}
     built = []
     for s in local:
@@ -194,12 +216,14 @@ def _entry(rank: int, world_size: int, modules: list[fx.GraphModule], schedule: 
         started: list[float] = []
         module.register_forward_pre_hook(lambda *_, started=started: started.append(time.perf_counter()))
         module.register_forward_hook(
-            lambda *_, s=s, started=started: forward_times[s].append(time.perf_counter() - started.pop()))
+            lambda *_, s=s, started=started: forward_times[s].append(time.perf_counter() - started.pop())
+        )
         built.append(PipelineStage(module, s, count, device))
     cls = getattr(torch_schedules, RUNNABLE[schedule])
     loss_fn = _mse if target is not None else None
-    sched = cls(built if len(built) > 1 or schedule == "interleaved_1f1b" else built[0], n_microbatches=m,
-                loss_fn=loss_fn)
+    sched = cls(
+        built if len(built) > 1 or schedule == "interleaved_1f1b" else built[0], n_microbatches=m, loss_fn=loss_fn
+    )
     steps: list[float] = []
     outputs: Any = None
     losses: list[torch.Tensor] = []
@@ -234,9 +258,13 @@ def _entry(rank: int, world_size: int, modules: list[fx.GraphModule], schedule: 
             for name, p in st.submod.named_parameters():
                 if p.grad is not None:
                     grads[name] = p.grad.detach().cpu()
-    return {"outputs": outputs, "step_s": step_seconds(steps), "grads": grads,
-            "forward_s": {s: (sum(t) / len(t) if t else 0.0) for s, t in forward_times.items()},
-            "loss": float(torch.stack(losses).detach().mean()) if losses else None}
+    return {
+        "outputs": outputs,
+        "step_s": step_seconds(steps),
+        "grads": grads,
+        "forward_s": {s: (sum(t) / len(t) if t else 0.0) for s, t in forward_times.items()},
+        "loss": float(torch.stack(losses).detach().mean()) if losses else None,
+    }
 
 
 def _close(a: Any, b: Any) -> bool:
@@ -254,14 +282,18 @@ def check_runnable(pp: PipelinePlan, example_inputs: Sequence[Any] | torch.Tenso
     batch's first dimension): cheap, for a page to ask before it offers the run, and asked again
     by :func:`run` before any process starts."""
     if pp.schedule not in RUNNABLE:
-        raise PartitionError(f"schedule {pp.schedule!r} is simulated only; a real run takes "
-                       f"{', '.join(RUNNABLE)} (torch's ScheduleGPipe, Schedule1F1B, ScheduleInterleaved1F1B)")
+        raise PartitionError(
+            f"schedule {pp.schedule!r} is simulated only; a real run takes "
+            f"{', '.join(RUNNABLE)} (torch's ScheduleGPipe, Schedule1F1B, ScheduleInterleaved1F1B)"
+        )
     if isinstance(example_inputs, torch.Tensor):
         example_inputs = (example_inputs,)
     inputs = tuple(example_inputs)
     if not inputs or not all(isinstance(x, torch.Tensor) and x.dim() > 0 for x in inputs):
-        raise PartitionError("a pipelined run splits every input along dimension 0 into microbatches: "
-                       "the model's inputs must all be tensors with a batch dimension")
+        raise PartitionError(
+            "a pipelined run splits every input along dimension 0 into microbatches: "
+            "the model's inputs must all be tensors with a batch dimension"
+        )
     per_rank = stages_per_rank(pp.schedule)
     if len(pp.stages) % per_rank:
         raise PartitionError(f"{pp.schedule} runs {per_rank} stages per process; the plan has {len(pp.stages)}")
@@ -270,9 +302,16 @@ def check_runnable(pp: PipelinePlan, example_inputs: Sequence[Any] | torch.Tenso
     return inputs
 
 
-def run(pp: PipelinePlan, graph: Graph, example_inputs: Sequence[Any] | torch.Tensor, *,
-        backend: str | None = None, timeout_s: float = 180.0, repeats: int = 2,
-        progress: Callable[[str], None] | None = None) -> PipelineRun:
+def run(
+    pp: PipelinePlan,
+    graph: Graph,
+    example_inputs: Sequence[Any] | torch.Tensor,
+    *,
+    backend: str | None = None,
+    timeout_s: float = 180.0,
+    repeats: int = 2,
+    progress: Callable[[str], None] | None = None,
+) -> PipelineRun:
     """Run ``pp`` on ``example_inputs`` (the batch, cut into ``pp.microbatches`` microbatches
     along dimension 0) on ``len(pp.stages) / stages-per-rank`` processes. Training plans (``pp.training``) run forward and backward with a mean-squared
     loss and compare every gradient. Raises :class:`RunError` when a rank fails or the run passes
@@ -302,7 +341,7 @@ def run(pp: PipelinePlan, graph: Graph, example_inputs: Sequence[Any] | torch.Te
         for k, mb in enumerate(mbs):
             out = tree_flatten(gm(*mb))[0][0]
             rows = out.shape[0]
-            (_mse(out, target[k * rows:(k + 1) * rows]) / m).backward()
+            (_mse(out, target[k * rows : (k + 1) * rows]) / m).backward()
             reference_outs.append([out.detach()])
         reference_grads = {n: p.grad.detach().clone() for n, p in gm.named_parameters() if p.grad is not None}
         gm.zero_grad(set_to_none=True)
@@ -314,8 +353,14 @@ def run(pp: PipelinePlan, graph: Graph, example_inputs: Sequence[Any] | torch.Te
     if progress:
         progress(f"{count} stages on {world} processes, {m} microbatches, {pp.schedule}")
     try:
-        results = launch(_entry, world, (modules, pp.schedule, m, inputs, target, repeats),
-                         timeout_s=timeout_s, backend=backend, progress=progress)
+        results = launch(
+            _entry,
+            world,
+            (modules, pp.schedule, m, inputs, target, repeats),
+            timeout_s=timeout_s,
+            backend=backend,
+            progress=progress,
+        )
     except RunError as exc:
         where = ""
         if exc.rank is not None:
@@ -339,14 +384,22 @@ def run(pp: PipelinePlan, graph: Graph, example_inputs: Sequence[Any] | torch.Te
                 key = alias.get(name, name)
                 grads[key] = grads[key] + g if key in grads else g
         gradients_equal = set(grads) == set(reference_grads) and all(
-            _close(grads[n], reference_grads[n]) for n in reference_grads)
+            _close(grads[n], reference_grads[n]) for n in reference_grads
+        )
     forward = {}
     for r in results:
         forward.update(r["forward_s"])
     return PipelineRun(
-        outputs_equal=outputs_equal, gradients_equal=gradients_equal, loss=last["loss"],
-        measured_step_s=max(r["step_s"] for r in results), simulated_step_s=pp.step_time_s,
+        outputs_equal=outputs_equal,
+        gradients_equal=gradients_equal,
+        loss=last["loss"],
+        measured_step_s=max(r["step_s"] for r in results),
+        simulated_step_s=pp.step_time_s,
         rank_step_s=tuple(r["step_s"] for r in results),
         stage_forward_s=tuple(float(forward[s]) for s in range(count)),
-        simulated_forward_s=tuple(pp.stage_forward_s), world_size=world, backend=backend,
-        schedule=pp.schedule, microbatches=m)
+        simulated_forward_s=tuple(pp.stage_forward_s),
+        world_size=world,
+        backend=backend,
+        schedule=pp.schedule,
+        microbatches=m,
+    )

@@ -31,8 +31,17 @@ from typing import NamedTuple
 
 from partitioner.errors import PartitionError
 
-__all__ = ["Action", "ActionKind", "SCHEDULES", "MicrobatchError", "actions", "check_microbatches",
-           "accepted_microbatches", "stages_per_rank", "MAX_LISTED"]
+__all__ = [
+    "Action",
+    "ActionKind",
+    "SCHEDULES",
+    "MicrobatchError",
+    "actions",
+    "check_microbatches",
+    "accepted_microbatches",
+    "stages_per_rank",
+    "MAX_LISTED",
+]
 
 
 class ActionKind(StrEnum):
@@ -65,8 +74,7 @@ class Action(NamedTuple):
         """The action ``str(action)`` wrote (``"1F3"``), as torch's ``_Action.from_str`` reads it."""
         found = _TEXT.match(text.strip())
         if found is None:
-            raise PartitionError(f"an action reads stage, kind (F, B, I or W), microbatch, e.g. '1F3' "
-                                 f"(got {text!r})")
+            raise PartitionError(f"an action reads stage, kind (F, B, I or W), microbatch, e.g. '1F3' (got {text!r})")
         return cls(int(found[1]), ActionKind(found[2]), int(found[3]))
 
 
@@ -84,8 +92,9 @@ class MicrobatchError(PartitionError):
     the first counts that would be (at most :data:`MAX_LISTED`; for the batch: the divisors of its
     first dimension), so a front end can name its own knob."""
 
-    def __init__(self, message: str, schedule: str, microbatches: int, accepted: tuple[int, ...],
-                 batch: int | None = None) -> None:
+    def __init__(
+        self, message: str, schedule: str, microbatches: int, accepted: tuple[int, ...], batch: int | None = None
+    ) -> None:
         super().__init__(message)
         self.schedule, self.microbatches, self.accepted, self.batch = schedule, microbatches, accepted, batch
 
@@ -99,14 +108,18 @@ def _refusal(schedule: str, ranks: int, m: int) -> str | None:
     if m < 1:
         return f"microbatches must be >= 1 (got {m})"
     if schedule == "1f1b" and m < ranks:
-        return (f"1f1b needs at least as many microbatches as stages: microbatches must be >= {ranks} "
-                f"(got {m}); torch's Schedule1F1B refuses fewer")
+        return (
+            f"1f1b needs at least as many microbatches as stages: microbatches must be >= {ranks} "
+            f"(got {m}); torch's Schedule1F1B refuses fewer"
+        )
     if schedule in ("interleaved_1f1b", "zero_bubble"):
         rounds = max(1, m // ranks)
         if m % rounds:
-            return (f"{schedule} runs the microbatches in rounds of about one per rank: with {ranks} ranks, "
-                    f"{m} microbatches make {rounds} rounds, and microbatches must be a multiple of the "
-                    f"rounds (got {m}); torch's {SCHEDULES[schedule][0]} refuses it")
+            return (
+                f"{schedule} runs the microbatches in rounds of about one per rank: with {ranks} ranks, "
+                f"{m} microbatches make {rounds} rounds, and microbatches must be a multiple of the "
+                f"rounds (got {m}); torch's {SCHEDULES[schedule][0]} refuses it"
+            )
     return None
 
 
@@ -138,8 +151,13 @@ def check_microbatches(schedule: str, ranks: int, microbatches: int) -> None:
     why = _refusal(schedule, ranks, microbatches)
     if why is not None:
         ok = accepted_microbatches(schedule, ranks, up_to=max(16, 3 * ranks))
-        fix = (f"; choose one of {', '.join(map(str, ok))}, ..." if schedule in ("interleaved_1f1b", "zero_bubble")
-               else f"; use {ok[0]} or more microbatches, or fewer stages" if schedule == "1f1b" else "")
+        fix = (
+            f"; choose one of {', '.join(map(str, ok))}, ..."
+            if schedule in ("interleaved_1f1b", "zero_bubble")
+            else f"; use {ok[0]} or more microbatches, or fewer stages"
+            if schedule == "1f1b"
+            else ""
+        )
         raise MicrobatchError(why + fix, schedule, microbatches, ok)
 
 
@@ -169,8 +187,12 @@ def _one_f_one_b(ranks: int, m: int) -> list[list[Action]]:
     return out
 
 
-_TORCH_KINDS = {"FORWARD": ActionKind.F, "FULL_BACKWARD": ActionKind.B, "BACKWARD_INPUT": ActionKind.I,
-                "BACKWARD_WEIGHT": ActionKind.W}
+_TORCH_KINDS = {
+    "FORWARD": ActionKind.F,
+    "FULL_BACKWARD": ActionKind.B,
+    "BACKWARD_INPUT": ActionKind.I,
+    "BACKWARD_WEIGHT": ActionKind.W,
+}
 
 
 @lru_cache(maxsize=64)

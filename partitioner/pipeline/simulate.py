@@ -42,9 +42,15 @@ class Simulation:
     timeline: tuple[Event, ...]  # by rank, then start
 
 
-def simulate_actions(lists: Sequence[Sequence[Action]], forward_s: Sequence[float], backward_s: Sequence[float],
-                     transfer_s: Sequence[float] | float = 0.0, schedule: str = "custom",
-                     microbatches: int = 0, split_backward: float = 0.5) -> Simulation:
+def simulate_actions(
+    lists: Sequence[Sequence[Action]],
+    forward_s: Sequence[float],
+    backward_s: Sequence[float],
+    transfer_s: Sequence[float] | float = 0.0,
+    schedule: str = "custom",
+    microbatches: int = 0,
+    split_backward: float = 0.5,
+) -> Simulation:
     """Simulate ``lists`` (one per rank); ``forward_s``/``backward_s`` per stage and microbatch;
     ``transfer_s`` per stage boundary (stage s to s + 1) and microbatch. ``I`` and ``W`` take
     ``split_backward`` and the rest of a backward. Actions may be plain ``(stage, kind, mb)``
@@ -52,8 +58,9 @@ def simulate_actions(lists: Sequence[Sequence[Action]], forward_s: Sequence[floa
     try:
         lists = [[Action(int(s), ActionKind(k), int(mb)) for s, k, mb in acts] for acts in lists]
     except ValueError:
-        raise PartitionError("an action is (stage, kind, microbatch) with kind F, B, I or W; check the "
-                             "action lists") from None
+        raise PartitionError(
+            "an action is (stage, kind, microbatch) with kind F, B, I or W; check the action lists"
+        ) from None
     stages = len(forward_s)
     comm = [float(transfer_s)] * max(0, stages - 1) if isinstance(transfer_s, (int, float)) else list(transfer_s)
     rank_of = {}
@@ -83,8 +90,11 @@ def simulate_actions(lists: Sequence[Sequence[Action]], forward_s: Sequence[floa
         if kind in (ActionKind.B, ActionKind.I):
             deps.append(((s, ActionKind.F, mb), 0.0))
             if s < stages - 1 and (s + 1, mb) in has_b:
-                after = ActionKind.B if (s + 1, ActionKind.B, mb) in done or _kind_of(s + 1, mb) == ActionKind.B \
+                after = (
+                    ActionKind.B
+                    if (s + 1, ActionKind.B, mb) in done or _kind_of(s + 1, mb) == ActionKind.B
                     else ActionKind.I
+                )
                 key = (s + 1, after, mb)
                 deps.append((key, comm[s] if rank_of.get(s + 1) != r else 0.0))
         if kind == ActionKind.W:
@@ -131,18 +141,32 @@ def simulate_actions(lists: Sequence[Sequence[Action]], forward_s: Sequence[floa
                 scheduled += 1
                 progressed = True
         if not progressed:
-            raise PartitionError("the schedule's actions wait on each other in a circle; check the "
-                                 "action lists (every backward needs its forward first)")
+            raise PartitionError(
+                "the schedule's actions wait on each other in a circle; check the "
+                "action lists (every backward needs its forward first)"
+            )
     step = max(free) if free else 0.0
     bubble = 1.0 - sum(busy) / (len(lists) * step) if step > 0 else 0.0
     peaks = tuple(peak) if has_b else tuple(1 for _ in range(stages))
-    return Simulation(schedule, microbatches, step, bubble, tuple(step - b for b in busy), peaks,
-                      tuple(sorted(timeline, key=lambda e: (e.rank, e.start_s))))
+    return Simulation(
+        schedule,
+        microbatches,
+        step,
+        bubble,
+        tuple(step - b for b in busy),
+        peaks,
+        tuple(sorted(timeline, key=lambda e: (e.rank, e.start_s))),
+    )
 
 
-def simulate(forward_s: Sequence[float], microbatches: int, schedule: str = "gpipe",
-             backward_s: Sequence[float] | None = None, transfer_s: Sequence[float] | float = 0.0,
-             training: bool = True) -> Simulation:
+def simulate(
+    forward_s: Sequence[float],
+    microbatches: int,
+    schedule: str = "gpipe",
+    backward_s: Sequence[float] | None = None,
+    transfer_s: Sequence[float] | float = 0.0,
+    training: bool = True,
+) -> Simulation:
     """Simulate ``schedule`` with ``forward_s[s]`` seconds per microbatch on stage ``s`` (one stage
     per rank; ``v`` consecutive entries per rank for interleaved schedules, which need
     ``len(forward_s)`` divisible by their stages per rank). Backward defaults to twice the
@@ -155,8 +179,9 @@ def simulate(forward_s: Sequence[float], microbatches: int, schedule: str = "gpi
     per_rank = stages_per_rank(schedule) if schedule in ("interleaved_1f1b", "zero_bubble") else 1
     stages = len(forward_s)
     if stages % per_rank:
-        raise PartitionError(f"{schedule} runs {per_rank} stages per rank: give a multiple of {per_rank} "
-                             f"stage times (got {stages})")
+        raise PartitionError(
+            f"{schedule} runs {per_rank} stages per rank: give a multiple of {per_rank} stage times (got {stages})"
+        )
     ranks = stages // per_rank
     backward = list(backward_s) if backward_s is not None else [2.0 * f for f in forward_s]
     lists = actions(schedule, ranks, microbatches, training)

@@ -41,8 +41,10 @@ from partitioner.errors import InfeasibleError, PartitionError
 from partitioner.graph import Graph
 from partitioner.pipeline.simulate import simulate
 
-BOTTLENECK_NOTE = ("a split shown faster than this one does not fit the devices' memory: this split is the "
-                   "fastest that fits of the bottleneck-exact one and the simple ones")
+BOTTLENECK_NOTE = (
+    "a split shown faster than this one does not fit the devices' memory: this split is the "
+    "fastest that fits of the bottleneck-exact one and the simple ones"
+)
 
 if TYPE_CHECKING:
     from partitioner.plan.records import Plan
@@ -91,32 +93,44 @@ class PipelinePlan:
         try:
             return cls(
                 stages=tuple(tuple(str(n) for n in s) for s in data["stages"]),
-                device_ids=tuple(int(d) for d in data["device_ids"]), schedule=str(data["schedule"]),
-                microbatches=int(data["microbatches"]), training=data.get("training"),
+                device_ids=tuple(int(d) for d in data["device_ids"]),
+                schedule=str(data["schedule"]),
+                microbatches=int(data["microbatches"]),
+                training=data.get("training"),
                 stage_forward_s=tuple(float(x) for x in data["stage_forward_s"]),
                 stage_backward_s=tuple(float(x) for x in data["stage_backward_s"]),
                 stage_transfer_s=tuple(float(x) for x in data["stage_transfer_s"]),
                 stage_memory_bytes=tuple(int(x) for x in data["stage_memory_bytes"]),
                 stage_stash_bytes=tuple(int(x) for x in data["stage_stash_bytes"]),
-                step_time_s=float(data["step_time_s"]), bubble_fraction=float(data["bubble_fraction"]),
+                step_time_s=float(data["step_time_s"]),
+                bubble_fraction=float(data["bubble_fraction"]),
                 baselines=tuple((str(n), float(t), tuple(int(x) for x in sizes)) for n, t, sizes in data["baselines"]),
-                model=str(data.get("model", "")), graph_fingerprint=str(data.get("graph_fingerprint", "")))
+                model=str(data.get("model", "")),
+                graph_fingerprint=str(data.get("graph_fingerprint", "")),
+            )
         except KeyError as exc:
             raise PartitionError(f"the pipeline plan lacks its {exc.args[0]!r} field") from None
         except (TypeError, ValueError) as exc:
             raise PartitionError(f"the pipeline plan has a malformed field: {exc}") from None
 
-    def as_plan(self, graph: Graph, devices: Sequence[Device],
-                transfer_rate_bytes_per_s: float | None = None) -> "Plan":
+    def as_plan(
+        self, graph: Graph, devices: Sequence[Device], transfer_rate_bytes_per_s: float | None = None
+    ) -> "Plan":
         """The stages as a :class:`~partitioner.plan.Plan` (one partition per stage, on its
         device; one forward pass, no microbatches): the DAG, memory and export views of any
         plan apply to it."""
         from partitioner.accelerator.api import evaluate_plan
 
         mapping = {name: s for s, names in enumerate(self.stages) for name in names}
-        return evaluate_plan(graph, devices, mapping, {s: [d] for s, d in enumerate(self.device_ids)},
-                             transfer_rate_bytes_per_s=transfer_rate_bytes_per_s, keep_ids=True,
-                             mode=f"pipeline {self.schedule}")
+        return evaluate_plan(
+            graph,
+            devices,
+            mapping,
+            {s: [d] for s, d in enumerate(self.device_ids)},
+            transfer_rate_bytes_per_s=transfer_rate_bytes_per_s,
+            keep_ids=True,
+            mode=f"pipeline {self.schedule}",
+        )
 
 
 def _stage_weights(graph: Graph, order: Sequence[int]) -> tuple[list[int], list[tuple[int, list[int], int]]]:
@@ -166,9 +180,16 @@ def _crossing(graph: Graph, order: Sequence[int]) -> list[int]:
     return out
 
 
-def plan(graph: Graph, devices: Sequence[Device], stages: int = 4, microbatches: int = 8,
-         schedule: str = "1f1b", training: str | None = None, transfer_rate_bytes_per_s: float | None = 25e9,
-         node_latency: Mapping[str, Sequence[float]] | None = None) -> PipelinePlan:
+def plan(
+    graph: Graph,
+    devices: Sequence[Device],
+    stages: int = 4,
+    microbatches: int = 8,
+    schedule: str = "1f1b",
+    training: str | None = None,
+    transfer_rate_bytes_per_s: float | None = 25e9,
+    node_latency: Mapping[str, Sequence[float]] | None = None,
+) -> PipelinePlan:
     """Cut ``graph`` into ``stages`` contiguous stages on ``devices`` (stage s on device s mod
     len(devices)) for ``schedule`` with ``microbatches``; ``training`` is None, "sgd" or "adam".
     Raises :class:`InfeasibleError` when no split fits the devices' memory."""
@@ -177,8 +198,10 @@ def plan(graph: Graph, devices: Sequence[Device], stages: int = 4, microbatches:
     if microbatches < 1 or stages < 1:
         raise PartitionError(f"stages and microbatches must be >= 1 (got {stages}, {microbatches})")
     if microbatches > MAX_MICROBATCHES:
-        raise PartitionError(f"microbatches must be at most {MAX_MICROBATCHES:,} (got {microbatches:,}): the schedule "
-                             "is simulated action by action; split the batch into fewer, larger microbatches")
+        raise PartitionError(
+            f"microbatches must be at most {MAX_MICROBATCHES:,} (got {microbatches:,}): the schedule "
+            "is simulated action by action; split the batch into fewer, larger microbatches"
+        )
     order = list(graph.op_indices)
     n = len(order)
     if stages > n:
@@ -206,8 +229,7 @@ def plan(graph: Graph, devices: Sequence[Device], stages: int = 4, microbatches:
     action = profile.pipeline_action_for(stages) if profile is not None else 0.0
     if link is not None:  # a measured action already holds its send's latency
         comm = [(c / m) / link.bandwidth_bytes_per_s + (0.0 if action else link.latency_s) for c in cross]
-    stash = simulate([1.0] * stages, m,
-                     schedule, training=bool(training)).stage_peak_stash
+    stash = simulate([1.0] * stages, m, schedule, training=bool(training)).stage_peak_stash
     device_of = [devices[s % len(devices)] for s in range(stages)]
     pre_f, pre_b, pre_p, pre_a = ([0.0] for _ in range(4))
     for i in range(n):
@@ -249,10 +271,12 @@ def plan(graph: Graph, devices: Sequence[Device], stages: int = 4, microbatches:
             if value[i] < INF:
                 best[s][b], cut[s][b] = value[i], a[i]
     if best[stages][n] == INF:
-        raise InfeasibleError(f"no split of {graph.name or 'the model'} into {stages} stages fits the devices' "
-                              f"memory with {m} microbatches of {schedule}"
-                              + (f" and {training} state" if training else "")
-                              + "; add devices or memory, more stages, or fewer microbatches in flight")
+        raise InfeasibleError(
+            f"no split of {graph.name or 'the model'} into {stages} stages fits the devices' "
+            f"memory with {m} microbatches of {schedule}"
+            + (f" and {training} state" if training else "")
+            + "; add devices or memory, more stages, or fewer microbatches in flight"
+        )
     bounds = [n]
     for s in range(stages, 0, -1):
         bounds.append(int(cut[s][bounds[-1]]))
@@ -262,30 +286,42 @@ def plan(graph: Graph, devices: Sequence[Device], stages: int = 4, microbatches:
         f = [pre_f[b] - pre_f[a] + action for a, b in zip(bounds, bounds[1:])]
         bk = [pre_b[b] - pre_b[a] + (action if training else 0.0) for a, b in zip(bounds, bounds[1:])]
         tr = [comm[b - 1] for b in bounds[1:-1]]
-        sim = simulate(f, m, schedule, backward_s=bk if training else [0.0] * len(f), transfer_s=tr or 0.0,
-                       training=bool(training))
+        sim = simulate(
+            f, m, schedule, backward_s=bk if training else [0.0] * len(f), transfer_s=tr or 0.0, training=bool(training)
+        )
         return sim.step_time_s, sim.bubble_fraction, f, bk, tr
 
     step, bubble, f, bk, tr = evaluate(bounds)
     baselines = []
-    for name, other in (("equal layers", _equal_counts(n, stages)),
-                        ("by parameters", _by_weight(params, stages))):
+    for name, other in (("equal layers", _equal_counts(n, stages)), ("by parameters", _by_weight(params, stages))):
         scored = evaluate(other)
         baselines.append((name, scored[0], tuple(b - a for a, b in zip(other, other[1:]))))
-        fits = all(b > a and memory(a, b, s) <= device_of[s].memory_bytes
-                   for s, (a, b) in enumerate(zip(other, other[1:])))
+        fits = all(
+            b > a and memory(a, b, s) <= device_of[s].memory_bytes for s, (a, b) in enumerate(zip(other, other[1:]))
+        )
         if fits and scored[0] < step:  # NOTE: [What is exact]: the simulated step decides
             bounds, (step, bubble, f, bk, tr) = list(other), scored
     names = [graph.nodes[v].name for v in order]
     return PipelinePlan(
         stages=tuple(tuple(names[a:b]) for a, b in zip(bounds, bounds[1:])),
-        device_ids=tuple(d.logical_id for d in device_of), schedule=schedule, microbatches=m,
-        training=training, stage_forward_s=tuple(f), stage_backward_s=tuple(bk), stage_transfer_s=tuple(tr),
+        device_ids=tuple(d.logical_id for d in device_of),
+        schedule=schedule,
+        microbatches=m,
+        training=training,
+        stage_forward_s=tuple(f),
+        stage_backward_s=tuple(bk),
+        stage_transfer_s=tuple(tr),
         stage_memory_bytes=tuple(memory(a, b, s) for s, (a, b) in enumerate(zip(bounds, bounds[1:]))),
-        stage_stash_bytes=tuple(int((pre_a[b] - pre_a[a]) * (stash[s] if training else 1))
-                                for s, (a, b) in enumerate(zip(bounds, bounds[1:]))),
-        step_time_s=step, bubble_fraction=bubble, baselines=tuple(baselines), model=graph.name,
-        graph_fingerprint=graph.fingerprint())
+        stage_stash_bytes=tuple(
+            int((pre_a[b] - pre_a[a]) * (stash[s] if training else 1))
+            for s, (a, b) in enumerate(zip(bounds, bounds[1:]))
+        ),
+        step_time_s=step,
+        bubble_fraction=bubble,
+        baselines=tuple(baselines),
+        model=graph.name,
+        graph_fingerprint=graph.fingerprint(),
+    )
 
 
 def _equal_counts(n: int, k: int) -> list[int]:

@@ -141,13 +141,16 @@ class PlanDiff:
             "removed_partitions": list(self.removed),
             "moves": [record(m, {}) for m in self.moves],
             "partitions": [
-                record(p, {
-                    "memory_change_bytes": p.memory_change_bytes,
-                    "latency_change_s": clean(p.latency_change_s),
-                    "bytes_crossing_a": p.bytes_crossing_a,
-                    "bytes_crossing_b": p.bytes_crossing_b,
-                    "bytes_crossing_change": p.bytes_crossing_change,
-                })
+                record(
+                    p,
+                    {
+                        "memory_change_bytes": p.memory_change_bytes,
+                        "latency_change_s": clean(p.latency_change_s),
+                        "bytes_crossing_a": p.bytes_crossing_a,
+                        "bytes_crossing_b": p.bytes_crossing_b,
+                        "bytes_crossing_change": p.bytes_crossing_change,
+                    },
+                )
                 for p in self.partitions
             ],
         }

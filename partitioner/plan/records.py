@@ -21,9 +21,12 @@ from partitioner.devices import Device
 from partitioner.errors import InvalidPlanError
 from partitioner.graph import Graph
 from partitioner.options import PartitionOptions
-from partitioner.plan.schema import PlanFormatError, as_float as _float, as_int as _int, check as _check
-from partitioner.units import format_seconds
+from partitioner.plan.schema import PlanFormatError
+from partitioner.plan.schema import as_float as _float
+from partitioner.plan.schema import as_int as _int
+from partitioner.plan.schema import check as _check
 from partitioner.plan.validate import Violation, plan_violations
+from partitioner.units import format_seconds
 
 __all__ = [
     "SCHEMA_VERSION",
@@ -82,17 +85,26 @@ class Provenance:
     solver_bound: bool = False  # lower_bound_s is the solver's (above the heaviest path of nodes)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"options": self.options.to_dict(), "single_partition": self.single_partition,
-                "edited": self.edited, "forced_cap_bytes": self.forced_cap_bytes, "solver": self.solver,
-                "solver_bound": self.solver_bound}
+        return {
+            "options": self.options.to_dict(),
+            "single_partition": self.single_partition,
+            "edited": self.edited,
+            "forced_cap_bytes": self.forced_cap_bytes,
+            "solver": self.solver,
+            "solver_bound": self.solver_bound,
+        }
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "Provenance":
         cap = data.get("forced_cap_bytes")
-        return cls(PartitionOptions.from_dict(dict(data.get("options", {}))),
-                   bool(data.get("single_partition", False)), bool(data.get("edited", False)),
-                   None if cap is None else int(cap), str(data.get("solver", "")),
-                   bool(data.get("solver_bound", False)))
+        return cls(
+            PartitionOptions.from_dict(dict(data.get("options", {}))),
+            bool(data.get("single_partition", False)),
+            bool(data.get("edited", False)),
+            None if cap is None else int(cap),
+            str(data.get("solver", "")),
+            bool(data.get("solver_bound", False)),
+        )
 
 
 @dataclass(frozen=True)
@@ -124,28 +136,44 @@ class Plan:
         """``"physical"`` or ``"torch"``: the cost model the figures were computed under."""
         return self.provenance.options.cost_model
 
-    def rescore(self, graph: Graph, cost_model: str | None = None,
-                transfer_rate_bytes_per_s: float | None = None) -> "Plan":
+    def rescore(
+        self, graph: Graph, cost_model: str | None = None, transfer_rate_bytes_per_s: float | None = None
+    ) -> "Plan":
         """The same partitions and devices scored on ``graph`` under ``cost_model`` (default:
         this plan's) and ``transfer_rate_bytes_per_s`` (default: this plan's). Never raises for
         a plan that does not fit: the result records it. O(N + E)."""
         options = self.options.replace(
             cost_model=cost_model or self.cost_model,
-            transfer_rate_bytes_per_s=transfer_rate_bytes_per_s or self.transfer_rate_bytes_per_s)
+            transfer_rate_bytes_per_s=transfer_rate_bytes_per_s or self.transfer_rate_bytes_per_s,
+        )
         part = [-1] * len(graph)
         for name, pid in self.node_to_partition().items():
             if name in graph.index and graph.nodes[graph.index[name]].is_op:
                 part[graph.index[name]] = pid
         devices_of = [list(p.device_ids) for p in sorted(self.partitions, key=lambda p: p.id)]
         devices = list(self.devices)
-        cost = CostModel(graph, node_latencies(graph, devices, options.node_latency_dict),
-                         options.transfer_rate_bytes_per_s, options.cost_model, transfer_latency_s(devices),
-                         runs_serially(devices))
+        cost = CostModel(
+            graph,
+            node_latencies(graph, devices, options.node_latency_dict),
+            options.transfer_rate_bytes_per_s,
+            options.cost_model,
+            transfer_latency_s(devices),
+            runs_serially(devices),
+        )
         provenance = dataclasses.replace(self.provenance, options=options)
         # The solver's bound holds under both cost models (NOTE: [Relaxation bound]), not at another rate.
         same_rate = options.transfer_rate_bytes_per_s == self.options.transfer_rate_bytes_per_s
-        return build_plan(graph, cost, part, devices_of, self.devices, self.mode, provenance, keep_ids=True,
-                          lower_bound_s=self.lower_bound_s if same_rate else 0.0)
+        return build_plan(
+            graph,
+            cost,
+            part,
+            devices_of,
+            self.devices,
+            self.mode,
+            provenance,
+            keep_ids=True,
+            lower_bound_s=self.lower_bound_s if same_rate else 0.0,
+        )
 
     @property
     def gap_to_bound(self) -> float:
@@ -190,8 +218,9 @@ class Plan:
         """Used / capacity per device (inf for a used device of no memory)."""
         used = self.device_memory_bytes()
         return {
-            d.logical_id: (used[d.logical_id] / d.memory_bytes if d.memory_bytes
-                           else (math.inf if used[d.logical_id] else 0.0))
+            d.logical_id: (
+                used[d.logical_id] / d.memory_bytes if d.memory_bytes else (math.inf if used[d.logical_id] else 0.0)
+            )
             for d in self.devices
         }
 
@@ -258,18 +287,26 @@ class Plan:
         try:
             partitions = tuple(_partition_from_dict(p) for p in data["partitions"])
             devices = tuple(Device.from_dict(d) for d in data["devices"])
-            edges = tuple(Edge(_int(e["src"]), _int(e["dst"]), _int(e["bytes"]), _float(e["latency_s"]))
-                          for e in data.get("edges", ()))
+            edges = tuple(
+                Edge(_int(e["src"]), _int(e["dst"]), _int(e["bytes"]), _float(e["latency_s"]))
+                for e in data.get("edges", ())
+            )
             rate = data.get("transfer_rate_bytes_per_s")
             plan = cls(
-                mode=data["mode"], partitions=partitions, devices=devices, edges=edges,
-                latency_s=_float(data["latency_s"]), critical_path=tuple(data.get("critical_path", ())),
+                mode=data["mode"],
+                partitions=partitions,
+                devices=devices,
+                edges=edges,
+                latency_s=_float(data["latency_s"]),
+                critical_path=tuple(data.get("critical_path", ())),
                 transfer_rate_bytes_per_s=None if rate is None else _float(rate),
                 device_usage=tuple((d, b) for d, b in data.get("device_usage", ())),
                 provenance=Provenance.from_dict(data.get("provenance", {})),
-                model=data.get("model", ""), graph_fingerprint=data.get("graph_fingerprint", ""),
+                model=data.get("model", ""),
+                graph_fingerprint=data.get("graph_fingerprint", ""),
                 lower_bound_s=_float(data.get("lower_bound_s", 0.0)),
-                proven_optimal=data.get("proven_optimal", False))
+                proven_optimal=data.get("proven_optimal", False),
+            )
         except (KeyError, TypeError, ValueError, OverflowError) as exc:  # check() lets none through
             raise PlanFormatError(f"plan JSON has a field of the wrong type or range: {exc}") from None
         return plan
@@ -293,10 +330,14 @@ class Plan:
 
 def _partition_from_dict(p: Mapping[str, Any]) -> Partition:
     return Partition(
-        id=_int(p["id"]), node_names=tuple(str(n) for n in p["node_names"]),
-        device_ids=tuple(_int(d) for d in p["device_ids"]), memory_bytes=_int(p["memory_bytes"]),
-        memory_latency_s=_float(p["memory_latency_s"]), compute_latency_s=_float(p["compute_latency_s"]),
-        latency_s=_float(p["latency_s"]), bfs_level=_int(p["bfs_level"]),
+        id=_int(p["id"]),
+        node_names=tuple(str(n) for n in p["node_names"]),
+        device_ids=tuple(_int(d) for d in p["device_ids"]),
+        memory_bytes=_int(p["memory_bytes"]),
+        memory_latency_s=_float(p["memory_latency_s"]),
+        compute_latency_s=_float(p["compute_latency_s"]),
+        latency_s=_float(p["latency_s"]),
+        bfs_level=_int(p["bfs_level"]),
         parents=tuple(_int(x) for x in p["parents"]),
         children=tuple(_int(x) for x in p["children"]),
         start_s=_float(p.get("start_s", 0.0)),
@@ -304,8 +345,9 @@ def _partition_from_dict(p: Mapping[str, Any]) -> Partition:
     )
 
 
-def _numbered(cost: CostModel, part: Sequence[int], order: Sequence[int],
-              devices: Mapping[int, tuple[int, ...]]) -> Evaluation:
+def _numbered(
+    cost: CostModel, part: Sequence[int], order: Sequence[int], devices: Mapping[int, tuple[int, ...]]
+) -> Evaluation:
     """The evaluation of ``part`` with partition ``order[i]`` numbered i."""
     renumber = {old: new for new, old in enumerate(order)}
     return cost.evaluate([renumber[p] if p >= 0 else -1 for p in part], [devices[p] for p in order])
@@ -354,7 +396,7 @@ def build_plan(
     names = [nd.name for nd in graph.nodes]
     parents: list[set[int]] = [set() for _ in used]
     children: list[set[int]] = [set() for _ in used]
-    for (a, b) in ev.edges:
+    for a, b in ev.edges:
         children[a].add(b)
         parents[b].add(a)
     partitions = tuple(

@@ -36,8 +36,11 @@ def upgrade(data: Mapping[str, Any]) -> dict[str, Any]:
     for key in ("saturate_host", "force_partition", "search_budget"):
         if old.get(key):
             options[key] = old[key]
-    out["provenance"] = {"options": options, "single_partition": bool(old.get("single_partition", False)),
-                         "edited": bool(old.get("edited", False))}
+    out["provenance"] = {
+        "options": options,
+        "single_partition": bool(old.get("single_partition", False)),
+        "edited": bool(old.get("edited", False)),
+    }
     edges = out.get("edges", [])
     if isinstance(out.get("partitions"), (list, tuple)) and isinstance(edges, (list, tuple)):
         out["partitions"] = _with_schedule(list(out["partitions"]), list(edges))
@@ -102,15 +105,23 @@ def _whole(low: int) -> Any:
     def rule(v: Any) -> str | None:
         ok = isinstance(v, int) and not isinstance(v, bool) and low <= v <= _MAX_INT
         return None if ok else f"must be a whole number from {low} to {_MAX_INT}"
+
     return rule
 
 
 def _number(finite: bool, positive: bool = False) -> Any:
     def rule(v: Any) -> str | None:
-        ok = (isinstance(v, (int, float)) and not isinstance(v, bool) and (isinstance(v, float) or abs(v) <= _MAX_FLOAT_INT)
-              and not math.isnan(v) and (v > 0 if positive else v >= 0) and (math.isfinite(v) or not finite))
+        ok = (
+            isinstance(v, (int, float))
+            and not isinstance(v, bool)
+            and (isinstance(v, float) or abs(v) <= _MAX_FLOAT_INT)
+            and not math.isnan(v)
+            and (v > 0 if positive else v >= 0)
+            and (math.isfinite(v) or not finite)
+        )
         what = "a positive" if positive else "a non-negative"
         return None if ok else f"must be {what}{', finite' if finite else ''} number"
+
     return rule
 
 
@@ -118,6 +129,7 @@ def _kind(kind: Any, name: str) -> Any:
     def rule(v: Any) -> str | None:
         ok = isinstance(v, kind) and not (kind is not bool and isinstance(v, bool))
         return None if ok else f"must be {name}"
+
     return rule
 
 
@@ -131,6 +143,7 @@ def _list(inner: Any, what: str) -> Any:
             return f"must be a list of {what}"
         bad = next((i for i, x in enumerate(v) if inner(x) is not None), None)
         return None if bad is None else f"must be a list of {what} (item {bad} is {_shown(v[bad])})"
+
     return rule
 
 
@@ -138,27 +151,57 @@ _ID, _COUNT, _SECONDS, _TIME = _whole(0), _whole(0), _number(finite=True), _numb
 _STR, _BOOL = _kind(str, "a string"), _kind(bool, "true or false")
 _IDS = _list(_ID, "whole numbers >= 0")
 _RATE = _optional(_number(finite=True, positive=True))
-_TOP = {"mode": (True, _STR), "partitions": (True, _list(_kind(Mapping, "an object"), "objects")),
-        "devices": (True, _list(_kind(Mapping, "an object"), "objects")), "latency_s": (True, _TIME),
-        "edges": (False, _list(_kind(Mapping, "an object"), "objects")), "critical_path": (False, _IDS),
-        "transfer_rate_bytes_per_s": (False, _RATE), "device_usage": (False, _list(_list(_COUNT, "whole numbers"),
-                                                                                      "[device id, bytes] pairs")),
-        "provenance": (False, _kind(Mapping, "an object")), "model": (False, _STR),
-        "graph_fingerprint": (False, _STR), "lower_bound_s": (False, _SECONDS), "proven_optimal": (False, _BOOL)}
-_PARTITION = {"id": (True, _ID), "node_names": (True, _list(_STR, "strings")), "device_ids": (True, _IDS),
-              "memory_bytes": (True, _COUNT), "memory_latency_s": (True, _SECONDS),
-              "compute_latency_s": (True, _SECONDS), "latency_s": (True, _SECONDS), "bfs_level": (True, _whole(-1)),
-              "parents": (True, _IDS), "children": (True, _IDS), "start_s": (False, _TIME), "finish_s": (False, _TIME)}
+_TOP = {
+    "mode": (True, _STR),
+    "partitions": (True, _list(_kind(Mapping, "an object"), "objects")),
+    "devices": (True, _list(_kind(Mapping, "an object"), "objects")),
+    "latency_s": (True, _TIME),
+    "edges": (False, _list(_kind(Mapping, "an object"), "objects")),
+    "critical_path": (False, _IDS),
+    "transfer_rate_bytes_per_s": (False, _RATE),
+    "device_usage": (False, _list(_list(_COUNT, "whole numbers"), "[device id, bytes] pairs")),
+    "provenance": (False, _kind(Mapping, "an object")),
+    "model": (False, _STR),
+    "graph_fingerprint": (False, _STR),
+    "lower_bound_s": (False, _SECONDS),
+    "proven_optimal": (False, _BOOL),
+}
+_PARTITION = {
+    "id": (True, _ID),
+    "node_names": (True, _list(_STR, "strings")),
+    "device_ids": (True, _IDS),
+    "memory_bytes": (True, _COUNT),
+    "memory_latency_s": (True, _SECONDS),
+    "compute_latency_s": (True, _SECONDS),
+    "latency_s": (True, _SECONDS),
+    "bfs_level": (True, _whole(-1)),
+    "parents": (True, _IDS),
+    "children": (True, _IDS),
+    "start_s": (False, _TIME),
+    "finish_s": (False, _TIME),
+}
 _EDGE = {"src": (True, _ID), "dst": (True, _ID), "bytes": (True, _COUNT), "latency_s": (True, _TIME)}
-_PROVENANCE = {"options": (False, _kind(Mapping, "an object")), "single_partition": (False, _BOOL),
-               "edited": (False, _BOOL), "forced_cap_bytes": (False, _optional(_COUNT)), "solver": (False, _STR),
-               "solver_bound": (False, _BOOL)}
-_OPTIONS = {"transfer_rate_bytes_per_s": (False, _RATE), "node_latency": (False, _optional(_kind(Mapping, "an object"))),
-            "saturate_host": (False, _BOOL), "force_partition": (False, _BOOL),
-            "search_budget": (False, _optional(_whole(1))), "cost_model": (False, _STR),
-            "time_limit_s": (False, _optional(_number(finite=True, positive=True)))}
+_PROVENANCE = {
+    "options": (False, _kind(Mapping, "an object")),
+    "single_partition": (False, _BOOL),
+    "edited": (False, _BOOL),
+    "forced_cap_bytes": (False, _optional(_COUNT)),
+    "solver": (False, _STR),
+    "solver_bound": (False, _BOOL),
+}
+_OPTIONS = {
+    "transfer_rate_bytes_per_s": (False, _RATE),
+    "node_latency": (False, _optional(_kind(Mapping, "an object"))),
+    "saturate_host": (False, _BOOL),
+    "force_partition": (False, _BOOL),
+    "search_budget": (False, _optional(_whole(1))),
+    "cost_model": (False, _STR),
+    "time_limit_s": (False, _optional(_number(finite=True, positive=True))),
+}
 _V1_OPTIONS = {key: spec for key, spec in _OPTIONS.items() if key != "node_latency"} | {
-    "single_partition": (False, _BOOL), "edited": (False, _BOOL)}
+    "single_partition": (False, _BOOL),
+    "edited": (False, _BOOL),
+}
 
 
 def _shown(value: Any) -> str:
@@ -214,15 +257,18 @@ def check(data: Any) -> dict[str, Any]:
 
 def _check_ids(data: Mapping[str, Any], problems: list[str]) -> None:
     ids = {p["id"] for p in data["partitions"]}
-    named = [(f"partitions[{i}].{key}", p[key]) for i, p in enumerate(data["partitions"])
-             for key in ("parents", "children")]
+    named = [
+        (f"partitions[{i}].{key}", p[key]) for i, p in enumerate(data["partitions"]) for key in ("parents", "children")
+    ]
     named += [(f"edges[{i}].{key}", [e[key]]) for i, e in enumerate(data.get("edges", [])) for key in ("src", "dst")]
     named += [("critical_path", data.get("critical_path", []))]
     for where, values in named:
         unknown = sorted(set(values) - ids)
         if unknown:
-            problems.append(f"{where} names partition {unknown[0]}, which the plan does not have "
-                            f"(its partition ids are {sorted(ids)[:20]})")
+            problems.append(
+                f"{where} names partition {unknown[0]}, which the plan does not have "
+                f"(its partition ids are {sorted(ids)[:20]})"
+            )
 
 
 def _check_devices(devices: list[Mapping[str, Any]], problems: list[str]) -> None:
@@ -236,8 +282,9 @@ def _check_devices(devices: list[Mapping[str, Any]], problems: list[str]) -> Non
         if not isinstance(device.kind, str):
             problems.append(f"devices[{i}].kind must be a string (got {_shown(device.kind)})")
         if device.logical_id in seen:
-            problems.append(f"devices[{i}].logical_id {device.logical_id} is used by another device; "
-                            "give each device its own id")
+            problems.append(
+                f"devices[{i}].logical_id {device.logical_id} is used by another device; give each device its own id"
+            )
         seen.add(device.logical_id)
 
 
@@ -245,8 +292,10 @@ def _check_options(options: Mapping[str, Any], problems: list[str]) -> None:
     if not _fields(options, _OPTIONS, "provenance.options", problems):
         return
     if options.get("cost_model", "physical") not in COST_MODELS:
-        problems.append(f"provenance.options.cost_model must be one of {', '.join(COST_MODELS)} "
-                        f"(got {_shown(options['cost_model'])})")
+        problems.append(
+            f"provenance.options.cost_model must be one of {', '.join(COST_MODELS)} "
+            f"(got {_shown(options['cost_model'])})"
+        )
         return
     try:
         PartitionOptions.from_dict(options)
@@ -261,4 +310,5 @@ def _raise(problems: list[str]) -> None:
         raise PlanFormatError(
             f"plan JSON breaks the plan schema ({count} problem{'s' if count != 1 else ''}):\n"
             + "\n".join(f"  - {p}" for p in shown)
-            + "\nfix the file, or make or export the plan again with partition-explorer")
+            + "\nfix the file, or make or export the plan again with partition-explorer"
+        )

@@ -30,17 +30,24 @@ def check_plan_size(data: Any, graph: Graph | None = None) -> None:
     most = MAX_PLAN_ENTRIES if graph is None else max(1, len(graph.op_names))
     whose = "" if graph is None else f"; {graph.name or 'the model'} has {most:,} operations, each in one partition"
     if len(parts) > most:
-        raise PlanFormatError(f"a plan holds at most {most:,} partitions{whose} (this one has {len(parts):,}); "
-                              "load a plan made for this model, or make one with partition-explorer plan")
-    entries = sum(len(p["node_names"]) for p in parts
-                  if isinstance(p, Mapping) and isinstance(p.get("node_names"), list))
+        raise PlanFormatError(
+            f"a plan holds at most {most:,} partitions{whose} (this one has {len(parts):,}); "
+            "load a plan made for this model, or make one with partition-explorer plan"
+        )
+    entries = sum(
+        len(p["node_names"]) for p in parts if isinstance(p, Mapping) and isinstance(p.get("node_names"), list)
+    )
     if entries > most:
-        raise PlanFormatError(f"a plan names at most {most:,} nodes{whose} (this one names {entries:,}); "
-                              "load a plan made for this model, or make one with partition-explorer plan")
+        raise PlanFormatError(
+            f"a plan names at most {most:,} nodes{whose} (this one names {entries:,}); "
+            "load a plan made for this model, or make one with partition-explorer plan"
+        )
     devices = data.get("devices")
     if isinstance(devices, list) and len(devices) > MAX_PLAN_ENTRIES:
-        raise PlanFormatError(f"a plan has at most {MAX_PLAN_ENTRIES:,} devices (this one has {len(devices):,}); "
-                              "load a plan made with partition-explorer")
+        raise PlanFormatError(
+            f"a plan has at most {MAX_PLAN_ENTRIES:,} devices (this one has {len(devices):,}); "
+            "load a plan made with partition-explorer"
+        )
 
 
 def plan_from_json(text: str | bytes, graph: Graph | None = None) -> Plan:

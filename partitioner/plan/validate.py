@@ -13,9 +13,8 @@ from enum import Enum
 from typing import TYPE_CHECKING, Mapping, Sequence
 
 from partitioner.cost.model import CostModel
-from partitioner.graph import find_cycle
 from partitioner.devices import Device
-from partitioner.graph import Graph
+from partitioner.graph import Graph, find_cycle
 from partitioner.units import format_bytes
 
 if TYPE_CHECKING:  # pragma: no cover - typing only; plan.py imports this module
@@ -42,6 +41,7 @@ __all__ = [
     "plan_violations",
 ]
 
+
 class ViolationKind(str, Enum):
     """What rule a violation breaks; a ``str`` (JSON writes the value), so ``kind == "memory"``
     holds and callers filter by kind, never by searching the message."""
@@ -64,8 +64,21 @@ class ViolationKind(str, Enum):
         return self.value
 
 
-(PARTITION_IDS, EMPTY_PARTITION, DUPLICATE_NODE, NO_DEVICE, UNKNOWN_DEVICE, GRAPH_CHANGED, UNKNOWN_NODE,
- NOT_OP_NODE, MISSING_NODE, MEMORY, CYCLE, LATENCY_BUDGET, MEMORY_BUDGET) = tuple(ViolationKind)
+(
+    PARTITION_IDS,
+    EMPTY_PARTITION,
+    DUPLICATE_NODE,
+    NO_DEVICE,
+    UNKNOWN_DEVICE,
+    GRAPH_CHANGED,
+    UNKNOWN_NODE,
+    NOT_OP_NODE,
+    MISSING_NODE,
+    MEMORY,
+    CYCLE,
+    LATENCY_BUDGET,
+    MEMORY_BUDGET,
+) = tuple(ViolationKind)
 KINDS = tuple(ViolationKind)
 
 # Kinds about where partitions run, not what they compute: a split module ignores them.
@@ -86,8 +99,13 @@ class Violation:
         return self.message
 
     def to_dict(self) -> dict[str, object]:
-        return {"kind": self.kind.value, "message": self.message, "partition": self.partition,
-                "node": self.node, "device": self.device}
+        return {
+            "kind": self.kind.value,
+            "message": self.message,
+            "partition": self.partition,
+            "node": self.node,
+            "device": self.device,
+        }
 
 
 def _names(names: Sequence[str], where: Mapping[str, int] | None = None, limit: int = 10) -> str:
@@ -113,19 +131,26 @@ def plan_violations(
     ids = [p.id for p in plan.partitions]
     ids_ok = sorted(ids) == list(range(len(ids)))
     if not ids_ok:
-        found.append(Violation(PARTITION_IDS, f"partition ids must be 0..{len(ids) - 1} without gaps "
-                                              f"(got {sorted(ids)}); renumber them"))
+        found.append(
+            Violation(
+                PARTITION_IDS,
+                f"partition ids must be 0..{len(ids) - 1} without gaps (got {sorted(ids)}); renumber them",
+            )
+        )
     seen: dict[str, int] = {}
     for p in plan.partitions:
         if not p.node_names:
             found.append(Violation(EMPTY_PARTITION, f"partition {p.id} holds no node; remove it", p.id))
         for name in p.node_names:
             if name in seen:
-                found.append(Violation(
-                    DUPLICATE_NODE,
-                    f"node {name!r} is in partition {seen[name]} and partition {p.id}; keep it in one",
-                    p.id, name,
-                ))
+                found.append(
+                    Violation(
+                        DUPLICATE_NODE,
+                        f"node {name!r} is in partition {seen[name]} and partition {p.id}; keep it in one",
+                        p.id,
+                        name,
+                    )
+                )
             else:
                 seen[name] = p.id
     known = {d.logical_id: d for d in (plan.devices if devices is None else devices)}
@@ -134,38 +159,51 @@ def plan_violations(
             found.append(Violation(NO_DEVICE, f"partition {p.id} has no device; assign one of {sorted(known)}", p.id))
         for did in p.device_ids:
             if did not in known:
-                found.append(Violation(
-                    UNKNOWN_DEVICE,
-                    f"partition {p.id} is placed on unknown device {did}; known logical ids are {sorted(known)}",
-                    p.id, device=did,
-                ))
+                found.append(
+                    Violation(
+                        UNKNOWN_DEVICE,
+                        f"partition {p.id} is placed on unknown device {did}; known logical ids are {sorted(known)}",
+                        p.id,
+                        device=did,
+                    )
+                )
     used = dict(plan.device_usage)
     edges: Mapping[tuple[int, int], int] = {(e.src, e.dst): e.bytes for e in plan.edges}
     if graph is not None:
         if check_fingerprint and plan.graph_fingerprint and plan.graph_fingerprint != graph.fingerprint():
-            found.append(Violation(
-                GRAPH_CHANGED,
-                f"plan was made for a different graph (fingerprint {plan.graph_fingerprint}, model "
-                f"{plan.model or graph.name!r} now {graph.fingerprint()}); re-plan or check the model version",
-            ))
+            found.append(
+                Violation(
+                    GRAPH_CHANGED,
+                    f"plan was made for a different graph (fingerprint {plan.graph_fingerprint}, model "
+                    f"{plan.model or graph.name!r} now {graph.fingerprint()}); re-plan or check the model version",
+                )
+            )
         op_names = set(graph.op_names)
         unknown = sorted(n for n in seen if n not in graph.index)
         not_op = sorted(n for n in seen if n in graph.index and n not in op_names)
-        for kind, what, names in ((UNKNOWN_NODE, "do not exist in the model", unknown),
-                                  (NOT_OP_NODE, "are not op nodes of the model", not_op)):
+        for kind, what, names in (
+            (UNKNOWN_NODE, "do not exist in the model", unknown),
+            (NOT_OP_NODE, "are not op nodes of the model", not_op),
+        ):
             if names:
-                found.append(Violation(
-                    kind, f"{len(names)} node(s) in the plan {what}: {_names(names, seen)}; remove them",
-                    seen[names[0]], names[0],
-                ))
+                found.append(
+                    Violation(
+                        kind,
+                        f"{len(names)} node(s) in the plan {what}: {_names(names, seen)}; remove them",
+                        seen[names[0]],
+                        names[0],
+                    )
+                )
         missing = [n for n in graph.op_names if n not in seen]
         if missing:
-            found.append(Violation(
-                MISSING_NODE,
-                f"{len(missing)} node(s) of the model are in no partition: {_names(missing)}; "
-                "assign each to a partition",
-                node=missing[0],
-            ))
+            found.append(
+                Violation(
+                    MISSING_NODE,
+                    f"{len(missing)} node(s) of the model are in no partition: {_names(missing)}; "
+                    "assign each to a partition",
+                    node=missing[0],
+                )
+            )
         if ids_ok:
             # Recompute memory and data flow over the nodes the graph knows (first placement of
             # a duplicated node wins), so figures are today's, not the plan's record. Nodes in
@@ -186,19 +224,25 @@ def plan_violations(
     for did in sorted(used):
         dev = known.get(did)
         if dev is not None and used[did] > dev.memory_bytes:
-            found.append(Violation(
-                MEMORY,
-                f"device {dev.name} (id {did}) holds partition(s) {holders.get(did, [])} using "
-                f"{format_bytes(used[did])} of its {format_bytes(dev.memory_bytes)} "
-                f"({format_bytes(used[did] - dev.memory_bytes)} over); move nodes to another device or add memory",
-                min(holders[did]) if holders.get(did) else None, device=did,
-            ))
+            found.append(
+                Violation(
+                    MEMORY,
+                    f"device {dev.name} (id {did}) holds partition(s) {holders.get(did, [])} using "
+                    f"{format_bytes(used[did])} of its {format_bytes(dev.memory_bytes)} "
+                    f"({format_bytes(used[did] - dev.memory_bytes)} over); move nodes to another device or add memory",
+                    min(holders[did]) if holders.get(did) else None,
+                    device=did,
+                )
+            )
     cycle = find_cycle(len(plan.partitions), edges) if ids_ok else []
     if cycle:
-        found.append(Violation(
-            CYCLE,
-            "partitions depend on each other in a cycle " + " -> ".join(str(c) for c in cycle)
-            + "; move nodes so data flows one way between them",
-            cycle[0],
-        ))
+        found.append(
+            Violation(
+                CYCLE,
+                "partitions depend on each other in a cycle "
+                + " -> ".join(str(c) for c in cycle)
+                + "; move nodes so data flows one way between them",
+                cycle[0],
+            )
+        )
     return found

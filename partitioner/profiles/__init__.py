@@ -34,8 +34,10 @@ def _rows(path: Path) -> list[dict]:
 def _nearest_measured(card: Hardware) -> str:
     """The measured card closest to ``card`` in memory bandwidth (log ratio): the roof most of a
     model's ops sit under."""
-    return min(MEASURED, key=lambda m: abs(math.log(card.memory_bandwidth_bytes_per_s
-                                                    / HARDWARE[m].memory_bandwidth_bytes_per_s)))
+    return min(
+        MEASURED,
+        key=lambda m: abs(math.log(card.memory_bandwidth_bytes_per_s / HARDWARE[m].memory_bandwidth_bytes_per_s)),
+    )
 
 
 @functools.lru_cache(maxsize=None)
@@ -55,8 +57,14 @@ def gpu_kernels(name: str) -> GpuKernels | None:
     return derive(base, compute, card.memory_bandwidth_bytes_per_s / ref.memory_bandwidth_bytes_per_s, name, base_name)
 
 
-def profile_from_kernels(name: str, memory_bytes: int, kernels: GpuKernels, link_bandwidth: float,
-                         link_latency_s: float, engine: str = "eager") -> DeviceProfile:
+def profile_from_kernels(
+    name: str,
+    memory_bytes: int,
+    kernels: GpuKernels,
+    link_bandwidth: float,
+    link_latency_s: float,
+    engine: str = "eager",
+) -> DeviceProfile:
     """A :class:`DeviceProfile` whose ops are priced by ``kernels`` (its flat curves for readers
     of a single figure: matmul FLOPs -> seconds per dtype, the copy curve)."""
     matmul = []
@@ -67,10 +75,20 @@ def profile_from_kernels(name: str, memory_bytes: int, kernels: GpuKernels, link
         matmul.append((dtype, tuple(sorted(by_flops.items()))))
     copy = dict(kernels.elementwise).get("copy") or kernels.elementwise[0][1]
     return DeviceProfile(
-        name=name, memory_bytes=int(memory_bytes), op_overhead_s=kernels.launch_s, module_overhead_s=0.0,
-        matmul=tuple(matmul), copy=copy, elementwise=kernels.elementwise,
+        name=name,
+        memory_bytes=int(memory_bytes),
+        op_overhead_s=kernels.launch_s,
+        module_overhead_s=0.0,
+        matmul=tuple(matmul),
+        copy=copy,
+        elementwise=kernels.elementwise,
         collectives=(("p2p", 2, AlphaBeta(link_latency_s, link_bandwidth)),),
-        graph_op_overhead_s=kernels.host_per_op_s, backend="nccl", host=kernels.gpu, gpu=kernels, engine=engine)
+        graph_op_overhead_s=kernels.host_per_op_s,
+        backend="nccl",
+        host=kernels.gpu,
+        gpu=kernels,
+        engine=engine,
+    )
 
 
 @functools.lru_cache(maxsize=None)

@@ -39,19 +39,30 @@ __all__ = ["analyze", "sweep", "VIEW_OPS"]
 _TAG = "partition_explorer_node"
 
 
-def analyze(model: torch.nn.Module | Graph, example_inputs: Sequence[Any] | torch.Tensor,
-            budget: float = 0.5, loss: str = "sum", *, timeout_s: float | None = 300.0,
-            flops_per_s: float = DEFAULT_SPEEDS["peak_flops"]) -> RematResult:
+def analyze(
+    model: torch.nn.Module | Graph,
+    example_inputs: Sequence[Any] | torch.Tensor,
+    budget: float = 0.5,
+    loss: str = "sum",
+    *,
+    timeout_s: float | None = 300.0,
+    flops_per_s: float = DEFAULT_SPEEDS["peak_flops"],
+) -> RematResult:
     """Run functorch's min-cut on ``model``'s joint graph at ``budget``. The loss is the sum (or
     mean) of every floating-point output. ``timeout_s=None`` runs in this process (tests,
     benchmarks); otherwise in a worker process that is stopped at the limit."""
     return sweep(model, example_inputs, (budget,), loss, timeout_s=timeout_s, flops_per_s=flops_per_s)[0]
 
 
-def sweep(model: torch.nn.Module | Graph, example_inputs: Sequence[Any] | torch.Tensor,
-          budgets: Sequence[float] = (0.0, 0.25, 0.5, 0.75, 1.0), loss: str = "sum", *,
-          timeout_s: float | None = 300.0,
-          flops_per_s: float = DEFAULT_SPEEDS["peak_flops"]) -> list[RematResult]:
+def sweep(
+    model: torch.nn.Module | Graph,
+    example_inputs: Sequence[Any] | torch.Tensor,
+    budgets: Sequence[float] = (0.0, 0.25, 0.5, 0.75, 1.0),
+    loss: str = "sum",
+    *,
+    timeout_s: float | None = 300.0,
+    flops_per_s: float = DEFAULT_SPEEDS["peak_flops"],
+) -> list[RematResult]:
     """:func:`analyze` at each budget, in one worker (the imports are paid once)."""
     for b in budgets:
         check_request(b, loss)
@@ -86,8 +97,9 @@ class _Tagged(torch.nn.Module):
         return fx.Interpreter(self.gm).run(*args)
 
 
-def _sweep(portable: PortableGraph, inputs: tuple[Any, ...], budgets: tuple[float, ...], loss: str,
-           flops_per_s: float) -> list[RematResult]:
+def _sweep(
+    portable: PortableGraph, inputs: tuple[Any, ...], budgets: tuple[float, ...], loss: str, flops_per_s: float
+) -> list[RematResult]:
     import torch._functorch.config as functorch_config
     import torch.fx.traceback as fx_traceback
     from torch._functorch.aot_autograd import aot_function, make_boxed_func
@@ -98,7 +110,8 @@ def _sweep(portable: PortableGraph, inputs: tuple[Any, ...], budgets: tuple[floa
     module = _Tagged(gm)
     state = {**dict(module.named_parameters()), **dict(module.named_buffers())}  # tied: once
     if not any(p.requires_grad for p in module.parameters()) and not any(
-            isinstance(x, torch.Tensor) and x.requires_grad for x in inputs):
+        isinstance(x, torch.Tensor) and x.requires_grad for x in inputs
+    ):
         raise PartitionError("the model has no trainable parameters: there is no backward to analyse")
 
     def forward(params: dict[str, torch.Tensor], *args: Any) -> Any:
@@ -111,10 +124,16 @@ def _sweep(portable: PortableGraph, inputs: tuple[Any, ...], budgets: tuple[floa
         if fake and joint_once:  # NOTE: [One joint trace for fake weights]
             start = time.perf_counter()
             with functorch_config.patch(activation_memory_budget=budget):
-                fw, bw = min_cut_rematerialization_partition(copy.deepcopy(joint_once["joint"]), joint_once["inputs"],
-                                                             compiler="inductor", **joint_once["kw"])
-            seen.update(fw=fw, bw=bw, outputs=joint_once["kw"].get("num_fwd_outputs", 1), joint_s=0.0,
-                        solver_s=time.perf_counter() - start)
+                fw, bw = min_cut_rematerialization_partition(
+                    copy.deepcopy(joint_once["joint"]), joint_once["inputs"], compiler="inductor", **joint_once["kw"]
+                )
+            seen.update(
+                fw=fw,
+                bw=bw,
+                outputs=joint_once["kw"].get("num_fwd_outputs", 1),
+                joint_s=0.0,
+                solver_s=time.perf_counter() - start,
+            )
             results.append(_read(budget, seen, flops_per_s, None))
             continue
 
@@ -135,17 +154,27 @@ def _sweep(portable: PortableGraph, inputs: tuple[Any, ...], budgets: tuple[floa
         for p in trainable.values():
             p.grad = None
         with fx_traceback.preserve_node_meta(), functorch_config.patch(activation_memory_budget=budget):
-            compiled = aot_function(forward, fw_compiler=keep, bw_compiler=keep,  # type: ignore[arg-type]
-                                    partition_fn=partition)
+            compiled = aot_function(
+                forward,
+                fw_compiler=keep,
+                bw_compiler=keep,  # type: ignore[arg-type]
+                partition_fn=partition,
+            )
             _loss(compiled(state, *inputs), loss).backward()
         # The split forward and backward must give eager's gradients (fake weights have no values).
         if fake:
             results.append(_read(budget, seen, flops_per_s, None))
             continue
         eager = torch.autograd.grad(_loss(module(*inputs), loss), list(trainable.values()), allow_unused=True)
-        equal = all(torch.allclose(p.grad if p.grad is not None else torch.zeros_like(p),
-                                   e if e is not None else torch.zeros_like(p), rtol=1e-4, atol=1e-6)
-                    for p, e in zip(trainable.values(), eager))
+        equal = all(
+            torch.allclose(
+                p.grad if p.grad is not None else torch.zeros_like(p),
+                e if e is not None else torch.zeros_like(p),
+                rtol=1e-4,
+                atol=1e-6,
+            )
+            for p, e in zip(trainable.values(), eager)
+        )
         results.append(_read(budget, seen, flops_per_s, equal))
     return results
 
@@ -160,15 +189,34 @@ def _sweep(portable: PortableGraph, inputs: tuple[Any, ...], budgets: tuple[floa
 
 
 def _loss(out: Any, kind: str) -> torch.Tensor:
-    leaves = [t for t in torch.utils._pytree.tree_leaves(out)
-              if isinstance(t, torch.Tensor) and t.is_floating_point() and t.requires_grad]
+    leaves = [
+        t
+        for t in torch.utils._pytree.tree_leaves(out)
+        if isinstance(t, torch.Tensor) and t.is_floating_point() and t.requires_grad
+    ]
     if not leaves:
         raise PartitionError("no output of the model needs a gradient: there is no loss to train")
     return sum((t.sum() if kind == "sum" else t.mean()) for t in leaves)  # type: ignore[return-value]
 
 
-VIEW_OPS = frozenset({"t", "view", "_unsafe_view", "transpose", "permute", "expand", "unsqueeze",
-                      "squeeze", "reshape", "slice", "select", "as_strided", "alias", "detach"})
+VIEW_OPS = frozenset(
+    {
+        "t",
+        "view",
+        "_unsafe_view",
+        "transpose",
+        "permute",
+        "expand",
+        "unsqueeze",
+        "squeeze",
+        "reshape",
+        "slice",
+        "select",
+        "as_strided",
+        "alias",
+        "detach",
+    }
+)
 
 
 def _origin(node: fx.Node) -> str | None:
@@ -195,7 +243,7 @@ def _read(budget: float, seen: dict[str, Any], flops_per_s: float, gradients_equ
     fw: fx.GraphModule = seen["fw"]
     bw: fx.GraphModule = seen["bw"]
     output = next(n for n in fw.graph.nodes if n.op == "output")
-    saved_values = [a for a in output.args[0][seen["outputs"]:] if isinstance(a, fx.Node)]
+    saved_values = [a for a in output.args[0][seen["outputs"] :] if isinstance(a, fx.Node)]
     held = {_storage(n) for n in fw.graph.nodes if n.op == "placeholder"} - {None}
     by_node: dict[str, int] = {}
     input_bytes = 0
@@ -221,9 +269,14 @@ def _read(budget: float, seen: dict[str, Any], flops_per_s: float, gradients_equ
     fw_ops = [n for n in fw.graph.nodes if n.op == "call_function"]
     fw_names = {n.name for n in fw_ops}
     # Views (a new shape over a saved storage) cost nothing to redo: min-cut always redoes them.
-    recomputed = [n for n in bw.graph.nodes if n.op == "call_function"
-                  and n.meta.get("partitioner_tag") == "is_forward" and n.name in fw_names
-                  and getattr(n.target, "_opname", None) not in VIEW_OPS]
+    recomputed = [
+        n
+        for n in bw.graph.nodes
+        if n.op == "call_function"
+        and n.meta.get("partitioner_tag") == "is_forward"
+        and n.name in fw_names
+        and getattr(n.target, "_opname", None) not in VIEW_OPS
+    ]
     flops = sum(_flops(n) for n in recomputed)
     order = {n.name: i for i, n in enumerate(fw_ops)}
     names = dict.fromkeys(_origin(n) for n in sorted(recomputed, key=lambda n: order.get(n.name, 0)))

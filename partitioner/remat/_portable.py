@@ -70,8 +70,9 @@ def _target(target: Any) -> Any:
 
         name = target._schema.name.split("::", 1)[-1]
         custom = OPDEFS.get(f"{target.namespace}::{name}")
-        return _OpRef(target.namespace, name, target._overloadname,
-                      custom._init_fn.__module__ if custom is not None else None)
+        return _OpRef(
+            target.namespace, name, target._overloadname, custom._init_fn.__module__ if custom is not None else None
+        )
     if isinstance(target, torch._ops.HigherOrderOperator):
         return _HigherOrderRef(target.name())
     return target
@@ -125,8 +126,10 @@ def from_portable(portable: PortableGraph) -> fx.GraphModule:
         if target is torch.ops.aten.histc.default and args:
             # A mixture of experts counts tokens per expert with histc on integer ids, which CPU
             # kernels (and so fake tensors on the CPU) lack: count them as floats, the same counts.
-            args = (graph.call_function(torch.ops.aten._to_copy.default, (args[0],), {"dtype": torch.float32}),
-                    *args[1:])
+            args = (
+                graph.call_function(torch.ops.aten._to_copy.default, (args[0],), {"dtype": torch.float32}),
+                *args[1:],
+            )
         node = graph.create_node(op, target, args, back(kwargs), name=name)
         env[name] = node
     root = {k: from_portable(v) if isinstance(v, PortableGraph) else v for k, v in portable.attrs.items()}
@@ -181,5 +184,11 @@ def materialize(gm: torch.nn.Module, inputs: tuple[Any, ...]) -> tuple[tuple[Any
             for n in module.graph.nodes:
                 n.args, n.kwargs = cpu(n.args), cpu(n.kwargs)
             module.recompile()
-    return tuple(_fake(x, mode) if isinstance(x, torch.Tensor) and x.is_meta else
-                 mode.from_tensor(x) if isinstance(x, torch.Tensor) else x for x in inputs), True
+    return tuple(
+        _fake(x, mode)
+        if isinstance(x, torch.Tensor) and x.is_meta
+        else mode.from_tensor(x)
+        if isinstance(x, torch.Tensor)
+        else x
+        for x in inputs
+    ), True

@@ -42,7 +42,9 @@ class RematResult:
         return out
 
 
-def training_memory(plan: Plan, graph: Graph, result: RematResult, optimizer: str = "adam") -> dict[int, dict[str, int]]:
+def training_memory(
+    plan: Plan, graph: Graph, result: RematResult, optimizer: str = "adam"
+) -> dict[int, dict[str, int]]:
     """Each device's training memory under ``plan``: the parameters its partitions hold, as many
     bytes again of gradients, the optimizer's state (``OPTIMIZER_STATE`` tensors per parameter,
     in the parameters' dtype), and the activations saved for the backward by nodes it runs
@@ -62,13 +64,18 @@ def training_memory(plan: Plan, graph: Graph, result: RematResult, optimizer: st
     out = {}
     for d in sorted(params):
         held = params[d] + sum(graph.output_bytes[u] for u in attrs.get(d, ()))
-        out[d] = {"parameters": held, "gradients": held, "optimizer": OPTIMIZER_STATE[optimizer] * held,
-                  "activations": activations[d]}
+        out[d] = {
+            "parameters": held,
+            "gradients": held,
+            "optimizer": OPTIMIZER_STATE[optimizer] * held,
+            "activations": activations[d],
+        }
     return out
 
 
-def largest_fitting_budget(plan: Plan, graph: Graph, results: Sequence[RematResult],
-                           optimizer: str = "adam") -> RematResult | None:
+def largest_fitting_budget(
+    plan: Plan, graph: Graph, results: Sequence[RematResult], optimizer: str = "adam"
+) -> RematResult | None:
     """The result with the largest budget (the least recomputation) at which every device's
     training memory fits its capacity; None when none does."""
     capacity = {d.logical_id: d.memory_bytes for d in plan.devices}
@@ -81,9 +88,8 @@ def largest_fitting_budget(plan: Plan, graph: Graph, results: Sequence[RematResu
 
 def check_request(budget: float, loss: str) -> None:
     if not (isinstance(budget, (int, float)) and 0.0 <= float(budget) <= 1.0):
-        raise PartitionError(f"budget must be between 0 and 1 (got {budget!r}); 1 saves what min-cut "
-                             "would, 0 recomputes all it can")
+        raise PartitionError(
+            f"budget must be between 0 and 1 (got {budget!r}); 1 saves what min-cut would, 0 recomputes all it can"
+        )
     if loss not in LOSSES:
         raise PartitionError(f"unknown loss {loss!r}; choose one of {', '.join(LOSSES)}")
-
-

@@ -161,8 +161,12 @@ def _chains(rank: int, groups: list[list[int]], device: str) -> tuple[float, lis
                     layers += [nn.Linear(width, width), nn.ReLU(), nn.Linear(width, width)]
                     local += [nn.Linear(width, width // n), nn.ReLU(), nn.Linear(width // n, width)]
                 pairs = nn.Sequential(*layers)
-                parallelize_module(pairs, mesh, {str(3 * k): ColwiseParallel() for k in range(CHAIN)}
-                                   | {str(3 * k + 2): RowwiseParallel() for k in range(CHAIN)})
+                parallelize_module(
+                    pairs,
+                    mesh,
+                    {str(3 * k): ColwiseParallel() for k in range(CHAIN)}
+                    | {str(3 * k + 2): RowwiseParallel() for k in range(CHAIN)},
+                )
                 plain = nn.Sequential(*local)
                 dist.barrier(group=group)
                 sharded_s = loop_median_s(lambda: pairs(x), 5, 5)
@@ -227,8 +231,15 @@ def engine_costs(rank: int, world_size: int) -> dict[str, Any]:
     device = "cuda" if dist.get_backend() == "nccl" else "cpu"
     counts = sorted({2, world_size})
     groups = {n: dist.new_group(list(range(n))) if n < world_size else None for n in counts}
-    out: dict[str, Any] = {"barrier": {}, "handoff": {}, "column": {}, "row": {}, "action": {},
-                           "concurrent_row": {}, "concurrent_all_reduce": {}}
+    out: dict[str, Any] = {
+        "barrier": {},
+        "handoff": {},
+        "column": {},
+        "row": {},
+        "action": {},
+        "concurrent_row": {},
+        "concurrent_all_reduce": {},
+    }
     for n in counts:
         ranks = list(range(n))
         out["barrier"][n] = _barrier(rank, ranks, groups[n])

@@ -12,8 +12,19 @@ import threading
 import time
 from typing import IO, Any, NamedTuple
 
-__all__ = ["Message", "Reply", "write_frame", "read_frame", "exit_with_parent", "child_env", "PARENT_ENV", "set_channel", "send",
-           "child_pythonpath", "quiet_server_loggers"]
+__all__ = [
+    "Message",
+    "Reply",
+    "write_frame",
+    "read_frame",
+    "exit_with_parent",
+    "child_env",
+    "PARENT_ENV",
+    "set_channel",
+    "send",
+    "child_pythonpath",
+    "quiet_server_loggers",
+]
 
 _HEADER = struct.Struct("!Q")
 

@@ -42,8 +42,9 @@ def main() -> None:
     world_size = int(os.environ["WORLD_SIZE"])
     torch.set_num_threads(1)
     try:
-        dist.init_process_group(backend, rank=rank, world_size=world_size,
-                                timeout=datetime.timedelta(seconds=max(5.0, timeout_s)))
+        dist.init_process_group(
+            backend, rank=rank, world_size=world_size, timeout=datetime.timedelta(seconds=max(5.0, timeout_s))
+        )
         try:
             value = entry(rank, world_size, *args)
         finally:

@@ -23,7 +23,14 @@ import statistics
 import time
 from typing import Any, Callable
 
-from partitioner.device_profile import ELEMENTWISE_KINDS, DeviceProfile, cache_off, find_profile, fit_alpha_beta, profile_path
+from partitioner.device_profile import (
+    ELEMENTWISE_KINDS,
+    DeviceProfile,
+    cache_off,
+    find_profile,
+    fit_alpha_beta,
+    profile_path,
+)
 from partitioner.errors import PartitionError
 from partitioner.runtime._engine_costs import engine_costs, loop_median_s
 
@@ -54,22 +61,31 @@ def _ops() -> dict[str, Any]:
     linear = torch.nn.Linear(1, 1)
     func = torch.nn.functional.linear
     with torch.no_grad():  # interleaved pairs: the machine's load shifts between measurements
-        module = statistics.median(_median_s(lambda: linear(a), 0.02) - _median_s(
-            lambda: func(a, linear.weight, linear.bias), 0.02) for _ in range(5))
+        module = statistics.median(
+            _median_s(lambda: linear(a), 0.02) - _median_s(lambda: func(a, linear.weight, linear.bias), 0.02)
+            for _ in range(5)
+        )
         matmul: dict[str, list[tuple[float, float]]] = {}
         for name in DTYPES:  # a Linear's op (addmm with its bias), as models call it
             dtype = getattr(torch, name)
             points = []
             for n in MATMUL_SIZES:
                 x, w, bias = (torch.randn(n, n).to(dtype), torch.randn(n, n).to(dtype), torch.randn(n).to(dtype))
-                points.append((2.0 * n ** 3, _median_s(lambda: func(x, w, bias), 0.08 if n >= 256 else 0.03)))
+                points.append((2.0 * n**3, _median_s(lambda: func(x, w, bias), 0.08 if n >= 256 else 0.03)))
             matmul[name] = points
     copy = []
     for nbytes in COPY_BYTES:
         x = torch.ones(max(1, nbytes // 8))  # float32: half the bytes read, half written
         copy.append((float(2 * x.nbytes), _median_s(lambda: torch.mul(x, 2.0), 0.05 if nbytes < 1 << 24 else 0.15)))
-    return {"op": op, "module": max(0.0, module), "matmul": matmul, "copy": copy, "backward": _backward_factor(),
-            "elementwise": _elementwise(), "graph_op": _graph_op()}
+    return {
+        "op": op,
+        "module": max(0.0, module),
+        "matmul": matmul,
+        "copy": copy,
+        "backward": _backward_factor(),
+        "elementwise": _elementwise(),
+        "graph_op": _graph_op(),
+    }
 
 
 class _SmallOps:
@@ -106,8 +122,14 @@ def _elementwise() -> dict[str, list[tuple[float, float]]]:
 
     F = torch.nn.functional
     w, b = torch.ones(256), torch.zeros(256)
-    ops = {"gelu": F.gelu, "layer_norm": lambda x: F.layer_norm(x, (256,), w, b),
-           "softmax": lambda x: torch.softmax(x, -1), "silu": F.silu, "sigmoid": torch.sigmoid, "tanh": torch.tanh}
+    ops = {
+        "gelu": F.gelu,
+        "layer_norm": lambda x: F.layer_norm(x, (256,), w, b),
+        "softmax": lambda x: torch.softmax(x, -1),
+        "silu": F.silu,
+        "sigmoid": torch.sigmoid,
+        "tanh": torch.tanh,
+    }
     curves: dict[str, list[tuple[float, float]]] = {}
     with torch.no_grad():
         for kind in ELEMENTWISE_KINDS:
@@ -251,8 +273,9 @@ def _sharded_overhead(rank: int, world_size: int) -> float:
     dist.barrier()
     if rank == 0:
         with torch.no_grad():
-            extra = statistics.median(_median_s(lambda: sharded(x), 0.03) - _median_s(lambda: plain(x), 0.03)
-                                      for _ in range(3))
+            extra = statistics.median(
+                _median_s(lambda: sharded(x), 0.03) - _median_s(lambda: plain(x), 0.03) for _ in range(3)
+            )
     dist.barrier()
     return max(0.0, extra)
 
@@ -264,15 +287,17 @@ def _memory_bytes() -> int:
         return 16 * 2**30
 
 
-def calibrate(name: str = "local", processes: int = 4, *, timeout_s: float = 180.0,
-              progress: Callable[[str], None] | None = None) -> DeviceProfile:
+def calibrate(
+    name: str = "local", processes: int = 4, *, timeout_s: float = 180.0, progress: Callable[[str], None] | None = None
+) -> DeviceProfile:
     """Measure this machine on ``processes`` local ranks (2 to 8) and return its profile (not
     saved: see :func:`local_profile`). Raises :class:`RunError` when a rank fails."""
     from partitioner.runtime.launch import launch
 
     if not 2 <= processes <= 8:
-        raise PartitionError(f"calibration runs on 2 to 8 processes (got {processes}); 4 measures what runs "
-                             "of 2 and 4 processes see")
+        raise PartitionError(
+            f"calibration runs on 2 to 8 processes (got {processes}); 4 measures what runs of 2 and 4 processes see"
+        )
     began = time.perf_counter()
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0
     # NOTE: [Calibration measures the host] The ops, collectives and engine costs are timed on CPU
@@ -288,8 +313,18 @@ def calibrate(name: str = "local", processes: int = 4, *, timeout_s: float = 180
     # Ranks sharing the cores never compute faster than one alone: a factor below 1 is the other
     # jobs' load falling between repeats, held at 1.
     slowdown = [(1, 1.0)] + [
-        (k, max(1.0, statistics.median(statistics.mean(b[k][r] for b in busy[:k]) / busy[0][1][r]
-                                       for r in range(len(busy[0][1]))))) for k in sorted(busy[0]) if k > 1]
+        (
+            k,
+            max(
+                1.0,
+                statistics.median(
+                    statistics.mean(b[k][r] for b in busy[:k]) / busy[0][1][r] for r in range(len(busy[0][1]))
+                ),
+            ),
+        )
+        for k in sorted(busy[0])
+        if k > 1
+    ]
     collectives = []
     for key, points in sorted(results[0]["collectives"].items()):
         kind, _, count = key.partition(":")
@@ -297,11 +332,17 @@ def calibrate(name: str = "local", processes: int = 4, *, timeout_s: float = 180
         worst = [(x, max(y, y2)) for (x, y), (_, y2) in zip(points, other)]
         collectives.append((kind, int(count), fit_alpha_beta(worst)))
     engines = [r["engines"] for r in results]
-    for key, kind in (("row", "dtensor_all_reduce"), ("handoff", "handoff"),
-                      ("concurrent_row", "concurrent_dtensor_all_reduce"), ("concurrent_all_reduce", "concurrent_all_reduce")):
+    for key, kind in (
+        ("row", "dtensor_all_reduce"),
+        ("handoff", "handoff"),
+        ("concurrent_row", "concurrent_dtensor_all_reduce"),
+        ("concurrent_all_reduce", "concurrent_all_reduce"),
+    ):
         for n in sorted(engines[0][key]):  # the slowest rank's time at each size
-            points = [(x, max(e[key][n][i][1] for e in engines if e[key].get(n)))
-                      for i, (x, _) in enumerate(engines[0][key][n])]
+            points = [
+                (x, max(e[key][n][i][1] for e in engines if e[key].get(n)))
+                for i, (x, _) in enumerate(engines[0][key][n])
+            ]
             collectives.append((kind, n, fit_alpha_beta(points)))
 
     def slowest(key: str) -> tuple[tuple[int, float], ...]:
@@ -310,21 +351,33 @@ def calibrate(name: str = "local", processes: int = 4, *, timeout_s: float = 180
     actions = slowest("action")
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     return DeviceProfile(
-        name=name, memory_bytes=_memory_bytes(), op_overhead_s=ops["op"], module_overhead_s=ops["module"],
+        name=name,
+        memory_bytes=_memory_bytes(),
+        op_overhead_s=ops["op"],
+        module_overhead_s=ops["module"],
         training_step_factor=ops["backward"],
         elementwise=tuple(sorted((k, tuple(sorted(c))) for k, c in ops["elementwise"].items())),
         graph_op_overhead_s=ops["graph_op"],
         sharded_module_overhead_s=results[0]["sharded"],
         matmul=tuple(sorted((d, tuple(sorted(c))) for d, c in ops["matmul"].items())),
-        copy=tuple(sorted(ops["copy"])), collectives=tuple(sorted(collectives)), slowdown=tuple(slowdown),
-        pipeline_action_s=actions, barrier_s=slowest("barrier"), dtensor_module_s=slowest("column"),
-        cores=cores, backend=backend, host=socket.gethostname(), load_average=round(load, 2),
+        copy=tuple(sorted(ops["copy"])),
+        collectives=tuple(sorted(collectives)),
+        slowdown=tuple(slowdown),
+        pipeline_action_s=actions,
+        barrier_s=slowest("barrier"),
+        dtensor_module_s=slowest("column"),
+        cores=cores,
+        backend=backend,
+        host=socket.gethostname(),
+        load_average=round(load, 2),
         measured_at=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        calibration_s=round(time.perf_counter() - began, 2))
+        calibration_s=round(time.perf_counter() - began, 2),
+    )
 
 
-def local_profile(name: str = "local", *, refresh: bool = False, processes: int = 4,
-                  progress: Callable[[str], None] | None = None) -> DeviceProfile:
+def local_profile(
+    name: str = "local", *, refresh: bool = False, processes: int = 4, progress: Callable[[str], None] | None = None
+) -> DeviceProfile:
     """The cached profile ``name``; measured (and cached) when there is none or ``refresh``. With
     the cache off (``PARTITION_EXPLORER_CACHE=off``) measured each time and kept nowhere."""
     if not refresh:
@@ -335,4 +388,3 @@ def local_profile(name: str = "local", *, refresh: bool = False, processes: int 
     if not cache_off():
         profile.save(profile_path(name))
     return profile
-

@@ -22,6 +22,7 @@ from partitioner.device_profile import DeviceProfile
 
 __all__ = ["measure_rows", "calibrate_gpu", "timer", "Shapes", "SHAPES", "QUICK_SHAPES"]
 
+
 @dataclass(frozen=True)
 class Shapes:
     """What is measured: Linear weights (k, n) by tokens, squares, elementwise sizes, attention
@@ -40,20 +41,36 @@ class Shapes:
 
 
 # (k, n) weights of Llama-3-8B / 70B, GPT-2 XL and BERT-large's layers; tokens from decode to 16k.
-SHAPES = Shapes(tokens=(1, 8, 64, 256, 1024, 4096, 16384),
-                weights=((4096, 4096), (4096, 14336), (14336, 4096), (8192, 8192), (8192, 28672), (1600, 6400),
-                         (1024, 4096)),
-                squares=(128, 256, 512, 1024, 2048, 4096, 8192),
-                elements=tuple(1 << e for e in (10, 14, 18, 20, 22, 24, 26, 28)),
-                sequences=(128, 512, 1024, 2048, 4096, 8192, 16384), vocab=128256, dim=4096,
-                loss_tokens=(128, 2048, 16384), dtypes=("bfloat16", "float16", "float32"), repeats=10)
-QUICK_SHAPES = Shapes(tokens=(1, 8, 32), weights=((64, 64), (64, 256)), squares=(32, 64), elements=(1 << 10, 1 << 14),
-                      sequences=(16, 32), vocab=512, dim=64, loss_tokens=(8, 32), dtypes=("float32",), repeats=3)
+SHAPES = Shapes(
+    tokens=(1, 8, 64, 256, 1024, 4096, 16384),
+    weights=((4096, 4096), (4096, 14336), (14336, 4096), (8192, 8192), (8192, 28672), (1600, 6400), (1024, 4096)),
+    squares=(128, 256, 512, 1024, 2048, 4096, 8192),
+    elements=tuple(1 << e for e in (10, 14, 18, 20, 22, 24, 26, 28)),
+    sequences=(128, 512, 1024, 2048, 4096, 8192, 16384),
+    vocab=128256,
+    dim=4096,
+    loss_tokens=(128, 2048, 16384),
+    dtypes=("bfloat16", "float16", "float32"),
+    repeats=10,
+)
+QUICK_SHAPES = Shapes(
+    tokens=(1, 8, 32),
+    weights=((64, 64), (64, 256)),
+    squares=(32, 64),
+    elements=(1 << 10, 1 << 14),
+    sequences=(16, 32),
+    vocab=512,
+    dim=64,
+    loss_tokens=(8, 32),
+    dtypes=("float32",),
+    repeats=3,
+)
 
 
 def timer(torch: Any, device: str, warmup: int = 3) -> Callable[[Callable[[], Any], int], float]:
     """``timed(fn, reps)``: the median seconds of ``fn`` over ``reps`` runs after ``warmup`` ones,
     by CUDA events on a GPU (what the curves were measured with), by the wall clock on a CPU."""
+
     def timed(fn: Callable[[], Any], reps: int) -> float:
         for _ in range(warmup):
             fn()
@@ -105,12 +122,21 @@ def measure_rows(device: str = "cuda", quick: bool = False) -> list[dict[str, An
                 a = torch.randn(tokens, k, device=device, dtype=dtype)
                 w = torch.randn(m, k, device=device, dtype=dtype)
                 s = timed(lambda: F.linear(a, w), reps)
-                rows.append({"kind": "matmul", "dtype": dtype_name, "m": tokens, "k": k, "n": m,
-                             "flops": 2 * tokens * k * m, "s": s})
+                rows.append(
+                    {
+                        "kind": "matmul",
+                        "dtype": dtype_name,
+                        "m": tokens,
+                        "k": k,
+                        "n": m,
+                        "flops": 2 * tokens * k * m,
+                        "s": s,
+                    }
+                )
         for sq in shapes.squares:
             a = torch.randn(sq, sq, device=device, dtype=dtype)
             s = timed(lambda: a @ a, reps)
-            rows.append({"kind": "matmul", "dtype": dtype_name, "m": sq, "k": sq, "n": sq, "flops": 2 * sq ** 3, "s": s})
+            rows.append({"kind": "matmul", "dtype": dtype_name, "m": sq, "k": sq, "n": sq, "flops": 2 * sq**3, "s": s})
     half = torch.bfloat16 if not quick else torch.float32
     size = 2 if not quick else 4
     for numel in shapes.elements:
@@ -118,21 +144,29 @@ def measure_rows(device: str = "cuda", quick: bool = False) -> list[dict[str, An
         t = torch.randn(max(int(numel) // width, 1), width, device=device, dtype=half)
         u = torch.randn_like(t)
         ones = torch.ones(width, device=device, dtype=half)
-        for op, fn, moved in (("add", lambda: t + u, 3), ("mul_scalar", lambda: t * 2.0, 2),
-                              ("gelu", lambda: F.gelu(t), 2), ("silu", lambda: F.silu(t), 2),
-                              ("softmax", lambda: torch.softmax(t, -1), 2),
-                              ("layer_norm", lambda: F.layer_norm(t, t.shape[-1:], ones, ones), 2),
-                              ("rms_norm", lambda: F.rms_norm(t, t.shape[-1:], ones), 2), ("copy", lambda: t.clone(), 2)):
+        for op, fn, moved in (
+            ("add", lambda: t + u, 3),
+            ("mul_scalar", lambda: t * 2.0, 2),
+            ("gelu", lambda: F.gelu(t), 2),
+            ("silu", lambda: F.silu(t), 2),
+            ("softmax", lambda: torch.softmax(t, -1), 2),
+            ("layer_norm", lambda: F.layer_norm(t, t.shape[-1:], ones, ones), 2),
+            ("rms_norm", lambda: F.rms_norm(t, t.shape[-1:], ones), 2),
+            ("copy", lambda: t.clone(), 2),
+        ):
             s = timed(fn, reps)
-            rows.append({"kind": "elementwise", "op": op, "numel": t.numel(), "bytes": moved * t.numel() * size, "s": s})
+            rows.append(
+                {"kind": "elementwise", "op": op, "numel": t.numel(), "bytes": moved * t.numel() * size, "s": s}
+            )
     heads, head_dim = (32, 128) if not quick else (4, 16)
     for seq in shapes.sequences:
         q = torch.randn(1, heads, seq, head_dim, device=device, dtype=half)
         for causal in (True, False):
             s = timed(lambda: F.scaled_dot_product_attention(q, q, q, is_causal=causal), reps)
             scale = (32 * 128) / (heads * head_dim)  # the curves are per 32 heads of 128
-            rows.append({"kind": "attention", "seq": seq, "heads": 32, "head_dim": 128, "causal": causal,
-                         "s": s * scale})
+            rows.append(
+                {"kind": "attention", "seq": seq, "heads": 32, "head_dim": 128, "causal": causal, "s": s * scale}
+            )
     vocab, dim = shapes.vocab, shapes.dim
     emb = torch.randn(vocab, dim, device=device, dtype=half)
     for tokens in shapes.loss_tokens:
@@ -159,8 +193,14 @@ def _measure(device: str, quick: bool) -> tuple[list[dict[str, Any]], int]:
     return measure_rows(device, quick), _memory_bytes(device)
 
 
-def calibrate_gpu(name: str, timeout_s: float = 900.0, device: str = "cuda", quick: bool = False,
-                  link_bandwidth_bytes_per_s: float = 450e9, link_latency_s: float = 2e-6) -> DeviceProfile:
+def calibrate_gpu(
+    name: str,
+    timeout_s: float = 900.0,
+    device: str = "cuda",
+    quick: bool = False,
+    link_bandwidth_bytes_per_s: float = 450e9,
+    link_latency_s: float = 2e-6,
+) -> DeviceProfile:
     """Measure ``device`` in a fresh worker (at most ``timeout_s``) into a profile called ``name``:
     its kernel curves, priced as the GPU presets are. The link between GPUs is the node's
     datasheet figure (NVLink 4 by default) until NCCL collectives are measured."""
@@ -173,5 +213,6 @@ def calibrate_gpu(name: str, timeout_s: float = 900.0, device: str = "cuda", qui
     profile = profile_from_kernels(name, memory, kernels, link_bandwidth_bytes_per_s, link_latency_s)
     import dataclasses
 
-    return dataclasses.replace(profile, measured_at=time.strftime("%Y-%m-%d %H:%M:%S"),
-                               backend="nccl" if device == "cuda" else "gloo")
+    return dataclasses.replace(
+        profile, measured_at=time.strftime("%Y-%m-%d %H:%M:%S"), backend="nccl" if device == "cuda" else "gloo"
+    )

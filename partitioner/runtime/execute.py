@@ -28,9 +28,9 @@ from torch.utils._pytree import tree_flatten, tree_unflatten
 
 from partitioner.devices import Device
 from partitioner.errors import InvalidPlanError, RunError
-from partitioner.plan.validate import ViolationKind
 from partitioner.graph import Graph
 from partitioner.plan.records import Plan
+from partitioner.plan.validate import ViolationKind
 from partitioner.runtime.launch import default_backend, launch, report_progress
 from partitioner.runtime.splitting import split
 from partitioner.runtime.timing import median_by_key, step_seconds
@@ -68,12 +68,24 @@ class RunResult:
     backend: str
 
     def to_dict(self) -> dict[str, Any]:
-        return {"outputs_equal": self.outputs_equal, "measured_latency_s": self.measured_latency_s,
-                "predicted_latency_s": self.predicted_latency_s, "world_size": self.world_size,
-                "backend": self.backend,
-                "partitions": [{"id": p.id, "ranks": list(p.ranks), "compute_s": p.compute_s,
-                                "wait_s": p.wait_s, "received_bytes": p.received_bytes,
-                                "predicted_s": p.predicted_s} for p in self.partitions]}
+        return {
+            "outputs_equal": self.outputs_equal,
+            "measured_latency_s": self.measured_latency_s,
+            "predicted_latency_s": self.predicted_latency_s,
+            "world_size": self.world_size,
+            "backend": self.backend,
+            "partitions": [
+                {
+                    "id": p.id,
+                    "ranks": list(p.ranks),
+                    "compute_s": p.compute_s,
+                    "wait_s": p.wait_s,
+                    "received_bytes": p.received_bytes,
+                    "predicted_s": p.predicted_s,
+                }
+                for p in self.partitions
+            ],
+        }
 
 
 def _tensors(value: Any) -> list[torch.Tensor]:
@@ -98,15 +110,29 @@ def _glue(gm: fx.GraphModule, n: fx.Node, env: dict[str, Any]) -> Any:
     raise RunError(f"node {n.name} ({n.op}) cannot run in a split module")
 
 
-def _entry(rank: int, world_size: int, gm: fx.GraphModule, owners: dict[str, tuple[int, ...]],
-           inputs: tuple[Any, ...], shapes: dict[str, Any], repeats: int) -> RankResult:
+def _entry(
+    rank: int,
+    world_size: int,
+    gm: fx.GraphModule,
+    owners: dict[str, tuple[int, ...]],
+    inputs: tuple[Any, ...],
+    shapes: dict[str, Any],
+    repeats: int,
+) -> RankResult:
     """What each rank runs (see NOTE: [One walk, every rank])."""
     with torch.no_grad():
         return _walk(rank, world_size, gm, owners, inputs, shapes, repeats)
 
 
-def _walk(rank: int, world_size: int, gm: fx.GraphModule, owners: dict[str, tuple[int, ...]],
-          inputs: tuple[Any, ...], shapes: dict[str, Any], repeats: int) -> RankResult:
+def _walk(
+    rank: int,
+    world_size: int,
+    gm: fx.GraphModule,
+    owners: dict[str, tuple[int, ...]],
+    inputs: tuple[Any, ...],
+    shapes: dict[str, Any],
+    repeats: int,
+) -> RankResult:
     nodes = list(gm.graph.nodes)
     position = {n.name: i for i, n in enumerate(nodes)}
     # Ranks that need each value: a partition's owners, rank 0 for the model's outputs, and for
@@ -153,8 +179,11 @@ def _walk(rank: int, world_size: int, gm: fx.GraphModule, owners: dict[str, tupl
                 try:
                     env[n.name] = gm.get_submodule(str(n.target))(*a, **k)
                 except Exception as exc:
-                    raise RunError(f"partition {str(n.target).rsplit('_', 1)[1]} failed on rank {rank}: "
-                                   f"{type(exc).__name__}: {exc}", rank=rank) from exc
+                    raise RunError(
+                        f"partition {str(n.target).rsplit('_', 1)[1]} failed on rank {rank}: "
+                        f"{type(exc).__name__}: {exc}",
+                        rank=rank,
+                    ) from exc
                 compute[n.name] = time.perf_counter() - t0
             to = sorted(need[n.name] - set(own))
             if rank == own[0]:
@@ -180,8 +209,11 @@ def _walk(rank: int, world_size: int, gm: fx.GraphModule, owners: dict[str, tupl
             walks.append(took)
             samples.append((compute, wait, received))
         report_progress(f"walk {attempt + 1} of {repeats + 1} done")
-    timings = RankTimings(median_by_key([c for c, _, _ in samples]), median_by_key([w for _, w, _ in samples]),
-                          samples[-1][2] if samples else {})
+    timings = RankTimings(
+        median_by_key([c for c, _, _ in samples]),
+        median_by_key([w for _, w, _ in samples]),
+        samples[-1][2] if samples else {},
+    )
     return RankResult(outputs, step_seconds(walks), timings)
 
 
@@ -277,9 +309,11 @@ def prepare(plan: Plan, graph: Graph, example_inputs: Sequence[Any] | torch.Tens
         with torch.no_grad():
             reference = _Record(gm).run(*inputs)
     except Exception as exc:
-        raise RunError(f"the split model does not run on the example inputs in one process ("
-                       f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}); check "
-                       "that the inputs match the model's forward() before running it on processes") from None
+        raise RunError(
+            f"the split model does not run on the example inputs in one process ("
+            f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}); check "
+            "that the inputs match the model's forward() before running it on processes"
+        ) from None
     return Prepared(gm, owners, shapes, inputs, reference, part_of_submod)
 
 
@@ -290,14 +324,28 @@ def run_rank(prepared: Prepared, repeats: int = 3) -> RankResult:
     if not dist.is_initialized():
         dist.init_process_group(default_backend())
     try:
-        return _entry(dist.get_rank(), dist.get_world_size(), prepared.module, prepared.owners,
-                      prepared.inputs, prepared.shapes, repeats)
+        return _entry(
+            dist.get_rank(),
+            dist.get_world_size(),
+            prepared.module,
+            prepared.owners,
+            prepared.inputs,
+            prepared.shapes,
+            repeats,
+        )
     finally:
         dist.destroy_process_group()
 
 
-def run(plan: Plan, graph: Graph, example_inputs: Sequence[Any] | torch.Tensor, backend: str | None = None,
-        timeout_s: float = 120.0, repeats: int = 3, progress: Callable[[str], None] | None = None) -> RunResult:
+def run(
+    plan: Plan,
+    graph: Graph,
+    example_inputs: Sequence[Any] | torch.Tensor,
+    backend: str | None = None,
+    timeout_s: float = 120.0,
+    repeats: int = 3,
+    progress: Callable[[str], None] | None = None,
+) -> RunResult:
     """Run ``plan`` on one process per device that holds a partition (rank = its position in
     :func:`ranked_devices`), over torch.distributed; returns the outputs gathered on rank 0 and the
     measured figures beside the predicted ones. Raises :class:`RunError` naming the rank, the
@@ -316,8 +364,14 @@ def run(plan: Plan, graph: Graph, example_inputs: Sequence[Any] | torch.Tensor, 
     world = len(ranked)
     backend = backend or default_backend()
     try:
-        results = launch(_entry, world, (gm, owners, inputs, shapes, repeats), timeout_s=timeout_s,
-                         backend=backend, progress=progress)
+        results = launch(
+            _entry,
+            world,
+            (gm, owners, inputs, shapes, repeats),
+            timeout_s=timeout_s,
+            backend=backend,
+            progress=progress,
+        )
     except RunError as exc:
         where = ""
         if exc.rank is not None:
@@ -343,13 +397,19 @@ def run(plan: Plan, graph: Graph, example_inputs: Sequence[Any] | torch.Tensor, 
         r = owners[name][0]
         timing = results[r].timings
         inputs_of = sorted({source(a.name) for a in by_name[name].all_input_nodes})
-        runs.append(PartitionRun(
-            id=part.id, ranks=owners[name], compute_s=float(timing.compute_s.get(name, 0.0)),
-            wait_s=float(sum(timing.wait_s.get(a, 0.0) for a in inputs_of)),
-            received_bytes=int(sum(timing.received_bytes.get(a, 0) for a in inputs_of)),
-            predicted_s=part.latency_s))
-    return RunResult(first.outputs, equal, float(first.latency_s), predicted_walk_s(plan, graph, world),
-                     tuple(runs), world, backend)
+        runs.append(
+            PartitionRun(
+                id=part.id,
+                ranks=owners[name],
+                compute_s=float(timing.compute_s.get(name, 0.0)),
+                wait_s=float(sum(timing.wait_s.get(a, 0.0) for a in inputs_of)),
+                received_bytes=int(sum(timing.received_bytes.get(a, 0) for a in inputs_of)),
+                predicted_s=part.latency_s,
+            )
+        )
+    return RunResult(
+        first.outputs, equal, float(first.latency_s), predicted_walk_s(plan, graph, world), tuple(runs), world, backend
+    )
 
 
 def predicted_walk_s(plan: Plan, graph: Graph, world: int) -> float:

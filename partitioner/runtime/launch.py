@@ -70,13 +70,20 @@ class _Child:
 
     def __init__(self, rank: int, env: dict[str, str], job: tuple[Any, ...], results: queue.Queue[Any]) -> None:
         self.rank = rank
-        self.proc = subprocess.Popen([sys.executable, "-m", "partitioner.runtime._rank"], env=env,
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "partitioner.runtime._rank"],
+            env=env,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
         self.stderr: list[bytes] = []
         self.ended_at = float("inf")  # when its stdout closed: the order in which ranks died
         assert self.proc.stdin is not None and self.proc.stdout is not None and self.proc.stderr is not None
-        self._threads = [threading.Thread(target=self._frames, args=(self.proc.stdout, results), daemon=True),
-                         threading.Thread(target=self._drain, args=(self.proc.stderr,), daemon=True)]
+        self._threads = [
+            threading.Thread(target=self._frames, args=(self.proc.stdout, results), daemon=True),
+            threading.Thread(target=self._drain, args=(self.proc.stderr,), daemon=True),
+        ]
         for t in self._threads:
             t.start()
         try:
@@ -131,12 +138,14 @@ class _Child:
 
 def _died(child: _Child) -> str:
     words = child.last_words()
-    return (f"rank {child.rank} died (exit code {child.exitcode}) before reporting a result"
-            + (f": {words}" if words else ""))
+    return f"rank {child.rank} died (exit code {child.exitcode}) before reporting a result" + (
+        f": {words}" if words else ""
+    )
 
 
-def _root_cause(rank: int, message: str, results: queue.Queue[Any], procs: list[_Child],
-                grace_s: float = 2.0) -> RunError:
+def _root_cause(
+    rank: int, message: str, results: queue.Queue[Any], procs: list[_Child], grace_s: float = 2.0
+) -> RunError:
     """The first failure reported is often a peer's consequence (its connection to the failed
     rank broke): wait a moment for the others and report the one that is not, or the rank that
     died without a word."""
@@ -158,9 +167,15 @@ def _root_cause(rank: int, message: str, results: queue.Queue[Any], procs: list[
     return RunError(f"rank {cause[0]} failed: {cause[1]}", rank=cause[0])
 
 
-def launch(entry: Callable[..., Any], world_size: int, args: tuple[Any, ...] = (), *,
-           timeout_s: float = 120.0, backend: str = "gloo",
-           progress: Callable[[str], None] | None = None) -> list[Any]:
+def launch(
+    entry: Callable[..., Any],
+    world_size: int,
+    args: tuple[Any, ...] = (),
+    *,
+    timeout_s: float = 120.0,
+    backend: str = "gloo",
+    progress: Callable[[str], None] | None = None,
+) -> list[Any]:
     """Run ``entry(rank, world_size, *args)`` on ``world_size`` spawned processes; returns each
     rank's result in rank order. ``entry`` must be a module-level (picklable) function. Raises
     :class:`RunError` when a rank raises, dies or the run passes ``timeout_s``; no child outlives
@@ -171,7 +186,8 @@ def launch(entry: Callable[..., Any], world_size: int, args: tuple[Any, ...] = (
         raise PartitionError(
             f"a local run starts one process per device, at most {MAX_LOCAL_PROCESSES} on this machine "
             f"({os.cpu_count()} cores; each process holds a few hundred MB of torch); this run needs "
-            f"{world_size}: plan for fewer devices, or run it under torchrun across hosts")
+            f"{world_size}: plan for fewer devices, or run it under torchrun across hosts"
+        )
     results: queue.Queue[Any] = queue.Queue()
     port = free_port()
     if progress:
@@ -180,8 +196,7 @@ def launch(entry: Callable[..., Any], world_size: int, args: tuple[Any, ...] = (
     # Children unpickle torch objects before any of our code runs: keep torch's deprecation
     # notices out of the person's terminal.
     base["PYTHONWARNINGS"] = "ignore::FutureWarning,ignore::DeprecationWarning"
-    base.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), WORLD_SIZE=str(world_size),
-                OMP_NUM_THREADS="1")
+    base.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), WORLD_SIZE=str(world_size), OMP_NUM_THREADS="1")
     procs: list[_Child] = []
     done: dict[int, Any] = {}
     failure: RunError | None = None
@@ -193,17 +208,21 @@ def launch(entry: Callable[..., Any], world_size: int, args: tuple[Any, ...] = (
         while len(done) < world_size and failure is None:
             if time.monotonic() > deadline:  # holds however many progress reports arrive
                 waiting = [r for r in range(world_size) if r not in done]
-                failure = RunError(f"the run passed its time limit of {timeout_s:g} s; rank(s) "
-                                   f"{waiting} had not finished (a hang, or a peer that failed)",
-                                   rank=waiting[0] if waiting else None)
+                failure = RunError(
+                    f"the run passed its time limit of {timeout_s:g} s; rank(s) "
+                    f"{waiting} had not finished (a hang, or a peer that failed)",
+                    rank=waiting[0] if waiting else None,
+                )
                 break
             try:
                 kind, rank, value = results.get(timeout=0.2)
             except queue.Empty:
                 # Exited and said all it will (its frames are read): a death, or an exit without
                 # a word; unless a frame arrived meanwhile.
-                dead = sorted((c for c in procs if c.exitcode is not None and not c.reading and c.rank not in done),
-                              key=lambda c: c.ended_at)
+                dead = sorted(
+                    (c for c in procs if c.exitcode is not None and not c.reading and c.rank not in done),
+                    key=lambda c: c.ended_at,
+                )
                 if dead and results.empty():
                     failure = RunError(_died(dead[0]), rank=dead[0].rank)
                 continue

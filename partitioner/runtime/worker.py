@@ -20,7 +20,12 @@ import traceback
 from typing import Any, Callable
 
 from partitioner.errors import RunError
-from partitioner.runtime._frames import Reply, child_env, exit_with_parent, quiet_server_loggers  # not defined here: this module runs as __main__
+from partitioner.runtime._frames import (
+    Reply,
+    child_env,
+    exit_with_parent,
+    quiet_server_loggers,
+)  # not defined here: this module runs as __main__
 
 __all__ = ["run_in_worker", "WorkerTimeout"]
 
@@ -37,15 +42,22 @@ def run_in_worker(fn: Callable[..., Any], args: tuple[Any, ...], timeout_s: floa
     ``fn`` must be a module-level function and ``args`` picklable."""
     env = child_env(_ROOT)
     env["STREAMLIT_LOGGER_LEVEL"] = "error"  # no server runs there (quiet_server_loggers)
-    proc = subprocess.Popen([sys.executable, "-m", "partitioner.runtime.worker"], stdin=subprocess.PIPE,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "partitioner.runtime.worker"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=env,
+    )
     try:
         out, err = proc.communicate(pickle.dumps((fn, args)), timeout=timeout_s)
     except subprocess.TimeoutExpired:
         proc.kill()
         proc.communicate()
-        raise WorkerTimeout(f"{what} did not finish within {timeout_s:.0f} s and was stopped; "
-                            "give it a longer time limit or a smaller problem") from None
+        raise WorkerTimeout(
+            f"{what} did not finish within {timeout_s:.0f} s and was stopped; "
+            "give it a longer time limit or a smaller problem"
+        ) from None
     finally:
         if proc.poll() is None:
             proc.kill()
@@ -54,8 +66,10 @@ def run_in_worker(fn: Callable[..., Any], args: tuple[Any, ...], timeout_s: floa
         reply: Reply = pickle.loads(out)
     except Exception:
         tail = err.decode(errors="replace").strip().splitlines()[-3:]
-        raise RunError(f"{what} worker died (exit code {proc.returncode}) before it sent a result"
-                       + (f": {' | '.join(tail)}" if tail else "")) from None
+        raise RunError(
+            f"{what} worker died (exit code {proc.returncode}) before it sent a result"
+            + (f": {' | '.join(tail)}" if tail else "")
+        ) from None
     if not reply.ok:
         raise RunError(f"{what} failed in its worker: {reply.value}")
     return reply.value

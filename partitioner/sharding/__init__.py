@@ -18,5 +18,12 @@ from partitioner.sharding.specs import (
     validate_partition_list,
 )
 
-__all__ = ["parse_partition_str", "format_partition_list", "validate_partition_list", "shard_axis",
-           "shard_shapes", "parameter_shapes", "device_memory"]
+__all__ = [
+    "parse_partition_str",
+    "format_partition_list",
+    "validate_partition_list",
+    "shard_axis",
+    "shard_shapes",
+    "parameter_shapes",
+    "device_memory",
+]

@@ -15,8 +15,16 @@ from typing import Mapping
 from partitioner.errors import ShardingError
 from partitioner.graph import Graph
 
-__all__ = ["Call", "module_kinds", "module_calls", "OUT_AXIS", "tied_elsewhere", "heads_after",
-           "model_plan_styles", "linear_children"]
+__all__ = [
+    "Call",
+    "module_kinds",
+    "module_calls",
+    "OUT_AXIS",
+    "tied_elsewhere",
+    "heads_after",
+    "model_plan_styles",
+    "linear_children",
+]
 
 # The weight axis that holds a layer's output features: nn.Linear's weight is (out, in), GPT-2's
 # Conv1D's is (in, out) (transposed), an Embedding's table is (rows, features).
@@ -133,7 +141,7 @@ def model_plan_styles(graph: Graph) -> dict[str, str]:
     for path in classes:
         if path not in kinds or not path.startswith(prefix):
             continue
-        rel = path[len(prefix):]
+        rel = path[len(prefix) :]
         for pattern, style in patterns:
             if pattern.match(rel):
                 base = style.split("_")[0] if style.startswith(("colwise", "rowwise")) else style

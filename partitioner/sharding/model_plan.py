@@ -52,9 +52,11 @@ def from_model_plan(graph: Graph, world_size: int) -> dict[str, str]:
         raise ShardingError(f"sharding needs at least two devices (got {world_size})")
     styles = model_plan_styles(graph)
     if not styles:
-        raise ShardingError(f"model {graph.name!r} declares no tensor-parallel plan of its Linear or Embedding "
-                            "layers (transformers' config.base_model_tp_plan; GPT-2 and non-Hugging Face models "
-                            "have none); write a spec or ask for a suggestion")
+        raise ShardingError(
+            f"model {graph.name!r} declares no tensor-parallel plan of its Linear or Embedding "
+            "layers (transformers' config.base_model_tp_plan; GPT-2 and non-Hugging Face models "
+            "have none); write a spec or ask for a suggestion"
+        )
     kinds = module_kinds(graph)
     params = parameter_shapes(graph)
     spec: dict[str, str] = {}
@@ -72,8 +74,9 @@ def from_model_plan(graph: Graph, world_size: int) -> dict[str, str]:
     return spec
 
 
-def sharded_blocks(graph: Graph, styles: Mapping[str, str], calls: Mapping[str, Call],
-                   world_size: int) -> dict[str, tuple[str, ...]]:
+def sharded_blocks(
+    graph: Graph, styles: Mapping[str, str], calls: Mapping[str, Call], world_size: int
+) -> dict[str, tuple[str, ...]]:
     """Block path -> its layers, for each block the model's plan declares whose every Linear is
     styled as that plan says (one column-parallel layer at least, one row-parallel). Raises
     :class:`ShardingError` when such a block's heads or key-value heads do not divide by
@@ -105,6 +108,7 @@ def sharded_blocks(graph: Graph, styles: Mapping[str, str], calls: Mapping[str, 
             raise ShardingError(
                 f"{parent}: tensor parallelism splits attention by heads, so the heads of every projection "
                 f"(query heads and key-value heads) must divide by the {world_size} devices (got {shown}); "
-                f"use a device count that divides them all, or leave {parent}'s projections replicated")
+                f"use a device count that divides them all, or leave {parent}'s projections replicated"
+            )
         out[parent] = tuple(children)
     return out

@@ -20,8 +20,15 @@ from partitioner.devices import Device
 from partitioner.errors import ShardingError
 from partitioner.graph import Graph
 
-__all__ = ["parse_partition_str", "format_partition_list", "validate_partition_list", "shard_shapes",
-           "shard_axis", "parameter_shapes", "device_memory"]
+__all__ = [
+    "parse_partition_str",
+    "format_partition_list",
+    "validate_partition_list",
+    "shard_shapes",
+    "shard_axis",
+    "parameter_shapes",
+    "device_memory",
+]
 
 
 def parse_partition_str(text: str) -> list[int]:
@@ -29,11 +36,13 @@ def parse_partition_str(text: str) -> list[int]:
     try:
         values = [int(part) for part in str(text).split(",")]
     except ValueError:
-        raise ShardingError(f"a partition list is comma-separated shard counts per axis, e.g. '1,4' "
-                            f"(got {text!r})") from None
+        raise ShardingError(
+            f"a partition list is comma-separated shard counts per axis, e.g. '1,4' (got {text!r})"
+        ) from None
     if any(v < 1 for v in values):
-        raise ShardingError(f"shard counts must be >= 1 on every axis (got {text!r}); write 1 for an "
-                            "axis that is not split")
+        raise ShardingError(
+            f"shard counts must be >= 1 on every axis (got {text!r}); write 1 for an axis that is not split"
+        )
     return values
 
 
@@ -45,8 +54,10 @@ def _whole_numbers(values: Sequence[int]) -> list[int]:
     counts = []
     for v in values:
         if isinstance(v, bool) or not hasattr(v, "__index__"):
-            raise ShardingError(f"a partition list holds whole numbers, one per axis, e.g. [1, 4] or '1,4' "
-                                f"(got {list(values)!r}: {v!r} is no shard count)")
+            raise ShardingError(
+                f"a partition list holds whole numbers, one per axis, e.g. [1, 4] or '1,4' "
+                f"(got {list(values)!r}: {v!r} is no shard count)"
+            )
         counts.append(int(v))
     return counts
 
@@ -63,19 +74,24 @@ def validate_partition_list(values: Sequence[int] | str, shape: Sequence[int], n
     shape = tuple(int(s) for s in shape)
     where = f"{name} of shape {list(shape)}"
     if len(counts) != len(shape):
-        raise ShardingError(f"{where}: the partition list {format_partition_list(counts)!r} has "
-                            f"{len(counts)} entries but the tensor has {len(shape)} axes; give one per axis, "
-                            f"e.g. {format_partition_list([1] * (len(shape) - 1) + [2]) if shape else ''!r}")
+        raise ShardingError(
+            f"{where}: the partition list {format_partition_list(counts)!r} has "
+            f"{len(counts)} entries but the tensor has {len(shape)} axes; give one per axis, "
+            f"e.g. {format_partition_list([1] * (len(shape) - 1) + [2]) if shape else ''!r}"
+        )
     if any(c < 1 for c in counts):
         raise ShardingError(f"{where}: shard counts must be >= 1 (got {format_partition_list(counts)!r})")
     split = [i for i, c in enumerate(counts) if c > 1]
     if len(split) > 1:
-        raise ShardingError(f"{where}: at most one axis may be split (got {format_partition_list(counts)!r}, "
-                            f"splitting axes {split}); keep one count above 1")
+        raise ShardingError(
+            f"{where}: at most one axis may be split (got {format_partition_list(counts)!r}, "
+            f"splitting axes {split}); keep one count above 1"
+        )
     for i in split:
         if counts[i] > shape[i]:
-            raise ShardingError(f"{where}: {counts[i]} shards along axis {i} exceed its {shape[i]} rows; "
-                                f"use at most {shape[i]}")
+            raise ShardingError(
+                f"{where}: {counts[i]} shards along axis {i} exceed its {shape[i]} rows; use at most {shape[i]}"
+            )
     return counts
 
 
@@ -96,7 +112,7 @@ def shard_shapes(shape: Sequence[int], counts: Sequence[int] | str) -> list[tupl
     out = []
     for k in range(n):
         rows = max(0, min(chunk, size - k * chunk))
-        out.append(shape[:axis] + (rows,) + shape[axis + 1:])
+        out.append(shape[:axis] + (rows,) + shape[axis + 1 :])
     return out
 
 
@@ -118,8 +134,9 @@ def parameter_shapes(graph: Graph) -> dict[str, tuple[tuple[int, ...], int, str]
     return out
 
 
-def device_memory(graph: Graph, devices: Sequence[Device], spec: Mapping[str, str | Sequence[int]],
-                  plan: object | None = None) -> dict[int, int]:
+def device_memory(
+    graph: Graph, devices: Sequence[Device], spec: Mapping[str, str | Sequence[int]], plan: object | None = None
+) -> dict[int, int]:
     """Bytes on each device: parameters (their shard where ``spec`` shards them, else whole) plus
     activations. Without ``plan`` all ``devices`` run the whole model together (tensor parallel);
     with one, each partition's parameters are sharded over that partition's devices and each
@@ -128,8 +145,10 @@ def device_memory(graph: Graph, devices: Sequence[Device], spec: Mapping[str, st
     unknown = sorted(set(spec) - set(params))
     if unknown:
         shown = ", ".join(list(params)[:5])
-        raise ShardingError(f"the spec names parameter(s) {unknown} the model does not have; names are "
-                            f"as named_parameters() gives them, e.g. {shown}")
+        raise ShardingError(
+            f"the spec names parameter(s) {unknown} the model does not have; names are "
+            f"as named_parameters() gives them, e.g. {shown}"
+        )
     counts = {name: validate_partition_list(spec[name], params[name][0], name) for name in spec}
     groups: list[tuple[list[int], set[str]]] = []  # (device ids, node names they run)
     if plan is None:
@@ -153,7 +172,8 @@ def device_memory(graph: Graph, devices: Sequence[Device], spec: Mapping[str, st
                     if len(shards) > 1 and len(shards) != len(ids):
                         raise ShardingError(
                             f"{name}: {len(shards)} shards but the devices running it are {len(ids)}; "
-                            f"shard it {len(ids)} ways (e.g. {format_partition_list([1] * (len(shape) - 1) + [len(ids)])!r})")
+                            f"shard it {len(ids)} ways (e.g. {format_partition_list([1] * (len(shape) - 1) + [len(ids)])!r})"
+                        )
                     local = shards[position] if len(shards) > 1 else shape
                 else:
                     local = shape

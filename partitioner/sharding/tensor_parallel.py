@@ -33,7 +33,6 @@ from typing import Mapping, Sequence
 from partitioner.devices import Device
 from partitioner.errors import ShardingError
 from partitioner.graph import Graph
-from partitioner.units import format_bytes
 from partitioner.sharding._modules import OUT_AXIS, Call, module_calls, module_kinds, tied_elsewhere
 from partitioner.sharding.model_plan import from_model_plan, sharded_blocks
 from partitioner.sharding.specs import (
@@ -43,12 +42,28 @@ from partitioner.sharding.specs import (
     shard_axis,
     validate_partition_list,
 )
+from partitioner.units import format_bytes
 
 __all__ = ["Collective", "TPPlan", "tp_plan", "suggest", "from_model_plan", "mlp_pairs", "POINTWISE"]
 
 # Ops a sharded activation passes through unchanged (elementwise on one tensor).
-POINTWISE = ("relu", "gelu", "silu", "tanh", "sigmoid", "dropout", "identity", "newgelu", "gelu_new", "alias",
-             "pow", "neg", "exp", "erf", "sqrt")
+POINTWISE = (
+    "relu",
+    "gelu",
+    "silu",
+    "tanh",
+    "sigmoid",
+    "dropout",
+    "identity",
+    "newgelu",
+    "gelu_new",
+    "alias",
+    "pow",
+    "neg",
+    "exp",
+    "erf",
+    "sqrt",
+)
 # Elementwise ops on tensors that are all sharded alike (a gated MLP's gate * up).
 ELEMENTWISE = ("mul", "add", "sub", "div")
 
@@ -110,8 +125,9 @@ def _op_names(graph: Graph, v: int) -> tuple[str, str]:
     return text.rsplit(".", 1)[-1], base
 
 
-def _styles(graph: Graph, spec: Mapping[str, str | Sequence[int]], world_size: int
-            ) -> tuple[dict[str, str], dict[str, str]]:
+def _styles(
+    graph: Graph, spec: Mapping[str, str | Sequence[int]], world_size: int
+) -> tuple[dict[str, str], dict[str, str]]:
     """Module path -> "colwise" / "rowwise", and the full spec."""
     params = parameter_shapes(graph)
     kinds = module_kinds(graph)
@@ -121,8 +137,10 @@ def _styles(graph: Graph, spec: Mapping[str, str | Sequence[int]], world_size: i
     for name, value in spec.items():
         if name not in params:
             shown = ", ".join(list(params)[:5])
-            raise ShardingError(f"the spec names parameter {name!r} the model does not have; names are as "
-                                f"named_parameters() gives them, e.g. {shown}")
+            raise ShardingError(
+                f"the spec names parameter {name!r} the model does not have; names are as "
+                f"named_parameters() gives them, e.g. {shown}"
+            )
         shape = params[name][0]
         counts = validate_partition_list(value, shape, name)
         axis = shard_axis(counts)
@@ -131,17 +149,23 @@ def _styles(graph: Graph, spec: Mapping[str, str | Sequence[int]], world_size: i
             continue
         module, _, leaf = name.rpartition(".")
         if counts[axis] != world_size:
-            raise ShardingError(f"{name}: {counts[axis]} shards but {world_size} devices run the model together; "
-                                f"shard it {world_size} ways")
+            raise ShardingError(
+                f"{name}: {counts[axis]} shards but {world_size} devices run the model together; "
+                f"shard it {world_size} ways"
+            )
         kind = kinds.get(module)
         if leaf == "bias" and kind in ("linear", "conv1d"):
             continue  # follows its weight
         if leaf != "weight" or kind is None or len(shape) != 2:
-            raise ShardingError(f"{name}: only the weights of Linear and Embedding layers (and GPT-2's "
-                                "Conv1D) can be sharded for tensor parallelism (DTensor's Colwise/RowwiseParallel); leave it replicated")
+            raise ShardingError(
+                f"{name}: only the weights of Linear and Embedding layers (and GPT-2's "
+                "Conv1D) can be sharded for tensor parallelism (DTensor's Colwise/RowwiseParallel); leave it replicated"
+            )
         if name in tied:
-            raise ShardingError(f"{name}: it is also {tied[name]} (tied weights): sharding it for one layer leaves "
-                                "the other reading a whole copy; leave it replicated")
+            raise ShardingError(
+                f"{name}: it is also {tied[name]} (tied weights): sharding it for one layer leaves "
+                "the other reading a whole copy; leave it replicated"
+            )
         styles[module] = "colwise" if axis == OUT_AXIS[kind] else "rowwise"
     for module, style in styles.items():
         bias = f"{module}.bias"
@@ -149,8 +173,10 @@ def _styles(graph: Graph, spec: Mapping[str, str | Sequence[int]], world_size: i
             want = str(world_size) if style == "colwise" else "1"
             given = full.get(bias)
             if given is not None and given != want:
-                raise ShardingError(f"{bias}: a {style} layer's bias is {'split with' if want != '1' else 'replicated beside'} "
-                                    f"its weight; write {want!r} (or leave it out)")
+                raise ShardingError(
+                    f"{bias}: a {style} layer's bias is {'split with' if want != '1' else 'replicated beside'} "
+                    f"its weight; write {want!r} (or leave it out)"
+                )
             full[bias] = want
     for name, value in full.items():
         module, _, leaf = name.rpartition(".")
@@ -172,7 +198,8 @@ def _kept_sharded(graph: Graph, styles: Mapping[str, str], calls: Mapping[str, C
                 continue
             (text, base), preds = _op_names(graph, v), graph.preds[v]
             if (len(preds) == 1 and any(p in text for p in POINTWISE) or base in ELEMENTWISE) and all(
-                    p in region for p in preds):
+                p in region for p in preds
+            ):
                 region.add(v)
         ok: dict[int, bool] = {}
         for v in sorted(region, reverse=True):
@@ -184,8 +211,13 @@ def _kept_sharded(graph: Graph, styles: Mapping[str, str], calls: Mapping[str, C
         seeds = kept
 
 
-def tp_plan(graph: Graph, spec: Mapping[str, str | Sequence[int]], world_size: int,
-            transfer_rate_bytes_per_s: float | None = None, training: bool = False) -> TPPlan:
+def tp_plan(
+    graph: Graph,
+    spec: Mapping[str, str | Sequence[int]],
+    world_size: int,
+    transfer_rate_bytes_per_s: float | None = None,
+    training: bool = False,
+) -> TPPlan:
     """The layouts ``parallelize_module`` needs for ``spec`` over ``world_size`` devices and the
     collectives they imply (forward; with ``training``, the backward's too). O(N + E)."""
     styles, full = _styles(graph, spec, world_size)
@@ -194,8 +226,10 @@ def tp_plan(graph: Graph, spec: Mapping[str, str | Sequence[int]], world_size: i
     calls = module_calls(graph, kinds)
     missing = sorted(m for m in styles if m not in calls)
     if missing:
-        raise ShardingError(f"module(s) {missing} never run in the traced graph; they cannot be parallelised: "
-                            "leave their weights replicated")
+        raise ShardingError(
+            f"module(s) {missing} never run in the traced graph; they cannot be parallelised: "
+            "leave their weights replicated"
+        )
     blocks = sharded_blocks(graph, styles, calls, world_size)
     in_block = {m for members in blocks.values() for m in members}
     kept = _kept_sharded(graph, {m: s for m, s in styles.items() if m not in in_block}, calls)
@@ -204,8 +238,11 @@ def tp_plan(graph: Graph, spec: Mapping[str, str | Sequence[int]], world_size: i
 
     def add(kind: str, v: int, module: str, backward: bool, reason: str) -> None:
         nbytes = graph.nodes[v].output_bytes
-        out.append(Collective(kind, graph.nodes[v].name, module, nbytes, _ring_s(kind, nbytes, world_size, rate),
-                              backward, reason))
+        out.append(
+            Collective(
+                kind, graph.nodes[v].name, module, nbytes, _ring_s(kind, nbytes, world_size, rate), backward, reason
+            )
+        )
 
     for module in sorted(styles, key=lambda m: calls[m].entry):
         call, style, kind = calls[module], styles[module], kinds[module]
@@ -220,17 +257,30 @@ def tp_plan(graph: Graph, spec: Mapping[str, str | Sequence[int]], world_size: i
                 add("all_reduce", source, module, True, "gradient of a column-parallel layer's input is partial")
         else:
             from_shard = module in in_block or (source is not None and source in kept)
-            layouts[module] = {"style": "rowwise", "input": "shard" if from_shard else "replicate",
-                               "output": "replicate"}
+            layouts[module] = {
+                "style": "rowwise",
+                "input": "shard" if from_shard else "replicate",
+                "output": "replicate",
+            }
             add("all_reduce", call.out, module, False, "row-parallel partial sums are added")
             if training and not from_shard and source_is_op and source is not None and kind != "embedding":
                 add("all_gather", source, module, True, "gradient of a row-parallel layer's replicated input")
-    return TPPlan(world_size, layouts, full, tuple(out), tuple(sorted(blocks)),
-                  tuple(sorted(m for m in styles if kinds[m] == "conv1d")))
+    return TPPlan(
+        world_size,
+        layouts,
+        full,
+        tuple(out),
+        tuple(sorted(blocks)),
+        tuple(sorted(m for m in styles if kinds[m] == "conv1d")),
+    )
 
 
-def suggest(graph: Graph, devices: Sequence[Device], transfer_rate_bytes_per_s: float | None = None,
-            max_entries: int | None = None) -> dict[str, str]:
+def suggest(
+    graph: Graph,
+    devices: Sequence[Device],
+    transfer_rate_bytes_per_s: float | None = None,
+    max_entries: int | None = None,
+) -> dict[str, str]:
     """A spec that makes the model fit ``devices`` (tensor parallel over all of them) with the
     least added communication. The model's own plan (:func:`from_model_plan`: attention by
     heads, MLPs column then row) comes first where it has one and it is valid for this many
@@ -274,13 +324,18 @@ def suggest(graph: Graph, devices: Sequence[Device], transfer_rate_bytes_per_s: 
     used = device_memory(graph, devices, spec)
     worst = max(devices, key=lambda d: used[d.logical_id] - d.memory_bytes)
     packed = sorted(name for name, (shape, _, _) in params.items() if ".experts." in name and len(shape) == 3)
-    experts = (f"; {len(packed)} packed expert weights (e.g. {packed[0]}) are no Linear layers and stay whole on "
-               "every device: split them by experts instead (expert parallelism, on the Plan a cluster page)"
-               if packed else "")
-    raise ShardingError(f"sharding the model's plan, every MLP pair, embedding and layer that splits still leaves "
-                        f"{worst.name} needing {format_bytes(used[worst.logical_id])} of its "
-                        f"{format_bytes(worst.memory_bytes)}{why_not_plan}{experts}; add devices or memory, or also "
-                        "cut the model into stages (pipeline)")
+    experts = (
+        f"; {len(packed)} packed expert weights (e.g. {packed[0]}) are no Linear layers and stay whole on "
+        "every device: split them by experts instead (expert parallelism, on the Plan a cluster page)"
+        if packed
+        else ""
+    )
+    raise ShardingError(
+        f"sharding the model's plan, every MLP pair, embedding and layer that splits still leaves "
+        f"{worst.name} needing {format_bytes(used[worst.logical_id])} of its "
+        f"{format_bytes(worst.memory_bytes)}{why_not_plan}{experts}; add devices or memory, or also "
+        "cut the model into stages (pipeline)"
+    )
 
 
 def mlp_pairs(graph: Graph, n: int) -> dict[str, str]:
@@ -302,9 +357,15 @@ def mlp_pairs(graph: Graph, n: int) -> dict[str, str]:
     return spec
 
 
-def _candidates(graph: Graph, n: int, params: Mapping[str, tuple[tuple[int, ...], int, str]],
-                kinds: Mapping[str, str], calls: Mapping[str, Call], tied: Mapping[str, str],
-                taken: set[str]) -> list[tuple[float, dict[str, str]]]:
+def _candidates(
+    graph: Graph,
+    n: int,
+    params: Mapping[str, tuple[tuple[int, ...], int, str]],
+    kinds: Mapping[str, str],
+    calls: Mapping[str, Call],
+    tied: Mapping[str, str],
+    taken: set[str],
+) -> list[tuple[float, dict[str, str]]]:
     """(bytes saved per byte communicated, spec) for MLP pairs, embeddings and lone layers."""
     out: list[tuple[float, dict[str, str]]] = []
     entries = {c.entry: m for m, c in calls.items()}
@@ -333,14 +394,21 @@ def _candidates(graph: Graph, n: int, params: Mapping[str, tuple[tuple[int, ...]
             continue
         cols, follower = group
         weights = [weight(m) for m in (*cols, follower)]
-        if any(w is None for w in weights) or any(weight(c)[0][OUT_AXIS[kinds[c]]] < n for c in cols) or (  # type: ignore[index]
-                weight(follower)[0][1 - OUT_AXIS[kinds[follower]]] < n):  # type: ignore[index]
+        if (
+            any(w is None for w in weights)
+            or any(weight(c)[0][OUT_AXIS[kinds[c]]] < n for c in cols)
+            or (  # type: ignore[index]
+                weight(follower)[0][1 - OUT_AXIS[kinds[follower]]] < n
+            )
+        ):  # type: ignore[index]
             continue
         saved = sum(math.prod(w[0]) * w[1] for w in weights if w is not None) * (n - 1) // n
         more: dict[str, str] = {}
         for c in cols:
             more.update(split(c, "colwise"))
-        out.append((saved / (graph.nodes[calls[follower].out].output_bytes or 1), {**more, **split(follower, "rowwise")}))
+        out.append(
+            (saved / (graph.nodes[calls[follower].out].output_bytes or 1), {**more, **split(follower, "rowwise")})
+        )
         paired.update((*cols, follower))
     for module, call in calls.items():
         w = weight(module)
@@ -356,8 +424,9 @@ def _candidates(graph: Graph, n: int, params: Mapping[str, tuple[tuple[int, ...]
     return out
 
 
-def _mlp_group(graph: Graph, first: str, calls: Mapping[str, Call], entries: Mapping[int, str]
-               ) -> tuple[list[str], str] | None:
+def _mlp_group(
+    graph: Graph, first: str, calls: Mapping[str, Call], entries: Mapping[int, str]
+) -> tuple[list[str], str] | None:
     """The column-parallel layers (``first`` and those reading the same input whose outputs join
     it, a gated MLP's gate and up) and the one layer they alone reach through elementwise ops,
     when their outputs can stay sharded all the way (:func:`_kept_sharded`); else None."""
@@ -376,8 +445,9 @@ def _mlp_group(graph: Graph, first: str, calls: Mapping[str, Call], entries: Map
                 follower = entries[u]
                 continue
             text, base = _op_names(graph, u)
-            if not graph.nodes[u].is_op or not (len(graph.preds[u]) == 1 and any(p in text for p in POINTWISE)
-                                                or base in ELEMENTWISE):
+            if not graph.nodes[u].is_op or not (
+                len(graph.preds[u]) == 1 and any(p in text for p in POINTWISE) or base in ELEMENTWISE
+            ):
                 return None
             for p in graph.preds[u]:
                 if p not in seen and p in outs and calls[outs[p]].source == calls[first].source:

@@ -24,14 +24,17 @@ from typing import Any, Callable, Sequence
 import torch
 
 from partitioner.errors import RunError, ShardingError
-from partitioner.sharding.tensor_parallel import TPPlan
 from partitioner.runtime.launch import default_backend, launch
 from partitioner.runtime.timing import step_seconds
+from partitioner.sharding.tensor_parallel import TPPlan
 
 __all__ = ["ShardRun", "run_sharded"]
 
-_COLLECTIVES = {"all_reduce": "all_reduce", "all_gather": "all_gather_into_tensor",
-                "reduce_scatter": "reduce_scatter_tensor"}
+_COLLECTIVES = {
+    "all_reduce": "all_reduce",
+    "all_gather": "all_gather_into_tensor",
+    "reduce_scatter": "reduce_scatter_tensor",
+}
 
 
 @dataclass(frozen=True)
@@ -51,6 +54,7 @@ class ShardRun:
     def counted(self) -> str:
         """The collectives counted, in words: "2 all_reduce forward, 4 all_reduce backward";
         "none forward" when nothing is sharded."""
+
         def words(counts: dict[str, int]) -> str:
             return ", ".join(f"{n} {kind}" for kind, n in sorted(counts.items())) or "none"
 
@@ -60,7 +64,8 @@ class ShardRun:
     @property
     def counts_match(self) -> bool:
         return self.forward_counts == self.predicted_forward and (
-            self.backward_counts is None or self.backward_counts == self.predicted_backward)
+            self.backward_counts is None or self.backward_counts == self.predicted_backward
+        )
 
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
@@ -94,9 +99,17 @@ def _as_linear(module: torch.nn.Module, paths: Sequence[str]) -> None:
         setattr(module.get_submodule(parent) if parent else module, leaf, linear)
 
 
-def _entry(rank: int, world_size: int, module: torch.nn.Module, inputs: tuple[Any, ...],
-           styles: dict[str, dict[str, str]], training: bool, kwargs: dict[str, Any] | None = None,
-           transposed: Sequence[str] = (), repeats: int = 0) -> dict[str, Any]:
+def _entry(
+    rank: int,
+    world_size: int,
+    module: torch.nn.Module,
+    inputs: tuple[Any, ...],
+    styles: dict[str, dict[str, str]],
+    training: bool,
+    kwargs: dict[str, Any] | None = None,
+    transposed: Sequence[str] = (),
+    repeats: int = 0,
+) -> dict[str, Any]:
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.tensor import DTensor, Replicate, Shard
     from torch.distributed.tensor.debug import CommDebugMode
@@ -115,8 +128,9 @@ def _entry(rank: int, world_size: int, module: torch.nn.Module, inputs: tuple[An
         else:
             plan[path] = RowwiseParallel(input_layouts=layout(s["input"]), output_layouts=layout(s["output"]))
     parallelize_module(module, mesh, plan)
-    local = {n: tuple(p.to_local().shape) if isinstance(p, DTensor) else tuple(p.shape)
-             for n, p in module.named_parameters()}
+    local = {
+        n: tuple(p.to_local().shape) if isinstance(p, DTensor) else tuple(p.shape) for n, p in module.named_parameters()
+    }
     local.update({f"{m}.weight": local[f"{m}.weight"][::-1] for m in transposed})
     nbytes = sum((p.to_local() if isinstance(p, DTensor) else p).nbytes for p in module.parameters())
     forward = CommDebugMode()
@@ -144,14 +158,28 @@ def _entry(rank: int, world_size: int, module: torch.nn.Module, inputs: tuple[An
                 module(*inputs, **(kwargs or {}))
                 times.append(time.perf_counter() - start)
         seconds = step_seconds(times)
-    return {"outputs": [t.detach() for t in full], "forward": _kinds(forward.get_comm_counts()),
-            "backward": backward, "local": local, "bytes": int(nbytes), "seconds": seconds}
+    return {
+        "outputs": [t.detach() for t in full],
+        "forward": _kinds(forward.get_comm_counts()),
+        "backward": backward,
+        "local": local,
+        "bytes": int(nbytes),
+        "seconds": seconds,
+    }
 
 
-def run_sharded(module: torch.nn.Module, example_inputs: Sequence[Any] | torch.Tensor, plan: TPPlan, *,
-                training: bool = False, timeout_s: float = 120.0, backend: str | None = None,
-                progress: Callable[[str], None] | None = None,
-                example_kwargs: dict[str, Any] | None = None, repeats: int = 0) -> ShardRun:
+def run_sharded(
+    module: torch.nn.Module,
+    example_inputs: Sequence[Any] | torch.Tensor,
+    plan: TPPlan,
+    *,
+    training: bool = False,
+    timeout_s: float = 120.0,
+    backend: str | None = None,
+    progress: Callable[[str], None] | None = None,
+    example_kwargs: dict[str, Any] | None = None,
+    repeats: int = 0,
+) -> ShardRun:
     """Run ``module`` (the model as built: a Hugging Face model itself, not its exported graph)
     tensor-parallel as ``plan`` says on ``plan.world_size`` local processes and compare its
     outputs with one process's. ``repeats`` warm forwards after the counted one make
@@ -161,26 +189,44 @@ def run_sharded(module: torch.nn.Module, example_inputs: Sequence[Any] | torch.T
     kwargs = dict(example_kwargs or {})
     meta = [n for n, p in module.named_parameters() if p.is_meta]
     if meta:
-        raise ShardingError(f"the model's weights are on the meta device (shapes only, no values: {len(meta)} "
-                            f"parameters, e.g. {meta[0]}), so it cannot run; the prediction stands without a run. "
-                            "To run it, build it small enough to get real weights (fewer layers and a smaller "
-                            "hidden size) or load real weights")
+        raise ShardingError(
+            f"the model's weights are on the meta device (shapes only, no values: {len(meta)} "
+            f"parameters, e.g. {meta[0]}), so it cannot run; the prediction stands without a run. "
+            "To run it, build it small enough to get real weights (fewer layers and a smaller "
+            "hidden size) or load real weights"
+        )
     backend = backend or default_backend()
     module = module.eval()
     with torch.no_grad():
-        expected = [t for t in torch.utils._pytree.tree_leaves(module(*inputs, **kwargs))
-                    if isinstance(t, torch.Tensor)]
-    results = launch(_entry, plan.world_size, (module, inputs, plan.styles, training, kwargs, plan.transposed, repeats),
-                     timeout_s=timeout_s, backend=backend, progress=progress)
+        expected = [
+            t for t in torch.utils._pytree.tree_leaves(module(*inputs, **kwargs)) if isinstance(t, torch.Tensor)
+        ]
+    results = launch(
+        _entry,
+        plan.world_size,
+        (module, inputs, plan.styles, training, kwargs, plan.transposed, repeats),
+        timeout_s=timeout_s,
+        backend=backend,
+        progress=progress,
+    )
     first = results[0]
     if len(first["outputs"]) != len(expected):
         raise RunError(f"the sharded model returned {len(first['outputs'])} tensors, the model {len(expected)}")
-    diff = max((float((a.float() - b.float()).abs().max()) for a, b in zip(first["outputs"], expected) if a.numel()),
-               default=0.0)
+    diff = max(
+        (float((a.float() - b.float()).abs().max()) for a, b in zip(first["outputs"], expected) if a.numel()),
+        default=0.0,
+    )
     equal = all(torch.allclose(a.float(), b.float(), rtol=1e-4, atol=1e-5) for a, b in zip(first["outputs"], expected))
     return ShardRun(
-        outputs_equal=equal, max_abs_diff=diff, forward_counts=first["forward"], backward_counts=first["backward"],
-        predicted_forward=plan.counts(False), predicted_backward=plan.counts(True) if training else None,
-        local_shapes=first["local"], local_parameter_bytes=[r["bytes"] for r in results],
-        world_size=plan.world_size, backend=backend, forward_s=first["seconds"],
+        outputs_equal=equal,
+        max_abs_diff=diff,
+        forward_counts=first["forward"],
+        backward_counts=first["backward"],
+        predicted_forward=plan.counts(False),
+        predicted_backward=plan.counts(True) if training else None,
+        local_shapes=first["local"],
+        local_parameter_bytes=[r["bytes"] for r in results],
+        world_size=plan.world_size,
+        backend=backend,
+        forward_s=first["seconds"],
     )

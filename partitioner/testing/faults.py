@@ -11,8 +11,16 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-__all__ = ["raise_on", "sleep_on", "exit_on", "chatty_sleep_on", "all_reduce_rank", "die_on_rank", "DiesOnRank",
-           "child_pids"]
+__all__ = [
+    "raise_on",
+    "sleep_on",
+    "exit_on",
+    "chatty_sleep_on",
+    "all_reduce_rank",
+    "die_on_rank",
+    "DiesOnRank",
+    "child_pids",
+]
 
 
 def all_reduce_rank(rank: int, world_size: int) -> int:

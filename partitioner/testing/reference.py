@@ -13,7 +13,6 @@ import logging
 from dataclasses import dataclass
 from typing import Mapping, Sequence
 
-
 import torch.fx as fx
 
 from partitioner.accelerator.api import evaluate_plan, resolve_transfer_rate
@@ -52,6 +51,8 @@ def reference_partition(
     from torch.fx.experimental.accelerator_partitioner import Partitioner
     from torch.fx.experimental.partitioner_utils import (
         Device as RefDevice,
+    )
+    from torch.fx.experimental.partitioner_utils import (
         NodeLatency,
         PartitionerConfig,
         PartitionMode,
@@ -67,18 +68,14 @@ def reference_partition(
     rate = resolve_transfer_rate(devices, transfer_rate_bytes_per_s)
     latencies = node_latencies(graph, devices, node_latency)
     by_name = {n.name: n for n in gm.graph.nodes}
-    latency_map = {
-        by_name[graph.nodes[v].name]: NodeLatency(*latencies[v]) for v in graph.op_indices
-    }
+    latency_map = {by_name[graph.nodes[v].name]: NodeLatency(*latencies[v]) for v in graph.op_indices}
     config = PartitionerConfig(
         devices=[RefDevice(d.name, d.memory_bytes, d.logical_id) for d in devices],
         mode=PartitionMode[mode],
         transfer_rate_bytes_per_sec=rate if rate else float("inf"),
         node_to_latency_mapping=latency_map,
         node_to_partition_mapping={by_name[k]: int(v) for k, v in (node_to_partition or {}).items()},
-        partition_to_logical_device_mapping={
-            int(k): list(v) for k, v in (partition_to_devices or {}).items()
-        },
+        partition_to_logical_device_mapping={int(k): list(v) for k, v in (partition_to_devices or {}).items()},
         saturate_host=saturate_host,
     )
     partitioner = Partitioner()
@@ -91,10 +88,7 @@ def reference_partition(
         parts, get_partition_to_latency_mapping(parts, latency_map), config.transfer_rate_bytes_per_sec
     )
     mapping = {
-        n.name: p.partition_id
-        for p in parts
-        for n in p.nodes
-        if n.op not in ("placeholder", "get_attr", "output")
+        n.name: p.partition_id for p in parts for n in p.nodes if n.op not in ("placeholder", "get_attr", "output")
     }
     plan = evaluate_plan(
         graph,
@@ -107,7 +101,3 @@ def reference_partition(
         cost_model=cost_model,
     )
     return ReferenceResult(plan, float(reported), result.module_with_submodules)
-
-
-
-

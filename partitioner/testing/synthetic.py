@@ -29,8 +29,9 @@ def synthetic_graph(edges: Iterable[tuple[int, int]], sizes: Sequence[int], name
     nodes = [Node(name="x", op="placeholder", target="x", output_bytes=4)]
     for i in range(n):
         ins = tuple(inputs[i]) or (0,)
-        nodes.append(Node(name=f"op{i}", op="call_function", target="synthetic", inputs=ins,
-                          output_bytes=int(sizes[i])))
+        nodes.append(
+            Node(name=f"op{i}", op="call_function", target="synthetic", inputs=ins, output_bytes=int(sizes[i]))
+        )
     has_user = {a for a, _ in edges}
     sinks = [i + 1 for i in range(n) if i not in has_user]
     nodes.append(Node(name="output", op="output", target="output", inputs=tuple(sinks)))
@@ -44,25 +45,60 @@ def blocks_graph(blocks: int, per_block: int = 25, name: str = "blocks") -> Grap
     Module paths are set, so the graph collapses by module as a traced model does."""
     out, params = 4096, 65536
     nodes = [Node(name="x", op="placeholder", target="x", output_bytes=out)]
-    nodes.append(Node("embed", "call_module", "embed", (0,), "embed", output_bytes=out, param_bytes=params * 8, flops=out))
+    nodes.append(
+        Node("embed", "call_module", "embed", (0,), "embed", output_bytes=out, param_bytes=params * 8, flops=out)
+    )
     prev = 1
     for b in range(blocks):
         base = len(nodes)
         branches = [len(nodes) + i for i in range(3)]
         for i in range(3):
-            nodes.append(Node(f"b{b}_qkv{i}", "call_module", f"blocks.{b}.attn.proj{i}", (prev,), f"blocks.{b}.attn.proj{i}",
-                              output_bytes=out, param_bytes=params, flops=64 * out))
-        nodes.append(Node(f"b{b}_attn", "call_function", "attention", tuple(branches), f"blocks.{b}.attn",
-                          output_bytes=out, flops=128 * out))
+            nodes.append(
+                Node(
+                    f"b{b}_qkv{i}",
+                    "call_module",
+                    f"blocks.{b}.attn.proj{i}",
+                    (prev,),
+                    f"blocks.{b}.attn.proj{i}",
+                    output_bytes=out,
+                    param_bytes=params,
+                    flops=64 * out,
+                )
+            )
+        nodes.append(
+            Node(
+                f"b{b}_attn",
+                "call_function",
+                "attention",
+                tuple(branches),
+                f"blocks.{b}.attn",
+                output_bytes=out,
+                flops=128 * out,
+            )
+        )
         last = len(nodes) - 1
         for i in range(max(0, per_block - 5)):
-            nodes.append(Node(f"b{b}_mlp{i}", "call_module", f"blocks.{b}.mlp.fc{i}", (last,), f"blocks.{b}.mlp.fc{i}",
-                              output_bytes=out, param_bytes=params, flops=64 * out))
+            nodes.append(
+                Node(
+                    f"b{b}_mlp{i}",
+                    "call_module",
+                    f"blocks.{b}.mlp.fc{i}",
+                    (last,),
+                    f"blocks.{b}.mlp.fc{i}",
+                    output_bytes=out,
+                    param_bytes=params,
+                    flops=64 * out,
+                )
+            )
             last = len(nodes) - 1
-        nodes.append(Node(f"b{b}_add", "call_function", "add", (prev, last), f"blocks.{b}", output_bytes=out, flops=out))
+        nodes.append(
+            Node(f"b{b}_add", "call_function", "add", (prev, last), f"blocks.{b}", output_bytes=out, flops=out)
+        )
         prev = len(nodes) - 1
         assert len(nodes) - base == max(5, per_block)
-    nodes.append(Node("head", "call_module", "head", (prev,), "head", output_bytes=out, param_bytes=params * 8, flops=out))
+    nodes.append(
+        Node("head", "call_module", "head", (prev,), "head", output_bytes=out, param_bytes=params * 8, flops=out)
+    )
     nodes.append(Node("output", "output", "output", (len(nodes) - 1,)))
     return Graph(nodes, name=name)
 

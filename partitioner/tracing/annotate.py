@@ -38,8 +38,21 @@ logger = logging.getLogger(__name__)
 Annotation = tuple[tuple[tuple[int, ...] | None, str | None, int], int]
 
 _PLAIN_TENSORS: tuple[type, ...] = (torch.Tensor, torch.nn.Parameter)
-_CONSTANTS = (int, float, bool, str, bytes, type(None), type(Ellipsis), torch.dtype, torch.device,
-              torch.memory_format, torch.layout, types.FunctionType, types.BuiltinFunctionType)
+_CONSTANTS = (
+    int,
+    float,
+    bool,
+    str,
+    bytes,
+    type(None),
+    type(Ellipsis),
+    torch.dtype,
+    torch.device,
+    torch.memory_format,
+    torch.layout,
+    types.FunctionType,
+    types.BuiltinFunctionType,
+)
 # where the functions and modules come from that change no tensor's metadata unless named so
 _PURE_NAMESPACES = ("torch", "_operator", "operator", "builtins", "math")
 _VALUE_WRITES = {"__setitem__", "__iadd__", "__isub__", "__imul__", "__itruediv__"}  # not ATen names
@@ -75,8 +88,15 @@ def _key(value: Any) -> Hashable | None:
     if isinstance(value, torch.Tensor):
         if not (kind in _PLAIN_TENSORS or kind.__name__ == "FakeTensor") or value.layout != torch.strided:
             return None
-        return ("T", value.shape, value.stride(), value.storage_offset(), value.dtype, value.device,
-                value.requires_grad)
+        return (
+            "T",
+            value.shape,
+            value.stride(),
+            value.storage_offset(),
+            value.dtype,
+            value.device,
+            value.requires_grad,
+        )
     if isinstance(value, (tuple, list)):  # fx's immutable_list, torch.Size, named tuples too
         keys = tuple(_key(v) for v in value)
         return None if None in keys else (kind, keys)
@@ -117,7 +137,8 @@ def changes_metadata(node: fx.Node, gm: fx.GraphModule) -> bool:
         return True
     if isinstance(target, torch._ops.OpOverload):
         return torch.Tag.inplace_view in target.tags or (
-            target._schema.is_mutable and torch.Tag.inplace not in target.tags)
+            target._schema.is_mutable and torch.Tag.inplace not in target.tags
+        )
     if not str(getattr(target, "__module__", None)).startswith(_PURE_NAMESPACES):
         return True
     name = getattr(target, "__name__", "")
@@ -212,8 +233,9 @@ class _Annotator(fx.Interpreter):
 # traced). Shapes, bytes and forward FLOPs do not depend on grad mode, so no graph is recorded.
 
 
-def annotate(gm: fx.GraphModule, example_inputs: tuple[Any, ...], fake: bool = True,
-             memo: bool = True) -> dict[str, Annotation]:
+def annotate(
+    gm: fx.GraphModule, example_inputs: tuple[Any, ...], fake: bool = True, memo: bool = True
+) -> dict[str, Annotation]:
     """Each node's (shape, dtype, output bytes) and FLOPs, by node name, from one run of ``gm``
     on ``example_inputs`` turned into fake tensors (no real compute or memory; real tensors with
     ``fake=False``). With ``memo`` (fake runs only) a node whose target and input metadata match

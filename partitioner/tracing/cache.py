@@ -35,8 +35,17 @@ from partitioner.errors import TraceError
 from partitioner.graph import Graph, ModelInfo, Node
 from partitioner.tracing import lock as _lock
 
-__all__ = ["cached_trace", "CachedGraph", "model_key", "cache_dir", "versions", "module_loaded",
-           "SCHEMA", "MAX_ENTRIES", "ENV"]
+__all__ = [
+    "cached_trace",
+    "CachedGraph",
+    "model_key",
+    "cache_dir",
+    "versions",
+    "module_loaded",
+    "SCHEMA",
+    "MAX_ENTRIES",
+    "ENV",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -90,8 +99,12 @@ def _version(distribution: str) -> str:
 def versions() -> dict[str, str]:
     """What every trace depends on besides the model: Python, torch, transformers and the hash of
     this package's and the sample models' source."""
-    return {"python": platform.python_version(), "torch": torch.__version__,
-            "transformers": _version("transformers"), "source": _source_hash()}
+    return {
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "transformers": _version("transformers"),
+        "source": _source_hash(),
+    }
 
 
 def model_key(spec: str, overrides: Mapping[str, Any]) -> dict[str, Any] | None:
@@ -99,9 +112,12 @@ def model_key(spec: str, overrides: Mapping[str, Any]) -> dict[str, Any] | None:
     person's own factory, which is never cached."""
     if ":" in spec and not spec.startswith("hf:"):
         return None
-    return {"schema": SCHEMA, "spec": spec,
-            "overrides": sorted([str(k), json.dumps(v, sort_keys=True, default=str)] for k, v in overrides.items()),
-            **versions()}
+    return {
+        "schema": SCHEMA,
+        "spec": spec,
+        "overrides": sorted([str(k), json.dumps(v, sort_keys=True, default=str)] for k, v in overrides.items()),
+        **versions(),
+    }
 
 
 def _digest(key: Mapping[str, Any]) -> str:
@@ -120,8 +136,9 @@ class CachedGraph(Graph):
     module is rebuilt by ``rebuild`` (a fresh trace) the first time ``graph_module`` is read, and
     checked to be the same graph (same fingerprint)."""
 
-    def __init__(self, nodes: list[Node], name: str, example_inputs: tuple[Any, ...] | None,
-                 rebuild: Callable[[], Graph] | None) -> None:
+    def __init__(
+        self, nodes: list[Node], name: str, example_inputs: tuple[Any, ...] | None, rebuild: Callable[[], Graph] | None
+    ) -> None:
         self._rebuild = rebuild
         self._module: Any = None
         super().__init__(nodes, None, example_inputs, name=name)
@@ -136,9 +153,11 @@ class CachedGraph(Graph):
                     fresh = rebuild()
                     self._rebuild = None
                     if fresh.fingerprint() != self.fingerprint():
-                        raise TraceError(f"tracing {self.name!r} again gave another graph than the cached one "
-                                         f"(fingerprint {fresh.fingerprint()} against {self.fingerprint()}); "
-                                         f"clear the trace cache ({cache_dir()}) and open the model again")
+                        raise TraceError(
+                            f"tracing {self.name!r} again gave another graph than the cached one "
+                            f"(fingerprint {fresh.fingerprint()} against {self.fingerprint()}); "
+                            f"clear the trace cache ({cache_dir()}) and open the model again"
+                        )
                     if self.example_inputs is None:
                         self.example_inputs = fresh.example_inputs
                     self._module = fresh.graph_module
@@ -158,32 +177,65 @@ def _encode(graph: Graph) -> dict[str, Any]:
     info = graph.model_info
     return {
         "name": graph.name,
-        "nodes": [[nd.name, nd.op, nd.target, list(nd.inputs), nd.module_path,
-                   None if nd.shape is None else list(nd.shape), nd.dtype, nd.output_bytes, nd.param_bytes,
-                   nd.flops, nd.is_embedding] for nd in graph.nodes],
+        "nodes": [
+            [
+                nd.name,
+                nd.op,
+                nd.target,
+                list(nd.inputs),
+                nd.module_path,
+                None if nd.shape is None else list(nd.shape),
+                nd.dtype,
+                nd.output_bytes,
+                nd.param_bytes,
+                nd.flops,
+                nd.is_embedding,
+            ]
+            for nd in graph.nodes
+        ],
         "tied_parameters": [list(t) for t in graph.tied_parameters],
         "repeated_weights": [[v, f, b] for v, (f, b) in sorted(graph.repeated_weights.items())],
         "unpriced_ops": [list(u) for u in graph.unpriced_ops],
-        "model_info": {"module_classes": {k: list(v) for k, v in info.module_classes.items()},
-                       "tp_plan": dict(info.tp_plan), "no_split_modules": list(info.no_split_modules),
-                       "tied_weights": dict(info.tied_weights)},
+        "model_info": {
+            "module_classes": {k: list(v) for k, v in info.module_classes.items()},
+            "tp_plan": dict(info.tp_plan),
+            "no_split_modules": list(info.no_split_modules),
+            "tied_weights": dict(info.tied_weights),
+        },
         "fingerprint": graph.fingerprint(),
     }
 
 
-def _decode(data: Mapping[str, Any], example_inputs: tuple[Any, ...] | None,
-            rebuild: Callable[[], Graph] | None) -> CachedGraph:
-    nodes = [Node(name=n[0], op=n[1], target=n[2], inputs=tuple(n[3]), module_path=n[4],
-                  shape=None if n[5] is None else tuple(n[5]), dtype=n[6], output_bytes=n[7], param_bytes=n[8],
-                  flops=n[9], is_embedding=n[10]) for n in data["nodes"]]
+def _decode(
+    data: Mapping[str, Any], example_inputs: tuple[Any, ...] | None, rebuild: Callable[[], Graph] | None
+) -> CachedGraph:
+    nodes = [
+        Node(
+            name=n[0],
+            op=n[1],
+            target=n[2],
+            inputs=tuple(n[3]),
+            module_path=n[4],
+            shape=None if n[5] is None else tuple(n[5]),
+            dtype=n[6],
+            output_bytes=n[7],
+            param_bytes=n[8],
+            flops=n[9],
+            is_embedding=n[10],
+        )
+        for n in data["nodes"]
+    ]
     graph = CachedGraph(nodes, data["name"], example_inputs, rebuild)
     graph.tied_parameters = tuple(tuple(t) for t in data["tied_parameters"])
     graph.repeated_weights = {v: (f, b) for v, f, b in data["repeated_weights"]}
     graph.unpriced_ops = tuple((str(t), int(c)) for t, c in data["unpriced_ops"])
     info = data["model_info"]
-    graph.model_info = ModelInfo(module_classes={k: tuple(v) for k, v in info["module_classes"].items()},
-                                 tp_plan=dict(info["tp_plan"]), no_split_modules=tuple(info["no_split_modules"]),
-                                 tied_weights=dict(info["tied_weights"]))
+    graph.model_info = ModelInfo(
+        module_classes={k: tuple(v) for k, v in info["module_classes"].items()},
+        tp_plan=dict(info["tp_plan"]),
+        no_split_modules=tuple(info["no_split_modules"]),
+        tied_weights=dict(info["tied_weights"]),
+    )
     if graph.fingerprint() != data["fingerprint"]:
         raise ValueError("fingerprint differs")
     return graph
@@ -200,8 +252,7 @@ def _atomic_write(path: Path, write: Callable[[Any], None], binary: bool) -> Non
         raise
 
 
-def _read(folder: Path, digest: str, key: Mapping[str, Any],
-          rebuild: Callable[[], Graph] | None) -> CachedGraph | None:
+def _read(folder: Path, digest: str, key: Mapping[str, Any], rebuild: Callable[[], Graph] | None) -> CachedGraph | None:
     path = folder / f"{digest}.json"
     if not path.exists():
         return None
@@ -230,7 +281,7 @@ def _write(folder: Path, digest: str, key: Mapping[str, Any], graph: Graph) -> N
     entry = {"key": key, "inputs": saved, "graph": _encode(graph)}
     _atomic_write(folder / f"{digest}.json", lambda f: json.dump(entry, f, separators=(",", ":")), binary=False)
     entries = sorted(folder.glob("*.json"), key=lambda p: p.stat().st_mtime)
-    for old in entries[:max(0, len(entries) - MAX_ENTRIES)]:
+    for old in entries[: max(0, len(entries) - MAX_ENTRIES)]:
         old.unlink(missing_ok=True)
         old.with_suffix(".pt").unlink(missing_ok=True)
 
@@ -252,6 +303,7 @@ def cached_trace(key: Mapping[str, Any] | None, build: Callable[[], Graph]) -> G
     try:
         _write(folder, digest, key, graph)
     except OSError as exc:
-        logger.warning("could not write the trace cache in %s (%s); set %s to a writable folder or 'off'",
-                       folder, exc, ENV)
+        logger.warning(
+            "could not write the trace cache in %s (%s); set %s to a writable folder or 'off'", folder, exc, ENV
+        )
     return graph

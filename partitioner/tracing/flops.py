@@ -23,8 +23,22 @@ from partitioner import optional
 __all__ = ["register_formulas", "unpriced", "describe_unpriced", "MATMUL_LIKE"]
 
 # aten ops that do matmul-sized work: one counted as free by the counter is reported.
-MATMUL_LIKE = ("mm", "bmm", "addmm", "baddbmm", "matmul", "linear", "einsum", "_grouped_mm", "grouped_mm", "_scaled_mm",
-               "convolution", "scaled_dot_product", "_flash_attention", "_efficient_attention")
+MATMUL_LIKE = (
+    "mm",
+    "bmm",
+    "addmm",
+    "baddbmm",
+    "matmul",
+    "linear",
+    "einsum",
+    "_grouped_mm",
+    "grouped_mm",
+    "_scaled_mm",
+    "convolution",
+    "scaled_dot_product",
+    "_flash_attention",
+    "_efficient_attention",
+)
 
 _DONE = False
 
@@ -54,8 +68,10 @@ def register_formulas() -> None:
     def cpu_attention(q: Any, k: Any, v: Any, *args: Any, out_shape: Any = None, **kwargs: Any) -> int:
         return int(sdpa_flop_count(q, k, v))
 
-    ops = [(getattr(torch.ops.aten, "_grouped_mm", None), grouped_mm),
-           (getattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu", None), cpu_attention)]
+    ops = [
+        (getattr(torch.ops.aten, "_grouped_mm", None), grouped_mm),
+        (getattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu", None), cpu_attention),
+    ]
     if "transformers" in sys.modules:  # its custom op exists once its MoE integration is imported
         try:
             optional.load("transformers.integrations.moe")  # NOTE: [Optional imports and threads]
@@ -80,10 +96,11 @@ def unpriced(targets_and_flops: Iterable[tuple[str, int]]) -> tuple[tuple[str, i
     return tuple(sorted(found.items(), key=lambda kv: (-kv[1], kv[0])))
 
 
-
 def describe_unpriced(ops: tuple[tuple[str, int], ...]) -> str:
     """``'3 ops with no FLOP formula (counted as free): aten::foo (2), aten::bar (1)'``."""
     count = sum(n for _, n in ops)
     shown = ", ".join(f"{t} ({n})" for t, n in ops[:5]) + (" ..." if len(ops) > 5 else "")
-    return (f"{count} op{'s' if count != 1 else ''} with no FLOP formula (counted as free, so compute "
-            f"times are low): {shown}")
+    return (
+        f"{count} op{'s' if count != 1 else ''} with no FLOP formula (counted as free, so compute "
+        f"times are low): {shown}"
+    )

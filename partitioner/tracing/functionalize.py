@@ -25,11 +25,19 @@ __all__ = ["remove_inplace"]
 logger = logging.getLogger(__name__)
 
 _INPLACE_OPERATORS: dict[Callable[..., Any], Callable[..., Any]] = {
-    operator.iadd: operator.add, operator.isub: operator.sub, operator.imul: operator.mul,
-    operator.itruediv: operator.truediv, operator.ifloordiv: operator.floordiv,
-    operator.imod: operator.mod, operator.ipow: operator.pow, operator.iand: operator.and_,
-    operator.ior: operator.or_, operator.ixor: operator.xor, operator.ilshift: operator.lshift,
-    operator.irshift: operator.rshift, operator.imatmul: operator.matmul,
+    operator.iadd: operator.add,
+    operator.isub: operator.sub,
+    operator.imul: operator.mul,
+    operator.itruediv: operator.truediv,
+    operator.ifloordiv: operator.floordiv,
+    operator.imod: operator.mod,
+    operator.ipow: operator.pow,
+    operator.iand: operator.and_,
+    operator.ior: operator.or_,
+    operator.ixor: operator.xor,
+    operator.ilshift: operator.lshift,
+    operator.irshift: operator.rshift,
+    operator.imatmul: operator.matmul,
 }
 
 
@@ -45,8 +53,12 @@ def _rewrite(node: fx.Node, gm: fx.GraphModule) -> bool:
             node.target = _INPLACE_OPERATORS[node.target]
             return True
         name = getattr(node.target, "__name__", "")
-        if name.endswith("_") and not name.startswith("_") and getattr(node.target, "__module__", "") in (
-                "torch", "torch._C._VariableFunctions") and hasattr(torch, name[:-1]):
+        if (
+            name.endswith("_")
+            and not name.startswith("_")
+            and getattr(node.target, "__module__", "") in ("torch", "torch._C._VariableFunctions")
+            and hasattr(torch, name[:-1])
+        ):
             node.target = getattr(torch, name[:-1])
             return True
         if node.kwargs.get("inplace") is True:
@@ -66,8 +78,7 @@ def _rewrite(node: fx.Node, gm: fx.GraphModule) -> bool:
 def remove_inplace(gm: fx.GraphModule) -> tuple[fx.GraphModule, tuple[str, ...]]:
     """``gm`` with its in-place ops made out-of-place (a new GraphModule sharing the modules when
     any changed; ``gm`` itself otherwise) and the names of the nodes rewritten."""
-    candidates = [n for n in gm.graph.nodes if n.op.startswith("call") and n.args
-                  and isinstance(n.args[0], fx.Node)]
+    candidates = [n for n in gm.graph.nodes if n.op.startswith("call") and n.args and isinstance(n.args[0], fx.Node)]
     if not any(_mutates(n, gm) for n in candidates):
         return gm, ()
     graph = copy.deepcopy(gm.graph)
@@ -95,8 +106,11 @@ def _mutates(node: fx.Node, gm: fx.GraphModule) -> bool:
         return isinstance(node.target, str) and node.target.endswith("_") and not node.target.startswith("_")
     if node.op == "call_function":
         name = getattr(node.target, "__name__", "")
-        return (node.target in _INPLACE_OPERATORS or node.kwargs.get("inplace") is True
-                or (name.endswith("_") and not name.startswith("_")))
+        return (
+            node.target in _INPLACE_OPERATORS
+            or node.kwargs.get("inplace") is True
+            or (name.endswith("_") and not name.startswith("_"))
+        )
     if node.op == "call_module":
         return getattr(gm.get_submodule(str(node.target)), "inplace", False) is True
     return False

@@ -21,8 +21,7 @@ __all__ = ["on_meta", "to_meta"]
 
 def on_meta(model: Any) -> bool:
     """Whether ``model``'s weights (or buffers) are on the meta device. O(parameters)."""
-    return isinstance(model, torch.nn.Module) and any(
-        t.is_meta for t in (*model.parameters(), *model.buffers()))
+    return isinstance(model, torch.nn.Module) and any(t.is_meta for t in (*model.parameters(), *model.buffers()))
 
 
 def to_meta(values: Any) -> Any:

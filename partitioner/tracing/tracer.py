@@ -24,16 +24,17 @@ import torch
 import torch.fx as fx
 
 from partitioner.errors import TraceError
-from partitioner.tracing.functionalize import remove_inplace
 from partitioner.graph import Graph, ModelInfo, Node
 from partitioner.tracing.annotate import Annotation, annotate
 from partitioner.tracing.flops import unpriced
+from partitioner.tracing.functionalize import remove_inplace
 from partitioner.tracing.lock import TRACE_LOCK
 from partitioner.tracing.meta import on_meta, to_meta
 
 __all__ = ["trace"]
 
 logger = logging.getLogger(__name__)
+
 
 def _user_frame(exc: BaseException) -> str:
     """The deepest traceback frame outside torch: where the user's model failed to trace."""
@@ -46,14 +47,13 @@ def _user_frame(exc: BaseException) -> str:
     return f"{f.filename}:{f.lineno} in {f.name}: {(f.line or '').strip()}"
 
 
-def _to_graph_module(model: torch.nn.Module, example_inputs: tuple[Any, ...],
-                     example_kwargs: dict[str, Any]) -> fx.GraphModule:
+def _to_graph_module(
+    model: torch.nn.Module, example_inputs: tuple[Any, ...], example_kwargs: dict[str, Any]
+) -> fx.GraphModule:
     if isinstance(model, fx.GraphModule):
         return model
     if not isinstance(model, torch.nn.Module):
-        raise TraceError(
-            f"trace() needs an nn.Module or a torch.fx.GraphModule (got {type(model).__name__})"
-        )
+        raise TraceError(f"trace() needs an nn.Module or a torch.fx.GraphModule (got {type(model).__name__})")
     try:
         if example_kwargs:  # symbolic_trace cannot bind keyword inputs: torch.export can
             raise TypeError("keyword inputs are traced with torch.export")
@@ -63,8 +63,9 @@ def _to_graph_module(model: torch.nn.Module, example_inputs: tuple[Any, ...],
         fx_where = "" if example_kwargs else _user_frame(fx_exc)
         try:
             with _no_stack_traces():
-                exported = torch.export.export(model, tuple(example_inputs), kwargs=example_kwargs or None,
-                                               strict=False)
+                exported = torch.export.export(
+                    model, tuple(example_inputs), kwargs=example_kwargs or None, strict=False
+                )
             gm = exported.module()
             if not isinstance(gm, fx.GraphModule):  # pragma: no cover - torch API guard
                 raise TypeError(f"torch.export gave a {type(gm).__name__}, not a GraphModule")
@@ -72,22 +73,31 @@ def _to_graph_module(model: torch.nn.Module, example_inputs: tuple[Any, ...],
         except Exception as export_exc:
             where = fx_where or _user_frame(export_exc)
             unflattenable = "pytree" in str(export_exc)
-            fix = ("Fix: the model's outputs hold an object torch.export cannot flatten (a cache, a "
-                   "custom class): return tensors only (for Hugging Face models, use_cache=False)."
-                   if unflattenable else
-                   "Fix: remove Python control flow that depends on tensor values (use "
-                   "torch.where / torch.cond), or mark the helper with torch.fx.wrap, "
-                   "or pass an already traced torch.fx.GraphModule.")
+            fix = (
+                "Fix: the model's outputs hold an object torch.export cannot flatten (a cache, a "
+                "custom class): return tensors only (for Hugging Face models, use_cache=False)."
+                if unflattenable
+                else "Fix: remove Python control flow that depends on tensor values (use "
+                "torch.where / torch.cond), or mark the helper with torch.fx.wrap, "
+                "or pass an already traced torch.fx.GraphModule."
+            )
             raise TraceError(
                 f"could not trace {type(model).__name__}: "
-                + ("" if example_kwargs else
-                   f"torch.fx.symbolic_trace failed with {type(fx_exc).__name__}: "
-                   f"{str(fx_exc).splitlines()[0] if str(fx_exc) else ''}"
-                   + (f" at {where}" if where else "") + "; ")
+                + (
+                    ""
+                    if example_kwargs
+                    else f"torch.fx.symbolic_trace failed with {type(fx_exc).__name__}: "
+                    f"{str(fx_exc).splitlines()[0] if str(fx_exc) else ''}" + (f" at {where}" if where else "") + "; "
+                )
                 + f"torch.export failed with {type(export_exc).__name__}: "
                 + (str(export_exc).splitlines()[0] if str(export_exc) else "")
-                + (f" at {export_where}" if (export_where := _user_frame(export_exc)) and export_where != fx_where else "")
-                + ". " + fix
+                + (
+                    f" at {export_where}"
+                    if (export_where := _user_frame(export_exc)) and export_where != fx_where
+                    else ""
+                )
+                + ". "
+                + fix
             ) from export_exc
 
 
@@ -96,7 +106,11 @@ def _no_stack_traces() -> Iterator[None]:
     """torch.export without the Python stack it records on every node (``node.meta["stack_trace"]``,
     which nothing here reads): capturing and symbolizing it was a quarter of export's time."""
     switch = "do_not_emit_stack_traces"  # torch 2.11 has no such switch: nothing to set there
-    with mock.patch.object(torch.fx.config, switch, True) if hasattr(torch.fx.config, switch) else contextlib.nullcontext():
+    with (
+        mock.patch.object(torch.fx.config, switch, True)
+        if hasattr(torch.fx.config, switch)
+        else contextlib.nullcontext()
+    ):
         yield
 
 
@@ -267,8 +281,11 @@ def trace(
         )
     # Hugging Face models return cache objects torch.export cannot flatten: trace with the cache
     # off (each sub-model may hold its own config), and put it back afterwards.
-    configs: dict[int, Any] = {id(c): c for m in (model.modules() if isinstance(model, torch.nn.Module) else ())
-               if getattr(c := getattr(m, "config", None), "use_cache", False) is True}
+    configs: dict[int, Any] = {
+        id(c): c
+        for m in (model.modules() if isinstance(model, torch.nn.Module) else ())
+        if getattr(c := getattr(m, "config", None), "use_cache", False) is True
+    }
     with TRACE_LOCK:  # NOTE: [Tracing and threads] (partitioner/tracing/lock.py)
         try:
             for c in configs.values():
@@ -280,8 +297,24 @@ def trace(
                 c.use_cache = True
 
 
-_VIEW_OPS = frozenset({"t", "transpose", "permute", "view", "_unsafe_view", "expand", "alias", "unsqueeze",
-                       "squeeze", "slice", "select", "as_strided", "detach", "unflatten"})
+_VIEW_OPS = frozenset(
+    {
+        "t",
+        "transpose",
+        "permute",
+        "view",
+        "_unsafe_view",
+        "expand",
+        "alias",
+        "unsqueeze",
+        "squeeze",
+        "slice",
+        "select",
+        "as_strided",
+        "detach",
+        "unflatten",
+    }
+)
 
 
 def _is_view(fx_node: fx.Node) -> bool:
@@ -295,17 +328,22 @@ def _is_view(fx_node: fx.Node) -> bool:
 def model_info(model: torch.nn.Module) -> ModelInfo:
     """The module classes of ``model`` (every class in each module's MRO up to ``nn.Module``) and
     a Hugging Face model's tensor-parallel plan, no-split blocks and tied weights. O(modules)."""
-    classes = {path: tuple(c.__name__ for c in type(m).__mro__ if issubclass(c, torch.nn.Module))
-               for path, m in model.named_modules()}
+    classes = {
+        path: tuple(c.__name__ for c in type(m).__mro__ if issubclass(c, torch.nn.Module))
+        for path, m in model.named_modules()
+    }
     config = getattr(model, "config", None)
     plan = getattr(config, "base_model_tp_plan", None) or {}
     tied = getattr(model, "_tied_weights_keys", None) or {}
     if not isinstance(tied, Mapping):  # older transformers: a list of tied names
         tied = {str(k): "" for k in tied}
-    return ModelInfo(module_classes=classes, tp_plan=dict(plan),
-                     no_split_modules=tuple(getattr(model, "_no_split_modules", None) or ()),
-                     tied_weights={str(k): str(v) for k, v in tied.items()},
-                     experts_per_token=int(getattr(config, "num_experts_per_tok", 0) or 0))
+    return ModelInfo(
+        module_classes=classes,
+        tp_plan=dict(plan),
+        no_split_modules=tuple(getattr(model, "_no_split_modules", None) or ()),
+        tied_weights={str(k): str(v) for k, v in tied.items()},
+        experts_per_token=int(getattr(config, "num_experts_per_tok", 0) or 0),
+    )
 
 
 def _trace(
@@ -390,7 +428,5 @@ def _trace(
     graph.unpriced_ops = unpriced((nd.target, nd.flops) for nd in nodes if nd.op == "call_function")
     graph.model_info = model_info(model)
     if not graph.op_indices:
-        raise TraceError(
-            f"{graph.name} has no operations to partition (only inputs, attributes and outputs)"
-        )
+        raise TraceError(f"{graph.name} has no operations to partition (only inputs, attributes and outputs)")
     return graph

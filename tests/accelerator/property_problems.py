@@ -21,9 +21,7 @@ def problems(draw):
             edges.add((a, b))
     sizes = draw(st.lists(st.integers(1, 64), min_size=n, max_size=n))
     graph = synthetic_graph(sorted(edges), sizes)
-    latency = {
-        name: (draw(st.floats(0, 10)), draw(st.floats(0, 10))) for name in graph.op_names
-    }
+    latency = {name: (draw(st.floats(0, 10)), draw(st.floats(0, 10))) for name in graph.op_names}
     k = draw(st.integers(2, 5))
     need = max(partitioner.accelerator._base.node_alone_bytes(graph, v) for v in graph.op_indices)
     memory = max(need, math.ceil(graph.total_size_bytes * draw(st.floats(1.2, 2.0)) / k))

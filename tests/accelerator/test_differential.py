@@ -10,10 +10,9 @@ import pytest
 import torch
 
 import partitioner
+from examples import random_fx_module, reference_latencies
 from partitioner import Device, InfeasibleError, PartitionError
 from partitioner.testing.reference import reference_partition
-
-from examples import random_fx_module, reference_latencies
 
 CASES = [(seed, n_ops, share) for seed in range(12) for n_ops, share in ((10, 0.45), (14, 0.35))]
 # kl_based is held to the reference's latency. cost_aware's search, scored under the physical
@@ -44,11 +43,12 @@ def _compare(graph, devices, mode, **kw):
 def test_against_reference(mode, seed, n_ops, share):
     gm, inputs = random_fx_module(seed, n_ops)
     graph = partitioner.trace(gm, inputs)
-    memory = max(int(graph.total_size_bytes * share),
-                 max(partitioner.accelerator._base.node_alone_bytes(graph, v) for v in graph.op_indices))
+    memory = max(
+        int(graph.total_size_bytes * share),
+        max(partitioner.accelerator._base.node_alone_bytes(graph, v) for v in graph.op_indices),
+    )
     devices = [Device(f"dev_{i}", memory, i) for i in range(4)]
-    ours, ref = _compare(graph, devices, mode, transfer_rate_bytes_per_s=2.0,
-                         node_latency=reference_latencies(graph))
+    ours, ref = _compare(graph, devices, mode, transfer_rate_bytes_per_s=2.0, node_latency=reference_latencies(graph))
     if ref is not None:
         # Torch's partitions scored by our "torch" model: torch's own latency, exactly.
         assert ref.plan.rescore(graph, "torch").latency_s == pytest.approx(ref.reported_latency_s, rel=1e-9)
@@ -71,8 +71,10 @@ def test_searches_under_torchs_model_never_slower_than_torch(mode):
     for seed, n_ops, share in CASES:
         gm, inputs = random_fx_module(seed, n_ops)
         graph = partitioner.trace(gm, inputs)
-        memory = max(int(graph.total_size_bytes * share),
-                     max(partitioner.accelerator._base.node_alone_bytes(graph, v) for v in graph.op_indices))
+        memory = max(
+            int(graph.total_size_bytes * share),
+            max(partitioner.accelerator._base.node_alone_bytes(graph, v) for v in graph.op_indices),
+        )
         devices = [Device(f"dev_{i}", memory, i) for i in range(4)]
         kw = dict(transfer_rate_bytes_per_s=2.0, node_latency=reference_latencies(graph))
         try:
@@ -88,9 +90,15 @@ def test_searches_under_torchs_model_never_slower_than_torch(mode):
     assert compared >= len(CASES) // 2
 
 
-@pytest.mark.parametrize("name, knobs, count", [
-    ("moe", {"n_layer": 1, "n_experts": 4}, 2), ("moe", {"n_layer": 1, "n_experts": 4}, 4),
-    ("moe", {"n_layer": 1, "n_experts": 2}, 2), ("unet", {"depth": 2}, 4)])
+@pytest.mark.parametrize(
+    "name, knobs, count",
+    [
+        ("moe", {"n_layer": 1, "n_experts": 4}, 2),
+        ("moe", {"n_layer": 1, "n_experts": 4}, 4),
+        ("moe", {"n_layer": 1, "n_experts": 2}, 2),
+        ("unet", {"depth": 2}, 4),
+    ],
+)
 def test_cost_aware_is_never_slower_than_torchs_on_models_past_the_old_size_limit(name, knobs, count):
     """Dense MoE blocks and U-Nets of 20-27 ops, where torch's own merge sequence once went
     unused: under torch's cost model our plan is never slower than torch's by torch's figure."""
@@ -98,8 +106,10 @@ def test_cost_aware_is_never_slower_than_torchs_on_models_past_the_old_size_limi
 
     module, inputs = sample_models.build(name, **knobs)
     graph = partitioner.trace(module, inputs)
-    memory = max(int(graph.total_size_bytes * 0.6),
-                 max(partitioner.accelerator._base.node_alone_bytes(graph, v) for v in graph.op_indices))
+    memory = max(
+        int(graph.total_size_bytes * 0.6),
+        max(partitioner.accelerator._base.node_alone_bytes(graph, v) for v in graph.op_indices),
+    )
     devices = [Device(f"dev_{i}", memory, i) for i in range(count)]
     kw = dict(transfer_rate_bytes_per_s=2.0, node_latency=reference_latencies(graph))
     ref = reference_partition(graph, devices, "cost_aware", cost_model="torch", **kw)
@@ -139,8 +149,14 @@ def test_sparse_nn_against_reference():
 def test_saturate_host_against_reference(worked_example):
     graph, a = worked_example
     devices = [Device(f"dev_{i}", 125, i) for i in range(8)]
-    ours, ref = _compare(graph, devices, "size_based", saturate_host=True,
-                         transfer_rate_bytes_per_s=2.0, node_latency=reference_latencies(graph))
+    ours, ref = _compare(
+        graph,
+        devices,
+        "size_based",
+        saturate_host=True,
+        transfer_rate_bytes_per_s=2.0,
+        node_latency=reference_latencies(graph),
+    )
     assert [p.device_ids for p in ours.partitions] == [p.device_ids for p in ref.plan.partitions]
 
 
@@ -150,9 +166,12 @@ def _torch_figures(plan, graph, node_latency, rate):
     import copy
 
     from torch.fx.experimental.accelerator_partitioner import set_parents_and_children
-    from torch.fx.experimental.partitioner_utils import (NodeLatency, Partition,
-                                                          get_latency_of_partitioned_graph,
-                                                          get_partition_to_latency_mapping)
+    from torch.fx.experimental.partitioner_utils import (
+        NodeLatency,
+        Partition,
+        get_latency_of_partitioned_graph,
+        get_partition_to_latency_mapping,
+    )
     from torch.fx.passes.graph_manipulation import get_size_of_all_nodes
 
     gm = copy.deepcopy(graph.graph_module)
@@ -178,8 +197,10 @@ def _torch_figures(plan, graph, node_latency, rate):
 def test_torch_cost_model_equals_torchs_own_functions(seed, mode):
     gm, inputs = random_fx_module(seed, 14)
     graph = partitioner.trace(gm, inputs)
-    memory = max(int(graph.total_size_bytes * 0.5),
-                 max(partitioner.accelerator._base.node_alone_bytes(graph, v) for v in graph.op_indices))
+    memory = max(
+        int(graph.total_size_bytes * 0.5),
+        max(partitioner.accelerator._base.node_alone_bytes(graph, v) for v in graph.op_indices),
+    )
     devices = [Device(f"dev_{i}", memory, i) for i in range(4)]
     latency = reference_latencies(graph)
     plan = partitioner.partition(graph, devices, mode=mode, transfer_rate_bytes_per_s=2.0, node_latency=latency)

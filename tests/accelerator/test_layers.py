@@ -80,8 +80,14 @@ def test_kl_based_ends_no_slower_than_the_layer_aligned_cut_on_a_tiny_decoder():
     pytest.importorskip("transformers")
     import sample_models
 
-    config = {"num_hidden_layers": 10, "hidden_size": 64, "intermediate_size": 256, "num_attention_heads": 4,
-              "num_key_value_heads": 2, "vocab_size": 64}
+    config = {
+        "num_hidden_layers": 10,
+        "hidden_size": 64,
+        "intermediate_size": 256,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "vocab_size": 64,
+    }
     model, args, kwargs = sample_models.load("hf:llama", config)
     graph = partitioner.trace(model, args, example_kwargs=kwargs)
     devices = partitioner.parse_devices(f"4x{int(graph.total_size_bytes * 0.3)}B")
@@ -125,8 +131,10 @@ def test_balanced_cuts_are_the_best_min_max_split(weight, data):
     assert cuts[0] == 0 and cuts[-1] == len(weight) and len(cuts) == runs + 1
     assert all(a < b for a, b in zip(cuts, cuts[1:]))
     largest = max(sum(weight[a:b]) for a, b in zip(cuts, cuts[1:]))
-    brute = min(max(sum(weight[a:b]) for a, b in zip((0, *inner), (*inner, len(weight))))
-                for inner in itertools.combinations(range(1, len(weight)), runs - 1))
+    brute = min(
+        max(sum(weight[a:b]) for a, b in zip((0, *inner), (*inner, len(weight))))
+        for inner in itertools.combinations(range(1, len(weight)), runs - 1)
+    )
     assert largest == brute
     assert cuts == _textbook_cuts(weight, runs)
 
@@ -136,8 +144,18 @@ def _residual_chain(layers):
     nodes = [Node("x", "placeholder", "x", output_bytes=256)]
     prev = 0
     for i in range(layers):
-        nodes.append(Node(f"fc{i}", "call_module", f"layers.{i}.fc", (prev,), f"layers.{i}.fc",
-                          output_bytes=256, param_bytes=1088, flops=2048))
+        nodes.append(
+            Node(
+                f"fc{i}",
+                "call_module",
+                f"layers.{i}.fc",
+                (prev,),
+                f"layers.{i}.fc",
+                output_bytes=256,
+                param_bytes=1088,
+                flops=2048,
+            )
+        )
         nodes.append(Node(f"add{i}", "call_function", "add", (prev, len(nodes) - 1), f"layers.{i}", output_bytes=256))
         prev = len(nodes) - 1
     nodes.append(Node("output", "output", "output", (prev,)))

@@ -5,9 +5,8 @@ import torch
 
 import partitioner
 import sample_models
-from partitioner import Device, InfeasibleError, PartitionError
-
 from examples import random_fx_module, reference_latencies
+from partitioner import Device, InfeasibleError, PartitionError
 
 
 def devices(n, memory):
@@ -18,13 +17,15 @@ def test_worked_example_latencies(worked_example):
     graph, _ = worked_example
     lat = reference_latencies(graph)
     plans = {
-        mode: partitioner.partition(graph, devices(4, 125), mode=mode, transfer_rate_bytes_per_s=2.0,
-                                    node_latency=lat)
+        mode: partitioner.partition(graph, devices(4, 125), mode=mode, transfer_rate_bytes_per_s=2.0, node_latency=lat)
         for mode in ("size_based", "cost_aware", "kl_based")
     }
     # size_based fills dev_0 with add, add_1 (80 B); linear needs 112 B with its input; the rest.
     assert [p.node_names for p in plans["size_based"].partitions] == [
-        ("add", "add_1"), ("linear",), ("add_2", "add_3", "add_4")]
+        ("add", "add_1"),
+        ("linear",),
+        ("add_2", "add_3", "add_4"),
+    ]
     assert plans["size_based"].latency_s == 176.0
     # Both cost-aware searches reach the reference cost_aware figure of torch's own test: 160.
     assert plans["cost_aware"].latency_s == 160.0
@@ -36,8 +37,9 @@ def test_worked_example_latencies(worked_example):
 def test_partition_latency_is_critical_path_inside(worked_example):
     graph, _ = worked_example
     lat = reference_latencies(graph)
-    plan = partitioner.partition(graph, devices(4, 125), mode="size_based",
-                                 transfer_rate_bytes_per_s=2.0, node_latency=lat)
+    plan = partitioner.partition(
+        graph, devices(4, 125), mode="size_based", transfer_rate_bytes_per_s=2.0, node_latency=lat
+    )
     last = plan.partitions[2]  # add_2 -> add_4 and add_3 -> add_4: paths of two adds, (16, 1) each
     assert (last.latency_s, last.memory_latency_s, last.compute_latency_s) == (32.0, 32.0, 2.0)
     # linear costs max(96, 16); each crossing moves one 16 B tensor at 2 B/s: 32 + 8 + 96 + 8 + 32
@@ -70,7 +72,9 @@ def test_node_that_fits_no_device_is_named(worked_example):
 
 def test_unknown_mode_lists_valid_ones(worked_example):
     graph, _ = worked_example
-    with pytest.raises(PartitionError, match="unknown partition mode 'fastest'; valid modes are size_based, largest_first, sparse_nn"):
+    with pytest.raises(
+        PartitionError, match="unknown partition mode 'fastest'; valid modes are size_based, largest_first, sparse_nn"
+    ):
         partitioner.partition(graph, devices(4, 125), mode="fastest")
 
 
@@ -90,25 +94,34 @@ def test_aot_based_reproduces_a_plan(worked_example):
     lat = reference_latencies(graph)
     kw = dict(transfer_rate_bytes_per_s=2.0, node_latency=lat)
     plan = partitioner.partition(graph, devices(4, 125), mode="cost_aware", **kw)
-    again = partitioner.partition(graph, devices(4, 125), mode="aot_based", **kw,
-                                  node_to_partition=plan.node_to_partition(),
-                                  partition_to_devices=plan.partition_to_devices())
+    again = partitioner.partition(
+        graph,
+        devices(4, 125),
+        mode="aot_based",
+        **kw,
+        node_to_partition=plan.node_to_partition(),
+        partition_to_devices=plan.partition_to_devices(),
+    )
     assert again.partitions == plan.partitions and again.latency_s == plan.latency_s
 
 
 def test_aot_based_incomplete_mapping(worked_example):
     graph, _ = worked_example
     with pytest.raises(PartitionError, match=r"leaves out op node\(s\) \['add_1'"):
-        partitioner.partition(graph, devices(4, 125), mode="aot_based",
-                              node_to_partition={"add": 0}, partition_to_devices={0: [0]})
+        partitioner.partition(
+            graph, devices(4, 125), mode="aot_based", node_to_partition={"add": 0}, partition_to_devices={0: [0]}
+        )
 
 
 def test_aot_based_over_capacity_lists_violation(worked_example):
     graph, _ = worked_example
     mapping = {name: 0 for name in graph.op_names}
-    with pytest.raises(partitioner.InvalidPlanError, match=r"device dev_0 \(id 0\) .* using 240 B of its 125 B \(115 B over\)"):
-        partitioner.partition(graph, devices(4, 125), mode="aot_based",
-                              node_to_partition=mapping, partition_to_devices={0: [0]})
+    with pytest.raises(
+        partitioner.InvalidPlanError, match=r"device dev_0 \(id 0\) .* using 240 B of its 125 B \(115 B over\)"
+    ):
+        partitioner.partition(
+            graph, devices(4, 125), mode="aot_based", node_to_partition=mapping, partition_to_devices={0: [0]}
+        )
 
 
 def test_saturate_host_replicates_onto_idle_devices(worked_example):

@@ -9,16 +9,20 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 import partitioner
+from examples import random_fx_module, reference_latencies
 from partitioner import Device, PartitionError
 from partitioner.testing.reference import reference_partition
-
-from examples import random_fx_module, reference_latencies
 
 
 @pytest.mark.slow
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(st.integers(0, 10_000), st.integers(3, 16), st.integers(2, 4), st.floats(0.3, 0.9),
-       st.sampled_from([0.5, 2.0, 64.0]))
+@given(
+    st.integers(0, 10_000),
+    st.integers(3, 16),
+    st.integers(2, 4),
+    st.floats(0.3, 0.9),
+    st.sampled_from([0.5, 2.0, 64.0]),
+)
 @example(16, 9, 3, 0.46875, 0.5)  # torch's memory rule refuses every fill, yet takes torch's own plan
 def test_cost_aware_is_never_slower_than_torchs_cost_aware(seed, n_ops, count, share, rate):
     gm, inputs = random_fx_module(seed, n_ops)

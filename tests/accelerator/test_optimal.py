@@ -10,8 +10,8 @@ from hypothesis import strategies as st
 
 import partitioner
 from partitioner import Device
-from partitioner.accelerator.api import build_problem
 from partitioner.accelerator._base import Assignment
+from partitioner.accelerator.api import build_problem
 from partitioner.accelerator.optimal import coarsen
 from partitioner.options import PartitionOptions
 from partitioner.plan.records import OPTIMALITY_TOLERANCE
@@ -25,7 +25,7 @@ def set_partitions(items):
     first, rest = items[0], items[1:]
     for smaller in set_partitions(rest):
         for i in range(len(smaller)):
-            yield smaller[:i] + [[first] + smaller[i]] + smaller[i + 1:]
+            yield smaller[:i] + [[first] + smaller[i]] + smaller[i + 1 :]
         yield [[first]] + smaller
 
 
@@ -71,8 +71,15 @@ def test_optimal_equals_brute_force_on_tiny_graphs(case):
     truth = brute_force(graph, devices, options)
     if not math.isfinite(truth):
         return
-    plan = partitioner.partition(graph, devices, mode="optimal", node_latency=latency,
-                                 transfer_rate_bytes_per_s=rate, force_partition=True, time_limit_s=5)
+    plan = partitioner.partition(
+        graph,
+        devices,
+        mode="optimal",
+        node_latency=latency,
+        transfer_rate_bytes_per_s=rate,
+        force_partition=True,
+        time_limit_s=5,
+    )
     assert plan.violations(graph) == []
     assert plan.latency_s == pytest.approx(truth, rel=OPTIMALITY_TOLERANCE)
     assert plan.proven_optimal
@@ -122,8 +129,7 @@ def twelve(draw):
     """Random graphs of up to 12 ops on 2 or 3 devices of equal memory (1.0 to 1.8 times an even
     share of the model), node times and output sizes drawn, slow or free transfers."""
     n = draw(st.integers(6, 12))
-    edges = sorted({(a, b) for b in range(1, n)
-                    for a in draw(st.lists(st.integers(max(0, b - 6), b - 1), max_size=3))})
+    edges = sorted({(a, b) for b in range(1, n) for a in draw(st.lists(st.integers(max(0, b - 6), b - 1), max_size=3))})
     graph = synthetic_graph(edges, draw(st.lists(st.integers(1, 64), min_size=n, max_size=n)))
     latency = {name: (draw(st.floats(0, 10)), draw(st.floats(0, 10))) for name in graph.op_names}
     count = draw(st.integers(2, 3))
@@ -228,8 +234,7 @@ def test_large_graphs_are_coarsened_and_said_so():
     assert sorted(v for u in units for v in u) == list(graph.op_indices)
     position = {v: g for g, u in enumerate(units) for v in u}
     assert all(position[u] <= position[v] for v in graph.op_indices for u in problem.cost.op_preds[v])
-    plan = partitioner.partition(graph, devices, mode="optimal", time_limit_s=3,
-                                 transfer_rate_bytes_per_s=1e3)
+    plan = partitioner.partition(graph, devices, mode="optimal", time_limit_s=3, transfer_rate_bytes_per_s=1e3)
     assert plan.violations(graph) == []
     assert "groups" in plan.provenance.solver or "heuristic" in plan.provenance.solver
 
@@ -237,11 +242,19 @@ def test_large_graphs_are_coarsened_and_said_so():
 def test_torch_cost_model_plans_fit_torchs_memory_rule():
     graph, latency = fork_join()
     devices = [Device("a", 130, 0), Device("b", 130, 1)]
-    plan = partitioner.partition(graph, devices, mode="optimal", cost_model="torch", time_limit_s=3,
-                                 node_latency=latency, transfer_rate_bytes_per_s=10.0)
+    plan = partitioner.partition(
+        graph,
+        devices,
+        mode="optimal",
+        cost_model="torch",
+        time_limit_s=3,
+        node_latency=latency,
+        transfer_rate_bytes_per_s=10.0,
+    )
     assert plan.cost_model == "torch" and plan.violations(graph) == []
-    kl = partitioner.partition(graph, devices, mode="kl_based", cost_model="torch",
-                               node_latency=latency, transfer_rate_bytes_per_s=10.0)
+    kl = partitioner.partition(
+        graph, devices, mode="kl_based", cost_model="torch", node_latency=latency, transfer_rate_bytes_per_s=10.0
+    )
     assert plan.latency_s <= kl.latency_s * (1 + 1e-9)
 
 
@@ -256,8 +269,8 @@ def test_too_many_devices_is_refused_with_the_fix():
 def test_a_worker_past_its_time_limit_is_stopped_and_leaves_no_process():
     import time
 
-    from partitioner.testing.faults import child_pids
     from partitioner.runtime.worker import WorkerTimeout, run_in_worker
+    from partitioner.testing.faults import child_pids
 
     began = time.perf_counter()
     with pytest.raises(WorkerTimeout, match="did not finish within 2 s"):
@@ -274,8 +287,15 @@ def test_a_device_running_two_partitions_in_the_better_order():
     graph = synthetic_graph([(0, 2), (1, 2)], [5, 6, 1])
     devices = [Device("a", 15, 0), Device("b", 15, 1)]
     latency = {n: (0.0, 1.0) for n in graph.op_names}
-    plan = partitioner.partition(graph, devices, mode="optimal", node_latency=latency, transfer_rate_bytes_per_s=4.0,
-                                 force_partition=True, time_limit_s=2)
+    plan = partitioner.partition(
+        graph,
+        devices,
+        mode="optimal",
+        node_latency=latency,
+        transfer_rate_bytes_per_s=4.0,
+        force_partition=True,
+        time_limit_s=2,
+    )
     assert plan.latency_s == pytest.approx(4.25) and plan.proven_optimal
     assert partitioner.Plan.from_json(plan.to_json()).latency_s == plan.latency_s
 
@@ -289,8 +309,9 @@ def test_a_plan_keeps_the_run_order_its_mode_chose_where_renumbering_is_slower()
 
     graph = synthetic_graph([(0, 2), (1, 2)], [5, 6, 1])
     devices = [Device("a", 15, 0), Device("b", 15, 1)]
-    options = partitioner.PartitionOptions.build(node_latency={n: (0.0, 1.0) for n in graph.op_names},
-                                                 transfer_rate_bytes_per_s=4.0)
+    options = partitioner.PartitionOptions.build(
+        node_latency={n: (0.0, 1.0) for n in graph.op_names}, transfer_rate_bytes_per_s=4.0
+    )
     cost = build_problem(graph, devices, options).cost
     op0, op1, op2 = (graph.index[n] for n in graph.op_names)
     part = [-1] * len(graph)
@@ -306,7 +327,9 @@ def _random_case(seed, n, count):
     import random
 
     rng = random.Random(seed)
-    edges = sorted({(a, b) for b in range(1, n) for a in [rng.randint(max(0, b - 6), b - 1) for _ in range(rng.randint(0, 3))]})
+    edges = sorted(
+        {(a, b) for b in range(1, n) for a in [rng.randint(max(0, b - 6), b - 1) for _ in range(rng.randint(0, 3))]}
+    )
     graph = synthetic_graph(edges, [rng.randint(1, 64) for _ in range(n)])
     latency = {name: (rng.uniform(0, 10), rng.uniform(0, 10)) for name in graph.op_names}
     need = max(partitioner.accelerator._base.node_alone_bytes(graph, v) for v in graph.op_indices)

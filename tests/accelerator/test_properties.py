@@ -5,13 +5,18 @@ import math
 import networkx as nx
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from property_problems import (
+    MODES,
+    brute_force_partition_latency,
+    independent_memory,
+    list_schedule,
+    oracle_latency,
+    problems,
+)
 
 import partitioner
 from partitioner import Device, InfeasibleError, Plan
 from partitioner.options import PartitionOptions
-
-from property_problems import (MODES, brute_force_partition_latency, independent_memory, list_schedule,
-                               oracle_latency, problems)
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -19,8 +24,9 @@ from property_problems import (MODES, brute_force_partition_latency, independent
 def test_plans_are_valid(problem, mode):
     graph, devices, latency, rate = problem
     try:
-        plan = partitioner.partition(graph, devices, mode=mode, node_latency=latency,
-                                     transfer_rate_bytes_per_s=rate, force_partition=True)
+        plan = partitioner.partition(
+            graph, devices, mode=mode, node_latency=latency, transfer_rate_bytes_per_s=rate, force_partition=True
+        )
     except InfeasibleError as exc:
         # Greedy fills can fragment tight memory; the error must still say what to do.
         assert "add a device or memory" in str(exc)
@@ -38,8 +44,12 @@ def test_plans_are_valid(problem, mode):
     dag = nx.DiGraph([(e.src, e.dst) for e in plan.edges])
     assert nx.is_directed_acyclic_graph(dag)
     where = plan.node_to_partition()
-    flows = {(where[graph.nodes[u].name], where[n]) for n in graph.op_names
-             for u in graph.preds[graph.index[n]] if graph.nodes[u].is_op} - {(p, p) for p in where.values()}
+    flows = {
+        (where[graph.nodes[u].name], where[n])
+        for n in graph.op_names
+        for u in graph.preds[graph.index[n]]
+        if graph.nodes[u].is_op
+    } - {(p, p) for p in where.values()}
     assert flows == {(e.src, e.dst) for e in plan.edges}
     assert plan.violations(graph) == []
     # Latency equals the networkx oracle; JSON round trip is exact.
@@ -59,8 +69,9 @@ def test_plans_are_valid(problem, mode):
     g.add_nodes_from(range(len(graph)))
     g.add_edges_from((u, v) for v in range(len(graph)) for u in graph.preds[v])
     weight = {graph.index[n]: max(latency[n]) for n in latency}
-    heaviest = max((sum(weight.get(v, 0.0) for v in path) for path in
-                    [nx.dag_longest_path(g, weight=None)]), default=0.0)
+    heaviest = max(
+        (sum(weight.get(v, 0.0) for v in path) for path in [nx.dag_longest_path(g, weight=None)]), default=0.0
+    )
     assert plan.lower_bound_s >= heaviest - 1e-9
     # Never faster than the same partitions without the device rule (torch's critical path).
     assert plan.latency_s >= oracle_latency(plan) - 1e-9
@@ -72,11 +83,13 @@ def test_plans_are_valid(problem, mode):
 def test_partition_latency_matches_brute_force(problem):
     graph, devices, latency, rate = problem
     mapping = {name: i % 2 for i, name in enumerate(graph.op_names)}  # an arbitrary (maybe cyclic) split
-    plan = partitioner.evaluate_plan(graph, devices, mapping, {0: [0], 1: [1]},
-                                     transfer_rate_bytes_per_s=rate, node_latency=latency)
+    plan = partitioner.evaluate_plan(
+        graph, devices, mapping, {0: [0], 1: [1]}, transfer_rate_bytes_per_s=rate, node_latency=latency
+    )
     for p in plan.partitions:
-        assert math.isclose(p.latency_s, brute_force_partition_latency(graph, latency, p.node_names),
-                            rel_tol=1e-9, abs_tol=1e-9)
+        assert math.isclose(
+            p.latency_s, brute_force_partition_latency(graph, latency, p.node_names), rel_tol=1e-9, abs_tol=1e-9
+        )
     cyclic = not nx.is_directed_acyclic_graph(nx.DiGraph([(e.src, e.dst) for e in plan.edges]))
     assert cyclic == math.isinf(plan.latency_s)
     assert cyclic == any("cycle" in v.message for v in plan.violations(graph))
@@ -86,9 +99,7 @@ def test_partition_latency_matches_brute_force(problem):
 @given(problems(), st.sampled_from(MODES))
 def test_invariant_under_renaming(problem, mode):
     graph, devices, latency, rate = problem
-    renamed_nodes = [
-        partitioner.Node(**{**nd.__dict__, "name": "n_" + nd.name}) for nd in graph.nodes
-    ]
+    renamed_nodes = [partitioner.Node(**{**nd.__dict__, "name": "n_" + nd.name}) for nd in graph.nodes]
     renamed = partitioner.Graph(renamed_nodes, name="renamed")
     kw = dict(mode=mode, transfer_rate_bytes_per_s=rate, force_partition=True)
     try:
@@ -106,9 +117,9 @@ def test_incremental_device_memory_equals_full_recompute(problem, moves):
     """The local search tallies device memory move by move; after any sequence of moves (and
     of tentative checks, which must leave no trace and agree with a full recompute) it equals a
     full recompute. Devices are tight here, so both answers of a check occur."""
-    from partitioner.accelerator.api import build_problem
     from partitioner.accelerator._base import Assignment
     from partitioner.accelerator._search import _State
+    from partitioner.accelerator.api import build_problem
 
     graph, devices, latency, rate = problem
     devices = [Device(d.name, max(1, d.memory_bytes * 2 // 3), d.logical_id) for d in devices]
@@ -117,7 +128,10 @@ def test_incremental_device_memory_equals_full_recompute(problem, moves):
     part = [-1] * len(graph)
     for i, v in enumerate(ops):
         part[v] = i % k
-    state = _State(build_problem(graph, devices, PartitionOptions.build(transfer_rate_bytes_per_s=rate, node_latency=latency)), Assignment(part, [[d] for d in range(k)]))
+    state = _State(
+        build_problem(graph, devices, PartitionOptions.build(transfer_rate_bytes_per_s=rate, node_latency=latency)),
+        Assignment(part, [[d] for d in range(k)]),
+    )
     for a, b in moves:
         v, q = ops[a % len(ops)], b % k
         if q == state.part[v]:
@@ -142,8 +156,11 @@ def test_incremental_device_memory_equals_full_recompute(problem, moves):
 
 
 @settings(max_examples=60, deadline=None)
-@given(problems(), st.integers(1, 6), st.lists(st.tuples(st.integers(0, 10**6), st.integers(0, 10**6),
-                                                       st.booleans()), max_size=30))
+@given(
+    problems(),
+    st.integers(1, 6),
+    st.lists(st.tuples(st.integers(0, 10**6), st.integers(0, 10**6), st.booleans()), max_size=30),
+)
 def test_incremental_evaluation_equals_full_re_evaluation_after_every_move(problem, parts, moves):
     """The searches' incremental cost model (a move updates two partitions and the edges at the
     node) gives the latency, critical path, edges and each partition's latency of a full
@@ -152,15 +169,18 @@ def test_incremental_evaluation_equals_full_re_evaluation_after_every_move(probl
     from partitioner.cost.incremental import IncrementalCost
 
     graph, devices, latency, rate = problem
-    cost = build_problem(graph, devices, PartitionOptions.build(transfer_rate_bytes_per_s=rate, node_latency=latency)).cost
+    cost = build_problem(
+        graph, devices, PartitionOptions.build(transfer_rate_bytes_per_s=rate, node_latency=latency)
+    ).cost
     ops = list(graph.op_indices)
     part = [-1] * len(graph)
     for i, v in enumerate(ops):
         part[v] = i * parts // len(ops)
     # Every third partition copied onto two devices (a transfer is free only onto a device
     # that holds a copy of the source).
-    devices_of = [[p % len(devices)] if p % 3 else sorted({p % len(devices), (p + 1) % len(devices)})
-                  for p in range(parts)]
+    devices_of = [
+        [p % len(devices)] if p % 3 else sorted({p % len(devices), (p + 1) % len(devices)}) for p in range(parts)
+    ]
     inc = IncrementalCost(cost, part, devices_of)
     for a, b, trial in moves:
         v, q = ops[a % len(ops)], b % parts
@@ -192,16 +212,19 @@ def test_incremental_evaluation_equals_full_re_evaluation_after_every_move(probl
 def test_moves_off_the_critical_path_never_shorten_it(problem):
     """The search skips moves that touch no partition on the critical path; check that no such
     move could have lowered the latency."""
-    from partitioner.accelerator.api import build_problem
     from partitioner.accelerator._base import Assignment
     from partitioner.accelerator._search import _State
+    from partitioner.accelerator.api import build_problem
 
     graph, devices, latency, rate = problem
     k = len(devices)
     part = [-1] * len(graph)
     for i, v in enumerate(graph.op_indices):
         part[v] = (i * 7 // 3) % k
-    state = _State(build_problem(graph, devices, PartitionOptions.build(transfer_rate_bytes_per_s=rate, node_latency=latency)), Assignment(part, [[d] for d in range(k)]))
+    state = _State(
+        build_problem(graph, devices, PartitionOptions.build(transfer_rate_bytes_per_s=rate, node_latency=latency)),
+        Assignment(part, [[d] for d in range(k)]),
+    )
     if not math.isfinite(state.latency):
         return
     for v in graph.op_indices:

@@ -8,6 +8,7 @@ import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from property_problems import independent_memory
 
 import partitioner
 from partitioner import Device, InfeasibleError
@@ -17,8 +18,6 @@ from partitioner.accelerator.api import build_problem
 from partitioner.options import PartitionOptions
 from partitioner.testing.reference import reference_partition
 from partitioner.testing.synthetic import synthetic_graph
-
-from property_problems import independent_memory
 
 SEARCHES = ("largest_first", "cost_aware", "kl_based")
 
@@ -59,8 +58,15 @@ def test_every_search_places_the_tiny_t5_that_the_exact_solver_places():
     pytest.importorskip("transformers")
     import sample_models
 
-    config = {"num_layers": 1, "num_decoder_layers": 1, "d_model": 64, "d_ff": 128, "num_heads": 4, "d_kv": 16,
-              "vocab_size": 1000}
+    config = {
+        "num_layers": 1,
+        "num_decoder_layers": 1,
+        "d_model": 64,
+        "d_ff": 128,
+        "num_heads": 4,
+        "d_kv": 16,
+        "vocab_size": 1000,
+    }
     model, args, kwargs = sample_models.load("hf:t5", config)
     graph = partitioner.trace(model, args, example_kwargs=kwargs)
     for share in (0.6, 0.52):
@@ -79,8 +85,9 @@ class _Recommender(torch.nn.Module):
         super().__init__()
         self.bottom = torch.nn.Sequential(torch.nn.Linear(13, 64), torch.nn.ReLU(), torch.nn.Linear(64, 32))
         self.tables = torch.nn.ModuleList(torch.nn.EmbeddingBag(r, 32, mode="sum") for r in rows)
-        self.top = torch.nn.Sequential(torch.nn.Linear(32 * (len(rows) + 1), 64), torch.nn.ReLU(),
-                                       torch.nn.Linear(64, 1))
+        self.top = torch.nn.Sequential(
+            torch.nn.Linear(32 * (len(rows) + 1), 64), torch.nn.ReLU(), torch.nn.Linear(64, 1)
+        )
 
     def forward(self, x, ids, offsets):
         pooled = [self.bottom(x)] + [table(ids[i], offsets[i]) for i, table in enumerate(self.tables)]
@@ -104,8 +111,9 @@ def test_sparse_nn_places_a_dlrm_like_model_where_torchs_sparse_nn_does(cost_mod
     assert ours.violations(graph) == []
     assert ours.latency_s <= ref.plan.latency_s * (1 + 1e-9)
     tables = {n for p in ours.partitions for n in p.node_names if n.startswith("tables_")}
-    assert len(tables) == 6 and all(len(p.device_ids) == 1 for p in ours.partitions
-                                    if any(n.startswith("tables_") for n in p.node_names))
+    assert len(tables) == 6 and all(
+        len(p.device_ids) == 1 for p in ours.partitions if any(n.startswith("tables_") for n in p.node_names)
+    )
     for mode in SEARCHES:  # where sparse_nn places it, the searches do too (none refused it)
         plan = partitioner.partition(graph, devices, mode=mode, cost_model=cost_model)
         assert plan.violations(graph) == [], mode
@@ -116,10 +124,18 @@ def test_sparse_nn_places_a_dlrm_like_model_where_torchs_sparse_nn_does(cost_mod
 # 3,000 instances; none left after the fix in 3,000 more).
 FUZZED = [
     ([(0, 1), (0, 2), (1, 3), (0, 4), (2, 5), (4, 5)], [13, 64, 64, 64, 64, 31], [159, 181], 1.0),
-    ([(0, 1), (1, 2), (0, 3), (1, 3), (0, 4), (3, 4), (0, 5), (2, 5), (1, 6), (3, 6), (4, 6)],
-     [7, 22, 64, 64, 64, 48, 1], [151, 164], 16.0),
-    ([(0, 1), (1, 2), (0, 3), (1, 3), (0, 4), (3, 4), (1, 5), (2, 5), (1, 6), (3, 6), (5, 6)],
-     [3, 23, 44, 44, 37, 60, 64], [214, 80, 210], 1.0),
+    (
+        [(0, 1), (1, 2), (0, 3), (1, 3), (0, 4), (3, 4), (0, 5), (2, 5), (1, 6), (3, 6), (4, 6)],
+        [7, 22, 64, 64, 64, 48, 1],
+        [151, 164],
+        16.0,
+    ),
+    (
+        [(0, 1), (1, 2), (0, 3), (1, 3), (0, 4), (3, 4), (1, 5), (2, 5), (1, 6), (3, 6), (5, 6)],
+        [3, 23, 44, 44, 37, 60, 64],
+        [214, 80, 210],
+        1.0,
+    ),
     ([(0, 1), (0, 2), (0, 3), (2, 3), (0, 4), (3, 4)], [35, 64, 64, 33, 4], [132, 49, 150], None),
     ([(0, 1), (0, 2), (0, 3), (0, 4), (1, 4), (2, 4)], [5, 9, 1, 1, 6], [21, 15, 16], None),
     ([(0, 1), (0, 2), (0, 3), (2, 3), (2, 5)], [47, 64, 64, 64, 64, 64], [175, 272, 91], 16.0),
@@ -147,8 +163,9 @@ def tight_problems(draw, max_ops=7):
     graph = synthetic_graph(edges, sizes)
     need = max(node_alone_bytes(graph, v) for v in graph.op_indices)
     shares = draw(st.lists(st.floats(0.2, 0.9), min_size=2, max_size=3))
-    devices = [Device(f"d{i}", max(need if i == 0 else 1, int(graph.total_size_bytes * s)), i)
-               for i, s in enumerate(shares)]
+    devices = [
+        Device(f"d{i}", max(need if i == 0 else 1, int(graph.total_size_bytes * s)), i) for i, s in enumerate(shares)
+    ]
     return graph, devices
 
 
@@ -161,8 +178,9 @@ def test_no_search_refuses_where_a_placement_fits_or_any_mode_finds_a_plan(probl
     found = {}
     for mode in ("size_based", *SEARCHES):
         try:
-            found[mode] = partitioner.partition(graph, devices, mode=mode, cost_model=cost_model,
-                                                transfer_rate_bytes_per_s=rate)
+            found[mode] = partitioner.partition(
+                graph, devices, mode=mode, cost_model=cost_model, transfer_rate_bytes_per_s=rate
+            )
         except InfeasibleError:
             continue
         assert found[mode].violations(graph) == [], mode
@@ -183,7 +201,7 @@ def planted_problems(draw):
     where = [-1] * len(graph)
     for v in graph.op_indices:
         where[v] = draw(st.integers(0, k - 1))
-    roomy = _problem(graph, [Device(f"d{i}", 2 ** 40, i) for i in range(k)], cost_model)
+    roomy = _problem(graph, [Device(f"d{i}", 2**40, i) for i in range(k)], cost_model)
     planted = runs(roomy, where)
     members = [[v for v in graph.op_indices if planted.part[v] == p] for p in range(len(planted.devices_of))]
     used = roomy.cost.device_memory(members, planted.devices_of)

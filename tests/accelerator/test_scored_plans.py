@@ -7,6 +7,7 @@ from unittest import mock
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from property_problems import problems
 
 import partitioner
 from partitioner import InfeasibleError
@@ -17,17 +18,17 @@ from partitioner.cost.incremental import IncrementalCost
 from partitioner.graph import toposort_children
 from partitioner.options import PartitionOptions
 
-from property_problems import problems
-
 
 def _plan(graph, devices, latency, rate, mode):
     try:
-        plan = partitioner.partition(graph, devices, mode=mode, node_latency=latency,
-                                     transfer_rate_bytes_per_s=rate)
+        plan = partitioner.partition(graph, devices, mode=mode, node_latency=latency, transfer_rate_bytes_per_s=rate)
     except InfeasibleError as exc:
         return str(exc)
-    return plan.latency_s, sorted(plan.node_to_partition().items()), sorted(
-        (p, list(d)) for p, d in plan.partition_to_devices().items())
+    return (
+        plan.latency_s,
+        sorted(plan.node_to_partition().items()),
+        sorted((p, list(d)) for p, d in plan.partition_to_devices().items()),
+    )
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -42,14 +43,18 @@ def test_reading_scored_plans_back_changes_no_plan(problem, mode):
 
 
 @settings(max_examples=60, deadline=None)
-@given(problems(), st.integers(1, 6), st.lists(st.tuples(st.integers(0, 10**6), st.integers(0, 10**6),
-                                                       st.booleans()), max_size=30))
+@given(
+    problems(),
+    st.integers(1, 6),
+    st.lists(st.tuples(st.integers(0, 10**6), st.integers(0, 10**6), st.booleans()), max_size=30),
+)
 def test_every_try_equals_a_full_evaluation(problem, parts, moves):
     """Each try, read back or timed, gives the latency and critical path of a full evaluation of
     the plan it tries, across applied moves in between."""
     graph, devices, latency, rate = problem
-    problem_ = build_problem(graph, devices, PartitionOptions.build(transfer_rate_bytes_per_s=rate,
-                                                                    node_latency=latency))
+    problem_ = build_problem(
+        graph, devices, PartitionOptions.build(transfer_rate_bytes_per_s=rate, node_latency=latency)
+    )
     cost = problem_.cost
     ops = list(graph.op_indices)
     part = [-1] * len(graph)

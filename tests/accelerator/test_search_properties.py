@@ -5,13 +5,12 @@ import math
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from property_problems import MODES, check_forward_starts, independent_memory, problems
 
 import partitioner
 from partitioner import Device, InfeasibleError
 from partitioner.options import PartitionOptions
 from partitioner.testing.synthetic import synthetic_graph
-
-from property_problems import MODES, independent_memory, problems, check_forward_starts
 
 
 def _valid_placement_exists(graph, devices) -> bool:
@@ -21,8 +20,11 @@ def _valid_placement_exists(graph, devices) -> bool:
         held = {d: set() for d in range(len(devices))}
         for v, d in zip(ops, choice):
             held[d].add(v)
-        if all(independent_memory(graph, [graph.nodes[v].name for v in held[d]]) <= devices[d].memory_bytes
-               for d in held if held[d]):
+        if all(
+            independent_memory(graph, [graph.nodes[v].name for v in held[d]]) <= devices[d].memory_bytes
+            for d in held
+            if held[d]
+        ):
             return True
     return False
 
@@ -34,8 +36,12 @@ def tiny_problems(draw):
     sizes = draw(st.lists(st.integers(1, 40), min_size=n, max_size=n))
     graph = synthetic_graph(edges, sizes)
     k = draw(st.integers(2, 3))
-    memory = draw(st.integers(max(partitioner.accelerator._base.node_alone_bytes(graph, v) for v in graph.op_indices),
-                              graph.total_size_bytes))
+    memory = draw(
+        st.integers(
+            max(partitioner.accelerator._base.node_alone_bytes(graph, v) for v in graph.op_indices),
+            graph.total_size_bytes,
+        )
+    )
     return graph, [Device(f"d{i}", memory, i) for i in range(k)]
 
 
@@ -84,8 +90,8 @@ def test_kl_based_is_never_worse_than_cost_aware(problem):
 def test_priority_starts_are_valid_forward_fills(problem):
     """The time-ordered fills are valid starts: every op node placed, within memory, no two
     alike, and every partition edge going forward (the orders are topological)."""
-    from partitioner.accelerator.api import build_problem
     from partitioner.accelerator._fills import priority_starts
+    from partitioner.accelerator.api import build_problem
 
     graph, devices, latency, rate = problem
     prob = build_problem(graph, devices, PartitionOptions.build(transfer_rate_bytes_per_s=rate, node_latency=latency))
@@ -100,11 +106,13 @@ def test_priority_starts_are_valid_forward_fills(problem):
 def test_dropping_empty_partitions_keeps_the_latency(problem, where):
     """``compact`` renumbers the partitions a search left non-empty, in their order: the same
     schedule and latency (cyclic plans stay cyclic), with no empty partition left."""
-    from partitioner.accelerator.api import build_problem
     from partitioner.accelerator._base import Assignment, compact
+    from partitioner.accelerator.api import build_problem
 
     graph, devices, latency, rate = problem
-    cost = build_problem(graph, devices, PartitionOptions.build(transfer_rate_bytes_per_s=rate, node_latency=latency)).cost
+    cost = build_problem(
+        graph, devices, PartitionOptions.build(transfer_rate_bytes_per_s=rate, node_latency=latency)
+    ).cost
     part = [-1] * len(graph)
     for i, v in enumerate(graph.op_indices):
         part[v] = where[i % len(where)]  # partitions 0..7, some of them empty
@@ -125,11 +133,12 @@ def test_no_search_refuses_where_size_based_finds_a_plan(problem, tighter):
     still has a plan): wherever torch's fill (size_based) finds one, every search does too."""
     graph, devices, latency, rate = problem
     need = max(partitioner.accelerator._base.node_alone_bytes(graph, v) for v in graph.op_indices)
-    devices = [Device(d.name, max(need if i == 0 else 1, int(d.memory_bytes * tighter[i])), d.logical_id)
-               for i, d in enumerate(devices)]
+    devices = [
+        Device(d.name, max(need if i == 0 else 1, int(d.memory_bytes * tighter[i])), d.logical_id)
+        for i, d in enumerate(devices)
+    ]
     try:
-        partitioner.partition(graph, devices, mode="size_based", transfer_rate_bytes_per_s=rate,
-                              node_latency=latency)
+        partitioner.partition(graph, devices, mode="size_based", transfer_rate_bytes_per_s=rate, node_latency=latency)
     except InfeasibleError:
         return
     for mode in ("largest_first", "cost_aware", "kl_based"):
@@ -148,8 +157,10 @@ def test_no_search_refuses_where_any_mode_finds_a_plan(problem, tighter, cost_mo
     search does too, under either cost model."""
     graph, devices, latency, rate = problem
     need = max(partitioner.accelerator._base.node_alone_bytes(graph, v) for v in graph.op_indices)
-    devices = [Device(d.name, max(need if i == 0 else 1, int(d.memory_bytes * tighter[i])), d.logical_id)
-               for i, d in enumerate(devices)]
+    devices = [
+        Device(d.name, max(need if i == 0 else 1, int(d.memory_bytes * tighter[i])), d.logical_id)
+        for i, d in enumerate(devices)
+    ]
     kwargs = dict(transfer_rate_bytes_per_s=rate, node_latency=latency, cost_model=cost_model)
     found = {}
     for mode in ("size_based", *SEARCHES):

@@ -6,14 +6,13 @@ import math
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from property_problems import check_forward_starts, problems
 
 from partitioner import Device
-from partitioner.accelerator.api import build_problem
 from partitioner.accelerator._segments import segment_starts, segmentation, time_orders
+from partitioner.accelerator.api import build_problem
 from partitioner.options import PartitionOptions
 from partitioner.testing.synthetic import synthetic_graph
-
-from property_problems import check_forward_starts, problems
 
 
 def _prob(graph, devices, latency=None, rate=None):
@@ -55,8 +54,11 @@ def test_segment_starts_are_valid_forward_runs(problem):
 
 
 @settings(max_examples=80, deadline=None)
-@given(problems().filter(lambda p: len(p[0].op_indices) <= 9), st.integers(0, 2),
-       st.lists(st.floats(0.3, 1.0), min_size=5, max_size=5))
+@given(
+    problems().filter(lambda p: len(p[0].op_indices) <= 9),
+    st.integers(0, 2),
+    st.lists(st.floats(0.3, 1.0), min_size=5, max_size=5),
+)
 def test_segmentation_is_the_least_estimate_over_every_cut(problem, which, scale):
     """Brute force over every way to cut the order into at most one run per device (devices of
     unequal memory): the DP's cut has the least estimate, and none is found exactly when no cut

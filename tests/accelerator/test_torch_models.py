@@ -4,13 +4,12 @@ and latency equal what torch's own functions compute on the same partitions, and
 is never slower than torch's by torch's own latency."""
 
 import pytest
+from test_differential import _torch_figures
+from torch_test_models import cases, size_latency
 
 import partitioner
 from partitioner import InfeasibleError, PartitionError
 from partitioner.testing.reference import reference_partition
-
-from test_differential import _torch_figures
-from torch_test_models import cases, size_latency
 
 CASES = {case.name: case for case in cases()}
 
@@ -78,8 +77,10 @@ def test_sample_models_size_based_is_torchs(name):
 
     module, inputs, _ = sample_models.load(name)
     graph = partitioner.trace(module, inputs)
-    memory = max(graph.total_size_bytes // 3,
-                 max(partitioner.accelerator._base.node_alone_bytes(graph, v) for v in graph.op_indices))
+    memory = max(
+        graph.total_size_bytes // 3,
+        max(partitioner.accelerator._base.node_alone_bytes(graph, v) for v in graph.op_indices),
+    )
     devices = [Device(f"dev_{i}", memory, i) for i in range(4)]
     ref = reference_partition(graph, devices, "size_based", cost_model="torch")
     ours = partitioner.partition(graph, devices, mode="size_based", cost_model="torch")

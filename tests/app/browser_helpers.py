@@ -20,8 +20,14 @@ ROOT = Path(__file__).resolve().parents[2]
 CHROMIUM = "/usr/bin/chromium"
 ARTIFACTS = ROOT / "artifacts"
 CHROMIUM_ARGS = [
-    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-    "--disable-background-networking", "--disable-component-update", "--disable-sync",
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
 ]
 START_TIMEOUT_S = 60
 RENDER_TIMEOUT_MS = 90_000
@@ -30,8 +36,10 @@ RENDER_TIMEOUT_MS = 90_000
 def require_chromium() -> None:
     """Fail (never skip) naming the fix when the browser is missing."""
     if not os.path.exists(CHROMIUM):
-        pytest.fail(f"{CHROMIUM} is missing: install Chromium (apt-get install chromium, or "
-                    "bash scripts/setup.sh --test) to run the browser tests")
+        pytest.fail(
+            f"{CHROMIUM} is missing: install Chromium (apt-get install chromium, or "
+            "bash scripts/setup.sh --test) to run the browser tests"
+        )
 
 
 def free_port() -> int:
@@ -72,10 +80,27 @@ def app_server() -> Iterator[tuple[subprocess.Popen, str]]:
     require_chromium()
     ARTIFACTS.mkdir(exist_ok=True)
     port = free_port()
-    command = [str(Path(sys.executable).with_name("streamlit")), "run", "explorer/app.py", "--server.headless", "true",
-               "--server.port", str(port), "--server.address", "127.0.0.1", "--browser.gatherUsageStats", "false"]
-    proc = subprocess.Popen(command, cwd=ROOT, env={**os.environ, "PYTHONUNBUFFERED": "1"}, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True)
+    command = [
+        str(Path(sys.executable).with_name("streamlit")),
+        "run",
+        "explorer/app.py",
+        "--server.headless",
+        "true",
+        "--server.port",
+        str(port),
+        "--server.address",
+        "127.0.0.1",
+        "--browser.gatherUsageStats",
+        "false",
+    ]
+    proc = subprocess.Popen(
+        command,
+        cwd=ROOT,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     try:
         wait_for_line(proc, "URL:", START_TIMEOUT_S)
         yield proc, f"http://127.0.0.1:{port}"

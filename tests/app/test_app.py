@@ -6,12 +6,11 @@ from __future__ import annotations
 import json
 
 import pytest
+from app_helpers import MODELS, charts, errors, review, shown, start, summary
 
 import partitioner
 import sample_models
 from explorer.builders.config import DEFAULT_MODEL, PLAN_MODES
-
-from app_helpers import MODELS, charts, errors, review, shown, start, summary
 
 
 def test_opens_on_a_model_that_needs_several_devices_and_shows_a_plan():
@@ -54,7 +53,10 @@ def test_a_device_edit_re_plans():
     # a per-device edit in the table: one big device holds the whole model
     version = at.session_state["dev_table_version"]
     at.session_state[f"dev_table_{version}"] = {
-        "edited_rows": {0: {"memory": "64 MiB"}}, "added_rows": [], "deleted_rows": []}
+        "edited_rows": {0: {"memory": "64 MiB"}},
+        "added_rows": [],
+        "deleted_rows": [],
+    }
     at.run()
     assert not at.exception
     assert summary(at)["partitions"] == 1

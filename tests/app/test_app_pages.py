@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
+from app_helpers import APP, TIMEOUT, charts, errors, review, shown, start, summary
 from streamlit.testing.v1 import AppTest
 
 import partitioner
@@ -14,10 +15,8 @@ import sample_models
 from explorer import compute
 from explorer.builders.config import DEFAULT_MODEL, PLAN_MODES
 from explorer.builders.inputs import ALLOW_USER_MODELS_ENV
-from explorer.sidebar import HF_MODEL, USER_MODEL
 from explorer.builders.teaching import MODE_TEXT
-
-from app_helpers import APP, TIMEOUT, charts, errors, review, shown, start, summary
+from explorer.sidebar import HF_MODEL, USER_MODEL
 
 
 def test_learn_page_explains_the_current_plan():
@@ -58,10 +57,12 @@ def test_user_models_only_when_the_operator_allows(monkeypatch, tmp_path):
 
 
 def test_reload_the_model_shows_the_edited_factory(monkeypatch, tmp_path):
-    source = ("import torch\n"
-              "def build():\n"
-              "    layers = [torch.nn.Linear(64, 64) for _ in range({n})]\n"
-              "    return torch.nn.Sequential(*layers), (torch.randn(2, 64),)\n")
+    source = (
+        "import torch\n"
+        "def build():\n"
+        "    layers = [torch.nn.Linear(64, 64) for _ in range({n})]\n"
+        "    return torch.nn.Sequential(*layers), (torch.randn(2, 64),)\n"
+    )
     path = tmp_path / "my_models_for_reload_test.py"
     path.write_text(source.format(n=2))
     monkeypatch.syspath_prepend(str(tmp_path))
@@ -98,8 +99,19 @@ def test_the_app_and_the_command_line_make_the_same_plan(tmp_path):
     assert ours is not None
     count, memory = sample_models.default_devices("mlp")
     out = tmp_path / "plan.json"
-    cmd = [sys.executable, "-m", "cli", "plan", "mlp", "--devices", f"{count}x{memory}B",
-           "--mode", "kl_based", "--out", str(out)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "cli",
+        "plan",
+        "mlp",
+        "--devices",
+        f"{count}x{memory}B",
+        "--mode",
+        "kl_based",
+        "--out",
+        str(out),
+    ]
     if config.transfer_rate_bytes_per_s:
         cmd += ["--transfer-rate", repr(config.transfer_rate_bytes_per_s)]
     subprocess.run(cmd, check=True, capture_output=True, cwd=Path(APP).parents[1])
@@ -147,8 +159,9 @@ def test_review_shows_a_loaded_plans_own_figures():
     module, example = sample_models.build(DEFAULT_MODEL)
     graph = partitioner.trace(module, example, name=DEFAULT_MODEL)
     count, memory = sample_models.default_devices(DEFAULT_MODEL)
-    plan = partitioner.partition(graph, partitioner.parse_devices(f"{count}x{memory}B"), mode="cost_aware",
-                                 transfer_rate_bytes_per_s=1e9)
+    plan = partitioner.partition(
+        graph, partitioner.parse_devices(f"{count}x{memory}B"), mode="cost_aware", transfer_rate_bytes_per_s=1e9
+    )
     at.file_uploader(key="plan_upload").upload("slow_link.json", plan.to_json().encode(), "application/json")
     at.run()
     assert not at.exception
@@ -167,7 +180,9 @@ def test_review_shows_a_loaded_plans_own_figures():
     # Partition ids stay stable across an edit: the moves table names the old and the new one.
     moves = next(df.value for df in at.dataframe if "node" in df.value.columns)
     assert moves["node"].tolist() == [node]
-    assert moves["from"].tolist()[0].startswith("P0 ") and moves["to"].tolist()[0].startswith(f"P{len(plan.partitions)} ")
+    assert moves["from"].tolist()[0].startswith("P0 ") and moves["to"].tolist()[0].startswith(
+        f"P{len(plan.partitions)} "
+    )
 
 
 def test_graph_cache_is_bounded_by_bytes(monkeypatch):
@@ -197,8 +212,13 @@ def test_explore_runs_the_plan_on_local_processes():
 def test_torchs_numbers_on_request_and_both_side_by_side():
     at = start()
     table = next(df.value for df in at.dataframe if "latency, torch" in df.value.columns)
-    assert list(table.columns) == ["", "latency, physical", "latency, torch", "peak memory, physical",
-                                   "peak memory, torch"]
+    assert list(table.columns) == [
+        "",
+        "latency, physical",
+        "latency, torch",
+        "peak memory, physical",
+        "peak memory, torch",
+    ]
     assert at.session_state["config"].options.cost_model == "physical"
     at.checkbox(key="torch_cost_model").check().run()
     assert not at.exception
@@ -239,7 +259,7 @@ def test_bad_inputs_in_the_app_are_messages_not_tracebacks():
         assert errors(at) or at.info, memory  # the sidebar says what is wrong
     at.text_input(key="dev_memory").set_value("4MiB").run()
     at.radio(key="latency_source").set_value("upload").run()
-    nested = ("{\"a\":" * 50_000 + "1" + "}" * 50_000).encode()
+    nested = ('{"a":' * 50_000 + "1" + "}" * 50_000).encode()
     for name, data in (("deep.json", nested), ("nan.csv", b"layers_0,nan,1\n"), ("bin.json", b"\x00\xff" * 64)):
         at.file_uploader(key="latency_file").upload(name, data, "application/octet-stream")
         at.run()
@@ -299,8 +319,11 @@ def test_pipeline_page_runs_the_split_on_local_processes():
     measured = [d.value for d in at.dataframe if "forward / microbatch, measured" in d.value.columns]
     assert len(measured) == 1 and list(measured[0]["stage"]) == ["S0", "S1"]
     assert all(e.startswith(("+", "-")) or e == "0%" for e in measured[0]["error"])
-    chart = next(json.loads(c.proto.spec) for c in at.get("plotly_chart")
-                 if json.loads(c.proto.spec)["layout"]["title"]["text"].startswith("Simulated against measured"))
+    chart = next(
+        json.loads(c.proto.spec)
+        for c in at.get("plotly_chart")
+        if json.loads(c.proto.spec)["layout"]["title"]["text"].startswith("Simulated against measured")
+    )
     assert [trace["name"] for trace in chart["data"]] == ["simulated", "measured"]
 
 
@@ -350,8 +373,10 @@ def test_sharding_page_suggests_edits_and_runs():
     assert any("Every device fits" in s.value for s in at.success)  # the suggestion was kept
     at.button(key="sh_run").click().run(timeout=240)
     assert not at.exception and not errors(at)
-    assert any("as predicted" in s.value and "Outputs equal" in s.value and "all\\_reduce forward" in s.value
-               for s in at.success)
+    assert any(
+        "as predicted" in s.value and "Outputs equal" in s.value and "all\\_reduce forward" in s.value
+        for s in at.success
+    )
     # An entry that cannot run (as if typed in the table) is a message naming it; the edits stay.
     specs = at.session_state["shard_specs"]
     (key,) = specs

@@ -5,7 +5,6 @@ change re-plans. Waits with Playwright's ``expect``, never with sleeps. Needs /u
 from __future__ import annotations
 
 import pytest
-
 from browser_helpers import ARTIFACTS, CHROMIUM, CHROMIUM_ARGS, RENDER_TIMEOUT_MS, app_server
 
 
@@ -71,7 +70,9 @@ def test_app_renders_dag_and_charts_and_re_plans_on_a_mode_change():
                 expect(tip).to_contain_text("nodes:")
                 page.screenshot(path=str(ARTIFACTS / "browser_gpt2_tooltip.png"))
                 page.get_by_text("Model graph by module").click()
-                expect(page.locator(".pe-stage svg").first).to_contain_text("blocks.0-11 (x12)", timeout=RENDER_TIMEOUT_MS)
+                expect(page.locator(".pe-stage svg").first).to_contain_text(
+                    "blocks.0-11 (x12)", timeout=RENDER_TIMEOUT_MS
+                )
                 expect(page.get_by_test_id("stException")).to_have_count(0)
                 page.screenshot(path=str(ARTIFACTS / "browser_gpt2_collapsed.png"))
                 # Saturate host on 6 devices, opened from a shared link: each replica shows the
@@ -82,7 +83,8 @@ def test_app_renders_dag_and_charts_and_re_plans_on_a_mode_change():
                 shapes = dag.evaluate(
                     """svg => [...svg.querySelectorAll('g.node#p0')]
                         .flatMap(g => [...g.querySelectorAll('polygon, path')])
-                        .map(e => [e.getAttribute('fill'), e.tagName, e.getAttribute('d')])""")
+                        .map(e => [e.getAttribute('fill'), e.tagName, e.getAttribute('d')])"""
+                )
                 fills = {f for f, _, _ in shapes if f and f not in ("none", "#f7f7f7", "transparent")}
                 assert len(fills) == 2, shapes
                 assert all(d for _, tag, d in shapes if tag == "path"), shapes
@@ -106,8 +108,7 @@ def test_app_renders_dag_and_charts_and_re_plans_on_a_mode_change():
                 # Training memory: min-cut in its worker, then the graph coloured by what it saves.
                 page.goto(f"{url}/training")
                 page.get_by_role("button", name="Trace the joint graph and run min-cut").click()
-                expect(page.get_by_text("Activation memory against recomputation").first).to_be_visible(
-                    timeout=180_000)
+                expect(page.get_by_text("Activation memory against recomputation").first).to_be_visible(timeout=180_000)
                 expect(page.locator(".js-plotly-plot")).to_have_count(2, timeout=RENDER_TIMEOUT_MS)
                 expect(page.locator(".pe-stage svg").first).to_contain_text("recomputed", timeout=RENDER_TIMEOUT_MS)
                 expect(page.get_by_test_id("stException")).to_have_count(0)
@@ -117,7 +118,8 @@ def test_app_renders_dag_and_charts_and_re_plans_on_a_mode_change():
                 page.get_by_role("button", name="Suggest a spec that fits").click()
                 expect(page.get_by_text("Every device fits.")).to_be_visible(timeout=RENDER_TIMEOUT_MS)
                 expect(page.get_by_text("Memory per device, unsharded and with the spec").first).to_be_visible(
-                    timeout=RENDER_TIMEOUT_MS)
+                    timeout=RENDER_TIMEOUT_MS
+                )
                 expect(page.get_by_test_id("stException")).to_have_count(0)
                 page.screenshot(path=str(ARTIFACTS / "browser_sharding.png"), full_page=True)
             finally:

@@ -7,7 +7,6 @@ from __future__ import annotations
 from urllib.parse import urlencode
 
 import pytest
-
 from browser_helpers import ARTIFACTS, CHROMIUM, CHROMIUM_ARGS, app_server, require_chromium
 
 TIMEOUT_MS = 120_000
@@ -42,8 +41,9 @@ def test_llama_3_70b_folds_opens_a_layer_searches_and_steps(tmp_path, monkeypatc
 
     monkeypatch.setenv(cache.ENV, str(tmp_path))  # the command line traces once; the app reads it
     cli_inputs.load_model("hf:llama-3-70b", ["dtype=bf16"])
-    query = urlencode({"model": HF_MODEL, "hf_name": "llama-3-70b", "hf_set": "dtype=bf16", "dev_count": 4,
-                       "dev_memory": "40GiB"})
+    query = urlencode(
+        {"model": HF_MODEL, "hf_name": "llama-3-70b", "hf_set": "dtype=bf16", "dev_count": 4, "dev_memory": "40GiB"}
+    )
     with app_server() as (_, url):
         with sync_playwright() as p:
             browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)

@@ -6,13 +6,13 @@ from __future__ import annotations
 import re
 
 import pytest
-
 from browser_helpers import CHROMIUM, CHROMIUM_ARGS, RENDER_TIMEOUT_MS, app_server
 
-
 # The focused element, inside the component's shadow root when it has one.
-ACTIVE = ("(() => { let a = document.activeElement; while (a && a.shadowRoot && a.shadowRoot.activeElement) "
-          "a = a.shadowRoot.activeElement; return a; })()")
+ACTIVE = (
+    "(() => { let a = document.activeElement; while (a && a.shadowRoot && a.shadowRoot.activeElement) "
+    "a = a.shadowRoot.activeElement; return a; })()"
+)
 
 
 @pytest.mark.slow
@@ -31,7 +31,9 @@ def test_the_viewer_is_reachable_and_usable_from_the_keyboard():
                 for name in ("Zoom in", "Zoom out", "Fit the whole graph"):
                     expect(page.get_by_role("button", name=name, exact=True).first).to_be_visible()
                 stage = page.locator(".pe-stage").first
-                assert stage.get_attribute("tabindex") == "0" and "arrow keys" in (stage.get_attribute("aria-label") or "")
+                assert stage.get_attribute("tabindex") == "0" and "arrow keys" in (
+                    stage.get_attribute("aria-label") or ""
+                )
                 page.get_by_role("button", name="Fit the whole graph", exact=True).first.focus()
                 page.keyboard.press("Tab")  # from the toolbar to the drawing
                 assert page.evaluate(f"{ACTIVE}.classList.contains('pe-stage')")

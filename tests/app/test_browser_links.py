@@ -8,17 +8,18 @@ from __future__ import annotations
 from urllib.parse import parse_qs, urlencode, urlparse
 
 import pytest
-
 from browser_helpers import ARTIFACTS, CHROMIUM, CHROMIUM_ARGS, app_server, require_chromium
 
 TIMEOUT_MS = 120_000
 VIEWPORT = {"width": 1600, "height": 1400}
+
 
 def _settled(page) -> None:
     """Wait until the script run is over (Streamlit's running indicator gone), never a sleep."""
     from playwright.sync_api import expect
 
     expect(page.get_by_test_id("stStatusWidget")).to_have_count(0, timeout=TIMEOUT_MS)
+
 
 @pytest.mark.slow
 @pytest.mark.browser
@@ -62,6 +63,7 @@ def test_a_typed_preset_is_its_real_size_and_an_override_warns_on_every_page():
         finally:
             browser.close()
 
+
 @pytest.mark.slow
 @pytest.mark.browser
 def test_a_shared_cluster_link_reopens_the_workload_in_a_fresh_context():
@@ -76,8 +78,11 @@ def test_a_shared_cluster_link_reopens_the_workload_in_a_fresh_context():
             page.goto(f"{url}/cluster")
             batch = page.get_by_label("Global batch (sequences a step)", exact=True)
             expect(batch).to_be_visible(timeout=TIMEOUT_MS)
-            for label, key, value in (("Global batch (sequences a step)", "cl_batch", "1024"),
-                                      ("Sequence length (tokens)", "cl_seq", "8192"), ("Up to nodes", "cl_max_nodes", "128")):
+            for label, key, value in (
+                ("Global batch (sequences a step)", "cl_batch", "1024"),
+                ("Sequence length (tokens)", "cl_seq", "8192"),
+                ("Up to nodes", "cl_max_nodes", "128"),
+            ):
                 box = page.get_by_label(label, exact=True)
                 box.fill(value)
                 box.press("Enter")
@@ -93,7 +98,9 @@ def test_a_shared_cluster_link_reopens_the_workload_in_a_fresh_context():
             theirs = browser.new_context(viewport=VIEWPORT)  # a colleague's browser: no session, no state
             other = theirs.new_page()
             other.goto(shared)
-            expect(other.get_by_label("Global batch (sequences a step)", exact=True)).to_have_value("1024", timeout=TIMEOUT_MS)
+            expect(other.get_by_label("Global batch (sequences a step)", exact=True)).to_have_value(
+                "1024", timeout=TIMEOUT_MS
+            )
             expect(other.get_by_label("Sequence length (tokens)", exact=True)).to_have_value("8192")
             expect(other.get_by_label("Up to nodes", exact=True)).to_have_value("128")
             metric = other.get_by_test_id("stMetric").filter(has_text="Fastest").first
@@ -109,6 +116,7 @@ def test_a_shared_cluster_link_reopens_the_workload_in_a_fresh_context():
         finally:
             browser.close()
 
+
 @pytest.mark.slow
 @pytest.mark.browser
 def test_the_changed_pages_draw_without_an_error():
@@ -120,9 +128,13 @@ def test_the_changed_pages_draw_without_an_error():
         browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
         try:
             page = browser.new_page(viewport=VIEWPORT)
-            for path, text in (("", "Timeline per device"), ("techniques", "Open: Partitions"),
-                               ("learn", "Things to try"), ("pipeline", "Download the pipeline plan"),
-                               ("compare", "Side by side")):  # each the page's last part drawn
+            for path, text in (
+                ("", "Timeline per device"),
+                ("techniques", "Open: Partitions"),
+                ("learn", "Things to try"),
+                ("pipeline", "Download the pipeline plan"),
+                ("compare", "Side by side"),
+            ):  # each the page's last part drawn
                 page.goto(f"{url}/{path}?explore_overlay=memory")
                 expect(page.get_by_text(text).first).to_be_visible(timeout=TIMEOUT_MS)
                 _settled(page)

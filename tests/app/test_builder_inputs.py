@@ -7,6 +7,7 @@ import subprocess
 import sys
 
 import pytest
+from builder_helpers import MiB, default_devices, over_capacity_plan
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -17,8 +18,6 @@ from explorer.builders.config import ModelChoice, PlanConfig, device_key, device
 from partitioner import Device
 from partitioner.accelerator.api import partition_with
 from partitioner.testing.synthetic import synthetic_graph
-
-from builder_helpers import MiB, default_devices, dlrm, mlp, over_capacity_plan, plans, traced  # noqa: F401 - fixtures
 
 
 @given(st.integers(min_value=1, max_value=2**45))
@@ -44,8 +43,14 @@ def test_device_rows_round_trip_and_presets():
 
 def test_rows_to_devices_mixed_blank_and_nan_cells():
     rows = [
-        {"name": "big", "preset": "custom", "memory": "16GiB", "peak TFLOP/s": float("nan"),
-         "memory GB/s": None, "link GB/s": 50},
+        {
+            "name": "big",
+            "preset": "custom",
+            "memory": "16GiB",
+            "peak TFLOP/s": float("nan"),
+            "memory GB/s": None,
+            "link GB/s": 50,
+        },
         {"name": None, "preset": "t4-16gb", "memory": None},
     ]
     big, t4 = inputs.rows_to_devices(rows)
@@ -53,14 +58,20 @@ def test_rows_to_devices_mixed_blank_and_nan_cells():
     assert t4.name == "dev_1" and t4.memory_bytes == 16 * 2**30 and t4.peak_flops == 65e12
 
 
-@pytest.mark.parametrize("rows, message", [
-    ([{"name": "a", "preset": "custom", "memory": ""}], "memory is empty"),
-    ([{"name": "a", "preset": "custom", "memory": "lots"}], r"device row 1 \(a\).*16GiB"),
-    ([{"name": "a", "preset": "tpu-v9", "memory": "1GiB"}], "unknown device type 'tpu-v9'; choose one of custom, a100-40gb"),
-    ([{"name": "a", "memory": "1GiB", "link GB/s": -1}], "link GB/s must be > 0"),
-    ([{"name": "a", "memory": "1GiB"}, {"name": "a", "memory": "1GiB"}], "unique; a repeat"),
-    ([], "table is empty"),
-])
+@pytest.mark.parametrize(
+    "rows, message",
+    [
+        ([{"name": "a", "preset": "custom", "memory": ""}], "memory is empty"),
+        ([{"name": "a", "preset": "custom", "memory": "lots"}], r"device row 1 \(a\).*16GiB"),
+        (
+            [{"name": "a", "preset": "tpu-v9", "memory": "1GiB"}],
+            "unknown device type 'tpu-v9'; choose one of custom, a100-40gb",
+        ),
+        ([{"name": "a", "memory": "1GiB", "link GB/s": -1}], "link GB/s must be > 0"),
+        ([{"name": "a", "memory": "1GiB"}, {"name": "a", "memory": "1GiB"}], "unique; a repeat"),
+        ([], "table is empty"),
+    ],
+)
 def test_rows_to_devices_errors_name_the_row_and_fix(rows, message):
     with pytest.raises(inputs.InputError, match=message):
         inputs.rows_to_devices(rows)
@@ -70,8 +81,9 @@ def test_a_profile_measured_here_is_a_device_type(tmp_path, monkeypatch):
     """A profile ``partition-explorer calibrate`` cached is offered beside the presets; its devices
     carry the profile (the Pipeline and Sharding pages predict on its curves), and the plan's
     config key holds it and gives it back."""
-    from explorer.builders.config import device_key, devices_from_key
     from runtime.test_calibrate import _profile
+
+    from explorer.builders.config import device_key, devices_from_key
 
     monkeypatch.setenv("PARTITION_EXPLORER_CACHE", str(tmp_path))
     assert inputs.device_types()[-1] != "box"
@@ -95,21 +107,25 @@ def test_parse_node_latency_json_and_csv_forms():
     expected = {"fc1": (1e-6, 2e-6), "relu": (3e-7, 0.0)}
     as_pairs = json.dumps({"fc1": [1e-6, 2e-6], "relu": [3e-7, 0]})
     as_dicts = json.dumps({"fc1": {"mem_s": 1e-6, "compute_s": 2e-6}, "relu": {"mem_s": 3e-7, "compute_s": 0}})
-    as_list = json.dumps([{"name": "fc1", "mem_s": 1e-6, "compute_s": 2e-6},
-                          {"name": "relu", "mem_s": 3e-7, "compute_s": 0}])
+    as_list = json.dumps(
+        [{"name": "fc1", "mem_s": 1e-6, "compute_s": 2e-6}, {"name": "relu", "mem_s": 3e-7, "compute_s": 0}]
+    )
     as_csv = "name,mem_s,compute_s\nfc1,1e-6,2e-6\nrelu,3e-7,0\n"
     for text, name in [(as_pairs, "a.json"), (as_dicts, "b.json"), (as_list, "c.json"), (as_csv, "d.csv")]:
         assert inputs.parse_node_latency(text.encode(), name) == expected
 
 
-@pytest.mark.parametrize("text, name, message", [
-    ("", "x.json", "empty"),
-    ("{nope", "x.json", "not valid JSON"),
-    ('{"fc1": [1]}', "x.json", "needs a pair"),
-    ('{"fc1": [1, -2]}', "x.json", ">= 0"),
-    ("node,time\nfc1,1\n", "x.csv", "name,mem_s,compute_s"),
-    ("name,mem_s,compute_s\nfc1,abc,1\n", "x.csv", "line 2"),
-])
+@pytest.mark.parametrize(
+    "text, name, message",
+    [
+        ("", "x.json", "empty"),
+        ("{nope", "x.json", "not valid JSON"),
+        ('{"fc1": [1]}', "x.json", "needs a pair"),
+        ('{"fc1": [1, -2]}', "x.json", ">= 0"),
+        ("node,time\nfc1,1\n", "x.csv", "name,mem_s,compute_s"),
+        ("name,mem_s,compute_s\nfc1,abc,1\n", "x.csv", "line 2"),
+    ],
+)
 def test_parse_node_latency_errors(text, name, message):
     with pytest.raises(inputs.InputError, match=message):
         inputs.parse_node_latency(text, name)
@@ -184,11 +200,22 @@ def test_plan_notes_mention_replicas_free_transfers_and_over_capacity(dlrm, plan
 
 def test_plan_config_is_hashable_and_feeds_partition(mlp):
     devices = partitioner.parse_devices("4x64KiB")
-    config = PlanConfig.build(ModelChoice("mlp", (("n_layer", 4),)), devices, mode="kl_based",
-                              force_partition=True, node_latency={"linear": (1e-6, 2e-6)})
-    assert hash(config) == hash(PlanConfig.build(ModelChoice("mlp", (("n_layer", 4),)), devices,
-                                                 mode="kl_based", force_partition=True,
-                                                 node_latency={"linear": (1e-6, 2e-6)}))
+    config = PlanConfig.build(
+        ModelChoice("mlp", (("n_layer", 4),)),
+        devices,
+        mode="kl_based",
+        force_partition=True,
+        node_latency={"linear": (1e-6, 2e-6)},
+    )
+    assert hash(config) == hash(
+        PlanConfig.build(
+            ModelChoice("mlp", (("n_layer", 4),)),
+            devices,
+            mode="kl_based",
+            force_partition=True,
+            node_latency={"linear": (1e-6, 2e-6)},
+        )
+    )
     assert config.device_list() == devices
     assert devices_from_key((device_key(devices[0]),)) == devices[:1]
     assert config.with_mode("size_based").mode == "size_based"
@@ -210,17 +237,21 @@ def test_pure_builders_import_no_streamlit():
     assert out.stdout.strip() == "False"
 
 
-
 def test_timeline_draws_transfers_as_their_own_bars():
     graph = synthetic_graph([(0, 1), (1, 2)], [100, 100, 100])
     devices = [Device(f"d{i}", 1000, i) for i in range(3)]
-    plan = partitioner.evaluate_plan(graph, devices, {"op0": 0, "op1": 1, "op2": 2},
-                                     {0: [0], 1: [1], 2: [2]}, transfer_rate_bytes_per_s=100.0)
+    plan = partitioner.evaluate_plan(
+        graph, devices, {"op0": 0, "op1": 1, "op2": 2}, {0: [0], 1: [1], 2: [2]}, transfer_rate_bytes_per_s=100.0
+    )
     fig = figures.timeline_figure(plan)
     times = tables.schedule(plan)
     unit, scale = tables.time_unit(plan.latency_s)
-    transfers = {label: (y, base, width) for bar in fig.data
-                 for y, label, base, width in zip(bar.y, bar.text, bar.base, bar.x) if " to " in label}
+    transfers = {
+        label: (y, base, width)
+        for bar in fig.data
+        for y, label, base, width in zip(bar.y, bar.text, bar.base, bar.x)
+        if " to " in label
+    }
     assert set(transfers) == {"P0 to P1", "P1 to P2"}
     for e in plan.edges:
         y, base, width = transfers[f"P{e.src} to P{e.dst}"]
@@ -253,8 +284,9 @@ def test_pipeline_figures_draw_every_action_and_each_stage_against_its_device():
     idle = next(t for t in fig.data if t.name == "idle (bubble)")
     assert list(idle.y) == ["rank 0", "rank 1", "rank 2"]
     graph = synthetic_graph([(i, i + 1) for i in range(7)], [10] * 8)
-    pp = pipeline.plan(graph, [Device(f"d{i}", 1000, i) for i in range(2)], stages=2, microbatches=2,
-                       schedule="gpipe", training="sgd")
+    pp = pipeline.plan(
+        graph, [Device(f"d{i}", 1000, i) for i in range(2)], stages=2, microbatches=2, schedule="gpipe", training="sgd"
+    )
     memory = pipeline_figures.stage_memory_figure(pp, [1000, 1000])
     stacked = [t for t in memory.data if t.type == "bar"]
     assert [sum(v) for v in zip(*(t.y for t in stacked))] == pytest.approx(list(pp.stage_memory_bytes))
@@ -269,8 +301,19 @@ def test_training_memory_builders():
     module, inputs, _ = sample_models.load("mlp")
     graph = partitioner.trace(module, inputs)
     ops = [graph.nodes[v].name for v in graph.op_indices]
-    results = [RematResult(b, tuple(ops[:k]), tuple(ops[k:k + 2]), 100 * k, 10, 1000 * (4 - k), 1e-9 * (4 - k),
-                           {n: 100 for n in ops[:k]}) for b, k in ((0.0, 0), (0.5, 2), (1.0, 4))]
+    results = [
+        RematResult(
+            b,
+            tuple(ops[:k]),
+            tuple(ops[k : k + 2]),
+            100 * k,
+            10,
+            1000 * (4 - k),
+            1e-9 * (4 - k),
+            {n: 100 for n in ops[:k]},
+        )
+        for b, k in ((0.0, 0), (0.5, 2), (1.0, 4))
+    ]
     fig = training_figures.tradeoff_figure(results, 0.5)
     assert list(fig.data[0].y) == [0, 200, 400] and len(fig.data) == 2  # the sweep and the current budget
     dot = training_figures.remat_to_dot(graph, results[1])
@@ -278,8 +321,10 @@ def test_training_memory_builders():
     assert dot.count(f'fillcolor="{saved}"') == 2 and dot.count(f'fillcolor="{redo}"') == 2
     assert dot.count("fillcolor=") == len(ops)
     devices = [partitioner.Device("a", 1000, 0), partitioner.Device("b", 2000, 1)]
-    used = {0: {"parameters": 10, "gradients": 10, "optimizer": 20, "activations": 5},
-            1: {"parameters": 30, "gradients": 30, "optimizer": 60, "activations": 7}}
+    used = {
+        0: {"parameters": 10, "gradients": 10, "optimizer": 20, "activations": 5},
+        1: {"parameters": 30, "gradients": 30, "optimizer": 60, "activations": 7},
+    }
     fig = training_figures.training_memory_figure(used, devices)
     bars = [t for t in fig.data if t.type == "bar"]
     assert [t.name for t in bars] == list(training_figures.PARTS)

@@ -14,19 +14,32 @@ from hypothesis import strategies as st
 
 from explorer.builders import cluster_figures
 from partitioner import cluster, format_seconds
-from partitioner.interop.engines import engine_file
 from partitioner.cluster.search import _simulator
+from partitioner.interop.engines import engine_file
 
 GiB = 2**30
 
 
 def _profile() -> cluster.ModelProfile:
     """A 1 B-parameter, 8-layer model: 2 GFLOP and 100 kB of activations a token."""
-    return cluster.ModelProfile(name="toy", tokens0=1, seq0=1, weight_bytes=2 * 10**9, param_count=10**9,
-                                element_bytes=2, layers=8, hidden_bytes_per_token=4096.0, kv_bytes_per_token=1e4,
-                                act_bytes_per_token=1e5, flops_per_token=2e9, attention_flops_per_token=0.0,
-                                node_weight_bytes=(2 * 10**9,), node_act_bytes=(1e5,), node_flops=(2e9,),
-                                node_attention=(False,))
+    return cluster.ModelProfile(
+        name="toy",
+        tokens0=1,
+        seq0=1,
+        weight_bytes=2 * 10**9,
+        param_count=10**9,
+        element_bytes=2,
+        layers=8,
+        hidden_bytes_per_token=4096.0,
+        kv_bytes_per_token=1e4,
+        act_bytes_per_token=1e5,
+        flops_per_token=2e9,
+        attention_flops_per_token=0.0,
+        node_weight_bytes=(2 * 10**9,),
+        node_act_bytes=(1e5,),
+        node_flops=(2e9,),
+        node_attention=(False,),
+    )
 
 
 def _found(kind: str = "training") -> cluster.ClusterPlan:
@@ -49,8 +62,11 @@ def test_pareto_has_the_fastest_at_each_size_coloured_by_cost_on_log_axes(found)
     assert list(line.marker.color) == [r.cost_per_million_tokens for r in found.by_devices.values()]
     assert line.marker.colorbar.title.text == "$ / million tokens"
     names = [t.name for t in fig.data]
-    for title, r in (("fewest devices", found.fewest_devices), ("fastest", found.fastest),
-                     ("cheapest", found.cheapest)):
+    for title, r in (
+        ("fewest devices", found.fewest_devices),
+        ("fastest", found.fastest),
+        ("cheapest", found.cheapest),
+    ):
         answer = fig.data[names.index(f"{title}: {r.layout.label()}")]
         assert (answer.x[0], answer.y[0]) == (r.devices, r.step_s)
 
@@ -124,22 +140,42 @@ def test_engine_files_parse_back(found):
 
 def test_the_builders_import_no_streamlit():
     code = "import sys, explorer.builders.cluster_figures; print('streamlit' in sys.modules)"
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
-                         cwd=Path(__file__).resolve().parents[2])
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=Path(__file__).resolve().parents[2],
+    )
     assert out.stdout.strip() == "False"
 
 
 def test_an_opened_layout_draws_its_schedule_as_the_pipeline_simulator_does():
     from partitioner.pipeline.simulate import simulate
 
-    p = cluster.ModelProfile(name="x", tokens0=1, seq0=1, weight_bytes=8_000_000, param_count=4_000_000, element_bytes=2,
-                             layers=4, hidden_bytes_per_token=64.0, kv_bytes_per_token=0.0, act_bytes_per_token=400.0,
-                             flops_per_token=8e6, attention_flops_per_token=0.0, node_weight_bytes=(2_000_000,) * 4,
-                             node_act_bytes=(100.0,) * 4, node_flops=(2e6,) * 4, node_attention=(False,) * 4)
+    p = cluster.ModelProfile(
+        name="x",
+        tokens0=1,
+        seq0=1,
+        weight_bytes=8_000_000,
+        param_count=4_000_000,
+        element_bytes=2,
+        layers=4,
+        hidden_bytes_per_token=64.0,
+        kv_bytes_per_token=0.0,
+        act_bytes_per_token=400.0,
+        flops_per_token=8e6,
+        attention_flops_per_token=0.0,
+        node_weight_bytes=(2_000_000,) * 4,
+        node_act_bytes=(100.0,) * 4,
+        node_flops=(2e6,) * 4,
+        node_attention=(False,) * 4,
+    )
     c = cluster.Cluster(cluster.Accelerator("t", 2**36, 1e12, 1e11, 1.0), devices_per_node=4)
     sim = _simulator()
-    r = cluster.evaluate(p, cluster.Workload(global_batch=8, seq_len=1), c,
-                         cluster.Layout(pp=4, microbatch_size=1, schedule="1f1b"), sim)
+    r = cluster.evaluate(
+        p, cluster.Workload(global_batch=8, seq_len=1), c, cluster.Layout(pp=4, microbatch_size=1, schedule="1f1b"), sim
+    )
     fig = cluster_figures.layout_timeline(r)
     reference = simulate([r.stage_s[0]] * 4, 8, "1f1b", backward_s=[r.stage_s[1]] * 4)
     assert fig is not None and f"step {format_seconds(reference.step_time_s)}" in fig.layout.title.text
@@ -156,11 +192,24 @@ def test_an_opened_layout_draws_its_schedule_as_the_pipeline_simulator_does():
 def test_no_pipeline_rank_holds_more_than_the_planner_checked(pp, schedule, m):
     from partitioner import PartitionError
 
-    p = cluster.ModelProfile(name="hand", tokens0=1, seq0=1, weight_bytes=20_000_000, param_count=10_000_000,
-                             element_bytes=2, layers=16, hidden_bytes_per_token=64.0, kv_bytes_per_token=0.0,
-                             act_bytes_per_token=1600.0, flops_per_token=2e7, attention_flops_per_token=0.0,
-                             node_weight_bytes=(20_000_000,), node_act_bytes=(1600.0,), node_flops=(2e7,),
-                             node_attention=(False,))
+    p = cluster.ModelProfile(
+        name="hand",
+        tokens0=1,
+        seq0=1,
+        weight_bytes=20_000_000,
+        param_count=10_000_000,
+        element_bytes=2,
+        layers=16,
+        hidden_bytes_per_token=64.0,
+        kv_bytes_per_token=0.0,
+        act_bytes_per_token=1600.0,
+        flops_per_token=2e7,
+        attention_flops_per_token=0.0,
+        node_weight_bytes=(20_000_000,),
+        node_act_bytes=(1600.0,),
+        node_flops=(2e7,),
+        node_attention=(False,),
+    )
     c = cluster.Cluster(cluster.Accelerator("x", 80 * 2**30, 1e14, 1e12, 1.0), devices_per_node=8)
     w = cluster.Workload(global_batch=m, seq_len=128)
     try:

@@ -8,9 +8,9 @@ import json
 
 import pytest
 from app_helpers import charts, errors, shown, start
-from explorer.state import HF_MODEL
 from streamlit.testing.v1 import AppTest
 
+from explorer.state import HF_MODEL
 from partitioner import cluster
 
 
@@ -49,8 +49,12 @@ def test_the_page_answers_and_re_plans_on_another_accelerator():
     assert {"mfu", "step_s", "limit", "devices"} <= set(table.columns) and table["step_s"].dtype.kind == "f"
     assert len(at.selectbox(key="cl_open").options) == len(table)
     labels = {b.proto.label for b in at.get("download_button")}
-    assert labels == {"torchtitan up to 0.2 (TOML) config", "torchtitan 0.3 (arguments) config",
-                      "Megatron-LM (arguments) config", "DeepSpeed (JSON) config"}
+    assert labels == {
+        "torchtitan up to 0.2 (TOML) config",
+        "torchtitan 0.3 (arguments) config",
+        "Megatron-LM (arguments) config",
+        "DeepSpeed (JSON) config",
+    }
 
     at.selectbox(key="cl_accelerator").set_value("l4-24gb").run()
     assert not at.exception and not errors(at)
@@ -63,6 +67,7 @@ def test_the_page_answers_and_re_plans_on_another_accelerator():
 
 def test_opening_another_layout_redraws_its_memory():
     at = _page()
+
     def memory_title() -> str:
         return next(t for t in _figures(at) if t.startswith("Memory per device"))
 
@@ -151,7 +156,11 @@ def test_run_this_layout_runs_a_pipeline_and_compares_it_with_the_prediction():
     at.button(key="cl_run").click().run(timeout=600)
     assert not at.exception and not errors(at)
     assert any("Outputs equal one process's and gradients equal" in shown(s.value) for s in at.success)
-    figure = next(f for t, f in _figures(at).items() if t.startswith("One training step on this machine, predicted against measured"))
+    figure = next(
+        f
+        for t, f in _figures(at).items()
+        if t.startswith("One training step on this machine, predicted against measured")
+    )
     assert {trace["x"][0] for trace in figure["data"]} == {"predicted", "measured"}
     table = next(df.value for df in at.dataframe if "mesh" in df.value.columns)
     pp = int(piped.split(" pp")[1].split()[0])
@@ -179,8 +188,10 @@ def test_run_this_layout_on_a_small_hugging_face_model_by_its_own_plan():
     at = start()
     at.selectbox(key="model").set_value(HF_MODEL).run()
     at.text_input(key="hf_name").set_value("llama")
-    at.text_input(key="hf_set").set_value("num_hidden_layers=2 hidden_size=64 intermediate_size=128 "
-                                         "num_attention_heads=4 num_key_value_heads=2 vocab_size=256")
+    at.text_input(key="hf_set").set_value(
+        "num_hidden_layers=2 hidden_size=64 intermediate_size=128 "
+        "num_attention_heads=4 num_key_value_heads=2 vocab_size=256"
+    )
     at.number_input(key="hf_batch").set_value(4)
     at.button(key="hf_build").click().run()
     assert not at.exception and not errors(at)
@@ -208,8 +219,11 @@ def test_an_answer_at_the_searchs_edge_is_said_and_the_scaling_curve_is_drawn():
     assert all("512 devices" in e for e in edge)  # the edge moved with the search
     curve = next(f for t, f in _figures(at).items() if t.startswith("Step time and cost against devices"))
     steps, costs = curve["data"][0]["y"], curve["data"][1]["y"]
-    stalls = [n for n, s0, s1, c0, c1 in zip(curve["data"][0]["x"], steps, steps[1:], costs, costs[1:])
-              if s1 > 0.9 * s0 or c1 > 1.5 * c0]
+    stalls = [
+        n
+        for n, s0, s1, c0, c1 in zip(curve["data"][0]["x"], steps, steps[1:], costs, costs[1:])
+        if s1 > 0.9 * s0 or c1 > 1.5 * c0
+    ]
     said = [shown(c.value) for c in at.caption if "stops paying" in shown(c.value)]
     assert bool(said) == bool(stalls) and (not said or f"From {stalls[0]:,} devices on" in said[0])
 
@@ -242,9 +256,8 @@ def test_a_written_layout_takes_the_new_options_and_prices_them():
 
 
 def test_the_cluster_page_names_its_engine_and_what_its_times_assume():
-    from streamlit.testing.v1 import AppTest
-
     from app_helpers import APP, TIMEOUT, shown
+    from streamlit.testing.v1 import AppTest
 
     at = AppTest.from_file(APP, default_timeout=TIMEOUT).run()
     at.switch_page("views/cluster.py").run()

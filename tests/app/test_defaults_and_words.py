@@ -7,14 +7,13 @@ from __future__ import annotations
 
 import json
 
+from app_helpers import APP, TIMEOUT, errors, shown, start
+from streamlit.testing.v1 import AppTest
+
 from explorer.builders import figures, pipeline_figures, techniques
 from explorer.builders.inputs import DEFAULT_HEADROOM_PERCENT
 from partitioner import parse_bytes
 from partitioner.draw.overlay import SCALE, colour_for
-
-from streamlit.testing.v1 import AppTest
-
-from app_helpers import APP, TIMEOUT, errors, shown, start
 
 GiB = 2**30
 
@@ -35,7 +34,7 @@ def test_a_colour_scale_starts_at_zero_so_a_rounding_stays_one_colour():
     low, high = figures.colour_range([71.675e9, 71.68e9])
     assert (low, high) == (0.0, 71.68e9)
     a, b = colour_for(71.675e9, low, high), colour_for(71.68e9, low, high)
-    assert a == b or sum(abs(int(a[i:i + 2], 16) - int(b[i:i + 2], 16)) for i in (1, 3, 5)) < 6
+    assert a == b or sum(abs(int(a[i : i + 2], 16) - int(b[i : i + 2], 16)) for i in (1, 3, 5)) < 6
     assert a != SCALE[0]  # not the pale end of the scale
     bar = figures.colourbar("memory", low, high)
     assert all(t.endswith("iB") or t.endswith(" B") for t in bar["ticktext"]) and "66.8 GiB" in bar["ticktext"]
@@ -46,8 +45,9 @@ def test_the_memory_colour_bar_on_explore_reads_in_bytes():
     at.selectbox(key="explore_overlay").set_value("memory").run()
     assert not at.exception
     specs = [json.loads(c.proto.spec) for c in at.get("plotly_chart")]
-    bars = [t["marker"] for s in specs for t in s["data"] if isinstance(t.get("marker"), dict)
-            and "colorbar" in t["marker"]]
+    bars = [
+        t["marker"] for s in specs for t in s["data"] if isinstance(t.get("marker"), dict) and "colorbar" in t["marker"]
+    ]
     assert bars, "no chart coloured by memory"
     assert bars[0]["cmin"] == 0 and all(t.endswith("B") for t in bars[0]["colorbar"]["ticktext"])
 
@@ -67,8 +67,12 @@ def test_the_techniques_page_puts_four_answers_side_by_side():
     at.switch_page("views/techniques.py").run()
     assert not at.exception and not errors(at), errors(at)
     table = at.dataframe[0].value
-    assert len(table) == 4 and table["technique"].str.startswith(
-        ("Partitions", "Pipeline", "Tensor parallel", "Best cluster layout")).all()
+    assert (
+        len(table) == 4
+        and table["technique"]
+        .str.startswith(("Partitions", "Pipeline", "Tensor parallel", "Best cluster layout"))
+        .all()
+    )
     assert table["forward pass"].str.contains("s").all() and table["fits"].isin(["yes", "no"]).all()
     assert set(table["priced by"]) == {techniques.ROOFLINE, techniques.PLANNER}
     assert table["technique"].str.contains("fastest that fits").sum() == 2  # one for each cost model
@@ -76,10 +80,12 @@ def test_the_techniques_page_puts_four_answers_side_by_side():
 
 def test_the_techniques_table_marks_only_a_fitting_answer_fastest():
     roof, planner = techniques.ROOFLINE, techniques.PLANNER
-    rows = [techniques.Technique("a", "p", 2, 1.0, 9 * GiB, 8 * GiB, priced_by=roof),
-            techniques.Technique("b", "p", 2, 2.0, GiB, 8 * GiB, priced_by=roof),
-            techniques.Technique("c", "p", error="no layout fits"),
-            techniques.Technique("d", "p", 2, 9.0, GiB, 8 * GiB, priced_by=planner)]
+    rows = [
+        techniques.Technique("a", "p", 2, 1.0, 9 * GiB, 8 * GiB, priced_by=roof),
+        techniques.Technique("b", "p", 2, 2.0, GiB, 8 * GiB, priced_by=roof),
+        techniques.Technique("c", "p", error="no layout fits"),
+        techniques.Technique("d", "p", 2, 9.0, GiB, 8 * GiB, priced_by=planner),
+    ]
     table = techniques.table(rows, 2)
     assert list(table["fits"]) == ["no", "yes", "no answer", "yes"]
     assert table["technique"][1].endswith("(fastest that fits)") and "fastest" not in table["technique"][0]
@@ -112,8 +118,11 @@ def test_pipeline_stages_are_named_by_layer_and_the_capacity_is_drawn():
     assert not at.exception
     spans = list(next(d.value for d in at.dataframe if "Stage" in d.value.columns)["Nodes"])
     assert all("blocks." in s or s in ("embedding", "head") for s in spans), spans
-    figure = next(json.loads(c.proto.spec) for c in at.get("plotly_chart")
-                  if "Memory per stage" in json.dumps(json.loads(c.proto.spec)["layout"].get("title", "")))
+    figure = next(
+        json.loads(c.proto.spec)
+        for c in at.get("plotly_chart")
+        if "Memory per stage" in json.dumps(json.loads(c.proto.spec)["layout"].get("title", ""))
+    )
     capacity = next(t for t in figure["data"] if t.get("name") == "device capacity")
     assert figure["layout"]["yaxis"]["range"][1] > max(capacity["y"])
 
@@ -147,8 +156,18 @@ def test_no_widget_is_given_a_default_beside_its_session_value():
 
     from app_helpers import APP
 
-    pages = ["views/pipeline.py", "views/explore.py", "views/pipeline.py", "views/learn.py", "views/explore.py",
-             "views/learn.py", "views/techniques.py", "views/training.py", "views/explore.py", "views/training.py"]
+    pages = [
+        "views/pipeline.py",
+        "views/explore.py",
+        "views/pipeline.py",
+        "views/learn.py",
+        "views/explore.py",
+        "views/learn.py",
+        "views/techniques.py",
+        "views/training.py",
+        "views/explore.py",
+        "views/training.py",
+    ]
     done = subprocess.run([sys.executable, "-c", WALK, APP, *pages], capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     said = [line for line in done.stderr.splitlines() if "created with a default value" in line]

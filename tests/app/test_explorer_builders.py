@@ -5,14 +5,13 @@ from __future__ import annotations
 import re
 
 import pytest
+from builder_helpers import MiB, over_capacity_plan
 
 import partitioner
 from explorer.builders import editing, figures, tables, teaching
 from partitioner.accelerator.compare import ModeResult, best_mode, compare_modes
 from partitioner.draw.dag import CRITICAL_COLOUR, WARNING_COLOUR, device_colours
 from partitioner.testing.synthetic import synthetic_graph
-
-from builder_helpers import MiB, dlrm, mlp, over_capacity_plan, plans, traced  # noqa: F401 - fixtures
 
 # -- schedule and tables -------------------------------------------------------------------
 
@@ -32,8 +31,9 @@ def test_schedule_finishes_at_the_plan_latency_and_follows_the_start_rule(plans,
 
 def test_schedule_of_a_cyclic_plan_is_empty():
     graph = synthetic_graph([(0, 1), (1, 2)], [10, 10, 10])
-    plan = partitioner.evaluate_plan(graph, partitioner.parse_devices("2x1KiB"),
-                                     {"op0": 0, "op1": 1, "op2": 0}, {0: [0], 1: [1]})
+    plan = partitioner.evaluate_plan(
+        graph, partitioner.parse_devices("2x1KiB"), {"op0": 0, "op1": 1, "op2": 0}, {0: [0], 1: [1]}
+    )
     assert tables.schedule(plan) == {}
     fig = figures.timeline_figure(plan)
     assert "cycle" in fig.layout.annotations[0].text
@@ -63,8 +63,9 @@ def test_tables_flag_over_capacity():
 
 
 def test_comparison_table_keeps_failed_modes_with_their_error(mlp):
-    results = compare_modes(mlp, partitioner.parse_devices("4x64KiB"), ["size_based", "sparse_nn"],
-                            force_partition=True)
+    results = compare_modes(
+        mlp, partitioner.parse_devices("4x64KiB"), ["size_based", "sparse_nn"], force_partition=True
+    )
     frame = tables.comparison_table(results)
     assert list(frame["Mode"]) == ["size_based", "sparse_nn"]
     failed = frame.set_index("Mode").loc["sparse_nn"]
@@ -94,7 +95,8 @@ def test_moves_table_lists_moved_nodes_not_renumbered_partitions(mlp):
     new = len(plan.partitions)
     assert moved.node_to_partition()[node] == new  # a new id; every other partition keeps its own
     assert {p.id: p.node_names for p in moved.partitions if p.id != new} == {
-        p.id: tuple(n for n in p.node_names if n != node) for p in plan.partitions}
+        p.id: tuple(n for n in p.node_names if n != node) for p in plan.partitions
+    }
     frame = tables.moves_table(plan, moved)
     assert list(frame["node"]) == [node] and frame["to"][0] == f"P{new} (dev_2), new"
     assert tables.match_partitions(plan, moved) == {p.id: p.id for p in plan.partitions}
@@ -140,8 +142,9 @@ def test_latency_figure_splits_compute_memory_communication_and_stars_the_critic
     fig = figures.latency_figure(plan)
     names = [t.name for t in fig.data]
     assert names == ["compute", "memory", "communication in", "partition latency", "critical path"]
-    unit, scale = tables.time_unit(max(
-        max(p.compute_latency_s, p.memory_latency_s, p.latency_s) for p in plan.partitions))
+    unit, scale = tables.time_unit(
+        max(max(p.compute_latency_s, p.memory_latency_s, p.latency_s) for p in plan.partitions)
+    )
     comm = tables.incoming_transfer_s(plan)
     by_label = dict(zip(fig.data[2].x, fig.data[2].y))
     for p in plan.partitions:
@@ -171,8 +174,9 @@ def test_timeline_places_each_partition_on_its_devices_at_its_start(plans):
 
 
 def test_comparison_figure_has_four_panels_and_marks_failures(mlp):
-    results = compare_modes(mlp, partitioner.parse_devices("4x64KiB"), ["size_based", "sparse_nn"],
-                            force_partition=True)
+    results = compare_modes(
+        mlp, partitioner.parse_devices("4x64KiB"), ["size_based", "sparse_nn"], force_partition=True
+    )
     fig = figures.comparison_figure(results)
     assert len([t for t in fig.data if t.type == "bar"]) == 4
     failed = [a for a in fig.layout.annotations if a.text == "failed"]
@@ -251,8 +255,9 @@ def test_comparison_says_when_optimal_is_optimal_for_a_coarsened_graph_and_who_b
 def test_predicted_parts_stack_beside_the_measured_time_with_the_error():
     from explorer.builders.figures import predicted_parts_figure
 
-    fig = predicted_parts_figure([("compute", 3e-3), ("dtensor dispatch", 1e-3), ("all_reduce", 0.0)], 6e-3,
-                                 "The <b>forward</b>")
+    fig = predicted_parts_figure(
+        [("compute", 3e-3), ("dtensor dispatch", 1e-3), ("all_reduce", 0.0)], 6e-3, "The <b>forward</b>"
+    )
     names = [trace.name for trace in fig.data]
     assert names == ["compute", "dtensor dispatch", "measured"]  # a part of no time is not drawn
     assert sum(trace.y[0] for trace in fig.data[:-1]) == pytest.approx(4.0)  # in ms

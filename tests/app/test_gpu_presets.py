@@ -3,9 +3,9 @@ kernel curves under the engine chosen, with what the times assume said under the
 
 from __future__ import annotations
 
+from app_helpers import APP, TIMEOUT
 from streamlit.testing.v1 import AppTest
 
-from app_helpers import APP, TIMEOUT
 from partitioner.hardware import HARDWARE
 
 

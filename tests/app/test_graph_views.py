@@ -13,11 +13,11 @@ from streamlit.testing.v1 import AppTest
 import partitioner
 import sample_models
 from partitioner.accelerator import steps
-from partitioner.draw.collapse import collapse, collapsed_to_dot, search
 from partitioner.cost.model import node_seconds
+from partitioner.draw.collapse import collapse, collapsed_to_dot, search
+from partitioner.draw.dag import plan_to_dot
 from partitioner.draw.nodeview import partition_to_dot, step_to_dot
 from partitioner.draw.overlay import SCALE, colour_for, node_values, partition_values
-from partitioner.draw.dag import plan_to_dot
 from partitioner.testing.synthetic import random_fx_module
 
 APP = str(Path(__file__).resolve().parents[2] / "explorer" / "app.py")
@@ -44,7 +44,8 @@ def test_collapsed_boxes_sum_their_members_and_cover_every_op_once(traced):
         assert g.output_bytes == sum(graph.output_bytes[v] for v in g.members)
         read = {u for v in g.members for u in graph.preds[v] if graph.nodes[u].op == "get_attr"}
         assert g.param_bytes == sum(graph.nodes[v].param_bytes for v in g.members) + sum(
-            graph.output_bytes[u] for u in read)
+            graph.output_bytes[u] for u in read
+        )
         assert g.flops == sum(graph.nodes[v].flops for v in g.members)
         assert g.latency_s == pytest.approx(sum(node_s[v] for v in g.members))
         assert sum(n for _, n in g.devices) == sum(len(devices_of[where[graph.nodes[v].name]]) for v in g.members)
@@ -53,8 +54,9 @@ def test_collapsed_boxes_sum_their_members_and_cover_every_op_once(traced):
     assert blocks and all(g.expandable for g in blocks)
     # Edge bytes: each output counted once per box that reads it.
     for a, b, n in cg.edges:
-        assert n == sum(graph.output_bytes[v] for v in cg.groups[a].members
-                        if any(cg.box_of[w] == b for w in graph.users[v]))
+        assert n == sum(
+            graph.output_bytes[v] for v in cg.groups[a].members if any(cg.box_of[w] == b for w in graph.users[v])
+        )
 
 
 def test_expanding_a_box_splits_exactly_its_members(traced):
@@ -105,10 +107,14 @@ def test_overlays_colour_by_their_metric_on_one_scale(traced):
         assert f"<B>{overlay}</B>" in dot  # its legend
     flops = partition_values(plan, "flops", graph)
     assert sum(flops.values()) == sum(graph.nodes[v].flops for v in graph.op_indices)
-    crossing = node_values(graph, "bytes crossing", node_s, {graph.index[n]: p for n, p in plan.node_to_partition().items()})
+    crossing = node_values(
+        graph, "bytes crossing", node_s, {graph.index[n]: p for n, p in plan.node_to_partition().items()}
+    )
     assert sum(1 for c in crossing if c) >= len(plan.edges) > 0
     # Shared scale: a side by side draws both plans against one range.
-    assert plan_to_dot(plan, graph, overlay="memory", scale=(0, 1e15)).count(f'fillcolor="{SCALE[0]}"') == len(plan.partitions)
+    assert plan_to_dot(plan, graph, overlay="memory", scale=(0, 1e15)).count(f'fillcolor="{SCALE[0]}"') == len(
+        plan.partitions
+    )
 
 
 def test_every_partition_and_node_has_an_id_and_a_tooltip(traced):
@@ -116,7 +122,7 @@ def test_every_partition_and_node_has_an_id_and_a_tooltip(traced):
     dot = plan_to_dot(plan, graph)
     for p in plan.partitions:
         line = dot.split(f"  p{p.id} [")[1].split("\n")[0]
-        assert f'id="p{p.id}"' in line and f"tooltip=\"P{p.id} on " in line
+        assert f'id="p{p.id}"' in line and f'tooltip="P{p.id} on ' in line
     first = plan.partitions[0]
     nodes = partition_to_dot(plan, graph, first.id, overlay="latency", node_s=node_s, highlight=[first.node_names[0]])
     v = graph.index[first.node_names[0]]
@@ -131,8 +137,9 @@ def test_a_decision_trace_replays_to_the_algorithms_plan(algorithm, seed):
     graph = partitioner.trace(module, inputs)
     total = graph.total_size_bytes
     devices = partitioner.parse_devices(f"3x{total // 2}")
-    trace = steps.record(graph, devices, algorithm, options=partitioner.PartitionOptions.build(
-        transfer_rate_bytes_per_s=1e8))
+    trace = steps.record(
+        graph, devices, algorithm, options=partitioner.PartitionOptions.build(transfer_rate_bytes_per_s=1e8)
+    )
     assert trace.decisions and len(trace.frames) == len(trace.decisions)
     replayed = trace.replay()
     assert replayed.part == trace.result.part
@@ -146,13 +153,15 @@ def test_a_decision_trace_replays_to_the_algorithms_plan(algorithm, seed):
                 groups.setdefault(p, set()).add(graph.nodes[v].name)
         assert sorted(map(sorted, groups.values())) == sorted(sorted(p.node_names) for p in plan.partitions)
     else:  # every taken step's latency is what the cost model gives the plan after it
-        problem = partitioner.accelerator.api.build_problem(graph, devices, partitioner.PartitionOptions.build(
-            transfer_rate_bytes_per_s=1e8))
+        problem = partitioner.accelerator.api.build_problem(
+            graph, devices, partitioner.PartitionOptions.build(transfer_rate_bytes_per_s=1e8)
+        )
         for d, frame in zip(trace.decisions, trace.frames):
             if d.accepted and d.latency_s is not None and d.kind != "roll back":
                 top = max(frame.devices_of)
-                assert problem.cost.evaluate(list(frame.part), [list(frame.devices_of[q]) for q in range(top + 1)]
-                                             ).latency_s == pytest.approx(d.latency_s)
+                assert problem.cost.evaluate(
+                    list(frame.part), [list(frame.devices_of[q]) for q in range(top + 1)]
+                ).latency_s == pytest.approx(d.latency_s)
 
 
 def test_a_step_is_drawn_with_its_nodes_outlined(traced):

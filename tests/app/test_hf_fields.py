@@ -4,11 +4,10 @@ own name for them) and keeps the fields valid when the architecture changes."""
 from __future__ import annotations
 
 import pytest
+from app_helpers import errors, shown, start
 
 from explorer.builders.inputs import hf_default_fields, hf_fields_for, size_warning
 from explorer.sidebar import HF_MODEL
-
-from app_helpers import errors, shown, start
 
 pytest.importorskip("transformers")
 

@@ -48,8 +48,9 @@ def test_an_hf_view_opens_again_from_its_link():
 
 
 def test_a_link_without_hf_fields_or_with_nonsense_opens_without_a_traceback():
-    fresh = _open({"model": HF_MODEL, "hf_name": "gpt2", "hf_set": TINY, "hf_batch": "many", "hf_seq": "0",
-                   "mode": "kl_based"})
+    fresh = _open(
+        {"model": HF_MODEL, "hf_name": "gpt2", "hf_set": TINY, "hf_batch": "many", "hf_seq": "0", "mode": "kl_based"}
+    )
     assert fresh.selectbox(key="model").value == HF_MODEL and fresh.selectbox(key="mode").value == "kl_based"
     assert fresh.number_input(key="hf_batch").value == 1  # nonsense is ignored: the defaults
     odd = _open({"model": HF_MODEL, "hf_name": "[x](http://example.com) nope", "hf_set": ""})

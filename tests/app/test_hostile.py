@@ -9,13 +9,12 @@ import re
 from pathlib import Path
 
 import pytest
+from app_helpers import errors, review, shown, start
 
 import partitioner
 import sample_models
 from explorer.builders.config import DEFAULT_MODEL
 from explorer.sidebar import HF_MODEL
-
-from app_helpers import errors, review, shown, start
 
 FIXTURES = Path(__file__).resolve().parents[1] / "plan" / "fixtures"
 IMAGE = "![m](http://127.0.0.1:9/beacon-model.png)"
@@ -54,12 +53,16 @@ def test_plan_files_of_the_wrong_shape_are_messages_naming_the_rule(plan_json):
     bad = {
         "options.json": {**v1, "options": 3},
         "edge.json": {**plan_json, "edges": [{**plan_json["edges"][0], "dst": 40}]},
-        "negative.json": {**plan_json, "partitions": [{**plan_json["partitions"][0], "id": -1},
-                                                      *plan_json["partitions"][1:]]},
+        "negative.json": {
+            **plan_json,
+            "partitions": [{**plan_json["partitions"][0], "id": -1}, *plan_json["partitions"][1:]],
+        },
     }
-    expected = {"options.json": "options must be an object or null in a schema-1 plan (got 3)",
-                "edge.json": "edges[0].dst names partition 40, which the plan does not have",
-                "negative.json": "partitions[0].id must be a whole number from 0"}
+    expected = {
+        "options.json": "options must be an object or null in a schema-1 plan (got 3)",
+        "edge.json": "edges[0].dst names partition 40, which the plan does not have",
+        "negative.json": "partitions[0].id must be a whole number from 0",
+    }
     for name, data in bad.items():
         load(at, name, json.dumps(data).encode())
         said = " ".join(errors(at))
@@ -96,10 +99,16 @@ HF_CASES = [
     ("gpt2", "n_layer=abc", "'n_layer' expected int, got str (value: 'abc')"),
     ("llama", "num_hidden_layers=1 num_attention_heads=0", "num_attention_heads must be at least 1 (got 0)"),
     ("vit", "num_hidden_layers=1 patch_size=0", "patch_size must be at least 1 (got 0)"),
-    ("llama", 'num_hidden_layers=1 rope_parameters={"rope_type":"![x](http://127.0.0.1:9/b.png)"}',
-     "rope_type must be one of"),
-    ("llama", 'num_hidden_layers=1 quantization_config={"quant_method":"bitsandbytes"}',
-     "no config field 'quantization_config'"),
+    (
+        "llama",
+        'num_hidden_layers=1 rope_parameters={"rope_type":"![x](http://127.0.0.1:9/b.png)"}',
+        "rope_type must be one of",
+    ),
+    (
+        "llama",
+        'num_hidden_layers=1 quantization_config={"quant_method":"bitsandbytes"}',
+        "no config field 'quantization_config'",
+    ),
 ]
 
 
@@ -118,9 +127,11 @@ def test_hugging_face_fields_out_of_range_are_messages_not_bugs():
         assert not [t for t in page_text(at) if MARKUP.search(t)], sets
     # A dict-valued field the model takes keys the app's caches (it used to be unhashable).
     at.text_input(key="hf_name").set_value("llama")
-    at.text_input(key="hf_set").set_value('num_hidden_layers=1 hidden_size=32 intermediate_size=64 '
-                                          'num_attention_heads=2 num_key_value_heads=1 vocab_size=64 '
-                                          'rope_parameters={"rope_type":"linear","factor":2.0}')
+    at.text_input(key="hf_set").set_value(
+        "num_hidden_layers=1 hidden_size=32 intermediate_size=64 "
+        "num_attention_heads=2 num_key_value_heads=1 vocab_size=64 "
+        'rope_parameters={"rope_type":"linear","factor":2.0}'
+    )
     at.button(key="hf_build").click().run()
     assert not at.exception and not errors(at), errors(at)
     assert at.session_state["plan_summary"]["model"].startswith("hf:llama(")

@@ -11,13 +11,12 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import quote
 
 import pytest
+from browser_helpers import ARTIFACTS, CHROMIUM, CHROMIUM_ARGS, RENDER_TIMEOUT_MS, app_server, require_chromium
 
 import partitioner
 import sample_models
 from explorer.builders.config import DEFAULT_MODEL
 from explorer.state import HF_MODEL
-
-from browser_helpers import ARTIFACTS, CHROMIUM, CHROMIUM_ARGS, RENDER_TIMEOUT_MS, app_server, require_chromium
 
 
 class Beacon(BaseHTTPRequestHandler):
@@ -42,8 +41,12 @@ def hostile_plan(beacon: str) -> tuple[str, str]:
     data["model"] = f"![m]({beacon}/beacon-model.png)"
     data["graph_fingerprint"] = "made-elsewhere"  # a violation that names the model
     data["provenance"]["solver"] = f"![s]({beacon}/beacon-solver.png) [link]({beacon}/beacon-solver-link)"
-    names = [f'<img src="{beacon}/beacon-device.png">', 'a"];evil[label="x', f"[dev]({beacon}/beacon-dev-link)",
-             "<b>bold</b>{braces}|<port>"]
+    names = [
+        f'<img src="{beacon}/beacon-device.png">',
+        'a"];evil[label="x',
+        f"[dev]({beacon}/beacon-dev-link)",
+        "<b>bold</b>{braces}|<port>",
+    ]
     for device, name in zip(data["devices"], names):
         device["name"] = name
     unknown = json.loads(json.dumps(data))
@@ -82,8 +85,7 @@ def test_hostile_names_fetch_nothing_and_show_as_text():
                     expect(page.get_by_text("Editing the size_based plan")).to_be_visible(timeout=RENDER_TIMEOUT_MS)
                     paste(valid, "it breaks these rules")  # made for another graph: its model is named
                     host = beacon.removeprefix("http://")  # the page has an invisible word joiner before http
-                    expect(page.get_by_text(f"{host}/beacon-model.png)").first).to_be_visible(
-                        timeout=RENDER_TIMEOUT_MS)
+                    expect(page.get_by_text(f"{host}/beacon-model.png)").first).to_be_visible(timeout=RENDER_TIMEOUT_MS)
                     dag = page.locator(".pe-stage svg").first
                     expect(dag).to_contain_text('a"];evil[label="x', timeout=RENDER_TIMEOUT_MS)
                     expect(dag).to_contain_text("<b>bold</b>{braces}|<port>")
@@ -91,16 +93,16 @@ def test_hostile_names_fetch_nothing_and_show_as_text():
                     expect(page.get_by_test_id("stException")).to_have_count(0)
                     page.screenshot(path=str(ARTIFACTS / "browser_hostile_review.png"), full_page=True)
                     paste(unknown, "do not exist in the model")
-                    expect(page.get_by_text(f"{host}/beacon-node.png)").first).to_be_visible(
-                        timeout=RENDER_TIMEOUT_MS)
+                    expect(page.get_by_text(f"{host}/beacon-node.png)").first).to_be_visible(timeout=RENDER_TIMEOUT_MS)
                     page.screenshot(path=str(ARTIFACTS / "browser_hostile_unknown_node.png"), full_page=True)
                     # Shared links whose Hugging Face fields are hostile: a message, as text.
                     rope = '{"rope_type":"![r](' + beacon + '/beacon-config.png)"}'
-                    for name, sets, said in (("llama", f"num_hidden_layers=1 rope_parameters={rope}", "rope_type must be"),
-                                             (f"![h]({beacon}/beacon-hf-name.png)", "n_layer=1", "is neither a preset"),
-                                             ("gpt2", f"n_layer=1 n_head=0 n_inner=[{beacon}/beacon-x]", "must be")):
-                        page.goto(f"{url}/?model={quote(HF_MODEL)}&hf_name={quote(name)}"
-                                  f"&hf_set={quote(sets)}")
+                    for name, sets, said in (
+                        ("llama", f"num_hidden_layers=1 rope_parameters={rope}", "rope_type must be"),
+                        (f"![h]({beacon}/beacon-hf-name.png)", "n_layer=1", "is neither a preset"),
+                        ("gpt2", f"n_layer=1 n_head=0 n_inner=[{beacon}/beacon-x]", "must be"),
+                    ):
+                        page.goto(f"{url}/?model={quote(HF_MODEL)}&hf_name={quote(name)}&hf_set={quote(sets)}")
                         expect(page.get_by_text(said).first).to_be_visible(timeout=RENDER_TIMEOUT_MS)
                         expect(page.get_by_text("This is a bug")).to_have_count(0)
                         expect(page.get_by_test_id("stException")).to_have_count(0)

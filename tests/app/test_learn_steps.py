@@ -5,6 +5,7 @@ and a new algorithm starts at step 1."""
 from __future__ import annotations
 
 import pytest
+from app_helpers import start
 
 import partitioner
 from explorer.builders import teaching
@@ -12,8 +13,6 @@ from partitioner.accelerator import steps
 from partitioner.draw.nodeview import block_of
 from partitioner.testing.synthetic import blocks_graph
 from partitioner.units import format_seconds
-
-from app_helpers import start
 
 
 def test_a_large_fill_steps_one_block_at_a_time():
@@ -25,7 +24,7 @@ def test_a_large_fill_steps_one_block_at_a_time():
     parts = {d.moves[0][1] for d in trace.decisions if d.kind == "place"}
     assert len(groups) > len(parts) + 30  # about one step a block, not one a partition
     for g in groups:
-        blocks = {block_of(graph, d.moves[0][0]) for d in trace.decisions[g.first:g.last + 1] if d.moves}
+        blocks = {block_of(graph, d.moves[0][0]) for d in trace.decisions[g.first : g.last + 1] if d.moves}
         assert len(blocks) <= 1, (g.title, blocks)
     middle = next(g for g in groups if "blocks.7" in g.title)
     assert middle.title.endswith("in blocks.7")

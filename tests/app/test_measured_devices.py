@@ -4,10 +4,9 @@ predict on its curves)."""
 
 from __future__ import annotations
 
-from streamlit.testing.v1 import AppTest
-
 from app_helpers import APP, TIMEOUT, summary
 from runtime.test_calibrate import _profile
+from streamlit.testing.v1 import AppTest
 
 
 def test_a_link_opens_the_app_on_a_profile_measured_here(tmp_path, monkeypatch):

@@ -5,11 +5,10 @@ with a note (explorer.builders.links.read_page_link)."""
 
 from __future__ import annotations
 
+from app_helpers import APP, TIMEOUT, shown, start
 from streamlit.testing.v1 import AppTest
 
-from explorer.builders.links import page_keys, read_page_link, read_link
-
-from app_helpers import APP, TIMEOUT, shown, start
+from explorer.builders.links import page_keys, read_link, read_page_link
 
 
 def _params(at: AppTest) -> dict[str, str]:
@@ -25,16 +24,43 @@ def _open(params: dict[str, str], page: str) -> AppTest:
 
 
 def test_page_keys_are_typed_and_an_unholdable_value_is_dropped_with_a_note():
-    state = {"cl_batch": 1024, "cl_tokens": 1e12, "cl_kind": "inference", "cl_run": False, "cl_new_box": 3,
-             "explore_view": "Partition DAG", "model": "mlp", "cl_intra_h100-80gb": "nvlink4"}
-    assert page_keys("cluster", state) == {"cl_batch": "1024", "cl_intra_h100-80gb": "nvlink4",
-                                           "cl_kind": "inference", "cl_new_box": "3", "cl_tokens": "1000000000000.0"}
+    state = {
+        "cl_batch": 1024,
+        "cl_tokens": 1e12,
+        "cl_kind": "inference",
+        "cl_run": False,
+        "cl_new_box": 3,
+        "explore_view": "Partition DAG",
+        "model": "mlp",
+        "cl_intra_h100-80gb": "nvlink4",
+    }
+    assert page_keys("cluster", state) == {
+        "cl_batch": "1024",
+        "cl_intra_h100-80gb": "nvlink4",
+        "cl_kind": "inference",
+        "cl_new_box": "3",
+        "cl_tokens": "1000000000000.0",
+    }
     assert page_keys("explore", state) == {"explore_view": "Partition DAG"}
-    read = read_page_link({"cl_batch": "1024", "cl_tokens": "1000000000000.0", "cl_kind": "serving",
-                           "cl_seq": "0", "cl_new_box": "3", "explore_overlay": "memory", "model": "mlp"},
-                          {"cl_kind": ["training", "inference"]})
-    assert read.values == {"cl_batch": 1024, "cl_tokens": 1e12, "cl_seq": 1, "cl_new_box": 3,
-                           "explore_overlay": "memory"}
+    read = read_page_link(
+        {
+            "cl_batch": "1024",
+            "cl_tokens": "1000000000000.0",
+            "cl_kind": "serving",
+            "cl_seq": "0",
+            "cl_new_box": "3",
+            "explore_overlay": "memory",
+            "model": "mlp",
+        },
+        {"cl_kind": ["training", "inference"]},
+    )
+    assert read.values == {
+        "cl_batch": 1024,
+        "cl_tokens": 1e12,
+        "cl_seq": 1,
+        "cl_new_box": 3,
+        "explore_overlay": "memory",
+    }
     assert any("cl_kind=serving" in n and "training, inference" in n for n in read.notes)
     assert any("cl_seq=0" in n and "set to 1" in n for n in read.notes)
     # the sidebar's reader leaves a page's keys alone: no "not a setting a link carries" for them

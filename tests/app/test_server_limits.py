@@ -9,6 +9,7 @@ import threading
 
 import pytest
 import torch
+from app_helpers import APP, TIMEOUT, errors, review
 from streamlit.testing.v1 import AppTest
 
 import partitioner
@@ -16,8 +17,6 @@ from explorer import compute
 from explorer.builders.config import ModelChoice
 from partitioner.runtime.launch import MAX_LOCAL_PROCESSES
 from sample_models._common import MAX_GRAPH_OPS
-
-from app_helpers import APP, TIMEOUT, errors, review
 
 
 def open_link(**params: str) -> AppTest:
@@ -30,11 +29,14 @@ def url(at: AppTest) -> dict[str, str]:
     return {k: v[0] if isinstance(v, list) else v for k, v in dict(at.query_params).items()}
 
 
-@pytest.mark.parametrize("key, text, shown", [
-    ("knob_mlp_bias", "x", "bias must be true or false"),
-    ("transfer_gbps", "nan", "transfer_gbps must be a finite number"),
-    ("knob_mlp_n_layer", "-3", "n_layer must be > 0"),
-])
+@pytest.mark.parametrize(
+    "key, text, shown",
+    [
+        ("knob_mlp_bias", "x", "bias must be true or false"),
+        ("transfer_gbps", "nan", "transfer_gbps must be a finite number"),
+        ("knob_mlp_n_layer", "-3", "n_layer must be > 0"),
+    ],
+)
 def test_a_bad_link_value_is_ignored_with_a_message_and_leaves_the_url(key, text, shown):
     at = open_link(model="mlp", **{key: text})
     assert not at.exception
@@ -53,8 +55,9 @@ def test_an_out_of_range_link_number_is_clamped_with_a_message():
 
 
 def test_a_link_past_the_graph_cap_is_refused_before_anything_is_built():
-    at = open_link(model="mlp", knob_mlp_n_layer="20000", knob_mlp_hidden="1", knob_mlp_in_features="1",
-                   knob_mlp_out_features="1")
+    at = open_link(
+        model="mlp", knob_mlp_n_layer="20000", knob_mlp_hidden="1", knob_mlp_in_features="1", knob_mlp_out_features="1"
+    )
     assert not at.exception
     message = " ".join(errors(at))
     assert f"up to {MAX_GRAPH_OPS:,} operations" in message and "lower n_layer" in message, message
@@ -71,8 +74,16 @@ def test_idle_devices_get_no_process_and_the_run_stays_under_the_machines_cap():
 
 def test_the_run_button_is_disabled_with_the_reason_above_the_cap():
     layers = MAX_LOCAL_PROCESSES + 8  # one layer a device: more busy devices than the cap
-    at = open_link(model="mlp", knob_mlp_n_layer=str(layers), knob_mlp_hidden="64", knob_mlp_in_features="64",
-                   knob_mlp_out_features="64", knob_mlp_batch_size="1", dev_count="64", dev_memory="20 KiB")
+    at = open_link(
+        model="mlp",
+        knob_mlp_n_layer=str(layers),
+        knob_mlp_hidden="64",
+        knob_mlp_in_features="64",
+        knob_mlp_out_features="64",
+        knob_mlp_batch_size="1",
+        dev_count="64",
+        dev_memory="20 KiB",
+    )
     assert not at.exception
     assert at.session_state["plan_summary"]["partitions"] == layers
     button = at.button(key="run_local")

@@ -11,10 +11,9 @@ import time
 from pathlib import Path
 
 import pytest
+from browser_helpers import CHROMIUM, CHROMIUM_ARGS, app_server
 
 from partitioner.runtime.launch import MAX_LOCAL_PROCESSES
-
-from browser_helpers import CHROMIUM, CHROMIUM_ARGS, app_server
 
 MODELS = ("mlp", "cnn", "transformer", "dlrm", "unet", "moe")
 PAGES = ("", "compare", "pipeline", "learn", "review", "training", "sharding")
@@ -76,11 +75,14 @@ def test_first_loads_at_once_all_trace_and_a_soak_stays_bounded(server):
             # The soak: each step one session does something at random and does not wait for it.
             rng = random.Random(0)
             seconds = float(os.environ.get("PE_SOAK_S", "150"))
-            links = [lambda m: f"?model={m}&knob_{m}_bias=x", lambda m: "?model=mlp&transfer_gbps=nan",
-                     lambda m: "?model=mlp&knob_mlp_n_layer=20000&knob_mlp_hidden=1",
-                     lambda m: f"?model={m}&dev_count={rng.choice([1, 3, 16, 1024])}",
-                     lambda m: f"?model={m}&mode={rng.choice(['size_based', 'cost_aware', 'kl_based'])}",
-                     lambda m: f"?model={m}&knob_{m}_seed={rng.randint(0, 3)}"]
+            links = [
+                lambda m: f"?model={m}&knob_{m}_bias=x",
+                lambda m: "?model=mlp&transfer_gbps=nan",
+                lambda m: "?model=mlp&knob_mlp_n_layer=20000&knob_mlp_hidden=1",
+                lambda m: f"?model={m}&dev_count={rng.choice([1, 3, 16, 1024])}",
+                lambda m: f"?model={m}&mode={rng.choice(['size_based', 'cost_aware', 'kl_based'])}",
+                lambda m: f"?model={m}&knob_{m}_seed={rng.randint(0, 3)}",
+            ]
             peak_rss, peak_children, steps = 0, 0, 0
             end = time.monotonic() + seconds
             while time.monotonic() < end:
@@ -96,9 +98,11 @@ def test_first_loads_at_once_all_trace_and_a_soak_stays_bounded(server):
             fresh = browser.new_context().new_page()
             fresh.goto(f"{base}/?model=transformer&mode=kl_based")
             shows_a_plan(fresh, expect)
-            print(f"soak: {steps} actions in {seconds:g} s by {len(pages)} sessions; peak server RSS "
-                  f"{peak_rss / 2**20:.0f} MiB, peak child processes {peak_children}, final RSS "
-                  f"{rss_bytes(proc.pid) / 2**20:.0f} MiB")
+            print(
+                f"soak: {steps} actions in {seconds:g} s by {len(pages)} sessions; peak server RSS "
+                f"{peak_rss / 2**20:.0f} MiB, peak child processes {peak_children}, final RSS "
+                f"{rss_bytes(proc.pid) / 2**20:.0f} MiB"
+            )
             assert peak_rss < RSS_LIMIT_BYTES
             assert peak_children <= MAX_LOCAL_PROCESSES
         finally:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from app_helpers import APP
 from streamlit.testing.v1 import AppTest
 
 import partitioner
@@ -15,8 +16,6 @@ from explorer.builders import teaching
 from partitioner.accelerator import steps
 from partitioner.draw.nodeview import block_of, step_boxes_to_dot, touched_nodes
 from partitioner.testing.synthetic import blocks_graph
-
-from app_helpers import APP
 
 
 @pytest.fixture(scope="module")
@@ -30,8 +29,9 @@ def transformer():
 @pytest.mark.parametrize("algorithm", list(steps.ALGORITHMS))
 def test_groups_cover_every_decision_once_in_order_within_a_minute(transformer, algorithm):
     graph, devices = transformer
-    trace = steps.record(graph, devices, algorithm, options=partitioner.PartitionOptions.build(
-        transfer_rate_bytes_per_s=25e9))
+    trace = steps.record(
+        graph, devices, algorithm, options=partitioner.PartitionOptions.build(transfer_rate_bytes_per_s=25e9)
+    )
     groups = teaching.group_steps(trace)
     assert groups and len(groups) <= teaching.MAX_GROUPS
     assert groups[0].first == 0 and groups[-1].last == len(trace.decisions) - 1
@@ -44,15 +44,20 @@ def test_the_fill_is_grouped_by_partition(transformer):
     graph, devices = transformer
     trace = steps.record(graph, devices, "size_based")
     for g in teaching.group_steps(trace, max_groups=10_000):
-        places = [d.moves[0][1] for d in trace.decisions[g.first:g.last + 1] if d.kind == "place"]
+        places = [d.moves[0][1] for d in trace.decisions[g.first : g.last + 1] if d.kind == "place"]
         assert len(set(places)) <= 1, g
 
 
 def test_a_long_run_plays_in_sixty_steps():
     graph = blocks_graph(60)
     devices = partitioner.parse_devices(f"4x{graph.total_size_bytes // 3}")
-    trace = steps.record(graph, devices, "cost_aware_merge", budget=2000,
-                         options=partitioner.PartitionOptions.build(transfer_rate_bytes_per_s=1e9))
+    trace = steps.record(
+        graph,
+        devices,
+        "cost_aware_merge",
+        budget=2000,
+        options=partitioner.PartitionOptions.build(transfer_rate_bytes_per_s=1e9),
+    )
     assert len(trace.decisions) > 300 and len(teaching._round_ends(trace)) > teaching.MAX_GROUPS
     groups = teaching.group_steps(trace)
     assert len(groups) == teaching.MAX_GROUPS and sum(g.size for g in groups) == len(trace.decisions)
@@ -69,8 +74,11 @@ def test_the_replay_note_says_where_the_replay_and_the_mode_part(transformer):
     aware = partitioner.partition(graph, devices, "cost_aware", transfer_rate_bytes_per_s=25e9)
     note = teaching.replay_note(merge, aware)
     last = merge.frames[-1]
-    if last.latency_s is not None and abs(last.latency_s - aware.latency_s) < 1e-12 and \
-            len({p for p in last.part if p >= 0}) == len(aware.partitions):
+    if (
+        last.latency_s is not None
+        and abs(last.latency_s - aware.latency_s) < 1e-12
+        and len({p for p in last.part if p >= 0}) == len(aware.partitions)
+    ):
         assert "ends where" in note
     else:
         assert "one of the mode's starts" in note and partitioner.units.format_seconds(aware.latency_s) in note

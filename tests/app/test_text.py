@@ -6,15 +6,28 @@ from __future__ import annotations
 import html
 import re
 
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from markdown_it import MarkdownIt
 
 from explorer.builders.text import JOINER, md, plain
 
 RENDER = MarkdownIt("commonmark", {"html": True}).enable(["table", "strikethrough"])
-HOSTILE = ["![m](http://127.0.0.1:9/b.png)", "[x](javascript:alert(1))", "<img src=x onerror=alert(1)>",
-           "**bold** _em_ `code` ~~s~~", "# heading", "- item\n1. item", "| a | b |\n|---|---|", "&lt;&amp;",
-           "<http://127.0.0.1:9/auto>", "a\\*b", "$x^2$", ":smile: :material/home:", "[ref]: http://x"]
+HOSTILE = [
+    "![m](http://127.0.0.1:9/b.png)",
+    "[x](javascript:alert(1))",
+    "<img src=x onerror=alert(1)>",
+    "**bold** _em_ `code` ~~s~~",
+    "# heading",
+    "- item\n1. item",
+    "| a | b |\n|---|---|",
+    "&lt;&amp;",
+    "<http://127.0.0.1:9/auto>",
+    "a\\*b",
+    "$x^2$",
+    ":smile: :material/home:",
+    "[ref]: http://x",
+]
 
 
 def rendered_text(source: str) -> tuple[str, str]:
@@ -31,8 +44,13 @@ def test_hostile_strings_render_as_themselves():
 
 
 @settings(max_examples=300, deadline=None)
-@given(st.text(alphabet=st.sampled_from(list("\\`*_{}[]()#+-.!|<>~$:&@ \nawh/tp1=\"'")) | st.characters(exclude_characters="\x00"),
-               max_size=40))  # CommonMark writes U+0000 as U+FFFD
+@given(
+    st.text(
+        alphabet=st.sampled_from(list("\\`*_{}[]()#+-.!|<>~$:&@ \nawh/tp1=\"'"))
+        | st.characters(exclude_characters="\x00"),
+        max_size=40,
+    )
+)  # CommonMark writes U+0000 as U+FFFD
 def test_any_string_renders_as_itself(text):
     out, seen = rendered_text(md(text))
     assert "<a " not in out and "<img" not in out

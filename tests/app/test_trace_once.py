@@ -4,12 +4,11 @@
 from __future__ import annotations
 
 import pytest
+from app_helpers import start, summary
 
 import sample_models
 from cli import inputs as cli_inputs
 from partitioner.tracing import cache
-
-from app_helpers import start, summary
 
 TINY = "n_layer=2 n_embd=64 n_head=4 vocab_size=1000"
 

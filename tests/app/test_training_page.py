@@ -13,11 +13,20 @@ from partitioner.remat.memory import RematResult
 
 
 def test_the_graphs_title_counts_the_recomputed_nodes_and_names_the_aten_ops():
-    graph = partitioner.trace(torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.GELU(), torch.nn.Linear(4, 4)),
-                              (torch.randn(2, 4),))
+    graph = partitioner.trace(
+        torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.GELU(), torch.nn.Linear(4, 4)), (torch.randn(2, 4),)
+    )
     gelu = graph.nodes[graph.op_indices[1]].name  # the GELU
-    result = RematResult(budget=0.5, saved=(), recomputed=(gelu,), saved_activation_bytes=0, saved_input_bytes=0,
-                         recompute_flops=8, recompute_time_s=1e-12, recomputed_ops=3)
+    result = RematResult(
+        budget=0.5,
+        saved=(),
+        recomputed=(gelu,),
+        saved_activation_bytes=0,
+        saved_input_bytes=0,
+        recompute_flops=8,
+        recompute_time_s=1e-12,
+        recomputed_ops=3,
+    )
     dot = training_figures.remat_to_dot(graph, result)
     assert "1 recomputed nodes (3 aten ops)" in dot
     figure = training_figures.tradeoff_figure([result], 0.5)
@@ -40,11 +49,21 @@ def test_too_small_devices_are_named_as_the_cause():
 
 
 def test_flops_read_in_units_in_the_tradeoff_and_the_graph():
-    graph = partitioner.trace(torch.nn.Sequential(torch.nn.Linear(64, 512), torch.nn.GELU(), torch.nn.Linear(512, 64)),
-                              (torch.randn(256, 64),))
+    graph = partitioner.trace(
+        torch.nn.Sequential(torch.nn.Linear(64, 512), torch.nn.GELU(), torch.nn.Linear(512, 64)),
+        (torch.randn(256, 64),),
+    )
     gelu = graph.nodes[graph.op_indices[1]].name
-    result = RematResult(budget=0.5, saved=(), recomputed=(gelu,), saved_activation_bytes=0, saved_input_bytes=0,
-                         recompute_flops=35_362_048, recompute_time_s=1e-6, recomputed_ops=3)
+    result = RematResult(
+        budget=0.5,
+        saved=(),
+        recomputed=(gelu,),
+        saved_activation_bytes=0,
+        saved_input_bytes=0,
+        recompute_flops=35_362_048,
+        recompute_time_s=1e-6,
+        recomputed_ops=3,
+    )
     hover = training_figures.tradeoff_figure([result], 0.5).data[0].hovertext[0]
     assert "35.4 MFLOP" in hover and "35,362,048" not in hover
     dot = training_figures.remat_to_dot(graph, result)

@@ -15,8 +15,19 @@ from partitioner import Device, PartitionError
 from partitioner.interop.readers import read_node_latency_text
 from partitioner.testing.synthetic import synthetic_graph
 
-MLP = ["mlp", "--set", "n_layer=2", "--set", "hidden=32", "--set", "in_features=32",
-       "--set", "out_features=32", "--set", "batch_size=2"]
+MLP = [
+    "mlp",
+    "--set",
+    "n_layer=2",
+    "--set",
+    "hidden=32",
+    "--set",
+    "in_features=32",
+    "--set",
+    "out_features=32",
+    "--set",
+    "batch_size=2",
+]
 
 
 @pytest.fixture(scope="module")
@@ -30,16 +41,19 @@ def files(tmp_path_factory) -> Path:
     (d / "nan.csv").write_text("linear,nan,1\n")
     (d / "inf.csv").write_text("linear,inf,1\n")
     (d / "neg.json").write_text(json.dumps({"linear": [-1, 1]}))
-    (d / "deep_latency.json").write_text("{\"a\":" * 50_000 + "1" + "}" * 50_000)
+    (d / "deep_latency.json").write_text('{"a":' * 50_000 + "1" + "}" * 50_000)
     (d / "plan_text.json").write_text("this is not json")
     (d / "plan_list.json").write_text("[1, 2, 3]")
     (d / "plan_huge_level.json").write_text(
         '{"schema_version": 2, "mode": "x", "partitions": [{"id": 0, "node_names": [], "device_ids": [0], '
         '"memory_bytes": 0, "memory_latency_s": 0, "compute_latency_s": 0, "latency_s": 0, '
-        '"bfs_level": 1e400, "parents": [], "children": []}], "devices": [], "latency_s": 0}')
+        '"bfs_level": 1e400, "parents": [], "children": []}], "devices": [], "latency_s": 0}'
+    )
     (d / "plan_deep.json").write_text('{"schema_version": 2, "partitions": ' + "[" * 100_000 + "]" * 100_000 + "}")
     (d / "mapping_deep.json").write_text("[" * 100_000 + "]" * 100_000)
-    (d / "mapping_bad.json").write_text(json.dumps({"node_to_partition": {"linear": "one"}, "partition_to_devices": {}}))
+    (d / "mapping_bad.json").write_text(
+        json.dumps({"node_to_partition": {"linear": "one"}, "partition_to_devices": {}})
+    )
     (d / "empty.csv").write_text("")
     (d / "spec_nested.json").write_text(json.dumps({"layers.0.weight": [[2], 1]}))
     (d / "spec_bool.json").write_text(json.dumps({"layers.0.weight": [True, 2]}))
@@ -170,7 +184,8 @@ def test_a_factory_with_wrong_shapes_gives_one_clean_message(tmp_path, monkeypat
         "    return torch.nn.Sequential(torch.nn.Linear(16, 16)), (torch.randn(2, 8),)\n"
         "def leave():\n"
         "    import sys\n"
-        "    sys.exit(3)\n")
+        "    sys.exit(3)\n"
+    )
     monkeypatch.syspath_prepend(str(tmp_path))
     assert main(["plan", "shapes_for_test:build", "--devices", "2x1GiB"]) == 2
     err = capsys.readouterr().err.strip().splitlines()

@@ -20,10 +20,10 @@ import pytest
 
 import partitioner
 import sample_models
-from partitioner import Plan
 from cli.inputs import CLIError, read_node_latency
 from cli.main import main
 from cli.report import describe_devices
+from partitioner import Plan
 from partitioner.accelerator.api import check_plan
 from sample_models import parse_overrides
 
@@ -32,14 +32,14 @@ SETS = [a for k, v in SETTINGS.items() for a in ("--set", f"{k}={v}")]
 MODEL = ["mlp", *SETS]
 DEVICES = "4x28KiB"  # four partitions of the small MLP, one per device
 SCRIPT = Path(sys.executable).with_name("partition-explorer")
-FACTORY = '''
+FACTORY = """
 import torch
 
 def tiny():
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU(), torch.nn.Linear(8, 4))
     return model, (torch.randn(2, 8),)
-'''
+"""
 
 
 @pytest.fixture(scope="module")
@@ -52,7 +52,11 @@ def graph() -> partitioner.Graph:
 def base_plan(graph: partitioner.Graph) -> Plan:
     plan = partitioner.partition(graph, partitioner.parse_devices(DEVICES))
     assert [p.node_names for p in plan.partitions] == [
-        ("layers_0", "relu"), ("layers_1", "relu_1"), ("layers_2", "relu_2"), ("layers_3",)]
+        ("layers_0", "relu"),
+        ("layers_1", "relu_1"),
+        ("layers_2", "relu_2"),
+        ("layers_3",),
+    ]
     return plan
 
 
@@ -80,26 +84,40 @@ def _bad_device(parts: list[dict[str, Any]]) -> None:
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory: pytest.TempPathFactory, graph: partitioner.Graph,
-         base_plan: Plan) -> dict[str, subprocess.CompletedProcess[str]]:
+def runs(
+    tmp_path_factory: pytest.TempPathFactory, graph: partitioner.Graph, base_plan: Plan
+) -> dict[str, subprocess.CompletedProcess[str]]:
     """Every subprocess case, run concurrently; name -> the finished process."""
     work = tmp_path_factory.mktemp("cli")
     (work / "base.json").write_text(base_plan.to_json())
-    for name, edit in [("missing", _missing), ("unknown", _unknown), ("cycle", _cycle),
-                       ("bad_device", _bad_device)]:
+    for name, edit in [("missing", _missing), ("unknown", _unknown), ("cycle", _cycle), ("bad_device", _bad_device)]:
         (work / f"{name}.json").write_text(json.dumps(edited(base_plan, edit)))
     (work / "broken.json").write_text('{\n  "schema_version": 1,\n  "mode": "size_based",\n  "partitions": [\n')
     two = partitioner.evaluate_plan(
-        graph, partitioner.parse_devices(DEVICES),
-        {**base_plan.node_to_partition(), "layers_3": 2}, {0: [0], 1: [1], 2: [2]})
+        graph,
+        partitioner.parse_devices(DEVICES),
+        {**base_plan.node_to_partition(), "layers_3": 2},
+        {0: [0], 1: [1], 2: [2]},
+    )
     (work / "moved.json").write_text(two.to_json())
     (work / "my_models.py").write_text(FACTORY)
     py = [sys.executable, "-m", "cli"]
     jobs: dict[str, list[list[str]]] = {
         # plan -> check round trip: the CLI's own plan passes the CI-style check.
         "round_trip": [
-            py + ["plan", *MODEL, "--devices", DEVICES, "--out", "rt.json",
-                  "--export", "pipeline-split-spec", "--export-out", "split.json"],
+            py
+            + [
+                "plan",
+                *MODEL,
+                "--devices",
+                DEVICES,
+                "--out",
+                "rt.json",
+                "--export",
+                "pipeline-split-spec",
+                "--export-out",
+                "split.json",
+            ],
             py + ["check", "rt.json", *MODEL, "--devices", DEVICES, "--max-memory-utilisation", "0.9"],
         ],
         "check_missing": [py + ["check", "missing.json", *MODEL]],
@@ -107,8 +125,9 @@ def runs(tmp_path_factory: pytest.TempPathFactory, graph: partitioner.Graph,
         "check_memory": [py + ["check", "base.json", *MODEL, "--devices", "4x16KiB"]],
         "check_cycle": [py + ["check", "cycle.json", *MODEL]],
         "check_device": [py + ["check", "bad_device.json", *MODEL, "--devices", DEVICES]],
-        "check_budget": [py + ["check", "base.json", *MODEL, "--max-latency", "1e-9",
-                               "--max-memory-utilisation", "0.5"]],
+        "check_budget": [
+            py + ["check", "base.json", *MODEL, "--max-latency", "1e-9", "--max-memory-utilisation", "0.5"]
+        ],
         "check_malformed": [py + ["check", "broken.json", *MODEL]],
         "plan_unknown_model": [py + ["plan", "mlpp"]],
         "render": [py + ["render", "base.json", "--format", "svg", "--out", "plan.svg"]],
@@ -122,8 +141,14 @@ def runs(tmp_path_factory: pytest.TempPathFactory, graph: partitioner.Graph,
     def run(commands: list[list[str]]) -> subprocess.CompletedProcess[str]:
         done = None
         for argv in commands:
-            done = subprocess.run(argv, cwd=work, capture_output=True, text=True, timeout=300,
-                                  env={**os.environ, "PYTHONWARNINGS": "ignore"})
+            done = subprocess.run(
+                argv,
+                cwd=work,
+                capture_output=True,
+                text=True,
+                timeout=300,
+                env={**os.environ, "PYTHONWARNINGS": "ignore"},
+            )
             if done.returncode != 0:
                 break
         assert done is not None
@@ -156,15 +181,17 @@ def test_plan_then_check_round_trip_passes(runs):
     assert spec["split_spec"] == {"layers.1": "beginning", "layers.2": "beginning", "layers.3": "beginning"}
 
 
-@pytest.mark.parametrize("case, expected", [
-    ("check_missing", "1 node(s) of the model are in no partition: 'relu_1'; assign each to a partition"),
-    ("check_unknown", "node(s) in the plan do not exist in the model: 'ghost' (partition 0); remove them"),
-    ("check_memory", "device dev_0 (id 0) holds partition(s) [0] using 22.2 KiB of its "
-                     "16 KiB (6.25 KiB over)"),
-    ("check_cycle", "partitions depend on each other in a cycle 0 -> 1 -> 2 -> 0"),
-    ("check_device", "partition 3 is placed on unknown device 7; known logical ids are [0, 1, 2, 3]"),
-    ("check_budget", "exceeds the budget --max-latency 1e-09 s"),
-])
+@pytest.mark.parametrize(
+    "case, expected",
+    [
+        ("check_missing", "1 node(s) of the model are in no partition: 'relu_1'; assign each to a partition"),
+        ("check_unknown", "node(s) in the plan do not exist in the model: 'ghost' (partition 0); remove them"),
+        ("check_memory", "device dev_0 (id 0) holds partition(s) [0] using 22.2 KiB of its 16 KiB (6.25 KiB over)"),
+        ("check_cycle", "partitions depend on each other in a cycle 0 -> 1 -> 2 -> 0"),
+        ("check_device", "partition 3 is placed on unknown device 7; known logical ids are [0, 1, 2, 3]"),
+        ("check_budget", "exceeds the budget --max-latency 1e-09 s"),
+    ],
+)
 def test_check_reports_each_violation_kind_and_exits_1(runs, case, expected):
     out = ok(runs[case], code=1)
     assert out.startswith("FAIL: ")
@@ -326,8 +353,7 @@ def test_plan_summary_aot_mapping_and_node_latency(capsys, tmp_path, base_plan):
     assert "end-to-end latency:" in out and "critical path: partitions 0 -> 1 -> 2 -> 3" in out
     saved = tmp_path / "base.json"
     saved.write_text(base_plan.to_json())
-    code, out, _ = run_main(capsys, "plan", *MODEL, "--devices", DEVICES, "--aot-mapping", str(saved),
-                            "--out", "-")
+    code, out, _ = run_main(capsys, "plan", *MODEL, "--devices", DEVICES, "--aot-mapping", str(saved), "--out", "-")
     again = Plan.from_json(out)
     assert code == 0 and again.mode == "aot_based"
     assert again.node_to_partition() == base_plan.node_to_partition()
@@ -335,26 +361,32 @@ def test_plan_summary_aot_mapping_and_node_latency(capsys, tmp_path, base_plan):
     csv_file.write_text("name,mem_s,compute_s\n# measured\nlayers_0,0.5,1.0\n\nrelu,0.1,0.2\n")
     json_file = tmp_path / "lat.json"
     json_file.write_text('{"layers_0": [0.5, 1.0], "relu": [0.1, 0.2]}')
-    assert read_node_latency(str(csv_file)) == read_node_latency(str(json_file)) == {
-        "layers_0": (0.5, 1.0), "relu": (0.1, 0.2)}
-    code, out, _ = run_main(capsys, "plan", *MODEL, "--devices", DEVICES, "--node-latency", str(csv_file),
-                            "--out", "-")
+    assert (
+        read_node_latency(str(csv_file))
+        == read_node_latency(str(json_file))
+        == {"layers_0": (0.5, 1.0), "relu": (0.1, 0.2)}
+    )
+    code, out, _ = run_main(capsys, "plan", *MODEL, "--devices", DEVICES, "--node-latency", str(csv_file), "--out", "-")
     plan = Plan.from_json(out)
     assert plan.options.node_latency is not None and plan.partitions[0].latency_s >= 1.2
     (tmp_path / "bad.csv").write_text("layers_0,0.5\n")
     with pytest.raises(CLIError, match="bad.csv line 1: expected the columns name,mem_s,compute_s"):
         read_node_latency(str(tmp_path / "bad.csv"))
     (tmp_path / "ghost.json").write_text('{"ghost": [1, 1]}')
-    code, _, err = run_main(capsys, "plan", *MODEL, "--devices", DEVICES, "--node-latency",
-                            str(tmp_path / "ghost.json"))
+    code, _, err = run_main(
+        capsys, "plan", *MODEL, "--devices", DEVICES, "--node-latency", str(tmp_path / "ghost.json")
+    )
     assert code == 2 and "not op nodes of the graph: ghost" in err
 
 
 def test_diff_json_exit_code_and_export_fx_aot(capsys, tmp_path, base_plan, graph):
     a, b = tmp_path / "a.json", tmp_path / "b.json"
     a.write_text(base_plan.to_json())
-    b.write_text(partitioner.partition(graph, partitioner.parse_devices(DEVICES), mode="cost_aware",
-                                       transfer_rate_bytes_per_s=1e9).to_json())
+    b.write_text(
+        partitioner.partition(
+            graph, partitioner.parse_devices(DEVICES), mode="cost_aware", transfer_rate_bytes_per_s=1e9
+        ).to_json()
+    )
     code, out, _ = run_main(capsys, "diff", str(a), str(b), "--json")
     assert code == 0 and json.loads(out)["mode_b"] == "cost_aware"
     code, out, _ = run_main(capsys, "diff", str(a), str(a), "--exit-code")
@@ -378,11 +410,15 @@ def test_compare_table(capsys):
 
 def test_helpers():
     assert parse_overrides("transformer", ["n_layer=2", "bias=false", "tie_weights=1"]) == {
-        "n_layer": 2, "bias": False, "tie_weights": True}
+        "n_layer": 2,
+        "bias": False,
+        "tie_weights": True,
+    }
     with pytest.raises(ValueError, match="--set expects KEY=VALUE \\(got 'n_layer'\\)"):
         parse_overrides("mlp", ["n_layer"])
     assert describe_devices(partitioner.parse_devices("2xa100-40gb,1x8GiB")) == (
-        "3 devices (2 x a100-40gb (40 GiB) + 1 x 8 GiB)")
+        "3 devices (2 x a100-40gb (40 GiB) + 1 x 8 GiB)"
+    )
 
 
 def test_check_under_both_cost_models(tmp_path, capsys):

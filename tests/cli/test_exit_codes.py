@@ -14,22 +14,55 @@ from cli import execute
 from cli.main import main
 from partitioner.errors import RunError
 
-MLP = ["mlp", "--set", "n_layer=2", "--set", "hidden=32", "--set", "in_features=32", "--set", "out_features=32",
-       "--set", "batch_size=4"]
+MLP = [
+    "mlp",
+    "--set",
+    "n_layer=2",
+    "--set",
+    "hidden=32",
+    "--set",
+    "in_features=32",
+    "--set",
+    "out_features=32",
+    "--set",
+    "batch_size=4",
+]
 
 
 def _fails(*args, **kwargs):
     raise RunError("rank 1 died (signal 9)", rank=1)
 
 
-@pytest.mark.parametrize("argv, where, name", [
-    (["remat", *MLP, "--budget", "0.5"], partitioner.remat, "sweep"),
-    (["cluster", *MLP, "--max-nodes", "1", "--global-batch", "8", "--seq-len", "4", "--min-cut-budgets", "0.5"],
-     partitioner.remat, "sweep"),
-    (["shard", *MLP, "--devices", "2x1GiB", "--suggest", "--run"], partitioner.sharding.tp_run, "run_sharded"),
-    (["pipeline", *MLP, "--devices", "2x1GiB", "--stages", "2", "--microbatches", "2", "--schedule", "gpipe", "--run"],
-     partitioner.pipeline, "run"),
-], ids=["remat", "cluster --min-cut-budgets", "shard --run", "pipeline --run"])
+@pytest.mark.parametrize(
+    "argv, where, name",
+    [
+        (["remat", *MLP, "--budget", "0.5"], partitioner.remat, "sweep"),
+        (
+            ["cluster", *MLP, "--max-nodes", "1", "--global-batch", "8", "--seq-len", "4", "--min-cut-budgets", "0.5"],
+            partitioner.remat,
+            "sweep",
+        ),
+        (["shard", *MLP, "--devices", "2x1GiB", "--suggest", "--run"], partitioner.sharding.tp_run, "run_sharded"),
+        (
+            [
+                "pipeline",
+                *MLP,
+                "--devices",
+                "2x1GiB",
+                "--stages",
+                "2",
+                "--microbatches",
+                "2",
+                "--schedule",
+                "gpipe",
+                "--run",
+            ],
+            partitioner.pipeline,
+            "run",
+        ),
+    ],
+    ids=["remat", "cluster --min-cut-budgets", "shard --run", "pipeline --run"],
+)
 def test_a_failed_run_exits_4_with_the_cause(argv, where, name, monkeypatch, capsys):
     monkeypatch.setattr(where, name, _fails)
     assert main(argv) == 4

@@ -12,8 +12,19 @@ import pytest
 from cli.main import main
 
 FIXTURES = Path(__file__).resolve().parents[1] / "plan" / "fixtures"
-MLP = ["mlp", "--set", "n_layer=2", "--set", "hidden=32", "--set", "in_features=32",
-       "--set", "out_features=32", "--set", "batch_size=2"]
+MLP = [
+    "mlp",
+    "--set",
+    "n_layer=2",
+    "--set",
+    "hidden=32",
+    "--set",
+    "in_features=32",
+    "--set",
+    "out_features=32",
+    "--set",
+    "batch_size=2",
+]
 
 
 def run(argv: list[str], capsys) -> tuple[int, str, str]:
@@ -37,27 +48,40 @@ def bad_plans(good: dict) -> dict[str, tuple[object, str]]:
     first = good["partitions"][0]
     return {
         "options_int": ({**v1, "options": 3}, "options must be an object or null in a schema-1 plan (got 3)"),
-        "edge_out_of_range": ({**good, "edges": [{"src": 0, "dst": 7, "bytes": 1, "latency_s": 0.0}]},
-                              "edges[0].dst names partition 7, which the plan does not have"),
-        "negative_id": ({**good, "partitions": [{**first, "id": -1}, *good["partitions"][1:]]},
-                        "partitions[0].id must be a whole number from 0"),
-        "children_out_of_range": ({**good, "partitions": [{**first, "children": [5]}, *good["partitions"][1:]]},
-                                  "partitions[0].children names partition 5"),
-        "string_bytes": ({**good, "partitions": [{**first, "memory_bytes": "lots"}, *good["partitions"][1:]]},
-                         "partitions[0].memory_bytes must be a whole number"),
+        "edge_out_of_range": (
+            {**good, "edges": [{"src": 0, "dst": 7, "bytes": 1, "latency_s": 0.0}]},
+            "edges[0].dst names partition 7, which the plan does not have",
+        ),
+        "negative_id": (
+            {**good, "partitions": [{**first, "id": -1}, *good["partitions"][1:]]},
+            "partitions[0].id must be a whole number from 0",
+        ),
+        "children_out_of_range": (
+            {**good, "partitions": [{**first, "children": [5]}, *good["partitions"][1:]]},
+            "partitions[0].children names partition 5",
+        ),
+        "string_bytes": (
+            {**good, "partitions": [{**first, "memory_bytes": "lots"}, *good["partitions"][1:]]},
+            "partitions[0].memory_bytes must be a whole number",
+        ),
         "missing_devices": ({k: v for k, v in good.items() if k != "devices"}, "plan JSON lacks the field 'devices'"),
     }
 
 
-@pytest.mark.parametrize("case", ["options_int", "edge_out_of_range", "negative_id", "children_out_of_range",
-                                  "string_bytes", "missing_devices"])
+@pytest.mark.parametrize(
+    "case",
+    ["options_int", "edge_out_of_range", "negative_id", "children_out_of_range", "string_bytes", "missing_devices"],
+)
 @pytest.mark.parametrize("command", ["check", "render", "export"])
 def test_plan_files_of_the_wrong_shape_exit_2_naming_the_rule(plan_file, tmp_path, capsys, case, command):
     data, message = bad_plans(json.loads(plan_file.read_text()))[case]
     path = tmp_path / f"{case}.json"
     path.write_text(json.dumps(data))
-    argv = {"check": ["check", str(path), *MLP], "render": ["render", str(path), "--format", "dot"],
-            "export": ["export", str(path), "--kind", "fx-aot"]}[command]
+    argv = {
+        "check": ["check", str(path), *MLP],
+        "render": ["render", str(path), "--format", "dot"],
+        "export": ["export", str(path), "--kind", "fx-aot"],
+    }[command]
     code, _, err = run(argv, capsys)
     assert code == 2, err
     assert message in err and str(path) in err, err
@@ -94,7 +118,7 @@ HF = [
     ("hf:llama", ["num_hidden_layers=1", "num_attention_heads=0"], "num_attention_heads must be at least 1 (got 0)"),
     ("hf:vit", ["num_hidden_layers=1", "patch_size=0"], "patch_size must be at least 1 (got 0)"),
     ("hf:llama", ["num_hidden_layers=1", 'rope_parameters={"rope_type": "bogus"}'], "(got 'bogus')"),
-    ("hf:llama", ["rope_scaling={\"type\": \"linear\"}"], "has no config field 'rope_scaling'"),
+    ("hf:llama", ['rope_scaling={"type": "linear"}'], "has no config field 'rope_scaling'"),
     ("hf:llama", ['quantization_config={"quant_method": "gptq"}'], "has no config field 'quantization_config'"),
 ]
 

@@ -30,8 +30,10 @@ def test_the_library_refuses_too_many_microbatches_and_takes_the_cap():
     devices = parse_devices("2x1GiB")
     with pytest.raises(PartitionError, match=rf"at most {MAX_MICROBATCHES:,} \(got {MAX_MICROBATCHES + 1:,}\)"):
         pipeline.plan(graph, devices, stages=2, microbatches=MAX_MICROBATCHES + 1, schedule="gpipe")
-    assert pipeline.plan(graph, devices, stages=2, microbatches=MAX_MICROBATCHES, schedule="gpipe").microbatches \
+    assert (
+        pipeline.plan(graph, devices, stages=2, microbatches=MAX_MICROBATCHES, schedule="gpipe").microbatches
         == MAX_MICROBATCHES
+    )
 
 
 def test_a_layer_count_past_the_cap_exits_2_naming_it(capsys):

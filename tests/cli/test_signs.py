@@ -22,8 +22,13 @@ def test_signed_percentages_never_read_minus_or_plus_zero():
 
 def test_plan_summary_shares_of_a_large_device_never_read_zero():
     graph = synthetic_graph([(0, 1)], [600, 600])
-    plan = partitioner.evaluate_plan(graph, partitioner.parse_devices("2x16GiB"), {"op0": 0, "op1": 1},
-                                     {0: [0], 1: [1]}, transfer_rate_bytes_per_s=1e9)
+    plan = partitioner.evaluate_plan(
+        graph,
+        partitioner.parse_devices("2x16GiB"),
+        {"op0": 0, "op1": 1},
+        {0: [0], 1: [1]},
+        transfer_rate_bytes_per_s=1e9,
+    )
     text = format_plan_summary(plan, graph)
     assert "<0.1% of 16 GiB" in text and "0.0%" not in text
 

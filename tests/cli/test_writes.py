@@ -16,8 +16,19 @@ from cli import inputs
 from cli.inputs import CLIError, write_output
 from cli.main import main
 
-MODEL = ["mlp", "--set", "n_layer=4", "--set", "hidden=64", "--set", "in_features=64", "--set",
-         "out_features=64", "--set", "batch_size=8"]
+MODEL = [
+    "mlp",
+    "--set",
+    "n_layer=4",
+    "--set",
+    "hidden=64",
+    "--set",
+    "in_features=64",
+    "--set",
+    "out_features=64",
+    "--set",
+    "batch_size=8",
+]
 
 
 @pytest.fixture(scope="module")
@@ -34,12 +45,15 @@ def plan_file(tmp_path: Path, plan_text: str) -> Path:
     return path
 
 
-@pytest.mark.parametrize("argv", [
-    ["render", "{plan}", "--out", "{plan}"],
-    ["render", "{plan}", "--format", "dot", "--out", "{dir}/../{dirname}/plan.json"],  # another spelling
-    ["export", "{plan}", "--kind", "fx-aot", "--out", "{plan}"],
-    ["check", "{plan}", *MODEL, "--node-latency", "{plan}"],  # reads only: no output, no refusal here
-])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["render", "{plan}", "--out", "{plan}"],
+        ["render", "{plan}", "--format", "dot", "--out", "{dir}/../{dirname}/plan.json"],  # another spelling
+        ["export", "{plan}", "--kind", "fx-aot", "--out", "{plan}"],
+        ["check", "{plan}", *MODEL, "--node-latency", "{plan}"],  # reads only: no output, no refusal here
+    ],
+)
 def test_an_output_over_an_input_is_refused_and_the_input_kept(argv, plan_file, capsys):
     text = plan_file.read_text()
     argv = [a.format(plan=plan_file, dir=plan_file.parent, dirname=plan_file.parent.name) for a in argv]
@@ -67,9 +81,11 @@ def test_export_and_render_refuse_a_plan_check_refuses(plan_file, tmp_path, caps
     bad.write_text(json.dumps(raw))
     out = tmp_path / "out.json"
     assert main(["check", str(bad), *MODEL]) == 1  # the reference: check's verdict
-    for argv in (["export", str(bad), "--kind", "fx-aot", "--out", str(out)],
-                 ["export", str(bad), *MODEL, "--kind", "fx-aot", "--out", str(out)],
-                 ["render", str(bad), "--format", "dot", "--out", str(out)]):
+    for argv in (
+        ["export", str(bad), "--kind", "fx-aot", "--out", str(out)],
+        ["export", str(bad), *MODEL, "--kind", "fx-aot", "--out", str(out)],
+        ["render", str(bad), "--format", "dot", "--out", str(out)],
+    ):
         assert main(argv) == 1
         err = capsys.readouterr().err
         assert "partition 0 has no device" in err and "Nothing was written" in err
@@ -106,8 +122,8 @@ def test_a_replaced_file_keeps_its_mode_and_a_new_one_gets_the_umasks(tmp_path):
     old = tmp_path / "old.json"
     old.write_text("{}")
     old.chmod(0o640)
-    write_output(str(old), "{\"a\": 1}", "plan")
-    assert old.read_text() == "{\"a\": 1}\n" and stat.S_IMODE(old.stat().st_mode) == 0o640
+    write_output(str(old), '{"a": 1}', "plan")
+    assert old.read_text() == '{"a": 1}\n' and stat.S_IMODE(old.stat().st_mode) == 0o640
     new = tmp_path / "new.svg"
     write_output(str(new), b"<svg/>", "drawing")
     umask = os.umask(0)

@@ -11,6 +11,7 @@ import sys
 import tomllib
 
 import pytest
+from cluster_helpers import hand_profile
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -22,7 +23,6 @@ from partitioner.cluster.search import _simulator, closed_form
 from partitioner.interop.engines import to_deepspeed, to_megatron, to_torchtitan, toml_text
 from partitioner.pipeline.schedules import check_microbatches, stages_per_rank
 from partitioner.pipeline.simulate import simulate
-from cluster_helpers import hand_profile
 
 GiB = 2**30
 
@@ -69,9 +69,20 @@ def test_a_two_layer_mlp_on_two_by_two_devices_by_hand():
 def test_model_states_reproduce_the_zero_papers_table(stage, expected_gb):
     """Rajbhandari et al. 2020, Figure 1: 7.5 B parameters, 64 data-parallel devices,
     mixed-precision Adam: 120, 31.4, 16.6 and 1.88 GB per device."""
-    p = cluster.ModelProfile(name="7.5B", tokens0=1, seq0=1, weight_bytes=15 * 10**9, param_count=75 * 10**8,
-                             element_bytes=2, layers=1, hidden_bytes_per_token=0.0, kv_bytes_per_token=0.0,
-                             act_bytes_per_token=0.0, flops_per_token=0.0, attention_flops_per_token=0.0)
+    p = cluster.ModelProfile(
+        name="7.5B",
+        tokens0=1,
+        seq0=1,
+        weight_bytes=15 * 10**9,
+        param_count=75 * 10**8,
+        element_bytes=2,
+        layers=1,
+        hidden_bytes_per_token=0.0,
+        kv_bytes_per_token=0.0,
+        act_bytes_per_token=0.0,
+        flops_per_token=0.0,
+        attention_flops_per_token=0.0,
+    )
     w = cluster.Workload(global_batch=64, seq_len=1)
     big = cluster.Cluster(cluster.Accelerator("big", 2**50, 1e15, 1e12, 1.0), devices_per_node=8)
     r = cluster.evaluate(p, w, big, cluster.Layout(dp=64, zero=stage), _simulator())
@@ -84,8 +95,9 @@ def test_flops_per_step_match_megatrons_formula():
     hidden h, vocabulary V at batch B x s costs 72 B s l h^2 (1 + s / (6 h) + V / (12 l h)) FLOPs
     a step (forward and backward). Its assumptions hold for GPT-2 (MLP of 4h, no biases counted)."""
     h, layers, vocab, s = 256, 4, 1000, 128
-    module, inputs, kwargs = sample_models.load("hf:gpt2", overrides={"n_layer": layers, "n_embd": h,
-                                                                       "n_head": 4, "vocab_size": vocab})
+    module, inputs, kwargs = sample_models.load(
+        "hf:gpt2", overrides={"n_layer": layers, "n_embd": h, "n_head": 4, "vocab_size": vocab}
+    )
     graph = partitioner.trace(module, inputs, example_kwargs=kwargs)
     p = cluster.profile(graph)
     batch = 1
@@ -116,9 +128,16 @@ def test_closed_forms_equal_the_simulator(schedule, pp):
 
 
 @settings(max_examples=80, deadline=None)
-@given(st.integers(1, 4), st.sampled_from([1, 2]), st.sampled_from([1, 2]), st.sampled_from([1, 2, 4]),
-       st.integers(0, 3), st.sampled_from(["none", "full"]), st.sampled_from([64, 4 * GiB, 20 * GiB]),
-       st.sampled_from(["adam", "sgd", "none"]))
+@given(
+    st.integers(1, 4),
+    st.sampled_from([1, 2]),
+    st.sampled_from([1, 2]),
+    st.sampled_from([1, 2, 4]),
+    st.integers(0, 3),
+    st.sampled_from(["none", "full"]),
+    st.sampled_from([64, 4 * GiB, 20 * GiB]),
+    st.sampled_from(["adam", "sgd", "none"]),
+)
 def test_a_layout_fits_exactly_when_every_part_is_within_the_device(dp, tp, pp, mb, zero, rc, memory, opt):
     p = hand_profile(params=3_000_000_000, layers=4)
     acc = cluster.Accelerator("x", memory + GiB, 1e14, 1e12, 1.0)
@@ -157,12 +176,18 @@ def test_engine_configs_read_back():
     lay = cluster.Layout(dp=4, tp=8, pp=2, microbatch_size=2, schedule="interleaved_1f1b", zero=3, recompute="full")
     w = cluster.Workload(global_batch=256, seq_len=4096)
     titan = tomllib.loads(toml_text(to_torchtitan(lay, w)))
-    assert titan["parallelism"] == {"data_parallel_replicate_degree": 1, "data_parallel_shard_degree": 4,
-                                    "tensor_parallel_degree": 8, "pipeline_parallel_degree": 2,
-                                    "expert_parallel_degree": 1, "context_parallel_degree": 1,
-                                    "enable_sequence_parallel": True, "fsdp_reshard_after_forward": "always",
-                                    "pipeline_parallel_schedule": "Interleaved1F1B",
-                                    "pipeline_parallel_microbatch_size": 2}
+    assert titan["parallelism"] == {
+        "data_parallel_replicate_degree": 1,
+        "data_parallel_shard_degree": 4,
+        "tensor_parallel_degree": 8,
+        "pipeline_parallel_degree": 2,
+        "expert_parallel_degree": 1,
+        "context_parallel_degree": 1,
+        "enable_sequence_parallel": True,
+        "fsdp_reshard_after_forward": "always",
+        "pipeline_parallel_schedule": "Interleaved1F1B",
+        "pipeline_parallel_microbatch_size": 2,
+    }
     assert titan["activation_checkpoint"]["mode"] == "full" and titan["training"]["local_batch_size"] == 64
     ds = json.loads(json.dumps(to_deepspeed(lay, w)))
     # DeepSpeed's rule: train_batch_size = micro batch x accumulation steps x data-parallel size.
@@ -174,12 +199,39 @@ def test_engine_configs_read_back():
 
 def test_the_command_line_plans_a_small_cluster_and_exports_torchtitan(tmp_path):
     out = tmp_path / "titan.toml"
-    done = subprocess.run([sys.executable, "-m", "cli", "cluster", "hf:llama", "--set", "num_hidden_layers=2",
-                           "--global-batch", "16", "--seq-len", "256", "--max-nodes", "1",
-                           "--export", "torchtitan", "--out", str(out)], capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "cli",
+            "cluster",
+            "hf:llama",
+            "--set",
+            "num_hidden_layers=2",
+            "--global-batch",
+            "16",
+            "--seq-len",
+            "256",
+            "--max-nodes",
+            "1",
+            "--export",
+            "torchtitan",
+            "--out",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr
     assert "fewest devices:" in done.stdout and "fastest:" in done.stdout
     config = tomllib.loads(out.read_text())
     dims = config["parallelism"]
-    assert math.prod([dims["data_parallel_replicate_degree"], dims["data_parallel_shard_degree"],
-                      dims["tensor_parallel_degree"], dims["pipeline_parallel_degree"]]) in (1, 2, 4, 8)
+    assert math.prod(
+        [
+            dims["data_parallel_replicate_degree"],
+            dims["data_parallel_shard_degree"],
+            dims["tensor_parallel_degree"],
+            dims["pipeline_parallel_degree"],
+        ]
+    ) in (1, 2, 4, 8)

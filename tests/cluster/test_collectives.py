@@ -7,6 +7,7 @@ import dataclasses
 import json
 
 import pytest
+from cluster_helpers import hand_profile
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -14,11 +15,15 @@ import partitioner
 from partitioner import cluster
 from partitioner.cluster.layouts import ring_allreduce_s
 from partitioner.cluster.search import _simulator
-from cluster_helpers import hand_profile
 
 GiB = 2**30
-TOY = cluster.Cluster(cluster.Accelerator("toy", 64 * GiB, 1e12, 1e11, 2.0), devices_per_node=2,
-                      intra=cluster.Link("fast", 1e10, 0.0), inter=cluster.Link("slow", 1e9, 0.0), headroom_bytes=GiB)
+TOY = cluster.Cluster(
+    cluster.Accelerator("toy", 64 * GiB, 1e12, 1e11, 2.0),
+    devices_per_node=2,
+    intra=cluster.Link("fast", 1e10, 0.0),
+    inter=cluster.Link("slow", 1e9, 0.0),
+    headroom_bytes=GiB,
+)
 
 
 def _by_group(rows: list[cluster.Collective]) -> dict[str, float]:
@@ -46,8 +51,9 @@ def test_zero3_moves_one_and_a_half_times_data_parallelisms_bytes():
     w = cluster.Workload(global_batch=8, seq_len=1)
     plain = _by_group(cluster.collectives(p, w, TOY, cluster.Layout(dp=4, microbatch_size=2)))["dp"]
     for zero in (1, 2):
-        assert _by_group(cluster.collectives(p, w, TOY, cluster.Layout(dp=4, microbatch_size=2, zero=zero)))["dp"] \
-            == pytest.approx(plain)
+        assert _by_group(cluster.collectives(p, w, TOY, cluster.Layout(dp=4, microbatch_size=2, zero=zero)))[
+            "dp"
+        ] == pytest.approx(plain)
     rows = cluster.collectives(p, w, TOY, cluster.Layout(dp=4, microbatch_size=2, zero=3))
     assert [r.name.split(" ")[0] for r in rows] == ["reduce-scatter", "all-gather"]
     assert sum(r.seconds for r in rows) == pytest.approx(1.5 * plain)  # ZeRO paper, sec. 7: 3 psi against 2 psi
@@ -62,16 +68,25 @@ def test_megatrons_count_four_all_reduces_per_layer_per_microbatch():
 
 
 @settings(max_examples=120, deadline=None)
-@given(st.sampled_from([1, 2, 4]), st.sampled_from([1, 2]), st.sampled_from([1, 2, 4]), st.sampled_from([1, 2]),
-       st.integers(0, 3), st.sampled_from(["none", "full"]), st.sampled_from([1, 2, 4]), st.booleans(),
-       st.sampled_from(["training", "inference"]))
+@given(
+    st.sampled_from([1, 2, 4]),
+    st.sampled_from([1, 2]),
+    st.sampled_from([1, 2, 4]),
+    st.sampled_from([1, 2]),
+    st.integers(0, 3),
+    st.sampled_from(["none", "full"]),
+    st.sampled_from([1, 2, 4]),
+    st.booleans(),
+    st.sampled_from(["training", "inference"]),
+)
 def test_the_rows_sum_to_the_steps_communication(dp, tp, pp, mb, zero, rc, ep, moe, kind):
     p = hand_profile(params=50_000_000, layers=4)
     if moe:
         p = dataclasses.replace(p, expert_param_count=30_000_000, experts=4, experts_per_token=2, moe_layers=4)
     w = cluster.Workload(kind=kind, global_batch=16, seq_len=64, generate_tokens=8)
-    lay = cluster.Layout(dp, tp, pp, mb, "1f1b" if pp > 1 else "none", zero if dp > 1 else 0, rc,
-                         ep if moe and dp % ep == 0 else 1)
+    lay = cluster.Layout(
+        dp, tp, pp, mb, "1f1b" if pp > 1 else "none", zero if dp > 1 else 0, rc, ep if moe and dp % ep == 0 else 1
+    )
     try:
         r = cluster.evaluate(p, w, TOY, lay, _simulator())
     except partitioner.PartitionError:
@@ -87,16 +102,34 @@ def test_the_rows_sum_to_the_steps_communication(dp, tp, pp, mb, zero, rc, ep, m
     # The reduction overlaps the last microbatch's backward (twice the forward, plus what it recomputes).
     m = r.microbatches
     backward = 2 * r.parts_s["compute"] / (3 * m) + r.parts_s.get("recomputation", 0.0) / m
-    assert r.parts_s["gradient reduction (exposed)"] == pytest.approx(max(0.0, groups.get("dp", 0.0) - backward),
-                                                                     abs=1e-15)
+    assert r.parts_s["gradient reduction (exposed)"] == pytest.approx(
+        max(0.0, groups.get("dp", 0.0) - backward), abs=1e-15
+    )
 
 
 def test_the_command_line_opens_a_layout_with_its_collectives(tmp_path, capsys):
     from cli.main import main
 
     out = tmp_path / "plan.json"
-    assert main(["cluster", "mlp", "--max-nodes", "1", "--global-batch", "16", "--seq-len", "1",
-                 "--open", "dp2 tp2 pp2 1f1b mb2 zero1", "--out", str(out)]) == 0
+    assert (
+        main(
+            [
+                "cluster",
+                "mlp",
+                "--max-nodes",
+                "1",
+                "--global-batch",
+                "16",
+                "--seq-len",
+                "1",
+                "--open",
+                "dp2 tp2 pp2 1f1b mb2 zero1",
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    )
     printed = capsys.readouterr().out
     assert "dp2 tp2 pp2 1f1b mb2 zero1 on 8 x h100-80gb" in printed and "all-reduce of the hidden state" in printed
     opened = json.loads(out.read_text())["opened"]

@@ -13,15 +13,26 @@ from partitioner import cluster
 from partitioner.cluster.compose import model_tp_plan, run_layout
 from partitioner.sharding import tensor_parallel
 
-SMALL = {"num_hidden_layers": 2, "hidden_size": 64, "intermediate_size": 128, "num_attention_heads": 4,
-         "num_key_value_heads": 2, "vocab_size": 256, "batch_size": 4, "seq_len": 16}
+SMALL = {
+    "num_hidden_layers": 2,
+    "hidden_size": 64,
+    "intermediate_size": 128,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "vocab_size": 256,
+    "batch_size": 4,
+    "seq_len": 16,
+}
 GPT2 = {"n_layer": 2, "n_embd": 64, "n_head": 4, "vocab_size": 256, "batch_size": 4, "seq_len": 16}
 
 
 def _plan(name: str, graph: partitioner.Graph) -> tensor_parallel.TPPlan:
     if name == "gpt2":  # no plan of its own: each MLP's Conv1D pair, column then row
-        spec = {f"transformer.h.{i}.mlp.{layer}.weight": split for i in range(2)
-                for layer, split in (("c_fc", "1,2"), ("c_proj", "2,1"))}
+        spec = {
+            f"transformer.h.{i}.mlp.{layer}.weight": split
+            for i in range(2)
+            for layer, split in (("c_fc", "1,2"), ("c_proj", "2,1"))
+        }
         return tensor_parallel.tp_plan(graph, spec, 2)
     plan = model_tp_plan(graph, 2)  # the model's own, with the embedding and head split as torchtitan splits them
     assert plan is not None and plan.spec["model.embed_tokens.weight"] == plan.spec["lm_head.weight"] == "2,1"
@@ -29,8 +40,10 @@ def _plan(name: str, graph: partitioner.Graph) -> tensor_parallel.TPPlan:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name, layout", [("llama", "dp2 tp2 mb1"), ("llama", "dp2 tp2 zero3"),
-                                          ("qwen2", "dp2 tp2 mb2 zero2"), ("gpt2", "dp2 tp2")])
+@pytest.mark.parametrize(
+    "name, layout",
+    [("llama", "dp2 tp2 mb1"), ("llama", "dp2 tp2 zero3"), ("qwen2", "dp2 tp2 mb2 zero2"), ("gpt2", "dp2 tp2")],
+)
 def test_dp_over_the_models_own_tensor_parallel_plan_equals_one_process(name, layout):
     module, inputs, kwargs = sample_models.load(f"hf:{name}", overrides=GPT2 if name == "gpt2" else SMALL)
     graph = partitioner.trace(module, inputs, example_kwargs=kwargs)
@@ -39,8 +52,11 @@ def test_dp_over_the_models_own_tensor_parallel_plan_equals_one_process(name, la
     assert run.outputs_equal, run.mismatch
     assert run.gradients_equal, run.mismatch
     assert {(r.dp, r.tp) for r in run.ranks} == {(0, 0), (0, 1), (1, 0), (1, 1)}
-    sharded = sum(p.numel() * p.element_size() for n, p in module.named_parameters()
-                  if any(n.startswith(path + ".") for path, _ in run.tp_plan))
+    sharded = sum(
+        p.numel() * p.element_size()
+        for n, p in module.named_parameters()
+        if any(n.startswith(path + ".") for path, _ in run.tp_plan)
+    )
     whole = sum(p.numel() * p.element_size() for p in module.parameters())
     held = max(r.parameter_bytes for r in run.ranks)
     assert held < whole  # tensor parallelism (and ZeRO) split the weights
@@ -51,8 +67,9 @@ def test_dp_over_the_models_own_tensor_parallel_plan_equals_one_process(name, la
 def test_a_model_without_a_plan_of_its_own_composes_by_its_mlp_pairs():
     module, inputs, kwargs = sample_models.load("hf:gpt2", overrides=GPT2)
     plan = model_tp_plan(partitioner.trace(module, inputs, example_kwargs=kwargs), 2)
-    assert plan is not None and set(plan.styles) == {f"transformer.h.{i}.mlp.{layer}" for i in range(2)
-                                                     for layer in ("c_fc", "c_proj")}
+    assert plan is not None and set(plan.styles) == {
+        f"transformer.h.{i}.mlp.{layer}" for i in range(2) for layer in ("c_fc", "c_proj")
+    }
     assert set(plan.transposed) == set(plan.styles)  # GPT-2's Conv1D, run as the equal Linear
     mlp, inputs, _ = sample_models.load("mlp")
     assert model_tp_plan(partitioner.trace(mlp, inputs), 2) is None  # its Linear pairs serve
@@ -64,6 +81,7 @@ def test_a_sample_decoder_composes_by_its_mlp_pairs_with_norms_and_attention_rep
     graph = partitioner.trace(module, inputs)
     plan = model_tp_plan(graph, 2)  # its Linear pairs do not cover it: LayerNorms, attention, embeddings
     assert plan is not None and all(".mlp." in name for name in plan.spec)
-    run = run_layout(graph.graph_module, inputs, cluster.compose.parse_layout("dp2 tp2 zero2", batch=4),
-                     tp_plan=plan, timeout_s=300)
+    run = run_layout(
+        graph.graph_module, inputs, cluster.compose.parse_layout("dp2 tp2 zero2", batch=4), tp_plan=plan, timeout_s=300
+    )
     assert run.outputs_equal and run.gradients_equal, run.mismatch

@@ -46,8 +46,12 @@ def test_parse_layout_reads_short_strings():
 
 def test_the_mlp_pairs_its_linear_layers_colwise_then_rowwise():
     model, _ = mlp()
-    assert linear_pairs_plan(model, 2) == (("layers.0", "colwise"), ("layers.1", "rowwise"),
-                                           ("layers.2", "colwise"), ("layers.3", "rowwise"))
+    assert linear_pairs_plan(model, 2) == (
+        ("layers.0", "colwise"),
+        ("layers.1", "rowwise"),
+        ("layers.2", "colwise"),
+        ("layers.3", "rowwise"),
+    )
 
 
 def test_what_cannot_be_sharded_is_refused_before_any_process_starts():
@@ -90,8 +94,9 @@ def test_a_two_by_two_run_of_the_mlp_equals_one_process(zero: int):
 def test_a_failing_rank_is_named_with_its_mesh_coordinates_and_no_process_is_left():
     before = faults.child_pids()
     with pytest.raises(RunError, match=r"rank 2 \(dp=1, tp=0\): ValueError: injected failure") as info:
-        run_layout(RaisesOnRank(bad=2), (torch.randn(4, 8),), cluster.Layout(dp=2, tp=2, microbatch_size=2),
-                   timeout_s=240)
+        run_layout(
+            RaisesOnRank(bad=2), (torch.randn(4, 8),), cluster.Layout(dp=2, tp=2, microbatch_size=2), timeout_s=240
+        )
     assert info.value.rank == 2
     assert faults.child_pids() <= before
 
@@ -100,8 +105,9 @@ def test_a_failing_rank_is_named_with_its_mesh_coordinates_and_no_process_is_lef
 def test_a_rank_that_dies_is_named_with_its_mesh_coordinates():
     before = faults.child_pids()
     with pytest.raises(RunError, match=r"rank 1 \(dp=1, tp=0\): rank 1 died"):
-        run_layout(faults.DiesOnRank(rank=1), (torch.randn(4, 8),), cluster.Layout(dp=2, microbatch_size=2),
-                   timeout_s=240)
+        run_layout(
+            faults.DiesOnRank(rank=1), (torch.randn(4, 8),), cluster.Layout(dp=2, microbatch_size=2), timeout_s=240
+        )
     assert faults.child_pids() <= before
 
 
@@ -109,8 +115,18 @@ def test_a_rank_that_dies_is_named_with_its_mesh_coordinates():
 def test_the_cli_runs_a_layout_and_prints_the_comparison(capsys: pytest.CaptureFixture[str]):
     from cli.main import main
 
-    sets = ["--set", "n_layer=4", "--set", "hidden=32", "--set", "in_features=32", "--set", "out_features=32",
-            "--set", "batch_size=8"]
+    sets = [
+        "--set",
+        "n_layer=4",
+        "--set",
+        "hidden=32",
+        "--set",
+        "in_features=32",
+        "--set",
+        "out_features=32",
+        "--set",
+        "batch_size=8",
+    ]
     assert main(["cluster", "mlp", *sets, "--run", "dp2 tp2 zero3", "--timeout", "240"]) == 0
     out = capsys.readouterr().out
     assert "outputs equal one process: yes; gradients equal: yes" in out

@@ -49,21 +49,28 @@ READER = textwrap.dedent("""
     deepspeed.comm.destroy_process_group()
 """)
 
-CASES = [(4, 2, 3, "full", 1, 32, True, False, 0), (8, 1, 0, "none", 1, 64, False, False, 0),
-         (2, 4, 1, "none", 1, 64, True, False, 0), (4, 1, 2, "min-cut-0.5", 2, 16, True, False, 0),
-         (8, 1, 2, "none", 1, 64, True, True, 0), (8, 1, 3, "none", 1, 64, True, True, 4)]
+CASES = [
+    (4, 2, 3, "full", 1, 32, True, False, 0),
+    (8, 1, 0, "none", 1, 64, False, False, 0),
+    (2, 4, 1, "none", 1, 64, True, False, 0),
+    (4, 1, 2, "min-cut-0.5", 2, 16, True, False, 0),
+    (8, 1, 2, "none", 1, 64, True, True, 0),
+    (8, 1, 3, "none", 1, 64, True, True, 4),
+]
 
 
 @pytest.mark.slow
 def test_deepspeed_reads_the_exported_configs_as_meant():
     from partitioner.runtime.launch import free_port
 
-    done = subprocess.run([sys.executable, "-c", READER, str(free_port()), json.dumps(CASES)],
-                          capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [sys.executable, "-c", READER, str(free_port()), json.dumps(CASES)], capture_output=True, text=True, timeout=300
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     *parsed, bad = json.loads(done.stdout.strip().splitlines()[-1])
-    for (dp, mb, zero, _, _, batch, bf16, offload, shard), (train, micro, accumulate, stage, bf, device, hpz) in \
-            zip(CASES, parsed):
+    for (dp, mb, zero, _, _, batch, bf16, offload, shard), (train, micro, accumulate, stage, bf, device, hpz) in zip(
+        CASES, parsed
+    ):
         assert (train, micro, stage, bf) == (batch, mb, zero, bf16)
         assert device == ("OffloadDeviceEnum.cpu" if offload else "none") or device == ("cpu" if offload else "none")
         assert hpz == (shard if shard and zero == 3 else 1)  # ZeRO++ hpZ: the secondary partition's size
@@ -117,24 +124,31 @@ TITAN_READER = textwrap.dedent("""
     print(json.dumps(out))
 """)
 
-TITAN_CASES = [(4, 2, 2, 2, "1f1b", 0, "full", 64, 1, True, 0), (8, 1, 1, 2, "none", 3, "none", 64, 1, True, 0),
-               (2, 4, 1, 1, "none", 2, "min-cut-0.5", 16, 1, True, 0),
-               (1, 8, 4, 1, "interleaved_1f1b", 0, "none", 32, 1, True, 0),
-               (2, 8, 1, 1, "none", 3, "selective", 16, 4, False, 0), (8, 2, 1, 1, "none", 3, "none", 64, 2, True, 8),
-               (2, 2, 4, 1, "zero_bubble", 0, "none", 64, 1, True, 0)]
+TITAN_CASES = [
+    (4, 2, 2, 2, "1f1b", 0, "full", 64, 1, True, 0),
+    (8, 1, 1, 2, "none", 3, "none", 64, 1, True, 0),
+    (2, 4, 1, 1, "none", 2, "min-cut-0.5", 16, 1, True, 0),
+    (1, 8, 4, 1, "interleaved_1f1b", 0, "none", 32, 1, True, 0),
+    (2, 8, 1, 1, "none", 3, "selective", 16, 4, False, 0),
+    (8, 2, 1, 1, "none", 3, "none", 64, 2, True, 8),
+    (2, 2, 4, 1, "zero_bubble", 0, "none", 64, 1, True, 0),
+]
 
 
 def test_torchtitan_reads_the_exported_configs_as_meant():
-    done = subprocess.run([sys.executable, "-c", TITAN_READER, json.dumps(TITAN_CASES)],
-                          capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [sys.executable, "-c", TITAN_READER, json.dumps(TITAN_CASES)], capture_output=True, text=True, timeout=300
+    )
     assert done.returncode == 0, done.stderr[-3000:]
-    for (dp, tp, pp, mb, sched, zero, rc, batch, cp, sp, shard), got in zip(TITAN_CASES,
-                                                                            json.loads(done.stdout.splitlines()[-1])):
+    for (dp, tp, pp, mb, sched, zero, rc, batch, cp, sp, shard), got in zip(
+        TITAN_CASES, json.loads(done.stdout.splitlines()[-1])
+    ):
         assert got["toml"] == got["args"]  # the TOML and the command line say the same
         par, train = got["args"]["parallelism"], got["args"]["training"]
         fsdp = shard // cp if shard else dp  # HSDP: FSDP over shard ranks (with cp), replicas across
-        assert (par["data_parallel_shard_degree"], par["data_parallel_replicate_degree"]) == \
-            ((fsdp, dp // fsdp) if zero in (2, 3) else (1, dp))
+        assert (par["data_parallel_shard_degree"], par["data_parallel_replicate_degree"]) == (
+            (fsdp, dp // fsdp) if zero in (2, 3) else (1, dp)
+        )
         assert (par["tensor_parallel_degree"], par["pipeline_parallel_degree"]) == (tp, pp)
         assert (par["context_parallel_degree"], par["enable_sequence_parallel"]) == (cp, sp)
         if zero in (2, 3) and dp > 1:  # ZeRO-3 reshards after the forward; ZeRO-2 keeps them to the backward
@@ -145,8 +159,12 @@ def test_torchtitan_reads_the_exported_configs_as_meant():
         if pp > 1:
             assert train["local_batch_size"] == batch // dp
             assert train["local_batch_size"] % par["pipeline_parallel_microbatch_size"] == 0  # Trainer.Config's rule
-            assert par["pipeline_parallel_schedule"] == {"1f1b": "1F1B", "interleaved_1f1b": "Interleaved1F1B",
-                                                 "zero_bubble": "InterleavedZeroBubble"}[sched]
+            assert (
+                par["pipeline_parallel_schedule"]
+                == {"1f1b": "1F1B", "interleaved_1f1b": "Interleaved1F1B", "zero_bubble": "InterleavedZeroBubble"}[
+                    sched
+                ]
+            )
         else:
             assert train["local_batch_size"] == mb and batch % (mb * dp) == 0
         assert got["budget"] == (0.5 if rc == "min-cut-0.5" else None)
@@ -159,8 +177,9 @@ def test_megatron_arguments_carry_the_new_options():
     from partitioner import cluster
     from partitioner.interop.engines import to_megatron
 
-    lay = cluster.Layout(dp=2, tp=8, pp=4, schedule="interleaved_1f1b", virtual=4, cp=2, recompute="selective",
-                         sp=False)
+    lay = cluster.Layout(
+        dp=2, tp=8, pp=4, schedule="interleaved_1f1b", virtual=4, cp=2, recompute="selective", sp=False
+    )
     args = to_megatron(lay, cluster.Workload(global_batch=64, seq_len=8192))
     assert args[args.index("--context-parallel-size") + 1] == "2"
     assert args[args.index("--recompute-granularity") + 1] == "selective"

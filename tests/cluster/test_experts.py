@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
+from cluster_helpers import hand_profile
 
 import partitioner
 import sample_models
@@ -14,11 +15,18 @@ from partitioner import PartitionError, cluster
 from partitioner.cluster.layouts import all_to_all_s, ring_allreduce_s
 from partitioner.cluster.search import _simulator
 from partitioner.interop.engines import to_deepspeed, to_megatron, to_torchtitan
-from cluster_helpers import hand_profile
 
 GiB = 2**30
-TINY = {"num_hidden_layers": 2, "hidden_size": 64, "intermediate_size": 128, "num_attention_heads": 4,
-        "num_key_value_heads": 2, "vocab_size": 1000, "num_local_experts": 4, "num_experts_per_tok": 2}
+TINY = {
+    "num_hidden_layers": 2,
+    "hidden_size": 64,
+    "intermediate_size": 128,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "vocab_size": 1000,
+    "num_local_experts": 4,
+    "num_experts_per_tok": 2,
+}
 
 
 def test_the_profile_finds_the_experts_the_model_has():
@@ -27,12 +35,16 @@ def test_the_profile_finds_the_experts_the_model_has():
     experts = sum(p.numel() for n, p in module.named_parameters() if ".experts." in n)
     assert prof.expert_param_count == experts > 0
     assert (prof.experts, prof.experts_per_token, prof.moe_layers) == (
-        module.config.num_local_experts, module.config.num_experts_per_tok, module.config.num_hidden_layers)
+        module.config.num_local_experts,
+        module.config.num_experts_per_tok,
+        module.config.num_hidden_layers,
+    )
 
 
 def test_a_dense_model_has_no_experts_and_refuses_ep():
-    module, inputs, kwargs = sample_models.load("hf:llama", overrides={k: v for k, v in TINY.items()
-                                                                       if "expert" not in k})
+    module, inputs, kwargs = sample_models.load(
+        "hf:llama", overrides={k: v for k, v in TINY.items() if "expert" not in k}
+    )
     prof = cluster.profile(partitioner.trace(module, inputs, example_kwargs=kwargs))
     assert (prof.expert_param_count, prof.experts, prof.moe_layers) == (0, 0, 0)
     w = cluster.Workload(global_batch=8, seq_len=16)

@@ -5,12 +5,12 @@ reduce-scatter and all-gathers inside the group and an all-reduce of one shard a
 from __future__ import annotations
 
 import pytest
+from cluster_helpers import hand_profile
 
 from partitioner import PartitionError, cluster
 from partitioner.cluster.layouts import ring_allreduce_s
 from partitioner.cluster.search import _simulator
 from partitioner.interop.engines import to_deepspeed, to_megatron
-from cluster_helpers import hand_profile
 
 INTRA, INTER = cluster.Link("fast", 1e11, 1e-6), cluster.Link("slow", 1e10, 5e-6)
 C = cluster.Cluster(cluster.Accelerator("x", 2**40, 1e15, 1e12, 1.0), devices_per_node=8, intra=INTRA, inter=INTER)

@@ -10,12 +10,12 @@ import sys
 
 import pytest
 import torch
+from cluster_helpers import hand_profile
 
 import partitioner
 from partitioner import PartitionError, cluster, remat
 from partitioner.cluster.search import _simulator
 from partitioner.interop.engines import to_torchtitan
-from cluster_helpers import hand_profile
 
 GiB = 2**30
 ACC = cluster.Accelerator("toy", 64 * GiB, 1e12, 1e11, 2.0)
@@ -55,7 +55,9 @@ def test_shares_come_from_functorchs_min_cut_on_the_traced_graph():
 
 
 def test_the_search_offers_min_cut_where_it_fits_and_is_faster_than_full():
-    p = dataclasses.replace(hand_profile(params=1_000_000, layers=2), act_bytes_per_token=1e6, min_cut=((0.0, 0.1, 0.2),))
+    p = dataclasses.replace(
+        hand_profile(params=1_000_000, layers=2), act_bytes_per_token=1e6, min_cut=((0.0, 0.1, 0.2),)
+    )
     acc = cluster.Accelerator("x", 16_000_000 + 600_000, 1e12, 1e11, 1.0)  # model states + 0.6 of a token
     c = cluster.Cluster(acc, devices_per_node=1, headroom_bytes=0)
     w = cluster.Workload(global_batch=8, seq_len=1)
@@ -75,11 +77,34 @@ def test_torchtitan_runs_a_min_cut_budget_as_its_memory_budget_mode():
 
 @pytest.mark.slow
 def test_the_command_line_measures_min_cut_then_searches():
-    done = subprocess.run([sys.executable, "-m", "cli", "cluster", "gpt2_small", "--set", "n_layer=2",
-                           "--max-nodes", "1", "--global-batch", "8", "--seq-len", "64",
-                           "--min-cut-budgets", "0,0.5"], capture_output=True, text=True, timeout=600)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "cli",
+            "cluster",
+            "gpt2_small",
+            "--set",
+            "n_layer=2",
+            "--max-nodes",
+            "1",
+            "--global-batch",
+            "8",
+            "--seq-len",
+            "64",
+            "--min-cut-budgets",
+            "0,0.5",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert done.returncode == 0, done.stderr
     assert "min-cut-0 keeps" in done.stdout and "min-cut-0.5 keeps" in done.stdout
-    bad = subprocess.run([sys.executable, "-m", "cli", "cluster", "mlp", "--min-cut-budgets", "half"],
-                         capture_output=True, text=True, timeout=300)
+    bad = subprocess.run(
+        [sys.executable, "-m", "cli", "cluster", "mlp", "--min-cut-budgets", "half"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert bad.returncode == 2 and "--min-cut-budgets takes numbers" in bad.stderr

@@ -48,9 +48,16 @@ def mlp() -> tuple[torch.nn.Module, tuple[torch.Tensor, ...]]:
 def test_ranks_sit_on_the_mesh_row_major_with_tp_fastest():
     layout = cluster.Layout(pp=2, dp=2, tp=2)
     assert [coordinates(r, layout) for r in range(8)] == [
-        (0, 0, 0), (0, 0, 1), (0, 1, 0), (0, 1, 1), (1, 0, 0), (1, 0, 1), (1, 1, 0), (1, 1, 1)]
-    assert role(5, layout) == ("rank 5 (pp=1, dp=0, tp=1: pipeline stage 2 of 2, tensor shard 2 of 2, "
-                               "replica 1 of 2)")
+        (0, 0, 0),
+        (0, 0, 1),
+        (0, 1, 0),
+        (0, 1, 1),
+        (1, 0, 0),
+        (1, 0, 1),
+        (1, 1, 0),
+        (1, 1, 1),
+    ]
+    assert role(5, layout) == ("rank 5 (pp=1, dp=0, tp=1: pipeline stage 2 of 2, tensor shard 2 of 2, replica 1 of 2)")
 
 
 def test_stages_take_whole_linear_pairs():
@@ -99,8 +106,11 @@ def test_a_failing_rank_is_named_with_its_coordinates_and_role():
     model = FailsInStageTwo(bad=3)
     inputs = (torch.randn(4, 8),)
     before = faults.child_pids()
-    with pytest.raises(RunError, match=r"rank 3 \(pp=1, dp=0, tp=1: pipeline stage 2 of 2, tensor shard 2 of 2.*"
-                                        r"injected failure in stage 2") as caught:
+    with pytest.raises(
+        RunError,
+        match=r"rank 3 \(pp=1, dp=0, tp=1: pipeline stage 2 of 2, tensor shard 2 of 2.*"
+        r"injected failure in stage 2",
+    ) as caught:
         run_layout(model, inputs, parse_layout("pp2 tp2 mb2", batch=4), timeout_s=240)
     assert caught.value.rank == 3
     assert faults.child_pids() == before

@@ -18,8 +18,13 @@ from partitioner.cluster.search import _simulator
 
 GiB, MiB = 2**30, 2**20
 ACC80 = cluster.Accelerator("a100-80gb-like", 80 * 10**9, 312e12, 2.0e12, 1.0)
-BIG = cluster.Cluster(ACC80, devices_per_node=8, intra=cluster.Link("nvlink", 300e9, 2e-6),
-                      inter=cluster.Link("ib", 25e9, 5e-6), headroom_bytes=0)
+BIG = cluster.Cluster(
+    ACC80,
+    devices_per_node=8,
+    intra=cluster.Link("nvlink", 300e9, 2e-6),
+    inter=cluster.Link("ib", 25e9, 5e-6),
+    headroom_bytes=0,
+)
 
 
 def _traced(spec: str, overrides: dict) -> tuple[cluster.PlannerProfile, object]:
@@ -94,8 +99,10 @@ def test_full_recomputation_grows_with_the_stash_by_one_layer_input_a_microbatch
     assert run(4, "1f1b").memory_bytes < run(4, "1f1b", "none").memory_bytes
 
 
-@pytest.mark.parametrize("name, heads, hidden, layers, params_b, tp, pp", [
-    ("529.6B", 128, 20480, 105, 529.6, 8, 35), ("1008.0B", 160, 25600, 128, 1008.0, 8, 64)])
+@pytest.mark.parametrize(
+    "name, heads, hidden, layers, params_b, tp, pp",
+    [("529.6B", 128, 20480, 105, 529.6, 8, 35), ("1008.0B", 160, 25600, 128, 1008.0, 8, 64)],
+)
 def test_megatrons_largest_runs_fit_as_they_ran(name, heads, hidden, layers, params_b, tp, pp):
     """Narayanan et al. 2021, Table 1: the 529.6B (t 8, p 35, 2520 GPUs, batch 2520) and 1T
     (t 8, p 64, 3072 GPUs, batch 3072) GPTs trained at s 2048, microbatch 1, on A100-80GB with full
@@ -123,9 +130,18 @@ def test_megatrons_largest_runs_fit_as_they_ran(name, heads, hidden, layers, par
 
 @pytest.fixture(scope="module")
 def small_llama():
-    return _traced("hf:llama", {"num_hidden_layers": 2, "hidden_size": 512, "intermediate_size": 1376,
-                                "num_attention_heads": 8, "num_key_value_heads": 4, "vocab_size": 32000,
-                                "head_dim": 64})
+    return _traced(
+        "hf:llama",
+        {
+            "num_hidden_layers": 2,
+            "hidden_size": 512,
+            "intermediate_size": 1376,
+            "num_attention_heads": 8,
+            "num_key_value_heads": 4,
+            "vocab_size": 32000,
+            "head_dim": 64,
+        },
+    )
 
 
 @pytest.mark.parametrize("devices", [8, 64, 512])
@@ -143,8 +159,10 @@ def test_zero_states_match_deepspeeds_estimators(small_llama, devices):
     assert p.param_count == pytest.approx(total, rel=0.01)
     nodes = devices // 8
     w = cluster.Workload(global_batch=devices, seq_len=1)
-    for zero, want in ((2, estimate_zero2_model_states_mem_needs(total, 8, nodes, cpu_offload=False)[1]),
-                       (3, estimate_zero3_model_states_mem_needs(total, largest, 8, nodes, cpu_offload=False)[1])):
+    for zero, want in (
+        (2, estimate_zero2_model_states_mem_needs(total, 8, nodes, cpu_offload=False)[1]),
+        (3, estimate_zero3_model_states_mem_needs(total, largest, 8, nodes, cpu_offload=False)[1]),
+    ):
         r = cluster.evaluate(p, w, BIG, cluster.Layout(dp=devices, zero=zero, grad_fp32=True), _simulator())
         states = sum(v for k, v in r.memory.items() if k in ("weights", "gradients", "optimizer", "gathered layer"))
         assert states == pytest.approx(want, rel=0.05), (zero, devices)
@@ -154,11 +172,24 @@ def test_mixtral_decode_reads_the_experts_its_tokens_route_to():
     """Mistral AI, "Mixtral of experts" (2024): 46.7B parameters, 12.9B active per token (top-2 of
     8 experts). Decoding one sequence reads the active ones; a large batch reads every expert."""
     expert = 32 * 8 * 3 * 4096 * 14336  # 32 layers x 8 experts x (w1, w2, w3) of 4096 x 14336
-    p = cluster.ModelProfile(name="mixtral", tokens0=1, seq0=1, weight_bytes=2 * 46_700_000_000,
-                             param_count=46_700_000_000, element_bytes=2, layers=32, hidden_bytes_per_token=8192.0,
-                             kv_bytes_per_token=32 * 2 * 1024 * 2.0, act_bytes_per_token=0.0,
-                             flops_per_token=2 * 12.9e9, attention_flops_per_token=0.0,
-                             expert_param_count=expert, experts=8, experts_per_token=2, moe_layers=32)
+    p = cluster.ModelProfile(
+        name="mixtral",
+        tokens0=1,
+        seq0=1,
+        weight_bytes=2 * 46_700_000_000,
+        param_count=46_700_000_000,
+        element_bytes=2,
+        layers=32,
+        hidden_bytes_per_token=8192.0,
+        kv_bytes_per_token=32 * 2 * 1024 * 2.0,
+        act_bytes_per_token=0.0,
+        flops_per_token=2 * 12.9e9,
+        attention_flops_per_token=0.0,
+        expert_param_count=expert,
+        experts=8,
+        experts_per_token=2,
+        moe_layers=32,
+    )
     c = cluster.cluster("h100-80gb", headroom_bytes=0)
     one = cluster.evaluate(p, cluster.Workload("inference", 1, 1, generate_tokens=1), c, cluster.Layout(), None)
     active = one.extra["weights_read_s_per_token"] * c.accelerator.memory_bandwidth_bytes_per_s / 2
@@ -180,8 +211,11 @@ def test_small_all_reduces_take_nccls_small_message_algorithms():
 
 # Llama Team, "The Llama 3 Herd of Models" (2024), Table 4: Llama 3 405B on H100-80GB, each row
 # (GPUs, TP, CP, PP, DP, sequence, sequences a data-parallel rank, published BF16 MFU).
-LLAMA3_TABLE4 = [(8192, 8, 1, 16, 64, 8192, 32, 0.43), (16384, 8, 1, 16, 128, 8192, 16, 0.41),
-                 (16384, 8, 16, 16, 8, 131072, 16, 0.38)]
+LLAMA3_TABLE4 = [
+    (8192, 8, 1, 16, 64, 8192, 32, 0.43),
+    (16384, 8, 1, 16, 128, 8192, 16, 0.41),
+    (16384, 8, 16, 16, 8, 131072, 16, 0.38),
+]
 
 
 @pytest.fixture(scope="module")
@@ -189,9 +223,18 @@ def llama405b():
     """Llama 3 405B's block (hidden 16384, 128 heads, 8 key-value heads, MLP 53248, vocabulary
     128256), traced with 2 layers; 126 layers plus the embedding and head, balanced as Meta did
     (one layer fewer on the first and last stages), counted as 128 stage slots; 405B parameters."""
-    p, _ = _traced("hf:llama", {"num_hidden_layers": 2, "hidden_size": 16384, "intermediate_size": 53248,
-                                "num_attention_heads": 128, "num_key_value_heads": 8, "vocab_size": 128256,
-                                "head_dim": 128})
+    p, _ = _traced(
+        "hf:llama",
+        {
+            "num_hidden_layers": 2,
+            "hidden_size": 16384,
+            "intermediate_size": 53248,
+            "num_attention_heads": 128,
+            "num_key_value_heads": 8,
+            "vocab_size": 128256,
+            "head_dim": 128,
+        },
+    )
     return dataclasses.replace(p, layers=128, param_count=405_000_000_000, _cache={})
 
 
@@ -217,10 +260,20 @@ def test_tensor_parallel_decode_is_not_priced_by_a_ring_of_small_messages():
     at tp8 on one H100 node: each token all-reduces an 8 KiB hidden state twice a layer. NCCL sends
     messages this small one-shot or by tree, not as a 14-step ring: the messages take less time
     than reading the weights (16.1 GB over 8 GPUs at 3.35 TB/s: 0.60 ms)."""
-    p = cluster.ModelProfile(name="llama-3-8b", tokens0=1, seq0=1, weight_bytes=2 * 8_030_000_000,
-                             param_count=8_030_000_000, element_bytes=2, layers=32, hidden_bytes_per_token=8192.0,
-                             kv_bytes_per_token=32 * 2 * 1024 * 2.0, act_bytes_per_token=0.0,
-                             flops_per_token=2 * 8.03e9, attention_flops_per_token=0.0)
+    p = cluster.ModelProfile(
+        name="llama-3-8b",
+        tokens0=1,
+        seq0=1,
+        weight_bytes=2 * 8_030_000_000,
+        param_count=8_030_000_000,
+        element_bytes=2,
+        layers=32,
+        hidden_bytes_per_token=8192.0,
+        kv_bytes_per_token=32 * 2 * 1024 * 2.0,
+        act_bytes_per_token=0.0,
+        flops_per_token=2 * 8.03e9,
+        attention_flops_per_token=0.0,
+    )
     c = cluster.cluster("h100-80gb", headroom_bytes=0)
     r = cluster.evaluate(p, cluster.Workload("inference", 1, 1024, generate_tokens=1), c, cluster.Layout(tp=8), None)
     comm = r.parts_s["communication per token"]
@@ -245,9 +298,15 @@ def test_zero_offload_matches_deepspeeds_estimators(small_llama, devices):
     total = sum(t.numel() for t in module.parameters())
     largest = max(sum(t.numel() for t in m.parameters(recurse=False)) for m in module.modules())
     w = cluster.Workload(global_batch=devices, seq_len=1)
-    for zero, want in ((2, estimate_zero2_model_states_mem_needs(total, 8, devices // 8, cpu_offload=True)[1]),
-                       (3, estimate_zero3_model_states_mem_needs(total, largest, 8, devices // 8, cpu_offload=True,
-                                                                 cpu_offload_params=False)[1])):
+    for zero, want in (
+        (2, estimate_zero2_model_states_mem_needs(total, 8, devices // 8, cpu_offload=True)[1]),
+        (
+            3,
+            estimate_zero3_model_states_mem_needs(
+                total, largest, 8, devices // 8, cpu_offload=True, cpu_offload_params=False
+            )[1],
+        ),
+    ):
         lay = cluster.Layout(dp=devices, zero=zero, offload=True)
         r = cluster.evaluate(p, w, BIG, lay, _simulator())
         states = sum(v for k, v in r.memory.items() if k in ("weights", "gradients", "optimizer", "gathered layer"))

@@ -5,13 +5,13 @@ input and weight halves fills the bubble that 1F1B leaves."""
 from __future__ import annotations
 
 import pytest
+from cluster_helpers import hand_profile
 
 from partitioner import PartitionError, cluster
 from partitioner.cluster.compose import parse_layout
 from partitioner.cluster.search import _simulator, closed_form
 from partitioner.interop.engines import engine_file
 from partitioner.pipeline.simulate import simulate
-from cluster_helpers import hand_profile
 
 C = cluster.Cluster(cluster.Accelerator("x", 2**40, 1e14, 1e12, 1.0), devices_per_node=8)
 
@@ -32,13 +32,20 @@ def test_zero_bubble_fills_the_bubble_1f1b_leaves():
 def test_zero_bubble_needs_two_chunks_a_rank_and_is_searched_and_exported():
     p = hand_profile(params=1_000_000, layers=4)
     with pytest.raises(PartitionError, match=r"pp4 x 2 chunks must divide the 4 layers"):
-        cluster.evaluate(p, cluster.Workload(global_batch=8, seq_len=1), C,
-                         cluster.Layout(pp=4, schedule="zero_bubble"), _simulator())
+        cluster.evaluate(
+            p,
+            cluster.Workload(global_batch=8, seq_len=1),
+            C,
+            cluster.Layout(pp=4, schedule="zero_bubble"),
+            _simulator(),
+        )
     p = hand_profile(params=4_000_000_000, layers=8)
     found = cluster.search(p, cluster.Workload(global_batch=16, seq_len=512), C, [8])
     assert any(r.layout.schedule == "zero_bubble" for r in found.fitting)
     lay = cluster.Layout(pp=2, schedule="zero_bubble")
-    assert 'pipeline_parallel_schedule = "InterleavedZeroBubble"' in engine_file("torchtitan", lay,
-                                                                               cluster.Workload(global_batch=8))[1]
+    assert (
+        'pipeline_parallel_schedule = "InterleavedZeroBubble"'
+        in engine_file("torchtitan", lay, cluster.Workload(global_batch=8))[1]
+    )
     megatron = engine_file("megatron", lay, cluster.Workload(global_batch=8))[1]
     assert megatron.startswith("# Megatron-LM has no zero-bubble schedule")

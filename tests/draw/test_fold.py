@@ -6,7 +6,15 @@ from __future__ import annotations
 import pytest
 
 import partitioner
-from partitioner.draw.collapse import DOWNSTREAM_COLOUR, FOLD, UPSTREAM_COLOUR, collapse, collapsed_to_dot, expand_key, lineage
+from partitioner.draw.collapse import (
+    DOWNSTREAM_COLOUR,
+    FOLD,
+    UPSTREAM_COLOUR,
+    collapse,
+    collapsed_to_dot,
+    expand_key,
+    lineage,
+)
 from partitioner.graph import Graph, Node
 from partitioner.testing.synthetic import blocks_graph
 
@@ -18,6 +26,7 @@ def _covers_once(graph: Graph, cg) -> None:
 def test_identical_blocks_fold_into_one_box_with_their_sums():
     graph = blocks_graph(12)
     devices = partitioner.parse_devices("4x1GiB")
+
     def part(name: str) -> int:  # blocks 0-2 on device 0, 3-5 on device 1, ...; the head on 3
         return 3 if name == "head" else int(name[1:].split("_")[0]) // 3 if name.startswith("b") else 0
 
@@ -46,8 +55,14 @@ def test_a_fold_opens_its_first_block_and_any_block_opens_by_name():
     graph = blocks_graph(6)
     assert expand_key(f"{FOLD}blocks.0-5") == "blocks.0" and expand_key("blocks.3") == "blocks.3"
     first = collapse(graph, expanded={expand_key(f"{FOLD}blocks.0-5")})
-    assert [g.label for g in first.groups] == ["embed", "blocks.0.attn", "blocks.0.mlp", "b0_add", "blocks.1-5 (x5)",
-                                               "head"]
+    assert [g.label for g in first.groups] == [
+        "embed",
+        "blocks.0.attn",
+        "blocks.0.mlp",
+        "b0_add",
+        "blocks.1-5 (x5)",
+        "head",
+    ]
     _covers_once(graph, first)
     middle = collapse(graph, expanded={"blocks.3"})
     labels = [g.label for g in middle.groups]
@@ -62,8 +77,14 @@ def test_a_block_of_another_structure_breaks_the_run():
     graph = blocks_graph(5)
     nodes = list(graph.nodes)
     i = graph.index["b2_mlp0"]
-    nodes[i] = Node(nodes[i].name, "call_function", "relu", nodes[i].inputs, nodes[i].module_path,
-                    output_bytes=nodes[i].output_bytes)  # block 2 runs another op
+    nodes[i] = Node(
+        nodes[i].name,
+        "call_function",
+        "relu",
+        nodes[i].inputs,
+        nodes[i].module_path,
+        output_bytes=nodes[i].output_bytes,
+    )  # block 2 runs another op
     changed = Graph(nodes, name="changed")
     labels = [g.label for g in collapse(changed).groups]
     assert labels == ["embed", "blocks.0-1 (x2)", "blocks.2", "blocks.3-4 (x2)", "head"]
@@ -76,8 +97,11 @@ def _nested(blocks: int, heads: int) -> Graph:
     for b in range(blocks):
         outs = []
         for h in range(heads):
-            nodes.append(Node(f"b{b}h{h}", "call_function", "linear", (prev,), f"blocks.{b}.heads.{h}",
-                              output_bytes=16, flops=100))
+            nodes.append(
+                Node(
+                    f"b{b}h{h}", "call_function", "linear", (prev,), f"blocks.{b}.heads.{h}", output_bytes=16, flops=100
+                )
+            )
             outs.append(len(nodes) - 1)
         nodes.append(Node(f"b{b}sum", "call_function", "cat", tuple(outs), f"blocks.{b}", output_bytes=64, flops=1))
         prev = len(nodes) - 1
@@ -99,9 +123,12 @@ def test_folds_nest_inside_an_opened_block():
 
 def test_one_partitions_nodes_fold_alone():
     graph = blocks_graph(8)
-    only = [v for v in graph.op_indices if graph.nodes[v].module_path.startswith(("blocks.2.", "blocks.3.",
-                                                                                   "blocks.4.", "embed"))
-            or graph.nodes[v].module_path in ("blocks.2", "blocks.3", "blocks.4")]
+    only = [
+        v
+        for v in graph.op_indices
+        if graph.nodes[v].module_path.startswith(("blocks.2.", "blocks.3.", "blocks.4.", "embed"))
+        or graph.nodes[v].module_path in ("blocks.2", "blocks.3", "blocks.4")
+    ]
     cg = collapse(graph, only=only)
     assert [g.label for g in cg.groups] == ["embed", "blocks.2-4 (x3)"]
     assert sorted(v for g in cg.groups for v in g.members) == sorted(only)
@@ -111,8 +138,14 @@ def test_one_partitions_nodes_fold_alone():
 def test_an_hf_llama_folds_its_layers_with_the_models_own_weight_count():
     import sample_models
 
-    config = {"num_hidden_layers": 4, "hidden_size": 64, "intermediate_size": 128, "num_attention_heads": 4,
-              "num_key_value_heads": 2, "vocab_size": 256}
+    config = {
+        "num_hidden_layers": 4,
+        "hidden_size": 64,
+        "intermediate_size": 128,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "vocab_size": 256,
+    }
     module, inputs, kwargs = sample_models.load("hf:llama", config)
     graph = partitioner.trace(module, inputs, example_kwargs=kwargs)
     cg = collapse(graph)

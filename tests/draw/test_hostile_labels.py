@@ -17,16 +17,34 @@ from partitioner.graph import Graph, Node
 
 pytestmark = pytest.mark.skipif(shutil.which("dot") is None, reason="needs Graphviz's dot binary")
 
-HOSTILE = ['a"];evil[label="x', "b}{|<p>c", "<b>bold</b>", '<<TABLE><TR><TD>t</TD></TR></TABLE>>',
-           "![m](http://127.0.0.1:9/dot.png)", "back\\slash\\l\\N", 'line\nbreak', "amp&lt;&#60;"]
+HOSTILE = [
+    'a"];evil[label="x',
+    "b}{|<p>c",
+    "<b>bold</b>",
+    "<<TABLE><TR><TD>t</TD></TR></TABLE>>",
+    "![m](http://127.0.0.1:9/dot.png)",
+    "back\\slash\\l\\N",
+    "line\nbreak",
+    "amp&lt;&#60;",
+]
 SVG = "{http://www.w3.org/2000/svg}"
 
 
 def hostile_graph() -> Graph:
     nodes = [Node(name="x", op="placeholder", target="x", output_bytes=4)]
     for i, name in enumerate(HOSTILE):
-        nodes.append(Node(name=name, op="call_function", target=f"t{i}", inputs=(i,), output_bytes=16,
-                          module_path=f"blocks.{name}", shape=(2, 2), dtype="float32"))
+        nodes.append(
+            Node(
+                name=name,
+                op="call_function",
+                target=f"t{i}",
+                inputs=(i,),
+                output_bytes=16,
+                module_path=f"blocks.{name}",
+                shape=(2, 2),
+                dtype="float32",
+            )
+        )
     nodes.append(Node(name="output", op="output", target="output", inputs=(len(HOSTILE),)))
     return Graph(nodes, name=HOSTILE[0])
 
@@ -36,8 +54,11 @@ def svg_of(dot: str) -> ET.Element:
 
 
 def shown(root: ET.Element) -> str:
-    return " ".join("".join(t.itertext()) for t in root.iter(f"{SVG}text")) + " " + " ".join(
-        t.text or "" for t in root.iter(f"{SVG}title"))
+    return (
+        " ".join("".join(t.itertext()) for t in root.iter(f"{SVG}text"))
+        + " "
+        + " ".join(t.text or "" for t in root.iter(f"{SVG}title"))
+    )
 
 
 def assert_inert(root: ET.Element) -> None:

@@ -14,16 +14,18 @@ from partitioner.draw.dot import PALETTE, TOL_LIGHT
 
 SIMULATIONS = {
     "normal": np.eye(3),
-    "deuteranopia": np.array([[0.367322, 0.860646, -0.227968], [0.280085, 0.672501, 0.047413],
-                              [-0.011820, 0.042940, 0.968881]]),
-    "protanopia": np.array([[0.152286, 1.052583, -0.204868], [0.114503, 0.786281, 0.099216],
-                            [-0.003882, -0.048116, 1.051998]]),
+    "deuteranopia": np.array(
+        [[0.367322, 0.860646, -0.227968], [0.280085, 0.672501, 0.047413], [-0.011820, 0.042940, 0.968881]]
+    ),
+    "protanopia": np.array(
+        [[0.152286, 1.052583, -0.204868], [0.114503, 0.786281, 0.099216], [-0.003882, -0.048116, 1.051998]]
+    ),
 }
 VISIBLE = 10.0  # CIE76 distance: two fills side by side read as different colours
 
 
 def _linear(colour: str) -> np.ndarray:
-    c = np.array([int(colour[i:i + 2], 16) for i in (1, 3, 5)]) / 255
+    c = np.array([int(colour[i : i + 2], 16) for i in (1, 3, 5)]) / 255
     return np.where(c <= 0.04045, c / 12.92, ((c + 0.055) / 1.055) ** 2.4)
 
 
@@ -41,8 +43,17 @@ def closest(colours: tuple[str, ...], simulation: np.ndarray) -> float:
 
 def test_the_palette_opens_with_tol_light():
     assert PALETTE[:9] == TOL_LIGHT
-    assert TOL_LIGHT == ("#77aadd", "#ee8866", "#eedd88", "#ffaabb", "#99ddff", "#44bb99", "#bbcc33", "#aaaa00",
-                         "#dddddd")
+    assert TOL_LIGHT == (
+        "#77aadd",
+        "#ee8866",
+        "#eedd88",
+        "#ffaabb",
+        "#99ddff",
+        "#44bb99",
+        "#bbcc33",
+        "#aaaa00",
+        "#dddddd",
+    )
     assert len(set(PALETTE)) == len(PALETTE) == 16
 
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import re
-
 import shutil
 
 import pytest
@@ -27,9 +26,13 @@ KiB = 1024
 def chain_plan(devices: str = "3x1KiB") -> tuple[partitioner.Graph, Plan]:
     """Six ops of 200 B in a chain, two per partition on three 1 KiB devices."""
     graph = synthetic_graph([(i, i + 1) for i in range(5)], [200] * 6, name="chain")
-    plan = partitioner.evaluate_plan(graph, partitioner.parse_devices(devices),
-                                     {f"op{i}": i // 2 for i in range(6)}, {0: [0], 1: [1], 2: [2]},
-                                     transfer_rate_bytes_per_s=1e6)
+    plan = partitioner.evaluate_plan(
+        graph,
+        partitioner.parse_devices(devices),
+        {f"op{i}": i // 2 for i in range(6)},
+        {0: [0], 1: [1], 2: [2]},
+        transfer_rate_bytes_per_s=1e6,
+    )
     return graph, plan
 
 
@@ -38,9 +41,17 @@ def edges_of(dot: str) -> dict[tuple[int, int], str]:
 
 
 def make_plan(partitions, devices, edges=(), critical=(), usage=()) -> Plan:
-    return Plan(mode="aot_based", partitions=tuple(partitions), devices=tuple(devices),
-                edges=tuple(edges), latency_s=1.0, critical_path=tuple(critical),
-                transfer_rate_bytes_per_s=None, device_usage=tuple(usage), model="toy")
+    return Plan(
+        mode="aot_based",
+        partitions=tuple(partitions),
+        devices=tuple(devices),
+        edges=tuple(edges),
+        latency_s=1.0,
+        critical_path=tuple(critical),
+        transfer_rate_bytes_per_s=None,
+        device_usage=tuple(usage),
+        model="toy",
+    )
 
 
 def part(pid, devices, level=0, memory=100, names=None) -> Partition:
@@ -81,8 +92,12 @@ def test_device_colours_are_stable_and_replicas_are_striped():
     devices = [Device(f"d{i}", 1000, i) for i in (3, 1, 2)]
     colours = device_colours(devices)
     assert colours == {1: PALETTE[0], 2: PALETTE[1], 3: PALETTE[2]}
-    plan = make_plan([part(0, (1, 2)), part(1, (3,), level=1)], devices,
-                     edges=[Edge(0, 1, 10, 0.0)], usage=[(1, 100), (2, 100), (3, 100)])
+    plan = make_plan(
+        [part(0, (1, 2)), part(1, (3,), level=1)],
+        devices,
+        edges=[Edge(0, 1, 10, 0.0)],
+        usage=[(1, 100), (2, 100), (3, 100)],
+    )
     dot = plan_to_dot(plan)
     line0 = next(line for line in dot.splitlines() if line.startswith("  p0 ["))
     # One colour cell per device in an HTML label (Graphviz's "striped" style renders with an
@@ -91,7 +106,7 @@ def test_device_colours_are_stable_and_replicas_are_striped():
     assert "striped" not in line0 and "P0 on d1, d2" in line0
     if shutil.which("dot"):
         svg = render_dot(dot, "svg").decode()
-        group = svg[svg.index("<title>p0</title>"):svg.index("</g>", svg.index("<title>p0</title>"))]
+        group = svg[svg.index("<title>p0</title>") : svg.index("</g>", svg.index("<title>p0</title>"))]
         assert f'fill="{PALETTE[0]}"' in group and f'fill="{PALETTE[1]}"' in group
         assert all(' d=""' not in tag for tag in group.split("<path")[1:])
     line1 = next(line for line in dot.splitlines() if line.startswith("  p1 ["))
@@ -100,8 +115,12 @@ def test_device_colours_are_stable_and_replicas_are_striped():
 
 def test_over_capacity_partitions_are_outlined_in_the_warning_colour():
     devices = [Device("small", 100, 0), Device("big", 1000, 1)]
-    plan = make_plan([part(0, (0,), memory=150), part(1, (1,), level=1)], devices,
-                     edges=[Edge(0, 1, 10, 0.0)], usage=[(0, 150), (1, 100)])
+    plan = make_plan(
+        [part(0, (0,), memory=150), part(1, (1,), level=1)],
+        devices,
+        edges=[Edge(0, 1, 10, 0.0)],
+        usage=[(0, 150), (1, 100)],
+    )
     dot = plan_to_dot(plan)
     line0 = next(line for line in dot.splitlines() if line.startswith("  p0 ["))
     line1 = next(line for line in dot.splitlines() if line.startswith("  p1 ["))
@@ -124,8 +143,9 @@ def test_output_is_deterministic_and_escapes_names():
 
 def test_cyclic_hand_edited_plan_still_draws_without_ranks():
     graph = synthetic_graph([(0, 1), (1, 2)], [100, 100, 100])
-    plan = partitioner.evaluate_plan(graph, partitioner.parse_devices("2x1KiB"),
-                                     {"op0": 0, "op1": 1, "op2": 0}, {0: [0], 1: [1]})
+    plan = partitioner.evaluate_plan(
+        graph, partitioner.parse_devices("2x1KiB"), {"op0": 0, "op1": 1, "op2": 0}, {0: [0], 1: [1]}
+    )
     assert plan.violations(graph)
     dot = plan_to_dot(plan, graph)
     assert "rank=same" not in dot
@@ -187,11 +207,11 @@ def test_render_formats_and_errors(monkeypatch):
 def test_hundreds_of_partitions_build_and_lay_out():
     # Speed is measured in bench/bench_app.py, not asserted here (these machines are noisy).
     n = 400
-    graph = synthetic_graph([(i, i + 1) for i in range(n - 1)] + [(i, i + 2) for i in range(0, n - 2, 7)],
-                            [100] * n)
+    graph = synthetic_graph([(i, i + 1) for i in range(n - 1)] + [(i, i + 2) for i in range(0, n - 2, 7)], [100] * n)
     devices = partitioner.parse_devices("8x64KiB")
-    plan = partitioner.evaluate_plan(graph, devices, {f"op{i}": i for i in range(n)},
-                                     {i: [i % 8] for i in range(n)}, transfer_rate_bytes_per_s=1e9)
+    plan = partitioner.evaluate_plan(
+        graph, devices, {f"op{i}": i for i in range(n)}, {i: [i % 8] for i in range(n)}, transfer_rate_bytes_per_s=1e9
+    )
     dot = plan_to_dot(plan, graph)
     assert dot.count(" -> ") == len(plan.edges)
     svg = render_dot(dot, "svg").decode()

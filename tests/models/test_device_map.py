@@ -25,12 +25,30 @@ from accelerate.utils import check_device_map, find_tied_parameters  # noqa: E40
 
 TINY = {
     "hf:gpt2": {"n_layer": 2, "n_embd": 64, "n_head": 4, "vocab_size": 1000, "n_positions": 64},
-    "hf:llama": {"num_hidden_layers": 2, "hidden_size": 64, "intermediate_size": 128, "num_attention_heads": 4,
-                 "num_key_value_heads": 2, "vocab_size": 1000},
-    "hf:t5": {"num_layers": 1, "num_decoder_layers": 1, "d_model": 64, "d_ff": 128, "num_heads": 4, "d_kv": 16,
-              "vocab_size": 1000},
-    "hf:bert": {"num_hidden_layers": 2, "hidden_size": 64, "intermediate_size": 128, "num_attention_heads": 4,
-                "vocab_size": 1000},
+    "hf:llama": {
+        "num_hidden_layers": 2,
+        "hidden_size": 64,
+        "intermediate_size": 128,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "vocab_size": 1000,
+    },
+    "hf:t5": {
+        "num_layers": 1,
+        "num_decoder_layers": 1,
+        "d_model": 64,
+        "d_ff": 128,
+        "num_heads": 4,
+        "d_kv": 16,
+        "vocab_size": 1000,
+    },
+    "hf:bert": {
+        "num_hidden_layers": 2,
+        "hidden_size": 64,
+        "intermediate_size": 128,
+        "num_attention_heads": 4,
+        "vocab_size": 1000,
+    },
 }
 
 
@@ -112,15 +130,26 @@ def traced(request):
 def test_the_fake_devices_catch_a_split_block_and_pass_accelerates_own_map():
     model, args, kwargs = sample_models.load("hf:llama", TINY["hf:llama"])
     reference = logits(model(*args))
-    split = {"model.embed_tokens": 0, "model.rotary_emb": 0, "model.layers.0.input_layernorm": 0,
-             "model.layers.0.self_attn": 0, "model.layers.0.post_attention_layernorm": 1, "model.layers.0.mlp": 1,
-             "model.layers.1": 1, "model.norm": 1, "lm_head": 1}
+    split = {
+        "model.embed_tokens": 0,
+        "model.rotary_emb": 0,
+        "model.layers.0.input_layernorm": 0,
+        "model.layers.0.self_attn": 0,
+        "model.layers.0.post_attention_layernorm": 1,
+        "model.layers.0.mlp": 1,
+        "model.layers.1": 1,
+        "model.norm": 1,
+        "lm_head": 1,
+    }
     check_device_map(model, split)
     _, mixed = run_on_fake_devices(model, split, args, kwargs)
     assert mixed and all(sorted(pair) == [0, 1] for _, pair in mixed)  # the block's residual add
     sizes = accelerate.utils.compute_module_sizes(model)
-    theirs = accelerate.infer_auto_device_map(model, max_memory={0: sizes[""] // 2, 1: sizes[""] // 2, 2: sizes[""]},
-                                              no_split_module_classes=model._no_split_modules)
+    theirs = accelerate.infer_auto_device_map(
+        model,
+        max_memory={0: sizes[""] // 2, 1: sizes[""] // 2, 2: sizes[""]},
+        no_split_module_classes=model._no_split_modules,
+    )
     assert len(set(theirs.values())) >= 2
     out, mixed = run_on_fake_devices(model, theirs, args, kwargs)
     assert mixed == []
@@ -154,14 +183,21 @@ def test_a_plans_map_is_one_accelerate_runs(traced, count, share):
 
 def _plan_by_module(graph, on_one, devices=2):
     """A hand-made plan: ops of modules under ``on_one`` on device 1, the rest on device 0."""
-    mapping = {name: int(any(graph.node(name).module_path == m or graph.node(name).module_path.startswith(m + ".")
-                             for m in on_one)) for name in graph.op_names}
+    mapping = {
+        name: int(
+            any(graph.node(name).module_path == m or graph.node(name).module_path.startswith(m + ".") for m in on_one)
+        )
+        for name in graph.op_names
+    }
     return partitioner.evaluate_plan(graph, partitioner.parse_devices(f"{devices}x1GiB"), mapping, {0: [0], 1: [1]})
 
 
 def _bytes(model, prefix, but=None):
-    return sum(p.numel() * p.element_size() for n, p in model.named_parameters()
-               if n.startswith(prefix + ".") and not (but and n.startswith(but + ".")))
+    return sum(
+        p.numel() * p.element_size()
+        for n, p in model.named_parameters()
+        if n.startswith(prefix + ".") and not (but and n.startswith(but + "."))
+    )
 
 
 def test_a_cut_block_goes_whole_to_the_device_with_most_of_its_weights():
@@ -178,8 +214,9 @@ def test_a_cut_block_goes_whole_to_the_device_with_most_of_its_weights():
     assert any(n.startswith("transformer.h.0 ") and f"{rest:,}" in n for n in exported.notes)
     data = export_plan(plan, "accelerate-device-map", graph)
     assert data["device_map"] == exported.device_map
-    assert any(m["modules"] == ["transformer.h.0"] and m["device"] == 1 and m["moved_bytes"] == rest
-               for m in data["moved"]) and data["notes"] == list(exported.notes)
+    assert any(
+        m["modules"] == ["transformer.h.0"] and m["device"] == 1 and m["moved_bytes"] == rest for m in data["moved"]
+    ) and data["notes"] == list(exported.notes)
     _, mixed = run_on_fake_devices(model, exported.device_map, args, kwargs)
     assert mixed == []
 
@@ -190,8 +227,14 @@ def test_modules_an_op_reads_together_share_a_device():
     model, args, kwargs = sample_models.load("hf:gpt2", TINY["hf:gpt2"])
     graph = partitioner.trace(model, args)
     plan = _plan_by_module(graph, ["transformer.wpe"])
-    naive = {"transformer.wte": 0, "transformer.wpe": 1, "transformer.drop": 0, "transformer.h": 0,
-             "transformer.ln_f": 0, "lm_head": 0}
+    naive = {
+        "transformer.wte": 0,
+        "transformer.wpe": 1,
+        "transformer.drop": 0,
+        "transformer.h": 0,
+        "transformer.ln_f": 0,
+        "lm_head": 0,
+    }
     check_device_map(model, naive)
     _, mixed = run_on_fake_devices(model, naive, args, kwargs)
     assert mixed  # the check sees the problem...

@@ -7,7 +7,8 @@ from __future__ import annotations
 import math
 
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import sample_models
 from partitioner import PartitionError
@@ -16,10 +17,22 @@ from sample_models._user import LoaderError, ModelSpecError
 pytest.importorskip("transformers")
 
 GPT2 = {"n_layer": 1, "n_embd": 32, "n_head": 2, "vocab_size": 64, "n_positions": 32}
-LLAMA = {"num_hidden_layers": 1, "hidden_size": 32, "intermediate_size": 64, "num_attention_heads": 2,
-         "num_key_value_heads": 1, "vocab_size": 64}
-VIT = {"num_hidden_layers": 1, "hidden_size": 32, "intermediate_size": 64, "num_attention_heads": 2,
-       "image_size": 32, "patch_size": 8}
+LLAMA = {
+    "num_hidden_layers": 1,
+    "hidden_size": 32,
+    "intermediate_size": 64,
+    "num_attention_heads": 2,
+    "num_key_value_heads": 1,
+    "vocab_size": 64,
+}
+VIT = {
+    "num_hidden_layers": 1,
+    "hidden_size": 32,
+    "intermediate_size": 64,
+    "num_attention_heads": 2,
+    "image_size": 32,
+    "patch_size": 8,
+}
 BASE = {"hf:gpt2": GPT2, "hf:llama": LLAMA, "hf:vit": VIT}
 
 CASES = [
@@ -34,7 +47,12 @@ CASES = [
     ("hf:llama", "vocab_size", 1.5, r"config refused a field .*vocab_size"),
     ("hf:llama", "rope_parameters", '{"rope_type": "bogus"}', r"rope_type must be one of .*\(got 'bogus'\)"),
     ("hf:llama", "rope_parameters", 5, r"config refused a field .*rope_parameters"),
-    ("hf:gpt2", "activation_function", "gelu_neww", r"must name an activation .*\(got 'gelu_neww'\); did you mean gelu_new"),
+    (
+        "hf:gpt2",
+        "activation_function",
+        "gelu_neww",
+        r"must name an activation .*\(got 'gelu_neww'\); did you mean gelu_new",
+    ),
     ("hf:gpt2", "n_layer", 10**6, r"n_layer must be at most 1024 \(got 1000000\)"),
     ("hf:llama", "quantization_config", '{"quant_method": "bitsandbytes"}', r"no config field 'quantization_config'"),
 ]
@@ -52,17 +70,60 @@ def test_dict_fields_are_hashable_overrides_and_still_build():
     and reaches transformers as the dict."""
     overrides = sample_models.parse_overrides("hf:llama", ['rope_parameters={"rope_type": "linear", "factor": 2.0}'])
     hash(tuple(sorted(overrides.items())))
-    assert sample_models.label("hf:llama", overrides) == 'hf:llama(rope_parameters={"factor": 2.0, "rope_type": "linear"})'
+    assert (
+        sample_models.label("hf:llama", overrides) == 'hf:llama(rope_parameters={"factor": 2.0, "rope_type": "linear"})'
+    )
     model, _, _ = sample_models.load("hf:llama", {**LLAMA, **overrides})
     assert model.config.rope_parameters["factor"] == 2.0
 
 
-FIELDS = {"hf:gpt2": ["n_layer", "n_embd", "n_head", "vocab_size", "n_positions", "n_inner", "attn_pdrop",
-                      "layer_norm_epsilon", "activation_function"],
-          "hf:llama": ["num_hidden_layers", "hidden_size", "num_attention_heads", "num_key_value_heads",
-                       "intermediate_size", "head_dim", "rms_norm_eps", "rope_parameters", "max_position_embeddings"]}
-VALUES = st.sampled_from([0, -1, 1, 3, 2**40, 1.5, -0.5, math.nan, math.inf, True, None, "", "x", "4", [],
-                          '{"rope_type": "yarn"}', '{"rope_type": "linear", "factor": "x"}', '{"a": 1}', "[1]"])
+FIELDS = {
+    "hf:gpt2": [
+        "n_layer",
+        "n_embd",
+        "n_head",
+        "vocab_size",
+        "n_positions",
+        "n_inner",
+        "attn_pdrop",
+        "layer_norm_epsilon",
+        "activation_function",
+    ],
+    "hf:llama": [
+        "num_hidden_layers",
+        "hidden_size",
+        "num_attention_heads",
+        "num_key_value_heads",
+        "intermediate_size",
+        "head_dim",
+        "rms_norm_eps",
+        "rope_parameters",
+        "max_position_embeddings",
+    ],
+}
+VALUES = st.sampled_from(
+    [
+        0,
+        -1,
+        1,
+        3,
+        2**40,
+        1.5,
+        -0.5,
+        math.nan,
+        math.inf,
+        True,
+        None,
+        "",
+        "x",
+        "4",
+        [],
+        '{"rope_type": "yarn"}',
+        '{"rope_type": "linear", "factor": "x"}',
+        '{"a": 1}',
+        "[1]",
+    ]
+)
 
 
 @pytest.mark.slow

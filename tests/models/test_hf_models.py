@@ -15,16 +15,47 @@ pytest.importorskip("transformers")  # an optional extra; the dev extra (and CI)
 
 SMALL = {
     "hf:gpt2": {"n_layer": 2, "n_embd": 64, "n_head": 4, "vocab_size": 1000, "n_positions": 64},
-    "hf:llama": {"num_hidden_layers": 2, "hidden_size": 64, "intermediate_size": 128, "num_attention_heads": 4,
-                 "num_key_value_heads": 2, "vocab_size": 1000},
-    "hf:mixtral": {"num_hidden_layers": 2, "hidden_size": 64, "intermediate_size": 128, "num_attention_heads": 4,
-                   "num_key_value_heads": 2, "vocab_size": 1000, "num_local_experts": 4},
-    "hf:bert": {"num_hidden_layers": 2, "hidden_size": 64, "intermediate_size": 128, "num_attention_heads": 4,
-                "vocab_size": 1000},
-    "hf:vit": {"num_hidden_layers": 2, "hidden_size": 64, "intermediate_size": 128, "num_attention_heads": 4,
-               "image_size": 32, "patch_size": 8},
-    "hf:t5": {"num_layers": 2, "num_decoder_layers": 2, "d_model": 64, "d_ff": 128, "num_heads": 4, "d_kv": 16,
-              "vocab_size": 500},
+    "hf:llama": {
+        "num_hidden_layers": 2,
+        "hidden_size": 64,
+        "intermediate_size": 128,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "vocab_size": 1000,
+    },
+    "hf:mixtral": {
+        "num_hidden_layers": 2,
+        "hidden_size": 64,
+        "intermediate_size": 128,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "vocab_size": 1000,
+        "num_local_experts": 4,
+    },
+    "hf:bert": {
+        "num_hidden_layers": 2,
+        "hidden_size": 64,
+        "intermediate_size": 128,
+        "num_attention_heads": 4,
+        "vocab_size": 1000,
+    },
+    "hf:vit": {
+        "num_hidden_layers": 2,
+        "hidden_size": 64,
+        "intermediate_size": 128,
+        "num_attention_heads": 4,
+        "image_size": 32,
+        "patch_size": 8,
+    },
+    "hf:t5": {
+        "num_layers": 2,
+        "num_decoder_layers": 2,
+        "d_model": 64,
+        "d_ff": 128,
+        "num_heads": 4,
+        "d_kv": 16,
+        "vocab_size": 500,
+    },
 }  # decoder-only, MoE, encoder-only, vision, encoder-decoder; the embedding-heavy one is gpt2 (tied)
 
 
@@ -49,8 +80,9 @@ def test_small_configs_trace_partition_and_split_equal_the_model(spec):
         try:
             plan = partitioner.partition(graph, devices, mode=mode, time_limit_s=1)
         except partitioner.PartitionError as exc:  # no tables (ViT), or the dense part fits beside none
-            assert mode == "sparse_nn" and ("needs embedding nodes" in str(exc)
-                                            or "replicates the dense part" in str(exc)), (spec, exc)
+            assert mode == "sparse_nn" and (
+                "needs embedding nodes" in str(exc) or "replicates the dense part" in str(exc)
+            ), (spec, exc)
             continue
         assert plan.violations(graph) == [], (spec, mode)
         assert len(plan.partitions) > 1
@@ -167,8 +199,24 @@ def test_compare_on_the_command_line_puts_accelerate_beside_the_modes():
     import json
 
     sets = [f"--set={k}={v}" for k, v in SMALL["hf:llama"].items()]
-    done = subprocess.run([sys.executable, "-m", "cli", "compare", "hf:llama", *sets, "--devices", "3x800KiB",
-                           "--modes", "size_based,kl_based", "--json"], capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "cli",
+            "compare",
+            "hf:llama",
+            *sets,
+            "--devices",
+            "3x800KiB",
+            "--modes",
+            "size_based,kl_based",
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     rows = {r["mode"]: r for r in json.loads(done.stdout)["results"]}
     assert list(rows) == ["size_based", "kl_based", "accelerate"]

@@ -21,20 +21,48 @@ def test_batch_and_sequence_shape_the_example_input():
     assert tuple(inputs[0].shape) == (1, 32)  # the default what-if: seconds to trace at real size
 
 
-@pytest.mark.parametrize("bad, message", [
-    ({"seq_len": 5000}, "seq_len must be at most the model's 1024 positions"),
-    ({"batch_size": 0}, "batch_size must be at least 1"),
-    ({"seq_len": "long"}, "seq_len must be a whole number"),
-    ({"batch_size": 4096, "seq_len": 1024}, "at most 1048576 tokens"),
-])
+@pytest.mark.parametrize(
+    "bad, message",
+    [
+        ({"seq_len": 5000}, "seq_len must be at most the model's 1024 positions"),
+        ({"batch_size": 0}, "batch_size must be at least 1"),
+        ({"seq_len": "long"}, "seq_len must be a whole number"),
+        ({"batch_size": 4096, "seq_len": 1024}, "at most 1048576 tokens"),
+    ],
+)
 def test_bad_shapes_are_named(bad, message):
     with pytest.raises(ModelSpecError, match=message):
         sample_models.load("hf:gpt2", overrides={**TINY, **bad})
 
 
 def test_the_command_line_flags_set_them():
-    done = subprocess.run([sys.executable, "-m", "cli", "plan", "hf:gpt2", "--set", "n_layer=1", "--set", "n_embd=32",
-                           "--set", "n_head=2", "--set", "vocab_size=100", "--batch-size", "2", "--seq-len", "16",
-                           "--devices", "2x1GiB", "--out", "-"], capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "cli",
+            "plan",
+            "hf:gpt2",
+            "--set",
+            "n_layer=1",
+            "--set",
+            "n_embd=32",
+            "--set",
+            "n_head=2",
+            "--set",
+            "vocab_size=100",
+            "--batch-size",
+            "2",
+            "--seq-len",
+            "16",
+            "--devices",
+            "2x1GiB",
+            "--out",
+            "-",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr
     assert "batch_size=2" in done.stdout and "seq_len=16" in done.stdout

@@ -121,8 +121,12 @@ def test_default_devices_shape(name: str) -> None:
 
 
 def test_unknown_name_lists_the_valid_ones() -> None:
-    for call in (sample_models.build, sample_models.describe, sample_models.config_class,
-                 sample_models.default_devices):
+    for call in (
+        sample_models.build,
+        sample_models.describe,
+        sample_models.config_class,
+        sample_models.default_devices,
+    ):
         with pytest.raises(ValueError, match=r"unknown sample model 'resnet50'.*mlp, cnn"):
             call("resnet50")
 
@@ -266,9 +270,7 @@ def test_moe_gates_keep_top_k() -> None:
         ("gpt2_small", {"n_layer": 1, "vocab_size": 100, "seq_len": 8}, nn.LayerNorm, 1 * 2 + 1),
     ],
 )
-def test_overrides_change_the_model(
-    name: str, overrides: dict, module_type: type, count: int
-) -> None:
+def test_overrides_change_the_model(name: str, overrides: dict, module_type: type, count: int) -> None:
     module, inputs = sample_models.build(name, **overrides)
     assert sum(isinstance(m, module_type) for m in module.modules()) == count
     traced = fx.symbolic_trace(module)
@@ -279,9 +281,7 @@ def test_overrides_change_the_model(
 def test_overrides_reach_the_example_inputs() -> None:
     _, (idx,) = sample_models.build("transformer", batch_size=3, seq_len=7)
     assert idx.shape == (3, 7)
-    _, (dense_x, indices, offsets) = sample_models.build(
-        "dlrm", batch_size=5, bag_size=2, n_tables=3
-    )
+    _, (dense_x, indices, offsets) = sample_models.build("dlrm", batch_size=5, bag_size=2, n_tables=3)
     assert dense_x.shape[0] == 5 and indices.shape == (3, 10) and offsets.shape == (3, 5)
 
 
@@ -320,9 +320,7 @@ def library_graph(name: str) -> partitioner.Graph:
 
 def default_device_list(name: str) -> list[partitioner.Device]:
     count, memory = sample_models.default_devices(name)
-    return [
-        partitioner.Device(name=f"dev{i}", memory_bytes=memory, logical_id=i) for i in range(count)
-    ]
+    return [partitioner.Device(name=f"dev{i}", memory_bytes=memory, logical_id=i) for i in range(count)]
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -343,4 +341,3 @@ def test_partition_and_split_reproduce_the_model(name: str, mode: str) -> None:
     assert len(plan.partitions) > 1  # the default model does not fit one default device
     with torch.no_grad():
         torch.testing.assert_close(partitioner.split(plan, graph)(*b.inputs), b.output)
-

@@ -45,19 +45,25 @@ def test_the_count_from_the_config_equals_the_trace(name):
         assert graph_ops(name, overrides) == len(graph.nodes), overrides
 
 
-@pytest.mark.parametrize("name, overrides", [
-    ("mlp", {"n_layer": 100_000_000, "hidden": 1}),
-    ("mlp", {"n_layer": 20_000, "hidden": 1, "in_features": 1, "out_features": 1}),
-    ("moe", {"n_layer": 100, "n_experts": 100}),
-    ("cnn", {"n_stage": 2, "blocks_per_stage": 10_000_000}),
-])
+@pytest.mark.parametrize(
+    "name, overrides",
+    [
+        ("mlp", {"n_layer": 100_000_000, "hidden": 1}),
+        ("mlp", {"n_layer": 20_000, "hidden": 1, "in_features": 1, "out_features": 1}),
+        ("moe", {"n_layer": 100, "n_experts": 100}),
+        ("cnn", {"n_stage": 2, "blocks_per_stage": 10_000_000}),
+    ],
+)
 def test_a_sample_model_over_the_cap_is_refused_before_it_is_built(name, overrides, monkeypatch):
     def never(*args, **kwargs):
         raise AssertionError("built")
 
     monkeypatch.setattr(_registry, "build", never)
-    with pytest.raises(sample_models.ModelSpecError, match=rf"would trace [\d,]+ operations; .* up to "
-                                                           rf"{MAX_GRAPH_OPS:,} operations.*lower "):
+    with pytest.raises(
+        sample_models.ModelSpecError,
+        match=rf"would trace [\d,]+ operations; .* up to "
+        rf"{MAX_GRAPH_OPS:,} operations.*lower ",
+    ):
         sample_models.load(name, overrides)
     assert graph_ops(name, overrides) > MAX_GRAPH_OPS
 
@@ -67,12 +73,15 @@ def test_a_sample_model_at_the_cap_is_built():
     assert graph_ops("mlp", {"n_layer": n}) <= MAX_GRAPH_OPS < graph_ops("mlp", {"n_layer": n + 1})
 
 
-@pytest.mark.parametrize("spec, overrides, layers", [
-    ("hf:gpt2", {"n_layer": 2000}, 2000),
-    ("hf:llama", {"num_hidden_layers": 100_000_000}, 100_000_000),
-    ("hf:t5", {"num_layers": 100}, 200),  # encoder and decoder
-    ("hf:llama-3-70b", {"num_hidden_layers": 161}, 161),
-])
+@pytest.mark.parametrize(
+    "spec, overrides, layers",
+    [
+        ("hf:gpt2", {"n_layer": 2000}, 2000),
+        ("hf:llama", {"num_hidden_layers": 100_000_000}, 100_000_000),
+        ("hf:t5", {"num_layers": 100}, 200),  # encoder and decoder
+        ("hf:llama-3-70b", {"num_hidden_layers": 161}, 161),
+    ],
+)
 def test_an_hf_config_over_the_cap_is_refused_before_it_is_built(spec, overrides, layers, monkeypatch):
     transformers = pytest.importorskip("transformers")
 
@@ -82,8 +91,11 @@ def test_an_hf_config_over_the_cap_is_refused_before_it_is_built(spec, overrides
     for auto in ("AutoModelForCausalLM", "AutoModelForSeq2SeqLM", "AutoModel"):
         monkeypatch.setattr(getattr(transformers, auto), "from_config", never)
     # Above 1024 a single field is refused first (no real model has more), else the total of layers.
-    rule = (rf"must be at most 1024 \(got {layers}\)" if layers > 1024 else
-            rf"with {layers:,} layers in all .* at most {MAX_GRAPH_OPS // HF_OPS_PER_LAYER} layers")
+    rule = (
+        rf"must be at most 1024 \(got {layers}\)"
+        if layers > 1024
+        else rf"with {layers:,} layers in all .* at most {MAX_GRAPH_OPS // HF_OPS_PER_LAYER} layers"
+    )
     with pytest.raises(sample_models.ModelSpecError, match=rule):
         sample_models.load(spec, overrides)
 
@@ -97,14 +109,23 @@ def test_the_largest_presets_are_within_the_cap():
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("model_type, field", [("llama", "num_hidden_layers"), ("gpt2", "n_layer"),
-                                               ("mixtral", "num_hidden_layers"), ("qwen2_moe", "num_hidden_layers"),
-                                               ("bert", "num_hidden_layers")])
+@pytest.mark.parametrize(
+    "model_type, field",
+    [
+        ("llama", "num_hidden_layers"),
+        ("gpt2", "n_layer"),
+        ("mixtral", "num_hidden_layers"),
+        ("qwen2_moe", "num_hidden_layers"),
+        ("bert", "num_hidden_layers"),
+    ],
+)
 def test_an_hf_layer_traces_to_at_most_the_stated_operations(model_type, field):
     pytest.importorskip("transformers")
     counts = []
     for n in (1, 3):
         overrides = {field: n}
-        graph = sample_models.trace_loaded(f"hf:{model_type}", overrides, sample_models.load(f"hf:{model_type}", overrides), "m")
+        graph = sample_models.trace_loaded(
+            f"hf:{model_type}", overrides, sample_models.load(f"hf:{model_type}", overrides), "m"
+        )
         counts.append(len(graph.nodes))
     assert 0 < (counts[1] - counts[0]) / 2 <= HF_OPS_PER_LAYER

@@ -11,10 +11,19 @@ import sample_models
 from partitioner import pipeline, sharding
 from partitioner.remat.memory import RematResult, training_memory
 
-SMALL = {"num_hidden_layers": 2, "hidden_size": 64, "intermediate_size": 128, "num_attention_heads": 4,
-         "num_key_value_heads": 2, "vocab_size": 1000}
+SMALL = {
+    "num_hidden_layers": 2,
+    "hidden_size": 64,
+    "intermediate_size": 128,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "vocab_size": 1000,
+}
 CONFIGS = {
-    "hf:llama": SMALL, "hf:qwen2": SMALL, "hf:mistral": SMALL, "hf:mixtral": {**SMALL, "num_local_experts": 4},
+    "hf:llama": SMALL,
+    "hf:qwen2": SMALL,
+    "hf:mistral": SMALL,
+    "hf:mixtral": {**SMALL, "num_local_experts": 4},
     "hf:gpt2": {"n_layer": 2, "n_embd": 64, "n_head": 4, "vocab_size": 1000},
     "hf:bert": {k: v for k, v in SMALL.items() if k != "num_key_value_heads"},
     "hf:t5": {"num_layers": 2, "d_model": 64, "d_ff": 128, "num_heads": 4, "vocab_size": 1000, "d_kv": 16},
@@ -44,7 +53,8 @@ def test_a_plan_holds_the_weights_once(traced):
     _, _, graph, expected = traced
     plan = partitioner.partition(graph, partitioner.parse_devices("1x64GiB"))
     activations = sum(graph.output_bytes[v] for v in graph.op_indices) + sum(
-        nd.output_bytes for nd in graph.nodes if nd.op == "placeholder")
+        nd.output_bytes for nd in graph.nodes if nd.op == "placeholder"
+    )
     assert plan.device_memory_bytes()[0] == expected + activations
 
 
@@ -53,8 +63,11 @@ def test_pipeline_stages_hold_the_weights_once(traced):
     pp = pipeline.plan(graph, partitioner.parse_devices("2x64GiB"), stages=2, microbatches=2, schedule="gpipe")
     weights = sum(m - s for m, s in zip(pp.stage_memory_bytes, pp.stage_stash_bytes))
     # A weight read by several operations (a tied embedding and LM head) may be held by both stages.
-    shared = sum(nd.output_bytes for v, nd in enumerate(graph.nodes)
-                 if nd.op == "get_attr" and sum(graph.nodes[u].is_op for u in graph.users[v]) > 1)
+    shared = sum(
+        nd.output_bytes
+        for v, nd in enumerate(graph.nodes)
+        if nd.op == "get_attr" and sum(graph.nodes[u].is_op for u in graph.users[v]) > 1
+    )
     assert expected <= weights <= expected + shared
     if not shared:
         assert weights == expected
@@ -72,8 +85,15 @@ def test_sharding_counts_the_parameters_once(traced):
 def test_training_memory_holds_the_weights_once(traced):
     _, _, graph, expected = traced
     plan = partitioner.partition(graph, partitioner.parse_devices("1x64GiB"))
-    nothing = RematResult(budget=1.0, saved=(), recomputed=(), saved_activation_bytes=0, saved_input_bytes=0,
-                          recompute_flops=0, recompute_time_s=0.0)
+    nothing = RematResult(
+        budget=1.0,
+        saved=(),
+        recomputed=(),
+        saved_activation_bytes=0,
+        saved_input_bytes=0,
+        recompute_flops=0,
+        recompute_time_s=0.0,
+    )
     assert training_memory(plan, graph, nothing, optimizer="adam")[0]["parameters"] == expected
 
 

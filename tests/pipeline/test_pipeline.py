@@ -35,8 +35,9 @@ def test_action_order_equals_torchs(schedule, name, p, m):
         kind = {"FORWARD": "F", "F": "F", "FULL_BACKWARD": "B", "B": "B"}
         b = [x for x in b if x is not None and str(x.computation_type).rsplit(".", 1)[-1] in kind]
         got = [(s, k, mb) for s, k, mb in a]
-        want = [(int(x.stage_index), kind[str(x.computation_type).rsplit(".", 1)[-1]], int(x.microbatch_index))
-                for x in b]
+        want = [
+            (int(x.stage_index), kind[str(x.computation_type).rsplit(".", 1)[-1]], int(x.microbatch_index)) for x in b
+        ]
         if schedule == "1f1b" and rank == p - 1:
             # torch 2.13's Schedule1F1B list numbers the last rank's forwards 1..m (its runtime
             # is right): ours keeps 0..m-1.
@@ -72,8 +73,16 @@ def test_dp_split_equals_brute_force_on_chains(seed):
     graph = synthetic_graph([(i, i + 1) for i in range(n - 1)], sizes)
     latency = {f"op{i}": (0.0, float(rng.randint(1, 20))) for i in range(n)}
     devices = [Device(f"d{i}", 10**9, i) for i in range(k)]
-    pp = pipeline.plan(graph, devices, stages=k, microbatches=1, schedule="gpipe", training="sgd",
-                       transfer_rate_bytes_per_s=None, node_latency=latency)
+    pp = pipeline.plan(
+        graph,
+        devices,
+        stages=k,
+        microbatches=1,
+        schedule="gpipe",
+        training="sgd",
+        transfer_rate_bytes_per_s=None,
+        node_latency=latency,
+    )
     stage_cost = [f + b for f, b in zip(pp.stage_forward_s, pp.stage_backward_s)]
     per_node = [3.0 * max(latency[f"op{i}"]) for i in range(n)]  # forward + twice for backward
     assert max(stage_cost) == pytest.approx(_brute_force(per_node, k))
@@ -85,8 +94,16 @@ def test_stash_memory_matches_a_hand_count():
     graph = synthetic_graph([(0, 1), (1, 2), (2, 3)], sizes)
     devices = [Device(f"d{i}", 10**9, i) for i in range(2)]
     for schedule, held in (("gpipe", (4, 4)), ("1f1b", (2, 1))):
-        pp = pipeline.plan(graph, devices, stages=2, microbatches=4, schedule=schedule, training="adam",
-                           transfer_rate_bytes_per_s=None, node_latency={f"op{i}": (0.0, 1.0) for i in range(4)})
+        pp = pipeline.plan(
+            graph,
+            devices,
+            stages=2,
+            microbatches=4,
+            schedule=schedule,
+            training="adam",
+            transfer_rate_bytes_per_s=None,
+            node_latency={f"op{i}": (0.0, 1.0) for i in range(4)},
+        )
         split = [sum(sizes[int(n[2:])] for n in stage) for stage in pp.stages]
         # Activations per microbatch are a quarter of the traced batch's; GPipe holds all 4
         # microbatches, 1F1B holds 2 on the first stage and 1 on the last.
@@ -99,8 +116,9 @@ def test_plan_on_a_real_model_beats_equal_layers_and_round_trips(tmp_path):
 
     module, inputs, _ = sample_models.load("transformer", {"n_layer": 6})
     graph = partitioner.trace(module, inputs)
-    pp = pipeline.plan(graph, partitioner.parse_devices("4x64MiB"), stages=4, microbatches=8,
-                       schedule="1f1b", training="adam")
+    pp = pipeline.plan(
+        graph, partitioner.parse_devices("4x64MiB"), stages=4, microbatches=8, schedule="1f1b", training="adam"
+    )
     baselines = {name: step for name, step, _ in pp.baselines}
     assert pp.step_time_s <= min(baselines.values()) + 1e-12
     assert len(pp.stage_memory_bytes) == 4 and all(b > 0 for b in pp.stage_memory_bytes)
@@ -114,8 +132,27 @@ def test_pipeline_command_writes_the_plan(tmp_path, capsys):
     from cli.main import main
 
     out = tmp_path / "pipe.json"
-    assert main(["pipeline", "transformer", "--devices", "2x64MiB", "--stages", "2", "--microbatches", "4", "--schedule", "gpipe",
-                 "--training", "sgd", "--out", str(out)]) == 0
+    assert (
+        main(
+            [
+                "pipeline",
+                "transformer",
+                "--devices",
+                "2x64MiB",
+                "--stages",
+                "2",
+                "--microbatches",
+                "4",
+                "--schedule",
+                "gpipe",
+                "--training",
+                "sgd",
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    )
     text = capsys.readouterr().out
     assert "step time" in text and "equal layers split" in text
     data = json.loads(out.read_text())
@@ -134,8 +171,9 @@ def test_pipeline_command_writes_the_plan(tmp_path, capsys):
     assert "needs MODEL" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("stages, microbatches, schedule", [(4, 8, "1f1b"), (2, 2, "gpipe"), (4, 4, "gpipe"),
-                                                            (3, 16, "1f1b")])
+@pytest.mark.parametrize(
+    "stages, microbatches, schedule", [(4, 8, "1f1b"), (2, 2, "gpipe"), (4, 4, "gpipe"), (3, 16, "1f1b")]
+)
 def test_the_plan_is_never_slower_than_a_simple_split_that_fits(stages, microbatches, schedule):
     """The bottleneck-exact split of the mlp sample lost 32.6 % to equal layers at 4 stages and 8
     microbatches (fill and drain count every stage): the plan is the fastest of the splits."""
@@ -143,6 +181,7 @@ def test_the_plan_is_never_slower_than_a_simple_split_that_fits(stages, microbat
 
     module, inputs, _ = sample_models.load("mlp")
     graph = partitioner.trace(module, inputs)
-    pp = pipeline.plan(graph, partitioner.parse_devices(f"{stages}x1GiB"), stages=stages,
-                       microbatches=microbatches, schedule=schedule)
+    pp = pipeline.plan(
+        graph, partitioner.parse_devices(f"{stages}x1GiB"), stages=stages, microbatches=microbatches, schedule=schedule
+    )
     assert all(pp.step_time_s <= step * (1 + 1e-12) for _, step, _ in pp.baselines), pp.baselines

@@ -93,8 +93,11 @@ def test_what_cannot_run_is_refused_before_any_process_starts(gpt):
     with pytest.raises(PartitionError, match="simulated only"):
         pipeline.run(zb, graph, graph.example_inputs)
     odd = pipeline.plan(graph, BIG, stages=2, microbatches=3, schedule="gpipe")
-    with pytest.raises(MicrobatchError, match=r"microbatches must divide the example batch's first dimension: 4 "
-                                              r"does not split into 3 .*choose microbatches in 1, 2, 4") as info:
+    with pytest.raises(
+        MicrobatchError,
+        match=r"microbatches must divide the example batch's first dimension: 4 "
+        r"does not split into 3 .*choose microbatches in 1, 2, 4",
+    ) as info:
         pipeline.run(odd, graph, graph.example_inputs)
     assert info.value.batch == 4 and "batch_size" not in str(info.value)  # the library's words, not a front end's
     # torch's Schedule1F1B refuses fewer microbatches than stages: so does the project, before any process.
@@ -107,24 +110,55 @@ def test_what_cannot_run_is_refused_before_any_process_starts(gpt):
 
 @pytest.mark.slow
 def test_the_command_line_runs_a_pipeline_and_prints_the_run_in_its_json():
-    cli = [sys.executable, "-m", "cli", "pipeline", "mlp", "--devices", "2x1GiB", "--stages", "2",
-           "--microbatches", "4", "--training", "adam", "--run", "--out", "-"]
+    cli = [
+        sys.executable,
+        "-m",
+        "cli",
+        "pipeline",
+        "mlp",
+        "--devices",
+        "2x1GiB",
+        "--stages",
+        "2",
+        "--microbatches",
+        "4",
+        "--training",
+        "adam",
+        "--run",
+        "--out",
+        "-",
+    ]
     done = subprocess.run(cli, capture_output=True, text=True, cwd=ROOT, timeout=300)
     assert done.returncode == 0, done.stderr
     data = json.loads(done.stdout)
     assert data["kind"] == "pipeline" and len(data["stages"]) == 2
     assert data["run"]["outputs_equal"] is True and data["run"]["gradients_equal"] is True
     assert data["run"]["measured_step_s"] > 0
-    bad = subprocess.run([*cli[:-3], "--microbatches", "3", "--run"], capture_output=True, text=True,
-                         cwd=ROOT, timeout=300)
+    bad = subprocess.run(
+        [*cli[:-3], "--microbatches", "3", "--run"], capture_output=True, text=True, cwd=ROOT, timeout=300
+    )
     assert bad.returncode == 2 and "does not split into 3" in bad.stderr and "Traceback" not in bad.stderr
     assert "--set batch_size=" in bad.stderr  # the command line names its own knob
 
 
 @pytest.mark.slow
 def test_the_command_line_refuses_what_torch_refuses_before_loading_the_model():
-    cli = [sys.executable, "-m", "cli", "pipeline", "mlp", "--devices", "4x1GiB", "--stages", "4",
-           "--microbatches", "3", "--schedule", "1f1b", "--run"]
+    cli = [
+        sys.executable,
+        "-m",
+        "cli",
+        "pipeline",
+        "mlp",
+        "--devices",
+        "4x1GiB",
+        "--stages",
+        "4",
+        "--microbatches",
+        "3",
+        "--schedule",
+        "1f1b",
+        "--run",
+    ]
     done = subprocess.run(cli, capture_output=True, text=True, cwd=ROOT, timeout=120)
     assert done.returncode == 2 and "Traceback" not in done.stderr
     assert "--microbatches 3: 1f1b needs at least as many microbatches as stages" in done.stderr

@@ -47,8 +47,11 @@ def test_refusals_say_the_rule_the_values_and_the_fix():
     with pytest.raises(MicrobatchError, match=r"microbatches must be >= 4 \(got 3\).*use 4 or more") as info:
         check_microbatches("1f1b", 4, 3)
     assert info.value.accepted[0] == 4 and info.value.microbatches == 3
-    with pytest.raises(MicrobatchError, match=r"9 microbatches make 2 rounds.*choose one of 1, 2, 3, 4, 5, 6, 7, "
-                                              r"8, 10, 12"):
+    with pytest.raises(
+        MicrobatchError,
+        match=r"9 microbatches make 2 rounds.*choose one of 1, 2, 3, 4, 5, 6, 7, "
+        r"8, 10, 12",
+    ):
         check_microbatches("interleaved_1f1b", 4, 9)
     # What the project refused before and torch takes: interleaved and zero bubble with m = 6 or 10 on 4 ranks.
     for schedule in ("interleaved_1f1b", "zero_bubble"):

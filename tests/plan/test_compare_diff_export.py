@@ -13,14 +13,11 @@ import torch
 
 import partitioner
 import sample_models
+from cli.diff_report import format_diff
+from cli.report import format_comparison
 from partitioner import Device, PartitionError
 from partitioner.accelerator.compare import ModeResult, best_mode, compare_modes, gaps
 from partitioner.cost.model import NEAR_TIE
-from partitioner.testing.synthetic import synthetic_graph
-from partitioner.units import format_seconds
-from cli.diff_report import format_diff
-from cli.report import format_comparison
-from partitioner.plan.diff import diff_plans
 from partitioner.interop.export import (
     ExportError,
     export_plan,
@@ -30,6 +27,9 @@ from partitioner.interop.export import (
     to_pipeline_split_spec,
     to_reference_config,
 )
+from partitioner.plan.diff import diff_plans
+from partitioner.testing.synthetic import synthetic_graph
+from partitioner.units import format_seconds
 
 SMALL_MLP = dict(n_layer=4, hidden=64, in_features=64, out_features=64, batch_size=8)
 
@@ -61,8 +61,14 @@ def chain_graph(n: int = 8, size: int = 100) -> partitioner.Graph:
 def test_compare_modes_runs_every_mode_but_aot_and_keeps_failures():
     graph = chain_graph()
     results = compare_modes(graph, devices(4, 350), force_partition=True, time_limit_s=3)
-    assert [r.mode for r in results] == ["size_based", "largest_first", "sparse_nn", "cost_aware", "kl_based",
-                                         "optimal"]
+    assert [r.mode for r in results] == [
+        "size_based",
+        "largest_first",
+        "sparse_nn",
+        "cost_aware",
+        "kl_based",
+        "optimal",
+    ]
     by_mode = {r.mode: r for r in results}
     failed = by_mode["sparse_nn"]
     assert failed.error and "embedding" in failed.error and failed.plan is None
@@ -109,9 +115,11 @@ def test_format_comparison_marks_best_and_shows_errors():
     text = format_comparison(results)
     assert "c*" in text and "failed: it broke: - here" in text and "best: c" in text
     # A plan with more partitions must earn them: within NEAR_TIE of the fastest, fewer win.
-    near = [ModeResult("many", 1e-3, 94, 0.5, 0.1, None, None),
-            ModeResult("few", 1e-3 * (1 + NEAR_TIE / 2), 3, 0.5, 0.1, None, None),
-            ModeResult("slow", 1e-3 * (1 + 2 * NEAR_TIE), 1, 0.5, 0.1, None, None)]
+    near = [
+        ModeResult("many", 1e-3, 94, 0.5, 0.1, None, None),
+        ModeResult("few", 1e-3 * (1 + NEAR_TIE / 2), 3, 0.5, 0.1, None, None),
+        ModeResult("slow", 1e-3 * (1 + 2 * NEAR_TIE), 1, 0.5, 0.1, None, None),
+    ]
     assert best_mode(near) == "few"
     assert format_seconds(2.25e-5) == "22.5 us" and format_seconds(1.5) == "1.5 s"
     assert format_seconds(math.inf) == "inf (cycle)" and format_seconds(None) == "-"
@@ -124,10 +132,16 @@ def test_format_comparison_marks_best_and_shows_errors():
 def _plan_pair() -> tuple[partitioner.Graph, partitioner.Plan, partitioner.Plan]:
     graph = chain_graph()
     devs = devices(4, 1000)
-    a = partitioner.evaluate_plan(graph, devs, {f"op{i}": i // 4 for i in range(8)}, {0: [0], 1: [1]},
-                                  transfer_rate_bytes_per_s=100.0)
-    b = partitioner.evaluate_plan(graph, devs, {f"op{i}": (0 if i < 3 else 1 if i < 6 else 2) for i in range(8)},
-                                  {0: [0], 1: [1], 2: [2]}, transfer_rate_bytes_per_s=100.0)
+    a = partitioner.evaluate_plan(
+        graph, devs, {f"op{i}": i // 4 for i in range(8)}, {0: [0], 1: [1]}, transfer_rate_bytes_per_s=100.0
+    )
+    b = partitioner.evaluate_plan(
+        graph,
+        devs,
+        {f"op{i}": (0 if i < 3 else 1 if i < 6 else 2) for i in range(8)},
+        {0: [0], 1: [1], 2: [2]},
+        transfer_rate_bytes_per_s=100.0,
+    )
     return graph, a, b
 
 
@@ -167,8 +181,7 @@ def test_diff_reports_moves_added_partitions_and_latency():
 
 def test_diff_nodes_of_other_models_and_cyclic_latency():
     graph, a, _ = _plan_pair()
-    other = partitioner.evaluate_plan(chain_graph(9), devices(4, 1000), {f"op{i}": 0 for i in range(9)},
-                                      {0: [0]})
+    other = partitioner.evaluate_plan(chain_graph(9), devices(4, 1000), {f"op{i}": 0 for i in range(9)}, {0: [0]})
     d = diff_plans(a, other)
     assert d.nodes_only_in_b == ("op8",) and not d.same_graph
     assert "DIFFERENT graphs" in format_diff(d)
@@ -189,8 +202,9 @@ def test_fx_aot_export_round_trips_through_aot_based(mlp):
     assert data["partition_to_logical_device_mapping"] == {"0": [0], "1": [1], "2": [2], "3": [3]}
     assert data["devices"][0] == {"name": "dev_0", "available_mem_bytes": 28 * 1024, "logical_id": 0}
     n2p, p2d = read_aot_mapping(data)
-    again = partitioner.partition(graph, devices(4, 28 * 1024), mode="aot_based",
-                                  node_to_partition=n2p, partition_to_devices=p2d)
+    again = partitioner.partition(
+        graph, devices(4, 28 * 1024), mode="aot_based", node_to_partition=n2p, partition_to_devices=p2d
+    )
     assert again.node_to_partition() == plan.node_to_partition()
     assert again.latency_s == plan.latency_s
     # A saved plan and the short form are accepted too.
@@ -207,8 +221,7 @@ def test_reference_config_reproduces_the_plan_in_torchs_partitioner(transformer)
     from torch.fx.passes.graph_manipulation import get_size_of_all_nodes
 
     graph, module, inputs = transformer
-    plan = partitioner.partition(graph, partitioner.parse_devices("4x2MiB"), mode="cost_aware",
-                                 force_partition=True)
+    plan = partitioner.partition(graph, partitioner.parse_devices("4x2MiB"), mode="cost_aware", force_partition=True)
     assert len(plan.partitions) > 1
     gm = copy.deepcopy(graph.graph_module)
     get_size_of_all_nodes(gm, list(inputs))
@@ -216,8 +229,12 @@ def test_reference_config_reproduces_the_plan_in_torchs_partitioner(transformer)
     assert all(isinstance(n, torch.fx.Node) for n in config.node_to_partition_mapping)
     reference = Partitioner()
     result = reference.partition_graph(gm, gm, config)
-    got = {n.name: p.partition_id for p in reference.partitions for n in p.nodes
-           if n.op not in ("placeholder", "get_attr", "output")}
+    got = {
+        n.name: p.partition_id
+        for p in reference.partitions
+        for n in p.nodes
+        if n.op not in ("placeholder", "get_attr", "output")
+    }
     assert got == plan.node_to_partition()
     assert {p.partition_id: list(p.logical_device_ids) for p in reference.partitions} == plan.partition_to_devices()
     torch.testing.assert_close(result.module_with_submodules(*inputs), module(*inputs))
@@ -265,12 +282,16 @@ def test_pipeline_split_spec_errors_say_where_and_what_to_do(mlp, transformer):
         return partitioner.evaluate_plan(graph, devs, mapping, {p: [p] for p in set(mapping.values())})
 
     top = plan_for(_mapping_from(graph, {"add": 1}))  # wte + wpe runs in GPT.forward itself
-    with pytest.raises(ExportError, match="node 'add', which runs in the model's top-level forward.*"
-                                          "nearest nodes where a stage may start: 'wpe'"):
+    with pytest.raises(
+        ExportError,
+        match="node 'add', which runs in the model's top-level forward.*nearest nodes where a stage may start: 'wpe'",
+    ):
         to_pipeline_split_spec(top, graph)
     middle = plan_for(_mapping_from(graph, {"unflatten": 1}))
-    with pytest.raises(ExportError, match="middle of module 'blocks.0.attn' \\(whose first node is "
-                                          "'blocks_0_attn_q_proj', in partition 0\\)"):
+    with pytest.raises(
+        ExportError,
+        match="middle of module 'blocks.0.attn' \\(whose first node is 'blocks_0_attn_q_proj', in partition 0\\)",
+    ):
         to_pipeline_split_spec(middle, graph)
     mapping = _mapping_from(graph, {"blocks_1_ln_1": 1})
     mapping["ln_f"] = 0  # partition 0 runs again after partition 1: not a chain

@@ -8,18 +8,18 @@ import pytest
 
 import partitioner
 import sample_models
+from examples import reference_latencies
 from partitioner import Device, Plan, PlanFormatError
 from partitioner.plan import validate
-
-from examples import reference_latencies
 
 
 @pytest.fixture
 def plan_and_graph(worked_example):
     graph, _ = worked_example
     devices = [Device(f"dev_{i}", 125, i) for i in range(4)]
-    plan = partitioner.partition(graph, devices, mode="cost_aware", transfer_rate_bytes_per_s=2.0,
-                                 node_latency=reference_latencies(graph))
+    plan = partitioner.partition(
+        graph, devices, mode="cost_aware", transfer_rate_bytes_per_s=2.0, node_latency=reference_latencies(graph)
+    )
     return plan, graph
 
 
@@ -70,8 +70,10 @@ def test_every_violation_kind_is_listed(plan_and_graph):
     assert any("unknown device 9; known logical ids are [0, 1, 2, 3]" in p.message for p in problems)
     small = [Device(f"dev_{i}", 10, i) for i in range(4)]
     cramped = partitioner.evaluate_plan(graph, small, plan.node_to_partition(), plan.partition_to_devices())
-    assert any("of its 10 B" in p.message and "move nodes to another device or add memory" in p.message
-               for p in cramped.violations(graph))
+    assert any(
+        "of its 10 B" in p.message and "move nodes to another device or add memory" in p.message
+        for p in cramped.violations(graph)
+    )
 
 
 def test_missing_and_unknown_nodes(plan_and_graph):
@@ -118,8 +120,13 @@ def test_schema_1_plans_written_before_still_load(name, transformer_graph):
     # An aot_based plan no longer carries its mapping twice: the partitions are the mapping.
     assert "node_to_partition" not in json.dumps(again["provenance"])
     # Re-scored on today's model, the same partitions give the same latency.
-    rescored = partitioner.evaluate_plan(transformer_graph, list(plan.devices), plan.node_to_partition(),
-                                         plan.partition_to_devices(), plan.transfer_rate_bytes_per_s)
+    rescored = partitioner.evaluate_plan(
+        transformer_graph,
+        list(plan.devices),
+        plan.node_to_partition(),
+        plan.partition_to_devices(),
+        plan.transfer_rate_bytes_per_s,
+    )
     assert rescored.latency_s == pytest.approx(plan.latency_s)
 
 

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from partitioner import Plan, PlanFormatError, partition, parse_devices
+from partitioner import Plan, PlanFormatError, parse_devices, partition
 from partitioner.plan.size import MAX_PLAN_ENTRIES, check_plan_size, plan_from_json
 from partitioner.testing.synthetic import synthetic_graph
 

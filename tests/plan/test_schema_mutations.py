@@ -11,18 +11,41 @@ from typing import Any
 
 import pytest
 import torch
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import partitioner
+from examples import WorkedExample, reference_latencies
+from explorer.builders import editing
 from partitioner import Device, Plan, PlanFormatError
 from partitioner.errors import PartitionError
-from explorer.builders import editing
-
-from examples import WorkedExample, reference_latencies
 
 FIXTURES = Path(__file__).parent / "fixtures"
-HOSTILE = [None, True, False, 0, -1, -(2**70), 2**70, 1.5, -0.5, math.inf, -math.inf, math.nan, "", "x", "-1",
-           [], [-1], [99], ["a"], {}, {"a": 1}, [[0, 1]], 10**400]
+HOSTILE = [
+    None,
+    True,
+    False,
+    0,
+    -1,
+    -(2**70),
+    2**70,
+    1.5,
+    -0.5,
+    math.inf,
+    -math.inf,
+    math.nan,
+    "",
+    "x",
+    "-1",
+    [],
+    [-1],
+    [99],
+    ["a"],
+    {},
+    {"a": 1},
+    [[0, 1]],
+    10**400,
+]
 
 
 @pytest.fixture(scope="module")
@@ -30,8 +53,9 @@ def valid() -> tuple[dict[str, Any], partitioner.Graph]:
     torch.manual_seed(0)
     graph = partitioner.trace(WorkedExample(), (torch.rand(4),))
     devices = [Device(f"dev_{i}", 125, i) for i in range(4)]
-    plan = partitioner.partition(graph, devices, mode="cost_aware", transfer_rate_bytes_per_s=2.0,
-                                 node_latency=reference_latencies(graph))
+    plan = partitioner.partition(
+        graph, devices, mode="cost_aware", transfer_rate_bytes_per_s=2.0, node_latency=reference_latencies(graph)
+    )
     return json.loads(plan.to_json()), graph
 
 
@@ -70,8 +94,9 @@ def _exercise(plan: Plan, graph: partitioner.Graph) -> None:
     edit = editing.edit_from_plan(plan, source="file")
     try:
         plan.rescore(graph)
-        editing.evaluate_edit(edit, graph, list(plan.devices), plan.transfer_rate_bytes_per_s,
-                              plan.options.node_latency_dict, base=plan)
+        editing.evaluate_edit(
+            edit, graph, list(plan.devices), plan.transfer_rate_bytes_per_s, plan.options.node_latency_dict, base=plan
+        )
     except PartitionError:
         pass  # a plan for nodes or devices this model does not have: refused with the rule
 
@@ -98,21 +123,26 @@ def test_mutated_plan_files_are_refused_clearly_or_read(valid, data):
     _exercise(plan, graph)
 
 
-@pytest.mark.parametrize("change, message", [
-    (lambda d: d["edges"][0].update(dst=9), r"edges\[0\]\.dst names partition 9, which the plan does not have"),
-    (lambda d: d["partitions"][0].update(id=-1), r"partitions\[0\]\.id must be a whole number from 0 .*\(got -1\)"),
-    (lambda d: d["partitions"][1].update(parents=[7]), r"partitions\[1\]\.parents names partition 7"),
-    (lambda d: d.update(critical_path=[0, 12]), r"critical_path names partition 12"),
-    (lambda d: d["partitions"][0].update(memory_bytes="12"), r"memory_bytes must be a whole number .*\(got '12'\)"),
-    (lambda d: d.update(latency_s=float("nan")), r"latency_s must be a non-negative number \(got nan\)"),
-    (lambda d: d["provenance"].update(options=3), r"provenance\.options must be an object \(got 3\)"),
-    (lambda d: d["provenance"]["options"].update(saturate_host="yes"), r"saturate_host must be true or false"),
-    (lambda d: d["devices"][1].update(logical_id=0), r"devices\[1\]\.logical_id 0 is used by another device"),
-    (lambda d: d.update(mode=5), r"mode must be a string \(got 5\)"),
-    (lambda d: d["provenance"]["options"]["node_latency"].update(add=[10**400, 0]),
-     r"node_latency\['add'\] must be a pair \(memory seconds, compute seconds\)"),
-    (lambda d: d["partitions"][0].update(latency_s=10**400), r"partitions\[0\]\.latency_s must be a non-negative"),
-])
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        (lambda d: d["edges"][0].update(dst=9), r"edges\[0\]\.dst names partition 9, which the plan does not have"),
+        (lambda d: d["partitions"][0].update(id=-1), r"partitions\[0\]\.id must be a whole number from 0 .*\(got -1\)"),
+        (lambda d: d["partitions"][1].update(parents=[7]), r"partitions\[1\]\.parents names partition 7"),
+        (lambda d: d.update(critical_path=[0, 12]), r"critical_path names partition 12"),
+        (lambda d: d["partitions"][0].update(memory_bytes="12"), r"memory_bytes must be a whole number .*\(got '12'\)"),
+        (lambda d: d.update(latency_s=float("nan")), r"latency_s must be a non-negative number \(got nan\)"),
+        (lambda d: d["provenance"].update(options=3), r"provenance\.options must be an object \(got 3\)"),
+        (lambda d: d["provenance"]["options"].update(saturate_host="yes"), r"saturate_host must be true or false"),
+        (lambda d: d["devices"][1].update(logical_id=0), r"devices\[1\]\.logical_id 0 is used by another device"),
+        (lambda d: d.update(mode=5), r"mode must be a string \(got 5\)"),
+        (
+            lambda d: d["provenance"]["options"]["node_latency"].update(add=[10**400, 0]),
+            r"node_latency\['add'\] must be a pair \(memory seconds, compute seconds\)",
+        ),
+        (lambda d: d["partitions"][0].update(latency_s=10**400), r"partitions\[0\]\.latency_s must be a non-negative"),
+    ],
+)
 def test_each_rule_names_the_field_the_value_and_the_fix(valid, change, message):
     data = json.loads(json.dumps(valid[0]))
     change(data)

@@ -11,8 +11,7 @@ import torch.nn.functional as F
 
 import partitioner
 import sample_models
-from partitioner import Device, PartitionError, RunError
-from partitioner import remat
+from partitioner import Device, PartitionError, RunError, remat
 from partitioner.testing.faults import DiesOnRank, child_pids
 
 
@@ -72,17 +71,24 @@ def test_training_memory_per_device_and_the_budget_that_fits(mlp):
     assert sum(u["parameters"] for u in used.values()) == params
     assert all(u["optimizer"] == 2 * u["parameters"] == 2 * u["gradients"] for u in used.values())
     # Each device exactly as large as budget 0.5 needs: 1.0 does not fit, 0.5 is the largest that does.
-    need = {r.budget: {d: sum(u.values()) for d, u in remat.training_memory(plan, graph, r).items()}
-            for r in results}
+    need = {r.budget: {d: sum(u.values()) for d, u in remat.training_memory(plan, graph, r).items()} for r in results}
     assert sum(need[0.0].values()) <= sum(need[0.5].values()) < sum(need[1.0].values())
     tight = [Device(d.name, need[0.5][d.logical_id], d.logical_id) for d in devices]
-    tight_plan = partitioner.evaluate_plan(graph, tight, plan.node_to_partition(),
-                                           {p.id: list(p.device_ids) for p in plan.partitions})
+    tight_plan = partitioner.evaluate_plan(
+        graph, tight, plan.node_to_partition(), {p.id: list(p.device_ids) for p in plan.partitions}
+    )
     assert remat.largest_fitting_budget(tight_plan, graph, results).budget == 0.5
     smaller = [Device(d.name, need[0.0][d.logical_id] - 1, d.logical_id) for d in devices]
-    assert remat.largest_fitting_budget(partitioner.evaluate_plan(
-        graph, smaller, plan.node_to_partition(), {p.id: list(p.device_ids) for p in plan.partitions}),
-        graph, results) is None
+    assert (
+        remat.largest_fitting_budget(
+            partitioner.evaluate_plan(
+                graph, smaller, plan.node_to_partition(), {p.id: list(p.device_ids) for p in plan.partitions}
+            ),
+            graph,
+            results,
+        )
+        is None
+    )
 
 
 @pytest.mark.slow
@@ -109,8 +115,9 @@ def test_bad_budget_and_loss_are_named():
 @pytest.mark.slow
 def test_cli_remat_json_and_bad_budget():
     cli = [sys.executable, "-m", "cli"]
-    done = subprocess.run(cli + ["remat", "mlp", "--budget", "0.5", "--out", "-"], capture_output=True, text=True,
-                          timeout=300)
+    done = subprocess.run(
+        cli + ["remat", "mlp", "--budget", "0.5", "--out", "-"], capture_output=True, text=True, timeout=300
+    )
     assert done.returncode == 0, done.stderr
     data = json.loads(done.stdout)
     (result,) = data["results"]

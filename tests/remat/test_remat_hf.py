@@ -22,10 +22,22 @@ pytest.importorskip("transformers")
 # Tiny configs (real weights); the names and fields are sample_models/_hf.py's.
 TINY = {
     "gpt2": {"n_layer": 2, "n_embd": 64, "n_head": 4, "vocab_size": 1000},
-    "llama": {"num_hidden_layers": 2, "hidden_size": 64, "intermediate_size": 128, "num_attention_heads": 4,
-              "num_key_value_heads": 2, "vocab_size": 1000},
-    "qwen2": {"num_hidden_layers": 2, "hidden_size": 64, "intermediate_size": 128, "num_attention_heads": 4,
-              "num_key_value_heads": 2, "vocab_size": 1000},
+    "llama": {
+        "num_hidden_layers": 2,
+        "hidden_size": 64,
+        "intermediate_size": 128,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "vocab_size": 1000,
+    },
+    "qwen2": {
+        "num_hidden_layers": 2,
+        "hidden_size": 64,
+        "intermediate_size": 128,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "vocab_size": 1000,
+    },
 }
 
 
@@ -71,8 +83,9 @@ def test_an_exported_graph_travels_as_plain_data_with_its_names():
     kept = [n.name for n in gm.graph.nodes if n.target != "_guards_fn"]
     assert [n.name for n in back.graph.nodes] == kept
     with torch.no_grad():
-        torch.testing.assert_close(torch.utils._pytree.tree_leaves(back(*inputs)),
-                                   torch.utils._pytree.tree_leaves(gm(*inputs)))
+        torch.testing.assert_close(
+            torch.utils._pytree.tree_leaves(back(*inputs)), torch.utils._pytree.tree_leaves(gm(*inputs))
+        )
 
 
 @pytest.mark.slow
@@ -108,7 +121,12 @@ def test_meta_weights_run_as_fake_tensors_and_decide_as_real_weights_do():
     for f, r in zip(fake, real):
         assert f.gradients_equal is None and r.gradients_equal
         assert (f.saved_activation_bytes, f.saved_input_bytes, f.recomputed_ops, f.forward_ops, f.recompute_flops) == (
-            r.saved_activation_bytes, r.saved_input_bytes, r.recomputed_ops, r.forward_ops, r.recompute_flops)
+            r.saved_activation_bytes,
+            r.saved_input_bytes,
+            r.recomputed_ops,
+            r.forward_ops,
+            r.recompute_flops,
+        )
         assert f.saved == r.saved and f.recomputed == r.recomputed
     assert fake[0].saved_activation_bytes < fake[2].saved_activation_bytes
     cli = [sys.executable, "-m", "cli", "remat", "hf:gpt2", "--set", "n_layer=2", "--budget", "0.5", "--out", "-"]

@@ -25,11 +25,18 @@ def _profile(name: str = "box") -> DeviceProfile:
     # Linear ops: 1 GFLOP/s at 2 kFLOP, 10 GFLOP/s at 2 MFLOP; an elementwise op moves 1 GB/s at
     # 1 KB, 10 GB/s at 1 MB; 1 us an op, 2 us more a module call.
     return DeviceProfile(
-        name=name, memory_bytes=8 * 2**30, op_overhead_s=1e-6, module_overhead_s=2e-6,
+        name=name,
+        memory_bytes=8 * 2**30,
+        op_overhead_s=1e-6,
+        module_overhead_s=2e-6,
         matmul=(("float32", ((2e3, 1e-6 + 2e-6), (2e6, 1e-6 + 2e-4))),),
         copy=((1e3, 1e-6 + 1e-6), (1e6, 1e-6 + 1e-4)),
         collectives=(("all_reduce", 2, AlphaBeta(50e-6, 1e9)), ("p2p", 2, AlphaBeta(20e-6, 2e9))),
-        slowdown=((1, 1.0), (2, 1.5), (4, 3.0)), cores=2, load_average=1.5, measured_at="2026-01-01T00:00:00+00:00")
+        slowdown=((1, 1.0), (2, 1.5), (4, 3.0)),
+        cores=2,
+        load_average=1.5,
+        measured_at="2026-01-01T00:00:00+00:00",
+    )
 
 
 def test_profile_json_round_trip(tmp_path):
@@ -96,13 +103,25 @@ def test_a_broken_profile_names_the_fix(tmp_path):
 
 
 def _chain() -> Graph:
-    return Graph([
-        Node("x", "placeholder", "x", output_bytes=4000),
-        Node("fc", "call_module", "fc", (0,), output_bytes=4000, param_bytes=1000, flops=2_000_000, dtype="torch.float32"),
-        Node("relu", "call_function", "relu", (1,), output_bytes=4000),
-        Node("view", "call_method", "view", (2,), output_bytes=4000),
-        Node("out", "output", "output", (3,)),
-    ], name="chain")
+    return Graph(
+        [
+            Node("x", "placeholder", "x", output_bytes=4000),
+            Node(
+                "fc",
+                "call_module",
+                "fc",
+                (0,),
+                output_bytes=4000,
+                param_bytes=1000,
+                flops=2_000_000,
+                dtype="torch.float32",
+            ),
+            Node("relu", "call_function", "relu", (1,), output_bytes=4000),
+            Node("view", "call_method", "view", (2,), output_bytes=4000),
+            Node("out", "output", "output", (3,)),
+        ],
+        name="chain",
+    )
 
 
 def test_the_cost_model_prices_ops_from_the_profile():
@@ -116,8 +135,9 @@ def test_the_cost_model_prices_ops_from_the_profile():
     assert mem_s == pytest.approx(3e-6 + 9000 / p.bandwidth_bytes_per_s(9000))
     assert lat[2][0] == pytest.approx(1e-6 + 8000 / p.bandwidth_bytes_per_s(8000))  # relu: bytes, one op's overhead
     assert lat[3] == (1e-6, 1e-6)  # a view moves nothing
-    plan = partitioner.evaluate_plan(graph, with_profile(parse_devices("2x1MiB"), p), {"fc": 0, "relu": 1, "view": 1},
-                                     {0: [0], 1: [1]})
+    plan = partitioner.evaluate_plan(
+        graph, with_profile(parse_devices("2x1MiB"), p), {"fc": 0, "relu": 1, "view": 1}, {0: [0], 1: [1]}
+    )
     edge = plan.edges[0]
     assert edge.latency_s == pytest.approx(20e-6 + 4000 / 2e9)  # the measured p2p alpha-beta
     assert math.isclose(plan.latency_s, max(lat[1]) + edge.latency_s + max(lat[2]) + max(lat[3]), rel_tol=1e-9)
@@ -127,18 +147,39 @@ def test_the_cost_model_prices_ops_from_the_profile():
 def test_calibrate_measures_this_machine_and_the_cli_accepts_it(tmp_path):
     env = {"PARTITION_EXPLORER_CACHE": str(tmp_path), "PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"}
     cli = [sys.executable, "-m", "cli"]
-    done = subprocess.run(cli + ["calibrate", "--name", "here", "--processes", "2", "--out", str(tmp_path / "here.json")],
-                          capture_output=True, text=True, env=env, cwd=ROOT, timeout=240)
+    done = subprocess.run(
+        cli + ["calibrate", "--name", "here", "--processes", "2", "--out", str(tmp_path / "here.json")],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=ROOT,
+        timeout=240,
+    )
     assert done.returncode == 0, done.stderr
     profile = load_profile(tmp_path / "here.json")
     assert profile == load_profile(tmp_path / "profiles" / "here.json")
     assert profile.op_overhead_s > 0 and profile.peak_flops > 1e8 and profile.memory_bandwidth_bytes_per_s > 1e8
-    assert {k for k, n, _ in profile.collectives} == {"p2p", "handoff", "all_reduce", "all_gather", "dtensor_all_reduce"}
+    assert {k for k, n, _ in profile.collectives} == {
+        "p2p",
+        "handoff",
+        "all_reduce",
+        "all_gather",
+        "dtensor_all_reduce",
+    }
     assert [n for n, _ in profile.barrier_s] == [2] and [n for n, _ in profile.dtensor_module_s] == [2]
-    assert profile.training_step_factor > 1 and {k for k, _ in profile.elementwise} == {
-        "gelu", "layer_norm", "softmax", "silu", "sigmoid", "tanh"} and profile.graph_op_overhead_s > 0
-    done = subprocess.run(cli + ["plan", "mlp", "--devices", "2xhere", "--out", str(tmp_path / "plan.json")],
-                          capture_output=True, text=True, env=env, cwd=ROOT, timeout=240)
+    assert (
+        profile.training_step_factor > 1
+        and {k for k, _ in profile.elementwise} == {"gelu", "layer_norm", "softmax", "silu", "sigmoid", "tanh"}
+        and profile.graph_op_overhead_s > 0
+    )
+    done = subprocess.run(
+        cli + ["plan", "mlp", "--devices", "2xhere", "--out", str(tmp_path / "plan.json")],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=ROOT,
+        timeout=240,
+    )
     assert done.returncode == 0, done.stderr
     plan = partitioner.Plan.from_json((tmp_path / "plan.json").read_text())
     assert plan.devices[0].profile == profile

@@ -40,7 +40,8 @@ def test_the_deadline_holds_while_ranks_report_progress():
 def test_ranks_and_workers_die_with_a_killed_parent(tmp_path):
     script = tmp_path / "parent.py"
     pids = tmp_path / "pids.txt"
-    script.write_text(textwrap.dedent(f"""
+    script.write_text(
+        textwrap.dedent(f"""
         import os, threading, time
         from partitioner.runtime.launch import launch
         from partitioner.testing import faults
@@ -51,7 +52,8 @@ def test_ranks_and_workers_die_with_a_killed_parent(tmp_path):
             open({str(pids)!r}, "w").write(" ".join(map(str, kids)))
         threading.Thread(target=note, daemon=True).start()
         launch(faults.chatty_sleep_on, 2, (600.0,), timeout_s=600)
-    """))
+    """)
+    )
     parent = subprocess.Popen([sys.executable, str(script)], cwd=ROOT)
     deadline = time.monotonic() + 60
     while not pids.exists() and time.monotonic() < deadline:
@@ -64,8 +66,11 @@ def test_ranks_and_workers_die_with_a_killed_parent(tmp_path):
     alive = children
     while alive and time.monotonic() < deadline:
         time.sleep(0.5)
-        alive = [p for p in children if Path(f"/proc/{p}").exists()
-                 and "zombie" not in Path(f"/proc/{p}/status").read_text().lower()]
+        alive = [
+            p
+            for p in children
+            if Path(f"/proc/{p}").exists() and "zombie" not in Path(f"/proc/{p}/status").read_text().lower()
+        ]
     assert alive == [], f"ranks outlived their parent: {alive}"
 
 
@@ -81,8 +86,9 @@ def test_a_plan_that_breaks_a_rule_is_refused_before_any_rank_starts():
     x = torch.randn(2, 4)
     graph = partitioner.trace(model, (x,))
     plan = partitioner.partition(graph, partitioner.parse_devices("2x1MiB"), force_partition=True)
-    homeless = dataclasses.replace(plan, partitions=(dataclasses.replace(plan.partitions[0], device_ids=()),
-                                                     *plan.partitions[1:]))
+    homeless = dataclasses.replace(
+        plan, partitions=(dataclasses.replace(plan.partitions[0], device_ids=()), *plan.partitions[1:])
+    )
     before = faults.child_pids()
     began = time.monotonic()
     with pytest.raises(InvalidPlanError, match="no device"):
@@ -96,7 +102,8 @@ def test_a_worker_whose_parent_died_while_it_was_starting_exits_at_once(tmp_path
     already when it first looks, still sees that its parent is gone and exits."""
     script = tmp_path / "parent.py"
     pid_file = tmp_path / "worker.pid"
-    script.write_text(textwrap.dedent(f"""
+    script.write_text(
+        textwrap.dedent(f"""
         import os, subprocess, sys, time
         from partitioner.runtime._frames import child_env
         env = child_env({str(ROOT)!r})
@@ -105,7 +112,8 @@ def test_a_worker_whose_parent_died_while_it_was_starting_exits_at_once(tmp_path
                 "from partitioner.runtime._frames import exit_with_parent; exit_with_parent(); time.sleep(600)")
         subprocess.Popen([sys.executable, "-c", code], env=env)
         time.sleep(600)
-    """))
+    """)
+    )
     parent = subprocess.Popen([sys.executable, str(script)], cwd=ROOT)
     deadline = time.monotonic() + 30
     while not pid_file.exists() and time.monotonic() < deadline:
@@ -114,8 +122,11 @@ def test_a_worker_whose_parent_died_while_it_was_starting_exits_at_once(tmp_path
     parent.send_signal(signal.SIGKILL)
     parent.wait()
     deadline = time.monotonic() + 10
-    while Path(f"/proc/{worker}").exists() and "zombie" not in Path(f"/proc/{worker}/status").read_text().lower() \
-            and time.monotonic() < deadline:
+    while (
+        Path(f"/proc/{worker}").exists()
+        and "zombie" not in Path(f"/proc/{worker}/status").read_text().lower()
+        and time.monotonic() < deadline
+    ):
         time.sleep(0.2)
     gone = not Path(f"/proc/{worker}").exists() or "zombie" in Path(f"/proc/{worker}/status").read_text().lower()
     assert gone, "the worker outlived its parent"

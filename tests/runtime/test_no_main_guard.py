@@ -43,20 +43,44 @@ def test_a_rank_that_dies_in_the_command_line_exits_with_the_run_failure_code(tm
     from cli.inputs import EXIT_RUN
 
     factory = tmp_path / "dying_model.py"
-    factory.write_text(textwrap.dedent("""
+    factory.write_text(
+        textwrap.dedent("""
         import torch
         from partitioner.testing.faults import DiesOnRank
 
         def build():
             return DiesOnRank(rank=1), (torch.randn(2, 8),)
-    """))
+    """)
+    )
     env = {"PYTHONPATH": f"{tmp_path}:{ROOT}", "PATH": "/usr/bin:/bin"}
     plan = tmp_path / "plan.json"
-    made = subprocess.run([sys.executable, "-m", "cli", "plan", "dying_model:build", "--devices", "2x64KiB",
-                           "--force-partition", "--out", str(plan)], capture_output=True, text=True,
-                          cwd=tmp_path, env=env, timeout=300)
+    made = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "cli",
+            "plan",
+            "dying_model:build",
+            "--devices",
+            "2x64KiB",
+            "--force-partition",
+            "--out",
+            str(plan),
+        ],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env=env,
+        timeout=300,
+    )
     assert made.returncode == 0, made.stderr
-    ran = subprocess.run([sys.executable, "-m", "cli", "run", str(plan), "dying_model:build", "--timeout", "60"],
-                         capture_output=True, text=True, cwd=tmp_path, env=env, timeout=300)
+    ran = subprocess.run(
+        [sys.executable, "-m", "cli", "run", str(plan), "dying_model:build", "--timeout", "60"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env=env,
+        timeout=300,
+    )
     assert ran.returncode == EXIT_RUN, (ran.returncode, ran.stderr[-2000:])
     assert "rank 1" in ran.stderr and "Traceback" not in ran.stderr

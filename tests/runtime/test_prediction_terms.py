@@ -25,12 +25,24 @@ from partitioner.sharding import tensor_parallel
 
 def _profile(**changes: object) -> DeviceProfile:
     base = DeviceProfile(
-        name="box", memory_bytes=8 * 2**30, op_overhead_s=1e-6, module_overhead_s=2e-6,
-        matmul=(("float32", ((2e3, 3e-6), (2e6, 2.01e-4))),), copy=((1e3, 2e-6), (1e6, 1.01e-4)),
-        collectives=(("all_reduce", 2, AlphaBeta(50e-6, 1e9)), ("dtensor_all_reduce", 2, AlphaBeta(300e-6, 1e8)),
-                     ("handoff", 2, AlphaBeta(120e-6, 1e9)), ("p2p", 2, AlphaBeta(20e-6, 2e9))),
-        slowdown=((1, 1.0), (2, 1.5), (4, 3.0)), barrier_s=((2, 4e-4), (4, 2e-3)),
-        dtensor_module_s=((2, 2.5e-4), (4, 6e-4)), training_step_factor=2.7, pipeline_action_s=((2, 5e-4),))
+        name="box",
+        memory_bytes=8 * 2**30,
+        op_overhead_s=1e-6,
+        module_overhead_s=2e-6,
+        matmul=(("float32", ((2e3, 3e-6), (2e6, 2.01e-4))),),
+        copy=((1e3, 2e-6), (1e6, 1.01e-4)),
+        collectives=(
+            ("all_reduce", 2, AlphaBeta(50e-6, 1e9)),
+            ("dtensor_all_reduce", 2, AlphaBeta(300e-6, 1e8)),
+            ("handoff", 2, AlphaBeta(120e-6, 1e9)),
+            ("p2p", 2, AlphaBeta(20e-6, 2e9)),
+        ),
+        slowdown=((1, 1.0), (2, 1.5), (4, 3.0)),
+        barrier_s=((2, 4e-4), (4, 2e-3)),
+        dtensor_module_s=((2, 2.5e-4), (4, 6e-4)),
+        training_step_factor=2.7,
+        pipeline_action_s=((2, 5e-4),),
+    )
     return dataclasses.replace(base, **changes)  # type: ignore[arg-type]
 
 
@@ -101,12 +113,21 @@ def test_a_composed_step_is_split_into_its_parts(small_mlp):
     assert tp_only.part("all_reduce tp forward") > 0 and tp_only.part("all_reduce tp backward") > 0
     mixed = composed_step(graph, Layout(dp=2, tp=2, microbatch_size=4), pairs, profile, batch=8)
     sync = mixed.part("all_reduce gradients dp")
-    assert sync == pytest.approx(sum(profile.collective_s("all_reduce", b, 2) for b in
-                                     (32 * 32 * 4 // 2, 32 * 4 // 2, 32 * 32 * 4 // 2, 32 * 4) * 2))
+    assert sync == pytest.approx(
+        sum(
+            profile.collective_s("all_reduce", b, 2)
+            for b in (32 * 32 * 4 // 2, 32 * 4 // 2, 32 * 32 * 4 // 2, 32 * 4) * 2
+        )
+    )
     piped = composed_step(graph, Layout(pp=2, tp=2, microbatch_size=2, schedule="gpipe"), pairs, profile, batch=8)
     assert piped.part("bubble") > 0 and piped.part("pipeline actions") == pytest.approx(2 * (4 + 1) * 5e-4)
-    more = composed_step(graph, Layout(pp=2, tp=2, microbatch_size=2, schedule="gpipe"), pairs,
-                         _profile(training_step_factor=5.4), batch=8)
+    more = composed_step(
+        graph,
+        Layout(pp=2, tp=2, microbatch_size=2, schedule="gpipe"),
+        pairs,
+        _profile(training_step_factor=5.4),
+        batch=8,
+    )
     assert more.part("compute") == pytest.approx(2 * piped.part("compute"))  # the measured factor scales it
 
 
@@ -141,14 +162,18 @@ def test_an_op_with_a_measured_curve_is_priced_by_it_not_by_the_copy_curve(tmp_p
     (v,) = [i for i, n in enumerate(graph.nodes) if n.op == "call_module" and n.target == "1"]
     moved = graph.activation_bytes(v)
     assert profile_latencies(graph, profile)[v][0] == pytest.approx(
-        profile.op_seconds(0, moved, op="call_module", target="1", kind="GELU")[0])
+        profile.op_seconds(0, moved, op="call_module", target="1", kind="GELU")[0]
+    )
     assert load_profile(profile.save(tmp_path / "p.json")) == profile
 
 
 def test_the_in_model_op_overhead_is_added_to_every_op(tmp_path):
     plain, inside = _profile(), _profile(graph_op_overhead_s=4e-6)
-    for args in ((0, 0, None, "call_method", "transpose"), (2e6, 1e4, None, "call_module", "fc"),
-                 (0, 1e6, None, "call_function", "relu")):
+    for args in (
+        (0, 0, None, "call_method", "transpose"),
+        (2e6, 1e4, None, "call_module", "fc"),
+        (0, 1e6, None, "call_function", "relu"),
+    ):
         (m0, c0), (m1, c1) = plain.op_seconds(*args), inside.op_seconds(*args)
         assert m1 - m0 == pytest.approx(3e-6) and c1 - c0 == pytest.approx(3e-6)  # beyond the tight loop's 1 us
     assert load_profile(inside.save(tmp_path / "p.json")) == inside

@@ -39,8 +39,12 @@ def test_a_fork_join_plan_on_three_processes_equals_the_model(fork_join):
     model, x, graph = fork_join
     before = faults.child_pids()
     where = {"a": 0, "relu": 0, "b": 1, "c": 2, "tanh": 2}
-    plan = partitioner.evaluate_plan(graph, [Device(f"d{i}", 10**6, i) for i in range(3)],
-                                     {n: where.get(n, 3) for n in graph.op_names}, {0: [0], 1: [1], 2: [2], 3: [0]})
+    plan = partitioner.evaluate_plan(
+        graph,
+        [Device(f"d{i}", 10**6, i) for i in range(3)],
+        {n: where.get(n, 3) for n in graph.op_names},
+        {0: [0], 1: [1], 2: [2], 3: [0]},
+    )
     assert plan.violations(graph) == [] and len(plan.partitions) == 4
     result = partitioner.run(plan, graph, (x,), backend="gloo", timeout_s=120)
     torch.testing.assert_close(result.outputs, model(x))
@@ -97,16 +101,36 @@ def test_the_command_line_runs_a_plan_and_calibrates(tmp_path):
 
     plan = tmp_path / "plan.json"
     cli = [sys.executable, "-m", "cli"]
-    model = ["mlp", "--set", "n_layer=4", "--set", "hidden=64", "--set", "in_features=64",
-             "--set", "out_features=64", "--set", "batch_size=8"]
-    subprocess.run(cli + ["plan", *model, "--devices", "2x64KiB", "--out", str(plan)], check=True,
-                   capture_output=True, cwd=Path(__file__).resolve().parents[2])
+    model = [
+        "mlp",
+        "--set",
+        "n_layer=4",
+        "--set",
+        "hidden=64",
+        "--set",
+        "in_features=64",
+        "--set",
+        "out_features=64",
+        "--set",
+        "batch_size=8",
+    ]
+    subprocess.run(
+        cli + ["plan", *model, "--devices", "2x64KiB", "--out", str(plan)],
+        check=True,
+        capture_output=True,
+        cwd=Path(__file__).resolve().parents[2],
+    )
     import os
 
     env = dict(os.environ, PARTITION_EXPLORER_CACHE=str(tmp_path))  # measured here, not in the person's cache
-    done = subprocess.run(cli + ["run", str(plan), *model, "--calibrate", "--json", "--timeout", "120"],
-                          capture_output=True, text=True, cwd=Path(__file__).resolve().parents[2], timeout=300,
-                          env=env)
+    done = subprocess.run(
+        cli + ["run", str(plan), *model, "--calibrate", "--json", "--timeout", "120"],
+        capture_output=True,
+        text=True,
+        cwd=Path(__file__).resolve().parents[2],
+        timeout=300,
+        env=env,
+    )
     assert done.returncode == 0, done.stderr
     report = json.loads(done.stdout)
     assert report["calibrated"] and report["run"]["outputs_equal"] is True
@@ -123,12 +147,32 @@ def test_the_same_entry_point_runs_under_torchrun(tmp_path):
 
     root = Path(__file__).resolve().parents[2]
     plan = tmp_path / "plan.json"
-    subprocess.run([sys.executable, "-m", "cli", "plan", "mlp", "--devices", "2x2MiB", "--out", str(plan)],
-                   check=True, capture_output=True, cwd=root)
+    subprocess.run(
+        [sys.executable, "-m", "cli", "plan", "mlp", "--devices", "2x2MiB", "--out", str(plan)],
+        check=True,
+        capture_output=True,
+        cwd=root,
+    )
     torchrun = Path(sys.executable).with_name("torchrun")
-    done = subprocess.run([str(torchrun), "--nproc-per-node", "2", "--master-port", str(free_port()),
-                           "-m", "cli", "run", str(plan), "mlp", "--torchrun"],
-                          capture_output=True, text=True, cwd=root, timeout=300)
+    done = subprocess.run(
+        [
+            str(torchrun),
+            "--nproc-per-node",
+            "2",
+            "--master-port",
+            str(free_port()),
+            "-m",
+            "cli",
+            "run",
+            str(plan),
+            "mlp",
+            "--torchrun",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=root,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     report = json.loads(done.stdout.strip().splitlines()[-1])
     assert report == {**report, "rank": 0, "world_size": 2, "outputs_equal": True}

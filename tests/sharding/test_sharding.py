@@ -11,8 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import partitioner
-from partitioner import Device, ShardingError
-from partitioner import sharding
+from partitioner import Device, ShardingError, sharding
 
 
 def test_partition_list_round_trip_and_autodist_rules():
@@ -66,8 +65,9 @@ def test_device_memory_is_the_sum_of_local_shards():
     spec = {"0.weight": "4,1", "2.weight": "1,4"}  # column then row, as tensor parallel does
     mem = sharding.device_memory(graph, devices, spec)
     for i in range(4):
-        shards = sum(math.prod(sharding.shard_shapes(tuple(model.get_parameter(n).shape), c)[i]) * 4
-                     for n, c in spec.items())
+        shards = sum(
+            math.prod(sharding.shard_shapes(tuple(model.get_parameter(n).shape), c)[i]) * 4 for n, c in spec.items()
+        )
         rest = sum(p.numel() * 4 for n, p in model.named_parameters() if n not in spec)
         assert mem[i] == shards + rest + activations
     assert mem[0] < whole + activations

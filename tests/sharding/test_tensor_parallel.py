@@ -14,8 +14,7 @@ import torch
 
 import partitioner
 import sample_models
-from partitioner import Device, ShardingError
-from partitioner import sharding
+from partitioner import Device, ShardingError, sharding
 from partitioner.sharding import tensor_parallel
 from partitioner.sharding.tp_run import run_sharded
 
@@ -40,8 +39,10 @@ def mlp():
 def test_styles_and_predicted_collectives(mlp):
     _, _, graph = mlp
     pair = tensor_parallel.tp_plan(graph, {"fc1.weight": "2,1", "fc2.weight": "1,2"}, 2, 1e9, training=True)
-    assert pair.styles == {"fc1": {"style": "colwise", "input": "replicate", "output": "shard"},
-                           "fc2": {"style": "rowwise", "input": "shard", "output": "replicate"}}
+    assert pair.styles == {
+        "fc1": {"style": "colwise", "input": "replicate", "output": "shard"},
+        "fc2": {"style": "rowwise", "input": "shard", "output": "replicate"},
+    }
     assert pair.spec["fc1.bias"] == "2" and pair.spec["fc2.bias"] == "1"  # as Colwise/RowwiseParallel do
     assert pair.counts(False) == {"all_reduce": 1} and pair.counts(True) == {"all_reduce": 1}
     (forward,) = [c for c in pair.collectives if not c.backward]
@@ -52,8 +53,10 @@ def test_styles_and_predicted_collectives(mlp):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("spec", [{"fc1.weight": "2,1", "fc2.weight": "1,2", "head.weight": "2,1"},
-                                  {"head.weight": "1,2", "fc1.weight": "2,1"}])
+@pytest.mark.parametrize(
+    "spec",
+    [{"fc1.weight": "2,1", "fc2.weight": "1,2", "head.weight": "2,1"}, {"head.weight": "1,2", "fc1.weight": "2,1"}],
+)
 def test_real_run_matches_outputs_counts_shapes_and_memory(mlp, spec):
     model, x, graph = mlp
     plan = tensor_parallel.tp_plan(graph, spec, 2, training=True)
@@ -65,7 +68,8 @@ def test_real_run_matches_outputs_counts_shapes_and_memory(mlp, spec):
         assert result.local_shapes[name] == sharding.shard_shapes(params[name][0], value)[0]
     # Memory per device: the local shards' bytes (rank by rank), plus the same activations.
     activations = sharding.device_memory(graph, [Device("a", 1, 0), Device("b", 1, 1)], {})[0] - sum(
-        math.prod(s) * b for s, b, _ in params.values())
+        math.prod(s) * b for s, b, _ in params.values()
+    )
     used = sharding.device_memory(graph, [Device("a", 1, 0), Device("b", 1, 1)], plan.spec)
     assert [used[0] - activations, used[1] - activations] == result.local_parameter_bytes
 
@@ -101,8 +105,9 @@ def test_specs_that_cannot_run_are_named(mlp):
 @pytest.mark.slow
 def test_cli_shard_suggest_and_run(tmp_path):
     cli = [sys.executable, "-m", "cli", "shard", "transformer", "--devices", "2x7MiB"]
-    done = subprocess.run(cli + ["--suggest", "--training", "--run", "--out", "-"], capture_output=True, text=True,
-                          timeout=300)
+    done = subprocess.run(
+        cli + ["--suggest", "--training", "--run", "--out", "-"], capture_output=True, text=True, timeout=300
+    )
     assert done.returncode == 0, done.stderr
     data = json.loads(done.stdout)
     assert data["run"]["outputs_equal"] and data["run"]["counts_match"]
@@ -117,11 +122,31 @@ def test_cli_shard_suggest_and_run(tmp_path):
 def test_a_runs_collective_counts_read_as_words():
     from partitioner.sharding.tp_run import ShardRun
 
-    run = ShardRun(outputs_equal=True, max_abs_diff=0.0, forward_counts={"all_reduce": 2, "all_gather": 1},
-                   backward_counts={}, predicted_forward={"all_reduce": 2, "all_gather": 1}, predicted_backward={},
-                   local_shapes={}, local_parameter_bytes=[0, 0], world_size=2, backend="gloo", forward_s=1e-3)
+    run = ShardRun(
+        outputs_equal=True,
+        max_abs_diff=0.0,
+        forward_counts={"all_reduce": 2, "all_gather": 1},
+        backward_counts={},
+        predicted_forward={"all_reduce": 2, "all_gather": 1},
+        predicted_backward={},
+        local_shapes={},
+        local_parameter_bytes=[0, 0],
+        world_size=2,
+        backend="gloo",
+        forward_s=1e-3,
+    )
     assert run.counted() == "1 all_gather, 2 all_reduce forward, none backward" and run.counts_match
-    inference = ShardRun(outputs_equal=True, max_abs_diff=0.0, forward_counts={}, backward_counts=None,
-                         predicted_forward={}, predicted_backward=None, local_shapes={}, local_parameter_bytes=[0, 0],
-                         world_size=2, backend="gloo", forward_s=1e-3)
+    inference = ShardRun(
+        outputs_equal=True,
+        max_abs_diff=0.0,
+        forward_counts={},
+        backward_counts=None,
+        predicted_forward={},
+        predicted_backward=None,
+        local_shapes={},
+        local_parameter_bytes=[0, 0],
+        world_size=2,
+        backend="gloo",
+        forward_s=1e-3,
+    )
     assert inference.counted() == "none forward"

@@ -7,8 +7,14 @@ import partitioner
 import sample_models
 from partitioner.sharding import tensor_parallel
 
-SMALL = {"num_hidden_layers": 2, "hidden_size": 64, "intermediate_size": 128, "num_attention_heads": 4,
-         "num_key_value_heads": 2, "vocab_size": 1000}
+SMALL = {
+    "num_hidden_layers": 2,
+    "hidden_size": 64,
+    "intermediate_size": 128,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "vocab_size": 1000,
+}
 
 
 def test_llama_projections_shard_and_the_row_parallel_layer_all_reduces():
@@ -16,12 +22,20 @@ def test_llama_projections_shard_and_the_row_parallel_layer_all_reduces():
     graph = partitioner.trace(module, inputs, example_kwargs=kwargs)
     assert not any(nd.op == "call_module" for nd in graph.nodes)  # exported: no modules of its own
     layer = "model.layers.0"
-    spec = {f"{layer}.mlp.gate_proj.weight": "2,1", f"{layer}.mlp.up_proj.weight": "2,1",
-            f"{layer}.mlp.down_proj.weight": "1,2", f"{layer}.self_attn.q_proj.weight": "2,1"}
+    spec = {
+        f"{layer}.mlp.gate_proj.weight": "2,1",
+        f"{layer}.mlp.up_proj.weight": "2,1",
+        f"{layer}.mlp.down_proj.weight": "1,2",
+        f"{layer}.self_attn.q_proj.weight": "2,1",
+    }
     plan = tensor_parallel.tp_plan(graph, spec, 2)
     styles = {m: lay["style"] for m, lay in plan.styles.items()}
-    assert styles == {f"{layer}.mlp.gate_proj": "colwise", f"{layer}.mlp.up_proj": "colwise",
-                      f"{layer}.mlp.down_proj": "rowwise", f"{layer}.self_attn.q_proj": "colwise"}
+    assert styles == {
+        f"{layer}.mlp.gate_proj": "colwise",
+        f"{layer}.mlp.up_proj": "colwise",
+        f"{layer}.mlp.down_proj": "rowwise",
+        f"{layer}.self_attn.q_proj": "colwise",
+    }
     reduces = [c for c in plan.collectives if c.kind == "all_reduce" and not c.backward]
     assert [c.module for c in reduces] == [f"{layer}.mlp.down_proj"]
     hidden = graph.nodes[graph.index[reduces[0].node]].output_bytes

@@ -9,16 +9,25 @@ import torch
 
 import partitioner
 import sample_models
-from partitioner import Device, ShardingError
-from partitioner import sharding
+from partitioner import Device, ShardingError, sharding
 from partitioner.sharding import tensor_parallel
 from partitioner.sharding.tp_run import run_sharded
 
-SMALL = {"num_hidden_layers": 2, "hidden_size": 64, "intermediate_size": 128, "num_attention_heads": 4,
-         "num_key_value_heads": 2, "vocab_size": 1000}
-CONFIGS = {"llama": SMALL, "qwen2": SMALL, "mistral": SMALL,
-           "mixtral": {**SMALL, "num_local_experts": 4, "num_experts_per_tok": 2},
-           "gpt2": {"n_layer": 2, "n_embd": 64, "n_head": 4, "vocab_size": 1000}}
+SMALL = {
+    "num_hidden_layers": 2,
+    "hidden_size": 64,
+    "intermediate_size": 128,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "vocab_size": 1000,
+}
+CONFIGS = {
+    "llama": SMALL,
+    "qwen2": SMALL,
+    "mistral": SMALL,
+    "mixtral": {**SMALL, "num_local_experts": 4, "num_experts_per_tok": 2},
+    "gpt2": {"n_layer": 2, "n_embd": 64, "n_head": 4, "vocab_size": 1000},
+}
 
 
 def _load(name: str, **more):
@@ -99,11 +108,19 @@ def test_real_run_equals_one_process_and_commdebugmode(name):
     if name == "gpt2":
         whole = sharding.device_memory(graph, [Device("a", 1, 0), Device("b", 1, 1)], {})[0]
         spec = tensor_parallel.suggest(graph, [Device(f"d{i}", int(whole * 0.9), i) for i in range(2)])
-        spec.update({"transformer.h.1.mlp.c_fc.weight": "1,2", "transformer.h.1.mlp.c_proj.weight": "2,1",
-                     "transformer.h.0.attn.c_proj.weight": "2,1"})
+        spec.update(
+            {
+                "transformer.h.1.mlp.c_fc.weight": "1,2",
+                "transformer.h.1.mlp.c_proj.weight": "2,1",
+                "transformer.h.0.attn.c_proj.weight": "2,1",
+            }
+        )
     else:  # the model's plan, and the embedding and output layer split as torchtitan does
-        spec = {**tensor_parallel.from_model_plan(graph, 2), "model.embed_tokens.weight": "2,1",
-                "lm_head.weight": "2,1"}
+        spec = {
+            **tensor_parallel.from_model_plan(graph, 2),
+            "model.embed_tokens.weight": "2,1",
+            "lm_head.weight": "2,1",
+        }
     plan = tensor_parallel.tp_plan(graph, spec, 2)
     result = run_sharded(module, inputs, plan, example_kwargs=kwargs, timeout_s=240)
     assert result.outputs_equal, result.max_abs_diff
@@ -133,8 +150,9 @@ def test_the_sharding_page_on_a_hugging_face_model():
     assert not at.exception and not at.error, [e.value for e in at.error]
     collectives = [d.value for d in at.dataframe if "Collective" in d.value.columns][0]
     assert set(collectives["Collective"]) == {"all_reduce"}
-    assert set(collectives["Module"]) == {f"model.layers.{i}.{m}" for i in range(2)
-                                          for m in ("self_attn.o_proj", "mlp.down_proj")}
+    assert set(collectives["Module"]) == {
+        f"model.layers.{i}.{m}" for i in range(2) for m in ("self_attn.o_proj", "mlp.down_proj")
+    }
     at.button(key="sh_run").click().run(timeout=240)
     assert not at.exception and not at.error, [e.value for e in at.error]
     assert any("as predicted" in s.value and "Outputs equal" in s.value for s in at.success)
@@ -144,6 +162,9 @@ def test_a_mixture_of_experts_that_does_not_fit_is_pointed_to_expert_parallelism
     _, _, _, graph = _load("mixtral")
     whole = sharding.device_memory(graph, [Device("a", 1, 0), Device("b", 1, 1)], {})[0]
     tight = [Device(f"d{i}", int(whole * 0.6), i) for i in range(2)]  # the experts alone hold most of it
-    with pytest.raises(ShardingError, match=r"needing [\d.]+ [KM]iB of its [\d.]+ [KM]iB.*packed expert weights "
-                                            r"\(e.g. model.layers.0.mlp.experts.down_proj\).*expert parallelism"):
+    with pytest.raises(
+        ShardingError,
+        match=r"needing [\d.]+ [KM]iB of its [\d.]+ [KM]iB.*packed expert weights "
+        r"\(e.g. model.layers.0.mlp.experts.down_proj\).*expert parallelism",
+    ):
         tensor_parallel.suggest(graph, tight)

@@ -16,13 +16,33 @@ from partitioner.tracing.annotate import annotate, changes_metadata
 from sample_models._registry import names
 
 TINY = {
-    "hf:llama": {"num_hidden_layers": 2, "hidden_size": 64, "intermediate_size": 128, "num_attention_heads": 4,
-                 "num_key_value_heads": 2, "vocab_size": 1000},
-    "hf:mixtral": {"num_hidden_layers": 2, "hidden_size": 64, "intermediate_size": 128, "num_attention_heads": 4,
-                   "num_key_value_heads": 2, "vocab_size": 1000, "num_local_experts": 4},
+    "hf:llama": {
+        "num_hidden_layers": 2,
+        "hidden_size": 64,
+        "intermediate_size": 128,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "vocab_size": 1000,
+    },
+    "hf:mixtral": {
+        "num_hidden_layers": 2,
+        "hidden_size": 64,
+        "intermediate_size": 128,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "vocab_size": 1000,
+        "num_local_experts": 4,
+    },
     "hf:gpt2": {"n_layer": 2, "n_embd": 64, "n_head": 4, "vocab_size": 1000, "n_positions": 64},
-    "hf:t5": {"num_layers": 2, "num_decoder_layers": 2, "d_model": 64, "d_ff": 128, "num_heads": 4, "d_kv": 16,
-              "vocab_size": 500},
+    "hf:t5": {
+        "num_layers": 2,
+        "num_decoder_layers": 2,
+        "d_model": 64,
+        "d_ff": 128,
+        "num_heads": 4,
+        "d_kv": 16,
+        "vocab_size": 500,
+    },
 }
 
 
@@ -30,8 +50,9 @@ def _both(gm: fx.GraphModule, inputs: tuple) -> tuple[dict, dict]:
     return annotate(gm, inputs), annotate(gm, inputs, memo=False)
 
 
-@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.slow) if n == "gpt2_small" else n
-                                  for n in names()])  # GPT-2 small's plain run takes seconds
+@pytest.mark.parametrize(
+    "name", [pytest.param(n, marks=pytest.mark.slow) if n == "gpt2_small" else n for n in names()]
+)  # GPT-2 small's plain run takes seconds
 def test_memo_equals_the_plain_run_on_every_sample_model(name):
     model, inputs = sample_models.build(name)
     graph = partitioner.trace(model, inputs)

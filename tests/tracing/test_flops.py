@@ -7,8 +7,14 @@ import partitioner
 import sample_models
 from partitioner.tracing.flops import describe_unpriced, unpriced
 
-SMALL = {"num_hidden_layers": 2, "hidden_size": 64, "intermediate_size": 128, "num_attention_heads": 4,
-         "num_key_value_heads": 2, "vocab_size": 1000}
+SMALL = {
+    "num_hidden_layers": 2,
+    "hidden_size": 64,
+    "intermediate_size": 128,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "vocab_size": 1000,
+}
 
 
 def test_mixtral_forward_flops_equal_the_analytic_count():
@@ -20,8 +26,13 @@ def test_mixtral_forward_flops_equal_the_analytic_count():
     c = module.config
     t, h, i = inputs[0].numel(), c.hidden_size, c.intermediate_size
     kv = c.num_key_value_heads * (h // c.num_attention_heads)
-    layer = 2 * t * h * h * 2 + 2 * t * h * kv * 2 + 2 * t * t * h * 2 + 2 * t * h * c.num_local_experts \
+    layer = (
+        2 * t * h * h * 2
+        + 2 * t * h * kv * 2
+        + 2 * t * t * h * 2
+        + 2 * t * h * c.num_local_experts
         + 2 * t * c.num_experts_per_tok * 3 * h * i
+    )
     analytic = c.num_hidden_layers * layer + 2 * t * h * c.vocab_size
     ours = sum(nd.flops for nd in graph.nodes)
     assert abs(ours - analytic) <= 0.05 * analytic
@@ -38,8 +49,9 @@ def test_attention_is_priced_on_cpu_for_the_decoders():
 
 
 def test_unpriced_matmuls_are_named_with_counts():
-    found = unpriced([("aten::bmm", 0), ("aten::bmm", 0), ("aten::relu", 0), ("aten::mm", 10),
-                      ("my::grouped_mm_thing", 0)])
+    found = unpriced(
+        [("aten::bmm", 0), ("aten::bmm", 0), ("aten::relu", 0), ("aten::mm", 10), ("my::grouped_mm_thing", 0)]
+    )
     assert found == (("aten::bmm", 2), ("my::grouped_mm_thing", 1))
     assert describe_unpriced(found).startswith("3 ops with no FLOP formula")
 
@@ -47,8 +59,10 @@ def test_unpriced_matmuls_are_named_with_counts():
 def test_export_checks_are_no_nodes_and_the_split_still_equals_the_model():
     import torch
 
-    for name, knobs in (("hf:gpt2", {"n_layer": 2, "n_embd": 64, "n_head": 4, "vocab_size": 1000}),
-                        ("hf:llama", SMALL)):
+    for name, knobs in (
+        ("hf:gpt2", {"n_layer": 2, "n_embd": 64, "n_head": 4, "vocab_size": 1000}),
+        ("hf:llama", SMALL),
+    ):
         module, inputs, kwargs = sample_models.load(name, overrides=knobs)
         graph = partitioner.trace(module, inputs, example_kwargs=kwargs)
         names = [nd.name for nd in graph.nodes] + [nd.module_path for nd in graph.nodes]

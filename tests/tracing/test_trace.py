@@ -4,9 +4,8 @@ import torch.fx as fx
 from torch.fx.passes.graph_manipulation import get_size_of_all_nodes
 
 import partitioner
-from partitioner import TraceError
-
 from examples import WorkedExample, random_fx_module
+from partitioner import TraceError
 
 
 def test_sizes_match_reference_definition():

@@ -25,6 +25,7 @@ def _builder(spec: str, overrides: dict, calls: list[str]):
         calls.append(spec)
         loaded = sample_models.load(spec, overrides)
         return sample_models.trace_loaded(spec, overrides, loaded, sample_models.label(spec, overrides))
+
     return build
 
 
@@ -173,5 +174,6 @@ def test_the_command_line_reads_the_cache_and_builds_an_hf_module_only_when_aske
     _same(first.graph, again.graph)
     assert again.module.num_parameters() == first.module.num_parameters() and len(built) == 1
     # An exported graph (keyword inputs) comes back runnable too.
-    torch.testing.assert_close(again.graph.graph_module(*again.graph.example_inputs),
-                               first.graph.graph_module(*first.graph.example_inputs))
+    torch.testing.assert_close(
+        again.graph.graph_module(*again.graph.example_inputs), first.graph.graph_module(*first.graph.example_inputs)
+    )

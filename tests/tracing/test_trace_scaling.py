@@ -13,8 +13,7 @@ import sample_models
 
 def _cpu_seconds_to_trace(nodes: int) -> float:
     layers = (nodes - 1) // 2  # n Linear + (n - 1) ReLU + input + output
-    model, inputs = sample_models.build("mlp", n_layer=layers, in_features=16, hidden=16, out_features=16,
-                                        batch_size=4)
+    model, inputs = sample_models.build("mlp", n_layer=layers, in_features=16, hidden=16, out_features=16, batch_size=4)
     gc.collect()  # the previous graph's garbage is not this trace's cost
     start = time.process_time()
     graph = partitioner.trace(model, inputs)
@@ -38,13 +37,15 @@ def test_a_20000_node_graph_traces_within_4x_a_5000_node_one():
 @pytest.mark.slow
 def test_a_40000_op_chain_is_traced_and_freed_without_a_crash():
     # It segfaulted (exit 139) while the annotation's autograd graph was freed.
-    code = ("import gc, partitioner, sample_models\n"
-            "model, inputs = sample_models.build('mlp', n_layer=20000, hidden=1, in_features=1, out_features=1)\n"
-            "graph = partitioner.trace(model, inputs)\n"
-            "print(len(graph.op_indices))\n"
-            "del graph, model\n"
-            "gc.collect()\n"
-            "print('freed')\n")
+    code = (
+        "import gc, partitioner, sample_models\n"
+        "model, inputs = sample_models.build('mlp', n_layer=20000, hidden=1, in_features=1, out_features=1)\n"
+        "graph = partitioner.trace(model, inputs)\n"
+        "print(len(graph.op_indices))\n"
+        "del graph, model\n"
+        "gc.collect()\n"
+        "print('freed')\n"
+    )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.split() == ["39999", "freed"]

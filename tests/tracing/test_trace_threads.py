@@ -13,9 +13,13 @@ import torch
 import sample_models
 
 # Small models with enough modules that traces overlap when they run at once.
-MODELS = [("mlp", {"n_layer": 40, "hidden": 16, "in_features": 16, "out_features": 16, "batch_size": 2}),
-          ("transformer", {"n_layer": 2, "n_embd": 32, "n_head": 2, "block_size": 8, "seq_len": 8, "vocab_size": 64,
-                           "batch_size": 1})]
+MODELS = [
+    ("mlp", {"n_layer": 40, "hidden": 16, "in_features": 16, "out_features": 16, "batch_size": 2}),
+    (
+        "transformer",
+        {"n_layer": 2, "n_embd": 32, "n_head": 2, "block_size": 8, "seq_len": 8, "vocab_size": 64, "batch_size": 1},
+    ),
+]
 THREADS = 8
 
 

@@ -16,8 +16,11 @@ def test_transposed_expert_weights_are_not_counted_again():
     module, inputs, kwargs = sample_models.load("hf:mixtral-8x7b", {"num_hidden_layers": 1, "dtype": "bf16"})
     graph = partitioner.trace(module, inputs, example_kwargs=kwargs)
     weights = module.num_parameters() * 2
-    views = [v for v in graph.op_indices if "transpose" in graph.nodes[v].target
-             and all(graph.nodes[u].op == "get_attr" for u in graph.preds[v])]
+    views = [
+        v
+        for v in graph.op_indices
+        if "transpose" in graph.nodes[v].target and all(graph.nodes[u].op == "get_attr" for u in graph.preds[v])
+    ]
     assert views and all(graph.nodes[v].output_bytes == 0 for v in views)
     plan = partitioner.partition(graph, partitioner.parse_devices("1x80GiB"), mode="size_based")
     held = plan.partitions[0].memory_bytes
