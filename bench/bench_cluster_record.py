@@ -39,7 +39,7 @@ sys.path.insert(0, str(ROOT))
 import partitioner  # noqa: E402
 import sample_models  # noqa: E402
 from partitioner import cluster  # noqa: E402
-from partitioner.cluster.search import _simulator  # noqa: E402
+from partitioner.pipeline.steps import step_simulator  # noqa: E402
 
 GiB, MiB = 2**30, 2**20
 
@@ -110,7 +110,7 @@ def zero_rows() -> list[str]:
     out = []
     for stage, published in enumerate((120.0, 31.4, 16.6, 1.88)):
         r = cluster.evaluate(
-            p, cluster.Workload(global_batch=64, seq_len=1), big, cluster.Layout(dp=64, zero=stage), _simulator()
+            p, cluster.Workload(global_batch=64, seq_len=1), big, cluster.Layout(dp=64, zero=stage), step_simulator()
         )
         ours = sum(r.memory[k] for k in ("weights", "gradients", "optimizer")) / 1e9
         out.append(_row(f"ZeRO Fig. 1, stage {stage} (GB)", published, f"{ours:.3g}", f"{ours / published:.3f}"))
@@ -142,7 +142,7 @@ def deepspeed_rows() -> list[str]:
                 cluster.Workload(global_batch=n, seq_len=1),
                 A100_80,
                 cluster.Layout(dp=n, zero=zero, grad_fp32=True),
-                _simulator(),
+                step_simulator(),
             )
             ours = sum(v for k, v in r.memory.items() if k in ("weights", "gradients", "optimizer", "gathered layer"))
             out.append(
@@ -209,7 +209,7 @@ def narayanan_rows(full_depth: bool, max_layers: int) -> list[str]:
             p = dataclasses.replace(p, layers=layers, param_count=int(params * 1e9), _cache={})
         dp = gpus // (tp * pp)
         lay = cluster.Layout(dp=dp, tp=tp, pp=pp, schedule="1f1b" if pp > 1 else "none", recompute="full", sp=False)
-        r = cluster.evaluate(p, cluster.Workload(global_batch=batch, seq_len=2048), A100_80, lay, _simulator())
+        r = cluster.evaluate(p, cluster.Workload(global_batch=batch, seq_len=2048), A100_80, lay, step_simulator())
         out.append(
             _row(
                 f"Narayanan {params}B {lay.label()} fits",
@@ -243,7 +243,7 @@ def llama3_rows(full_depth: bool) -> list[str]:
     out = []
     for gpus, tp, cp, pp, dp, seq, per_rank, mfu in LLAMA3_TABLE4:
         lay = cluster.Layout(dp=dp, tp=tp, pp=pp, cp=cp, schedule="interleaved_1f1b", zero=1, recompute="full")
-        r = cluster.evaluate(p, cluster.Workload(global_batch=dp * per_rank, seq_len=seq), c, lay, _simulator())
+        r = cluster.evaluate(p, cluster.Workload(global_batch=dp * per_rank, seq_len=seq), c, lay, step_simulator())
         out.append(
             _row(
                 f"Llama 3 {gpus} GPUs cp{cp} fits 80 GB",

@@ -4,7 +4,7 @@ For every sample model, on 2 and 4 local processes (gloo): the fx plan's run
 (``partitioner.run``: its end-to-end walk), the pipeline's step (forward, GPipe, one stage a
 process: the slowest rank's step), the tensor-parallel forward (the suggested spec, rank 0's
 forward) and composed training steps on 4 processes (dp2 x tp2 and pp2 x tp2,
-:func:`partitioner.cluster.checked.check_layout`; models whose parameters are not Linear pairs are
+:func:`partitioner.cluster.run.checked.check_layout`; models whose parameters are not Linear pairs are
 refused and shown so). Every measured figure is the median of the timed repeats after a warm-up,
 the statistic calibration uses. The prediction of each is the library's own with the devices
 typed as this machine's profile, measured (``partition-explorer calibrate``) right before each
@@ -30,8 +30,8 @@ sys.path.insert(0, str(ROOT))
 import partitioner  # noqa: E402
 import sample_models  # noqa: E402
 from partitioner import Device, pipeline  # noqa: E402
-from partitioner.cluster.checked import check_layout  # noqa: E402
-from partitioner.cluster.compose import parse_layout  # noqa: E402
+from partitioner.cluster.run.checked import check_layout  # noqa: E402
+from partitioner.cluster.run.compose import parse_layout  # noqa: E402
 from partitioner.cost.runs import tp_forward  # noqa: E402
 from partitioner.devices import with_profile  # noqa: E402
 from partitioner.errors import PartitionError, RunError  # noqa: E402

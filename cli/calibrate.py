@@ -104,8 +104,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _calibrate_gpu(args: argparse.Namespace) -> DeviceProfile:
+    from partitioner.processes.worker import run_in_worker
     from partitioner.runtime.calibrate_gpu import calibrate_gpu
-    from partitioner.runtime.worker import run_in_worker
 
     if not run_in_worker(_has_cuda, (), 60.0, "the CUDA check"):
         raise CLIError(

@@ -288,8 +288,8 @@ def run(args: argparse.Namespace) -> int:
 def _checked_layout(text: str, prof: cluster.ModelProfile, work: cluster.Workload, max_devices: int) -> cluster.Layout:
     """``--open``'s layout, checked against the model, the batch and the cluster (--max-nodes)
     before any search: the rules --run applies before it starts a process."""
-    from partitioner.cluster.compose import parse_layout
     from partitioner.cluster.layouts import check_layout
+    from partitioner.cluster.run.compose import parse_layout
 
     layout = parse_layout(text)
     check_layout(prof, layout, work, max_devices)
@@ -300,9 +300,9 @@ def _open(
     layout: cluster.Layout, prof: cluster.ModelProfile, work: cluster.Workload, target: cluster.Cluster
 ) -> cluster.LayoutResult:
     """``--open``: one layout's memory by kind, time by cause and collectives, printed."""
-    from partitioner.cluster.search import _simulator
+    from partitioner.pipeline.steps import step_simulator
 
-    r = cluster.evaluate(prof, work, target, layout, _simulator())
+    r = cluster.evaluate(prof, work, target, layout, step_simulator())
     print()
     print(
         f"{r.layout.label()} on {r.devices} x {target.accelerator.name}: {'fits' if r.fits else 'does NOT fit'}, "
@@ -383,12 +383,12 @@ def _with_min_cut(
 def run_layout(args: argparse.Namespace, graph: Any, prof: cluster.ModelProfile) -> int:
     """``--run``: one training step of the layout on local processes beside its prediction on this
     machine's profile, part by part (what the app's "Run this layout" shows:
-    :func:`partitioner.cluster.checked.check_layout`)."""
+    :func:`partitioner.cluster.run.checked.check_layout`)."""
     import sys
 
-    from partitioner.cluster.checked import check_layout
-    from partitioner.cluster.compose import model_tp_plan, parse_layout
-    from partitioner.cluster.search import _simulator
+    from partitioner.cluster.run.checked import check_layout
+    from partitioner.cluster.run.compose import model_tp_plan, parse_layout
+    from partitioner.pipeline.steps import step_simulator
     from partitioner.runtime.execute import picklable
 
     inputs = graph.example_inputs or ()
@@ -410,7 +410,7 @@ def run_layout(args: argparse.Namespace, graph: Any, prof: cluster.ModelProfile)
                 "cannot be sent to other processes): run it with pp1"
             )
         module, inputs, kwargs = sample_models.load(args.model, sample_models.parse_overrides(args.model, args.set))
-    from partitioner.cluster.compose import check_runnable
+    from partitioner.cluster.run.compose import check_runnable
 
     check_runnable(layout, inputs if isinstance(inputs, (tuple, list)) else (inputs,))
     quiet = args.out == "-"
@@ -431,7 +431,7 @@ def run_layout(args: argparse.Namespace, graph: Any, prof: cluster.ModelProfile)
         work,
         cluster.local_cluster(layout.devices, result.backend == "nccl", args.accelerator),
         layout,
-        _simulator(),
+        step_simulator(),
     )
     states = planned.memory["weights"] + planned.memory["gradients"]
     rows = [

@@ -19,11 +19,11 @@ RUNS = "cl_runs"  # session state: (graph fingerprint, layout) -> the checked ru
 
 
 def _runnable(lay: cluster.Layout, graph: Graph, hf: bool = False) -> tuple[cluster.Layout | None, str]:
-    """The layout as this machine can run it (:func:`partitioner.cluster.compose.run_layout`): the
+    """The layout as this machine can run it (:func:`partitioner.cluster.run.compose.run_layout`): the
     same tensor and pipeline degrees, ZeRO stage and schedule, data parallelism reduced to the
     processes this machine runs and the traced example's rows, microbatches that divide the
     example, no recomputation; or None and why not."""
-    from partitioner.runtime.launch import MAX_LOCAL_PROCESSES
+    from partitioner.processes.launch import MAX_LOCAL_PROCESSES
 
     inputs = graph.example_inputs or ()
     if graph.graph_module is None or not inputs or not hasattr(inputs[0], "shape") or not inputs[0].dim():
@@ -62,9 +62,9 @@ def run_here(chosen: cluster.Layout, graph: Graph, prof: cluster.ModelProfile, c
     machine's measured profile (measured first when none is cached)."""
     import sample_models
     from partitioner import PartitionError
-    from partitioner.cluster.checked import check_layout
-    from partitioner.cluster.compose import model_tp_plan
-    from partitioner.cluster.search import _simulator
+    from partitioner.cluster.run.checked import check_layout
+    from partitioner.cluster.run.compose import model_tp_plan
+    from partitioner.pipeline.steps import step_simulator
     from partitioner.runtime.execute import picklable
 
     hf = sample_models.is_hf(config.model.name)
@@ -132,7 +132,7 @@ def run_here(chosen: cluster.Layout, graph: Graph, prof: cluster.ModelProfile, c
     result = check.run
     work = cluster.Workload("training", max(1, prof.tokens0 // prof.seq0), prof.seq0, prof.element_bytes, "none")
     planned = cluster.evaluate(
-        prof, work, cluster.local_cluster(lay.devices, result.backend == "nccl"), lay, _simulator()
+        prof, work, cluster.local_cluster(lay.devices, result.backend == "nccl"), lay, step_simulator()
     )
     good = result.outputs_equal and result.gradients_equal and result.loss_equal is not False
     (st.success if good else st.error)(

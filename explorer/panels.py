@@ -194,7 +194,7 @@ RUN_RESULTS = "run_results"  # plan JSON hash -> RunResult of its last real run
 def too_many_processes(count: int) -> str | None:
     """Why a run of ``count`` processes is not offered on this machine, or None; checked before
     the button is drawn, so the button is disabled with this reason."""
-    from partitioner.runtime.launch import MAX_LOCAL_PROCESSES
+    from partitioner.processes.launch import MAX_LOCAL_PROCESSES
 
     if count <= MAX_LOCAL_PROCESSES:
         return None

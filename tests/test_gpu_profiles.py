@@ -152,8 +152,8 @@ def test_a_small_forward_is_priced_by_its_launches_and_the_engine_says_so():
 
 
 def test_the_planner_gives_the_same_answer_whatever_shape_the_model_was_traced_at():
-    from partitioner.cluster.compose import parse_layout
-    from partitioner.cluster.search import _simulator
+    from partitioner.cluster.run.compose import parse_layout
+    from partitioner.pipeline.steps import step_simulator
     from sample_models._loading import load, trace_loaded
 
     steps, decodes = [], []
@@ -162,7 +162,7 @@ def test_the_planner_gives_the_same_answer_whatever_shape_the_model_was_traced_a
         p = cluster.profile(trace_loaded("hf:llama-3-8b", ov, load("hf:llama-3-8b", ov), "llama"))
         c = cluster.cluster("h100-80gb")
         r = cluster.evaluate(
-            p, cluster.Workload(global_batch=8, seq_len=2048), c, parse_layout("dp1 tp1 pp1 mb1"), _simulator()
+            p, cluster.Workload(global_batch=8, seq_len=2048), c, parse_layout("dp1 tp1 pp1 mb1"), step_simulator()
         )
         steps.append(r.step_s)
         inf = cluster.evaluate(
@@ -170,7 +170,7 @@ def test_the_planner_gives_the_same_answer_whatever_shape_the_model_was_traced_a
             cluster.Workload(kind="inference", global_batch=1, seq_len=2048),
             c,
             parse_layout("dp1 tp1 pp1"),
-            _simulator(),
+            step_simulator(),
         )
         decodes.append(inf.extra["seconds_per_token"])
     for values in (steps, decodes):

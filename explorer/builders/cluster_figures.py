@@ -366,10 +366,10 @@ def rank_memory_figure(r: LayoutResult, capacity_bytes: int) -> go.Figure | None
 
 def run_figure(check: Any) -> go.Figure:
     """A real run's step beside its prediction on this machine's profile
-    (:class:`partitioner.cluster.checked.LayoutCheck`): the prediction stacked by part (compute,
+    (:class:`partitioner.cluster.run.checked.LayoutCheck`): the prediction stacked by part (compute,
     DTensor dispatch, each collective, bubble), the measurement by what the run times apart (the
     dp gradient sync and the rest), each with the end-to-end error in the title."""
-    from partitioner.cluster.checked import END_TO_END, REST, SYNC
+    from partitioner.cluster.run.checked import END_TO_END, REST, SYNC
 
     fig = go.Figure()
     for part in check.parts:

@@ -13,7 +13,7 @@ from typing import Sequence
 import pandas as pd
 
 from partitioner import Device, Graph, Plan, cluster, format_bytes, format_seconds, pipeline
-from partitioner.cluster.compose import parse_layout
+from partitioner.cluster.run.compose import parse_layout
 from partitioner.devices import DEFAULT_SPEEDS
 
 ROOFLINE = "roofline"  # the partitioner's cost model: max(bytes / bandwidth, FLOPs / peak) per node

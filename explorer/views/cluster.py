@@ -339,14 +339,14 @@ def _render_table(
     if not written.strip():
         return chosen
     from partitioner import PartitionError
-    from partitioner.cluster.compose import parse_layout
     from partitioner.cluster.layouts import check_layout
-    from partitioner.cluster.search import _simulator
+    from partitioner.cluster.run.compose import parse_layout
+    from partitioner.pipeline.steps import step_simulator
 
     try:
         layout = parse_layout(written)
         check_layout(prof, layout, work)
-        mine = cluster.evaluate(prof, work, target, layout, _simulator())
+        mine = cluster.evaluate(prof, work, target, layout, step_simulator())
     except PartitionError as exc:
         st.error(f"Cannot open {md(written)}: {md(exc)}")
         return chosen

@@ -30,7 +30,7 @@ from partitioner.accelerator._enumerate import MAX_OPS, EnumInput, EnumResult, b
 from partitioner.accelerator._fills import exhaustive_fit
 from partitioner.errors import InfeasibleError, PartitionError, RunError
 from partitioner.plan.records import OPTIMALITY_TOLERANCE
-from partitioner.runtime.worker import run_in_worker
+from partitioner.processes.worker import run_in_worker
 from partitioner.units import format_seconds
 
 __all__ = ["partition", "coarsen", "MAX_UNITS", "RELAX_LIMIT", "DEFAULT_TIME_LIMIT_S", "MAX_DEVICES"]

@@ -64,10 +64,9 @@ the step beside the arithmetic (Mixtral-8x7B at one sequence: 12.9B of 46.7B par
 
 from __future__ import annotations
 
+import functools
 import math
-from typing import Any
 
-from partitioner.cluster._closed_forms import closed_form
 from partitioner.cluster.comms import (
     Collective,
     _context_exchange_s,
@@ -92,6 +91,7 @@ from partitioner.cluster.layout_types import (
 from partitioner.cluster.profile import ModelProfile
 from partitioner.cluster.rules import _params, _saved, check_layout, largest_layer_params, min_cut_label, min_cut_shares
 from partitioner.cost.training import model_state_bytes
+from partitioner.pipeline.steps import StepSimulator, closed_form, step_simulator
 
 __all__ = [
     "Workload",
@@ -205,9 +205,16 @@ def _redo_share(p: ModelProfile, w: Workload, lay: Layout) -> float:
     return 0.0
 
 
-def evaluate(p: ModelProfile, w: Workload, c: Cluster, lay: Layout, sim: Any) -> LayoutResult:
+@functools.cache
+def _shared_simulator() -> StepSimulator:
+    return step_simulator()
+
+
+def evaluate(p: ModelProfile, w: Workload, c: Cluster, lay: Layout, sim: StepSimulator | None = None) -> LayoutResult:
     """Memory and time of ``lay`` (NOTE: [Layout costs]); ``sim(schedule, pp, m, backward_ratio)``
-    gives (unit step, bubble fraction, peak stash) of the schedule with unit forward stages."""
+    gives (unit step, bubble fraction, peak stash) of the schedule with unit forward stages
+    (default: :func:`partitioner.pipeline.steps.step_simulator`, one cache shared by every call)."""
+    sim = sim or _shared_simulator()
     check_layout(p, lay, w)
     if w.kind == "inference":
         return _inference(p, w, c, lay)

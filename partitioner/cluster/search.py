@@ -24,18 +24,17 @@ import time
 from dataclasses import dataclass, replace
 from typing import Callable, Sequence
 
-from partitioner.cluster._closed_forms import closed_form
 from partitioner.cluster.hardware import Cluster
 from partitioner.cluster.layouts import Layout, LayoutResult, Workload, check_layout, evaluate, min_cut_label
 from partitioner.cluster.profile import ModelProfile
 from partitioner.errors import PartitionError
+from partitioner.pipeline.steps import step_simulator
 
 __all__ = ["ClusterPlan", "search", "device_counts", "SCHEDULES", "pareto", "at_the_edge", "stops_paying"]
 
 SCHEDULES = ("1f1b", "gpipe", "interleaved_1f1b", "zero_bubble")
 MICROBATCH_SIZES = (1, 2, 4, 8, 16, 32)
 MAX_MICROBATCHES = 512  # more is a simulation of little use (and slow): larger microbatches win
-SIMULATE_UP_TO = 256
 LONG_SEQUENCE = 16384  # context parallelism is searched from this sequence length on  # stages x microbatches simulated; beyond, the closed forms (equal stages)
 
 
@@ -67,35 +66,6 @@ def device_counts(
         nodes *= 2
     top = max_devices or max(counts)
     return sorted(c for c in counts if min_devices <= c <= top)
-
-
-def _simulator() -> Callable[[str, int, int, float], tuple[float, float, int]]:
-    from partitioner.pipeline.schedules import check_microbatches, stages_per_rank
-    from partitioner.pipeline.simulate import simulate
-
-    cache: dict[tuple[str, int, int, float], tuple[float, float, int]] = {}
-
-    def sim(schedule: str, pp: int, m: int, ratio: float) -> tuple[float, float, int]:
-        if schedule in ("gpipe", "1f1b"):  # their closed forms are the simulator's figures exactly (tested)
-            check_microbatches(schedule, pp, m)  # what torch's class refuses, the simulator refuses
-            return closed_form(schedule, pp, m, ratio)
-        # Interleaved and zero-bubble schedules beyond 32 stage-microbatches: the backward-to-forward
-        # ratio to 2 significant digits (2.37 -> 2.4), so each is simulated once for the ratios a
-        # search meets (within 2 % of the step), not once for each layout.
-        if pp * m > 32:
-            ratio = float(f"{ratio:.2g}")
-        key = (schedule, pp, m, ratio)
-        if key not in cache:
-            v = stages_per_rank(schedule)
-            if pp * m <= SIMULATE_UP_TO:
-                out = simulate([1.0 / v] * (pp * v), m, schedule, backward_s=[ratio / v] * (pp * v))
-                cache[key] = (out.step_time_s, out.bubble_fraction, max(out.stage_peak_stash[:v]))
-            else:
-                cache[key] = closed_form(schedule, pp, m, ratio)
-        return cache[key]
-
-    sim.check = check_microbatches  # type: ignore[attr-defined]
-    return sim
 
 
 def _powers(limit: int) -> list[int]:
@@ -219,7 +189,7 @@ def search(p: ModelProfile, w: Workload, c: Cluster, device_range: Sequence[int]
     if not device_range:
         raise PartitionError("no device count to search; give at least one node")
     began = time.perf_counter()
-    sim = _simulator()
+    sim = step_simulator()
     refused: dict[str, int] = {}
     fitting: list[LayoutResult] = []
     evaluated = 0

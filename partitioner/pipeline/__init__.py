@@ -22,6 +22,7 @@ from partitioner.pipeline.schedules import (
 )
 from partitioner.pipeline.simulate import Event, Simulation, simulate, simulate_actions
 from partitioner.pipeline.stages import PipelinePlan, plan
+from partitioner.pipeline.steps import StepSimulator, closed_form, step_simulator
 
 if TYPE_CHECKING:  # pragma: no cover
     from partitioner.pipeline.runner import PipelineRun, run
@@ -37,6 +38,9 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = [
+    "step_simulator",
+    "StepSimulator",
+    "closed_form",
     "simulate",
     "simulate_actions",
     "Simulation",

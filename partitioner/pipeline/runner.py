@@ -2,7 +2,7 @@
 
 Each stage of the plan becomes a ``PipelineStage`` around a ``GraphModule`` cut from the traced
 graph, and ranks run ``ScheduleGPipe``, ``Schedule1F1B`` or ``ScheduleInterleaved1F1B`` over the
-launcher of :mod:`partitioner.runtime.launch` (gloo on CPU, NCCL on GPUs, the torchrun
+launcher of :mod:`partitioner.processes.launch` (gloo on CPU, NCCL on GPUs, the torchrun
 environment), one process per rank. The outputs (and, when training, the loss and every
 parameter's gradient) are checked against the single-process model; the measured step time of
 each rank and each stage's forward time per microbatch come back beside the simulated ones.
@@ -36,9 +36,9 @@ from partitioner.errors import PartitionError, RunError
 from partitioner.graph import Graph
 from partitioner.pipeline.schedules import MicrobatchError, check_microbatches, stages_per_rank
 from partitioner.pipeline.stages import PipelinePlan
+from partitioner.processes.launch import default_backend, launch, report_progress
+from partitioner.processes.timing import step_seconds
 from partitioner.runtime.execute import picklable
-from partitioner.runtime.launch import default_backend, launch, report_progress
-from partitioner.runtime.timing import step_seconds
 
 __all__ = ["PipelineRun", "run", "check_runnable", "build_stage_modules", "RUNNABLE"]
 

@@ -1,10 +1,19 @@
-"""Closed forms of the pipeline schedules with equal stages: step, bubble and peak stash (GPipe,
-1F1B, interleaved 1F1B, zero-bubble bounded by it), checked against the Pipeline page's simulator
-by the tests. Torch-free."""
+"""The step of a pipeline schedule with equal stages, as the cluster planner asks for it: closed
+forms (GPipe, 1F1B, interleaved 1F1B, zero-bubble bounded by it), checked against the Pipeline
+page's simulator by the tests, and :func:`step_simulator`, which answers from the closed form or
+the simulator and caches. Torch-free."""
 
 from __future__ import annotations
 
-__all__ = ["closed_form"]
+from typing import Callable
+
+__all__ = ["closed_form", "step_simulator", "SIMULATE_UP_TO", "StepSimulator"]
+
+# Interleaved and zero-bubble schedules are simulated up to this many stage-microbatches (pp x m);
+# beyond it they take the closed form.
+SIMULATE_UP_TO = 256
+
+StepSimulator = Callable[[str, int, int, float], tuple[float, float, int]]
 
 
 def closed_form(schedule: str, pp: int, m: int, ratio: float, v: int = 2) -> tuple[float, float, int]:
@@ -25,3 +34,34 @@ def closed_form(schedule: str, pp: int, m: int, ratio: float, v: int = 2) -> tup
         return step, 1 - work / step, min(m, v * pp if m % pp == 0 else (v + 1) * pp)
     step = (m + pp - 1) * (1 + ratio)
     return step, 1 - work / step, m if schedule == "gpipe" else min(m, pp)
+
+
+def step_simulator() -> StepSimulator:
+    """``sim(schedule, pp, m, backward_ratio)`` -> (step, bubble fraction, peak stash) of ``schedule``
+    with ``pp`` unit forward stages and ``m`` microbatches, cached per call of this function."""
+    from partitioner.pipeline.schedules import check_microbatches, stages_per_rank
+    from partitioner.pipeline.simulate import simulate
+
+    cache: dict[tuple[str, int, int, float], tuple[float, float, int]] = {}
+
+    def sim(schedule: str, pp: int, m: int, ratio: float) -> tuple[float, float, int]:
+        if schedule in ("gpipe", "1f1b"):  # their closed forms are the simulator's figures exactly (tested)
+            check_microbatches(schedule, pp, m)  # what torch's class refuses, the simulator refuses
+            return closed_form(schedule, pp, m, ratio)
+        # Interleaved and zero-bubble schedules beyond 32 stage-microbatches: the backward-to-forward
+        # ratio to 2 significant digits (2.37 -> 2.4), so each is simulated once for the ratios a
+        # search meets (within 2 % of the step), not once for each layout.
+        if pp * m > 32:
+            ratio = float(f"{ratio:.2g}")
+        key = (schedule, pp, m, ratio)
+        if key not in cache:
+            v = stages_per_rank(schedule)
+            if pp * m <= SIMULATE_UP_TO:
+                out = simulate([1.0 / v] * (pp * v), m, schedule, backward_s=[ratio / v] * (pp * v))
+                cache[key] = (out.step_time_s, out.bubble_fraction, max(out.stage_peak_stash[:v]))
+            else:
+                cache[key] = closed_form(schedule, pp, m, ratio)
+        return cache[key]
+
+    sim.check = check_microbatches  # type: ignore[attr-defined]
+    return sim

@@ -1,8 +1,8 @@
-"""One rank of a launched run, in a fresh interpreter: ``python -m partitioner.runtime._rank``.
+"""One rank of a launched run, in a fresh interpreter: ``python -m partitioner.processes._rank``.
 
 Reads ``(entry, args, backend, timeout_s)`` from stdin (one frame), joins the process group from
 the torchrun environment the launcher set, runs ``entry(rank, world_size, *args)`` and writes
-:class:`~partitioner.runtime._frames.Message` frames to the real stdout; anything the entry prints
+:class:`~partitioner.processes.frames.Message` frames to the real stdout; anything the entry prints
 goes to stderr. When the launcher goes away (its end of stdin closes) the rank exits at once."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import threading
 import traceback
 from typing import IO
 
-from partitioner.runtime._frames import Message, exit_with_parent, quiet_server_loggers, read_frame, send, set_channel
+from partitioner.processes.frames import Message, exit_with_parent, quiet_server_loggers, read_frame, send, set_channel
 
 
 def _exit_with_parent(stdin: IO[bytes]) -> None:

@@ -1,6 +1,6 @@
 """Start one process per rank on torch's distributed engine, as ``torchrun`` starts jobs.
 
-Each rank is a fresh interpreter (``python -m partitioner.runtime._rank``), never a
+Each rank is a fresh interpreter (``python -m partitioner.processes._rank``), never a
 ``multiprocessing`` child, so the launcher works from a script without a ``__main__`` guard, from
 a notebook and from a Streamlit server alike. Each child gets the torchrun environment
 (``MASTER_ADDR``, ``MASTER_PORT``, ``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``), one thread, and
@@ -27,7 +27,7 @@ import time
 from typing import Any, Callable
 
 from partitioner.errors import PartitionError, RunError
-from partitioner.runtime._frames import Message, child_env, read_frame, write_frame
+from partitioner.processes.frames import Message, child_env, read_frame, write_frame
 
 __all__ = ["launch", "free_port", "report_progress", "default_backend", "MAX_LOCAL_PROCESSES"]
 
@@ -56,7 +56,7 @@ def default_backend() -> str:
 
 def report_progress(text: str) -> None:
     """From inside an entry function: a short status line for the parent's ``progress``."""
-    from partitioner.runtime._frames import send
+    from partitioner.processes.frames import send
 
     send(Message("progress", int(os.environ.get("RANK", -1)), text))
 
@@ -71,7 +71,7 @@ class _Child:
     def __init__(self, rank: int, env: dict[str, str], job: tuple[Any, ...], results: queue.Queue[Any]) -> None:
         self.rank = rank
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "partitioner.runtime._rank"],
+            [sys.executable, "-m", "partitioner.processes._rank"],
             env=env,
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,

@@ -1,7 +1,7 @@
 """Run one function in a fresh worker process with a time limit (solvers, and other work that
 can hang or abort the whole process).
 
-The worker is a new Python interpreter (``python -m partitioner.runtime.worker``), not a
+The worker is a new Python interpreter (``python -m partitioner.processes.worker``), not a
 ``multiprocessing`` child: it never re-imports the caller's main script, so it works the same
 from a script without a ``__main__`` guard, from a notebook and from a Streamlit server. The
 function and its arguments go in by pickle on stdin; the result, or the error, comes back by
@@ -20,7 +20,7 @@ import traceback
 from typing import Any, Callable
 
 from partitioner.errors import RunError
-from partitioner.runtime._frames import (
+from partitioner.processes.frames import (
     Reply,
     child_env,
     exit_with_parent,
@@ -43,7 +43,7 @@ def run_in_worker(fn: Callable[..., Any], args: tuple[Any, ...], timeout_s: floa
     env = child_env(_ROOT)
     env["STREAMLIT_LOGGER_LEVEL"] = "error"  # no server runs there (quiet_server_loggers)
     proc = subprocess.Popen(
-        [sys.executable, "-m", "partitioner.runtime.worker"],
+        [sys.executable, "-m", "partitioner.processes.worker"],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,

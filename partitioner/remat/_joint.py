@@ -11,7 +11,7 @@ set while an ``fx.Interpreter`` runs the traced graph under ``preserve_node_meta
 
 The joint trace imports heavy modules and some of torch's estimators abort the process on CPU,
 so by default the work runs in a fresh worker interpreter with a time limit
-(:func:`partitioner.runtime.worker.run_in_worker`); a failure raises :class:`~partitioner.errors.RunError` naming the cause.
+(:func:`partitioner.processes.worker.run_in_worker`); a failure raises :class:`~partitioner.errors.RunError` naming the cause.
 The graph travels as :class:`~partitioner.remat._portable.PortableGraph` (``torch.export``'s
 GraphModules do not pickle); weights on the meta device become fake tensors there, so a model of
 any size is analysed with no memory for its weights (Llama-3-8B's 32 layers: about 50 s and
@@ -78,7 +78,7 @@ def sweep(
     args = (to_portable(gm), inputs, tuple(float(b) for b in budgets), loss, flops_per_s)
     if timeout_s is None:
         return _sweep(*args)
-    from partitioner.runtime.worker import run_in_worker
+    from partitioner.processes.worker import run_in_worker
 
     return run_in_worker(_sweep, args, timeout_s, "the joint trace and min-cut")
 

@@ -25,7 +25,7 @@ from __future__ import annotations
 import time
 from typing import Any, Callable
 
-from partitioner.runtime.timing import step_seconds
+from partitioner.processes.timing import step_seconds
 
 __all__ = ["engine_costs", "loop_median_s"]
 
@@ -38,7 +38,7 @@ PIPELINE_MICROBATCHES = 4
 
 def loop_median_s(fn: Callable[[], Any], loops: int = 10, repeats: int = 5) -> float:
     """Median over ``repeats`` of the mean time of ``loops`` calls of ``fn`` (called once first:
-    the warm-up; NOTE: [One statistic] in :mod:`partitioner.runtime.timing`)."""
+    the warm-up; NOTE: [One statistic] in :mod:`partitioner.processes.timing`)."""
     fn()
     times = []
     for _ in range(repeats):

@@ -3,7 +3,7 @@ by size and dtype, memory bandwidth by size, the dispatch overhead of an op and 
 how much slower ranks compute when several share the cores, and point-to-point, all-reduce and
 all-gather latency and bandwidth between processes.
 
-Everything runs on ranks started by :func:`partitioner.runtime.launch.launch` (fresh interpreters,
+Everything runs on ranks started by :func:`partitioner.processes.launch.launch` (fresh interpreters,
 one thread each, as every real run here starts them), so the figures are those a run's ranks see:
 rank 0 times the ops alone while the others wait in a barrier, then 1, 2 and all ranks time the
 same matmuls at once (the slowdown), then the collectives run on 2 ranks (a subgroup) and on all, raw and through DTensor, and a
@@ -292,7 +292,7 @@ def calibrate(
 ) -> DeviceProfile:
     """Measure this machine on ``processes`` local ranks (2 to 8) and return its profile (not
     saved: see :func:`local_profile`). Raises :class:`RunError` when a rank fails."""
-    from partitioner.runtime.launch import launch
+    from partitioner.processes.launch import launch
 
     if not 2 <= processes <= 8:
         raise PartitionError(

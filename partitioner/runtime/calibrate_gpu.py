@@ -5,7 +5,7 @@ op's launch cost back to back and the host's wall time per op; ``F.linear`` by L
 (tokens x k -> n) and dtype; elementwise and normalisation ops by bytes; causal and full
 ``scaled_dot_product_attention`` by sequence; an embedding lookup and the cross-entropy over a
 128k vocabulary by tokens. Timed with CUDA events, the median after warm-up, in a fresh worker
-process with a time limit (:func:`partitioner.runtime.worker.run_in_worker`). The rows have the
+process with a time limit (:func:`partitioner.processes.worker.run_in_worker`). The rows have the
 format of the carried curves, so a profile measured here is priced exactly as the presets are.
 On a machine without CUDA the same code runs on the CPU (``device="cpu"``, wall-clock timing),
 which is how the tests check it; a CPU's own profile comes from ``partition-explorer calibrate``.
@@ -205,8 +205,8 @@ def calibrate_gpu(
     its kernel curves, priced as the GPU presets are. The link between GPUs is the node's
     datasheet figure (NVLink 4 by default) until NCCL collectives are measured."""
     from partitioner.kernels import from_rows
+    from partitioner.processes.worker import run_in_worker
     from partitioner.profiles import profile_from_kernels
-    from partitioner.runtime.worker import run_in_worker
 
     rows, memory = run_in_worker(_measure, (device, quick), timeout_s, f"the {device} kernel measurement")
     kernels = from_rows(rows, source=f"measured by partition-explorer calibrate --gpu on {rows[0].get('gpu', device)}")

@@ -31,9 +31,9 @@ from partitioner.errors import InvalidPlanError, RunError
 from partitioner.graph import Graph
 from partitioner.plan.records import Plan
 from partitioner.plan.validate import ViolationKind
-from partitioner.runtime.launch import default_backend, launch, report_progress
+from partitioner.processes.launch import default_backend, launch, report_progress
+from partitioner.processes.timing import median_by_key, step_seconds
 from partitioner.runtime.splitting import split
-from partitioner.runtime.timing import median_by_key, step_seconds
 
 __all__ = ["run", "RunResult", "PartitionRun", "prepare", "run_rank", "Prepared", "ranked_devices", "predicted_walk_s"]
 

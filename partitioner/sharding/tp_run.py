@@ -24,8 +24,8 @@ from typing import Any, Callable, Sequence
 import torch
 
 from partitioner.errors import RunError, ShardingError
-from partitioner.runtime.launch import default_backend, launch
-from partitioner.runtime.timing import step_seconds
+from partitioner.processes.launch import default_backend, launch
+from partitioner.processes.timing import step_seconds
 from partitioner.sharding.tensor_parallel import TPPlan
 
 __all__ = ["ShardRun", "run_sharded"]

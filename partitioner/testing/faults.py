@@ -84,7 +84,7 @@ def child_pids() -> set[int]:
 
 def chatty_sleep_on(rank: int, world_size: int, seconds: float) -> int:
     """Reports progress every few milliseconds while it sleeps: the launcher's deadline must hold."""
-    from partitioner.runtime.launch import report_progress
+    from partitioner.processes.launch import report_progress
 
     end = time.monotonic() + seconds
     while time.monotonic() < end:

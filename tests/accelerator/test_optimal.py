@@ -269,7 +269,7 @@ def test_too_many_devices_is_refused_with_the_fix():
 def test_a_worker_past_its_time_limit_is_stopped_and_leaves_no_process():
     import time
 
-    from partitioner.runtime.worker import WorkerTimeout, run_in_worker
+    from partitioner.processes.worker import WorkerTimeout, run_in_worker
     from partitioner.testing.faults import child_pids
 
     began = time.perf_counter()

@@ -14,8 +14,8 @@ from hypothesis import strategies as st
 
 from explorer.builders import cluster_figures
 from partitioner import cluster, format_seconds
-from partitioner.cluster.search import _simulator
 from partitioner.interop.engines import engine_file
+from partitioner.pipeline.steps import step_simulator
 
 GiB = 2**30
 
@@ -172,7 +172,7 @@ def test_an_opened_layout_draws_its_schedule_as_the_pipeline_simulator_does():
         node_attention=(False,) * 4,
     )
     c = cluster.Cluster(cluster.Accelerator("t", 2**36, 1e12, 1e11, 1.0), devices_per_node=4)
-    sim = _simulator()
+    sim = step_simulator()
     r = cluster.evaluate(
         p, cluster.Workload(global_batch=8, seq_len=1), c, cluster.Layout(pp=4, microbatch_size=1, schedule="1f1b"), sim
     )
@@ -213,7 +213,7 @@ def test_no_pipeline_rank_holds_more_than_the_planner_checked(pp, schedule, m):
     c = cluster.Cluster(cluster.Accelerator("x", 80 * 2**30, 1e14, 1e12, 1.0), devices_per_node=8)
     w = cluster.Workload(global_batch=m, seq_len=128)
     try:
-        r = cluster.evaluate(p, w, c, cluster.Layout(pp=pp, schedule=schedule), _simulator())
+        r = cluster.evaluate(p, w, c, cluster.Layout(pp=pp, schedule=schedule), step_simulator())
     except PartitionError:
         return  # a microbatch count the schedule refuses
     stash = cluster_figures.rank_stash(r)

@@ -15,7 +15,7 @@ from streamlit.testing.v1 import AppTest
 import partitioner
 from explorer import compute
 from explorer.builders.config import ModelChoice
-from partitioner.runtime.launch import MAX_LOCAL_PROCESSES
+from partitioner.processes.launch import MAX_LOCAL_PROCESSES
 from sample_models._common import MAX_GRAPH_OPS
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from browser_helpers import CHROMIUM, CHROMIUM_ARGS, app_server
 
-from partitioner.runtime.launch import MAX_LOCAL_PROCESSES
+from partitioner.processes.launch import MAX_LOCAL_PROCESSES
 
 MODELS = ("mlp", "cnn", "transformer", "dlrm", "unet", "moe")
 PAGES = ("", "compare", "pipeline", "learn", "review", "training", "sharding")

@@ -19,10 +19,10 @@ import partitioner
 import sample_models
 from partitioner import cluster
 from partitioner.cluster.layouts import ring_allreduce_s
-from partitioner.cluster.search import _simulator, closed_form
 from partitioner.interop.engines import to_deepspeed, to_megatron, to_torchtitan, toml_text
 from partitioner.pipeline.schedules import check_microbatches, stages_per_rank
 from partitioner.pipeline.simulate import simulate
+from partitioner.pipeline.steps import closed_form, step_simulator
 
 GiB = 2**30
 
@@ -35,7 +35,7 @@ TOY = cluster.Cluster(ACC, devices_per_node=2, intra=LINK, inter=cluster.Link("s
 def test_a_two_layer_mlp_on_two_by_two_devices_by_hand():
     p = hand_profile()
     w = cluster.Workload(global_batch=8, seq_len=1, element_bytes=2, optimizer="adam")
-    sim = _simulator()
+    sim = step_simulator()
     # dp2 tp2: psi = 1e6 / 2 parameters a device; mixed-precision Adam: 2 + 2 + 12 bytes each.
     r = cluster.evaluate(p, w, TOY, cluster.Layout(dp=2, tp=2, pp=1, microbatch_size=2), sim)
     assert r.memory["weights"] == 2 * 500_000 and r.memory["optimizer"] == 12 * 500_000
@@ -85,7 +85,7 @@ def test_model_states_reproduce_the_zero_papers_table(stage, expected_gb):
     )
     w = cluster.Workload(global_batch=64, seq_len=1)
     big = cluster.Cluster(cluster.Accelerator("big", 2**50, 1e15, 1e12, 1.0), devices_per_node=8)
-    r = cluster.evaluate(p, w, big, cluster.Layout(dp=64, zero=stage), _simulator())
+    r = cluster.evaluate(p, w, big, cluster.Layout(dp=64, zero=stage), step_simulator())
     states = r.memory["weights"] + r.memory["gradients"] + r.memory["optimizer"]
     assert states / 1e9 == pytest.approx(expected_gb, abs=0.05)
 
@@ -145,7 +145,7 @@ def test_a_layout_fits_exactly_when_every_part_is_within_the_device(dp, tp, pp, 
     w = cluster.Workload(global_batch=16, seq_len=512, optimizer=opt)
     lay = cluster.Layout(dp, tp, pp, mb, "1f1b" if pp > 1 else "none", zero if dp > 1 else 0, rc)
     try:
-        r = cluster.evaluate(p, w, c, lay, _simulator())
+        r = cluster.evaluate(p, w, c, lay, step_simulator())
     except partitioner.PartitionError:
         return  # a microbatch count the schedule refuses
     psi = p.param_count / (tp * pp)

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 import partitioner
 from partitioner import cluster
 from partitioner.cluster.layouts import ring_allreduce_s
-from partitioner.cluster.search import _simulator
+from partitioner.pipeline.steps import step_simulator
 
 GiB = 2**30
 TOY = cluster.Cluster(
@@ -88,7 +88,7 @@ def test_the_rows_sum_to_the_steps_communication(dp, tp, pp, mb, zero, rc, ep, m
         dp, tp, pp, mb, "1f1b" if pp > 1 else "none", zero if dp > 1 else 0, rc, ep if moe and dp % ep == 0 else 1
     )
     try:
-        r = cluster.evaluate(p, w, TOY, lay, _simulator())
+        r = cluster.evaluate(p, w, TOY, lay, step_simulator())
     except partitioner.PartitionError:
         return  # a microbatch count the schedule refuses
     groups = _by_group(cluster.collectives(p, w, TOY, lay))

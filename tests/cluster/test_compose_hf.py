@@ -10,7 +10,7 @@ import pytest
 import partitioner
 import sample_models
 from partitioner import cluster
-from partitioner.cluster.compose import model_tp_plan, run_layout
+from partitioner.cluster.run.compose import model_tp_plan, run_layout
 from partitioner.sharding import tensor_parallel
 
 SMALL = {

@@ -10,7 +10,7 @@ import torch
 
 import sample_models
 from partitioner import cluster
-from partitioner.cluster.compose import linear_pairs_plan, parse_layout, run_layout
+from partitioner.cluster.run.compose import linear_pairs_plan, parse_layout, run_layout
 from partitioner.errors import PartitionError, RunError
 from partitioner.testing import faults
 

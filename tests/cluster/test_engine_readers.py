@@ -61,7 +61,7 @@ CASES = [
 
 @pytest.mark.slow
 def test_deepspeed_reads_the_exported_configs_as_meant():
-    from partitioner.runtime.launch import free_port
+    from partitioner.processes.launch import free_port
 
     done = subprocess.run(
         [sys.executable, "-c", READER, str(free_port()), json.dumps(CASES)], capture_output=True, text=True, timeout=300

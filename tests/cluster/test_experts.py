@@ -13,8 +13,8 @@ import partitioner
 import sample_models
 from partitioner import PartitionError, cluster
 from partitioner.cluster.layouts import all_to_all_s, ring_allreduce_s
-from partitioner.cluster.search import _simulator
 from partitioner.interop.engines import to_deepspeed, to_megatron, to_torchtitan
+from partitioner.pipeline.steps import step_simulator
 
 GiB = 2**30
 TINY = {
@@ -49,7 +49,7 @@ def test_a_dense_model_has_no_experts_and_refuses_ep():
     assert (prof.expert_param_count, prof.experts, prof.moe_layers) == (0, 0, 0)
     w = cluster.Workload(global_batch=8, seq_len=16)
     with pytest.raises(PartitionError, match="ep2 must divide the experts"):
-        cluster.evaluate(prof, w, cluster.cluster("h100-80gb"), cluster.Layout(dp=2, ep=2), _simulator())
+        cluster.evaluate(prof, w, cluster.cluster("h100-80gb"), cluster.Layout(dp=2, ep=2), step_simulator())
 
 
 def moe_profile() -> cluster.ModelProfile:
@@ -67,7 +67,7 @@ TOY = cluster.Cluster(ACC, devices_per_node=4, intra=INTRA, inter=INTER, headroo
 def test_expert_states_split_over_ep_and_zero_over_dp_over_ep(zero):
     p = moe_profile()
     w = cluster.Workload(global_batch=8, seq_len=1)
-    r = cluster.evaluate(p, w, TOY, cluster.Layout(dp=4, microbatch_size=2, zero=zero, ep=2), _simulator())
+    r = cluster.evaluate(p, w, TOY, cluster.Layout(dp=4, microbatch_size=2, zero=zero, ep=2), step_simulator())
     dense, expert = 250_000, 750_000 / 2  # experts over ep = 2; ZeRO over dp = 4 and dp / ep = 2
     shard = {0: (1, 1, 1), 1: (1, 1, 0), 2: (1, 0, 0), 3: (0, 0, 0)}[zero]  # 0: sharded
     for kind, per, i in (("weights", 2, 0), ("gradients", 2, 1), ("optimizer", 12, 2)):
@@ -78,7 +78,7 @@ def test_expert_states_split_over_ep_and_zero_over_dp_over_ep(zero):
 def test_the_all_to_alls_and_the_expert_gradients_by_hand():
     p = moe_profile()
     w = cluster.Workload(global_batch=8, seq_len=1)
-    sim = _simulator()
+    sim = step_simulator()
     base = cluster.evaluate(p, w, TOY, cluster.Layout(dp=4, microbatch_size=2), sim)
     r = cluster.evaluate(p, w, TOY, cluster.Layout(dp=4, microbatch_size=2, ep=4), sim)
     # 2 tokens a microbatch, 64 B of hidden state each, sent to 2 experts and back in each of the

@@ -9,8 +9,8 @@ from cluster_helpers import hand_profile
 
 from partitioner import PartitionError, cluster
 from partitioner.cluster.layouts import ring_allreduce_s
-from partitioner.cluster.search import _simulator
 from partitioner.interop.engines import to_deepspeed, to_megatron
+from partitioner.pipeline.steps import step_simulator
 
 INTRA, INTER = cluster.Link("fast", 1e11, 1e-6), cluster.Link("slow", 1e10, 5e-6)
 C = cluster.Cluster(cluster.Accelerator("x", 2**40, 1e15, 1e12, 1.0), devices_per_node=8, intra=INTRA, inter=INTER)
@@ -20,8 +20,8 @@ W = cluster.Workload(global_batch=64, seq_len=16)
 @pytest.mark.parametrize("zero", [1, 2, 3])
 def test_states_shard_over_the_group_only(zero):
     p = hand_profile(params=8_000_000_000, layers=4)
-    hsdp = cluster.evaluate(p, W, C, cluster.Layout(dp=64, zero=zero, shard=8), _simulator())
-    within = cluster.evaluate(p, W, C, cluster.Layout(dp=8, zero=zero), _simulator())
+    hsdp = cluster.evaluate(p, W, C, cluster.Layout(dp=64, zero=zero, shard=8), step_simulator())
+    within = cluster.evaluate(p, W, C, cluster.Layout(dp=8, zero=zero), step_simulator())
     for kind in ("weights", "gradients", "optimizer", "gathered layer"):
         assert hsdp.memory.get(kind, 0.0) == pytest.approx(within.memory.get(kind, 0.0))
 
@@ -40,7 +40,7 @@ def test_only_one_shard_crosses_the_nodes():
     assert {r.link for r in inner} == {"fast"} and sum(r.count for r in inner) == 3
     flat = cluster.collectives(p, W, C, cluster.Layout(dp=64, zero=3))
     assert sum(r.seconds for r in rows) < sum(r.seconds for r in flat)  # 1/8 of the bytes on the slow link
-    r = cluster.evaluate(p, W, C, lay, _simulator())
+    r = cluster.evaluate(p, W, C, lay, step_simulator())
     bwd = r.stage_s[1]  # one microbatch's backward: what hides the reduction
     assert r.parts_s["gradient reduction (exposed)"] == pytest.approx(max(0.0, sum(x.seconds for x in rows) - bwd))
 
@@ -48,9 +48,9 @@ def test_only_one_shard_crosses_the_nodes():
 def test_the_rules_and_the_exports():
     p = hand_profile(params=1_000_000, layers=4)
     with pytest.raises(PartitionError, match="sharding group of 8 .* needs ZeRO 1-3"):
-        cluster.evaluate(p, W, C, cluster.Layout(dp=16, shard=8), _simulator())
+        cluster.evaluate(p, W, C, cluster.Layout(dp=16, shard=8), step_simulator())
     with pytest.raises(PartitionError, match="must divide the data-parallel ranks"):
-        cluster.evaluate(p, W, C, cluster.Layout(dp=16, zero=3, shard=6), _simulator())
+        cluster.evaluate(p, W, C, cluster.Layout(dp=16, zero=3, shard=6), step_simulator())
     lay = cluster.Layout(dp=64, zero=3, shard=8)
     assert to_deepspeed(lay, W)["zero_optimization"] == {"stage": 3, "zero_hpz_partition_size": 8}
     args = to_megatron(lay, W)

@@ -13,8 +13,8 @@ import pytest
 import partitioner
 import sample_models
 from partitioner import PartitionError, cluster
-from partitioner.cluster.compose import parse_layout
 from partitioner.cluster.layouts import check_layout
+from partitioner.cluster.run.compose import parse_layout
 
 
 @pytest.mark.parametrize(

@@ -14,8 +14,8 @@ from cluster_helpers import hand_profile
 
 import partitioner
 from partitioner import PartitionError, cluster, remat
-from partitioner.cluster.search import _simulator
 from partitioner.interop.engines import to_torchtitan
+from partitioner.pipeline.steps import step_simulator
 
 GiB = 2**30
 ACC = cluster.Accelerator("toy", 64 * GiB, 1e12, 1e11, 2.0)
@@ -25,7 +25,7 @@ TOY = cluster.Cluster(ACC, devices_per_node=2, intra=cluster.Link("l", 1e10, 0.0
 def test_a_min_cut_budget_keeps_and_recomputes_its_measured_shares():
     p = dataclasses.replace(hand_profile(), min_cut=((0.5, 0.4, 0.3),))
     w = cluster.Workload(global_batch=4, seq_len=1)
-    sim = _simulator()
+    sim = step_simulator()
     none = cluster.evaluate(p, w, TOY, cluster.Layout(microbatch_size=2), sim)
     cut = cluster.evaluate(p, w, TOY, cluster.Layout(microbatch_size=2, recompute="min-cut-0.5"), sim)
     assert cut.memory["activations"] == pytest.approx(0.4 * none.memory["activations"])

@@ -12,8 +12,8 @@ import torch.fx
 import partitioner
 import sample_models
 from partitioner import cluster
-from partitioner.cluster._pipelined import coordinates, role, stage_cuts
-from partitioner.cluster.compose import linear_pairs_plan, parse_layout, run_layout
+from partitioner.cluster.run.compose import linear_pairs_plan, parse_layout, run_layout
+from partitioner.cluster.run.pipelined import coordinates, role, stage_cuts
 from partitioner.errors import PartitionError, RunError
 from partitioner.testing import faults
 

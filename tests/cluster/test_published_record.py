@@ -14,7 +14,7 @@ import partitioner
 import sample_models
 from partitioner import cluster
 from partitioner.cluster.layouts import allreduce_s, experts_touched
-from partitioner.cluster.search import _simulator
+from partitioner.pipeline.steps import step_simulator
 
 GiB, MiB = 2**30, 2**20
 ACC80 = cluster.Accelerator("a100-80gb-like", 80 * 10**9, 312e12, 2.0e12, 1.0)
@@ -83,7 +83,7 @@ def test_full_recomputation_grows_with_the_stash_by_one_layer_input_a_microbatch
     flight, one layer's working set once. GPipe's first stage holds all m microbatches; 1F1B's
     min(m, pp) (Narayanan et al. 2021, sec. 2.2)."""
     p = dataclasses.replace(llama8b, layers=32)
-    sim = _simulator()
+    sim = step_simulator()
 
     def run(m: int, schedule: str, recompute: str = "full") -> cluster.LayoutResult:
         lay = cluster.Layout(tp=8, pp=4, schedule=schedule, recompute=recompute)
@@ -115,13 +115,13 @@ def test_megatrons_largest_runs_fit_as_they_ran(name, heads, hidden, layers, par
     w = cluster.Workload(global_batch=gpus, seq_len=2048)
     for sp in (False, True):  # 2021's runs had no sequence parallelism; Megatron today does
         lay = cluster.Layout(dp=dp, tp=tp, pp=pp, schedule="1f1b", recompute="full", sp=sp)
-        r = cluster.evaluate(p, w, BIG, lay, _simulator())
+        r = cluster.evaluate(p, w, BIG, lay, step_simulator())
         assert r.fits, (name, sp, {k: v / GiB for k, v in r.memory.items()})
     # The 530B's first stage under full recomputation with SP: about 1.2 GiB of activations (the
     # issue's figure: 35 microbatches x 3 layers x 2 s b h / t, plus one layer's 34 s b h / t).
     if name == "529.6B":
         lay = cluster.Layout(dp=dp, tp=tp, pp=pp, schedule="1f1b", recompute="full")
-        r = cluster.evaluate(p, w, BIG, lay, _simulator())
+        r = cluster.evaluate(p, w, BIG, lay, step_simulator())
         s, h = 2048, hidden
         published = 35 * 3 * 2 * s * h / 8 + 34 * s * h / 8
         got = r.memory["activations"] + r.memory["recomputed layer"]
@@ -163,7 +163,7 @@ def test_zero_states_match_deepspeeds_estimators(small_llama, devices):
         (2, estimate_zero2_model_states_mem_needs(total, 8, nodes, cpu_offload=False)[1]),
         (3, estimate_zero3_model_states_mem_needs(total, largest, 8, nodes, cpu_offload=False)[1]),
     ):
-        r = cluster.evaluate(p, w, BIG, cluster.Layout(dp=devices, zero=zero, grad_fp32=True), _simulator())
+        r = cluster.evaluate(p, w, BIG, cluster.Layout(dp=devices, zero=zero, grad_fp32=True), step_simulator())
         states = sum(v for k, v in r.memory.items() if k in ("weights", "gradients", "optimizer", "gathered layer"))
         assert states == pytest.approx(want, rel=0.05), (zero, devices)
 
@@ -249,9 +249,9 @@ def test_llama3_405b_layouts_fit_in_80_gb(llama405b, gpus, tp, cp, pp, dp, seq, 
     c = cluster.cluster("h100-80gb")
     w = cluster.Workload(global_batch=dp * per_rank, seq_len=seq)
     lay = cluster.Layout(dp=dp, tp=tp, pp=pp, cp=cp, schedule="interleaved_1f1b", zero=1, recompute="full")
-    r = cluster.evaluate(llama405b, w, c, lay, _simulator())
+    r = cluster.evaluate(llama405b, w, c, lay, step_simulator())
     assert r.fits and r.memory_bytes <= 80 * 10**9, {k: v / GiB for k, v in r.memory.items()}
-    none = cluster.evaluate(llama405b, w, c, dataclasses.replace(lay, recompute="none"), _simulator())
+    none = cluster.evaluate(llama405b, w, c, dataclasses.replace(lay, recompute="none"), step_simulator())
     assert not none.fits
 
 
@@ -308,10 +308,10 @@ def test_zero_offload_matches_deepspeeds_estimators(small_llama, devices):
         ),
     ):
         lay = cluster.Layout(dp=devices, zero=zero, offload=True)
-        r = cluster.evaluate(p, w, BIG, lay, _simulator())
+        r = cluster.evaluate(p, w, BIG, lay, step_simulator())
         states = sum(v for k, v in r.memory.items() if k in ("weights", "gradients", "optimizer", "gathered layer"))
         assert states == pytest.approx(want, rel=0.05), (zero, devices)
-        on_device = cluster.evaluate(p, w, BIG, dataclasses.replace(lay, offload=False), _simulator())
+        on_device = cluster.evaluate(p, w, BIG, dataclasses.replace(lay, offload=False), step_simulator())
         assert r.step_s > on_device.step_s  # the host's step and the PCIe traffic are not free
     from partitioner.interop.engines import to_deepspeed, to_megatron
 
@@ -319,7 +319,7 @@ def test_zero_offload_matches_deepspeeds_estimators(small_llama, devices):
     assert to_deepspeed(lay, w)["zero_optimization"]["offload_optimizer"]["device"] == "cpu"
     assert "--optimizer-cpu-offload" in to_megatron(lay, w)
     with pytest.raises(partitioner.PartitionError, match="needs ZeRO 1-3"):
-        cluster.evaluate(p, w, BIG, cluster.Layout(dp=8, offload=True), _simulator())
+        cluster.evaluate(p, w, BIG, cluster.Layout(dp=8, offload=True), step_simulator())
 
 
 def test_the_search_offloads_only_where_the_devices_are_short():
@@ -332,7 +332,7 @@ def test_the_search_offloads_only_where_the_devices_are_short():
     offloaded = [r for r in found.fitting if r.layout.offload]
     assert offloaded and all(r.layout.zero >= 2 for r in offloaded)
     for r in offloaded:
-        twin = cluster.evaluate(p, w, c, dataclasses.replace(r.layout, offload=False), _simulator())
+        twin = cluster.evaluate(p, w, c, dataclasses.replace(r.layout, offload=False), step_simulator())
         assert not twin.fits
 
 

@@ -8,10 +8,10 @@ import pytest
 from cluster_helpers import hand_profile
 
 from partitioner import PartitionError, cluster
-from partitioner.cluster.compose import parse_layout
-from partitioner.cluster.search import _simulator, closed_form
+from partitioner.cluster.run.compose import parse_layout
 from partitioner.interop.engines import engine_file
 from partitioner.pipeline.simulate import simulate
+from partitioner.pipeline.steps import closed_form, step_simulator
 
 C = cluster.Cluster(cluster.Accelerator("x", 2**40, 1e14, 1e12, 1.0), devices_per_node=8)
 
@@ -19,7 +19,7 @@ C = cluster.Cluster(cluster.Accelerator("x", 2**40, 1e14, 1e12, 1.0), devices_pe
 def test_zero_bubble_fills_the_bubble_1f1b_leaves():
     p = hand_profile(params=1_000_000_000, layers=8)
     w = cluster.Workload(global_batch=8, seq_len=128)
-    sim = _simulator()
+    sim = step_simulator()
     one = cluster.evaluate(p, w, C, cluster.Layout(pp=4, schedule="1f1b"), sim)
     zb = cluster.evaluate(p, w, C, parse_layout("pp4 zero_bubble mb1"), sim)
     assert zb.step_s < one.step_s and zb.parts_s["bubble"] < one.parts_s["bubble"]
@@ -37,7 +37,7 @@ def test_zero_bubble_needs_two_chunks_a_rank_and_is_searched_and_exported():
             cluster.Workload(global_batch=8, seq_len=1),
             C,
             cluster.Layout(pp=4, schedule="zero_bubble"),
-            _simulator(),
+            step_simulator(),
         )
     p = hand_profile(params=4_000_000_000, layers=8)
     found = cluster.search(p, cluster.Workload(global_batch=16, seq_len=512), C, [8])

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from partitioner import PartitionError, RunError
-from partitioner.runtime.launch import MAX_LOCAL_PROCESSES, launch
+from partitioner.processes.launch import MAX_LOCAL_PROCESSES, launch
 from partitioner.testing import faults
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -43,7 +43,7 @@ def test_ranks_and_workers_die_with_a_killed_parent(tmp_path):
     script.write_text(
         textwrap.dedent(f"""
         import os, threading, time
-        from partitioner.runtime.launch import launch
+        from partitioner.processes.launch import launch
         from partitioner.testing import faults
 
         def note():
@@ -105,11 +105,11 @@ def test_a_worker_whose_parent_died_while_it_was_starting_exits_at_once(tmp_path
     script.write_text(
         textwrap.dedent(f"""
         import os, subprocess, sys, time
-        from partitioner.runtime._frames import child_env
+        from partitioner.processes.frames import child_env
         env = child_env({str(ROOT)!r})
         # the worker sleeps (as an import of torch does) before it first looks at its parent
         code = ("import time, os; open({str(pid_file)!r}, 'w').write(str(os.getpid())); time.sleep(2); "
-                "from partitioner.runtime._frames import exit_with_parent; exit_with_parent(); time.sleep(600)")
+                "from partitioner.processes.frames import exit_with_parent; exit_with_parent(); time.sleep(600)")
         subprocess.Popen([sys.executable, "-c", code], env=env)
         time.sleep(600)
     """)

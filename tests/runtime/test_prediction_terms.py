@@ -14,12 +14,12 @@ import torch
 import partitioner
 import sample_models
 from partitioner.cluster import Layout
-from partitioner.cluster.compose import linear_pairs_plan
-from partitioner.cost.composed import composed_step
+from partitioner.cluster.run.compose import linear_pairs_plan
+from partitioner.cluster.run.predict import composed_step
 from partitioner.cost.runs import tp_forward
 from partitioner.device_profile import AlphaBeta, DeviceProfile, load_profile
 from partitioner.devices import with_profile
-from partitioner.runtime import timing
+from partitioner.processes import timing
 from partitioner.sharding import tensor_parallel
 
 
@@ -47,7 +47,7 @@ def _profile(**changes: object) -> DeviceProfile:
 
 
 def test_runs_and_calibration_reduce_repeats_with_one_statistic():
-    from partitioner.cluster import _records
+    from partitioner.cluster.run import records as _records
     from partitioner.pipeline import runner
     from partitioner.runtime import _engine_costs, execute
     from partitioner.sharding import tp_run
@@ -133,7 +133,7 @@ def test_a_composed_step_is_split_into_its_parts(small_mlp):
 
 @pytest.mark.slow
 def test_check_layout_puts_a_real_two_by_two_step_beside_its_parts(small_mlp):
-    from partitioner.cluster.checked import END_TO_END, REST, SYNC, check_layout
+    from partitioner.cluster.run.checked import END_TO_END, REST, SYNC, check_layout
 
     model, inputs, _ = small_mlp
     check = check_layout(model, inputs, Layout(dp=2, tp=2, microbatch_size=2), profile=_profile(), timeout_s=240)

@@ -11,8 +11,8 @@ import pytest
 from streamlit.runtime.scriptrunner_utils.script_run_context import get_script_run_ctx  # as a page imports it
 
 from partitioner.errors import RunError
-from partitioner.runtime.launch import launch
-from partitioner.runtime.worker import run_in_worker
+from partitioner.processes.launch import launch
+from partitioner.processes.worker import run_in_worker
 
 
 def _warn_then_die(*_: object) -> None:

@@ -12,7 +12,7 @@ import torch
 
 import partitioner
 from partitioner import Device, RunError
-from partitioner.runtime.launch import free_port, launch
+from partitioner.processes.launch import free_port, launch
 from partitioner.testing import faults
 
 

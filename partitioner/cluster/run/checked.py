@@ -1,9 +1,9 @@
 """Run a composed layout for real and put it beside its prediction on this machine's measured
 profile, part by part: what a "Run this layout" button calls (:func:`check_layout`).
 
-The run is :func:`partitioner.cluster.compose.run_layout` (its ranks are processes of their own,
+The run is :func:`partitioner.cluster.run.compose.run_layout` (its ranks are processes of their own,
 started by the launcher, with progress); the prediction is
-:func:`partitioner.cost.composed.composed_step` on the same traced graph and the same
+:func:`partitioner.cluster.run.predict.composed_step` on the same traced graph and the same
 tensor-parallel pairs. A run times each rank's whole step and, apart, its gradient all-reduce
 over dp; so the parts compare as: the dp gradient sync (measured on its own), the rest of the
 step (compute, DTensor dispatch, tensor-parallel all-reduces, bubble, pipeline actions and
@@ -18,8 +18,8 @@ import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
-from partitioner.cluster._records import ComposedRun
 from partitioner.cluster.layouts import Layout
+from partitioner.cluster.run.records import ComposedRun
 from partitioner.cost.runs import Predicted
 
 if TYPE_CHECKING:
@@ -111,13 +111,13 @@ def check_layout(
     :class:`~partitioner.errors.PartitionError` for a layout the run cannot do and
     :class:`~partitioner.errors.RunError` naming the failing rank and its mesh coordinates.
     ``in_worker``: all of it in a fresh worker process, killed after ``timeout_s`` plus a minute.
-    ``tp_plan`` and ``example_kwargs`` are :func:`~partitioner.cluster.compose.run_layout`'s;
+    ``tp_plan`` and ``example_kwargs`` are :func:`~partitioner.cluster.run.compose.run_layout`'s;
     ``graph``, the module's trace when the caller holds it (else it is traced here)."""
     if in_worker:  # no progress from a worker: its callback would not cross the process
         progress = None
     args = (module, example_inputs, layout, profile, timeout_s, repeats, progress, tp_plan, example_kwargs, graph)
     if in_worker:
-        from partitioner.runtime.worker import run_in_worker
+        from partitioner.processes.worker import run_in_worker
 
         return run_in_worker(
             _check_with,
@@ -143,8 +143,8 @@ def _check_with(
     import torch
 
     import partitioner
-    from partitioner.cluster.compose import linear_pairs_plan, run_layout
-    from partitioner.cost.composed import composed_step
+    from partitioner.cluster.run.compose import linear_pairs_plan, run_layout
+    from partitioner.cluster.run.predict import composed_step
     from partitioner.runtime.calibrate import local_profile
 
     inputs = (example_inputs,) if isinstance(example_inputs, torch.Tensor) else tuple(example_inputs)

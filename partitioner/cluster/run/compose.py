@@ -16,8 +16,8 @@ the mean over replicas) are compared with one process's by ``torch.testing.asser
 tolerance 1e-5 of each tensor's largest magnitude: fp32 sums in another order); each
 rank reports its mesh coordinates, the bytes of the parameter and gradient shards it holds and
 its median step time after a warm-up. Processes start as the other real runs start
-(:mod:`partitioner.runtime.launch`); a failure names the rank and its coordinates.
-Pipeline stages (``pp > 1``) compose on a three-dimensional mesh (:mod:`partitioner.cluster._pipelined`).
+(:mod:`partitioner.processes.launch`); a failure names the rank and its coordinates.
+Pipeline stages (``pp > 1``) compose on a three-dimensional mesh (:mod:`partitioner.cluster.run.pipelined`).
 
 # NOTE: [Linear pairs]
 Megatron-LM's MLP split: the first Linear of a pair is column-parallel (each rank computes a
@@ -34,11 +34,11 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
-from partitioner.cluster._records import ComposedRun, RankReport, compare, measure_step
 from partitioner.cluster.layouts import Layout
+from partitioner.cluster.run.records import ComposedRun, RankReport, compare, measure_step
 from partitioner.cluster.words import parse_layout
 from partitioner.errors import PartitionError, RunError
-from partitioner.runtime.timing import step_seconds
+from partitioner.processes.timing import step_seconds
 
 if TYPE_CHECKING:
     import torch
@@ -410,8 +410,8 @@ def run_layout(
     import torch
     import torch.fx as fx
 
+    from partitioner.processes.launch import default_backend, launch
     from partitioner.runtime.execute import picklable
-    from partitioner.runtime.launch import default_backend, launch
 
     inputs = (example_inputs,) if isinstance(example_inputs, torch.Tensor) else tuple(example_inputs)
     kwargs = dict(example_kwargs or {})
@@ -436,7 +436,7 @@ def run_layout(
         backend = "gloo"  # NCCL needs a GPU per rank; gloo runs every rank on the CPU
     expected, expected_grads = _reference(module, inputs, kwargs)
     if layout.pp > 1:
-        from partitioner.cluster._piped_run import run_pipelined
+        from partitioner.cluster.run.piped import run_pipelined
 
         return run_pipelined(
             module,

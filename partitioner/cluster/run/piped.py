@@ -1,14 +1,14 @@
 """The parent's side of a pipelined composed run (pp x dp x tp): cut the traced model into
-stages, start the ranks (:func:`partitioner.cluster._pipelined.pipelined_entry`), and check
+stages, start the ranks (:func:`partitioner.cluster.run.pipelined.pipelined_entry`), and check
 outputs, loss and every gradient against one process."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Callable
 
-from partitioner.cluster._pipelined import pipelined_entry, role, stage_cuts
-from partitioner.cluster._records import ComposedRun, RankReport, compare
 from partitioner.cluster.layouts import Layout
+from partitioner.cluster.run.pipelined import pipelined_entry, role, stage_cuts
+from partitioner.cluster.run.records import ComposedRun, RankReport, compare
 from partitioner.errors import RunError
 
 if TYPE_CHECKING:
@@ -36,7 +36,7 @@ def run_pipelined(
 
     import partitioner
     from partitioner.pipeline.runner import build_stage_modules
-    from partitioner.runtime.launch import launch
+    from partitioner.processes.launch import launch
 
     graph = partitioner.trace(module, inputs, name=type(module).__name__)
     linears = [n for n, m in module.named_modules() if isinstance(m, torch.nn.Linear)]

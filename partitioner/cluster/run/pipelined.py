@@ -1,7 +1,7 @@
 """Pipeline stages composed with tensor and data parallelism on one three-dimensional mesh, as
 torchtitan composes them: ``init_device_mesh(device, (pp, dp, tp), mesh_dim_names=("pp", "dp",
 "tp"))``; each rank builds its stage (``build_stage_modules``: the traced model cut after whole
-Linear pairs, NOTE: [Linear pairs] in :mod:`partitioner.cluster.compose`), applies
+Linear pairs, NOTE: [Linear pairs] in :mod:`partitioner.cluster.run.compose`), applies
 ``parallelize_module`` on its ``"tp"`` sub-mesh, wraps it in a ``PipelineStage`` on its ``"pp"``
 group and runs GPipe (or the layout's schedule) over its replica's share of the batch in
 microbatches; the loss is the sum of the outputs (``scale_grads=False``: microbatch gradients
@@ -15,10 +15,10 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Any, Sequence
 
-from partitioner.cluster._records import measure_step
 from partitioner.cluster.layouts import Layout
+from partitioner.cluster.run.records import measure_step
 from partitioner.errors import PartitionError
-from partitioner.runtime.timing import step_seconds
+from partitioner.processes.timing import step_seconds
 
 if TYPE_CHECKING:
     import torch

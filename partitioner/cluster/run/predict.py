@@ -1,6 +1,6 @@
 """The predicted training step of a composed layout (pp x dp x tp, ZeRO) on a measured device
 profile, split as the run is split: compute, DTensor dispatch, each kind of collective, the
-pipeline's bubble, actions and hand-offs (:func:`partitioner.cluster.compose.run_layout` runs it).
+pipeline's bubble, actions and hand-offs (:func:`partitioner.cluster.run.compose.run_layout` runs it).
 
 # NOTE: [A composed step on a measured profile]
 A rank runs its stage's ops for each of its m microbatches (its replica's rows over the
@@ -61,7 +61,7 @@ def composed_step(
     split = profile_latencies(graph, profile, fraction / tp) if styles else whole
     stage_of: dict[str, int] = {}
     if pp > 1:
-        from partitioner.cluster._pipelined import stage_cuts
+        from partitioner.cluster.run.pipelined import stage_cuts
 
         linears = [
             graph.nodes[v].target

@@ -1,5 +1,5 @@
 """What a composed run reports: each rank's place, bytes and step, and the comparison with one
-process (shared by the dp x tp run of :mod:`partitioner.cluster.compose` and the pipelined one)."""
+process (shared by the dp x tp run of :mod:`partitioner.cluster.run.compose` and the pipelined one)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
 from partitioner.cluster.layouts import Layout
-from partitioner.runtime.timing import step_seconds
+from partitioner.processes.timing import step_seconds
 
 __all__ = ["RankReport", "ComposedRun", "compare"]
 
@@ -20,7 +20,7 @@ class RankReport:
     tp: int  # and on "tp"
     parameter_bytes: int  # the local shards of the parameters it holds after the step
     gradient_bytes: int  # the local shards of the gradients
-    step_s: float  # its median timed step (NOTE: [One statistic] in partitioner.runtime.timing)
+    step_s: float  # its median timed step (NOTE: [One statistic] in partitioner.processes.timing)
     pp: int = 0  # and on "pp": its pipeline stage
     sync_s: float = 0.0  # the median over its timed steps of the gradient all-reduce over dp (ZeRO 0 and 1)
 
