@@ -102,7 +102,9 @@ def _measure(model: Any, kind: str, batch: int, seq: int, vocab: int, device: st
             out = model(ids, labels=labels) if labels is not None else model(ids)
             loss = out.loss if labels is not None else out.last_hidden_state.float().square().mean()
             loss.backward()
-            torch._foreach_copy_([m.grad for m in master], [p.grad for p in params])
+            # parameters the loss does not reach (BERT's pooler under this loss) have no gradient
+            grads = [(m.grad, p.grad) for m, p in zip(master, params) if p.grad is not None]
+            torch._foreach_copy_([g for g, _ in grads], [g for _, g in grads])
             opt.step()
             with torch.no_grad():
                 torch._foreach_copy_(params, master)

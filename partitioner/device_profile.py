@@ -28,15 +28,14 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import math
 import os
-import statistics
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
+from partitioner.curves import AlphaBeta, Curve, fit_alpha_beta, interp_through_zero
 from partitioner.errors import DeviceSpecError
-from partitioner.kernels import ENGINES, MAX_CURVE_POINTS, GpuKernels, interp
+from partitioner.kernels import ENGINES, GpuKernels
 from partitioner.profile_cache import (
     NAME as _NAME,
 )  # noqa: E501
@@ -48,6 +47,7 @@ from partitioner.profile_cache import (
     is_profile_data,
     profile_path,
 )
+from partitioner.profile_schema import SCHEMA_VERSION, check_profile, profile_dict, profile_fields
 
 __all__ = [
     "DeviceProfile",
@@ -64,7 +64,6 @@ __all__ = [
     "is_profile_data",
 ]
 
-SCHEMA_VERSION = 1
 COLLECTIVE_KINDS = (
     "p2p",
     "handoff",
@@ -96,7 +95,6 @@ _FREE_OPS = (
     "unbind",
 )
 
-Curve = tuple[tuple[float, float], ...]  # (x, seconds) sorted by x
 # Ops that compute more than a copy per byte (transcendentals, reductions): each gets its own
 # measured (bytes moved, seconds) curve; a module of that type (GELU, LayerNorm...) uses it too.
 ELEMENTWISE_KINDS = ("gelu", "layer_norm", "softmax", "silu", "sigmoid", "tanh")
@@ -104,70 +102,6 @@ ELEMENTWISE_KINDS = ("gelu", "layer_norm", "softmax", "silu", "sigmoid", "tanh")
 
 def _kind_key(name: str) -> str:
     return name.replace("_", "").lower()
-
-
-@dataclass(frozen=True)
-class AlphaBeta:
-    """Seconds to move ``n`` bytes: ``latency_s + n / bandwidth_bytes_per_s``."""
-
-    latency_s: float
-    bandwidth_bytes_per_s: float
-
-    def seconds(self, nbytes: float) -> float:
-        return self.latency_s + nbytes / self.bandwidth_bytes_per_s
-
-
-def fit_alpha_beta(points: Sequence[tuple[float, float]]) -> AlphaBeta:
-    """An alpha-beta fit robust to a noisy, shared machine: the latency is the median time of the
-    smaller half of the messages, the per-byte time the median of (t - latency) / bytes over the
-    larger half (at least 1 ns a MB). O(n log n). A least-squares line lets one slow large
-    message move the latency by milliseconds."""
-    if not points:
-        raise DeviceSpecError("an alpha-beta fit needs at least one (bytes, seconds) point")
-    ordered = sorted(points)
-    half = max(1, len(ordered) // 2)
-    alpha = statistics.median(y for _, y in ordered[:half])
-    large = [(x, y) for x, y in ordered[half:] if x > 0] or ordered[-1:]
-    per_byte = statistics.median(max(y - alpha, 0.0) / max(x, 1.0) for x, y in large)
-    return AlphaBeta(max(alpha, 1e-9), 1.0 / max(per_byte, 1e-15))
-
-
-def _interp(curve: Curve, x: float) -> float:
-    """Seconds at ``x`` by log-log interpolation, held at the end points' throughput beyond them.
-    O(log n): a bisection over the curve's x values (cached per curve)."""
-    xs = _XS.get(id(curve))
-    if xs is None or xs[0] is not curve:
-        xs = (curve, [p[0] for p in curve])
-        if len(_XS) > 4096:
-            _XS.clear()
-        _XS[id(curve)] = xs
-    keys = xs[1]
-    if x <= keys[0]:
-        return curve[0][1] * x / keys[0]
-    return interp(curve, x, keys)
-
-
-_XS: dict[int, tuple[Curve, list[float]]] = {}
-
-
-def _check_curve(name: str, what: str, curve: Any) -> Curve:
-    try:
-        points = tuple(sorted((float(x), float(y)) for x, y in curve))
-    except (TypeError, ValueError):
-        raise DeviceSpecError(
-            f"profile {name!r}: {what} must be a list of [x, seconds] pairs (got {curve!r})"
-        ) from None
-    if len(points) > MAX_CURVE_POINTS:
-        raise DeviceSpecError(
-            f"profile {name!r}: {what} has {len(points)} points (at most {MAX_CURVE_POINTS}); a "
-            "measured curve has tens: measure it again with `partition-explorer calibrate`"
-        )
-    if not points or any(not (x > 0 and 0 < y < 3600 and math.isfinite(x) and math.isfinite(y)) for x, y in points):
-        raise DeviceSpecError(
-            f"profile {name!r}: {what} needs positive, finite [x, seconds] pairs (got {curve!r}); "
-            "measure it again with `partition-explorer calibrate`"
-        )
-    return points
 
 
 @dataclass(frozen=True)
@@ -201,55 +135,7 @@ class DeviceProfile:
     engine: str = "eager"  # what the times assume (partitioner.kernels.ENGINES)
 
     def __post_init__(self) -> None:
-        if not isinstance(self.name, str) or not _NAME.match(self.name):
-            raise DeviceSpecError(f"profile name must be 1-64 letters, digits, '_', '.', '-' (got {self.name!r})")
-        for field in ("op_overhead_s", "module_overhead_s", "sharded_module_overhead_s", "graph_op_overhead_s"):
-            value = getattr(self, field)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < 1:
-                raise DeviceSpecError(f"profile {self.name!r}: {field} must be seconds in [0, 1) (got {value!r})")
-        if not isinstance(self.memory_bytes, int) or not 0 < self.memory_bytes <= 2**60:
-            raise DeviceSpecError(
-                f"profile {self.name!r}: memory_bytes must be an integer in [1, 2**60] (got {self.memory_bytes!r})"
-            )
-        if not self.matmul:
-            raise DeviceSpecError(f"profile {self.name!r}: matmul needs at least one dtype's curve")
-        if not self.slowdown or any(not (k >= 1 and 0 < f < 1e6) for k, f in self.slowdown):
-            raise DeviceSpecError(
-                f"profile {self.name!r}: slowdown needs (ranks >= 1, factor in (0, 1e6)) pairs (got {self.slowdown!r})"
-            )
-        ts = self.training_step_factor
-        if isinstance(ts, bool) or not isinstance(ts, (int, float)) or not 1 <= ts <= 100:
-            raise DeviceSpecError(
-                f"profile {self.name!r}: training_step_factor must be in [1, 100] (a step over "
-                f"its forward; 3 by the FLOP count) (got {ts!r})"
-            )
-        for field in ("pipeline_action_s", "barrier_s", "dtensor_module_s"):
-            pairs = getattr(self, field)
-            if len(pairs) > 4096 or any(not (1 <= k <= 1_000_000 and 0 <= t < 60) for k, t in pairs):
-                raise DeviceSpecError(
-                    f"profile {self.name!r}: {field} needs (count in [1, 1e6], seconds in "
-                    f"[0, 60)) pairs (got {pairs[:4]!r}...)"
-                )
-        for kind, n, ab in self.collectives:
-            if not (1 <= n <= 1_000_000 and 0 <= ab.latency_s < 60 and 1e3 <= ab.bandwidth_bytes_per_s < 1e16):
-                raise DeviceSpecError(
-                    f"profile {self.name!r}: collective {kind!r} at {n} processes needs latency_s in [0, 60) and "
-                    f"bandwidth_bytes_per_s in [1e3, 1e16) (got {ab.latency_s!r}, {ab.bandwidth_bytes_per_s!r})"
-                )
-        if isinstance(self.cores, bool) or not isinstance(self.cores, int) or not 1 <= self.cores <= 100_000:
-            raise DeviceSpecError(
-                f"profile {self.name!r}: cores must be an integer in [1, 100000] (got {self.cores!r})"
-            )
-        if (
-            self.engine not in ENGINES
-            or len(self.collectives) > 4096
-            or len(self.elementwise) > 64
-            or len(self.matmul) > 16
-        ):
-            raise DeviceSpecError(
-                f"profile {self.name!r}: engine must be one of {', '.join(ENGINES)} (got {self.engine!r}) "
-                "and its curves as many as a measurement makes"
-            )
+        check_profile(self)
 
     @property
     def assumes(self) -> str:
@@ -270,7 +156,7 @@ class DeviceProfile:
         the profile has not measured it)."""
         curves = dict(self.matmul)
         curve = curves.get(_dtype_name(dtype)) or curves.get("float32") or self.matmul[0][1]
-        return _interp(curve, flops)
+        return interp_through_zero(curve, flops)
 
     def flops_per_s(self, flops: float, dtype: str | None = None) -> float:
         """The efficiency curve: achieved FLOP/s at ``flops`` (NOTE: [Op time from a profile])."""
@@ -278,7 +164,7 @@ class DeviceProfile:
         return flops / max(t - self.op_overhead_s, 0.05 * t)
 
     def bandwidth_bytes_per_s(self, nbytes: float) -> float:
-        t = _interp(self.copy, max(nbytes, 1.0))
+        t = interp_through_zero(self.copy, max(nbytes, 1.0))
         return max(nbytes, 1.0) / max(t - self.op_overhead_s, 0.05 * t)
 
     def op_seconds(
@@ -303,7 +189,11 @@ class DeviceProfile:
         curves = {_kind_key(k): c for k, c in self.elementwise}
         curve = curves.get(_kind_key(kind or ("" if op == "call_module" else short.split(".")[0])))
         if curve is not None and moved_bytes > 0:  # measured through the op itself, its dispatch included
-            t = _interp(curve, moved_bytes) + extra + (self.module_overhead_s if op == "call_module" else 0.0)
+            t = (
+                interp_through_zero(curve, moved_bytes)
+                + extra
+                + (self.module_overhead_s if op == "call_module" else 0.0)
+            )
             return (t, t)
         mem = moved_bytes / self.bandwidth_bytes_per_s(moved_bytes) if moved_bytes > 0 else 0.0
         compute = flops / self.flops_per_s(flops, dtype) if flops > 0 else 0.0
@@ -373,110 +263,12 @@ class DeviceProfile:
 
     # --- JSON
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "kind": PROFILE_KIND,
-            "schema_version": SCHEMA_VERSION,
-            "name": self.name,
-            "memory_bytes": self.memory_bytes,
-            "op_overhead_s": self.op_overhead_s,
-            "module_overhead_s": self.module_overhead_s,
-            "sharded_module_overhead_s": self.sharded_module_overhead_s,
-            "matmul": {dtype: [list(p) for p in curve] for dtype, curve in self.matmul},
-            "copy": [list(p) for p in self.copy],
-            "collectives": [
-                {
-                    "kind": k,
-                    "processes": n,
-                    "latency_s": ab.latency_s,
-                    "bandwidth_bytes_per_s": ab.bandwidth_bytes_per_s,
-                }
-                for k, n, ab in self.collectives
-            ],
-            "slowdown": [list(p) for p in self.slowdown],
-            "pipeline_action_s": [list(p) for p in self.pipeline_action_s],
-            "barrier_s": [list(p) for p in self.barrier_s],
-            "dtensor_module_s": [list(p) for p in self.dtensor_module_s],
-            "training_step_factor": self.training_step_factor,
-            "elementwise": {kind: [list(p) for p in curve] for kind, curve in self.elementwise},
-            "graph_op_overhead_s": self.graph_op_overhead_s,
-            "cores": self.cores,
-            "backend": self.backend,
-            "host": self.host,
-            "load_average": self.load_average,
-            "measured_at": self.measured_at,
-            "calibration_s": self.calibration_s,
-            "engine": self.engine,
-            **({"gpu": self.gpu.to_dict()} if self.gpu is not None else {}),
-        }
+        return profile_dict(self)
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "DeviceProfile":
-        if not isinstance(data, Mapping) or data.get("kind") != PROFILE_KIND:
-            raise DeviceSpecError(
-                f'a device profile is a JSON object with "kind": "{PROFILE_KIND}"; '
-                "write one with `partition-explorer calibrate`"
-            )
-        version = data.get("schema_version")
-        if version != SCHEMA_VERSION:
-            raise DeviceSpecError(
-                f"device profile schema_version must be {SCHEMA_VERSION} (got {version!r}); "
-                "measure it again with `partition-explorer calibrate`"
-            )
-        name = str(data.get("name", ""))
-        try:
-            matmul = tuple(
-                sorted(
-                    (str(dtype), _check_curve(name, f"matmul[{dtype}]", curve))
-                    for dtype, curve in dict(data["matmul"]).items()
-                )
-            )
-            collectives = tuple(
-                sorted(
-                    (
-                        str(c["kind"]),
-                        int(c["processes"]),
-                        AlphaBeta(float(c["latency_s"]), float(c["bandwidth_bytes_per_s"])),
-                    )
-                    for c in data.get("collectives", ())
-                )
-            )
-            return cls(
-                name=name,
-                memory_bytes=int(data["memory_bytes"]),
-                op_overhead_s=float(data["op_overhead_s"]),
-                module_overhead_s=float(data["module_overhead_s"]),
-                matmul=matmul,
-                copy=_check_curve(name, "copy", data["copy"]),
-                collectives=collectives,
-                sharded_module_overhead_s=float(data.get("sharded_module_overhead_s", 0.0)),
-                slowdown=tuple(sorted((int(k), float(f)) for k, f in data.get("slowdown", [[1, 1.0]]))),
-                pipeline_action_s=_pairs(data, "pipeline_action_s"),
-                barrier_s=_pairs(data, "barrier_s"),
-                dtensor_module_s=_pairs(data, "dtensor_module_s"),
-                training_step_factor=float(data.get("training_step_factor", 3.0)),
-                elementwise=tuple(
-                    sorted(
-                        (str(k), _check_curve(name, f"elementwise[{k}]", c))
-                        for k, c in dict(data.get("elementwise", {})).items()
-                    )
-                ),
-                graph_op_overhead_s=float(data.get("graph_op_overhead_s", 0.0)),
-                cores=int(data.get("cores", 1)),
-                backend=str(data.get("backend", "gloo")),
-                host=str(data.get("host", "")),
-                load_average=float(data.get("load_average", 0.0)),
-                measured_at=str(data.get("measured_at", "")),
-                calibration_s=float(data.get("calibration_s", 0.0)),
-                gpu=GpuKernels.from_dict(data["gpu"]) if data.get("gpu") is not None else None,
-                engine=str(data.get("engine", "eager")),
-            )
-        except DeviceSpecError:
-            raise
-        except (KeyError, TypeError, ValueError, AttributeError, OverflowError) as exc:
-            raise DeviceSpecError(
-                f"device profile {name!r} is malformed ({type(exc).__name__}: {exc}); "
-                "measure it again with `partition-explorer calibrate`"
-            ) from None
+        """A profile from its JSON form; :class:`DeviceSpecError` naming the field and the fix."""
+        return cls(**profile_fields(data))
 
     def save(self, path: str | Path) -> Path:
         """Write the profile as JSON (atomically: a temporary file renamed over the target)."""
@@ -491,13 +283,6 @@ class DeviceProfile:
 def _nearest(points: Sequence[tuple[int, float]], count: int) -> float:
     """The value at the measured count nearest ``count`` (the larger on a tie); 0 when none."""
     return min(points, key=lambda p: (abs(p[0] - count), -p[0]))[1] if points else 0.0
-
-
-def _pairs(data: Mapping[str, Any], key: str) -> tuple[tuple[int, float], ...]:
-    pairs = tuple(sorted((int(k), float(f)) for k, f in data.get(key, [])))
-    if any(not math.isfinite(f) for _, f in pairs):
-        raise DeviceSpecError(f"device profile field {key} needs finite values (got {pairs[:4]!r})")
-    return pairs
 
 
 def _dtype_name(dtype: str | None) -> str:

@@ -38,13 +38,13 @@ bandwidth (``FUSED_TRAFFIC`` of the unfused traffic) with no launch of their own
 
 from __future__ import annotations
 
-import bisect
 import dataclasses
 import math
 import statistics
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping, Sequence
 
+from partitioner.curves import MAX_CURVE_POINTS, Curve, check_curve, interp
 from partitioner.errors import DeviceSpecError
 
 __all__ = [
@@ -57,9 +57,6 @@ __all__ = [
     "eager_increments",
     "fused_s",
     "backward_times",
-    "derive",
-    "from_rows",
-    "interp",
     "dtype_name",
 ]
 
@@ -72,46 +69,11 @@ ENGINES = {
 MIN_KERNEL_S = 2e-6  # the GPU time of the smallest kernel
 PYTHON_GLUE_S = 3e-6  # a Hugging Face forward's Python per traced op beyond a bare op (NOTE: [Eager launch queue])
 FUSED_TRAFFIC = 0.5  # fused elementwise chains move about half the bytes their unfused ops do
-MAX_CURVE_POINTS = 10_000  # a measured curve has tens of points; more is not a measurement
 _REF_HEADS, _REF_HEAD_DIM = 32, 128  # the attention curves' shape (batch 1)
-
-Curve = tuple[tuple[float, float], ...]
-
-
-def interp(curve: Curve, x: float, xs: Sequence[float] | None = None) -> float:
-    """Seconds at ``x`` on a sorted ``(x, seconds)`` curve: log-log between points, the end
-    points' rate beyond the last, the first point's time below it (a smaller problem is not
-    faster than the smallest measured: launch and latency bound). O(log n)."""
-    keys = xs if xs is not None else [p[0] for p in curve]
-    if x <= keys[0]:
-        return curve[0][1]
-    if x >= keys[-1]:
-        return curve[-1][1] * x / keys[-1]
-    i = bisect.bisect_right(keys, x)
-    (x0, y0), (x1, y1) = curve[i - 1], curve[i]
-    if x0 == x1:
-        return y1
-    f = (math.log(x) - math.log(x0)) / (math.log(x1) - math.log(x0))
-    return math.exp(math.log(y0) + f * (math.log(y1) - math.log(y0)))
 
 
 def _curve(name: str, what: str, points: Iterable[Any]) -> Curve:
-    try:
-        out = tuple(sorted((float(x), float(y)) for x, y in points))
-    except (TypeError, ValueError):
-        raise DeviceSpecError(f"GPU profile {name!r}: {what} must be a list of [x, seconds] pairs") from None
-    if not out:
-        raise DeviceSpecError(
-            f"GPU profile {name!r}: {what} has no points; measure it with `partition-explorer calibrate --gpu`"
-        )
-    if len(out) > MAX_CURVE_POINTS:
-        raise DeviceSpecError(
-            f"GPU profile {name!r}: {what} has {len(out)} points (at most {MAX_CURVE_POINTS}); "
-            "a measured curve has tens"
-        )
-    if any(not (math.isfinite(x) and math.isfinite(y) and x > 0 and 0 < y < 3600) for x, y in out):
-        raise DeviceSpecError(f"GPU profile {name!r}: {what} needs positive, finite x and seconds below an hour")
-    return out
+    return check_curve(f"GPU profile {name!r}", what, points, "partition-explorer calibrate --gpu")
 
 
 @dataclass(frozen=True)
@@ -332,88 +294,6 @@ def dtype_name(dtype: str | None) -> str:
     """``torch.float32`` -> ``float32``; ``half`` -> ``float16``."""
     name = (dtype or "float32").removeprefix("torch.")
     return {"half": "float16", "float": "float32"}.get(name, name)
-
-
-def from_rows(rows: Iterable[Mapping[str, Any]], source: str = "") -> GpuKernels:
-    """A :class:`GpuKernels` from ``measure_curves`` rows (one JSON object a measurement, the
-    format ``partition-explorer calibrate --gpu`` writes). O(rows log rows)."""
-    gpu, launch, host = "", 0.0, 0.0
-    matmul: dict[str, list[tuple[float, float, float, float]]] = {}
-    elementwise: dict[str, list[tuple[float, float]]] = {}
-    attention: dict[bool, list[tuple[float, float]]] = {}
-    embedding: list[tuple[float, float]] = []
-    loss: list[tuple[float, float]] = []
-    for row in rows:
-        kind = row.get("kind")
-        if kind == "info":
-            gpu = str(row.get("gpu", ""))
-        elif kind == "overhead":
-            if "back to back" in str(row.get("what", "")):
-                launch = float(row["per_op_s"])
-            else:
-                host = float(row["per_op_s"])
-        elif kind == "matmul" and row.get("dtype") != "tf32":
-            matmul.setdefault(str(row["dtype"]), []).append(
-                (float(row["m"]), float(row["k"]), float(row["n"]), float(row["s"]))
-            )
-        elif kind == "elementwise":
-            elementwise.setdefault(str(row["op"]), []).append((float(row["bytes"]), float(row["s"])))
-        elif kind == "attention":
-            attention.setdefault(bool(row["causal"]), []).append((float(row["seq"]), float(row["s"])))
-        elif kind == "embedding":
-            embedding.append((2.0 * 2 * float(row["tokens"]) * float(row["dim"]), float(row["s"])))
-        elif kind == "cross_entropy":
-            loss.append((float(row["tokens"]) * float(row["vocab"]), float(row["s"])))
-    return GpuKernels(
-        gpu=gpu,
-        launch_s=launch,
-        host_op_s=host or launch,
-        matmul=tuple(sorted((d, tuple(sorted(r))) for d, r in matmul.items())),
-        elementwise=tuple(sorted((k, _curve(gpu, k, c)) for k, c in elementwise.items())),
-        attention=tuple(sorted((k, _curve(gpu, "attention", c)) for k, c in attention.items())),
-        embedding=_curve(gpu, "embedding", embedding),
-        loss=_curve(gpu, "cross_entropy", loss),
-        source=source,
-    )
-
-
-def derive(base: GpuKernels, compute: Mapping[str, float], bandwidth: float, name: str, base_name: str) -> GpuKernels:
-    """Curves of a card nobody measured, from ``base`` (the nearest measured card): each kernel's
-    own time (the timed one less the launch) divided by the datasheet ratio of the roof it sits
-    under: ``compute[dtype]`` (this card's peak over the base's) for matrix products above the
-    base's ridge point and for attention, ``bandwidth`` for the rest. Launch costs are kept (they
-    are the host's). Said so in ``derived_from``."""
-
-    def scaled(t: float, ratio: float) -> float:
-        return base.launch_s + max(t - base.launch_s, MIN_KERNEL_S) / ratio
-
-    bf16_ratio = compute.get("bfloat16", 1.0)
-    ridge = base.best_flops("bfloat16") / max(base.best_bandwidth_bytes_per_s, 1.0)
-    matmul = []
-    for dtype, rows in base.matmul:
-        out = []
-        for m, k, n, s in rows:
-            intensity = m * k * n / (m * k + k * n + m * n)  # FLOPs per byte at 2 bytes an element
-            share = intensity / (intensity + ridge)  # how compute-bound: a smooth roofline blend
-            ratio = 1.0 / (share / compute.get(dtype, bf16_ratio) + (1.0 - share) / bandwidth)
-            out.append((m, k, n, scaled(s, ratio)))
-        matmul.append((dtype, tuple(out)))
-    return GpuKernels(
-        gpu=name,
-        launch_s=base.launch_s,
-        host_op_s=base.host_op_s,
-        matmul=tuple(matmul),
-        elementwise=tuple((k, tuple((x, scaled(s, bandwidth)) for x, s in c)) for k, c in base.elementwise),
-        attention=tuple((k, tuple((x, scaled(s, bf16_ratio)) for x, s in c)) for k, c in base.attention),
-        embedding=tuple((x, scaled(s, bandwidth)) for x, s in base.embedding),
-        loss=tuple((x, scaled(s, bandwidth)) for x, s in base.loss),
-        derived_from=(
-            f"derived from the measured {base_name}: kernels scaled by the datasheet ratios "
-            f"(bf16 x{bf16_ratio:.2f}, fp32 x{compute.get('float32', bf16_ratio):.2f}, "
-            f"memory bandwidth x{bandwidth:.2f}); launch costs as measured there"
-        ),
-        source=base.source,
-    )
 
 
 def eager_increments(host_s: Sequence[float], gpu_s: Sequence[float]) -> list[float]:

@@ -16,8 +16,9 @@ from partitioner import cluster, kernels
 from partitioner.device_profile import DeviceProfile, find_profile
 from partitioner.errors import DeviceSpecError, PartitionError
 from partitioner.hardware import ACCELERATOR_NAMES, HARDWARE
-from partitioner.kernels import GpuKernels, KernelOp, from_rows
+from partitioner.kernels import GpuKernels, KernelOp
 from partitioner.profiles import MEASURED, gpu_kernels, gpu_profile
+from partitioner.profiles.build import from_rows
 
 CARRIED = Path(partitioner.__file__).parent / "profiles"
 # sha256 of the measured files as recorded beside the script that measured them (h100-80gb-hbm3.jsonl,

@@ -15,7 +15,8 @@ from pathlib import Path
 from partitioner.device_profile import AlphaBeta, DeviceProfile
 from partitioner.errors import DeviceSpecError
 from partitioner.hardware import HARDWARE, LINKS, Hardware
-from partitioner.kernels import ENGINES, GpuKernels, derive, from_rows
+from partitioner.kernels import ENGINES, GpuKernels
+from partitioner.profiles.build import derive, from_rows
 
 __all__ = ["MEASURED", "gpu_profile", "gpu_kernels", "is_measured", "profile_from_kernels"]
 

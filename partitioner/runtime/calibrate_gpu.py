@@ -204,9 +204,9 @@ def calibrate_gpu(
     """Measure ``device`` in a fresh worker (at most ``timeout_s``) into a profile called ``name``:
     its kernel curves, priced as the GPU presets are. The link between GPUs is the node's
     datasheet figure (NVLink 4 by default) until NCCL collectives are measured."""
-    from partitioner.kernels import from_rows
     from partitioner.processes.worker import run_in_worker
     from partitioner.profiles import profile_from_kernels
+    from partitioner.profiles.build import from_rows
 
     rows, memory = run_in_worker(_measure, (device, quick), timeout_s, f"the {device} kernel measurement")
     kernels = from_rows(rows, source=f"measured by partition-explorer calibrate --gpu on {rows[0].get('gpu', device)}")
