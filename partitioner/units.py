@@ -1,4 +1,5 @@
-"""Parsing and formatting of bytes, seconds and rates: the one set every front end uses.
+"""Parsing and formatting of bytes, seconds and rates, and the one dtype table: the one set every
+front end uses.
 
 Plans keep integer bytes and float seconds; these functions only read what people type
 (``"16GiB"``, ``"25GB"``) and write what people read (``"1.5 KiB"``, ``"22.5 us"``).
@@ -8,8 +9,10 @@ from __future__ import annotations
 
 import math
 import re
+from dataclasses import dataclass
+from typing import Iterable
 
-from partitioner.errors import DeviceSpecError
+from partitioner.errors import DeviceSpecError, PartitionError
 
 __all__ = [
     "BYTE_UNITS",
@@ -22,6 +25,12 @@ __all__ = [
     "format_change",
     "format_share",
     "format_signed",
+    "DType",
+    "DTYPES",
+    "dtype",
+    "find_dtype",
+    "dtype_for_bytes",
+    "dominant_dtype",
 ]
 
 BYTE_UNITS = {
@@ -152,3 +161,92 @@ def format_signed(fraction: float) -> str:
     if abs(fraction) < 0.0005:
         return "0%"
     return f"{fraction:+.1%}"
+
+
+@dataclass(frozen=True)
+class DType:
+    """One element type: its names, its size, and what each reader needs of it (the loader, the
+    cluster planner, the calibration, the hardware table's datasheet key)."""
+
+    name: str  # canonical: torch's attribute name (torch.bfloat16 -> "bfloat16")
+    short: str  # what people type: "bf16"
+    bits: int  # bits an element takes (int4: 4, packed two to a byte)
+    peak_key: str  # the key of Hardware.peak_flops_by_dtype for its matrix rate
+    aliases: tuple[str, ...] = ()  # further names read as this type ("half", "float8")
+    loads_as: str = ""  # what the Hugging Face loader builds: "" loads as itself, "bfloat16" weight-only
+    precision: bool = False  # a precision the cluster planner trains in (bf16 mixed, fp32 full)
+    calibrated: bool = False  # ``calibrate`` measures its matrix products on the host
+
+    @property
+    def bytes(self) -> int:
+        """One element's bytes in memory (torch's ``element_size()``; int4 is stored a byte each)."""
+        return max(1, self.bits // 8)
+
+    @property
+    def torch_name(self) -> str:
+        """The attribute of ``torch`` the loader builds (``getattr(torch, d.torch_name)``)."""
+        return self.loads_as or self.name
+
+    @property
+    def weight_scale(self) -> float:
+        """The share of its ``loads_as`` bytes a weight-only format's weights take (1 otherwise)."""
+        return self.bits / 16 if self.loads_as else 1.0
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return (self.name, self.short, *self.aliases)
+
+    @property
+    def label(self) -> str:
+        """How a page names a training precision: ``"bf16 (mixed)"`` keeps fp32 master weights."""
+        return f"{self.short} (mixed)" if self.bytes < 4 else self.short
+
+
+# torch's dtypes (torch.finfo for the float formats); fp8/int8/int4 as the loader reads them:
+# weights only, the model computing in bf16 (NOTE: weight_scale in sample_models/_hf.py).
+DTYPES: tuple[DType, ...] = (
+    DType("float32", "fp32", 32, "float32", ("float", "f32"), precision=True, calibrated=True),
+    DType("bfloat16", "bf16", 16, "bfloat16", (), precision=True, calibrated=True),
+    DType("float16", "fp16", 16, "float16", ("half", "f16")),
+    DType("float8_e4m3fn", "fp8", 8, "float8", ("float8", "float8_e4m3"), loads_as="bfloat16"),
+    DType("float8_e5m2", "fp8_e5m2", 8, "float8"),
+    DType("float64", "fp64", 64, "float64", ("double",)),
+    DType("int8", "int8", 8, "int8", (), loads_as="bfloat16"),
+    DType("int4", "int4", 4, "int4", (), loads_as="bfloat16"),
+)
+_BY_NAME = {n.lower(): d for d in DTYPES for n in d.names}
+
+
+def find_dtype(text: object) -> DType | None:
+    """The dtype named ``text`` (``"bf16"``, ``"bfloat16"``, ``"torch.bfloat16"``, ``torch.bfloat16``
+    alike), or None. O(1)."""
+    return _BY_NAME.get(str(text).strip().lower().removeprefix("torch."))
+
+
+def dtype(text: object, among: Iterable[DType] | None = None) -> DType:
+    """The dtype named ``text``; raises :class:`PartitionError` naming the valid choices (those of
+    ``among`` when given: e.g. the training precisions)."""
+    choices = tuple(among) if among is not None else DTYPES
+    found = find_dtype(text)
+    if found is None or found not in choices:
+        raise PartitionError(f"unknown dtype {text!r}; choose one of {', '.join(d.short for d in choices)}")
+    return found
+
+
+def dtype_for_bytes(element_bytes: int) -> DType:
+    """The floating type a workload of ``element_bytes`` computes in: 1 fp8, 2 bf16, 4 fp32, 8 fp64."""
+    for d in DTYPES:  # the first of each size: fp32, bf16, fp8 (e4m3), fp64
+        if d.bytes == element_bytes and d.bits == 8 * element_bytes and not d.short.startswith("int"):
+            return d
+    raise PartitionError(f"no floating type of {element_bytes} bytes; use 1 (fp8), 2 (bf16), 4 (fp32) or 8 (fp64)")
+
+
+def dominant_dtype(names: Iterable[object], default: str = "float32") -> DType:
+    """The most frequent known dtype of ``names`` (a graph's node dtypes; integers such as token ids
+    and unknown names apart), the first seen on a tie; ``default`` when none is known. O(len)."""
+    counts: dict[DType, int] = {}
+    for n in names:
+        d = find_dtype(n) if n is not None else None
+        if d is not None and not d.short.startswith("int"):
+            counts[d] = counts.get(d, 0) + 1
+    return max(counts, key=counts.__getitem__) if counts else dtype(default)

@@ -15,11 +15,12 @@ from explorer.builders import training_figures
 from explorer.builders.text import md
 from explorer.viewer import show_graph
 from partitioner import Graph, PartitionError, format_bytes, remat
+from partitioner.cost.training import OPTIMIZERS
 from partitioner.units import format_flops, format_seconds
 
 RESULTS = "remat_results"  # (graph fingerprint, loss) -> the sweep's results
 BUDGETS = (0.0, 0.25, 0.5, 0.75, 1.0)
-OPTIMIZERS = {"Adam (2 states)": "adam", "SGD with momentum (1 state)": "sgd", "no optimizer state": "none"}
+OPTIMIZER_BY_LABEL = {o.label: o.name for o in OPTIMIZERS.values()}
 
 
 def _sweep(graph: Graph, loss: str) -> list[remat.RematResult] | None:
@@ -71,7 +72,7 @@ def _memory(graph: Graph, result: remat.RematResult, results: list[remat.RematRe
         )
         return
     plan = planned.plan
-    used = remat.training_memory(plan, graph, result, optimizer)
+    used = {d: m.parts() for d, m in remat.training_memory(plan, graph, result, optimizer).items()}
     st.plotly_chart(training_figures.training_memory_figure(used, plan.devices), key="tm_memory_chart")
     fitting = remat.largest_fitting_budget(plan, graph, results, optimizer)
     if fitting is None:
@@ -107,8 +108,8 @@ def _memory(graph: Graph, result: remat.RematResult, results: list[remat.RematRe
     )
     st.caption(
         f"Plan: {md(plan.mode_label)} on the sidebar's devices. Gradients take the parameters' bytes "
-        "again; optimizer state is kept in the parameters' dtype; a replicated partition counts on "
-        "each of its devices."
+        "again; optimizer state is kept in the parameters' dtype (in fp32 beside an fp32 master copy when the "
+        "weights are 16-bit: mixed precision); a replicated partition counts on each of its devices."
     )
 
 
@@ -127,7 +128,7 @@ def main() -> None:
         help="torch's activation_memory_budget: 1 saves what min-cut would, 0 recomputes all it can",
     )
     loss = cols[1].selectbox("Loss", list(remat.LOSSES), key="tm_loss", help="of every floating-point output")
-    optimizer = OPTIMIZERS[cols[2].selectbox("Optimizer", list(OPTIMIZERS), key="tm_optimizer")]
+    optimizer = OPTIMIZER_BY_LABEL[cols[2].selectbox("Optimizer", list(OPTIMIZER_BY_LABEL), key="tm_optimizer")]
     results = _sweep(graph, loss)
     if not results:
         return

@@ -1,38 +1,133 @@
-"""Training state, the one table: the tensors an optimizer keeps per parameter, and the bytes a
-parameter costs in training (the weight, its gradient, the optimizer's state). Every technique
-(pipeline stages, training memory, sharding, the cluster planner) reads it from here."""
+"""Training state, the one table: the optimizers (the tensors each keeps per parameter) and the
+bytes a parameter costs in training (:class:`StateBytes`: the weight, its gradient, the fp32
+master copy of mixed precision, the optimizer's state). Every technique (pipeline stages,
+training memory, sharding, the cluster planner) and every front end reads it from here.
+
+# NOTE: [Training state]
+``optimizer`` is ``None`` for inference (the weights alone, no backward) or the name of an
+optimizer in :data:`OPTIMIZERS`; ``"none"`` is training with no optimizer state (plain SGD
+without momentum): the weights and their gradients, the backward counted. With mixed precision
+(weights of fewer than 4 bytes) the state is kept in fp32 beside a fp32 master copy of the
+weights, the ZeRO paper's 2 + 2 + K bytes a parameter with K = 4 + 4 x states (Adam: K = 12;
+Rajbhandari et al. 2020, section 3.1); full precision keeps the weights, gradients and state in
+their own type (torch.optim.SGD keeps the momentum, torch.optim.Adam the two moments).
+"""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
 from partitioner.errors import PartitionError
+from partitioner.units import dominant_dtype
 
-__all__ = ["OPTIMIZER_STATE", "OPTIMIZERS", "check_optimizer", "training_copies", "model_state_bytes"]
+if TYPE_CHECKING:
+    from partitioner.graph import Graph
 
-# State tensors per parameter, each the parameter's size: SGD with momentum keeps the momentum;
-# Adam keeps the first and second moments (torch.optim.SGD / torch.optim.Adam).
-OPTIMIZER_STATE = {"none": 0, "sgd": 1, "adam": 2}
-OPTIMIZERS = tuple(OPTIMIZER_STATE)
+__all__ = [
+    "Optimizer",
+    "OPTIMIZERS",
+    "StateBytes",
+    "state_bytes",
+    "check_optimizer",
+    "optimizer_record",
+    "training_copies",
+    "model_state_bytes",
+    "traced_element_bytes",
+]
+
+
+@dataclass(frozen=True)
+class Optimizer:
+    name: str  # what the CLI and the JSON say
+    states: int  # state tensors per parameter, each the parameter's size
+    label: str  # how a page names it
+    foreach_passes: float = 1.0  # eager foreach steps' bytes over a fused step's (NOTE: [Optimizer step])
+
+
+OPTIMIZERS: dict[str, Optimizer] = {
+    o.name: o
+    for o in (
+        Optimizer("adam", 2, "Adam (2 states)", 2.6),
+        Optimizer("sgd", 1, "SGD with momentum (1 state)", 2.0),
+        Optimizer("none", 0, "no optimizer state"),
+    )
+}
+
+
+@dataclass(frozen=True)
+class StateBytes:
+    """Bytes one parameter holds on a device (NOTE: [Training state])."""
+
+    weights: int
+    gradients: int = 0
+    master: int = 0  # the fp32 copy of the weights that mixed precision steps
+    optimizer: int = 0  # the optimizer's state tensors
+
+    @property
+    def state(self) -> int:
+        """What the optimizer step owns beyond the weights and gradients (ZeRO's K)."""
+        return self.master + self.optimizer
+
+    @property
+    def total(self) -> int:
+        return self.weights + self.gradients + self.master + self.optimizer
+
+    @property
+    def copies(self) -> float:
+        """The bytes held per byte of weights (Adam: 4 in fp32, 8 in bf16 mixed; inference 1)."""
+        return self.total / self.weights
+
+    def of(self, weight_bytes: float) -> "StateBytes":
+        """The state of parameters whose weights take ``weight_bytes`` (same proportions), each
+        part rounded down to a byte."""
+        scale = weight_bytes / self.weights
+        return StateBytes(
+            int(weight_bytes), int(self.gradients * scale), int(self.master * scale), int(self.optimizer * scale)
+        )
 
 
 def check_optimizer(optimizer: str | None) -> None:
-    if optimizer is not None and optimizer not in OPTIMIZER_STATE:
-        raise PartitionError(f"unknown optimizer {optimizer!r}; choose one of {', '.join(OPTIMIZER_STATE)}")
+    """Raise :class:`PartitionError` naming the choices unless ``optimizer`` is None or known."""
+    if optimizer is not None and optimizer not in OPTIMIZERS:
+        raise PartitionError(
+            f"unknown optimizer {optimizer!r}; choose one of {', '.join(OPTIMIZERS)} (or none for inference)"
+        )
 
 
-def training_copies(optimizer: str | None) -> int:
-    """Copies of a parameter's bytes held per device: 1 for inference (``None``), else the weight,
-    its gradient and the optimizer's state tensors (SGD 3, Adam 4)."""
+def optimizer_record(optimizer: str | None) -> Optimizer | None:
+    """The record of ``optimizer`` (None for inference); raises on an unknown name."""
     check_optimizer(optimizer)
-    return 1 if optimizer is None else 2 + OPTIMIZER_STATE[optimizer]
+    return None if optimizer is None else OPTIMIZERS[optimizer]
+
+
+def state_bytes(optimizer: str | None, element_bytes: int = 4) -> StateBytes:
+    """Bytes per parameter in training with ``optimizer`` and weights of ``element_bytes``
+    (NOTE: [Training state]); the weights alone for inference (``None``). O(1)."""
+    record = optimizer_record(optimizer)
+    if element_bytes < 1:
+        raise PartitionError(f"element_bytes must be at least 1 (got {element_bytes})")
+    if record is None:
+        return StateBytes(element_bytes)
+    if element_bytes < 4:
+        return StateBytes(element_bytes, element_bytes, 4, 4 * record.states)
+    return StateBytes(element_bytes, element_bytes, 0, element_bytes * record.states)
+
+
+def training_copies(optimizer: str | None, element_bytes: int = 4) -> float:
+    """Bytes held per byte of weights: 1 for inference (``None``), 2 for ``"none"`` (weights and
+    gradients), SGD 3 and Adam 4 in full precision (:attr:`StateBytes.copies`)."""
+    return state_bytes(optimizer, element_bytes).copies
 
 
 def model_state_bytes(optimizer: str | None, element_bytes: int) -> tuple[int, int, int]:
-    """Bytes per parameter of (weights, gradients, optimizer state) in training with weights of
-    ``element_bytes``: mixed precision (2-byte weights) keeps an fp32 master copy and fp32 state
-    tensors, the ZeRO paper's 2 + 2 + K with K = 4 + 4 x states (Adam: K = 12; Rajbhandari et al.
-    2020, section 3.1); full precision keeps the weights, gradients and state in their own type."""
-    check_optimizer(optimizer)
-    states = OPTIMIZER_STATE[optimizer or "none"]
-    if element_bytes < 4:
-        return element_bytes, element_bytes, 4 + 4 * states
-    return element_bytes, element_bytes, element_bytes * states
+    """(weights, gradients, optimizer state with the master copy) bytes per parameter: the
+    ZeRO paper's 2 + 2 + K (:func:`state_bytes`)."""
+    s = state_bytes(optimizer, element_bytes)
+    return s.weights, s.gradients, s.state
+
+
+def traced_element_bytes(graph: Graph) -> int:
+    """Bytes of one element of the model as traced: its nodes' most frequent floating dtype (4 when
+    none is known). Pipeline stages, training memory and the cluster profile all read it. O(N)."""
+    return dominant_dtype(nd.dtype for nd in graph.nodes).bytes

@@ -34,8 +34,9 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 import numpy as np
 
+from partitioner.accelerator.api import resolve_transfer_rate
 from partitioner.cost.model import device_profile, node_latencies, profile_latencies
-from partitioner.cost.training import training_copies
+from partitioner.cost.training import OPTIMIZERS, traced_element_bytes, training_copies
 from partitioner.devices import Device
 from partitioner.errors import InfeasibleError, PartitionError
 from partitioner.graph import Graph
@@ -55,8 +56,6 @@ __all__ = ["PipelinePlan", "plan", "MAX_MICROBATCHES"]
 # microbatches (measured here: 1,024 microbatches plan in 1-11 s, 4,096 take 7-130 s, and 10,000,000
 # took 234 s and 8.6 GB before this cap); the app's field stops at the same number.
 MAX_MICROBATCHES = 1024
-
-# Copies of the parameters a stage holds: weights, + gradients, + optimizer state.
 
 
 @dataclass(frozen=True)
@@ -180,21 +179,37 @@ def _crossing(graph: Graph, order: Sequence[int]) -> list[int]:
     return out
 
 
-def plan(
-    graph: Graph,
-    devices: Sequence[Device],
-    stages: int = 4,
-    microbatches: int = 8,
-    schedule: str = "1f1b",
-    training: str | None = None,
-    transfer_rate_bytes_per_s: float | None = 25e9,
-    node_latency: Mapping[str, Sequence[float]] | None = None,
-) -> PipelinePlan:
-    """Cut ``graph`` into ``stages`` contiguous stages on ``devices`` (stage s on device s mod
-    len(devices)) for ``schedule`` with ``microbatches``; ``training`` is None, "sgd" or "adam".
-    Raises :class:`InfeasibleError` when no split fits the devices' memory."""
-    if training not in (None, "none", "sgd", "adam"):
-        raise PartitionError(f"training must be None, 'sgd' or 'adam' (got {training!r})")
+@dataclass(frozen=True)
+class _Costs:
+    """Per-op prefix sums along the topological order (index i: the ops before position i) and
+    what every stage shares: the arrays the split's DP and its scoring read."""
+
+    fwd: list[float]  # forward seconds per microbatch
+    bwd: list[float]  # backward seconds per microbatch (0 for inference)
+    params: list[float]  # parameter bytes with their training state
+    acts: list[float]  # activation bytes per microbatch
+    comm: list[float]  # comm[c]: the hand-off after position c, per microbatch
+    shared: list[tuple[int, list[int], int]]  # weights read at several positions
+    copies: float  # bytes held per byte of weights (NOTE: [Training state])
+    stash: list[int]  # microbatches in flight per stage (the schedule's peak stash)
+    action: float  # a measured pipelining action's cost beyond its compute
+    training: bool
+
+    def memory(self, a: int, b: int, s: int) -> int:
+        """Stage ``s`` holding ops a..b-1: its parameters and state, a weight read again after its
+        first stage, and the activations of the microbatches in flight."""
+        stashed = (self.acts[b] - self.acts[a]) * (self.stash[s] if self.training else 1)
+        again = sum(w for first, readers, w in self.shared if first < a and any(a <= r < b for r in readers))
+        return int(self.params[b] - self.params[a] + again * self.copies + stashed)
+
+
+def _check_request(
+    graph: Graph, devices: Sequence[Device], stages: int, microbatches: int, training: str | None
+) -> None:
+    if training is not None and training not in OPTIMIZERS:
+        raise PartitionError(
+            f"training must be None (inference) or an optimizer, one of {', '.join(OPTIMIZERS)} (got {training!r})"
+        )
     if microbatches < 1 or stages < 1:
         raise PartitionError(f"stages and microbatches must be >= 1 (got {stages}, {microbatches})")
     if microbatches > MAX_MICROBATCHES:
@@ -202,68 +217,84 @@ def plan(
             f"microbatches must be at most {MAX_MICROBATCHES:,} (got {microbatches:,}): the schedule "
             "is simulated action by action; split the batch into fewer, larger microbatches"
         )
-    order = list(graph.op_indices)
-    n = len(order)
+    n = len(graph.op_indices)
     if stages > n:
         raise PartitionError(f"{stages} stages need at least {stages} operations; the model has {n}")
-    devices = list(devices)
     if not devices:
         raise PartitionError("a pipeline needs devices; e.g. parse_devices('4x16GiB')")
+
+
+def _prefix(values: Sequence[float]) -> list[float]:
+    out = [0.0]
+    for x in values:
+        out.append(out[-1] + x)
+    return out
+
+
+def _costs(
+    graph: Graph,
+    devices: Sequence[Device],
+    stages: int,
+    m: int,
+    schedule: str,
+    training: str | None,
+    rate: float | None,
+    node_latency: Mapping[str, Sequence[float]] | None,
+) -> _Costs:
+    order = list(graph.op_indices)
     lat = node_latencies(graph, devices, node_latency)
-    m = microbatches
     fwd = [max(lat[v]) / m for v in order]
     profile = device_profile(devices) if not node_latency else None
     if profile is not None:  # NOTE: [A pipeline on a measured profile]
         lat = profile_latencies(graph, profile, 1.0 / m)
         busy = profile.slowdown_for(min(len(devices), stages, m))
         fwd = [max(lat[v]) * busy for v in order]
-    bwd = [2.0 * f for f in fwd] if training else [0.0] * n
-    copies = training_copies(None if training in (None, "none") else training)
-    params, shared = _stage_weights(graph, order)
-    params = [b * copies for b in params]
-    acts = [graph.nodes[v].output_bytes / m for v in order]
+    trains = training is not None
+    copies = training_copies(training, traced_element_bytes(graph))
+    own, shared = _stage_weights(graph, order)
     cross = _crossing(graph, order)
-    rate = transfer_rate_bytes_per_s
     comm = [(c / m) / rate if rate else 0.0 for c in cross]
     link = profile.link if profile is not None else None  # the hand-off between computing ranks
     action = profile.pipeline_action_for(stages) if profile is not None else 0.0
     if link is not None:  # a measured action already holds its send's latency
         comm = [(c / m) / link.bandwidth_bytes_per_s + (0.0 if action else link.latency_s) for c in cross]
-    stash = simulate([1.0] * stages, m, schedule, training=bool(training)).stage_peak_stash
-    device_of = [devices[s % len(devices)] for s in range(stages)]
-    pre_f, pre_b, pre_p, pre_a = ([0.0] for _ in range(4))
-    for i in range(n):
-        pre_f.append(pre_f[-1] + fwd[i])
-        pre_b.append(pre_b[-1] + bwd[i])
-        pre_p.append(pre_p[-1] + params[i])
-        pre_a.append(pre_a[-1] + acts[i])
+    return _Costs(
+        fwd=_prefix(fwd),
+        bwd=_prefix([2.0 * f if trains else 0.0 for f in fwd]),
+        params=_prefix([b * copies for b in own]),
+        acts=_prefix([graph.nodes[v].output_bytes / m for v in order]),
+        comm=comm,
+        shared=shared,
+        copies=copies,
+        stash=list(simulate([1.0] * stages, m, schedule, training=trains).stage_peak_stash),
+        action=action,
+        training=trains,
+    )
 
-    def memory(a: int, b: int, s: int) -> int:
-        stashed = (pre_a[b] - pre_a[a]) * (stash[s] if training else 1)
-        again = sum(w for first, readers, w in shared if first < a and any(a <= r < b for r in readers))
-        return int(pre_p[b] - pre_p[a] + again * copies + stashed)
 
+def _best_split(c: _Costs, device_of: Sequence[Device], stages: int, n: int) -> list[int] | None:
+    """The cut points minimising the bottleneck stage under each stage's memory; None when no split
+    fits. The DP, vectorised over the start a of the last stage for each (stage count s, end b):
+    the same float operations in the same order as the scalar recurrence
+    best[s][b] = min over a of max(best[s-1][a], cost of ops a..b-1 as stage s-1) under the memory cap."""
     INF = math.inf
-    # The DP, vectorised over the start a of the last stage for each (stage count s, end b):
-    # the same float operations in the same order as the scalar recurrence
-    # best[s][b] = min over a of max(best[s-1][a], cost of ops a..b-1 as stage s-1) under the memory cap.
-    F, B, P, A = (np.asarray(x, dtype=np.float64) for x in (pre_f, pre_b, pre_p, pre_a))
+    F, B, P, A = (np.asarray(x, dtype=np.float64) for x in (c.fwd, c.bwd, c.params, c.acts))
     best = np.full((stages + 1, n + 1), INF)
     cut = np.full((stages + 1, n + 1), -1, dtype=np.int64)
     best[0][0] = 0.0
     for s in range(1, stages + 1):
         cap = device_of[s - 1].memory_bytes
-        mult = stash[s - 1] if training else 1
+        mult = c.stash[s - 1] if c.training else 1
         prev = best[s - 1]
         for b in range(s, n - (stages - s) + 1):
             a = np.arange(s - 1, b)
-            out = comm[b - 1] if s - 1 < stages - 1 else 0.0
+            out = c.comm[b - 1] if s - 1 < stages - 1 else 0.0
             cost = (F[b] - F[a]) + (B[b] - B[a]) + out
             weights = P[b] - P[a]
-            for first, readers, w in shared:  # a weight read again after its first stage
+            for first, readers, w in c.shared:  # a weight read again after its first stage
                 later = [r for r in readers if r < b]
                 if later and later[-1] > first:
-                    weights = weights + w * copies * ((a > first) & (a <= later[-1]))
+                    weights = weights + w * c.copies * ((a > first) & (a <= later[-1]))
             mem = np.floor(weights + (A[b] - A[a]) * mult)
             value = np.maximum(prev[a], cost)
             value[(mem > cap) | (prev[a] == INF)] = INF
@@ -271,39 +302,72 @@ def plan(
             if value[i] < INF:
                 best[s][b], cut[s][b] = value[i], a[i]
     if best[stages][n] == INF:
-        raise InfeasibleError(
-            f"no split of {graph.name or 'the model'} into {stages} stages fits the devices' "
-            f"memory with {m} microbatches of {schedule}"
-            + (f" and {training} state" if training else "")
-            + "; add devices or memory, more stages, or fewer microbatches in flight"
-        )
+        return None
     bounds = [n]
     for s in range(stages, 0, -1):
         bounds.append(int(cut[s][bounds[-1]]))
-    bounds.reverse()
+    return bounds[::-1]
 
-    def evaluate(bounds: Sequence[int]) -> tuple[float, float, list[float], list[float], list[float]]:
-        f = [pre_f[b] - pre_f[a] + action for a, b in zip(bounds, bounds[1:])]
-        bk = [pre_b[b] - pre_b[a] + (action if training else 0.0) for a, b in zip(bounds, bounds[1:])]
-        tr = [comm[b - 1] for b in bounds[1:-1]]
-        sim = simulate(
-            f, m, schedule, backward_s=bk if training else [0.0] * len(f), transfer_s=tr or 0.0, training=bool(training)
+
+def _score(
+    c: _Costs, bounds: Sequence[int], m: int, schedule: str
+) -> tuple[float, float, list[float], list[float], list[float]]:
+    """(step time, bubble fraction, stage forwards, backwards, transfers) of the split at ``bounds``."""
+    spans = list(zip(bounds, bounds[1:]))
+    f = [c.fwd[b] - c.fwd[a] + c.action for a, b in spans]
+    bk = [c.bwd[b] - c.bwd[a] + (c.action if c.training else 0.0) for a, b in spans]
+    tr = [c.comm[b - 1] for b in bounds[1:-1]]
+    sim = simulate(
+        f, m, schedule, backward_s=bk if c.training else [0.0] * len(f), transfer_s=tr or 0.0, training=c.training
+    )
+    return sim.step_time_s, sim.bubble_fraction, f, bk, tr
+
+
+def plan(
+    graph: Graph,
+    devices: Sequence[Device],
+    stages: int = 4,
+    microbatches: int = 8,
+    schedule: str = "1f1b",
+    training: str | None = None,
+    transfer_rate_bytes_per_s: float | None = None,
+    node_latency: Mapping[str, Sequence[float]] | None = None,
+) -> PipelinePlan:
+    """Cut ``graph`` into ``stages`` contiguous stages on ``devices`` (stage s on device s mod
+    len(devices)) for ``schedule`` with ``microbatches``. ``training``: None for inference (the
+    weights, no backward), else an optimizer of :data:`partitioner.cost.training.OPTIMIZERS`
+    ("none": weights and gradients; NOTE: [Training state]). ``transfer_rate_bytes_per_s`` as in
+    :func:`partitioner.partition`: a rate wins, None takes the slowest link the devices give (no
+    link: transfers are free); a measured device profile's link wins over both. Raises
+    :class:`InfeasibleError` when no split fits the devices' memory. O(k n^2)."""
+    devices = list(devices)
+    _check_request(graph, devices, stages, microbatches, training)
+    rate = resolve_transfer_rate(devices, transfer_rate_bytes_per_s)
+    m, n = microbatches, len(graph.op_indices)
+    c = _costs(graph, devices, stages, m, schedule, training, rate, node_latency)
+    device_of = [devices[s % len(devices)] for s in range(stages)]
+    bounds = _best_split(c, device_of, stages, n)
+    if bounds is None:
+        raise InfeasibleError(
+            f"no split of {graph.name or 'the model'} into {stages} stages fits the devices' "
+            f"memory with {m} microbatches of {schedule}"
+            + (f" and {training} training state" if training is not None else "")
+            + "; add devices or memory, more stages, or fewer microbatches in flight"
         )
-        return sim.step_time_s, sim.bubble_fraction, f, bk, tr
-
-    step, bubble, f, bk, tr = evaluate(bounds)
+    step, bubble, f, bk, tr = _score(c, bounds, m, schedule)
     baselines = []
-    for name, other in (("equal layers", _equal_counts(n, stages)), ("by parameters", _by_weight(params, stages))):
-        scored = evaluate(other)
+    own = [c.params[i + 1] - c.params[i] for i in range(n)]
+    for name, other in (("equal layers", _equal_counts(n, stages)), ("by parameters", _by_weight(own, stages))):
+        scored = _score(c, other, m, schedule)
         baselines.append((name, scored[0], tuple(b - a for a, b in zip(other, other[1:]))))
-        fits = all(
-            b > a and memory(a, b, s) <= device_of[s].memory_bytes for s, (a, b) in enumerate(zip(other, other[1:]))
-        )
+        spans = list(zip(other, other[1:]))
+        fits = all(b > a and c.memory(a, b, s) <= device_of[s].memory_bytes for s, (a, b) in enumerate(spans))
         if fits and scored[0] < step:  # NOTE: [What is exact]: the simulated step decides
             bounds, (step, bubble, f, bk, tr) = list(other), scored
-    names = [graph.nodes[v].name for v in order]
+    names = [graph.nodes[v].name for v in graph.op_indices]
+    spans = list(zip(bounds, bounds[1:]))
     return PipelinePlan(
-        stages=tuple(tuple(names[a:b]) for a, b in zip(bounds, bounds[1:])),
+        stages=tuple(tuple(names[a:b]) for a, b in spans),
         device_ids=tuple(d.logical_id for d in device_of),
         schedule=schedule,
         microbatches=m,
@@ -311,10 +375,9 @@ def plan(
         stage_forward_s=tuple(f),
         stage_backward_s=tuple(bk),
         stage_transfer_s=tuple(tr),
-        stage_memory_bytes=tuple(memory(a, b, s) for s, (a, b) in enumerate(zip(bounds, bounds[1:]))),
+        stage_memory_bytes=tuple(c.memory(a, b, s) for s, (a, b) in enumerate(spans)),
         stage_stash_bytes=tuple(
-            int((pre_a[b] - pre_a[a]) * (stash[s] if training else 1))
-            for s, (a, b) in enumerate(zip(bounds, bounds[1:]))
+            int((c.acts[b] - c.acts[a]) * (c.stash[s] if c.training else 1)) for s, (a, b) in enumerate(spans)
         ),
         step_time_s=step,
         bubble_fraction=bubble,

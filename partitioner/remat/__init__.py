@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from partitioner.remat.memory import LOSSES, RematResult, largest_fitting_budget, training_memory
+from partitioner.remat.memory import LOSSES, RematResult, TrainingMemory, largest_fitting_budget, training_memory
 
 if TYPE_CHECKING:  # pragma: no cover
     from partitioner.remat._joint import analyze, sweep
@@ -26,4 +26,4 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-__all__ = ["RematResult", "analyze", "sweep", "training_memory", "largest_fitting_budget", "LOSSES"]
+__all__ = ["RematResult", "TrainingMemory", "analyze", "sweep", "training_memory", "largest_fitting_budget", "LOSSES"]

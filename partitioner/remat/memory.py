@@ -8,12 +8,12 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any, Sequence
 
-from partitioner.cost.training import OPTIMIZER_STATE, check_optimizer
+from partitioner.cost.training import state_bytes, traced_element_bytes
 from partitioner.errors import PartitionError
 from partitioner.graph import Graph
 from partitioner.plan.records import Plan
 
-__all__ = ["RematResult", "training_memory", "largest_fitting_budget", "LOSSES", "check_request"]
+__all__ = ["RematResult", "TrainingMemory", "training_memory", "largest_fitting_budget", "LOSSES", "check_request"]
 
 LOSSES = ("sum", "mean")
 
@@ -42,14 +42,38 @@ class RematResult:
         return out
 
 
+@dataclass(frozen=True)
+class TrainingMemory:
+    """One device's training memory (NOTE: [Training state] in :mod:`partitioner.cost.training`)."""
+
+    parameters: int
+    gradients: int
+    optimizer: int  # the optimizer's state, with mixed precision's fp32 master copy
+    activations: int  # saved for the backward
+
+    @property
+    def total_bytes(self) -> int:
+        return self.parameters + self.gradients + self.optimizer + self.activations
+
+    def parts(self) -> dict[str, int]:
+        """Part name -> bytes, in stacking order (the training page's figure)."""
+        return {
+            "parameters": self.parameters,
+            "gradients": self.gradients,
+            "optimizer": self.optimizer,
+            "activations": self.activations,
+        }
+
+
 def training_memory(
-    plan: Plan, graph: Graph, result: RematResult, optimizer: str = "adam"
-) -> dict[int, dict[str, int]]:
-    """Each device's training memory under ``plan``: the parameters its partitions hold, as many
-    bytes again of gradients, the optimizer's state (``OPTIMIZER_STATE`` tensors per parameter,
-    in the parameters' dtype), and the activations saved for the backward by nodes it runs
-    (``result``'s budget). A replicated partition counts on each of its devices."""
-    check_optimizer(optimizer)
+    plan: Plan, graph: Graph, result: RematResult, optimizer: str | None = "adam"
+) -> dict[int, TrainingMemory]:
+    """Each device's training memory under ``plan``: the parameters its partitions hold, their
+    gradients and optimizer state (:func:`partitioner.cost.training.state_bytes` at the graph's
+    element type, the rule every technique reads), and the activations saved for the backward by
+    nodes it runs (``result``'s budget). A replicated partition counts on each of its devices.
+    ``optimizer`` None: inference (no gradients, no state). O(N + E)."""
+    per_param = state_bytes(optimizer, traced_element_bytes(graph))
     params: dict[int, int] = {}
     activations: dict[int, int] = {}
     attrs: dict[int, set[int]] = {}
@@ -63,25 +87,20 @@ def training_memory(
                 attrs.setdefault(d, set()).update(u for u in graph.preds[v] if graph.nodes[u].op == "get_attr")
     out = {}
     for d in sorted(params):
-        held = params[d] + sum(graph.output_bytes[u] for u in attrs.get(d, ()))
-        out[d] = {
-            "parameters": held,
-            "gradients": held,
-            "optimizer": OPTIMIZER_STATE[optimizer] * held,
-            "activations": activations[d],
-        }
+        held = per_param.of(params[d] + sum(graph.output_bytes[u] for u in attrs.get(d, ())))
+        out[d] = TrainingMemory(held.weights, held.gradients, held.state, activations[d])
     return out
 
 
 def largest_fitting_budget(
-    plan: Plan, graph: Graph, results: Sequence[RematResult], optimizer: str = "adam"
+    plan: Plan, graph: Graph, results: Sequence[RematResult], optimizer: str | None = "adam"
 ) -> RematResult | None:
     """The result with the largest budget (the least recomputation) at which every device's
     training memory fits its capacity; None when none does."""
     capacity = {d.logical_id: d.memory_bytes for d in plan.devices}
     for result in sorted(results, key=lambda r: -r.budget):
         used = training_memory(plan, graph, result, optimizer)
-        if all(sum(parts.values()) <= capacity[d] for d, parts in used.items()):
+        if all(m.total_bytes <= capacity[d] for d, m in used.items()):
             return result
     return None
 

@@ -94,7 +94,7 @@ def test_training_memory_holds_the_weights_once(traced):
         recompute_flops=0,
         recompute_time_s=0.0,
     )
-    assert training_memory(plan, graph, nothing, optimizer="adam")[0]["parameters"] == expected
+    assert training_memory(plan, graph, nothing, optimizer="adam")[0].parameters == expected
 
 
 @pytest.mark.slow

@@ -66,12 +66,19 @@ def test_training_memory_per_device_and_the_budget_that_fits(mlp):
     plan = partitioner.partition(graph, devices, mode="largest_first", force_partition=True)
     one = results[-1]
     used = remat.training_memory(plan, graph, one, optimizer="adam")
-    assert sum(u["activations"] for u in used.values()) == one.saved_activation_bytes
+    assert sum(u.activations for u in used.values()) == one.saved_activation_bytes
     params = sum(p.numel() * 4 for p in GeluMLP().parameters())
-    assert sum(u["parameters"] for u in used.values()) == params
-    assert all(u["optimizer"] == 2 * u["parameters"] == 2 * u["gradients"] for u in used.values())
+    assert sum(u.parameters for u in used.values()) == params
+    assert all(u.optimizer == 2 * u.parameters == 2 * u.gradients for u in used.values())
+    # "none" trains without optimizer state (weights and gradients); None is inference (weights alone).
+    plain = remat.training_memory(plan, graph, one, optimizer="none")
+    assert all(u.gradients == u.parameters and u.optimizer == 0 for u in plain.values())
+    inference = remat.training_memory(plan, graph, one, optimizer=None)
+    assert all(u.gradients == u.optimizer == 0 and u.parameters > 0 for u in inference.values())
+    with pytest.raises(PartitionError, match="unknown optimizer 'adamw'; choose one of adam, sgd, none"):
+        remat.training_memory(plan, graph, one, optimizer="adamw")
     # Each device exactly as large as budget 0.5 needs: 1.0 does not fit, 0.5 is the largest that does.
-    need = {r.budget: {d: sum(u.values()) for d, u in remat.training_memory(plan, graph, r).items()} for r in results}
+    need = {r.budget: {d: u.total_bytes for d, u in remat.training_memory(plan, graph, r).items()} for r in results}
     assert sum(need[0.0].values()) <= sum(need[0.5].values()) < sum(need[1.0].values())
     tight = [Device(d.name, need[0.5][d.logical_id], d.logical_id) for d in devices]
     tight_plan = partitioner.evaluate_plan(
