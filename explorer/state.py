@@ -1,8 +1,8 @@
 """What the pages share: the current :class:`PlanConfig` (set by the router from the sidebar)
 and loaders that fetch the cached graph and plan, showing any error with ``st.error``.
 
-Session state holds only small serialisable things: the config (a frozen dataclass of
-tuples), a summary of the current plan, and the hand-edited mapping (``explorer.builders.editing``).
+Session state holds only small things: the config (a frozen dataclass of tuples) and the
+hand-edited mapping (``explorer.builders.editing.Edit``).
 """
 
 from __future__ import annotations
@@ -34,7 +34,6 @@ __all__ = [
     "page_inputs",
     "load_plan",
     "current_plan",
-    "PLAN_SUMMARY",
     "model_generation",
     "bump_model_generation",
     "open_page",
@@ -46,7 +45,6 @@ __all__ = [
 
 # Every session-state key the pages share lives here.
 CONFIG = "config"  # the sidebar's PlanConfig (None while an input is unreadable)
-PLAN_SUMMARY = "plan_summary"  # small facts about the current plan, for the Learn page
 MODEL_GENERATION = "model_generation"  # bumped by "Reload the model"
 GOTO_PAGE = "goto_page"  # a page another page asked to open on the next run
 MODE = "mode"  # the sidebar's mode selectbox
@@ -259,19 +257,6 @@ def load_plan(config: PlanConfig) -> tuple[Graph, compute.PlanResult] | None:
         return None
     with st.spinner(f"Partitioning with {config.mode}..."):
         result = compute.plan(config)
-    plan = result.plan
-    st.session_state[PLAN_SUMMARY] = (
-        None
-        if plan is None
-        else {
-            "model": config.model.label,
-            "mode": plan.mode,
-            "partitions": len(plan.partitions),
-            "latency_s": plan.latency_s,
-            "devices": len(plan.devices),
-            "memory_utilisation": plan.memory_utilisation(),
-        }
-    )
     return graph, result
 
 

@@ -7,21 +7,18 @@ from __future__ import annotations
 
 import hashlib
 
-import pandas as pd
 import streamlit as st
 
 from explorer import compute, graph_panels, panels, state
-from explorer.builders import pipeline_figures
+from explorer.builders import pipeline_figures, pipeline_tables
 from explorer.builders.text import md
-from partitioner import Graph, PartitionError, format_bytes, pipeline
-from partitioner.pipeline.runner import check_runnable
-from partitioner.pipeline.schedules import SCHEDULES, MicrobatchError, stages_per_rank
+from partitioner import Graph, pipeline
+from partitioner.pipeline.schedules import SCHEDULES, stages_per_rank
 from partitioner.pipeline.stages import BOTTLENECK_NOTE
-from partitioner.units import format_change, format_seconds, format_share, format_signed
+from partitioner.units import format_change, format_seconds
 
 PIPELINE_RUNS = "pipeline_runs"  # pipeline plan JSON hash -> its last real run
-TRAINING = {"inference": None, "training, SGD": "sgd", "training, Adam": "adam"}
-SWEEP = (1, 2, 4, 8, 16, 32, 64, 128)
+TRAINING = pipeline_tables.TRAINING
 
 
 def _controls(device_count: int) -> tuple[int, int, str, str | None]:
@@ -61,66 +58,6 @@ def _controls(device_count: int) -> tuple[int, int, str, str | None]:
     return int(ranks), int(microbatches), schedule, TRAINING[training]
 
 
-def _transfer_s(pp: pipeline.PipelinePlan, microbatches: int) -> list[float]:
-    scale = pp.microbatches / microbatches
-    return [t * scale for t in pp.stage_transfer_s]
-
-
-def _simulate(pp: pipeline.PipelinePlan, microbatches: int, schedule: str | None = None) -> pipeline.Simulation:
-    """The plan's stages with the same batch cut into ``microbatches`` (under ``schedule``, the
-    plan's own by default)."""
-    scale = pp.microbatches / microbatches
-    return pipeline.simulate(
-        [f * scale for f in pp.stage_forward_s],
-        microbatches,
-        schedule or pp.schedule,
-        backward_s=[b * scale for b in pp.stage_backward_s],
-        transfer_s=[t * scale for t in pp.stage_transfer_s] or 0.0,
-        training=pp.training is not None,
-    )
-
-
-def _splits_table(pp: pipeline.PipelinePlan) -> pd.DataFrame:
-    rows = [
-        {
-            "split": "this split (exact DP)",
-            "operations per stage": str([len(s) for s in pp.stages]),
-            "step time": format_seconds(pp.step_time_s),
-            "against this split": "-",
-        }
-    ]
-    for name, step, sizes in pp.baselines:
-        rows.append(
-            {
-                "split": name,
-                "operations per stage": str(list(sizes)),
-                "step time": format_seconds(step),
-                "against this split": format_change(step / pp.step_time_s - 1) if pp.step_time_s else "-",
-            }
-        )
-    return pd.DataFrame(rows)
-
-
-def _stages_table(pp: pipeline.PipelinePlan, names: dict[int, str], caps: list[int], graph: Graph) -> pd.DataFrame:
-    rows = []
-    for s, nodes in enumerate(pp.stages):
-        rows.append(
-            {
-                "Stage": f"S{s}",
-                "Device": names[pp.device_ids[s]],
-                "Ops": len(nodes),
-                "Nodes": pipeline_figures.stage_span(graph, nodes),
-                "Forward": format_seconds(pp.stage_forward_s[s]),
-                "Backward": format_seconds(pp.stage_backward_s[s]) if pp.training else "-",
-                "Transfer out": format_seconds(pp.stage_transfer_s[s]) if s < len(pp.stage_transfer_s) else "-",
-                "Memory": format_bytes(pp.stage_memory_bytes[s]),
-                "Stashed": format_bytes(pp.stage_stash_bytes[s]),
-                "Of device": format_share(pp.stage_memory_bytes[s], caps[s]),
-            }
-        )
-    return pd.DataFrame(rows)
-
-
 STAGE_COLUMNS = {  # narrow columns, so the table fits the page; the names' column takes the rest
     "Stage": st.column_config.TextColumn(width="small"),
     "Ops": st.column_config.NumberColumn(width="small", help="operations of the traced graph in the stage"),
@@ -137,20 +74,6 @@ STAGE_COLUMNS = {  # narrow columns, so the table fits the page; the names' colu
 }
 
 
-def _why_not_runnable(pp: pipeline.PipelinePlan, graph: Graph) -> str:
-    """Why the run is refused before any process starts, in this page's words ("" when it can run)."""
-    try:
-        check_runnable(pp, graph.example_inputs or ())
-    except MicrobatchError as exc:
-        if exc.batch is None:
-            return f"{exc} (the Microbatches box)"
-        bigger = exc.microbatches * max(1, -(-exc.batch // exc.microbatches))
-        return f"{exc} (sample models: batch_size={bigger} under Size knobs in the sidebar)"
-    except PartitionError as exc:
-        return str(exc)
-    return ""
-
-
 def _real_run(pp: pipeline.PipelinePlan, graph: Graph) -> None:
     key = hashlib.sha256(pp.to_json(indent=None).encode()).hexdigest()[:16]
     results = st.session_state.setdefault(PIPELINE_RUNS, {})
@@ -160,7 +83,7 @@ def _real_run(pp: pipeline.PipelinePlan, graph: Graph) -> None:
             "device over gloo, on the model's example batch cut into the microbatches; checks the "
             "outputs (and when training, every gradient) against the model in one process."
         )
-        why = panels.too_many_processes(len(set(pp.device_ids))) or _why_not_runnable(pp, graph)
+        why = panels.too_many_processes(len(set(pp.device_ids))) or pipeline_tables.why_not_runnable(pp, graph)
         if why:
             st.info(f"Cannot run this plan: {md(why)}.")
         if st.button("Run on local processes", key="pp_run", disabled=bool(why), help=why or None):
@@ -172,36 +95,13 @@ def _real_run(pp: pipeline.PipelinePlan, graph: Graph) -> None:
         result = results.get(key)
         if result is None:
             return
-        same = result.outputs_equal and result.gradients_equal is not False
-        words = "Outputs" + (" and gradients" if result.gradients_equal is not None else "")
-        error = (
-            (result.measured_step_s - result.simulated_step_s) / result.simulated_step_s
-            if result.simulated_step_s > 0
-            else float("nan")
-        )
-        (st.success if same else st.error)(
-            f"{words} {'equal' if same else 'differ from'} the model's. Step measured "
-            f"{format_seconds(result.measured_step_s)} on {result.world_size} processes (the median after a "
-            f"warm-up), simulated {format_seconds(result.simulated_step_s)}: error {format_signed(error)}."
-        )
+        same, verdict = pipeline_tables.run_verdict(result)
+        (st.success if same else st.error)(verdict)
         stages = list(range(len(result.stage_forward_s)))
         st.plotly_chart(
             pipeline_figures.run_figure(stages, result.simulated_forward_s, result.stage_forward_s), key="pp_run_chart"
         )
-        st.dataframe(
-            pd.DataFrame(
-                {
-                    "stage": [f"S{s}" for s in stages],
-                    "forward / microbatch, simulated": [format_seconds(t) for t in result.simulated_forward_s],
-                    "forward / microbatch, measured": [format_seconds(t) for t in result.stage_forward_s],
-                    "error": [
-                        format_signed((m - s) / s) if s > 0 else "-"
-                        for m, s in zip(result.stage_forward_s, result.simulated_forward_s)
-                    ],
-                }
-            ),
-            hide_index=True,
-        )
+        st.dataframe(pipeline_tables.run_table(result.simulated_forward_s, result.stage_forward_s), hide_index=True)
         st.caption(
             "Simulated times use the devices' speeds as described: with this machine's measured profile as "
             "the device type (`partition-explorer calibrate`, then `local` in the sidebar) they are this "
@@ -244,36 +144,27 @@ def main() -> None:
         "stage under each device's memory), simulated over the schedule's per-rank actions and kept "
         "unless a simple split below (equal layers, by parameters) that fits simulates faster."
     )
-    sim = _simulate(pp, microbatches)
+    sim = pipeline_tables.resimulate(pp, microbatches)
     st.plotly_chart(
-        pipeline_figures.schedule_figure(sim, ranks, _transfer_s(pp, microbatches)), key="pp_schedule_chart"
+        pipeline_figures.schedule_figure(sim, ranks, pipeline_tables.transfer_s(pp, microbatches)),
+        key="pp_schedule_chart",
     )
-    twin = {"zero_bubble": "interleaved_1f1b", "interleaved_1f1b": "zero_bubble"}.get(schedule)
-    try:
-        other = _simulate(pp, microbatches, twin) if twin else None
-    except PartitionError:  # a count the other schedule refuses
-        other = None
+    other = pipeline_tables.twin_simulation(pp, microbatches, schedule)
     st.caption(md(pipeline_figures.bubble_note(sim, training is not None, other)))
     left, right = st.columns(2)
-    sweep = []
-    for m in SWEEP:
-        try:
-            sim = _simulate(pp, m)
-        except PartitionError:  # counts torch's schedule refuses (1f1b: fewer than the stages; interleaved: rounds)
-            continue
-        sweep.append((m, sim.step_time_s, sim.bubble_fraction))
+    sweep = pipeline_tables.microbatch_sweep(pp)
     caps = [next(d.memory_bytes for d in devices if d.logical_id == i) for i in pp.device_ids]
     with left:
         st.plotly_chart(pipeline_figures.microbatch_figure(sweep, microbatches), key="pp_sweep_chart")
     with right:
         st.plotly_chart(pipeline_figures.stage_memory_figure(pp, caps), key="pp_memory_chart")
     st.markdown("##### The split against the ones people use")
-    st.dataframe(_splits_table(pp), hide_index=True, width="stretch")
+    st.dataframe(pipeline_tables.splits_table(pp), hide_index=True, width="stretch")
     if any(step < pp.step_time_s * (1 - 0.0005) for _, step, _ in pp.baselines):
         st.caption(md(BOTTLENECK_NOTE[0].upper() + BOTTLENECK_NOTE[1:] + "."))
     st.markdown("##### Stages")
     st.dataframe(
-        _stages_table(pp, {d.logical_id: d.name for d in devices}, caps, graph),
+        pipeline_tables.stages_table(pp, {d.logical_id: d.name for d in devices}, caps, graph),
         hide_index=True,
         width="stretch",
         column_config=STAGE_COLUMNS,

@@ -1,14 +1,16 @@
 """Review & edit: download the plan, load one (file or pasted JSON), move nodes by hand and see
 latency and validity recomputed at once (``partitioner.evaluate_plan`` + ``Plan.violations``).
 
-The edited mapping lives in ``st.session_state["edit"]`` (a small dict, ``explorer.builders.editing``),
+The edited mapping lives in ``st.session_state["edit"]`` (a frozen ``explorer.builders.editing.Edit``),
 so an error never loses it; messages from loading a plan stay until the next load. Every change
 (a move, a placement, a load, starting over) first keeps the edit it replaces in
-``st.session_state["edit_history"]``, so Undo steps back through them and nothing made is lost.
+``st.session_state["edit_history"]`` (``editing.remember``), so Undo steps back through them and
+nothing made is lost.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import streamlit as st
@@ -17,29 +19,26 @@ from explorer import compute, graph_panels, panels, state
 from explorer.builders import editing, tables
 from explorer.builders.config import PlanConfig
 from explorer.builders.text import md
-from partitioner import Device, Graph, Plan
+from partitioner import Device, Graph, Plan, rescore
 from partitioner.plan.size import plan_from_json
 from partitioner.units import format_rate, format_seconds
 
 EDIT = "edit"
 LOAD_MESSAGE = "plan_load_message"
 UPLOAD_SEEN = "plan_upload_seen"
-HISTORY = "edit_history"  # [(what the change was, the edit before it, or None for the current plan)]
-HISTORY_LIMIT = 50
+HISTORY = "edit_history"  # editing.History: (what the change was, the edit before it, or None)
 
 
 def _remember(what: str) -> None:
     """Keep the edit as it is now, before ``what`` replaces it, for Undo."""
-    history = st.session_state.setdefault(HISTORY, [])
-    history.append((what, st.session_state.get(EDIT)))
-    del history[:-HISTORY_LIMIT]
+    st.session_state[HISTORY] = editing.remember(st.session_state.get(HISTORY, ()), what, st.session_state.get(EDIT))
 
 
 def _undo() -> None:
-    history = st.session_state.get(HISTORY) or []
+    history = st.session_state.get(HISTORY, ())
     if not history:
         return
-    _, before = history.pop()
+    st.session_state[HISTORY], before = editing.undo(history)
     if before is None:
         st.session_state.pop(EDIT, None)
     else:
@@ -56,9 +55,7 @@ def _load(text: str | bytes, source: str, graph: Graph) -> None:
     except Exception as exc:  # PlanFormatError names the fix; anything else is explained too
         st.session_state[LOAD_MESSAGE] = ("error", f"Could not read {md(source)}: {md(compute.explain_error(exc))}")
         return
-    edit = editing.edit_from_plan(loaded, source=source)
-    edit["devices"] = [d.to_dict() for d in loaded.devices]
-    edit["loaded_plan"] = loaded.to_json(indent=None)
+    edit = editing.edit_from_plan(loaded, source=source, loaded=True)
     _remember(f"loading {source}")
     st.session_state[EDIT] = edit
     if problems:
@@ -97,9 +94,9 @@ def load_ui(graph: Graph) -> None:
         {"error": st.error, "warning": st.warning, "success": st.success}[kind](body)
 
 
-def _devices(edit: dict, config: PlanConfig) -> list[Device]:
+def _devices(edit: editing.Edit, config: PlanConfig) -> list[Device]:
     if (
-        edit.get("devices")
+        edit.loaded is not None
         and st.radio(
             "Score the plan on",
             ["plan", "sidebar"],
@@ -109,11 +106,11 @@ def _devices(edit: dict, config: PlanConfig) -> list[Device]:
         )
         == "plan"
     ):
-        return [Device.from_dict(d) for d in edit["devices"]]
+        return list(edit.loaded.devices)
     return config.device_list()
 
 
-def edit_ui(edit: dict, plan: Plan, graph: Graph) -> tuple[str, dict] | None:
+def edit_ui(edit: editing.Edit, plan: Plan, graph: Graph) -> tuple[str, editing.Edit] | None:
     """Widgets for one edit; returns (what was done, the new mapping) when a button was pressed."""
     where = plan.node_to_partition()
     names = [n for n in graph.op_names if n in where]
@@ -180,15 +177,11 @@ def main() -> None:
             return
         edit = editing.edit_from_plan(current, source=f"the {current.mode} plan of {current.model}")
     st.divider()
-    st.markdown(f"#### Editing {md(edit['source'])}")
+    st.markdown(f"#### Editing {md(edit.source)}")
     devices = _devices(edit, config)
-    base = Plan.from_json(edit["loaded_plan"]) if edit.get("loaded_plan") else current
-    # A loaded plan is scored with its own transfer rate and node latencies (the figures
-    # `partition-explorer check` gives for it); the sidebar's are a separate comparison below.
-    rate, latency = (
-        (base.transfer_rate_bytes_per_s, base.options.node_latency_dict)
-        if edit.get("loaded_plan") and base is not None
-        else (config.transfer_rate_bytes_per_s, config.node_latency_map())
+    # the sidebar's rate is a separate comparison below for a loaded plan
+    base, rate, latency = editing.scoring_inputs(
+        edit, current, config.transfer_rate_bytes_per_s, config.node_latency_map()
     )
     try:
         edited = _scored(edit, graph, devices, rate, latency, base)
@@ -200,24 +193,24 @@ def main() -> None:
         )
         _history_buttons()
         return
-    shown = editing.edit_from_plan(edited, source=edit["source"])  # ids as the scored plan shows them
-    edit = {**edit, **{k: shown[k] for k in ("node_to_partition", "partition_to_devices")}}
+    shown = editing.edit_from_plan(edited, source=edit.source)  # ids as the scored plan shows them
+    edit = dataclasses.replace(edit, nodes=shown.nodes, placements=shown.placements)
     changed = edit_ui(edit, edited, graph)
     if changed is not None:
         what, changed = changed
         try:  # renumber partitions as the scored plan does, so the ids shown stay right
             rescored = _scored(changed, graph, devices, rate, latency, base)
-            fresh = editing.edit_from_plan(rescored, source=edit["source"])
-            fresh.update({k: edit[k] for k in ("devices", "loaded_plan") if k in edit})
             _remember(what)
-            st.session_state[EDIT] = fresh
+            st.session_state[EDIT] = dataclasses.replace(
+                editing.edit_from_plan(rescored, source=edit.source), loaded=edit.loaded
+            )
         except Exception as exc:
             st.error(f"That edit cannot be scored: {md(compute.explain_error(exc))}")
         else:
             st.rerun()
     panels.render_summary(edited, reference=base)
-    if edit.get("loaded_plan") and rate != config.transfer_rate_bytes_per_s:
-        sidebar_view = edited.rescore(graph, transfer_rate_bytes_per_s=config.transfer_rate_bytes_per_s)
+    if edit.loaded is not None and rate != config.transfer_rate_bytes_per_s:
+        sidebar_view = rescore(edited, graph, transfer_rate_bytes_per_s=config.transfer_rate_bytes_per_s)
         st.info(
             f"These are the plan's own figures, at the transfer rate it was made with "
             f"({format_rate(rate)}). Re-scored at the sidebar's rate "
@@ -232,7 +225,7 @@ def main() -> None:
     with right:
         if base is not None:
             moves = tables.moves_table(base, edited)
-            st.markdown(f"**Nodes moved** from {md(edit['source'])}: {len(moves)}")
+            st.markdown(f"**Nodes moved** from {md(edit.source)}: {len(moves)}")
             if len(moves):
                 st.dataframe(moves, hide_index=True)
                 placed = int((moves["change"] != "other partition").sum())
@@ -243,7 +236,7 @@ def main() -> None:
     panels.render_charts(edited)
     if base is not None and st.toggle("Side by side with the plan before the edit", key="review_sbs_on"):
         graph_panels.render_side_by_side(
-            base, edited, f"before: {edit['source']}", "after the edit", key="review_sbs", graph=graph
+            base, edited, f"before: {edit.source}", "after the edit", key="review_sbs", graph=graph
         )
 
 
@@ -251,14 +244,14 @@ SCORED = "edit_scored"
 
 
 def _scored(
-    edit: dict, graph: Graph, devices: list[Device], rate: float | None, latency: object, base: Plan | None
+    edit: editing.Edit, graph: Graph, devices: list[Device], rate: float | None, latency: object, base: Plan | None
 ) -> Plan:
     """``editing.evaluate_edit`` once per mapping: a move scores its edit, and the rerun that
     shows it finds that plan here instead of scoring it again."""
     key = json.dumps(
         [
-            edit.get("node_to_partition"),
-            edit.get("partition_to_devices"),
+            edit.nodes,
+            edit.placements,
             [d.to_dict() for d in devices],
             rate,
             latency,
@@ -286,7 +279,7 @@ def _reset() -> None:
 
 def _history_buttons() -> None:
     """Undo (the last move, placement, load or start over) beside Start over."""
-    history = st.session_state.get(HISTORY) or []
+    history = st.session_state.get(HISTORY, ())
     left, right = st.columns(2)
     left.button(
         "Undo",

@@ -20,8 +20,23 @@ def start() -> AppTest:
     return at
 
 
-def summary(at: AppTest) -> dict:
-    return at.session_state["plan_summary"]
+def summary(at: AppTest) -> dict | None:
+    """Facts of the plan the pages draw: the sidebar's config (``at.session_state["config"]``) and
+    its plan from the app's own cached ``explorer.compute.plan`` (None: no config or no plan)."""
+    from explorer import compute
+
+    config = at.session_state["config"] if "config" in at.session_state else None
+    plan = None if config is None else compute.plan(config).plan
+    if plan is None:
+        return None
+    return {
+        "model": config.model.label,
+        "mode": plan.mode,
+        "partitions": len(plan.partitions),
+        "latency_s": plan.latency_s,
+        "devices": len(plan.devices),
+        "memory_utilisation": plan.memory_utilisation(),
+    }
 
 
 def shown(markdown: str) -> str:

@@ -176,7 +176,7 @@ def test_review_page_loads_a_plan_and_moves_a_node():
     assert not at.exception
     assert any("valid for the current model" in s.value for s in at.success)
     edit = at.session_state["edit"]
-    assert edit["node_to_partition"] == plan.node_to_partition()
+    assert edit.node_to_partition == plan.node_to_partition()
     node = plan.partitions[0].node_names[-1]
     at.selectbox(key="edit_node").set_value(node)
     at.selectbox(key="edit_target").set_value(-1).run()  # enables the device choice
@@ -184,8 +184,8 @@ def test_review_page_loads_a_plan_and_moves_a_node():
     at.button(key="edit_move").click().run()
     assert not at.exception
     moved = at.session_state["edit"]
-    assert len(set(moved["node_to_partition"].values())) == len(plan.partitions) + 1
-    assert moved["node_to_partition"][node] != plan.node_to_partition()[node]
+    assert len(set(moved.node_to_partition.values())) == len(plan.partitions) + 1
+    assert moved.node_to_partition[node] != plan.node_to_partition()[node]
     assert any(m.label == "Partitions" and m.value == str(len(plan.partitions) + 1) for m in at.metric)
     moves = next(df.value for df in at.dataframe if "node" in df.value.columns)
     assert moves["node"].tolist() == [node]
@@ -199,7 +199,7 @@ def test_review_page_loads_a_plan_and_moves_a_node():
     assert any("cycle" in e for e in errors(at))
     assert any(m.label == "Latency (critical path)" and "inf" in m.value for m in at.metric)
     # crowd every partition onto one device: over capacity, listed in words; the edit is kept
-    for pid in range(len(set(at.session_state["edit"]["node_to_partition"].values()))):
+    for pid in range(len(set(at.session_state["edit"].node_to_partition.values()))):
         at.selectbox(key="edit_place_partition").set_value(pid)
         at.multiselect(key="edit_place_devices").set_value([0])
         at.button(key="edit_place").click().run()
@@ -210,7 +210,7 @@ def test_review_page_loads_a_plan_and_moves_a_node():
     assert charts(at)[0] == 1
     at.switch_page("views/learn.py").run()
     at.switch_page("views/review.py").run()
-    assert at.session_state["edit"]["partition_to_devices"]  # nothing lost across pages
+    assert at.session_state["edit"].partition_to_devices  # nothing lost across pages
     at.button(key="edit_reset").click().run()
     assert "edit" not in at.session_state
 
@@ -225,23 +225,23 @@ def test_review_undo_steps_back_through_moves_placements_and_start_over():
     at.multiselect(key="edit_place_devices").set_value([spare])
     at.button(key="edit_place").click().run()
     assert not at.exception
-    assert at.session_state["edit"]["partition_to_devices"][str(part.id)] == [spare]
+    assert at.session_state["edit"].partition_to_devices[part.id] == (spare,)
     moves = next(df.value for df in at.dataframe if "node" in df.value.columns)
     assert sorted(moves["node"]) == sorted(part.node_names)  # a placement moves every node of it
     assert set(moves["change"]) == {"other devices"}
-    placed = dict(at.session_state["edit"]["partition_to_devices"])
+    placed = at.session_state["edit"].partition_to_devices
     first = at.selectbox(key="edit_node").value
     at.selectbox(key="edit_node").set_value(first)
     at.selectbox(key="edit_target").set_value(-1).run()
     at.button(key="edit_move").click().run()
     assert not at.exception
-    moved = dict(at.session_state["edit"]["node_to_partition"])
+    moved = at.session_state["edit"].node_to_partition
     at.button(key="edit_reset").click().run()  # start over: kept for Undo
     assert "edit" not in at.session_state
     at.button(key="edit_undo").click().run()
-    assert at.session_state["edit"]["node_to_partition"] == moved  # the move is back
+    assert at.session_state["edit"].node_to_partition == moved  # the move is back
     at.button(key="edit_undo").click().run()
-    assert at.session_state["edit"]["partition_to_devices"] == placed  # before the move
+    assert at.session_state["edit"].partition_to_devices == placed  # before the move
     at.button(key="edit_undo").click().run()
     assert "edit" not in at.session_state and not at.exception  # the plan as the mode made it
     assert at.button(key="edit_undo").disabled

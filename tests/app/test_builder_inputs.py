@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import subprocess
 import sys
@@ -145,17 +146,18 @@ def test_move_node_to_new_partition_and_back(mlp):
     devices = partitioner.parse_devices("4x64KiB")
     plan = partitioner.partition(mlp, devices, force_partition=True)
     edit = editing.edit_from_plan(plan, "test")
-    json.dumps(edit)  # small and serialisable for session state
+    with pytest.raises(dataclasses.FrozenInstanceError):  # a record: edits make new ones
+        edit.source = "changed"  # type: ignore[misc]
     last = [p for p in plan.partitions if len(p.node_names) > 1][-1]
     node = last.node_names[-1]
     moved = editing.move_node(edit, node, editing.NEW, [3])
     new_id = len(plan.partitions)
-    assert moved["node_to_partition"][node] == new_id and moved["partition_to_devices"][str(new_id)] == [3]
-    assert edit["node_to_partition"][node] == last.id  # the original is untouched
+    assert moved.node_to_partition[node] == new_id and moved.partition_to_devices[new_id] == (3,)
+    assert edit.node_to_partition[node] == last.id  # the original is untouched
     scored = editing.evaluate_edit(moved, mlp, devices)
     assert len(scored.partitions) == len(plan.partitions) + 1
     back = editing.move_node(moved, node, last.id)
-    assert str(new_id) not in back["partition_to_devices"]  # emptied partitions are dropped
+    assert new_id not in back.partition_to_devices  # emptied partitions are dropped
     assert editing.evaluate_edit(back, mlp, devices).latency_s == pytest.approx(plan.latency_s)
     with pytest.raises(KeyError, match="not in the plan"):
         editing.move_node(edit, "nope", 0)
@@ -173,7 +175,33 @@ def test_edits_that_break_rules_are_scored_and_explained(mlp):
     cyclic = editing.evaluate_edit(editing.move_node(edit, first, 1), mlp, devices)
     assert any("cycle" in v.message for v in cyclic.violations(mlp))
     replicated = editing.place_partition(edit, 0, [1, 0, 1])
-    assert replicated["partition_to_devices"]["0"] == [0, 1]
+    assert replicated.partition_to_devices[0] == (0, 1)
+
+
+def test_undo_history_steps_back_and_keeps_the_last_fifty(mlp):
+    plan = partitioner.partition(mlp, partitioner.parse_devices("2x16KiB"))
+    edit = editing.edit_from_plan(plan, "test")
+    moved = editing.place_partition(edit, 0, [1])
+    history = editing.remember(editing.remember((), "the first edit", None), "a placement", edit)
+    history, back = editing.undo(history)
+    assert back == edit and history == (("the first edit", None),)
+    assert editing.undo(history) == ((), None)  # back to the current plan
+    with pytest.raises(IndexError, match="nothing to undo"):
+        editing.undo(())
+    long = ()
+    for i in range(60):
+        long = editing.remember(long, f"edit {i}", moved)
+    assert len(long) == editing.HISTORY_LIMIT and long[0][0] == "edit 10"
+
+
+def test_a_loaded_plan_is_scored_at_its_own_rate_the_sidebars_at_the_sidebars(mlp):
+    devices = partitioner.parse_devices("2x16KiB")
+    loaded = partitioner.partition(mlp, devices, transfer_rate_bytes_per_s=1e6)
+    current = partitioner.partition(mlp, devices)
+    mine = editing.edit_from_plan(loaded, "file p.json", loaded=True)
+    assert editing.scoring_inputs(mine, current, 5e9, None) == (loaded, 1e6, loaded.options.node_latency_dict)
+    theirs = editing.edit_from_plan(current, "the plan")
+    assert theirs.loaded is None and editing.scoring_inputs(theirs, current, 5e9, None) == (current, 5e9, None)
 
 
 # -- teaching and config -------------------------------------------------------------------

@@ -4,7 +4,7 @@ own name for them) and keeps the fields valid when the architecture changes."""
 from __future__ import annotations
 
 import pytest
-from app_helpers import errors, shown, start
+from app_helpers import errors, shown, start, summary
 
 from explorer.builders.inputs import hf_default_fields, hf_fields_for, size_warning
 from explorer.sidebar import HF_MODEL
@@ -80,4 +80,4 @@ def test_switching_to_llama_builds_without_an_error():
     assert not at.exception, at.exception
     assert at.text_input(key="hf_set").value == "num_hidden_layers=2"
     assert not errors(at), errors(at)
-    assert at.session_state["plan_summary"]["model"].startswith("hf:llama(num_hidden_layers=2")
+    assert summary(at)["model"].startswith("hf:llama(num_hidden_layers=2")

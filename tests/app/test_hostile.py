@@ -9,7 +9,7 @@ import re
 from pathlib import Path
 
 import pytest
-from app_helpers import errors, review, shown, start
+from app_helpers import errors, review, shown, start, summary
 
 import partitioner
 import sample_models
@@ -134,4 +134,4 @@ def test_hugging_face_fields_out_of_range_are_messages_not_bugs():
     )
     at.button(key="hf_build").click().run()
     assert not at.exception and not errors(at), errors(at)
-    assert at.session_state["plan_summary"]["model"].startswith("hf:llama(")
+    assert summary(at)["model"].startswith("hf:llama(")

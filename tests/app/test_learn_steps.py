@@ -5,7 +5,7 @@ and a new algorithm starts at step 1."""
 from __future__ import annotations
 
 import pytest
-from app_helpers import start
+from app_helpers import start, summary
 
 import partitioner
 from explorer.builders import teaching
@@ -58,7 +58,7 @@ def test_the_last_step_of_a_fill_shows_the_latency_it_ends_at():
     assert not at.exception
     shown = _metric(at, "Latency after it")
     assert shown != "plan not complete"
-    plan = at.session_state["plan_summary"]
+    plan = summary(at)
     note = " ".join(i.value for i in at.info if "replay ends" in i.value)
     assert shown in note or format_seconds(plan["latency_s"]) == shown, (shown, note)
 

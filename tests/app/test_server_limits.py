@@ -9,7 +9,7 @@ import threading
 
 import pytest
 import torch
-from app_helpers import APP, TIMEOUT, errors, review
+from app_helpers import APP, TIMEOUT, errors, review, summary
 from streamlit.testing.v1 import AppTest
 
 import partitioner
@@ -41,8 +41,8 @@ def test_a_bad_link_value_is_ignored_with_a_message_and_leaves_the_url(key, text
     at = open_link(model="mlp", **{key: text})
     assert not at.exception
     assert any(shown in w.value.replace("\\", "") for w in at.warning), [w.value for w in at.warning]
-    assert url(at).get(key) != text and at.session_state["plan_summary"] is not None  # a plan, from the defaults
-    assert at.session_state["plan_summary"]["model"] == "mlp"
+    assert url(at).get(key) != text and summary(at) is not None  # a plan, from the defaults
+    assert summary(at)["model"] == "mlp"
 
 
 def test_an_out_of_range_link_number_is_clamped_with_a_message():
@@ -67,7 +67,7 @@ def test_idle_devices_get_no_process_and_the_run_stays_under_the_machines_cap():
     at = open_link(model="mlp", dev_count="1024")
     assert not at.exception
     starts = next(c.value for c in at.caption if c.value.startswith("Starts"))
-    busy = at.session_state["plan_summary"]["partitions"]
+    busy = summary(at)["partitions"]
     assert starts.startswith(f"Starts {busy} processes") and "the 1021 idle devices get none" in starts
     assert not at.button(key="run_local").disabled
 
@@ -85,7 +85,7 @@ def test_the_run_button_is_disabled_with_the_reason_above_the_cap():
         dev_memory="20 KiB",
     )
     assert not at.exception
-    assert at.session_state["plan_summary"]["partitions"] == layers
+    assert summary(at)["partitions"] == layers
     button = at.button(key="run_local")
     assert button.disabled
     reason = " ".join(i.value for i in at.info)
