@@ -12,7 +12,7 @@ import streamlit as st
 
 from explorer.builders import figures, tables, teaching
 from explorer.builders.text import md
-from partitioner import Graph, PartitionError, Plan
+from partitioner import Graph, PartitionError, Plan, rescore
 from partitioner.accelerator.compare import ModeResult
 from partitioner.draw.dag import plan_to_dot, render_dot
 from partitioner.units import format_seconds
@@ -270,7 +270,7 @@ def render_cost_models(plan: Plan, graph: Graph) -> None:
     """The same partitions under both cost models, side by side, and where they differ."""
     other = "torch" if plan.cost_model == "physical" else "physical"
     try:
-        there = plan.rescore(graph, other)
+        there = rescore(plan, graph, other)
     except PartitionError as exc:
         st.caption(f"Cannot score the plan under the {other} cost model: {md(exc)}")
         return

@@ -28,7 +28,7 @@ from partitioner.errors import (
 )
 from partitioner.graph import Graph, Node
 from partitioner.options import PartitionOptions
-from partitioner.plan.records import SCHEMA_VERSION, Edge, Partition, Plan, PlanFormatError
+from partitioner.plan import SCHEMA_VERSION, Edge, Partition, Plan, PlanFormatError, rescore
 from partitioner.plan.validate import Violation
 from partitioner.units import format_bytes, format_seconds, parse_bytes
 
@@ -58,6 +58,7 @@ __all__ = [
     "split",
     "run",
     "check_plan",
+    "rescore",
     "PartitionOptions",
     "Violation",
     "Graph",

@@ -25,7 +25,8 @@ from partitioner.devices import MAX_DEVICES, Device
 from partitioner.errors import DeviceSpecError, InfeasibleError, InvalidPlanError, PartitionError
 from partitioner.graph import Graph
 from partitioner.options import PartitionOptions
-from partitioner.plan.records import Plan, Provenance, build_plan
+from partitioner.plan.build import build_plan
+from partitioner.plan.records import Plan, Provenance
 from partitioner.plan.validate import GRAPH_CHANGED, LATENCY_BUDGET, MEMORY_BUDGET, Violation
 from partitioner.units import format_bytes, format_seconds
 

@@ -3,6 +3,7 @@ JSON round trip with schema upgrades, typed validation, and diffs between two pl
 
 from __future__ import annotations
 
+from partitioner.plan.build import build_plan, rescore
 from partitioner.plan.records import (
     SCHEMA_VERSION,
     Edge,
@@ -10,7 +11,6 @@ from partitioner.plan.records import (
     Plan,
     PlanFormatError,
     Provenance,
-    build_plan,
 )
 
-__all__ = ["SCHEMA_VERSION", "Edge", "Partition", "Plan", "PlanFormatError", "Provenance", "build_plan"]
+__all__ = ["SCHEMA_VERSION", "Edge", "Partition", "Plan", "PlanFormatError", "Provenance", "build_plan", "rescore"]

@@ -2,7 +2,7 @@
 
 A :class:`Plan` holds every figure the app, the command line and the exports show (memory,
 latency, start and finish times, edges, the critical path); nothing downstream recomputes them.
-The cost model that derives them is :mod:`partitioner.cost.model`; the rules a plan must keep are
+:mod:`partitioner.plan.build` derives them from the cost model; the rules a plan must keep are
 :mod:`partitioner.plan.validate`. JSON carries a ``schema_version``: 2 today, and version-1 files
 (written before plans recorded their options as a typed record) still load.
 """
@@ -15,8 +15,6 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
-from partitioner.cost.measured import runs_serially
-from partitioner.cost.model import CostModel, Evaluation, node_latencies, transfer_latency_s
 from partitioner.devices import Device
 from partitioner.errors import InvalidPlanError
 from partitioner.graph import Graph
@@ -34,7 +32,6 @@ __all__ = [
     "Edge",
     "Plan",
     "Provenance",
-    "build_plan",
     "PlanFormatError",
     "OPTIMALITY_TOLERANCE",
 ]
@@ -135,45 +132,6 @@ class Plan:
     def cost_model(self) -> str:
         """``"physical"`` or ``"torch"``: the cost model the figures were computed under."""
         return self.provenance.options.cost_model
-
-    def rescore(
-        self, graph: Graph, cost_model: str | None = None, transfer_rate_bytes_per_s: float | None = None
-    ) -> "Plan":
-        """The same partitions and devices scored on ``graph`` under ``cost_model`` (default:
-        this plan's) and ``transfer_rate_bytes_per_s`` (default: this plan's). Never raises for
-        a plan that does not fit: the result records it. O(N + E)."""
-        options = self.options.replace(
-            cost_model=cost_model or self.cost_model,
-            transfer_rate_bytes_per_s=transfer_rate_bytes_per_s or self.transfer_rate_bytes_per_s,
-        )
-        part = [-1] * len(graph)
-        for name, pid in self.node_to_partition().items():
-            if name in graph.index and graph.nodes[graph.index[name]].is_op:
-                part[graph.index[name]] = pid
-        devices_of = [list(p.device_ids) for p in sorted(self.partitions, key=lambda p: p.id)]
-        devices = list(self.devices)
-        cost = CostModel(
-            graph,
-            node_latencies(graph, devices, options.node_latency_dict),
-            options.transfer_rate_bytes_per_s,
-            options.cost_model,
-            transfer_latency_s(devices),
-            runs_serially(devices),
-        )
-        provenance = dataclasses.replace(self.provenance, options=options)
-        # The solver's bound holds under both cost models (NOTE: [Relaxation bound]), not at another rate.
-        same_rate = options.transfer_rate_bytes_per_s == self.options.transfer_rate_bytes_per_s
-        return build_plan(
-            graph,
-            cost,
-            part,
-            devices_of,
-            self.devices,
-            self.mode,
-            provenance,
-            keep_ids=True,
-            lower_bound_s=self.lower_bound_s if same_rate else 0.0,
-        )
 
     @property
     def gap_to_bound(self) -> float:
@@ -342,96 +300,4 @@ def _partition_from_dict(p: Mapping[str, Any]) -> Partition:
         children=tuple(_int(x) for x in p["children"]),
         start_s=_float(p.get("start_s", 0.0)),
         finish_s=_float(p.get("finish_s", 0.0)),
-    )
-
-
-def _numbered(
-    cost: CostModel, part: Sequence[int], order: Sequence[int], devices: Mapping[int, tuple[int, ...]]
-) -> Evaluation:
-    """The evaluation of ``part`` with partition ``order[i]`` numbered i."""
-    renumber = {old: new for new, old in enumerate(order)}
-    return cost.evaluate([renumber[p] if p >= 0 else -1 for p in part], [devices[p] for p in order])
-
-
-def build_plan(
-    graph: Graph,
-    cost: CostModel,
-    part: Sequence[int],
-    devices_of: Sequence[Sequence[int]],
-    devices: Sequence[Device],
-    mode: str,
-    provenance: Provenance | None = None,
-    keep_ids: bool = False,
-    lower_bound_s: float = 0.0,
-) -> Plan:
-    """Turn an assignment into a :class:`Plan`.
-
-    ``lower_bound_s`` is a bound proven elsewhere (the optimal mode's solver); the plan's bound is
-    the larger of it and the cost model's own (NOTE: [Lower bound]), and the plan is
-    ``proven_optimal`` when its latency is within :data:`OPTIMALITY_TOLERANCE` of that bound.
-
-    Partitions are renumbered by their first node in topological order, so equal assignments
-    give equal plans whatever ids the mode used, except where that order is slower (a device
-    runs its partitions in id order among those ready): then the mode's order is kept. With
-    ``keep_ids`` (a plan edited by hand) they keep their order and only gaps close, so a
-    partition keeps its name across edits. Never
-    raises for an invalid layout: the plan records what it is, and :meth:`Plan.violations` says
-    what is wrong.
-    """
-    num = len(devices_of)
-    first = [len(part)] * num
-    for v, p in enumerate(part):
-        if p >= 0 and v < first[p]:
-            first[p] = v
-    own = [p for p in range(num) if first[p] < len(part)]
-    used = own if keep_ids else sorted(own, key=lambda p: first[p])
-    norm = {p: tuple(sorted(set(int(d) for d in devices_of[p]))) for p in own}
-    ev = _numbered(cost, part, used, norm)
-    if used != own:  # a device runs its ready partitions in id order: renumber only if no slower
-        kept = _numbered(cost, part, own, norm)
-        if kept.latency_s < ev.latency_s * (1 - 1e-12):
-            used, ev = own, kept
-    new_devices = [norm[p] for p in used]
-    bound = max(cost.lower_bound_s(), float(lower_bound_s))
-    names = [nd.name for nd in graph.nodes]
-    parents: list[set[int]] = [set() for _ in used]
-    children: list[set[int]] = [set() for _ in used]
-    for a, b in ev.edges:
-        children[a].add(b)
-        parents[b].add(a)
-    partitions = tuple(
-        Partition(
-            id=p,
-            node_names=tuple(names[v] for v in ev.members[p]),
-            device_ids=new_devices[p],
-            memory_bytes=ev.memory_bytes[p],
-            memory_latency_s=ev.latency[p][1],
-            compute_latency_s=ev.latency[p][2],
-            latency_s=ev.latency[p][0],
-            bfs_level=ev.bfs_level[p],
-            parents=tuple(sorted(parents[p])),
-            children=tuple(sorted(children[p])),
-            start_s=ev.start_s[p],
-            finish_s=ev.finish_s[p],
-        )
-        for p in range(len(used))
-    )
-    edges = tuple(
-        Edge(a, b, nbytes, cost.comm_s(nbytes, new_devices[a], new_devices[b]))
-        for (a, b), nbytes in sorted(ev.edges.items())
-    )
-    return Plan(
-        mode=mode,
-        partitions=partitions,
-        devices=tuple(devices),
-        edges=edges,
-        latency_s=ev.latency_s,
-        critical_path=tuple(ev.critical_path),
-        transfer_rate_bytes_per_s=cost.rate,
-        device_usage=tuple(cost.device_memory(ev.members, new_devices).items()),
-        provenance=provenance or Provenance(),
-        model=graph.name,
-        graph_fingerprint=graph.fingerprint(),
-        lower_bound_s=bound,
-        proven_optimal=math.isfinite(ev.latency_s) and ev.latency_s <= bound * (1 + OPTIMALITY_TOLERANCE),
     )

@@ -10,9 +10,10 @@ import pytest
 import torch
 
 import partitioner
-from examples import random_fx_module, reference_latencies
+from examples import reference_latencies
 from partitioner import Device, InfeasibleError, PartitionError
 from partitioner.testing.reference import reference_partition
+from partitioner.testing.synthetic import random_fx_module
 
 CASES = [(seed, n_ops, share) for seed in range(12) for n_ops, share in ((10, 0.45), (14, 0.35))]
 # kl_based is held to the reference's latency. cost_aware's search, scored under the physical
@@ -51,7 +52,9 @@ def test_against_reference(mode, seed, n_ops, share):
     ours, ref = _compare(graph, devices, mode, transfer_rate_bytes_per_s=2.0, node_latency=reference_latencies(graph))
     if ref is not None:
         # Torch's partitions scored by our "torch" model: torch's own latency, exactly.
-        assert ref.plan.rescore(graph, "torch").latency_s == pytest.approx(ref.reported_latency_s, rel=1e-9)
+        assert partitioner.rescore(ref.plan, graph, "torch").latency_s == pytest.approx(
+            ref.reported_latency_s, rel=1e-9
+        )
     if ours is None:
         return  # neither partitioner finds a valid plan; test_reference_is_run_on_most_cases guards
     if mode == "size_based":  # torch's fill, node for node: the same partitions on the same devices
@@ -204,7 +207,7 @@ def test_torch_cost_model_equals_torchs_own_functions(seed, mode):
     devices = [Device(f"dev_{i}", memory, i) for i in range(4)]
     latency = reference_latencies(graph)
     plan = partitioner.partition(graph, devices, mode=mode, transfer_rate_bytes_per_s=2.0, node_latency=latency)
-    torch_plan = plan.rescore(graph, "torch")
+    torch_plan = partitioner.rescore(plan, graph, "torch")
     assert torch_plan.cost_model == "torch" and torch_plan.node_to_partition() == plan.node_to_partition()
     memory_by_torch, latency_by_torch = _torch_figures(torch_plan, graph, latency, 2.0)
     assert [p.memory_bytes for p in torch_plan.partitions] == memory_by_torch

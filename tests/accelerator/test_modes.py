@@ -5,8 +5,9 @@ import torch
 
 import partitioner
 import sample_models
-from examples import random_fx_module, reference_latencies
+from examples import reference_latencies
 from partitioner import Device, InfeasibleError, PartitionError
+from partitioner.testing.synthetic import random_fx_module
 
 
 def devices(n, memory):

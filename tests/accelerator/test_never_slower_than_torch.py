@@ -9,9 +9,10 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 import partitioner
-from examples import random_fx_module, reference_latencies
+from examples import reference_latencies
 from partitioner import Device, PartitionError
 from partitioner.testing.reference import reference_partition
+from partitioner.testing.synthetic import random_fx_module
 
 
 @pytest.mark.slow

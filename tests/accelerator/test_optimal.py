@@ -305,7 +305,7 @@ def test_a_plan_keeps_the_run_order_its_mode_chose_where_renumbering_is_slower()
     # device would run op0 first (4.5 s); the plan keeps the mode's ids (op1 first, 4.25 s).
     # Found by Hypothesis as kl_based ending slower than the cost_aware plan it started from.
     from partitioner.accelerator.api import build_problem
-    from partitioner.plan.records import build_plan
+    from partitioner.plan import build_plan
 
     graph = synthetic_graph([(0, 2), (1, 2)], [5, 6, 1])
     devices = [Device("a", 15, 0), Device("b", 15, 1)]

@@ -93,7 +93,7 @@ def _exercise(plan: Plan, graph: partitioner.Graph) -> None:
     assert Plan.from_json(plan.to_json()) == plan
     edit = editing.edit_from_plan(plan, source="file")
     try:
-        plan.rescore(graph)
+        partitioner.rescore(plan, graph)
         editing.evaluate_edit(
             edit, graph, list(plan.devices), plan.transfer_rate_bytes_per_s, plan.options.node_latency_dict, base=plan
         )

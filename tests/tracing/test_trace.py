@@ -4,8 +4,9 @@ import torch.fx as fx
 from torch.fx.passes.graph_manipulation import get_size_of_all_nodes
 
 import partitioner
-from examples import WorkedExample, random_fx_module
+from examples import WorkedExample
 from partitioner import TraceError
+from partitioner.testing.synthetic import random_fx_module
 
 
 def test_sizes_match_reference_definition():
