@@ -6,15 +6,13 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 from typing import Any, Callable
 
-import pandas as pd
 import streamlit as st
 
 import sample_models
 from explorer import panels, state
-from explorer.builders import figures, training_figures
+from explorer.builders import figures, sharding_tables, training_figures
 from explorer.builders.text import md
 from partitioner import Graph, ShardingError, format_bytes, sharding
 from partitioner.sharding import tensor_parallel
@@ -23,43 +21,6 @@ from partitioner.units import format_seconds
 SPECS = "shard_specs"  # graph fingerprint -> {parameter: partition list}, the person's edits
 VERSION = "shard_editor_version"  # bumped when a suggestion replaces the table
 RUNS = "shard_runs"  # spec hash -> its last real run
-
-
-def collectives_table(plan: Any) -> pd.DataFrame:
-    """One row per collective the spec adds, in units people read (the full page width: the reasons
-    are sentences)."""
-    return pd.DataFrame(
-        [
-            {
-                "Collective": c.kind,
-                "Tensor": c.node,
-                "Module": c.module,
-                "Pass": "backward" if c.backward else "forward",
-                "Bytes": format_bytes(c.nbytes),
-                "Time": format_seconds(c.time_s),
-                "Why": c.reason,
-            }
-            for c in plan.collectives
-        ],
-        columns=["Collective", "Tensor", "Module", "Pass", "Bytes", "Time", "Why"],
-    )
-
-
-def _table(graph: Graph, spec: dict[str, str]) -> pd.DataFrame:
-    """One row per parameter, the sharded ones first (each group in ``named_parameters()`` order)."""
-    params = sharding.parameter_shapes(graph)
-    names = sorted(params, key=lambda n: n not in spec)
-    return pd.DataFrame(
-        [
-            {
-                "parameter": name,
-                "shape": str(list(params[name][0])),
-                "bytes": format_bytes(math.prod(params[name][0]) * params[name][1]),
-                "spec": spec.get(name, ""),
-            }
-            for name in names
-        ]
-    )
 
 
 def _module(config: state.PlanConfig, graph: Graph) -> tuple[Any, tuple[Any, ...], dict[str, Any]]:
@@ -118,12 +79,8 @@ def _run(config: state.PlanConfig, graph: Graph, plan: tensor_parallel.TPPlan, t
         result = runs.get(key)
         if result is None:
             return
-        good = result.outputs_equal and result.counts_match
-        (st.success if good else st.error)(
-            f"Outputs {'equal' if result.outputs_equal else 'differ from'} the model's (max difference "
-            f"{result.max_abs_diff:.2g}); collectives counted: {md(result.counted())} "
-            f"({'as predicted' if result.counts_match else 'not as predicted'})."
-        )
+        good, verdict = sharding_tables.run_verdict(result)
+        (st.success if good else st.error)(verdict.format(counted=md(result.counted())))
         _forward_against_prediction(config, graph, plan, result.forward_s)
 
 
@@ -195,7 +152,7 @@ def main() -> None:
         "Face model's own plan where it has one."
     )
     edited = st.data_editor(
-        _table(graph, spec),
+        sharding_tables.parameter_table(graph, spec),
         key=f"sh_editor_{st.session_state.get(VERSION, 0)}",
         disabled=["parameter", "shape", "bytes"],
         hide_index=True,
@@ -204,9 +161,7 @@ def main() -> None:
             "spec": st.column_config.TextColumn("spec", help="autodist's partition list, e.g. 2,1; empty = replicated")
         },
     )
-    spec = specs[key] = {
-        row["parameter"]: str(row["spec"]).strip() for _, row in edited.iterrows() if str(row["spec"] or "").strip()
-    }
+    spec = specs[key] = sharding_tables.spec_from_rows(edited.to_dict("records"))
     try:
         plan = tensor_parallel.tp_plan(graph, spec, len(devices), rate, training=training)
         before = sharding.device_memory(graph, devices, {})
@@ -214,24 +169,25 @@ def main() -> None:
     except ShardingError as exc:
         st.error(f"{md(exc)}. Your edits are kept; fix the spec in the table.")
         return
-    over = [d.name for d in devices if after[d.logical_id] > d.memory_bytes]
+    head = sharding_tables.memory_headline(devices, before, after)
     metrics = st.columns(3)
-    saved = max(before.values()) - max(after.values())
     metrics[0].metric(
         "Largest device memory",
-        format_bytes(max(after.values())),
-        f"-{format_bytes(saved)} sharded" if saved > 0 else None,
+        format_bytes(head.largest_bytes),
+        f"-{format_bytes(head.saved_bytes)} sharded" if head.saved_bytes > 0 else None,
         delta_color="inverse",
-        help=None if saved > 0 else "Nothing is sharded yet: every device holds the whole model.",
+        help=None if head.saved_bytes > 0 else "Nothing is sharded yet: every device holds the whole model.",
     )
     metrics[1].metric("Collectives per step", sum(plan.counts(None).values()))
     metrics[2].metric("Communication time", format_seconds(plan.comm_time_s))
-    (st.warning if over else st.success)(f"Over capacity: {', '.join(over)}." if over else "Every device fits.")
+    (st.warning if head.over else st.success)(
+        f"Over capacity: {md(', '.join(head.over))}." if head.over else "Every device fits."
+    )
     st.plotly_chart(training_figures.shard_memory_figure(before, after, devices), key="sh_memory_chart")
     st.markdown("##### Collectives the spec adds")
     if plan.collectives:
         st.dataframe(
-            collectives_table(plan),
+            sharding_tables.collectives_table(plan),
             hide_index=True,
             width="stretch",
             column_config={
