@@ -61,7 +61,7 @@ __all__ = [
 ]
 
 ENGINES = {
-    "eager": "eager PyTorch: one unfused kernel per op, each launched from Python (about 10-20 us an op "
+    "eager": "eager PyTorch: one unfused kernel per op, each launched from Python (about 7-17 us an op "
     "on the measured hosts), the host and the GPU overlapping as the launch queue allows",
     "graphs": "CUDA graphs and fused kernels (vLLM / TensorRT-LLM serving, torch.compile training): no "
     "launch cost per op; elementwise and normalisation ops fused into the matrix products",
