@@ -183,6 +183,11 @@ class DType:
         return max(1, self.bits // 8)
 
     @property
+    def floating(self) -> bool:
+        """A floating-point format (int8 and int4 are quantised integers)."""
+        return not self.name.startswith("int")
+
+    @property
     def torch_name(self) -> str:
         """The attribute of ``torch`` the loader builds (``getattr(torch, d.torch_name)``)."""
         return self.loads_as or self.name
@@ -236,7 +241,7 @@ def dtype(text: object, among: Iterable[DType] | None = None) -> DType:
 def dtype_for_bytes(element_bytes: int) -> DType:
     """The floating type a workload of ``element_bytes`` computes in: 1 fp8, 2 bf16, 4 fp32, 8 fp64."""
     for d in DTYPES:  # the first of each size: fp32, bf16, fp8 (e4m3), fp64
-        if d.bytes == element_bytes and d.bits == 8 * element_bytes and not d.short.startswith("int"):
+        if d.bytes == element_bytes and d.bits == 8 * element_bytes and d.floating:
             return d
     raise PartitionError(f"no floating type of {element_bytes} bytes; use 1 (fp8), 2 (bf16), 4 (fp32) or 8 (fp64)")
 
@@ -247,6 +252,6 @@ def dominant_dtype(names: Iterable[object], default: str = "float32") -> DType:
     counts: dict[DType, int] = {}
     for n in names:
         d = find_dtype(n) if n is not None else None
-        if d is not None and not d.short.startswith("int"):
+        if d is not None and d.floating:
             counts[d] = counts.get(d, 0) + 1
     return max(counts, key=counts.__getitem__) if counts else dtype(default)

@@ -11,7 +11,7 @@ from partitioner.cluster.hardware import Cluster
 from partitioner.cluster.layout_types import Layout, Workload
 from partitioner.cluster.profile import ModelProfile
 from partitioner.cluster.rules import _params, check_layout
-from partitioner.cost.training import model_state_bytes
+from partitioner.cost.training import state_bytes
 
 __all__ = ["Collective", "collectives", "ring_allreduce_s", "allreduce_s", "all_to_all_s"]
 
@@ -217,7 +217,7 @@ def _data_parallel_rows(p: ModelProfile, w: Workload, c: Cluster, lay: Layout) -
     HSDP (``lay.shard``) a reduce-scatter and the all-gathers inside the sharding group, and an
     all-reduce of each shard across the replicas (FSDP2's HSDP; DeepSpeed's ZeRO++ hpZ)."""
     dense, expert = _params(p, lay)
-    grad_bytes = model_state_bytes(w.optimizer, w.element_bytes)[1]
+    grad_bytes = state_bytes(w.optimizer, w.element_bytes).gradients
     group = lay.dp * lay.cp
     node = c.devices_per_node
     link = c.intra if lay.tp * group <= node else c.inter

@@ -14,7 +14,7 @@ backward; or functorch's min-cut at a budget).
 Memory per device (training): model states by the ZeRO paper (Rajbhandari et al. 2020, sec. 3.1)
 over psi = parameters / (tp x pp), sharded over the dp x cp ranks that hold copies: (2 + 2 + K)
 psi with stage 0, 4 psi + K psi / dp with 1, 2 psi + (2 + K) psi / dp with 2, (4 + K) psi / dp with
-3 (K from :func:`partitioner.cost.training.model_state_bytes`), and with stage 3 the layer being
+3 (K from :attr:`partitioner.cost.training.StateBytes.state`), and with stage 3 the layer being
 computed, gathered whole with its whole gradient (DeepSpeed's ``estimate_zero3_model_states_mem_needs``:
 4 x the largest layer in bf16); DeepSpeed's fp32 gradient partition (``grad_fp32``) adds 4 bytes a
 parameter over dp (its estimators' 18 psi / N); with HSDP (``shard``) the states shard over that
@@ -90,7 +90,7 @@ from partitioner.cluster.layout_types import (
 )
 from partitioner.cluster.profile import ModelProfile
 from partitioner.cluster.rules import _params, _saved, check_layout, largest_layer_params, min_cut_label, min_cut_shares
-from partitioner.cost.training import model_state_bytes
+from partitioner.cost.training import StateBytes, state_bytes
 from partitioner.pipeline.steps import StepSimulator, closed_form, step_simulator
 
 __all__ = [
@@ -117,11 +117,18 @@ __all__ = [
 ]
 
 
+def workload_state(w: Workload) -> StateBytes:
+    """Bytes a parameter holds under ``w`` (NOTE: [Training state] in
+    :mod:`partitioner.cost.training`): the weights alone for inference."""
+    return state_bytes(None if w.kind == "inference" else w.optimizer, w.element_bytes)
+
+
 def _states(p: ModelProfile, w: Workload, lay: Layout) -> dict[str, float]:
     dense, expert = _params(p, lay)
+    held = workload_state(w)
     if w.kind == "inference":
-        return {"weights": (dense + expert) * w.element_bytes}
-    wb, gb, kb = model_state_bytes(w.optimizer, w.element_bytes)
+        return {"weights": (dense + expert) * held.weights}
+    wb, gb, kb = held.weights, held.gradients, held.state
     out = {"weights": 0.0, "gradients": 0.0, "optimizer": 0.0}
     # ZeRO shards each parameter over the ranks holding a copy of it: the dp x cp group for dense
     # ones (context-parallel ranks hold the same weights), dp x cp / ep for the experts (the
@@ -185,7 +192,8 @@ def offload_seconds(p: ModelProfile, w: Workload, lay: Layout) -> float:
     assumptions (:data:`HOST_LINK_BYTES_PER_S`, :data:`HOST_BYTES_PER_S`), not measurements."""
     if not lay.offload:
         return 0.0
-    wb, gb, kb = model_state_bytes(w.optimizer, w.element_bytes)
+    held = workload_state(w)
+    wb, gb, kb = held.weights, held.gradients, held.state
     dense, expert = _params(p, lay)
     shard = lay.shard or lay.dp * lay.cp
     psi = dense / shard + expert / max(1, min(shard, lay.dp * lay.cp // lay.ep))

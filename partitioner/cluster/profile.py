@@ -22,22 +22,21 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 from partitioner import kernels
 from partitioner.cost import ops as gpu_ops
+from partitioner.cost.training import optimizer_record, state_bytes, traced_element_bytes
 from partitioner.errors import PartitionError, ShardingError
 from partitioner.graph import Graph
 from partitioner.kernels import KernelOp
 from partitioner.remat.memory import RematResult
 from partitioner.sharding.specs import parameter_shapes
+from partitioner.units import dtype_for_bytes
 
-__all__ = ["ModelProfile", "profile", "with_min_cut", "DTYPE_BYTES"]
+__all__ = ["ModelProfile", "profile", "with_min_cut"]
 
-_FOREACH_PASSES = {"adam": 2.6, "sgd": 2.0}  # eager foreach steps over the fused one (NOTE: [Optimizer step])
-DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2, "float64": 8, "float8_e4m3fn": 1}
 _BLOCK = re.compile(r"^(.*?)\.?(\d+)(?:\.|$)")
 
 
@@ -146,26 +145,25 @@ class ModelProfile:
         per elementwise op: torch.optim's ``_multi_tensor_adam`` runs 8 (decay, lerp, mul,
         addcmul, sqrt, div, add, addcdiv), about 2.6 times the fused step's bytes; SGD with
         momentum's 3 about 2 times. Priced at the card's best measured bandwidth."""
-        from partitioner.cost.training import model_state_bytes
-
-        if optimizer in ("none", None) or params <= 0:
+        record = optimizer_record(optimizer)
+        if record is None or record.states == 0 or params <= 0:
             return 0.0
-        weight, grad, state = model_state_bytes(optimizer, element_bytes)
-        master = 4 if element_bytes < 4 else 0  # mixed precision writes the working copy from the master
-        moved = params * (grad + 2 * state + master + (weight if master else 0))
+        held = state_bytes(optimizer, element_bytes)
+        # mixed precision reads the master to write the working copy
+        moved = params * (held.gradients + 2 * held.state + held.master + (held.weights if held.master else 0))
         gpu = getattr(acc, "kernels", None)
         bandwidth = gpu.best_bandwidth_bytes_per_s if gpu is not None else float(acc.memory_bandwidth_bytes_per_s)
         eager = (
             gpu is not None and getattr(acc, "engine", "eager") == "eager"
         )  # without curves: the roofline's one pass
-        passes = _FOREACH_PASSES.get(optimizer, 1.0) if eager else 1.0
+        passes = record.foreach_passes if eager else 1.0
         return passes * moved / bandwidth
 
     def _kernel_seconds(
         self, gpu: Any, engine: str, tokens: float, seq: int, tp: int, decode: bool, backward: bool, element_bytes: int
     ) -> list[float]:
         r, q = tokens / self.tokens0, seq / self.seq0
-        dtype = {1: "float8", 2: "bfloat16", 4: "float32", 8: "float64"}.get(element_bytes, "bfloat16")
+        dtype = dtype_for_bytes(element_bytes).peak_key
         size = element_bytes / self.element_bytes
         ops = []
         for op in self.node_ops:
@@ -239,10 +237,7 @@ def profile(graph: Graph, name: str = "") -> ModelProfile:
     tokens0, seq0 = _tokens(graph)
     nodes = graph.nodes
     weight_bytes = graph.parameter_bytes
-    dtypes = Counter(
-        str(nd.dtype).removeprefix("torch.") for nd in nodes if str(nd.dtype).removeprefix("torch.") in DTYPE_BYTES
-    )
-    element = DTYPE_BYTES[dtypes.most_common(1)[0][0]] if dtypes else 4
+    element = traced_element_bytes(graph)
     # Weight-derived values (NOTE: [Scaling the traced graph]): attributes, and what ops without
     # FLOPs make from them as their first input (a transpose, an expert's weights gathered by
     # index): their bytes do not grow with the tokens.

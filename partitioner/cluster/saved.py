@@ -36,10 +36,11 @@ import dataclasses
 from collections import Counter
 from dataclasses import dataclass
 
-from partitioner.cluster.profile import DTYPE_BYTES, ModelProfile
+from partitioner.cluster.profile import ModelProfile
 from partitioner.cluster.profile import _blocks as _profile_blocks
 from partitioner.cluster.profile import profile as _profile
 from partitioner.graph import Graph
+from partitioner.units import find_dtype
 
 __all__ = ["SavedActivations", "saved_activations", "PlannerProfile", "profile"]
 
@@ -244,7 +245,8 @@ def saved_activations(graph: Graph) -> SavedActivations:
 
     def elements(v: int) -> float:
         nd = nodes[v]
-        size = DTYPE_BYTES.get(str(nd.dtype).removeprefix("torch."), 0)
+        kind = find_dtype(nd.dtype) if nd.dtype else None
+        size = kind.bytes if kind is not None and kind.floating else 0
         return nd.output_bytes / size / tokens0 if size else 0.0
 
     # Activations: float values computed from the token stream (the embeddings' outputs, float

@@ -32,7 +32,6 @@ __all__ = [
     "check_optimizer",
     "optimizer_record",
     "training_copies",
-    "model_state_bytes",
     "traced_element_bytes",
 ]
 
@@ -118,13 +117,6 @@ def training_copies(optimizer: str | None, element_bytes: int = 4) -> float:
     """Bytes held per byte of weights: 1 for inference (``None``), 2 for ``"none"`` (weights and
     gradients), SGD 3 and Adam 4 in full precision (:attr:`StateBytes.copies`)."""
     return state_bytes(optimizer, element_bytes).copies
-
-
-def model_state_bytes(optimizer: str | None, element_bytes: int) -> tuple[int, int, int]:
-    """(weights, gradients, optimizer state with the master copy) bytes per parameter: the
-    ZeRO paper's 2 + 2 + K (:func:`state_bytes`)."""
-    s = state_bytes(optimizer, element_bytes)
-    return s.weights, s.gradients, s.state
 
 
 def traced_element_bytes(graph: Graph) -> int:
