@@ -1,6 +1,8 @@
-"""The plan commands: plan, check, render, compare, diff, export.
+"""The plan commands: plan, check (in :mod:`cli.check`), render, compare, diff, export.
 
 Each command module registers itself with ``register(subparsers)``; :mod:`cli.main` dispatches.
+Building the parser imports no torch (nor the sample models): the commands that trace a model
+import it when they run, so ``--help``, ``diff`` and the other commands that read JSON start fast.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ import sys
 from pathlib import Path
 from typing import Any, Callable
 
-import sample_models
+from cli.check import add_check_arguments, cmd_check
 from cli.diff_report import format_diff
 from cli.inputs import (
     EXIT_FAIL,
@@ -23,17 +25,14 @@ from cli.inputs import (
     load_model,
     load_plan,
     partition_options,
-    positive_float,
     read_json,
-    read_node_latency,
     refuse_invalid,
-    refuse_other_model,
     resolve_devices,
     write_output,
 )
-from cli.report import describe_devices, format_comparison, format_cost_models, format_plan_summary
-from partitioner import PRESETS, Device, parse_devices
-from partitioner.accelerator.api import check_plan, partition_with
+from cli.report import describe_devices, format_comparison, format_plan_summary
+from partitioner import PRESETS, Device
+from partitioner.accelerator.api import partition_with
 from partitioner.accelerator.compare import compare_modes, default_modes, gaps
 from partitioner.accelerator.modes import DEFAULT_MODE, MODES
 from partitioner.devices import MAX_MEMORY_BYTES
@@ -48,8 +47,6 @@ from partitioner.interop.export import (
 from partitioner.options import AotMapping
 from partitioner.pipeline import PipelinePlan
 from partitioner.plan.diff import diff_plans
-from partitioner.tracing.flops import describe_unpriced
-from partitioner.units import format_seconds
 
 __all__ = ["register", "COMMON_EPILOG"]
 
@@ -83,6 +80,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
     for names in model.graph.tied_parameters:
         print(f"tied parameters (one tensor, counted once): {' = '.join(names)}", file=sys.stderr)
     if model.graph.unpriced_ops:
+        from partitioner.tracing.flops import describe_unpriced
+
         print(f"note: {describe_unpriced(model.graph.unpriced_ops)}", file=sys.stderr)
     try:
         exported = export_plan(plan, args.export, model.graph) if args.export else None
@@ -95,81 +94,6 @@ def cmd_plan(args: argparse.Namespace) -> int:
     if exported is not None:
         write_output(args.export_out, json.dumps(exported, indent=2), f"{args.export} export")
     return EXIT_OK
-
-
-def cmd_check(args: argparse.Namespace) -> int:
-    plan = load_plan(args.plan)
-    model = load_model(args.model, args.set)
-    devices = parse_devices(args.devices) if args.devices else list(plan.devices)
-    rate = args.transfer_rate  # None: the rate the plan was made with
-    node_latency = read_node_latency(args.node_latency) if args.node_latency else None
-    models = ["physical", "torch"] if args.cost_model == "both" else [args.cost_model or plan.cost_model]
-    results = {
-        m: check_plan(
-            plan,
-            model.graph,
-            devices,
-            rate,
-            node_latency,
-            args.max_latency,
-            args.max_memory_utilisation,
-            args.strict,
-            cost_model=m,
-        )
-        for m in models
-    }
-    results = {m: refuse_other_model(r, plan, model) for m, r in results.items()}  # as run and export refuse it
-    for note in dict.fromkeys(n for r in results.values() for n in r.notes):
-        print(f"note: {as_flags(note)}", file=sys.stderr)
-    where = f"{model.label} on {describe_devices(devices)}"
-    name = "<stdin>" if args.plan == "-" else args.plan
-    if len(models) > 1:
-        print(format_cost_models(results))
-        print()
-    code = EXIT_OK
-    for m, result in results.items():
-        tag = f"[{m} cost model] " if len(models) > 1 else ""
-        code = max(code, _report_check(result, args, f"{tag}{name}", where))
-    return code
-
-
-def _report_check(result: Any, args: argparse.Namespace, name: str, where: str) -> int:
-    if result.ok:
-        ev = result.evaluated
-        assert ev is not None  # no violation means the plan was scored
-        budgets = []
-        if args.max_latency is not None:
-            budgets.append(f"--max-latency {args.max_latency:g} s")
-        if args.max_memory_utilisation is not None:
-            budgets.append(f"--max-memory-utilisation {args.max_memory_utilisation:g}")
-        within = f"; within {' and '.join(budgets)}" if budgets else ""
-        print(
-            f"OK: {name} is valid for {where}: {len(ev.partitions)} partition(s), latency "
-            f"{format_seconds(ev.latency_s)}, peak memory utilisation {ev.memory_utilisation():.1%}{within}"
-        )
-        return EXIT_OK
-    count = len(result.violations)
-    print(f"FAIL: {name} is not valid for {where}: {count} violation{'s' if count != 1 else ''}")
-    for i, v in enumerate(result.violations, start=1):
-        print(f"  {i}. {as_flags(str(v))}")
-    return EXIT_FAIL
-
-
-# The library names its own parameters; the command line says the flags that set them.
-_FLAGS = {
-    "max_latency_s = ": "--max-latency ",
-    "max_latency_s": "--max-latency",
-    "max_memory_utilisation = ": "--max-memory-utilisation ",
-    "max_memory_utilisation": "--max-memory-utilisation",
-    "check with strict=False": "drop --strict",
-}
-
-
-def as_flags(message: str) -> str:
-    """``message`` from :func:`check_plan` with its parameter names as this command's flags."""
-    for name, flag in _FLAGS.items():
-        message = message.replace(name, flag)
-    return message
 
 
 def cmd_render(args: argparse.Namespace) -> int:
@@ -361,19 +285,28 @@ puts on several devices.
 }
 
 
+class _PlanHelp(argparse.RawDescriptionHelpFormatter):
+    """``plan --help``: the sample models' names and the presets are filled in when the help is
+    printed, as listing the models imports them (and torch), which building the parser must not."""
+
+    def add_text(self, text: str | None) -> None:
+        if text is not None and "{models}" in text:
+            import sample_models
+
+            text = text.format(models=", ".join(sample_models.names()), presets=", ".join(sorted(PRESETS)))
+        super().add_text(text)
+
+
 def _command(
     sub: Any, common: argparse.ArgumentParser, name: str, help_text: str, func: Callable[[argparse.Namespace], int]
 ) -> argparse.ArgumentParser:
-    epilog = EXAMPLES[name]
-    if name == "plan":
-        epilog = epilog.format(models=", ".join(sample_models.names()), presets=", ".join(sorted(PRESETS)))
     p = sub.add_parser(
         name,
         help=help_text,
         description=help_text,
         parents=[common],
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog=epilog + COMMON_EPILOG,
+        formatter_class=_PlanHelp if name == "plan" else argparse.RawDescriptionHelpFormatter,
+        epilog=EXAMPLES[name] + COMMON_EPILOG,
     )
     p.set_defaults(func=func)
     return p
@@ -412,29 +345,7 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
     p = _command(
         sub, common, "check", "validate a plan against the model and devices; exit 1 on any violation", cmd_check
     )
-    p.add_argument("plan", metavar="PLAN.json", help="the plan file (- for stdin)")
-    add_model_arguments(p)
-    p.add_argument(
-        "--devices", metavar="SPEC", help="devices to check against (default: the devices recorded in the plan)"
-    )
-    add_cost_arguments(p, partitioning=False)
-    p.add_argument(
-        "--max-latency",
-        metavar="SECONDS",
-        type=positive_float,
-        help="fail when the end-to-end latency exceeds this many seconds",
-    )
-    p.add_argument(
-        "--max-memory-utilisation",
-        metavar="FRACTION",
-        type=positive_float,
-        help="fail when any device uses more than this fraction of its memory, e.g. 0.9",
-    )
-    p.add_argument(
-        "--strict",
-        action="store_true",
-        help="also fail when the model's graph changed since the plan was made, even if the plan still fits",
-    )
+    add_check_arguments(p)
 
     p = _command(sub, common, "render", "draw a plan's partition DAG as SVG, PNG or Graphviz DOT", cmd_render)
     p.add_argument("plan", metavar="PLAN.json", help="the plan file (- for stdin)")

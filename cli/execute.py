@@ -24,8 +24,6 @@ from cli.report import format_table
 from partitioner.accelerator.api import evaluate_plan
 from partitioner.devices import with_profile
 from partitioner.runtime.calibrate import local_profile
-from partitioner.runtime.execute import prepare, ranked_devices, run_rank
-from partitioner.runtime.execute import run as run_plan
 from partitioner.units import format_bytes, format_seconds, format_signed
 
 __all__ = ["register"]
@@ -87,6 +85,8 @@ def run(args: argparse.Namespace) -> int:
     if why:  # before any process starts, as check and export refuse it
         raise CLIError(f"plan file {args.plan}: {why}", EXIT_FAIL)
     inputs = model.graph.example_inputs or ()
+    from partitioner.runtime.execute import run as run_plan  # torch: after the plan and model are read
+
     if args.torchrun:
         return _torchrun(args, plan, model.graph, inputs)
     progress = None if args.json else (lambda text: print(f"  {text}", file=sys.stderr))
@@ -154,6 +154,8 @@ def _torchrun(args: argparse.Namespace, plan: Any, graph: Any, inputs: Any) -> i
     import os
 
     import torch
+
+    from partitioner.runtime.execute import prepare, ranked_devices, run_rank
 
     world = int(os.environ.get("WORLD_SIZE", "0"))
     busy = len(ranked_devices(plan))  # one rank per device that holds a partition

@@ -9,8 +9,8 @@ import pytest
 
 import partitioner.pipeline
 import partitioner.remat
+import partitioner.runtime.execute
 import partitioner.sharding.tp_run
-from cli import execute
 from cli.main import main
 from partitioner.errors import RunError
 
@@ -73,7 +73,7 @@ def test_a_failed_run_exits_4_with_the_cause(argv, where, name, monkeypatch, cap
 def test_a_failed_plan_run_exits_4(monkeypatch, capsys, tmp_path):
     plan = tmp_path / "plan.json"
     assert main(["plan", *MLP, "--devices", "2x1GiB", "--force-partition", "--out", str(plan)]) == 0
-    monkeypatch.setattr(execute, "run_plan", _fails)
+    monkeypatch.setattr(partitioner.runtime.execute, "run", _fails)  # imported when run starts
     capsys.readouterr()
     assert main(["run", str(plan), *MLP]) == 4
     assert "rank 1 died" in capsys.readouterr().err
@@ -84,7 +84,7 @@ def test_a_plan_for_another_model_is_refused_by_check_export_and_run(tmp_path, c
     wider = [*MLP, "--set", "hidden=48"]  # the same node names, other sizes: a plan that still "fits"
     assert main(["plan", *wider, "--devices", "2x1GiB", "--out", str(plan)]) == 0
     assert json.loads(plan.read_text())["model"].startswith("mlp(") and "hidden=48" in plan.read_text()
-    monkeypatch.setattr(execute, "run_plan", lambda *a, **k: pytest.fail("run started processes"))
+    monkeypatch.setattr(partitioner.runtime.execute, "run", lambda *a, **k: pytest.fail("run started processes"))
     capsys.readouterr()
     said = "the plan was made for model 'mlp(batch_size=4,hidden=48,"
     assert main(["check", str(plan), *MLP]) == 1
