@@ -5,7 +5,7 @@ from __future__ import annotations
 import streamlit as st
 
 from explorer import compute, graph_panels, state
-from explorer.builders import teaching
+from explorer.builders import stepping, teaching
 from explorer.builders.config import PlanConfig
 from explorer.builders.text import md
 from partitioner import Graph, Plan
@@ -82,19 +82,19 @@ def _step_through(config: PlanConfig, plan: Plan, graph: Graph) -> None:
     if isinstance(trace, str):
         st.warning(f"{steps.ALGORITHMS[algorithm]} finds no plan here: {md(trace)}")
         return
-    groups = teaching.group_steps(trace)
+    groups = stepping.group_steps(trace)
     count = len(groups)
     if count == 0:
         st.info("The algorithm made no decision on this model (nothing to move or merge).")
         return
-    step = min(count, max(1, int(st.session_state.get("learn_step", 1))))
-    if st.session_state.get("learn_playing") and st.session_state.pop("learn_tick", True):
-        step = min(count, step + 1) if step < count else step
-        if step >= count:  # the end: stop playing (and stop the timer)
-            st.session_state["learn_playing"] = False
-            st.session_state["learn_step"] = step
-            st.rerun(scope="app")
+    was_playing = bool(st.session_state.get("learn_playing"))
+    step, still = stepping.player_step(
+        st.session_state.get("learn_step", 1), count, was_playing, st.session_state.pop("learn_tick", True)
+    )
     st.session_state["learn_step"] = step
+    if was_playing and not still:  # the end: stop playing (and stop the timer)
+        st.session_state["learn_playing"] = False
+        st.rerun(scope="app")
     st.session_state["learn_tick"] = True
 
     def shift(by: int) -> None:
@@ -137,26 +137,26 @@ def _step_through(config: PlanConfig, plan: Plan, graph: Graph) -> None:
         )
     if st.session_state.pop("learn_restart", False):
         st.rerun(scope="app")  # the timer's speed is set where the fragment starts
-    group = groups[step - 1]
-    index = group.last
-    frame = trace.frames[index]
-    taken = sum(d.accepted for d in trace.decisions[: index + 1])
+    shown = stepping.step_shown(trace, groups, step, plan)
+    index = shown.decision
     metrics = st.columns(3)
-    span = f"decision {group.last + 1}" if group.size == 1 else f"decisions {group.first + 1}-{group.last + 1}"
     metrics[0].metric(
-        "Step", f"{step} of {count}", f"{span} of {len(trace.decisions)}, {taken} taken", delta_color="off"
+        "Step",
+        f"{step} of {count}",
+        f"{shown.span} of {len(trace.decisions)}, {shown.taken} taken",
+        delta_color="off",
     )
-    latency = frame.latency_s if frame.latency_s is not None or step < count else teaching.final_latency(trace, plan)
+    latency = shown.latency_s
     metrics[1].metric("Latency after it", "plan not complete" if latency is None else format_seconds(latency))
-    metrics[2].metric("Partitions", len({p for p in frame.part if p >= 0}))
+    metrics[2].metric("Partitions", shown.partitions)
     decision = trace.decisions[index]
-    st.caption(md(group.title))
+    st.caption(md(groups[step - 1].title))
     (st.success if decision.accepted else st.warning)(
         f"**{decision.kind}** ({'taken' if decision.accepted else 'tried, not taken'}): {md(decision.text)}"
     )
     graph_panels.render_step(trace, index, plan, key="learn_steps")
     if step == count:
-        note = teaching.replay_note(trace, plan)
+        note = stepping.replay_note(trace, plan)
         if note:
             st.info(note)
     if trace.truncated:

@@ -8,7 +8,7 @@ import pytest
 from app_helpers import start, summary
 
 import partitioner
-from explorer.builders import teaching
+from explorer.builders import stepping
 from partitioner.accelerator import steps
 from partitioner.draw.nodeview import block_of
 from partitioner.testing.synthetic import blocks_graph
@@ -17,10 +17,10 @@ from partitioner.units import format_seconds
 
 def test_a_large_fill_steps_one_block_at_a_time():
     graph = blocks_graph(40)  # 1,000 operations in blocks.0 .. blocks.39
-    assert len(graph.op_indices) > teaching.BLOCK_GRAIN_ABOVE
+    assert len(graph.op_indices) > stepping.BLOCK_GRAIN_ABOVE
     devices = partitioner.parse_devices(f"2x{graph.total_size_bytes * 2 // 3}")
     trace = steps.record(graph, devices, "size_based")
-    groups = teaching.group_steps(trace, max_groups=10_000)
+    groups = stepping.group_steps(trace, max_groups=10_000)
     parts = {d.moves[0][1] for d in trace.decisions if d.kind == "place"}
     assert len(groups) > len(parts) + 30  # about one step a block, not one a partition
     for g in groups:
@@ -28,14 +28,14 @@ def test_a_large_fill_steps_one_block_at_a_time():
         assert len(blocks) <= 1, (g.title, blocks)
     middle = next(g for g in groups if "blocks.7" in g.title)
     assert middle.title.endswith("in blocks.7")
-    assert len(teaching.group_steps(trace)) <= teaching.MAX_GROUPS  # played, still about a minute
+    assert len(stepping.group_steps(trace)) <= stepping.MAX_GROUPS  # played, still about a minute
 
 
 def test_a_small_graph_keeps_one_step_a_partition():
     graph = blocks_graph(4)  # 100 operations: the fill's partitions are the steps
     devices = partitioner.parse_devices(f"3x{graph.total_size_bytes // 2}")
     trace = steps.record(graph, devices, "size_based")
-    groups = teaching.group_steps(trace, max_groups=10_000)
+    groups = stepping.group_steps(trace, max_groups=10_000)
     assert len(groups) == len({d.moves[0][1] for d in trace.decisions if d.kind == "place"})
 
 

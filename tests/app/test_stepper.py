@@ -12,7 +12,7 @@ from streamlit.testing.v1 import AppTest
 
 import partitioner
 import sample_models
-from explorer.builders import teaching
+from explorer.builders import stepping
 from partitioner.accelerator import steps
 from partitioner.draw.nodeview import block_of, step_boxes_to_dot, touched_nodes
 from partitioner.testing.synthetic import blocks_graph
@@ -32,18 +32,18 @@ def test_groups_cover_every_decision_once_in_order_within_a_minute(transformer, 
     trace = steps.record(
         graph, devices, algorithm, options=partitioner.PartitionOptions.build(transfer_rate_bytes_per_s=25e9)
     )
-    groups = teaching.group_steps(trace)
-    assert groups and len(groups) <= teaching.MAX_GROUPS
+    groups = stepping.group_steps(trace)
+    assert groups and len(groups) <= stepping.MAX_GROUPS
     assert groups[0].first == 0 and groups[-1].last == len(trace.decisions) - 1
     assert all(b.first == a.last + 1 for a, b in zip(groups, groups[1:]))
-    few = teaching.group_steps(trace, max_groups=5)
+    few = stepping.group_steps(trace, max_groups=5)
     assert len(few) <= 5 and sum(g.size for g in few) == len(trace.decisions)
 
 
 def test_the_fill_is_grouped_by_partition(transformer):
     graph, devices = transformer
     trace = steps.record(graph, devices, "size_based")
-    for g in teaching.group_steps(trace, max_groups=10_000):
+    for g in stepping.group_steps(trace, max_groups=10_000):
         places = [d.moves[0][1] for d in trace.decisions[g.first : g.last + 1] if d.kind == "place"]
         assert len(set(places)) <= 1, g
 
@@ -58,10 +58,36 @@ def test_a_long_run_plays_in_sixty_steps():
         budget=2000,
         options=partitioner.PartitionOptions.build(transfer_rate_bytes_per_s=1e9),
     )
-    assert len(trace.decisions) > 300 and len(teaching._round_ends(trace)) > teaching.MAX_GROUPS
-    groups = teaching.group_steps(trace)
-    assert len(groups) == teaching.MAX_GROUPS and sum(g.size for g in groups) == len(trace.decisions)
+    assert len(trace.decisions) > 300 and len(stepping._round_ends(trace)) > stepping.MAX_GROUPS
+    groups = stepping.group_steps(trace)
+    assert len(groups) == stepping.MAX_GROUPS and sum(g.size for g in groups) == len(trace.decisions)
     assert all(b.first == a.last + 1 for a, b in zip(groups, groups[1:]))
+
+
+def test_the_player_steps_on_ticks_only_and_stops_at_the_last_step():
+    assert stepping.player_step(3, 5, playing=True, tick=True) == (4, True)
+    assert stepping.player_step(3, 5, playing=True, tick=False) == (3, True)  # a click is not a tick
+    assert stepping.player_step(4, 5, playing=True, tick=True) == (5, False)  # the tick that reaches the end
+    assert stepping.player_step(5, 5, playing=True, tick=True) == (5, False)
+    assert stepping.player_step(9, 5, playing=False, tick=True) == (5, False)  # a link's step past the end
+    assert stepping.player_step(0, 5, playing=False, tick=True) == (1, False)
+
+
+def test_a_step_shows_its_span_the_decisions_taken_and_the_latency(transformer):
+    graph, devices = transformer
+    options = partitioner.PartitionOptions.build(transfer_rate_bytes_per_s=25e9)
+    trace = steps.record(graph, devices, "cost_aware_merge", options=options)
+    plan = partitioner.partition(graph, devices, "cost_aware", transfer_rate_bytes_per_s=25e9)
+    groups = stepping.group_steps(trace)
+    for step in (1, len(groups)):
+        shown = stepping.step_shown(trace, groups, step, plan)
+        group = groups[step - 1]
+        assert shown.decision == group.last
+        assert shown.span.endswith(str(group.last + 1)) and str(group.first + 1) in shown.span
+        assert shown.taken == sum(d.accepted for d in trace.decisions[: group.last + 1])
+        assert shown.partitions == len({p for p in trace.frames[group.last].part if p >= 0})
+    last = stepping.step_shown(trace, groups, len(groups), plan)
+    assert last.latency_s == stepping.final_latency(trace, plan)
 
 
 def test_the_replay_note_says_where_the_replay_and_the_mode_part(transformer):
@@ -69,10 +95,10 @@ def test_the_replay_note_says_where_the_replay_and_the_mode_part(transformer):
     options = partitioner.PartitionOptions.build(transfer_rate_bytes_per_s=25e9)
     fill = steps.record(graph, devices, "size_based", options=options)
     plan = partitioner.partition(graph, devices, "size_based", transfer_rate_bytes_per_s=25e9)
-    assert "ends where" in teaching.replay_note(fill, plan)
+    assert "ends where" in stepping.replay_note(fill, plan)
     merge = steps.record(graph, devices, "cost_aware_merge", options=options)
     aware = partitioner.partition(graph, devices, "cost_aware", transfer_rate_bytes_per_s=25e9)
-    note = teaching.replay_note(merge, aware)
+    note = stepping.replay_note(merge, aware)
     last = merge.frames[-1]
     if (
         last.latency_s is not None
@@ -115,7 +141,7 @@ def test_the_learn_page_steps_gpt2_small_over_its_folded_blocks_and_plays():
     assert at.slider(key="learn_step").value == 2
     assert _viewers(at)["learn_steps"]["focus"], "the view follows the step"
     at.selectbox(key="learn_algorithm").set_value("kl_pass").run()
-    assert 3 < at.slider(key="learn_step").max <= teaching.MAX_GROUPS
+    assert 3 < at.slider(key="learn_step").max <= stepping.MAX_GROUPS
     at.button(key="learn_play").click().run()
     assert at.session_state["learn_playing"] and at.button(key="learn_play").label == "Pause"
     at.button(key="learn_play").click().run()
