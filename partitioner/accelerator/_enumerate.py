@@ -101,69 +101,87 @@ def bounded_search(inp: EnumInput, relax: RelaxInput, tick_s: float) -> EnumResu
     return search(dataclasses.replace(inp, lower_s=lower, time_limit_s=rest))
 
 
-def search(inp: EnumInput) -> EnumResult:  # noqa: C901 - one search, its cuts kept together
+def search(inp: EnumInput) -> EnumResult:
     """The branch and bound of NOTE: [Plan enumeration]. Exponential in the op count."""
     began = time.perf_counter()
-    n, devices = len(inp.w), len(inp.capacity)
-    w, preds, capacity = inp.w, inp.preds, inp.capacity
-    pred_mask = [sum(1 << u for u in ps) for ps in preds]
-    read_mask = [sum(1 << t for t in rs) for rs in inp.reads]
-    user_mask = [sum(1 << v for v in range(n) if u in preds[v]) for u in range(n)]
-    tbytes = inp.tensor_bytes
-    free_comm = not inp.rate or math.isinf(inp.rate)
-    one_comm = [0.0 if free_comm else inp.transfer_latency_s + tbytes[u] / inp.rate for u in range(n)]
-    best = [inp.upper_s]  # the latency to beat
-    best_plan: list[tuple[tuple[int, tuple[int, ...]], ...]] = []
-    visited = [0]
-    deadline = began + inp.time_limit_s
-    memo_memory: dict[int, int] = {}
-    memo_critical: dict[int, float] = {}
-    memo_downsets: dict[tuple[int, int, int], list[int]] = {}
-    memo_fits: dict[tuple[int, tuple[int, ...], tuple[int, ...]], bool] = {}
-    seen: dict[tuple[object, ...], list[tuple[float, ...]]] = {}
+    run = _Search(_Tables(inp), inp, began + inp.time_limit_s)
+    complete = True
+    try:
+        if inp.upper_s <= inp.lower_s * (1 + OPTIMALITY_TOLERANCE):
+            raise _Reached
+        n, devices = len(inp.w), len(inp.capacity)
+        run.step((1 << n) - 1, [], (0.0,) * devices, [0.0] * n, [-1] * n, (0,) * devices, 0.0)
+    except _Timeout:
+        complete = False
+    except _Reached:
+        pass
+    plan = run.best_plan[0] if run.best_plan else None
+    return EnumResult(complete, run.best, plan, run.visited, time.perf_counter() - began, inp.lower_s)
 
-    memo_bits: dict[int, list[int]] = {}
-    memo_room: dict[tuple[int, int], int] = {}
-    memo_open: dict[tuple[bool, ...], list[int]] = {}
 
-    def bits_of(mask: int) -> list[int]:
-        got = memo_bits.get(mask)
+class _Tables:
+    """The problem's fixed figures as bit masks (bit v: op v), and the memoised questions the
+    search asks of a set of ops: its memory, critical path, down-sets, and where ops still fit."""
+
+    def __init__(self, inp: EnumInput) -> None:
+        n = self.n = len(inp.w)
+        self.devices = len(inp.capacity)
+        self.w, self.preds, self.capacity, self.op_bytes = inp.w, inp.preds, inp.capacity, inp.op_bytes
+        self.pred_mask = [sum(1 << u for u in ps) for ps in inp.preds]
+        self.read_mask = [sum(1 << t for t in rs) for rs in inp.reads]
+        self.user_mask = [sum(1 << v for v in range(n) if u in inp.preds[v]) for u in range(n)]
+        self.tbytes = inp.tensor_bytes
+        self.memo_memory: dict[int, int] = {}
+        self.memo_critical: dict[int, float] = {}
+        self.memo_downsets: dict[tuple[int, int, int], list[int]] = {}
+        self.memo_fits: dict[tuple[int, tuple[int, ...], tuple[int, ...]], bool] = {}
+        self.memo_bits: dict[int, list[int]] = {}
+        self.memo_room: dict[tuple[int, int], int] = {}
+        self.memo_open: dict[tuple[bool, ...], list[int]] = {}
+
+    def bits_of(self, mask: int) -> list[int]:
+        got = self.memo_bits.get(mask)
         if got is None:
-            got = memo_bits[mask] = [v for v in range(n) if mask >> v & 1]
+            got = self.memo_bits[mask] = [v for v in range(self.n) if mask >> v & 1]
         return got
 
-    def room(d: int, held: int) -> int:
+    def room(self, d: int, held: int) -> int:
         """The ops that device d, holding ``held``, could still take one at a time."""
-        got = memo_room.get((d, held))
+        got = self.memo_room.get((d, held))
         if got is None:
-            got = sum(1 << v for v in range(n) if memory(held | 1 << v) <= capacity[d])
-            memo_room[(d, held)] = got
+            memory, cap = self.memory, self.capacity[d]
+            got = sum(1 << v for v in range(self.n) if memory(held | 1 << v) <= cap)
+            self.memo_room[(d, held)] = got
         return got
 
-    def memory(ops: int) -> int:
+    def memory(self, ops: int) -> int:
         """Bytes a device holding ``ops`` stores: their totals and every tensor they read from
         elsewhere, once."""
-        got = memo_memory.get(ops)
+        got = self.memo_memory.get(ops)
         if got is None:
+            tbytes, read_mask, op_bytes = self.tbytes, self.read_mask, self.op_bytes
             reads = 0
             got = 0
-            for v in bits_of(ops):
-                got += inp.op_bytes[v]
+            for v in self.bits_of(ops):
+                got += op_bytes[v]
                 reads |= read_mask[v]
             reads &= ~ops
             got += sum(tbytes[t] for t in range(len(tbytes)) if reads >> t & 1)
-            memo_memory[ops] = got
+            self.memo_memory[ops] = got
         return got
 
-    def sent_bytes(mask: int) -> int:
-        return sum(tbytes[u] for u in bits_of(mask))
+    def sent_bytes(self, mask: int) -> int:
+        tbytes = self.tbytes
+        return sum(tbytes[u] for u in self.bits_of(mask))
 
-    def critical(ops: int) -> float:
-        got = memo_critical.get(ops)
+    def critical(self, ops: int) -> float:
+        """The longest path through ``ops`` (their run time as one partition)."""
+        got = self.memo_critical.get(ops)
         if got is None:
-            longest = [0.0] * n
+            preds, w = self.preds, self.w
+            longest = [0.0] * self.n
             got = 0.0
-            for v in bits_of(ops):
+            for v in self.bits_of(ops):
                 m = 0.0
                 for u in preds[v]:
                     if ops >> u & 1 and longest[u] > m:
@@ -171,18 +189,18 @@ def search(inp: EnumInput) -> EnumResult:  # noqa: C901 - one search, its cuts k
                 longest[v] = m + w[v]
                 if longest[v] > got:
                     got = longest[v]
-            memo_critical[ops] = got
+            self.memo_critical[ops] = got
         return got
 
-    def downsets(rest: int, held: int, cap: int) -> list[int]:
+    def downsets(self, rest: int, held: int, cap: int) -> list[int]:
         """Every non-empty down-set of the unplaced ops ``rest`` that a device holding ``held``
         can take within ``cap`` bytes."""
         key = (rest, held, cap)
-        found = memo_downsets.get(key)
+        found = self.memo_downsets.get(key)
         if found is not None:
             return found
         found = []
-        order = bits_of(rest)
+        order, pred_mask, memory = self.bits_of(rest), self.pred_mask, self.memory
 
         def grow(i: int, chosen: int) -> None:
             if i == len(order):
@@ -197,55 +215,75 @@ def search(inp: EnumInput) -> EnumResult:  # noqa: C901 - one search, its cuts k
                 grow(i + 1, chosen | 1 << v)
 
         grow(0, 0)
-        memo_downsets[key] = found
+        self.memo_downsets[key] = found
         return found
 
-    def open_devices(dev_ops: tuple[int, ...]) -> list[int]:
+    def open_devices(self, dev_ops: tuple[int, ...]) -> list[int]:
         """The used devices and, of the unused, the first of each memory (it stands for the others)."""
         used = tuple(bool(ops) for ops in dev_ops)
-        got = memo_open.get(used)
+        got = self.memo_open.get(used)
         if got is None:
-            got = memo_open[used] = [
+            capacity = self.capacity
+            got = self.memo_open[used] = [
                 d
-                for d in range(devices)
+                for d in range(self.devices)
                 if used[d] or not any(not used[e] and capacity[e] == capacity[d] for e in range(d))
             ]
         return got
 
-    def fits(rest: int, dev_ops: tuple[int, ...], may: tuple[int, ...]) -> bool:
+    def fits(self, rest: int, dev_ops: tuple[int, ...], may: tuple[int, ...]) -> bool:
         """Whether the ops of ``rest`` can go to devices within their memory, op v to device d
         only where bit v of ``may[d]`` is set (memoised)."""
         if not rest:
             return True
         key = (rest, dev_ops, may)
-        got = memo_fits.get(key)
+        got = self.memo_fits.get(key)
         if got is None:
             v = (rest & -rest).bit_length() - 1
             got = False
-            for d in open_devices(dev_ops):
+            for d in self.open_devices(dev_ops):
                 grown = dev_ops[d] | 1 << v
-                if may[d] >> v & 1 and room(d, dev_ops[d]) >> v & 1:
-                    if fits(rest & ~(1 << v), dev_ops[:d] + (grown,) + dev_ops[d + 1 :], may):
+                if may[d] >> v & 1 and self.room(d, dev_ops[d]) >> v & 1:
+                    if self.fits(rest & ~(1 << v), dev_ops[:d] + (grown,) + dev_ops[d + 1 :], may):
                         got = True
                         break
-            memo_fits[key] = got
+            self.memo_fits[key] = got
         return got
 
+
+class _Search:
+    """One depth-first search: the best plan found so far, the partial plans seen (for the
+    dominance cut) and the steps that extend a partial plan by one partition."""
+
+    def __init__(self, tables: _Tables, inp: EnumInput, deadline: float) -> None:
+        self.t, self.inp, self.deadline = tables, inp, deadline
+        self.free_comm = not inp.rate or math.isinf(inp.rate)
+        tbytes = inp.tensor_bytes
+        self.one_comm = [
+            0.0 if self.free_comm else inp.transfer_latency_s + tbytes[u] / inp.rate for u in range(tables.n)
+        ]
+        self.best = inp.upper_s  # the latency to beat
+        self.best_plan: list[tuple[tuple[int, tuple[int, ...]], ...]] = []
+        self.visited = 0
+        self.seen: dict[tuple[object, ...], list[tuple[float, ...]]] = {}
+
     def bound(
-        rest: int, free: tuple[float, ...], fin: list[float], dev: list[int], dev_ops: tuple[int, ...]
+        self, rest: int, free: tuple[float, ...], fin: list[float], dev: list[int], dev_ops: tuple[int, ...]
     ) -> tuple[float, tuple[int, ...]]:
         """The latest earliest finish of an unplaced op, and per device the unplaced ops that
         could finish there before the best plan found. An op on a device (its memory alone
         permitting) finishes no earlier than its time after the device is free and after each
         input arrived: a placed input from its partition, an unplaced one at its own earliest
         finish on the device that suits, each plus its one tensor's transfer between devices."""
+        t = self.t
+        n, devices, preds, w, one_comm = t.n, t.devices, t.preds, t.w, self.one_comm
         early: list[list[float]] = [[]] * n
         elsewhere = [0.0] * n  # an unplaced op's output on any device, with its transfer
         top = 0.0
-        limit = best[0]
+        limit = self.best
         may = [0] * devices
-        rooms = [room(d, dev_ops[d]) for d in range(devices)]
-        for v in bits_of(rest):
+        rooms = [t.room(d, dev_ops[d]) for d in range(devices)]
+        for v in t.bits_of(rest):
             row = []
             for d in range(devices):
                 if not rooms[d] >> v & 1:
@@ -254,15 +292,15 @@ def search(inp: EnumInput) -> EnumResult:  # noqa: C901 - one search, its cuts k
                 r = free[d]
                 for u in preds[v]:
                     if rest >> u & 1:
-                        t = early[u][d]
-                        if elsewhere[u] < t:
-                            t = elsewhere[u]
+                        a = early[u][d]
+                        if elsewhere[u] < a:
+                            a = elsewhere[u]
                     elif dev[u] != d:
-                        t = fin[u] + one_comm[u]
+                        a = fin[u] + one_comm[u]
                     else:
-                        t = fin[u]
-                    if t > r:
-                        r = t
+                        a = fin[u]
+                    if a > r:
+                        r = a
                 r += w[v]
                 if r < limit:
                     may[d] |= 1 << v
@@ -279,13 +317,20 @@ def search(inp: EnumInput) -> EnumResult:  # noqa: C901 - one search, its cuts k
         return top, tuple(may)
 
     def dominated(
-        rest: int, dev_ops: tuple[int, ...], free: tuple[float, ...], parts: list[tuple[int, int, float]], latest: float
+        self,
+        rest: int,
+        dev_ops: tuple[int, ...],
+        free: tuple[float, ...],
+        parts: list[tuple[int, int, float]],
+        latest: float,
     ) -> bool:
+        """Whether a partial plan searched before is no later everywhere (NOTE: [Plan enumeration])."""
+        user_mask, bits_of = self.t.user_mask, self.t.bits_of
         live = [(ops & ~rest & sum(user_mask[u] & rest and 1 << u for u in bits_of(ops)), d, f) for d, ops, f in parts]
         live = sorted((m, d, f) for m, d, f in live if m)
         key = (rest, dev_ops, tuple((m, d) for m, d, _ in live))
         times = (latest,) + free + tuple(f for _, _, f in live)
-        stored = seen.setdefault(key, [])
+        stored = self.seen.setdefault(key, [])
         for other in stored:
             if all(a <= b for a, b in zip(other, times)):
                 return True
@@ -293,7 +338,53 @@ def search(inp: EnumInput) -> EnumResult:  # noqa: C901 - one search, its cuts k
         stored.append(times)
         return False
 
+    def children(
+        self,
+        rest: int,
+        parts: list[tuple[int, int, float]],
+        free: tuple[float, ...],
+        dev_ops: tuple[int, ...],
+        may: tuple[int, ...],
+    ) -> list[tuple[float, int, int, int]]:
+        """The next partitions worth trying, soonest finish first: (finish, -op count, device, ops)."""
+        t, inp = self.t, self.inp
+        children = []
+        for d in t.open_devices(dev_ops):
+            for ops in t.downsets(rest, dev_ops[d], t.capacity[d]):
+                if ops & ~may[d]:  # an op that cannot finish there before the best plan found
+                    continue
+                start = free[d]
+                reads = 0
+                for v in t.bits_of(ops):
+                    reads |= t.pred_mask[v]
+                reads &= ~ops
+                if reads:
+                    for qd, qops, qfin in parts:
+                        got = reads & qops
+                        if got:
+                            a = (
+                                qfin
+                                if qd == d or self.free_comm
+                                else (qfin + inp.transfer_latency_s + t.sent_bytes(got) / inp.rate)
+                            )
+                            if a > start:
+                                start = a
+                finish = start + t.critical(ops)
+                if finish < self.best:
+                    children.append((finish, -ops.bit_count(), d, ops))
+        children.sort()
+        return children
+
+    def complete(self, parts: list[tuple[int, int, float]], latest: float) -> None:
+        """Every op is placed: keep the plan if it is the best so far."""
+        if latest < self.best:
+            self.best = latest
+            self.best_plan[:] = [tuple((d, tuple(self.t.bits_of(ops))) for d, ops, _ in parts)]
+            if latest <= self.inp.lower_s * (1 + OPTIMALITY_TOLERANCE):
+                raise _Reached
+
     def step(
+        self,
         rest: int,
         parts: list[tuple[int, int, float]],
         free: tuple[float, ...],
@@ -302,55 +393,25 @@ def search(inp: EnumInput) -> EnumResult:  # noqa: C901 - one search, its cuts k
         dev_ops: tuple[int, ...],
         latest: float,
     ) -> None:
-        visited[0] += 1
-        if visited[0] & 255 == 0 and time.perf_counter() > deadline:
+        """Extend the partial plan ``parts`` (the unplaced ops ``rest``) every way the cuts allow."""
+        self.visited += 1
+        if self.visited & 255 == 0 and time.perf_counter() > self.deadline:
             raise _Timeout
         if not rest:
-            if latest < best[0]:
-                best[0] = latest
-                best_plan[:] = [tuple((d, tuple(bits_of(ops))) for d, ops, _ in parts)]
-                if latest <= inp.lower_s * (1 + OPTIMALITY_TOLERANCE):
-                    raise _Reached
+            self.complete(parts, latest)
             return
-        allowed = open_devices(dev_ops)
-        low, may = bound(rest, free, fin, dev, dev_ops)
-        if max(latest, low) >= best[0]:
+        low, may = self.bound(rest, free, fin, dev, dev_ops)
+        if max(latest, low) >= self.best:
             return
-        if not fits(rest, dev_ops, may) or dominated(rest, dev_ops, free, parts, latest):
+        if not self.t.fits(rest, dev_ops, may) or self.dominated(rest, dev_ops, free, parts, latest):
             return
-        children = []
-        for d in allowed:
-            for ops in downsets(rest, dev_ops[d], capacity[d]):
-                if ops & ~may[d]:  # an op that cannot finish there before the best plan found
-                    continue
-                start = free[d]
-                reads = 0
-                for v in bits_of(ops):
-                    reads |= pred_mask[v]
-                reads &= ~ops
-                if reads:
-                    for qd, qops, qfin in parts:
-                        got = reads & qops
-                        if got:
-                            t = (
-                                qfin
-                                if qd == d or free_comm
-                                else (qfin + inp.transfer_latency_s + sent_bytes(got) / inp.rate)
-                            )
-                            if t > start:
-                                start = t
-                finish = start + critical(ops)
-                if finish < best[0]:
-                    children.append((finish, -ops.bit_count(), d, ops))
-        children.sort()
-        for finish, _, d, ops in children:
-            if max(latest, finish) >= best[0]:
+        for finish, _, d, ops in self.children(rest, parts, free, dev_ops, may):
+            if max(latest, finish) >= self.best:
                 continue
             parts.append((d, ops, finish))
-            saved = [(v, fin[v], dev[v]) for v in bits_of(ops)]
-            for v, _, _ in saved:
+            for v in self.t.bits_of(ops):
                 fin[v], dev[v] = finish, d
-            step(
+            self.step(
                 rest & ~ops,
                 parts,
                 free[:d] + (finish,) + free[d + 1 :],
@@ -360,16 +421,3 @@ def search(inp: EnumInput) -> EnumResult:  # noqa: C901 - one search, its cuts k
                 max(latest, finish),
             )
             parts.pop()
-
-    complete = True
-    try:
-        if inp.upper_s <= inp.lower_s * (1 + OPTIMALITY_TOLERANCE):
-            raise _Reached
-        step((1 << n) - 1, [], (0.0,) * devices, [0.0] * n, [-1] * n, (0,) * devices, 0.0)
-    except _Timeout:
-        complete = False
-    except _Reached:
-        pass
-    return EnumResult(
-        complete, best[0], best_plan[0] if best_plan else None, visited[0], time.perf_counter() - began, inp.lower_s
-    )

@@ -329,21 +329,11 @@ def _move_partitions(s: _State, budget: int) -> bool:
 
 
 def _room_for(s: _State, p: int, d: int) -> bool:
-    """Whether device ``d`` (not p's) can take partition p's members: the union rule of
-    :class:`DeviceMemory` priced without writing the tally, stopping once the room is used up;
-    under torch's rule, the exact check after that. O(|members| deg)."""
-    members, memory = s.members[p], s.memory
-    count, readers, out, total, preds = memory.count[d], memory.readers[d], memory.out, memory.total, memory.preds
-    room = s.capacity[d] - memory.bytes[d]
-    counted: set[int] = set()
-    for v in members:
-        room -= total[v] - (out[v] if readers.get(v) else 0)
-        for u in preds[v]:
-            if u not in members and u not in counted and not readers.get(u) and not count.get(u):
-                counted.add(u)
-                room -= out[u]
-        if room < 0:
-            return False
+    """Whether device ``d`` (not p's) can take partition p's members: :meth:`DeviceMemory.fits`
+    (the union rule priced without writing the tally); under torch's rule, the exact check after
+    that. O(|members| deg)."""
+    if not s.memory.fits(s.members[p], d, s.capacity[d]):
+        return False
     if not s.cost.torch:
         return True
     old, s.devices_of[p] = s.devices_of[p], [d]

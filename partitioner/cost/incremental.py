@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import heapq
 import math
-from typing import Iterable, Mapping, Sequence
+from typing import AbstractSet, Iterable, Mapping, Sequence
 
 from partitioner.cost.model import CostModel
 
@@ -300,6 +300,23 @@ class DeviceMemory:
             if not readers.get(u) and not count.get(u):
                 more += out[u]
         return more
+
+    def fits(self, members: AbstractSet[int], d: int, capacity: int) -> bool:
+        """Whether ``members`` (none of them held on ``d``) can join device ``d`` and keep it within
+        ``capacity`` bytes: the union rule of :meth:`add`, priced without writing the tally and
+        stopping once the room is used up. O(|members| deg)."""
+        count, readers, out, total = self.count[d], self.readers[d], self.out, self.total
+        room = capacity - self.bytes[d]
+        counted: set[int] = set()
+        for v in members:
+            room -= total[v] - (out[v] if readers.get(v) else 0)
+            for u in self.preds[v]:
+                if u not in members and u not in counted and not readers.get(u) and not count.get(u):
+                    counted.add(u)
+                    room -= out[u]
+            if room < 0:
+                return False
+        return True
 
     def removed(self, v: int, d: int) -> int:
         """The bytes :meth:`remove` would free on ``d``, without removing."""

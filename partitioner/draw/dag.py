@@ -160,7 +160,7 @@ def plan_to_dot(
     low, high = scale or ((min(values.values()), max(values.values())) if values else (0.0, 0.0))
     marked = set(highlight)
     colours = device_colours(plan.devices)
-    over = over_capacity_devices(plan)
+    over = set(plan.over_capacity())
     critical_nodes = set(plan.critical_path) if highlight_critical else set()
     critical_edges = set(zip(plan.critical_path, plan.critical_path[1:])) if highlight_critical else set()
     lines = [

@@ -61,9 +61,9 @@ def device_colours(devices: Iterable[Device]) -> dict[int, str]:
 
 
 def over_capacity_devices(plan: Plan) -> set[int]:
-    """Logical ids of devices holding more than their memory (from ``plan.device_usage``)."""
-    used = plan.device_memory_bytes()
-    return {d.logical_id for d in plan.devices if used.get(d.logical_id, 0) > d.memory_bytes}
+    """Logical ids of devices holding more than their memory: the plan's own rule,
+    :meth:`Plan.over_capacity`, as a set for the drawings' membership tests."""
+    return set(plan.over_capacity())
 
 
 def partition_capacity(plan: Plan, partition: Partition) -> int | None:

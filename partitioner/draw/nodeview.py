@@ -23,12 +23,12 @@ from partitioner.draw.dot import (
 from partitioner.draw.dot import quote as _q
 from partitioner.draw.overlay import colour_for, legend_node, node_values
 from partitioner.errors import PartitionError
-from partitioner.plan.records import Plan
+from partitioner.plan.records import Partition, Plan
 from partitioner.units import format_flops, format_seconds
 
 if TYPE_CHECKING:  # pragma: no cover
     from partitioner.accelerator.steps import DecisionTrace
-    from partitioner.graph import Graph
+    from partitioner.graph import Graph, Node
 
 __all__ = ["partition_to_dot", "node_tip", "step_to_dot", "step_boxes_to_dot", "touched_nodes", "block_of"]
 
@@ -88,20 +88,8 @@ def partition_to_dot(
     unknown = [n for n in p.node_names if n not in graph.index]
     shown = known[:max_nodes]
     inside = {graph.index[n] for n in shown}
-    colours = device_colours(plan.devices)
-    _, fill = _fill(colours, p.device_ids)
-    fill = fill.split(":")[0]
-    count = len(p.node_names)
-    title = f"P{p.id} on {_device_names(plan, p.device_ids)}: {count} node{'' if count == 1 else 's'}"
-    if len(known) > len(shown):
-        title += f" (first {len(shown)} drawn)"
-    lines = [
-        "digraph partition {",
-        f"  graph [rankdir=TB, labelloc=t, fontname=Helvetica, fontsize=14, label={_q(title)}];",
-        f'  node [shape=box, style="rounded,filled", fillcolor="{fill}", fontname=Helvetica, fontsize=10];',
-        "  edge [fontname=Helvetica, fontsize=8];",
-    ]
     placed = f"P{p.id} on {_device_names(plan, p.device_ids)}"
+    lines = _partition_header(plan, p, len(known), len(shown))
     marked = set(highlight)
     values: list[float] = []
     low = high = 0.0
@@ -109,66 +97,21 @@ def partition_to_dot(
         part_of = {graph.index[n]: q for n, q in where.items() if n in graph.index}
         values = node_values(graph, overlay, node_s or [0.0] * len(graph), part_of)
         low, high = min((values[v] for v in inside), default=0.0), max((values[v] for v in inside), default=0.0)
-    stubs_in: dict[int, str] = {}
-    stubs_out: dict[int, None] = {}
-    edges: list[str] = []
+    links = _Links(graph, inside, where, p)
     for v in sorted(inside):
-        nd = graph.nodes[v]
-        parts = [nd.name, f"{nd.op}: {nd.target}"]
-        shape = _shape(nd.shape, nd.dtype)
-        if shape:
-            parts.append(shape)
-        size = format_bytes(nd.output_bytes)
-        if nd.param_bytes:
-            size += f" + params {format_bytes(nd.param_bytes)}"
-        if nd.flops:
-            size += f" | {format_flops(nd.flops)}"
-        parts.append(size)
-        attrs = [f"label={_q(chr(10).join(parts))}", f'id="n{v}"', f"tooltip={_q(node_tip(graph, v, node_s, placed))}"]
+        attrs = [
+            f"label={_q(_node_label(graph.nodes[v]))}",
+            f'id="n{v}"',
+            f"tooltip={_q(node_tip(graph, v, node_s, placed))}",
+        ]
         if values:
             attrs.append(f'fillcolor="{colour_for(values[v], low, high)}"')
-        if nd.name in marked:
+        if graph.nodes[v].name in marked:
             attrs += [f'color="{HIGHLIGHT_COLOUR}"', "penwidth=4"]
         lines.append(f"  n{v} [{', '.join(attrs)}];")
-        for u in graph.preds[v]:
-            if u in inside:
-                edges.append(f"  n{u} -> n{v};")
-                continue
-            src = graph.nodes[u]
-            if src.name in where:
-                origin = f"from P{where[src.name]}"
-            elif src.op == "placeholder":
-                origin = "model input"
-            elif src.op == "get_attr":
-                origin = "attribute"
-            elif src.name in p.node_names:
-                origin = "this partition (not drawn)"
-            else:
-                origin = "no partition"
-            stubs_in[u] = f"{src.name}\n{origin}\n{format_bytes(src.output_bytes)}"
-            edges.append(f"  in{u} -> n{v} [style=dashed];")
-        for w in graph.users[v]:
-            if w in inside:
-                continue
-            dst = graph.nodes[w]
-            if dst.name in where and where[dst.name] != p.id:
-                q = where[dst.name]
-                stubs_out[q] = None
-                edges.append(f"  n{v} -> out{q} [style=dashed];")
-            elif dst.op == "output":
-                stubs_out[-1] = None
-                edges.append(f"  n{v} -> out_model [style=dashed];")
-    for u in sorted(stubs_in):
-        lines.append(f'  in{u} [label={_q(stubs_in[u])}, style="dashed", fillcolor=white, fontcolor="#555555"];')
-    for q in sorted(stubs_out):
-        if q < 0:
-            lines.append('  out_model [label="model output", style="dashed", fontcolor="#555555"];')
-        else:
-            target = by_id.get(q)
-            devices = _device_names(plan, target.device_ids) if target else "?"
-            label = _q(f"to P{q}" + "\n" + devices)
-            lines.append(f'  out{q} [label={label}, style="dashed", fontcolor="#555555"];')
-    lines.extend(sorted(set(edges)))
+        links.add(v)
+    lines += links.stub_lines(plan, by_id)
+    lines.extend(sorted(set(links.edges)))
     if unknown:
         shown_unknown = ", ".join(unknown[:8]) + (" ..." if len(unknown) > 8 else "")
         note = f"{len(unknown)} node(s) not in this model: {shown_unknown}"
@@ -177,6 +120,98 @@ def partition_to_dot(
         lines.append(legend_node(overlay, low, high))
     lines.append("}")
     return "\n".join(lines) + "\n"
+
+
+def _partition_header(plan: Plan, p: Partition, known: int, shown: int) -> list[str]:
+    """The DOT lines opening one partition's drawing: its title and the nodes' default fill."""
+    _, fill = _fill(device_colours(plan.devices), p.device_ids)
+    fill = fill.split(":")[0]
+    count = len(p.node_names)
+    title = f"P{p.id} on {_device_names(plan, p.device_ids)}: {count} node{'' if count == 1 else 's'}"
+    if known > shown:
+        title += f" (first {shown} drawn)"
+    return [
+        "digraph partition {",
+        f"  graph [rankdir=TB, labelloc=t, fontname=Helvetica, fontsize=14, label={_q(title)}];",
+        f'  node [shape=box, style="rounded,filled", fillcolor="{fill}", fontname=Helvetica, fontsize=10];',
+        "  edge [fontname=Helvetica, fontsize=8];",
+    ]
+
+
+def _node_label(nd: "Node") -> str:
+    """Name, op and target, shape and dtype, bytes (output, parameters) and FLOPs, one a line."""
+    parts = [nd.name, f"{nd.op}: {nd.target}"]
+    shape = _shape(nd.shape, nd.dtype)
+    if shape:
+        parts.append(shape)
+    size = format_bytes(nd.output_bytes)
+    if nd.param_bytes:
+        size += f" + params {format_bytes(nd.param_bytes)}"
+    if nd.flops:
+        size += f" | {format_flops(nd.flops)}"
+    parts.append(size)
+    return "\n".join(parts)
+
+
+class _Links:
+    """The edges of a partition's drawing: between drawn nodes, and dashed to stubs for what
+    comes from outside (another partition, the model's inputs) and what leaves it."""
+
+    def __init__(self, graph: "Graph", inside: set[int], where: dict[str, int], p: Partition) -> None:
+        self.graph, self.inside, self.where, self.p = graph, inside, where, p
+        self.stubs_in: dict[int, str] = {}
+        self.stubs_out: dict[int, None] = {}  # consuming partition ids; -1: the model's output
+        self.edges: list[str] = []
+
+    def _origin(self, u: int) -> str:
+        src = self.graph.nodes[u]
+        if src.name in self.where:
+            return f"from P{self.where[src.name]}"
+        if src.op == "placeholder":
+            return "model input"
+        if src.op == "get_attr":
+            return "attribute"
+        if src.name in self.p.node_names:
+            return "this partition (not drawn)"
+        return "no partition"
+
+    def add(self, v: int) -> None:
+        """The edges into and out of drawn node ``v``."""
+        graph, inside, where = self.graph, self.inside, self.where
+        for u in graph.preds[v]:
+            if u in inside:
+                self.edges.append(f"  n{u} -> n{v};")
+                continue
+            src = graph.nodes[u]
+            self.stubs_in[u] = f"{src.name}\n{self._origin(u)}\n{format_bytes(src.output_bytes)}"
+            self.edges.append(f"  in{u} -> n{v} [style=dashed];")
+        for w in graph.users[v]:
+            if w in inside:
+                continue
+            dst = graph.nodes[w]
+            if dst.name in where and where[dst.name] != self.p.id:
+                q = where[dst.name]
+                self.stubs_out[q] = None
+                self.edges.append(f"  n{v} -> out{q} [style=dashed];")
+            elif dst.op == "output":
+                self.stubs_out[-1] = None
+                self.edges.append(f"  n{v} -> out_model [style=dashed];")
+
+    def stub_lines(self, plan: Plan, by_id: dict[int, Partition]) -> list[str]:
+        """The dashed stub nodes, sources first, in id order."""
+        lines = [
+            f'  in{u} [label={_q(self.stubs_in[u])}, style="dashed", fillcolor=white, fontcolor="#555555"];'
+            for u in sorted(self.stubs_in)
+        ]
+        for q in sorted(self.stubs_out):
+            if q < 0:
+                lines.append('  out_model [label="model output", style="dashed", fontcolor="#555555"];')
+            else:
+                target = by_id.get(q)
+                devices = _device_names(plan, target.device_ids) if target else "?"
+                label = _q(f"to P{q}" + "\n" + devices)
+                lines.append(f'  out{q} [label={label}, style="dashed", fontcolor="#555555"];')
+        return lines
 
 
 def step_to_dot(trace: "DecisionTrace", index: int, devices: Sequence[Device]) -> str:

@@ -187,8 +187,9 @@ class Plan:
         return max(self.device_utilisation().values(), default=0.0)
 
     def over_capacity(self) -> tuple[int, ...]:
-        """Logical ids of the devices holding more than their memory."""
-        return tuple(i for i, u in self.device_utilisation().items() if u > 1.0)
+        """Logical ids of the devices holding more than their memory (compared in bytes)."""
+        used = self.device_memory_bytes()
+        return tuple(d.logical_id for d in self.devices if used[d.logical_id] > d.memory_bytes)
 
     def schedule(self) -> dict[int, tuple[float, float]]:
         """Partition id -> (start s, finish s) in the plan's schedule; the largest finish is
