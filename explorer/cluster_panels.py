@@ -11,7 +11,7 @@ from typing import Any
 import streamlit as st
 
 from explorer import graph_panels, panels, state
-from explorer.builders import cluster_figures
+from explorer.builders import cluster_run_figures
 from explorer.builders.text import md
 from partitioner import Graph, cluster, format_bytes, format_seconds
 
@@ -145,11 +145,11 @@ def run_here(chosen: cluster.Layout, graph: Graph, prof: cluster.ModelProfile, c
             f"{check.profile_name!r} of this machine (load {check.load_average[0]:.1f} on {os.cpu_count()} cores)."
         )
     )
-    st.plotly_chart(cluster_figures.run_figure(check), key="cl_run_chart")
+    st.plotly_chart(cluster_run_figures.run_figure(check), key="cl_run_chart")
     left, right = st.columns([2, 3])
-    left.dataframe(cluster_figures.parts_table(check), hide_index=True, width="stretch")
+    left.dataframe(cluster_run_figures.parts_table(check), hide_index=True, width="stretch")
     right.dataframe(
-        cluster_figures.run_table(planned, result.ranks),
+        cluster_run_figures.run_table(planned, result.ranks),
         hide_index=True,
         width="stretch",
         column_config={"rank": st.column_config.NumberColumn(width="small")},
