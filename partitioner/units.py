@@ -214,7 +214,7 @@ DTYPES: tuple[DType, ...] = (
     DType("bfloat16", "bf16", 16, "bfloat16", (), precision=True, calibrated=True),
     DType("float16", "fp16", 16, "float16", ("half", "f16")),
     DType("float8_e4m3fn", "fp8", 8, "float8", ("float8", "float8_e4m3"), loads_as="bfloat16"),
-    DType("float8_e5m2", "fp8_e5m2", 8, "float8"),
+    DType("float8_e5m2", "fp8_e5m2", 8, "float8", loads_as="bfloat16"),
     DType("float64", "fp64", 64, "float64", ("double",)),
     DType("int8", "int8", 8, "int8", (), loads_as="bfloat16"),
     DType("int4", "int4", 4, "int4", (), loads_as="bfloat16"),

@@ -11,18 +11,18 @@ from __future__ import annotations
 
 import difflib
 import functools
-import json
-import re
 from typing import Any, Mapping
 
 import torch
 from torch import nn
 
 from partitioner import optional
+from partitioner.units import DTYPES, find_dtype
 from sample_models._common import HF_OPS_PER_LAYER, MAX_GRAPH_OPS, seeded
+from sample_models._hf_fields import _REPEATED, check_activations, check_ranges, check_rope, from_text
 from sample_models._user import LoaderError, ModelSpecError
 
-__all__ = ["load_hf", "PRESETS", "REAL_WEIGHTS_MAX_PARAMS", "is_meta", "weight_scale", "DTYPES", "layer_fields"]
+__all__ = ["load_hf", "PRESETS", "REAL_WEIGHTS_MAX_PARAMS", "is_meta", "weight_scale", "layer_fields"]
 
 # The configs of the published checkpoints (their config.json), as (model type, fields).
 PRESETS: dict[str, tuple[str, dict[str, Any]]] = {
@@ -123,18 +123,6 @@ TOKEN_SETTINGS = {"batch_size": 1, "seq_len": SEQUENCE}
 MAX_TOKENS = 1 << 20  # batch x sequence traced on fake tensors: beyond, tracing takes minutes
 MAX_PIXELS = 1 << 26  # values of a vision model's example image (256 MiB in fp32), made before tracing
 REAL_WEIGHTS_MAX_PARAMS = 50_000_000  # larger models get meta weights
-# NOTE: [Config ranges] transformers checks a config field's type (its strict dataclasses) but
-# not its range: n_head=0 or vocab_size=0 build a model that divides by zero or cannot take a
-# token. A field named as a size, a count of heads, layers, experts or positions, given as a
-# whole number, must be at least 1 (checked on the fields a person sets, under their canonical
-# names through the config's attribute_map). Counts of layers and experts are modules to build
-# one by one: at most MAX_REPEATS (Llama-3-405B has 126 layers; n_layer=1e12 would never finish).
-MAX_REPEATS = 1024
-_REPEATED = re.compile(r"(^n_layer$|.*_layers$|.*experts$)")
-_DIMENSION = re.compile(
-    r"(^(n|num|d)_.*|.*_(size|dim|heads|layers|embeddings|positions|channels|experts|"
-    r"embd|head|layer|inner|tok|model|ff|kv)$)"
-)
 
 
 def _transformers() -> Any:
@@ -156,25 +144,20 @@ def is_meta(module: nn.Module) -> bool:
     return any(p.is_meta for p in module.parameters())
 
 
-DTYPES = {
-    "fp32": torch.float32,
-    "float32": torch.float32,
-    "bf16": torch.bfloat16,
-    "bfloat16": torch.bfloat16,
-    "fp16": torch.float16,
-    "float16": torch.float16,
-    "fp8": torch.bfloat16,
-    "int8": torch.bfloat16,
-    "int4": torch.bfloat16,
-}
-# Quantized weights: the model runs in bf16 and its parameters are counted at this share of
-# their bf16 bytes (trace, then Graph.with_weight_bytes; see weight_scale).
-WEIGHT_SCALE = {"fp8": 0.5, "int8": 0.5, "int4": 0.25}
-
-
 def weight_scale(overrides: Mapping[str, Any]) -> float:
-    """The share of bf16 bytes the weights take under ``overrides``' dtype (1 when unquantized)."""
-    return WEIGHT_SCALE.get(str(overrides.get("dtype", "fp32")), 1.0)
+    """The share of bf16 bytes the weights take under ``overrides``' dtype: quantized weights (fp8,
+    int8, int4) run in bf16 and their parameters are counted at this share after tracing
+    (Graph.with_weight_bytes); 1 when unquantized (:attr:`partitioner.units.DType.weight_scale`)."""
+    kind = find_dtype(overrides.get("dtype", "fp32"))
+    return kind.weight_scale if kind is not None else 1.0
+
+
+def _torch_dtype(name: str, dtype_name: str) -> torch.dtype:
+    """The torch dtype the loader builds for ``dtype_name`` (any name of :data:`partitioner.units.DTYPES`)."""
+    kind = find_dtype(dtype_name)
+    if kind is None:
+        raise LoaderError(f"hf:{name}: dtype {dtype_name!r} is not one of {', '.join(d.short for d in DTYPES)}")
+    return getattr(torch, kind.torch_name)
 
 
 @functools.lru_cache(maxsize=64)
@@ -254,8 +237,7 @@ def _load_hf(name: str, overrides: Mapping[str, Any]) -> tuple[nn.Module, tuple[
             f"(got {shape['batch_size']} x {shape['seq_len']}); the cluster planner scales a "
             "short trace to any batch and length"
         )
-    if dtype_name not in DTYPES:
-        raise LoaderError(f"hf:{name}: dtype {dtype_name!r} is not one of {', '.join(DTYPES)}")
+    dtype = _torch_dtype(name, dtype_name)
     model_type, fields = PRESETS.get(name, (name, {}))
     try:
         base = transformers.AutoConfig.for_model(model_type)
@@ -265,7 +247,7 @@ def _load_hf(name: str, overrides: Mapping[str, Any]) -> tuple[nn.Module, tuple[
             f"hf:{name} is neither a preset ({', '.join(PRESETS)}) nor a transformers model type "
             f"({str(exc).splitlines()[0][:120]}); e.g. hf:llama, hf:gpt2, hf:t5, hf:vit"
         ) from None
-    overrides = {k: _from_text(v) for k, v in overrides.items()}
+    overrides = {k: from_text(v) for k, v in overrides.items()}
     unknown = sorted(set(overrides) - set(known))
     if unknown:
         close = difflib.get_close_matches(unknown[0], list(known), n=3)
@@ -276,7 +258,7 @@ def _load_hf(name: str, overrides: Mapping[str, Any]) -> tuple[nn.Module, tuple[
         )
     from huggingface_hub.errors import StrictDataclassError
 
-    _check_ranges(name, getattr(base, "attribute_map", {}) or {}, overrides)
+    check_ranges(name, getattr(base, "attribute_map", {}) or {}, overrides)
     try:
         config = transformers.AutoConfig.for_model(model_type, **{**fields, **overrides})
     except (ValueError, TypeError, KeyError, ArithmeticError, StrictDataclassError) as exc:
@@ -285,8 +267,8 @@ def _load_hf(name: str, overrides: Mapping[str, Any]) -> tuple[nn.Module, tuple[
             f"hf:{name}: transformers' {model_type} config refused a field ({said}); give each "
             "field a value of its type, e.g. num_hidden_layers=2, attn_pdrop=0.1"
         ) from None
-    _check_rope(name, config, transformers)
-    _check_activations(name, overrides, transformers)
+    check_rope(name, config, transformers)
+    check_activations(name, overrides, transformers)
     config.use_cache = False
     _check_layers(name, config)
     image = _check_image(name, config, shape["batch_size"]) if model_type in VISION else None
@@ -305,12 +287,12 @@ def _load_hf(name: str, overrides: Mapping[str, Any]) -> tuple[nn.Module, tuple[
                 model = auto.from_config(config)  # small: real weights, so a split can be checked
     except (ValueError, TypeError, KeyError, RuntimeError, ArithmeticError) as exc:
         raise LoaderError(f"hf:{name}: transformers could not build it ({str(exc).splitlines()[0][:200]})") from None
-    model = model.to(DTYPES[dtype_name]).eval()
+    model = model.to(dtype).eval()
     generator = torch.Generator().manual_seed(0)
     if image is not None:  # a conv needs one device: a meta model's image is made on meta (no memory)
         if is_meta(model):
-            return model, (torch.empty(image, dtype=DTYPES[dtype_name], device="meta"),), {}
-        return model, (torch.randn(image, generator=generator).to(DTYPES[dtype_name]),), {}
+            return model, (torch.empty(image, dtype=dtype, device="meta"),), {}
+        return model, (torch.randn(image, generator=generator).to(dtype),), {}
     vocab = int(getattr(config, "vocab_size", 1000))
     limit = int(getattr(config, "max_position_embeddings", 0) or getattr(config, "n_positions", 0) or shape["seq_len"])
     if shape["seq_len"] > limit and shape["seq_len"] != SEQUENCE:
@@ -356,68 +338,3 @@ def _check_image(name: str, config: Any, batch: int) -> tuple[int, int, int, int
             "image_size"
         )
     return batch, channels, size, size
-
-
-def _from_text(value: Any) -> Any:
-    """A dict or list field given as JSON text (how overrides stay hashable: the app's cache key
-    and a plan's model label) read back; any other value unchanged."""
-    if isinstance(value, str) and value[:1] in ("{", "["):
-        try:
-            return json.loads(value)
-        except json.JSONDecodeError:
-            return value
-    return value
-
-
-def _check_ranges(name: str, aliases: Mapping[str, str], overrides: Mapping[str, Any]) -> None:
-    """Refuse dimension fields below 1 (NOTE: [Config ranges]) before the config is made: some
-    configs divide by them as they are made (Llama's head_dim)."""
-    for key in sorted(overrides):
-        canonical, value = aliases.get(key, key), overrides[key]
-        if (
-            isinstance(value, int)
-            and not isinstance(value, bool)
-            and value < 1
-            and (_DIMENSION.match(key) or _DIMENSION.match(canonical))
-        ):
-            shown = key if key == canonical else f"{key} ({canonical})"
-            raise ModelSpecError(
-                f"hf:{name}: {shown} must be at least 1 (got {value}): it is a size or a count "
-                f"of heads, layers or positions; e.g. {key}=2"
-            )
-        if isinstance(value, int) and value > MAX_REPEATS and (_REPEATED.match(key) or _REPEATED.match(canonical)):
-            raise ModelSpecError(
-                f"hf:{name}: {key} must be at most {MAX_REPEATS} (got {value}): each is a module "
-                "built and traced one by one; real models have at most a few hundred"
-            )
-
-
-def _check_rope(name: str, config: Any, transformers: Any) -> None:
-    """transformers' own rope validation only warns about an unknown ``rope_type``; building the
-    model then fails with a KeyError. Refuse it here with the types transformers knows."""
-    rope = getattr(config, "rope_parameters", None)
-    if not isinstance(rope, Mapping):
-        return
-    known = {"default", *transformers.modeling_rope_utils.ROPE_INIT_FUNCTIONS}
-    for params in rope.values() if all(isinstance(v, Mapping) for v in rope.values()) and rope else [rope]:
-        kind = params.get("rope_type", params.get("type", "default")) if isinstance(params, Mapping) else None
-        if kind not in known:
-            raise ModelSpecError(
-                f"hf:{name}: rope_parameters' rope_type must be one of {', '.join(sorted(known))} "
-                f'(got {kind!r}); e.g. rope_parameters={{"rope_type": "linear", "factor": 2.0}}'
-            )
-
-
-def _check_activations(name: str, overrides: Mapping[str, Any], transformers: Any) -> None:
-    """An activation named in a config field must be one of transformers' ``ACT2FN`` (building
-    the model looks it up and raises a KeyError)."""
-    known = transformers.activations.ACT2FN
-    for key in sorted(overrides):
-        value = overrides[key]
-        if ("activation" in key or key.endswith("_act")) and isinstance(value, str) and value not in known:
-            close = difflib.get_close_matches(value, list(known), n=3)
-            raise ModelSpecError(
-                f"hf:{name}: {key} must name an activation transformers has (got {value!r})"
-                + (f"; did you mean {', '.join(close)}?" if close else "")
-                + f"; e.g. {key}=gelu_new or {key}=silu"
-            )
