@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from partitioner.errors import TraceError
-from partitioner.tracing import tracer
+from partitioner.tracing import capture, tracer
 
 transformers = pytest.importorskip("transformers")
 
@@ -32,7 +32,7 @@ def test_meta_weights_trace_on_meta_inputs_to_the_cpu_inputs_graph(preset, monke
     assert _hf.is_meta(module)
     cpu_inputs = tuple(t.to("cpu") for t in inputs)
     seen: dict[str, set[str]] = {}
-    real_to_gm, real_annotate = tracer._to_graph_module, tracer._run_annotation
+    real_to_gm, real_annotate = tracer.to_graph_module, tracer._run_annotation
 
     def to_gm(model, args, kw):
         seen["trace"] = _devices((args, kw))
@@ -42,7 +42,7 @@ def test_meta_weights_trace_on_meta_inputs_to_the_cpu_inputs_graph(preset, monke
         seen["annotate"] = _devices(args)
         return real_annotate(gm, args)
 
-    monkeypatch.setattr(tracer, "_to_graph_module", to_gm)
+    monkeypatch.setattr(tracer, "to_graph_module", to_gm)
     monkeypatch.setattr(tracer, "_run_annotation", annotation)
     graph = tracer.trace(module, cpu_inputs, name=preset, example_kwargs={k: v.to("cpu") for k, v in kwargs.items()})
     assert seen == {"trace": {"meta"}, "annotate": {"meta"}}
@@ -62,6 +62,6 @@ def test_meta_weights_trace_on_meta_inputs_to_the_cpu_inputs_graph(preset, monke
 def test_stack_traces_switch_is_optional(monkeypatch):
     """torch 2.11 has no torch.fx.config.do_not_emit_stack_traces: export runs without it."""
     monkeypatch.delattr(torch.fx.config, "do_not_emit_stack_traces", raising=False)
-    with tracer._no_stack_traces():
+    with capture.no_stack_traces():
         pass
     assert not hasattr(torch.fx.config, "do_not_emit_stack_traces")
