@@ -22,7 +22,7 @@ sys.path.insert(0, str(ROOT))
 
 import partitioner  # noqa: E402
 import sample_models  # noqa: E402
-from explorer.builders import figures, tables
+from explorer.builders import figures, tables, timeline
 from explorer.builders.config import DEFAULT_MODEL, PLAN_MODES
 from partitioner.draw.dag import plan_to_dot, render_dot
 
@@ -45,7 +45,7 @@ def draw(plan: partitioner.Plan) -> None:
     figures.memory_figure(plan)
     figures.device_memory_figure(plan)
     figures.latency_figure(plan)
-    figures.timeline_figure(plan)
+    timeline.timeline_figure(plan)
     tables.partition_table(plan)
     tables.device_table(plan)
     tables.edge_table(plan)

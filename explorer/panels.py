@@ -10,7 +10,7 @@ from typing import Any, Callable, Sequence
 
 import streamlit as st
 
-from explorer.builders import figures, tables, teaching
+from explorer.builders import figures, measured_figures, tables, teaching, timeline
 from explorer.builders.text import md
 from partitioner import Graph, PartitionError, Plan, rescore
 from partitioner.accelerator.compare import ModeResult
@@ -104,7 +104,7 @@ def render_charts(plan: Plan, overlay: str = "device", graph: Graph | None = Non
     with left:
         st.plotly_chart(figures.latency_figure(plan), key="chart_latency")
     with right:
-        st.plotly_chart(figures.timeline_figure(plan), key="chart_timeline")
+        st.plotly_chart(timeline.timeline_figure(plan), key="chart_timeline")
 
 
 def render_tables(plan: Plan) -> None:
@@ -258,7 +258,7 @@ def render_real_run(plan: Plan, graph: Graph) -> None:
             )
         else:
             st.error("The outputs of the run differ from the model's.")
-        st.plotly_chart(figures.run_figure(result.partitions), key="chart_real_run")
+        st.plotly_chart(measured_figures.run_figure(result.partitions), key="chart_real_run")
         st.caption(
             "Predicted figures use the roofline estimate of the devices you described; this "
             "machine's processes share its cores, so expect a constant factor. "

@@ -12,7 +12,7 @@ from typing import Any, Sequence
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from explorer.builders.tables import byte_unit, incoming_transfer_s, schedule, time_unit
+from explorer.builders.tables import byte_unit, incoming_transfer_s, time_unit
 from explorer.builders.text import plain
 from partitioner import Graph, Plan, format_bytes
 from partitioner.accelerator.compare import ModeResult
@@ -26,13 +26,12 @@ from partitioner.draw.dag import (
 )
 from partitioner.draw.overlay import formatter, partition_values, plotly_scale
 from partitioner.plan.records import Partition
-from partitioner.units import format_seconds, format_signed
+from partitioner.units import format_seconds
 
 __all__ = [
     "memory_figure",
     "device_memory_figure",
     "latency_figure",
-    "timeline_figure",
     "comparison_figure",
     "COMPUTE_COLOUR",
     "MEMORY_COLOUR",
@@ -274,100 +273,6 @@ def latency_figure(plan: Plan) -> go.Figure:
     return _layout(fig, f"Latency per partition (end to end {format_seconds(plan.latency_s)})")
 
 
-def timeline_figure(plan: Plan) -> go.Figure:
-    """A Gantt-like chart: each partition from its start to its finish on each of its devices
-    (replicas appear on every device), on the longest-path schedule of the partition DAG."""
-    times = schedule(plan)
-    colours = device_colours(plan.devices)
-    names = {d.logical_id: plain(d.name) for d in plan.devices}
-    critical = set(plan.critical_path)
-    fig = go.Figure()
-    if not times:
-        fig.add_annotation(
-            text="The partitions form a cycle: no schedule exists.",
-            showarrow=False,
-            x=0.5,
-            y=0.5,
-            xref="paper",
-            yref="paper",
-        )
-        return _layout(fig, "Timeline per device", height=200)
-    finish = max(f for _, f in times.values())
-    unit, scale = time_unit(finish)
-    rows: dict[int, list] = {}
-    for p in sorted(plan.partitions, key=lambda p: p.id):
-        for d in p.device_ids:
-            rows.setdefault(d, []).append(p)
-    device_order = sorted(rows)
-    for d in device_order:
-        members = rows[d]
-        fig.add_bar(
-            name=names.get(d, f"unknown {d}"),
-            orientation="h",
-            y=[names.get(d, f"unknown {d}")] * len(members),
-            base=[times[p.id][0] / scale for p in members],
-            x=[max(p.latency_s, 0.0) / scale for p in members],
-            text=[_label(p.id) for p in members],
-            textposition="inside",
-            insidetextanchor="middle",
-            textangle=0,
-            marker={
-                "color": colours.get(d, UNKNOWN_DEVICE_COLOUR),
-                "line": {
-                    "color": [CRITICAL_COLOUR if p.id in critical else "#333333" for p in members],
-                    "width": [2.5 if p.id in critical else 0.5 for p in members],
-                },
-            },
-            hovertext=[
-                f"P{p.id} on {names.get(d, d)}: {format_seconds(times[p.id][0])} to "
-                f"{format_seconds(times[p.id][1])}" + (" (critical path)" if p.id in critical else "")
-                for p in members
-            ],
-            hoverinfo="text",
-            showlegend=False,
-        )
-    # Transfers as their own bars, on an "incoming" row under each receiving device: from the
-    # moment the producer finishes until the data has arrived (bytes / transfer rate).
-    categories = []
-    for d in device_order:
-        categories.append(names.get(d, f"unknown {d}"))
-        moving = [e for e in plan.edges if e.latency_s > 0 and d in _devices_of(plan, e.dst)]
-        if not moving:
-            continue
-        row = f"{names.get(d, d)} incoming"
-        categories.append(row)
-        fig.add_bar(
-            orientation="h",
-            y=[row] * len(moving),
-            base=[times[e.src][1] / scale for e in moving],
-            x=[e.latency_s / scale for e in moving],
-            text=[f"P{e.src} to P{e.dst}" for e in moving],
-            textposition="inside",  # an arrow glyph reads as "+"
-            insidetextanchor="middle",
-            textangle=0,
-            marker={"color": "#d9d9d9", "pattern": {"shape": "/"}, "line": {"color": "#666666", "width": 0.5}},
-            hovertext=[
-                f"transfer P{e.src} to P{e.dst}: {format_bytes(e.bytes)} in "
-                f"{format_seconds(e.latency_s)}, {format_seconds(times[e.src][1])} to "
-                f"{format_seconds(times[e.src][1] + e.latency_s)}"
-                for e in moving
-            ],
-            hoverinfo="text",
-            showlegend=False,
-        )
-    fig.update_layout(barmode="overlay")
-    fig.update_yaxes(
-        title="device", type="category", autorange="reversed", categoryorder="array", categoryarray=categories
-    )
-    fig.update_xaxes(title=f"time ({unit})", range=[0, finish / scale * 1.02 if finish > 0 else 1])
-    height = max(220, 60 + 40 * len(categories))
-    return _layout(fig, "Timeline per device (red outline: critical path; hatched: transfers)", height=height)
-
-
-def _devices_of(plan: Plan, pid: int) -> tuple[int, ...]:
-    return next((p.device_ids for p in plan.partitions if p.id == pid), ())
-
-
 def comparison_figure(results: Sequence[ModeResult]) -> go.Figure:
     """Latency, partition count, peak memory utilisation and time taken, one panel each; a
     failed mode has no bar and says 'failed' in its place."""
@@ -412,44 +317,3 @@ def comparison_figure(results: Sequence[ModeResult]) -> go.Figure:
     _layout(fig, "", height=320)
     fig.update_layout(margin={"t": 30})
     return fig
-
-
-def run_figure(partitions: Sequence[Any], unit_s: float | None = None) -> go.Figure:
-    """Predicted latency against measured compute (and input wait) per partition of a real run
-    (``partitioner.runtime.execute.PartitionRun`` records)."""
-    largest = max([max(p.predicted_s, p.compute_s + p.wait_s) for p in partitions] + [0.0])
-    unit, scale = time_unit(unit_s or largest)
-    names = [f"P{p.id}" for p in partitions]
-    fig = go.Figure()
-    fig.add_bar(name="predicted", x=names, y=[p.predicted_s / scale for p in partitions], marker_color="#9ecae1")
-    fig.add_bar(name="measured compute", x=names, y=[p.compute_s / scale for p in partitions], marker_color="#3182bd")
-    fig.add_bar(name="waiting for inputs", x=names, y=[p.wait_s / scale for p in partitions], marker_color="#fdae6b")
-    fig.update_layout(barmode="group")
-    fig.update_yaxes(title=f"time ({unit})")
-    return _layout(fig, "Predicted against measured, per partition", height=320)
-
-
-def predicted_parts_figure(parts: Sequence[tuple[str, float]], measured_s: float, title: str) -> go.Figure:
-    """A prediction stacked by part (seconds) beside one measured time, the error in the title."""
-    total = sum(seconds for _, seconds in parts)
-    unit, scale = time_unit(max(total, measured_s))
-    fig = go.Figure()
-    for name, seconds in parts:
-        if seconds > 0:
-            fig.add_bar(
-                x=["predicted"],
-                y=[seconds / scale],
-                name=plain(name),
-                hovertemplate=f"{plain(name)}: %{{y:.4g}} {unit}<extra></extra>",
-            )
-    fig.add_bar(
-        x=["measured"],
-        y=[measured_s / scale],
-        name="measured",
-        marker_color="#333333",
-        hovertemplate=f"measured: %{{y:.4g}} {unit}<extra></extra>",
-    )
-    fig.update_layout(barmode="stack")
-    fig.update_yaxes(title=f"time ({unit})")
-    error = (measured_s - total) / total if total > 0 else float("nan")
-    return _layout(fig, f"{plain(title)}: predicted against measured (error {format_signed(error)})", height=340)

@@ -12,7 +12,7 @@ import streamlit as st
 
 import sample_models
 from explorer import panels, state
-from explorer.builders import figures, sharding_tables, training_figures
+from explorer.builders import measured_figures, sharding_tables, training_figures
 from explorer.builders.text import md
 from partitioner import Graph, ShardingError, format_bytes, sharding
 from partitioner.sharding import tensor_parallel
@@ -102,7 +102,8 @@ def _forward_against_prediction(
         return
     predicted = tp_forward(graph, plan, profile)
     st.plotly_chart(
-        figures.predicted_parts_figure(predicted.parts, measured_s, "The tensor-parallel forward"), key="sh_run_chart"
+        measured_figures.predicted_parts_figure(predicted.parts, measured_s, "The tensor-parallel forward"),
+        key="sh_run_chart",
     )
     st.caption(
         md(

@@ -8,7 +8,7 @@ import pytest
 from builder_helpers import MiB, over_capacity_plan
 
 import partitioner
-from explorer.builders import editing, figures, tables, teaching
+from explorer.builders import editing, figures, tables, teaching, timeline
 from partitioner.accelerator.compare import ModeResult, best_mode, compare_modes
 from partitioner.draw.dag import CRITICAL_COLOUR, WARNING_COLOUR, device_colours
 from partitioner.testing.synthetic import synthetic_graph
@@ -35,7 +35,7 @@ def test_schedule_of_a_cyclic_plan_is_empty():
         graph, partitioner.parse_devices("2x1KiB"), {"op0": 0, "op1": 1, "op2": 0}, {0: [0], 1: [1]}
     )
     assert tables.schedule(plan) == {}
-    fig = figures.timeline_figure(plan)
+    fig = timeline.timeline_figure(plan)
     assert "cycle" in fig.layout.annotations[0].text
 
 
@@ -156,7 +156,7 @@ def test_latency_figure_splits_compute_memory_communication_and_stars_the_critic
 
 def test_timeline_places_each_partition_on_its_devices_at_its_start(plans):
     plan = plans["sparse_nn"]
-    fig = figures.timeline_figure(plan)
+    fig = timeline.timeline_figure(plan)
     times = tables.schedule(plan)
     unit, scale = tables.time_unit(plan.latency_s)
     placed = {}
@@ -253,7 +253,7 @@ def test_comparison_says_when_optimal_is_optimal_for_a_coarsened_graph_and_who_b
 
 
 def test_predicted_parts_stack_beside_the_measured_time_with_the_error():
-    from explorer.builders.figures import predicted_parts_figure
+    from explorer.builders.measured_figures import predicted_parts_figure
 
     fig = predicted_parts_figure(
         [("compute", 3e-3), ("dtensor dispatch", 1e-3), ("all_reduce", 0.0)], 6e-3, "The <b>forward</b>"
