@@ -23,6 +23,7 @@ from cli.inputs import (
 from cli.report import format_table
 from partitioner import pipeline
 from partitioner.cost.model import device_profile
+from partitioner.cost.training import OPTIMIZERS
 from partitioner.interop.export import to_pipeline_split_spec
 from partitioner.pipeline.schedules import SCHEDULES, MicrobatchError, check_microbatches, stages_per_rank
 from partitioner.pipeline.stages import BOTTLENECK_NOTE, MAX_MICROBATCHES
@@ -64,7 +65,12 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
     p.add_argument("--stages", type=int, default=4, help="pipeline stages (default 4)")
     p.add_argument("--microbatches", type=int, default=8, help="microbatches per step (default 8)")
     p.add_argument("--schedule", choices=list(SCHEDULES), default="1f1b", help="schedule (default 1f1b)")
-    p.add_argument("--training", choices=["sgd", "adam"], help="train (gradients, optimizer state, backward)")
+    p.add_argument(
+        "--training",
+        choices=list(OPTIMIZERS),
+        metavar="OPTIMIZER",
+        help="train with this optimizer (gradients, its state, the backward; none: no state): " + ", ".join(OPTIMIZERS),
+    )
     p.add_argument(
         "--transfer-rate",
         metavar="BYTES_PER_S",

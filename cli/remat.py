@@ -7,16 +7,9 @@ import argparse
 import json
 from typing import Any
 
+from cli.arguments import add_model_arguments, time_limit
 from cli.commands import COMMON_EPILOG
-from cli.inputs import (
-    EXIT_OK,
-    EXIT_RUN,
-    CLIError,
-    add_model_arguments,
-    load_model,
-    time_limit,
-    write_output,
-)
+from cli.inputs import EXIT_OK, EXIT_RUN, CLIError, load_model, write_output
 from cli.report import format_table
 from partitioner import remat
 from partitioner.errors import RunError

@@ -134,15 +134,15 @@ def main() -> None:
         return
     by_budget = {r.budget: r for r in results}
     result, save_all, redo_all = by_budget[budget], by_budget[1.0], by_budget[0.0]
-    cols = st.columns(4)
+    metrics = st.columns(4)
     less = save_all.saved_activation_bytes - result.saved_activation_bytes
-    cols[0].metric(
+    metrics[0].metric(
         "Saved activations",
         format_bytes(result.saved_activation_bytes),
         f"-{format_bytes(less)} against budget 1" if less else "as at budget 1",
         delta_color="inverse",
     )
-    cols[1].metric(
+    metrics[1].metric(
         "Recomputed nodes",
         len(result.recomputed),
         f"of {len(redo_all.recomputed)} at budget 0",
@@ -151,8 +151,8 @@ def main() -> None:
         f"computes again: {result.recomputed_ops} aten ops once decomposed "
         f"({redo_all.recomputed_ops} at budget 0). Views are not counted: redoing them is free.",
     )
-    cols[2].metric("Recompute FLOPs", format_flops(result.recompute_flops))
-    cols[3].metric("Recompute time", format_seconds(result.recompute_time_s), "at 10 TFLOP/s", delta_color="off")
+    metrics[2].metric("Recompute FLOPs", format_flops(result.recompute_flops))
+    metrics[3].metric("Recompute time", format_seconds(result.recompute_time_s), "at 10 TFLOP/s", delta_color="off")
     if any(r.gradients_equal is False for r in results):
         st.error("The split forward and backward did not give eager's gradients at some budget.")
     elif any(r.gradients_equal is None for r in results):

@@ -1,0 +1,148 @@
+"""``partition-explorer cluster --run``: one training step of a layout on local processes, shown
+beside its prediction on this machine's profile, part by part."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+import sample_models
+from cli.inputs import EXIT_FAIL, EXIT_OK, CLIError, write_output
+from cli.report import format_table
+from partitioner import cluster
+from partitioner.units import format_bytes, format_seconds, format_signed
+
+__all__ = ["run_layout"]
+
+
+def run_layout(args: argparse.Namespace, graph: Any, prof: cluster.ModelProfile) -> int:
+    """``--run``: one training step of the layout on local processes beside its prediction on this
+    machine's profile, part by part (what the app's "Run this layout" shows:
+    :func:`partitioner.cluster.run.checked.check_layout`)."""
+    import sys
+
+    from partitioner.cluster.run.checked import check_layout
+    from partitioner.cluster.run.compose import model_tp_plan, parse_layout
+    from partitioner.pipeline.steps import step_simulator
+    from partitioner.runtime.execute import picklable
+
+    inputs = graph.example_inputs or ()
+    if graph.graph_module is None or not inputs:
+        raise CLIError(f"--run needs a traced model with example inputs; {prof.name} has none")
+    batch = int(inputs[0].shape[0]) if hasattr(inputs[0], "shape") and inputs[0].dim() else 1
+    layout = parse_layout(args.run, batch)
+    # The same rules as --open and --export, before any process starts.
+    from partitioner.cluster.layouts import check_layout as check_against_model
+
+    check_against_model(
+        prof, layout, cluster.Workload("training", batch, max(1, prof.seq0), prof.element_bytes, "none")
+    )
+    module: Any = picklable(graph.graph_module)
+    kwargs: dict[str, Any] = {}
+    if sample_models.is_hf(args.model):  # the model as built: its exported graph cannot be pickled
+        if layout.pp > 1:
+            raise CLIError(
+                "--run: pipeline stages of a Hugging Face model are not run here (its exported graph "
+                "cannot be sent to other processes): run it with pp1"
+            )
+        module, inputs, kwargs = sample_models.load(args.model, sample_models.parse_overrides(args.model, args.set))
+    from partitioner.cluster.run.compose import check_runnable
+
+    check_runnable(layout, inputs if isinstance(inputs, (tuple, list)) else (inputs,))
+    quiet = args.out == "-"
+    check = check_layout(
+        module,
+        inputs,
+        layout,
+        timeout_s=args.timeout,
+        graph=graph,
+        tp_plan=model_tp_plan(graph, layout.tp),
+        example_kwargs=kwargs,
+        progress=None if quiet else (lambda text: print(f"  {text}", file=sys.stderr)),
+    )
+    result = check.run
+    work = cluster.Workload("training", max(1, prof.tokens0 // prof.seq0), prof.seq0, prof.element_bytes, "none")
+    planned = cluster.evaluate(
+        prof,
+        work,
+        cluster.local_cluster(layout.devices, result.backend == "nccl", args.accelerator),
+        layout,
+        step_simulator(),
+    )
+    states = planned.memory["weights"] + planned.memory["gradients"]
+    rows = [
+        [
+            str(r.rank),
+            (f"pp={r.pp} " if layout.pp > 1 else "") + f"dp={r.dp} tp={r.tp}",
+            format_bytes(r.parameter_bytes),
+            format_bytes(r.gradient_bytes),
+            format_bytes(r.memory_bytes),
+            format_bytes(int(states)),
+            format_signed((r.memory_bytes - states) / states) if states else "-",
+            format_seconds(r.step_s),
+        ]
+        for r in result.ranks
+    ]
+    parts = [
+        [
+            p.name,
+            format_seconds(p.predicted_s),
+            "inside the rest" if p.measured_s is None else format_seconds(p.measured_s),
+            "-" if p.error is None else format_signed(p.error),
+        ]
+        for p in check.parts
+    ]
+    error = check.error
+    lines = [
+        f"{prof.name}: {layout.label()} on {layout.devices} local processes ({result.backend}); "
+        f"tensor parallel: {len(result.tp_plan)} Linear layers"
+        if result.tp_plan
+        else f"{prof.name}: {layout.label()} on {layout.devices} local processes ({result.backend}); no tensor parallelism",
+        f"data parallel: {result.data_parallel}",
+        f"outputs equal one process: {'yes' if result.outputs_equal else 'NO'}; gradients equal: "
+        f"{'yes' if result.gradients_equal else 'NO'} (max |diff| {result.max_abs_diff:.3g})"
+        + (
+            f"; loss {result.loss:.6g} {'equals' if result.loss_equal else 'DIFFERS from'} one process's"
+            if result.loss is not None
+            else ""
+        )
+        + (f": {result.mismatch}" if result.mismatch else ""),
+        "",
+        format_table(["rank", "mesh", "parameters", "gradients", "held", "predicted", "error", "median step"], rows),
+        "",
+        f"predicted per device: weights + gradients {format_bytes(int(states))}, activations "
+        f"{format_bytes(int(planned.memory['activations']))} (not held after the step)",
+        "",
+        format_table(["part", "predicted", "measured", "error"], parts),
+        "",
+        f"step: measured {format_seconds(result.step_s)} (slowest rank), predicted "
+        f"{format_seconds(check.predicted.total_s)} on the profile {check.profile_name!r} of this machine"
+        + ("" if error is None else f": error {format_signed(error)}")
+        + f" (load {check.load_average[0]:.1f}); parts the run does not time apart are measured together "
+        "as the rest of the step",
+    ]
+    if args.out:
+        data = {
+            "model": prof.name,
+            "layout": layout.__dict__,
+            "label": layout.label(),
+            "outputs_equal": result.outputs_equal,
+            "gradients_equal": result.gradients_equal,
+            "max_abs_diff": result.max_abs_diff,
+            "ranks": [r.__dict__ for r in result.ranks],
+            "measured_step_s": result.step_s,
+            "predicted_step_s": check.predicted.total_s,
+            "profile": check.profile_name,
+            "parts": check.to_dict()["parts"],
+            "predicted_memory_bytes": planned.memory,
+            "tp_plan": [list(p) for p in result.tp_plan],
+            "data_parallel": result.data_parallel,
+            "backend": result.backend,
+        }
+        if args.out != "-":
+            print("\n".join(lines))
+        write_output(args.out, json.dumps(data, indent=2), "composed run")
+    else:
+        print("\n".join(lines))
+    return EXIT_OK if result.outputs_equal and result.gradients_equal and result.loss_equal is not False else EXIT_FAIL

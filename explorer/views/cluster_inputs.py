@@ -1,0 +1,175 @@
+"""The Plan a cluster page's input panels: the workload (training or serving, batch, precision,
+optimizer), the hardware (accelerator, nodes, links, price, headroom, engine) and the min-cut
+budgets measured for the model. The precisions and optimizers are the library's own tables."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import streamlit as st
+
+from explorer import panels
+from explorer.builders.text import md
+from partitioner import Graph, cluster, format_bytes
+from partitioner.cost.training import OPTIMIZERS
+from partitioner.units import DTYPES
+
+__all__ = ["workload_ui", "hardware_ui", "min_cut_ui", "MIN_CUT", "MIN_CUT_BUDGETS", "PRECISIONS"]
+
+MIN_CUT = "cl_min_cut"  # session state: graph fingerprint -> measured min-cut shares
+MIN_CUT_BUDGETS = (0.0, 0.25, 0.5, 0.75)
+PRECISIONS = {d.label: d for d in sorted(DTYPES, key=lambda d: d.bytes) if d.precision}  # bf16 (mixed) first
+
+
+def min_cut_ui(graph: Graph, prof: cluster.ModelProfile) -> tuple[tuple[float, float, float], ...]:
+    """The min-cut shares measured for this graph (after the button), else none."""
+    from partitioner import PartitionError, remat
+
+    measured = st.session_state.setdefault(MIN_CUT, {})
+    key = graph.fingerprint()
+    with st.expander("Recomputation by functorch's min-cut", expanded=key in measured):
+        st.caption(
+            "Besides none and full, the search can recompute what torch.compile's min-cut chooses at an "
+            "activation memory budget (torchtitan's memory_budget mode). Measuring runs the model's joint "
+            "forward and backward trace and min-cut at budgets "
+            f"{', '.join(f'{b:g}' for b in MIN_CUT_BUDGETS)} in a worker process (seconds for the samples, "
+            "minutes for a large Hugging Face model: weights on the meta device run as fake tensors)."
+        )
+        if st.button("Measure min-cut budgets", key="cl_min_cut_run"):
+            try:
+                results = panels.run_with_status(
+                    lambda progress: remat.sweep(graph, graph.example_inputs or (), MIN_CUT_BUDGETS, timeout_s=600)
+                )
+            except PartitionError as exc:
+                st.error(f"Cannot trace the joint graph: {md(exc)}")
+                results = None
+            if results is not None:
+                measured[key] = cluster.with_min_cut(prof, results).min_cut
+        shares = measured.get(key, ())
+        if shares:
+            st.caption(
+                md(
+                    "; ".join(
+                        f"min-cut-{b:g} keeps {kept:.0%} of the activations and recomputes {redo:.0%} of the forward"
+                        for b, kept, redo in shares
+                    )
+                )
+            )
+    return shares
+
+
+def workload_ui() -> cluster.Workload:
+    cols = st.columns(4)
+    kind = cols[0].selectbox("Work", ["training", "inference"], key="cl_kind")
+    training = kind == "training"
+    if training:
+        batch = int(cols[1].number_input("Global batch (sequences a step)", 1, 1 << 20, 512, key="cl_batch"))
+        seq = int(cols[2].number_input("Sequence length (tokens)", 1, 1 << 20, 4096, key="cl_seq"))
+    else:  # serving has its own inputs: one conversation at a time unless told otherwise
+        batch = int(
+            cols[1].number_input(
+                "Sequences served at once",
+                1,
+                1 << 20,
+                1,
+                key="cl_serve_batch",
+                help="concurrent sequences decoded together (the serving batch)",
+            )
+        )
+        seq = int(cols[2].number_input("Prompt length (tokens)", 1, 1 << 20, 4096, key="cl_prompt"))
+    precision = PRECISIONS[
+        cols[3].selectbox(
+            "Precision",
+            list(PRECISIONS),
+            key="cl_precision",
+            help="bf16: bf16 weights and activations with fp32 master weights and state",
+        )
+    ]
+    cols = st.columns(4)
+    optimizer = cols[0].selectbox(
+        "Optimizer",
+        list(OPTIMIZERS),
+        format_func=lambda name: f"{name}: {OPTIMIZERS[name].label}",
+        key="cl_optimizer",
+        disabled=not training,
+    )
+    train_tokens = float(
+        cols[1].number_input(
+            "Tokens to train (for time and cost)",
+            1e6,
+            1e15,
+            1e12,
+            format="%.2e",
+            key="cl_tokens",
+            disabled=not training,
+        )
+    )
+    generate = int(
+        cols[2].number_input("Tokens generated per sequence", 0, 1 << 16, 256, key="cl_generate", disabled=training)
+    )
+    return cluster.Workload(kind, batch, seq, precision.bytes, optimizer, train_tokens, generate)
+
+
+def hardware_ui() -> dict[str, Any]:
+    cols = st.columns(4)
+    names = list(cluster.ACCELERATORS)
+    accelerator = cols[0].selectbox("Accelerator", names, index=names.index("h100-80gb"), key="cl_accelerator")
+    preset = cluster.ACCELERATORS[accelerator]
+    cols[1].caption(
+        md(
+            f"{format_bytes(preset.memory_bytes)}, {preset.peak_flops / 1e12:,.0f} TFLOP/s dense bf16, "
+            f"{preset.memory_bandwidth_bytes_per_s / 1e12:.2f} TB/s memory"
+        )
+    )
+    per_node = int(cols[2].number_input("Devices per node", 1, 64, 8, key="cl_per_node"))
+    max_nodes = int(
+        cols[3].number_input(
+            "Up to nodes",
+            1,
+            512,
+            64,
+            key="cl_max_nodes",
+            help="sizes searched: 1, 2, 4, ... devices of one node, then 1, 2, 4, ... nodes up to this",
+        )
+    )
+    cols = st.columns(4)
+    links = list(cluster.LINKS)
+    own = cluster.cluster(accelerator).intra.name  # the accelerator's own link (NVLink, Infinity Fabric, PCIe)
+    intra = cols[0].selectbox(
+        "Link inside a node",
+        links,
+        index=links.index(own),
+        key=f"cl_intra_{accelerator}",
+        help="defaults to the accelerator's own link",
+    )
+    inter = cols[1].selectbox("Link between nodes", links, index=links.index("infiniband-ndr"), key="cl_inter")
+    price = float(
+        cols[2].number_input(
+            "$ per device-hour",
+            0.0,
+            1000.0,
+            float(preset.price_per_hour),
+            key=f"cl_price_{accelerator}",
+            help="defaults to the preset's list price",
+        )
+    )
+    headroom = float(
+        cols[3].number_input(
+            "Headroom per device (GiB)",
+            0.0,
+            64.0,
+            4.0,
+            key="cl_headroom",
+            help="kept free on every device: CUDA context, fragmentation",
+        )
+    )
+    engine = panels.engine_ui("cl_engine", lambda e: preset.with_engine(e).assumes)
+    return dict(
+        accelerator=accelerator if engine == "eager" else f"{accelerator}@{engine}",
+        per_node=per_node,
+        max_nodes=max_nodes,
+        intra=intra,
+        inter=inter,
+        headroom_gib=headroom,
+        price=price,
+    )
