@@ -15,7 +15,7 @@ from cli.report import format_table
 from partitioner import cluster
 from partitioner.cost.training import OPTIMIZERS
 from partitioner.interop.engines import ENGINES, engine_file
-from partitioner.units import DTYPES, dtype, format_bytes, format_seconds
+from partitioner.units import PRECISIONS, dtype, format_bytes, format_seconds
 
 __all__ = ["register"]
 
@@ -110,7 +110,7 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--precision",
-        choices=[d.short for d in DTYPES if d.precision],
+        choices=[d.short for d in PRECISIONS],
         default="bf16",
         help="bf16: mixed precision (fp32 master weights and state); fp32: full precision",
     )
@@ -195,7 +195,7 @@ def run(args: argparse.Namespace) -> int:
         "inference" if args.inference else "training",
         args.global_batch,
         args.seq_len,
-        dtype(args.precision).bytes,
+        dtype(args.precision, PRECISIONS).bytes,
         args.optimizer,
         args.train_tokens,
         args.generate,

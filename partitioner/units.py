@@ -27,6 +27,7 @@ __all__ = [
     "format_signed",
     "DType",
     "DTYPES",
+    "PRECISIONS",
     "dtype",
     "find_dtype",
     "dtype_for_bytes",
@@ -219,6 +220,8 @@ DTYPES: tuple[DType, ...] = (
     DType("int8", "int8", 8, "int8", (), loads_as="bfloat16"),
     DType("int4", "int4", 4, "int4", (), loads_as="bfloat16"),
 )
+# The precisions the cluster planner trains in, mixed precision (the default) first.
+PRECISIONS: tuple[DType, ...] = tuple(sorted((d for d in DTYPES if d.precision), key=lambda d: d.bytes))
 _BY_NAME = {n.lower(): d for d in DTYPES for n in d.names}
 
 

@@ -10,15 +10,14 @@ import streamlit as st
 
 from explorer import panels
 from explorer.builders.text import md
-from partitioner import Graph, cluster, format_bytes
+from partitioner import Graph, cluster, format_bytes, units
 from partitioner.cost.training import OPTIMIZERS
-from partitioner.units import DTYPES
 
 __all__ = ["workload_ui", "hardware_ui", "min_cut_ui", "MIN_CUT", "MIN_CUT_BUDGETS", "PRECISIONS"]
 
 MIN_CUT = "cl_min_cut"  # session state: graph fingerprint -> measured min-cut shares
 MIN_CUT_BUDGETS = (0.0, 0.25, 0.5, 0.75)
-PRECISIONS = {d.label: d for d in sorted(DTYPES, key=lambda d: d.bytes) if d.precision}  # bf16 (mixed) first
+PRECISIONS = {d.label: d for d in units.PRECISIONS}  # "bf16 (mixed)", "fp32"
 
 
 def min_cut_ui(graph: Graph, prof: cluster.ModelProfile) -> tuple[tuple[float, float, float], ...]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from partitioner.kernels import GpuKernels, KernelOp, dtype_name
+from partitioner.units import find_dtype
 
 __all__ = ["op_kind", "kernel_op", "is_causal", "op_times", "module_kind"]
 
@@ -189,7 +190,9 @@ def kernel_op(graph: Any, v: int, kind: str, causal: bool = True) -> KernelOp:
 
 
 def _element_bytes(dtype: str) -> int:
-    return {"float32": 4, "float16": 2, "bfloat16": 2, "float64": 8, "int64": 8, "int32": 4}.get(dtype, 4)
+    """One element's bytes by the dtype table; 4 for a type it does not hold."""
+    found = find_dtype(dtype)
+    return found.bytes if found is not None else 4
 
 
 def _same_as_input(graph: Any, v: int) -> bool:

@@ -23,6 +23,7 @@ import statistics
 import time
 from typing import Any, Callable
 
+from partitioner import units
 from partitioner.device_profile import (
     ELEMENTWISE_KINDS,
     DeviceProfile,
@@ -39,7 +40,7 @@ __all__ = ["calibrate", "local_profile", "MATMUL_SIZES", "COPY_BYTES", "MESSAGE_
 MATMUL_SIZES = (8, 16, 32, 64, 96, 128, 192, 256, 384, 512)  # square n x n @ n x n
 COPY_BYTES = (256, 4096, 65536, 1 << 20, 1 << 23, 1 << 25)  # bytes moved: read + written
 MESSAGE_BYTES = (4, 1024, 16384, 1 << 20, 1 << 21, 1 << 22)
-DTYPES = ("float32", "bfloat16")
+DTYPES = tuple(d.name for d in units.DTYPES if d.calibrated)  # float32 and bfloat16
 ELEMENT_BYTES = (4096, 65536, 1 << 20, 1 << 22)  # an elementwise op's input
 
 
