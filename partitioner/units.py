@@ -177,6 +177,7 @@ class DType:
     loads_as: str = ""  # what the Hugging Face loader builds: "" loads as itself, "bfloat16" weight-only
     precision: bool = False  # a precision the cluster planner trains in (bf16 mixed, fp32 full)
     calibrated: bool = False  # ``calibrate`` measures its matrix products on the host
+    gpu_calibrated: bool = False  # ``calibrate --gpu`` measures its matmul curves (a GPU profile's dtypes)
 
     @property
     def bytes(self) -> int:
@@ -211,9 +212,9 @@ class DType:
 # torch's dtypes (torch.finfo for the float formats); fp8/int8/int4 as the loader reads them:
 # weights only, the model computing in bf16 (NOTE: weight_scale in sample_models/_hf.py).
 DTYPES: tuple[DType, ...] = (
-    DType("float32", "fp32", 32, "float32", ("float", "f32"), precision=True, calibrated=True),
-    DType("bfloat16", "bf16", 16, "bfloat16", (), precision=True, calibrated=True),
-    DType("float16", "fp16", 16, "float16", ("half", "f16")),
+    DType("float32", "fp32", 32, "float32", ("float", "f32"), precision=True, calibrated=True, gpu_calibrated=True),
+    DType("bfloat16", "bf16", 16, "bfloat16", (), precision=True, calibrated=True, gpu_calibrated=True),
+    DType("float16", "fp16", 16, "float16", ("half", "f16"), gpu_calibrated=True),
     DType("float8_e4m3fn", "fp8", 8, "float8", ("float8", "float8_e4m3"), loads_as="bfloat16"),
     DType("float8_e5m2", "fp8_e5m2", 8, "float8", loads_as="bfloat16"),
     DType("float64", "fp64", 64, "float64", ("double",)),

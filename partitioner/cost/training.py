@@ -41,15 +41,16 @@ class Optimizer:
     name: str  # what the CLI and the JSON say
     states: int  # state tensors per parameter, each the parameter's size
     label: str  # how a page names it
+    title: str  # its name in a sentence or a short choice: "training, Adam"
     foreach_passes: float = 1.0  # eager foreach steps' bytes over a fused step's (NOTE: [Optimizer step])
 
 
 OPTIMIZERS: dict[str, Optimizer] = {
     o.name: o
     for o in (
-        Optimizer("adam", 2, "Adam (2 states)", 2.6),
-        Optimizer("sgd", 1, "SGD with momentum (1 state)", 2.0),
-        Optimizer("none", 0, "no optimizer state"),
+        Optimizer("adam", 2, "Adam (2 states)", "Adam", 2.6),
+        Optimizer("sgd", 1, "SGD with momentum (1 state)", "SGD", 2.0),
+        Optimizer("none", 0, "no optimizer state", "no optimizer state"),
     )
 }
 
