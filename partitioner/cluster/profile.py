@@ -21,23 +21,20 @@ weights gathered by index) are weights too: they do not grow with the tokens.
 from __future__ import annotations
 
 import dataclasses
-import re
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 from partitioner import kernels
+from partitioner.cluster.model_shape import example_tokens, moe_experts, repeated_blocks
 from partitioner.cost import ops as gpu_ops
 from partitioner.cost.training import optimizer_record, state_bytes, traced_element_bytes
-from partitioner.errors import PartitionError, ShardingError
+from partitioner.errors import PartitionError
 from partitioner.graph import Graph
 from partitioner.kernels import KernelOp
 from partitioner.remat.memory import RematResult
-from partitioner.sharding.specs import parameter_shapes
 from partitioner.units import dtype_for_bytes
 
 __all__ = ["ModelProfile", "profile", "with_min_cut"]
-
-_BLOCK = re.compile(r"^(.*?)\.?(\d+)(?:\.|$)")
 
 
 @dataclass(frozen=True)
@@ -195,31 +192,6 @@ class ModelProfile:
         return total
 
 
-def _tokens(graph: Graph) -> tuple[int, int]:
-    """(tokens, sequence length) of the traced example: the first input's first two dimensions
-    when it is a 2-D batch of ids (or 3-D embeddings), else its first dimension and 1."""
-    for node in graph.nodes:
-        if node.op == "placeholder" and node.shape:
-            shape = node.shape
-            ids = (node.dtype or "").startswith(("int", "uint"))
-            if (len(shape) == 2 and ids) or len(shape) == 3:
-                return max(1, shape[0] * shape[1]), max(1, shape[1])
-            return max(1, shape[0]), 1
-    return 1, 1
-
-
-def _blocks(graph: Graph) -> dict[str, list[int]]:
-    """The most repeated block container's blocks: block path -> op node indices."""
-    best: dict[str, dict[str, list[int]]] = {}
-    for v in graph.op_indices:
-        m = _BLOCK.match(graph.nodes[v].module_path)
-        if m:
-            best.setdefault(m.group(1), {}).setdefault(f"{m.group(1)}.{m.group(2)}", []).append(v)
-    if not best:
-        return {}
-    return max(best.values(), key=len)
-
-
 _ATTENTION = ("scaled_dot_product", "attention", "bmm", "matmul", "einsum", "baddbmm")
 
 
@@ -234,7 +206,7 @@ def profile(graph: Graph, name: str = "") -> ModelProfile:
     """The per-token figures of ``graph``. O(N + E)."""
     if not graph.op_indices:
         raise PartitionError("the graph has no operations to plan a cluster for")
-    tokens0, seq0 = _tokens(graph)
+    tokens0, seq0 = example_tokens(graph)
     nodes = graph.nodes
     weight_bytes = graph.parameter_bytes
     element = traced_element_bytes(graph)
@@ -273,7 +245,7 @@ def profile(graph: Graph, name: str = "") -> ModelProfile:
         a_bytes.append(a / tokens0)
         flops.append(nd.flops / tokens0)
         att.append(seq0 > 1 and not reads_weight and _grows_with_sequence(nd.target))
-    blocks = _blocks(graph)
+    blocks = repeated_blocks(graph)
     layers = max(1, len(blocks))
     position = {v: i for i, v in enumerate(ops)}
     hidden = 0.0
@@ -293,7 +265,7 @@ def profile(graph: Graph, name: str = "") -> ModelProfile:
             kv += nodes[v].output_bytes / tokens0
         elif leaf == "c_attn" and nodes[v].flops:
             kv += nodes[v].output_bytes * 2 / 3 / tokens0
-    expert_params, experts, moe_layers = _experts(graph)
+    expert_params, experts, moe_layers = moe_experts(graph)
     return ModelProfile(
         name=name or graph.name,
         tokens0=tokens0,
@@ -377,36 +349,6 @@ def with_min_cut(p: ModelProfile, results: Sequence[RematResult]) -> ModelProfil
         sorted((float(r.budget), min(1.0, r.saved_activation_bytes / acts), r.recompute_flops / flops) for r in results)
     )
     return dataclasses.replace(p, min_cut=options, _cache={})
-
-
-_EXPERT = re.compile(r"^(.*)\.experts\.(?:(\d+)\.)?")
-
-
-def _experts(graph: Graph) -> tuple[int, int, int]:
-    """(expert parameters, experts per MoE layer, MoE layers) from the parameters' names and shapes:
-    ``...experts.N.w1.weight`` (one module an expert) or ``...experts.gate_up_proj`` packed
-    (experts, out, in). (0, 0, 0) for a dense model or a graph without its module. O(parameters)."""
-    try:
-        params = parameter_shapes(graph)
-    except ShardingError:
-        return 0, 0, 0
-    count, layers, per_layer = 0, set(), {}  # type: tuple[int, set[str], dict[str, set[int]]]
-    for name, (shape, _, _) in params.items():
-        m = _EXPERT.match(name)
-        if not m:
-            continue
-        n = 1
-        for d in shape:
-            n *= d
-        count += n
-        layers.add(m.group(1))
-        found = per_layer.setdefault(m.group(1), set())
-        if m.group(2) is not None:
-            found.add(int(m.group(2)))
-        elif len(shape) == 3:
-            found.update(range(shape[0]))
-    experts = max((len(v) for v in per_layer.values()), default=0)
-    return (count, experts, len(layers)) if experts > 1 else (0, 0, 0)
 
 
 def divisors(n: int, limit: int | None = None) -> list[int]:

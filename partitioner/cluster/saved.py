@@ -36,163 +36,25 @@ import dataclasses
 from collections import Counter
 from dataclasses import dataclass
 
+from partitioner.cluster.model_shape import example_tokens, repeated_blocks
+from partitioner.cluster.op_kinds import (
+    ATTENTION,
+    LINEAR_POINTWISE,
+    NONLINEAR_POINTWISE,
+    NORM,
+    PRODUCT,
+    REDUCTION,
+    SOFTMAX,
+    VIEW,
+    module_kind,
+    op_base,
+)
 from partitioner.cluster.profile import ModelProfile
-from partitioner.cluster.profile import _blocks as _profile_blocks
 from partitioner.cluster.profile import profile as _profile
 from partitioner.graph import Graph
 from partitioner.units import find_dtype
 
 __all__ = ["SavedActivations", "saved_activations", "PlannerProfile", "profile"]
-
-_VIEW = {
-    "view",
-    "reshape",
-    "_unsafe_view",
-    "transpose",
-    "permute",
-    "expand",
-    "expand_as",
-    "unsqueeze",
-    "squeeze",
-    "contiguous",
-    "clone",
-    "getitem",
-    "split",
-    "split_with_sizes",
-    "chunk",
-    "slice",
-    "select",
-    "t",
-    "alias",
-    "detach",
-    "flatten",
-    "unflatten",
-    "to",
-    "_to_copy",
-    "type_as",
-    "view_as",
-    "narrow",
-    "movedim",
-    "lift_fresh_copy",
-    "float",
-    "half",
-    "bfloat16",
-    "type",
-    "identity",
-}
-_PRODUCT = {
-    "mm",
-    "addmm",
-    "linear",
-    "matmul",
-    "bmm",
-    "baddbmm",
-    "einsum",
-    "conv1d",
-    "conv2d",
-    "conv3d",
-    "convolution",
-    "_grouped_mm",
-    "grouped_mm",
-}
-_NORM = {
-    "layer_norm",
-    "native_layer_norm",
-    "rms_norm",
-    "_fused_rms_norm",
-    "group_norm",
-    "batch_norm",
-    "native_batch_norm",
-    "instance_norm",
-}
-_ATTENTION = {
-    "scaled_dot_product_attention",
-    "_scaled_dot_product_flash_attention",
-    "_scaled_dot_product_efficient_attention",
-    "_scaled_dot_product_cudnn_attention",
-    "flex_attention",
-    "_flash_attention_forward",
-    "_efficient_attention_forward",
-}
-_SOFTMAX = {"softmax", "_softmax", "log_softmax", "_log_softmax", "safe_softmax", "_safe_softmax"}
-_LINEAR_POINTWISE = {"add", "sub", "neg", "cat", "where", "masked_fill", "rsub", "stack", "mul", "div"}
-_NONLINEAR_POINTWISE = {
-    "pow",
-    "tanh",
-    "sigmoid",
-    "silu",
-    "gelu",
-    "relu",
-    "exp",
-    "log",
-    "rsqrt",
-    "sqrt",
-    "erf",
-    "reciprocal",
-    "square",
-    "abs",
-    "clamp",
-    "softplus",
-    "mish",
-    "elu",
-    "leaky_relu",
-    "hardtanh",
-    "hardswish",
-    "hardsigmoid",
-    "sin",
-    "cos",
-    "log1p",
-    "expm1",
-    "relu6",
-    "mean",
-    "var",
-    "sum",
-    "amax",
-    "var_mean",
-    "std",
-    "norm",
-}
-_REDUCTION = {"mean", "var", "sum", "amax", "var_mean", "std", "norm"}
-
-
-def _base(target: str) -> str:
-    """``"aten::addmm"`` or ``"aten::add.Tensor"`` -> ``"addmm"``, ``"add"``."""
-    return (
-        target.split("::")[-1].split(".")[0].lower().strip("_")
-        if "::" in target
-        else target.rsplit(".", 1)[-1].lower().strip("_")
-    )
-
-
-_MODULES = {
-    "linear": "linear",
-    "conv1d": "conv1d",
-    "conv2d": "conv2d",
-    "conv3d": "conv3d",
-    "embedding": "embedding",
-    "layernorm": "layer_norm",
-    "rmsnorm": "rms_norm",
-    "groupnorm": "group_norm",
-    "batchnorm1d": "batch_norm",
-    "batchnorm2d": "batch_norm",
-    "dropout": "dropout",
-    "gelu": "gelu",
-    "relu": "relu",
-    "silu": "silu",
-    "tanh": "tanh",
-    "sigmoid": "sigmoid",
-    "softmax": "softmax",
-    "identity": "view",
-    "flatten": "view",
-}
-
-
-def _module_kind(graph: Graph, v: int) -> str:
-    """A ``call_module`` node's op kind by its module's class (``Linear`` -> ``linear``,
-    ``LayerNorm`` -> ``layer_norm``); other modules are kept whole (they keep their inputs)."""
-    classes = graph.model_info.module_classes.get(graph.nodes[v].target, ())
-    name = (classes[0] if classes else graph.nodes[v].target.rsplit(".", 1)[-1]).lower()
-    return _MODULES.get(name, name)
 
 
 @dataclass(frozen=True)
@@ -232,14 +94,12 @@ class SavedActivations:
 
 def _blocks(graph: Graph) -> dict[int, str]:
     """op node -> its block (the most repeated ``name.N`` container's), as the profile finds them."""
-    return {v: name for name, vs in _profile_blocks(graph).items() for v in vs}
+    return {v: name for name, vs in repeated_blocks(graph).items() for v in vs}
 
 
 def saved_activations(graph: Graph) -> SavedActivations:
     """The saved values of ``graph``'s forward (NOTE: [Saved activations]). O(N + E)."""
-    from partitioner.cluster.profile import _tokens  # the traced example's tokens, as the profile reads them
-
-    tokens0, seq0 = _tokens(graph)
+    tokens0, seq0 = example_tokens(graph)
     nodes = graph.nodes
     n = len(nodes)
 
@@ -260,7 +120,7 @@ def saved_activations(graph: Graph) -> SavedActivations:
             continue
         if not str(nd.dtype).removeprefix("torch.").startswith(("float", "bfloat")):
             continue
-        base = _module_kind(graph, v) if nd.op == "call_module" else _base(nd.target)
+        base = module_kind(graph, v) if nd.op == "call_module" else op_base(nd.target)
         if nd.op == "placeholder" or base == "embedding":
             weight[v] = nd.op == "get_attr"
         elif nd.op != "get_attr":
@@ -278,13 +138,13 @@ def saved_activations(graph: Graph) -> SavedActivations:
     root = list(range(n))
     kind = ["" for _ in range(n)]
     for v in graph.op_indices:
-        base = _module_kind(graph, v) if nodes[v].op == "call_module" else _base(nodes[v].target)
+        base = module_kind(graph, v) if nodes[v].op == "call_module" else op_base(nodes[v].target)
         kind[v] = base
         acts = [u for u in nodes[v].inputs if not weight[u]]
-        if base in _VIEW and acts:
+        if base in VIEW and acts:
             root[v] = root[acts[0]]
     # Pointwise regions (union-find over significant pointwise ops joined by significant values).
-    pointwise = [kind[v] in _LINEAR_POINTWISE or kind[v] in _NONLINEAR_POINTWISE for v in range(n)]
+    pointwise = [kind[v] in LINEAR_POINTWISE or kind[v] in NONLINEAR_POINTWISE for v in range(n)]
     parent = list(range(n))
 
     def find(v: int) -> int:
@@ -312,14 +172,14 @@ def saved_activations(graph: Graph) -> SavedActivations:
         base = kind[v]
         if weight[v] or nd.op not in ("call_function", "call_method", "call_module"):
             continue
-        if base in _VIEW and [u for u in nd.inputs if not weight[u]]:
+        if base in VIEW and [u for u in nd.inputs if not weight[u]]:
             sp[v] = sp[root[v]]
-        elif base in _PRODUCT:
+        elif base in PRODUCT:
             reads_weight = any(weight[u] for u in nd.inputs) or nd.param_bytes > 0
             sp[v] = (not all(sp[u] for u in acts)) if reads_weight and acts else False if acts else True
-        elif base in _ATTENTION or base in _SOFTMAX:
+        elif base in ATTENTION or base in SOFTMAX:
             sp[v] = False
-        elif base in _NORM:
+        elif base in NORM:
             sp[v] = True
         elif pointwise[v]:
             r = find(v)
@@ -349,16 +209,16 @@ def saved_activations(graph: Graph) -> SavedActivations:
         if weight[v]:
             continue
         ins = [u for u in nodes[v].inputs if not weight[u]]
-        if base in _PRODUCT:
+        if base in PRODUCT:
             for u in ins:
                 keep(u, v)
-        elif base in _NORM and ins:
+        elif base in NORM and ins:
             keep(ins[0], v)
-        elif base in _ATTENTION:
+        elif base in ATTENTION:
             for u in ins[:3]:
                 keep(u, v)
             keep(v, v)
-        elif base in _SOFTMAX:
+        elif base in SOFTMAX:
             keep(v, v)
         elif base == "dropout" and ins and significant[root[ins[0]]]:
             masks[v] = v
@@ -378,7 +238,7 @@ def saved_activations(graph: Graph) -> SavedActivations:
                 }
             )
             nonlinear = any(
-                kind[m] in _NONLINEAR_POINTWISE
+                kind[m] in NONLINEAR_POINTWISE
                 or (
                     kind[m] in ("mul", "div")
                     and sum(significant[root[u]] and not weight[u] for u in nodes[m].inputs) >= 2
@@ -395,11 +255,11 @@ def saved_activations(graph: Graph) -> SavedActivations:
                 if (
                     kind[m] in ("mul", "div")
                     and len(acts) >= 2
-                    or (kind[m] in _NONLINEAR_POINTWISE and kind[m] not in _REDUCTION)
+                    or (kind[m] in NONLINEAR_POINTWISE and kind[m] not in REDUCTION)
                 ):
                     for u in acts:
                         keep(u, m)
-        elif base not in _VIEW and base not in ("embedding", "output"):
+        elif base not in VIEW and base not in ("embedding", "output"):
             for u in ins:
                 keep(u, v)
     # Scores: a product of two activations shaped (..., s, s), and what is made of it alone
@@ -443,13 +303,13 @@ def saved_activations(graph: Graph) -> SavedActivations:
     widths: set[int] = set()
     for v in block:
         nd = nodes[v]
-        if kind[v] in _ATTENTION and len(nd.inputs) >= 2:
+        if kind[v] in ATTENTION and len(nd.inputs) >= 2:
             q, k = nodes[nd.inputs[0]].shape or (), nodes[root[nd.inputs[1]]].shape or ()
             if len(q) == 4:
                 heads = q[1]
                 k = nodes[root[nd.inputs[1]]].shape or ()
                 kv_heads = k[1] if len(k) == 4 else heads
-        if kind[v] in _PRODUCT and (nd.param_bytes or any(weight[u] for u in nd.inputs)) and nd.shape:
+        if kind[v] in PRODUCT and (nd.param_bytes or any(weight[u] for u in nd.inputs)) and nd.shape:
             widths.add(int(nd.shape[-1]))
         elif (
             not heads
