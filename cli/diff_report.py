@@ -22,6 +22,11 @@ def _signed_seconds(s: float) -> str:
     return ("+" if s >= 0 else "-") + format_seconds(abs(s))
 
 
+def _same_seconds(a: float, b: float) -> bool:
+    """Equal but for float rounding (the same plan summed in another order): no change to show, never ``-0 s``."""
+    return a == b or math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-15)
+
+
 def _rate(rate: float | None) -> str:
     return "not modelled" if not rate else f"{rate:.3g} B/s"
 
@@ -47,7 +52,7 @@ def _cell_bytes(a: int | None, b: int | None) -> str:
 def _cell_seconds(a: float | None, b: float | None) -> str:
     if a is None or b is None:
         return _pair(format_seconds(a), format_seconds(b), None)
-    if a == b:
+    if _same_seconds(a, b):
         return format_seconds(a)
     return _pair(format_seconds(a), format_seconds(b), _signed_seconds(b - a))
 
@@ -70,7 +75,7 @@ def format_diff(d: PlanDiff, label_a: str = "a", label_b: str = "b") -> str:
         pct = ""
     latency = (
         format_seconds(d.latency_s_a)
-        if d.latency_s_a == d.latency_s_b
+        if _same_seconds(d.latency_s_a, d.latency_s_b)
         else f"{format_seconds(d.latency_s_a)} -> {format_seconds(d.latency_s_b)} ({_signed_seconds(change)}{pct})"
     )
     lines.append(f"end-to-end latency: {latency}")

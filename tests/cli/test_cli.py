@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 from cli_helpers import DEVICES, MODEL, ok
 
+import partitioner
 from partitioner import Plan
 
 SCRIPT = Path(sys.executable).with_name("partition-explorer")
@@ -30,17 +31,21 @@ def tiny():
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory: pytest.TempPathFactory, base_plan: Plan) -> dict[str, subprocess.CompletedProcess[str]]:
+def runs(
+    tmp_path_factory: pytest.TempPathFactory, graph: partitioner.Graph, base_plan: Plan
+) -> dict[str, subprocess.CompletedProcess[str]]:
     """Every process case, run at once; name -> the finished process (its folder as ``cwd``)."""
     work = tmp_path_factory.mktemp("cli")
     (work / "base.json").write_text(base_plan.to_json())
+    devices = partitioner.parse_devices(DEVICES)
+    (work / "other.json").write_text(partitioner.partition(graph, devices, mode="cost_aware").to_json())
     (work / "broken.json").write_text('{\n  "schema_version": 1,\n  "mode": "size_based",\n  "partitions": [\n')
     (work / "my_models.py").write_text(FACTORY)
     py = [sys.executable, "-m", "cli"]
     jobs = {
         # The installed console script, on the user's own factory in the working folder.
         "script": [str(SCRIPT), "plan", "my_models:tiny", "--devices", "2x1MiB", "--out", "-"],
-        "check_budget": py + ["check", "base.json", *MODEL, "--devices", DEVICES, "--max-latency", "1e-9"],
+        "diff_exit_code": py + ["diff", "base.json", "other.json", "--exit-code"],
         "check_malformed": py + ["check", "broken.json", *MODEL],
     }
 
@@ -62,9 +67,9 @@ def test_installed_script_plans_a_factory_model_from_the_working_folder(runs):
     assert SCRIPT.exists()
 
 
-def test_a_failed_check_exits_1_from_the_process(runs):
-    out = ok(runs["check_budget"], code=1)
-    assert out.startswith("FAIL: base.json is not valid for mlp(") and "exceeds the budget --max-latency 1e-09 s" in out
+def test_plans_that_differ_exit_1_from_the_process_with_diff_exit_code(runs):
+    out = ok(runs["diff_exit_code"], code=1)
+    assert "mode: size_based -> cost_aware" in out
 
 
 def test_malformed_json_exits_2_from_the_process_naming_file_and_line(runs):

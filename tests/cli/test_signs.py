@@ -6,12 +6,15 @@ from __future__ import annotations
 import math
 
 import pytest
+from cli_helpers import DEVICES
 
 import partitioner
+from cli.diff_report import format_diff
 from cli.main import main
 from cli.report import format_plan_summary
+from partitioner.plan.diff import diff_plans
 from partitioner.testing.synthetic import synthetic_graph
-from partitioner.units import format_signed
+from partitioner.units import format_seconds, format_signed
 
 
 def test_signed_percentages_never_read_minus_or_plus_zero():
@@ -51,3 +54,12 @@ def test_seconds_never_read_in_exponent_form():
     assert format_seconds(0.999999e-6) == "1 us" and format_seconds(999.4e-9) == "999 ns"
     assert format_seconds(1234.0) == "1,234 s" and format_seconds(-0.9999999e-3) == "-1 ms"
     assert "e+" not in format_seconds(0.9999996) and format_seconds(2.25e-5) == "22.5 us"
+
+
+def test_a_diff_of_latencies_equal_but_for_rounding_reads_no_minus_zero(graph):
+    devices = partitioner.parse_devices(DEVICES)
+    a, b = partitioner.partition(graph, devices), partitioner.partition(graph, devices, mode="cost_aware")
+    assert a.latency_s == pytest.approx(b.latency_s, rel=1e-12)  # the same path, summed in another order
+    text = format_diff(diff_plans(a, b))
+    assert f"end-to-end latency: {format_seconds(a.latency_s)}\n" in text
+    assert "-0 s" not in text and "+0 s" not in text
