@@ -92,44 +92,10 @@ def build_plan(
     raises for an invalid layout: the plan records what it is, and :meth:`Plan.violations` says
     what is wrong.
     """
-    num = len(devices_of)
-    first = [len(part)] * num
-    for v, p in enumerate(part):
-        if p >= 0 and v < first[p]:
-            first[p] = v
-    own = [p for p in range(num) if first[p] < len(part)]
-    used = own if keep_ids else sorted(own, key=lambda p: first[p])
-    norm = {p: tuple(sorted(set(int(d) for d in devices_of[p]))) for p in own}
-    ev = _numbered(cost, part, used, norm)
-    if used != own:  # a device runs its ready partitions in id order: renumber only if no slower
-        kept = _numbered(cost, part, own, norm)
-        if kept.latency_s < ev.latency_s * (1 - 1e-12):
-            used, ev = own, kept
+    used, norm, ev = _ordered(cost, part, devices_of, keep_ids)
     new_devices = [norm[p] for p in used]
     bound = max(cost.lower_bound_s(), float(lower_bound_s))
-    names = [nd.name for nd in graph.nodes]
-    parents: list[set[int]] = [set() for _ in used]
-    children: list[set[int]] = [set() for _ in used]
-    for a, b in ev.edges:
-        children[a].add(b)
-        parents[b].add(a)
-    partitions = tuple(
-        Partition(
-            id=p,
-            node_names=tuple(names[v] for v in ev.members[p]),
-            device_ids=new_devices[p],
-            memory_bytes=ev.memory_bytes[p],
-            memory_latency_s=ev.latency[p][1],
-            compute_latency_s=ev.latency[p][2],
-            latency_s=ev.latency[p][0],
-            bfs_level=ev.bfs_level[p],
-            parents=tuple(sorted(parents[p])),
-            children=tuple(sorted(children[p])),
-            start_s=ev.start_s[p],
-            finish_s=ev.finish_s[p],
-        )
-        for p in range(len(used))
-    )
+    partitions = _partitions(graph, ev, new_devices)
     edges = tuple(
         Edge(a, b, nbytes, cost.comm_s(nbytes, new_devices[a], new_devices[b]))
         for (a, b), nbytes in sorted(ev.edges.items())
@@ -148,4 +114,52 @@ def build_plan(
         graph_fingerprint=graph.fingerprint(),
         lower_bound_s=bound,
         proven_optimal=math.isfinite(ev.latency_s) and ev.latency_s <= bound * (1 + OPTIMALITY_TOLERANCE),
+    )
+
+
+def _ordered(
+    cost: CostModel, part: Sequence[int], devices_of: Sequence[Sequence[int]], keep_ids: bool
+) -> tuple[list[int], dict[int, tuple[int, ...]], Evaluation]:
+    """(the mode's partition ids in their new order, each one's sorted devices, the evaluation
+    under that numbering): by first node unless that is slower, or as given with ``keep_ids``."""
+    num = len(devices_of)
+    first = [len(part)] * num
+    for v, p in enumerate(part):
+        if p >= 0 and v < first[p]:
+            first[p] = v
+    own = [p for p in range(num) if first[p] < len(part)]
+    used = own if keep_ids else sorted(own, key=lambda p: first[p])
+    norm = {p: tuple(sorted(set(int(d) for d in devices_of[p]))) for p in own}
+    ev = _numbered(cost, part, used, norm)
+    if used != own:  # a device runs its ready partitions in id order: renumber only if no slower
+        kept = _numbered(cost, part, own, norm)
+        if kept.latency_s < ev.latency_s * (1 - 1e-12):
+            used, ev = own, kept
+    return used, norm, ev
+
+
+def _partitions(graph: Graph, ev: Evaluation, devices: Sequence[tuple[int, ...]]) -> tuple[Partition, ...]:
+    """The :class:`Partition` records of an evaluation, partition p on ``devices[p]``."""
+    names = [nd.name for nd in graph.nodes]
+    parents: list[set[int]] = [set() for _ in devices]
+    children: list[set[int]] = [set() for _ in devices]
+    for a, b in ev.edges:
+        children[a].add(b)
+        parents[b].add(a)
+    return tuple(
+        Partition(
+            id=p,
+            node_names=tuple(names[v] for v in ev.members[p]),
+            device_ids=devices[p],
+            memory_bytes=ev.memory_bytes[p],
+            memory_latency_s=ev.latency[p][1],
+            compute_latency_s=ev.latency[p][2],
+            latency_s=ev.latency[p][0],
+            bfs_level=ev.bfs_level[p],
+            parents=tuple(sorted(parents[p])),
+            children=tuple(sorted(children[p])),
+            start_s=ev.start_s[p],
+            finish_s=ev.finish_s[p],
+        )
+        for p in range(len(devices))
     )
