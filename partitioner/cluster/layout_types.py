@@ -8,6 +8,7 @@ from typing import Any
 
 from partitioner.cost.training import check_optimizer
 from partitioner.errors import PartitionError
+from partitioner.pipeline.schedules import NO_SCHEDULE, SCHEDULES, get_schedule
 
 __all__ = ["Workload", "Layout", "LayoutResult", "RECOMPUTE", "ZERO_STAGES", "SCHEDULE_CHOICES", "MAX_DEGREE"]
 
@@ -52,7 +53,7 @@ class Workload:
         check_optimizer(self.optimizer)
 
 
-SCHEDULE_CHOICES = ("none", "gpipe", "1f1b", "interleaved_1f1b", "zero_bubble")
+SCHEDULE_CHOICES = (NO_SCHEDULE, *SCHEDULES)  # read from the one schedule table
 
 MAX_DEGREE = 1 << 20  # no layout has a degree beyond a million devices
 
@@ -93,7 +94,7 @@ class Layout:
             raise PartitionError(
                 f"layout schedule must be one of {', '.join(SCHEDULE_CHOICES)} (got {self.schedule!r})"
             )
-        if self.schedule == "interleaved_1f1b" and self.virtual < 2:
+        if self.schedule != NO_SCHEDULE and get_schedule(self.schedule).choose_virtual and self.virtual < 2:
             raise PartitionError(f"interleaved 1F1B needs at least 2 chunks a rank (got virtual={self.virtual})")
         if not isinstance(self.recompute, str) or not (self.recompute in RECOMPUTE or _is_min_cut(self.recompute)):
             raise PartitionError(
@@ -113,7 +114,7 @@ class Layout:
             parts.append(f"cp{self.cp}")
         if self.pp > 1:
             parts.append(self.schedule)
-            if self.schedule == "interleaved_1f1b" and self.virtual != 2:
+            if self.schedule != NO_SCHEDULE and get_schedule(self.schedule).choose_virtual and self.virtual != 2:
                 parts.append(f"v{self.virtual}")
         if self.ep > 1:
             parts.append(f"ep{self.ep}")

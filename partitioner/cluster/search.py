@@ -28,11 +28,12 @@ from partitioner.cluster.hardware import Cluster
 from partitioner.cluster.layouts import Layout, LayoutResult, Workload, check_layout, evaluate, min_cut_label
 from partitioner.cluster.profile import ModelProfile
 from partitioner.errors import PartitionError
+from partitioner.pipeline.schedules import NO_SCHEDULE, searched_schedules
 from partitioner.pipeline.steps import step_simulator
 
 __all__ = ["ClusterPlan", "search", "device_counts", "SCHEDULES", "pareto", "at_the_edge", "stops_paying"]
 
-SCHEDULES = ("1f1b", "gpipe", "interleaved_1f1b", "zero_bubble")
+SCHEDULES = tuple(s.name for s in searched_schedules())  # what the search tries, read from the one table
 MICROBATCH_SIZES = (1, 2, 4, 8, 16, 32)
 MAX_MICROBATCHES = 512  # more is a simulation of little use (and slow): larger microbatches win
 LONG_SEQUENCE = 16384  # context parallelism is searched from this sequence length on  # stages x microbatches simulated; beyond, the closed forms (equal stages)
@@ -139,17 +140,17 @@ def _layouts(
                     if m > MAX_MICROBATCHES:
                         continue
                     schedules: list[tuple[str, int]] = (
-                        [("none", 2)]
+                        [(NO_SCHEDULE, Layout.virtual)]
                         if pp == 1
                         else [
-                            (s, v)
-                            for s in SCHEDULES
-                            for v in ((2, 4) if s == "interleaved_1f1b" else (2,))
-                            if s not in ("interleaved_1f1b", "zero_bubble") or p.layers % (v * pp) == 0
+                            (s.name, v)
+                            for s in searched_schedules()
+                            for v in s.searched_virtual or (Layout.virtual,)
+                            if not s.interleaved or p.layers % (v * pp) == 0
                         ]
                     )
                     for sched, v in schedules:
-                        if sched != "none":
+                        if sched != NO_SCHEDULE:
                             try:
                                 check(sched, pp, m)
                             except PartitionError:

@@ -23,15 +23,9 @@ from typing import Any
 
 from partitioner.cluster.layouts import Layout, Workload
 from partitioner.errors import PartitionError
+from partitioner.pipeline.schedules import NO_SCHEDULE, get_schedule, virtual_stages
 
 __all__ = ["to_torchtitan", "to_torchtitan_args", "to_megatron", "to_deepspeed", "ENGINES", "toml_text", "engine_file"]
-
-_TITAN_SCHEDULES = {
-    "gpipe": "GPipe",
-    "1f1b": "1F1B",
-    "interleaved_1f1b": "Interleaved1F1B",
-    "zero_bubble": "InterleavedZeroBubble",
-}
 
 
 def to_torchtitan(layout: Layout, workload: Workload) -> dict[str, Any]:
@@ -52,7 +46,8 @@ def to_torchtitan(layout: Layout, workload: Workload) -> dict[str, Any]:
     if sharded and layout.dp > 1:
         parallelism["fsdp_reshard_after_forward"] = "always" if layout.zero == 3 else "never"
     if layout.pp > 1:
-        parallelism["pipeline_parallel_schedule"] = _TITAN_SCHEDULES[layout.schedule]
+        schedule = layout.schedule if layout.schedule != NO_SCHEDULE else "gpipe"
+        parallelism["pipeline_parallel_schedule"] = get_schedule(schedule).torch_name  # torchtitan's = torch's
         parallelism["pipeline_parallel_microbatch_size"] = layout.microbatch_size
     config: dict[str, Any] = {
         "parallelism": parallelism,
@@ -132,8 +127,8 @@ def to_megatron(layout: Layout, workload: Workload) -> list[str]:
         args += ["--context-parallel-size", str(layout.cp)]
     if layout.ep > 1:
         args += ["--expert-model-parallel-size", str(layout.ep)]
-    if layout.schedule in ("interleaved_1f1b", "zero_bubble"):
-        virtual = layout.virtual if layout.schedule == "interleaved_1f1b" else 2
+    virtual = virtual_stages(layout.schedule, layout.virtual)
+    if virtual > 1:
         args += ["--num-virtual-stages-per-pipeline-rank", str(virtual)]
     if layout.zero >= 1:
         args.append("--use-distributed-optimizer")  # Megatron's ZeRO-1 (optimizer state sharded)

@@ -1,5 +1,8 @@
-"""Per-rank action lists of pipeline schedules, in torch.distributed.pipelining's order, and the
-microbatch counts torch's schedule classes accept.
+"""The one table of pipeline schedules (:data:`SCHEDULES`: a frozen :class:`Schedule` record per
+name, found by :func:`get_schedule` as torch's ``get_schedule_class`` finds its classes), the
+per-rank action lists of each in torch.distributed.pipelining's order, and the microbatch counts
+torch's schedule classes accept. Every other module reads schedules here: the simulator, the
+closed forms, the cluster search, the layout records, the real runs and the engine exports.
 
 An action is :class:`Action` ``(stage, kind, microbatch)`` with kind ``F`` (forward), ``B`` (full
 backward), ``I`` (backward for inputs) or ``W`` (backward for weights); its text form is torch's
@@ -11,8 +14,9 @@ is not). Interleaved 1F1B and the zero-bubble schedules come from torch's own ge
 
 # NOTE: [Microbatch counts torch accepts]
 Read from ``torch/distributed/pipelining/schedules.py`` (2.13), the checks in the schedule
-classes' ``__init__``; :func:`check_microbatches` states the same rules, and
-``tests/pipeline/test_schedules.py`` compares it with the classes themselves:
+classes' ``__init__``; :func:`check_microbatches` states the same rules (a record's
+:class:`MicrobatchRule`), and ``tests/pipeline/test_schedules.py`` compares it with the classes
+themselves:
 
 - ``ScheduleGPipe``: no check (any m >= 1).
 - ``Schedule1F1B``: ``n_microbatches >= num_stages`` ("Number of microbatches (m) must be greater
@@ -25,6 +29,7 @@ classes' ``__init__``; :func:`check_microbatches` states the same rules, and
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from enum import StrEnum
 from functools import lru_cache
 from typing import NamedTuple
@@ -34,7 +39,14 @@ from partitioner.errors import PartitionError
 __all__ = [
     "Action",
     "ActionKind",
+    "Schedule",
+    "MicrobatchRule",
+    "StepForm",
     "SCHEDULES",
+    "NO_SCHEDULE",
+    "get_schedule",
+    "searched_schedules",
+    "virtual_stages",
     "MicrobatchError",
     "actions",
     "check_microbatches",
@@ -78,13 +90,123 @@ class Action(NamedTuple):
         return cls(int(found[1]), ActionKind(found[2]), int(found[3]))
 
 
-# Our names -> (torch's schedule name, virtual stages per rank)
-SCHEDULES = {
-    "gpipe": ("GPipe", 1),
-    "1f1b": ("1F1B", 1),
-    "interleaved_1f1b": ("Interleaved1F1B", 2),
-    "zero_bubble": ("InterleavedZeroBubble", 2),
+class MicrobatchRule(StrEnum):
+    """Which microbatch counts a schedule's torch class takes (NOTE: [Microbatch counts torch accepts])."""
+
+    ANY = "any"  # ScheduleGPipe: no check
+    AT_LEAST_RANKS = "at least one per rank"  # Schedule1F1B: m >= stages
+    ROUNDS = "a multiple of the rounds"  # interleaved classes: m % max(1, m // ranks) == 0
+
+
+class StepForm(StrEnum):
+    """The closed form of a schedule's step with equal stages (:func:`partitioner.pipeline.steps.closed_form`)."""
+
+    FLUSH = "flush"  # (m + pp - 1)(1 + r): the simulator's figure exactly
+    INTERLEAVED = "interleaved"  # (max(m, pp) + (min(m, pp) - 1) / v)(1 + r), checked against the simulator
+    BOUND = "interleaved bound"  # the interleaved form, an upper bound (a split backward fills more)
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """One pipeline schedule: our name and what every part of the project needs to know of it."""
+
+    name: str  # ours: the CLI's --schedule, the Pipeline page's, a layout's word
+    torch_name: str  # torch's get_schedule_class name; also torchtitan's pipeline_parallel_schedule
+    torch_class: str  # its class in torch.distributed.pipelining.schedules
+    stages_per_rank: int  # stages a rank holds in torch's class (its num_stages_per_rank)
+    microbatches: MicrobatchRule
+    step_form: StepForm
+    forwards_first: bool = False  # every forward before any backward (GPipe): a stage stashes all m
+    actions_here: bool = False  # action lists generated here in Python, else by torch's generator
+    choose_virtual: bool = False  # a layout chooses its chunks a rank (``virtual``); else stages_per_rank
+    searched_virtual: tuple[int, ...] = ()  # chunks a rank the cluster search tries (): the layout's default
+    searched: bool = True  # the cluster search tries it
+    runs: bool = False  # pipeline.run runs it (torch's class over our stages)
+    runs_composed: bool = False  # a composed pp x dp x tp run runs it (one stage a rank)
+
+    @property
+    def interleaved(self) -> bool:
+        """Whether a rank holds more than one stage (chunks that must divide the layers)."""
+        return self.stages_per_rank > 1
+
+
+SCHEDULES: dict[str, Schedule] = {
+    s.name: s
+    for s in (
+        Schedule(
+            "gpipe",
+            "GPipe",
+            "ScheduleGPipe",
+            1,
+            MicrobatchRule.ANY,
+            StepForm.FLUSH,
+            forwards_first=True,
+            actions_here=True,
+            runs=True,
+            runs_composed=True,
+        ),
+        Schedule(
+            "1f1b",
+            "1F1B",
+            "Schedule1F1B",
+            1,
+            MicrobatchRule.AT_LEAST_RANKS,
+            StepForm.FLUSH,
+            actions_here=True,
+            runs=True,
+            runs_composed=True,
+        ),
+        Schedule(
+            "interleaved_1f1b",
+            "Interleaved1F1B",
+            "ScheduleInterleaved1F1B",
+            2,
+            MicrobatchRule.ROUNDS,
+            StepForm.INTERLEAVED,
+            choose_virtual=True,
+            searched_virtual=(2, 4),
+            runs=True,
+        ),
+        Schedule(
+            "zero_bubble",
+            "InterleavedZeroBubble",
+            "ScheduleInterleavedZeroBubble",
+            2,
+            MicrobatchRule.ROUNDS,
+            StepForm.BOUND,
+        ),
+    )
 }
+
+NO_SCHEDULE = "none"  # a layout without pipeline stages; with stages, a composed run takes it as GPipe
+
+
+def get_schedule(name: str) -> Schedule:
+    """The record of schedule ``name`` (case-insensitive; torch's names such as ``"Interleaved1F1B"``
+    too), as torch's ``get_schedule_class`` finds its classes. Raises :class:`PartitionError`
+    naming the schedules there are. O(schedules)."""
+    key = str(name).strip().lower()
+    for s in SCHEDULES.values():
+        if key in (s.name, s.torch_name.lower(), s.torch_class.lower()):
+            return s
+    raise PartitionError(f"unknown schedule {name!r}; choose one of {', '.join(SCHEDULES)}")
+
+
+def searched_schedules() -> tuple[Schedule, ...]:
+    """The schedules the cluster search tries, in the order it tries them: one stage a rank first,
+    and 1F1B before GPipe (the same step, fewer microbatches stashed), so a tie goes to the simpler."""
+    return tuple(
+        sorted((s for s in SCHEDULES.values() if s.searched), key=lambda s: (s.stages_per_rank, s.forwards_first))
+    )
+
+
+def virtual_stages(schedule: str, virtual: int = 2) -> int:
+    """Stages a pipeline rank holds under ``schedule`` (:data:`NO_SCHEDULE`: one): a layout's
+    ``virtual`` where the schedule lets it choose, else torch's class's own count."""
+    if schedule == NO_SCHEDULE:
+        return 1
+    s = get_schedule(schedule)
+    return virtual if s.choose_virtual else s.stages_per_rank
 
 
 class MicrobatchError(PartitionError):
@@ -100,25 +222,27 @@ class MicrobatchError(PartitionError):
 
 
 def stages_per_rank(schedule: str) -> int:
-    return SCHEDULES[schedule][1]
+    """Stages a rank holds in torch's class for ``schedule`` (:class:`PartitionError` if unknown)."""
+    return get_schedule(schedule).stages_per_rank
 
 
 def _refusal(schedule: str, ranks: int, m: int) -> str | None:
     """Why torch's schedule class refuses ``m`` microbatches on ``ranks`` ranks, or None."""
     if m < 1:
         return f"microbatches must be >= 1 (got {m})"
-    if schedule == "1f1b" and m < ranks:
+    rule = get_schedule(schedule).microbatches
+    if rule == MicrobatchRule.AT_LEAST_RANKS and m < ranks:
         return (
             f"1f1b needs at least as many microbatches as stages: microbatches must be >= {ranks} "
             f"(got {m}); torch's Schedule1F1B refuses fewer"
         )
-    if schedule in ("interleaved_1f1b", "zero_bubble"):
+    if rule == MicrobatchRule.ROUNDS:
         rounds = max(1, m // ranks)
         if m % rounds:
             return (
                 f"{schedule} runs the microbatches in rounds of about one per rank: with {ranks} ranks, "
                 f"{m} microbatches make {rounds} rounds, and microbatches must be a multiple of the "
-                f"rounds (got {m}); torch's {SCHEDULES[schedule][0]} refuses it"
+                f"rounds (got {m}); torch's {get_schedule(schedule).torch_name} refuses it"
             )
     return None
 
@@ -133,7 +257,8 @@ def accepted_microbatches(schedule: str, ranks: int, up_to: int = 16, limit: int
     this a loop of 3 x 10^9): 1f1b takes every count from ``ranks`` on, so the scan starts there;
     the interleaved schedules take every count below ``2 * ranks`` (one round). The scan looks at
     no more than ``4 * limit`` counts."""
-    start = max(1, ranks) if schedule == "1f1b" else 1
+    rule = get_schedule(schedule).microbatches
+    start = max(1, ranks) if rule == MicrobatchRule.AT_LEAST_RANKS else 1
     found: list[int] = []
     for m in range(start, min(up_to, start + 4 * limit) + 1):
         if _refusal(schedule, ranks, m) is None:
@@ -146,18 +271,14 @@ def accepted_microbatches(schedule: str, ranks: int, up_to: int = 16, limit: int
 def check_microbatches(schedule: str, ranks: int, microbatches: int) -> None:
     """Raise :class:`MicrobatchError` when torch's class for ``schedule`` refuses ``microbatches``
     on ``ranks`` ranks (see NOTE: [Microbatch counts torch accepts]), naming the counts it takes."""
-    if schedule not in SCHEDULES:
-        raise PartitionError(f"unknown schedule {schedule!r}; choose one of {', '.join(SCHEDULES)}")
+    rule = get_schedule(schedule).microbatches
     why = _refusal(schedule, ranks, microbatches)
     if why is not None:
         ok = accepted_microbatches(schedule, ranks, up_to=max(16, 3 * ranks))
-        fix = (
-            f"; choose one of {', '.join(map(str, ok))}, ..."
-            if schedule in ("interleaved_1f1b", "zero_bubble")
-            else f"; use {ok[0]} or more microbatches, or fewer stages"
-            if schedule == "1f1b"
-            else ""
-        )
+        fix = {
+            MicrobatchRule.ROUNDS: f"; choose one of {', '.join(map(str, ok))}, ...",
+            MicrobatchRule.AT_LEAST_RANKS: f"; use {ok[0]} or more microbatches, or fewer stages",
+        }.get(rule, "")
         raise MicrobatchError(why + fix, schedule, microbatches, ok)
 
 
@@ -218,13 +339,13 @@ def actions(schedule: str, ranks: int, microbatches: int, training: bool = True)
     """Each rank's actions in order. Inference (``training=False``) keeps only the forwards.
     Raises :class:`MicrobatchError` for a microbatch count torch's schedule refuses."""
     check_microbatches(schedule, ranks, microbatches)
-    if schedule == "gpipe":
+    s = get_schedule(schedule)
+    if s.actions_here and s.forwards_first:
         return _gpipe(ranks, microbatches, training)
-    if schedule == "1f1b":
+    if s.actions_here:
         lists = _one_f_one_b(ranks, microbatches)
     else:
-        name, per_rank = SCHEDULES[schedule]
-        lists = [list(r) for r in _from_torch(name, ranks, microbatches, per_rank)]
+        lists = [list(r) for r in _from_torch(s.torch_name, ranks, microbatches, s.stages_per_rank)]
     if not training:
         lists = [[a for a in acts if a.kind == ActionKind.F] for acts in lists]
     return lists

@@ -42,6 +42,118 @@ class Simulation:
     timeline: tuple[Event, ...]  # by rank, then start
 
 
+def _typed(lists: Sequence[Sequence[Action]]) -> list[list[Action]]:
+    """The action lists as :class:`Action` records (plain ``(stage, kind, mb)`` tuples read)."""
+    try:
+        return [[Action(int(s), ActionKind(k), int(mb)) for s, k, mb in acts] for acts in lists]
+    except ValueError:
+        raise PartitionError(
+            "an action is (stage, kind, microbatch) with kind F, B, I or W; check the action lists"
+        ) from None
+
+
+_Key = tuple[int, ActionKind, int]
+
+
+class _Replay:
+    """The state of one simulation: which rank runs each stage, when each action ended, each
+    rank's clock and busy time, and each stage's stash."""
+
+    def __init__(
+        self,
+        lists: list[list[Action]],
+        forward_s: Sequence[float],
+        backward_s: Sequence[float],
+        transfer_s: Sequence[float] | float,
+        split_backward: float,
+    ) -> None:
+        self.lists, self.forward_s, self.backward_s, self.split = lists, forward_s, backward_s, split_backward
+        self.stages = len(forward_s)
+        self.comm = (
+            [float(transfer_s)] * max(0, self.stages - 1) if isinstance(transfer_s, (int, float)) else list(transfer_s)
+        )
+        self.rank_of = {s: r for r, acts in enumerate(lists) for s, _, _ in acts}
+        # The backward kind (B, or I when split) each (stage, microbatch) runs.
+        self.backward_kind = {(s, mb): k for acts in lists for s, k, mb in acts if k in (ActionKind.B, ActionKind.I)}
+        self.done: dict[_Key, float] = {}
+        self.free = [0.0] * len(lists)
+        self.busy = [0.0] * len(lists)
+        self.timeline: list[Event] = []
+        self.stash = [0] * self.stages
+        self.peak = [0] * self.stages
+
+    def duration(self, s: int, kind: ActionKind) -> float:
+        if kind == ActionKind.F:
+            return float(self.forward_s[s])
+        if kind == ActionKind.B:
+            return float(self.backward_s[s])
+        part = self.split if kind == ActionKind.I else 1.0 - self.split
+        return float(self.backward_s[s]) * part
+
+    def _hop(self, stage: int, r: int, boundary: int) -> float:
+        """The transfer over ``boundary`` when ``stage`` runs on another rank than ``r``."""
+        return self.comm[boundary] if self.rank_of.get(stage) != r else 0.0
+
+    def needs(self, s: int, kind: ActionKind, mb: int, r: int) -> list[tuple[_Key, float]]:
+        """The actions ``(s, kind, mb)`` on rank ``r`` waits for, each with the transfer after it."""
+        deps: list[tuple[_Key, float]] = []
+        if kind == ActionKind.F and s > 0:
+            deps.append(((s - 1, ActionKind.F, mb), self._hop(s - 1, r, s - 1)))
+        if kind in (ActionKind.B, ActionKind.I):
+            deps.append(((s, ActionKind.F, mb), 0.0))
+            after = self.backward_kind.get((s + 1, mb))
+            if s < self.stages - 1 and after is not None:
+                deps.append(((s + 1, after, mb), self._hop(s + 1, r, s)))
+        if kind == ActionKind.W:
+            deps.append(((s, ActionKind.I, mb), 0.0))
+        return deps
+
+    def ready(self, s: int, kind: ActionKind, mb: int, r: int) -> float | None:
+        """When the inputs of the action are there, or None while one has not run."""
+        t = 0.0
+        for key, extra in self.needs(s, kind, mb, r):
+            if key not in self.done:
+                return None
+            t = max(t, self.done[key] + extra)
+        return t
+
+    def run(self, r: int, action: Action, at: float) -> None:
+        s, kind, mb = action
+        start = max(self.free[r], at)
+        end = start + self.duration(s, kind)
+        self.done[(s, kind, mb)] = end
+        self.free[r] = end
+        self.busy[r] += end - start
+        self.timeline.append(Event(r, s, kind, mb, start, end))
+        if kind == ActionKind.F and (s, mb) in self.backward_kind:
+            self.stash[s] += 1
+            self.peak[s] = max(self.peak[s], self.stash[s])
+        elif kind in (ActionKind.B, ActionKind.I):
+            self.stash[s] -= 1
+
+    def advance(self, r: int, nxt: list[int]) -> bool:
+        """Run rank ``r``'s next actions while their inputs are there; whether any ran."""
+        acts, ran = self.lists[r], False
+        while nxt[r] < len(acts):
+            t = self.ready(*acts[nxt[r]], r)
+            if t is None:
+                break
+            self.run(r, acts[nxt[r]], t)
+            nxt[r] += 1
+            ran = True
+        return ran
+
+    def replay(self) -> None:
+        nxt = [0] * len(self.lists)
+        left = sum(len(a) for a in self.lists)
+        while sum(nxt) < left:
+            if not any([self.advance(r, nxt) for r in range(len(self.lists))]):
+                raise PartitionError(
+                    "the schedule's actions wait on each other in a circle; check the "
+                    "action lists (every backward needs its forward first)"
+                )
+
+
 def simulate_actions(
     lists: Sequence[Sequence[Action]],
     forward_s: Sequence[float],
@@ -55,107 +167,19 @@ def simulate_actions(
     ``transfer_s`` per stage boundary (stage s to s + 1) and microbatch. ``I`` and ``W`` take
     ``split_backward`` and the rest of a backward. Actions may be plain ``(stage, kind, mb)``
     tuples. O(actions x ranks)."""
-    try:
-        lists = [[Action(int(s), ActionKind(k), int(mb)) for s, k, mb in acts] for acts in lists]
-    except ValueError:
-        raise PartitionError(
-            "an action is (stage, kind, microbatch) with kind F, B, I or W; check the action lists"
-        ) from None
-    stages = len(forward_s)
-    comm = [float(transfer_s)] * max(0, stages - 1) if isinstance(transfer_s, (int, float)) else list(transfer_s)
-    rank_of = {}
-    for r, acts in enumerate(lists):
-        for s, _, _ in acts:
-            rank_of[s] = r
-    done: dict[tuple[int, ActionKind, int], float] = {}
-    free = [0.0] * len(lists)
-    nxt = [0] * len(lists)
-    busy = [0.0] * len(lists)
-    timeline: list[Event] = []
-    total = sum(len(a) for a in lists)
-    has_b = {(s, mb) for acts in lists for s, k, mb in acts if k in (ActionKind.B, ActionKind.I)}
-
-    def duration(s: int, kind: ActionKind) -> float:
-        if kind == ActionKind.F:
-            return float(forward_s[s])
-        if kind == ActionKind.B:
-            return float(backward_s[s])
-        part = split_backward if kind == ActionKind.I else 1.0 - split_backward
-        return float(backward_s[s]) * part
-
-    def ready(s: int, kind: ActionKind, mb: int, r: int) -> float | None:
-        deps: list[tuple[tuple[int, ActionKind, int], float]] = []
-        if kind == ActionKind.F and s > 0:
-            deps.append(((s - 1, ActionKind.F, mb), comm[s - 1] if rank_of.get(s - 1) != r else 0.0))
-        if kind in (ActionKind.B, ActionKind.I):
-            deps.append(((s, ActionKind.F, mb), 0.0))
-            if s < stages - 1 and (s + 1, mb) in has_b:
-                after = (
-                    ActionKind.B
-                    if (s + 1, ActionKind.B, mb) in done or _kind_of(s + 1, mb) == ActionKind.B
-                    else ActionKind.I
-                )
-                key = (s + 1, after, mb)
-                deps.append((key, comm[s] if rank_of.get(s + 1) != r else 0.0))
-        if kind == ActionKind.W:
-            deps.append(((s, ActionKind.I, mb), 0.0))
-        t = 0.0
-        for key, extra in deps:
-            if key not in done:
-                return None
-            t = max(t, done[key] + extra)
-        return t
-
-    kinds_at: dict[tuple[int, int], ActionKind] = {}
-    for acts in lists:
-        for s, k, mb in acts:
-            if k in (ActionKind.B, ActionKind.I):
-                kinds_at[(s, mb)] = k
-
-    def _kind_of(s: int, mb: int) -> ActionKind:
-        return kinds_at.get((s, mb), ActionKind.B)
-
-    stash = [0] * stages
-    peak = [0] * stages
-    scheduled = 0
-    while scheduled < total:
-        progressed = False
-        for r, acts in enumerate(lists):
-            while nxt[r] < len(acts):
-                s, kind, mb = acts[nxt[r]]
-                t = ready(s, kind, mb, r)
-                if t is None:
-                    break
-                start = max(free[r], t)
-                end = start + duration(s, kind)
-                done[(s, kind, mb)] = end
-                free[r] = end
-                busy[r] += end - start
-                timeline.append(Event(r, s, kind, mb, start, end))
-                if kind == ActionKind.F and (s, mb) in has_b:
-                    stash[s] += 1
-                    peak[s] = max(peak[s], stash[s])
-                elif kind in (ActionKind.B, ActionKind.I):
-                    stash[s] -= 1
-                nxt[r] += 1
-                scheduled += 1
-                progressed = True
-        if not progressed:
-            raise PartitionError(
-                "the schedule's actions wait on each other in a circle; check the "
-                "action lists (every backward needs its forward first)"
-            )
-    step = max(free) if free else 0.0
-    bubble = 1.0 - sum(busy) / (len(lists) * step) if step > 0 else 0.0
-    peaks = tuple(peak) if has_b else tuple(1 for _ in range(stages))
+    sim = _Replay(_typed(lists), forward_s, backward_s, transfer_s, split_backward)
+    sim.replay()
+    step = max(sim.free) if sim.free else 0.0
+    bubble = 1.0 - sum(sim.busy) / (len(sim.lists) * step) if step > 0 else 0.0
+    peaks = tuple(sim.peak) if sim.backward_kind else tuple(1 for _ in range(sim.stages))
     return Simulation(
         schedule,
         microbatches,
         step,
         bubble,
-        tuple(step - b for b in busy),
+        tuple(step - b for b in sim.busy),
         peaks,
-        tuple(sorted(timeline, key=lambda e: (e.rank, e.start_s))),
+        tuple(sorted(sim.timeline, key=lambda e: (e.rank, e.start_s))),
     )
 
 
@@ -176,7 +200,7 @@ def simulate(
         raise PartitionError(f"microbatches must be >= 1 (got {microbatches})")
     if not forward_s or any(not f >= 0 for f in forward_s):
         raise PartitionError("forward_s needs one non-negative time per stage")
-    per_rank = stages_per_rank(schedule) if schedule in ("interleaved_1f1b", "zero_bubble") else 1
+    per_rank = stages_per_rank(schedule)
     stages = len(forward_s)
     if stages % per_rank:
         raise PartitionError(

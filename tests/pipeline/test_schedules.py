@@ -8,15 +8,25 @@ from __future__ import annotations
 import pytest
 
 from partitioner import PartitionError, pipeline
-from partitioner.pipeline.schedules import SCHEDULES, Action, ActionKind, MicrobatchError, check_microbatches
+from partitioner.pipeline.schedules import (
+    SCHEDULES,
+    Action,
+    ActionKind,
+    MicrobatchError,
+    Schedule,
+    check_microbatches,
+    get_schedule,
+)
 
 
 def _torch_accepts(schedule: str, ranks: int, m: int) -> bool:
     from torch.distributed.pipelining._schedule_visualizer import get_schedule_ops
 
-    name, per_rank = SCHEDULES[schedule]
+    s = SCHEDULES[schedule]
     try:
-        get_schedule_ops(name, ranks, m, num_stages_per_rank=per_rank)  # runs the class's __init__ checks
+        get_schedule_ops(
+            s.torch_name, ranks, m, num_stages_per_rank=s.stages_per_rank
+        )  # runs the class's __init__ checks
     except ValueError:
         return False
     return True
@@ -25,7 +35,7 @@ def _torch_accepts(schedule: str, ranks: int, m: int) -> bool:
 @pytest.mark.parametrize("schedule", list(SCHEDULES))
 @pytest.mark.parametrize("ranks", [2, 4])
 def test_the_microbatch_counts_accepted_are_torchs(schedule, ranks):
-    per_rank = SCHEDULES[schedule][1]
+    per_rank = SCHEDULES[schedule].stages_per_rank
     for m in range(1, 13):
         theirs = _torch_accepts(schedule, ranks, m)
         try:
@@ -130,3 +140,29 @@ def test_a_huge_stage_count_is_refused_at_once(capsys, monkeypatch):
 
     assert main(["pipeline", "mlp", "--stages", "1000000000"]) == 2
     assert "--microbatches 8: 1f1b needs at least as many microbatches as stages" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("schedule", list(SCHEDULES))
+def test_each_record_names_torchs_own_class(schedule):
+    """torch's table is the oracle: its ``get_schedule_class`` finds the record's class by the
+    record's torch name, and the class runs as many stages a rank as the record says."""
+    from torch.distributed.pipelining import schedules as torch_schedules
+
+    record = SCHEDULES[schedule]
+    assert isinstance(record, Schedule) and record.name == schedule
+    cls = getattr(torch_schedules, record.torch_class)
+    assert torch_schedules.get_schedule_class(record.torch_name) is cls
+    multi = issubclass(cls, torch_schedules.PipelineScheduleMulti)
+    assert multi == record.interleaved, schedule
+    if record.runs_composed:  # composed runs put one stage on a rank
+        assert issubclass(cls, torch_schedules.PipelineScheduleSingle)
+
+
+def test_a_schedule_is_found_as_torch_finds_it():
+    assert get_schedule("1F1B") is get_schedule("1f1b") is SCHEDULES["1f1b"]
+    assert get_schedule("Interleaved1F1B").name == "interleaved_1f1b"
+    assert get_schedule("ScheduleInterleavedZeroBubble").name == "zero_bubble"
+    with pytest.raises(PartitionError, match=r"unknown schedule 'zig'; choose one of gpipe, 1f1b, interleaved_1f1b"):
+        get_schedule("zig")
+    with pytest.raises(Exception):  # frozen
+        SCHEDULES["gpipe"].stages_per_rank = 2  # type: ignore[misc]
