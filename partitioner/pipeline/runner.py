@@ -6,18 +6,9 @@ launcher of :mod:`partitioner.processes.launch` (gloo on CPU, NCCL on GPUs, the 
 environment), one process per rank. The outputs (and, when training, the loss and every
 parameter's gradient) are checked against the single-process model; the measured step time of
 each rank and each stage's forward time per microbatch come back beside the simulated ones.
-
-# NOTE: [Carrying values across cuts]
-``PipelineStage`` passes one tuple of tensors from stage s to stage s + 1 only, so a value made
-in stage 0 and read in stage 2 (a skip connection, an attention mask, the token ids) is carried:
-every stage returns the tensors live after its cut, its own and those it passes through.
-Values that are not tensors (``x.size(0)`` under symbolic tracing) cannot cross; the reading
-stage recomputes them from the tensors it receives. A stage module keeps the original module's
-qualified names (``layers.0.fc.weight``), so gradients compare by name.
-
-We do not use ``pipeline(module, split_spec=...)``: it re-traces with ``torch.export``, whose node
-names differ from the traced graph the plan's cut points name, and it cannot take a cut between
-two operations of one submodule. Stages built from our own graph run under the same schedules.
+The stages are built by :func:`partitioner.pipeline.stage_modules.build_stage_modules` (NOTE:
+[Carrying values across cuts] there); each rank sends back a
+:class:`~partitioner.processes.records.RankStep`.
 """
 
 from __future__ import annotations
@@ -34,18 +25,19 @@ from torch.utils._pytree import tree_flatten
 
 from partitioner.errors import PartitionError, RunError
 from partitioner.graph import Graph
-from partitioner.pipeline.schedules import MicrobatchError, check_microbatches, stages_per_rank
+from partitioner.pipeline.schedules import SCHEDULES, MicrobatchError, check_microbatches, get_schedule
+from partitioner.pipeline.stage_modules import build_stage_modules
 from partitioner.pipeline.stages import PipelinePlan
 from partitioner.processes.launch import default_backend, launch, report_progress
+from partitioner.processes.records import RankStep
 from partitioner.processes.timing import step_seconds
-from partitioner.runtime.execute import picklable
 
 __all__ = ["PipelineRun", "run", "check_runnable", "build_stage_modules", "RUNNABLE"]
 
 logger = logging.getLogger(__name__)
 
-# Our schedule names -> torch's classes that run them.
-RUNNABLE = {"gpipe": "ScheduleGPipe", "1f1b": "Schedule1F1B", "interleaved_1f1b": "ScheduleInterleaved1F1B"}
+# The schedules a real run takes: read from the one schedule table.
+RUNNABLE = tuple(name for name, s in SCHEDULES.items() if s.runs)
 
 
 @dataclass(frozen=True)
@@ -100,94 +92,6 @@ def _microbatches(inputs: Sequence[torch.Tensor], m: int) -> list[tuple[torch.Te
     return [tuple(c[k] for c in chunks) for k in range(m)]
 
 
-def build_stage_modules(
-    graph: Graph, stages: Sequence[Sequence[str]], example_inputs: Sequence[Any]
-) -> list[fx.GraphModule]:
-    """One ``GraphModule`` per stage (see NOTE: [Carrying values across cuts]); stage 0 takes the
-    model's inputs, the last returns the model's output leaves (one tensor, or a tuple)."""
-    gm = graph.graph_module
-    if gm is None:
-        raise PartitionError(f"graph {graph.name!r} has no traced module to run; use partitioner.trace(model, inputs)")
-    nodes = list(gm.graph.nodes)
-    stage_of: dict[str, int] = {}
-    for s, names in enumerate(stages):
-        for name in names:
-            stage_of[name] = s
-    is_tensor: dict[str, bool] = {}
-
-    class _Types(fx.Interpreter):
-        def run_node(self, n: fx.Node) -> Any:
-            value = super().run_node(n)
-            is_tensor[n.name] = isinstance(value, torch.Tensor)
-            return value
-
-    with torch.no_grad():
-        _Types(gm).run(*example_inputs)
-    placeholders = [n for n in nodes if n.op == "placeholder"]
-    for p in placeholders:
-        if not is_tensor[p.name]:
-            raise PartitionError(f"input {p.name!r} is not a tensor; a pipeline passes tensors between stages")
-        stage_of[p.name] = -1
-    missing = [n.name for n in nodes if n.op not in ("placeholder", "get_attr", "output") and n.name not in stage_of]
-    if missing:
-        raise PartitionError(
-            f"the plan's stages miss {len(missing)} operation(s) of the model ({missing[:3]}); "
-            "was the plan made for this model?"
-        )
-    output = next(n for n in nodes if n.op == "output")
-    leaves = tree_flatten(output.args[0])[0]
-    if not all(isinstance(a, fx.Node) and is_tensor[a.name] for a in leaves):
-        raise PartitionError("the model returns values that are not tensors; a pipeline's last stage returns tensors")
-    count = len(stages)
-
-    def needs(n: fx.Node, s: int, into: set[str]) -> None:
-        """Tensors from before stage s that computing ``n`` in stage s reads (through non-tensor
-        values, which the stage recomputes)."""
-        for a in n.all_input_nodes:
-            if a.op == "get_attr" or stage_of.get(a.name) == s:
-                continue
-            if is_tensor[a.name]:
-                into.add(a.name)
-            else:
-                needs(a, s, into)
-
-    reads: list[set[str]] = [set() for _ in range(count + 1)]  # index count: the model's output
-    for n in nodes:
-        if n.name in stage_of and stage_of[n.name] >= 0:
-            needs(n, stage_of[n.name], reads[stage_of[n.name]])
-    needs(output, count, reads[count])
-    order = {n.name: i for i, n in enumerate(nodes)}
-    carried = []  # carried[c]: tensors live after stage c, in graph order
-    for c in range(count - 1):
-        live = {v for t in range(c + 1, count + 1) for v in reads[t] if stage_of[v] <= c}
-        carried.append(sorted(live, key=order.__getitem__))
-    by_name = {n.name: n for n in nodes}
-    modules = []
-    for s in range(count):
-        g = fx.Graph()
-        env: dict[str, fx.Node] = {}
-        inputs = [p.name for p in placeholders] if s == 0 else carried[s - 1]
-        for name in inputs:
-            env[name] = g.placeholder(name)
-
-        def value(a: fx.Node, g: fx.Graph = g, env: dict[str, fx.Node] = env) -> fx.Node:
-            if a.name not in env:  # a parameter, or a non-tensor to recompute here
-                env[a.name] = g.node_copy(a, lambda b: value(b))
-            return env[a.name]
-
-        for n in nodes:
-            if stage_of.get(n.name) == s and n.op != "placeholder":
-                env[n.name] = g.node_copy(n, value)
-        if s == count - 1:
-            outs = [value(by_name[a.name]) for a in leaves]
-        else:  # gloo sends only contiguous tensors: a carried view (a transpose) is copied first
-            outs = [g.call_method("contiguous", (value(by_name[v]),)) for v in carried[s]]
-        g.output(outs[0] if len(outs) == 1 else tuple(outs))
-        module = fx.GraphModule(gm, g, class_name=f"Stage{s}")
-        modules.append(picklable(module))
-    return modules
-
-
 def _entry(
     rank: int,
     world_size: int,
@@ -197,7 +101,7 @@ def _entry(
     inputs: tuple[Any, ...],
     target: torch.Tensor | None,
     repeats: int,
-) -> dict[str, Any]:
+) -> RankStep:
     """What each rank runs: its stages (stage s on rank s mod world size) under torch's schedule."""
     from torch.distributed.pipelining import PipelineStage
     from torch.distributed.pipelining import schedules as torch_schedules
@@ -219,11 +123,10 @@ def _entry(
             lambda *_, s=s, started=started: forward_times[s].append(time.perf_counter() - started.pop())
         )
         built.append(PipelineStage(module, s, count, device))
-    cls = getattr(torch_schedules, RUNNABLE[schedule])
+    record = get_schedule(schedule)
+    cls = getattr(torch_schedules, record.torch_class)
     loss_fn = _mse if target is not None else None
-    sched = cls(
-        built if len(built) > 1 or schedule == "interleaved_1f1b" else built[0], n_microbatches=m, loss_fn=loss_fn
-    )
+    sched = cls(built if len(built) > 1 or record.interleaved else built[0], n_microbatches=m, loss_fn=loss_fn)
     steps: list[float] = []
     outputs: Any = None
     losses: list[torch.Tensor] = []
@@ -258,13 +161,14 @@ def _entry(
             for name, p in st.submod.named_parameters():
                 if p.grad is not None:
                     grads[name] = p.grad.detach().cpu()
-    return {
-        "outputs": outputs,
-        "step_s": step_seconds(steps),
-        "grads": grads,
-        "forward_s": {s: (sum(t) / len(t) if t else 0.0) for s, t in forward_times.items()},
-        "loss": float(torch.stack(losses).detach().mean()) if losses else None,
-    }
+    return RankStep(
+        rank,
+        step_s=step_seconds(steps),
+        outputs=tuple(tree_flatten(outputs)[0]) if last_here else None,
+        grads=grads,
+        loss=float(torch.stack(losses).detach().mean()) if losses else None,
+        stage_forward_s={s: (sum(t) / len(t) if t else 0.0) for s, t in forward_times.items()},
+    )
 
 
 def _close(a: Any, b: Any) -> bool:
@@ -284,7 +188,7 @@ def check_runnable(pp: PipelinePlan, example_inputs: Sequence[Any] | torch.Tenso
     if pp.schedule not in RUNNABLE:
         raise PartitionError(
             f"schedule {pp.schedule!r} is simulated only; a real run takes "
-            f"{', '.join(RUNNABLE)} (torch's ScheduleGPipe, Schedule1F1B, ScheduleInterleaved1F1B)"
+            f"{', '.join(RUNNABLE)} (torch's {', '.join(SCHEDULES[n].torch_class for n in RUNNABLE)})"
         )
     if isinstance(example_inputs, torch.Tensor):
         example_inputs = (example_inputs,)
@@ -294,7 +198,7 @@ def check_runnable(pp: PipelinePlan, example_inputs: Sequence[Any] | torch.Tenso
             "a pipelined run splits every input along dimension 0 into microbatches: "
             "the model's inputs must all be tensors with a batch dimension"
         )
-    per_rank = stages_per_rank(pp.schedule)
+    per_rank = get_schedule(pp.schedule).stages_per_rank
     if len(pp.stages) % per_rank:
         raise PartitionError(f"{pp.schedule} runs {per_rank} stages per process; the plan has {len(pp.stages)}")
     check_microbatches(pp.schedule, len(pp.stages) // per_rank, pp.microbatches)  # torch's own rule
@@ -318,7 +222,7 @@ def run(
     ``timeout_s``; no process outlives the call."""
     inputs = check_runnable(pp, example_inputs)
     count = len(pp.stages)
-    world = count // stages_per_rank(pp.schedule)
+    world = count // get_schedule(pp.schedule).stages_per_rank
     modules = build_stage_modules(graph, pp.stages, inputs)
     m = pp.microbatches
     mbs = _microbatches(inputs, m)
@@ -368,7 +272,7 @@ def run(
             where = f" (rank {exc.rank} runs stage(s) {held})"
         raise RunError(f"{exc}{where}", rank=exc.rank) from None
     last = results[(count - 1) % world]
-    got = tree_flatten(last["outputs"])[0]
+    got = list(last.outputs or ())
     outputs_equal = len(got) == len(reference) and all(_close(a, b) for a, b in zip(got, reference))
     gradients_equal = None
     if training:
@@ -380,7 +284,7 @@ def run(
             alias[name] = canonical.setdefault(id(p), name)
         grads: dict[str, torch.Tensor] = {}
         for r in results:
-            for name, g in r["grads"].items():
+            for name, g in (r.grads or {}).items():
                 key = alias.get(name, name)
                 grads[key] = grads[key] + g if key in grads else g
         gradients_equal = set(grads) == set(reference_grads) and all(
@@ -388,14 +292,14 @@ def run(
         )
     forward = {}
     for r in results:
-        forward.update(r["forward_s"])
+        forward.update(r.stage_forward_s)
     return PipelineRun(
         outputs_equal=outputs_equal,
         gradients_equal=gradients_equal,
-        loss=last["loss"],
-        measured_step_s=max(r["step_s"] for r in results),
+        loss=last.loss,
+        measured_step_s=max(r.step_s for r in results),
         simulated_step_s=pp.step_time_s,
-        rank_step_s=tuple(r["step_s"] for r in results),
+        rank_step_s=tuple(r.step_s for r in results),
         stage_forward_s=tuple(float(forward[s]) for s in range(count)),
         simulated_forward_s=tuple(pp.stage_forward_s),
         world_size=world,

@@ -23,11 +23,13 @@ its all-reduce, as alpha-beta over the bytes reduced).
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass, field, fields
 from typing import Any, Callable
 
+from partitioner.pipeline.steps import step_slots
 from partitioner.processes.timing import step_seconds
 
-__all__ = ["engine_costs", "loop_median_s"]
+__all__ = ["engine_costs", "EngineCosts", "loop_median_s"]
 
 PAIR_ROWS = 16
 PAIR_WIDTHS = (64, 512, 2048)  # a pair's shared width: 4 KiB to 128 KiB all-reduced (16 rows, fp32)
@@ -197,7 +199,8 @@ def _back_to_back(rank: int, groups: list[list[int]], handles: list[Any]) -> lis
 
 def _pipeline_action(rank: int, ranks: list[int]) -> float:
     """Seconds a GPipe action costs on ``ranks`` stages of a tiny Linear: the slowest stage's
-    median step over the schedule's m + p - 1 slots (as the pipeline runner measures a step)."""
+    median step over the schedule's slots (:func:`partitioner.pipeline.steps.step_slots`, m + p - 1
+    for GPipe; as the pipeline runner measures a step)."""
     import torch
     import torch.distributed as dist
     from torch.distributed.pipelining import PipelineStage, ScheduleGPipe
@@ -216,40 +219,54 @@ def _pipeline_action(rank: int, ranks: list[int]) -> float:
                 start = time.perf_counter()
                 schedule.step(x) if i == 0 else schedule.step()
                 times.append(time.perf_counter() - start)
-        per_action = step_seconds(times[1:]) / (PIPELINE_MICROBATCHES + p - 1)
+        per_action = step_seconds(times[1:]) / step_slots("gpipe", p, PIPELINE_MICROBATCHES)
     dist.barrier()
     return per_action
 
 
-def engine_costs(rank: int, world_size: int) -> dict[str, Any]:
-    """On every rank of a calibration: ``{"barrier": {n: s}, "handoff": {n: points}, "column":
-    {n: s}, "row": {n: points}, "action": {n: s}}`` for n = 2 and ``world_size``, and with 4 or
-    more ranks ``"concurrent_row"`` and ``"concurrent_all_reduce"`` ``{2: points}``: groups of two
-    covering every rank, all at once (this rank's figures; the caller takes the slowest rank's)."""
+Points = list[tuple[float, float]]  # (bytes, seconds)
+
+
+@dataclass(frozen=True)
+class EngineCosts:
+    """One calibration rank's engine costs, by group size n (2 and the world size): this rank's
+    figures (the caller takes the slowest rank's)."""
+
+    barrier: dict[int, float] = field(default_factory=dict)  # seconds a barrier adds after compute
+    handoff: dict[int, Points] = field(default_factory=dict)  # a hop between computing ranks
+    column: dict[int, float] = field(default_factory=dict)  # DTensor dispatch of a column-parallel Linear
+    row: dict[int, Points] = field(default_factory=dict)  # a row-parallel Linear's all-reduce and dispatch
+    action: dict[int, float] = field(default_factory=dict)  # one pipelining action (CPU)
+    concurrent_row: dict[int, Points] = field(default_factory=dict)  # groups of 2 side by side (4+ ranks)
+    concurrent_all_reduce: dict[int, Points] = field(default_factory=dict)
+
+    def __getitem__(self, key: str) -> dict[int, Any]:
+        """A figure by its field's name (the calibration reads them in a loop over names)."""
+        if key not in {f.name for f in fields(self)}:
+            raise KeyError(key)
+        return dict(getattr(self, key))
+
+
+def engine_costs(rank: int, world_size: int) -> EngineCosts:
+    """On every rank of a calibration: the barrier, hand-off, column and row figures and (on the
+    CPU) a pipelining action, for n = 2 and ``world_size``, and with 4 or more ranks the groups of
+    two covering every rank, all at once (:class:`EngineCosts`)."""
     import torch.distributed as dist
 
     device = "cuda" if dist.get_backend() == "nccl" else "cpu"
     counts = sorted({2, world_size})
     groups = {n: dist.new_group(list(range(n))) if n < world_size else None for n in counts}
-    out: dict[str, Any] = {
-        "barrier": {},
-        "handoff": {},
-        "column": {},
-        "row": {},
-        "action": {},
-        "concurrent_row": {},
-        "concurrent_all_reduce": {},
-    }
+    out = EngineCosts()
     for n in counts:
         ranks = list(range(n))
-        out["barrier"][n] = _barrier(rank, ranks, groups[n])
-        out["handoff"][n] = _handoff(rank, ranks, groups[n])
-        out["column"][n], out["row"][n] = _chains(rank, [ranks], device)
+        out.barrier[n] = _barrier(rank, ranks, groups[n])
+        out.handoff[n] = _handoff(rank, ranks, groups[n])
+        out.column[n], out.row[n] = _chains(rank, [ranks], device)
         if device == "cpu":
-            out["action"][n] = _pipeline_action(rank, ranks)
+            out.action[n] = _pipeline_action(rank, ranks)
     if world_size >= 4 and world_size % 2 == 0:  # groups of two side by side, as dp x tp runs them
         pairs = [[k, k + 1] for k in range(0, world_size, 2)]
         handles = [dist.new_group(p) for p in pairs]
-        out["concurrent_row"] = {2: _chains(rank, pairs, device)[1]}
-        out["concurrent_all_reduce"] = {2: _back_to_back(rank, pairs, handles)}
+        out.concurrent_row[2] = _chains(rank, pairs, device)[1]
+        out.concurrent_all_reduce[2] = _back_to_back(rank, pairs, handles)
     return out

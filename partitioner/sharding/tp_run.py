@@ -6,7 +6,8 @@ Each rank builds a one-dimensional device mesh (``init_device_mesh``), applies t
 ``CommDebugMode`` and sends back the output, the collectives counted (forward, and with
 ``training`` the backward of the sum of the outputs) and each parameter's local shape. The
 outputs are compared with the model run in one process. Processes start as the other real runs
-start (:mod:`.launch`): time-limited, none left behind, a failure named by rank.
+start (:mod:`partitioner.processes.launch`): time-limited, none left behind, a failure named by
+rank; each rank sends back a :class:`~partitioner.processes.records.RankStep`.
 
 Hugging Face models run as they are built (not their exported graph, which cannot be pickled),
 with their keyword inputs; a GPT-2 ``Conv1D`` the plan shards becomes the equal ``nn.Linear``
@@ -25,6 +26,7 @@ import torch
 
 from partitioner.errors import RunError, ShardingError
 from partitioner.processes.launch import default_backend, launch
+from partitioner.processes.records import RankStep
 from partitioner.processes.timing import step_seconds
 from partitioner.sharding.tensor_parallel import TPPlan
 
@@ -109,7 +111,7 @@ def _entry(
     kwargs: dict[str, Any] | None = None,
     transposed: Sequence[str] = (),
     repeats: int = 0,
-) -> dict[str, Any]:
+) -> RankStep:
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.tensor import DTensor, Replicate, Shard
     from torch.distributed.tensor.debug import CommDebugMode
@@ -158,14 +160,15 @@ def _entry(
                 module(*inputs, **(kwargs or {}))
                 times.append(time.perf_counter() - start)
         seconds = step_seconds(times)
-    return {
-        "outputs": [t.detach() for t in full],
-        "forward": _kinds(forward.get_comm_counts()),
-        "backward": backward,
-        "local": local,
-        "bytes": int(nbytes),
-        "seconds": seconds,
-    }
+    return RankStep(
+        rank,
+        step_s=seconds,
+        outputs=tuple(t.detach() for t in full),
+        parameter_bytes=int(nbytes),
+        forward_collectives=_kinds(forward.get_comm_counts()),
+        backward_collectives=backward,
+        local_shapes=local,
+    )
 
 
 def run_sharded(
@@ -210,23 +213,21 @@ def run_sharded(
         progress=progress,
     )
     first = results[0]
-    if len(first["outputs"]) != len(expected):
-        raise RunError(f"the sharded model returned {len(first['outputs'])} tensors, the model {len(expected)}")
-    diff = max(
-        (float((a.float() - b.float()).abs().max()) for a, b in zip(first["outputs"], expected) if a.numel()),
-        default=0.0,
-    )
-    equal = all(torch.allclose(a.float(), b.float(), rtol=1e-4, atol=1e-5) for a, b in zip(first["outputs"], expected))
+    got = first.outputs or ()
+    if len(got) != len(expected):
+        raise RunError(f"the sharded model returned {len(got)} tensors, the model {len(expected)}")
+    diff = max((float((a.float() - b.float()).abs().max()) for a, b in zip(got, expected) if a.numel()), default=0.0)
+    equal = all(torch.allclose(a.float(), b.float(), rtol=1e-4, atol=1e-5) for a, b in zip(got, expected))
     return ShardRun(
         outputs_equal=equal,
         max_abs_diff=diff,
-        forward_counts=first["forward"],
-        backward_counts=first["backward"],
+        forward_counts=dict(first.forward_collectives),
+        backward_counts=None if first.backward_collectives is None else dict(first.backward_collectives),
         predicted_forward=plan.counts(False),
         predicted_backward=plan.counts(True) if training else None,
-        local_shapes=first["local"],
-        local_parameter_bytes=[r["bytes"] for r in results],
+        local_shapes=dict(first.local_shapes),
+        local_parameter_bytes=[r.parameter_bytes for r in results],
         world_size=plan.world_size,
         backend=backend,
-        forward_s=first["seconds"],
+        forward_s=first.step_s,
     )

@@ -12,11 +12,29 @@ import sample_models
 from partitioner import cluster
 from partitioner.cluster.run.compose import linear_pairs_plan, parse_layout, run_layout
 from partitioner.errors import PartitionError, RunError
+from partitioner.processes.records import RankStep
 from partitioner.testing import faults
 
 
 def mlp() -> tuple[torch.nn.Module, tuple[torch.Tensor, ...]]:
     return sample_models.build("mlp", n_layer=4, hidden=32, in_features=32, out_features=32, batch_size=8)
+
+
+@pytest.fixture
+def rank_steps(monkeypatch: pytest.MonkeyPatch) -> list[RankStep]:
+    """What every rank of the runs in a test sent back, as the parent received it."""
+    from partitioner.processes import launch as launcher
+
+    seen: list[RankStep] = []
+    real = launcher.launch
+
+    def spy(*args, **kwargs):
+        out = real(*args, **kwargs)
+        seen.extend(out)
+        return out
+
+    monkeypatch.setattr(launcher, "launch", spy)
+    return seen
 
 
 class RaisesOnRank(torch.nn.Module):
@@ -72,7 +90,7 @@ def test_what_cannot_be_sharded_is_refused_before_any_process_starts():
 
 @pytest.mark.slow
 @pytest.mark.parametrize("zero", [0, 2, 3])
-def test_a_two_by_two_run_of_the_mlp_equals_one_process(zero: int):
+def test_a_two_by_two_run_of_the_mlp_equals_one_process(zero: int, rank_steps: list[RankStep]):
     model, inputs = mlp()
     layout = parse_layout(f"dp2 tp2 zero{zero}", batch=8)
     before = faults.child_pids()
@@ -86,6 +104,9 @@ def test_a_two_by_two_run_of_the_mlp_equals_one_process(zero: int):
     params = 2 * (16 * 32 + 16) * 4 + 2 * (32 * 16 + 32) * 4
     held = params // 2 if zero >= 2 else params
     assert run.memory_bytes == (2 * held,) * 4
+    assert [type(r) for r in rank_steps] == [RankStep] * 4  # the typed record crossed the boundary
+    assert [r.coords for r in rank_steps] == [(0, 0), (0, 1), (1, 0), (1, 1)]
+    assert [r.memory_bytes for r in rank_steps] == list(run.memory_bytes)
     assert run.step_s > 0 and run.data_parallel.startswith("fully_shard" if zero else "all-reduce")
     assert faults.child_pids() <= before
 
@@ -93,7 +114,7 @@ def test_a_two_by_two_run_of_the_mlp_equals_one_process(zero: int):
 @pytest.mark.slow
 def test_a_failing_rank_is_named_with_its_mesh_coordinates_and_no_process_is_left():
     before = faults.child_pids()
-    with pytest.raises(RunError, match=r"rank 2 \(dp=1, tp=0\): ValueError: injected failure") as info:
+    with pytest.raises(RunError, match=r"rank 2 \(dp=1, tp=0\): rank 2 failed: ValueError: injected failure") as info:
         run_layout(
             RaisesOnRank(bad=2), (torch.randn(4, 8),), cluster.Layout(dp=2, tp=2, microbatch_size=2), timeout_s=240
         )

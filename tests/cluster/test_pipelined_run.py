@@ -15,6 +15,7 @@ from partitioner import cluster
 from partitioner.cluster.run.compose import linear_pairs_plan, parse_layout, run_layout
 from partitioner.cluster.run.pipelined import coordinates, role, stage_cuts
 from partitioner.errors import PartitionError, RunError
+from partitioner.processes.records import RankStep
 from partitioner.testing import faults
 
 
@@ -43,6 +44,23 @@ class FailsInStageTwo(torch.nn.Module):
 
 def mlp() -> tuple[torch.nn.Module, tuple[torch.Tensor, ...]]:
     return sample_models.build("mlp", n_layer=4, hidden=32, in_features=32, out_features=32, batch_size=8)
+
+
+@pytest.fixture
+def rank_steps(monkeypatch: pytest.MonkeyPatch) -> list[RankStep]:
+    """What every rank of the runs in a test sent back, as the parent received it."""
+    from partitioner.processes import launch as launcher
+
+    seen: list[RankStep] = []
+    real = launcher.launch
+
+    def spy(*args, **kwargs):
+        out = real(*args, **kwargs)
+        seen.extend(out)
+        return out
+
+    monkeypatch.setattr(launcher, "launch", spy)
+    return seen
 
 
 def test_ranks_sit_on_the_mesh_row_major_with_tp_fastest():
@@ -83,7 +101,7 @@ def test_what_a_pipelined_run_cannot_do_is_refused_before_any_process_starts():
 
 @pytest.mark.slow
 @pytest.mark.parametrize("text", ["pp2 tp2 gpipe mb2", "pp2 dp2 1f1b mb2"])
-def test_pipeline_stages_with_tensor_or_data_parallelism_equal_one_process(text: str):
+def test_pipeline_stages_with_tensor_or_data_parallelism_equal_one_process(text: str, rank_steps: list[RankStep]):
     model, inputs = mlp()
     layout = parse_layout(text, batch=8)
     before = faults.child_pids()
@@ -93,6 +111,10 @@ def test_pipeline_stages_with_tensor_or_data_parallelism_equal_one_process(text:
     expected_loss = float(model(*inputs).detach().sum())
     assert run.loss == pytest.approx(expected_loss, rel=1e-5, abs=1e-4)
     assert [(r.pp, r.dp, r.tp) for r in run.ranks] == [coordinates(r, layout) for r in range(4)]
+    # Every rank's report crossed the process boundary as the typed record, its place on the mesh in it.
+    assert [type(r) for r in rank_steps] == [RankStep] * 4
+    assert [r.coords for r in rank_steps] == [coordinates(r, layout) for r in range(4)]
+    assert [r.rank for r in rank_steps] == [0, 1, 2, 3]
     # Each stage holds one pair of Linear(32, 32): with tp2 half of each weight and of the
     # column-parallel bias, all of the row-parallel bias; with dp2 (no tp) the whole pair.
     pair = 2 * (32 * 32 + 32) * 4

@@ -17,8 +17,10 @@ import torch
 import partitioner
 import sample_models
 from partitioner import Device, PartitionError, RunError, pipeline
-from partitioner.pipeline.runner import build_stage_modules, check_runnable
+from partitioner.pipeline.runner import check_runnable
 from partitioner.pipeline.schedules import MicrobatchError
+from partitioner.pipeline.stage_modules import build_stage_modules
+from partitioner.processes.records import RankStep
 from partitioner.testing import faults
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -49,7 +51,12 @@ def test_stage_modules_chained_equal_the_model(gpt):
 
 
 @pytest.mark.slow
-def test_training_with_1f1b_equals_the_model_in_loss_outputs_and_gradients(gpt):
+def test_training_with_1f1b_equals_the_model_in_loss_outputs_and_gradients(gpt, monkeypatch):
+    from partitioner.pipeline import runner
+
+    seen: list[RankStep] = []
+    real = runner.launch
+    monkeypatch.setattr(runner, "launch", lambda *a, **k: seen.extend(real(*a, **k)) or seen)
     _, graph = gpt
     pp = pipeline.plan(graph, BIG, stages=2, microbatches=4, schedule="1f1b", training="sgd")
     before = faults.child_pids()
@@ -58,6 +65,9 @@ def test_training_with_1f1b_equals_the_model_in_loss_outputs_and_gradients(gpt):
     assert result.loss is not None and result.loss > 0
     assert result.world_size == 2 and len(result.stage_forward_s) == 2
     assert all(t > 0 for t in result.rank_step_s) and result.measured_step_s == max(result.rank_step_s)
+    assert [type(r) for r in seen] == [RankStep] * 2 and [r.rank for r in seen] == [0, 1]
+    assert seen[0].outputs is None and seen[1].outputs  # the last stage's rank holds the outputs
+    assert result.rank_step_s == tuple(r.step_s for r in seen)
     assert faults.child_pids() <= before
 
 

@@ -49,10 +49,10 @@ def _profile(**changes: object) -> DeviceProfile:
 def test_runs_and_calibration_reduce_repeats_with_one_statistic():
     from partitioner.cluster.run import records as _records
     from partitioner.pipeline import runner
-    from partitioner.runtime import _engine_costs, execute
+    from partitioner.runtime import _engine_costs, walk
     from partitioner.sharding import tp_run
 
-    for module in (execute, runner, _records, tp_run, _engine_costs):
+    for module in (walk, runner, _records, tp_run, _engine_costs):
         assert module.step_seconds is timing.step_seconds, module.__name__
     assert timing.STATISTIC == "median"
     times = [0.9, 0.3, 0.5, 4.0]  # the best (0.3) would sit 30 % below what calibration reports
@@ -177,3 +177,17 @@ def test_the_in_model_op_overhead_is_added_to_every_op(tmp_path):
         (m0, c0), (m1, c1) = plain.op_seconds(*args), inside.op_seconds(*args)
         assert m1 - m0 == pytest.approx(3e-6) and c1 - c0 == pytest.approx(3e-6)  # beyond the tight loop's 1 us
     assert load_profile(inside.save(tmp_path / "p.json")) == inside
+
+
+def test_engine_costs_are_a_typed_record_read_by_field():
+    import dataclasses
+
+    from partitioner.runtime._engine_costs import EngineCosts
+
+    costs = EngineCosts(barrier={2: 4e-4}, row={2: [(4096.0, 1e-4)]})
+    assert costs.barrier[2] == 4e-4 and costs["row"] == {2: [(4096.0, 1e-4)]}  # the calibration reads by name
+    assert costs["action"] == {} and costs["concurrent_all_reduce"] == {}
+    with pytest.raises(KeyError):
+        costs["latency"]
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        costs.barrier = {}  # type: ignore[misc]

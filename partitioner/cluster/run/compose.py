@@ -4,7 +4,7 @@ as torchtitan composes them, and check it against one process.
 Every rank builds one two-dimensional mesh, ``init_device_mesh(device, (dp, tp),
 mesh_dim_names=("dp", "tp"))``; tensor parallelism applies DTensor's ``ColwiseParallel`` /
 ``RowwiseParallel`` on the ``"tp"`` dimension (``parallelize_module``) to the model's Linear layers
-in pairs (NOTE: [Linear pairs]); data parallelism on the ``"dp"`` dimension is FSDP2's
+in pairs (NOTE: [Linear pairs] in :mod:`.tp_plans`); data parallelism on the ``"dp"`` dimension is FSDP2's
 ``fully_shard`` (each planned Linear, then the root) with ZeRO 2 and 3 (3 reshards the parameters
 after the forward, 2 keeps them gathered until the backward ends), or with ZeRO 0 and 1 a
 DDP-style all-reduce of every gradient's local shard over the dp group, averaged (ZeRO-1 shards
@@ -15,18 +15,9 @@ The outputs (gathered over dp) and every parameter's gradient (``full_tensor()``
 the mean over replicas) are compared with one process's by ``torch.testing.assert_close`` (absolute
 tolerance 1e-5 of each tensor's largest magnitude: fp32 sums in another order); each
 rank reports its mesh coordinates, the bytes of the parameter and gradient shards it holds and
-its median step time after a warm-up. Processes start as the other real runs start
+its median step time after a warm-up (a :class:`~partitioner.processes.records.RankStep`). Processes start as the other real runs start
 (:mod:`partitioner.processes.launch`); a failure names the rank and its coordinates.
 Pipeline stages (``pp > 1``) compose on a three-dimensional mesh (:mod:`partitioner.cluster.run.pipelined`).
-
-# NOTE: [Linear pairs]
-Megatron-LM's MLP split: the first Linear of a pair is column-parallel (each rank computes a
-slice of its output features), the second row-parallel (each rank reads that slice and the
-partial sums are all-reduced), so only an elementwise op may stand between them. The plan pairs
-the model's Linear layers in module order (``layers.0`` colwise, ``layers.1`` rowwise, ...) and
-checks on the symbolic trace that the second reads the first through elementwise ops only, that
-neither output is read elsewhere, and that the shared width divides by tp; any other parameter
-holder (an embedding, a norm, a convolution) is refused: run it with tp1.
 """
 
 from __future__ import annotations
@@ -36,8 +27,11 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from partitioner.cluster.layouts import Layout
 from partitioner.cluster.run.records import ComposedRun, RankReport, compare, measure_step
+from partitioner.cluster.run.tp_plans import linear_pairs_plan, model_tp_plan
 from partitioner.cluster.words import parse_layout
 from partitioner.errors import PartitionError, RunError
+from partitioner.pipeline.schedules import NO_SCHEDULE, SCHEDULES, get_schedule
+from partitioner.processes.records import RankStep
 from partitioner.processes.timing import step_seconds
 
 if TYPE_CHECKING:
@@ -51,123 +45,9 @@ __all__ = [
     "run_layout",
     "parse_layout",
     "linear_pairs_plan",
-    "model_tp_plan",
+    "model_tp_plan",  # kept here for its callers; it lives in .tp_plans
     "check_runnable",
 ]
-
-_ELEMENTWISE = ("relu", "gelu", "silu", "tanh", "sigmoid", "dropout", "identity", "mish", "leaky_relu", "elu")
-
-
-def _elementwise(gm: Any, node: Any) -> bool:
-    if node.op == "call_module":
-        name = type(gm.get_submodule(node.target)).__name__.lower()
-    elif node.op in ("call_function", "call_method"):
-        name = getattr(node.target, "__name__", str(node.target)).lower()
-    else:
-        return False
-    return name.strip("_") in _ELEMENTWISE
-
-
-def linear_pairs_plan(module: torch.nn.Module, tp: int) -> tuple[tuple[str, str], ...]:
-    """The tensor-parallel styles of ``module``'s Linear layers (NOTE: [Linear pairs]); raises
-    :class:`PartitionError` naming what cannot be sharded. O(N) over the traced graph."""
-    import torch
-    import torch.fx as fx
-
-    linears = [(n, m) for n, m in module.named_modules() if isinstance(m, torch.nn.Linear)]
-    others = sorted(
-        f"{n} ({type(m).__name__})"
-        for n, m in module.named_modules()
-        if not isinstance(m, torch.nn.Linear) and any(True for _ in m.parameters(recurse=False))
-    )
-    if others:
-        more = f" and {len(others) - 4} more" if len(others) > 4 else ""
-        raise PartitionError(
-            f"tensor parallelism here shards Linear layers only; {', '.join(others[:4])}{more} "
-            f"hold parameters of other kinds: run this model with tp1"
-        )
-    if not linears or len(linears) % 2:
-        raise PartitionError(
-            f"tensor parallelism pairs Linear layers (colwise, rowwise); the model has {len(linears)}: run it with tp1"
-        )
-    from partitioner.tracing.lock import TRACE_LOCK
-
-    try:
-        with TRACE_LOCK:  # fx tracing patches module-level state: one trace at a time in a process
-            gm = fx.symbolic_trace(module)
-    except Exception as exc:  # noqa: BLE001 - any trace failure means the pairs cannot be checked
-        raise PartitionError(
-            f"tensor parallelism checks the Linear pairs on a symbolic trace, which failed "
-            f"({type(exc).__name__}: {exc}): run this model with tp1"
-        ) from None
-    calls: dict[str, list[Any]] = {}
-    for node in gm.graph.nodes:
-        if node.op == "call_module":
-            calls.setdefault(str(node.target), []).append(node)
-    plan: list[tuple[str, str]] = []
-    for (a, la), (b, lb) in zip(linears[0::2], linears[1::2]):
-        if la.out_features != lb.in_features or la.out_features % tp:
-            raise PartitionError(
-                f"Linear pair {a} -> {b}: the shared width must match and divide by tp={tp} "
-                f"(got {la.out_features} -> {lb.in_features}); choose a tp that divides it"
-            )
-        if len(calls.get(a, [])) != 1 or len(calls.get(b, [])) != 1:
-            raise PartitionError(f"Linear pair {a} -> {b}: each must be called once in the forward: run with tp1")
-        node = calls[b][0].args[0] if calls[b][0].args else None
-        while node is not None and node is not calls[a][0]:
-            tensors = [x for x in node.all_input_nodes]
-            if not (_elementwise(gm, node) and len(tensors) == 1 and len(node.users) == 1):
-                raise PartitionError(
-                    f"Linear pair {a} -> {b}: only elementwise ops may stand between a column- "
-                    f"and a row-parallel Linear (found {node.op} {node.target}): run with tp1"
-                )
-            node = tensors[0]
-        if node is None or len(node.users) != 1:
-            raise PartitionError(f"Linear pair {a} -> {b}: {b} must read {a}'s output alone: run with tp1")
-        plan += [(a, "colwise"), (b, "rowwise")]
-    return tuple(plan)
-
-
-def model_tp_plan(graph: Any, tp: int) -> TPPlan | None:
-    """The tensor-parallel plan of a composed run over ``tp`` devices: a model's own
-    (transformers' ``base_model_tp_plan``: attention by heads, MLPs column then row) with the
-    embeddings split by rows and the output head by columns as torchtitan splits them (the
-    planner counts every parameter over tp); for a model without one whose Linear pairs do not
-    cover it (norms, embeddings, attention), its MLP pairs
-    (:func:`partitioner.sharding.tensor_parallel.mlp_pairs`) with everything else replicated; None
-    where the Linear pairs serve (NOTE: [Linear pairs]). Raises
-    :class:`~partitioner.errors.ShardingError` when the model's plan does not divide by ``tp``."""
-    from partitioner.errors import ShardingError
-    from partitioner.sharding import tensor_parallel
-    from partitioner.sharding._modules import module_kinds
-    from partitioner.sharding.model_plan import model_plan_styles
-    from partitioner.sharding.specs import parameter_shapes
-
-    if tp < 2:
-        return None
-    if not model_plan_styles(graph):
-        try:
-            linear_pairs_plan(graph.graph_module, tp)
-            return None
-        except PartitionError:
-            pairs = tensor_parallel.mlp_pairs(graph, tp)
-            return tensor_parallel.tp_plan(graph, pairs, tp) if pairs else None
-    spec = tensor_parallel.from_model_plan(graph, tp)
-    kinds, shapes = module_kinds(graph), parameter_shapes(graph)
-    rows = {path: shapes[f"{path}.weight"][0][0] for path in kinds if f"{path}.weight" in shapes}
-    vocab = {rows[path] for path, kind in kinds.items() if kind == "embedding" and path in rows}
-    ends = {
-        f"{path}.weight": f"{tp},1"
-        for path, kind in kinds.items()
-        if path in rows
-        and f"{path}.weight" not in spec
-        and rows[path] % tp == 0
-        and (kind == "embedding" or (kind == "linear" and rows[path] in vocab))
-    }  # tied heads are one parameter
-    try:
-        return tensor_parallel.tp_plan(graph, {**spec, **ends}, tp)
-    except ShardingError:  # an end that will not split: the model's own plan alone
-        return tensor_parallel.tp_plan(graph, spec, tp)
 
 
 def _leaves(out: Any) -> list[torch.Tensor]:
@@ -253,12 +133,9 @@ def _entry(
     repeats: int,
     styles: dict[str, dict[str, str]] | None = None,
     kwargs: dict[str, Any] | None = None,
-) -> dict[str, Any]:
-    i, j = divmod(rank, layout.tp)
-    try:
-        return _rank_step(rank, module, inputs, layout, plan, repeats, styles, kwargs or {})
-    except Exception as exc:  # noqa: BLE001 - re-raised with where it happened
-        raise RuntimeError(f"rank {rank} (dp={i}, tp={j}): {type(exc).__name__}: {exc}") from exc
+) -> RankStep:
+    """One rank's training step (a failure is named by the parent from the rank's number)."""
+    return _rank_step(rank, module, inputs, layout, plan, repeats, styles, kwargs or {})
 
 
 def _rank_step(
@@ -270,7 +147,7 @@ def _rank_step(
     repeats: int,
     styles: dict[str, dict[str, str]] | None = None,
     kwargs: dict[str, Any] | None = None,
-) -> dict[str, Any]:
+) -> RankStep:
     import os
 
     import torch
@@ -312,14 +189,16 @@ def _rank_step(
 
     outputs = step()
     grads, held, median = measure_step(step, params, repeats, device)
-    return {
-        "coords": (i, j),
-        "outputs": [o.cpu() for o in outputs] if j == 0 else None,
-        "grads": grads if rank == 0 else None,
-        "held": held,
-        "step_s": median,
-        "sync_s": step_seconds(synced[1:]),
-    }
+    return RankStep(
+        rank,
+        step_s=median,
+        outputs=tuple(o.cpu() for o in outputs) if j == 0 else None,
+        grads=grads if rank == 0 else None,
+        coords=(i, j),
+        parameter_bytes=held[0],
+        gradient_bytes=held[1],
+        sync_s=step_seconds(synced[1:]),
+    )
 
 
 def _reference(
@@ -347,10 +226,10 @@ def _check(layout: Layout, inputs: tuple[Any, ...]) -> None:
             f"pipeline stages run here with ZeRO 0 or 1 (a gradient all-reduce over dp), not with "
             f"FSDP (got pp={layout.pp} zero{layout.zero}): choose zero0 or zero1, or pp1"
         )
-    if layout.pp > 1 and layout.schedule not in ("none", "gpipe", "1f1b"):
+    if layout.pp > 1 and layout.schedule != NO_SCHEDULE and not get_schedule(layout.schedule).runs_composed:
+        runs = " or ".join(name for name, s in SCHEDULES.items() if s.runs_composed)
         problems.append(
-            f"pipeline stages run here with one stage a rank, gpipe or 1f1b (got {layout.schedule}): "
-            "choose gpipe or 1f1b"
+            f"pipeline stages run here with one stage a rank, {runs} (got {layout.schedule}): choose {runs}"
         )
     if layout.recompute != "none":
         problems.append(f"recomputation is not run here (got recompute={layout.recompute!r}): drop it")
@@ -464,14 +343,14 @@ def run_layout(
             backend=backend,
             progress=progress,
         )
-    except RunError as exc:
-        if exc.rank is None or "(dp=" in str(exc):
+    except RunError as exc:  # the failed rank's place, from its number (the ranks do not name it)
+        if exc.rank is None:
             raise
         i, j = divmod(exc.rank, layout.tp)
         raise RunError(f"rank {exc.rank} (dp={i}, tp={j}): {exc}", rank=exc.rank) from None
-    gathered = [r["outputs"] for r in results if r["coords"][1] == 0]
+    gathered = [r.outputs for r in results if r.coords[1] == 0 and r.outputs is not None]
     outputs = [torch.cat([g[k] for g in gathered]) for k in range(len(gathered[0]))]
-    grads = {n: g * layout.dp for n, g in results[0]["grads"].items()}
+    grads = {n: g * layout.dp for n, g in (results[0].grads or {}).items()}
     for path in transposed:  # back to Conv1D's (in, out) weight
         grads[f"{path}.weight"] = grads[f"{path}.weight"].t()
     outputs_equal, out_diff, out_why = compare(outputs, expected, "output")
@@ -479,10 +358,7 @@ def run_layout(
     gradients_equal, grad_diff, grad_why = compare(
         [grads.get(n) for n in names], [expected_grads.get(n) for n in names], "gradient", names
     )
-    ranks = tuple(
-        RankReport(rank, r["coords"][0], r["coords"][1], r["held"][0], r["held"][1], r["step_s"], sync_s=r["sync_s"])
-        for rank, r in enumerate(results)
-    )
+    ranks = tuple(RankReport.of(r) for r in results)
     kind = {
         0: "all-reduce",
         1: "all-reduce (ZeRO-1: no optimizer state to shard)",

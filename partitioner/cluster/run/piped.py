@@ -35,7 +35,7 @@ def run_pipelined(
     import torch
 
     import partitioner
-    from partitioner.pipeline.runner import build_stage_modules
+    from partitioner.pipeline.stage_modules import build_stage_modules
     from partitioner.processes.launch import launch
 
     graph = partitioner.trace(module, inputs, name=type(module).__name__)
@@ -50,33 +50,26 @@ def run_pipelined(
             backend=backend,
             progress=progress,
         )
-    except RunError as exc:
-        if exc.rank is None or "(pp=" in str(exc):
+    except RunError as exc:  # the failed rank's place, from its number (the ranks do not name it)
+        if exc.rank is None:
             raise
         raise RunError(f"{role(exc.rank, layout)}: {exc}", rank=exc.rank) from None
-    last = sorted(
-        (r for r in results if r["coords"][0] == layout.pp - 1 and r["coords"][2] == 0), key=lambda r: r["coords"][1]
-    )
-    outputs = [torch.cat([r["outputs"][k] for r in last]) for k in range(len(last[0]["outputs"]))]
+    last = sorted((r for r in results if r.coords[0] == layout.pp - 1 and r.coords[2] == 0), key=lambda r: r.coords[1])
+    outputs = [torch.cat([r.outputs[k] for r in last if r.outputs]) for k in range(len(last[0].outputs or ()))]
     grads: dict[str, Any] = {}
     for r in results:
-        if r["grads"] is not None:
-            for name, g in r["grads"].items():
+        if r.grads is not None:
+            for name, g in r.grads.items():
                 grads[name] = grads[name] + g * layout.dp if name in grads else g * layout.dp
     outputs_equal, out_diff, out_why = compare(outputs, expected, "output")
     names = sorted(set(grads) | set(expected_grads))
     gradients_equal, grad_diff, grad_why = compare(
         [grads.get(n) for n in names], [expected_grads.get(n) for n in names], "gradient", names
     )
-    loss = sum(r["loss"] for r in last if r["loss"] is not None)
+    loss = sum(r.loss for r in last if r.loss is not None)
     want = float(sum(t.float().sum() for t in expected))
     loss_equal = math.isclose(loss, want, rel_tol=1e-5, abs_tol=1e-4 * max(1.0, abs(want)))
-    ranks = tuple(
-        RankReport(
-            rank, r["coords"][1], r["coords"][2], r["held"][0], r["held"][1], r["step_s"], r["coords"][0], r["sync_s"]
-        )
-        for rank, r in enumerate(results)
-    )
+    ranks = tuple(RankReport.of(r) for r in results)
     why = out_why or grad_why or ("" if loss_equal else f"loss {loss:.6g}, one process {want:.6g}")
     return ComposedRun(
         layout,

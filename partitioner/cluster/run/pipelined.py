@@ -1,13 +1,14 @@
 """Pipeline stages composed with tensor and data parallelism on one three-dimensional mesh, as
 torchtitan composes them: ``init_device_mesh(device, (pp, dp, tp), mesh_dim_names=("pp", "dp",
 "tp"))``; each rank builds its stage (``build_stage_modules``: the traced model cut after whole
-Linear pairs, NOTE: [Linear pairs] in :mod:`partitioner.cluster.run.compose`), applies
+Linear pairs, NOTE: [Linear pairs] in :mod:`partitioner.cluster.run.tp_plans`), applies
 ``parallelize_module`` on its ``"tp"`` sub-mesh, wraps it in a ``PipelineStage`` on its ``"pp"``
-group and runs GPipe (or the layout's schedule) over its replica's share of the batch in
+group and runs the layout's schedule (GPipe for ``"none"``) over its replica's share of the batch in
 microbatches; the loss is the sum of the outputs (``scale_grads=False``: microbatch gradients
 add up to the batch's); data parallelism all-reduces and averages each gradient's local shard
 over ``"dp"`` (ZeRO 0 and 1; FSDP2 with pipeline stages is refused). Rank ``r`` sits at
-``(pp, dp, tp) = unravel(r, (pp, dp, tp))``.
+``(pp, dp, tp) = unravel(r, (pp, dp, tp))``; it sends back a
+:class:`~partitioner.processes.records.RankStep` with those coordinates.
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ from typing import TYPE_CHECKING, Any, Sequence
 from partitioner.cluster.layouts import Layout
 from partitioner.cluster.run.records import measure_step
 from partitioner.errors import PartitionError
+from partitioner.pipeline.schedules import NO_SCHEDULE, Schedule, get_schedule
+from partitioner.processes.records import RankStep
 from partitioner.processes.timing import step_seconds
 
 if TYPE_CHECKING:
@@ -25,9 +28,12 @@ if TYPE_CHECKING:
 
     from partitioner.graph import Graph
 
-__all__ = ["coordinates", "role", "stage_cuts", "pipelined_entry"]
+__all__ = ["coordinates", "role", "stage_cuts", "pipelined_entry", "run_schedule"]
 
-SCHEDULES = {"gpipe": "ScheduleGPipe", "1f1b": "Schedule1F1B", "none": "ScheduleGPipe"}
+
+def run_schedule(layout: Layout) -> Schedule:
+    """The schedule a composed run runs ``layout``'s stages with: its own, GPipe for ``"none"``."""
+    return get_schedule("gpipe" if layout.schedule == NO_SCHEDULE else layout.schedule)
 
 
 def coordinates(rank: int, layout: Layout) -> tuple[int, int, int]:
@@ -77,21 +83,9 @@ def pipelined_entry(
     layout: Layout,
     plan: tuple[tuple[str, str], ...],
     repeats: int,
-) -> dict[str, Any]:
-    try:
-        return _step(rank, stages, inputs, layout, plan, repeats)
-    except Exception as exc:  # noqa: BLE001 - re-raised naming the rank's place
-        raise RuntimeError(f"{role(rank, layout)}: {type(exc).__name__}: {exc}") from exc
-
-
-def _step(
-    rank: int,
-    stages: list[Any],
-    inputs: tuple[torch.Tensor, ...],
-    layout: Layout,
-    plan: tuple[tuple[str, str], ...],
-    repeats: int,
-) -> dict[str, Any]:
+) -> RankStep:
+    """One rank's training step of its stage (a failure is named by the parent from the rank's
+    number: :func:`role`)."""
     import torch
     import torch.distributed as dist
     from torch.distributed.device_mesh import init_device_mesh
@@ -116,7 +110,7 @@ def _step(
     shard = tuple(x.chunk(layout.dp, dim=0)[i].to(device) for x in inputs)
     rows = int(shard[0].shape[0])
     m = max(1, rows // layout.microbatch_size)
-    cls = getattr(schedules, SCHEDULES.get(layout.schedule, "ScheduleGPipe"))
+    cls = getattr(schedules, run_schedule(layout).torch_class)
     schedule = cls(stage, n_microbatches=m, loss_fn=_loss, scale_grads=False)
     target = torch.zeros(rows, 1, device=device)
     dp_group = mesh["dp"].get_group() if layout.dp > 1 else None
@@ -147,14 +141,15 @@ def _step(
     grads, held, median = measure_step(step, params, repeats, device)
     outputs = None
     if last and j == 0:
-        outputs = [t.detach().cpu() for t in torch.utils._pytree.tree_leaves(out) if isinstance(t, torch.Tensor)]
-    loss = float(sum(float(x) for x in losses)) if last and losses else None
-    return {
-        "coords": (s, i, j),
-        "outputs": outputs,
-        "grads": grads if (i == 0 and j == 0) else None,
-        "held": held,
-        "step_s": median,
-        "loss": loss,
-        "sync_s": step_seconds(synced[1:]),
-    }
+        outputs = tuple(t.detach().cpu() for t in torch.utils._pytree.tree_leaves(out) if isinstance(t, torch.Tensor))
+    return RankStep(
+        rank,
+        step_s=median,
+        outputs=outputs,
+        grads=grads if (i == 0 and j == 0) else None,
+        loss=float(sum(float(x) for x in losses)) if last and losses else None,
+        coords=(s, i, j),
+        parameter_bytes=held[0],
+        gradient_bytes=held[1],
+        sync_s=step_seconds(synced[1:]),
+    )

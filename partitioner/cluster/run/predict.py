@@ -12,9 +12,10 @@ parallelism adds, per microbatch, DTensor's dispatch of every column-parallel Li
 backward: two calls) and one all-reduce per Linear pair each way (the row-parallel output in the
 forward, the column-parallel input's gradient in the backward), priced by the profile's
 ``dtensor_all_reduce`` fit, which holds the row-parallel call measured after compute. Pipeline
-stages run GPipe's m + p - 1 slots forward and as many backward, each slot as long as the slowest
+stages run their schedule's slots (GPipe and 1F1B: m + p - 1,
+:func:`partitioner.pipeline.steps.step_slots`) forward and as many backward, each slot as long as the slowest
 stage's microbatch, plus one pipelining action and one hand-off of the boundary's bytes per slot
-each way; the bubble is the p - 1 slots a stage idles each way. Data parallelism with ZeRO 0 or 1
+each way; the bubble is the slots beyond its m that a stage idles each way. Data parallelism with ZeRO 0 or 1
 all-reduces every parameter's local gradient over dp once a step (one call a tensor, as the run
 does); with ZeRO 2 or 3 FSDP2 all-gathers each sharded unit's parameters per microbatch (again
 in the backward with ZeRO 3) and reduce-scatters the gradients, priced as an all-gather of the
@@ -35,6 +36,7 @@ from partitioner.cost.measured import profile_latencies
 from partitioner.cost.runs import Predicted
 from partitioner.device_profile import DeviceProfile
 from partitioner.graph import Graph
+from partitioner.pipeline.steps import step_slots
 
 __all__ = ["composed_step"]
 
@@ -60,8 +62,11 @@ def composed_step(
     whole = profile_latencies(graph, profile, fraction)
     split = profile_latencies(graph, profile, fraction / tp) if styles else whole
     stage_of: dict[str, int] = {}
+    schedule = "gpipe"
     if pp > 1:
-        from partitioner.cluster.run.pipelined import stage_cuts
+        from partitioner.cluster.run.pipelined import run_schedule, stage_cuts
+
+        schedule = run_schedule(layout).name
 
         linears = [
             graph.nodes[v].target
@@ -116,7 +121,7 @@ def composed_step(
         ]
     else:
         slowest = max(range(pp), key=lambda s: slot[s])
-        slots = m + pp - 1
+        slots = step_slots(schedule, pp, m)
         link = profile.link
         hand = max((link.seconds(b) if link else 0.0) for b in boundary)
         parts += [
@@ -124,7 +129,7 @@ def composed_step(
             ("dtensor dispatch", m * dispatch[slowest]),
             ("all_reduce tp forward", m * tp_fwd[slowest]),
             ("all_reduce tp backward", m * tp_bwd[slowest]),
-            ("bubble", (pp - 1) * slot[slowest]),
+            ("bubble", (slots - m) * slot[slowest]),
             ("pipeline actions", 2 * slots * profile.pipeline_action_for(pp)),
             ("hand-off", 2 * slots * hand),
         ]

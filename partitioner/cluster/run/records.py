@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
 from partitioner.cluster.layouts import Layout
+from partitioner.processes.records import RankStep
 from partitioner.processes.timing import step_seconds
 
 __all__ = ["RankReport", "ComposedRun", "compare"]
@@ -27,6 +28,14 @@ class RankReport:
     @property
     def memory_bytes(self) -> int:
         return self.parameter_bytes + self.gradient_bytes
+
+    @classmethod
+    def of(cls, step: RankStep) -> "RankReport":
+        """The report of a rank's :class:`RankStep`, its coordinates ``(pp, dp, tp)`` or ``(dp, tp)``."""
+        *pp, dp, tp = step.coords
+        return cls(
+            step.rank, dp, tp, step.parameter_bytes, step.gradient_bytes, step.step_s, pp[0] if pp else 0, step.sync_s
+        )
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,118 @@
+"""A pipeline plan's stages as GraphModules cut from the traced graph, each the
+``PipelineStage`` body of one stage in a real run (:mod:`partitioner.pipeline.runner`, and the
+composed pipelined runs of :mod:`partitioner.cluster.run`).
+
+# NOTE: [Carrying values across cuts]
+``PipelineStage`` passes one tuple of tensors from stage s to stage s + 1 only, so a value made
+in stage 0 and read in stage 2 (a skip connection, an attention mask, the token ids) is carried:
+every stage returns the tensors live after its cut, its own and those it passes through.
+Values that are not tensors (``x.size(0)`` under symbolic tracing) cannot cross; the reading
+stage recomputes them from the tensors it receives. A stage module keeps the original module's
+qualified names (``layers.0.fc.weight``), so gradients compare by name.
+
+We do not use ``pipeline(module, split_spec=...)``: it re-traces with ``torch.export``, whose node
+names differ from the traced graph the plan's cut points name, and it cannot take a cut between
+two operations of one submodule. Stages built from our own graph run under the same schedules.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import torch
+import torch.fx as fx
+from torch.utils._pytree import tree_flatten
+
+from partitioner.errors import PartitionError
+from partitioner.graph import Graph
+from partitioner.runtime.execute import picklable
+
+__all__ = ["build_stage_modules"]
+
+
+def build_stage_modules(
+    graph: Graph, stages: Sequence[Sequence[str]], example_inputs: Sequence[Any]
+) -> list[fx.GraphModule]:
+    """One ``GraphModule`` per stage (see NOTE: [Carrying values across cuts]); stage 0 takes the
+    model's inputs, the last returns the model's output leaves (one tensor, or a tuple)."""
+    gm = graph.graph_module
+    if gm is None:
+        raise PartitionError(f"graph {graph.name!r} has no traced module to run; use partitioner.trace(model, inputs)")
+    nodes = list(gm.graph.nodes)
+    stage_of: dict[str, int] = {}
+    for s, names in enumerate(stages):
+        for name in names:
+            stage_of[name] = s
+    is_tensor: dict[str, bool] = {}
+
+    class _Types(fx.Interpreter):
+        def run_node(self, n: fx.Node) -> Any:
+            value = super().run_node(n)
+            is_tensor[n.name] = isinstance(value, torch.Tensor)
+            return value
+
+    with torch.no_grad():
+        _Types(gm).run(*example_inputs)
+    placeholders = [n for n in nodes if n.op == "placeholder"]
+    for p in placeholders:
+        if not is_tensor[p.name]:
+            raise PartitionError(f"input {p.name!r} is not a tensor; a pipeline passes tensors between stages")
+        stage_of[p.name] = -1
+    missing = [n.name for n in nodes if n.op not in ("placeholder", "get_attr", "output") and n.name not in stage_of]
+    if missing:
+        raise PartitionError(
+            f"the plan's stages miss {len(missing)} operation(s) of the model ({missing[:3]}); "
+            "was the plan made for this model?"
+        )
+    output = next(n for n in nodes if n.op == "output")
+    leaves = tree_flatten(output.args[0])[0]
+    if not all(isinstance(a, fx.Node) and is_tensor[a.name] for a in leaves):
+        raise PartitionError("the model returns values that are not tensors; a pipeline's last stage returns tensors")
+    count = len(stages)
+
+    def needs(n: fx.Node, s: int, into: set[str]) -> None:
+        """Tensors from before stage s that computing ``n`` in stage s reads (through non-tensor
+        values, which the stage recomputes)."""
+        for a in n.all_input_nodes:
+            if a.op == "get_attr" or stage_of.get(a.name) == s:
+                continue
+            if is_tensor[a.name]:
+                into.add(a.name)
+            else:
+                needs(a, s, into)
+
+    reads: list[set[str]] = [set() for _ in range(count + 1)]  # index count: the model's output
+    for n in nodes:
+        if n.name in stage_of and stage_of[n.name] >= 0:
+            needs(n, stage_of[n.name], reads[stage_of[n.name]])
+    needs(output, count, reads[count])
+    order = {n.name: i for i, n in enumerate(nodes)}
+    carried = []  # carried[c]: tensors live after stage c, in graph order
+    for c in range(count - 1):
+        live = {v for t in range(c + 1, count + 1) for v in reads[t] if stage_of[v] <= c}
+        carried.append(sorted(live, key=order.__getitem__))
+    by_name = {n.name: n for n in nodes}
+    modules = []
+    for s in range(count):
+        g = fx.Graph()
+        env: dict[str, fx.Node] = {}
+        inputs = [p.name for p in placeholders] if s == 0 else carried[s - 1]
+        for name in inputs:
+            env[name] = g.placeholder(name)
+
+        def value(a: fx.Node, g: fx.Graph = g, env: dict[str, fx.Node] = env) -> fx.Node:
+            if a.name not in env:  # a parameter, or a non-tensor to recompute here
+                env[a.name] = g.node_copy(a, lambda b: value(b))
+            return env[a.name]
+
+        for n in nodes:
+            if stage_of.get(n.name) == s and n.op != "placeholder":
+                env[n.name] = g.node_copy(n, value)
+        if s == count - 1:
+            outs = [value(by_name[a.name]) for a in leaves]
+        else:  # gloo sends only contiguous tensors: a carried view (a transpose) is copied first
+            outs = [g.call_method("contiguous", (value(by_name[v]),)) for v in carried[s]]
+        g.output(outs[0] if len(outs) == 1 else tuple(outs))
+        module = fx.GraphModule(gm, g, class_name=f"Stage{s}")
+        modules.append(picklable(module))
+    return modules
