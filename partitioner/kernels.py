@@ -27,6 +27,18 @@ The host cost per op is the bare op's measured host time (16.5 us on the H100 ho
 7.4 on the H200's) plus ``PYTHON_GLUE_S``, what a Hugging Face model's forward adds per traced op beyond a bare op
 (measured on CPU where every op is dispatch-bound: Llama 2.9, GPT-2 4.7, BERT 5.6 us an op).
 
+# NOTE: [Unaligned matrix products]
+Hopper's fast matrix-product kernels read and write through 16-byte aligned rows, so a 16-bit
+product whose inner or output width (k or n) is not a multiple of 8 elements cannot use them;
+cuBLAS falls back to an older tensor-core kernel. Measured on an H100 (torch 2.11): GPT-2's
+vocabulary head, 16,384 x 1,600 -> 50,257 in bf16, ran cutlass's ``sm75`` kernel for 26.9 ms
+(98 TFLOP/s) where the aligned curves give 3.8 ms; the head was 52 % of the forward. So a product
+of a tensor-core dtype with k or n off the multiple runs at ``UNALIGNED_MATMUL_SHARE`` of the
+card's best measured rate at best (98 of 768 TFLOP/s), its backward's two products too. It is why
+nanoGPT pads GPT-2's vocabulary to 50,304 and Megatron-LM to a multiple of 128
+(``--make-vocab-size-divisible-by``), and NVIDIA's matrix-multiplication guide asks for multiples of
+8 in fp16 (16 bytes in any dtype).
+
 # NOTE: [Engines]
 "eager" (the default) is what a plain ``model(x)`` runs: one kernel per op, unfused, each
 launched from Python (above). "graphs" is an engine with CUDA graphs and fused kernels (vLLM- or
@@ -46,6 +58,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 from partitioner.curves import MAX_CURVE_POINTS, Curve, check_curve, interp
 from partitioner.errors import DeviceSpecError
+from partitioner.units import find_dtype
 
 __all__ = [
     "GpuKernels",
@@ -54,6 +67,7 @@ __all__ = [
     "MIN_KERNEL_S",
     "PYTHON_GLUE_S",
     "FUSED_TRAFFIC",
+    "UNALIGNED_MATMUL_SHARE",
     "eager_increments",
     "fused_s",
     "backward_times",
@@ -70,6 +84,8 @@ MIN_KERNEL_S = 2e-6  # the GPU time of the smallest kernel
 PYTHON_GLUE_S = 3e-6  # a Hugging Face forward's Python per traced op beyond a bare op (NOTE: [Eager launch queue])
 FUSED_TRAFFIC = 0.5  # fused elementwise chains move about half the bytes their unfused ops do
 _REF_HEADS, _REF_HEAD_DIM = 32, 128  # the attention curves' shape (batch 1)
+UNALIGNED_MATMUL_SHARE = 0.128  # of the best measured rate (NOTE: [Unaligned matrix products])
+_ALIGN_BYTES = 16
 
 
 def _curve(name: str, what: str, points: Iterable[Any]) -> Curve:
@@ -204,7 +220,7 @@ class GpuKernels:
             t = self.timed_matmul_s(op.m / groups, op.k, op.n, op.dtype)
             return groups * max(t - self.launch_s, MIN_KERNEL_S)
         if op.kind == "matmul":
-            t = self.timed_matmul_s(op.m, op.k, op.n, op.dtype)
+            t = max(self.timed_matmul_s(op.m, op.k, op.n, op.dtype), self.launch_s + self.unaligned_floor_s(op))
         elif op.kind == "attention":
             t = self.timed_attention_s(op.m, op.k, op.n, op.causal)
         elif op.kind == "embedding":
@@ -226,6 +242,17 @@ class GpuKernels:
     def best_bandwidth_bytes_per_s(self) -> float:
         """The best measured elementwise bandwidth (a copy of the largest size measured)."""
         return max(c[-1][0] / c[-1][1] for _, c in self.elementwise)
+
+    def unaligned_floor_s(self, op: KernelOp) -> float:
+        """The least time of a tensor-core product whose k or n is off the 16-byte multiple (NOTE:
+        [Unaligned matrix products]); 0 when aligned or not a tensor-core dtype."""
+        found = find_dtype(op.dtype)
+        if found is None or found.bits > 16 or found.bits < 8:
+            return 0.0
+        per_row = _ALIGN_BYTES * 8 // found.bits
+        if int(op.k) % per_row == 0 and int(op.n) % per_row == 0:
+            return 0.0
+        return 2 * op.m * op.k * op.n / (UNALIGNED_MATMUL_SHARE * self.best_flops(found.name) or math.inf)
 
     def best_flops(self, dtype: str = "bfloat16") -> float:
         """The best measured matmul throughput at ``dtype`` (0 when not measured)."""
