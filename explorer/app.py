@@ -17,7 +17,7 @@ if str(ROOT) not in sys.path:  # `streamlit run explorer/app.py` runs this file 
 import streamlit as st  # noqa: E402
 
 import sample_models  # noqa: E402
-from explorer import sidebar, state
+from explorer import devices_panel, sidebar, state
 
 st.set_page_config(page_title="Partition Explorer", page_icon=":material/account_tree:", layout="wide")
 
@@ -38,10 +38,12 @@ NAMES = {title: name for _, title, _, name in VIEWS}
 
 page = st.navigation(PAGES, position="top")
 state.set_page(NAMES.get(page.title, ""))
-state.restore_from_url(sample_models.names(), sidebar.PLAN_MODES, sidebar.default_device_controls)
+state.restore_from_url(sample_models.names(), sidebar.PLAN_MODES, devices_panel.default_device_controls)
 state.keep_widget_state()
 state.follow_page_request()
 state.set_config(sidebar.config_ui())
 state.write_url()
 state.show_size_warning()
+link_notes = st.container()  # above the page: the link's values its bound widgets could not hold
 page.run()
+state.show_bound_notes(link_notes)

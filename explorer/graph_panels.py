@@ -58,15 +58,27 @@ NO_HIT = SearchHit("", (), ())
 
 
 def view_controls(key: str, graph: Graph, plan: Plan | None = None) -> tuple[str, SearchHit]:
-    """Colour-by and search widgets; returns (overlay, what the search found). A query matching
+    """Colour-by and search widgets, held in the link by Streamlit's binding (``{key}_overlay`` and
+    ``{key}_search`` are URL keys); returns (overlay, what the search found). A query matching
     nothing says so."""
     cols = st.columns([2, 3])
     overlay = cols[0].selectbox(
-        "Colour by", OVERLAYS, key=f"{key}_overlay", help="The same scale colours the charts below."
+        "Colour by",
+        OVERLAYS,
+        key=f"{key}_overlay",
+        help="The same scale colours the charts below.",
+        bind="query-params",
+        persist_state="session",
     )
     query = (
         cols[1]
-        .text_input("Search a node or module", key=f"{key}_search", placeholder="e.g. blocks.3.mlp or c_fc")
+        .text_input(
+            "Search a node or module",
+            key=f"{key}_search",
+            placeholder="e.g. blocks.3.mlp or c_fc",
+            bind="query-params",
+            persist_state="session",
+        )
         .strip()
     )
     hit = search(graph, query, plan) if query else NO_HIT

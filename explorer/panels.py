@@ -289,6 +289,7 @@ def engine_ui(key: str, assumes: Callable[[str], str]) -> str:
         "Engine the times are for",
         list(ENGINES),
         key=key,
+        persist_state="session",
         horizontal=True,
         format_func={"eager": "eager PyTorch", "graphs": "CUDA graphs, fused kernels"}.get,
         help="eager: a plain PyTorch model call or training loop (one kernel an op, launched from "

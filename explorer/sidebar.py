@@ -1,7 +1,8 @@
 """The sidebar: ``*_ui()`` functions that read the widgets and return what a plan needs.
 
-Rendered by the router on every page, so what a person entered stays put while they move
-between pages; size knobs keep their values per model (``persist_state="session"``).
+Rendered by the router on every page; every widget keeps its value for the session
+(``persist_state="session"``), so what a person entered stays put while they move between pages,
+even on a run a page switch ends before the sidebar is drawn, and size knobs keep theirs per model.
 """
 
 from __future__ import annotations
@@ -13,7 +14,6 @@ import inspect
 import re
 from typing import Any
 
-import pandas as pd
 import streamlit as st
 
 import partitioner
@@ -21,31 +21,19 @@ import sample_models
 from explorer import state
 from explorer.builders.config import DEFAULT_MODEL, PLAN_MODES, ModelChoice, PlanConfig
 from explorer.builders.inputs import (
-    CUSTOM,
-    DEFAULT_HEADROOM_PERCENT,
-    DEVICE_COLUMNS,
     InputError,
-    device_rows,
-    device_types,
-    exact_bytes_text,
     hf_default_fields,
     hf_fields_for,
     parse_node_latency,
-    rows_to_devices,
-    type_spec,
     user_models_allowed,
-    with_engine,
-    with_headroom,
 )
 from explorer.builders.text import md
-from explorer.panels import engine_ui
-from partitioner import Device
+from explorer.devices_panel import devices_ui, follow_model_devices
 
 __all__ = [
     "config_ui",
     "model_ui",
     "knobs_ui",
-    "devices_ui",
     "mode_ui",
     "hf_ui",
     "DEFAULT_MODEL",
@@ -56,8 +44,6 @@ __all__ = [
 
 USER_MODEL = "your own model..."
 HF_MODEL = state.HF_MODEL
-# A PCIe-class link: with free transfers every mode finds the same plan, which hides what they do.
-DEFAULT_TRANSFER_GBPS = 25.0
 
 
 def config_ui() -> PlanConfig | None:
@@ -83,17 +69,19 @@ def model_ui() -> ModelChoice | None:
         "Model",
         options,
         key="model",
+        persist_state="session",
         help="A sample model; start the app with PARTITION_EXPLORER_ALLOW_USER_MODELS=1 to load your own."
         if not allowed
         else "A sample model, or your own factory.",
     )
-    _follow_model_devices(name)
+    follow_model_devices(name, sample=name not in (USER_MODEL, HF_MODEL))
     if name == HF_MODEL:
         return hf_ui()
     if name == USER_MODEL:
         spec = st.text_input(
             "Model factory (package.module:factory)",
             key="user_factory",
+            persist_state="session",
             placeholder="my_models:build",
             help="A callable taking no arguments that returns (module, example_inputs). Its folder "
             "must be on PYTHONPATH. Loading it runs its code.",
@@ -135,6 +123,7 @@ def hf_ui() -> ModelChoice | None:
         name = st.text_input(
             "Architecture or preset",
             key="hf_name",
+            persist_state="session",
             help="A transformers model type (llama, gpt2, t5, bert, vit, mixtral, ...) or a "
             f"checkpoint's config: {', '.join(PRESETS)}. Nothing is downloaded; models over "
             "50 M parameters get meta weights (shapes only).",
@@ -142,6 +131,7 @@ def hf_ui() -> ModelChoice | None:
         sets = st.text_input(
             "Config fields",
             key="hf_set",
+            persist_state="session",
             placeholder="num_hidden_layers=2 dtype=bf16",
             help="field=value pairs of its transformers config, space-separated; "
             "dtype=bf16, fp16 or fp32 sets the weights' and activations' type",
@@ -153,6 +143,7 @@ def hf_ui() -> ModelChoice | None:
             max_value=4096,
             step=1,
             key="hf_batch",
+            persist_state="session",
             help="sequences (or images) in the example input",
         )
         seq = right.number_input(
@@ -161,6 +152,7 @@ def hf_ui() -> ModelChoice | None:
             max_value=1 << 20,
             step=1,
             key="hf_seq",
+            persist_state="session",
             help=f"tokens per sequence in the example input (default {TOKEN_SETTINGS['seq_len']}: "
             "a what-if that traces fast; the real length traces on meta weights in seconds)",
         )
@@ -229,136 +221,23 @@ def _reset_knobs(name: str) -> None:
             st.session_state[key] = getattr(defaults, field.name)
 
 
-def default_device_controls(name: str) -> tuple[int, str]:
-    """(count, memory text) of the device controls for sample model ``name``."""
-    count, memory = sample_models.default_devices(name)
-    return int(count), exact_bytes_text(int(memory))
-
-
-def _follow_model_devices(name: str) -> None:
-    """On the first run, and when the model changes while 'follow' is on, set the device
-    controls to the model's default devices (on which it needs several devices)."""
-    last = st.session_state.get("devices_for_model")
-    if last == name:
-        return
-    st.session_state["devices_for_model"] = name
-    if name in (USER_MODEL, HF_MODEL) or (last is not None and not st.session_state.get("follow_model", True)):
-        return
-    count, memory = sample_models.default_devices(name)
-    st.session_state["dev_count"] = int(count)
-    st.session_state["dev_memory"] = exact_bytes_text(int(memory))
-    st.session_state["dev_preset"] = CUSTOM
-
-
-def devices_ui() -> tuple[list[Device] | None, float | None]:
-    """Devices from the quick controls (count, memory or preset) or the per-device table, and
-    the transfer rate in bytes/s (None: from the devices' link bandwidth, or free)."""
-    st.session_state.setdefault("dev_count", 4)
-    st.session_state.setdefault("dev_memory", "16 GiB")
-    st.session_state.setdefault("dev_preset", CUSTOM)
-    types = device_types()
-    if st.session_state["dev_preset"] not in types:  # a measured profile deleted since
-        st.session_state["dev_preset"] = CUSTOM
-    preset = st.selectbox(
-        "Device type",
-        types,
-        key="dev_preset",
-        help="custom: give the memory; a preset brings real memory and speeds; a profile "
-        "measured here (partition-explorer calibrate) brings this machine's curves",
-    )
-    _, kernels_of = type_spec(preset)
-    engine = "eager"
-    if kernels_of is not None and kernels_of.gpu is not None:
-        engine = engine_ui("dev_engine", lambda e: kernels_of.with_engine(e).assumes)  # type: ignore[union-attr]
-    count = st.number_input("Number of devices", min_value=1, max_value=1024, step=1, key="dev_count")
-    if preset == CUSTOM:
-        memory = st.text_input("Memory per device", key="dev_memory", help="e.g. 16GiB, 512 MiB, 1.5GB")
-    else:  # the type's memory shown; the custom memory is kept for when custom is chosen again
-        memory = st.session_state["dev_memory"]
-        st.text_input(
-            "Memory per device",
-            value=exact_bytes_text(type_spec(preset)[0]["memory_bytes"]),
-            disabled=True,
-            key=f"dev_memory_of_{preset}",
-            help="set by the device type; choose custom to give your own",
-        )
-    base = (int(count), memory, preset)
-    if st.session_state.get("dev_base") != base:
-        st.session_state["dev_base"] = base
-        st.session_state["dev_table_version"] = st.session_state.get("dev_table_version", 0) + 1
-    version = st.session_state["dev_table_version"]
-    table = pd.DataFrame(device_rows(int(count), memory, preset), columns=list(DEVICE_COLUMNS))
-    with st.expander("Edit devices one by one", expanded=False):
-        st.caption(
-            "One row per device (add or delete rows for a mixed set). Empty speeds take "
-            "the preset's or a modest default. Changing the controls above restarts the table."
-        )
-        edited = st.data_editor(
-            table,
-            key=f"dev_table_{version}",
-            num_rows="dynamic",
-            hide_index=True,
-            # Narrow columns, so all six fit the sidebar's width.
-            column_config={
-                "name": st.column_config.TextColumn(width="small"),
-                "preset": st.column_config.SelectboxColumn(options=types, default=CUSTOM, width="small"),
-                "memory": st.column_config.TextColumn(help="e.g. 16GiB", default=memory, width="small"),
-                "peak TFLOP/s": st.column_config.NumberColumn(
-                    "TFLOP/s", min_value=0.0, format="%g", width="small", help="peak TFLOP/s"
-                ),
-                "memory GB/s": st.column_config.NumberColumn(
-                    "mem GB/s", min_value=0.0, format="%g", width="small", help="memory bandwidth, GB/s"
-                ),
-                "link GB/s": st.column_config.NumberColumn(
-                    "link GB/s", min_value=0.0, format="%g", width="small", help="link bandwidth, GB/s"
-                ),
-            },
-        )
-    st.session_state.setdefault("dev_headroom", DEFAULT_HEADROOM_PERCENT)
-    headroom = st.number_input(
-        "Memory headroom (% of each device)",
-        min_value=0.0,
-        max_value=90.0,
-        step=5.0,
-        format="%g",
-        key="dev_headroom",
-        help=f"kept free on every device (CUDA context, allocator fragmentation, buffers): the modes plan "
-        f"within the rest, and the charts show the rest as each device's capacity. {DEFAULT_HEADROOM_PERCENT:g} % "
-        "by default: 4 GiB of an 80 GiB H100, as Plan a cluster keeps; 0 fills devices to the last byte",
-    )
-    st.session_state.setdefault("transfer_gbps", DEFAULT_TRANSFER_GBPS)
-    rate_gbps = st.number_input(
-        "Transfer rate between devices (GB/s)",
-        min_value=0.0,
-        step=1.0,
-        format="%g",
-        key="transfer_gbps",
-        help="0: use the slowest link bandwidth the devices give; with none, transfers are free",
-    )
-    st.session_state.setdefault("follow_model", True)
-    st.checkbox(
-        "Switch to each model's default devices",
-        key="follow_model",
-        help="When you pick another model, set the devices to ones on which it needs several",
-    )
-    rate = float(rate_gbps) * 1e9 if rate_gbps else None
-    try:
-        return with_headroom(with_engine(rows_to_devices(edited.to_dict("records")), engine), float(headroom)), rate
-    except InputError as exc:
-        st.error(md(exc))
-        return None, rate
-
-
 def mode_ui() -> tuple[str, dict[str, Any] | None]:
     """The mode and its options (None when an uploaded latency file cannot be read)."""
     st.session_state.setdefault("mode", partitioner.DEFAULT_MODE)
-    mode = st.selectbox("Mode", PLAN_MODES, key="mode", help="See the Learn page for what each mode does")
+    mode = st.selectbox(
+        "Mode", PLAN_MODES, key="mode", persist_state="session", help="See the Learn page for what each mode does"
+    )
     st.caption(partitioner.DESCRIPTIONS.get(mode, "").split(". ")[0].strip().rstrip(".") + ".")
-    saturate = st.checkbox("Saturate host (copy the plan onto idle devices)", key="saturate_host")
-    force = st.checkbox("Force partitioning when the model fits one device", key="force_partition")
+    saturate = st.checkbox(
+        "Saturate host (copy the plan onto idle devices)", key="saturate_host", persist_state="session"
+    )
+    force = st.checkbox(
+        "Force partitioning when the model fits one device", key="force_partition", persist_state="session"
+    )
     torch_numbers = st.checkbox(
         "Numbers as torch's partitioner computes them",
         key="torch_cost_model",
+        persist_state="session",
         help="torch.fx's partitioner_utils: an input counted for every node "
         "reading it, partitions on one device overlapping in time. The Learn "
         "page explains the differences.",
@@ -367,6 +246,7 @@ def mode_ui() -> tuple[str, dict[str, Any] | None]:
         "Node latencies",
         ["roofline", "upload"],
         key="latency_source",
+        persist_state="session",
         horizontal=True,
         format_func={"roofline": "roofline estimate", "upload": "upload per node"}.get,
         help="Roofline: max(bytes / memory bandwidth, FLOPs / peak FLOP/s) on the slowest device",
@@ -397,6 +277,7 @@ def mode_ui() -> tuple[str, dict[str, Any] | None]:
             max_value=1_000_000,
             step=100,
             key="search_budget",
+            persist_state="session",
             help="Caps the work of cost_aware and kl_based",
         )
         limit = st.number_input(
@@ -405,6 +286,7 @@ def mode_ui() -> tuple[str, dict[str, Any] | None]:
             max_value=600,
             step=5,
             key="time_limit_s",
+            persist_state="session",
             help="How long the optimal mode's solver may search; it runs in a "
             "worker process and keeps the best plan found",
         )

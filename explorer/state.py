@@ -2,7 +2,10 @@
 and loaders that fetch the cached graph and plan, showing any error with ``st.error``.
 
 Session state holds only small things: the config (a frozen dataclass of tuples) and the
-hand-edited mapping (``explorer.builders.editing.Edit``).
+hand-edited mapping (``explorer.builders.editing.Edit``). A link's settings: the sidebar's and the
+Plan a cluster and Training memory pages' are read and written here (checked, with notes); the
+other pages' widgets are bound to the URL by Streamlit (NOTE: [Bound keys] in
+``explorer.builders.links``), and only what that binding dropped is said here.
 """
 
 from __future__ import annotations
@@ -10,15 +13,18 @@ from __future__ import annotations
 from typing import Callable
 
 import streamlit as st
+from streamlit.delta_generator import DeltaGenerator
 
 import sample_models
 from explorer import compute
 from explorer.builders.config import PlanConfig
 from explorer.builders.inputs import CUSTOM, device_types, size_warning
 from explorer.builders.links import (
+    BOUND_KEYS,
     HF_URL_KEYS,
     PAGE_PREFIXES,
     URL_KEYS,
+    bound_notes,
     page_keys,
     page_kind,
     read_link,
@@ -41,6 +47,7 @@ __all__ = [
     "set_page",
     "show_size_warning",
     "write_url",
+    "show_bound_notes",
 ]
 
 # Every session-state key the pages share lives here.
@@ -49,52 +56,14 @@ MODEL_GENERATION = "model_generation"  # bumped by "Reload the model"
 GOTO_PAGE = "goto_page"  # a page another page asked to open on the next run
 MODE = "mode"  # the sidebar's mode selectbox
 HF_MODEL = "Hugging Face architecture..."  # the model selectbox's choice for hf: architectures
-
-
-# Sidebar widgets whose values outlive a page switch (Streamlit drops the state of widgets a run
-# did not draw, and a page switch can end a run before the sidebar is drawn) and that the URL
-# carries, so a view can be shared and survives a reload. Buttons, uploads and the per-device
-# table cannot be set from code and are not kept.
-PERSISTENT = (
-    "model",
-    "user_factory",
-    "hf_name",
-    "hf_set",
-    "hf_batch",
-    "hf_seq",
-    "dev_preset",
-    "dev_engine",
-    "dev_count",
-    "dev_memory",
-    "dev_headroom",
-    "transfer_gbps",
-    "follow_model",
-    "mode",
-    "saturate_host",
-    "force_partition",
-    "latency_source",
-    "search_budget",
-    "time_limit_s",
-    "torch_cost_model",
-    "pp_ranks",
-    "pp_microbatches",
-    "pp_schedule",
-    "pp_training",
-    "tm_budget",
-    "tm_loss",
-    "tm_optimizer",
-    "sh_training",
-)
 URL_RESTORED = "url_restored"
+LINK_BOUND = "link_bound"  # the link's values for bound widgets, until their widgets have read them
 PAGE = "current_page"  # the page this run draws (a key of PAGE_PREFIXES), whose view the URL carries
 
 
-def _persistent(key: str) -> bool:
-    if key in PERSISTENT or (key.startswith("knob_") and not key.startswith("knob_reset_")):
-        return True
-    # A page's view (its widgets a link carries) is kept while the person visits other pages; on its
-    # own page its widgets keep it, and re-owning it there would count as setting it from code beside
-    # the widget's default (Streamlit logs a warning for each).
+def _kept(key: str) -> bool:
+    """A view key of another page that Streamlit does not keep on its own: the hand-carried page keys
+    (NOTE: [Bound keys] in explorer.builders.links) of the pages whose widgets are not bound."""
     here = PAGE_PREFIXES.get(st.session_state.get(PAGE, ""))
     return any(key.startswith(p) for p in PAGE_PREFIXES.values() if p != here) and page_kind(
         key, st.session_state.get(key)
@@ -104,17 +73,9 @@ def _persistent(key: str) -> bool:
 def page_choices() -> dict[str, list]:
     """The options of the pages' choice widgets, to check a link's values against."""
     from partitioner import cluster
-    from partitioner.accelerator import steps
-    from partitioner.draw.overlay import OVERLAYS
-    from partitioner.pipeline.schedules import SCHEDULES
 
     links = list(cluster.LINKS)
     return {
-        "explore_view": list(EXPLORE_VIEWS),
-        "explore_overlay": list(OVERLAYS),
-        "learn_algorithm": list(steps.ALGORITHMS),
-        "pp_schedule": list(SCHEDULES),
-        "pp_training": ["inference", "training, SGD", "training, Adam"],
         "tm_budget": [0.0, 0.25, 0.5, 0.75, 1.0],
         "cl_kind": ["training", "inference"],
         "cl_engine": ["eager", "graphs"],
@@ -130,9 +91,11 @@ EXPLORE_VIEWS = ("Partition DAG", "Model graph by module")
 
 
 def keep_widget_state() -> None:
-    """Re-own the sidebar's widget values at the start of a run, so a page switch keeps them."""
+    """Re-own other pages' hand-carried view keys at the start of a run, so a page switch keeps them
+    (Streamlit drops the state of widgets a run did not draw). The sidebar's and the bound page
+    widgets keep theirs with ``persist_state="session"``."""
     for key in list(st.session_state.keys()):
-        if isinstance(key, str) and _persistent(key):
+        if isinstance(key, str) and _kept(key):
             st.session_state[key] = st.session_state[key]
 
 
@@ -150,6 +113,7 @@ def restore_from_url(
     params = st.query_params.to_dict()
     read = read_link(params, models, modes, device_types(), HF_MODEL, sample_models.config_class)
     view = read_page_link(params, page_choices())
+    st.session_state[LINK_BOUND] = {k: params[k] for k in BOUND_KEYS if k in params}
     notes = read.notes + view.notes
     if notes:
         st.warning(md("The link's settings were checked: " + "; ".join(notes) + "."))
@@ -169,9 +133,23 @@ def set_page(name: str) -> None:
     st.session_state[PAGE] = name
 
 
+def show_bound_notes(box: DeltaGenerator) -> None:
+    """After the page drew its widgets, in ``box`` (a container above the page): which of the link's
+    values Streamlit's binding dropped (:func:`explorer.builders.links.bound_notes`). Once a value."""
+    link = st.session_state.get(LINK_BOUND)
+    if not link:
+        return
+    notes = bound_notes(link, st.session_state)
+    for key in [k for k in link if k in st.session_state]:  # read by its widget: said once
+        del link[key]
+    if notes:
+        box.warning(md("The link's settings were checked: " + "; ".join(notes) + "."))
+
+
 def write_url() -> None:
-    """Put the sidebar's current settings and the current page's view in the URL (a link that
-    reopens this view). Pages call it again after changing their own state mid-run."""
+    """Put the sidebar's current settings and the current page's hand-carried view in the URL (a
+    link that reopens this view), leaving the keys Streamlit binds to their widgets as they are.
+    Pages call it again after changing their own state mid-run."""
     params = {}
     model = st.session_state.get("model")
     for key in (
@@ -182,8 +160,12 @@ def write_url() -> None:
         if key in st.session_state and st.session_state[key] is not None:
             params[key] = str(st.session_state[key])
     params.update(page_keys(st.session_state.get(PAGE, ""), st.session_state))
-    if params != st.query_params.to_dict():
-        st.query_params.from_dict(params)
+    current = st.query_params.to_dict()
+    for key in [k for k in current if k not in params and k not in BOUND_KEYS]:
+        del st.query_params[key]
+    changed = {k: v for k, v in params.items() if current.get(k) != v}
+    if changed:
+        st.query_params.update(changed)
 
 
 def model_generation() -> int:

@@ -1,7 +1,15 @@
 """A shared link's query parameters read as the sidebar's widgets would take them: each value
 typed and checked against its widget's rule (a number's range, a choice among the options, a
 size knob of the model's config), out-of-range numbers clamped and unreadable values dropped,
-each with a note that says why. Pure: the app's ``explorer.state`` applies the result."""
+each with a note that says why. Pure: the app's ``explorer.state`` applies the result.
+
+NOTE: [Bound keys] The page widgets in :data:`BOUND_KEYS` are held in the URL by Streamlit's own
+binding (``bind="query-params"``): Streamlit reads them from a link (dropping a value the widget
+cannot hold), writes them back as they change, and keeps them out of the URL at their defaults.
+Nothing here reads or writes them; :func:`bound_notes` only says which of a link's values the
+binding dropped. The sidebar is not bound: its links are checked beyond what a widget checks
+(a memory size parsed, a size knob checked by the model's config, a number out of range clamped
+rather than dropped). The Plan a cluster and Training memory pages' keys are carried here too."""
 
 from __future__ import annotations
 
@@ -24,7 +32,22 @@ __all__ = [
     "PAGE_URL_KEYS",
     "PAGE_PREFIXES",
     "RANGES",
+    "BOUND_KEYS",
+    "bound_notes",
 ]
+
+# Page widgets bound to the URL by Streamlit (NOTE: [Bound keys]).
+BOUND_KEYS = (
+    "explore_view",
+    "explore_overlay",
+    "explore_search",
+    "learn_algorithm",
+    "pp_ranks",
+    "pp_microbatches",
+    "pp_schedule",
+    "pp_training",
+    "sh_training",
+)
 
 URL_KEYS: dict[str, type] = {
     "model": str,
@@ -48,8 +71,6 @@ RANGES: dict[str, tuple[float | None, float | None]] = {
     "hf_batch": (1, 4096),
     "hf_seq": (1, 1 << 20),
     "learn_step": (1, None),
-    "pp_ranks": (1, 1024),
-    "pp_microbatches": (1, 1024),
     "cl_batch": (1, 1 << 20),
     "cl_serve_batch": (1, 1 << 20),
     "cl_prompt": (1, 1 << 20),
@@ -71,20 +92,11 @@ PAGE_PREFIXES: dict[str, str] = {
     "sharding": "sh_",
     "cluster": "cl_",
 }
-PAGE_URL_KEYS: dict[str, type] = {
-    "explore_view": str,
-    "explore_overlay": str,
-    "explore_search": str,
-    "learn_algorithm": str,
-    "learn_step": int,
-    "pp_ranks": int,
-    "pp_microbatches": int,
-    "pp_schedule": str,
-    "pp_training": str,
+PAGE_URL_KEYS: dict[str, type] = {  # the page keys Streamlit does not bind
+    "learn_step": int,  # the player sets it before its slider is drawn
     "tm_budget": float,
     "tm_loss": str,
     "tm_optimizer": str,
-    "sh_training": bool,
     "cl_kind": str,
     "cl_engine": str,
     "cl_serve_batch": int,
@@ -103,7 +115,7 @@ PAGE_URL_KEYS: dict[str, type] = {
     "cl_write": str,
 }
 _PAGE_PATTERNS: tuple[tuple[str, type], ...] = (("cl_intra_", str), ("cl_price_", float))
-# Keys that are actions or files, never a view: buttons, downloads, uploads, editors, run state.
+# Plan a cluster keys that are actions or files, never a view: buttons, downloads, charts, run state.
 _NOT_CARRIED = (
     "cl_open",
     "cl_run",
@@ -116,35 +128,6 @@ _NOT_CARRIED = (
     "cl_rank_memory",
     "cl_pareto",
     "cl_run_chart",
-    "pp_run",
-    "pp_download",
-    "pp_sweep_chart",
-    "pp_memory_chart",
-    "pp_schedule_chart",
-    "tm_run",
-    "tm_graph",
-    "tm_memory_chart",
-    "tm_tradeoff_chart",
-    "sh_run",
-    "sh_editor_",
-    "sh_download",
-    "sh_suggest",
-    "sh_model_plan",
-    "sh_memory_chart",
-    "sh_run_chart",
-    "learn_prev",
-    "learn_next",
-    "learn_play",
-    "learn_playing",
-    "learn_tick",
-    "learn_restart",
-    "learn_speed",
-    "learn_steps",
-    "explore_dag",
-    "explore_drill",
-    "explore_critical",
-    "explore_model",
-    "explore_node",
 )
 _TRUE, _FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
 
@@ -271,6 +254,8 @@ def page_kind(key: str, value: Any = None) -> type | None:
     """The type a page key holds (None: not a key a link carries). NOTE: [Page keys] a cluster-page
     key this table does not know yet is carried as its session value's type when writing, and
     read back as the type its text has (true/false, a whole number, a number, else text)."""
+    if key in BOUND_KEYS:
+        return None
     if key in PAGE_URL_KEYS:
         return PAGE_URL_KEYS[key]
     for prefix, kind in _PAGE_PATTERNS:
@@ -325,8 +310,8 @@ def read_page_link(params: Mapping[str, str], choices: Mapping[str, Sequence[Any
     notes: list[str] = []
     values: dict[str, Any] = {}
     for key, text in params.items():
-        if not any(key.startswith(p) for p in PAGE_PREFIXES.values()):
-            continue
+        if key in BOUND_KEYS or not any(key.startswith(p) for p in PAGE_PREFIXES.values()):
+            continue  # a bound key is Streamlit's to read; a sidebar key read_link's
         kind = page_kind(key)
         if kind is None:
             notes.append(f"{key} in the link was ignored: it is not a setting a link carries")
@@ -341,3 +326,22 @@ def read_page_link(params: Mapping[str, str], choices: Mapping[str, Sequence[Any
             continue
         values[key] = _clamped(key, value, text, notes) if key in RANGES else value
     return LinkValues(values, tuple(notes))
+
+
+def bound_notes(link: Mapping[str, str], state: Mapping[str, Any]) -> tuple[str, ...]:
+    """A note for each value a link gave a bound widget (NOTE: [Bound keys]) that the widget does not
+    hold after Streamlit's binding read it (not one of its options, out of its range, not a number):
+    ``link`` the link's parameters, ``state`` session state after the page drew its widgets. A key
+    whose widget was not drawn says nothing. O(len(BOUND_KEYS))."""
+    notes = []
+    for key in BOUND_KEYS:
+        if key not in link or key not in state:
+            continue
+        value, text = state[key], link[key]
+        try:
+            same = value is not None and _typed(key, type(value), text) == value
+        except ValueError:
+            same = False
+        if not same:
+            notes.append(f"{key}={text} in the link was ignored: its widget cannot hold it (it shows {value})")
+    return tuple(notes)

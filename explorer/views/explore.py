@@ -58,8 +58,17 @@ def main() -> None:
     panels.render_cost_models(plan, graph)
     overlay, hit = graph_panels.view_controls("explore", graph, plan)
     node_s = graph_panels.node_seconds(plan, graph)
-    st.session_state.setdefault("explore_view", state.EXPLORE_VIEWS[0])  # no default beside it (Streamlit warns)
-    view = st.segmented_control("Show", list(state.EXPLORE_VIEWS), key="explore_view") or state.EXPLORE_VIEWS[0]
+    view = (
+        st.segmented_control(
+            "Show",
+            list(state.EXPLORE_VIEWS),
+            default=state.EXPLORE_VIEWS[0],
+            key="explore_view",
+            bind="query-params",  # the link carries it (Streamlit's binding)
+            persist_state="session",
+        )
+        or state.EXPLORE_VIEWS[0]
+    )
     left, right = st.columns([3, 2])
     with left:
         if view == "Partition DAG":

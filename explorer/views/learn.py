@@ -76,6 +76,8 @@ def _step_through(config: PlanConfig, plan: Plan, graph: Graph) -> None:
         list(steps.ALGORITHMS),
         format_func=steps.ALGORITHMS.get,
         key="learn_algorithm",
+        bind="query-params",
+        persist_state="session",
         on_change=lambda: st.session_state.update(learn_step=1, learn_playing=False),
     )
     trace = compute.decision_trace(config, algorithm)

@@ -23,37 +23,50 @@ TRAINING = pipeline_tables.TRAINING
 
 def _controls(device_count: int) -> tuple[int, int, str, str | None]:
     cols = st.columns(4)
-    # kept in session state (and the link), never beside a default: Streamlit warns of both
-    st.session_state.setdefault("pp_ranks", min(4, device_count))
-    st.session_state["pp_ranks"] = max(1, min(int(st.session_state["pp_ranks"]), device_count))
-    st.session_state.setdefault("pp_microbatches", 8)
+    # held in the link by Streamlit's binding, which keeps a widget's own default out of the URL:
+    # the defaults are the widgets' (value=, index=), not set in session state
+    if st.session_state.get("pp_ranks", 0) > device_count:  # fewer devices in the sidebar since
+        st.session_state["pp_ranks"] = device_count
     ranks = cols[0].number_input(
         "Devices in the pipeline",
+        value=min(4, device_count),
         min_value=1,
         max_value=max(1, device_count),
         step=1,
         key="pp_ranks",
+        bind="query-params",
+        persist_state="session",
         help="the first N devices of the sidebar, one pipeline rank each",
     )
     microbatches = cols[1].number_input(
         "Microbatches",
+        value=8,
         min_value=1,
         max_value=1024,
         step=1,
         key="pp_microbatches",
+        bind="query-params",
+        persist_state="session",
         help="the batch is cut into this many; torch's schedules take: gpipe any "
         "count, 1f1b at least one per stage, interleaved and zero bubble a "
         "multiple of max(1, microbatches // devices)",
     )
-    st.session_state.setdefault("pp_schedule", list(SCHEDULES)[1])
     schedule = cols[2].selectbox(
         "Schedule",
         list(SCHEDULES),
+        index=1,  # 1f1b
         key="pp_schedule",
+        bind="query-params",
+        persist_state="session",
         help="interleaved and zero-bubble schedules hold two stages per device",
     )
     training = cols[3].selectbox(
-        "Work", list(TRAINING), key="pp_training", help="training adds the backward, gradients and optimizer state"
+        "Work",
+        list(TRAINING),
+        key="pp_training",
+        help="training adds the backward, gradients and optimizer state",
+        bind="query-params",
+        persist_state="session",
     )
     return int(ranks), int(microbatches), schedule, TRAINING[training]
 

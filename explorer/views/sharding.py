@@ -128,7 +128,9 @@ def main() -> None:
     key = graph.fingerprint()
     spec = specs.setdefault(key, {})
     cols = st.columns([1, 1, 2])
-    training = cols[1].toggle("Training (count the backward)", key="sh_training")
+    training = cols[1].toggle(
+        "Training (count the backward)", key="sh_training", bind="query-params", persist_state="session"
+    )
     rate = config.transfer_rate_bytes_per_s
     if graph.model_info.tp_plan and cols[1].button(
         "Use the model's own plan",

@@ -12,12 +12,9 @@ from explorer.builders.text import md
 
 
 @st.cache_data(max_entries=16, show_spinner=False)
-def _cluster_rows(_graph, fingerprint: str, devices_key: tuple, rate: float | None, name: str) -> list:
+def _cluster_rows(_graph, _devices: list, fingerprint: str, devices_key: tuple, rate: float | None, name: str) -> list:
     del fingerprint, devices_key  # the cache key: the graph and devices themselves are not hashed
-    return techniques.cluster_rows(_graph, _DEVICES[0], rate, name)
-
-
-_DEVICES: list = [None]
+    return techniques.cluster_rows(_graph, _devices, rate, name)
 
 
 def main() -> None:
@@ -38,12 +35,12 @@ def main() -> None:
         result = compute.plan(config)
         n = len(devices)
         pp = compute.pipeline_plan(config, n, n, max(1, n), "gpipe", None)
-        _DEVICES[0] = devices
         rows = [
             techniques.fx_row(result.plan, result.error, devices),
             techniques.pipeline_row(pp.plan, pp.error, devices),
             *_cluster_rows(
                 graph,
+                devices,
                 graph.fingerprint(),
                 tuple(map(str, devices)),
                 config.transfer_rate_bytes_per_s,

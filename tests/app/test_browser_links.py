@@ -144,3 +144,65 @@ def test_the_changed_pages_draw_without_an_error():
                 expect(page.get_by_test_id("stException")).to_have_count(0)
         finally:
             browser.close()
+
+
+@pytest.mark.slow
+@pytest.mark.browser
+def test_widgets_bound_to_the_url_write_their_link_keep_it_across_pages_and_reopen_it():
+    """Explore's colour and search and the Pipeline page's microbatches are held in the URL by
+    Streamlit's binding: a change writes the link, a visit to another page and back keeps it, and
+    the link opened in a fresh context shows the same view; a value no widget can hold is a note."""
+    require_chromium()
+    from playwright.sync_api import expect, sync_playwright
+
+    with app_server() as (_, url), sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            mine = browser.new_context(viewport=VIEWPORT)
+            page = mine.new_page()
+            page.goto(f"{url}/?model=mlp")
+            colour = page.get_by_label("Colour by", exact=True)
+            expect(colour).to_be_visible(timeout=TIMEOUT_MS)
+            _settled(page)
+            colour.click()
+            page.get_by_role("option", name="memory", exact=True).click()
+            page.wait_for_url("**explore_overlay=memory**", timeout=TIMEOUT_MS)
+            search = page.get_by_label("Search a node or module", exact=True)
+            search.fill("fc")
+            search.press("Enter")
+            page.wait_for_url("**explore_search=fc**", timeout=TIMEOUT_MS)
+            _settled(page)
+            shared = page.url
+            query = parse_qs(urlparse(shared).query)
+            assert query["model"] == ["mlp"] and query["explore_overlay"] == ["memory"], shared
+            page.get_by_role("link", name="Pipeline").first.click()
+            microbatches = page.get_by_label("Microbatches", exact=True)
+            expect(microbatches).to_be_visible(timeout=TIMEOUT_MS)
+            _settled(page)
+            microbatches.fill("4")
+            microbatches.press("Enter")
+            page.wait_for_url("**pp_microbatches=4**", timeout=TIMEOUT_MS)
+            _settled(page)
+            pipeline_link = page.url
+            page.get_by_role("link", name="Explore").first.click()
+            expect(page.get_by_label("Colour by", exact=True)).to_be_visible(timeout=TIMEOUT_MS)
+            _settled(page)
+            expect(page.get_by_label("Search a node or module", exact=True)).to_have_value("fc")  # kept
+            page.get_by_role("link", name="Pipeline").first.click()
+            expect(page.get_by_label("Microbatches", exact=True)).to_have_value("4", timeout=TIMEOUT_MS)  # kept
+            theirs = browser.new_context(viewport=VIEWPORT)  # a colleague's browser: no session
+            other = theirs.new_page()
+            other.goto(shared)
+            expect(other.get_by_label("Search a node or module", exact=True)).to_have_value("fc", timeout=TIMEOUT_MS)
+            expect(other.get_by_text("memory").first).to_be_visible()
+            other.goto(pipeline_link)
+            expect(other.get_by_label("Microbatches", exact=True)).to_have_value("4", timeout=TIMEOUT_MS)
+            other.goto(f"{url}/?model=mlp&explore_overlay=rainbow")
+            expect(other.get_by_text("explore_overlay=rainbow in the link was ignored")).to_be_visible(
+                timeout=TIMEOUT_MS
+            )
+            _settled(other)
+            other.screenshot(path=str(ARTIFACTS / "browser_bound_link_note.png"))
+            expect(other.get_by_test_id("stException")).to_have_count(0)
+        finally:
+            browser.close()

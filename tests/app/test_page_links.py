@@ -1,14 +1,16 @@
 """Every page's view in its link: the cluster page's workload and hardware, Explore's view,
 colour and search, Learn's algorithm and step, the Pipeline page's settings. A link opened in a
 fresh session brings back exactly what was shared; a value its widget could not hold is dropped
-with a note (explorer.builders.links.read_page_link)."""
+with a note (explorer.builders.links.read_page_link; for the widgets Streamlit binds to the URL,
+links.bound_notes). Streamlit's browser side writes the bound widgets' values into the URL, which
+AppTest has not: test_browser_links.py shares such a link in Chromium."""
 
 from __future__ import annotations
 
 from app_helpers import APP, TIMEOUT, shown, start
 from streamlit.testing.v1 import AppTest
 
-from explorer.builders.links import page_keys, read_link, read_page_link
+from explorer.builders.links import BOUND_KEYS, bound_notes, page_keys, read_link, read_page_link
 
 
 def _params(at: AppTest) -> dict[str, str]:
@@ -41,7 +43,7 @@ def test_page_keys_are_typed_and_an_unholdable_value_is_dropped_with_a_note():
         "cl_new_box": "3",
         "cl_tokens": "1000000000000.0",
     }
-    assert page_keys("explore", state) == {"explore_view": "Partition DAG"}
+    assert page_keys("explore", state) == {}  # bound to the URL by Streamlit: not written here
     read = read_page_link(
         {
             "cl_batch": "1024",
@@ -49,18 +51,12 @@ def test_page_keys_are_typed_and_an_unholdable_value_is_dropped_with_a_note():
             "cl_kind": "serving",
             "cl_seq": "0",
             "cl_new_box": "3",
-            "explore_overlay": "memory",
+            "explore_overlay": "memory",  # Streamlit's binding reads it
             "model": "mlp",
         },
         {"cl_kind": ["training", "inference"]},
     )
-    assert read.values == {
-        "cl_batch": 1024,
-        "cl_tokens": 1e12,
-        "cl_seq": 1,
-        "cl_new_box": 3,
-        "explore_overlay": "memory",
-    }
+    assert read.values == {"cl_batch": 1024, "cl_tokens": 1e12, "cl_seq": 1, "cl_new_box": 3}
     assert any("cl_kind=serving" in n and "training, inference" in n for n in read.notes)
     assert any("cl_seq=0" in n and "set to 1" in n for n in read.notes)
     # the sidebar's reader leaves a page's keys alone: no "not a setting a link carries" for them
@@ -83,17 +79,21 @@ def test_a_cluster_link_reopens_its_workload():
     assert [m.value for m in fresh.metric] == [m.value for m in at.metric]  # the same answers
 
 
+def test_bound_notes_name_what_the_binding_dropped():
+    assert {"explore_view", "explore_overlay", "explore_search", "pp_microbatches", "pp_schedule"} <= set(BOUND_KEYS)
+    link = {"explore_overlay": "rainbow", "pp_microbatches": "4", "pp_ranks": "99", "explore_search": "fc"}
+    state = {"explore_overlay": "device", "pp_microbatches": 4, "pp_ranks": 4}  # explore_search: not drawn
+    notes = bound_notes(link, state)
+    assert len(notes) == 2, notes
+    assert "explore_overlay=rainbow" in notes[0] and "it shows device" in notes[0]
+    assert "pp_ranks=99" in notes[1]
+
+
 def test_explores_view_colour_and_search_are_in_the_link():
-    at = start()
-    at.segmented_control(key="explore_view").set_value("Model graph by module").run()
-    at.selectbox(key="explore_overlay").set_value("memory").run()
-    at.text_input(key="explore_search").set_value("fc").run()
-    assert not at.exception, at.exception
-    params = _params(at)
-    assert params["explore_view"] == "Model graph by module" and params["explore_overlay"] == "memory"
-    assert params["explore_search"] == "fc"
-    fresh = _open(params, "views/explore.py")
+    params = {"model": "mlp", "explore_view": "Model graph by module", "explore_overlay": "memory"}
+    fresh = _open({**params, "explore_search": "fc"}, "views/explore.py")
     assert fresh.segmented_control(key="explore_view").value == "Model graph by module"
+    fresh.segmented_control(key="explore_view").set_value("Partition DAG").run()  # the colour and search show here
     assert fresh.selectbox(key="explore_overlay").value == "memory"
     assert fresh.text_input(key="explore_search").value == "fc"
     assert not any("link" in shown(w.value) for w in fresh.warning)
@@ -106,14 +106,9 @@ def test_a_page_value_no_widget_can_hold_is_dropped_with_a_note():
 
 
 def test_the_pipeline_pages_settings_are_in_the_link():
-    at = start()
-    at.switch_page("views/pipeline.py").run()
-    at.number_input(key="pp_microbatches").set_value(4).run()
-    at.selectbox(key="pp_schedule").set_value("gpipe").run()
-    params = _params(at)
-    assert params["pp_microbatches"] == "4" and params["pp_schedule"] == "gpipe"
-    fresh = _open(params, "views/pipeline.py")
+    fresh = _open({"model": "mlp", "pp_microbatches": "4", "pp_schedule": "gpipe"}, "views/pipeline.py")
     assert fresh.number_input(key="pp_microbatches").value == 4 and fresh.selectbox(key="pp_schedule").value == "gpipe"
+    assert not any("link" in shown(w.value) for w in fresh.warning)
 
 
 def test_a_link_naming_only_a_preset_builds_it_at_its_real_size():
