@@ -7,8 +7,9 @@ import json
 import sys
 from typing import Any
 
+from cli.arguments import positive_float
 from cli.commands import COMMON_EPILOG
-from cli.inputs import EXIT_OK, CLIError, positive_float
+from cli.inputs import EXIT_OK, CLIError
 from cli.report import format_table
 from partitioner.device_profile import DeviceProfile, cache_dir, cache_off, find_profile, load_profile, profile_path
 from partitioner.units import format_bytes, format_seconds

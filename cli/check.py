@@ -10,17 +10,8 @@ import argparse
 import sys
 from typing import Any
 
-from cli.inputs import (
-    EXIT_FAIL,
-    EXIT_OK,
-    add_cost_arguments,
-    add_model_arguments,
-    load_model,
-    load_plan,
-    positive_float,
-    read_node_latency,
-    refuse_other_model,
-)
+from cli.arguments import add_cost_arguments, add_model_arguments, positive_float
+from cli.inputs import EXIT_FAIL, EXIT_OK, load_model, load_plan, read_node_latency, refuse_other_model
 from cli.report import describe_devices, format_cost_models
 from partitioner import parse_devices
 from partitioner.accelerator.api import check_plan

@@ -14,14 +14,13 @@ import sys
 from pathlib import Path
 from typing import Any, Callable
 
+from cli.arguments import add_cost_arguments, add_model_arguments
 from cli.check import add_check_arguments, cmd_check
 from cli.diff_report import format_diff
 from cli.inputs import (
     EXIT_FAIL,
     EXIT_OK,
     CLIError,
-    add_cost_arguments,
-    add_model_arguments,
     load_model,
     load_plan,
     partition_options,

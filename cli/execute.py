@@ -8,18 +8,9 @@ import json
 import sys
 from typing import Any
 
+from cli.arguments import add_model_arguments, bounded, time_limit
 from cli.commands import COMMON_EPILOG
-from cli.inputs import (
-    EXIT_FAIL,
-    EXIT_OK,
-    CLIError,
-    add_model_arguments,
-    bounded,
-    load_model,
-    load_plan,
-    other_model,
-    time_limit,
-)
+from cli.inputs import EXIT_FAIL, EXIT_OK, CLIError, load_model, load_plan, other_model
 from cli.report import format_table
 from partitioner.accelerator.api import evaluate_plan
 from partitioner.devices import with_profile

@@ -9,20 +9,9 @@ import json
 import sys
 from typing import Any
 
+from cli.arguments import add_model_arguments, rate, time_limit
 from cli.commands import COMMON_EPILOG
-from cli.inputs import (
-    EXIT_FAIL,
-    EXIT_OK,
-    EXIT_RUN,
-    CLIError,
-    add_model_arguments,
-    load_model,
-    rate,
-    read_text,
-    resolve_devices,
-    time_limit,
-    write_output,
-)
+from cli.inputs import EXIT_FAIL, EXIT_OK, EXIT_RUN, CLIError, load_model, read_text, resolve_devices, write_output
 from cli.report import format_table
 from partitioner import sharding
 from partitioner.errors import RunError, ShardingError
