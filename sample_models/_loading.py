@@ -131,7 +131,7 @@ def trace_loaded(spec: str, overrides: Mapping[str, Any] | None, loaded: Loaded,
     from partitioner import trace
 
     module, inputs, kwargs = loaded
-    graph = trace(module, inputs, name=name, **({"example_kwargs": kwargs} if kwargs else {}))
+    graph = trace(module, inputs, name=name, example_kwargs=kwargs or None)
     scale = weight_scale(spec, overrides)
     return graph if scale == 1.0 else graph.with_weight_bytes(scale)  # quantized weights (hf: dtype=int8)
 
