@@ -1,5 +1,5 @@
 """What the command line reads: models (one ``sample_models.load`` for every front end), device
-specs, plan files, node-latency files (the library's one reader), and the shared arguments.
+specs, plan files and node-latency files (the library's one reader); the argparse side is :mod:`cli.arguments`.
 
 Bad input raises :class:`CLIError` (exit 2 unless said) with a message naming the input and the fix.
 """
@@ -20,18 +20,6 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 import sample_models
-
-# The argparse side lives in cli.arguments; these names stay importable from here for the
-# commands that read them with the rest of this module.
-from cli.arguments import (
-    MAX_SECONDS,
-    add_cost_arguments,
-    add_model_arguments,
-    bounded,
-    positive_float,
-    rate,
-    time_limit,
-)
 from partitioner import Device, Graph, PartitionError, Plan, parse_devices
 from partitioner.interop.readers import read_node_latency_text
 from partitioner.options import PartitionOptions
@@ -58,14 +46,7 @@ __all__ = [
     "refuse_invalid",
     "other_model",
     "refuse_other_model",
-    "add_model_arguments",
-    "add_cost_arguments",
     "partition_options",
-    "positive_float",
-    "rate",
-    "bounded",
-    "time_limit",
-    "MAX_SECONDS",
 ]
 
 EXIT_OK, EXIT_FAIL, EXIT_USAGE, EXIT_INTERNAL, EXIT_RUN = 0, 1, 2, 3, 4

@@ -8,18 +8,9 @@ import json
 import sys
 from typing import Any
 
+from cli.arguments import add_model_arguments, rate, time_limit
 from cli.commands import COMMON_EPILOG
-from cli.inputs import (
-    EXIT_FAIL,
-    EXIT_OK,
-    CLIError,
-    add_model_arguments,
-    load_model,
-    rate,
-    resolve_devices,
-    time_limit,
-    write_output,
-)
+from cli.inputs import EXIT_FAIL, EXIT_OK, CLIError, load_model, resolve_devices, write_output
 from cli.report import format_table
 from partitioner import pipeline
 from partitioner.cost.model import device_profile
