@@ -13,6 +13,15 @@ qualified names (``layers.0.fc.weight``), so gradients compare by name.
 We do not use ``pipeline(module, split_spec=...)``: it re-traces with ``torch.export``, whose node
 names differ from the traced graph the plan's cut points name, and it cannot take a cut between
 two operations of one submodule. Stages built from our own graph run under the same schedules.
+
+# NOTE: [Dense gradients at a cut]
+A stage receives the gradient of each value it sent into a buffer torch 2.13 allocates with the
+strides of the gradient its shape inference saw on the next stage, and gloo receives only into
+contiguous buffers. A cut inside attention carries the query heads ``[b, s, h, d]`` that the next
+stage transposes: their gradient comes back with the transposed strides, and the first stage's
+receive failed ("input tensor has to be contiguous"). Every stage after the first therefore reads
+each carried value through :class:`DenseGrad`, the identity whose backward makes the gradient
+contiguous, so both the inferred strides and the gradients sent are row-major.
 """
 
 from __future__ import annotations
@@ -27,7 +36,43 @@ from partitioner.errors import PartitionError
 from partitioner.graph import Graph
 from partitioner.runtime.execute import picklable
 
-__all__ = ["build_stage_modules"]
+__all__ = ["build_stage_modules", "DenseGrad"]
+
+
+class _DenseGrad(torch.autograd.Function):
+    """The identity forward; the backward hands on its gradient with row-major strides."""
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor) -> torch.Tensor:
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> torch.Tensor:
+        return grad.contiguous()
+
+
+class DenseGrad(torch.nn.Module):
+    """``x`` itself in the forward; in the backward its gradient made contiguous (NOTE: [Dense
+    gradients at a cut]). Values that take no gradient pass untouched. A module, so the call
+    stays a node of its own when fx traces a stage again (a stage's pickle re-traces its code)."""
+
+    def forward(self, x: Any) -> Any:
+        if isinstance(x, torch.Tensor) and x.is_floating_point() and x.requires_grad:
+            return _DenseGrad.apply(x)
+        return x
+
+
+def _dense_inputs(module: fx.GraphModule) -> fx.GraphModule:
+    """``module`` reading each input through one :class:`DenseGrad`."""
+    module.add_submodule("dense_grad", DenseGrad())
+    graph = module.graph
+    for p in [n for n in graph.nodes if n.op == "placeholder"]:
+        with graph.inserting_after(p):
+            dense = graph.call_module("dense_grad", (p,))
+        p.replace_all_uses_with(dense, delete_user_cb=lambda user, dense=dense: user is not dense)
+    graph.lint()
+    module.recompile()
+    return module
 
 
 def build_stage_modules(
@@ -114,5 +159,7 @@ def build_stage_modules(
             outs = [g.call_method("contiguous", (value(by_name[v]),)) for v in carried[s]]
         g.output(outs[0] if len(outs) == 1 else tuple(outs))
         module = fx.GraphModule(gm, g, class_name=f"Stage{s}")
+        if s > 0:  # the gradient sent back over the cut leaves dense (NOTE: [Dense gradients at a cut])
+            module = _dense_inputs(module)
         modules.append(picklable(module))
     return modules

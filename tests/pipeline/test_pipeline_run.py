@@ -173,3 +173,37 @@ def test_the_command_line_refuses_what_torch_refuses_before_loading_the_model():
     assert done.returncode == 2 and "Traceback" not in done.stderr
     assert "--microbatches 3: 1f1b needs at least as many microbatches as stages" in done.stderr
     assert "use 4 or more microbatches" in done.stderr
+
+
+class _Heads(torch.nn.Module):
+    """A projection split into heads, then the heads transposed (as attention does)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.a, self.b = torch.nn.Linear(8, 8), torch.nn.Linear(3, 3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        heads = self.a(x).unflatten(-1, (2, 4))  # [batch, seq, heads, dim]
+        return self.b(heads.transpose(1, 3)).sum()
+
+
+def test_a_gradient_sent_back_over_a_cut_is_dense_after_the_stage_is_pickled():
+    """NOTE: [Dense gradients at a cut]: gloo receives only into contiguous buffers, and torch
+    shapes the buffer like the gradient the next stage computes."""
+    import pickle
+
+    x = torch.randn(1, 3, 8)
+    graph = partitioner.trace(_Heads(), (x,))
+    names = [graph.nodes[v].name for v in graph.op_indices]
+    cut = next(i for i, n in enumerate(names) if n.startswith("unflatten")) + 1
+    first, second = (
+        pickle.loads(pickle.dumps(m)) for m in build_stage_modules(graph, [names[:cut], names[cut:]], (x,))
+    )
+    heads = first(x).detach().requires_grad_()
+    (grad,) = torch.autograd.grad(second(heads), heads)
+    assert grad.is_contiguous()
+    # Without it the gradient comes back with the transpose's strides (what gloo refused).
+    plain = heads.detach().requires_grad_()
+    (raw,) = torch.autograd.grad(graph.graph_module.b(plain.transpose(1, 3)).sum(), plain)
+    assert not raw.is_contiguous()
+    torch.testing.assert_close(grad, raw)
