@@ -18,6 +18,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Mapping
 
+from partitioner.units import find_dtype
+
 __all__ = ["Hardware", "Link", "HARDWARE", "LINKS", "ACCELERATOR_NAMES", "DTYPES", "hardware"]
 
 GiB = 2**30
@@ -49,10 +51,8 @@ class Hardware:
     def peak_for(self, dtype: str | None) -> float:
         """The datasheet peak at ``dtype`` (``torch.float32`` and ``float32`` alike); the bf16
         figure for a dtype the datasheet does not give."""
-        name = (dtype or "bfloat16").removeprefix("torch.")
-        name = {"half": "float16", "float": "float32", "float8_e4m3fn": "float8", "float8_e5m2": "float8"}.get(
-            name, name
-        )
+        found = find_dtype(dtype or "bfloat16")
+        name = found.peak_key if found is not None else str(dtype)
         return float(self.peak_flops_by_dtype.get(name, self.peak_flops))
 
     @property

@@ -320,7 +320,8 @@ def _merged(points: Sequence[tuple[float, float]]) -> Curve:
 def dtype_name(dtype: str | None) -> str:
     """``torch.float32`` -> ``float32``; ``half`` -> ``float16``."""
     name = (dtype or "float32").removeprefix("torch.")
-    return {"half": "float16", "float": "float32"}.get(name, name)
+    found = find_dtype(name)
+    return found.name if found is not None else name
 
 
 def eager_increments(host_s: Sequence[float], gpu_s: Sequence[float]) -> list[float]:

@@ -24,17 +24,6 @@ ALLOWED = {
 # Second tables in files this change does not own, each with the line that removes it; an entry
 # is deleted with its table (test_pending_tables_still_exist fails on one left behind).
 PENDING = {
-    ("partitioner/hardware.py", "peak_for", "dtype"): 'found = find_dtype(dtype or "bfloat16"); '
-    "name = found.peak_key if found is not None else str(dtype)",
-    ("partitioner/kernels.py", "dtype_name", "dtype"): "found = find_dtype(name); "
-    "return found.name if found is not None else name",
-    ("partitioner/profiles/__init__.py", "gpu_kernels", "dtype"): "compute = {d.name: card.peak_for(d.name) / "
-    "ref.peak_for(d.name) for d in DTYPES if d.gpu_calibrated}",
-    (
-        "partitioner/runtime/calibrate_gpu.py",
-        "<module>",
-        "dtype",
-    ): "dtypes=tuple(d.name for d in DTYPES if d.gpu_calibrated),",
     ("explorer/builders/pipeline_tables.py", "<module>", "optimizer"): 'TRAINING = {"inference": None, '
     '**{f"training, {o.title}": o.name for o in OPTIMIZERS.values()}}',
     ("explorer/state.py", "page_choices", "optimizer"): '"cl_optimizer": list(OPTIMIZERS), "cl_precision": '

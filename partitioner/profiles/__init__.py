@@ -17,6 +17,7 @@ from partitioner.errors import DeviceSpecError
 from partitioner.hardware import HARDWARE, LINKS, Hardware
 from partitioner.kernels import ENGINES, GpuKernels
 from partitioner.profiles.build import derive, from_rows
+from partitioner.units import DTYPES
 
 __all__ = ["MEASURED", "gpu_profile", "gpu_kernels", "is_measured", "profile_from_kernels"]
 
@@ -54,7 +55,7 @@ def gpu_kernels(name: str) -> GpuKernels | None:
     base_name = _nearest_measured(card)
     base, ref = gpu_kernels(base_name), HARDWARE[base_name]
     assert base is not None
-    compute = {d: card.peak_for(d) / ref.peak_for(d) for d in ("bfloat16", "float16", "float32")}
+    compute = {d.name: card.peak_for(d.name) / ref.peak_for(d.name) for d in DTYPES if d.gpu_calibrated}
     return derive(base, compute, card.memory_bandwidth_bytes_per_s / ref.memory_bandwidth_bytes_per_s, name, base_name)
 
 

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from partitioner.device_profile import DeviceProfile
+from partitioner.units import DTYPES
 
 __all__ = ["measure_rows", "calibrate_gpu", "timer", "Shapes", "SHAPES", "QUICK_SHAPES"]
 
@@ -50,7 +51,7 @@ SHAPES = Shapes(
     vocab=128256,
     dim=4096,
     loss_tokens=(128, 2048, 16384),
-    dtypes=("bfloat16", "float16", "float32"),
+    dtypes=tuple(d.name for d in DTYPES if d.gpu_calibrated),
     repeats=10,
 )
 QUICK_SHAPES = Shapes(
