@@ -206,6 +206,54 @@ def check_runnable(pp: PipelinePlan, example_inputs: Sequence[Any] | torch.Tenso
     return inputs
 
 
+def _reference(
+    gm: fx.GraphModule, mbs: list[tuple[torch.Tensor, ...]], training: bool
+) -> tuple[list[torch.Tensor], dict[str, torch.Tensor], torch.Tensor | None]:
+    """The same microbatches through the whole model in this process: its outputs (merged over the
+    microbatches), and when ``training`` every parameter's gradient of the mean-squared loss
+    against a fixed random target, and that target."""
+    m = len(mbs)
+    gm.eval()
+    reference_outs: list[list[torch.Tensor]] = []
+    reference_grads: dict[str, torch.Tensor] = {}
+    target = None
+    if training:
+        with torch.no_grad():
+            first = tree_flatten(gm(*mbs[0]))[0]
+        if len(first) != 1:
+            raise RunError(f"a training run needs a model with one output tensor (this one returns {len(first)})")
+        gen = torch.Generator().manual_seed(0)
+        target = torch.randn((first[0].shape[0] * m, *first[0].shape[1:]), generator=gen)
+        gm.zero_grad(set_to_none=True)
+        for k, mb in enumerate(mbs):
+            out = tree_flatten(gm(*mb))[0][0]
+            rows = out.shape[0]
+            (_mse(out, target[k * rows : (k + 1) * rows]) / m).backward()
+            reference_outs.append([out.detach()])
+        reference_grads = {n: p.grad.detach().clone() for n, p in gm.named_parameters() if p.grad is not None}
+        gm.zero_grad(set_to_none=True)
+    else:
+        with torch.no_grad():
+            reference_outs = [tree_flatten(gm(*mb))[0] for mb in mbs]
+    reference = [torch.cat([outs[i] for outs in reference_outs]) for i in range(len(reference_outs[0]))]
+    return reference, reference_grads, target
+
+
+def _gathered_grads(gm: fx.GraphModule, results: Sequence[RankStep]) -> dict[str, torch.Tensor]:
+    """Every rank's gradients under the model's own names. A tied weight (an LM head sharing the
+    embedding) held by two stages gets its gradient in two pieces, under either name: they add up."""
+    canonical: dict[int, str] = {}
+    alias = {}
+    for name, p in gm.named_parameters(remove_duplicate=False):
+        alias[name] = canonical.setdefault(id(p), name)
+    grads: dict[str, torch.Tensor] = {}
+    for r in results:
+        for name, g in (r.grads or {}).items():
+            key = alias.get(name, name)
+            grads[key] = grads[key] + g if key in grads else g
+    return grads
+
+
 def run(
     pp: PipelinePlan,
     graph: Graph,
@@ -228,31 +276,8 @@ def run(
     mbs = _microbatches(inputs, m)
     gm = graph.graph_module
     assert gm is not None
-    # The reference: the same microbatches through the whole model in this process.
-    reference_outs = []
     training = pp.training is not None
-    gm.eval()
-    reference_grads: dict[str, torch.Tensor] = {}
-    target = None
-    if training:
-        with torch.no_grad():
-            first = tree_flatten(gm(*mbs[0]))[0]
-        if len(first) != 1:
-            raise RunError(f"a training run needs a model with one output tensor (this one returns {len(first)})")
-        gen = torch.Generator().manual_seed(0)
-        target = torch.randn((first[0].shape[0] * m, *first[0].shape[1:]), generator=gen)
-        gm.zero_grad(set_to_none=True)
-        for k, mb in enumerate(mbs):
-            out = tree_flatten(gm(*mb))[0][0]
-            rows = out.shape[0]
-            (_mse(out, target[k * rows : (k + 1) * rows]) / m).backward()
-            reference_outs.append([out.detach()])
-        reference_grads = {n: p.grad.detach().clone() for n, p in gm.named_parameters() if p.grad is not None}
-        gm.zero_grad(set_to_none=True)
-    else:
-        with torch.no_grad():
-            reference_outs = [tree_flatten(gm(*mb))[0] for mb in mbs]
-    reference = [torch.cat([outs[i] for outs in reference_outs]) for i in range(len(reference_outs[0]))]
+    reference, reference_grads, target = _reference(gm, mbs, training)
     backend = backend or default_backend()
     if progress:
         progress(f"{count} stages on {world} processes, {m} microbatches, {pp.schedule}")
@@ -276,17 +301,7 @@ def run(
     outputs_equal = len(got) == len(reference) and all(_close(a, b) for a, b in zip(got, reference))
     gradients_equal = None
     if training:
-        # A tied weight (an LM head sharing the embedding) held by two stages gets its gradient
-        # in two pieces, under either name: add them up under the model's own name.
-        canonical: dict[int, str] = {}
-        alias = {}
-        for name, p in gm.named_parameters(remove_duplicate=False):
-            alias[name] = canonical.setdefault(id(p), name)
-        grads: dict[str, torch.Tensor] = {}
-        for r in results:
-            for name, g in (r.grads or {}).items():
-                key = alias.get(name, name)
-                grads[key] = grads[key] + g if key in grads else g
+        grads = _gathered_grads(gm, results)
         gradients_equal = set(grads) == set(reference_grads) and all(
             _close(grads[n], reference_grads[n]) for n in reference_grads
         )

@@ -27,10 +27,10 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from partitioner.cluster.layouts import Layout
 from partitioner.cluster.run.records import ComposedRun, RankReport, compare, measure_step
+from partitioner.cluster.run.runnable import check_runnable
 from partitioner.cluster.run.tp_plans import linear_pairs_plan, model_tp_plan
 from partitioner.cluster.words import parse_layout
 from partitioner.errors import PartitionError, RunError
-from partitioner.pipeline.schedules import NO_SCHEDULE, SCHEDULES, get_schedule
 from partitioner.processes.records import RankStep
 from partitioner.processes.timing import step_seconds
 
@@ -213,57 +213,6 @@ def _reference(
     return [t.detach() for t in out], {n: p.grad.detach() for n, p in ref.named_parameters() if p.grad is not None}
 
 
-def check_runnable(layout: Layout, inputs: Sequence[Any]) -> None:
-    """Raise :class:`PartitionError` naming every part of ``layout`` a local run cannot run on these
-    example inputs (the planner prices more than the run runs), before any process starts."""
-    _check(layout, tuple(inputs))
-
-
-def _check(layout: Layout, inputs: tuple[Any, ...]) -> None:
-    problems = []
-    if layout.pp > 1 and layout.zero >= 2:
-        problems.append(
-            f"pipeline stages run here with ZeRO 0 or 1 (a gradient all-reduce over dp), not with "
-            f"FSDP (got pp={layout.pp} zero{layout.zero}): choose zero0 or zero1, or pp1"
-        )
-    if layout.pp > 1 and layout.schedule != NO_SCHEDULE and not get_schedule(layout.schedule).runs_composed:
-        runs = " or ".join(name for name, s in SCHEDULES.items() if s.runs_composed)
-        problems.append(
-            f"pipeline stages run here with one stage a rank, {runs} (got {layout.schedule}): choose {runs}"
-        )
-    if layout.recompute != "none":
-        problems.append(f"recomputation is not run here (got recompute={layout.recompute!r}): drop it")
-    unrun = [
-        word
-        for word, on in (
-            (f"cp{layout.cp}", layout.cp > 1),
-            (f"ep{layout.ep}", layout.ep > 1),
-            (f"shard{layout.shard}", layout.shard > 0),
-            ("fp32-grads", layout.grad_fp32),
-            ("offload", layout.offload),
-        )
-        if on
-    ]
-    if unrun:
-        problems.append(
-            f"{', '.join(unrun)} {'is' if len(unrun) == 1 else 'are'} planned but not run here "
-            "(context and expert parallelism, HSDP, DeepSpeed's fp32 gradients and offload): drop "
-            f"{'it' if len(unrun) == 1 else 'them'} to run the rest"
-        )
-    if not inputs or not all(hasattr(x, "shape") and x.dim() >= 1 for x in inputs):
-        problems.append("every example input must be a tensor with a batch dimension to split over dp")
-    else:
-        rows = {int(x.shape[0]) for x in inputs}
-        per = min(rows) // layout.dp
-        if len(rows) != 1 or min(rows) % layout.dp or per % layout.microbatch_size:
-            problems.append(
-                f"the batch ({sorted(rows)} rows) must divide over dp={layout.dp} and each replica's "
-                f"share into microbatches of {layout.microbatch_size}: choose dp and mb that divide it"
-            )
-    if problems:
-        raise PartitionError("; ".join(problems))
-
-
 def run_layout(
     module: torch.nn.Module,
     example_inputs: Sequence[Any] | torch.Tensor,
@@ -294,20 +243,8 @@ def run_layout(
 
     inputs = (example_inputs,) if isinstance(example_inputs, torch.Tensor) else tuple(example_inputs)
     kwargs = dict(example_kwargs or {})
-    _check(layout, inputs)
-    styles: dict[str, dict[str, str]] | None = None
-    transposed: tuple[str, ...] = ()
-    if tp_plan is not None and layout.tp > 1:
-        if tp_plan.world_size != layout.tp or layout.pp > 1:
-            raise PartitionError(
-                f"a tensor-parallel plan runs here over the layout's tp ({layout.tp}, the plan has "
-                f"{tp_plan.world_size}) and without pipeline stages (pp={layout.pp}): make the "
-                "plan for that many devices, or run pipeline stages with Linear pairs"
-            )
-        styles, transposed = dict(tp_plan.styles), tuple(tp_plan.transposed)
-        plan = tuple((path, s["style"]) for path, s in styles.items())
-    else:
-        plan = linear_pairs_plan(module, layout.tp) if layout.tp > 1 else ()
+    check_runnable(layout, inputs)
+    plan, styles, transposed = _shards(module, layout, tp_plan)
     if isinstance(module, fx.GraphModule):
         module = picklable(module)
     backend = backend or default_backend()
@@ -348,6 +285,47 @@ def run_layout(
             raise
         i, j = divmod(exc.rank, layout.tp)
         raise RunError(f"rank {exc.rank} (dp={i}, tp={j}): {exc}", rank=exc.rank) from None
+    return _checked(layout, results, expected, expected_grads, plan, transposed, backend)
+
+
+_DATA_PARALLEL = {
+    0: "all-reduce",
+    1: "all-reduce (ZeRO-1: no optimizer state to shard)",
+    2: "fully_shard, parameters kept until the backward (ZeRO-2)",
+    3: "fully_shard (ZeRO-3)",
+}
+
+
+def _shards(
+    module: torch.nn.Module, layout: Layout, tp_plan: TPPlan | None
+) -> tuple[tuple[tuple[str, str], ...], dict[str, dict[str, str]] | None, tuple[str, ...]]:
+    """(the (module, style) pairs tensor parallelism shards, the sharding package's styles with
+    their layouts or None for Linear pairs, the Conv1D paths run as Linear)."""
+    if tp_plan is None or layout.tp < 2:
+        return (linear_pairs_plan(module, layout.tp) if layout.tp > 1 else ()), None, ()
+    if tp_plan.world_size != layout.tp or layout.pp > 1:
+        raise PartitionError(
+            f"a tensor-parallel plan runs here over the layout's tp ({layout.tp}, the plan has "
+            f"{tp_plan.world_size}) and without pipeline stages (pp={layout.pp}): make the "
+            "plan for that many devices, or run pipeline stages with Linear pairs"
+        )
+    styles = dict(tp_plan.styles)
+    return tuple((path, s["style"]) for path, s in styles.items()), styles, tuple(tp_plan.transposed)
+
+
+def _checked(
+    layout: Layout,
+    results: Sequence[RankStep],
+    expected: list[Any],
+    expected_grads: dict[str, Any],
+    plan: tuple[tuple[str, str], ...],
+    transposed: tuple[str, ...],
+    backend: str,
+) -> ComposedRun:
+    """The ranks' outputs (gathered over dp) and gradients (times dp: the mean over replicas)
+    against one process's."""
+    import torch
+
     gathered = [r.outputs for r in results if r.coords[1] == 0 and r.outputs is not None]
     outputs = [torch.cat([g[k] for g in gathered]) for k in range(len(gathered[0]))]
     grads = {n: g * layout.dp for n, g in (results[0].grads or {}).items()}
@@ -359,12 +337,6 @@ def run_layout(
         [grads.get(n) for n in names], [expected_grads.get(n) for n in names], "gradient", names
     )
     ranks = tuple(RankReport.of(r) for r in results)
-    kind = {
-        0: "all-reduce",
-        1: "all-reduce (ZeRO-1: no optimizer state to shard)",
-        2: "fully_shard, parameters kept until the backward (ZeRO-2)",
-        3: "fully_shard (ZeRO-3)",
-    }
     return ComposedRun(
         layout,
         outputs_equal,
@@ -373,7 +345,7 @@ def run_layout(
         ranks,
         max(r.step_s for r in ranks),
         plan,
-        kind[layout.zero] if layout.dp > 1 else "none",
+        _DATA_PARALLEL[layout.zero] if layout.dp > 1 else "none",
         backend,
         out_why or grad_why,
     )
