@@ -89,7 +89,19 @@ def devices_ui() -> tuple[list[Device] | None, float | None]:
             key=f"dev_memory_of_{preset}",
             help="set by the device type; choose custom to give your own",
         )
-    base = (int(count), memory, preset)
+    edited = _device_table(int(count), memory, preset, types)
+    headroom, rate_gbps = _headroom_and_rate()
+    rate = float(rate_gbps) * 1e9 if rate_gbps else None
+    try:
+        return with_headroom(with_engine(rows_to_devices(edited.to_dict("records")), engine), float(headroom)), rate
+    except InputError as exc:
+        st.error(md(exc))
+        return None, rate
+
+
+def _device_table(count: int, memory: str, preset: str, types: list[str]) -> pd.DataFrame:
+    """The per-device table (one row a device), started again whenever the quick controls change."""
+    base = (count, memory, preset)
     if st.session_state.get("dev_base") != base:
         st.session_state["dev_base"] = base
         st.session_state["dev_table_version"] = st.session_state.get("dev_table_version", 0) + 1
@@ -121,6 +133,12 @@ def devices_ui() -> tuple[list[Device] | None, float | None]:
                 ),
             },
         )
+    return edited
+
+
+def _headroom_and_rate() -> tuple[float, float]:
+    """The memory headroom (% of each device) and the transfer rate between devices (GB/s; 0: from the
+    devices' link bandwidth), with the follow-the-model switch under them."""
     st.session_state.setdefault("dev_headroom", DEFAULT_HEADROOM_PERCENT)
     headroom = st.number_input(
         "Memory headroom (% of each device)",
@@ -151,9 +169,4 @@ def devices_ui() -> tuple[list[Device] | None, float | None]:
         persist_state="session",
         help="When you pick another model, set the devices to ones on which it needs several",
     )
-    rate = float(rate_gbps) * 1e9 if rate_gbps else None
-    try:
-        return with_headroom(with_engine(rows_to_devices(edited.to_dict("records")), engine), float(headroom)), rate
-    except InputError as exc:
-        st.error(md(exc))
-        return None, rate
+    return float(headroom), float(rate_gbps)

@@ -73,9 +73,11 @@ def _kept(key: str) -> bool:
 def page_choices() -> dict[str, list]:
     """The options of the pages' choice widgets, to check a link's values against."""
     from partitioner import cluster
+    from partitioner.accelerator import steps
 
     links = list(cluster.LINKS)
     return {
+        "learn_algorithm": list(steps.ALGORITHMS),
         "tm_budget": [0.0, 0.25, 0.5, 0.75, 1.0],
         "cl_kind": ["training", "inference"],
         "cl_engine": ["eager", "graphs"],

@@ -9,7 +9,9 @@ cannot hold), writes them back as they change, and keeps them out of the URL at 
 Nothing here reads or writes them; :func:`bound_notes` only says which of a link's values the
 binding dropped. The sidebar is not bound: its links are checked beyond what a widget checks
 (a memory size parsed, a size knob checked by the model's config, a number out of range clamped
-rather than dropped). The Plan a cluster and Training memory pages' keys are carried here too."""
+rather than dropped). The Plan a cluster and Training memory pages' keys are carried here too, and
+the Learn page's (its player sets the step before the slider is drawn; a bound algorithm box would
+put its label, not its name, in the URL)."""
 
 from __future__ import annotations
 
@@ -41,7 +43,6 @@ BOUND_KEYS = (
     "explore_view",
     "explore_overlay",
     "explore_search",
-    "learn_algorithm",
     "pp_ranks",
     "pp_microbatches",
     "pp_schedule",
@@ -93,6 +94,7 @@ PAGE_PREFIXES: dict[str, str] = {
     "cluster": "cl_",
 }
 PAGE_URL_KEYS: dict[str, type] = {  # the page keys Streamlit does not bind
+    "learn_algorithm": str,  # not bound: the URL would hold its label (format_func), not its name
     "learn_step": int,  # the player sets it before its slider is drawn
     "tm_budget": float,
     "tm_loss": str,

@@ -59,45 +59,8 @@ def main() -> None:
 SPEEDS = {0.5: "slow", 1.0: "1 step/s", 2.0: "2 steps/s", 4.0: "fast"}
 
 
-def step_through(config: PlanConfig, plan: Plan, graph: Graph) -> None:
-    """The stepper as a fragment; while playing it reruns itself at the chosen speed."""
-    playing = bool(st.session_state.get("learn_playing", False))
-    every = 1.0 / float(st.session_state.get("learn_speed", 1.0)) if playing else None
-    st.fragment(_step_through, run_every=every)(config, plan, graph)
-
-
-def _step_through(config: PlanConfig, plan: Plan, graph: Graph) -> None:
-    """One algorithm on the current model, a round of decisions at a time (a partition filled, a
-    KL pass, a merge), played or stepped: the graph coloured by where each node is after it, the
-    view following the step's nodes, and the latency so far. The trace is computed once."""
-    st.markdown(f"#### Step through an algorithm on {md(plan.model)}")
-    algorithm = st.selectbox(
-        "Algorithm",
-        list(steps.ALGORITHMS),
-        format_func=steps.ALGORITHMS.get,
-        key="learn_algorithm",
-        bind="query-params",
-        persist_state="session",
-        on_change=lambda: st.session_state.update(learn_step=1, learn_playing=False),
-    )
-    trace = compute.decision_trace(config, algorithm)
-    if isinstance(trace, str):
-        st.warning(f"{steps.ALGORITHMS[algorithm]} finds no plan here: {md(trace)}")
-        return
-    groups = stepping.group_steps(trace)
-    count = len(groups)
-    if count == 0:
-        st.info("The algorithm made no decision on this model (nothing to move or merge).")
-        return
-    was_playing = bool(st.session_state.get("learn_playing"))
-    step, still = stepping.player_step(
-        st.session_state.get("learn_step", 1), count, was_playing, st.session_state.pop("learn_tick", True)
-    )
-    st.session_state["learn_step"] = step
-    if was_playing and not still:  # the end: stop playing (and stop the timer)
-        st.session_state["learn_playing"] = False
-        st.rerun(scope="app")
-    st.session_state["learn_tick"] = True
+def _player(count: int, decisions: int) -> None:
+    """Previous, Play/Pause, Next, the speed and the step slider of ``count`` steps."""
 
     def shift(by: int) -> None:
         st.session_state["learn_step"] = min(count, max(1, st.session_state.get("learn_step", 1) + by))
@@ -135,8 +98,49 @@ def _step_through(config: PlanConfig, plan: Plan, graph: Graph) -> None:
             1,
             count,
             key="learn_step",
-            help=f"{len(trace.decisions)} decisions in {count} steps (a partition filled, a pass, a merge)",
+            help=f"{decisions} decisions in {count} steps (a partition filled, a pass, a merge)",
         )
+
+
+def step_through(config: PlanConfig, plan: Plan, graph: Graph) -> None:
+    """The stepper as a fragment; while playing it reruns itself at the chosen speed."""
+    playing = bool(st.session_state.get("learn_playing", False))
+    every = 1.0 / float(st.session_state.get("learn_speed", 1.0)) if playing else None
+    st.fragment(_step_through, run_every=every)(config, plan, graph)
+
+
+def _step_through(config: PlanConfig, plan: Plan, graph: Graph) -> None:
+    """One algorithm on the current model, a round of decisions at a time (a partition filled, a
+    KL pass, a merge), played or stepped: the graph coloured by where each node is after it, the
+    view following the step's nodes, and the latency so far. The trace is computed once."""
+    st.markdown(f"#### Step through an algorithm on {md(plan.model)}")
+    algorithm = st.selectbox(
+        "Algorithm",
+        list(steps.ALGORITHMS),
+        format_func=steps.ALGORITHMS.get,
+        key="learn_algorithm",
+        on_change=lambda: st.session_state.update(learn_step=1, learn_playing=False),
+    )
+    trace = compute.decision_trace(config, algorithm)
+    if isinstance(trace, str):
+        st.warning(f"{steps.ALGORITHMS[algorithm]} finds no plan here: {md(trace)}")
+        return
+    groups = stepping.group_steps(trace)
+    count = len(groups)
+    if count == 0:
+        st.info("The algorithm made no decision on this model (nothing to move or merge).")
+        return
+    was_playing = bool(st.session_state.get("learn_playing"))
+    step, still = stepping.player_step(
+        st.session_state.get("learn_step", 1), count, was_playing, st.session_state.pop("learn_tick", True)
+    )
+    st.session_state["learn_step"] = step
+    if was_playing and not still:  # the end: stop playing (and stop the timer)
+        st.session_state["learn_playing"] = False
+        st.rerun(scope="app")
+    st.session_state["learn_tick"] = True
+
+    _player(count, len(trace.decisions))
     if st.session_state.pop("learn_restart", False):
         st.rerun(scope="app")  # the timer's speed is set where the fragment starts
     shown = stepping.step_shown(trace, groups, step, plan)

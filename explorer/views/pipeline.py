@@ -122,21 +122,8 @@ def _real_run(pp: pipeline.PipelinePlan, graph: Graph) -> None:
         )
 
 
-def main() -> None:
-    inputs = state.page_inputs()
-    if inputs is None:
-        return
-    config, graph = inputs
-    devices = config.device_list()
-    st.markdown(f"#### Pipeline stages for {md(config.model.label)}")
-    ranks, microbatches, schedule, training = _controls(len(devices))
-    per_rank = stages_per_rank(schedule)
-    with st.spinner("Splitting into stages..."):
-        result = compute.pipeline_plan(config, ranks, ranks * per_rank, microbatches, schedule, training)
-    if result.plan is None:
-        st.error(f"No pipeline plan: {md(result.error)}")
-        return
-    pp = result.plan
+def _headline(pp: pipeline.PipelinePlan, ranks: int, microbatches: int, training: str | None, seconds: float) -> None:
+    """Step time and bubble beside the simple splits', and how the split was found."""
     equal = dict((name, step) for name, step, _ in pp.baselines)
     cols = st.columns(4)
     cols[0].metric("Step time", format_seconds(pp.step_time_s))
@@ -153,10 +140,28 @@ def main() -> None:
     st.caption(
         f"{len(pp.stages)} stages on {ranks} device{'s' if ranks != 1 else ''}, {microbatches} "
         f"microbatches, {'training with ' + training if training else 'inference'}; split in "
-        f"{format_seconds(result.seconds)} by an exact dynamic program over cut points (the slowest "
+        f"{format_seconds(seconds)} by an exact dynamic program over cut points (the slowest "
         "stage under each device's memory), simulated over the schedule's per-rank actions and kept "
         "unless a simple split below (equal layers, by parameters) that fits simulates faster."
     )
+
+
+def main() -> None:
+    inputs = state.page_inputs()
+    if inputs is None:
+        return
+    config, graph = inputs
+    devices = config.device_list()
+    st.markdown(f"#### Pipeline stages for {md(config.model.label)}")
+    ranks, microbatches, schedule, training = _controls(len(devices))
+    per_rank = stages_per_rank(schedule)
+    with st.spinner("Splitting into stages..."):
+        result = compute.pipeline_plan(config, ranks, ranks * per_rank, microbatches, schedule, training)
+    if result.plan is None:
+        st.error(f"No pipeline plan: {md(result.error)}")
+        return
+    pp = result.plan
+    _headline(pp, ranks, microbatches, training, result.seconds)
     sim = pipeline_tables.resimulate(pp, microbatches)
     st.plotly_chart(
         pipeline_figures.schedule_figure(sim, ranks, pipeline_tables.transfer_s(pp, microbatches)),

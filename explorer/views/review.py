@@ -224,13 +224,7 @@ def main() -> None:
         graph_panels.render_dag(edited, graph, key="review")
     with right:
         if base is not None:
-            moves = tables.moves_table(base, edited)
-            st.markdown(f"**Nodes moved** from {md(edit.source)}: {len(moves)}")
-            if len(moves):
-                st.dataframe(moves, hide_index=True)
-                placed = int((moves["change"] != "other partition").sum())
-                if placed:
-                    st.caption(f"{placed} of them stay in their partition, placed on other devices.")
+            _moves(base, edited, edit.source)
         panels.render_downloads(edited, key="dl_edited", stem=f"{edited.model}_edited")
         _history_buttons()
     panels.render_charts(edited)
@@ -238,6 +232,17 @@ def main() -> None:
         graph_panels.render_side_by_side(
             base, edited, f"before: {edit.source}", "after the edit", key="review_sbs", graph=graph
         )
+
+
+def _moves(base: Plan, edited: Plan, source: str) -> None:
+    """The nodes the edit moved from ``base`` (a placement moves every node of its partition)."""
+    moves = tables.moves_table(base, edited)
+    st.markdown(f"**Nodes moved** from {md(source)}: {len(moves)}")
+    if len(moves):
+        st.dataframe(moves, hide_index=True)
+        placed = int((moves["change"] != "other partition").sum())
+        if placed:
+            st.caption(f"{placed} of them stay in their partition, placed on other devices.")
 
 
 SCORED = "edit_scored"

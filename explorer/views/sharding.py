@@ -14,7 +14,7 @@ import sample_models
 from explorer import panels, state
 from explorer.builders import measured_figures, sharding_tables, training_figures
 from explorer.builders.text import md
-from partitioner import Graph, ShardingError, format_bytes, sharding
+from partitioner import Device, Graph, ShardingError, format_bytes, sharding
 from partitioner.sharding import tensor_parallel
 from partitioner.units import format_seconds
 
@@ -114,16 +114,9 @@ def _forward_against_prediction(
     )
 
 
-def main() -> None:
-    inputs = state.page_inputs()
-    if inputs is None:
-        return
-    config, graph = inputs
-    devices = config.device_list()
-    st.markdown(f"#### Sharding {md(config.model.label)} over {len(devices)} devices")
-    if len(devices) < 2 or graph.graph_module is None:
-        st.info("Sharding needs at least two devices (set them in the sidebar) and a traced model.")
-        return
+def _spec_ui(graph: Graph, devices: list[Device], rate: float | None) -> tuple[dict[str, str], bool]:
+    """The spec editor: training or not, the model's own plan or a suggestion, and the table a
+    person edits (kept per model in session state); returns (the spec, training)."""
     specs = st.session_state.setdefault(SPECS, {})
     key = graph.fingerprint()
     spec = specs.setdefault(key, {})
@@ -131,7 +124,6 @@ def main() -> None:
     training = cols[1].toggle(
         "Training (count the backward)", key="sh_training", bind="query-params", persist_state="session"
     )
-    rate = config.transfer_rate_bytes_per_s
     if graph.model_info.tp_plan and cols[1].button(
         "Use the model's own plan",
         key="sh_model_plan",
@@ -164,7 +156,22 @@ def main() -> None:
             "spec": st.column_config.TextColumn("spec", help="autodist's partition list, e.g. 2,1; empty = replicated")
         },
     )
-    spec = specs[key] = sharding_tables.spec_from_rows(edited.to_dict("records"))
+    specs[key] = sharding_tables.spec_from_rows(edited.to_dict("records"))
+    return specs[key], bool(training)
+
+
+def main() -> None:
+    inputs = state.page_inputs()
+    if inputs is None:
+        return
+    config, graph = inputs
+    devices = config.device_list()
+    st.markdown(f"#### Sharding {md(config.model.label)} over {len(devices)} devices")
+    if len(devices) < 2 or graph.graph_module is None:
+        st.info("Sharding needs at least two devices (set them in the sidebar) and a traced model.")
+        return
+    rate = config.transfer_rate_bytes_per_s
+    spec, training = _spec_ui(graph, devices, rate)
     try:
         plan = tensor_parallel.tp_plan(graph, spec, len(devices), rate, training=training)
         before = sharding.device_memory(graph, devices, {})
