@@ -34,7 +34,8 @@ cuBLAS falls back to an older tensor-core kernel. Measured on an H100 (torch 2.1
 vocabulary head, 16,384 x 1,600 -> 50,257 in bf16, ran cutlass's ``sm75`` kernel for 26.9 ms
 (98 TFLOP/s) where the aligned curves give 3.8 ms; the head was 52 % of the forward. So a product
 of a tensor-core dtype with k or n off the multiple runs at ``UNALIGNED_MATMUL_SHARE`` of the
-card's best measured rate at best (98 of 768 TFLOP/s), its backward's two products too. It is why
+card's best measured rate at best (98 of 768 TFLOP/s), each of its backward's two products
+``UNALIGNED_BACKWARD_SHARE`` (2.4 ms each for the 2,048-token head's, 137 TFLOP/s). It is why
 nanoGPT pads GPT-2's vocabulary to 50,304 and Megatron-LM to a multiple of 128
 (``--make-vocab-size-divisible-by``), and NVIDIA's matrix-multiplication guide asks for multiples of
 8 in fp16 (16 bytes in any dtype).
@@ -68,6 +69,8 @@ __all__ = [
     "PYTHON_GLUE_S",
     "FUSED_TRAFFIC",
     "UNALIGNED_MATMUL_SHARE",
+    "UNALIGNED_BACKWARD_SHARE",
+    "FOREACH_BANDWIDTH_SHARE",
     "eager_increments",
     "fused_s",
     "backward_times",
@@ -84,7 +87,11 @@ MIN_KERNEL_S = 2e-6  # the GPU time of the smallest kernel
 PYTHON_GLUE_S = 3e-6  # a Hugging Face forward's Python per traced op beyond a bare op (NOTE: [Eager launch queue])
 FUSED_TRAFFIC = 0.5  # fused elementwise chains move about half the bytes their unfused ops do
 _REF_HEADS, _REF_HEAD_DIM = 32, 128  # the attention curves' shape (batch 1)
+# torch.optim's foreach kernels (multi_tensor_apply) moved 2.80 TB/s where a large copy moves 2.98
+# (H100, torch 2.11: AdamW over 1.92 billion fp32 parameters; NOTE: [Optimizer step] in cost.training)
+FOREACH_BANDWIDTH_SHARE = 0.94
 UNALIGNED_MATMUL_SHARE = 0.128  # of the best measured rate (NOTE: [Unaligned matrix products])
+UNALIGNED_BACKWARD_SHARE = 0.178  # each of its backward's two products, likewise
 _ALIGN_BYTES = 16
 
 
@@ -243,16 +250,17 @@ class GpuKernels:
         """The best measured elementwise bandwidth (a copy of the largest size measured)."""
         return max(c[-1][0] / c[-1][1] for _, c in self.elementwise)
 
-    def unaligned_floor_s(self, op: KernelOp) -> float:
+    def unaligned_floor_s(self, op: KernelOp, share: float = UNALIGNED_MATMUL_SHARE) -> float:
         """The least time of a tensor-core product whose k or n is off the 16-byte multiple (NOTE:
-        [Unaligned matrix products]); 0 when aligned or not a tensor-core dtype."""
+        [Unaligned matrix products]) at ``share`` of the best rate; 0 when aligned or not a
+        tensor-core dtype."""
         found = find_dtype(op.dtype)
         if found is None or found.bits > 16 or found.bits < 8:
             return 0.0
         per_row = _ALIGN_BYTES * 8 // found.bits
         if int(op.k) % per_row == 0 and int(op.n) % per_row == 0:
             return 0.0
-        return 2 * op.m * op.k * op.n / (UNALIGNED_MATMUL_SHARE * self.best_flops(found.name) or math.inf)
+        return 2 * op.m * op.k * op.n / (share * self.best_flops(found.name) or math.inf)
 
     def best_flops(self, dtype: str = "bfloat16") -> float:
         """The best measured matmul throughput at ``dtype`` (0 when not measured)."""
@@ -358,7 +366,11 @@ def backward_times(ops: Sequence[KernelOp | None], kernels: GpuKernels) -> list[
             out.append((0.0, 0.0))
             continue
         k = kernels.kernel_s(op)
-        if op.kind == "matmul":
+        if op.kind == "matmul" and kernels.unaligned_floor_s(op):
+            aligned = kernels.timed_matmul_s(op.m, op.k, op.n, op.dtype) - kernels.launch_s
+            slow = kernels.unaligned_floor_s(op, UNALIGNED_BACKWARD_SHARE)
+            out.append((2 * kernels.launch_s, 2 * max(aligned, slow, MIN_KERNEL_S)))
+        elif op.kind == "matmul":
             out.append((2 * kernels.launch_s, 2 * k))
         elif op.kind == "attention":
             out.append((kernels.launch_s, 2.5 * k))

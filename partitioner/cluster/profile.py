@@ -27,10 +27,10 @@ from typing import Any, Sequence
 from partitioner import kernels
 from partitioner.cluster.model_shape import example_tokens, moe_experts, repeated_blocks
 from partitioner.cost import ops as gpu_ops
-from partitioner.cost.training import optimizer_record, state_bytes, traced_element_bytes
+from partitioner.cost.training import step_bytes, traced_element_bytes
 from partitioner.errors import PartitionError
 from partitioner.graph import Graph
-from partitioner.kernels import KernelOp
+from partitioner.kernels import FOREACH_BANDWIDTH_SHARE, KernelOp
 from partitioner.remat.memory import RematResult
 from partitioner.units import dtype_for_bytes
 
@@ -132,29 +132,18 @@ class ModelProfile:
         return 2.0 * gpu.kernel_s(op) + 2 * gpu.host_per_op_s
 
     def optimizer_seconds(self, params: float, optimizer: str, element_bytes: int, acc: Any) -> float:
-        """One optimizer step over ``params`` parameters on one device; 0 for "none". O(1).
-
-        # NOTE: [Optimizer step]
-        A fused step (``fused=True``, a compiled step: the "graphs" engine) reads the gradient and
-        reads and writes every state tensor once, and with mixed precision reads the fp32 master
-        to write the bf16 weight: 2 + 2 x 12 + 4 + 2 = 32 bytes a parameter for Adam. Eager
-        PyTorch's default step on a GPU is the ``foreach`` one, which makes a pass over the tensors
-        per elementwise op: torch.optim's ``_multi_tensor_adam`` runs 8 (decay, lerp, mul,
-        addcmul, sqrt, div, add, addcdiv), about 2.6 times the fused step's bytes; SGD with
-        momentum's 3 about 2 times. Priced at the card's best measured bandwidth."""
-        record = optimizer_record(optimizer)
-        if record is None or record.states == 0 or params <= 0:
+        """One optimizer step over ``params`` parameters on one device; 0 for "none". O(1). Its
+        bytes by :func:`partitioner.cost.training.step_bytes` (NOTE: [Optimizer step]): eager's
+        foreach kernels on a card with measured curves, at ``FOREACH_BANDWIDTH_SHARE`` of its best
+        measured bandwidth; one fused pass under "graphs" and on the roofline."""
+        if params <= 0:
             return 0.0
-        held = state_bytes(optimizer, element_bytes)
-        # mixed precision reads the master to write the working copy
-        moved = params * (held.gradients + 2 * held.state + held.master + (held.weights if held.master else 0))
         gpu = getattr(acc, "kernels", None)
-        bandwidth = gpu.best_bandwidth_bytes_per_s if gpu is not None else float(acc.memory_bandwidth_bytes_per_s)
-        eager = (
-            gpu is not None and getattr(acc, "engine", "eager") == "eager"
-        )  # without curves: the roofline's one pass
-        passes = record.foreach_passes if eager else 1.0
-        return passes * moved / bandwidth
+        eager = gpu is not None and getattr(acc, "engine", "eager") == "eager"
+        moved = params * step_bytes(optimizer, element_bytes, foreach=eager)
+        if gpu is None:
+            return moved / float(acc.memory_bandwidth_bytes_per_s)
+        return moved / (gpu.best_bandwidth_bytes_per_s * (FOREACH_BANDWIDTH_SHARE if eager else 1.0))
 
     def _kernel_seconds(
         self, gpu: Any, engine: str, tokens: float, seq: int, tp: int, decode: bool, backward: bool, element_bytes: int
