@@ -23,7 +23,8 @@ def run_layout(args: argparse.Namespace, graph: Any, prof: cluster.ModelProfile)
     import sys
 
     from partitioner.cluster.run.checked import check_layout
-    from partitioner.cluster.run.compose import model_tp_plan, parse_layout
+    from partitioner.cluster.words import parse_layout
+    from partitioner.cluster.run.tp_plans import model_tp_plan
     from partitioner.pipeline.steps import step_simulator
     from partitioner.runtime.execute import picklable
 
@@ -47,7 +48,7 @@ def run_layout(args: argparse.Namespace, graph: Any, prof: cluster.ModelProfile)
                 "cannot be sent to other processes): run it with pp1"
             )
         module, inputs, kwargs = sample_models.load(args.model, sample_models.parse_overrides(args.model, args.set))
-    from partitioner.cluster.run.compose import check_runnable
+    from partitioner.cluster.run.runnable import check_runnable
 
     check_runnable(layout, inputs if isinstance(inputs, (tuple, list)) else (inputs,))
     quiet = args.out == "-"

@@ -17,8 +17,6 @@ HOME = Path("partitioner/pipeline/schedules.py")
 # it (partitioner.pipeline.schedules: SCHEDULES, get_schedule, virtual_stages, searched_schedules).
 # Remove a file here when its literal goes; then the check is `second_schedule_tables() == []`.
 NOT_YET = {
-    "partitioner/cluster/rules.py",  # per_rank = virtual_stages(lay.schedule, lay.virtual)
-    "partitioner/cluster/words.py",  # SCHEDULE_NAMES = tuple(SCHEDULES)
     "explorer/cluster_panels.py",  # not get_schedule(lay.schedule).runs_composed
     "explorer/builders/pipeline_tables.py",  # TWIN: the other record with .interleaved
 }

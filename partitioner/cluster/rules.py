@@ -7,6 +7,7 @@ from partitioner.cluster.layout_types import RECOMPUTE, Layout, Workload
 from partitioner.cluster.profile import ModelProfile
 from partitioner.cluster.saved import SavedActivations
 from partitioner.errors import PartitionError
+from partitioner.pipeline.schedules import virtual_stages
 
 __all__ = ["check_layout", "largest_layer_params", "min_cut_label", "min_cut_shares"]
 
@@ -66,7 +67,7 @@ def check_layout(p: ModelProfile, lay: Layout, w: Workload | None = None, max_de
                 f"tensor parallelism tp{lay.tp} must divide the attention heads and the widths "
                 f"({raise_tp}); choose a tp that divides them"
             )
-    per_rank = {"interleaved_1f1b": lay.virtual, "zero_bubble": 2}.get(lay.schedule, 1)
+    per_rank = virtual_stages(lay.schedule, lay.virtual)
     chunks = lay.pp * per_rank
     if lay.pp > 1 and p.layers % chunks:
         broken.append(

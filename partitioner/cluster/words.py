@@ -9,10 +9,11 @@ from typing import Any
 
 from partitioner.cluster.layout_types import RECOMPUTE, Layout
 from partitioner.errors import PartitionError
+from partitioner.pipeline.schedules import SCHEDULES
 
 __all__ = ["parse_layout", "SCHEDULE_NAMES", "LAYOUT_WORDS"]
 
-SCHEDULE_NAMES = ("gpipe", "1f1b", "interleaved_1f1b", "zero_bubble")
+SCHEDULE_NAMES = tuple(SCHEDULES)
 _TOKEN = re.compile(r"^(dp|tp|pp|ep|cp|mb|zero|shard|v)=?([0-9]+)$", re.ASCII)
 _FLAGS = {"sp": ("sp", True), "no-sp": ("sp", False), "fp32-grads": ("grad_fp32", True), "offload": ("offload", True)}
 LAYOUT_WORDS = (

@@ -24,6 +24,7 @@ from typing import Any
 from partitioner.cluster.layouts import Layout, Workload
 from partitioner.errors import PartitionError
 from partitioner.pipeline.schedules import NO_SCHEDULE, get_schedule, virtual_stages
+from partitioner.units import dtype_for_bytes
 
 __all__ = ["to_torchtitan", "to_torchtitan_args", "to_megatron", "to_deepspeed", "ENGINES", "toml_text", "engine_file"]
 
@@ -56,7 +57,7 @@ def to_torchtitan(layout: Layout, workload: Workload) -> dict[str, Any]:
             "local_batch_size": per_replica if layout.pp > 1 else layout.microbatch_size,
             "global_batch_size": workload.global_batch,
             "seq_len": workload.seq_len,
-            "mixed_precision_param": "bfloat16" if workload.element_bytes == 2 else "float32",
+            "mixed_precision_param": dtype_for_bytes(max(workload.element_bytes, 2)).name,
         },
     }
     if layout.recompute.startswith("min-cut-"):

@@ -23,7 +23,7 @@ its all-reduce, as alpha-beta over the bytes reduced).
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from partitioner.pipeline.steps import step_slots
@@ -239,12 +239,6 @@ class EngineCosts:
     action: dict[int, float] = field(default_factory=dict)  # one pipelining action (CPU)
     concurrent_row: dict[int, Points] = field(default_factory=dict)  # groups of 2 side by side (4+ ranks)
     concurrent_all_reduce: dict[int, Points] = field(default_factory=dict)
-
-    def __getitem__(self, key: str) -> dict[int, Any]:
-        """A figure by its field's name (the calibration reads them in a loop over names)."""
-        if key not in {f.name for f in fields(self)}:
-            raise KeyError(key)
-        return dict(getattr(self, key))
 
 
 def engine_costs(rank: int, world_size: int) -> EngineCosts:

@@ -21,11 +21,10 @@ import os
 import socket
 import statistics
 import time
+from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from partitioner import units
 from partitioner.device_profile import (
-    ELEMENTWISE_KINDS,
     DeviceProfile,
     cache_off,
     find_profile,
@@ -33,135 +32,12 @@ from partitioner.device_profile import (
     profile_path,
 )
 from partitioner.errors import PartitionError
-from partitioner.runtime._engine_costs import engine_costs, loop_median_s
+from partitioner.runtime._calibrate_ops import _median_s, _ops
+from partitioner.runtime._engine_costs import EngineCosts, engine_costs, loop_median_s
 
-__all__ = ["calibrate", "local_profile", "MATMUL_SIZES", "COPY_BYTES", "MESSAGE_BYTES"]
+__all__ = ["calibrate", "local_profile", "CalibrationRank", "MESSAGE_BYTES"]
 
-MATMUL_SIZES = (8, 16, 32, 64, 96, 128, 192, 256, 384, 512)  # square n x n @ n x n
-COPY_BYTES = (256, 4096, 65536, 1 << 20, 1 << 23, 1 << 25)  # bytes moved: read + written
 MESSAGE_BYTES = (4, 1024, 16384, 1 << 20, 1 << 21, 1 << 22)
-DTYPES = tuple(d.name for d in units.DTYPES if d.calibrated)  # float32 and bfloat16
-ELEMENT_BYTES = (4096, 65536, 1 << 20, 1 << 22)  # an elementwise op's input
-
-
-def _median_s(fn: Callable[[], Any], budget_s: float = 0.05, repeats: int = 5) -> float:
-    """Median over ``repeats`` of the mean time of a loop sized to take about ``budget_s / repeats``."""
-    fn()
-    start = time.perf_counter()
-    fn()
-    one = max(time.perf_counter() - start, 1e-7)
-    return loop_median_s(fn, max(1, min(2000, int(budget_s / repeats / one))), repeats)
-
-
-def _ops() -> dict[str, Any]:
-    """Rank 0 alone: overheads, matmul and copy curves."""
-    import torch
-
-    a, b = torch.ones(1), torch.ones(1)
-    op = statistics.median(_median_s(lambda: torch.add(a, b), 0.02) for _ in range(3))
-    linear = torch.nn.Linear(1, 1)
-    func = torch.nn.functional.linear
-    with torch.no_grad():  # interleaved pairs: the machine's load shifts between measurements
-        module = statistics.median(
-            _median_s(lambda: linear(a), 0.02) - _median_s(lambda: func(a, linear.weight, linear.bias), 0.02)
-            for _ in range(5)
-        )
-        matmul: dict[str, list[tuple[float, float]]] = {}
-        for name in DTYPES:  # a Linear's op (addmm with its bias), as models call it
-            dtype = getattr(torch, name)
-            points = []
-            for n in MATMUL_SIZES:
-                x, w, bias = (torch.randn(n, n).to(dtype), torch.randn(n, n).to(dtype), torch.randn(n).to(dtype))
-                points.append((2.0 * n**3, _median_s(lambda: func(x, w, bias), 0.08 if n >= 256 else 0.03)))
-            matmul[name] = points
-    copy = []
-    for nbytes in COPY_BYTES:
-        x = torch.ones(max(1, nbytes // 8))  # float32: half the bytes read, half written
-        copy.append((float(2 * x.nbytes), _median_s(lambda: torch.mul(x, 2.0), 0.05 if nbytes < 1 << 24 else 0.15)))
-    return {
-        "op": op,
-        "module": max(0.0, module),
-        "matmul": matmul,
-        "copy": copy,
-        "backward": _backward_factor(),
-        "elementwise": _elementwise(),
-        "graph_op": _graph_op(),
-    }
-
-
-class _SmallOps:
-    """A forward of small ops as models write them between their layers (views, transposes,
-    arithmetic, an activation), on a tensor small enough that only the dispatch counts."""
-
-    def forward(self, x: Any) -> Any:
-        import torch
-
-        for _ in range(8):
-            x = x.transpose(0, 1).unflatten(-1, (2, -1)).flatten(-2)
-            x = torch.relu(x * 0.5 + 1.0)
-        return x
-
-
-def _graph_op() -> float:
-    """Seconds one op of :class:`_SmallOps` takes inside its traced (``torch.fx``) forward, as a
-    partition's submodule runs it: the forward's median over its op count."""
-    import torch
-    import torch.fx as fx
-
-    module = type("SmallOps", (torch.nn.Module,), {"forward": _SmallOps.forward})()
-    gm = fx.symbolic_trace(module)
-    count = sum(1 for n in gm.graph.nodes if n.op in ("call_function", "call_method", "call_module"))
-    x = torch.ones(8, 8)
-    with torch.no_grad():
-        return statistics.median(_median_s(lambda: gm(x), 0.03) for _ in range(3)) / max(1, count)
-
-
-def _elementwise() -> dict[str, list[tuple[float, float]]]:
-    """(bytes moved, seconds) of each op in ELEMENTWISE_KINDS on rows of 256 floats, read and
-    written (the copy curve's axis), its dispatch included."""
-    import torch
-
-    F = torch.nn.functional
-    w, b = torch.ones(256), torch.zeros(256)
-    ops = {
-        "gelu": F.gelu,
-        "layer_norm": lambda x: F.layer_norm(x, (256,), w, b),
-        "softmax": lambda x: torch.softmax(x, -1),
-        "silu": F.silu,
-        "sigmoid": torch.sigmoid,
-        "tanh": torch.tanh,
-    }
-    curves: dict[str, list[tuple[float, float]]] = {}
-    with torch.no_grad():
-        for kind in ELEMENTWISE_KINDS:
-            fn = ops[kind]
-            points = []
-            for nbytes in ELEMENT_BYTES:
-                x = torch.randn(max(1, nbytes // 1024), 256)
-                points.append((float(2 * x.nbytes), _median_s(lambda: fn(x), 0.03 if nbytes < 1 << 22 else 0.08)))
-            curves[kind] = points
-    return curves
-
-
-def _backward_factor() -> float:
-    """A training step's time over the forward's: a chain of Linear + ReLU layers (64 rows, 256
-    wide, as the sample MLP) run forward, then forward and backward of the sum of its output,
-    interleaved, median of the ratios. Autograd's per-node overhead is in it, as in a run."""
-    import torch
-
-    nn = torch.nn
-    chain = nn.Sequential(*(m for _ in range(4) for m in (nn.Linear(256, 256), nn.ReLU())))
-    x = torch.randn(64, 256)
-
-    def forward() -> None:
-        with torch.no_grad():
-            chain(x)
-
-    def step() -> None:
-        chain.zero_grad(set_to_none=True)
-        chain(x).sum().backward()
-
-    return statistics.median(_median_s(step, 0.03) / _median_s(forward, 0.03) for _ in range(3))
 
 
 SLOWDOWN_REPEATS = 5
@@ -230,16 +106,26 @@ def _messages(rank: int, ranks: list[int], group: Any, kind: str) -> list[tuple[
     return points
 
 
-def _entry(rank: int, world_size: int) -> dict[str, Any] | None:
+@dataclass(frozen=True)
+class CalibrationRank:
+    """What one calibration rank sends back across the process boundary: its op timings (rank 0),
+    its slowdown with the others computing, its message curves and DTensor overhead (ranks 0
+    and 1) and what torch's engines cost in place."""
+
+    busy: Any
+    engines: EngineCosts
+    ops: dict[str, Any] | None = None
+    collectives: dict[str, list[tuple[float, float]]] = field(default_factory=dict)
+    sharded: float = 0.0
+
+
+def _entry(rank: int, world_size: int) -> CalibrationRank:
     import torch.distributed as dist
 
-    result: dict[str, Any] = {}
     dist.barrier()
-    if rank == 0:
-        result["ops"] = _ops()
+    ops = _ops() if rank == 0 else None
     dist.barrier()
     busy = _slowdown(rank, world_size)
-    result["busy"] = busy
     pair = dist.new_group([0, 1]) if world_size > 2 else None
     collectives: dict[str, list[tuple[float, float]]] = {}
     for kind in ("p2p", "all_reduce", "all_gather"):
@@ -248,10 +134,11 @@ def _entry(rank: int, world_size: int) -> dict[str, Any] | None:
         dist.barrier()
         if world_size > 2 and kind != "p2p":
             collectives[f"{kind}:{world_size}"] = _messages(rank, list(range(world_size)), None, kind)
-    result["collectives"] = collectives
-    result["sharded"] = _sharded_overhead(rank, world_size)
-    result["engines"] = engine_costs(rank, world_size)
-    return result if rank in (0, 1) else {"busy": busy, "engines": result["engines"]}
+    sharded = _sharded_overhead(rank, world_size)
+    engines = engine_costs(rank, world_size)
+    if rank not in (0, 1):
+        return CalibrationRank(busy, engines)
+    return CalibrationRank(busy, engines, ops, collectives, sharded)
 
 
 def _sharded_overhead(rank: int, world_size: int) -> float:
@@ -306,8 +193,9 @@ def calibrate(
     # is not measured yet, so on a GPU machine this still describes its host.
     backend = "gloo"
     results = launch(_entry, processes, (), timeout_s=timeout_s, backend=backend, progress=progress)
-    ops = results[0]["ops"]
-    busy = [r["busy"] for r in results]
+    ops = results[0].ops
+    assert ops is not None  # rank 0 always times the ops
+    busy = [r.busy for r in results]
     # NOTE: [A robust shared-core factor] Each repeat's factor is the mean of the k ranks' loop
     # times over rank 0's time alone in the same repeat (the load seen a moment apart), and the
     # profile keeps the median over repeats: one repeat disturbed by another job moves nothing.
@@ -327,27 +215,30 @@ def calibrate(
         if k > 1
     ]
     collectives = []
-    for key, points in sorted(results[0]["collectives"].items()):
+    for key, points in sorted(results[0].collectives.items()):
         kind, _, count = key.partition(":")
-        other = results[1]["collectives"].get(key, points)
+        other = results[1].collectives.get(key, points)
         worst = [(x, max(y, y2)) for (x, y), (_, y2) in zip(points, other)]
         collectives.append((kind, int(count), fit_alpha_beta(worst)))
-    engines = [r["engines"] for r in results]
+    engines = [r.engines for r in results]
     for key, kind in (
         ("row", "dtensor_all_reduce"),
         ("handoff", "handoff"),
         ("concurrent_row", "concurrent_dtensor_all_reduce"),
         ("concurrent_all_reduce", "concurrent_all_reduce"),
     ):
-        for n in sorted(engines[0][key]):  # the slowest rank's time at each size
+        for n in sorted(getattr(engines[0], key)):  # the slowest rank's time at each size
             points = [
-                (x, max(e[key][n][i][1] for e in engines if e[key].get(n)))
-                for i, (x, _) in enumerate(engines[0][key][n])
+                (x, max(getattr(e, key)[n][i][1] for e in engines if getattr(e, key).get(n)))
+                for i, (x, _) in enumerate(getattr(engines[0], key)[n])
             ]
             collectives.append((kind, n, fit_alpha_beta(points)))
 
     def slowest(key: str) -> tuple[tuple[int, float], ...]:
-        return tuple((n, max(e[key][n] for e in engines if n in e[key])) for n in sorted(engines[0][key]))
+        return tuple(
+            (n, max(getattr(e, key)[n] for e in engines if n in getattr(e, key)))
+            for n in sorted(getattr(engines[0], key))
+        )
 
     actions = slowest("action")
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
@@ -359,7 +250,7 @@ def calibrate(
         training_step_factor=ops["backward"],
         elementwise=tuple(sorted((k, tuple(sorted(c))) for k, c in ops["elementwise"].items())),
         graph_op_overhead_s=ops["graph_op"],
-        sharded_module_overhead_s=results[0]["sharded"],
+        sharded_module_overhead_s=results[0].sharded,
         matmul=tuple(sorted((d, tuple(sorted(c))) for d, c in ops["matmul"].items())),
         copy=tuple(sorted(ops["copy"])),
         collectives=tuple(sorted(collectives)),

@@ -10,7 +10,8 @@ import pytest
 import partitioner
 import sample_models
 from partitioner import cluster
-from partitioner.cluster.run.compose import model_tp_plan, run_layout
+from partitioner.cluster.run.compose import run_layout
+from partitioner.cluster.run.tp_plans import model_tp_plan
 from partitioner.sharding import tensor_parallel
 
 SMALL = {
