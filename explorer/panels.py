@@ -114,7 +114,8 @@ def render_tables(plan: Plan) -> None:
         st.dataframe(tables.readable_edge_table(plan), hide_index=True, width="stretch")
 
 
-def render_violations(violations: Sequence[str]) -> None:
+def render_violations(violations: Sequence[object]) -> None:
+    """The plan's broken rules in words (``Plan.violations``), or that it is valid."""
     if not violations:
         st.success("The plan is valid: every node is placed once, every device has room, data flows one way.")
         return

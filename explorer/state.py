@@ -141,7 +141,7 @@ def show_bound_notes(box: DeltaGenerator) -> None:
     link = st.session_state.get(LINK_BOUND)
     if not link:
         return
-    notes = bound_notes(link, st.session_state)
+    notes = bound_notes(link, st.session_state.to_dict())
     for key in [k for k in link if k in st.session_state]:  # read by its widget: said once
         del link[key]
     if notes:
@@ -161,7 +161,7 @@ def write_url() -> None:
     ):
         if key in st.session_state and st.session_state[key] is not None:
             params[key] = str(st.session_state[key])
-    params.update(page_keys(st.session_state.get(PAGE, ""), st.session_state))
+    params.update(page_keys(st.session_state.get(PAGE, ""), st.session_state.to_dict()))
     current = st.query_params.to_dict()
     for key in [k for k in current if k not in params and k not in BOUND_KEYS]:
         del st.query_params[key]

@@ -8,7 +8,7 @@ Pure: no Streamlit. Each row's figures are the ones that technique's page shows.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Any, Sequence
 
 import pandas as pd
 
@@ -114,10 +114,10 @@ def cluster_target(devices: Sequence[Device], transfer_rate_bytes_per_s: float |
     is already what the sidebar's headroom leaves."""
     first = devices[0]
     kind = first.kind if first.kind in cluster.ACCELERATORS else "h100-80gb"
-    overrides: dict[str, float] = {"memory_bytes": first.memory_bytes}
+    overrides: dict[str, Any] = {"memory_bytes": first.memory_bytes}
     if first.kind not in cluster.ACCELERATORS:  # the speeds the partitioner's roofline takes for it
         overrides.update(
-            name=first.kind or "custom",  # type: ignore[dict-item]
+            name=first.kind or "custom",
             peak_flops=first.peak_flops or DEFAULT_SPEEDS["peak_flops"],
             memory_bandwidth_bytes_per_s=first.memory_bandwidth_bytes_per_s
             or DEFAULT_SPEEDS["memory_bandwidth_bytes_per_s"],

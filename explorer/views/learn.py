@@ -114,12 +114,16 @@ def _step_through(config: PlanConfig, plan: Plan, graph: Graph) -> None:
     KL pass, a merge), played or stepped: the graph coloured by where each node is after it, the
     view following the step's nodes, and the latency so far. The trace is computed once."""
     st.markdown(f"#### Step through an algorithm on {md(plan.model)}")
-    algorithm = st.selectbox(
-        "Algorithm",
-        list(steps.ALGORITHMS),
-        format_func=steps.ALGORITHMS.get,
-        key="learn_algorithm",
-        on_change=lambda: st.session_state.update(learn_step=1, learn_playing=False),
+    names: list[str] = list(steps.ALGORITHMS)
+    algorithm = (
+        st.selectbox(
+            "Algorithm",
+            names,
+            format_func=lambda a: steps.ALGORITHMS[a],
+            key="learn_algorithm",
+            on_change=lambda: st.session_state.update(learn_step=1, learn_playing=False),
+        )
+        or names[0]
     )
     trace = compute.decision_trace(config, algorithm)
     if isinstance(trace, str):

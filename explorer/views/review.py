@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from typing import Mapping, Sequence
 
 import streamlit as st
 
@@ -195,9 +196,9 @@ def main() -> None:
         return
     shown = editing.edit_from_plan(edited, source=edit.source)  # ids as the scored plan shows them
     edit = dataclasses.replace(edit, nodes=shown.nodes, placements=shown.placements)
-    changed = edit_ui(edit, edited, graph)
-    if changed is not None:
-        what, changed = changed
+    picked = edit_ui(edit, edited, graph)
+    if picked is not None:
+        what, changed = picked
         try:  # renumber partitions as the scored plan does, so the ids shown stay right
             rescored = _scored(changed, graph, devices, rate, latency, base)
             _remember(what)
@@ -249,7 +250,12 @@ SCORED = "edit_scored"
 
 
 def _scored(
-    edit: editing.Edit, graph: Graph, devices: list[Device], rate: float | None, latency: object, base: Plan | None
+    edit: editing.Edit,
+    graph: Graph,
+    devices: list[Device],
+    rate: float | None,
+    latency: Mapping[str, Sequence[float]] | None,
+    base: Plan | None,
 ) -> Plan:
     """``editing.evaluate_edit`` once per mapping: a move scores its edit, and the rerun that
     shows it finds that plan here instead of scoring it again."""
