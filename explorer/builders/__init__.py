@@ -1,2 +1,3 @@
-"""The app's pure builders: Plotly figures, pandas tables, parsing of what a person types,
-hand edits of a plan and the teaching text. No Streamlit here: tested without it."""
+"""The app's pure builders: Plotly figures, pandas tables, each page's numbers, parsing of what a
+person types, a link's checks, hand edits of a plan and the teaching text. No Streamlit here:
+tested without it."""
