@@ -14,6 +14,7 @@ from explorer import graph_panels, panels, state
 from explorer.builders import cluster_run_figures
 from explorer.builders.text import md
 from partitioner import Graph, cluster, format_bytes, format_seconds
+from partitioner.pipeline.schedules import NO_SCHEDULE, SCHEDULES, get_schedule
 
 RUNS = "cl_runs"  # session state: (graph fingerprint, layout) -> the checked run
 
@@ -40,8 +41,9 @@ def _runnable(lay: cluster.Layout, graph: Graph, hf: bool = False) -> tuple[clus
             "pipeline stages of a Hugging Face model are not run here (its exported graph cannot be sent "
             "to other processes): open a layout with pp1"
         )
-    if lay.pp > 1 and lay.schedule not in ("gpipe", "1f1b"):
-        return None, f"pipelines run here with gpipe or 1f1b (this layout uses {lay.schedule}): open another layout"
+    if lay.pp > 1 and lay.schedule != NO_SCHEDULE and not get_schedule(lay.schedule).runs_composed:
+        runnable = " or ".join(s.name for s in SCHEDULES.values() if s.runs_composed)
+        return None, f"pipelines run here with {runnable} (this layout uses {lay.schedule}): open another layout"
     if lay.pp > 1 and lay.zero >= 2:
         return None, f"pipelines run here with ZeRO 0 or 1 (this layout uses ZeRO-{lay.zero}): open another layout"
     if lay.tp * lay.pp > MAX_LOCAL_PROCESSES:
@@ -63,7 +65,7 @@ def run_here(chosen: cluster.Layout, graph: Graph, prof: cluster.ModelProfile, c
     import sample_models
     from partitioner import PartitionError
     from partitioner.cluster.run.checked import check_layout
-    from partitioner.cluster.run.compose import model_tp_plan
+    from partitioner.cluster.run.tp_plans import model_tp_plan
     from partitioner.pipeline.steps import step_simulator
     from partitioner.runtime.execute import picklable
 
@@ -167,13 +169,13 @@ def stage_dag(chosen: cluster.LayoutResult, graph: Graph, target: cluster.Cluste
     """The traced graph cut into the layout's pipeline stages by the Pipeline page's splitter (on
     request: a large model's split takes seconds), drawn as a plan of stages."""
     from partitioner import Device, InfeasibleError, PartitionError, pipeline
-    from partitioner.pipeline.schedules import stages_per_rank
+    from partitioner.pipeline.schedules import virtual_stages
 
     lay = chosen.layout
     if lay.pp < 2:
         st.caption("No pipeline stages: the whole model runs on every rank (split by tensor parallelism).")
         return
-    stages = lay.pp * stages_per_rank(lay.schedule)
+    stages = lay.pp * virtual_stages(lay.schedule, lay.virtual)
     if not st.toggle(f"Cut the traced graph into {stages} stages", key="cl_stage_dag"):
         st.caption(
             "The Pipeline page's splitter (the slowest stage as small as it can be, on the traced example) "

@@ -74,6 +74,8 @@ def page_choices() -> dict[str, list]:
     """The options of the pages' choice widgets, to check a link's values against."""
     from partitioner import cluster
     from partitioner.accelerator import steps
+    from partitioner.cost.training import OPTIMIZERS
+    from partitioner.units import PRECISIONS
 
     links = list(cluster.LINKS)
     return {
@@ -81,8 +83,8 @@ def page_choices() -> dict[str, list]:
         "tm_budget": [0.0, 0.25, 0.5, 0.75, 1.0],
         "cl_kind": ["training", "inference"],
         "cl_engine": ["eager", "graphs"],
-        "cl_precision": ["bf16 (mixed)", "fp32"],
-        "cl_optimizer": ["adam", "sgd", "none"],
+        "cl_precision": [d.label for d in PRECISIONS],
+        "cl_optimizer": list(OPTIMIZERS),
         "cl_accelerator": list(cluster.ACCELERATORS),
         "cl_inter": links,
         **{f"cl_intra_{name}": links for name in cluster.ACCELERATORS},

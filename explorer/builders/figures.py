@@ -21,7 +21,6 @@ from partitioner.draw.dag import (
     UNKNOWN_DEVICE_COLOUR,
     WARNING_COLOUR,
     device_colours,
-    over_capacity_devices,
     partition_capacity,
 )
 from partitioner.draw.overlay import formatter, partition_values, plotly_scale
@@ -102,7 +101,7 @@ def _device_bars(
 ) -> None:
     """A bar trace per device (its colour; over capacity in orange), so the legend names devices."""
     colours = device_colours(plan.devices)
-    over = over_capacity_devices(plan)
+    over = set(plan.over_capacity())
     groups: dict[str, list[int]] = {}
     for i, p in enumerate(parts):
         if any(d in over for d in p.device_ids):
@@ -191,7 +190,7 @@ def device_memory_figure(plan: Plan) -> go.Figure:
     devices = sorted(plan.devices, key=lambda d: d.logical_id)
     used = plan.device_memory_bytes()
     colours = device_colours(plan.devices)
-    over = over_capacity_devices(plan)
+    over = set(plan.over_capacity())
     unit, scale = byte_unit(max([d.memory_bytes for d in devices] + list(used.values()) + [1]))
     x = [plain(d.name) for d in devices]
     fig = go.Figure()

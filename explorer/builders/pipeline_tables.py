@@ -10,8 +10,9 @@ import pandas as pd
 
 from explorer.builders.pipeline_figures import stage_span
 from partitioner import Graph, PartitionError, format_bytes, pipeline
+from partitioner.cost.training import OPTIMIZERS
 from partitioner.pipeline.runner import check_runnable
-from partitioner.pipeline.schedules import MicrobatchError
+from partitioner.pipeline.schedules import SCHEDULES, MicrobatchError
 from partitioner.units import format_change, format_seconds, format_share, format_signed
 
 __all__ = [
@@ -29,9 +30,10 @@ __all__ = [
     "run_table",
 ]
 
-TRAINING: dict[str, str | None] = {"inference": None, "training, SGD": "sgd", "training, Adam": "adam"}
+TRAINING: dict[str, str | None] = {"inference": None, **{f"training, {o.title}": o.name for o in OPTIMIZERS.values()}}
 SWEEP = (1, 2, 4, 8, 16, 32, 64, 128)  # microbatch counts of the step-time chart
-TWIN = {"zero_bubble": "interleaved_1f1b", "interleaved_1f1b": "zero_bubble"}  # compared in the bubble note
+_INTERLEAVED = [s.name for s in SCHEDULES.values() if s.interleaved]
+TWIN = {a: b for a in _INTERLEAVED for b in _INTERLEAVED if a != b}  # compared in the bubble note
 
 
 def transfer_s(pp: pipeline.PipelinePlan, microbatches: int) -> list[float]:

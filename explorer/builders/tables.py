@@ -13,7 +13,7 @@ import pandas as pd
 
 from partitioner import Plan, format_bytes
 from partitioner.accelerator.compare import ModeResult, best_mode, gaps
-from partitioner.draw.dag import over_capacity_devices, partition_capacity
+from partitioner.draw.dag import partition_capacity
 from partitioner.plan.diff import PlanDiff, match_partitions
 from partitioner.units import format_seconds, format_share, format_signed
 
@@ -59,7 +59,7 @@ def partition_table(plan: Plan) -> pd.DataFrame:
     times = schedule(plan)
     comm = incoming_transfer_s(plan)
     critical = set(plan.critical_path)
-    over = over_capacity_devices(plan)
+    over = set(plan.over_capacity())
     rows = []
     for p in sorted(plan.partitions, key=lambda p: p.id):
         capacity = partition_capacity(plan, p)

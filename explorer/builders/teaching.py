@@ -13,7 +13,6 @@ from typing import Sequence
 from explorer.builders.text import md
 from partitioner import Device, Graph, Plan, format_bytes
 from partitioner.devices import fewest_devices
-from partitioner.draw.dag import over_capacity_devices
 from partitioner.units import format_seconds
 
 __all__ = [
@@ -223,7 +222,7 @@ def explain_plan(plan: Plan) -> list[str]:
             f"{'hold' if len(idle) != 1 else 'holds'} nothing. Saturate host copies the plan "
             "onto idle devices when there is a free one for every device in use."
         )
-    over = over_capacity_devices(plan)
+    over = set(plan.over_capacity())
     if over:
         names = [md(d.name) for d in plan.devices if d.logical_id in over]
         notes.append(f"**Over capacity:** {', '.join(names)} hold more than their memory (orange outline).")

@@ -26,7 +26,6 @@ from partitioner.draw.dot import (
     UNKNOWN_DEVICE_COLOUR,
     WARNING_COLOUR,
     device_colours,
-    over_capacity_devices,
     partition_capacity,
 )
 from partitioner.draw.dot import (
@@ -63,7 +62,6 @@ __all__ = [
     "HIGHLIGHT_COLOUR",
     "UNKNOWN_DEVICE_COLOUR",
     "device_colours",
-    "over_capacity_devices",
     "partition_capacity",
     "plan_to_dot",
     "partition_to_dot",

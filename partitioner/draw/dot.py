@@ -21,7 +21,6 @@ __all__ = [
     "HIGHLIGHT_COLOUR",
     "UNKNOWN_DEVICE_COLOUR",
     "device_colours",
-    "over_capacity_devices",
     "partition_capacity",
     "quote",
     "percent",
@@ -58,12 +57,6 @@ def device_colours(devices: Iterable[Device]) -> dict[int, str]:
     """Logical id -> fill colour, stable for a device list (by sorted logical id)."""
     ids = sorted({d.logical_id for d in devices})
     return {lid: PALETTE[i % len(PALETTE)] for i, lid in enumerate(ids)}
-
-
-def over_capacity_devices(plan: Plan) -> set[int]:
-    """Logical ids of devices holding more than their memory: the plan's own rule,
-    :meth:`Plan.over_capacity`, as a set for the drawings' membership tests."""
-    return set(plan.over_capacity())
 
 
 def partition_capacity(plan: Plan, partition: Partition) -> int | None:

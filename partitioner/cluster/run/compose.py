@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 from partitioner.cluster.layouts import Layout
 from partitioner.cluster.run.records import ComposedRun, RankReport, compare, measure_step
 from partitioner.cluster.run.runnable import check_runnable
-from partitioner.cluster.run.tp_plans import linear_pairs_plan, model_tp_plan
+from partitioner.cluster.run.tp_plans import linear_pairs_plan
 from partitioner.cluster.words import parse_layout
 from partitioner.errors import PartitionError, RunError
 from partitioner.processes.records import RankStep
@@ -45,8 +45,6 @@ __all__ = [
     "run_layout",
     "parse_layout",
     "linear_pairs_plan",
-    "model_tp_plan",  # kept here for its callers; it lives in .tp_plans
-    "check_runnable",
 ]
 
 
