@@ -1,84 +1,81 @@
-"""The architecture holds: no import circle, small modules, torch and the UI at the edges."""
+"""The architecture holds: no import circle of any kind, one home for each table of names (dtypes,
+optimizers, schedules), small modules, torch and the UI at the edges."""
 
 from __future__ import annotations
 
-import ast
 import subprocess
 import sys
 from pathlib import Path
 
-import networkx as nx
+import layout_scan
+import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = ("partitioner", "cli", "explorer", "sample_models")
+from partitioner.pipeline.schedules import SCHEDULES
+
+ROOT = layout_scan.ROOT
+
 MAX_LINES = 400
+DTYPE_WORDS = {"bf16", "bfloat16", "fp16", "float16", "fp32", "float32"}
+OPTIMIZER_WORDS = {"adam", "adamw", "sgd"}
+# The hardware table's datasheet figures are data keyed by dtype (units.DType.peak_key names the keys).
+DTYPE_HOMES = ("partitioner/units.py", "partitioner/hardware.py")
+SCHEDULE_WORDS = {w for s in SCHEDULES.values() for w in (s.name, s.torch_name, s.torch_class)}
 
 
 def _modules() -> dict[str, Path]:
-    found = {}
-    for package in PACKAGES:
-        for path in sorted((ROOT / package).rglob("*.py")):
-            parts = list(path.relative_to(ROOT).with_suffix("").parts)
-            if parts[-1] == "__init__":
-                parts.pop()
-            found[".".join(parts)] = path
-    return found
+    return layout_scan.modules()
 
 
-def _is_type_checking(node: ast.If) -> bool:
-    test = node.test
-    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
-        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+def test_no_import_circle_of_any_kind():
+    """Imports made only for type checkers (under ``if TYPE_CHECKING:``) and imports inside
+    functions count as much as those at the top of a module."""
+    found = layout_scan.circles(_modules())
+    assert found == [], f"import circles: {found[:5]}"
+
+
+def test_the_circle_finder_finds_one_made_only_for_type_checkers(tmp_path):
+    package = tmp_path / "pkg"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "records.py").write_text("from pkg.rules import check\n")
+    (package / "rules.py").write_text(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from pkg.records import Plan\n"
     )
+    (package / "other.py").write_text("def f():\n    from . import records\n")
+    assert layout_scan.circles(layout_scan.modules(tmp_path, ("pkg",))) == [["pkg.records", "pkg.rules"]]
 
 
-def _imports(name: str, path: Path, known: set[str]) -> set[str]:
-    """Project modules ``name`` imports anywhere (functions included), except under
-    ``if TYPE_CHECKING:``; ``from pkg import mod`` counts as importing ``pkg.mod``."""
-    tree = ast.parse(path.read_text(), str(path))
-    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
-    skip: set[int] = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.If) and _is_type_checking(node):
-            skip.update(id(n) for child in node.body for n in ast.walk(child))
-    out: set[str] = set()
-    for node in ast.walk(tree):
-        if id(node) in skip:
-            continue
-        if isinstance(node, ast.Import):
-            targets = [alias.name for alias in node.names]
-        elif isinstance(node, ast.ImportFrom):
-            base = node.module or ""
-            if node.level:
-                anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
-                base = ".".join(anchor + ([base] if base else []))
-            targets = [base] + [f"{base}.{alias.name}" for alias in node.names]
-        else:
-            continue
-        for target in targets:
-            while target and target not in known:
-                target = target.rpartition(".")[0]
-            if target and target != name:
-                out.add(target)
-    return out
+def test_one_home_for_dtypes_optimizers_and_schedules():
+    """A literal dict, set, tuple or list naming two dtypes, optimizers or schedules outside their
+    one table is a second table that will drift from the first: read partitioner.units (DTYPES,
+    dtype(), PRECISIONS), partitioner.cost.training.OPTIMIZERS or
+    partitioner.pipeline.schedules (SCHEDULES, get_schedule, virtual_stages) instead."""
+    found = (
+        layout_scan.second_tables(DTYPE_WORDS, DTYPE_HOMES, lower=True)
+        + layout_scan.second_tables(OPTIMIZER_WORDS, ("partitioner/cost/training.py",), lower=True)
+        + layout_scan.second_tables(SCHEDULE_WORDS, ("partitioner/pipeline/schedules.py",))
+    )
+    assert found == [], "second tables:\n" + "\n".join(found)
 
 
-def test_no_import_circle():
-    modules = _modules()
-    graph = nx.DiGraph()
-    for name, path in modules.items():
-        graph.add_node(name)
-        for target in _imports(name, path, set(modules)):
-            # A package importing its own submodules (its front door) is not a circle.
-            if not target.startswith(name + "."):
-                graph.add_edge(name, target)
-    # A submodule importing its package's __init__ only to reach a sibling counts as that
-    # sibling: drop edges to an ancestor package, which re-exports by design.
-    for a, b in list(graph.edges):
-        if a.startswith(b + "."):
-            graph.remove_edge(a, b)
-    cycles = list(nx.simple_cycles(graph))
-    assert cycles == [], f"import circles: {cycles[:5]}"
+@pytest.mark.parametrize(
+    ("source", "words"),
+    [
+        ('SIZES = {"float32": 4, "bfloat16": 2}', DTYPE_WORDS),
+        ('CHOICES = ["bf16", "FP32"]', DTYPE_WORDS),
+        ('p.add_argument("--optimizer", choices=["adam", "sgd", "none"])', OPTIMIZER_WORDS),
+        ('def f():\n    return {"Adam": "adam", "SGD": "sgd"}', OPTIMIZER_WORDS),
+        ('RUN = {"gpipe": "ScheduleGPipe", "1f1b": "Schedule1F1B"}', SCHEDULE_WORDS),
+        ('NAMES = ["GPipe", "Interleaved1F1B"]', SCHEDULE_WORDS),
+    ],
+)
+def test_the_table_finder_finds_a_planted_second_table(tmp_path, source, words):
+    for package in layout_scan.PACKAGES:
+        (tmp_path / package).mkdir()
+    (tmp_path / "cli" / "extra.py").write_text(source + "\n")
+    found = layout_scan.second_tables(words, (), tmp_path, lower=words is not SCHEDULE_WORDS)
+    assert [line.split(" ")[0] for line in found] == [f"cli/extra.py:{source.count(chr(10)) + 1}"]
+    assert layout_scan.tables_in('if s == "gpipe":\n    pass', SCHEDULE_WORDS) == []  # one name is no table
 
 
 def test_no_source_file_over_400_lines():
