@@ -146,8 +146,8 @@ def _sweep(
             seen.update(fw=fw, bw=bw, outputs=kw.get("num_fwd_outputs", 1), solver_s=time.perf_counter() - start)
             return fw, bw
 
-        def keep(graph_module: fx.GraphModule, _: Any) -> Any:
-            return make_boxed_func(graph_module)
+        def keep(gm: fx.GraphModule, example_inputs: Any) -> Any:  # aot_function's compiler protocol
+            return make_boxed_func(gm)
 
         seen["start"] = time.perf_counter()
         trainable = {k: v for k, v in state.items() if v.requires_grad}
@@ -157,7 +157,7 @@ def _sweep(
             compiled = aot_function(
                 forward,
                 fw_compiler=keep,
-                bw_compiler=keep,  # type: ignore[arg-type]
+                bw_compiler=keep,
                 partition_fn=partition,
             )
             _loss(compiled(state, *inputs), loss).backward()
