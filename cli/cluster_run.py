@@ -7,7 +7,6 @@ import argparse
 import json
 from typing import Any
 
-import sample_models
 from cli.inputs import EXIT_FAIL, EXIT_OK, CLIError, write_output
 from cli.report import format_table
 from partitioner import cluster
@@ -23,8 +22,8 @@ def run_layout(args: argparse.Namespace, graph: Any, prof: cluster.ModelProfile)
     import sys
 
     from partitioner.cluster.run.checked import check_layout
-    from partitioner.cluster.words import parse_layout
     from partitioner.cluster.run.tp_plans import model_tp_plan
+    from partitioner.cluster.words import parse_layout
     from partitioner.pipeline.steps import step_simulator
     from partitioner.runtime.execute import picklable
 
@@ -41,6 +40,8 @@ def run_layout(args: argparse.Namespace, graph: Any, prof: cluster.ModelProfile)
     )
     module: Any = picklable(graph.graph_module)
     kwargs: dict[str, Any] = {}
+    import sample_models
+
     if sample_models.is_hf(args.model):  # the model as built: its exported graph cannot be pickled
         if layout.pp > 1:
             raise CLIError(

@@ -19,13 +19,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-import sample_models
 from partitioner import Device, Graph, PartitionError, Plan, parse_devices
 from partitioner.interop.readers import read_node_latency_text
 from partitioner.options import PartitionOptions
 from partitioner.plan.size import check_plan_size
-from partitioner.tracing import cache as trace_cache
-from sample_models._user import LoaderError
 
 __all__ = [
     "CLIError",
@@ -121,6 +118,10 @@ def load_model(spec: str, sets: Sequence[str] = (), devices: str | None = "") ->
     """Build and trace MODEL (a sample model or ``package.module:factory``) with
     ``sample_models.load``. Pass the ``--devices`` value as ``devices`` where the command needs
     devices: a factory model without them is refused before the (slow) import and trace."""
+    import sample_models
+    from partitioner.tracing import cache as trace_cache
+    from sample_models._user import LoaderError
+
     if sample_models.is_factory(spec) and devices is None:
         raise CLIError(
             f"--devices is required for {spec!r} (only sample models have default devices); e.g. --devices 4x16GiB"

@@ -24,14 +24,13 @@ import logging
 import math
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
-import torch.fx as fx
-
 from partitioner.devices import Device
 from partitioner.errors import PartitionError
 from partitioner.graph import OP_KINDS, Graph
 from partitioner.plan.records import Plan
 
 if TYPE_CHECKING:  # pragma: no cover
+    import torch.fx as fx
     from torch.distributed.pipelining import SplitPoint
     from torch.fx.experimental.partitioner_utils import PartitionerConfig
 
