@@ -14,5 +14,10 @@ ROOT = Path(__file__).resolve().parents[1]
 @pytest.mark.slow
 def test_every_package_is_mypy_clean():
     assert shutil.which("mypy", path=str(Path(sys.executable).parent)), "mypy is a dev dependency"
-    out = subprocess.run([sys.executable, "-m", "mypy", "partitioner", "cli", "explorer", "sample_models"], cwd=ROOT, capture_output=True, text=True)
+    out = subprocess.run(
+        [sys.executable, "-m", "mypy", "partitioner", "cli", "explorer", "sample_models"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
     assert out.returncode == 0, out.stdout + out.stderr
