@@ -38,7 +38,8 @@ card's best measured rate at best (98 of 768 TFLOP/s), each of its backward's tw
 ``UNALIGNED_BACKWARD_SHARE`` (2.4 ms each for the 2,048-token head's, 137 TFLOP/s). It is why
 nanoGPT pads GPT-2's vocabulary to 50,304 and Megatron-LM to a multiple of 128
 (``--make-vocab-size-divisible-by``), and NVIDIA's matrix-multiplication guide asks for multiples of
-8 in fp16 (16 bytes in any dtype).
+8 in fp16 (16 bytes in any dtype). The "graphs" engine pays nothing for it: the engines it stands
+for pad (vLLM's vocabulary head to a multiple of 64, torch.compile's Inductor the strides).
 
 # NOTE: [Engines]
 "eager" (the default) is what a plain ``model(x)`` runs: one kernel per op, unfused, each
@@ -250,6 +251,10 @@ class GpuKernels:
         """The best measured elementwise bandwidth (a copy of the largest size measured)."""
         return max(c[-1][0] / c[-1][1] for _, c in self.elementwise)
 
+    def aligned_matmul_s(self, op: KernelOp) -> float:
+        """The GPU's time of ``op``'s product by the measured curves, as if aligned."""
+        return max(self.timed_matmul_s(op.m, op.k, op.n, op.dtype) - self.launch_s, MIN_KERNEL_S)
+
     def unaligned_floor_s(self, op: KernelOp, share: float = UNALIGNED_MATMUL_SHARE) -> float:
         """The least time of a tensor-core product whose k or n is off the 16-byte multiple (NOTE:
         [Unaligned matrix products]) at ``share`` of the best rate; 0 when aligned or not a
@@ -349,27 +354,31 @@ def fused_s(kernels: GpuKernels, op: KernelOp, kernel: float) -> float:
     """An op's time under the "graphs" engine (NOTE: [Engines])."""
     if op.kind in ("view",):
         return 0.0
+    if op.kind == "matmul" and op.experts <= 1 and kernels.unaligned_floor_s(op):
+        return kernels.aligned_matmul_s(op)  # padded (NOTE: [Unaligned matrix products])
     if op.kind in ("matmul", "attention", "embedding", "loss"):
         return kernel
     return FUSED_TRAFFIC * op.nbytes / kernels.best_bandwidth_bytes_per_s
 
 
-def backward_times(ops: Sequence[KernelOp | None], kernels: GpuKernels) -> list[tuple[float, float]]:
+def backward_times(
+    ops: Sequence[KernelOp | None], kernels: GpuKernels, padded: bool = False
+) -> list[tuple[float, float]]:
     """Per op: (host seconds, GPU seconds) of its backward. A matrix product's backward is two
     products of its size (the input's and the weight's gradients); flash attention's backward
     about 2.5 of its forward (FlashAttention-2, Dao 2023); an elementwise op's reads its saved
     inputs and the incoming gradient and writes one (twice its bytes); views nothing. The
-    autograd engine launches from C++: the host pays the launch alone."""
+    autograd engine launches from C++: the host pays the launch alone. ``padded``: unaligned
+    products as if padded (the "graphs" engine, NOTE: [Unaligned matrix products])."""
     out = []
     for op in ops:
         if op is None or op.kind == "view":
             out.append((0.0, 0.0))
             continue
         k = kernels.kernel_s(op)
-        if op.kind == "matmul" and kernels.unaligned_floor_s(op):
-            aligned = kernels.timed_matmul_s(op.m, op.k, op.n, op.dtype) - kernels.launch_s
-            slow = kernels.unaligned_floor_s(op, UNALIGNED_BACKWARD_SHARE)
-            out.append((2 * kernels.launch_s, 2 * max(aligned, slow, MIN_KERNEL_S)))
+        if op.kind == "matmul" and op.experts <= 1 and kernels.unaligned_floor_s(op):
+            slow = 0.0 if padded else kernels.unaligned_floor_s(op, UNALIGNED_BACKWARD_SHARE)
+            out.append((2 * kernels.launch_s, 2 * max(kernels.aligned_matmul_s(op), slow)))
         elif op.kind == "matmul":
             out.append((2 * kernels.launch_s, 2 * k))
         elif op.kind == "attention":

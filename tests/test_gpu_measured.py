@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from partitioner.kernels import UNALIGNED_MATMUL_SHARE, KernelOp
+from partitioner.kernels import UNALIGNED_MATMUL_SHARE, KernelOp, backward_times, fused_s
 from partitioner.profiles import gpu_kernels
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -38,6 +38,10 @@ def test_a_product_off_the_16_byte_multiple_runs_at_the_measured_fallback_rate(c
     # fp32 runs no tensor-core kernel either way; an aligned bf16 product pays nothing
     assert k.unaligned_floor_s(KernelOp("matmul", "float32", m=16384, k=1600, n=50257)) == 0.0
     assert k.unaligned_floor_s(padded) == 0.0
+    # the "graphs" engine pads (vLLM, Inductor): the head costs what the padded one does
+    assert fused_s(k, head, k.kernel_s(head)) == pytest.approx(k.kernel_s(padded), rel=0.01)
+    (_, eager_back), (_, graphs_back) = backward_times([head], k)[0], backward_times([head], k, padded=True)[0]
+    assert eager_back > 3 * graphs_back
 
 
 CASES = [  # forwards with thousands of tokens: GPU-bound, where the kernels decide

@@ -163,7 +163,7 @@ class ModelProfile:
                 op = op.scaled(r, q, tp)
             ops.append(op)
         if backward:
-            pairs = kernels.backward_times(ops, gpu)
+            pairs = kernels.backward_times(ops, gpu, padded=engine == "graphs")
             if engine == "graphs":
                 return [k for _, k in pairs]
             return kernels.eager_increments([h for h, _ in pairs[::-1]], [k for _, k in pairs[::-1]])
