@@ -117,12 +117,12 @@ class LoadedModel:
 def load_model(spec: str, sets: Sequence[str] = (), devices: str | None = "") -> LoadedModel:
     """Build and trace MODEL (a sample model or ``package.module:factory``) with
     ``sample_models.load``. Pass the ``--devices`` value as ``devices`` where the command needs
-    devices: a factory model without them is refused before the (slow) import and trace."""
+    devices: a factory or ``hf:`` model without them is refused before the (slow) build and trace."""
     import sample_models
     from partitioner.tracing import cache as trace_cache
     from sample_models._user import LoaderError
 
-    if sample_models.is_factory(spec) and devices is None:
+    if (sample_models.is_factory(spec) or sample_models.is_hf(spec)) and devices is None:
         raise CLIError(
             f"--devices is required for {spec!r} (only sample models have default devices); e.g. --devices 4x16GiB"
         )

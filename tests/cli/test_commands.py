@@ -182,3 +182,15 @@ def test_helpers():
     assert describe_devices(partitioner.parse_devices("2xa100-40gb,1x8GiB")) == (
         "3 devices (2 x a100-40gb (40 GiB) + 1 x 8 GiB)"
     )
+
+
+def test_an_hf_model_without_devices_is_refused_before_it_is_built(capsys, monkeypatch):
+    import sample_models
+
+    def no_build(*_args, **_kwargs):
+        raise AssertionError("the model was built before --devices was checked")
+
+    monkeypatch.setattr(sample_models, "load", no_build)
+    code = main(["plan", "hf:gpt2"])
+    err = capsys.readouterr().err
+    assert code == 2 and "--devices is required for 'hf:gpt2'" in err and "Traceback" not in err
