@@ -9,9 +9,9 @@ import pytest
 
 import partitioner
 import sample_models
-from partitioner import cluster
 from partitioner.cluster.run.compose import run_layout
 from partitioner.cluster.run.tp_plans import model_tp_plan
+from partitioner.cluster.words import parse_layout
 from partitioner.sharding import tensor_parallel
 
 SMALL = {
@@ -48,7 +48,7 @@ def _plan(name: str, graph: partitioner.Graph) -> tensor_parallel.TPPlan:
 def test_dp_over_the_models_own_tensor_parallel_plan_equals_one_process(name, layout):
     module, inputs, kwargs = sample_models.load(f"hf:{name}", overrides=GPT2 if name == "gpt2" else SMALL)
     graph = partitioner.trace(module, inputs, example_kwargs=kwargs)
-    lay = cluster.compose.parse_layout(layout, batch=4)
+    lay = parse_layout(layout, batch=4)
     run = run_layout(module, inputs, lay, tp_plan=_plan(name, graph), example_kwargs=kwargs, timeout_s=300)
     assert run.outputs_equal, run.mismatch
     assert run.gradients_equal, run.mismatch
@@ -82,7 +82,5 @@ def test_a_sample_decoder_composes_by_its_mlp_pairs_with_norms_and_attention_rep
     graph = partitioner.trace(module, inputs)
     plan = model_tp_plan(graph, 2)  # its Linear pairs do not cover it: LayerNorms, attention, embeddings
     assert plan is not None and all(".mlp." in name for name in plan.spec)
-    run = run_layout(
-        graph.graph_module, inputs, cluster.compose.parse_layout("dp2 tp2 zero2", batch=4), tp_plan=plan, timeout_s=300
-    )
+    run = run_layout(graph.graph_module, inputs, parse_layout("dp2 tp2 zero2", batch=4), tp_plan=plan, timeout_s=300)
     assert run.outputs_equal and run.gradients_equal, run.mismatch
