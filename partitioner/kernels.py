@@ -76,6 +76,7 @@ __all__ = [
     "fused_s",
     "backward_times",
     "dtype_name",
+    "gpu_curve",
 ]
 
 ENGINES = {
@@ -96,7 +97,8 @@ UNALIGNED_BACKWARD_SHARE = 0.178  # each of its backward's two products, likewis
 _ALIGN_BYTES = 16
 
 
-def _curve(name: str, what: str, points: Iterable[Any]) -> Curve:
+def gpu_curve(name: str, what: str, points: Iterable[Any]) -> Curve:
+    """``points`` as a curve of the GPU profile ``name`` (:func:`partitioner.curves.check_curve`)."""
     return check_curve(f"GPU profile {name!r}", what, points, "partition-explorer calibrate --gpu")
 
 
@@ -187,6 +189,8 @@ class GpuKernels:
         )
         object.__setattr__(self, "_ew", dict(self.elementwise))
         object.__setattr__(self, "_att", dict(self.attention))
+        best = {d: max((2 * m * k * n / s for m, k, n, s in rows), default=0.0) for d, rows in self.matmul}
+        object.__setattr__(self, "_best", best)
 
     # --- the curves as timed (the recorded points exactly)
     def timed_matmul_s(self, m: float, k: float, n: float, dtype: str = "bfloat16") -> float:
@@ -269,8 +273,7 @@ class GpuKernels:
 
     def best_flops(self, dtype: str = "bfloat16") -> float:
         """The best measured matmul throughput at ``dtype`` (0 when not measured)."""
-        rows = dict(self.matmul).get(dtype_name(dtype), ())
-        return max((2 * m * k * n / s for m, k, n, s in rows), default=0.0)
+        return self._best.get(dtype_name(dtype), 0.0)  # type: ignore[attr-defined]
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -302,16 +305,18 @@ class GpuKernels:
                 host_op_s=float(data["host_op_s"]),
                 matmul=matmul,
                 elementwise=tuple(
-                    sorted((str(k), _curve(name, f"elementwise[{k}]", c)) for k, c in dict(data["elementwise"]).items())
+                    sorted(
+                        (str(k), gpu_curve(name, f"elementwise[{k}]", c)) for k, c in dict(data["elementwise"]).items()
+                    )
                 ),
                 attention=tuple(
                     sorted(
-                        (str(k) == "causal", _curve(name, f"attention[{k}]", c))
+                        (str(k) == "causal", gpu_curve(name, f"attention[{k}]", c))
                         for k, c in dict(data["attention"]).items()
                     )
                 ),
-                embedding=_curve(name, "embedding", data["embedding"]),
-                loss=_curve(name, "loss", data["loss"]),
+                embedding=gpu_curve(name, "embedding", data["embedding"]),
+                loss=gpu_curve(name, "loss", data["loss"]),
                 derived_from=str(data.get("derived_from", ""))[:500],
                 source=str(data.get("source", ""))[:500],
             )

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from pathlib import Path
 
 import layout_scan
 import pytest
@@ -22,14 +21,10 @@ DTYPE_HOMES = ("partitioner/units.py", "partitioner/hardware.py")
 SCHEDULE_WORDS = {w for s in SCHEDULES.values() for w in (s.name, s.torch_name, s.torch_class)}
 
 
-def _modules() -> dict[str, Path]:
-    return layout_scan.modules()
-
-
 def test_no_import_circle_of_any_kind():
     """Imports made only for type checkers (under ``if TYPE_CHECKING:``) and imports inside
     functions count as much as those at the top of a module."""
-    found = layout_scan.circles(_modules())
+    found = layout_scan.circles(layout_scan.modules())
     assert found == [], f"import circles: {found[:5]}"
 
 
@@ -80,7 +75,9 @@ def test_the_table_finder_finds_a_planted_second_table(tmp_path, source, words):
 
 def test_no_source_file_over_400_lines():
     long = {
-        str(p.relative_to(ROOT)): n for p in _modules().values() if (n := len(p.read_text().splitlines())) > MAX_LINES
+        str(p.relative_to(ROOT)): n
+        for p in layout_scan.modules().values()
+        if (n := len(p.read_text().splitlines())) > MAX_LINES
     }
     assert long == {}, f"split these modules: {long}"
 
@@ -110,7 +107,7 @@ def test_no_module_named_like_a_public_function():
 
     public = {name for name in partitioner.__all__ if callable(getattr(partitioner, name))}
     clash = []
-    for name in sorted(_modules()):
+    for name in sorted(layout_scan.modules()):
         parent, _, leaf = name.rpartition(".")
         if leaf not in public:
             continue

@@ -6,14 +6,9 @@ from __future__ import annotations
 
 from typing import Any, Iterable, Mapping
 
-from partitioner.curves import Curve, check_curve
-from partitioner.kernels import MIN_KERNEL_S, GpuKernels
+from partitioner.kernels import MIN_KERNEL_S, GpuKernels, gpu_curve
 
 __all__ = ["from_rows", "derive"]
-
-
-def _curve(gpu: str, what: str, points: Iterable[Any]) -> Curve:
-    return check_curve(f"GPU profile {gpu!r}", what, points, "partition-explorer calibrate --gpu")
 
 
 def from_rows(rows: Iterable[Mapping[str, Any]], source: str = "") -> GpuKernels:
@@ -51,10 +46,10 @@ def from_rows(rows: Iterable[Mapping[str, Any]], source: str = "") -> GpuKernels
         launch_s=launch,
         host_op_s=host or launch,
         matmul=tuple(sorted((d, tuple(sorted(r))) for d, r in matmul.items())),
-        elementwise=tuple(sorted((k, _curve(gpu, k, c)) for k, c in elementwise.items())),
-        attention=tuple(sorted((k, _curve(gpu, "attention", c)) for k, c in attention.items())),
-        embedding=_curve(gpu, "embedding", embedding),
-        loss=_curve(gpu, "cross_entropy", loss),
+        elementwise=tuple(sorted((k, gpu_curve(gpu, k, c)) for k, c in elementwise.items())),
+        attention=tuple(sorted((k, gpu_curve(gpu, "attention", c)) for k, c in attention.items())),
+        embedding=gpu_curve(gpu, "embedding", embedding),
+        loss=gpu_curve(gpu, "cross_entropy", loss),
         source=source,
     )
 
