@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Callable
 
-from partitioner.pipeline.schedules import StepForm, check_microbatches, get_schedule
+from partitioner.pipeline.schedules import StepForm, check_microbatches, get_schedule, virtual_stages
 
 __all__ = ["closed_form", "step_slots", "step_simulator", "SIMULATE_UP_TO", "StepSimulator"]
 
@@ -28,7 +28,7 @@ def step_slots(schedule: str, pp: int, m: int, v: int = 2) -> float:
     s = get_schedule(schedule)
     if s.step_form == StepForm.FLUSH:
         return float(m + pp - 1)
-    v = v if s.choose_virtual else s.stages_per_rank
+    v = virtual_stages(schedule, v)
     return max(m, pp) + (min(m, pp) - 1) / v
 
 
@@ -45,7 +45,7 @@ def closed_form(schedule: str, pp: int, m: int, ratio: float, v: int = 2) -> tup
     bubble = 1 - m * (1 + ratio) / step
     if s.step_form == StepForm.FLUSH:
         return step, bubble, m if s.forwards_first else min(m, pp)
-    v = v if s.choose_virtual else s.stages_per_rank
+    v = virtual_stages(schedule, v)
     return step, bubble, min(m, v * pp if m % pp == 0 else (v + 1) * pp)
 
 
