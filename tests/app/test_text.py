@@ -47,10 +47,10 @@ def test_hostile_strings_render_as_themselves():
 @given(
     st.text(
         alphabet=st.sampled_from(list("\\`*_{}[]()#+-.!|<>~$:&@ \nawh/tp1=\"'"))
-        | st.characters(exclude_characters="\x00"),
+        | st.characters(exclude_characters="\x00" + JOINER),
         max_size=40,
     )
-)  # CommonMark writes U+0000 as U+FFFD
+)  # CommonMark writes U+0000 as U+FFFD; the word joiner is md's own escape, dropped from what is seen
 def test_any_string_renders_as_itself(text):
     out, seen = rendered_text(md(text))
     assert "<a " not in out and "<img" not in out
