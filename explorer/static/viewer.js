@@ -133,9 +133,13 @@ export default function (component) {
   const opening = fits ? full.slice()
     : [full[0] + (data.span ? 0 : Math.max(0, (full[2] - stageW / s) / 2)), full[1], stageW / s, stageH / s];
   let box = saved && saved.layout === layout ? saved.box.slice() : opening;
+  // The focus this view has been centred on: kept with the view box, so a rerun with the same
+  // layout and focus keeps the user's pan, and a new layout (the box back at its opening) or a
+  // focus that could not be measured yet (the stage not laid out) is centred on again.
+  let focused = saved && saved.layout === layout ? saved.focus : null;
   const apply = (echo = true) => {
     svg.setAttribute("viewBox", box.map((x) => x.toFixed(2)).join(" "));
-    views().set(id, { layout, box: box.slice(), focus: data.focus || null });
+    views().set(id, { layout, box: box.slice(), focus: focused });
     showMini(box);
     // Viewers of one data.sync group (side by side, at one scale) pan and zoom together.
     if (echo && data.sync) {
@@ -164,18 +168,29 @@ export default function (component) {
   const centre = () => ({ x: box[0] + box[2] / 2, y: box[1] + box[3] / 2 });
 
   // A new search hit (or a step's node): centre it at about one SVG unit a pixel, once per hit
-  // (measured on screen, so the view box is set first).
-  if (data.focus && (!saved || saved.focus !== data.focus)) {
-    apply();
+  // (measured on screen, so the view box is set first). Until the stage is laid out it measures
+  // nothing; then it tries again on the next frames.
+  const centreOnFocus = () => {
+    apply(false);
     const target = stage.querySelector(`[id="${CSS.escape(data.focus)}"]`);
     const m = svg.getScreenCTM();
-    if (target && m) {
-      const r = target.getBoundingClientRect();
-      const p = new DOMPoint(r.x + r.width / 2, r.y + r.height / 2).matrixTransform(m.inverse());
-      const w = Math.min(full[2] * 1.2, Math.max((r.width / m.a) * 4, stageW));
-      const h = (w * stageH) / stageW;
-      box = [p.x - w / 2, p.y - h / 2, w, h];
-    }
+    const r = target ? target.getBoundingClientRect() : null;
+    if (!(r && m && r.width > 0 && r.height > 0)) return false;
+    const p = new DOMPoint(r.x + r.width / 2, r.y + r.height / 2).matrixTransform(m.inverse());
+    const w = Math.min(full[2] * 1.2, Math.max((r.width / m.a) * 4, stageW));
+    const h = (w * stageH) / stageW;
+    box = [p.x - w / 2, p.y - h / 2, w, h];
+    focused = data.focus;
+    return true;
+  };
+  if (data.focus && focused !== data.focus && !centreOnFocus()) {
+    let tries = 0;
+    const retry = () => {
+      if (!root.isConnected || focused === data.focus || ++tries > 30) return;
+      if (centreOnFocus()) apply();
+      else requestAnimationFrame(retry);
+    };
+    requestAnimationFrame(retry);
   }
   apply();
 

@@ -4,6 +4,7 @@ outlines its box, and the Learn page steps over the folded blocks. Screenshots i
 
 from __future__ import annotations
 
+import time
 from urllib.parse import urlencode
 
 import pytest
@@ -26,6 +27,18 @@ def _in_view(page, selector: str) -> bool:
         if stage["x"] <= x <= stage["x"] + stage["width"] and stage["y"] <= y <= stage["y"] + stage["height"]:
             return True
     return False
+
+
+def _comes_into_view(page, selector: str, timeout_s: float = 30.0) -> bool:
+    """Whether ``selector`` comes into the first viewer's stage within ``timeout_s``: a rerun
+    draws the new graph first and centres the view on its focus once the stage is laid out."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        if _in_view(page, selector):
+            return True
+        if time.monotonic() > deadline:
+            return False
+        page.wait_for_timeout(250)
 
 
 @pytest.mark.slow
@@ -60,7 +73,7 @@ def test_llama_3_70b_folds_opens_a_layer_searches_and_steps(tmp_path, monkeypatc
                 model.locator('g.node[id="m:fold:model.layers.0-79"]').click()
                 expect(model).to_contain_text("model.layers.1-79 (x79)", timeout=TIMEOUT_MS)
                 expect(model).to_contain_text("model.layers.0.self_attn", timeout=TIMEOUT_MS)
-                assert _in_view(page, 'g.node[id^="m:model.layers.0."]'), "the view follows the opened layer"
+                assert _comes_into_view(page, 'g.node[id^="m:model.layers.0."]'), "the view follows the opened layer"
                 expect(page.locator(".pe-mini").first).to_be_visible()  # zoomed in: the minimap shows where
                 page.screenshot(path=str(ARTIFACTS / "browser_70b_layer_opened.png"))
                 search = page.get_by_label("Search a node or module")
@@ -77,7 +90,7 @@ def test_llama_3_70b_folds_opens_a_layer_searches_and_steps(tmp_path, monkeypatc
                 page.get_by_role("button", name="Next").click()
                 expect(page.get_by_text("2 of ")).to_be_visible(timeout=TIMEOUT_MS)
                 expect(stage.locator('g.node [stroke="#1f5fd6"]').first).to_be_attached(timeout=TIMEOUT_MS)
-                assert _in_view(page, 'g.node [stroke="#1f5fd6"]'), "the view follows the step's nodes"
+                assert _comes_into_view(page, 'g.node [stroke="#1f5fd6"]'), "the view follows the step's nodes"
                 page.set_viewport_size({"width": 1600, "height": 2400})  # the page scrolls inside Streamlit's own box
                 page.screenshot(path=str(ARTIFACTS / "browser_70b_step.png"))
                 expect(page.get_by_test_id("stException")).to_have_count(0)
