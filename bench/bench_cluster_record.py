@@ -10,6 +10,8 @@ Sources (their numbers are written below, never the planner's):
   and Table 2: a GPT layer keeps 34 s b h / t bytes with sequence parallelism, s b h (10 + 24 / t)
   without, 2 s b h with full recomputation; Table 3's models (22B, 175B, 530B, 1T) at t 8, s 2048.
 - A Llama block: 2 (6h + 2k + 4f) s b bytes (the same accounting for RMSNorm, GQA and SwiGLU).
+- Megatron-LM's ``theoretical_memory_usage``: interleaving v chunks deep multiplies the first
+  rank's pp microbatches in flight by 1 + (pp - 1) / (pp v) (``interleaved_schedule_memory_penalty``).
 - Narayanan et al. 2021, "Efficient Large-Scale Language Model Training on GPU Clusters Using
   Megatron-LM", Table 1: ten GPT models on A100-80GB (s 2048, vocabulary 51200), their t, p, GPUs,
   batch and achieved TFLOP/s a GPU.
@@ -197,6 +199,33 @@ def activation_rows() -> list[str]:
             f"{ours / published:.3f}",
         )
     )
+    out += interleaving_rows(p)
+    return out
+
+
+def interleaving_rows(p: cluster.ModelProfile) -> list[str]:
+    """Megatron-LM's ``interleaved_schedule_memory_penalty`` (after Korthikanti et al. 2022): the
+    first rank's activations under interleaved 1F1B over 1F1B's, 1 + (pp - 1) / (pp v)."""
+    out = []
+    c = cluster.cluster("h100-80gb")
+    for pp, v in ((4, 2), (8, 2), (8, 4), (16, 4)):
+        q = dataclasses.replace(p, layers=pp * v * 2, _cache={})
+        w = cluster.Workload(global_batch=4 * pp, seq_len=4096)
+
+        def activations(schedule: str, virtual: int = 2) -> float:
+            lay = cluster.Layout(tp=8, pp=pp, schedule=schedule, virtual=virtual)
+            return cluster.evaluate(q, w, c, lay, step_simulator()).memory["activations"]
+
+        ours = activations("interleaved_1f1b", v) / activations("1f1b")
+        published = 1 + (pp - 1) / (pp * v)
+        out.append(
+            _row(
+                f"Megatron interleaving penalty pp{pp} v{v} (x)",
+                f"{published:.3f}",
+                f"{ours:.3f}",
+                f"{ours / published:.3f}",
+            )
+        )
     return out
 
 

@@ -260,16 +260,20 @@ TIMELINE_ACTIONS = 2048  # stages x microbatches drawn at most (a Plotly bar per
 def _simulate(r: LayoutResult) -> Simulation | None:
     """The opened layout's schedule simulated at the planner's per-microbatch forward and backward
     of a stage (equal stages); None without a pipeline or with more actions than can be drawn."""
-    from partitioner.pipeline.schedules import stages_per_rank
+    from partitioner.pipeline.schedules import virtual_stages
     from partitioner.pipeline.simulate import simulate
 
     lay = r.layout
     if lay.pp < 2 or r.stage_s == (0.0, 0.0) or lay.pp * r.microbatches > TIMELINE_ACTIONS:
         return None
-    v = stages_per_rank(lay.schedule)
+    v = virtual_stages(lay.schedule, lay.virtual)
     forward, backward = r.stage_s
     return simulate(
-        [forward / v] * (lay.pp * v), r.microbatches, lay.schedule, backward_s=[backward / v] * (lay.pp * v)
+        [forward / v] * (lay.pp * v),
+        r.microbatches,
+        lay.schedule,
+        backward_s=[backward / v] * (lay.pp * v),
+        virtual=lay.virtual,
     )
 
 
@@ -303,17 +307,12 @@ def collectives_table(rows: Sequence[Collective]) -> pd.DataFrame:
     )
 
 
-def rank_stash(r: LayoutResult) -> list[int] | None:
-    """The most microbatches any stage of each pipeline rank holds at once, by the Pipeline page's
-    simulator (the planner keeps rank 0's); None when the schedule is too long to simulate."""
+def rank_stash(r: LayoutResult) -> list[float] | None:
+    """The most microbatches each pipeline rank holds at once, all its chunks together, in
+    microbatches of its whole share (the Pipeline page's simulator; the planner keeps rank 0's:
+    NOTE: [Interleaved stash]); None when the schedule is too long to simulate."""
     sim = _simulate(r)
-    if sim is None:
-        return None
-    stash = [0] * r.layout.pp
-    rank_of = {e.stage: e.rank for e in sim.timeline}
-    for stage, held in enumerate(sim.stage_peak_stash):
-        stash[rank_of[stage]] = max(stash[rank_of[stage]], held)
-    return stash
+    return None if sim is None else list(sim.rank_peak_stash)
 
 
 def rank_memory_figure(r: LayoutResult, capacity_bytes: int) -> go.Figure | None:
@@ -338,7 +337,7 @@ def rank_memory_figure(r: LayoutResult, capacity_bytes: int) -> go.Figure | None
                 marker_color=MEMORY_KINDS[kind],
                 hovertext=[
                     f"{kind.replace('_', ' ')}: {format_bytes(v)}"
-                    + (f" ({held} microbatches held)" if kind == "activations" else "")
+                    + (f" ({held:g} microbatches held)" if kind == "activations" else "")
                     for v, held in zip(values, stash)
                 ],
                 hoverinfo="text",

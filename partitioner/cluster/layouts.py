@@ -42,7 +42,8 @@ and token, Korthikanti et al. 2022's accounting) for a microbatch's tokens on a 
 sequence share under context parallelism): the tensor-parallel part over tp, the rest over tp only
 with sequence parallelism; selective recomputation drops what grows with the sequence (eager
 attention's scores; fused attention keeps none). A stage holds its layers' share for every
-microbatch in flight (the schedule's peak stash on the first stage). Full recomputation keeps each
+microbatch in flight (the first rank's peak stash, its chunks together: NOTE: [Interleaved stash] in
+:mod:`partitioner.pipeline.steps`). Full recomputation keeps each
 layer's input for every microbatch in flight and one layer's working set once (the layer being
 recomputed). Min-cut keeps its measured share. Profiles without their graph fall back to every op
 output over tp.
@@ -91,7 +92,7 @@ from partitioner.cluster.layout_types import (
 from partitioner.cluster.profile import ModelProfile
 from partitioner.cluster.rules import _params, _saved, check_layout, largest_layer_params, min_cut_label, min_cut_shares
 from partitioner.cost.training import StateBytes, state_bytes
-from partitioner.pipeline.steps import StepSimulator, closed_form, step_simulator
+from partitioner.pipeline.steps import StepSimulator, step_simulator
 
 __all__ = [
     "Workload",
@@ -219,9 +220,10 @@ def _shared_simulator() -> StepSimulator:
 
 
 def evaluate(p: ModelProfile, w: Workload, c: Cluster, lay: Layout, sim: StepSimulator | None = None) -> LayoutResult:
-    """Memory and time of ``lay`` (NOTE: [Layout costs]); ``sim(schedule, pp, m, backward_ratio)``
-    gives (unit step, bubble fraction, peak stash) of the schedule with unit forward stages
-    (default: :func:`partitioner.pipeline.steps.step_simulator`, one cache shared by every call)."""
+    """Memory and time of ``lay`` (NOTE: [Layout costs]); ``sim(schedule, pp, m, backward_ratio, v)``
+    gives (unit step, bubble fraction, the first rank's peak stash) of the schedule with unit
+    forward stages (default: :class:`partitioner.pipeline.steps.StepSimulator`, one cache shared by
+    every call)."""
     sim = sim or _shared_simulator()
     check_layout(p, lay, w)
     if w.kind == "inference":
@@ -249,10 +251,7 @@ def evaluate(p: ModelProfile, w: Workload, c: Cluster, lay: Layout, sim: StepSim
     stage_f, stage_b = fwd + tp_s + p2p + ep_s + cp_s, bwd + tp_s + p2p + ep_s + 2 * cp_s
     ratio = bwd / fwd if fwd else 2.0
     if lay.pp > 1:  # the compute's backward ratio; communication scales with the stage time
-        if lay.schedule == "interleaved_1f1b" and lay.virtual != 2:
-            unit, _, stash = closed_form(lay.schedule, lay.pp, m, ratio, lay.virtual)
-        else:
-            unit, _, stash = sim(lay.schedule, lay.pp, m, ratio)
+        unit, _, stash = sim(lay.schedule, lay.pp, m, ratio, lay.virtual)
         pipe = unit * (stage_f + stage_b) / (1 + ratio)
     else:
         stash, pipe = 1, m * (stage_f + stage_b)

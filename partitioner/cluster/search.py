@@ -195,7 +195,7 @@ def search(p: ModelProfile, w: Workload, c: Cluster, device_range: Sequence[int]
     fitting: list[LayoutResult] = []
     evaluated = 0
     for devices in device_range:
-        for lay in _layouts(p, w, c, devices, refused, sim.check):  # type: ignore[attr-defined]
+        for lay in _layouts(p, w, c, devices, refused, sim.check):
             r = evaluate(p, w, c, lay, sim)
             evaluated += 1
             if not r.fits and lay.zero >= 2 and w.kind == "training":  # ZeRO-Offload, where the devices are short

@@ -335,8 +335,12 @@ def _from_torch(name: str, ranks: int, m: int, per_rank: int) -> tuple[tuple[Act
     return tuple(out)
 
 
-def actions(schedule: str, ranks: int, microbatches: int, training: bool = True) -> list[list[Action]]:
+def actions(
+    schedule: str, ranks: int, microbatches: int, training: bool = True, virtual: int | None = None
+) -> list[list[Action]]:
     """Each rank's actions in order. Inference (``training=False``) keeps only the forwards.
+    ``virtual``: the chunks a rank holds where the schedule lets a layout choose (interleaved
+    1F1B: torch's class takes any count of stages a rank); None: torch's class's own count.
     Raises :class:`MicrobatchError` for a microbatch count torch's schedule refuses."""
     check_microbatches(schedule, ranks, microbatches)
     s = get_schedule(schedule)
@@ -345,7 +349,8 @@ def actions(schedule: str, ranks: int, microbatches: int, training: bool = True)
     if s.actions_here:
         lists = _one_f_one_b(ranks, microbatches)
     else:
-        lists = [list(r) for r in _from_torch(s.torch_name, ranks, microbatches, s.stages_per_rank)]
+        per_rank = s.stages_per_rank if virtual is None else virtual_stages(schedule, virtual)
+        lists = [list(r) for r in _from_torch(s.torch_name, ranks, microbatches, per_rank)]
     if not training:
         lists = [[a for a in acts if a.kind == ActionKind.F] for acts in lists]
     return lists

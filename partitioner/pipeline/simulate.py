@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import NamedTuple, Sequence
 
 from partitioner.errors import PartitionError
-from partitioner.pipeline.schedules import Action, ActionKind, actions, stages_per_rank
+from partitioner.pipeline.schedules import Action, ActionKind, actions, stages_per_rank, virtual_stages
 
 __all__ = ["Simulation", "Event", "simulate", "simulate_actions"]
 
@@ -40,6 +40,10 @@ class Simulation:
     rank_idle_s: tuple[float, ...]
     stage_peak_stash: tuple[int, ...]  # microbatches whose activations a stage holds at once, at most
     timeline: tuple[Event, ...]  # by rank, then start
+    # The most a rank holds at once over all its stages, in microbatches of the rank's whole share
+    # (its stages counted as equal parts): 1F1B's min(m, pp - rank); interleaved 1F1B's first rank
+    # pp (1 + (pp - 1) / (pp v)) (NOTE: [Interleaved stash]).
+    rank_peak_stash: tuple[float, ...] = ()
 
 
 def _typed(lists: Sequence[Sequence[Action]]) -> list[list[Action]]:
@@ -81,6 +85,8 @@ class _Replay:
         self.timeline: list[Event] = []
         self.stash = [0] * self.stages
         self.peak = [0] * self.stages
+        self.rank_held = [0] * len(lists)  # stage-microbatches a rank holds now, all its stages together
+        self.rank_peak = [0] * len(lists)
 
     def duration(self, s: int, kind: ActionKind) -> float:
         if kind == ActionKind.F:
@@ -128,8 +134,19 @@ class _Replay:
         if kind == ActionKind.F and (s, mb) in self.backward_kind:
             self.stash[s] += 1
             self.peak[s] = max(self.peak[s], self.stash[s])
+            self.rank_held[r] += 1
+            self.rank_peak[r] = max(self.rank_peak[r], self.rank_held[r])
         elif kind in (ActionKind.B, ActionKind.I):
             self.stash[s] -= 1
+            self.rank_held[r] -= 1
+
+    def rank_peaks(self) -> tuple[float, ...]:
+        """Each rank's most stage-microbatches held at once over its stages' count (one when
+        nothing is stashed: inference keeps a microbatch's working set only)."""
+        if not self.backward_kind:
+            return tuple(1.0 for _ in self.lists)
+        stages = [len({a.stage for a in acts}) or 1 for acts in self.lists]
+        return tuple(peak / n for peak, n in zip(self.rank_peak, stages))
 
     def advance(self, r: int, nxt: list[int]) -> bool:
         """Run rank ``r``'s next actions while their inputs are there; whether any ran."""
@@ -180,6 +197,7 @@ def simulate_actions(
         tuple(step - b for b in sim.busy),
         peaks,
         tuple(sorted(sim.timeline, key=lambda e: (e.rank, e.start_s))),
+        sim.rank_peaks(),
     )
 
 
@@ -190,17 +208,19 @@ def simulate(
     backward_s: Sequence[float] | None = None,
     transfer_s: Sequence[float] | float = 0.0,
     training: bool = True,
+    virtual: int | None = None,
 ) -> Simulation:
     """Simulate ``schedule`` with ``forward_s[s]`` seconds per microbatch on stage ``s`` (one stage
     per rank; ``v`` consecutive entries per rank for interleaved schedules, which need
-    ``len(forward_s)`` divisible by their stages per rank). Backward defaults to twice the
-    forward (matmuls: gradients for inputs and for weights). Microbatch counts follow torch's
-    schedule classes (see NOTE: [Microbatch counts torch accepts]): :class:`MicrobatchError`."""
+    ``len(forward_s)`` divisible by their stages per rank: torch's class's count, or ``virtual``
+    where the schedule lets a layout choose it). Backward defaults to twice the forward (matmuls:
+    gradients for inputs and for weights). Microbatch counts follow torch's schedule classes (see
+    NOTE: [Microbatch counts torch accepts]): :class:`MicrobatchError`."""
     if microbatches < 1:
         raise PartitionError(f"microbatches must be >= 1 (got {microbatches})")
     if not forward_s or any(not f >= 0 for f in forward_s):
         raise PartitionError("forward_s needs one non-negative time per stage")
-    per_rank = stages_per_rank(schedule)
+    per_rank = stages_per_rank(schedule) if virtual is None else virtual_stages(schedule, virtual)
     stages = len(forward_s)
     if stages % per_rank:
         raise PartitionError(
@@ -208,5 +228,5 @@ def simulate(
         )
     ranks = stages // per_rank
     backward = list(backward_s) if backward_s is not None else [2.0 * f for f in forward_s]
-    lists = actions(schedule, ranks, microbatches, training)
+    lists = actions(schedule, ranks, microbatches, training, virtual)
     return simulate_actions(lists, forward_s, backward, transfer_s, schedule, microbatches)

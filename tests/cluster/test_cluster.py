@@ -20,7 +20,7 @@ import sample_models
 from partitioner import cluster
 from partitioner.cluster.layouts import ring_allreduce_s
 from partitioner.interop.engines import to_deepspeed, to_megatron, to_torchtitan, toml_text
-from partitioner.pipeline.schedules import check_microbatches, stages_per_rank
+from partitioner.pipeline.schedules import check_microbatches
 from partitioner.pipeline.simulate import simulate
 from partitioner.pipeline.steps import closed_form, step_simulator
 
@@ -106,23 +106,28 @@ def test_flops_per_step_match_megatrons_formula():
     assert ours == pytest.approx(megatron, rel=0.12)
 
 
-@pytest.mark.parametrize("schedule", ["gpipe", "1f1b", "interleaved_1f1b"])
+@pytest.mark.parametrize(
+    "schedule, v",
+    [("gpipe", 1), ("1f1b", 1), ("interleaved_1f1b", 2), ("interleaved_1f1b", 3), ("interleaved_1f1b", 4)],
+)
 @pytest.mark.parametrize("pp", [2, 4, 8])
-def test_closed_forms_equal_the_simulator(schedule, pp):
-    for m in range(1, 17):
+def test_closed_forms_equal_the_simulator(schedule, v, pp):
+    """The step and the first rank's stash in closed form against torch's own order replayed by the
+    simulator, interleaved 1F1B 2 to 4 chunks a rank deep (NOTE: [Interleaved stash])."""
+    for m in range(1, 4 * pp + 1):
         try:
             check_microbatches(schedule, pp, m)
         except partitioner.PartitionError:
             continue
-        v = stages_per_rank(schedule)
-        out = simulate([1.0 / v] * (pp * v), m, schedule, backward_s=[2.0 / v] * (pp * v))
-        step, bubble, stash = closed_form(schedule, pp, m, 2.0)
+        out = simulate([1.0 / v] * (pp * v), m, schedule, backward_s=[2.0 / v] * (pp * v), virtual=v)
+        step, bubble, stash = closed_form(schedule, pp, m, 2.0, v)
         assert step == pytest.approx(out.step_time_s)
         assert bubble == pytest.approx(out.bubble_fraction)
-        simulated = max(out.stage_peak_stash[:v])
-        assert stash >= simulated  # never under-counts memory
-        if m % pp == 0 or schedule != "interleaved_1f1b":
-            assert stash == simulated
+        simulated = out.rank_peak_stash[0]
+        assert simulated == max(out.rank_peak_stash)  # the first rank holds the most
+        assert stash >= simulated - 1e-9  # never under-counts memory
+        if m % pp == 0 or m < 2 * pp or schedule != "interleaved_1f1b":
+            assert stash == pytest.approx(simulated)
         if schedule == "gpipe":  # the GPipe paper's bubble
             assert bubble == pytest.approx((pp - 1) / (m + pp - 1))
 

@@ -21,7 +21,23 @@ def test_gpipe_bubble_with_equal_stages(p, m):
     one = pipeline.simulate([0.01] * p, microbatches=m, schedule="1f1b")
     assert one.step_time_s == pytest.approx(pipeline.simulate([0.01] * p, m, "gpipe").step_time_s)
     assert one.stage_peak_stash == tuple(min(p - s, m) for s in range(p))  # 1F1B: at most p - stage
+    assert one.rank_peak_stash == tuple(float(min(p - s, m)) for s in range(p))  # one stage a rank: the same
     assert pipeline.simulate([0.01] * p, m, "gpipe").stage_peak_stash == (m,) * p  # GPipe: all m
+
+
+@pytest.mark.parametrize("p, m, v", [(4, 8, 2), (4, 16, 4), (8, 16, 2), (8, 32, 3), (2, 6, 4)])
+def test_interleaved_ranks_hold_megatrons_in_flight_microbatches(p, m, v):
+    """torch's interleaved order (its own action lists, ``v`` chunks a rank) holds at most
+    p (1 + (p - 1) / (p v)) microbatches of a rank's layers at once on the first rank, all chunks
+    together: Korthikanti et al. 2022's interleaving factor, Megatron-LM's
+    ``interleaved_schedule_memory_penalty``. Each chunk alone peaks higher (its first at 2 p), at
+    other times."""
+    sim = pipeline.simulate([0.01] * (p * v), m, "interleaved_1f1b", virtual=v)
+    assert sim.rank_peak_stash[0] == pytest.approx(p * (1 + (p - 1) / (p * v)))
+    assert list(sim.rank_peak_stash) == sorted(sim.rank_peak_stash, reverse=True)
+    chunks_of_rank0 = sim.stage_peak_stash[::p]
+    assert len(chunks_of_rank0) == v and sum(chunks_of_rank0) / v > sim.rank_peak_stash[0] - 1e-9
+    assert max(chunks_of_rank0) == min(m, 2 * p)
 
 
 @pytest.mark.parametrize("schedule, name", [("gpipe", "GPipe"), ("1f1b", "1F1B")])
