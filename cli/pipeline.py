@@ -192,6 +192,12 @@ def run(args: argparse.Namespace) -> int:
             right=(1, 2, 3, 4, 5, 6),
         )
     )
+    held = pp.device_memory_bytes()
+    if len(held) < len(pp.stages):  # several stages a device: what each device holds in all
+        print(
+            "devices hold: "
+            + ", ".join(f"{d}: {format_bytes(b)} ({format_share(b, caps[d])})" for d, b in sorted(held.items()))
+        )
     print(f"\nstep time {format_seconds(pp.step_time_s)}, bubble {pp.bubble_fraction:.1%}")
     for name, step, sizes in pp.baselines:
         gain = step / pp.step_time_s - 1 if pp.step_time_s else 0.0

@@ -105,8 +105,10 @@ def stages_table(
     pp: pipeline.PipelinePlan, names: Mapping[int, str], caps: Sequence[int], graph: Graph
 ) -> pd.DataFrame:
     """One row per stage: its device (``names``: logical id -> name), span, times and memory
-    against its device's capacity ``caps[stage]``."""
+    against its device's capacity ``caps[stage]``, and what the device holds with its other
+    stages (interleaved schedules put several on one)."""
     rows = []
+    held = pp.device_memory_bytes()
     for s, nodes in enumerate(pp.stages):
         rows.append(
             {
@@ -120,6 +122,7 @@ def stages_table(
                 "Memory": format_bytes(pp.stage_memory_bytes[s]),
                 "Stashed": format_bytes(pp.stage_stash_bytes[s]),
                 "Of device": format_share(pp.stage_memory_bytes[s], caps[s]),
+                "Device holds": format_share(held[pp.device_ids[s]], caps[s]),
             }
         )
     return pd.DataFrame(rows)

@@ -27,8 +27,10 @@ measured bandwidth (and the point-to-point latency when no action was measured).
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import json
 import math
+from collections import Counter
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
@@ -75,6 +77,14 @@ class PipelinePlan:
     baselines: tuple[tuple[str, float, tuple[int, ...]], ...]  # (name, step time, stage sizes)
     model: str = ""
     graph_fingerprint: str = ""
+
+    def device_memory_bytes(self) -> dict[int, int]:
+        """Each device's stages together (interleaved schedules put several on one), by logical
+        id: their peaks added (NOTE: [Stages sharing a device])."""
+        held: dict[int, int] = {}
+        for d, b in zip(self.device_ids, self.stage_memory_bytes):
+            held[d] = held.get(d, 0) + b
+        return held
 
     def to_dict(self) -> dict[str, Any]:
         data = dataclasses.asdict(self)
@@ -153,7 +163,7 @@ def _check_request(
         raise PartitionError("a pipeline needs devices; e.g. parse_devices('4x16GiB')")
 
 
-def _best_split(c: StageCosts, device_of: Sequence[Device], stages: int, n: int) -> list[int] | None:
+def _best_split(c: StageCosts, caps: Sequence[float], stages: int, n: int) -> list[int] | None:
     """The cut points minimising the bottleneck stage under each stage's memory; None when no split
     fits. The DP, vectorised over the start a of the last stage for each (stage count s, end b):
     the same float operations in the same order as the scalar recurrence
@@ -164,7 +174,7 @@ def _best_split(c: StageCosts, device_of: Sequence[Device], stages: int, n: int)
     cut = np.full((stages + 1, n + 1), -1, dtype=np.int64)
     best[0][0] = 0.0
     for s in range(1, stages + 1):
-        cap = device_of[s - 1].memory_bytes
+        cap = caps[s - 1]
         mult = c.stash[s - 1] if c.training else 1
         prev = best[s - 1]
         for b in range(s, n - (stages - s) + 1):
@@ -188,6 +198,62 @@ def _best_split(c: StageCosts, device_of: Sequence[Device], stages: int, n: int)
     for s in range(stages, 0, -1):
         bounds.append(int(cut[s][bounds[-1]]))
     return bounds[::-1]
+
+
+def _within_devices(c: StageCosts, bounds: Sequence[int], device_of: Sequence[Device]) -> bool:
+    """Whether every device holds its stages together (interleaved schedules put several on one)."""
+    held: dict[int, int] = {}
+    for s, (a, b) in enumerate(zip(bounds, bounds[1:])):
+        held[device_of[s].logical_id] = held.get(device_of[s].logical_id, 0) + c.memory(a, b, s)
+    return all(held[d.logical_id] <= d.memory_bytes for d in device_of)
+
+
+def _split_within_devices(c: StageCosts, device_of: Sequence[Device], stages: int, n: int) -> list[int] | None:
+    """The best split whose devices each hold all their stages (NOTE: [Stages sharing a device])."""
+    bounds = _best_split(c, [d.memory_bytes for d in device_of], stages, n)
+    if bounds is None or _within_devices(c, bounds, device_of):
+        return bounds
+    count = Counter(d.logical_id for d in device_of)
+    used = [c.memory(a, b, s) for s, (a, b) in enumerate(zip(bounds, bounds[1:]))]
+    held = Counter[int]()
+    for s, d in enumerate(device_of):
+        held[d.logical_id] += used[s]
+    found = []
+    for caps in (
+        [d.memory_bytes * used[s] / held[d.logical_id] for s, d in enumerate(device_of)],  # the best split's shares
+        [d.memory_bytes / count[d.logical_id] for d in device_of],  # equal shares
+    ):
+        split = _best_split(c, caps, stages, n)
+        if split is not None:
+            found.append(split)
+    if not found and math.comb(n - 1, stages - 1) <= EVERY_SPLIT_UP_TO:  # small: every split tried
+        every = ([0, *cuts, n] for cuts in itertools.combinations(range(1, n), stages - 1))
+        found = [b for b in every if _within_devices(c, b, device_of)]
+    return min(found, key=lambda b: _bottleneck(c, b)) if found else None
+
+
+def _bottleneck(c: StageCosts, bounds: Sequence[int]) -> float:
+    """The slowest stage's forward, backward and send of the split at ``bounds`` (what the DP minimises)."""
+    spans = list(zip(bounds, bounds[1:]))
+    return max(
+        (c.fwd[b] - c.fwd[a]) + (c.bwd[b] - c.bwd[a]) + (c.comm[b - 1] if s < len(spans) - 1 else 0.0)
+        for s, (a, b) in enumerate(spans)
+    )
+
+
+# Splits into stages sharing devices are all tried when there are at most this many.
+EVERY_SPLIT_UP_TO = 20_000
+
+
+# NOTE: [Stages sharing a device]
+# Interleaved and zero-bubble schedules put several stages on one device (stage s on device
+# s mod len(devices)). The split is first found with each stage under its whole device; when a
+# device's stages together then exceed it, it is found again with each stage under a share of its
+# device (the shares the first split used, scaled to fit; then equal shares), the faster kept;
+# when neither fits and the splits are few (EVERY_SPLIT_UP_TO), every split is tried. Every device
+# then holds its stages; on a large model a split fitting only with other shares can be missed
+# (the DP over contiguous spans bounds each stage, not sums over stages apart). A device's stages are counted at their peaks added: an upper
+# bound on what it holds at once.
 
 
 def _score(
@@ -227,7 +293,7 @@ def plan(
     m, n = microbatches, len(graph.op_indices)
     c = stage_costs(graph, devices, stages, m, schedule, training, rate, node_latency)
     device_of = [devices[s % len(devices)] for s in range(stages)]
-    bounds = _best_split(c, device_of, stages, n)
+    bounds = _split_within_devices(c, device_of, stages, n)
     if bounds is None:
         raise InfeasibleError(
             f"no split of {graph.name or 'the model'} into {stages} stages fits the devices' "
@@ -241,8 +307,7 @@ def plan(
     for name, other in (("equal layers", _equal_counts(n, stages)), ("by parameters", _by_weight(own, stages))):
         scored = _score(c, other, m, schedule)
         baselines.append((name, scored[0], tuple(b - a for a, b in zip(other, other[1:]))))
-        spans = list(zip(other, other[1:]))
-        fits = all(b > a and c.memory(a, b, s) <= device_of[s].memory_bytes for s, (a, b) in enumerate(spans))
+        fits = all(b > a for a, b in zip(other, other[1:])) and _within_devices(c, other, device_of)
         if fits and scored[0] < step:  # NOTE: [What is exact]: the simulated step decides
             bounds, (step, bubble, f, bk, tr) = list(other), scored
     names = [graph.nodes[v].name for v in graph.op_indices]
