@@ -261,38 +261,53 @@ def stage_span(graph: Graph, nodes: Sequence[str]) -> str:
 
 def stage_memory_figure(pp: PipelinePlan, capacity: Sequence[int]) -> go.Figure:
     """Per stage: weights (with gradients and optimizer state when training) and the stashed
-    activations, stacked, against the capacity of the stage's device."""
-    unit, scale = byte_unit(max([*pp.stage_memory_bytes, *capacity], default=0))
-    labels = [f"stage {s}" for s in range(len(pp.stages))]
+    activations, stacked, against the capacity of the stage's device (``capacity[stage]``). When
+    stages share a device (interleaved schedules), one bar a device: its stages' parts stacked,
+    each named, against its capacity (NOTE: [Stages sharing a device])."""
     weights = [m - s for m, s in zip(pp.stage_memory_bytes, pp.stage_stash_bytes)]
+    shared = len(set(pp.device_ids)) < len(pp.stages)
+    if shared:
+        devices = list(dict.fromkeys(pp.device_ids))
+        labels = [f"device {d}" for d in devices]
+        column = [devices.index(d) for d in pp.device_ids]
+        limits = [capacity[pp.device_ids.index(d)] for d in devices]
+    else:
+        labels = [f"stage {s}" for s in range(len(pp.stages))]
+        column = list(range(len(pp.stages)))
+        limits = list(capacity)
+    held = [0] * len(labels)
+    for s, col in enumerate(column):
+        held[col] += pp.stage_memory_bytes[s]
+    unit, scale = byte_unit(max([*held, *limits], default=0))
     fig = go.Figure()
-    fig.add_bar(
-        x=labels,
-        y=[w / scale for w in weights],
-        name="weights" + (" + gradients + optimizer" if pp.training else ""),
-        marker={"color": "#72b7b2"},
-        hovertext=[format_bytes(w) for w in weights],
-        hoverinfo="text",
-    )
-    fig.add_bar(
-        x=labels,
-        y=[s / scale for s in pp.stage_stash_bytes],
-        name="stashed activations",
-        marker={"color": "#b279a2"},
-        hovertext=[format_bytes(s) for s in pp.stage_stash_bytes],
-        hoverinfo="text",
-    )
+    # One pair of traces a stage when stages share a device (stacked in stage order), else one pair.
+    groups = [[s] for s in range(len(pp.stages))] if shared else [list(range(len(pp.stages)))]
+    for group in groups:
+        for name, values, color in (
+            ("weights" + (" + gradients + optimizer" if pp.training else ""), weights, "#72b7b2"),
+            ("stashed activations", pp.stage_stash_bytes, "#b279a2"),
+        ):
+            fig.add_bar(
+                x=[labels[column[s]] for s in group],
+                y=[values[s] / scale for s in group],
+                name=name,
+                legendgroup=name,
+                showlegend=group[0] == 0,
+                marker={"color": color, "line": {"color": "white", "width": 1 if shared else 0}},
+                hovertext=[f"stage {s}: {format_bytes(values[s])}" for s in group],
+                hoverinfo="text",
+            )
     fig.add_scatter(
         x=labels,
-        y=[c / scale for c in capacity],
+        y=[c / scale for c in limits],
         name="device capacity",
         mode="markers",
         marker={"symbol": "line-ew-open", "size": 36, "color": "#333333", "line": {"width": 3}},
     )
     fig.update_layout(barmode="stack")
-    top = max([*pp.stage_memory_bytes, *capacity], default=0) / scale
+    top = max([*held, *limits], default=0) / scale
     fig.update_yaxes(title=f"memory ({unit})", range=[0, top * 1.08 or 1])  # the capacity marks always drawn
-    return _layout(fig, "Memory per stage against its device")
+    return _layout(fig, "Memory per device, its stages together" if shared else "Memory per stage against its device")
 
 
 def run_figure(stages: Sequence[int], simulated_s: Sequence[float], measured_s: Sequence[float]) -> go.Figure:

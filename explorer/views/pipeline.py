@@ -84,6 +84,9 @@ STAGE_COLUMNS = {  # narrow columns, so the table fits the page; the names' colu
     "Memory": st.column_config.TextColumn(width="small"),
     "Stashed": st.column_config.TextColumn(width="small", help="activations stashed for the microbatches in flight"),
     "Of device": st.column_config.TextColumn(width="small"),
+    "Device holds": st.column_config.TextColumn(
+        width="small", help="the device's share held by all its stages (interleaved schedules put two on one)"
+    ),
 }
 
 

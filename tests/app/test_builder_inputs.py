@@ -361,3 +361,30 @@ def test_training_memory_builders():
     kib = 1024  # the axis unit follows the largest figure (2,000 B: KiB)
     assert [sum(t.y[i] for t in bars) for i in range(2)] == pytest.approx([45 / kib, 127 / kib])
     assert list(fig.data[-1].y) == pytest.approx([1000 / kib, 2000 / kib])
+
+
+def test_stages_sharing_a_device_are_drawn_together_against_it():
+    """Interleaved 1F1B puts stages s and s + 2 on one of 2 devices: one bar a device, its stages'
+    weights and stashes stacked to what the plan says it holds, against its capacity."""
+    from explorer.builders import pipeline_figures, pipeline_tables
+    from partitioner import Device, pipeline
+    from partitioner.testing.synthetic import synthetic_graph
+    from partitioner.units import format_share
+
+    graph = synthetic_graph([(i, i + 1) for i in range(11)], [10] * 12)
+    devices = [Device(f"d{i}", 4000, i) for i in range(2)]
+    pp = pipeline.plan(graph, devices, stages=4, microbatches=4, schedule="interleaved_1f1b", training="sgd")
+    fig = pipeline_figures.stage_memory_figure(pp, [4000] * 4)
+    bars = [t for t in fig.data if t.type == "bar"]
+    totals: dict[str, float] = {}
+    for t in bars:
+        for x, y in zip(t.x, t.y):
+            totals[x] = totals.get(x, 0.0) + y
+    held = pp.device_memory_bytes()
+    capacity = next(t for t in fig.data if t.name == "device capacity")
+    assert list(capacity.x) == ["device 0", "device 1"]
+    scale = 4000 / capacity.y[0]  # bytes a unit of the axis
+    assert {x: y * scale for x, y in totals.items()} == pytest.approx({f"device {d}": b for d, b in held.items()})
+    assert sum(t.showlegend is not False for t in bars) == 2  # weights and stash named once
+    table = pipeline_tables.stages_table(pp, {0: "d0", 1: "d1"}, [4000] * 4, graph)
+    assert list(table["Device holds"]) == [format_share(held[d], 4000) for d in pp.device_ids]
