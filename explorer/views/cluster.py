@@ -253,9 +253,9 @@ def _render_layout(
         if figure is not None:
             st.plotly_chart(figure, key="cl_rank_memory")
             st.caption(
-                "Each rank holds the same share of the model states (equal stages); activations are a "
-                "stage's for each microbatch its stages hold at once in the simulated schedule. The planner "
-                "checks rank 0, which holds the most."
+                "Each rank holds the same share of the model states (equal stages); activations are what "
+                "its stages hold at once, all together, in the simulated schedule (interleaved: its chunks "
+                "peak at different times). The planner checks rank 0, which holds the most."
             )
         else:
             st.caption("Every device holds the same memory in this layout: the chart above is each device's.")
