@@ -30,17 +30,21 @@ def step_slots(schedule: str, pp: int, m: int, v: int = 2) -> float:
 
 def rank_stash(schedule: str, pp: int, m: int, v: int = 2) -> float:
     """The most microbatches the first pipeline rank holds at once, in microbatches of its whole
-    share of the layers (NOTE: [Interleaved stash]): GPipe m, 1F1B min(m, pp), interleaved 1F1B
-    with ``v`` chunks a rank pp (1 + (pp - 1) / (pp v)) once pp divides m >= 2 pp (Korthikanti et
-    al. 2022; Megatron-LM's ``interleaved_schedule_memory_penalty``), m below 2 pp; an upper bound
-    for other counts. Zero-bubble schedules are bounded by interleaved 1F1B's figure. O(1)."""
+    share of the layers, in torch's order (NOTE: [Interleaved stash]): GPipe m, 1F1B min(m, pp);
+    interleaved 1F1B with ``v`` chunks a rank m below 2 pp, else pp (1 + (pp - 1) / (pp v)) plus
+    (v - 1) / v for each microbatch a round holds over pp (Korthikanti et al. 2022; Megatron-LM's
+    ``interleaved_schedule_memory_penalty`` when pp divides m); zero-bubble m up to pp, else the
+    mean of pp and a round's microbatches (pp when pp divides m: ZB-H1's 1F1B memory). O(1)."""
     s = get_schedule(schedule)
     if s.step_form == StepForm.FLUSH:
         return float(m if s.forwards_first else min(m, pp))
+    per_round = m / max(1, m // pp)  # torch's rounds of about pp microbatches (m a multiple of them)
+    if not s.choose_virtual:  # zero-bubble: torch's 2 stages a rank
+        return float(m) if m <= pp else (per_round + pp) / 2
     v = virtual_stages(schedule, v)
     if m < 2 * pp:
         return float(m)
-    return pp + (pp - 1) / v + (m % pp) * (v - 1) / (2 * v)
+    return pp + (pp - 1) / v + (per_round - pp) * (v - 1) / v
 
 
 # NOTE: [Interleaved stash]
@@ -51,9 +55,9 @@ def rank_stash(schedule: str, pp: int, m: int, v: int = 2) -> float:
 # pp dividing m >= 2 pp it is pp (1 + (pp - 1) / (pp v)) on the first rank, the factor Korthikanti
 # et al. 2022 give and Megatron-LM's ``theoretical_memory_usage`` applies. Charging every chunk
 # its own peak (2 pp, or v pp) over-counts by 45 % at pp = 4, v = 2 and 3.3x at pp = 8, v = 4.
-# Below 2 pp microbatches torch runs one round, all forwards first: m. For other counts
-# pp + (pp - 1) / v + (m mod pp)(v - 1) / (2 v) bounds the simulated figure from above (the tests
-# check both against the simulator).
+# Below 2 pp microbatches torch runs one round, all forwards first: m. torch's zero-bubble order
+# holds 1F1B's pp when pp divides m. :func:`rank_stash` writes both as closed forms, equal to the
+# simulator's figure at every count torch accepts (the tests check pp 2-8, v 2-4, m up to 4 pp).
 
 
 def closed_form(schedule: str, pp: int, m: int, ratio: float, v: int = 2) -> tuple[float, float, float]:

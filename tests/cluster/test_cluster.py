@@ -108,12 +108,20 @@ def test_flops_per_step_match_megatrons_formula():
 
 @pytest.mark.parametrize(
     "schedule, v",
-    [("gpipe", 1), ("1f1b", 1), ("interleaved_1f1b", 2), ("interleaved_1f1b", 3), ("interleaved_1f1b", 4)],
+    [
+        ("gpipe", 1),
+        ("1f1b", 1),
+        ("interleaved_1f1b", 2),
+        ("interleaved_1f1b", 3),
+        ("interleaved_1f1b", 4),
+        ("zero_bubble", 2),
+    ],
 )
-@pytest.mark.parametrize("pp", [2, 4, 8])
+@pytest.mark.parametrize("pp", [2, 3, 4, 8])
 def test_closed_forms_equal_the_simulator(schedule, v, pp):
     """The step and the first rank's stash in closed form against torch's own order replayed by the
-    simulator, interleaved 1F1B 2 to 4 chunks a rank deep (NOTE: [Interleaved stash])."""
+    simulator, interleaved 1F1B 2 to 4 chunks a rank deep (NOTE: [Interleaved stash]); zero-bubble's
+    step is bounded by interleaved 1F1B's, its stash exact."""
     for m in range(1, 4 * pp + 1):
         try:
             check_microbatches(schedule, pp, m)
@@ -121,13 +129,13 @@ def test_closed_forms_equal_the_simulator(schedule, v, pp):
             continue
         out = simulate([1.0 / v] * (pp * v), m, schedule, backward_s=[2.0 / v] * (pp * v), virtual=v)
         step, bubble, stash = closed_form(schedule, pp, m, 2.0, v)
-        assert step == pytest.approx(out.step_time_s)
-        assert bubble == pytest.approx(out.bubble_fraction)
-        simulated = out.rank_peak_stash[0]
-        assert simulated == max(out.rank_peak_stash)  # the first rank holds the most
-        assert stash >= simulated - 1e-9  # never under-counts memory
-        if m % pp == 0 or m < 2 * pp or schedule != "interleaved_1f1b":
-            assert stash == pytest.approx(simulated)
+        if schedule == "zero_bubble":
+            assert step >= out.step_time_s - 1e-9
+        else:
+            assert step == pytest.approx(out.step_time_s)
+            assert bubble == pytest.approx(out.bubble_fraction)
+        assert out.rank_peak_stash[0] == max(out.rank_peak_stash)  # the first rank holds the most
+        assert stash == pytest.approx(out.rank_peak_stash[0])
         if schedule == "gpipe":  # the GPipe paper's bubble
             assert bubble == pytest.approx((pp - 1) / (m + pp - 1))
 
