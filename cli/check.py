@@ -14,7 +14,7 @@ from cli.arguments import add_cost_arguments, add_model_arguments, positive_floa
 from cli.inputs import EXIT_FAIL, EXIT_OK, load_model, load_plan, read_node_latency, refuse_other_model
 from cli.report import describe_devices, format_cost_models
 from partitioner import parse_devices
-from partitioner.accelerator.api import check_plan
+from partitioner.accelerator.check import check_plan
 from partitioner.units import format_seconds
 
 __all__ = ["cmd_check", "add_check_arguments", "as_flags"]

@@ -318,7 +318,7 @@ def refuse_invalid(plan: Plan, path: str, graph: Graph | None = None, model: Loa
     violation ``check`` finds against ``graph`` (``model``'s graph when given, with
     :func:`other_model`'s refusal first) and the plan's devices, or the plan's own rules without a
     model. Nothing is written for an invalid plan."""
-    from partitioner.accelerator.api import check_plan
+    from partitioner.accelerator.check import check_plan
 
     if model is not None:
         graph = model.graph

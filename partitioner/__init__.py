@@ -13,7 +13,8 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from partitioner.accelerator.api import check_plan, evaluate_plan, partition
+from partitioner.accelerator.api import evaluate_plan, partition
+from partitioner.accelerator.check import check_plan
 from partitioner.accelerator.modes import DEFAULT_MODE, DESCRIPTIONS, MODES
 from partitioner.cost.model import node_latencies, roofline_latencies
 from partitioner.devices import PRESETS, Device, parse_devices

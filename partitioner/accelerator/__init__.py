@@ -5,7 +5,8 @@ partition, evaluate, check), comparisons of modes and an algorithm's steps as da
 
 from __future__ import annotations
 
-from partitioner.accelerator.api import check_plan, evaluate_plan, partition
+from partitioner.accelerator.api import evaluate_plan, partition
+from partitioner.accelerator.check import check_plan
 from partitioner.accelerator.modes import DEFAULT_MODE, DESCRIPTIONS, MODES, get_mode
 
 __all__ = ["partition", "evaluate_plan", "check_plan", "MODES", "DEFAULT_MODE", "DESCRIPTIONS", "get_mode"]

@@ -13,7 +13,7 @@ from cli_helpers import DEVICES, EDITS, LABEL, MODEL, SETTINGS, bad_device, cycl
 import partitioner
 import sample_models
 from partitioner import Plan
-from partitioner.accelerator.api import check_plan
+from partitioner.accelerator.check import check_plan
 
 
 @pytest.fixture(scope="module")
