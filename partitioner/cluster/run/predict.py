@@ -30,6 +30,7 @@ run by 45-60 % here.) O(N + E) over the traced graph.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Sequence
 
 from partitioner.cost.measured import profile_latencies
@@ -47,6 +48,113 @@ def _bias_bytes(graph: Graph, v: int) -> int:
     return int(out * 4) if node.param_bytes > out * 4 else 0
 
 
+@dataclass
+class _Stages:
+    """Per pipeline stage, one microbatch: the forward on the profile, DTensor dispatches, the
+    tensor-parallel all-reduces each way, each parameter tensor's local gradient bytes and the
+    bytes sent on to later stages."""
+
+    fwd: list[float]
+    dispatch: list[float]
+    tp_fwd: list[float]
+    tp_bwd: list[float]
+    grads: list[list[int]]
+    boundary: list[float]
+
+    @classmethod
+    def empty(cls, pp: int) -> "_Stages":
+        return cls([0.0] * pp, [0.0] * pp, [0.0] * pp, [0.0] * pp, [[] for _ in range(pp)], [0.0] * pp)
+
+
+def _stage_of(
+    graph: Graph, layout: Any, tp_plan: Sequence[tuple[str, str]], sharded: bool
+) -> tuple[str, dict[str, int]]:
+    """The schedule the run takes and each node's stage (empty with one stage)."""
+    if layout.pp == 1:
+        return "gpipe", {}
+    from partitioner.cluster.run.pipelined import run_schedule, stage_cuts
+
+    linears = [
+        graph.nodes[v].target
+        for v in graph.op_indices
+        if graph.nodes[v].op == "call_module" and graph.nodes[v].param_bytes
+    ]
+    cuts = stage_cuts(graph, tuple(tp_plan) if sharded else (), linears, layout.pp)
+    return run_schedule(layout).name, {name: s for s, names in enumerate(cuts) for name in names}
+
+
+def _collective_kinds(profile: DeviceProfile, dp: int, tp: int, pp: int) -> tuple[str, str]:
+    """The profile's fits for the tensor-parallel all-reduce and the gradient sync: the concurrent
+    ones where groups of that size run side by side and the profile measured them."""
+    ring = "dtensor_all_reduce" if profile.collective("dtensor_all_reduce", tp) else "all_reduce"
+    if dp > 1 and profile.collective("concurrent_dtensor_all_reduce", tp) is not None:
+        ring = "concurrent_dtensor_all_reduce"
+    sync = "all_reduce"
+    if tp * pp > 1 and profile.collective("concurrent_all_reduce", dp) is not None:
+        sync = "concurrent_all_reduce"
+    return ring, sync
+
+
+def _stage_sums(
+    graph: Graph,
+    layout: Any,
+    styles: dict[str, str],
+    stage_of: dict[str, int],
+    profile: DeviceProfile,
+    fraction: float,
+    ring: str,
+) -> _Stages:
+    """Each stage's ops priced at one microbatch (``fraction`` of the traced batch); a Linear the
+    plan shards at 1 / tp of it, less the weight bytes it no longer reads."""
+    tp, pp, world = layout.tp, layout.pp, layout.dp * layout.tp * layout.pp
+    whole = profile_latencies(graph, profile, fraction)
+    split = profile_latencies(graph, profile, fraction / tp) if styles else whole
+    out = _Stages.empty(pp)
+    for v in graph.op_indices:
+        node = graph.nodes[v]
+        s = stage_of.get(node.name, 0)
+        style = styles.get(node.target) if node.op == "call_module" else None
+        if style is None:
+            out.fwd[s] += max(whole[v])
+        else:
+            mem_s, comp_s = split[v]
+            share = node.param_bytes * (1 - 1 / tp)
+            mem_s = max(0.0, mem_s - share / profile.bandwidth_bytes_per_s(max(share, 1.0)))
+            out.fwd[s] += max(mem_s, comp_s)
+        if node.param_bytes:
+            bias = _bias_bytes(graph, v)
+            weight = node.param_bytes - bias
+            out.grads[s] += [weight // tp if style else weight] + (
+                [bias // tp if style == "colwise" else bias] if bias else []
+            )
+        if style == "colwise":
+            out.dispatch[s] += 2 * profile.dtensor_module_for(world)
+            src = node.inputs[0] if node.inputs else v
+            out.tp_bwd[s] += profile.collective_s(ring, graph.nodes[src].output_bytes * fraction, tp)
+        elif style == "rowwise":
+            out.tp_fwd[s] += profile.collective_s(ring, node.output_bytes * fraction, tp)
+        if pp > 1 and s < pp - 1 and any(stage_of.get(graph.nodes[u].name, 0) > s for u in graph.users[v]):
+            out.boundary[s] += node.output_bytes * fraction
+    return out
+
+
+def _data_parallel_parts(
+    layout: Any, grads: list[int], profile: DeviceProfile, sync: str, m: int
+) -> list[tuple[str, float]]:
+    """The gradient sync of the stage holding the most (``grads``: its tensors' local bytes): one
+    all-reduce a tensor with ZeRO 0-1; FSDP2's all-gathers and reduce-scatters with ZeRO 2-3."""
+    dp = layout.dp
+    if layout.zero <= 1:
+        return [("all_reduce gradients dp", sum(profile.collective_s(sync, b, dp) for b in grads))]
+    units = len(grads) // 2 + 1  # FSDP2 units: each planned Linear (weight, bias), and the root
+    held = sum(grads)
+    gathers = m * (2 if layout.zero == 3 else 1)
+    return [
+        ("all_gather parameters dp", gathers * (profile.collective_s("all_gather", held / dp / units, dp) * units)),
+        ("reduce_scatter gradients dp", units * profile.collective_s(sync, held / units, dp)),
+    ]
+
+
 def composed_step(
     graph: Graph, layout: Any, tp_plan: Sequence[tuple[str, str]], profile: DeviceProfile, batch: int
 ) -> Predicted:
@@ -54,98 +162,31 @@ def composed_step(
     at ``batch`` rows, with ``tp_plan`` the (Linear, "colwise" | "rowwise") pairs the run shards
     (NOTE: [A composed step on a measured profile]). Parts are the slowest rank's, in seconds."""
     dp, tp, pp = layout.dp, layout.tp, layout.pp
-    world = dp * tp * pp
-    mb = layout.microbatch_size
-    m = max(1, batch // dp // mb)
-    fraction = mb / batch
+    m = max(1, batch // dp // layout.microbatch_size)
+    fraction = layout.microbatch_size / batch
     styles = dict(tp_plan) if tp > 1 else {}
-    whole = profile_latencies(graph, profile, fraction)
-    split = profile_latencies(graph, profile, fraction / tp) if styles else whole
-    stage_of: dict[str, int] = {}
-    schedule = "gpipe"
+    schedule, stage_of = _stage_of(graph, layout, tp_plan, bool(styles))
+    ring, sync = _collective_kinds(profile, dp, tp, pp)
+    st = _stage_sums(graph, layout, styles, stage_of, profile, fraction, ring)
+    k, slow = profile.training_step_factor, profile.slowdown_for(dp * tp * pp)
+    slot = [st.fwd[s] * k * slow + st.dispatch[s] + st.tp_fwd[s] + st.tp_bwd[s] for s in range(pp)]
+    slowest = max(range(pp), key=lambda s: slot[s])  # with one stage, that stage
+    parts: list[tuple[str, float]] = [
+        ("compute", m * st.fwd[slowest] * k * slow),
+        ("dtensor dispatch", m * st.dispatch[slowest]),
+        ("all_reduce tp forward", m * st.tp_fwd[slowest]),
+        ("all_reduce tp backward", m * st.tp_bwd[slowest]),
+    ]
     if pp > 1:
-        from partitioner.cluster.run.pipelined import run_schedule, stage_cuts
-
-        schedule = run_schedule(layout).name
-
-        linears = [
-            graph.nodes[v].target
-            for v in graph.op_indices
-            if graph.nodes[v].op == "call_module" and graph.nodes[v].param_bytes
-        ]
-        for s, names in enumerate(stage_cuts(graph, tuple(tp_plan) if styles else (), linears, pp)):
-            stage_of.update({name: s for name in names})
-    k, slow = profile.training_step_factor, profile.slowdown_for(world)
-    fwd, dispatch, tp_fwd, tp_bwd = ([0.0] * pp for _ in range(4))
-    grads: list[list[int]] = [[] for _ in range(pp)]  # each parameter tensor's local bytes
-    boundary = [0.0] * pp  # bytes a stage sends on per microbatch
-    ring = "dtensor_all_reduce" if profile.collective("dtensor_all_reduce", tp) else "all_reduce"
-    if dp > 1 and profile.collective("concurrent_dtensor_all_reduce", tp) is not None:
-        ring = "concurrent_dtensor_all_reduce"
-    sync_kind = "all_reduce"
-    if tp * pp > 1 and profile.collective("concurrent_all_reduce", dp) is not None:
-        sync_kind = "concurrent_all_reduce"
-    for v in graph.op_indices:
-        node = graph.nodes[v]
-        s = stage_of.get(node.name, 0)
-        style = styles.get(node.target) if node.op == "call_module" else None
-        if style is None:
-            fwd[s] += max(whole[v])
-        else:
-            mem_s, comp_s = split[v]
-            share = node.param_bytes * (1 - 1 / tp)
-            mem_s = max(0.0, mem_s - share / profile.bandwidth_bytes_per_s(max(share, 1.0)))
-            fwd[s] += max(mem_s, comp_s)
-        if node.param_bytes:
-            bias = _bias_bytes(graph, v)
-            weight = node.param_bytes - bias
-            grads[s] += [weight // tp if style else weight] + (
-                [bias // tp if style == "colwise" else bias] if bias else []
-            )
-        if style == "colwise":
-            dispatch[s] += 2 * profile.dtensor_module_for(world)
-            src = node.inputs[0] if node.inputs else v
-            tp_bwd[s] += profile.collective_s(ring, graph.nodes[src].output_bytes * fraction, tp)
-        elif style == "rowwise":
-            tp_fwd[s] += profile.collective_s(ring, node.output_bytes * fraction, tp)
-        if pp > 1 and s < pp - 1 and any(stage_of.get(graph.nodes[u].name, 0) > s for u in graph.users[v]):
-            boundary[s] += node.output_bytes * fraction
-    slot = [fwd[s] * k * slow + dispatch[s] + tp_fwd[s] + tp_bwd[s] for s in range(pp)]
-    parts: list[tuple[str, float]] = []
-    if pp == 1:
-        parts += [
-            ("compute", m * fwd[0] * k * slow),
-            ("dtensor dispatch", m * dispatch[0]),
-            ("all_reduce tp forward", m * tp_fwd[0]),
-            ("all_reduce tp backward", m * tp_bwd[0]),
-        ]
-    else:
-        slowest = max(range(pp), key=lambda s: slot[s])
         slots = step_slots(schedule, pp, m)
         link = profile.link
-        hand = max((link.seconds(b) if link else 0.0) for b in boundary)
+        hand = max((link.seconds(b) if link else 0.0) for b in st.boundary)
         parts += [
-            ("compute", m * fwd[slowest] * k * slow),
-            ("dtensor dispatch", m * dispatch[slowest]),
-            ("all_reduce tp forward", m * tp_fwd[slowest]),
-            ("all_reduce tp backward", m * tp_bwd[slowest]),
             ("bubble", (slots - m) * slot[slowest]),
             ("pipeline actions", 2 * slots * profile.pipeline_action_for(pp)),
             ("hand-off", 2 * slots * hand),
         ]
     if dp > 1:
-        sync = max(range(pp), key=lambda s: sum(grads[s]))
-        if layout.zero <= 1:
-            parts.append(("all_reduce gradients dp", sum(profile.collective_s(sync_kind, b, dp) for b in grads[sync])))
-        else:
-            units = len(grads[sync]) // 2 + 1  # FSDP2 units: each planned Linear (weight, bias), and the root
-            held = sum(grads[sync])
-            gathers = m * (2 if layout.zero == 3 else 1)
-            parts.append(
-                (
-                    "all_gather parameters dp",
-                    gathers * (profile.collective_s("all_gather", held / dp / units, dp) * units),
-                )
-            )
-            parts.append(("reduce_scatter gradients dp", units * profile.collective_s(sync_kind, held / units, dp)))
+        heaviest = max(range(pp), key=lambda s: sum(st.grads[s]))
+        parts += _data_parallel_parts(layout, st.grads[heaviest], profile, sync, m)
     return Predicted(sum(s for _, s in parts), tuple(parts))
