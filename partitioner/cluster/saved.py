@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from partitioner.cluster.model_shape import example_tokens, repeated_blocks
@@ -97,244 +98,284 @@ def _blocks(graph: Graph) -> dict[int, str]:
     return {v: name for name, vs in repeated_blocks(graph).items() for v in vs}
 
 
-def saved_activations(graph: Graph) -> SavedActivations:
-    """The saved values of ``graph``'s forward (NOTE: [Saved activations]). O(N + E)."""
-    tokens0, seq0 = example_tokens(graph)
-    nodes = graph.nodes
-    n = len(nodes)
+class _Scan:
+    """The per-node facts of one traced forward that the phases of :func:`saved_activations` read:
+    which values are activations, each op's kind, the value each view stands for (``root``), the
+    pointwise regions (a union-find), the blocks and the hidden width."""
 
-    def elements(v: int) -> float:
-        nd = nodes[v]
-        kind = find_dtype(nd.dtype) if nd.dtype else None
-        size = kind.bytes if kind is not None and kind.floating else 0
-        return nd.output_bytes / size / tokens0 if size else 0.0
+    def __init__(self, graph: Graph) -> None:
+        self.graph = graph
+        self.nodes = graph.nodes
+        self.tokens0, self.seq0 = example_tokens(graph)
+        n = len(self.nodes)
+        self.weight = self._weights()
+        self.block = _blocks(graph)
+        self.hidden = self._hidden_width()
+        # Small values (norms' statistics) are left out: under 1/64 of the hidden state a token.
+        self.significant = [not self.weight[v] and self.elements(v) >= max(2.0, self.hidden / 64) for v in range(n)]
+        self.kind = ["" for _ in range(n)]
+        self.root = list(range(n))  # a view, cast or copy of a value is that value
+        for v in graph.op_indices:
+            self.kind[v] = self._base(v)
+            acts = [u for u in self.nodes[v].inputs if not self.weight[u]]
+            if self.kind[v] in VIEW and acts:
+                self.root[v] = self.root[acts[0]]
+        self.pointwise = [k in LINEAR_POINTWISE or k in NONLINEAR_POINTWISE for k in self.kind]
+        self.parent = list(range(n))
+        self.members = self._pointwise_regions()
 
-    # Activations: float values computed from the token stream (the embeddings' outputs, float
-    # inputs). Weights, what is made of them alone (a transpose, experts gathered by an index) and
-    # position tables (made of positions and buffers) are not.
-    weight = [True] * n
-    for v in range(n):
-        nd = nodes[v]
-        if nd.dtype is None and nd.op != "get_attr":  # a tuple (split): an activation if it reads one
-            weight[v] = all(weight[u] for u in nd.inputs)
-            continue
-        if not str(nd.dtype).removeprefix("torch.").startswith(("float", "bfloat")):
-            continue
-        base = module_kind(graph, v) if nd.op == "call_module" else op_base(nd.target)
-        if nd.op == "placeholder" or base == "embedding":
-            weight[v] = nd.op == "get_attr"
-        elif nd.op != "get_attr":
-            weight[v] = not any(not weight[u] for u in nd.inputs)
-    block = _blocks(graph)
-    # The hidden state: the commonest width a block reads from outside itself.
-    sizes = Counter(
-        round(elements(u))
-        for v in block
-        for u in nodes[v].inputs
-        if not weight[u] and block.get(u) != block[v] and elements(u) > 0
-    )
-    hidden = sizes.most_common(1)[0][0] if sizes else max((round(elements(v)) for v in graph.op_indices), default=1)
-    significant = [not weight[v] and elements(v) >= max(2.0, hidden / 64) for v in range(n)]
-    root = list(range(n))
-    kind = ["" for _ in range(n)]
-    for v in graph.op_indices:
-        base = module_kind(graph, v) if nodes[v].op == "call_module" else op_base(nodes[v].target)
-        kind[v] = base
-        acts = [u for u in nodes[v].inputs if not weight[u]]
-        if base in VIEW and acts:
-            root[v] = root[acts[0]]
-    # Pointwise regions (union-find over significant pointwise ops joined by significant values).
-    pointwise = [kind[v] in LINEAR_POINTWISE or kind[v] in NONLINEAR_POINTWISE for v in range(n)]
-    parent = list(range(n))
+    def elements(self, v: int) -> float:
+        """Floating elements of ``v``'s output a token (0 for integer and boolean values)."""
+        nd = self.nodes[v]
+        dtype = find_dtype(nd.dtype) if nd.dtype else None
+        size = dtype.bytes if dtype is not None and dtype.floating else 0
+        return nd.output_bytes / size / self.tokens0 if size else 0.0
 
-    def find(v: int) -> int:
+    def _base(self, v: int) -> str:
+        nd = self.nodes[v]
+        return module_kind(self.graph, v) if nd.op == "call_module" else op_base(nd.target)
+
+    def _weights(self) -> list[bool]:
+        """Whether each value is made of weights alone. Activations are float values computed from
+        the token stream (the embeddings' outputs, float inputs); weights, what is made of them
+        alone (a transpose, experts gathered by an index) and position tables (made of positions
+        and buffers) are not. Non-float values stay weights: they are never saved as activations."""
+        weight = [True] * len(self.nodes)
+        for v, nd in enumerate(self.nodes):
+            if nd.dtype is None and nd.op != "get_attr":  # a tuple (split): an activation if it reads one
+                weight[v] = all(weight[u] for u in nd.inputs)
+                continue
+            if not str(nd.dtype).removeprefix("torch.").startswith(("float", "bfloat")):
+                continue
+            if nd.op == "placeholder" or self._base(v) == "embedding":
+                weight[v] = nd.op == "get_attr"
+            elif nd.op != "get_attr":
+                weight[v] = all(weight[u] for u in nd.inputs)
+        return weight
+
+    def _hidden_width(self) -> int:
+        """The hidden state: the commonest width a block reads from outside itself (without blocks,
+        the widest op's output)."""
+        sizes = Counter(
+            round(self.elements(u))
+            for v in self.block
+            for u in self.nodes[v].inputs
+            if not self.weight[u] and self.block.get(u) != self.block[v] and self.elements(u) > 0
+        )
+        if sizes:
+            return sizes.most_common(1)[0][0]
+        return max((round(self.elements(v)) for v in self.graph.op_indices), default=1)
+
+    def find(self, v: int) -> int:
+        """The pointwise region of ``v`` (its union-find root, with path halving)."""
+        parent = self.parent
         while parent[v] != v:
             parent[v] = parent[parent[v]]
             v = parent[v]
         return v
 
-    for v in graph.op_indices:
-        if pointwise[v] and not weight[v]:
-            for u in nodes[v].inputs:
-                r = root[u]
-                if pointwise[r] and not weight[r] and significant[r]:
-                    parent[find(r)] = find(v)
-    members: dict[int, list[int]] = {}
-    for v in graph.op_indices:
-        if pointwise[v] and not weight[v]:
-            members.setdefault(find(v), []).append(v)
-    # Sequence-parallel (True) or tensor-parallel (False) class of each value, in topological order.
-    sp = [True] * n
-    region_sp: dict[int, bool] = {}
-    for v in range(n):
-        nd = nodes[v]
-        acts = [root[u] for u in nd.inputs if not weight[u] and significant[root[u]]]
-        base = kind[v]
-        if weight[v] or nd.op not in ("call_function", "call_method", "call_module"):
-            continue
-        if base in VIEW and [u for u in nd.inputs if not weight[u]]:
-            sp[v] = sp[root[v]]
-        elif base in PRODUCT:
-            reads_weight = any(weight[u] for u in nd.inputs) or nd.param_bytes > 0
-            sp[v] = (not all(sp[u] for u in acts)) if reads_weight and acts else False if acts else True
-        elif base in ATTENTION or base in SOFTMAX:
-            sp[v] = False
-        elif base in NORM:
-            sp[v] = True
-        elif pointwise[v]:
-            r = find(v)
-            if r not in region_sp:
-                outside = {
-                    root[u]
-                    for m in members[r]
-                    for u in nodes[m].inputs
-                    if not weight[u] and significant[root[u]] and find(root[u]) != r
-                }
-                region_sp[r] = all(sp[u] for u in outside)
-            sp[v] = region_sp[r]
-        else:
-            sp[v] = all(sp[u] for u in acts)
-    # What each op keeps.
-    kept: dict[int, int] = {}  # saved value -> the op that keeps it first
-    masks: dict[int, int] = {}  # dropout -> itself (its mask)
+    def _pointwise_regions(self) -> dict[int, list[int]]:
+        """Join pointwise ops that read significant pointwise values (what a fusing engine runs as
+        one kernel); region -> its ops in topological order."""
+        for v in self.graph.op_indices:
+            if self.pointwise[v] and not self.weight[v]:
+                for u in self.nodes[v].inputs:
+                    r = self.root[u]
+                    if self.pointwise[r] and not self.weight[r] and self.significant[r]:
+                        self.parent[self.find(r)] = self.find(v)
+        members: dict[int, list[int]] = {}
+        for v in self.graph.op_indices:
+            if self.pointwise[v] and not self.weight[v]:
+                members.setdefault(self.find(v), []).append(v)
+        return members
 
-    def keep(value: int, by: int) -> None:
-        value = root[value]
-        if not weight[value] and significant[value] and not str(nodes[value].dtype).startswith(("int", "uint", "bool")):
-            kept.setdefault(value, by)
+    def acts(self, v: int) -> list[int]:
+        """The significant activations ``v`` reads, as the values they stand for."""
+        return [self.root[u] for u in self.nodes[v].inputs if not self.weight[u] and self.significant[self.root[u]]]
 
-    done: set[int] = set()
-    for v in graph.op_indices:
-        base = kind[v]
-        if weight[v]:
-            continue
-        ins = [u for u in nodes[v].inputs if not weight[u]]
-        if base in PRODUCT:
-            for u in ins:
-                keep(u, v)
-        elif base in NORM and ins:
-            keep(ins[0], v)
-        elif base in ATTENTION:
-            for u in ins[:3]:
-                keep(u, v)
-            keep(v, v)
-        elif base in SOFTMAX:
-            keep(v, v)
-        elif base == "dropout" and ins and significant[root[ins[0]]]:
-            masks[v] = v
-        elif pointwise[v]:
-            r = find(v)
-            if r in done:
+    def region_inputs(self, r: int) -> list[int]:
+        """The significant activations region ``r`` reads from outside itself, sorted."""
+        return sorted({u for m in self.members[r] for u in self.acts(m) if self.find(u) != r})
+
+    def reads_weight(self, v: int) -> bool:
+        """Whether op ``v`` reads a weight: a module's parameters or a weight value."""
+        nd = self.nodes[v]
+        return nd.param_bytes > 0 or any(self.weight[u] for u in nd.inputs)
+
+    def sequence_parallel(self) -> list[bool]:
+        """Each value's class: sequence-parallel (True) or tensor-parallel (False), in topological
+        order, following Megatron's split (NOTE: [Saved activations])."""
+        sp = [True] * len(self.nodes)
+        region_sp: dict[int, bool] = {}
+        for v, nd in enumerate(self.nodes):
+            if self.weight[v] or nd.op not in ("call_function", "call_method", "call_module"):
                 continue
-            done.add(r)
-            group = members[r]
-            inside = set(group)
-            external = sorted(
-                {
-                    root[u]
-                    for m in group
-                    for u in nodes[m].inputs
-                    if not weight[u] and significant[root[u]] and root[u] not in inside
-                }
-            )
-            nonlinear = any(
-                kind[m] in NONLINEAR_POINTWISE
-                or (
-                    kind[m] in ("mul", "div")
-                    and sum(significant[root[u]] and not weight[u] for u in nodes[m].inputs) >= 2
-                )
-                for m in group
-            )
-            if not nonlinear:
+            base, acts = self.kind[v], self.acts(v)
+            if base in VIEW and any(not self.weight[u] for u in nd.inputs):
+                sp[v] = sp[self.root[v]]
+            elif base in PRODUCT:
+                # With a weight: column-parallel (split) reading the sp part, row-parallel (whole
+                # again) reading the split part. Between activations only (attention's): split.
+                sp[v] = (not all(sp[u] for u in acts)) if self.reads_weight(v) and acts else not acts
+            elif base in ATTENTION or base in SOFTMAX:
+                sp[v] = False
+            elif base in NORM:
+                sp[v] = True
+            elif self.pointwise[v]:  # a fused region is split as a whole when what it reads is
+                r = self.find(v)
+                if r not in region_sp:
+                    region_sp[r] = all(sp[u] for u in self.region_inputs(r))
+                sp[v] = region_sp[r]
+            else:
+                sp[v] = all(sp[u] for u in acts)
+        return sp
+
+    def _keep(self, kept: dict[int, int], values: Iterable[int], by: int) -> None:
+        """Op ``by`` keeps ``values`` (as the values they stand for): each saved once, by the first op
+        that keeps it; weights, small values and integers (indices, boolean masks) are not counted."""
+        for value in values:
+            value = self.root[value]
+            dtype = str(self.nodes[value].dtype)
+            if not self.weight[value] and self.significant[value] and not dtype.startswith(("int", "uint", "bool")):
+                kept.setdefault(value, by)
+
+    def saved_values(self) -> tuple[dict[int, int], list[int]]:
+        """What each op keeps for its backward (NOTE: [Saved activations]): saved value -> the first
+        op keeping it, and the dropouts whose masks are kept, in topological order."""
+        kept: dict[int, int] = {}
+        masks: list[int] = []
+        regions_done: set[int] = set()
+        for v in self.graph.op_indices:
+            if self.weight[v]:
                 continue
-            if len(external) == 1:
-                keep(external[0], group[0])
+            base = self.kind[v]
+            ins = [u for u in self.nodes[v].inputs if not self.weight[u]]
+            if base in PRODUCT:  # a weight's gradient needs the product's input
+                self._keep(kept, ins, v)
+            elif base in NORM and ins:
+                self._keep(kept, ins[:1], v)
+            elif base in ATTENTION:  # query, key, value and output; the scores are recomputed
+                self._keep(kept, ins[:3], v)
+                self._keep(kept, [v], v)
+            elif base in SOFTMAX:  # its derivative reads its output
+                self._keep(kept, [v], v)
+            elif base == "dropout" and ins and self.significant[self.root[ins[0]]]:
+                masks.append(v)
+            elif self.pointwise[v]:  # a fused region keeps as a whole, once
+                r = self.find(v)
+                if r not in regions_done:
+                    regions_done.add(r)
+                    self._keep_region(kept, r)
+            elif base not in VIEW and base not in ("embedding", "output"):
+                self._keep(kept, ins, v)
+        return kept, masks
+
+    def _multiplies_activations(self, v: int) -> bool:
+        """Whether ``v`` multiplies (or divides) two activations: nonlinear in its inputs."""
+        return self.kind[v] in ("mul", "div") and len(self.acts(v)) >= 2
+
+    def _keep_region(self, kept: dict[int, int], r: int) -> None:
+        """What fused pointwise region ``r`` keeps: nothing when it is linear in its inputs (residual
+        adds, rotary embeddings); its input when it reads one (a GeLU however decomposed, an
+        RMSNorm); else what each op keeps, as eager autograd does (SwiGLU's silu(gate) x up)."""
+        group = self.members[r]
+        if not any(self.kind[m] in NONLINEAR_POINTWISE or self._multiplies_activations(m) for m in group):
+            return
+        external = self.region_inputs(r)
+        if len(external) == 1:
+            self._keep(kept, external, group[0])
+            return
+        for m in group:
+            if self._multiplies_activations(m) or (
+                self.kind[m] in NONLINEAR_POINTWISE and self.kind[m] not in REDUCTION
+            ):
+                self._keep(kept, self.acts(m), m)
+
+    def _square(self, shape: tuple[int, ...]) -> bool:
+        """Whether ``shape`` ends in (s, s) at the traced sequence: attention's scores."""
+        return self.seq0 > 1 and len(shape) >= 2 and shape[-1] == shape[-2] == self.seq0
+
+    def score_shaped(self) -> list[bool]:
+        """Values that grow with the sequence: a product of two activations shaped (..., s, s) (Q K^T)
+        and what is made of it alone (scaling, masking, softmax, dropout)."""
+        score = [False] * len(self.nodes)
+        for v in self.graph.op_indices:
+            if not self._square(self.nodes[v].shape or ()) or self.weight[v]:
                 continue
-            for m in group:  # several inputs: each op as eager autograd keeps
-                acts = [u for u in nodes[m].inputs if not weight[u] and significant[root[u]]]
-                if (
-                    kind[m] in ("mul", "div")
-                    and len(acts) >= 2
-                    or (kind[m] in NONLINEAR_POINTWISE and kind[m] not in REDUCTION)
-                ):
-                    for u in acts:
-                        keep(u, m)
-        elif base not in VIEW and base not in ("embedding", "output"):
-            for u in ins:
-                keep(u, v)
-    # Scores: a product of two activations shaped (..., s, s), and what is made of it alone
-    # (scaling, masking, softmax, dropout): the values that grow with the sequence.
-    score = [False] * n
-    for v in graph.op_indices:
-        shape = nodes[v].shape or ()
-        square = seq0 > 1 and len(shape) >= 2 and shape[-1] == shape[-2] == seq0
-        acts = [root[u] for u in nodes[v].inputs if not weight[u] and significant[root[u]]]
-        if not square or weight[v]:
-            continue
-        if kind[v] in ("matmul", "bmm", "baddbmm", "einsum") and len(acts) >= 2:
-            score[v] = not any(score[u] for u in acts)  # Q K^T; the scores times V is the attention's output
-        elif acts and all(score[u] for u in acts):
-            score[v] = True
-    layers = max(1, len(set(block.values())))
-    sp_el = tp_el = score_el = out_el = 0.0
-    for value, by in kept.items():
-        e = elements(value)
-        if by not in block:
-            out_el += e
-            continue
+            acts = self.acts(v)
+            if self.kind[v] in ("matmul", "bmm", "baddbmm", "einsum") and len(acts) >= 2:
+                score[v] = not any(score[u] for u in acts)  # Q K^T; the scores times V is the attention's output
+            elif acts and all(score[u] for u in acts):
+                score[v] = True
+        return score
+
+    def _part(self, value: int, by: int, sp: list[bool], score: list[bool]) -> str:
+        """Where a value saved by op ``by`` counts: outside the blocks, score-shaped, sp or tp."""
+        if by not in self.block:
+            return "outside"
         if score[value]:
-            score_el += e
-        elif sp[value]:
-            sp_el += e
-        else:
-            tp_el += e
-    sp_mask = tp_mask = score_mask = out_mask = 0.0
-    for v in masks:
-        e = elements(v)
-        if v not in block:
-            out_mask += e
-        elif score[root[nodes[v].inputs[0]]]:
-            score_mask += e
-        elif sp[root[nodes[v].inputs[0]]]:
-            sp_mask += e
-        else:
-            tp_mask += e
-    heads = kv_heads = 0
-    widths: set[int] = set()
-    for v in block:
-        nd = nodes[v]
-        if kind[v] in ATTENTION and len(nd.inputs) >= 2:
-            q, k = nodes[nd.inputs[0]].shape or (), nodes[root[nd.inputs[1]]].shape or ()
-            if len(q) == 4:
-                heads = q[1]
-                k = nodes[root[nd.inputs[1]]].shape or ()
-                kv_heads = k[1] if len(k) == 4 else heads
-        if kind[v] in PRODUCT and (nd.param_bytes or any(weight[u] for u in nd.inputs)) and nd.shape:
-            widths.add(int(nd.shape[-1]))
-        elif (
-            not heads
-            and kind[v] in ("matmul", "bmm")
-            and nd.shape
-            and len(nd.shape) == 4
-            and seq0 > 1
-            and nd.shape[-1] == nd.shape[-2] == seq0
-        ):  # eager attention's scores: (batch, heads, s, s)
-            heads = kv_heads = int(nd.shape[1])
+            return "score"
+        return "sp" if sp[value] else "tp"
+
+    def totals(
+        self, kept: dict[int, int], masks: list[int], sp: list[bool], score: list[bool]
+    ) -> tuple[dict[str, float], dict[str, float]]:
+        """The saved elements and the dropout masks' bytes a token, over all blocks, by part
+        (``"sp"``, ``"tp"``, ``"score"``, ``"outside"``); a mask counts in its input's part."""
+        elements = dict.fromkeys(("sp", "tp", "score", "outside"), 0.0)
+        for value, by in kept.items():
+            elements[self._part(value, by, sp, score)] += self.elements(value)
+        mask_bytes = dict.fromkeys(("sp", "tp", "score", "outside"), 0.0)
+        for v in masks:  # one byte an element
+            mask_bytes[self._part(self.root[self.nodes[v].inputs[0]], v, sp, score)] += self.elements(v)
+        return elements, mask_bytes
+
+    def heads_and_widths(self) -> tuple[int, int, tuple[int, ...]]:
+        """The attention heads and key-value heads (fused attention's query and key, (batch, heads,
+        s, d); else eager attention's scores, (batch, heads, s, s)) and the output widths of the
+        products with weights inside the blocks: what a tensor-parallel degree must divide."""
+        heads = kv_heads = 0
+        widths: set[int] = set()
+        for v in self.block:
+            nd = self.nodes[v]
+            if self.kind[v] in ATTENTION and len(nd.inputs) >= 2:
+                q = self.nodes[nd.inputs[0]].shape or ()
+                if len(q) == 4:
+                    heads = q[1]
+                    k = self.nodes[self.root[nd.inputs[1]]].shape or ()
+                    kv_heads = k[1] if len(k) == 4 else heads
+            shape = nd.shape or ()
+            if self.kind[v] in PRODUCT and self.reads_weight(v) and shape:
+                widths.add(int(shape[-1]))
+            elif not heads and self.kind[v] in ("matmul", "bmm") and len(shape) == 4 and self._square(shape):
+                heads = kv_heads = int(shape[1])  # eager attention's scores: (batch, heads, s, s)
+        return int(heads), int(kv_heads), tuple(sorted(widths))
+
+
+def saved_activations(graph: Graph) -> SavedActivations:
+    """The saved values of ``graph``'s forward (NOTE: [Saved activations]). O(N + E)."""
+    scan = _Scan(graph)
+    sp = scan.sequence_parallel()
+    kept, masks = scan.saved_values()
+    score = scan.score_shaped()
+    elements, mask_bytes = scan.totals(kept, masks, sp, score)
+    heads, kv_heads, widths = scan.heads_and_widths()
+    layers = max(1, len(set(scan.block.values())))  # the repeated blocks
     return SavedActivations(
         layers=layers,
-        seq0=seq0,
-        sp_elements=sp_el / layers,
-        tp_elements=tp_el / layers,
-        score_elements=score_el / layers,
-        sp_mask_bytes=sp_mask / layers,
-        tp_mask_bytes=tp_mask / layers,
-        score_mask_bytes=score_mask / layers,
-        outside_elements=out_el,
-        input_elements=float(hidden),
-        hidden=int(hidden),
-        heads=int(heads),
-        kv_heads=int(kv_heads),
-        widths=tuple(sorted(widths)),
+        seq0=scan.seq0,
+        sp_elements=elements["sp"] / layers,
+        tp_elements=elements["tp"] / layers,
+        score_elements=elements["score"] / layers,
+        sp_mask_bytes=mask_bytes["sp"] / layers,
+        tp_mask_bytes=mask_bytes["tp"] / layers,
+        score_mask_bytes=mask_bytes["score"] / layers,
+        outside_elements=elements["outside"],
+        input_elements=float(scan.hidden),
+        hidden=int(scan.hidden),
+        heads=heads,
+        kv_heads=kv_heads,
+        widths=widths,
     )
 
 
