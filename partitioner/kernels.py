@@ -2,7 +2,8 @@
 
 A :class:`GpuKernels` holds what ``measure_curves`` measures on one GPU (CUDA events, median
 after warm-up): Linear time by shape (m tokens x k -> n) and dtype, elementwise and normalisation
-time by bytes, causal and full attention by sequence, embedding lookups, the loss over a
+time by bytes, causal and full attention by sequence (past the longest measured, at its last
+FLOP rate: a sequence's attention grows as its square), embedding lookups, the loss over a
 vocabulary, and the launch cost of one kernel. :mod:`partitioner.cost.ops` turns a traced graph's
 ops into :class:`KernelOp` records; :func:`eager_increments` runs their kernels through the launch
 queue of eager PyTorch. Torch-free.
@@ -218,7 +219,11 @@ class GpuKernels:
         """SDPA over ``heads`` (batch x heads) of ``head_dim`` at ``seq``: the measured curve at
         ``seq``, its kernel scaled by heads x head dim against the measured 32 x 128."""
         curve = self._att.get(causal) or next(iter(self._att.values()))  # type: ignore[attr-defined]
-        t = interp(curve, max(seq, 1.0))
+        last_seq, last_s = curve[-1]
+        # Beyond the longest sequence measured, the last point's FLOP rate: a sequence's attention
+        # does seq^2 work (the last points already run at the card's attention rate; a rate
+        # constant in seq, as interp's linear end would give, makes 131k tokens 8x too fast).
+        t = last_s * (seq / last_seq) ** 2 if seq > last_seq else interp(curve, max(seq, 1.0))
         scale = heads * head_dim / (_REF_HEADS * _REF_HEAD_DIM)
         return t if scale == 1.0 else self.launch_s + max(t - self.launch_s, MIN_KERNEL_S) * scale
 

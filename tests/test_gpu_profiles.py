@@ -77,6 +77,29 @@ def test_between_measured_shapes_the_curves_stay_between_their_neighbours(name):
     assert gpu.timed_matmul_s(65536, 4096, 4096) == pytest.approx(4 * gpu.timed_matmul_s(16384, 4096, 4096))
 
 
+@pytest.mark.parametrize("name", sorted(MEASURED))
+@pytest.mark.parametrize("causal", [True, False])
+def test_attention_beyond_the_longest_measured_sequence_keeps_its_flop_rate(name, causal):
+    """A sequence's attention does s^2 work (torch's own FLOP count of SDPA): past the longest
+    sequence measured (16k), the time keeps the last point's FLOP rate, so Llama 3's 131k-token
+    context is not priced at 16k's time a token (8x too fast)."""
+    from torch.utils.flop_counter import sdpa_flop_count
+
+    gpu = gpu_kernels(name)
+    rows = [r for r in _rows(name) if r["kind"] == "attention" and r["causal"] == causal]
+    last = max(rows, key=lambda r: r["seq"])
+
+    def rate(seq: int) -> float:
+        shape = (1, last["heads"], seq, last["head_dim"])
+        flops = sdpa_flop_count(shape, shape, shape) / (2 if causal else 1)  # causal: half the scores
+        return flops / gpu.timed_attention_s(last["heads"], last["head_dim"], seq, causal)
+
+    at_last = rate(last["seq"])
+    assert at_last == pytest.approx(last["tflops"] * 1e12, rel=0.02)  # the row's own figure
+    for seq in (2 * last["seq"], 8 * last["seq"]):
+        assert rate(seq) == pytest.approx(at_last, rel=1e-9)
+
+
 def test_the_measured_figures_stay_under_the_datasheet():
     for name in MEASURED:
         card, gpu = HARDWARE[name], gpu_kernels(name)

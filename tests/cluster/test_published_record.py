@@ -271,6 +271,37 @@ def test_llama3_405b_layouts_fit_in_80_gb(llama405b, gpus, tp, cp, pp, dp, seq, 
     assert not none.fits
 
 
+@pytest.mark.slow
+def test_llama3_405b_long_context_row_meets_its_published_mfu():
+    """Table 4's CP16 row: 131,072-token sequences over 16 context-parallel ranks, 38 % MFU. Each
+    rank's attention reads the whole sequence's keys, so attention is over half the FLOPs; priced
+    past the longest sequence the H100 curves measured (16k) at their last FLOP rate, the planner
+    gives 39 % (it gave 59 % when the curve's end was taken as linear in the sequence). Traced at
+    full depth (126 layers, bf16, meta weights): MFU counts the model's FLOPs. The two CP1 rows stand
+    at 0.84 and 0.74 of their published MFU (the bench prints all three)."""
+    module, inputs, kwargs = sample_models.load(
+        "hf:llama",
+        overrides={
+            "num_hidden_layers": 126,
+            "hidden_size": 16384,
+            "intermediate_size": 53248,
+            "num_attention_heads": 128,
+            "num_key_value_heads": 8,
+            "vocab_size": 128256,
+            "head_dim": 128,
+            "dtype": "bf16",
+        },
+    )
+    graph = partitioner.trace(module, inputs, example_kwargs=kwargs)
+    p = dataclasses.replace(cluster.profile(graph), layers=128, _cache={})  # Meta's 128 stage slots
+    gpus, tp, cp, pp, dp, seq, per_rank, mfu = LLAMA3_TABLE4[2]
+    lay = cluster.Layout(dp=dp, tp=tp, pp=pp, cp=cp, schedule="interleaved_1f1b", zero=1, recompute="full")
+    w = cluster.Workload(global_batch=dp * per_rank, seq_len=seq)
+    r = cluster.evaluate(p, w, cluster.cluster("h100-80gb"), lay, step_simulator())
+    assert r.mfu == pytest.approx(mfu, rel=0.20)
+    assert p.attention_flops_per_token * seq / p.seq0 > 0.5 * p.forward_flops(1, seq)  # attention-bound
+
+
 def test_tensor_parallel_decode_is_not_priced_by_a_ring_of_small_messages():
     """Llama-3-8B (Meta's config: 32 layers, hidden 4096, 8.03B parameters) decoding one sequence
     at tp8 on one H100 node: each token all-reduces an 8 KiB hidden state twice a layer. NCCL sends
