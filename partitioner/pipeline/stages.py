@@ -295,10 +295,12 @@ def plan(
     device_of = [devices[s % len(devices)] for s in range(stages)]
     bounds = _split_within_devices(c, device_of, stages, n)
     if bounds is None:
+        shared = len({d.logical_id for d in device_of})
         raise InfeasibleError(
             f"no split of {graph.name or 'the model'} into {stages} stages fits the devices' "
             f"memory with {m} microbatches of {schedule}"
             + (f" and {training} training state" if training is not None else "")
+            + (f" ({stages} stages on {shared} devices: each holds its stages together)" if shared < stages else "")
             + "; add devices or memory, more stages, or fewer microbatches in flight"
         )
     step, bubble, f, bk, tr = _score(c, bounds, m, schedule)

@@ -234,23 +234,23 @@ LLAMA3_TABLE4 = [
 ]
 
 
+# Llama 3 405B's block (Meta's config).
+LLAMA3_405B = {
+    "hidden_size": 16384,
+    "intermediate_size": 53248,
+    "num_attention_heads": 128,
+    "num_key_value_heads": 8,
+    "vocab_size": 128256,
+    "head_dim": 128,
+}
+
+
 @pytest.fixture(scope="module")
 def llama405b():
     """Llama 3 405B's block (hidden 16384, 128 heads, 8 key-value heads, MLP 53248, vocabulary
     128256), traced with 2 layers; 126 layers plus the embedding and head, balanced as Meta did
     (one layer fewer on the first and last stages), counted as 128 stage slots; 405B parameters."""
-    p, _ = _traced(
-        "hf:llama",
-        {
-            "num_hidden_layers": 2,
-            "hidden_size": 16384,
-            "intermediate_size": 53248,
-            "num_attention_heads": 128,
-            "num_key_value_heads": 8,
-            "vocab_size": 128256,
-            "head_dim": 128,
-        },
-    )
+    p, _ = _traced("hf:llama", {**LLAMA3_405B, "num_hidden_layers": 2})
     return dataclasses.replace(p, layers=128, param_count=405_000_000_000, _cache={})
 
 
@@ -280,17 +280,7 @@ def test_llama3_405b_long_context_row_meets_its_published_mfu():
     full depth (126 layers, bf16, meta weights): MFU counts the model's FLOPs. The two CP1 rows stand
     at 0.84 and 0.74 of their published MFU (the bench prints all three)."""
     module, inputs, kwargs = sample_models.load(
-        "hf:llama",
-        overrides={
-            "num_hidden_layers": 126,
-            "hidden_size": 16384,
-            "intermediate_size": 53248,
-            "num_attention_heads": 128,
-            "num_key_value_heads": 8,
-            "vocab_size": 128256,
-            "head_dim": 128,
-            "dtype": "bf16",
-        },
+        "hf:llama", overrides={**LLAMA3_405B, "num_hidden_layers": 126, "dtype": "bf16"}
     )
     graph = partitioner.trace(module, inputs, example_kwargs=kwargs)
     p = dataclasses.replace(cluster.profile(graph), layers=128, _cache={})  # Meta's 128 stage slots
