@@ -59,6 +59,10 @@ __all__ = ["PipelinePlan", "plan", "MAX_MICROBATCHES"]
 # took 234 s and 8.6 GB before this cap); the app's field stops at the same number.
 MAX_MICROBATCHES = 1024
 
+# Splits into stages sharing devices are all tried when there are at most this many
+# (NOTE: [Stages sharing a device]).
+EVERY_SPLIT_UP_TO = 20_000
+
 
 @dataclass(frozen=True)
 class PipelinePlan:
@@ -241,10 +245,6 @@ def _bottleneck(c: StageCosts, bounds: Sequence[int]) -> float:
     )
 
 
-# Splits into stages sharing devices are all tried when there are at most this many.
-EVERY_SPLIT_UP_TO = 20_000
-
-
 # NOTE: [Stages sharing a device]
 # Interleaved and zero-bubble schedules put several stages on one device (stage s on device
 # s mod len(devices)). The split is first found with each stage under its whole device; when a
@@ -252,8 +252,8 @@ EVERY_SPLIT_UP_TO = 20_000
 # device (the shares the first split used, scaled to fit; then equal shares), the faster kept;
 # when neither fits and the splits are few (EVERY_SPLIT_UP_TO), every split is tried. Every device
 # then holds its stages; on a large model a split fitting only with other shares can be missed
-# (the DP over contiguous spans bounds each stage, not sums over stages apart). A device's stages are counted at their peaks added: an upper
-# bound on what it holds at once.
+# (the DP over contiguous spans bounds each stage, not sums over stages apart). A device's stages
+# are counted at their peaks added: an upper bound on what it holds at once.
 
 
 def _score(
