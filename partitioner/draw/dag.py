@@ -16,6 +16,7 @@ memory outlined in orange.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Iterable, Mapping
 
 from partitioner.devices import format_bytes
@@ -49,7 +50,7 @@ from partitioner.draw.dot import (
 from partitioner.draw.nodeview import partition_to_dot
 from partitioner.draw.overlay import colour_for, formatter, overlay_legend, partition_values
 from partitioner.errors import PartitionError
-from partitioner.plan.records import Partition, Plan
+from partitioner.plan.records import Edge, Partition, Plan
 from partitioner.units import format_seconds
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -156,11 +157,18 @@ def plan_to_dot(
     short = len(plan.partitions) > _LARGE
     values = partition_values(plan, overlay, graph) if overlay != "device" else {}
     low, high = scale or ((min(values.values()), max(values.values())) if values else (0.0, 0.0))
-    marked = set(highlight)
     colours = device_colours(plan.devices)
     over = set(plan.over_capacity())
-    critical_nodes = set(plan.critical_path) if highlight_critical else set()
-    critical_edges = set(zip(plan.critical_path, plan.critical_path[1:])) if highlight_critical else set()
+    look = _Look(
+        colours=colours,
+        values=values,
+        low=low,
+        high=high,
+        short=short,
+        over=over,
+        critical=set(plan.critical_path) if highlight_critical else set(),
+        marked=set(highlight),
+    )
     lines = [
         "digraph plan {",
         f"  graph [rankdir=TB, labelloc=t, fontname=Helvetica, fontsize=16, "
@@ -168,59 +176,89 @@ def plan_to_dot(
         '  node [shape=box, fontname=Helvetica, fontsize=11, margin="0.12,0.06"];',
         '  edge [fontname=Helvetica, fontsize=9, color="#555555"];',
     ]
-    for p in sorted(plan.partitions, key=lambda p: p.id):
-        style, fill = _fill(colours, p.device_ids)
-        label = _partition_label(plan, p, short)
-        if values:  # the overlay's colour for the body, the devices as a bar over it
-            attrs = [
-                f"label={_replica_label(label, fill.split(':'))}",
-                f'fillcolor="{colour_for(values[p.id], low, high)}"',
-                'margin="0"',
-            ]
-            style = "filled"
-        elif style == "striped":
-            # NOTE: [Replicas] One stripe per device as an HTML table, not Graphviz's "striped"
-            # style, which the browser's renderer draws with an empty path and a line through
-            # the label: a bar of the devices' colours over a light body holding the text.
-            attrs = [f"label={_replica_label(label, fill.split(':'))}", 'fillcolor="#f7f7f7"', 'margin="0"']
-            style = "filled"
-        else:
-            attrs = [f"label={_q(label)}", f"fillcolor={_q(fill)}"]
-        styles = [style, "rounded"] if style == "filled" else [style]
-        overfull = any(d in over for d in p.device_ids)
-        if overfull:
-            styles.append("dashed")
-            attrs += [f'color="{WARNING_COLOUR}"', "penwidth=3"]
-        elif p.id in critical_nodes:
-            attrs += [f'color="{CRITICAL_COLOUR}"', "penwidth=2"]
-        if p.id in marked:
-            attrs += [f'color="{HIGHLIGHT_COLOUR}"', "penwidth=5"]
-        tip = _partition_tip(plan, p, graph, overlay, values)
-        if overfull:
-            tip = f"P{p.id}: its device holds more than its memory\n" + tip
-        attrs += [f'id="p{p.id}"', f"tooltip={_q(tip)}"]
-        attrs.append(f"style={_q(','.join(styles))}")
-        lines.append(f"  p{p.id} [{', '.join(attrs)}];")
-    levels: dict[int, list[int]] = {}
-    for p in plan.partitions:
-        if p.bfs_level >= 0:
-            levels.setdefault(p.bfs_level, []).append(p.id)
-    for level in sorted(levels):
-        members = " ".join(f"p{i};" for i in sorted(levels[level]))
-        lines.append(f"  {{ rank=same; {members} }}")
-    for e in sorted(plan.edges, key=lambda e: (e.src, e.dst)):
-        label = format_bytes(e.bytes)
-        if e.latency_s > 0 and not short:
-            label += f"\n{format_seconds(e.latency_s)}"
-        tip = f"P{e.src} to P{e.dst}: {format_bytes(e.bytes)}, {format_seconds(e.latency_s)} to transfer"
-        attrs = [f"label={_q(label)}", f"tooltip={_q(tip)}"]
-        if (e.src, e.dst) in critical_edges:
-            attrs += [f'color="{CRITICAL_COLOUR}"', f'fontcolor="{CRITICAL_COLOUR}"', "penwidth=2.5", "style=bold"]
-        lines.append(f"  p{e.src} -> p{e.dst} [{', '.join(attrs)}];")
+    lines += [_partition_line(plan, p, graph, overlay, look) for p in sorted(plan.partitions, key=lambda p: p.id)]
+    lines += _level_lines(plan)
+    critical_edges = set(zip(plan.critical_path, plan.critical_path[1:])) if highlight_critical else set()
+    lines += [
+        _edge_line(e, short, (e.src, e.dst) in critical_edges) for e in sorted(plan.edges, key=lambda e: (e.src, e.dst))
+    ]
     if legend and plan.devices:
         lines.append(_legend(plan, colours, over, overlay_legend(overlay, low, high) if values else ""))
     lines.append("}")
     return "\n".join(lines) + "\n"
+
+
+@dataclass(frozen=True)
+class _Look:
+    """How :func:`plan_to_dot` draws the boxes: the devices' colours, the overlay's values and
+    range, short labels, the devices over their memory, the critical path and the search hits."""
+
+    colours: dict[int, str]
+    values: dict[int, float]
+    low: float
+    high: float
+    short: bool
+    over: set[int]
+    critical: set[int]
+    marked: set[int]
+
+
+def _partition_line(plan: Plan, p: Partition, graph: "Graph | None", overlay: str, look: _Look) -> str:
+    """One partition's box: its fill (devices, or the overlay with the devices as a bar), its
+    outline (over capacity, critical, a search hit), its DOT id and tooltip."""
+    style, fill = _fill(look.colours, p.device_ids)
+    label = _partition_label(plan, p, look.short)
+    if look.values:  # the overlay's colour for the body, the devices as a bar over it
+        attrs = [
+            f"label={_replica_label(label, fill.split(':'))}",
+            f'fillcolor="{colour_for(look.values[p.id], look.low, look.high)}"',
+            'margin="0"',
+        ]
+        style = "filled"
+    elif style == "striped":
+        # NOTE: [Replicas] One stripe per device as an HTML table, not Graphviz's "striped"
+        # style, which the browser's renderer draws with an empty path and a line through
+        # the label: a bar of the devices' colours over a light body holding the text.
+        attrs = [f"label={_replica_label(label, fill.split(':'))}", 'fillcolor="#f7f7f7"', 'margin="0"']
+        style = "filled"
+    else:
+        attrs = [f"label={_q(label)}", f"fillcolor={_q(fill)}"]
+    styles = [style, "rounded"] if style == "filled" else [style]
+    overfull = any(d in look.over for d in p.device_ids)
+    if overfull:
+        styles.append("dashed")
+        attrs += [f'color="{WARNING_COLOUR}"', "penwidth=3"]
+    elif p.id in look.critical:
+        attrs += [f'color="{CRITICAL_COLOUR}"', "penwidth=2"]
+    if p.id in look.marked:
+        attrs += [f'color="{HIGHLIGHT_COLOUR}"', "penwidth=5"]
+    tip = _partition_tip(plan, p, graph, overlay, look.values)
+    if overfull:
+        tip = f"P{p.id}: its device holds more than its memory\n" + tip
+    attrs += [f'id="p{p.id}"', f"tooltip={_q(tip)}"]
+    attrs.append(f"style={_q(','.join(styles))}")
+    return f"  p{p.id} [{', '.join(attrs)}];"
+
+
+def _level_lines(plan: Plan) -> list[str]:
+    """``rank=same`` for each BFS level, top to bottom."""
+    levels: dict[int, list[int]] = {}
+    for p in plan.partitions:
+        if p.bfs_level >= 0:
+            levels.setdefault(p.bfs_level, []).append(p.id)
+    return [f"  {{ rank=same; {' '.join(f'p{i};' for i in sorted(levels[level]))} }}" for level in sorted(levels)]
+
+
+def _edge_line(e: Edge, short: bool, critical: bool) -> str:
+    """One edge: the bytes crossing and their transfer time, bold when on the critical path."""
+    label = format_bytes(e.bytes)
+    if e.latency_s > 0 and not short:
+        label += f"\n{format_seconds(e.latency_s)}"
+    tip = f"P{e.src} to P{e.dst}: {format_bytes(e.bytes)}, {format_seconds(e.latency_s)} to transfer"
+    attrs = [f"label={_q(label)}", f"tooltip={_q(tip)}"]
+    if critical:
+        attrs += [f'color="{CRITICAL_COLOUR}"', f'fontcolor="{CRITICAL_COLOUR}"', "penwidth=2.5", "style=bold"]
+    return f"  p{e.src} -> p{e.dst} [{', '.join(attrs)}];"
 
 
 def render_dot(dot_source: str, fmt: str = "svg") -> bytes:
