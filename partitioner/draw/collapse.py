@@ -122,18 +122,43 @@ def collapse(
     node indices alone (one partition's nodes), the rest of the graph left out."""
     chosen = None if only is None else set(only)
     ops = graph.op_indices if chosen is None else tuple(v for v in graph.op_indices if v in chosen)
+    keys = _box_keys(graph, ops, expanded, max_boxes)
+    boxes = _boxes(graph, ops, keys, fold)
+    box_of = [-1] * len(graph)
+    for b, (_, vs, _) in enumerate(boxes):
+        for v in vs:
+            box_of[v] = b
+    where = plan.node_to_partition() if plan is not None else {}
+    on = {p.id: p.device_ids for p in plan.partitions} if plan is not None else {}
+    groups = [
+        _group(graph, key, vs, blocks, bool(blocks) or keys[vs[0]][1], where, on, node_s) for key, vs, blocks in boxes
+    ]
+    return CollapsedGraph(tuple(groups), _box_edges(graph, ops, box_of), tuple(box_of))
+
+
+def _box_keys(
+    graph: "Graph", ops: Sequence[int], expanded: Collection[str], max_boxes: int
+) -> dict[int, tuple[str, bool]]:
+    """Each op's box key and whether the box can be opened; over ``max_boxes`` boxes, each run
+    of single nodes outside any module is merged into one box."""
     ancestors = block_ancestors(graph)
     keys = {v: box_key(graph, v, expanded, ancestors) for v in ops}
     if len({k for k, _ in keys.values()}) > max_boxes:
         run = ""
-        for v in ops:  # merge each run of single nodes (outside any module) into one box
+        for v in ops:
             if keys[v][0].startswith("node:") and not graph.nodes[v].module_path:
                 run = run or f"run:{graph.nodes[v].name}"
                 keys[v] = (run, False)
             else:
                 run = ""
-    where = plan.node_to_partition() if plan is not None else {}
-    on = {p.id: p.device_ids for p in plan.partitions} if plan is not None else {}
+    return keys
+
+
+def _boxes(
+    graph: "Graph", ops: Sequence[int], keys: dict[int, tuple[str, bool]], fold: bool
+) -> list[tuple[str, list[int], tuple[str, ...]]]:
+    """The boxes in first-seen order, (key, members, folded blocks): with ``fold``, each run of
+    identical numbered blocks one box keyed ``FOLD parent.start-end`` (NOTE: [Folded blocks])."""
     order: dict[str, int] = {}
     members: list[list[int]] = []
     for v in ops:
@@ -152,46 +177,51 @@ def collapse(
         end = start + len(span) - 1
         joined = sorted(v for b in span for v in members[b])
         boxes.append((f"{FOLD}{parent}.{start}-{end}", joined, tuple(names[b] for b in span)))
-    box_of = [-1] * len(graph)
-    for b, (_, vs, _) in enumerate(boxes):
-        for v in vs:
-            box_of[v] = b
-    groups = []
-    for key, vs, blocks in boxes:
-        devices: dict[int, int] = {}
-        parts: set[int] = set()
-        for v in vs:
-            p = where.get(graph.nodes[v].name)
-            if p is not None:
-                parts.add(p)
-                for d in on.get(p, ()):
-                    devices[d] = devices.get(d, 0) + 1
-        label = (
-            graph.nodes[vs[0]].name
-            if key.startswith("node:")
-            else (
-                f"{graph.nodes[vs[0]].name} ... {graph.nodes[vs[-1]].name}"
-                if key.startswith("run:")
-                else f"{key[len(FOLD) :]} (x{len(blocks)})"
-                if blocks
-                else key
-            )
-        )
-        groups.append(
-            Group(
-                key,
-                label,
-                tuple(vs),
-                sum(graph.output_bytes[v] for v in vs),
-                _weight_bytes(graph, vs),
-                sum(graph.nodes[v].flops for v in vs),
-                sum(node_s[v] for v in vs) if node_s is not None else 0.0,
-                tuple(sorted(devices.items())),
-                tuple(sorted(parts)),
-                bool(blocks) or keys[vs[0]][1],
-                blocks,
-            )
-        )
+    return boxes
+
+
+def _group(
+    graph: "Graph",
+    key: str,
+    vs: list[int],
+    blocks: tuple[str, ...],
+    expandable: bool,
+    where: Mapping[str, int],
+    on: Mapping[int, Sequence[int]],
+    node_s: Sequence[float] | None,
+) -> Group:
+    """One box's record: its label, sizes, latency, and the devices and partitions of its nodes."""
+    devices: dict[int, int] = {}
+    parts: set[int] = set()
+    for v in vs:
+        p = where.get(graph.nodes[v].name)
+        if p is not None:
+            parts.add(p)
+            for d in on.get(p, ()):
+                devices[d] = devices.get(d, 0) + 1
+    if key.startswith("node:"):
+        label = graph.nodes[vs[0]].name
+    elif key.startswith("run:"):
+        label = f"{graph.nodes[vs[0]].name} ... {graph.nodes[vs[-1]].name}"
+    else:
+        label = f"{key[len(FOLD) :]} (x{len(blocks)})" if blocks else key
+    return Group(
+        key,
+        label,
+        tuple(vs),
+        sum(graph.output_bytes[v] for v in vs),
+        _weight_bytes(graph, vs),
+        sum(graph.nodes[v].flops for v in vs),
+        sum(node_s[v] for v in vs) if node_s is not None else 0.0,
+        tuple(sorted(devices.items())),
+        tuple(sorted(parts)),
+        expandable,
+        blocks,
+    )
+
+
+def _box_edges(graph: "Graph", ops: Sequence[int], box_of: Sequence[int]) -> tuple[tuple[int, int, int], ...]:
+    """(src box, dst box, bytes) between boxes, each output counted once per box it reaches."""
     edges: dict[tuple[int, int], int] = {}
     for v in ops:
         seen: set[int] = set()
@@ -200,7 +230,7 @@ def collapse(
             if b >= 0 and b != box_of[v] and b not in seen:
                 seen.add(b)
                 edges[(box_of[v], b)] = edges.get((box_of[v], b), 0) + graph.output_bytes[v]
-    return CollapsedGraph(tuple(groups), tuple((a, b, n) for (a, b), n in sorted(edges.items())), tuple(box_of))
+    return tuple((a, b, n) for (a, b), n in sorted(edges.items()))
 
 
 @dataclass(frozen=True)
