@@ -11,7 +11,7 @@ import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any, Callable, Iterable, Mapping
 
 from partitioner.device_profile import DeviceProfile, find_profile, is_profile_data, load_profile
 from partitioner.errors import DeviceSpecError
@@ -218,94 +218,122 @@ def parse_devices(spec: str) -> list[Device]:
     text = spec.strip()
     if not text:
         raise DeviceSpecError("device spec is empty; write e.g. '4x16GiB' or '2xa100-40gb'")
+    if _names_devices_file(text):
+        return _read_devices_file(text)
+    devices: list[Device] = []
+    # Each group is checked whole before its devices are made, so the first bad group is the one
+    # reported, and the ids run on from the groups before it.
+    for group in (g.strip() for g in text.split(",")):
+        count, body = _group_count_and_body(spec, group, len(devices))
+        body, engine = _engine_suffix(body, group)
+        make = _device_maker(spec, group, body, engine)
+        devices += [make(lid) for lid in range(len(devices), len(devices) + count)]
+    return devices
+
+
+def _names_devices_file(text: str) -> bool:
+    """Whether ``text`` is a devices (or profile) file rather than groups. A counted group such as
+    ``"2xprofile.json"`` is groups unless a file of that very name exists."""
     path = Path(text)
     counted = re.fullmatch(r"\d+\s*[xX*]\s*\S.*", text) is not None and not path.exists()
-    if not counted and (text.endswith(".json") or (path.suffix and path.exists())):
-        if not path.exists():
-            raise DeviceSpecError(f"devices file {text!r} does not exist")
-        try:
-            data = json.loads(path.read_text(encoding="utf-8-sig"))  # a byte order mark is no part of it
-        except json.JSONDecodeError as exc:
-            raise DeviceSpecError(f"devices file {text!r} is not valid JSON: {exc}") from None
-        except (OSError, UnicodeDecodeError) as exc:
+    return not counted and (text.endswith(".json") or bool(path.suffix and path.exists()))
+
+
+def _read_devices_file(text: str) -> list[Device]:
+    """The devices of the JSON file ``text``: a list of device objects, an object holding them
+    under ``"devices"``, or one measured profile (one device)."""
+    path = Path(text)
+    if not path.exists():
+        raise DeviceSpecError(f"devices file {text!r} does not exist")
+    try:
+        data = json.loads(path.read_text(encoding="utf-8-sig"))  # a byte order mark is no part of it
+    except json.JSONDecodeError as exc:
+        raise DeviceSpecError(f"devices file {text!r} is not valid JSON: {exc}") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise DeviceSpecError(
+            f"cannot read devices file {text!r} ({type(exc).__name__}: {exc}); give a readable "
+            "JSON file holding a list of devices"
+        ) from None
+    except RecursionError:
+        raise DeviceSpecError(f"devices file {text!r} is nested too deeply; write a flat list of devices") from None
+    if is_profile_data(data):
+        return [profile_device(DeviceProfile.from_dict(data), 0)]
+    if isinstance(data, dict):
+        data = data.get("devices", data)
+    if not isinstance(data, list):
+        raise DeviceSpecError(f"devices file {text!r} must hold a list of device objects")
+    return devices_from_dicts(data)
+
+
+def _group_count_and_body(spec: str, group: str, devices_before: int) -> tuple[int, str]:
+    """``"4x16GiB"`` -> (4, "16GiB"); no count is one device. Refuses an empty group, a count
+    below 1, and a count that takes the spec past :data:`MAX_DEVICES` after ``devices_before``."""
+    if not group:
+        raise DeviceSpecError(
+            f"device spec {spec!r} has an empty group (a stray comma); write groups like '4x16GiB' or '2x16GiB,1x8GiB'"
+        )
+    match = re.fullmatch(r"(?:(\d+)\s*[xX*]\s*)?(.+)", group)
+    if match is None:  # pragma: no cover - the pattern matches any non-empty string
+        raise DeviceSpecError(f"cannot read device group {group!r}; write e.g. '4x16GiB'")
+    count = int(match.group(1)) if match.group(1) else 1
+    if count < 1:
+        raise DeviceSpecError(f"device count must be >= 1 in {group!r}")
+    if devices_before + count > MAX_DEVICES:
+        raise DeviceSpecError(
+            f"device spec {spec!r} describes more than {MAX_DEVICES} devices; plan for at most "
+            f"{MAX_DEVICES} (e.g. one node's devices) and replicate the plan"
+        )
+    return count, match.group(2).strip()
+
+
+def _device_maker(spec: str, group: str, body: str, engine: str) -> Callable[[int], Device]:
+    """How to make a device of the type ``body`` (a preset, a measured profile or a size) under
+    ``engine`` ("" for none) from its logical id. Every refusal comes here, before any device of
+    the group is made."""
+    preset = body.lower()
+    if preset in PRESETS:
+        if not engine:
+            return lambda lid: _preset_device(preset, lid)
+        curves = preset_profile(preset)
+        if curves is None:
             raise DeviceSpecError(
-                f"cannot read devices file {text!r} ({type(exc).__name__}: {exc}); give a readable "
-                "JSON file holding a list of devices"
-            ) from None
-        except RecursionError:
-            raise DeviceSpecError(f"devices file {text!r} is nested too deeply; write a flat list of devices") from None
-        if is_profile_data(data):
-            return [profile_device(DeviceProfile.from_dict(data), 0)]
-        if isinstance(data, dict):
-            data = data.get("devices", data)
-        if not isinstance(data, list):
-            raise DeviceSpecError(f"devices file {text!r} must hold a list of device objects")
-        return devices_from_dicts(data)
-    devices: list[Device] = []
-    groups = [g.strip() for g in text.split(",")]
-    for group in groups:
-        if not group:
-            raise DeviceSpecError(
-                f"device spec {spec!r} has an empty group (a stray comma); write groups like "
-                "'4x16GiB' or '2x16GiB,1x8GiB'"
+                f"device group {group!r}: {body!r} has no kernel curves to run under an "
+                f"engine; engines apply to GPU types ({', '.join(_gpu_presets())})"
             )
-        match = re.fullmatch(r"(?:(\d+)\s*[xX*]\s*)?(.+)", group)
-        if match is None:  # pragma: no cover - the pattern matches any non-empty string
-            raise DeviceSpecError(f"cannot read device group {group!r}; write e.g. '4x16GiB'")
-        count = int(match.group(1)) if match.group(1) else 1
-        body = match.group(2).strip()
-        if count < 1:
-            raise DeviceSpecError(f"device count must be >= 1 in {group!r}")
-        if len(devices) + count > MAX_DEVICES:
-            raise DeviceSpecError(
-                f"device spec {spec!r} describes more than {MAX_DEVICES} devices; plan for at most "
-                f"{MAX_DEVICES} (e.g. one node's devices) and replicate the plan"
-            )
-        profile = None
-        body, engine = _engine_suffix(body, group)
-        if body.lower() in PRESETS:
-            memory = -1
-        elif body.endswith(".json") or find_profile(body) is not None:
-            profile, memory = _named_profile(body), -1
-        else:
-            try:
-                memory = parse_bytes(body)
-            except DeviceSpecError:
-                raise DeviceSpecError(
-                    f"cannot read device group {group!r}: {body!r} is neither a size "
-                    f"(e.g. '16GiB') nor a preset ({', '.join(sorted(PRESETS))}) nor a measured profile "
-                    "(`partition-explorer calibrate --name NAME`, then NAME or its .json file)"
-                ) from None
-            if memory == 0:
-                raise DeviceSpecError(
-                    f"device memory must be more than 0 B in {spec!r} (group {group!r} gives 0 B); a device "
-                    "with no memory holds nothing: write its memory, e.g. '4x16GiB'"
-                )
-        if engine and (profile is not None or memory < 0):
-            profile = profile or preset_profile(body.lower())
-            if profile is None:
-                raise DeviceSpecError(
-                    f"device group {group!r}: {body!r} has no kernel curves to run under an "
-                    f"engine; engines apply to GPU types ({', '.join(_gpu_presets())})"
-                )
-            profile = profile.with_engine(engine)
-        elif engine:
-            raise DeviceSpecError(
-                f"device group {group!r}: an engine applies to a device type with kernel curves "
-                f"(a GPU preset or a measured profile), not to a size"
-            )
-        for _ in range(count):
-            lid = len(devices)
-            if profile is not None:
-                device = profile_device(profile, lid)
-                if memory < 0 and body.lower() in PRESETS:  # a preset under another engine keeps its figures
-                    device = dataclasses.replace(_preset_device(body.lower(), lid), profile=profile)
-                devices.append(device)
-            elif memory < 0:
-                devices.append(_preset_device(body.lower(), lid))
-            else:
-                devices.append(Device(name=f"dev_{lid}", memory_bytes=memory, logical_id=lid))
-    return devices
+        timed = curves.with_engine(engine)
+        # A preset under another engine keeps its figures (memory, speeds); only its curves change.
+        return lambda lid: dataclasses.replace(_preset_device(preset, lid), profile=timed)
+    if body.endswith(".json") or find_profile(body) is not None:
+        measured = _named_profile(body)
+        if engine:
+            measured = measured.with_engine(engine)
+        return lambda lid: profile_device(measured, lid)
+    memory = _group_memory(spec, group, body)
+    if engine:
+        raise DeviceSpecError(
+            f"device group {group!r}: an engine applies to a device type with kernel curves "
+            f"(a GPU preset or a measured profile), not to a size"
+        )
+    return lambda lid: Device(name=f"dev_{lid}", memory_bytes=memory, logical_id=lid)
+
+
+def _group_memory(spec: str, group: str, body: str) -> int:
+    """The memory of one device of a group sized by ``body`` (e.g. "16GiB"), refusing a body that
+    is no size (naming the presets and profiles it could have been) and a device of 0 B."""
+    try:
+        memory = parse_bytes(body)
+    except DeviceSpecError:
+        raise DeviceSpecError(
+            f"cannot read device group {group!r}: {body!r} is neither a size "
+            f"(e.g. '16GiB') nor a preset ({', '.join(sorted(PRESETS))}) nor a measured profile "
+            "(`partition-explorer calibrate --name NAME`, then NAME or its .json file)"
+        ) from None
+    if memory == 0:
+        raise DeviceSpecError(
+            f"device memory must be more than 0 B in {spec!r} (group {group!r} gives 0 B); a device "
+            "with no memory holds nothing: write its memory, e.g. '4x16GiB'"
+        )
+    return memory
 
 
 def _gpu_presets() -> list[str]:

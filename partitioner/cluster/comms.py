@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from partitioner.cluster.hardware import Cluster
+from partitioner.cluster.hardware import Cluster, Link
 from partitioner.cluster.layout_types import Layout, Workload
 from partitioner.cluster.profile import ModelProfile
 from partitioner.cluster.rules import _params, check_layout
@@ -109,106 +109,150 @@ def collectives(p: ModelProfile, w: Workload, c: Cluster, lay: Layout) -> list[C
     (sec. 7: ZeRO-3 moves 1.5 times data parallelism's bytes); each all-reduce names the algorithm
     that prices it (NOTE: [All-reduce algorithms])."""
     check_layout(p, lay)
-    scale = w.element_bytes / p.element_bytes
-    intra, inter = c.intra, c.inter
-    rows: list[Collective] = []
+    scale = w.element_bytes / p.element_bytes  # the profile's bytes at the workload's precision
     if w.kind == "inference":
-        batch = w.global_batch / lay.dp
-        pipe_link = intra if lay.tp * lay.pp <= c.devices_per_node else inter
-        for phase, tokens in (("prefill", batch * w.seq_len), ("each token", batch)):
-            hidden = p.hidden_bytes_per_token * scale * tokens
-            if lay.tp > 1:
-                seconds, algorithm = _tp_allreduce(c, hidden, lay.tp)
-                rows.append(
-                    Collective(
-                        f"all-reduce of the hidden state ({algorithm})",
-                        "tp",
-                        lay.tp,
-                        intra.name,
-                        2 * p.layers,
-                        hidden,
-                        seconds,
-                        phase,
-                    )
+        return _inference_rows(p, w, c, lay, scale)
+    mb = _Microbatches.of(p, w, lay, scale)
+    rows = [
+        _tensor_parallel_row(p, c, lay, mb),
+        _pipeline_row(c, lay, mb),
+        _context_row(p, c, lay, mb, scale),
+        _expert_row(p, c, lay, mb),
+    ]
+    return [row for row in rows if row is not None] + _data_parallel_rows(p, w, c, lay)
+
+
+def _link_spanning(c: Cluster, devices: int) -> Link:
+    """The link a group of ``devices`` consecutive ranks talks over: the node's own when it fits
+    in one node, else the network between nodes."""
+    return c.intra if devices <= c.devices_per_node else c.inter
+
+
+def _inference_rows(p: ModelProfile, w: Workload, c: Cluster, lay: Layout, scale: float) -> list[Collective]:
+    """Inference's rows: the prompt's prefill moves every prompt token's hidden state, each
+    generated token one a sequence; tensor parallelism all-reduces it twice a layer and each
+    pipeline stage but the last sends it on."""
+    batch = w.global_batch / lay.dp
+    pipe_link = _link_spanning(c, lay.tp * lay.pp)
+    rows: list[Collective] = []
+    for phase, tokens in (("prefill", batch * w.seq_len), ("each token", batch)):
+        hidden = p.hidden_bytes_per_token * scale * tokens
+        if lay.tp > 1:
+            seconds, algorithm = _tp_allreduce(c, hidden, lay.tp)
+            rows.append(
+                Collective(
+                    name=f"all-reduce of the hidden state ({algorithm})",
+                    group="tp",
+                    ranks=lay.tp,
+                    link=c.intra.name,
+                    count=2 * p.layers,
+                    bytes_each=hidden,
+                    seconds_each=seconds,
+                    phase=phase,
                 )
-            if lay.pp > 1:
-                rows.append(
-                    Collective(
-                        "send of the hidden state to the next stage",
-                        "pp",
-                        2,
-                        pipe_link.name,
-                        lay.pp - 1,
-                        hidden,
-                        hidden / pipe_link.bandwidth_bytes_per_s + pipe_link.latency_s,
-                        phase,
-                    )
+            )
+        if lay.pp > 1:
+            rows.append(
+                Collective(
+                    name="send of the hidden state to the next stage",
+                    group="pp",
+                    ranks=2,
+                    link=pipe_link.name,
+                    count=lay.pp - 1,
+                    bytes_each=hidden,
+                    seconds_each=hidden / pipe_link.bandwidth_bytes_per_s + pipe_link.latency_s,
+                    phase=phase,
                 )
-        return rows
-    per_replica = w.global_batch // lay.dp
-    m = per_replica // lay.microbatch_size
-    tokens_mb = lay.microbatch_size * w.seq_len / lay.cp
-    hidden_mb = p.hidden_bytes_per_token * scale * tokens_mb
-    layers_per_stage = p.layers / lay.pp
-    if lay.tp > 1:  # each microbatch, each layer of the stage: 2 in the forward, 2 in the backward
-        seconds, algorithm = _tp_allreduce(c, hidden_mb, lay.tp)
-        rows.append(
-            Collective(
-                f"all-reduce of the hidden state ({algorithm})",
-                "tp",
-                lay.tp,
-                intra.name,
-                m * 4 * layers_per_stage,
-                hidden_mb,
-                seconds,
-                "forward + backward",
             )
-        )
-    if lay.pp > 1:
-        link = intra if lay.tp * lay.pp * lay.cp <= c.devices_per_node else inter
-        rows.append(
-            Collective(
-                "send of the hidden state and its gradient",
-                "pp",
-                2,
-                link.name,
-                m * 2,
-                hidden_mb,
-                hidden_mb / link.bandwidth_bytes_per_s + link.latency_s,
-                "forward + backward",
-            )
-        )
-    if lay.cp > 1 and p.kv_bytes_per_token:
-        link = intra if lay.tp * lay.cp <= c.devices_per_node else inter
-        kv = p.kv_bytes_per_token * scale * tokens_mb * lay.cp / lay.tp / lay.pp
-        rows.append(
-            Collective(
-                "ring exchange of keys and values (backward: their gradients, twice)",
-                "cp",
-                lay.cp,
-                link.name,
-                m * 3,
-                kv,
-                _context_exchange_s(p, c, lay, tokens_mb * lay.cp * scale) / lay.pp,
-                "forward + backward",
-            )
-        )
-    if lay.ep > 1 and p.moe_layers:
-        link = intra if lay.tp * lay.ep <= c.devices_per_node else inter
-        sent = hidden_mb / lay.tp * max(1, p.experts_per_token)
-        rows.append(
-            Collective(
-                "all-to-all of tokens to their experts and back",
-                "ep",
-                lay.ep,
-                link.name,
-                m * 2 * 2 * p.moe_layers / lay.pp,
-                sent,
-                all_to_all_s(sent, lay.ep, link.bandwidth_bytes_per_s, link.latency_s),
-                "forward + backward",
-            )
-        )
-    return rows + _data_parallel_rows(p, w, c, lay)
+    return rows
+
+
+@dataclass(frozen=True)
+class _Microbatches:
+    """A training step's microbatches on one replica as the model-parallel groups see them:
+    ``count`` of them, each ``tokens`` tokens on a device (a context-parallel rank holds 1/cp of
+    every sequence) whose hidden state is ``hidden_bytes``."""
+
+    count: int
+    tokens: float
+    hidden_bytes: float
+
+    @classmethod
+    def of(cls, p: ModelProfile, w: Workload, lay: Layout, scale: float) -> "_Microbatches":
+        per_replica = w.global_batch // lay.dp
+        tokens = lay.microbatch_size * w.seq_len / lay.cp
+        return cls(per_replica // lay.microbatch_size, tokens, p.hidden_bytes_per_token * scale * tokens)
+
+
+def _tensor_parallel_row(p: ModelProfile, c: Cluster, lay: Layout, mb: _Microbatches) -> Collective | None:
+    """Each microbatch, each layer of the stage: 2 all-reduces in the forward, 2 in the backward."""
+    if lay.tp <= 1:
+        return None
+    seconds, algorithm = _tp_allreduce(c, mb.hidden_bytes, lay.tp)
+    return Collective(
+        name=f"all-reduce of the hidden state ({algorithm})",
+        group="tp",
+        ranks=lay.tp,
+        link=c.intra.name,
+        count=mb.count * 4 * (p.layers / lay.pp),
+        bytes_each=mb.hidden_bytes,
+        seconds_each=seconds,
+        phase="forward + backward",
+    )
+
+
+def _pipeline_row(c: Cluster, lay: Layout, mb: _Microbatches) -> Collective | None:
+    """Each microbatch's hidden state goes forward to the next stage and its gradient back."""
+    if lay.pp <= 1:
+        return None
+    link = _link_spanning(c, lay.tp * lay.pp * lay.cp)
+    return Collective(
+        name="send of the hidden state and its gradient",
+        group="pp",
+        ranks=2,
+        link=link.name,
+        count=mb.count * 2,
+        bytes_each=mb.hidden_bytes,
+        seconds_each=mb.hidden_bytes / link.bandwidth_bytes_per_s + link.latency_s,
+        phase="forward + backward",
+    )
+
+
+def _context_row(p: ModelProfile, c: Cluster, lay: Layout, mb: _Microbatches, scale: float) -> Collective | None:
+    """Ring attention's exchange of a stage's keys and values: once in the forward, and their
+    gradients twice in the backward (priced by :func:`_context_exchange_s`)."""
+    if lay.cp <= 1 or not p.kv_bytes_per_token:
+        return None
+    link = _link_spanning(c, lay.tp * lay.cp)
+    return Collective(
+        name="ring exchange of keys and values (backward: their gradients, twice)",
+        group="cp",
+        ranks=lay.cp,
+        link=link.name,
+        count=mb.count * 3,
+        bytes_each=p.kv_bytes_per_token * scale * mb.tokens * lay.cp / lay.tp / lay.pp,
+        seconds_each=_context_exchange_s(p, c, lay, mb.tokens * lay.cp * scale) / lay.pp,
+        phase="forward + backward",
+    )
+
+
+def _expert_row(p: ModelProfile, c: Cluster, lay: Layout, mb: _Microbatches) -> Collective | None:
+    """In each MoE layer of the stage, each way: an all-to-all sends a device's tokens (one copy
+    for each of its top-k experts) to the experts and another brings them back."""
+    if lay.ep <= 1 or not p.moe_layers:
+        return None
+    link = _link_spanning(c, lay.tp * lay.ep)
+    sent = mb.hidden_bytes / lay.tp * max(1, p.experts_per_token)
+    return Collective(
+        name="all-to-all of tokens to their experts and back",
+        group="ep",
+        ranks=lay.ep,
+        link=link.name,
+        count=mb.count * 2 * 2 * p.moe_layers / lay.pp,
+        bytes_each=sent,
+        seconds_each=all_to_all_s(sent, lay.ep, link.bandwidth_bytes_per_s, link.latency_s),
+        phase="forward + backward",
+    )
 
 
 def _data_parallel_rows(p: ModelProfile, w: Workload, c: Cluster, lay: Layout) -> list[Collective]:
