@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any, Sequence
 
 from cli.arguments import add_model_arguments, rate, time_limit
 from cli.commands import COMMON_EPILOG
@@ -19,6 +19,10 @@ from partitioner.interop.export import to_pipeline_split_spec
 from partitioner.pipeline.schedules import SCHEDULES, MicrobatchError, check_microbatches, stages_per_rank
 from partitioner.pipeline.stages import BOTTLENECK_NOTE, MAX_MICROBATCHES
 from partitioner.units import format_bytes, format_change, format_seconds, format_share, format_signed
+
+if TYPE_CHECKING:  # the runner imports torch: only for the type hints
+    from partitioner.pipeline.runner import PipelineRun
+    from partitioner.pipeline.stages import PipelinePlan
 
 __all__ = ["register"]
 
@@ -139,26 +143,50 @@ def run(args: argparse.Namespace) -> int:
     if args.out == "-" and args.split_spec_out == "-":
         raise CLIError("--out - and --split-spec-out - both write to stdout; send one to a file")
     if args.split_spec_out:
-        spec = to_pipeline_split_spec(pp.as_plan(model.graph, devices, args.transfer_rate), model.graph)
-        write_output(args.split_spec_out, json.dumps(spec, indent=2), "split spec")
-    result = None
-    if args.run:
-        quiet = args.out == "-"
-        result = pipeline.run(
-            pp,
-            model.graph,
-            model.graph.example_inputs or (),
-            timeout_s=args.timeout,
-            progress=None if quiet else (lambda text: print(f"  {text}", file=sys.stderr)),
-        )
+        _write_split_spec(args, pp, model, devices)
+    result = _run_stages(args, pp, model) if args.run else None
     if args.out:
-        data = pp.to_dict()
-        if result is not None:
-            data["run"] = result.to_dict()
-        write_output(args.out, json.dumps(data, indent=2), "pipeline plan")
+        _write_plan(args.out, pp, result)
     status = EXIT_OK if result is None or _agrees(result) else EXIT_FAIL
-    if args.out == "-":
+    if args.out == "-":  # the JSON is the whole of stdout
         return status
+    _print_stages(args, model.label, pp, devices)
+    _print_step(pp)
+    if result is not None:
+        _print_run(result, devices)
+    sys.stdout.flush()
+    return status
+
+
+def _write_split_spec(args: argparse.Namespace, pp: PipelinePlan, model: Any, devices: Sequence[Any]) -> None:
+    """``--split-spec-out``: the stages as torch.distributed.pipelining's split_spec."""
+    spec = to_pipeline_split_spec(pp.as_plan(model.graph, devices, args.transfer_rate), model.graph)
+    write_output(args.split_spec_out, json.dumps(spec, indent=2), "split spec")
+
+
+def _run_stages(args: argparse.Namespace, pp: PipelinePlan, model: Any) -> PipelineRun:
+    """``--run``: the stages on local processes; progress goes to stderr unless the JSON goes to
+    stdout."""
+    quiet = args.out == "-"
+    return pipeline.run(
+        pp,
+        model.graph,
+        model.graph.example_inputs or (),
+        timeout_s=args.timeout,
+        progress=None if quiet else (lambda text: print(f"  {text}", file=sys.stderr)),
+    )
+
+
+def _write_plan(out: str, pp: PipelinePlan, result: PipelineRun | None) -> None:
+    """``--out``: the plan as JSON, with the run's figures under "run" when it ran."""
+    data = pp.to_dict()
+    if result is not None:
+        data["run"] = result.to_dict()
+    write_output(out, json.dumps(data, indent=2), "pipeline plan")
+
+
+def _print_stages(args: argparse.Namespace, label: str, pp: PipelinePlan, devices: Sequence[Any]) -> None:
+    """What was asked, then each stage's nodes, times and memory against its device's capacity."""
     caps = {d.logical_id: d.memory_bytes for d in devices}
     rows = [
         [
@@ -182,7 +210,7 @@ def run(args: argparse.Namespace) -> int:
         )
     ]
     print(
-        f"model {model.label}: {args.stages} stages, {args.microbatches} microbatches, {args.schedule}"
+        f"model {label}: {args.stages} stages, {args.microbatches} microbatches, {args.schedule}"
         + (f", training with {args.training}" if args.training else ", inference")
     )
     print(
@@ -198,6 +226,10 @@ def run(args: argparse.Namespace) -> int:
             "devices hold: "
             + ", ".join(f"{d}: {format_bytes(b)} ({format_share(b, caps[d])})" for d, b in sorted(held.items()))
         )
+
+
+def _print_step(pp: PipelinePlan) -> None:
+    """The simulated step and bubble, against the equal-layer and by-parameter splits."""
     print(f"\nstep time {format_seconds(pp.step_time_s)}, bubble {pp.bubble_fraction:.1%}")
     for name, step, sizes in pp.baselines:
         gain = step / pp.step_time_s - 1 if pp.step_time_s else 0.0
@@ -205,33 +237,36 @@ def run(args: argparse.Namespace) -> int:
             gain, "slower than this split", "faster than this split", "the same step time as this split"
         )
         print(f"  {name} split {list(sizes)}: {format_seconds(step)} ({change})")
+    # A simple split faster than this one must be one that does not fit memory: say so.
     if any(step < pp.step_time_s * (1 - 0.0005) for _, step, _ in pp.baselines):
         print(f"  ({BOTTLENECK_NOTE})")
-    if result is not None:
-        profile = device_profile(devices)
-        how = f"on profile {profile.name!r}" if profile is not None else "roofline estimates"
-        print(
-            f"\nran on {result.world_size} processes ({result.backend}): step measured "
-            f"{format_seconds(result.measured_step_s)} against {format_seconds(result.simulated_step_s)} "
-            f"simulated ({how}): error {_error(result.measured_step_s, result.simulated_step_s)}; "
-            "per-stage forward below"
+
+
+def _print_run(result: PipelineRun, devices: Sequence[Any]) -> None:
+    """``--run``: the measured step and each stage's forward beside the simulation, and whether
+    the outputs (and gradients) equal the model's in one process."""
+    profile = device_profile(devices)
+    how = f"on profile {profile.name!r}" if profile is not None else "roofline estimates"
+    print(
+        f"\nran on {result.world_size} processes ({result.backend}): step measured "
+        f"{format_seconds(result.measured_step_s)} against {format_seconds(result.simulated_step_s)} "
+        f"simulated ({how}): error {_error(result.measured_step_s, result.simulated_step_s)}; "
+        "per-stage forward below"
+    )
+    rows = [
+        [s, format_seconds(sim), format_seconds(got), _error(got, sim)]
+        for s, (sim, got) in enumerate(zip(result.simulated_forward_s, result.stage_forward_s))
+    ]
+    print(format_table(["stage", "forward/mb simulated", "forward/mb measured", "error"], rows, right=(1, 2, 3)))
+    print(
+        f"outputs {'equal' if result.outputs_equal else 'DIFFER from'} the model in one process"
+        + (
+            ""
+            if result.gradients_equal is None
+            else f"; gradients {'equal' if result.gradients_equal else 'DIFFER from'} the model's"
+            f" (loss {result.loss:.4g})"
         )
-        rows = [
-            [s, format_seconds(sim), format_seconds(got), _error(got, sim)]
-            for s, (sim, got) in enumerate(zip(result.simulated_forward_s, result.stage_forward_s))
-        ]
-        print(format_table(["stage", "forward/mb simulated", "forward/mb measured", "error"], rows, right=(1, 2, 3)))
-        print(
-            f"outputs {'equal' if result.outputs_equal else 'DIFFER from'} the model in one process"
-            + (
-                ""
-                if result.gradients_equal is None
-                else f"; gradients {'equal' if result.gradients_equal else 'DIFFER from'} the model's"
-                f" (loss {result.loss:.4g})"
-            )
-        )
-    sys.stdout.flush()
-    return status
+    )
 
 
 def _error(measured: float, predicted: float) -> str:
