@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import argparse
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from cli._cluster_open import checked_layout, json_opened, open_layout
 from cli.arguments import add_model_arguments, bounded, time_limit
 from cli.cluster_run import run_layout
 from cli.commands import COMMON_EPILOG
@@ -16,6 +17,9 @@ from partitioner import cluster
 from partitioner.cost.training import OPTIMIZERS
 from partitioner.interop.engines import ENGINES, engine_file
 from partitioner.units import PRECISIONS, dtype, format_bytes, format_seconds
+
+if TYPE_CHECKING:
+    from partitioner.cluster.search import ClusterPlan
 
 __all__ = ["register"]
 
@@ -191,7 +195,39 @@ def run(args: argparse.Namespace) -> int:
     target = cluster.cluster(
         args.accelerator, args.devices_per_node, args.intra, args.inter, headroom, args.price_per_hour
     )
-    work = cluster.Workload(
+    work = _workload(args)
+    # --open's layout is refused before the search, which may take seconds.
+    to_open = checked_layout(args.open, prof, work, args.devices_per_node * args.max_nodes) if args.open else None
+    found = cluster.search(prof, work, target, cluster.device_counts(args.devices_per_node, args.max_nodes))
+    _print_searched(args, model.label, prof, work, found)
+    if not found.fitting:
+        print(
+            f"no layout fits up to {args.max_nodes} node(s): raise --max-nodes, use a larger accelerator, "
+            "or a smaller batch"
+        )
+        return EXIT_FAIL
+    _print_best(args, work, found)
+    _print_edge(args, found)
+    print()
+    print(_table_best(args, found))
+    opened = open_layout(to_open, prof, work, target) if to_open else None
+    if args.export:
+        best = opened or found.fastest
+        assert best is not None
+        _, text, _ = engine_file(args.export, best.layout, work)
+        write_output(args.out or "-", text, f"{args.export} config")
+        return EXIT_OK
+    if args.out:
+        data = _json_plan(args, model.label, found, work)
+        if opened is not None:
+            data["opened"] = json_opened(opened, prof, work, target)
+        write_output(args.out, json.dumps(data, indent=2), "cluster plan")
+    return EXIT_OK
+
+
+def _workload(args: argparse.Namespace) -> cluster.Workload:
+    """The step the layouts are searched for: training or inference, batch, sequence, precision."""
+    return cluster.Workload(
         "inference" if args.inference else "training",
         args.global_batch,
         args.seq_len,
@@ -200,20 +236,23 @@ def run(args: argparse.Namespace) -> int:
         args.train_tokens,
         args.generate,
     )
-    to_open = _checked_layout(args.open, prof, work, args.devices_per_node * args.max_nodes) if args.open else None
-    found = cluster.search(prof, work, target, cluster.device_counts(args.devices_per_node, args.max_nodes))
+
+
+def _print_searched(
+    args: argparse.Namespace, label: str, prof: cluster.ModelProfile, work: cluster.Workload, found: ClusterPlan
+) -> None:
+    """The model, the workload and the cluster, then how many layouts were searched and fit."""
     print(
-        f"{model.label}: {prof.param_count / 1e9:.2f} B parameters ({format_bytes(prof.weight_bytes)} as traced), "
+        f"{label}: {prof.param_count / 1e9:.2f} B parameters ({format_bytes(prof.weight_bytes)} as traced), "
         f"{prof.layers} layers; {work.kind} at {work.global_batch} x {work.seq_len} tokens on "
         f"{args.accelerator} nodes of {args.devices_per_node}"
     )
     print(f"searched {found.evaluated} layouts in {found.search_s:.2f} s; {len(found.fitting)} fit")
-    if not found.fitting:
-        print(
-            f"no layout fits up to {args.max_nodes} node(s): raise --max-nodes, use a larger accelerator, "
-            "or a smaller batch"
-        )
-        return EXIT_FAIL
+
+
+def _print_best(args: argparse.Namespace, work: cluster.Workload, found: ClusterPlan) -> None:
+    """The fewest-devices, fastest and cheapest layouts, each with what the whole run costs
+    (training) or how fast each sequence streams (inference)."""
     step = "time to first token" if args.inference else "step"
     for title, r in (
         ("fewest devices", found.fewest_devices),
@@ -234,6 +273,10 @@ def run(args: argparse.Namespace) -> int:
         else:
             line += f"; {r.extra['tokens_per_s_per_sequence']:.1f} tokens/s per sequence"
         print(line)
+
+
+def _print_edge(args: argparse.Namespace, found: ClusterPlan) -> None:
+    """Which of the best layouts sit at the largest size searched: a larger cluster may beat them."""
     from partitioner.cluster.search import at_the_edge
 
     searched = cluster.device_counts(args.devices_per_node, args.max_nodes)
@@ -244,96 +287,31 @@ def run(args: argparse.Namespace) -> int:
             f"({max(searched)} devices): more may do "
             "better; raise --max-nodes to see where adding devices stops paying"
         )
-    print()
-    print(
-        format_table(
-            ["devices", "layout", step, "MFU", "memory/device", "limit", "$/M tokens"],
-            [_row(r, args.inference) for r in found.best(args.top)],
-        )
+
+
+def _table_best(args: argparse.Namespace, found: ClusterPlan) -> str:
+    """The --top best layouts, one a row."""
+    step = "time to first token" if args.inference else "step"
+    return format_table(
+        ["devices", "layout", step, "MFU", "memory/device", "limit", "$/M tokens"],
+        [_row(r, args.inference) for r in found.best(args.top)],
     )
-    opened = _open(to_open, prof, work, target) if to_open else None
-    if args.export:
-        best = opened or found.fastest
-        assert best is not None
-        _, text, _ = engine_file(args.export, best.layout, work)
-        write_output(args.out or "-", text, f"{args.export} config")
-        return EXIT_OK
-    if args.out:
-        data = {
-            "model": model.label,
-            "workload": work.__dict__,
-            "accelerator": args.accelerator,
-            "searched": found.evaluated,
-            "search_s": found.search_s,
-            "fewest_devices": found.fewest_devices.to_dict() if found.fewest_devices else None,
-            "fastest": found.fastest.to_dict() if found.fastest else None,
-            "cheapest": found.cheapest.to_dict() if found.cheapest else None,
-            "pareto": [r.to_dict() for r in found.front],
-            "best": [r.to_dict() for r in found.best(args.top)],
-        }
-        if opened is not None:
-            data["opened"] = {
-                **opened.to_dict(),
-                "collectives": [
-                    {**c.__dict__, "seconds": c.seconds} for c in cluster.collectives(prof, work, target, opened.layout)
-                ],
-            }
-        write_output(args.out, json.dumps(data, indent=2), "cluster plan")
-    return EXIT_OK
 
 
-def _checked_layout(text: str, prof: cluster.ModelProfile, work: cluster.Workload, max_devices: int) -> cluster.Layout:
-    """``--open``'s layout, checked against the model, the batch and the cluster (--max-nodes)
-    before any search: the rules --run applies before it starts a process."""
-    from partitioner.cluster.layouts import check_layout
-    from partitioner.cluster.run.compose import parse_layout
-
-    layout = parse_layout(text)
-    check_layout(prof, layout, work, max_devices)
-    return layout
-
-
-def _open(
-    layout: cluster.Layout, prof: cluster.ModelProfile, work: cluster.Workload, target: cluster.Cluster
-) -> cluster.LayoutResult:
-    """``--open``: one layout's memory by kind, time by cause and collectives, printed."""
-    from partitioner.pipeline.steps import step_simulator
-
-    r = cluster.evaluate(prof, work, target, layout, step_simulator())
-    print()
-    print(
-        f"{r.layout.label()} on {r.devices} x {target.accelerator.name}: {'fits' if r.fits else 'does NOT fit'}, "
-        f"{format_bytes(int(r.memory_bytes))} of {format_bytes(target.accelerator.memory_bytes)} a device; "
-        f"{format_seconds(r.step_s)} a {'step' if work.kind == 'training' else 'first token'}, limited by {r.limit}"
-    )
-    print(
-        "memory per device: " + ", ".join(f"{k.replace('_', ' ')} {format_bytes(int(v))}" for k, v in r.memory.items())
-    )
-    print("time by cause: " + ", ".join(f"{k} {format_seconds(v)}" for k, v in r.parts_s.items() if v > 0))
-    rows = [
-        [
-            c.name,
-            f"{c.group} ({c.ranks})",
-            c.link,
-            c.phase,
-            f"{c.count:,.0f}",
-            format_bytes(int(c.bytes_each)),
-            format_seconds(c.seconds_each),
-            format_seconds(c.seconds),
-            c.overlap or "-",
-        ]
-        for c in cluster.collectives(prof, work, target, r.layout)
-    ]
-    if rows:
-        print(
-            format_table(
-                ["collective", "group", "link", "when", "count", "size each", "time each", "total", "hidden behind"],
-                rows,
-            )
-        )
-    else:
-        print("no collectives: one device")
-    return r
+def _json_plan(args: argparse.Namespace, label: str, found: ClusterPlan, work: cluster.Workload) -> dict[str, Any]:
+    """``--out``: the search's answers as JSON."""
+    return {
+        "model": label,
+        "workload": work.__dict__,
+        "accelerator": args.accelerator,
+        "searched": found.evaluated,
+        "search_s": found.search_s,
+        "fewest_devices": found.fewest_devices.to_dict() if found.fewest_devices else None,
+        "fastest": found.fastest.to_dict() if found.fastest else None,
+        "cheapest": found.cheapest.to_dict() if found.cheapest else None,
+        "pareto": [r.to_dict() for r in found.front],
+        "best": [r.to_dict() for r in found.best(args.top)],
+    }
 
 
 def _budgets(text: str) -> tuple[float, ...]:

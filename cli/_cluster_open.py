@@ -1,0 +1,78 @@
+"""``partition-explorer cluster --open``: one layout as the page opens it, whether or not it is
+among the best: its memory by kind, its time by cause and its collectives."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from cli.report import format_table
+from partitioner import cluster
+from partitioner.units import format_bytes, format_seconds
+
+__all__ = ["checked_layout", "open_layout", "json_opened"]
+
+
+def checked_layout(text: str, prof: cluster.ModelProfile, work: cluster.Workload, max_devices: int) -> cluster.Layout:
+    """``--open``'s layout, checked against the model, the batch and the cluster (--max-nodes)
+    before any search: the rules --run applies before it starts a process."""
+    from partitioner.cluster.layouts import check_layout
+    from partitioner.cluster.run.compose import parse_layout
+
+    layout = parse_layout(text)
+    check_layout(prof, layout, work, max_devices)
+    return layout
+
+
+def open_layout(
+    layout: cluster.Layout, prof: cluster.ModelProfile, work: cluster.Workload, target: cluster.Cluster
+) -> cluster.LayoutResult:
+    """``--open``: one layout's memory by kind, time by cause and collectives, printed."""
+    from partitioner.pipeline.steps import step_simulator
+
+    r = cluster.evaluate(prof, work, target, layout, step_simulator())
+    print()
+    print(
+        f"{r.layout.label()} on {r.devices} x {target.accelerator.name}: {'fits' if r.fits else 'does NOT fit'}, "
+        f"{format_bytes(int(r.memory_bytes))} of {format_bytes(target.accelerator.memory_bytes)} a device; "
+        f"{format_seconds(r.step_s)} a {'step' if work.kind == 'training' else 'first token'}, limited by {r.limit}"
+    )
+    print(
+        "memory per device: " + ", ".join(f"{k.replace('_', ' ')} {format_bytes(int(v))}" for k, v in r.memory.items())
+    )
+    print("time by cause: " + ", ".join(f"{k} {format_seconds(v)}" for k, v in r.parts_s.items() if v > 0))
+    rows = [
+        [
+            c.name,
+            f"{c.group} ({c.ranks})",
+            c.link,
+            c.phase,
+            f"{c.count:,.0f}",
+            format_bytes(int(c.bytes_each)),
+            format_seconds(c.seconds_each),
+            format_seconds(c.seconds),
+            c.overlap or "-",
+        ]
+        for c in cluster.collectives(prof, work, target, r.layout)
+    ]
+    if rows:
+        print(
+            format_table(
+                ["collective", "group", "link", "when", "count", "size each", "time each", "total", "hidden behind"],
+                rows,
+            )
+        )
+    else:
+        print("no collectives: one device")
+    return r
+
+
+def json_opened(
+    opened: cluster.LayoutResult, prof: cluster.ModelProfile, work: cluster.Workload, target: cluster.Cluster
+) -> dict[str, Any]:
+    """``--out`` with ``--open``: the opened layout with each of its collectives."""
+    return {
+        **opened.to_dict(),
+        "collectives": [
+            {**c.__dict__, "seconds": c.seconds} for c in cluster.collectives(prof, work, target, opened.layout)
+        ],
+    }
