@@ -7,7 +7,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any, Sequence
 
 from cli.arguments import add_model_arguments, rate, time_limit
 from cli.commands import COMMON_EPILOG
@@ -18,7 +18,14 @@ from partitioner.errors import RunError, ShardingError
 from partitioner.sharding import tensor_parallel
 from partitioner.units import format_bytes, format_seconds, format_signed
 
+if TYPE_CHECKING:  # the run's module imports torch: only for the type hints
+    from partitioner.devices import Device
+    from partitioner.sharding.tp_run import ShardRun
+    from partitioner.sharding.tp_styles import TPPlan
+
 __all__ = ["register"]
+
+_BytesByDevice = dict[int, int]  # bytes on each device, by logical id
 
 EXAMPLES = """examples:
   partition-explorer shard transformer --devices 2x7MiB --suggest
@@ -89,6 +96,27 @@ def run(args: argparse.Namespace) -> int:
     model = load_model(args.model, args.set, args.devices)
     devices = resolve_devices(args.devices, model)
     graph = model.graph
+    plan, before, after = _plan(args, graph, devices)
+    result = _run_sharded(args, model, plan) if args.run else None
+    status = EXIT_OK if result is None or (result.outputs_equal and result.counts_match) else EXIT_FAIL
+    if args.out:
+        _write_report(args.out, model.label, plan, before, after, result)
+        if args.out == "-":  # the JSON is the whole of stdout
+            return status
+    _print_parameters(model.label, graph, plan, devices)
+    print()
+    print(_table_memory(devices, before, after))
+    _print_collectives(args, plan)
+    if result is not None:
+        _print_run(graph, plan, devices, result)
+    return status
+
+
+def _plan(
+    args: argparse.Namespace, graph: Any, devices: Sequence[Device]
+) -> tuple[TPPlan, _BytesByDevice, _BytesByDevice]:
+    """The spec (suggested or read), its layouts and collectives, and each device's bytes before
+    and after sharding; a spec the model refuses is a usage error."""
     try:
         spec = tensor_parallel.suggest(graph, devices, args.transfer_rate) if args.suggest else _read_spec(args.spec)
         plan = tensor_parallel.tp_plan(graph, spec, len(devices), args.transfer_rate, training=args.training)
@@ -96,43 +124,55 @@ def run(args: argparse.Namespace) -> int:
         after = sharding.device_memory(graph, devices, plan.spec)
     except ShardingError as exc:
         raise CLIError(str(exc)) from None
-    result = None
-    if args.run:
-        from partitioner.runtime.execute import picklable
-        from partitioner.sharding.tp_run import run_sharded
+    return plan, before, after
 
-        quiet = args.out == "-"
-        # hf: models run as built (their exported graph cannot be pickled for the ranks)
-        module = model.module if model.module is not None else picklable(graph.graph_module)
-        try:
-            result = run_sharded(
-                module,
-                graph.example_inputs or (),
-                plan,
-                training=args.training,
-                timeout_s=args.timeout,
-                repeats=5,
-                progress=None if quiet else (lambda text: print(f"  {text}", file=sys.stderr)),
-            )
-        except ShardingError as exc:
-            raise CLIError(f"cannot run it: {exc}") from None
-        except RunError as exc:
-            raise CLIError(f"the sharded run failed: {exc}", EXIT_RUN) from None
-    status = EXIT_OK if result is None or (result.outputs_equal and result.counts_match) else EXIT_FAIL
-    if args.out:
-        data = {
-            "model": model.label,
-            "spec": plan.spec,
-            "styles": plan.styles,
-            "memory_before": before,
-            "memory_after": after,
-            "collectives": [vars(c) for c in plan.collectives],
-        }
-        if result is not None:
-            data["run"] = result.to_dict()
-        write_output(args.out, json.dumps(data, indent=2), "shard report")
-        if args.out == "-":
-            return status
+
+def _run_sharded(args: argparse.Namespace, model: Any, plan: TPPlan) -> ShardRun:
+    """``--run``: the sharded model on local processes; progress goes to stderr unless the JSON
+    goes to stdout."""
+    from partitioner.runtime.execute import picklable
+    from partitioner.sharding.tp_run import run_sharded
+
+    quiet = args.out == "-"
+    graph = model.graph
+    # hf: models run as built (their exported graph cannot be pickled for the ranks)
+    module = model.module if model.module is not None else picklable(graph.graph_module)
+    try:
+        return run_sharded(
+            module,
+            graph.example_inputs or (),
+            plan,
+            training=args.training,
+            timeout_s=args.timeout,
+            repeats=5,
+            progress=None if quiet else (lambda text: print(f"  {text}", file=sys.stderr)),
+        )
+    except ShardingError as exc:
+        raise CLIError(f"cannot run it: {exc}") from None
+    except RunError as exc:
+        raise CLIError(f"the sharded run failed: {exc}", EXIT_RUN) from None
+
+
+def _write_report(
+    out: str, label: str, plan: TPPlan, before: _BytesByDevice, after: _BytesByDevice, result: ShardRun | None
+) -> None:
+    """``--out``: the spec, memory and collectives as JSON, with the run under "run" when it ran."""
+    data = {
+        "model": label,
+        "spec": plan.spec,
+        "styles": plan.styles,
+        "memory_before": before,
+        "memory_after": after,
+        "collectives": [vars(c) for c in plan.collectives],
+    }
+    if result is not None:
+        data["run"] = result.to_dict()
+    write_output(out, json.dumps(data, indent=2), "shard report")
+
+
+def _print_parameters(label: str, graph: Any, plan: TPPlan, devices: Sequence[Device]) -> None:
+    """The parameters the spec shards (a partition list of all ones leaves one whole), each with
+    its shape and its shards' shapes."""
     params = sharding.parameter_shapes(graph)
     rows = [
         [
@@ -144,8 +184,12 @@ def run(args: argparse.Namespace) -> int:
         for name, value in plan.spec.items()
         if value.replace(",", "").strip("1")
     ]
-    print(f"model {model.label}: {len(devices)} devices running it together, {len(rows)} parameters sharded")
+    print(f"model {label}: {len(devices)} devices running it together, {len(rows)} parameters sharded")
     print(format_table(["parameter", "shape", "spec", "shards"], rows))
+
+
+def _table_memory(devices: Sequence[Device], before: _BytesByDevice, after: _BytesByDevice) -> str:
+    """Each device's bytes unsharded and sharded against its capacity."""
     caps = {d.logical_id: d.memory_bytes for d in devices}
     rows = [
         [
@@ -157,8 +201,12 @@ def run(args: argparse.Namespace) -> int:
         ]
         for d in sorted(after)
     ]
-    print()
-    print(format_table(["device", "memory unsharded", "memory sharded", "capacity", "fits"], rows, right=(1, 2, 3)))
+    return format_table(["device", "memory unsharded", "memory sharded", "capacity", "fits"], rows, right=(1, 2, 3))
+
+
+def _print_collectives(args: argparse.Namespace, plan: TPPlan) -> None:
+    """The collectives the spec implies (the backward's with --training) and their time at the
+    link rate, one a row."""
     rows = [
         [
             c.kind,
@@ -177,15 +225,17 @@ def run(args: argparse.Namespace) -> int:
     )
     if rows:
         print(format_table(["collective", "tensor", "module", "pass", "bytes", "time"], rows, right=(4, 5)))
-    if result is not None:
-        print(
-            f"\nran on {result.world_size} processes ({result.backend}): outputs "
-            f"{'equal' if result.outputs_equal else 'DIFFER from'} the model in one process "
-            f"(max difference {result.max_abs_diff:.2g}); collectives counted: {result.counted()}"
-            + f" ({'as predicted' if result.counts_match else 'NOT as predicted'})"
-        )
-        print(forward_line(graph, plan, devices, result.forward_s))
-    return status
+
+
+def _print_run(graph: Any, plan: TPPlan, devices: Sequence[Device], result: ShardRun) -> None:
+    """``--run``: whether the outputs and the counted collectives agree, and the measured forward."""
+    print(
+        f"\nran on {result.world_size} processes ({result.backend}): outputs "
+        f"{'equal' if result.outputs_equal else 'DIFFER from'} the model in one process "
+        f"(max difference {result.max_abs_diff:.2g}); collectives counted: {result.counted()}"
+        + f" ({'as predicted' if result.counts_match else 'NOT as predicted'})"
+    )
+    print(forward_line(graph, plan, devices, result.forward_s))
 
 
 def forward_line(graph: Any, plan: Any, devices: Any, measured_s: float) -> str:
