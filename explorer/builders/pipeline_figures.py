@@ -271,13 +271,12 @@ def stage_memory_figure(pp: PipelinePlan, capacity: Sequence[int]) -> go.Figure:
         labels = [f"device {d}" for d in devices]
         column = [devices.index(d) for d in pp.device_ids]
         limits = [capacity[pp.device_ids.index(d)] for d in devices]
+        held = [pp.device_memory_bytes()[d] for d in devices]
     else:
         labels = [f"stage {s}" for s in range(len(pp.stages))]
         column = list(range(len(pp.stages)))
         limits = list(capacity)
-    held = [0] * len(labels)
-    for s, col in enumerate(column):
-        held[col] += pp.stage_memory_bytes[s]
+        held = list(pp.stage_memory_bytes)
     unit, scale = byte_unit(max([*held, *limits], default=0))
     fig = go.Figure()
     # One pair of traces a stage when stages share a device (stacked in stage order), else one pair.

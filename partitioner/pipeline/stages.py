@@ -204,11 +204,17 @@ def _best_split(c: StageCosts, caps: Sequence[float], stages: int, n: int) -> li
     return bounds[::-1]
 
 
-def _within_devices(c: StageCosts, bounds: Sequence[int], device_of: Sequence[Device]) -> bool:
-    """Whether every device holds its stages together (interleaved schedules put several on one)."""
+def _device_loads(c: StageCosts, bounds: Sequence[int], device_of: Sequence[Device]) -> dict[int, int]:
+    """What each device holds, its stages' peaks added, by logical id, for the split at ``bounds``."""
     held: dict[int, int] = {}
     for s, (a, b) in enumerate(zip(bounds, bounds[1:])):
         held[device_of[s].logical_id] = held.get(device_of[s].logical_id, 0) + c.memory(a, b, s)
+    return held
+
+
+def _within_devices(c: StageCosts, bounds: Sequence[int], device_of: Sequence[Device]) -> bool:
+    """Whether every device holds its stages together (interleaved schedules put several on one)."""
+    held = _device_loads(c, bounds, device_of)
     return all(held[d.logical_id] <= d.memory_bytes for d in device_of)
 
 
@@ -219,9 +225,7 @@ def _split_within_devices(c: StageCosts, device_of: Sequence[Device], stages: in
         return bounds
     count = Counter(d.logical_id for d in device_of)
     used = [c.memory(a, b, s) for s, (a, b) in enumerate(zip(bounds, bounds[1:]))]
-    held = Counter[int]()
-    for s, d in enumerate(device_of):
-        held[d.logical_id] += used[s]
+    held = _device_loads(c, bounds, device_of)
     found = []
     for caps in (
         [d.memory_bytes * used[s] / held[d.logical_id] for s, d in enumerate(device_of)],  # the best split's shares

@@ -7,6 +7,7 @@ simulator and caches. Torch-free."""
 from __future__ import annotations
 
 from partitioner.pipeline.schedules import StepForm, check_microbatches, get_schedule, virtual_stages
+from partitioner.pipeline.simulate import simulate
 
 __all__ = ["closed_form", "rank_stash", "step_slots", "step_simulator", "SIMULATE_UP_TO", "StepSimulator"]
 
@@ -88,8 +89,6 @@ class StepSimulator:
         check_microbatches(schedule, pp, m)
 
     def __call__(self, schedule: str, pp: int, m: int, ratio: float, v: int = 2) -> tuple[float, float, float]:
-        from partitioner.pipeline.simulate import simulate
-
         if get_schedule(schedule).step_form == StepForm.FLUSH:
             check_microbatches(schedule, pp, m)  # what torch's class refuses, the simulator refuses
             return closed_form(schedule, pp, m, ratio)
