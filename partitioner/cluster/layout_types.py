@@ -148,10 +148,35 @@ class LayoutResult:
     microbatches: int = 1
     extra: dict[str, float] = field(default_factory=dict)  # inference: per-token figures
     stage_s: tuple[float, float] = (0.0, 0.0)  # training: one microbatch's forward and backward on a stage
+    # low and high of step_s from the spreads this project measured (NOTE: [Bands] in
+    # partitioner.cluster.engine); (0, 0): not computed, the point both ways
+    band_s: tuple[float, float] = (0.0, 0.0)
+    assumes: tuple[str, ...] = ()  # what the time assumes: the engine, its kernels, what overlaps, MFU's FLOPs
 
     @property
     def devices(self) -> int:
         return self.layout.devices
+
+    @property
+    def step_low_s(self) -> float:
+        return self.band_s[0] if self.band_s[1] > 0 else self.step_s
+
+    @property
+    def step_high_s(self) -> float:
+        return self.band_s[1] if self.band_s[1] > 0 else self.step_s
+
+    @property
+    def mfu_band(self) -> tuple[float, float]:
+        """(low, high) MFU: the high end is the fast end of the step's band."""
+        return self.mfu * self.step_s / self.step_high_s, self.mfu * self.step_s / self.step_low_s
+
+    @property
+    def tokens_per_s_band(self) -> tuple[float, float]:
+        return self.tokens_per_s * self.step_s / self.step_high_s, self.tokens_per_s * self.step_s / self.step_low_s
+
+    def overlaps(self, other: "LayoutResult") -> bool:
+        """Whether the two steps' bands overlap: neither answer is surely faster."""
+        return self.step_low_s <= other.step_high_s and other.step_low_s <= self.step_high_s
 
     @property
     def memory_bytes(self) -> float:
@@ -173,5 +198,10 @@ class LayoutResult:
             "microbatches": self.microbatches,
             "stage_forward_s": self.stage_s[0],
             "stage_backward_s": self.stage_s[1],
+            "step_low_s": self.step_low_s,
+            "step_high_s": self.step_high_s,
+            "mfu_low": self.mfu_band[0],
+            "mfu_high": self.mfu_band[1],
+            "assumes": list(self.assumes),
             **({"inference": self.extra} if self.extra else {}),
         }
