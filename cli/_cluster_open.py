@@ -1,10 +1,11 @@
 """``partition-explorer cluster --open``: one layout as the page opens it, whether or not it is
-among the best: its memory by kind, its time by cause and its collectives."""
+among the best: its memory by kind, its step band, its time by cause and its collectives."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from cli.cluster_report import duration_band, mfu_band, run_days, seconds_band, tokens_band
 from cli.report import format_table
 from partitioner import cluster
 from partitioner.units import format_bytes, format_seconds
@@ -12,13 +13,14 @@ from partitioner.units import format_bytes, format_seconds
 __all__ = ["checked_layout", "open_layout", "json_opened"]
 
 
-def checked_layout(text: str, prof: cluster.ModelProfile, work: cluster.Workload, max_devices: int) -> cluster.Layout:
-    """``--open``'s layout, checked against the model, the batch and the cluster (--max-nodes)
-    before any search: the rules --run applies before it starts a process."""
+def checked_layout(
+    layout: cluster.Layout, prof: cluster.ModelProfile, work: cluster.Workload, max_devices: int
+) -> cluster.Layout:
+    """``--open``'s layout (its words read before the trace), checked against the model, the
+    batch and the cluster (--max-nodes) before any search: the rules --run applies before it
+    starts a process."""
     from partitioner.cluster.layouts import check_layout
-    from partitioner.cluster.run.compose import parse_layout
 
-    layout = parse_layout(text)
     check_layout(prof, layout, work, max_devices)
     return layout
 
@@ -31,11 +33,21 @@ def open_layout(
 
     r = cluster.evaluate(prof, work, target, layout, step_simulator())
     print()
+    rate = "tokens/s trained" if work.kind == "training" else "tokens/s generated"
     print(
         f"{r.layout.label()} on {r.devices} x {target.accelerator.name}: {'fits' if r.fits else 'does NOT fit'}, "
         f"{format_bytes(int(r.memory_bytes))} of {format_bytes(target.accelerator.memory_bytes)} a device; "
-        f"{format_seconds(r.step_s)} a {'step' if work.kind == 'training' else 'first token'}, limited by {r.limit}"
+        f"{seconds_band(r.step_low_s, r.step_high_s)} a {'step' if work.kind == 'training' else 'first token'} "
+        f"(MFU {mfu_band(r)}, {tokens_band(*r.tokens_per_s_band)} {rate}"
+        + (
+            f", {work.train_tokens:.3g} tokens in {duration_band(*run_days(r, work.train_tokens))}"
+            if work.kind == "training"
+            else ""
+        )
+        + f"), limited by {r.limit}"
     )
+    if r.assumes:
+        print(f"the time assumes: {'; '.join(r.assumes)}")
     print(
         "memory per device: " + ", ".join(f"{k.replace('_', ' ')} {format_bytes(int(v))}" for k, v in r.memory.items())
     )

@@ -7,16 +7,17 @@ import argparse
 import json
 from typing import TYPE_CHECKING, Any
 
+from cli import cluster_report
 from cli._cluster_open import checked_layout, json_opened, open_layout
 from cli.arguments import add_model_arguments, bounded, time_limit
 from cli.cluster_run import run_layout
 from cli.commands import COMMON_EPILOG
 from cli.inputs import EXIT_FAIL, EXIT_OK, EXIT_RUN, CLIError, load_model, write_output
-from cli.report import format_table
 from partitioner import cluster
 from partitioner.cost.training import OPTIMIZERS
+from partitioner.errors import PartitionError
 from partitioner.interop.engines import ENGINES, engine_file
-from partitioner.units import PRECISIONS, dtype, format_bytes, format_seconds
+from partitioner.units import PRECISIONS, dtype, format_bytes
 
 if TYPE_CHECKING:
     from partitioner.cluster.search import ClusterPlan
@@ -25,7 +26,7 @@ __all__ = ["register"]
 
 # The ranges a person may give, the app's own (explorer/views/cluster.py): beyond them the search
 # answers nothing useful, and a loop or a figure grows with the number.
-MAX_NODES = 512
+MAX_NODES = 4096  # 32,768 devices of 8 a node: past Llama 3's 16,384 H100s (2,048 nodes)
 MAX_PRICE = 1000.0  # USD per device-hour
 MAX_SEQUENCES = 1 << 20  # sequences a step, and tokens a sequence
 MAX_GENERATE = 1 << 16  # tokens generated per sequence
@@ -44,15 +45,28 @@ EXAMPLES = """examples:
   partition-explorer cluster gpt2_small --max-nodes 1 --global-batch 64 --seq-len 1024 --min-cut-budgets 0.2,0.5
 
 Searches every layout at 1, 2, 4, ... devices of one node and 1, 2, 4, ... whole nodes up to
---max-nodes: tensor parallelism inside a node, pipeline stages dividing the layer count (with
-each runnable schedule), data parallelism with ZeRO 0-3, recomputation none or full. Memory per
-device follows the ZeRO paper's model-state formulas; time per step the roofline of the traced
-graph, ring collectives on the node's and the inter-node links, and the pipeline simulator.
+--max-nodes (at most 4,096 nodes: 32,768 GPUs of 8 a node; Meta's 16,384 H100s are 2,048):
+tensor parallelism inside a node (dividing the heads and widths, with sequence parallelism),
+pipeline stages dividing the layer count with each schedule torch runs (GPipe, 1F1B,
+interleaved, zero-bubble), context parallelism from 16k tokens, expert parallelism for a mixture of experts,
+data parallelism with ZeRO 0-3 (HSDP across nodes, ZeRO-Offload where devices are short), and
+recomputation: none, selective (the attention core), full, or functorch's min-cut at each
+--min-cut-budgets budget. Memory per device follows the ZeRO paper's model-state formulas and
+the activations autograd keeps (the traced graph's saved tensors); time per step the traced
+graph on the accelerator's measured kernels, NCCL's ring, tree or one-shot all-reduce by size on
+the node's and the inter-node links, and the pipeline simulator. Every time is a band, low-high,
+from the spreads this project measured (host cost per op between machines of one GPU kind,
+kernels, collectives): steps, days, MFU and tokens a second are printed as "12-15 days", and an
+answer whose band overlaps another's says so ("within the band of the cheapest"); the line
+"times assume" says what the times assume (the engine, its kernels, what overlaps, MFU's FLOPs).
 Prices are editable presets (--price-per-hour).
 
 --open LAYOUT prints one layout as the page opens it, whether or not it is among the best: its
-memory per device by kind, its time by cause and its collectives (count, size and time of each,
-on which link, and what hides them); its export follows with --export.
+memory per device by kind, its step band and time by cause and its collectives (count, size and
+time of each, on which link, and what hides them); its export follows with --export. The words of
+--open and --run are read before the model is loaded and traced: a misspelt word, a value out of
+range or more devices than --max-nodes holds exits 2 at once; the rules that need the model
+(heads, layers, experts, batch) are checked after the trace, before any search or process.
 
 --run LAYOUT runs one training step of that layout (pp x dp x tp, ZeRO; words like "dp2 tp2 zero3
 mb4") on local processes with the model's example inputs instead of searching, checks outputs
@@ -167,16 +181,26 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
     p.set_defaults(func=run)
 
 
-def _row(r: cluster.LayoutResult, inference: bool) -> list[str]:
-    return [
-        str(r.devices),
-        r.layout.label(),
-        format_seconds(r.step_s),
-        f"{r.mfu:.1%}",
-        format_bytes(int(r.memory_bytes)),
-        r.limit,
-        f"${r.cost_per_million_tokens:.3g}",
-    ]
+def _words(args: argparse.Namespace) -> cluster.Layout | None:
+    """``--open``'s or ``--run``'s layout as words, read before the model is loaded and traced
+    (minutes for a large model): a misspelt word, a value out of range, or (--open) more devices
+    than --max-nodes holds is refused at once; the rules that need the model are checked after."""
+    from partitioner.cluster.words import parse_layout
+
+    flag, text = ("--open", args.open) if args.open else ("--run", args.run) if args.run else ("", None)
+    if text is None:
+        return None
+    try:
+        layout = parse_layout(text)
+    except PartitionError as exc:
+        raise CLIError(f"{flag} {text!r}: {exc}") from None
+    most = args.devices_per_node * args.max_nodes
+    if flag == "--open" and layout.devices > most:
+        raise CLIError(
+            f"--open {text!r}: the layout needs {layout.devices} devices and the cluster has {most} "
+            f"({args.max_nodes} node(s) of {args.devices_per_node}); lower its degrees or raise --max-nodes"
+        )
+    return layout
 
 
 def run(args: argparse.Namespace) -> int:
@@ -186,6 +210,7 @@ def run(args: argparse.Namespace) -> int:
     headroom = parse_bytes(args.headroom)
     if not 0 <= headroom <= MAX_HEADROOM:
         raise CLIError(f"--headroom must be from 0 B to 64 GiB (got {args.headroom})")
+    words = _words(args)  # before the (slow) load and trace
     model = load_model(args.model, args.set)
     prof: cluster.ModelProfile = cluster.profile(model.graph, model.label)
     if budgets:
@@ -196,8 +221,8 @@ def run(args: argparse.Namespace) -> int:
         args.accelerator, args.devices_per_node, args.intra, args.inter, headroom, args.price_per_hour
     )
     work = _workload(args)
-    # --open's layout is refused before the search, which may take seconds.
-    to_open = checked_layout(args.open, prof, work, args.devices_per_node * args.max_nodes) if args.open else None
+    # --open's layout is checked against the model before the search, which may take seconds.
+    to_open = checked_layout(words, prof, work, args.devices_per_node * args.max_nodes) if words else None
     found = cluster.search(prof, work, target, cluster.device_counts(args.devices_per_node, args.max_nodes))
     _print_searched(args, model.label, prof, work, found)
     if not found.fitting:
@@ -206,10 +231,10 @@ def run(args: argparse.Namespace) -> int:
             "or a smaller batch"
         )
         return EXIT_FAIL
-    _print_best(args, work, found)
+    cluster_report.print_answers(work, found)
     _print_edge(args, found)
     print()
-    print(_table_best(args, found))
+    print(cluster_report.table_best(work, found, args.top))
     opened = open_layout(to_open, prof, work, target) if to_open else None
     if args.export:
         best = opened or found.fastest
@@ -250,31 +275,6 @@ def _print_searched(
     print(f"searched {found.evaluated} layouts in {found.search_s:.2f} s; {len(found.fitting)} fit")
 
 
-def _print_best(args: argparse.Namespace, work: cluster.Workload, found: ClusterPlan) -> None:
-    """The fewest-devices, fastest and cheapest layouts, each with what the whole run costs
-    (training) or how fast each sequence streams (inference)."""
-    step = "time to first token" if args.inference else "step"
-    for title, r in (
-        ("fewest devices", found.fewest_devices),
-        ("fastest", found.fastest),
-        ("cheapest", found.cheapest),
-    ):
-        assert r is not None
-        line = (
-            f"{title}: {r.devices} devices, {r.layout.label()}: {step} {format_seconds(r.step_s)}, MFU "
-            f"{r.mfu:.1%}, ${r.cost_per_million_tokens:.3g} per million tokens, limited by {r.limit}"
-        )
-        if not args.inference:
-            days = work.train_tokens / r.tokens_per_s / 86400
-            line += (
-                f"; {work.train_tokens:.3g} tokens take {days:.1f} days and "
-                f"${r.cost_per_million_tokens * work.train_tokens / 1e6:,.0f}"
-            )
-        else:
-            line += f"; {r.extra['tokens_per_s_per_sequence']:.1f} tokens/s per sequence"
-        print(line)
-
-
 def _print_edge(args: argparse.Namespace, found: ClusterPlan) -> None:
     """Which of the best layouts sit at the largest size searched: a larger cluster may beat them."""
     from partitioner.cluster.search import at_the_edge
@@ -287,15 +287,6 @@ def _print_edge(args: argparse.Namespace, found: ClusterPlan) -> None:
             f"({max(searched)} devices): more may do "
             "better; raise --max-nodes to see where adding devices stops paying"
         )
-
-
-def _table_best(args: argparse.Namespace, found: ClusterPlan) -> str:
-    """The --top best layouts, one a row."""
-    step = "time to first token" if args.inference else "step"
-    return format_table(
-        ["devices", "layout", step, "MFU", "memory/device", "limit", "$/M tokens"],
-        [_row(r, args.inference) for r in found.best(args.top)],
-    )
 
 
 def _json_plan(args: argparse.Namespace, label: str, found: ClusterPlan, work: cluster.Workload) -> dict[str, Any]:

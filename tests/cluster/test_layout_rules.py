@@ -4,10 +4,6 @@ cluster, and parse_layout reads ASCII digits and each word once."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
-import time
-
 import pytest
 
 import partitioner
@@ -95,60 +91,87 @@ def test_check_layout_names_every_rule_broken(gpt):
     )
 
 
-def _cli(*args: str) -> tuple[subprocess.CompletedProcess, float]:
-    began = time.perf_counter()
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "cli",
-            "cluster",
-            "mlp",
-            "--set",
-            "n_layer=4",
-            "--set",
-            "hidden=32",
-            "--max-nodes",
-            "1",
-            "--global-batch",
-            "16",
-            "--seq-len",
-            "8",
-            *args,
-        ],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    return done, time.perf_counter() - began
+MLP = ("mlp", "--set", "n_layer=4", "--set", "hidden=32")
+SEARCH = ("--max-nodes", "1", "--global-batch", "16", "--seq-len", "8")
+
+
+@pytest.fixture(scope="module")
+def small_mlp():
+    """The small MLP as the command line loads it, traced once for every case of this file."""
+    from cli.inputs import load_model
+
+    return load_model(MLP[0], MLP[2::2])
+
+
+@pytest.fixture
+def cli(small_mlp, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]):
+    """``partition-explorer cluster mlp ... ARGS`` in this process on the shared trace: (exit
+    status, stdout, stderr, whether the model was loaded). A search or a process started fails the
+    case: the refusals below come before either."""
+    import cli.cluster
+    import partitioner.cluster.run.checked
+    from cli.main import main
+
+    loaded: list[str] = []
+
+    def load_model(spec: str, sets=(), devices=""):
+        assert (spec, tuple(sets)) == (MLP[0], MLP[2::2])  # the one model these cases share
+        loaded.append(spec)
+        return small_mlp
+
+    def started(*args, **kwargs):
+        raise AssertionError("a search or a process started before the layout was refused")
+
+    monkeypatch.setattr(cli.cluster, "load_model", load_model)
+    monkeypatch.setattr(cli.cluster.cluster, "search", started)
+    monkeypatch.setattr(partitioner.cluster.run.checked, "check_layout", started)
+
+    def run(*args: str) -> tuple[int, str, str, bool]:
+        code = main(["cluster", *MLP, *SEARCH, *args])
+        out, err = capsys.readouterr()
+        return code, out, err, bool(loaded)
+
+    return run
 
 
 @pytest.mark.parametrize(
-    "args, match",
+    "args, match, traced",
     [
-        (("--open", "dp\u0663"), "ASCII digits"),
-        (("--open", "dp2 dp4"), "each setting once"),
-        (("--open", "tp99999999999999999999"), "at most 8 digits"),
-        (("--open", "tp3", "--export", "megatron"), "tp3 must divide the attention heads and the widths (width 32"),
-        (("--open", "dp8 tp8"), "needs 64 devices and the cluster has 8"),
-        (("--run", "dp2 ep2"), "ep2 must divide the experts (none: a dense model)"),
-        (("--run", "tp3"), "tp3 must divide"),
-        (("--run", "dp2 shard2 zero3"), "shard2 is planned but not run here"),
+        (("--open", "dp\u0663"), "ASCII digits", False),
+        (("--open", "dp2 dp4"), "each setting once", False),
+        (("--open", "tp99999999999999999999"), "at most 8 digits", False),
+        (("--open", "dp2 zigzag"), "'zigzag'", False),
+        (("--run", "dp2 dp4"), "each setting once", False),
+        (("--run", "zero9"), "zero must be 0, 1, 2 or 3", False),
+        (("--open", "dp8 tp8"), "needs 64 devices and the cluster has 8", False),
+        (
+            ("--open", "tp3", "--export", "megatron"),
+            "tp3 must divide the attention heads and the widths (width 32",
+            True,
+        ),
+        (("--run", "dp2 ep2"), "ep2 must divide the experts (none: a dense model)", True),
+        (("--run", "tp3"), "tp3 must divide", True),
+        (("--run", "dp2 shard2 zero3"), "shard2 is planned but not run here", True),
     ],
 )
-def test_the_command_line_refuses_before_it_searches_or_starts_a_process(args, match):
-    done, seconds = _cli(*args)
-    assert done.returncode == 2, done.stderr
-    assert match in done.stderr and "Traceback" not in done.stderr
-    assert "searched" not in done.stdout and "local processes" not in done.stdout
-    assert seconds < 60  # a refusal, not a run (a --run that starts ranks takes longer than this here)
+def test_the_command_line_refuses_before_it_searches_or_starts_a_process(cli, args, match, traced):
+    """Words are read before the model is loaded and traced (minutes for a large model); the rules
+    that need the model after the trace, before any search or process."""
+    code, out, err, loaded = cli(*args)
+    assert code == 2, err
+    assert match in err and "Traceback" not in err
+    assert "searched" not in out and "local processes" not in out
+    assert loaded == traced
 
 
-def test_the_command_line_says_when_an_answer_sits_at_the_searchs_edge(capsys: pytest.CaptureFixture[str]):
+def test_the_command_line_says_when_an_answer_sits_at_the_searchs_edge(
+    small_mlp, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+):
+    import cli.cluster
     from cli.main import main
 
-    args = ["cluster", "mlp", "--set", "n_layer=4", "--set", "hidden=32", "--global-batch", "16", "--seq-len", "8"]
-    assert main([*args, "--max-nodes", "1"]) == 0
+    monkeypatch.setattr(cli.cluster, "load_model", lambda *args, **kwargs: small_mlp)
+    assert main(["cluster", *MLP, *SEARCH]) == 0
     out = capsys.readouterr().out
     fastest = next(line for line in out.splitlines() if line.startswith("fastest:"))
     at_edge = fastest.startswith("fastest: 8 devices")
