@@ -49,6 +49,15 @@ TensorRT-LLM-like serving, ``torch.compile(mode="max-autotune")`` training): no 
 matrix products and attention as measured, and the elementwise and normalisation ops between
 them fused into their neighbours: they move their bytes once at the card's best measured
 bandwidth (``FUSED_TRAFFIC`` of the unfused traffic) with no launch of their own.
+
+# NOTE: [FP8 from the bf16 curves]
+No FP8 matrix products were measured here (``torch._scaled_mm`` on the H100 and H200 is the
+measurement to make). The datasheets give FP8 dense tensor-core rates of exactly twice bf16 on
+H100 and H200 (1,979 against 989 TFLOP/s), B200 (4.5 against 2.25 PFLOP/s), MI300X (2,615 against
+1,307) and L4: so an FP8 product is priced as the bf16 curve's GPU time divided by that ratio
+(:meth:`GpuKernels.with_derived_dtype`). The same factor holds where a product is memory-bound:
+its weight read is 1 byte an element instead of 2. The launch stays what was measured. Said so in
+a serving answer's ``assumes``.
 """
 
 from __future__ import annotations
@@ -160,6 +169,8 @@ class GpuKernels:
     loss: Curve  # cross-entropy: (logit elements, s)
     derived_from: str = ""  # "" when measured; else how it was scaled from a measured card
     source: str = ""
+    # dtypes without curves priced from bf16's: (dtype, speed-up) (NOTE: [FP8 from the bf16 curves])
+    derived_dtypes: tuple[tuple[str, float], ...] = ()
 
     def __post_init__(self) -> None:
         for field_name in ("launch_s", "host_op_s"):
@@ -191,13 +202,33 @@ class GpuKernels:
         object.__setattr__(self, "_ew", dict(self.elementwise))
         object.__setattr__(self, "_att", dict(self.attention))
         best = {d: max((2 * m * k * n / s for m, k, n, s in rows), default=0.0) for d, rows in self.matmul}
+        for dtype, speedup in self.derived_dtypes:
+            if not (math.isfinite(speedup) and 0 < speedup <= 16):
+                raise DeviceSpecError(
+                    f"GPU profile {self.gpu!r}: {dtype}'s speed-up must be in (0, 16] (got {speedup})"
+                )
+            if dtype not in best:
+                best[dtype] = best.get("bfloat16", 0.0) * speedup
         object.__setattr__(self, "_best", best)
+        object.__setattr__(self, "_derived", {d: r for d, r in self.derived_dtypes if d not in groups})
+
+    def with_derived_dtype(self, dtype: str, speedup: float) -> "GpuKernels":
+        """These curves with ``dtype``'s products priced as bf16's GPU time / ``speedup`` (NOTE:
+        [FP8 from the bf16 curves]); a dtype with measured curves keeps them."""
+        name = dtype_name(dtype)
+        kept = tuple((d, r) for d, r in self.derived_dtypes if d != name)
+        return dataclasses.replace(self, derived_dtypes=(*kept, (name, float(speedup))))
 
     # --- the curves as timed (the recorded points exactly)
     def timed_matmul_s(self, m: float, k: float, n: float, dtype: str = "bfloat16") -> float:
         """A lone ``F.linear`` of (m, k) by (n, k) as timed: the nearest measured weight shape's
         curve at ``m`` tokens, scaled by the weight's size k x n (a matrix product's time grows
-        with k x n at any m: its weight read when memory-bound, its FLOPs when compute-bound)."""
+        with k x n at any m: its weight read when memory-bound, its FLOPs when compute-bound). A
+        dtype derived from bf16 (NOTE: [FP8 from the bf16 curves]): bf16's GPU time / its speed-up."""
+        speedup = self._derived.get(dtype_name(dtype))  # type: ignore[attr-defined]
+        if speedup:
+            t = self.timed_matmul_s(m, k, n, "bfloat16")
+            return self.launch_s + max(t - self.launch_s, MIN_KERNEL_S) / speedup
         groups = self._mm.get(dtype_name(dtype)) or self._mm.get("bfloat16") or next(iter(self._mm.values()))  # type: ignore[attr-defined]
         for (gk, gn), curve in groups:  # a shape measured at this very size (the squares)
             if (gk, gn) == (k, n) and len(curve) == 1 and curve[0][0] == m:
@@ -292,6 +323,7 @@ class GpuKernels:
             "loss": [list(p) for p in self.loss],
             "derived_from": self.derived_from,
             "source": self.source,
+            **({"derived_dtypes": {d: r for d, r in self.derived_dtypes}} if self.derived_dtypes else {}),
         }
 
     @classmethod
@@ -324,6 +356,9 @@ class GpuKernels:
                 loss=gpu_curve(name, "loss", data["loss"]),
                 derived_from=str(data.get("derived_from", ""))[:500],
                 source=str(data.get("source", ""))[:500],
+                derived_dtypes=tuple(
+                    sorted((str(d), float(r)) for d, r in dict(data.get("derived_dtypes") or {}).items())
+                ),
             )
         except DeviceSpecError:
             raise

@@ -1,6 +1,23 @@
 """The communication a layout runs: all-reduces by NCCL's algorithms, all-to-alls, the context
-ring, and the collectives table (NOTE: [All-reduce algorithms] in :mod:`partitioner.cluster.layouts`).
-Torch-free."""
+ring, and the collectives table (NOTE: [All-reduce algorithms] in :mod:`partitioner.cluster.layouts`);
+serving's tensor-parallel all-reduce at the latency the serving engines' custom all-reduce was
+measured at (NOTE: [Serving all-reduce]). Torch-free.
+
+# NOTE: [Serving all-reduce]
+A decoded token's tensor-parallel all-reduce moves one hidden state a sequence (8 KiB for
+Llama-3-8B at batch 1): its time is the kernel's fixed latency, not the link's 2 us a message.
+vLLM and SGLang run a custom one-shot all-reduce inside the node for such messages (each rank reads
+the others' buffers over NVLink and adds them; a two-shot reduce-scatter + all-gather for larger
+ones). Its latency on H100s, as SGLang's maintainers measured vLLM's custom all-reduce (SGLang
+pull request #2904, "optimize custom allreduce kernel", 2025-01-15, ``tests/test_trt_reduce.py``
+on H100, no CUDA graph): 9.5, 9.1 and 10.1 us at 2, 4 and 8 ranks for the smallest messages,
+growing to 26.6, 40.2 and 45.0 us at the largest measured; SGLang's own kernel 3.7, 4.8 and 5.9 us
+(``SERVING_ALLREDUCE_LATENCY_S`` keeps vLLM's, what both engines ran by default then). So a
+serving all-reduce costs that latency plus its bytes over the link: one-shot ``(n - 1) B / bw``,
+two-shot ``2 (n - 1) / n B / bw`` and a second synchronisation; NCCL's ring and tree (which
+``allreduce_s`` prices for training) no faster than the same floor. Training rows keep
+``allreduce_s``: their messages are megabytes, where the latency does not show.
+"""
 
 from __future__ import annotations
 
@@ -13,7 +30,18 @@ from partitioner.cluster.profile import ModelProfile
 from partitioner.cluster.rules import _params, check_layout
 from partitioner.cost.training import state_bytes
 
-__all__ = ["Collective", "collectives", "ring_allreduce_s", "allreduce_s", "all_to_all_s"]
+__all__ = [
+    "Collective",
+    "collectives",
+    "ring_allreduce_s",
+    "allreduce_s",
+    "all_to_all_s",
+    "serving_allreduce_s",
+    "SERVING_ALLREDUCE_LATENCY_S",
+]
+
+# vLLM's custom all-reduce on H100s, smallest message, by ranks (NOTE: [Serving all-reduce])
+SERVING_ALLREDUCE_LATENCY_S = {2: 9.5e-6, 4: 9.1e-6, 8: 10.1e-6}
 
 
 def ring_allreduce_s(nbytes: float, n: int, bandwidth: float, latency: float) -> float:
@@ -51,6 +79,27 @@ def all_to_all_s(nbytes: float, n: int, bandwidth: float, latency: float) -> flo
 
 def _tp_allreduce(c: Cluster, nbytes: float, n: int) -> tuple[float, str]:
     return allreduce_s(nbytes, n, c.intra.bandwidth_bytes_per_s, c.intra.latency_s, one_shot=True)
+
+
+def serving_allreduce_s(nbytes: float, n: int, bandwidth: float, latency: float) -> tuple[float, str]:
+    """(seconds, algorithm) of a serving engine's all-reduce of ``nbytes`` over ``n`` ranks of a
+    node (NOTE: [Serving all-reduce]): the fastest of the custom one-shot and two-shot kernels and
+    NCCL, none below the custom kernel's measured latency at ``n`` ranks (the nearest measured
+    count at or above it, 8's beyond). O(1)."""
+    if n <= 1:
+        return 0.0, "none"
+    floor = next((s for k, s in sorted(SERVING_ALLREDUCE_LATENCY_S.items()) if k >= n), SERVING_ALLREDUCE_LATENCY_S[8])
+    nccl, algorithm = allreduce_s(nbytes, n, bandwidth, latency)
+    options = [
+        (floor + (n - 1) * nbytes / bandwidth, "one-shot custom"),
+        (2 * floor + 2 * (n - 1) / n * nbytes / bandwidth, "two-shot custom"),
+        (max(floor, nccl), f"NCCL {algorithm}"),
+    ]
+    return min(options)
+
+
+def _serving_tp_allreduce(c: Cluster, nbytes: float, n: int) -> tuple[float, str]:
+    return serving_allreduce_s(nbytes, n, c.intra.bandwidth_bytes_per_s, c.intra.latency_s)
 
 
 def _context_exchange_s(p: ModelProfile, c: Cluster, lay: Layout, sequence_bytes_scale: float) -> float:
@@ -129,23 +178,30 @@ def _link_spanning(c: Cluster, devices: int) -> Link:
 
 
 def _inference_rows(p: ModelProfile, w: Workload, c: Cluster, lay: Layout, scale: float) -> list[Collective]:
-    """Inference's rows: the prompt's prefill moves every prompt token's hidden state, each
-    generated token one a sequence; tensor parallelism all-reduces it twice a layer and each
-    pipeline stage but the last sends it on."""
+    """Inference's rows, as :func:`partitioner.cluster.serving.serve` prices them: the prompt's
+    prefill moves every prompt token's hidden state in chunked passes (NOTE: [Chunked prefill] in
+    :mod:`partitioner.cluster.serving`), each generated token one a sequence; tensor parallelism
+    all-reduces it twice a layer at the serving all-reduce's price (NOTE: [Serving all-reduce]) and
+    each pipeline stage but the last sends it on. The hidden state stays bf16 in FP8 serving."""
+    from partitioner.cluster.hardware import serving_chunk_tokens
+    from partitioner.cluster.serving import ACTIVATION_BYTES, prefill_chunks
+
+    hidden_scale = max(w.element_bytes, ACTIVATION_BYTES) / p.element_bytes
     batch = w.global_batch / lay.dp
     pipe_link = _link_spanning(c, lay.tp * lay.pp)
+    passes = prefill_chunks(batch * w.seq_len, serving_chunk_tokens(c.accelerator))
     rows: list[Collective] = []
-    for phase, tokens in (("prefill", batch * w.seq_len), ("each token", batch)):
-        hidden = p.hidden_bytes_per_token * scale * tokens
+    for phase, tokens, count in (*(("prefill", t, n) for t, n in passes), ("each token", batch, 1)):
+        hidden = p.hidden_bytes_per_token * hidden_scale * tokens
         if lay.tp > 1:
-            seconds, algorithm = _tp_allreduce(c, hidden, lay.tp)
+            seconds, algorithm = _serving_tp_allreduce(c, hidden, lay.tp)
             rows.append(
                 Collective(
                     name=f"all-reduce of the hidden state ({algorithm})",
                     group="tp",
                     ranks=lay.tp,
                     link=c.intra.name,
-                    count=2 * p.layers,
+                    count=2 * p.layers * count,
                     bytes_each=hidden,
                     seconds_each=seconds,
                     phase=phase,
@@ -158,7 +214,7 @@ def _inference_rows(p: ModelProfile, w: Workload, c: Cluster, lay: Layout, scale
                     group="pp",
                     ranks=2,
                     link=pipe_link.name,
-                    count=lay.pp - 1,
+                    count=(lay.pp - 1) * count,
                     bytes_each=hidden,
                     seconds_each=hidden / pipe_link.bandwidth_bytes_per_s + pipe_link.latency_s,
                     phase=phase,

@@ -1,7 +1,19 @@
 """Accelerators and links for cluster planning, read from the one hardware table
 (:mod:`partitioner.hardware`): datasheet figures, editable prices, and each card's kernel curves
 (:mod:`partitioner.profiles`: measured on H100 and H200, derived for the others), which price
-the planner's compute op by op under an engine (eager PyTorch by default).
+the planner's compute op by op under an engine (eager PyTorch by default); and what the serving
+engines configure on a card by default (NOTE: [Serving engine defaults]).
+
+# NOTE: [Serving engine defaults]
+vLLM's ``EngineArgs.get_batch_defaults`` (vllm/engine/arg_utils.py) sets ``max_num_batched_tokens``,
+the tokens one forward pass takes with chunked prefill on, by the card: 8,192 for the OpenAI-
+compatible server (16,384 for the offline ``LLM`` class) on cards of at least 70 GiB that are not
+A100s ("For GPUs like H100 and MI300x, use larger default values"), 2,048 (8,192) on the others;
+:func:`serving_chunk_tokens` takes the server's. ``--gpu-memory-utilization`` defaults to 0.9: the
+engine sizes its KV cache so weights, activations and cache take 90 % of the card
+(``GPU_MEMORY_UTILIZATION``), the rest left to the CUDA context and other processes. The cache is
+allocated in blocks of ``--block-size`` 16 tokens a sequence (``KV_BLOCK_TOKENS``, PagedAttention,
+Kwon et al. 2023).
 """
 
 from __future__ import annotations
@@ -17,7 +29,22 @@ from partitioner.kernels import ENGINES, GpuKernels
 if TYPE_CHECKING:
     from partitioner.device_profile import DeviceProfile
 
-__all__ = ["Accelerator", "Link", "Cluster", "ACCELERATORS", "LINKS", "cluster", "from_profile", "local_cluster"]
+__all__ = [
+    "Accelerator",
+    "Link",
+    "Cluster",
+    "ACCELERATORS",
+    "LINKS",
+    "cluster",
+    "from_profile",
+    "local_cluster",
+    "serving_chunk_tokens",
+    "GPU_MEMORY_UTILIZATION",
+    "KV_BLOCK_TOKENS",
+]
+
+GPU_MEMORY_UTILIZATION = 0.9  # vLLM's --gpu-memory-utilization default (NOTE: [Serving engine defaults])
+KV_BLOCK_TOKENS = 16  # vLLM's --block-size default on CUDA
 
 
 @dataclass(frozen=True)
@@ -29,6 +56,9 @@ class Accelerator:
     price_per_hour: float  # one device, USD
     kernels: GpuKernels | None = dataclasses.field(default=None, compare=False, repr=False)  # per-op curves
     engine: str = "eager"  # what its times assume (partitioner.kernels.ENGINES)
+    # whether a person named the engine (``h100-80gb@eager``); serving prices an unnamed one as the
+    # serving engines run (NOTE: [Serving engine] in partitioner.cluster.serving)
+    engine_chosen: bool = dataclasses.field(default=False, compare=False)
 
     @property
     def assumes(self) -> str:
@@ -41,20 +71,31 @@ class Accelerator:
     def with_engine(self, engine: str) -> "Accelerator":
         if engine not in ENGINES:
             raise PartitionError(f"unknown engine {engine!r}; choose one of {', '.join(ENGINES)}")
-        return dataclasses.replace(self, engine=engine)
+        return dataclasses.replace(self, engine=engine, engine_chosen=True)
+
+    def peak_for(self, element_bytes: int) -> float:
+        """The dense matrix rate at a workload's element size: the datasheet's FP8 figure for 1
+        byte on a card of the hardware table that has one, else :attr:`peak_flops` (bf16)."""
+        if element_bytes == 1 and self.name in HARDWARE:
+            return float(HARDWARE[self.name].peak_flops_by_dtype.get("float8", self.peak_flops))
+        return self.peak_flops
 
 
 def _accelerator(name: str) -> Accelerator:
     from partitioner.profiles import gpu_kernels
 
     card = HARDWARE[name]
+    kernels = gpu_kernels(name)
+    fp8 = card.peak_flops_by_dtype.get("float8")
+    if kernels is not None and fp8:  # NOTE: [FP8 from the bf16 curves] in partitioner.kernels
+        kernels = kernels.with_derived_dtype("float8_e4m3fn", fp8 / card.peak_flops_by_dtype["bfloat16"])
     return Accelerator(
         card.name,
         card.memory_bytes,
         card.peak_flops,
         card.memory_bandwidth_bytes_per_s,
         card.price_per_hour,
-        kernels=gpu_kernels(name),
+        kernels=kernels,
     )
 
 
@@ -85,6 +126,12 @@ class Cluster:
     @property
     def usable_bytes(self) -> int:
         return self.accelerator.memory_bytes - self.headroom_bytes
+
+
+def serving_chunk_tokens(acc: Accelerator) -> int:
+    """The tokens one chunked-prefill pass takes on ``acc``: vLLM's server default
+    ``max_num_batched_tokens`` for the card (NOTE: [Serving engine defaults]). O(1)."""
+    return 8192 if acc.memory_bytes >= 70 * GiB and "a100" not in acc.name.lower() else 2048
 
 
 def from_profile(profile: DeviceProfile, price_per_hour: float = 0.0) -> tuple[Accelerator, Link]:
@@ -119,15 +166,16 @@ def cluster(
     headroom_bytes: int = 4 * GiB,
     price_per_hour: float | None = None,
     overrides: Mapping[str, float] | None = None,
-    engine: str = "eager",
+    engine: str | None = None,
 ) -> Cluster:
     """A :class:`Cluster` from preset names (``intra`` defaults to the accelerator's own link).
-    ``engine`` names what the times assume (:data:`partitioner.kernels.ENGINES`); ``overrides``
+    ``engine`` names what the times assume (:data:`partitioner.kernels.ENGINES`; unnamed: eager for
+    training, the serving engines' for inference, NOTE: [Serving engine]); ``overrides``
     of the peak FLOP/s or bandwidth price the compute by the roofline of those figures (the card's
     kernel curves no longer describe it)."""
     if "@" in accelerator:  # "h100-80gb@graphs"
         accelerator, _, engine = accelerator.rpartition("@")
-    if engine not in ENGINES:
+    if engine is not None and engine not in ENGINES:
         raise PartitionError(f"unknown engine {engine!r}; choose one of {', '.join(ENGINES)} (write NAME@ENGINE)")
     measured = _profile_named(accelerator) if accelerator not in ACCELERATORS else None
     if accelerator not in ACCELERATORS and measured is None:
@@ -139,19 +187,24 @@ def cluster(
         acc, own = from_profile(measured)
         if price_per_hour is not None:
             acc = dataclasses.replace(acc, price_per_hour=float(price_per_hour))
-        acc = _overridden(acc, overrides).with_engine(engine)
+        acc = _named_engine(_overridden(acc, overrides), engine)
         return Cluster(acc, devices_per_node, LINKS[intra] if intra else own, LINKS.get(inter, own), headroom_bytes)
     acc = ACCELERATORS[accelerator]
     if price_per_hour is not None:
         if not price_per_hour >= 0:
             raise PartitionError(f"price_per_hour must be >= 0 (got {price_per_hour})")
         acc = dataclasses.replace(acc, price_per_hour=float(price_per_hour))
-    acc = _overridden(acc, overrides).with_engine(engine)
+    acc = _named_engine(_overridden(acc, overrides), engine)
     intra = intra or HARDWARE[accelerator].link
     for name in (intra, inter):
         if name not in LINKS:
             raise PartitionError(f"unknown link {name!r}; choose one of {', '.join(LINKS)}")
     return Cluster(acc, devices_per_node, LINKS[intra], LINKS[inter], headroom_bytes)
+
+
+def _named_engine(acc: Accelerator, engine: str | None) -> Accelerator:
+    """``acc`` under the engine a person named; unnamed, its own (eager) and marked not chosen."""
+    return acc if engine is None else acc.with_engine(engine)
 
 
 def _overridden(acc: Accelerator, overrides: Mapping[str, float] | None) -> Accelerator:

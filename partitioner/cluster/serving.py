@@ -1,5 +1,33 @@
-"""Serving a model: the prefill of a batch of prompts, then each generated token (decode), on a
-layout's tensor- and pipeline-parallel group. Torch-free.
+"""Serving a model: the prefill of a batch of prompts in chunks, then each generated token
+(decode), on a layout's tensor- and pipeline-parallel group, as vLLM, SGLang and TensorRT-LLM
+serve it (CUDA graphs and fused kernels, chunked prefill, a paged KV cache). Torch-free.
+
+Sources: vLLM's engine defaults (NOTE: [Serving engine defaults] in
+:mod:`partitioner.cluster.hardware`); chunked prefill as Sarathi-Serve (Agrawal et al. 2024) and
+vLLM run it; PagedAttention (Kwon et al. 2023); the serving all-reduce's measured latency (NOTE:
+[Serving all-reduce] in :mod:`partitioner.cluster.comms`).
+
+# NOTE: [Serving engine]
+A serving answer prices what the serving engines run: CUDA graphs for decode and fused kernels
+(the "graphs" engine, NOTE: [Engines] in :mod:`partitioner.kernels`), unless a person named the
+engine (``h100-80gb@eager``: :attr:`Accelerator.engine_chosen`). Training keeps the engine given.
+
+# NOTE: [Chunked prefill]
+The engines prefill ``max_num_batched_tokens`` tokens a forward pass (8,192 on an H100 or H200),
+the batch's prompts one after another cut into such chunks: a pass's activations are a chunk's,
+not the batch's, and each pass reads the weights again. A pass costs the forward of its tokens in
+sequences of the prompt's length (its attention against what came before; summed over a prompt's
+chunks, the causal attention of the whole prompt). With pp stages the chunks pipeline: (chunks +
+pp - 1) stage times. A request's first token comes when its prompt's last chunk is done (first
+come, first served): the time to first token is the mean of that over the batch, the whole
+prefill the last request's.
+
+# NOTE: [What bounds a token]
+A decoded token's time is split into parts that add up to it: the host's launches (eager only:
+the eager forward less the same forward fused under CUDA graphs), the weights' read and the
+arithmetic (the fused forward, at least the weights' read, shared between the two in proportion to
+their floors: bytes / bandwidth and FLOPs / the dtype's peak), the KV cache's read and the
+tensor- and pipeline-parallel messages. The label names the largest part.
 
 # NOTE: [Experts read in decode]
 A mixture of experts reads only the experts its tokens route to: with top-k of E and T tokens
@@ -10,14 +38,44 @@ the step beside the arithmetic (Mixtral-8x7B at one sequence: 12.9B of 46.7B par
 
 from __future__ import annotations
 
-from partitioner.cluster.comms import _tp_allreduce
-from partitioner.cluster.hardware import Cluster
+import dataclasses
+import math
+
+from partitioner.cluster.comms import _serving_tp_allreduce
+from partitioner.cluster.hardware import (
+    GPU_MEMORY_UTILIZATION,
+    KV_BLOCK_TOKENS,
+    Accelerator,
+    Cluster,
+    serving_chunk_tokens,
+)
 from partitioner.cluster.layout_types import Layout, LayoutResult, Workload
 from partitioner.cluster.profile import ModelProfile
 from partitioner.cluster.rules import _params
 from partitioner.cost.training import StateBytes, state_bytes
 
-__all__ = ["serve", "experts_touched"]
+__all__ = ["serve", "experts_touched", "serving_accelerator", "prefill_chunks", "TOKEN_PARTS", "SERVING_ENGINE"]
+
+SERVING_ENGINE = "graphs"  # NOTE: [Serving engine]
+# The parts of a decoded token (NOTE: [What bounds a token]), each ``f"{name} per token"`` in parts_s.
+TOKEN_PARTS = ("launch", "weights", "KV cache", "arithmetic", "communication")
+ACTIVATION_BYTES = 2  # activations between the products stay bf16 in FP8 serving (vLLM's fp8 quantisation)
+
+
+def serving_accelerator(acc: Accelerator) -> Accelerator:
+    """``acc`` under the engine a serving answer assumes (NOTE: [Serving engine]): the one a person
+    named, else the serving engines' (CUDA graphs and fused kernels)."""
+    if acc.engine_chosen or acc.engine == SERVING_ENGINE:
+        return acc
+    return dataclasses.replace(acc, engine=SERVING_ENGINE)
+
+
+def prefill_chunks(tokens: float, chunk: int) -> list[tuple[float, int]]:
+    """(tokens a pass, passes) that prefill ``tokens`` tokens in passes of at most ``chunk``
+    (NOTE: [Chunked prefill]): the full chunks, then what is left. O(1)."""
+    full, rest = divmod(max(1.0, tokens), chunk)
+    out = [(float(chunk), int(full))] if full else []
+    return out + ([(rest, 1)] if rest else [])
 
 
 def _weights(p: ModelProfile, lay: Layout, w: Workload) -> dict[str, float]:
@@ -35,23 +93,41 @@ def experts_touched(experts: int, top_k: int, tokens: float) -> float:
     return experts * (1.0 - (1.0 - k / experts) ** max(1.0, tokens))
 
 
+def _first_token_mean_s(batch: int, seq: int, chunk: int, stage_s: float, pp: int) -> float:
+    """The mean over ``batch`` prompts of ``seq`` tokens, prefilled first come first served in
+    passes of ``chunk`` through ``pp`` stages of ``stage_s`` each, of the time their last chunk is
+    done (NOTE: [Chunked prefill]). O(batch)."""
+    passes = sum(math.ceil((i + 1) * seq / chunk) for i in range(batch))
+    return (passes / batch + pp - 1) * stage_s
+
+
 def serve(p: ModelProfile, w: Workload, c: Cluster, lay: Layout) -> LayoutResult:
-    """Memory and time of serving ``w`` on ``lay``: the prefill's time to the first token, then
-    each generated token."""
-    acc = c.accelerator
-    scale = w.element_bytes / p.element_bytes
+    """Memory and time of serving ``w`` on ``lay`` as the serving engines serve it: the chunked
+    prefill's time to the first token, then each generated token (NOTEs above). O(batch) beside
+    the profile's cached forward times."""
+    acc = serving_accelerator(c.accelerator)
+    elem = w.element_bytes
+    scale = elem / p.element_bytes
+    act_scale = max(elem, ACTIVATION_BYTES) / p.element_bytes
     batch = w.global_batch / lay.dp
     context = w.seq_len + w.generate_tokens
+    chunk = serving_chunk_tokens(acc)
+    prompt_tokens = batch * w.seq_len
+    pass_tokens = min(float(chunk), prompt_tokens)
     mem = _weights(p, lay, w)
-    mem["kv_cache"] = p.kv_bytes_per_token * scale * batch * context / lay.tp / lay.pp
-    mem["activations"] = p.act_bytes_per_token * scale * batch * w.seq_len / lay.tp / max(1, p.layers)
-    mem["headroom"] = float(c.headroom_bytes)
-    bw, peak = acc.memory_bandwidth_bytes_per_s, acc.peak_flops
+    blocks = math.ceil(context / KV_BLOCK_TOKENS) * KV_BLOCK_TOKENS  # a sequence's paged blocks
+    kv_per_sequence = p.kv_bytes_per_token * scale * blocks / lay.tp / lay.pp
+    mem["kv_cache"] = kv_per_sequence * batch
+    mem["activations"] = p.act_bytes_per_token * act_scale * pass_tokens / lay.tp / max(1, p.layers)
+    # the engine takes GPU_MEMORY_UTILIZATION of the card; the rest is the CUDA context's and others'
+    mem["headroom"] = max(float(c.headroom_bytes), (1 - GPU_MEMORY_UTILIZATION) * acc.memory_bytes)
+    bw, peak = acc.memory_bandwidth_bytes_per_s, acc.peak_for(elem)
     link = c.intra if lay.tp * lay.pp <= c.devices_per_node else c.inter
+    fused_acc = dataclasses.replace(acc, engine=SERVING_ENGINE)
 
     def comm(tokens: float) -> float:
-        hidden = p.hidden_bytes_per_token * scale * tokens
-        tp = 2 * p.layers * _tp_allreduce(c, hidden, lay.tp)[0]
+        hidden = p.hidden_bytes_per_token * act_scale * tokens
+        tp = 2 * p.layers * _serving_tp_allreduce(c, hidden, lay.tp)[0]
         return tp + (lay.pp - 1) * (hidden / link.bandwidth_bytes_per_s + link.latency_s)
 
     def weight_floor(tokens: float) -> float:
@@ -60,43 +136,97 @@ def serve(p: ModelProfile, w: Workload, c: Cluster, lay: Layout) -> LayoutResult
         dense, expert = float(p.param_count - p.expert_param_count), float(p.expert_param_count)
         if p.experts:
             expert *= experts_touched(p.experts, p.experts_per_token, tokens) / p.experts
-        return (dense + expert) * w.element_bytes / (lay.tp * lay.pp) / bw
+        return (dense + expert) * elem / (lay.tp * lay.pp) / bw
 
-    ttft_compute = max(
-        p.forward_seconds(batch * w.seq_len, w.seq_len, acc, lay.tp, element_bytes=w.element_bytes),
-        weight_floor(batch * w.seq_len),
-    )
-    ttft = ttft_compute + comm(batch * w.seq_len)
+    def prefill_pass(tokens: float) -> float:
+        fwd = p.forward_seconds(tokens, w.seq_len, acc, lay.tp, element_bytes=elem)
+        return max(fwd, weight_floor(tokens)) + comm(tokens)
+
+    passes = prefill_chunks(prompt_tokens, chunk)
+    prefill_compute = sum(n * prefill_pass(t) for t, n in passes)
+    pass_s = prefill_compute / sum(n for _, n in passes)
+    stage = pass_s / lay.pp
+    prefill_s = (sum(n for _, n in passes) + lay.pp - 1) * stage
+    sequences = max(1, round(batch))
+    ttft = _first_token_mean_s(sequences, w.seq_len, chunk, stage, lay.pp)
+
     mid = w.seq_len + w.generate_tokens // 2
     kv_read = p.kv_bytes_per_token * scale * batch * mid / lay.tp / bw
-    decode = max(
-        p.forward_seconds(batch, mid, acc, lay.tp, decode=True, element_bytes=w.element_bytes), weight_floor(batch)
+    decode = p.forward_seconds(batch, mid, acc, lay.tp, decode=True, element_bytes=elem)
+    fused = (
+        decode
+        if acc.engine == SERVING_ENGINE
+        else p.forward_seconds(batch, mid, fused_acc, lay.tp, decode=True, element_bytes=elem)
     )
-    per_token = decode + kv_read + comm(batch)
-    fits = sum(mem.values()) <= acc.memory_bytes
-    parts = {"prefill compute": ttft_compute, "decode per token": per_token, "communication per token": comm(batch)}
-    generated = w.global_batch * max(1, w.generate_tokens)
-    run_s = ttft + w.generate_tokens * per_token
-    tps = w.global_batch / per_token
     flops = p.forward_flops(batch, mid)
-    mfu = flops / (per_token * lay.tp * lay.pp * peak)
-    cost = acc.price_per_hour * lay.devices / 3600 * run_s / generated * 1e6
-    # What bounds a generated token: the weights and cache read, the arithmetic, or the messages.
-    bounds = {
-        "memory bandwidth": weight_floor(batch) + kv_read,
-        "compute": flops / (lay.tp * lay.pp * peak),
+    arithmetic_floor = flops / (lay.tp * lay.pp * peak)
+    weights_floor = weight_floor(batch)
+    kernels = max(fused, weights_floor)  # NOTE: [What bounds a token]
+    weights_share = weights_floor / (weights_floor + arithmetic_floor) if weights_floor + arithmetic_floor else 1.0
+    token = {
+        "launch": max(0.0, decode - fused),
+        "weights": kernels * weights_share,
+        "KV cache": kv_read,
+        "arithmetic": kernels * (1 - weights_share),
         "communication": comm(batch),
     }
-    limit = "memory" if not fits else max(bounds, key=lambda k: bounds[k])
+    per_token = sum(token.values())
+    fits = sum(mem.values()) <= acc.memory_bytes
+    limit = "memory" if not fits else max(TOKEN_PARTS, key=lambda k: token[k])
+    parts = {"prefill compute": prefill_compute, **{f"{k} per token": v for k, v in token.items()}}
+    generated = w.global_batch * max(1, w.generate_tokens)
+    run_s = prefill_s + w.generate_tokens * per_token
+    tps = w.global_batch / per_token
+    mfu = flops / (per_token * lay.tp * lay.pp * acc.peak_flops)
+    cost = acc.price_per_hour * lay.devices / 3600 * run_s / generated * 1e6
+    engine_room = GPU_MEMORY_UTILIZATION * acc.memory_bytes - mem["weights"] - mem["activations"]
     extra = {
         "time_to_first_token_s": ttft,
+        "prefill_s": prefill_s,
+        "prefill_chunk_tokens": float(chunk),
+        "prefill_passes": float(sum(n for _, n in passes)),
         "seconds_per_token": per_token,
         "tokens_per_s_per_sequence": 1 / per_token,
         "tokens_per_s_per_device": tps / lay.devices,
         "kv_cache_bytes_per_token": p.kv_bytes_per_token * scale,
-        "weights_read_s_per_token": weight_floor(batch),
+        "kv_cache_sequences": max(0.0, engine_room) / kv_per_sequence if kv_per_sequence else math.inf,
+        "weights_read_s_per_token": weights_floor,
         "kv_read_s_per_token": kv_read,
-        "compute_floor_s_per_token": flops / (lay.tp * lay.pp * peak),
-        "prefill_compute_floor_s": p.forward_flops(batch * w.seq_len, w.seq_len) / (lay.tp * lay.pp * peak),
+        "compute_floor_s_per_token": arithmetic_floor,
+        "prefill_compute_floor_s": p.forward_flops(prompt_tokens, w.seq_len) / (lay.tp * lay.pp * peak),
     }
-    return LayoutResult(lay, fits, mem, ttft, parts, limit, mfu, tps, cost, 1, extra)
+    return LayoutResult(
+        lay, fits, mem, ttft, parts, limit, mfu, tps, cost, 1, extra, assumes=_assumes(acc, c, lay, w, chunk)
+    )
+
+
+def _assumes(acc: Accelerator, c: Cluster, lay: Layout, w: Workload, chunk: int) -> tuple[str, ...]:
+    """What a serving answer's times assume, in short phrases (NOTE: [Serving engine])."""
+    if acc.kernels is None:
+        engine = "engine: the roofline of the datasheet's peak FLOP/s and bandwidth (no kernel curves)"
+    elif acc.engine == SERVING_ENGINE:
+        chosen = "" if acc.engine_chosen else " (vLLM/SGLang/TensorRT-LLM's; name @eager for eager PyTorch)"
+        engine = f"engine: CUDA graphs + fused kernels{chosen}"
+    else:
+        engine = f"engine: {acc.engine} (as named)"
+    out = [
+        engine,
+        f"chunked prefill {chunk} tokens a pass (vLLM's max_num_batched_tokens on this card)",
+        f"KV cache in blocks of {KV_BLOCK_TOKENS} tokens; the engine takes {GPU_MEMORY_UTILIZATION:.0%} of memory",
+    ]
+    if lay.tp > 1:
+        seconds, algorithm = _serving_tp_allreduce(c, 8192.0, lay.tp)
+        out.append(f"TP all-reduce: {algorithm} on {c.intra.name}, {seconds * 1e6:.0f} us a small message")
+    if w.element_bytes == 1:
+        derived = acc.kernels is not None and any(d.startswith("float8") for d, _ in acc.kernels.derived_dtypes)
+        out.append(
+            "FP8: weights and KV cache at 1 byte"
+            + (
+                "; FP8 products at the datasheet's FP8/bf16 ratio x the bf16 curves (no FP8 curves measured)"
+                if derived
+                else ""
+            )
+        )
+    if acc.kernels is not None:
+        out.append(acc.kernels.derived_from or f"kernel curves measured on {acc.kernels.gpu}")
+    return tuple(out)

@@ -11,6 +11,14 @@ without momentum): the weights and their gradients, the backward counted. With m
 weights, the ZeRO paper's 2 + 2 + K bytes a parameter with K = 4 + 4 x states (Adam: K = 12;
 Rajbhandari et al. 2020, section 3.1); full precision keeps the weights, gradients and state in
 their own type (torch.optim.SGD keeps the momentum, torch.optim.Adam the two moments).
+
+# NOTE: [FP8 training state]
+FP8 training casts to 1 byte inside the matrix products only: torchtitan's float8 (torchao's
+``convert_to_float8_training``) keeps the module's weights in their own type and casts each to
+FP8 with a scale as the product runs; Transformer Engine keeps bf16 (or fp32) parameters and its
+``fp8_autocast`` quantises them per product. Weights, gradients, the fp32 master copy and the
+optimizer state are therefore bf16 mixed precision's: 2 + 2 + 4 + 4 x states bytes a parameter at
+an element size of 1 (:func:`state_bytes`). Inference at 1 byte holds FP8 weights (1 byte).
 """
 
 from __future__ import annotations
@@ -104,12 +112,15 @@ def optimizer_record(optimizer: str | None) -> Optimizer | None:
 
 def state_bytes(optimizer: str | None, element_bytes: int = 4) -> StateBytes:
     """Bytes per parameter in training with ``optimizer`` and weights of ``element_bytes``
-    (NOTE: [Training state]); the weights alone for inference (``None``). O(1)."""
+    (NOTE: [Training state]; 1 byte is FP8 training, NOTE: [FP8 training state]); the weights
+    alone for inference (``None``). O(1)."""
     record = optimizer_record(optimizer)
     if element_bytes < 1:
         raise PartitionError(f"element_bytes must be at least 1 (got {element_bytes})")
     if record is None:
         return StateBytes(element_bytes)
+    if element_bytes == 1:  # FP8 training: bf16 weights and gradients (NOTE: [FP8 training state])
+        return StateBytes(2, 2, 4, 4 * record.states)
     if element_bytes < 4:
         return StateBytes(element_bytes, element_bytes, 4, 4 * record.states)
     return StateBytes(element_bytes, element_bytes, 0, element_bytes * record.states)
