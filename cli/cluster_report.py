@@ -3,7 +3,8 @@ time as its band, low-high ("12-15 days", "38-44 % MFU"), never a lone point; wh
 within each other's band; what the times assume. The bands are the library's (:class:`partitioner.cluster.LayoutResult`'s ``step_low_s``,
 ``step_high_s``, ``mfu_band``, ``tokens_per_s_band``); this module only writes them.
 
-The app writes them the same way (``explorer/builders/bands.py``): two applications, one wording.
+The app writes them the same way (``explorer/builders/bands.py``): two applications, one
+wording (NOTE: both move to :mod:`partitioner.units` and ``ClusterPlan`` when the library takes them).
 """
 
 from __future__ import annotations

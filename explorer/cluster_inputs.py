@@ -9,6 +9,7 @@ from typing import Any
 import streamlit as st
 
 from explorer import panels
+from explorer.builders.links import RANGES
 from explorer.builders.text import md
 from partitioner import Graph, cluster, format_bytes, units
 from partitioner.cost.training import OPTIMIZERS
@@ -121,11 +122,12 @@ def hardware_ui() -> dict[str, Any]:
         )
     )
     per_node = int(cols[2].number_input("Devices per node", 1, 64, 8, key="cl_per_node"))
+    low, high = RANGES["cl_max_nodes"]  # the command line's --max-nodes range too (cli/cluster.py)
     max_nodes = int(
         cols[3].number_input(
             "Up to nodes",
-            1,
-            512,
+            int(low or 1),
+            int(high or 1),
             64,
             key="cl_max_nodes",
             help="sizes searched: 1, 2, 4, ... devices of one node, then 1, 2, 4, ... nodes up to this",

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Sequence
 import pandas as pd
 import plotly.graph_objects as go
 
+from explorer.builders import bands
 from partitioner.units import format_bytes, format_seconds
 
 if TYPE_CHECKING:
@@ -65,6 +66,18 @@ def _thin(results: Sequence[LayoutResult], per_size: int) -> list[LayoutResult]:
     return kept
 
 
+def _band_bars(results: Sequence[LayoutResult]) -> dict[str, object]:
+    """Plotly's asymmetric error bars from each result's step band (zero where it has none)."""
+    return dict(
+        type="data",
+        symmetric=False,
+        array=[r.step_high_s - r.step_s for r in results],
+        arrayminus=[r.step_s - r.step_low_s for r in results],
+        color="#888888",
+        thickness=1.5,
+    )
+
+
 def pareto_figure(found: ClusterPlan, step_label: str = "step time", per_size: int = CLOUD_PER_SIZE) -> go.Figure:
     """Fitting layouts (grey, thinned to ``per_size`` a device count), the fastest at each device
     count (``found.by_devices``, coloured by cost per million tokens) and the three answers;
@@ -87,10 +100,13 @@ def pareto_figure(found: ClusterPlan, step_label: str = "step time", per_size: i
         go.Scatter(
             x=[r.devices for r in best],
             y=[r.step_s for r in best],
+            error_y=_band_bars(best),
             mode="lines+markers",
-            name="fastest at each size",
+            name="fastest at each size (bars: the band)",
             text=[
-                f"{r.layout.label()}<br>${r.cost_per_million_tokens:.3g} per million tokens<br>limit: {r.limit}"
+                f"{r.layout.label()}<br>{step_label} {bands.seconds_band(r.step_low_s, r.step_high_s)}<br>"
+                f"{bands.dollars_band(*bands.cost_band(r, r.cost_per_million_tokens))} per million tokens<br>"
+                f"limit: {r.limit}"
                 for r in best
             ],
             hoverinfo="text+x+y",
@@ -140,10 +156,11 @@ def scaling_figure(found: ClusterPlan, step_label: str = "step time", stops: int
         go.Scatter(
             x=[r.devices for r in best],
             y=[r.step_s for r in best],
+            error_y=_band_bars(best),
             mode="lines+markers",
-            name=step_label,
-            text=[r.layout.label() for r in best],
-            hoverinfo="text+x+y",
+            name=f"{step_label} (bars: the band)",
+            text=[f"{r.layout.label()}<br>{bands.seconds_band(r.step_low_s, r.step_high_s)}" for r in best],
+            hoverinfo="text+x",
         )
     )
     fig.add_trace(
@@ -218,8 +235,10 @@ def time_figure(result: LayoutResult, inference: bool = False) -> go.Figure:
         )
     )
     what = "inference: prefill, and per generated token" if inference else "one training step"
+    total = "time to first token" if inference else "step"
     fig.update_layout(
-        title=f"Time by cause ({what}): {result.layout.label()}",
+        title=f"Time by cause ({what}): {result.layout.label()}; "
+        f"{total} {bands.seconds_band(result.step_low_s, result.step_high_s)}",
         yaxis_title="time (s)" if inference else "time per step (s)",
         xaxis_title="cause",
         height=400,
@@ -228,10 +247,14 @@ def time_figure(result: LayoutResult, inference: bool = False) -> go.Figure:
 
 
 def layouts_table(results: Sequence[LayoutResult], train_tokens: float | None = None) -> pd.DataFrame:
-    """One row a layout: numbers stay numbers (seconds, GiB, fractions, dollars); with
-    ``train_tokens``, the days and dollars such a training run takes."""
+    """One row a layout: numbers stay numbers (seconds, GiB, fractions, dollars), each time-derived
+    one with its band's ends (``_low``, ``_high``) and the band as text to show (``step``,
+    ``mfu_text``, ``usd_text``); with ``train_tokens``, the days and dollars such a training run
+    takes (``train_text``, ``train_usd_text``)."""
     rows = []
     for r in results:
+        usd = bands.cost_band(r, r.cost_per_million_tokens)
+        mfu_low, mfu_high = r.mfu_band
         row = {
             "devices": r.devices,
             "layout": r.layout.label(),
@@ -242,14 +265,26 @@ def layouts_table(results: Sequence[LayoutResult], train_tokens: float | None = 
             "zero": r.layout.zero,
             "recompute": r.layout.recompute,
             "step_s": r.step_s,
+            "step_low_s": r.step_low_s,
+            "step_high_s": r.step_high_s,
+            "step": bands.seconds_band(r.step_low_s, r.step_high_s),
             "mfu": r.mfu,
+            "mfu_low": mfu_low,
+            "mfu_high": mfu_high,
+            "mfu_text": bands.mfu_band(r),
             "memory_gib": r.memory_bytes / GiB,
             "limit": r.limit,
             "usd_per_million_tokens": r.cost_per_million_tokens,
+            "usd_text": bands.dollars_band(*usd),
         }
         if train_tokens:
+            seconds = bands.run_days(r, train_tokens)
+            dollars = bands.cost_band(r, r.cost_per_million_tokens * train_tokens / 1e6)
             row["train_days"] = train_tokens / r.tokens_per_s / 86400 if r.tokens_per_s else float("inf")
+            row["train_days_low"], row["train_days_high"] = (s / 86400 for s in seconds)
+            row["train_text"] = bands.duration_band(*seconds)
             row["train_usd"] = r.cost_per_million_tokens * train_tokens / 1e6
+            row["train_usd_text"] = bands.dollars_band(*dollars)
         rows.append(row)
     return pd.DataFrame(rows)
 

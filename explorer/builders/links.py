@@ -79,7 +79,7 @@ RANGES: dict[str, tuple[float | None, float | None]] = {
     "cl_tokens": (1e6, 1e15),
     "cl_generate": (0, 1 << 16),
     "cl_per_node": (1, 64),
-    "cl_max_nodes": (1, 512),
+    "cl_max_nodes": (1, 4096),  # Llama 3's 16,384 H100s are 2,048 nodes of 8; the CLI's --max-nodes too
     "cl_headroom": (0.0, 64.0),
 }
 # What each page's own widgets hold (its view), carried by a link to that page: the key's prefix

@@ -12,6 +12,7 @@ from typing import Any, Sequence
 
 import pandas as pd
 
+from explorer.builders.bands import seconds_band
 from partitioner import Device, Graph, Plan, cluster, format_bytes, format_seconds, pipeline
 from partitioner.cluster.run.compose import parse_layout
 from partitioner.devices import DEFAULT_SPEEDS
@@ -31,6 +32,7 @@ __all__ = [
     "cluster_rows",
     "table",
     "cluster_target",
+    "assumptions",
 ]
 
 
@@ -48,12 +50,19 @@ class Technique:
     how: str = ""  # the shape of its answer in a few words (modes, stages, the layout)
     error: str | None = None
     priced_by: str = ""  # whose cost model the time is (the roofline, the cluster planner's)
+    band_s: tuple[float, float] | None = None  # the cluster planner's low and high of time_s
+    assumes: tuple[str, ...] = ()  # what the cluster planner's time assumes
 
     @property
     def fits(self) -> bool | None:
         if self.peak_memory_bytes is None or self.capacity_bytes is None:
             return None
         return self.peak_memory_bytes <= self.capacity_bytes
+
+
+def assumptions(rows: Sequence[Technique]) -> str:
+    """What the rows' times assume (the cluster planner's words), each once, in row order."""
+    return "; ".join(dict.fromkeys(a for r in rows for a in r.assumes))
 
 
 def pricing(devices: Sequence[Device]) -> str:
@@ -165,6 +174,8 @@ def cluster_rows(
                 capacity,
                 f"{tp.layout.label()}; limited by {tp.limit}",
                 priced_by=priced,
+                band_s=(tp.step_low_s, tp.step_high_s),
+                assumes=tp.assumes,
             )
         )
     except ValueError as exc:
@@ -189,14 +200,17 @@ def cluster_rows(
                 capacity,
                 f"{best.layout.label()}; limited by {best.limit}",
                 priced_by=priced,
+                band_s=(best.step_low_s, best.step_high_s),
+                assumes=best.assumes,
             )
         )
     return rows
 
 
 def table(rows: Sequence[Technique], device_count: int) -> pd.DataFrame:
-    """The rows as a table in the units people read; the fastest that fits marked among the rows of
-    one cost model (times of two cost models are not compared)."""
+    """The rows as a table in the units people read (the cluster planner's times as their band,
+    low-high); the fastest that fits marked among the rows of one cost model (times of two cost
+    models are not compared)."""
     fitting = [r for r in rows if r.fits and r.time_s is not None]
     fastest = {
         min((r for r in fitting if r.priced_by == by), key=lambda r: r.time_s or 0.0).name
@@ -221,7 +235,7 @@ def table(rows: Sequence[Technique], device_count: int) -> pd.DataFrame:
             {
                 "technique": r.name + ("  (fastest that fits)" if r.name in fastest else ""),
                 "devices used": f"{r.devices_used} of {device_count}",
-                "forward pass": format_seconds(r.time_s or 0.0),
+                "forward pass": format_seconds(r.time_s or 0.0) if r.band_s is None else seconds_band(*r.band_s),
                 "priced by": r.priced_by,
                 "fullest device": f"{format_bytes(r.peak_memory_bytes or 0)} of {format_bytes(r.capacity_bytes or 0)}",
                 "fits": "yes" if r.fits else "no",

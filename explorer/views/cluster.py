@@ -10,7 +10,7 @@ from typing import Any
 import streamlit as st
 
 from explorer import cluster_panels, state
-from explorer.builders import cluster_figures
+from explorer.builders import bands, cluster_figures
 from explorer.builders.text import md
 from explorer.cluster_inputs import hardware_ui, min_cut_ui, workload_ui
 from partitioner import Graph, cluster, format_bytes, format_seconds
@@ -54,15 +54,9 @@ def _search(
     return cluster.search(prof, work, target, cluster.device_counts(per_node, max_nodes))
 
 
-def _duration(seconds: float) -> str:
-    """A run's length in the unit a person plans in: days, hours or minutes."""
-    for unit, size in (("days", 86400), ("hours", 3600), ("minutes", 60)):
-        if seconds >= size:
-            return f"{seconds / size:,.1f} {unit}"
-    return f"{seconds:.1f} s"
-
-
-def _answer(title: str, r: cluster.LayoutResult | None, work: cluster.Workload, column: Any) -> None:
+def _answer(title: str, r: cluster.LayoutResult | None, work: cluster.Workload, column: Any, within: list[str]) -> None:
+    """One answer: its device count, every time as its band, and the other answers whose band
+    overlaps its own (``within``)."""
     if r is None:
         return
     step = "time to first token" if work.kind == "inference" else "step"
@@ -73,20 +67,25 @@ def _answer(title: str, r: cluster.LayoutResult | None, work: cluster.Workload, 
     )
     column.caption(
         md(
-            f"{format_seconds(r.step_s)} a {step}; {r.layout.label()}; "
-            f"${r.cost_per_million_tokens:.3g} per million tokens; "
-            f"MFU {r.mfu:.1%}; limited by {r.limit}"
+            f"{bands.seconds_band(r.step_low_s, r.step_high_s)} a {step}; {r.layout.label()}; "
+            f"{bands.dollars_band(*bands.cost_band(r, r.cost_per_million_tokens))} per million tokens; "
+            f"MFU {bands.mfu_band(r)}; limited by {r.limit}"
         )
     )
     if work.kind == "training" and r.tokens_per_s:
+        dollars = bands.cost_band(r, r.cost_per_million_tokens * work.train_tokens / 1e6)
         column.caption(
-            f"{work.train_tokens:.3g} tokens: {_duration(work.train_tokens / r.tokens_per_s)}, "
-            f"${r.cost_per_million_tokens * work.train_tokens / 1e6:,.0f}"
+            md(
+                f"{work.train_tokens:.3g} tokens: {bands.duration_band(*bands.run_days(r, work.train_tokens))}, "
+                f"{bands.dollars_band(*dollars)}"
+            )
         )
     elif r.extra:
+        low, high = (v / r.tokens_per_s if r.tokens_per_s else 0.0 for v in r.tokens_per_s_band)
+        per_sequence, per_device = (r.extra[f"tokens_per_s_per_{k}"] for k in ("sequence", "device"))
         column.caption(
-            f"{r.extra['tokens_per_s_per_sequence']:,.1f} tokens/s per sequence, "
-            f"{r.extra['tokens_per_s_per_device']:,.1f} tokens/s per device"
+            f"{bands.band(low * per_sequence, high * per_sequence)} tokens/s per sequence, "
+            f"{bands.band(low * per_device, high * per_device)} tokens/s per device"
         )
         x = r.extra
         column.caption(
@@ -95,9 +94,11 @@ def _answer(title: str, r: cluster.LayoutResult | None, work: cluster.Workload, 
                 f"{format_seconds(x['weights_read_s_per_token'])}, KV cache read "
                 f"{format_seconds(x['kv_read_s_per_token'])}, arithmetic at peak "
                 f"{format_seconds(x['compute_floor_s_per_token'])}; the first token's arithmetic at peak "
-                f"{format_seconds(x['prefill_compute_floor_s'])} of {format_seconds(r.step_s)}"
+                f"{format_seconds(x['prefill_compute_floor_s'])} of {bands.seconds_band(r.step_low_s, r.step_high_s)}"
             )
         )
+    if within:
+        column.caption(f"Within the band of the {' and the '.join(within)}: neither is surely faster.")
 
 
 def _summary(prof: cluster.ModelProfile, found: cluster.ClusterPlan) -> None:
@@ -122,11 +123,14 @@ def _summary(prof: cluster.ModelProfile, found: cluster.ClusterPlan) -> None:
 
 
 def _render_answers(found: cluster.ClusterPlan, work: cluster.Workload) -> None:
+    """The three answers side by side, each time as its band, then what the times assume."""
     cols = st.columns(3)
-    for col, (title, r) in zip(
-        cols, (("Fewest devices", found.fewest_devices), ("Fastest", found.fastest), ("Cheapest", found.cheapest))
-    ):
-        _answer(title, r, work, col)
+    within = bands.within_band(found)
+    for col, (title, attr) in zip(cols, bands.ANSWERS):
+        _answer(title.capitalize(), getattr(found, attr), work, col, within.get(title, []))
+    assumed = bands.assumptions([getattr(found, attr) for _, attr in bands.ANSWERS])
+    if assumed:
+        st.caption(md(f"Times are bands (low-high, from the spreads this project measured) and assume: {assumed}."))
 
 
 def _render_table(
@@ -142,22 +146,22 @@ def _render_table(
     best = sorted(picked.values(), key=lambda r: (r.step_s, r.devices))
     training = work.kind == "training"
     table = cluster_figures.layouts_table(best, work.train_tokens if training else None)
-    step = "step (s)" if training else "first token (s)"
+    step = "step" if training else "first token"
     shown = [
         c
         for c in (
             "devices",
             "layout",
-            "step_s",
-            "mfu",
+            "step",
+            "mfu_text",
             "memory_gib",
             "limit",
-            "usd_per_million_tokens",
-            "train_days",
-            "train_usd",
+            "usd_text",
+            "train_text",
+            "train_usd_text",
         )
         if c in table.columns
-    ]  # dp, tp, ... are in the layout's name
+    ]  # dp, tp, ... are in the layout's name; each time as its band (the numbers, low and high, stay in the table)
     st.dataframe(
         table,
         hide_index=True,
@@ -165,12 +169,12 @@ def _render_table(
         column_config={
             "devices": st.column_config.NumberColumn("devices", width="small"),
             "layout": st.column_config.TextColumn("layout", width="large"),
-            "step_s": st.column_config.NumberColumn(step, format="%.3g"),
-            "mfu": st.column_config.NumberColumn("MFU", format="percent"),
+            "step": st.column_config.TextColumn(step, help="low-high: the band of the prediction"),
+            "mfu_text": st.column_config.TextColumn("MFU"),
             "memory_gib": st.column_config.NumberColumn("memory/device (GiB)", format="%.1f"),
-            "usd_per_million_tokens": st.column_config.NumberColumn("$ / M tokens", format="%.3g"),
-            "train_days": st.column_config.NumberColumn("training (days)", format="%.1f"),
-            "train_usd": st.column_config.NumberColumn("training ($)", format="%.0f"),
+            "usd_text": st.column_config.TextColumn("$ / M tokens"),
+            "train_text": st.column_config.TextColumn("training run"),
+            "train_usd_text": st.column_config.TextColumn("training ($)"),
         },
     )
     labels = [f"{r.devices} device{'s' if r.devices != 1 else ''}: {r.layout.label()}" for r in best]
@@ -226,6 +230,8 @@ def _render_layout(
     left, right = st.columns(2)
     left.plotly_chart(cluster_figures.memory_figure(chosen, capacity), key="cl_memory")
     right.plotly_chart(cluster_figures.time_figure(chosen, not training), key="cl_time")
+    if chosen.assumes:
+        right.caption(md(f"The time assumes: {'; '.join(chosen.assumes)}."))
     schedule, memory, comms, dag, export, here = st.tabs(
         ["Pipeline schedule", "Memory per rank", "Collectives", "Stage DAG", "Export", "Run it here"]
     )

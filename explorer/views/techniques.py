@@ -66,6 +66,9 @@ def main() -> None:
             "how": st.column_config.TextColumn(width="large"),
         },
     )
+    assumed = techniques.assumptions(rows)
+    if assumed:
+        st.caption(md(f"The cluster planner's times are bands (low-high) and assume: {assumed}."))
     cols = st.columns(len(rows))
     for col, row in zip(cols, rows):
         col.page_link(row.page, label=f"Open: {row.name.split(' (')[0]}")
