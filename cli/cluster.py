@@ -47,20 +47,24 @@ EXAMPLES = """examples:
 
 Searches every layout at 1, 2, 4, ... devices of one node and 1, 2, 4, ... whole nodes up to
 --max-nodes (at most 4,096 nodes: 32,768 GPUs of 8 a node; Meta's 16,384 H100s are 2,048):
-tensor parallelism inside a node (dividing the heads and widths, with sequence parallelism),
-pipeline stages dividing the layer count with each schedule torch runs (GPipe, 1F1B,
-interleaved, zero-bubble), context parallelism from 16k tokens, expert parallelism for a mixture of experts,
-data parallelism with ZeRO 0-3 (HSDP across nodes, ZeRO-Offload where devices are short), and
-recomputation: none, selective (the attention core), full, or functorch's min-cut at each
---min-cut-budgets budget. Memory per device follows the ZeRO paper's model-state formulas and
-the activations autograd keeps (the traced graph's saved tensors); time per step the traced
-graph on the accelerator's measured kernels, NCCL's ring, tree or one-shot all-reduce by size on
-the node's and the inter-node links, and the pipeline simulator. Every time is a band, low-high,
-from the spreads this project measured (host cost per op between machines of one GPU kind,
-kernels, collectives): steps, days, MFU and tokens a second are printed as "12-15 days", and an
-answer whose band overlaps another's says so ("within the band of the cheapest"); the line
-"times assume" says what the times assume (the engine, its kernels, what overlaps, MFU's FLOPs).
-Prices are editable presets (--price-per-hour).
+tensor parallelism inside a node (dividing the heads and widths, with sequence parallelism);
+pipeline stages over any layer count (uneven where they must be: the busiest stage holds
+ceil(layers / pp), as Meta ran 126 layers over 16), with each schedule torch runs (GPipe, 1F1B,
+interleaved 2 or 4 chunks deep, zero-bubble); context parallelism from 16k tokens; expert
+parallelism for a mixture of experts; data parallelism with ZeRO 0-3 (HSDP across nodes,
+ZeRO-Offload where devices are short); and recomputation: none, selective (the attention
+core, or torchtitan's per-op policy with fused attention), full, K layers of each stage
+recomputed (recompute-layers-K, Megatron-LM's --recompute-num-layers: the fewest that fit), or
+functorch's min-cut at each --min-cut-budgets budget. Memory per device follows the ZeRO
+paper's model-state formulas and the activations autograd keeps (the traced graph's saved
+tensors); time per step the traced graph on the accelerator's measured kernels, NCCL's ring,
+tree or one-shot all-reduce by size on the node's and the inter-node links, and the pipeline
+simulator. Every time is a band, low-high, from the spreads this project measured (host cost
+per op between machines of one GPU kind, kernels, collectives): steps, days, MFU and tokens a
+second print as "12-15 days", and an answer whose band overlaps another's says so ("within the
+band of the cheapest"). The line "times assume" says what the times assume: the engine, its
+kernels, what overlaps, and MFU's FLOPs (causal or full attention). Prices are editable
+presets (--price-per-hour).
 
 --open LAYOUT prints one layout as the page opens it, whether or not it is among the best: its
 memory per device by kind, its step band and time by cause and its collectives (count, size and
