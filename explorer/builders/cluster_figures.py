@@ -131,7 +131,8 @@ def pareto_figure(found: ClusterPlan, step_label: str = "step time", per_size: i
                     mode="markers",
                     name=f"{title}: {r.layout.label()}",
                     marker=dict(symbol=symbol, size=16, color="rgba(0,0,0,0)", line=dict(width=2, color="#d62728")),
-                    hoverinfo="name+x+y",
+                    text=[f"{step_label} {bands.seconds_band(r.step_low_s, r.step_high_s)}"],
+                    hoverinfo="name+text+x",
                 )
             )
     fig.update_layout(
