@@ -127,13 +127,21 @@ def load(spec: str, overrides: Mapping[str, Any] | None = None, reload: bool = F
 
 def trace_loaded(spec: str, overrides: Mapping[str, Any] | None, loaded: Loaded, name: str) -> Any:
     """The ``partitioner.Graph`` of what :func:`load` returned for ``spec``: traced with its example
-    kwargs, its parameter bytes scaled to the stored dtype (:func:`weight_scale`)."""
+    kwargs, its parameter bytes scaled to the stored dtype (:func:`weight_scale`). An hf: model's
+    repeated layers are traced once a kind of layer and repeated to its depth, node for node the
+    graph a whole trace gives (NOTE: [Tracing a repeated block once] in
+    partitioner/tracing/repeated.py); its module is traced when first asked for."""
     from partitioner import trace
 
     module, inputs, kwargs = loaded
+    scale = weight_scale(spec, overrides)  # quantized weights (hf: dtype=int8)
+    if is_hf(spec):
+        from partitioner.tracing.repeated import trace_repeated
+
+        graph, _ = trace_repeated(module, inputs, name=name, example_kwargs=kwargs or None, weight_scale=scale)
+        return graph
     graph = trace(module, inputs, name=name, example_kwargs=kwargs or None)
-    scale = weight_scale(spec, overrides)
-    return graph if scale == 1.0 else graph.with_weight_bytes(scale)  # quantized weights (hf: dtype=int8)
+    return graph if scale == 1.0 else graph.with_weight_bytes(scale)
 
 
 def _check_known(spec: str) -> None:

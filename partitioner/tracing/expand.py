@@ -1,0 +1,234 @@
+"""Repeat the traced layers of a model cut to a few layers (:mod:`partitioner.tracing.blocks`) into
+the graph of more layers, node for node the graph a trace of those layers gives (NOTE: [Tracing a
+repeated block once] in :mod:`partitioner.tracing.repeated`). Torch-free: reads and writes
+:class:`~partitioner.graph.Graph` nodes only.
+
+# NOTE: [Expanding a traced block]
+A trace of a stack of layers lays each layer's nodes out together, layer after layer, in one or
+more regions (torch.export puts every weight first, so a Llama's layers make a region of weights
+and a region of operations); the nodes around the regions (embedding, rotary tables, the final
+norm and head) belong to no layer. A node's layer is read from its module path
+(``model.layers.3.self_attn.q_proj``: layer 3 of ``model.layers``). Expanding a trace of the kept
+layers K to a selection T (every layer, or a longer cut) writes each region's layers in T's order,
+each as a copy of its template's nodes (:meth:`Stack.template`), and
+- renames what holds the layer's place: module paths and weight targets (``model.layers.3.`` ->
+  ``model.layers.40.``) and names made from them (``model_layers_3_...``); every other name is a
+  running count per base name (``linear``, ``linear_1``, ... ``pow_1``, ``pow_2`` as fx avoids
+  Python's builtins), counted again over the longer graph, after the trace was checked to name
+  its nodes that way;
+- reconnects edges: a read of a layer of the same run is relative (the layer before stays the
+  layer before: a residual stream), at the same place in that layer's template (whose nodes must
+  then be the same ops in the same order); a read of a layer of another run is absolute (T5's
+  first block computes the position bias every later block reads); a read by a node of no layer
+  is absolute (the final norm reads the last layer, kept as itself);
+- keeps every figure (shape, dtype, bytes, parameters, FLOPs) of the template's node.
+Anything the trace lays out otherwise (layers' nodes interleaved, names that are not counts) raises
+:class:`ExpandError`, and the caller traces the whole model.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from typing import Sequence
+
+from partitioner.errors import TraceError
+from partitioner.graph import Graph, Node
+from partitioner.tracing.blocks import Stack
+from partitioner.tracing.flops import unpriced
+
+__all__ = ["expand", "ExpandError", "first_difference"]
+
+_COUNTED = re.compile(r"^(.+)_(\d+)$")
+
+
+class ExpandError(ValueError):
+    """The trace is not laid out as NOTE: [Expanding a traced block] expects."""
+
+
+def _owner(path: str, stacks: Sequence[Stack]) -> tuple[int, int] | None:
+    for s, stack in enumerate(stacks):
+        prefix = stack.path + "."
+        if path.startswith(prefix):
+            head = path[len(prefix) :].split(".", 1)[0]
+            if head.isdigit():
+                return s, int(head)
+    return None
+
+
+def _moved(path: str, stack: str, old: int, new: int) -> str:
+    here = f"{stack}.{old}"
+    if path == here:
+        return f"{stack}.{new}"
+    return f"{stack}.{new}.{path[len(here) + 1 :]}" if path.startswith(here + ".") else path
+
+
+def _split(name: str) -> tuple[str, int]:
+    found = _COUNTED.match(name)
+    return (found.group(1), int(found.group(2))) if found else (name, 0)
+
+
+class _Layout:
+    """The shallow trace cut into non-layer nodes and regions of per-layer segments."""
+
+    def __init__(self, graph: Graph, stacks: Sequence[Stack]) -> None:
+        self.order: list[int | tuple[int, int]] = []  # a non-layer node, or (region, its stack)
+        self.segments: list[dict[int, list[int]]] = []  # region -> kept position -> node indices
+        self.where: dict[int, tuple[int, int, int]] = {}  # node -> (region, kept position, offset)
+        open_region: tuple[int, int] | None = None  # (region, stack)
+        last = -1
+        for i, node in enumerate(graph.nodes):
+            owner = _owner(node.module_path, stacks)
+            if owner is None:
+                open_region = None
+                self.order.append(i)
+                continue
+            s, j = owner
+            if j >= len(stacks[s].keep):
+                raise ExpandError(
+                    f"node {node.name} is in layer {j} of {stacks[s].path}, which has {len(stacks[s].keep)}"
+                )
+            # a region runs while its layers' numbers grow: weights of every layer, then the
+            # buffers of some (DeepSeek's MoE layers' expert-bias), then the operations
+            if open_region is None or open_region[1] != s or j < last:
+                open_region = (len(self.segments), s)
+                self.segments.append({})
+                self.order.append(open_region)
+            last = j
+            segment = self.segments[open_region[0]].setdefault(j, [])
+            self.where[i] = (open_region[0], j, len(segment))
+            segment.append(i)
+
+
+def _check_counted(graph: Graph, counted: set[int]) -> dict[str, int]:
+    """Each counted name's base and the number its first node carries (0 or 1), after checking
+    that every base's names are a running count in node order."""
+    first: dict[str, int] = {}
+    seen: dict[str, int] = {}
+    for i in sorted(counted):
+        base, n = _split(graph.nodes[i].name)
+        start = first.setdefault(base, n)
+        if n != start + seen.get(base, 0) or start > 1:
+            raise ExpandError(f"node name {graph.nodes[i].name} is not a running count of {base!r}")
+        seen[base] = seen.get(base, 0) + 1
+    return first
+
+
+def expand(graph: Graph, stacks: Sequence[Stack], targets: Sequence[Sequence[int]]) -> Graph:
+    """``graph`` (traced with each stack cut to its :attr:`Stack.keep`) repeated to the layers
+    ``targets`` names (one sorted sequence a stack, holding the kept layers; ``range(length)`` for
+    the whole model), as NOTE: [Expanding a traced block]. The result holds no module. Raises
+    :class:`ExpandError` when the trace is laid out otherwise. O(N) for N nodes of the result."""
+    layout = _Layout(graph, stacks)
+    nodes = graph.nodes
+    sanitized = [s.path.replace(".", "_") for s in stacks]
+    positions = [{layer: q for q, layer in enumerate(t)} for t in targets]
+    for stack, t in zip(stacks, targets):
+        if not set(stack.keep) <= set(t):
+            raise ExpandError(f"the target layers of {stack.path} leave out kept layers")
+    region_stack = {item[0]: item[1] for item in layout.order if isinstance(item, tuple)}
+    # the form of each kept layer's segment, to map a place in one layer to the same in another
+    forms: dict[tuple[int, int], tuple[tuple[str, str, str], ...]] = {}
+    for r, segs in enumerate(layout.segments):
+        stack = stacks[region_stack[r]]
+        for j, seg in segs.items():
+            forms[(r, j)] = tuple(
+                (nodes[i].op, _moved(nodes[i].target, stack.path, j, 0), _moved(nodes[i].module_path, stack.path, j, 0))
+                for i in seg
+            )
+    # emitted nodes: (shallow index, stack or -1, target position), in the longer graph's order
+    emitted: list[tuple[int, int, int]] = []
+    index: dict[tuple[int, int, int], int] = {}  # (region, target position, offset) -> new index
+    single: dict[int, int] = {}  # non-layer shallow node -> new index
+    for item in layout.order:
+        if isinstance(item, int):
+            single[item] = len(emitted)
+            emitted.append((item, -1, -1))
+            continue
+        r, s = item
+        stack = stacks[s]
+        for q, layer in enumerate(targets[s]):
+            j = stack.keep.index(stack.template(layer))
+            for o, i in enumerate(layout.segments[r].get(j, ())):
+                index[(r, q, o)] = len(emitted)
+                emitted.append((i, s, q))
+
+    def source(u: int, reader_stack: int, q: int) -> int:
+        """The new index of what the emitted copy (at target position ``q``) of a node reads
+        where the shallow node read ``u``."""
+        if u not in layout.where:
+            return single[u]
+        r, j_read, o = layout.where[u]
+        s = region_stack[r]
+        stack = stacks[s]
+        read_layer = stack.keep[j_read]
+        if reader_stack != s:  # a node of no layer (or of another stack): the kept layer itself
+            return index[(r, positions[s][read_layer], o)]
+        layer = targets[s][q]
+        j_reader = stack.keep.index(stack.template(layer))
+        if stack.run_of(read_layer) != stack.run_of(layer):
+            return index[(r, positions[s][read_layer], o)]
+        q_read = q - (j_reader - j_read)  # relative: the layer that many places before
+        if q_read < 0:
+            raise ExpandError(f"layer {layer} of {stack.path} would read before the first layer")
+        j_to = stack.keep.index(stack.template(targets[s][q_read]))
+        if j_to != j_read and forms.get((r, j_to)) != forms[(r, j_read)]:
+            raise ExpandError(
+                f"layers {stack.keep[j_read]} and {stack.keep[j_to]} of {stack.path} differ in their nodes"
+            )
+        return index[(r, q_read, o)]
+
+    layer_named = {
+        i for i, (r, j, _) in layout.where.items() if nodes[i].name.startswith(f"{sanitized[region_stack[r]]}_{j}_")
+    }
+    counted = {i for i in range(len(nodes)) if i not in layer_named}
+    starts = _check_counted(graph, counted)
+    seen: dict[str, int] = {}
+    out: list[Node] = []
+    for i, s, q in emitted:
+        node = nodes[i]
+        inputs = tuple(source(u, s, q) for u in node.inputs)
+        if s < 0:
+            name, target, path = node.name, node.target, node.module_path
+        else:
+            j = layout.where[i][1]
+            stack = stacks[s]
+            path = _moved(node.module_path, stack.path, j, q)
+            target = _moved(node.target, stack.path, j, q) if node.op in ("get_attr", "call_module") else node.target
+            name = node.name
+            if i in layer_named:
+                name = f"{sanitized[s]}_{q}_" + name[len(f"{sanitized[s]}_{j}_") :]
+        if i in counted:
+            base, _ = _split(node.name)
+            n = starts[base] + seen.get(base, 0)
+            seen[base] = seen.get(base, 0) + 1
+            name = base if n == 0 else f"{base}_{n}"
+        out.append(dataclasses.replace(node, name=name, target=target, module_path=path, inputs=inputs))
+    try:
+        result = Graph(out, None, graph.example_inputs, name=graph.name)
+    except TraceError as exc:
+        raise ExpandError(str(exc)) from None
+    if graph.repeated_weights:
+        raise ExpandError("modules share weights (symbolic_trace's repeated weights)")
+    inside = [n for names in graph.tied_parameters for n in names if _owner(n, stacks) is not None]
+    if inside:
+        raise ExpandError(f"tied weights inside a layer ({inside[0]})")
+    result.tied_parameters = graph.tied_parameters
+    result.model_info = graph.model_info
+    result.unpriced_ops = unpriced((nd.target, nd.flops) for nd in out if nd.op == "call_function")
+    return result
+
+
+def first_difference(a: Graph, b: Graph) -> str:
+    """Where two graphs first differ (a node's field, the node count, the tied weights or the
+    unpriced ops), or "" when they are node for node the same. O(N)."""
+    if len(a) != len(b):
+        return f"{len(a)} nodes against {len(b)}"
+    for x, y in zip(a.nodes, b.nodes):
+        if x != y:
+            field = next(f.name for f in dataclasses.fields(Node) if getattr(x, f.name) != getattr(y, f.name))
+            return f"node {x.name}: {field} {getattr(x, field)!r} against {getattr(y, field)!r} (node {y.name})"
+    for what in ("tied_parameters", "repeated_weights", "unpriced_ops"):
+        if getattr(a, what) != getattr(b, what):
+            return f"{what} {getattr(a, what)!r} against {getattr(b, what)!r}"
+    return ""

@@ -1,0 +1,142 @@
+"""Trace a model of repeated blocks once a block: trace it cut to a few layers, repeat them to its
+whole depth, and keep the whole trace for when a module is asked for (DESIGN.md, "A model of
+identical blocks is traced once a distinct block and repeated, node for node equal to a full
+trace"; issue 57).
+
+# NOTE: [Tracing a repeated block once]
+Tracing costs about a millisecond a node (torch.export, then a fake-tensor run), so a model's
+trace grows with its depth: Llama-3-70B's 80 layers took 42 s of CPU, 405B's 126 layers 52 s,
+though every layer is the same block. Here the model is traced with each stack of blocks cut
+(:func:`~partitioner.tracing.blocks.selected_layers`, with the configs' layer counts and per-layer
+lists cut alike) to the layers :attr:`Stack.keep` names: each run of same-kind layers' first,
+second and last layer (3 layers for a Llama, 4 for T5's stacks whose first block differs), and
+that trace is repeated to the full depth (:func:`~partitioner.tracing.expand.expand`). Before
+repeating, the rule is checked on a graph a trace can give: the cut trace expanded by one more
+layer a run (:attr:`Stack.check`) must equal, node for node, the trace of that longer cut (same
+names, ops, targets, edges, module paths, shapes, bytes, parameters, FLOPs). Anything else (no
+stack, layers of different kinds in every run, a layout the expansion does not know, a
+difference in that check) traces the whole model, as before, and says why in the log.
+
+The repeated graph holds no traced module: the whole model is traced when something first asks
+for ``graph_module`` (a split, a real run), as a graph read from the trace cache is
+(:class:`~partitioner.tracing.cache.CachedGraph`), and that trace must have the same fingerprint.
+Two traces of 3 and 4 layers cost about as much as 8 layers did, so any depth traces in about the
+time of a 10-layer model (bench/bench_trace.py prints the figures).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any, Mapping, Sequence
+
+import torch
+
+from partitioner.graph import Graph
+from partitioner.tracing.blocks import BlockPlan, find_stacks, plan_blocks, selected_layers
+from partitioner.tracing.cache import CachedGraph
+from partitioner.tracing.expand import ExpandError, expand, first_difference
+from partitioner.tracing.lock import TRACE_LOCK
+from partitioner.tracing.tracer import model_info, trace
+
+__all__ = ["trace_repeated", "RepeatOutcome"]
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class RepeatOutcome:
+    """How :func:`trace_repeated` made its graph: ``repeated`` from ``traced_layers`` of
+    ``layers``, or traced whole for ``reason``."""
+
+    repeated: bool
+    layers: int
+    traced_layers: int
+    reason: str = ""  # why the whole model was traced; "" when repeated
+    plan: str = ""  # the stacks and runs found
+
+
+def _full(
+    model: torch.nn.Module,
+    inputs: tuple[Any, ...],
+    name: str | None,
+    kwargs: Mapping[str, Any] | None,
+    weight_scale: float,
+) -> Graph:
+    graph = trace(model, inputs, name=name, example_kwargs=kwargs)
+    return graph if weight_scale == 1.0 else graph.with_weight_bytes(weight_scale)
+
+
+def _cut_trace(
+    model: torch.nn.Module,
+    plan: BlockPlan,
+    selection: Sequence[Sequence[int]],
+    inputs: tuple[Any, ...],
+    name: str | None,
+    kwargs: Mapping[str, Any] | None,
+    weight_scale: float,
+) -> Graph:
+    with selected_layers(model, plan, selection):
+        return _full(model, inputs, name, kwargs, weight_scale)
+
+
+def trace_repeated(
+    model: torch.nn.Module,
+    example_inputs: Sequence[Any] | torch.Tensor,
+    name: str | None = None,
+    example_kwargs: Mapping[str, Any] | None = None,
+    weight_scale: float = 1.0,
+) -> tuple[Graph, RepeatOutcome]:
+    """The graph :func:`partitioner.trace` gives for ``model`` (its parameter bytes times
+    ``weight_scale``, as ``Graph.with_weight_bytes``), made from a trace of a few of its layers
+    when its blocks repeat (NOTE: [Tracing a repeated block once]), with how it was made.
+    The graph's module is traced on first use. Takes :data:`TRACE_LOCK` (the model is cut and put
+    back meanwhile). O(N) for N nodes, plus two traces of a few layers a stack."""
+    inputs = (example_inputs,) if isinstance(example_inputs, torch.Tensor) else tuple(example_inputs)
+    plan = plan_blocks(model)
+    if isinstance(plan, str):
+        return _fallback(model, inputs, name, example_kwargs, weight_scale, plan, "")
+    with TRACE_LOCK:
+        keep = [s.keep for s in plan.stacks]
+        check = [s.check for s in plan.stacks]
+        try:
+            cut = _cut_trace(model, plan, keep, inputs, name, example_kwargs, weight_scale)
+            longer = _cut_trace(model, plan, check, inputs, name, example_kwargs, weight_scale)
+            predicted = expand(cut, plan.stacks, check)
+        except (ExpandError, AttributeError, IndexError, TypeError, ValueError) as exc:
+            return _fallback(model, inputs, name, example_kwargs, weight_scale, str(exc), plan.describe())
+        differs = first_difference(predicted, longer)
+        if differs:
+            reason = f"the cut trace repeated by one layer differs from its trace: {differs}"
+            return _fallback(model, inputs, name, example_kwargs, weight_scale, reason, plan.describe())
+        try:
+            whole = expand(cut, plan.stacks, [range(s.length) for s in plan.stacks])
+        except ExpandError as exc:
+            return _fallback(model, inputs, name, example_kwargs, weight_scale, str(exc), plan.describe())
+
+    def rebuild() -> Graph:
+        return _full(model, inputs, name, example_kwargs, weight_scale)
+
+    graph = CachedGraph(list(whole.nodes), whole.name, inputs, rebuild)
+    graph.tied_parameters = whole.tied_parameters
+    graph.unpriced_ops = whole.unpriced_ops
+    graph.model_info = model_info(model)
+    logger.info(
+        "%s: traced %d of %d layers and repeated them (%s)", graph.name, plan.kept, plan.layers, plan.describe()
+    )
+    return graph, RepeatOutcome(True, plan.layers, plan.kept, plan=plan.describe())
+
+
+def _fallback(
+    model: torch.nn.Module,
+    inputs: tuple[Any, ...],
+    name: str | None,
+    kwargs: Mapping[str, Any] | None,
+    weight_scale: float,
+    reason: str,
+    plan: str,
+) -> tuple[Graph, RepeatOutcome]:
+    logger.info("%s traced whole: %s", name or type(model).__name__, reason)
+    graph = _full(model, inputs, name, kwargs, weight_scale)
+    layers = sum(len(m) for _, m in find_stacks(model))
+    return graph, RepeatOutcome(False, layers, layers, reason=reason, plan=plan)
