@@ -175,7 +175,7 @@ class DType:
     peak_key: str  # the key of Hardware.peak_flops_by_dtype for its matrix rate
     aliases: tuple[str, ...] = ()  # further names read as this type ("half", "float8")
     loads_as: str = ""  # what the Hugging Face loader builds: "" loads as itself, "bfloat16" weight-only
-    precision: bool = False  # a precision the cluster planner trains in (bf16 mixed, fp32 full)
+    precision: bool = False  # a precision the cluster planner trains and serves in (bf16 mixed, fp8, fp32 full)
     calibrated: bool = False  # ``calibrate`` measures its matrix products on the host
     gpu_calibrated: bool = False  # ``calibrate --gpu`` measures its matmul curves (a GPU profile's dtypes)
 
@@ -215,14 +215,19 @@ DTYPES: tuple[DType, ...] = (
     DType("float32", "fp32", 32, "float32", ("float", "f32"), precision=True, calibrated=True, gpu_calibrated=True),
     DType("bfloat16", "bf16", 16, "bfloat16", (), precision=True, calibrated=True, gpu_calibrated=True),
     DType("float16", "fp16", 16, "float16", ("half", "f16"), gpu_calibrated=True),
-    DType("float8_e4m3fn", "fp8", 8, "float8", ("float8", "float8_e4m3"), loads_as="bfloat16"),
+    DType("float8_e4m3fn", "fp8", 8, "float8", ("float8", "float8_e4m3"), loads_as="bfloat16", precision=True),
     DType("float8_e5m2", "fp8_e5m2", 8, "float8", loads_as="bfloat16"),
     DType("float64", "fp64", 64, "float64", ("double",)),
     DType("int8", "int8", 8, "int8", (), loads_as="bfloat16"),
     DType("int4", "int4", 4, "int4", (), loads_as="bfloat16"),
 )
-# The precisions the cluster planner trains in, mixed precision (the default) first.
-PRECISIONS: tuple[DType, ...] = tuple(sorted((d for d in DTYPES if d.precision), key=lambda d: d.bytes))
+# The precisions the cluster planner trains and serves in, bf16 mixed precision (the default) first,
+# then the smaller before the larger: fp8 (FP8 products, bf16 weights and fp32 master and state in
+# training, NOTE: [FP8 training state] in partitioner.cost.training; 1-byte weights and KV cache in
+# serving), fp32.
+PRECISIONS: tuple[DType, ...] = tuple(
+    sorted((d for d in DTYPES if d.precision), key=lambda d: (d.name != "bfloat16", d.bytes))
+)
 _BY_NAME = {n.lower(): d for d in DTYPES for n in d.names}
 
 

@@ -30,6 +30,14 @@ def test_torchs_own_aliases():
     assert find_dtype(torch.double) is dtype("float64")
 
 
+def test_the_planners_precisions_put_bf16_mixed_first_and_include_fp8():
+    """bf16 mixed precision is the default a page and the CLI offer first; fp8 is served at 1 byte a
+    weight and trained with bf16 weights and fp32 master and state (NOTE: [FP8 training state])."""
+    assert [d.short for d in PRECISIONS] == ["bf16", "fp8", "fp32"]
+    assert [d.label for d in PRECISIONS] == ["bf16 (mixed)", "fp8 (mixed)", "fp32"]
+    assert [d.bytes for d in PRECISIONS] == [2, 1, 4]
+
+
 def test_sizes_and_the_traced_type():
     assert [dtype_for_bytes(n).short for n in (1, 2, 4, 8)] == ["fp8", "bf16", "fp32", "fp64"]
     assert dominant_dtype(["int64", "bfloat16", "float32", "bfloat16", None]).name == "bfloat16"
@@ -40,7 +48,7 @@ def test_sizes_and_the_traced_type():
 def test_a_wrong_name_names_the_choices():
     with pytest.raises(PartitionError, match=r"unknown dtype 'bf15'; choose one of fp32, bf16, fp16, fp8"):
         dtype("bf15")
-    with pytest.raises(PartitionError, match=r"unknown dtype 'fp16'; choose one of bf16, fp32$"):
+    with pytest.raises(PartitionError, match=r"unknown dtype 'fp16'; choose one of bf16, fp8, fp32$"):
         dtype("fp16", PRECISIONS)
     with pytest.raises(PartitionError, match="no floating type of 3 bytes"):
         dtype_for_bytes(3)
@@ -49,7 +57,7 @@ def test_a_wrong_name_names_the_choices():
 @pytest.mark.parametrize(
     "argv, said",
     [
-        (["cluster", "mlp", "--precision", "fp16"], ("--precision: invalid choice: 'fp16'", "bf16", "fp32")),
+        (["cluster", "mlp", "--precision", "fp16"], ("--precision: invalid choice: 'fp16'", "bf16", "fp8", "fp32")),
         (["cluster", "mlp", "--optimizer", "adamw"], ("--optimizer: invalid choice: 'adamw'", "adam", "sgd", "none")),
         (["plan", "mlp", "--dtype", "bf15"], ("--dtype: invalid choice: 'bf15'", *(d.short for d in DTYPES))),
     ],
