@@ -19,7 +19,15 @@ from torch import nn
 from partitioner import optional
 from partitioner.units import DTYPES, find_dtype
 from sample_models._common import HF_OPS_PER_LAYER, MAX_GRAPH_OPS, seeded
-from sample_models._hf_fields import _REPEATED, check_activations, check_ranges, check_rope, from_text
+from sample_models._hf_fields import (
+    _REPEATED,
+    LEGACY_ROPE,
+    check_activations,
+    check_legacy_rope,
+    check_ranges,
+    check_rope,
+    from_text,
+)
 from sample_models._user import LoaderError, ModelSpecError
 
 __all__ = ["load_hf", "PRESETS", "REAL_WEIGHTS_MAX_PARAMS", "is_meta", "weight_scale", "layer_fields"]
@@ -51,6 +59,28 @@ PRESETS: dict[str, tuple[str, dict[str, Any]]] = {
             vocab_size=128256,
             max_position_embeddings=8192,
             rope_theta=500000.0,
+            rms_norm_eps=1e-5,
+        ),
+    ),
+    # Llama 3.1 405B's config.json (Meta): 126 layers, rope scaled for 128k positions
+    "llama-3.1-405b": (
+        "llama",
+        dict(
+            hidden_size=16384,
+            intermediate_size=53248,
+            num_hidden_layers=126,
+            num_attention_heads=128,
+            num_key_value_heads=8,
+            vocab_size=128256,
+            max_position_embeddings=131072,
+            rope_theta=500000.0,
+            rope_scaling=dict(
+                rope_type="llama3",
+                factor=8.0,
+                low_freq_factor=1.0,
+                high_freq_factor=4.0,
+                original_max_position_embeddings=8192,
+            ),
             rms_norm_eps=1e-5,
         ),
     ),
@@ -242,6 +272,8 @@ def _load_hf(name: str, overrides: Mapping[str, Any]) -> tuple[nn.Module, tuple[
     try:
         base = transformers.AutoConfig.for_model(model_type)
         known = {**base.to_dict(), **dict.fromkeys(getattr(base, "attribute_map", {}) or {})}  # aliases too
+        if isinstance(getattr(base, "rope_parameters", None), Mapping):
+            known.update(dict.fromkeys(LEGACY_ROPE))  # NOTE: [Rope fields in transformers 5]
     except (ValueError, KeyError) as exc:
         raise LoaderError(
             f"hf:{name} is neither a preset ({', '.join(PRESETS)}) nor a transformers model type "
@@ -268,6 +300,7 @@ def _load_hf(name: str, overrides: Mapping[str, Any]) -> tuple[nn.Module, tuple[
             "field a value of its type, e.g. num_hidden_layers=2, attn_pdrop=0.1"
         ) from None
     check_rope(name, config, transformers)
+    check_legacy_rope(name, config, overrides)
     check_activations(name, overrides, transformers)
     config.use_cache = False
     _check_layers(name, config)

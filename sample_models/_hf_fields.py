@@ -11,7 +11,15 @@ from typing import Any, Mapping
 
 from sample_models._user import ModelSpecError
 
-__all__ = ["MAX_REPEATS", "check_ranges", "check_rope", "check_activations", "from_text"]
+__all__ = [
+    "MAX_REPEATS",
+    "LEGACY_ROPE",
+    "check_ranges",
+    "check_rope",
+    "check_legacy_rope",
+    "check_activations",
+    "from_text",
+]
 
 # NOTE: [Config ranges] transformers checks a config field's type (its strict dataclasses) but
 # not its range: n_head=0 or vocab_size=0 build a model that divides by zero or cannot take a
@@ -75,6 +83,34 @@ def check_rope(name: str, config: Any, transformers: Any) -> None:
                 f"hf:{name}: rope_parameters' rope_type must be one of {', '.join(sorted(known))} "
                 f'(got {kind!r}); e.g. rope_parameters={{"rope_type": "linear", "factor": 2.0}}'
             )
+
+
+# NOTE: [Rope fields in transformers 5]
+# transformers 5 keeps a model's rotary settings in one dict, ``rope_parameters`` (``{"rope_theta":
+# 500000.0, "rope_type": "default"}``), and its config has no ``rope_theta`` or ``rope_scaling``
+# field any more, so a field check against ``config.to_dict()`` refused ``--set
+# rope_theta=500000``. Its configs still take both as arguments, as checkpoints' config.json files
+# write them, and fold them into ``rope_parameters`` (``rope_scaling``'s keys beside the theta).
+# They are accepted where the config has ``rope_parameters``, and checked to have landed there.
+LEGACY_ROPE = ("rope_theta", "rope_scaling")
+
+
+def check_legacy_rope(name: str, config: Any, overrides: Mapping[str, Any]) -> None:
+    """A ``rope_theta`` set (NOTE: [Rope fields in transformers 5]) must be a positive number and be
+    the theta of the built config's ``rope_parameters``."""
+    if "rope_theta" not in overrides:
+        return
+    theta = overrides["rope_theta"]
+    if isinstance(theta, bool) or not isinstance(theta, (int, float)) or not theta > 0:
+        raise ModelSpecError(f"hf:{name}: rope_theta must be a positive number (got {theta!r}); e.g. rope_theta=500000")
+    rope = getattr(config, "rope_parameters", None)
+    got = rope.get("rope_theta") if isinstance(rope, Mapping) else None
+    if got != theta:
+        raise ModelSpecError(
+            f"hf:{name}: rope_theta={theta} did not reach the config's rope_parameters (it holds "
+            f'{rope!r}); set rope_parameters instead, e.g. rope_parameters={{"rope_type": "default", '
+            f'"rope_theta": {float(theta)}}}'
+        )
 
 
 def check_activations(name: str, overrides: Mapping[str, Any], transformers: Any) -> None:
