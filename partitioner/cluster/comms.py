@@ -12,7 +12,10 @@ ones). Its latency on H100s, as SGLang's maintainers measured vLLM's custom all-
 pull request #2904, "optimize custom allreduce kernel", 2025-01-15, ``tests/test_trt_reduce.py``
 on H100, no CUDA graph): 9.5, 9.1 and 10.1 us at 2, 4 and 8 ranks for the smallest messages,
 growing to 26.6, 40.2 and 45.0 us at the largest measured; SGLang's own kernel 3.7, 4.8 and 5.9 us
-(``SERVING_ALLREDUCE_LATENCY_S`` keeps vLLM's, what both engines ran by default then). So a
+(``SERVING_ALLREDUCE_LATENCY_S`` keeps vLLM's, what both engines ran by default then). Others
+agree: 8 GPUs, 16 KiB in bf16, one-shot 11.2 us against NCCL's 22.4 (yifuwang/symm-mem-recipes
+pull request #3, all-reduce benchmark); under CUDA graphs, PyTorch's symmetric-memory all-reduce
+9.0 us and NCCL 16.5-18.6 us at 2-4 KiB (SGLang pull request #10571). So a
 serving all-reduce costs that latency plus its bytes over the link: one-shot ``(n - 1) B / bw``,
 two-shot ``2 (n - 1) / n B / bw`` and a second synchronisation; NCCL's ring and tree (which
 ``allreduce_s`` prices for training) no faster than the same floor. Training rows keep
