@@ -1,17 +1,28 @@
-"""Time ``partitioner.trace`` against graph size: is the time per node constant?
+"""Time tracing: a model of repeated blocks traced once a block against its whole trace, and the
+whole trace's time against graph size.
 
-Two models grown to about 1,000, 5,000, 10,000 and 50,000 nodes: the ``mlp`` sample (a chain of
-Linear + ReLU, width 16), traced by ``torch.fx.symbolic_trace``, and ``hf:llama`` (Llama-3-8B's
-layer, bf16 on meta weights, 1 x 32 tokens) with ``num_hidden_layers`` raised, traced by
-``torch.export``. Each row prints the trace's wall and CPU time, the CPU time per node and that
-figure against the model's smallest row (1.0 = linear; CPU, as on a shared machine the wall time
-also counts the waits for a core). The reference, measured in the same run on the same traced
-graph: annotating it the plain way (every node dispatched on fake tensors, as tracing did before
-repeated ops were priced once), up to ``--reference-max`` nodes. The target: 50,000 nodes in
-under 30 s. A 50,000-node hf:llama (about 720 layers) takes minutes: ``--hf-sizes`` picks its rows.
+First table (issue 57's target: every hf: preset, Llama 3 405B included, in under 10 s): each of
+``--repeated`` (Llama 3 8B, 70B and 3.1 405B, bf16 on meta weights, 1 x 32 tokens) built, then
+traced from a few layers and repeated to its depth (``partitioner.tracing.repeated``, what the app
+and the command line do for hf: models). The reference, measured in the same run on the same
+built model: the whole trace (``partitioner.trace``), for the models in ``--whole`` (8B by default:
+the 70B and 405B take half a minute each here), with the ratio and whether the two graphs are node
+for node the same. CPU time beside wall time: on a shared machine the wall time also counts the
+waits for a core.
 
-    python bench/bench_trace.py [--sizes 1000,5000,10000,50000] [--hf-sizes 1000,5000,10000]
-                                [--reference-max 5000]
+Second table: two models grown to about 1,000, 5,000, 10,000 and 50,000 nodes: the ``mlp`` sample
+(a chain of Linear + ReLU, width 16), traced by ``torch.fx.symbolic_trace``, and ``hf:llama``
+(Llama-3-8B's layer, bf16 on meta weights, 1 x 32 tokens) with ``num_hidden_layers`` raised,
+traced whole by ``torch.export``. Each row prints the trace's wall and CPU time, the CPU time per
+node and that figure against the model's smallest row (1.0 = linear). The reference, measured in
+the same run on the same traced graph: annotating it the plain way (every node dispatched on fake
+tensors, as tracing did before repeated ops were priced once), up to ``--reference-max`` nodes.
+The target: 50,000 nodes in under 30 s. A 50,000-node hf:llama (about 720 layers) takes minutes:
+``--hf-sizes`` picks its rows (``--sizes '' --hf-sizes ''`` skips the table).
+
+    python bench/bench_trace.py [--repeated hf:llama-3-8b,hf:llama-3-70b,hf:llama-3.1-405b]
+                                [--whole hf:llama-3-8b] [--sizes 1000,5000,10000,50000]
+                                [--hf-sizes 1000,5000,10000] [--reference-max 5000]
 """
 
 from __future__ import annotations
@@ -27,6 +38,8 @@ import torch
 import partitioner
 import sample_models
 from partitioner.tracing.annotate import annotate
+from partitioner.tracing.expand import first_difference
+from partitioner.tracing.repeated import trace_repeated
 from sample_models import _loading
 
 HF_SPEC = "hf:llama-3-8b"
@@ -42,8 +55,8 @@ def _mlp(nodes: int) -> tuple[str, Callable[[], Any]]:
 def _hf(nodes: int) -> tuple[str, Callable[[], Any]]:
     layers = max(1, round(nodes / HF_NODES_PER_LAYER))
     overrides = {"num_hidden_layers": layers, "dtype": "bf16"}
-    loaded = _loading.load(HF_SPEC, overrides)
-    return (f"{HF_SPEC} layers={layers}", lambda: _loading.trace_loaded(HF_SPEC, overrides, loaded, HF_SPEC))
+    module, inputs, _ = _loading.load(HF_SPEC, overrides)
+    return (f"{HF_SPEC} layers={layers}", lambda: partitioner.trace(module, inputs, name=HF_SPEC))  # whole
 
 
 def _row(
@@ -78,8 +91,48 @@ def _row(
     )
 
 
+def _timed(run: Callable[[], Any]) -> tuple[Any, float, float]:
+    t0, c0 = time.perf_counter(), time.process_time()
+    value = run()
+    return value, time.perf_counter() - t0, time.process_time() - c0
+
+
+def _repeated_rows(specs: list[str], whole: set[str]) -> None:
+    """The first table: build, trace repeated, and (for ``whole``) the whole trace of each spec."""
+    print(
+        f"{'model':20} {'layers':>6} {'nodes':>6} {'build wall/CPU':>15} {'repeated wall/CPU':>18} "
+        f"{'whole wall/CPU':>16} {'whole/repeated CPU':>18}  graphs"
+    )
+    for spec in specs:
+        (module, inputs, kwargs), build_s, build_cpu = _timed(lambda: _loading.load(spec, {"dtype": "bf16"}))
+        (graph, outcome), rep_s, rep_cpu = _timed(
+            lambda: trace_repeated(module, inputs, name=spec, example_kwargs=kwargs or None)
+        )
+        how = f"{outcome.traced_layers} of {outcome.layers} layers traced" if outcome.repeated else outcome.reason
+        whole_cols, ratio, same = f"{'-':>16}", f"{'-':>18}", how
+        if spec in whole:
+            full, full_s, full_cpu = _timed(lambda: partitioner.trace(module, inputs, name=spec))
+            whole_cols = f"{full_s:6.1f}/{full_cpu:5.1f} s"
+            ratio = f"{full_cpu / rep_cpu:17.1f}x"
+            same = f"{'same' if not first_difference(graph, full) else 'DIFFERENT'} ({how})"
+        print(
+            f"{spec:20} {outcome.layers:6} {len(graph):6,} {build_s:6.1f}/{build_cpu:5.1f} s "
+            f"{rep_s:8.1f}/{rep_cpu:5.1f} s {whole_cols} {ratio}  {same}",
+            flush=True,
+        )
+        print(
+            f"{'':20} build + repeated trace: {build_s + rep_s:.1f} s wall, {build_cpu + rep_cpu:.1f} s CPU", flush=True
+        )
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--repeated",
+        default="hf:llama-3-8b,hf:llama-3-70b,hf:llama-3.1-405b",
+        help="hf: presets traced repeated ('' for none)",
+    )
+    parser.add_argument("--whole", default="hf:llama-3-8b", help="of those, the ones also traced whole (the reference)")
     parser.add_argument("--sizes", default="1000,5000,10000,50000", help="mlp node counts")
     parser.add_argument("--hf-sizes", default="1000,5000,10000", help="hf:llama node counts ('' for none)")
     parser.add_argument(
@@ -92,6 +145,16 @@ def main(argv: list[str] | None = None) -> None:
     hf_sizes = [int(s) for s in args.hf_sizes.split(",") if s]
 
     print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores (at the start)")
+    repeated = [s for s in args.repeated.split(",") if s]
+    if repeated:
+        tiny = {"num_hidden_layers": 1, "hidden_size": 64, "num_attention_heads": 4, "num_key_value_heads": 2}
+        module, inputs, _ = _loading.load("hf:llama", tiny)
+        trace_repeated(module, inputs)  # transformers' imports and export's first call, outside the table
+        _repeated_rows(repeated, {s for s in args.whole.split(",") if s})
+        print(f"load average {os.getloadavg()[0]:.1f}; target: every hf: preset, 405B included, in under 10 s")
+        print()
+    if not sizes and not hf_sizes:
+        return
     print(
         f"{'model':32} {'nodes':>7} {'trace':>11} {'its CPU':>11} {'CPU/node':>11} {'vs first':>7}  "
         f"{'plain annotation CPU':>10} {'memo CPU':>10} {'speedup':>7}  annotations"

@@ -42,6 +42,7 @@ __all__ = [
     "cache_dir",
     "versions",
     "module_loaded",
+    "weights_on_meta",
     "SCHEMA",
     "MAX_ENTRIES",
     "ENV",
@@ -137,10 +138,16 @@ class CachedGraph(Graph):
     checked to be the same graph (same fingerprint)."""
 
     def __init__(
-        self, nodes: list[Node], name: str, example_inputs: tuple[Any, ...] | None, rebuild: Callable[[], Graph] | None
+        self,
+        nodes: list[Node],
+        name: str,
+        example_inputs: tuple[Any, ...] | None,
+        rebuild: Callable[[], Graph] | None,
+        meta_weights: bool | None = None,
     ) -> None:
         self._rebuild = rebuild
         self._module: Any = None
+        self.meta_weights = meta_weights  # whether the module's weights are on meta; None: not known
         super().__init__(nodes, None, example_inputs, name=name)
 
     @property  # type: ignore[override]
@@ -166,6 +173,18 @@ class CachedGraph(Graph):
     @graph_module.setter
     def graph_module(self, value: Any) -> None:
         self._module = value
+
+
+def weights_on_meta(graph: Graph) -> bool | None:
+    """Whether ``graph``'s module holds its weights on the meta device (a large hf: model: shapes,
+    no values, so nothing can run it), known without tracing it again where the graph recorded it
+    (a repeated trace, a cache entry); None when the graph has no module or it is not known."""
+    if not module_loaded(graph):
+        return graph.meta_weights if isinstance(graph, CachedGraph) else None
+    module = graph.graph_module
+    if module is None:
+        return None
+    return any(t.is_meta for t in (*module.parameters(), *module.buffers()))
 
 
 def module_loaded(graph: Graph) -> bool:
@@ -203,6 +222,7 @@ def _encode(graph: Graph) -> dict[str, Any]:
             "tied_weights": dict(info.tied_weights),
         },
         "fingerprint": graph.fingerprint(),
+        "meta_weights": weights_on_meta(graph),
     }
 
 
@@ -225,7 +245,7 @@ def _decode(
         )
         for n in data["nodes"]
     ]
-    graph = CachedGraph(nodes, data["name"], example_inputs, rebuild)
+    graph = CachedGraph(nodes, data["name"], example_inputs, rebuild, meta_weights=data.get("meta_weights"))
     graph.tied_parameters = tuple(tuple(t) for t in data["tied_parameters"])
     graph.repeated_weights = {v: (f, b) for v, f, b in data["repeated_weights"]}
     graph.unpriced_ops = tuple((str(t), int(c)) for t, c in data["unpriced_ops"])

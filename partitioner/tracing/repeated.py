@@ -37,6 +37,7 @@ from partitioner.tracing.blocks import BlockPlan, find_stacks, plan_blocks, sele
 from partitioner.tracing.cache import CachedGraph
 from partitioner.tracing.expand import ExpandError, expand, first_difference
 from partitioner.tracing.lock import TRACE_LOCK
+from partitioner.tracing.meta import on_meta
 from partitioner.tracing.tracer import model_info, trace
 
 __all__ = ["trace_repeated", "RepeatOutcome"]
@@ -117,7 +118,7 @@ def trace_repeated(
     def rebuild() -> Graph:
         return _full(model, inputs, name, example_kwargs, weight_scale)
 
-    graph = CachedGraph(list(whole.nodes), whole.name, inputs, rebuild)
+    graph = CachedGraph(list(whole.nodes), whole.name, inputs, rebuild, meta_weights=on_meta(model))
     graph.tied_parameters = whole.tied_parameters
     graph.unpriced_ops = whole.unpriced_ops
     graph.model_info = model_info(model)

@@ -86,7 +86,7 @@ def test_a_repeated_graph_scales_quantized_weights_and_traces_its_module_on_firs
     overrides = {**_narrow("llama-3-8b", 5), "dtype": "int8"}  # bf16 weights counted at half their bytes
     module, inputs, _ = _loading.load("hf:llama-3-8b", overrides)
     graph = _loading.trace_loaded("hf:llama-3-8b", overrides, (module, inputs, {}), "llama")
-    assert not cache.module_loaded(graph)
+    assert not cache.module_loaded(graph) and cache.weights_on_meta(graph) is False  # small: real weights
     assert len(module.model.layers) == 5 and module.config.num_hidden_layers == 5  # put back after the cut
     _same(graph, tracer.trace(module, inputs, name="llama").with_weight_bytes(0.5))
     gm = graph.graph_module  # the whole model traced now, checked to have the same fingerprint
@@ -206,6 +206,7 @@ def test_llama_3_1_405b_traces_from_three_layers_to_its_126():
     module, inputs, _ = _loading.load("hf:llama-3.1-405b", {"dtype": "bf16"})
     graph, outcome = trace_repeated(module, inputs, name="405b")
     assert outcome.repeated and (outcome.traced_layers, outcome.layers) == (3, 126)
+    assert cache.weights_on_meta(graph) is True and not cache.module_loaded(graph)  # said without a trace
     layers = [[n for n in graph.nodes if n.module_path.startswith(f"model.layers.{i}.")] for i in range(126)]
     assert all(len(nodes) == len(layers[1]) > 0 for nodes in layers)
     assert {sum(n.flops for n in nodes) for nodes in layers[1:]} == {sum(n.flops for n in layers[0])}
@@ -220,3 +221,22 @@ def test_llama_3_70b_at_full_size_repeated_is_its_whole_trace():
     repeated, outcome, whole = _both("hf:llama-3-70b", {"dtype": "bf16"})
     assert outcome.repeated and outcome.layers == 80
     _same(repeated, whole)
+
+
+def test_a_repeated_graph_read_back_from_the_trace_cache_keeps_its_figures_and_says_its_weights_are_real(
+    tmp_path, monkeypatch
+):
+    monkeypatch.setenv(cache.ENV, str(tmp_path))
+    overrides = _narrow("llama-3-8b", 5)
+    key = cache.model_key("hf:llama-3-8b", overrides)
+    built = []
+
+    def build():
+        built.append(1)
+        return _loading.trace_loaded("hf:llama-3-8b", overrides, _loading.load("hf:llama-3-8b", overrides), "llama")
+
+    fresh = cache.cached_trace(key, build)
+    hit = cache.cached_trace(key, build)
+    assert len(built) == 1 and isinstance(hit, cache.CachedGraph) and hit is not fresh
+    assert first_difference(hit, fresh) == "" and hit.model_info == fresh.model_info
+    assert cache.weights_on_meta(hit) is False and not cache.module_loaded(hit)
