@@ -108,8 +108,10 @@ def test_measured_min_cut_budgets_join_the_search():
     assert not at.exception and not errors(at)
     assert any("min-cut-0 keeps" in shown(c.value) and "min-cut-0.75 keeps" in shown(c.value) for c in at.caption)
     # Four budgets beside none, selective (the sample keeps eager attention's scores) and full:
-    # seven choices where there were three, each measured choice searched.
-    assert 3 * _searched(at) == 7 * before
+    # seven choices where there were three, each measured choice searched (3N + L layouts before,
+    # 7N + L after: L the layers-K choices the search adds where no other fits, the same both times).
+    after = _searched(at)
+    assert after > before and (after - before) % 4 == 0 and 3 * after <= 7 * before
 
 
 def test_an_opened_pipeline_layout_shows_its_ranks_collectives_and_stage_dag():
