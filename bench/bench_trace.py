@@ -111,7 +111,9 @@ def _repeated_rows(specs: list[str], whole: set[str]) -> None:
         how = f"{outcome.traced_layers} of {outcome.layers} layers traced" if outcome.repeated else outcome.reason
         whole_cols, ratio, same = f"{'-':>16}", f"{'-':>18}", how
         if spec in whole:
-            full, full_s, full_cpu = _timed(lambda: partitioner.trace(module, inputs, name=spec))
+            full, full_s, full_cpu = _timed(
+                lambda: partitioner.trace(module, inputs, name=spec, example_kwargs=kwargs or None)
+            )
             whole_cols = f"{full_s:6.1f}/{full_cpu:5.1f} s"
             ratio = f"{full_cpu / rep_cpu:17.1f}x"
             same = f"{'same' if not first_difference(graph, full) else 'DIFFERENT'} ({how})"

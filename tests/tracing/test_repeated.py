@@ -240,3 +240,17 @@ def test_a_repeated_graph_read_back_from_the_trace_cache_keeps_its_figures_and_s
     assert len(built) == 1 and isinstance(hit, cache.CachedGraph) and hit is not fresh
     assert first_difference(hit, fresh) == "" and hit.model_info == fresh.model_info
     assert cache.weights_on_meta(hit) is False and not cache.module_loaded(hit)
+
+
+class _ReadsTheEighthBlock(_Chain):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return super().forward(x) + self.blocks[7].fc.bias  # a block by its number: no cut has it
+
+
+def test_a_model_that_will_not_run_cut_is_traced_whole_and_says_why():
+    model = _ReadsTheEighthBlock(9)
+    x = torch.randn(2, 8)
+    graph, outcome = trace_repeated(model, (x,))
+    assert not outcome.repeated and outcome.reason.startswith("the cut model failed: TraceError")
+    assert len(model.blocks) == 9  # put back after the failed cut
+    _same(graph, tracer.trace(model, (x,)))
