@@ -10,12 +10,30 @@ from partitioner.cost.training import check_optimizer
 from partitioner.errors import PartitionError
 from partitioner.pipeline.schedules import NO_SCHEDULE, SCHEDULES, get_schedule
 
-__all__ = ["Workload", "Layout", "LayoutResult", "RECOMPUTE", "ZERO_STAGES", "SCHEDULE_CHOICES", "MAX_DEGREE"]
+__all__ = [
+    "Workload",
+    "Layout",
+    "LayoutResult",
+    "RECOMPUTE",
+    "ZERO_STAGES",
+    "SCHEDULE_CHOICES",
+    "MAX_DEGREE",
+    "recompute_layers",
+]
 
 
 ZERO_STAGES = (0, 1, 2, 3)
 
 RECOMPUTE = ("none", "selective", "full")
+
+
+def recompute_layers(text: str) -> int:
+    """K of ``layers-K`` (K layers of each pipeline rank recomputed whole: Megatron-LM's
+    ``--recompute-method block --recompute-num-layers K``); 0 for any other choice."""
+    if not text.startswith("layers-"):
+        return 0
+    count = text.removeprefix("layers-")
+    return int(count) if count.isdigit() and 0 < int(count) <= MAX_DEGREE else 0
 
 
 def _is_min_cut(text: str) -> bool:
@@ -69,7 +87,7 @@ class Layout:
     microbatch_size: int = 1  # sequences per microbatch
     schedule: str = "none"  # a pipeline schedule when pp > 1
     zero: int = 0  # ZeRO stage over the dp group (3: FSDP full sharding)
-    recompute: str = "none"  # none, selective (attention core), full, or min-cut-B
+    recompute: str = "none"  # none, selective, full, layers-K (K layers a rank, full), or min-cut-B
     ep: int = 1  # expert parallelism: each MoE layer's experts split over ep ranks of the dp group
     sp: bool = True  # sequence parallelism with tp > 1 (Korthikanti et al. 2022; Megatron's --sequence-parallel)
     cp: int = 1  # context parallelism: each sequence split over cp ranks (ring attention)
@@ -96,10 +114,12 @@ class Layout:
             )
         if self.schedule != NO_SCHEDULE and get_schedule(self.schedule).choose_virtual and self.virtual < 2:
             raise PartitionError(f"interleaved 1F1B needs at least 2 chunks a rank (got virtual={self.virtual})")
-        if not isinstance(self.recompute, str) or not (self.recompute in RECOMPUTE or _is_min_cut(self.recompute)):
+        if not isinstance(self.recompute, str) or not (
+            self.recompute in RECOMPUTE or _is_min_cut(self.recompute) or recompute_layers(self.recompute)
+        ):
             raise PartitionError(
-                f"layout recompute must be one of {', '.join(RECOMPUTE)} or min-cut-B with B in "
-                f"[0, 1] (got {self.recompute!r})"
+                f"layout recompute must be one of {', '.join(RECOMPUTE)}, layers-K (K layers of a "
+                f"pipeline rank recomputed, K >= 1) or min-cut-B with B in [0, 1] (got {self.recompute!r})"
             )
         if self.devices > MAX_DEGREE:
             raise PartitionError(f"a layout of {self.devices} devices is beyond {MAX_DEGREE}; lower its degrees")

@@ -74,7 +74,14 @@ from partitioner.cluster.comms import (
     collectives,
     ring_allreduce_s,
 )
-from partitioner.cluster.hardware import Cluster
+from partitioner.cluster.engine import (
+    COLLECTIVE_SPREAD,
+    HOST_PER_OP_RANGE_S,
+    KERNEL_SPREAD,
+    SCALE_LOSS_PER_DOUBLING,
+    scale_factor,
+)
+from partitioner.cluster.hardware import Accelerator, Cluster
 from partitioner.cluster.layout_types import (
     MAX_DEGREE,
     RECOMPUTE,
@@ -83,11 +90,22 @@ from partitioner.cluster.layout_types import (
     Layout,
     LayoutResult,
     Workload,
+    recompute_layers,
 )
 from partitioner.cluster.profile import ModelProfile
-from partitioner.cluster.rules import _params, _saved, check_layout, largest_layer_params, min_cut_label, min_cut_shares
+from partitioner.cluster.rules import (
+    _params,
+    _saved,
+    check_layout,
+    largest_layer_params,
+    min_cut_label,
+    min_cut_shares,
+    stage_layers,
+    stage_share,
+)
 from partitioner.cluster.serving import experts_touched, serve
 from partitioner.cost.training import StateBytes, state_bytes
+from partitioner.pipeline.schedules import get_schedule, virtual_stages
 from partitioner.pipeline.steps import StepSimulator, step_simulator
 
 __all__ = [
@@ -149,31 +167,68 @@ def _states(p: ModelProfile, w: Workload, lay: Layout) -> dict[str, float]:
     return out
 
 
-def activation_bytes(p: ModelProfile, w: Workload, lay: Layout, stash: float) -> dict[str, float]:
-    """Saved activations on the fullest device (NOTE: [Activation memory]): by kind, in bytes."""
+def _layer_saved(p: ModelProfile, w: Workload, lay: Layout) -> tuple[float, float, float]:
+    """(a layer's saved bytes a token under the layout's recomputation, a layer's input a token,
+    the bytes a token outside the layers), on one of tp ranks."""
     scale = w.element_bytes / p.element_bytes
-    tokens = lay.microbatch_size * w.seq_len / lay.cp  # a microbatch's tokens on one device
-    stage_layers = p.layers / lay.pp
     saved = _saved(p)
-    if saved is not None:
-        layer = saved.layer_bytes_per_token(
-            w.element_bytes, w.seq_len, lay.tp, lay.sp or lay.tp == 1, scores=lay.recompute != "selective"
+    sp = lay.sp or lay.tp == 1
+    if saved is None:  # a profile without its graph: every op output, split over tp
+        return (
+            p.act_bytes_per_token * scale / max(1, p.layers) / lay.tp,
+            p.hidden_bytes_per_token * scale / lay.tp,
+            0.0,
         )
-        layer_input = saved.input_bytes_per_token(w.element_bytes, lay.tp, lay.sp or lay.tp == 1)
-        outside = saved.outside_elements * w.element_bytes / lay.tp
-    else:  # a profile without its graph: every op output, split over tp
-        layer = p.act_bytes_per_token * scale / max(1, p.layers) / lay.tp
-        layer_input = p.hidden_bytes_per_token * scale / lay.tp
-        outside = 0.0
-    out: dict[str, float] = {}
-    if lay.recompute == "full":  # each layer's input a microbatch in flight; one layer's working set once
-        out["activations"] = layer_input * tokens * stage_layers * stash
-        out["recomputed layer"] = layer * tokens
+    if lay.recompute == "selective" and not saved.score_elements:  # fused attention: torchtitan's op policy
+        layer = saved.op_policy_bytes_per_token(w.element_bytes, lay.tp, sp)
     else:
-        kept = min_cut_shares(p, lay.recompute)[0] if lay.recompute.startswith("min-cut-") else 1.0
-        out["activations"] = kept * layer * tokens * stage_layers * stash
-    if lay.pp == 1 and outside:
+        layer = saved.layer_bytes_per_token(w.element_bytes, w.seq_len, lay.tp, sp, scores=lay.recompute != "selective")
+    return (
+        layer,
+        saved.input_bytes_per_token(w.element_bytes, lay.tp, sp),
+        saved.outside_elements * w.element_bytes / lay.tp,
+    )
+
+
+def loss_logits_bytes(p: ModelProfile, lay: Layout, tokens: float) -> float:
+    """The loss's logits on the last stage for ``tokens`` tokens of a microbatch: the head's output
+    and its fp32 copy, which Hugging Face's and torchtitan's cross-entropy keep for the backward
+    (4 + 2 bytes an element at their peak), over tp where the layout shards the vocabulary
+    (Megatron-LM's vocabulary-parallel cross-entropy, torchtitan's loss parallel). O(1)."""
+    return tokens * p.vocab * 6.0 / lay.tp if p.vocab else 0.0
+
+
+def activation_bytes(
+    p: ModelProfile, w: Workload, lay: Layout, stash: float, pending_weight: float = 0.0
+) -> dict[str, float]:
+    """Saved activations on the fullest device (NOTE: [Activation memory]): by kind, in bytes.
+    ``stash``: the first rank's microbatches in flight; ``pending_weight``: those awaiting their
+    weight-gradient step under a split backward (NOTE: [Weight-gradient stash] in
+    :mod:`partitioner.cluster.engine`)."""
+    tokens = lay.microbatch_size * w.seq_len / lay.cp  # a microbatch's tokens on one device
+    rank_layers = stage_layers(p, lay)
+    layer, layer_input, outside = _layer_saved(p, w, lay)
+    redo_layers = min(rank_layers, recompute_layers(lay.recompute)) if lay.recompute != "full" else rank_layers
+    kept = min_cut_shares(p, lay.recompute)[0] if lay.recompute.startswith("min-cut-") else 1.0
+    # per microbatch in flight: the recomputed layers' inputs, the others' saved values
+    per_mb = (layer_input * redo_layers + kept * layer * (rank_layers - redo_layers)) * tokens
+    out: dict[str, float] = {"activations": per_mb * stash}
+    if redo_layers:  # one layer's working set once: the layer being recomputed
+        out["recomputed layer"] = layer * tokens
+    saved = _saved(p)
+    if pending_weight and saved is not None:
+        out["weight-gradient stash"] = (
+            saved.weight_input_share() * layer * tokens * (rank_layers - redo_layers) * pending_weight
+        )
+    logits = loss_logits_bytes(p, lay, tokens)
+    if lay.pp == 1:
         out["activations"] += outside * tokens
+        if logits:
+            out["loss logits"] = logits
+    elif logits and per_mb + logits > per_mb * stash:  # the last rank, one microbatch in flight, is fuller
+        out["activations"] = per_mb
+        out["loss logits"] = logits
+        out.pop("weight-gradient stash", None)
     return out
 
 
@@ -198,12 +253,18 @@ def offload_seconds(p: ModelProfile, w: Workload, lay: Layout) -> float:
 
 
 def _redo_share(p: ModelProfile, w: Workload, lay: Layout) -> float:
-    """Recomputed forward work as a share of the forward: full 1, selective the attention core
-    (the FLOPs that grow with the sequence), min-cut its measured share."""
+    """Recomputed forward work as a share of the rank's forward: full 1, layers-K K over the
+    rank's layers, selective the attention core (the FLOPs that grow with the sequence) or, with
+    fused attention, torchtitan's op policy's products; min-cut its measured share."""
     if lay.recompute == "full":
         return 1.0
+    if recompute_layers(lay.recompute):
+        return min(1.0, recompute_layers(lay.recompute) / stage_layers(p, lay))
+    total = p.forward_flops(1, w.seq_len)
     if lay.recompute == "selective":
-        total = p.forward_flops(1, w.seq_len)
+        saved = _saved(p)
+        if saved is not None and not saved.score_elements:
+            return saved.op_policy_recompute_flops * saved.layers / total if total else 0.0
         return p.attention_flops_per_token * w.seq_len / p.seq0 / total if total else 0.0
     if lay.recompute.startswith("min-cut-"):
         return min_cut_shares(p, lay.recompute)[1]
@@ -215,11 +276,22 @@ def _shared_simulator() -> StepSimulator:
     return step_simulator()
 
 
+def _compute_s(p: ModelProfile, w: Workload, acc: Accelerator, lay: Layout, tokens: float) -> tuple[float, float]:
+    """(forward, backward) seconds of the busiest rank's share for a microbatch of ``tokens``
+    tokens a device on ``acc``, the loss spread as the layers are (NOTE: [Uneven stages])."""
+    share = stage_share(p, lay)
+    loss = p.loss_seconds(tokens, acc) / 2 / lay.tp  # each way; on the last stage, spread over the stages here
+    fwd = (p.forward_seconds(tokens, w.seq_len, acc, lay.tp, element_bytes=w.element_bytes) + loss) * share
+    bwd = (p.backward_seconds(tokens, w.seq_len, acc, lay.tp, element_bytes=w.element_bytes) + loss) * share
+    return fwd, bwd
+
+
 def evaluate(p: ModelProfile, w: Workload, c: Cluster, lay: Layout, sim: StepSimulator | None = None) -> LayoutResult:
-    """Memory and time of ``lay`` (NOTE: [Layout costs]); ``sim(schedule, pp, m, backward_ratio, v)``
-    gives (unit step, bubble fraction, the first rank's peak stash) of the schedule with unit
-    forward stages (default: :class:`partitioner.pipeline.steps.StepSimulator`, one cache shared by
-    every call)."""
+    """Memory and time of ``lay`` (NOTE: [Layout costs]), the time with its band and what it
+    assumes (NOTE: [Engine costs], NOTE: [Bands] in :mod:`partitioner.cluster.engine`);
+    ``sim(schedule, pp, m, backward_ratio, v)`` gives (unit step, bubble fraction, the first rank's
+    peak stash) of the schedule with unit forward stages (default:
+    :class:`partitioner.pipeline.steps.StepSimulator`, one cache shared by every call)."""
     sim = sim or _shared_simulator()
     check_layout(p, lay, w)
     if w.kind == "inference":
@@ -231,32 +303,39 @@ def evaluate(p: ModelProfile, w: Workload, c: Cluster, lay: Layout, sim: StepSim
     m = per_replica // lay.microbatch_size
     tokens_mb = lay.microbatch_size * w.seq_len / lay.cp  # on one device of the cp group
     hidden_mb = p.hidden_bytes_per_token * scale * tokens_mb
-    layers_per_stage = p.layers / lay.pp
+    share = stage_share(p, lay)
     redo = _redo_share(p, w, lay)
-    loss = p.loss_seconds(tokens_mb, acc) / 2 / lay.tp  # each way; on the last stage, spread over the stages here
-    fwd = (p.forward_seconds(tokens_mb, w.seq_len, acc, lay.tp, element_bytes=w.element_bytes) + loss) / lay.pp
-    bwd = (
-        p.backward_seconds(tokens_mb, w.seq_len, acc, lay.tp, element_bytes=w.element_bytes) + loss
-    ) / lay.pp + redo * fwd
+    fwd, bwd = _compute_s(p, w, acc, lay, tokens_mb)
+    bwd += redo * fwd
     in_node = lay.tp * lay.pp * lay.cp <= c.devices_per_node
-    tp_s = 2 * layers_per_stage * _tp_allreduce(c, hidden_mb, lay.tp)[0]
+    tp_s = 2 * stage_layers(p, lay) * _tp_allreduce(c, hidden_mb, lay.tp)[0]
     link = c.intra if in_node else c.inter
-    p2p = (hidden_mb / link.bandwidth_bytes_per_s + link.latency_s) if lay.pp > 1 else 0.0
-    cp_s = _context_exchange_s(p, c, lay, tokens_mb * lay.cp * scale) / lay.pp
-    ep_s = _expert_exchange_s(p, c, lay, tokens_mb * p.hidden_bytes_per_token * scale / lay.tp) / lay.pp
-    stage_f, stage_b = fwd + tp_s + p2p + ep_s + cp_s, bwd + tp_s + p2p + ep_s + 2 * cp_s
+    # a microbatch crosses each of a rank's chunks' boundaries (interleaving's extra transfers)
+    chunks = virtual_stages(lay.schedule, lay.virtual) if lay.pp > 1 else 1
+    p2p = chunks * (hidden_mb / link.bandwidth_bytes_per_s + link.latency_s) if lay.pp > 1 else 0.0
+    cp_s = _context_exchange_s(p, c, lay, tokens_mb * lay.cp * scale) * share
+    ep_s = _expert_exchange_s(p, c, lay, tokens_mb * p.hidden_bytes_per_token * scale / lay.tp) * share
+    comm_f, comm_b = tp_s + p2p + ep_s + cp_s, tp_s + p2p + ep_s + 2 * cp_s
+    stage_f, stage_b = fwd + comm_f, bwd + comm_b
     ratio = bwd / fwd if fwd else 2.0
+    pending = 0.0
     if lay.pp > 1:  # the compute's backward ratio; communication scales with the stage time
         unit, _, stash = sim(lay.schedule, lay.pp, m, ratio, lay.virtual)
-        pipe = unit * (stage_f + stage_b) / (1 + ratio)
+        pending = sim.pending_weight(lay.schedule, lay.pp, m, ratio, lay.virtual)
+        slots = unit / (1 + ratio)  # the step in stage-microbatch slots
     else:
-        stash, pipe = 1, m * (stage_f + stage_b)
-    mem.update(activation_bytes(p, w, lay, stash))
+        stash, slots = 1, float(m)
+    pipe = slots * (stage_f + stage_b)
+    mem.update(activation_bytes(p, w, lay, stash, pending))
     mem["headroom"] = float(c.headroom_bytes)
     dense, expert = _params(p, lay)
     group = lay.dp * lay.cp
     dp_s = sum(row.seconds for row in _data_parallel_rows(p, w, c, lay))
-    exposed = max(0.0, dp_s - bwd) + offload_seconds(p, w, lay)
+    if lay.zero == 3 and group > 1:  # FSDP: every microbatch gathers and reduces layer by layer
+        exposed = m * max(0.0, dp_s + _fsdp_latency_s(p, c, lay) - (fwd + bwd))
+    else:
+        exposed = max(0.0, dp_s - bwd)
+    exposed += offload_seconds(p, w, lay)
     # ZeRO-1 and up: each rank steps its shard of the state (HSDP: of its shard group); offloaded: the host's
     shard = (lay.shard or group) if lay.zero else 1
     opt_s = (
@@ -266,7 +345,8 @@ def evaluate(p: ModelProfile, w: Workload, c: Cluster, lay: Layout, sim: StepSim
             dense / shard + expert / max(1, shard // lay.ep if lay.zero else 1), w.optimizer, w.element_bytes, acc
         )
     )
-    step = pipe + exposed + opt_s
+    at_scale = scale_factor(lay.devices, c.devices_per_node)
+    step = (pipe + exposed + opt_s) * at_scale
     busy = m * (fwd + bwd)
     parts = {
         "compute": busy,
@@ -277,10 +357,12 @@ def evaluate(p: ModelProfile, w: Workload, c: Cluster, lay: Layout, sim: StepSim
         "bubble": max(0.0, pipe - m * (stage_f + stage_b)),
         "gradient reduction (exposed)": exposed,
         "optimizer step": opt_s,
+        "efficiency lost at scale": step - step / at_scale,
     }
     if redo:  # the forward and its backward; the recomputed share apart
-        parts["compute"] = m * 3 * fwd
+        parts["compute"] = busy - m * redo * fwd
         parts["recomputation"] = m * redo * fwd
+    band = _step_band(p, c, lay, slots, (fwd, bwd, redo), (comm_f + comm_b, exposed), step)
     fits = sum(mem.values()) <= acc.memory_bytes
     limit = "memory" if not fits else max(parts, key=lambda k: parts[k])
     tokens = w.global_batch * w.seq_len
@@ -289,4 +371,94 @@ def evaluate(p: ModelProfile, w: Workload, c: Cluster, lay: Layout, sim: StepSim
     mfu = model_flops / (step * devices * acc.peak_flops) if step > 0 else 0.0
     tps = tokens / step if step > 0 else math.inf
     cost = acc.price_per_hour * devices / 3600 * step / tokens * 1e6
-    return LayoutResult(lay, fits, mem, step, parts, limit, mfu, tps, cost, m, stage_s=(stage_f, stage_b))
+    return LayoutResult(
+        lay,
+        fits,
+        mem,
+        step,
+        parts,
+        limit,
+        mfu,
+        tps,
+        cost,
+        m,
+        stage_s=(stage_f, stage_b),
+        band_s=band,
+        assumes=_training_assumes(p, acc, lay),
+    )
+
+
+def _fsdp_latency_s(p: ModelProfile, c: Cluster, lay: Layout) -> float:
+    """The latency of one microbatch's FSDP collectives (NOTE: [Engine costs] in
+    :mod:`partitioner.cluster.engine`): FSDP2 gathers each layer's weights in the forward and again
+    in the backward and reduce-scatters its gradients, 3 ring collectives a layer, each of n - 1
+    steps over the sharding group (NCCL's all-gather and reduce-scatter are rings): at 2,048 ranks
+    over InfiniBand about 10 ms each, whatever the bytes. O(1)."""
+    group = lay.shard or lay.dp * lay.cp
+    link = c.intra if lay.tp * group <= c.devices_per_node else c.inter
+    return 3 * stage_layers(p, lay) * (group - 1) * link.latency_s
+
+
+def _host_ops(p: ModelProfile) -> float:
+    """Ops eager PyTorch launches for one forward of the whole traced model (each kernel op's
+    launches; views launch none). Cached on the profile."""
+    key = ("host ops",)
+    if key not in p._cache:
+        p._cache[key] = float(sum(op.launches for op in p.node_ops if op.kind != "view"))
+    return p._cache[key]
+
+
+def _step_band(
+    p: ModelProfile,
+    c: Cluster,
+    lay: Layout,
+    slots: float,
+    compute: tuple[float, float, float],
+    comm: tuple[float, float],
+    step: float,
+) -> tuple[float, float]:
+    """(low, high) of ``step`` (NOTE: [Bands]). Eager PyTorch runs a stage as fast as the slower of
+    its host (ops x the host's cost per op) and its GPU: at the host's fast end (6 us an op) the
+    compute is the GPU's, -3 %; at its slow end (17 us) the larger of the GPU's +5 % and the host's.
+    The collectives by their evidence, the loss at scale from none to 1.5x its slope. O(1)."""
+    fwd, bwd, redo = compute
+    per_slot_comm, exposed = comm
+    gpu = getattr(c.accelerator, "kernels", None)
+    eager = gpu is not None and getattr(c.accelerator, "engine", "eager") == "eager"
+    # a forward, the backward's two passes (about twice the ops), the recomputed share again
+    ops = _host_ops(p) * stage_share(p, lay) * (3 + redo) if eager else 0.0
+    work = fwd + bwd
+    low_work = work * KERNEL_SPREAD[0]
+    high_work = max(work * KERNEL_SPREAD[1], ops * HOST_PER_OP_RANGE_S[1])
+    ends = []
+    for w_s, collective, slope in (
+        (low_work, COLLECTIVE_SPREAD[0], 0.0),
+        (high_work, COLLECTIVE_SPREAD[1], 1.5 * SCALE_LOSS_PER_DOUBLING),
+    ):
+        ends.append(
+            (slots * (w_s + per_slot_comm * collective) + max(0.0, exposed) * collective)
+            * scale_factor(lay.devices, c.devices_per_node, slope)
+        )
+    return min(ends[0], step), max(ends[1], step)
+
+
+def _training_assumes(p: ModelProfile, acc: Accelerator, lay: Layout) -> tuple[str, ...]:
+    """What a training step's time assumes, in words (NOTE: [Engine costs])."""
+    split = lay.pp > 1 and get_schedule(lay.schedule).step_form.name == "BOUND"
+    return _assumes(acc.assumes, split)
+
+
+@functools.lru_cache(maxsize=64)
+def _assumes(engine: str, split_backward: bool) -> tuple[str, ...]:
+    out = [
+        engine,
+        "tensor-parallel collectives and pipeline sends exposed; the gradient reduction hidden under "
+        "the last microbatch's backward",
+        f"{SCALE_LOSS_PER_DOUBLING:.0%} of the step lost a doubling of the nodes (stragglers, collectives at "
+        "scale: Megatron-LM's H100 strong scaling)",
+        "MFU: the model's FLOPs (6 x parameters a token, and attention as traced: causal where the model "
+        "masks causally) over the devices' dense BF16 peak; recomputation not counted",
+    ]
+    if split_backward:
+        out.append("zero-bubble: torch's split backward, the weight products' inputs held until their W step")
+    return tuple(out)

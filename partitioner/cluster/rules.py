@@ -3,20 +3,52 @@ devices), and the shares of a model a device holds. Torch-free."""
 
 from __future__ import annotations
 
-from partitioner.cluster.layout_types import RECOMPUTE, Layout, Workload
+from partitioner.cluster.layout_types import RECOMPUTE, Layout, Workload, recompute_layers
 from partitioner.cluster.profile import ModelProfile
 from partitioner.cluster.saved import SavedActivations
 from partitioner.errors import PartitionError
 from partitioner.pipeline.schedules import virtual_stages
 
-__all__ = ["check_layout", "largest_layer_params", "min_cut_label", "min_cut_shares"]
+__all__ = [
+    "check_layout",
+    "largest_layer_params",
+    "min_cut_label",
+    "min_cut_shares",
+    "stage_layers",
+    "stage_share",
+]
+
+
+# NOTE: [Uneven stages]
+# Any layer count runs over any pp (Meta's Llama 3 405B: 126 layers over 16 stages, the first and
+# last one layer short because they also hold the embedding and the head and loss; torchtitan's
+# ``pipeline_parallel_layers_per_stage`` and Megatron-LM's ``--decoder-first/last-pipeline-num-layers``
+# split so too). Each of the pp x v chunks holds floor or ceil of layers / (pp x v); the busiest
+# rank holds v chunks of the ceiling, and the step follows the busiest rank. The embedding, head
+# and loss are spread as the layers are (the balance Meta chose puts them where a layer is
+# missing); where pp x v divides the layers the share is exactly 1 / pp.
+
+
+def stage_layers(p: ModelProfile, lay: Layout) -> float:
+    """Layers on the busiest pipeline rank (NOTE: [Uneven stages]): ceil(layers / (pp v)) x v, v the
+    chunks a rank holds under its schedule. O(1)."""
+    if lay.pp <= 1:
+        return float(p.layers)
+    v = virtual_stages(lay.schedule, lay.virtual)
+    return float(-(-p.layers // (lay.pp * v)) * v)
+
+
+def stage_share(p: ModelProfile, lay: Layout) -> float:
+    """The busiest pipeline rank's share of the model: its layers over all (1 / pp when pp x v
+    divides them). O(1)."""
+    return stage_layers(p, lay) / max(1, p.layers)
 
 
 def _params(p: ModelProfile, lay: Layout) -> tuple[float, float]:
-    """(dense, expert) parameters a device holds before ZeRO: everything split over tp x pp, the
-    experts also over ep."""
-    split = lay.tp * lay.pp
-    return (p.param_count - p.expert_param_count) / split, p.expert_param_count / (split * lay.ep)
+    """(dense, expert) parameters the busiest device holds before ZeRO: its stage's share of the
+    model (NOTE: [Uneven stages]) split over tp, the experts also over ep."""
+    share = stage_share(p, lay) / lay.tp
+    return (p.param_count - p.expert_param_count) * share, p.expert_param_count * share / lay.ep
 
 
 def largest_layer_params(p: ModelProfile) -> float:
@@ -48,8 +80,8 @@ def _saved(p: ModelProfile) -> SavedActivations | None:
 def check_layout(p: ModelProfile, lay: Layout, w: Workload | None = None, max_devices: int | None = None) -> None:
     """Raise :class:`PartitionError` for a layout no engine can run on this model: tensor
     parallelism must divide the attention heads (and key-value heads), the hidden width and every
-    product's width; pipeline stages the layers (times the chunks a rank holds, interleaved);
-    expert parallelism the experts and the data-parallel degree; context parallelism the sequence;
+    product's width; each pipeline chunk needs a layer (stages may be uneven: NOTE: [Uneven
+    stages]); expert parallelism the experts and the data-parallel degree; context parallelism the sequence;
     data parallelism times the microbatch the global batch (training); the devices the cluster's
     ``max_devices``. One message lists every rule broken."""
     broken: list[str] = []
@@ -69,11 +101,17 @@ def check_layout(p: ModelProfile, lay: Layout, w: Workload | None = None, max_de
             )
     per_rank = virtual_stages(lay.schedule, lay.virtual)
     chunks = lay.pp * per_rank
-    if lay.pp > 1 and p.layers % chunks:
+    if lay.pp > 1 and chunks > p.layers:  # uneven stages run (NOTE: [Uneven stages]); empty ones do not
         broken.append(
             f"pipeline stages pp{lay.pp}"
             + (f" x {chunks // lay.pp} chunks" if chunks != lay.pp else "")
-            + f" must divide the {p.layers} layers; choose a divisor"
+            + f" need a layer each and the model has {p.layers}; choose fewer stages or chunks"
+        )
+    redo = recompute_layers(lay.recompute)
+    if redo and redo > stage_layers(p, lay):
+        broken.append(
+            f"recomputing {redo} layers a pipeline rank needs that many on it ({stage_layers(p, lay):g}); "
+            "choose fewer layers or recompute-full"
         )
     if lay.pp > 1 and lay.schedule == "none" and w is not None and w.kind == "training":
         broken.append(f"pipeline stages pp{lay.pp} need a schedule (gpipe, 1f1b, interleaved_1f1b or zero_bubble)")

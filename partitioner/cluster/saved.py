@@ -14,6 +14,16 @@ of several inputs (SwiGLU's silu(gate) x up) keeps what each op keeps, as eager 
 Values under 1/64 of the hidden state a token (norms' statistics) and values not made from the token stream (position tables, masks)
 are left out. A value saved by several ops counts once.
 
+# NOTE: [Per-op selective recomputation]
+torchtitan's selective checkpointing by op (``activation_checkpoint.mode = "selective"``,
+``selective_ac_option = "op"``) wraps each block and saves the outputs of the ops on its save list
+(matrix products, fused attention) except every second matrix product, recomputing the rest in
+the backward: a block keeps its input, its 1st, 3rd, ... products' outputs and attention's output;
+the 2nd, 4th, ... products and every pointwise op (norms, SwiGLU, rotary embeddings) run again.
+On Llama-3-8B's block that keeps 2 (4h + k + f) bytes a token of 2 (6h + 2k + 4f) (38 %) and
+computes 36 % of the block's product FLOPs again. This is what "selective" means on a model with
+fused attention, where Megatron's selective recomputation (the scores) drops nothing.
+
 This reproduces Korthikanti et al. 2022 ("Reducing Activation Recomputation in Large Transformer
 Models", sec. 4.1) exactly for a GPT block with dropout and fused attention: 34 s b h bytes a layer
 (10 s b h outside the tensor-parallel regions, 24 s b h inside), and 2 (6h + 2k + 4f) s b for a
@@ -77,6 +87,15 @@ class SavedActivations:
     heads: int = 0  # attention heads (0: none found)
     kv_heads: int = 0
     widths: tuple[int, ...] = ()  # output widths of the products with weights inside the blocks
+    # The saved inputs of the products with weights (what their weight gradients read), a layer:
+    # the part a split backward holds until its W step (NOTE: [Weight-gradient stash])
+    weight_input_elements: float = 0.0
+    # torchtitan's per-op selective checkpointing (NOTE: [Per-op selective recomputation]): what a
+    # layer keeps (its input, every other weight product's output, attention's output) by part,
+    # and the FLOPs a token it computes again (the other products)
+    op_policy_sp_elements: float = 0.0
+    op_policy_tp_elements: float = 0.0
+    op_policy_recompute_flops: float = 0.0
 
     def layer_bytes_per_token(
         self, element_bytes: float, seq: int, tp: int = 1, sequence_parallel: bool = True, scores: bool = True
@@ -87,6 +106,18 @@ class SavedActivations:
         split = (self.tp_elements * element_bytes + self.tp_mask_bytes) / tp
         grow = (self.score_elements * element_bytes + self.score_mask_bytes) * seq / self.seq0 / tp if scores else 0.0
         return sp + split + grow
+
+    def weight_input_share(self) -> float:
+        """The share of a layer's saved elements that are products' inputs (what a weight gradient
+        reads): 0 when nothing is known."""
+        total = self.sp_elements + self.tp_elements + self.score_elements
+        return min(1.0, self.weight_input_elements / total) if total > 0 else 0.0
+
+    def op_policy_bytes_per_token(self, element_bytes: float, tp: int = 1, sequence_parallel: bool = True) -> float:
+        """One layer's saved bytes a token under torchtitan's per-op selective checkpointing, on one
+        of ``tp`` ranks (NOTE: [Per-op selective recomputation])."""
+        sp = self.op_policy_sp_elements * element_bytes / (tp if sequence_parallel else 1)
+        return sp + self.op_policy_tp_elements * element_bytes / tp
 
     def input_bytes_per_token(self, element_bytes: float, tp: int = 1, sequence_parallel: bool = True) -> float:
         """A layer's input a token, as full recomputation keeps it (split over tp with sequence parallelism)."""
@@ -330,6 +361,43 @@ class _Scan:
             mask_bytes[self._part(self.root[self.nodes[v].inputs[0]], v, sp, score)] += self.elements(v)
         return elements, mask_bytes
 
+    def weight_inputs(self, kept: dict[int, int]) -> float:
+        """Saved elements a token inside the blocks that a product with a weight reads."""
+        read: set[int] = set()
+        for v in self.block:
+            if self.kind[v] in PRODUCT and self.reads_weight(v):
+                read.update(self.root[u] for u in self.nodes[v].inputs if not self.weight[u])
+        return sum(self.elements(u) for u in read if u in kept and kept[u] in self.block)
+
+    def op_policy(self, sp: list[bool]) -> tuple[float, float, float]:
+        """(sp elements, tp elements, recomputed FLOPs) a token over all blocks under torchtitan's
+        per-op policy (NOTE: [Per-op selective recomputation]): each block keeps its input, the
+        output of its 1st, 3rd, ... product with a weight and of its attention; the 2nd, 4th, ...
+        products are computed again (with the pointwise ops, which have no FLOPs counted)."""
+        elements = {"sp": 0.0, "tp": 0.0}
+        flops = 0.0
+        count: dict[int, int] = {}
+        entered: set[int] = set()
+        for v in self.graph.op_indices:
+            b = self.block.get(v)
+            if b is None or self.weight[v]:
+                continue
+            if b not in entered:  # the block's input: the first activation it reads from outside
+                entered.add(b)
+                for u in self.nodes[v].inputs:
+                    if not self.weight[u] and self.block.get(u) != b:
+                        elements["sp"] += self.elements(self.root[u])
+                        break
+            if self.kind[v] in PRODUCT and self.reads_weight(v):
+                count[b] = count.get(b, 0) + 1
+                if count[b] % 2 == 0:
+                    flops += self.nodes[v].flops / self.tokens0
+                else:
+                    elements["sp" if sp[v] else "tp"] += self.elements(v)
+            elif self.kind[v] in ATTENTION:
+                elements["sp" if sp[v] else "tp"] += self.elements(v)
+        return elements["sp"], elements["tp"], flops
+
     def heads_and_widths(self) -> tuple[int, int, tuple[int, ...]]:
         """The attention heads and key-value heads (fused attention's query and key, (batch, heads,
         s, d); else eager attention's scores, (batch, heads, s, s)) and the output widths of the
@@ -361,6 +429,7 @@ def saved_activations(graph: Graph) -> SavedActivations:
     elements, mask_bytes = scan.totals(kept, masks, sp, score)
     heads, kv_heads, widths = scan.heads_and_widths()
     layers = max(1, len(set(scan.block.values())))  # the repeated blocks
+    op_sp, op_tp, op_flops = scan.op_policy(sp)
     return SavedActivations(
         layers=layers,
         seq0=scan.seq0,
@@ -376,6 +445,10 @@ def saved_activations(graph: Graph) -> SavedActivations:
         heads=heads,
         kv_heads=kv_heads,
         widths=widths,
+        weight_input_elements=scan.weight_inputs(kept) / layers,
+        op_policy_sp_elements=op_sp / layers,
+        op_policy_tp_elements=op_tp / layers,
+        op_policy_recompute_flops=op_flops / layers,
     )
 
 

@@ -3,14 +3,16 @@ asks for: the fewest devices that fit, the fastest, the cheapest, and the Pareto
 devices against step time.
 
 Sizes are whole nodes (1, 2, 4, ... nodes), plus 1, 2, 4, ... devices of one node. For each:
-tensor parallelism in powers of two up to a node, pipeline stages dividing the layer count,
+tensor parallelism in powers of two up to a node, pipeline stages dividing the devices left (uneven
+over the layers where they must be: NOTE: [Uneven stages] in :mod:`partitioner.cluster.rules`),
 data parallelism taking the rest (the global batch must divide over it), microbatch sizes in
 powers of two, each runnable schedule (the microbatch counts torch's schedule classes accept:
-:func:`partitioner.pipeline.schedules.check_microbatches`), ZeRO 0-3, recomputation none, full
-or min-cut at each measured budget, and for a mixture of experts every expert-parallel degree
+:func:`partitioner.pipeline.schedules.check_microbatches`), ZeRO 0-3, recomputation none, full,
+selective (Megatron's scores where the model keeps them, torchtitan's per-op policy with fused
+attention), min-cut at each measured budget and, where none does not fit, the fewest layers of a
+rank recomputed that fit (``layers-K``), and for a mixture of experts every expert-parallel degree
 dividing both the experts and the data-parallel degree; tensor parallelism only where it divides the
-heads and widths (:func:`partitioner.cluster.layouts.check_layout`), selective recomputation where
-the model keeps sequence-sized scores, interleaving 2 and 4 chunks deep, HSDP (ZeRO
+heads and widths (:func:`partitioner.cluster.layouts.check_layout`), interleaving 2 and 4 chunks deep, HSDP (ZeRO
 sharding inside a node, replication across nodes) where the data-parallel group spans nodes,
 ZeRO-Offload (the optimizer on the host) for ZeRO 2 and 3 layouts that do not fit without it, and
 for sequences of 16k tokens and more context parallelism up to 16. The pipeline's step and stash come
@@ -20,6 +22,7 @@ layouts) evaluations of O(1) each after the first forward time of each microbatc
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass, replace
 from typing import Callable, Sequence
@@ -27,9 +30,10 @@ from typing import Callable, Sequence
 from partitioner.cluster.hardware import Cluster
 from partitioner.cluster.layouts import Layout, LayoutResult, Workload, check_layout, evaluate, min_cut_label
 from partitioner.cluster.profile import ModelProfile
+from partitioner.cluster.rules import stage_layers
 from partitioner.errors import PartitionError
 from partitioner.pipeline.schedules import NO_SCHEDULE, searched_schedules
-from partitioner.pipeline.steps import step_simulator
+from partitioner.pipeline.steps import StepSimulator, step_simulator
 
 __all__ = ["ClusterPlan", "search", "device_counts", "SCHEDULES", "pareto", "at_the_edge", "stops_paying"]
 
@@ -107,10 +111,11 @@ def _layouts(
 ) -> list[Layout]:
     found: list[Layout] = []
     saved = getattr(p, "saved", None)
-    # Selective recomputation drops what grows with the sequence: only where the model keeps it.
+    # Selective recomputation: Megatron's (the scores) where the model keeps them, torchtitan's
+    # per-op policy where attention is fused.
     recompute = (
         "none",
-        *(("selective",) if saved is not None and saved.score_elements else ()),
+        *(("selective",) if saved is not None else ()),
         "full",
         *(min_cut_label(b) for b, _, _ in p.min_cut),
     )
@@ -122,7 +127,7 @@ def _layouts(
             continue
         for cp in _context_degrees(p, w, devices // tp):
             rest = devices // (tp * cp)
-            for pp in (d for d in range(1, min(rest, p.layers) + 1) if rest % d == 0 and p.layers % d == 0):
+            for pp in (d for d in range(1, min(rest, p.layers) + 1) if rest % d == 0):  # uneven stages run
                 dp = rest // pp
                 eps = [e for e in range(1, dp + 1) if dp % e == 0 and p.experts % e == 0] if p.experts else [1]
                 if w.global_batch % dp:
@@ -146,7 +151,7 @@ def _layouts(
                             (s.name, v)
                             for s in searched_schedules()
                             for v in s.searched_virtual or (Layout.virtual,)
-                            if not s.interleaved or p.layers % (v * pp) == 0
+                            if not s.interleaved or v * pp <= p.layers
                         ]
                     )
                     for sched, v in schedules:
@@ -176,6 +181,38 @@ def _layouts(
     return found
 
 
+def _partial_recompute(
+    p: ModelProfile, w: Workload, c: Cluster, none: LayoutResult, sim: StepSimulator
+) -> LayoutResult | None:
+    """The layout of ``none`` (no recomputation, over the memory) with the fewest of each rank's
+    layers recomputed whole that fits (Megatron-LM's ``--recompute-num-layers``): each layer
+    recomputed trades its saved values for its input in every microbatch in flight, so the count
+    follows from ``none``'s memory; checked by evaluating it (and one more layer). None when even
+    all but one layer recomputed does not fit (full recomputation is searched on its own). O(1)."""
+    layers = int(stage_layers(p, none.layout))
+    if layers < 2 or "activations" not in none.memory:
+        return None
+    full = evaluate(p, w, c, replace(none.layout, recompute=f"layers-{layers - 1}"), sim)
+    saved_a_layer = (none.memory["activations"] - full.memory["activations"]) / (layers - 1)
+    if not full.fits or saved_a_layer <= 0:
+        return None
+    over = none.memory_bytes - c.accelerator.memory_bytes + full.memory.get("recomputed layer", 0.0)
+    k = max(1, min(layers - 1, math.ceil(over / saved_a_layer)))
+    best = None
+    for _ in range(layers):  # from the estimate, down while it fits, else up until it does
+        r = evaluate(p, w, c, replace(none.layout, recompute=f"layers-{k}"), sim)
+        if r.fits:
+            best = r
+            if k == 1:
+                break
+            k -= 1
+        elif best is not None or k >= layers - 1:
+            break
+        else:
+            k += 1
+    return best or full
+
+
 def pareto(results: Sequence[LayoutResult]) -> tuple[LayoutResult, ...]:
     """The layouts no other beats on both devices and step time, fewest devices first."""
     front: list[LayoutResult] = []
@@ -198,6 +235,11 @@ def search(p: ModelProfile, w: Workload, c: Cluster, device_range: Sequence[int]
         for lay in _layouts(p, w, c, devices, refused, sim.check):
             r = evaluate(p, w, c, lay, sim)
             evaluated += 1
+            if not r.fits and lay.recompute == "none" and w.kind == "training":
+                partial = _partial_recompute(p, w, c, r, sim)  # the fewest layers recomputed that fit
+                if partial is not None:
+                    evaluated += 1
+                    fitting.append(partial)
             if not r.fits and lay.zero >= 2 and w.kind == "training":  # ZeRO-Offload, where the devices are short
                 r = evaluate(p, w, c, replace(lay, offload=True), sim)  # the same layout, its optimizer moved
             if r.fits:

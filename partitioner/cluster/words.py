@@ -18,7 +18,7 @@ _TOKEN = re.compile(r"^(dp|tp|pp|ep|cp|mb|zero|shard|v)=?([0-9]+)$", re.ASCII)
 _FLAGS = {"sp": ("sp", True), "no-sp": ("sp", False), "fp32-grads": ("grad_fp32", True), "offload": ("offload", True)}
 LAYOUT_WORDS = (
     "dp2 tp2 pp2 cp2 ep2 mb4 zero3 shard8 (HSDP) 1f1b (or gpipe, interleaved_1f1b with v4, "
-    "zero_bubble) recompute-selective (or -full, -none, -min-cut-0.5) no-sp fp32-grads offload"
+    "zero_bubble) recompute-selective (or -full, -none, -layers-4, -min-cut-0.5) no-sp fp32-grads offload"
 )
 
 
@@ -50,7 +50,7 @@ def parse_layout(text: str, batch: int | None = None) -> Layout:
         elif token in _FLAGS:
             put(*_FLAGS[token], token)
         elif token.startswith("recompute-") and (
-            token[len("recompute-") :] in RECOMPUTE or token.startswith("recompute-min-cut-")
+            token[len("recompute-") :] in RECOMPUTE or token.startswith(("recompute-min-cut-", "recompute-layers-"))
         ):
             put("recompute", token[len("recompute-") :], token)
         else:

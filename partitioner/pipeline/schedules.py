@@ -184,7 +184,9 @@ NO_SCHEDULE = "none"  # a layout without pipeline stages; with stages, a compose
 def get_schedule(name: str) -> Schedule:
     """The record of schedule ``name`` (case-insensitive; torch's names such as ``"Interleaved1F1B"``
     too), as torch's ``get_schedule_class`` finds its classes. Raises :class:`PartitionError`
-    naming the schedules there are. O(schedules)."""
+    naming the schedules there are. O(1) for a schedule's own name, else O(schedules)."""
+    if name in SCHEDULES:
+        return SCHEDULES[name]
     key = str(name).strip().lower()
     for s in SCHEDULES.values():
         if key in (s.name, s.torch_name.lower(), s.torch_class.lower()):

@@ -44,6 +44,11 @@ class Simulation:
     # (its stages counted as equal parts): 1F1B's min(m, pp - rank); interleaved 1F1B's first rank
     # pp (1 + (pp - 1) / (pp v)) (NOTE: [Interleaved stash]).
     rank_peak_stash: tuple[float, ...] = ()
+    # Split backward (zero-bubble): the most microbatches a rank has run the input-gradient step
+    # of and not yet the weight-gradient step, in microbatches of its whole share: their weight
+    # products' inputs are held until W runs (NOTE: [Weight-gradient stash] in
+    # partitioner.cluster.engine). 0 without a split backward.
+    rank_peak_pending_weight: tuple[float, ...] = ()
 
 
 def _typed(lists: Sequence[Sequence[Action]]) -> list[list[Action]]:
@@ -87,6 +92,8 @@ class _Replay:
         self.peak = [0] * self.stages
         self.rank_held = [0] * len(lists)  # stage-microbatches a rank holds now, all its stages together
         self.rank_peak = [0] * len(lists)
+        self.pending_w = [0] * len(lists)  # stage-microbatches past I and before W (split backward)
+        self.pending_peak = [0] * len(lists)
 
     def duration(self, s: int, kind: ActionKind) -> float:
         if kind == ActionKind.F:
@@ -139,6 +146,11 @@ class _Replay:
         elif kind in (ActionKind.B, ActionKind.I):
             self.stash[s] -= 1
             self.rank_held[r] -= 1
+            if kind == ActionKind.I:
+                self.pending_w[r] += 1
+                self.pending_peak[r] = max(self.pending_peak[r], self.pending_w[r])
+        elif kind == ActionKind.W:
+            self.pending_w[r] -= 1
 
     def rank_peaks(self) -> tuple[float, ...]:
         """Each rank's most stage-microbatches held at once over its stages' count (one when
@@ -147,6 +159,12 @@ class _Replay:
             return tuple(1.0 for _ in self.lists)
         stages = [len({a.stage for a in acts}) or 1 for acts in self.lists]
         return tuple(peak / n for peak, n in zip(self.rank_peak, stages))
+
+    def pending_weight_peaks(self) -> tuple[float, ...]:
+        """Each rank's most stage-microbatches awaiting their weight-gradient step, over its
+        stages' count."""
+        stages = [len({a.stage for a in acts}) or 1 for acts in self.lists]
+        return tuple(peak / n for peak, n in zip(self.pending_peak, stages))
 
     def advance(self, r: int, nxt: list[int]) -> bool:
         """Run rank ``r``'s next actions while their inputs are there; whether any ran."""
@@ -198,6 +216,7 @@ def simulate_actions(
         peaks,
         tuple(sorted(sim.timeline, key=lambda e: (e.rank, e.start_s))),
         sim.rank_peaks(),
+        sim.pending_weight_peaks(),
     )
 
 

@@ -82,6 +82,7 @@ class StepSimulator:
 
     def __init__(self) -> None:
         self._cache: dict[tuple[str, int, int, float, int], tuple[float, float, float]] = {}
+        self._pending: dict[tuple[str, int, int, float, int], float] = {}
 
     @staticmethod
     def check(schedule: str, pp: int, m: int) -> None:
@@ -105,9 +106,24 @@ class StepSimulator:
                     [1.0 / chunks] * (pp * chunks), m, schedule, backward_s=[ratio / chunks] * (pp * chunks), virtual=v
                 )
                 self._cache[key] = (out.step_time_s, out.bubble_fraction, out.rank_peak_stash[0])
+                self._pending[key] = out.rank_peak_pending_weight[0] if out.rank_peak_pending_weight else 0.0
             else:
                 self._cache[key] = closed_form(schedule, pp, m, ratio, v)
+                # torch's zero-bubble order leaves one chunk's microbatch awaiting its W on the first
+                # rank at most (the simulator's figure at every count it runs): 1 / chunks
+                self._pending[key] = 1.0 / chunks if get_schedule(schedule).step_form == StepForm.BOUND else 0.0
         return self._cache[key]
+
+    def pending_weight(self, schedule: str, pp: int, m: int, ratio: float, v: int = 2) -> float:
+        """The first rank's most microbatches (of its whole share) past their input-gradient step
+        and awaiting the weight-gradient step, under a split backward; 0 for the others. Asks
+        :meth:`__call__` first (cached)."""
+        if get_schedule(schedule).step_form == StepForm.FLUSH:
+            return 0.0
+        self(schedule, pp, m, ratio, v)
+        if pp * m > 32:
+            ratio = float(f"{ratio:.2g}")
+        return self._pending[(schedule, pp, m, ratio, virtual_stages(schedule, v))]
 
 
 def step_simulator() -> StepSimulator:

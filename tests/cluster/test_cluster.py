@@ -51,6 +51,9 @@ def test_a_two_layer_mlp_on_two_by_two_devices_by_hand():
     # writes the fp32 master and both moments, writes the fp16 weight: 2 + 2 x 12 + 4 + 2 bytes each.
     optimizer = 500_000 * (2 + 2 * 12 + 4 + 2) / 1e11
     expected = m * (fwd + tp + 2 * fwd + tp) + max(0.0, dp - 2 * fwd) + optimizer
+    # Two nodes step together: the engine's loss at scale, 2 % a doubling of the nodes (Megatron-LM's
+    # H100 strong scaling; NOTE: [Engine costs] in partitioner.cluster.engine)
+    expected *= 1 + 0.02 * 1
     assert r.step_s == pytest.approx(expected)
     assert r.parts_s["optimizer step"] == pytest.approx(optimizer)
     assert r.microbatches == 2
@@ -61,7 +64,8 @@ def test_a_two_layer_mlp_on_two_by_two_devices_by_hand():
     per_f = stage + 2 * 1 * ring_allreduce_s(64, 2, 1e10, 0.0) + hop
     per_b = 2 * stage + 2 * 1 * ring_allreduce_s(64, 2, 1e10, 0.0) + hop
     optimizer = 250_000 * (2 + 2 * 12 + 4 + 2) / 1e11  # a quarter of the parameters a device
-    assert r.step_s == pytest.approx((8 + 2 - 1) * (per_f + per_b) + optimizer)  # GPipe: (m + p - 1) slots
+    # GPipe: (m + p - 1) slots; two nodes: the loss at scale
+    assert r.step_s == pytest.approx(((8 + 2 - 1) * (per_f + per_b) + optimizer) * 1.02)
     assert r.memory["activations"] == pytest.approx(100 * 2 / 2 / 2 * 8)  # GPipe stashes all 8
 
 

@@ -22,7 +22,7 @@ from partitioner.cluster.run.compose import parse_layout
         (dict(cp=1 << 21), r"cp must be a whole number"),
         (dict(zero=4), r"zero must be 0, 1, 2 or 3 \(got 4\)"),
         (dict(schedule="zigzag"), r"schedule must be one of none, gpipe, 1f1b, interleaved_1f1b"),
-        (dict(recompute="sometimes"), r"recompute must be one of none, selective, full or min-cut-B"),
+        (dict(recompute="sometimes"), r"recompute must be one of none, selective, full, layers-K"),
         (dict(recompute="min-cut-1.5"), r"min-cut-B with B in \[0, 1\]"),
         (dict(schedule="interleaved_1f1b", pp=2, virtual=1), r"at least 2 chunks"),
         (dict(dp=1024, tp=1024, pp=2), r"beyond 1048576"),
@@ -75,20 +75,22 @@ def gpt():
 def test_check_layout_names_every_rule_broken(gpt):
     w = cluster.Workload(global_batch=12, seq_len=30)
     with pytest.raises(PartitionError) as err:
-        check_layout(gpt, cluster.Layout(dp=8, tp=8, pp=3, schedule="1f1b", ep=2, cp=4), w, max_devices=64)
+        check_layout(gpt, cluster.Layout(dp=8, tp=8, pp=6, schedule="1f1b", ep=2, cp=4), w, max_devices=64)
     text = str(err.value)
     for rule in (
         "tp8 must divide the attention heads and the widths (4 heads",
-        "pp3 must divide the 4 layers",
+        "pp6 need a layer each and the model has 4",
         "ep2 must divide the experts (none: a dense model)",
         "cp4 must divide the sequence (30 tokens)",
         "global batch (12) must divide over dp8 x mb1",
-        "needs 768 devices and the cluster has 64",
+        "needs 1536 devices and the cluster has 64",
     ):
         assert rule in text, rule
     check_layout(
         gpt, cluster.Layout(dp=2, tp=4, pp=2, schedule="1f1b", cp=2), cluster.Workload(global_batch=16, seq_len=32), 32
     )
+    # uneven stages run (NOTE: [Uneven stages]): 4 layers over 3 stages, the busiest holding 2
+    check_layout(gpt, cluster.Layout(pp=3, schedule="1f1b"), cluster.Workload(global_batch=3, seq_len=32))
 
 
 MLP = ("mlp", "--set", "n_layer=4", "--set", "hidden=32")
