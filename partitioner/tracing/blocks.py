@@ -16,6 +16,7 @@ relative position bias (a run of its own), DeepSeek's dense layers come before i
 from __future__ import annotations
 
 import contextlib
+import functools
 import re
 from dataclasses import dataclass
 from typing import Any, Iterator, Sequence
@@ -41,14 +42,14 @@ class Stack:
     length: int
     runs: tuple[tuple[int, int], ...]
 
-    @property
+    @functools.cached_property
     def keep(self) -> tuple[int, ...]:
         kept: list[int] = []
         for first, last in self.runs:
             kept += range(first, last + 1) if last - first < 3 else (first, first + 1, last)
         return tuple(kept)
 
-    @property
+    @functools.cached_property
     def check(self) -> tuple[int, ...]:
         """:attr:`keep` and one more layer of each run that :attr:`keep` shortens: the selection
         whose real trace checks the repetition (the expanded shorter trace must equal it)."""

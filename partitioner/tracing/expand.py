@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+from collections import Counter
 from typing import Sequence
 
 from partitioner.errors import TraceError
@@ -127,6 +128,10 @@ def expand(graph: Graph, stacks: Sequence[Stack], targets: Sequence[Sequence[int
         if not set(stack.keep) <= set(t):
             raise ExpandError(f"the target layers of {stack.path} leave out kept layers")
     region_stack = {item[0]: item[1] for item in layout.order if isinstance(item, tuple)}
+    # each target position's template (as a kept position) and run, a stack at a time
+    kept_at = [{layer: j for j, layer in enumerate(s.keep)} for s in stacks]
+    template = [[kept_at[i][s.template(layer)] for layer in t] for i, (s, t) in enumerate(zip(stacks, targets))]
+    run = [[s.run_of(layer) for layer in t] for s, t in zip(stacks, targets)]
     # the form of each kept layer's segment, to map a place in one layer to the same in another
     forms: dict[tuple[int, int], tuple[tuple[str, str, str], ...]] = {}
     for r, segs in enumerate(layout.segments):
@@ -147,8 +152,7 @@ def expand(graph: Graph, stacks: Sequence[Stack], targets: Sequence[Sequence[int
             continue
         r, s = item
         stack = stacks[s]
-        for q, layer in enumerate(targets[s]):
-            j = stack.keep.index(stack.template(layer))
+        for q, j in enumerate(template[s]):
             for o, i in enumerate(layout.segments[r].get(j, ())):
                 index[(r, q, o)] = len(emitted)
                 emitted.append((i, s, q))
@@ -162,16 +166,13 @@ def expand(graph: Graph, stacks: Sequence[Stack], targets: Sequence[Sequence[int
         s = region_stack[r]
         stack = stacks[s]
         read_layer = stack.keep[j_read]
-        if reader_stack != s:  # a node of no layer (or of another stack): the kept layer itself
+        if reader_stack != s or stack.run_of(read_layer) != run[s][q]:
+            # a node of no layer, of another stack or of another run reads the kept layer itself
             return index[(r, positions[s][read_layer], o)]
-        layer = targets[s][q]
-        j_reader = stack.keep.index(stack.template(layer))
-        if stack.run_of(read_layer) != stack.run_of(layer):
-            return index[(r, positions[s][read_layer], o)]
-        q_read = q - (j_reader - j_read)  # relative: the layer that many places before
+        q_read = q - (template[s][q] - j_read)  # relative: the layer that many places before
         if q_read < 0:
-            raise ExpandError(f"layer {layer} of {stack.path} would read before the first layer")
-        j_to = stack.keep.index(stack.template(targets[s][q_read]))
+            raise ExpandError(f"layer {targets[s][q]} of {stack.path} would read before the first layer")
+        j_to = template[s][q_read]
         if j_to != j_read and forms.get((r, j_to)) != forms[(r, j_read)]:
             raise ExpandError(
                 f"layers {stack.keep[j_read]} and {stack.keep[j_to]} of {stack.path} differ in their nodes"
@@ -203,7 +204,21 @@ def expand(graph: Graph, stacks: Sequence[Stack], targets: Sequence[Sequence[int
             n = starts[base] + seen.get(base, 0)
             seen[base] = seen.get(base, 0) + 1
             name = base if n == 0 else f"{base}_{n}"
-        out.append(dataclasses.replace(node, name=name, target=target, module_path=path, inputs=inputs))
+        out.append(
+            Node(
+                name,
+                node.op,
+                target,
+                inputs,
+                path,
+                node.shape,
+                node.dtype,
+                node.output_bytes,
+                node.param_bytes,
+                node.flops,
+                node.is_embedding,
+            )
+        )
     try:
         result = Graph(out, None, graph.example_inputs, name=graph.name)
     except TraceError as exc:
@@ -215,7 +230,11 @@ def expand(graph: Graph, stacks: Sequence[Stack], targets: Sequence[Sequence[int
         raise ExpandError(f"tied weights inside a layer ({inside[0]})")
     result.tied_parameters = graph.tied_parameters
     result.model_info = graph.model_info
-    result.unpriced_ops = unpriced((nd.target, nd.flops) for nd in out if nd.op == "call_function")
+    # unpriced() over each distinct free op once, then counted: the same tuple, without a name
+    # match per node
+    free = Counter(nd.target for nd in out if nd.op == "call_function" and nd.flops == 0)
+    kinds = {t for t, _ in unpriced((t, 0) for t in free)}
+    result.unpriced_ops = tuple(sorted(((t, free[t]) for t in kinds), key=lambda kv: (-kv[1], kv[0])))
     return result
 
 
