@@ -18,6 +18,13 @@ Sources (their numbers are written below, never the planner's):
 - Llama Team 2024, "The Llama 3 Herd of Models", Table 4: Llama 3 405B on H100s, TP/CP/PP/DP,
   sequence, batch and BF16 MFU.
 
+- The search's own picks (``--picks``): the fastest and the cheapest layout the search returns at the
+  published run's GPU count beside that run's MFU or tokens a second a GPU, with the band: Llama 3's
+  Table 4, torchtitan's ``docs/performance.md`` (Llama 3.1 8B, 8 H100s, FSDP, local batch 2,
+  selective AC: 5,762 tokens a second a GPU eager; their H100s ran at 500 W with 96 GB of HBM2e,
+  not the preset's 700 W SXM card), and the Llama 3 model card's H100-hours (15T tokens: 1.3M for
+  8B, 6.4M for 70B; they include restarts and evaluation, so they bound the rate from below).
+
 Memory rows are exact accounting; time rows (TFLOP/s, MFU) depend on the planner's compute model
 (the measured kernel curves of the GPU presets): the ratio column says where it stands. Time rows
 trace each model at full depth on meta weights (``--full-depth``; minutes for the largest); without
@@ -286,10 +293,105 @@ def llama3_rows(full_depth: bool) -> list[str]:
     return out
 
 
+LLAMA3_405B_SETS = [
+    "hidden_size=16384",
+    "intermediate_size=53248",
+    "num_attention_heads=128",
+    "num_key_value_heads=8",
+    "vocab_size=128256",
+    "head_dim=128",
+    "num_hidden_layers=126",
+]
+# (model, sets, GPUs, sequence, global batch, published, "mfu" or "tps", source, solid, published layout)
+PUBLISHED_RUNS = [
+    (
+        "llama-3-405b",
+        LLAMA3_405B_SETS,
+        8192,
+        8192,
+        2048,
+        0.43,
+        "mfu",
+        "Llama 3 Table 4",
+        True,
+        "dp64 tp8 pp16 interleaved_1f1b mb1 zero1 recompute-full",
+    ),
+    (
+        "llama-3-405b",
+        LLAMA3_405B_SETS,
+        16384,
+        8192,
+        2048,
+        0.41,
+        "mfu",
+        "Llama 3 Table 4",
+        True,
+        "dp128 tp8 pp16 interleaved_1f1b mb1 zero1 recompute-full",
+    ),
+    (
+        "llama-3-405b",
+        LLAMA3_405B_SETS,
+        16384,
+        131072,
+        128,
+        0.38,
+        "mfu",
+        "Llama 3 Table 4 (CP16)",
+        False,
+        "dp8 tp8 pp16 cp16 interleaved_1f1b mb1 zero1 recompute-full",
+    ),
+    (
+        "llama-3-8b",
+        [],
+        8,
+        8192,
+        16,
+        5762.0,
+        "tps",
+        "torchtitan performance.md (500 W H100 96 GB)",
+        False,
+        "dp8 mb2 zero3 recompute-selective",
+    ),
+    ("llama-3-8b", [], 64, 8192, 512, 15e12 / (1.3e6 * 3600), "tps", "Llama 3 model card (with downtime)", False, ""),
+    ("llama-3-70b", [], 512, 8192, 512, 15e12 / (6.4e6 * 3600), "tps", "Llama 3 model card (with downtime)", False, ""),
+]
+
+
+def picks_rows() -> tuple[list[str], list[tuple[str, float, bool]]]:
+    """The search's fastest and cheapest layouts beside each published run (see the module doc),
+    and the published layout opened. Full-depth traces (the repeated block traced once)."""
+    from cli.inputs import load_model
+    from partitioner.cluster.words import parse_layout
+
+    out: list[str] = []
+    ratios: list[tuple[str, float, bool]] = []
+    c = cluster.cluster("h100-80gb")
+    for name, sets, gpus, seq, batch, published, kind, source, solid, opened in PUBLISHED_RUNS:
+        spec = "hf:llama" if name == "llama-3-405b" else f"hf:{name}"
+        p = cluster.profile(load_model(spec, [*sets, "dtype=bf16"], devices="1x80GiB").graph)
+        w = cluster.Workload(global_batch=batch, seq_len=seq)
+        found = cluster.search(p, w, c, [gpus])
+        rows = [("fastest", found.fastest), ("cheapest", found.cheapest)]
+        if opened:
+            rows.append(("published layout", cluster.evaluate(p, w, c, parse_layout(opened))))
+        for what, r in rows:
+            if r is None:
+                out.append(_row(f"{name} {gpus} GPUs s{seq} {what}: nothing fits", published, "-", "-"))
+                continue
+            ours = r.mfu if kind == "mfu" else r.tokens_per_s / gpus
+            low, high = r.mfu_band if kind == "mfu" else (x / gpus for x in r.tokens_per_s_band)
+            fmt = (lambda x: f"{x:.1%}") if kind == "mfu" else (lambda x: f"{x:,.0f}")
+            label = f"{name} {gpus} GPUs s{seq} {what} {r.layout.label()} [{source}]"
+            out.append(_row(label, fmt(published), f"{fmt(ours)} ({fmt(low)}-{fmt(high)})", f"{ours / published:.2f}"))
+            ratios.append((label, ours / published, solid))
+    return out, ratios
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--full-depth", action="store_true", help="trace every layer for the time rows (slow)")
     parser.add_argument("--max-layers", type=int, default=48, help="with --full-depth: skip deeper Table 1 models")
+    parser.add_argument("--picks", action="store_true", help="the search's picks beside published runs (traces)")
     args = parser.parse_args()
     began = time.perf_counter()
     print(_row("row (source)", "published", "planner", "ratio"))
@@ -300,6 +402,7 @@ def main() -> None:
         activation_rows(),
         narayanan_rows(args.full_depth, args.max_layers),
         llama3_rows(args.full_depth),
+        picks_rows()[0] if args.picks else [],
     ):
         for line in rows:
             print(line)
