@@ -357,7 +357,7 @@ PUBLISHED_RUNS = [
 ]
 
 
-def picks_rows() -> tuple[list[str], list[tuple[str, float, bool]]]:
+def picks_rows(runs: list | None = None) -> tuple[list[str], list[tuple[str, float, bool]]]:
     """The search's fastest and cheapest layouts beside each published run (see the module doc),
     and the published layout opened. Full-depth traces (the repeated block traced once)."""
     from cli.inputs import load_model
@@ -366,7 +366,7 @@ def picks_rows() -> tuple[list[str], list[tuple[str, float, bool]]]:
     out: list[str] = []
     ratios: list[tuple[str, float, bool]] = []
     c = cluster.cluster("h100-80gb")
-    for name, sets, gpus, seq, batch, published, kind, source, solid, opened in PUBLISHED_RUNS:
+    for name, sets, gpus, seq, batch, published, kind, source, solid, opened in runs or PUBLISHED_RUNS:
         spec = "hf:llama" if name == "llama-3-405b" else f"hf:{name}"
         p = cluster.profile(load_model(spec, [*sets, "dtype=bf16"], devices="1x80GiB").graph)
         w = cluster.Workload(global_batch=batch, seq_len=seq)
