@@ -83,6 +83,10 @@ class BlockPlan:
     def kept(self) -> int:
         return sum(len(s.keep) for s in self.stacks)
 
+    @property
+    def checked(self) -> int:
+        return sum(len(s.check) for s in self.stacks)
+
     def describe(self) -> str:
         return "; ".join(
             f"{s.path}: {s.length} layers in {len(s.runs)} run(s) "

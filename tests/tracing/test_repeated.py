@@ -48,7 +48,7 @@ def _narrow(preset: str, layers: int = 6) -> dict:
 
 def _both(spec: str, overrides: dict):
     module, inputs, kwargs = _loading.load(spec, overrides)
-    repeated, outcome = trace_repeated(module, inputs, name=spec, example_kwargs=kwargs or None)
+    repeated, outcome = trace_repeated(module, inputs, name=spec, example_kwargs=kwargs or None, even_if_shallow=True)
     whole = tracer.trace(module, inputs, name=spec, example_kwargs=kwargs or None)
     return repeated, outcome, whole
 
@@ -83,11 +83,11 @@ def test_t5_keeps_its_first_block_apart_and_every_block_reads_its_position_bias(
 
 
 def test_a_repeated_graph_scales_quantized_weights_and_traces_its_module_on_first_use():
-    overrides = {**_narrow("llama-3-8b", 5), "dtype": "int8"}  # bf16 weights counted at half their bytes
+    overrides = {**_narrow("llama-3-8b", 9), "dtype": "int8"}  # bf16 weights counted at half their bytes
     module, inputs, _ = _loading.load("hf:llama-3-8b", overrides)
     graph = _loading.trace_loaded("hf:llama-3-8b", overrides, (module, inputs, {}), "llama")
     assert not cache.module_loaded(graph) and cache.weights_on_meta(graph) is False  # small: real weights
-    assert len(module.model.layers) == 5 and module.config.num_hidden_layers == 5  # put back after the cut
+    assert len(module.model.layers) == 9 and module.config.num_hidden_layers == 9  # put back after the cut
     _same(graph, tracer.trace(module, inputs, name="llama").with_weight_bytes(0.5))
     gm = graph.graph_module  # the whole model traced now, checked to have the same fingerprint
     assert isinstance(gm, torch.fx.GraphModule) and cache.module_loaded(graph)
@@ -174,9 +174,13 @@ class _Chain(nn.Module):
         return x
 
 
-def test_a_chain_of_plain_blocks_repeats_under_symbolic_trace():
-    model = _Chain(9)
+def test_a_chain_of_plain_blocks_repeats_under_symbolic_trace_from_nine_blocks():
     x = torch.randn(2, 8)
+    shallow = _Chain(8)  # the cuts' 3 and 4 blocks and a trace's fixed cost: no gain
+    graph, outcome = trace_repeated(shallow, (x,))
+    assert not outcome.repeated and outcome.reason.startswith("too shallow to gain: 8 layers against 3 + 4")
+    _same(graph, tracer.trace(shallow, (x,)))
+    model = _Chain(9)
     repeated, outcome = trace_repeated(model, (x,))
     assert outcome.repeated and outcome.traced_layers == 3
     _same(repeated, tracer.trace(model, (x,)))
@@ -185,7 +189,7 @@ def test_a_chain_of_plain_blocks_repeats_under_symbolic_trace():
 def test_a_block_reading_the_first_block_is_traced_whole_and_says_why():
     model = _ReadsTheFirstBlock(8)
     x = torch.randn(2, 8)
-    graph, outcome = trace_repeated(model, (x,))
+    graph, outcome = trace_repeated(model, (x,), even_if_shallow=True)
     assert not outcome.repeated
     assert "differs from its trace" in outcome.reason
     _same(graph, tracer.trace(model, (x,)))
@@ -204,7 +208,7 @@ def test_blocks_of_different_sizes_are_no_run_and_a_model_without_blocks_is_trac
 
 def test_llama_3_1_405b_traces_from_three_layers_to_its_126():
     module, inputs, _ = _loading.load("hf:llama-3.1-405b", {"dtype": "bf16"})
-    graph, outcome = trace_repeated(module, inputs, name="405b")
+    graph, outcome = trace_repeated(module, inputs, name="405b")  # deep enough to cut by default
     assert outcome.repeated and (outcome.traced_layers, outcome.layers) == (3, 126)
     assert cache.weights_on_meta(graph) is True and not cache.module_loaded(graph)  # said without a trace
     layers = [[n for n in graph.nodes if n.module_path.startswith(f"model.layers.{i}.")] for i in range(126)]
@@ -227,7 +231,7 @@ def test_a_repeated_graph_read_back_from_the_trace_cache_keeps_its_figures_and_s
     tmp_path, monkeypatch
 ):
     monkeypatch.setenv(cache.ENV, str(tmp_path))
-    overrides = _narrow("llama-3-8b", 5)
+    overrides = _narrow("llama-3-8b", 9)
     key = cache.model_key("hf:llama-3-8b", overrides)
     built = []
 
