@@ -97,6 +97,8 @@ def _answer(title: str, r: cluster.LayoutResult | None, work: cluster.Workload, 
                 f"{format_seconds(x['prefill_compute_floor_s'])} of {bands.seconds_band(r.step_low_s, r.step_high_s)}"
             )
         )
+    if r.band_s[1] <= 0:  # the library gave this answer no band (yet): say so rather than look sure
+        column.caption("A point: the planner gives no band for this answer.")
     if within:
         column.caption(f"Within the band of the {' and the '.join(within)}: neither is surely faster.")
 

@@ -144,6 +144,7 @@ def test_the_cluster_page_shows_every_time_as_its_band(banded_planner):
     answers = [shown(c.value) for c in at.caption if " a step;" in shown(c.value)]
     assert len(answers) == 3 and all(RANGE.match(a) and "MFU " in a for a in answers)
     assert all(RANGE.search(a.split("MFU ")[1]) for a in answers)
+    assert not [c for c in at.caption if c.value.startswith("A point")]  # every answer has its band
     runs = [shown(c.value) for c in at.caption if "1e+12 tokens:" in shown(c.value)]
     assert len(runs) == 3 and all(RANGE.search(r) for r in runs)
     expected = [names for names in bands.within_band(banded_planner[-1]).values() if names]

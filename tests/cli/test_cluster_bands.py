@@ -43,11 +43,14 @@ def test_each_unit_is_chosen_by_the_high_end():
     assert tokens_band(1.2e6, 1.45e6) == "1.2-1.4 M"
 
 
-def _banded(r: cluster.LayoutResult, width: float) -> cluster.LayoutResult:
-    return dataclasses.replace(r, band_s=(r.step_s * (1 - width), r.step_s * (1 + width)), assumes=ASSUMES)
+def _banded(r: cluster.LayoutResult, width: float | None) -> cluster.LayoutResult:
+    """``r`` with a band of +-``width`` of its step (None: no band, as the library leaves one it has
+    not computed) and :data:`ASSUMES`."""
+    band_s = (0.0, 0.0) if width is None else (r.step_s * (1 - width), r.step_s * (1 + width))
+    return dataclasses.replace(r, band_s=band_s, assumes=ASSUMES)
 
 
-def _banded_plan(found: cluster.ClusterPlan, width: float) -> cluster.ClusterPlan:
+def _banded_plan(found: cluster.ClusterPlan, width: float | None) -> cluster.ClusterPlan:
     one = {r.layout: _banded(r, width) for r in found.fitting}
 
     def b(r: cluster.LayoutResult | None) -> cluster.LayoutResult | None:
@@ -82,7 +85,7 @@ def banded_cli(small_mlp, monkeypatch: pytest.MonkeyPatch, capsys: pytest.Captur
     answered: list[cluster.ClusterPlan] = []
     monkeypatch.setattr(cli.cluster, "load_model", lambda *args, **kwargs: small_mlp)
 
-    def run(width: float, *args: str) -> tuple[int, str, cluster.ClusterPlan]:
+    def run(width: float | None, *args: str) -> tuple[int, str, cluster.ClusterPlan]:
         def banded_search(*a, **k):
             answered.append(_banded_plan(search(*a, **k), width))
             return answered[-1]
@@ -158,3 +161,10 @@ def test_inference_prints_tokens_a_second_as_bands(banded_cli):
     r = found.fastest
     row = next(line for line in out.splitlines() if r.layout.label() in line and line[0].isdigit())
     assert tokens_band(*r.tokens_per_s_band) in row
+
+
+def test_an_answer_without_a_band_says_it_is_a_point(banded_cli):
+    """Where the library gives no band (band_s (0, 0)), the answer says so instead of looking sure."""
+    no_band = _line(banded_cli(None)[1], "fastest:")
+    assert no_band.endswith("a point: the planner gives no band for this answer")
+    assert "a point" not in _line(banded_cli(0.1)[1], "fastest:")
