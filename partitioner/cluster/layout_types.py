@@ -172,6 +172,9 @@ class LayoutResult:
     # partitioner.cluster.engine); (0, 0): not computed, the point both ways
     band_s: tuple[float, float] = (0.0, 0.0)
     assumes: tuple[str, ...] = ()  # what the time assumes: the engine, its kernels, what overlaps, MFU's FLOPs
+    # MFU with a causal model's attention FLOPs halved (the work a causal kernel does); ``mfu``
+    # counts attention's whole s x s products, as traced and as torchtitan counts them
+    mfu_causal: float = 0.0
 
     @property
     def devices(self) -> int:
@@ -185,14 +188,24 @@ class LayoutResult:
     def step_high_s(self) -> float:
         return self.band_s[1] if self.band_s[1] > 0 else self.step_s
 
+    def _rate_ends(self) -> tuple[float, float]:
+        """(slow, fast) multipliers of a rate: training's follow the step, serving's the generated
+        token's (its step is the time to the first token)."""
+        if "seconds_per_token_high" in self.extra:
+            t = self.extra["seconds_per_token"]
+            return t / self.extra["seconds_per_token_high"], t / self.extra["seconds_per_token_low"]
+        return self.step_s / self.step_high_s, self.step_s / self.step_low_s
+
     @property
     def mfu_band(self) -> tuple[float, float]:
-        """(low, high) MFU: the high end is the fast end of the step's band."""
-        return self.mfu * self.step_s / self.step_high_s, self.mfu * self.step_s / self.step_low_s
+        """(low, high) MFU: the high end is the fast end of the time's band."""
+        slow, fast = self._rate_ends()
+        return self.mfu * slow, self.mfu * fast
 
     @property
     def tokens_per_s_band(self) -> tuple[float, float]:
-        return self.tokens_per_s * self.step_s / self.step_high_s, self.tokens_per_s * self.step_s / self.step_low_s
+        slow, fast = self._rate_ends()
+        return self.tokens_per_s * slow, self.tokens_per_s * fast
 
     def overlaps(self, other: "LayoutResult") -> bool:
         """Whether the two steps' bands overlap: neither answer is surely faster."""
@@ -220,6 +233,7 @@ class LayoutResult:
             "stage_backward_s": self.stage_s[1],
             "step_low_s": self.step_low_s,
             "step_high_s": self.step_high_s,
+            "mfu_causal": self.mfu_causal or self.mfu,
             "mfu_low": self.mfu_band[0],
             "mfu_high": self.mfu_band[1],
             "assumes": list(self.assumes),

@@ -369,6 +369,7 @@ def evaluate(p: ModelProfile, w: Workload, c: Cluster, lay: Layout, sim: StepSim
     model_flops = 3 * p.forward_flops(tokens, w.seq_len)
     devices = lay.devices
     mfu = model_flops / (step * devices * acc.peak_flops) if step > 0 else 0.0
+    causal_flops = model_flops - 1.5 * tokens * p.attention_flops_per_token * w.seq_len / p.seq0 * _causal(p)
     tps = tokens / step if step > 0 else math.inf
     cost = acc.price_per_hour * devices / 3600 * step / tokens * 1e6
     return LayoutResult(
@@ -385,7 +386,13 @@ def evaluate(p: ModelProfile, w: Workload, c: Cluster, lay: Layout, sim: StepSim
         stage_s=(stage_f, stage_b),
         band_s=band,
         assumes=_training_assumes(p, acc, lay),
+        mfu_causal=mfu * causal_flops / model_flops if model_flops else 0.0,
     )
+
+
+def _causal(p: ModelProfile) -> bool:
+    """Whether the model's attention is causal (its fused attention kernels are)."""
+    return any(op.kind == "attention" and op.causal for op in p.node_ops)
 
 
 def _fsdp_latency_s(p: ModelProfile, c: Cluster, lay: Layout) -> float:
@@ -456,8 +463,9 @@ def _assumes(engine: str, split_backward: bool) -> tuple[str, ...]:
         "the last microbatch's backward",
         f"{SCALE_LOSS_PER_DOUBLING:.0%} of the step lost a doubling of the nodes (stragglers, collectives at "
         "scale: Megatron-LM's H100 strong scaling)",
-        "MFU: the model's FLOPs (6 x parameters a token, and attention as traced: causal where the model "
-        "masks causally) over the devices' dense BF16 peak; recomputation not counted",
+        "MFU: the model's FLOPs (the traced forward's, 3x for a training step; attention's whole s x s "
+        "products, as torchtitan counts them; mfu_causal halves a causal model's attention, as the "
+        "kernel's work) over the devices' dense BF16 peak; recomputation not counted",
     ]
     if split_backward:
         out.append("zero-bubble: torch's split backward, the weight products' inputs held until their W step")

@@ -23,7 +23,8 @@ __all__ = [
 # Any layer count runs over any pp (Meta's Llama 3 405B: 126 layers over 16 stages, the first and
 # last one layer short because they also hold the embedding and the head and loss; torchtitan's
 # ``pipeline_parallel_layers_per_stage`` and Megatron-LM's ``--decoder-first/last-pipeline-num-layers``
-# split so too). Each of the pp x v chunks holds floor or ceil of layers / (pp x v); the busiest
+# split so too; a chunk may hold the embedding or the head alone, so pp x v reaches the layers
+# plus 2: Meta's 128 slots). Each of the pp x v chunks holds floor or ceil of layers / (pp x v); the busiest
 # rank holds v chunks of the ceiling, and the step follows the busiest rank. The embedding, head
 # and loss are spread as the layers are (the balance Meta chose puts them where a layer is
 # missing); where pp x v divides the layers the share is exactly 1 / pp.
@@ -101,11 +102,13 @@ def check_layout(p: ModelProfile, lay: Layout, w: Workload | None = None, max_de
             )
     per_rank = virtual_stages(lay.schedule, lay.virtual)
     chunks = lay.pp * per_rank
-    if lay.pp > 1 and chunks > p.layers:  # uneven stages run (NOTE: [Uneven stages]); empty ones do not
+    # uneven stages run (NOTE: [Uneven stages]); a chunk holds a layer, or the embedding or the head alone
+    if lay.pp > 1 and chunks > p.layers + 2:
         broken.append(
             f"pipeline stages pp{lay.pp}"
             + (f" x {chunks // lay.pp} chunks" if chunks != lay.pp else "")
-            + f" need a layer each and the model has {p.layers}; choose fewer stages or chunks"
+            + f" need a layer each (or the embedding or the head) and the model has {p.layers} layers; "
+            "choose fewer stages or chunks"
         )
     redo = recompute_layers(lay.recompute)
     if redo and redo > stage_layers(p, lay):

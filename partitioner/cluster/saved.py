@@ -376,8 +376,8 @@ class _Scan:
         products are computed again (with the pointwise ops, which have no FLOPs counted)."""
         elements = {"sp": 0.0, "tp": 0.0}
         flops = 0.0
-        count: dict[int, int] = {}
-        entered: set[int] = set()
+        count: dict[str, int] = {}
+        entered: set[str] = set()
         for v in self.graph.op_indices:
             b = self.block.get(v)
             if b is None or self.weight[v]:

@@ -42,6 +42,7 @@ import dataclasses
 import math
 
 from partitioner.cluster.comms import _serving_tp_allreduce
+from partitioner.cluster.engine import COLLECTIVE_SPREAD, HOST_PER_OP_RANGE_S, KERNEL_SPREAD
 from partitioner.cluster.hardware import (
     GPU_MEMORY_UTILIZATION,
     KV_BLOCK_TOKENS,
@@ -195,8 +196,37 @@ def serve(p: ModelProfile, w: Workload, c: Cluster, lay: Layout) -> LayoutResult
         "compute_floor_s_per_token": arithmetic_floor,
         "prefill_compute_floor_s": p.forward_flops(prompt_tokens, w.seq_len) / (lay.tp * lay.pp * peak),
     }
+    # NOTE: [Bands] in partitioner.cluster.engine: kernels -3/+5 %, collectives -10/+30 %, the host's
+    # launches (eager) over its measured 6-17 us an op
+    host = acc.kernels.host_per_op_s if acc.kernels is not None else 0.0
+    launch_high = token["launch"] * (HOST_PER_OP_RANGE_S[1] / host if host else 1.0)
+    launch_low = token["launch"] * (HOST_PER_OP_RANGE_S[0] / host if host else 1.0)
+    on_gpu = token["weights"] + token["KV cache"] + token["arithmetic"]
+    extra["seconds_per_token_low"] = min(
+        per_token, launch_low + on_gpu * KERNEL_SPREAD[0] + token["communication"] * COLLECTIVE_SPREAD[0]
+    )
+    extra["seconds_per_token_high"] = max(
+        per_token, launch_high + on_gpu * KERNEL_SPREAD[1] + token["communication"] * COLLECTIVE_SPREAD[1]
+    )
+    prefill_comm = comm(passes[0][0]) / pass_s if pass_s else 0.0  # the collectives' share of a pass
+    band = (
+        ttft * (KERNEL_SPREAD[0] * (1 - prefill_comm) + COLLECTIVE_SPREAD[0] * prefill_comm),
+        ttft * (KERNEL_SPREAD[1] * (1 - prefill_comm) + COLLECTIVE_SPREAD[1] * prefill_comm),
+    )
     return LayoutResult(
-        lay, fits, mem, ttft, parts, limit, mfu, tps, cost, 1, extra, assumes=_assumes(acc, c, lay, w, chunk)
+        lay,
+        fits,
+        mem,
+        ttft,
+        parts,
+        limit,
+        mfu,
+        tps,
+        cost,
+        1,
+        extra,
+        band_s=band,
+        assumes=_assumes(acc, c, lay, w, chunk),
     )
 
 

@@ -75,15 +75,15 @@ def gpt():
 def test_check_layout_names_every_rule_broken(gpt):
     w = cluster.Workload(global_batch=12, seq_len=30)
     with pytest.raises(PartitionError) as err:
-        check_layout(gpt, cluster.Layout(dp=8, tp=8, pp=6, schedule="1f1b", ep=2, cp=4), w, max_devices=64)
+        check_layout(gpt, cluster.Layout(dp=8, tp=8, pp=8, schedule="1f1b", ep=2, cp=4), w, max_devices=64)
     text = str(err.value)
     for rule in (
         "tp8 must divide the attention heads and the widths (4 heads",
-        "pp6 need a layer each and the model has 4",
+        "pp8 need a layer each (or the embedding or the head) and the model has 4 layers",
         "ep2 must divide the experts (none: a dense model)",
         "cp4 must divide the sequence (30 tokens)",
         "global batch (12) must divide over dp8 x mb1",
-        "needs 1536 devices and the cluster has 64",
+        "needs 2048 devices and the cluster has 64",
     ):
         assert rule in text, rule
     check_layout(

@@ -62,12 +62,14 @@ def test_uneven_stages_run_as_meta_split_126_layers_over_16():
     assert stage_layers(p, cluster.Layout(pp=16, schedule="interleaved_1f1b")) == 8
     assert stage_layers(p, cluster.Layout(pp=16, schedule="interleaved_1f1b", virtual=4)) == 8
     assert stage_layers(p, cluster.Layout(pp=7, schedule="1f1b")) == 18
-    with pytest.raises(PartitionError, match="pp64 x 2 chunks need a layer each and the model has 126"):
+    # Meta's 128 slots: 16 ranks x 8 chunks, the embedding and the head each in a chunk of its own
+    assert stage_layers(p, cluster.Layout(pp=16, schedule="interleaved_1f1b", virtual=8)) == 8
+    with pytest.raises(PartitionError, match=r"pp65 x 2 chunks need a layer each \(or the embedding or the head\)"):
         cluster.evaluate(
             p,
-            cluster.Workload(global_batch=128, seq_len=1),
+            cluster.Workload(global_batch=130, seq_len=1),
             cluster.cluster("h100-80gb"),
-            cluster.Layout(dp=2, pp=64, schedule="interleaved_1f1b"),
+            cluster.Layout(dp=2, pp=65, schedule="interleaved_1f1b"),
         )
 
 
@@ -166,3 +168,31 @@ def test_an_interleaved_rank_sends_each_chunks_boundary(llama8b):
     inter = cluster.evaluate(llama8b, w, c, cluster.Layout(pp=4, dp=2, schedule="interleaved_1f1b", virtual=4))
     assert inter.parts_s["pipeline transfers"] == pytest.approx(4 * one.parts_s["pipeline transfers"])
     assert step_simulator().pending_weight("1f1b", 4, 8, 2.0) == 0.0
+
+
+def test_mfu_says_how_it_counts_attention(llama8b):
+    """MFU counts attention's whole s x s products (as traced, and as torchtitan's
+    ``get_num_flop_per_token`` does); ``mfu_causal`` halves a causal model's attention, the work its
+    kernel does. At 131,072 tokens attention is most of a Llama's FLOPs and the two part far."""
+    c = cluster.cluster("h100-80gb")
+    for seq in (8192, 131072):
+        w = cluster.Workload(global_batch=8, seq_len=seq)
+        r = cluster.evaluate(llama8b, w, c, cluster.Layout(dp=8, cp=1 if seq == 8192 else 8, zero=3, recompute="full"))
+        share = llama8b.attention_flops_per_token * seq / llama8b.seq0 / llama8b.forward_flops(1, seq)
+        assert r.mfu_causal == pytest.approx(r.mfu * (1 - share / 2))
+        assert r.to_dict()["mfu_causal"] == r.mfu_causal
+    assert share > 0.5
+
+
+def test_a_served_answer_carries_its_band(llama8b):
+    """The time to the first token and each generated token carry their band; tokens a second
+    follow the generated token's (not the first token's)."""
+    w = cluster.Workload(kind="inference", global_batch=16, seq_len=2048, generate_tokens=256)
+    for acc in ("h100-80gb", "h100-80gb@eager"):
+        r = cluster.evaluate(llama8b, w, cluster.cluster(acc), cluster.Layout(tp=8))
+        assert r.step_low_s < r.step_s < r.step_high_s
+        low, high = r.extra["seconds_per_token_low"], r.extra["seconds_per_token_high"]
+        assert low <= r.extra["seconds_per_token"] < high  # the measured host may sit at the fast end
+        assert r.tokens_per_s_band == pytest.approx(
+            (r.tokens_per_s * r.extra["seconds_per_token"] / high, r.tokens_per_s * r.extra["seconds_per_token"] / low)
+        )
