@@ -52,6 +52,7 @@ Two answers whose bands overlap are not surely apart: the search and the pages s
 from __future__ import annotations
 
 import math
+from typing import Any
 
 __all__ = [
     "SCALE_LOSS_PER_DOUBLING",
@@ -59,12 +60,22 @@ __all__ = [
     "KERNEL_SPREAD",
     "COLLECTIVE_SPREAD",
     "scale_factor",
+    "host_per_op_range_s",
 ]
 
 SCALE_LOSS_PER_DOUBLING = 0.02  # Megatron-LM's H100 strong scaling, 47 % -> 42 % over 5.6 doublings
-HOST_PER_OP_RANGE_S = (6e-6, 17e-6)  # eager PyTorch's host cost per op, measured across machines of one GPU kind
+HOST_PER_OP_RANGE_S = (6e-6, 17e-6)  # a bare op's host cost, measured across machines of one GPU kind
 KERNEL_SPREAD = (0.97, 1.05)  # GPU-bound kernels against their curves
 COLLECTIVE_SPREAD = (0.90, 1.30)  # collectives against NCCL's model
+
+
+def host_per_op_range_s(gpu: Any) -> tuple[float, float]:
+    """(fast, slow) seconds eager PyTorch's host spends on one op of a model on machines of ``gpu``'s
+    kind: the bare op's measured spread (:data:`HOST_PER_OP_RANGE_S`) under the GPU's own launch
+    spacing, plus the model's Python around it (:data:`partitioner.kernels.PYTHON_GLUE_S`). O(1)."""
+    from partitioner.kernels import PYTHON_GLUE_S
+
+    return tuple(max(gpu.launch_s, bare) + PYTHON_GLUE_S for bare in HOST_PER_OP_RANGE_S)  # type: ignore[return-value]
 
 
 def scale_factor(devices: int, devices_per_node: int, slope: float = SCALE_LOSS_PER_DOUBLING) -> float:

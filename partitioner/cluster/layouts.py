@@ -76,9 +76,9 @@ from partitioner.cluster.comms import (
 )
 from partitioner.cluster.engine import (
     COLLECTIVE_SPREAD,
-    HOST_PER_OP_RANGE_S,
     KERNEL_SPREAD,
     SCALE_LOSS_PER_DOUBLING,
+    host_per_op_range_s,
     scale_factor,
 )
 from partitioner.cluster.hardware import Accelerator, Cluster
@@ -436,7 +436,7 @@ def _step_band(
     ops = _host_ops(p) * stage_share(p, lay) * (3 + redo) if eager else 0.0
     work = fwd + bwd
     low_work = work * KERNEL_SPREAD[0]
-    high_work = max(work * KERNEL_SPREAD[1], ops * HOST_PER_OP_RANGE_S[1])
+    high_work = max(work * KERNEL_SPREAD[1], ops * host_per_op_range_s(gpu)[1]) if eager else work * KERNEL_SPREAD[1]
     ends = []
     for w_s, collective, slope in (
         (low_work, COLLECTIVE_SPREAD[0], 0.0),

@@ -42,7 +42,7 @@ import dataclasses
 import math
 
 from partitioner.cluster.comms import _serving_tp_allreduce
-from partitioner.cluster.engine import COLLECTIVE_SPREAD, HOST_PER_OP_RANGE_S, KERNEL_SPREAD
+from partitioner.cluster.engine import COLLECTIVE_SPREAD, KERNEL_SPREAD, host_per_op_range_s
 from partitioner.cluster.hardware import (
     GPU_MEMORY_UTILIZATION,
     KV_BLOCK_TOKENS,
@@ -198,9 +198,9 @@ def serve(p: ModelProfile, w: Workload, c: Cluster, lay: Layout) -> LayoutResult
     }
     # NOTE: [Bands] in partitioner.cluster.engine: kernels -3/+5 %, collectives -10/+30 %, the host's
     # launches (eager) over its measured 6-17 us an op
-    host = acc.kernels.host_per_op_s if acc.kernels is not None else 0.0
-    launch_high = token["launch"] * (HOST_PER_OP_RANGE_S[1] / host if host else 1.0)
-    launch_low = token["launch"] * (HOST_PER_OP_RANGE_S[0] / host if host else 1.0)
+    fast, slow = host_per_op_range_s(acc.kernels) if acc.kernels is not None else (1.0, 1.0)
+    host = acc.kernels.host_per_op_s if acc.kernels is not None else 1.0
+    launch_low, launch_high = token["launch"] * fast / host, token["launch"] * slow / host
     on_gpu = token["weights"] + token["KV cache"] + token["arithmetic"]
     extra["seconds_per_token_low"] = min(
         per_token, launch_low + on_gpu * KERNEL_SPREAD[0] + token["communication"] * COLLECTIVE_SPREAD[0]
