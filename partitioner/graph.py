@@ -92,6 +92,10 @@ class Graph:
         self.repeated_weights: dict[int, tuple[int, int]] = {}
         # Matmul-like ops the FLOP counter had no formula for: (target, count); their work is missing.
         self.unpriced_ops: tuple[tuple[str, int], ...] = ()
+        # The traced module's parameters as named_parameters() lists them: (name, shape, bytes per
+        # element), recorded by the trace so that a graph whose module is traced only on first use
+        # (a repeated or cached trace) answers without it; None when not recorded.
+        self.named_parameters: tuple[tuple[str, tuple[int, ...], int], ...] | None = None
         self.index: dict[str, int] = {}
         for i, node in enumerate(self.nodes):
             if node.name in self.index:
@@ -179,6 +183,7 @@ class Graph:
         graph.model_info = self.model_info
         graph.repeated_weights = {v: (f, int(b * scale)) for v, (f, b) in self.repeated_weights.items()}
         graph.unpriced_ops = self.unpriced_ops
+        graph.named_parameters = self.named_parameters  # the module's own, unscaled
         return graph
 
     def fingerprint(self) -> str:

@@ -223,6 +223,9 @@ def _encode(graph: Graph) -> dict[str, Any]:
         },
         "fingerprint": graph.fingerprint(),
         "meta_weights": weights_on_meta(graph),
+        "named_parameters": None
+        if graph.named_parameters is None
+        else [[n, list(shape), size] for n, shape, size in graph.named_parameters],
     }
 
 
@@ -256,6 +259,9 @@ def _decode(
         no_split_modules=tuple(info["no_split_modules"]),
         tied_weights=dict(info["tied_weights"]),
     )
+    records = data.get("named_parameters")
+    if records is not None:
+        graph.named_parameters = tuple((str(n), tuple(shape), int(size)) for n, shape, size in records)
     if graph.fingerprint() != data["fingerprint"]:
         raise ValueError("fingerprint differs")
     return graph

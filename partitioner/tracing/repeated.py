@@ -40,7 +40,7 @@ from partitioner.tracing.cache import CachedGraph
 from partitioner.tracing.expand import ExpandError, expand, first_difference
 from partitioner.tracing.lock import TRACE_LOCK
 from partitioner.tracing.meta import on_meta
-from partitioner.tracing.tracer import model_info, trace
+from partitioner.tracing.tracer import model_info, parameter_records, trace
 
 __all__ = ["trace_repeated", "RepeatOutcome"]
 
@@ -132,6 +132,8 @@ def trace_repeated(
         except Exception as exc:  # an ExpandError, or the cut model failing to trace
             reason = str(exc) if isinstance(exc, ExpandError) else f"the cut model failed: {type(exc).__name__}: {exc}"
             return _fallback(model, inputs, name, example_kwargs, weight_scale, reason, plan.describe())
+        with selected_layers(model, plan, check):  # the model's own list, checked on a trace
+            records_match = parameter_records(model) == longer.named_parameters
         differs = first_difference(predicted, longer)
         if differs:
             reason = f"the cut trace repeated by one layer differs from its trace: {differs}"
@@ -148,6 +150,7 @@ def trace_repeated(
     graph.tied_parameters = whole.tied_parameters
     graph.unpriced_ops = whole.unpriced_ops
     graph.model_info = model_info(model)
+    graph.named_parameters = parameter_records(model) if records_match else None
     logger.info(
         "%s: traced %d of %d layers and repeated them (%s)", graph.name, plan.kept, plan.layers, plan.describe()
     )

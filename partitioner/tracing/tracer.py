@@ -196,6 +196,12 @@ def _is_view(fx_node: fx.Node) -> bool:
     return False
 
 
+def parameter_records(module: torch.nn.Module) -> tuple[tuple[str, tuple[int, ...], int], ...]:
+    """``(name, shape, bytes per element)`` of each of ``module``'s parameters, in
+    ``named_parameters()`` order (:attr:`Graph.named_parameters`). O(parameters)."""
+    return tuple((name, tuple(int(s) for s in p.shape), int(p.element_size())) for name, p in module.named_parameters())
+
+
 def model_info(model: torch.nn.Module) -> ModelInfo:
     """The module classes of ``model`` (every class in each module's MRO up to ``nn.Module``) and
     a Hugging Face model's tensor-parallel plan, no-split blocks and tied weights. O(modules)."""
@@ -298,6 +304,7 @@ def _trace(
     graph.repeated_weights = repeated
     graph.unpriced_ops = unpriced((nd.target, nd.flops) for nd in nodes if nd.op == "call_function")
     graph.model_info = model_info(model)
+    graph.named_parameters = parameter_records(gm)
     if not graph.op_indices:
         raise TraceError(f"{graph.name} has no operations to partition (only inputs, attributes and outputs)")
     return graph

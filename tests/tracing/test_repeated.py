@@ -57,6 +57,7 @@ def _same(repeated, whole) -> None:
     assert first_difference(repeated, whole) == ""
     assert repeated.fingerprint() == whole.fingerprint()
     assert repeated.model_info == whole.model_info
+    assert repeated.named_parameters == whole.named_parameters is not None  # sharding reads them, no module
     assert repeated.parameter_bytes == whole.parameter_bytes
     assert sum(n.flops for n in repeated.nodes) == sum(n.flops for n in whole.nodes)
 
@@ -243,6 +244,7 @@ def test_a_repeated_graph_read_back_from_the_trace_cache_keeps_its_figures_and_s
     hit = cache.cached_trace(key, build)
     assert len(built) == 1 and isinstance(hit, cache.CachedGraph) and hit is not fresh
     assert first_difference(hit, fresh) == "" and hit.model_info == fresh.model_info
+    assert hit.named_parameters == fresh.named_parameters and len(hit.named_parameters) == 9 * 9 + 3
     assert cache.weights_on_meta(hit) is False and not cache.module_loaded(hit)
 
 
