@@ -305,6 +305,7 @@ def _json_plan(args: argparse.Namespace, label: str, found: ClusterPlan, work: c
         "fewest_devices": found.fewest_devices.to_dict() if found.fewest_devices else None,
         "fastest": found.fastest.to_dict() if found.fastest else None,
         "cheapest": found.cheapest.to_dict() if found.cheapest else None,
+        "knee": found.knee.to_dict() if found.knee else None,
         "pareto": [r.to_dict() for r in found.front],
         "best": [r.to_dict() for r in found.best(args.top)],
     }

@@ -125,10 +125,12 @@ def _summary(prof: cluster.ModelProfile, found: cluster.ClusterPlan) -> None:
 
 
 def _render_answers(found: cluster.ClusterPlan, work: cluster.Workload) -> None:
-    """The three answers side by side, each time as its band, then what the times assume."""
-    cols = st.columns(3)
+    """The answers side by side (the three, and serving's knee of price and speed), each time as its
+    band, then what the times assume."""
+    answers = [(title, attr) for title, attr in bands.ANSWERS if attr != "knee" or found.knee is not None]
+    cols = st.columns(len(answers))
     within = bands.within_band(found)
-    for col, (title, attr) in zip(cols, bands.ANSWERS):
+    for col, (title, attr) in zip(cols, answers):
         _answer(title.capitalize(), getattr(found, attr), work, col, within.get(title, []))
     assumed = bands.assumptions([getattr(found, attr) for _, attr in bands.ANSWERS])
     if assumed:

@@ -24,6 +24,7 @@ from partitioner.cluster.hardware import (
     from_profile,
     local_cluster,
 )
+from partitioner.cluster.knee import price_speed_front, serving_knee
 from partitioner.cluster.layouts import (
     Collective,
     Layout,
@@ -63,4 +64,6 @@ __all__ = [
     "pareto",
     "search",
     "with_min_cut",
+    "serving_knee",
+    "price_speed_front",
 ]

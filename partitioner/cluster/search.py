@@ -28,6 +28,7 @@ from dataclasses import dataclass, replace
 from typing import Callable, Sequence
 
 from partitioner.cluster.hardware import Cluster
+from partitioner.cluster.knee import serving_knee
 from partitioner.cluster.layouts import Layout, LayoutResult, Workload, check_layout, evaluate, min_cut_label
 from partitioner.cluster.profile import ModelProfile
 from partitioner.cluster.rules import stage_layers
@@ -56,6 +57,9 @@ class ClusterPlan:
     evaluated: int
     search_s: float
     refused: dict[str, int]  # why layouts were not evaluated (batch does not divide, ...)
+    # serving: past it a user's tokens a second gain little for much more cost (NOTE: [Serving
+    # knee] in partitioner.cluster.knee); None for training
+    knee: LayoutResult | None = None
 
     def best(self, n: int = 10) -> tuple[LayoutResult, ...]:
         return self.fitting[:n]
@@ -260,6 +264,7 @@ def search(p: ModelProfile, w: Workload, c: Cluster, device_range: Sequence[int]
         evaluated,
         time.perf_counter() - began,
         refused,
+        serving_knee(fitting) if w.kind == "inference" else None,
     )
 
 

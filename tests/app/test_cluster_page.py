@@ -82,7 +82,7 @@ def test_inference_answers_in_time_to_first_token():
     at = _page()
     at.selectbox(key="cl_kind").set_value("inference").run()
     assert not at.exception and not errors(at)
-    assert len(_answers(at, " a time to first token;")) == 3
+    assert len(_answers(at, " a time to first token;")) == 4  # the three answers and the knee
     assert any("tokens/s per sequence" in c.value for c in at.caption)
     assert "Devices against time to first token (log scales)" in _figures(at)
 
@@ -238,7 +238,7 @@ def test_serving_has_its_own_inputs_and_names_its_bottleneck_with_the_numbers():
     assert at.number_input(key="cl_prompt").label == "Prompt length (tokens)"
     assert at.session_state["cl_batch"] == 512 if "cl_batch" in at.session_state else True
     parts = [shown(c.value) for c in at.caption if shown(c.value).startswith("Each token")]
-    assert len(parts) == 3 and all("weights read" in p and "arithmetic at peak" in p for p in parts)
+    assert len(parts) == 4 and all("weights read" in p and "arithmetic at peak" in p for p in parts)  # with the knee
     answers = _answers(at, " a time to first token;")
     assert answers and all("limited by" in a for a in answers)
 
