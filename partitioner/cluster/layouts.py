@@ -170,7 +170,7 @@ def _states(p: ModelProfile, w: Workload, lay: Layout) -> dict[str, float]:
 def _layer_saved(p: ModelProfile, w: Workload, lay: Layout) -> tuple[float, float, float]:
     """(a layer's saved bytes a token under the layout's recomputation, a layer's input a token,
     the bytes a token outside the layers), on one of tp ranks."""
-    scale = w.element_bytes / p.element_bytes
+    scale = max(2, w.element_bytes) / p.element_bytes  # activations stay bf16 under FP8 (torchtitan's float8)
     saved = _saved(p)
     sp = lay.sp or lay.tp == 1
     if saved is None:  # a profile without its graph: every op output, split over tp
@@ -179,14 +179,15 @@ def _layer_saved(p: ModelProfile, w: Workload, lay: Layout) -> tuple[float, floa
             p.hidden_bytes_per_token * scale / lay.tp,
             0.0,
         )
+    act = max(2, w.element_bytes)  # activations stay bf16 under FP8 (torchtitan's float8)
     if lay.recompute == "selective" and not saved.score_elements:  # fused attention: torchtitan's op policy
-        layer = saved.op_policy_bytes_per_token(w.element_bytes, lay.tp, sp)
+        layer = saved.op_policy_bytes_per_token(act, lay.tp, sp)
     else:
-        layer = saved.layer_bytes_per_token(w.element_bytes, w.seq_len, lay.tp, sp, scores=lay.recompute != "selective")
+        layer = saved.layer_bytes_per_token(act, w.seq_len, lay.tp, sp, scores=lay.recompute != "selective")
     return (
         layer,
-        saved.input_bytes_per_token(w.element_bytes, lay.tp, sp),
-        saved.outside_elements * w.element_bytes / lay.tp,
+        saved.input_bytes_per_token(act, lay.tp, sp),
+        saved.outside_elements * act / lay.tp,
     )
 
 
@@ -297,7 +298,7 @@ def evaluate(p: ModelProfile, w: Workload, c: Cluster, lay: Layout, sim: StepSim
     if w.kind == "inference":
         return serve(p, w, c, lay)
     acc = c.accelerator
-    scale = w.element_bytes / p.element_bytes
+    scale = max(2, w.element_bytes) / p.element_bytes  # activations stay bf16 under FP8 (torchtitan's float8)
     mem = _states(p, w, lay)
     per_replica = w.global_batch // lay.dp
     m = per_replica // lay.microbatch_size

@@ -151,10 +151,14 @@ class ModelProfile:
         r, q = tokens / self.tokens0, seq / self.seq0
         dtype = dtype_for_bytes(element_bytes).peak_key
         size = element_bytes / self.element_bytes
+        # FP8 runs its matrix products in fp8 and the rest (norms, attention, pointwise) in bf16, as
+        # torchtitan's float8 and Transformer Engine do
+        rest = dtype_for_bytes(max(2, element_bytes)).peak_key, max(2, element_bytes) / self.element_bytes
         ops = []
         for op in self.node_ops:
             if op.kind != "view":  # the workload's dtype, not the traced one
-                op = dataclasses.replace(op, dtype=dtype, nbytes=op.nbytes * size, fixed_bytes=op.fixed_bytes * size)
+                kind, scale = (dtype, size) if op.kind == "matmul" else rest
+                op = dataclasses.replace(op, dtype=kind, nbytes=op.nbytes * scale, fixed_bytes=op.fixed_bytes * scale)
             if op.kind == "attention" and decode:  # one query a sequence: a small kernel; the cache read apart
                 op = KernelOp("copy", op.dtype, nbytes=op.m * op.k * 4 * r / tp)
             elif decode:

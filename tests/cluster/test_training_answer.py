@@ -196,3 +196,15 @@ def test_a_served_answer_carries_its_band(llama8b):
         assert r.tokens_per_s_band == pytest.approx(
             (r.tokens_per_s * r.extra["seconds_per_token"] / high, r.tokens_per_s * r.extra["seconds_per_token"] / low)
         )
+
+
+def test_fp8_training_keeps_bf16_activations_and_runs_its_products_faster(llama8b):
+    """torchtitan's float8 and Transformer Engine run the matrix products in fp8 and keep the
+    activations, norms and attention in bf16: the saved bytes are bf16's, the step shorter."""
+    c = cluster.cluster("h100-80gb")
+    lay = cluster.Layout(dp=8, zero=3)
+    bf16 = cluster.evaluate(llama8b, cluster.Workload(global_batch=8, seq_len=4096), c, lay)
+    fp8 = cluster.evaluate(llama8b, cluster.Workload(global_batch=8, seq_len=4096, element_bytes=1), c, lay)
+    assert fp8.memory["activations"] == pytest.approx(bf16.memory["activations"])
+    assert fp8.memory["loss logits"] == pytest.approx(bf16.memory["loss logits"])
+    assert fp8.parts_s["compute"] < 0.8 * bf16.parts_s["compute"]
