@@ -9,6 +9,7 @@ checkpoint, its numbers written below. Returns ``(module, example_inputs, exampl
 
 from __future__ import annotations
 
+import copy
 import difflib
 import functools
 from typing import Any, Mapping
@@ -292,7 +293,9 @@ def _load_hf(name: str, overrides: Mapping[str, Any]) -> tuple[nn.Module, tuple[
 
     check_ranges(name, getattr(base, "attribute_map", {}) or {}, overrides)
     try:
-        config = transformers.AutoConfig.for_model(model_type, **{**fields, **overrides})
+        # copies: transformers writes into the dicts it is given (rope_scaling gains the theta),
+        # which would change the preset for every later load
+        config = transformers.AutoConfig.for_model(model_type, **copy.deepcopy({**fields, **overrides}))
     except (ValueError, TypeError, KeyError, ArithmeticError, StrictDataclassError) as exc:
         said = " ".join(str(exc).split())[:300]
         raise ModelSpecError(

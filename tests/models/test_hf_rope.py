@@ -4,6 +4,8 @@ built model's rotary frequencies, refused with the fix where they cannot apply."
 
 from __future__ import annotations
 
+import copy
+
 import pytest
 import torch
 
@@ -52,3 +54,13 @@ def test_a_rope_theta_that_is_no_positive_number_is_refused_with_an_example(valu
 def test_a_model_without_rotary_settings_still_refuses_rope_theta():
     with pytest.raises(ValueError, match="has no config field 'rope_theta'"):
         sample_models.load("hf:gpt2", {"rope_theta": 10000, "n_layer": 1})
+
+
+def test_loading_a_preset_leaves_its_fields_as_written():
+    from sample_models._hf import PRESETS
+
+    written = copy.deepcopy(PRESETS["llama-3.1-405b"])
+    for theta in (500000, 250000):  # transformers wrote the first theta into the preset's rope_scaling
+        model, _, _ = sample_models.load("hf:llama-3.1-405b", {**SMALL, "rope_theta": theta})
+        assert model.config.rope_parameters["rope_theta"] == theta
+    assert PRESETS["llama-3.1-405b"] == written
