@@ -25,15 +25,19 @@ def _runnable(lay: cluster.Layout, graph: Graph, hf: bool = False) -> tuple[clus
     processes this machine runs and the traced example's rows, microbatches that divide the
     example, no recomputation; or None and why not."""
     from partitioner.processes.launch import MAX_LOCAL_PROCESSES
+    from partitioner.tracing import cache as trace_cache
 
+    meta = (
+        "the model was built at full size on the meta device (shapes only, no weights): choose a "
+        "smaller size in the sidebar (fewer layers, a smaller hidden size) so that it gets real weights"
+    )
+    if trace_cache.weights_on_meta(graph):  # known without tracing the whole module again
+        return None, meta
     inputs = graph.example_inputs or ()
     if graph.graph_module is None or not inputs or not hasattr(inputs[0], "shape") or not inputs[0].dim():
         return None, "the model has no traced example with a batch dimension to split"
     if any(p.is_meta for p in graph.graph_module.parameters()):
-        return None, (
-            "the model was built at full size on the meta device (shapes only, no weights): choose a "
-            "smaller size in the sidebar (fewer layers, a smaller hidden size) so that it gets real weights"
-        )
+        return None, meta
     if lay.ep > 1:
         return None, "expert parallelism is not run here: open a layout with ep1"
     if hf and lay.pp > 1:

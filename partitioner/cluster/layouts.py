@@ -273,7 +273,9 @@ def _redo_share(p: ModelProfile, w: Workload, lay: Layout) -> float:
 
 
 @functools.cache
-def _shared_simulator() -> StepSimulator:
+def shared_simulator() -> StepSimulator:
+    """The process's one :class:`~partitioner.pipeline.steps.StepSimulator`: its cache serves every
+    evaluation and search (a schedule simulated once a process)."""
     return step_simulator()
 
 
@@ -293,7 +295,7 @@ def evaluate(p: ModelProfile, w: Workload, c: Cluster, lay: Layout, sim: StepSim
     ``sim(schedule, pp, m, backward_ratio, v)`` gives (unit step, bubble fraction, the first rank's
     peak stash) of the schedule with unit forward stages (default:
     :class:`partitioner.pipeline.steps.StepSimulator`, one cache shared by every call)."""
-    sim = sim or _shared_simulator()
+    sim = sim or shared_simulator()
     check_layout(p, lay, w)
     if w.kind == "inference":
         return serve(p, w, c, lay)
@@ -392,8 +394,12 @@ def evaluate(p: ModelProfile, w: Workload, c: Cluster, lay: Layout, sim: StepSim
 
 
 def _causal(p: ModelProfile) -> bool:
-    """Whether the model's attention is causal (its fused attention kernels are)."""
-    return any(op.kind == "attention" and op.causal for op in p.node_ops)
+    """Whether the model's attention is causal (its fused attention kernels are). Cached on the
+    profile."""
+    key = ("causal attention",)
+    if key not in p._cache:
+        p._cache[key] = float(any(op.kind == "attention" and op.causal for op in p.node_ops))
+    return bool(p._cache[key])
 
 
 def _fsdp_latency_s(p: ModelProfile, c: Cluster, lay: Layout) -> float:

@@ -29,12 +29,20 @@ from typing import Callable, Sequence
 
 from partitioner.cluster.hardware import Cluster
 from partitioner.cluster.knee import serving_knee
-from partitioner.cluster.layouts import Layout, LayoutResult, Workload, check_layout, evaluate, min_cut_label
+from partitioner.cluster.layouts import (
+    Layout,
+    LayoutResult,
+    Workload,
+    check_layout,
+    evaluate,
+    min_cut_label,
+    shared_simulator,
+)
 from partitioner.cluster.profile import ModelProfile
 from partitioner.cluster.rules import stage_layers
 from partitioner.errors import PartitionError
 from partitioner.pipeline.schedules import NO_SCHEDULE, searched_schedules
-from partitioner.pipeline.steps import StepSimulator, step_simulator
+from partitioner.pipeline.steps import StepSimulator
 
 __all__ = ["ClusterPlan", "search", "device_counts", "SCHEDULES", "pareto", "at_the_edge", "stops_paying"]
 
@@ -231,7 +239,7 @@ def search(p: ModelProfile, w: Workload, c: Cluster, device_range: Sequence[int]
     if not device_range:
         raise PartitionError("no device count to search; give at least one node")
     began = time.perf_counter()
-    sim = step_simulator()
+    sim = shared_simulator()  # one cache for every search of the process (the app's pages, the CLI)
     refused: dict[str, int] = {}
     fitting: list[LayoutResult] = []
     evaluated = 0

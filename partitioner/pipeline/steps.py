@@ -93,11 +93,10 @@ class StepSimulator:
         if get_schedule(schedule).step_form == StepForm.FLUSH:
             check_microbatches(schedule, pp, m)  # what torch's class refuses, the simulator refuses
             return closed_form(schedule, pp, m, ratio)
-        # Beyond 32 stage-microbatches: the backward-to-forward ratio to 2 significant digits
+        # Beyond 8 stage-microbatches: the backward-to-forward ratio to 2 significant digits
         # (2.37 -> 2.4), so each is simulated once for the ratios a search meets (within 2 % of
-        # the step), not once for each layout.
-        if pp * m > 32:
-            ratio = float(f"{ratio:.2g}")
+        # the step), not once for each layout (recomputation's choices make many).
+        ratio = _rounded(pp, m, ratio)
         chunks = virtual_stages(schedule, v)
         key = (schedule, pp, m, ratio, chunks)
         if key not in self._cache:
@@ -121,9 +120,13 @@ class StepSimulator:
         if get_schedule(schedule).step_form == StepForm.FLUSH:
             return 0.0
         self(schedule, pp, m, ratio, v)
-        if pp * m > 32:
-            ratio = float(f"{ratio:.2g}")
+        ratio = _rounded(pp, m, ratio)
         return self._pending[(schedule, pp, m, ratio, virtual_stages(schedule, v))]
+
+
+def _rounded(pp: int, m: int, ratio: float) -> float:
+    """The ratio a simulation is cached under: to 2 significant digits beyond 8 stage-microbatches."""
+    return float(f"{ratio:.2g}") if pp * m > 8 else ratio
 
 
 def step_simulator() -> StepSimulator:
