@@ -204,6 +204,9 @@ def _partial_recompute(
     layers = int(stage_layers(p, none.layout))
     if layers < 2 or "activations" not in none.memory:
         return None
+    activations = ("activations", "loss logits", "weight-gradient stash", "recomputed layer")
+    if none.memory_bytes - sum(none.memory.get(k, 0.0) for k in activations) >= c.accelerator.memory_bytes:
+        return None  # the states alone are over: no recomputation helps
     full = evaluate(p, w, c, replace(none.layout, recompute=f"layers-{layers - 1}"), sim)
     saved_a_layer = (none.memory["activations"] - full.memory["activations"]) / (layers - 1)
     if not full.fits or saved_a_layer <= 0:
