@@ -7,12 +7,14 @@ schedule from :mod:`partitioner.pipeline`, simulated by the pipeline page's own 
 interleaved schedule ``virtual`` chunks deep, or zero-bubble), ``dp``-way data parallelism with ZeRO stage 0-3
 (stage 3 is FSDP's full sharding), ``ep``-way expert parallelism for a mixture of experts (each
 MoE layer's experts split over ranks of the data-parallel group), and recomputation (none;
-selective: the attention core; full: each layer's input kept and its forward run again in the
-backward; or functorch's min-cut at a budget).
+selective: the attention core, or torchtitan's per-op policy with fused attention; full: each
+layer's input kept and its forward run again in the backward; layers-K: K layers of each rank so;
+or functorch's min-cut at a budget).
 
 # NOTE: [Layout costs]
 Memory per device (training): model states by the ZeRO paper (Rajbhandari et al. 2020, sec. 3.1)
-over psi = parameters / (tp x pp), sharded over the dp x cp ranks that hold copies: (2 + 2 + K)
+over psi = the busiest rank's share of the parameters / tp (NOTE: [Uneven stages] in
+:mod:`partitioner.cluster.rules`), sharded over the dp x cp ranks that hold copies: (2 + 2 + K)
 psi with stage 0, 4 psi + K psi / dp with 1, 2 psi + (2 + K) psi / dp with 2, (4 + K) psi / dp with
 3 (K from :attr:`partitioner.cost.training.StateBytes.state`), and with stage 3 the layer being
 computed, gathered whole with its whole gradient (DeepSpeed's ``estimate_zero3_model_states_mem_needs``:
@@ -20,32 +22,34 @@ computed, gathered whole with its whole gradient (DeepSpeed's ``estimate_zero3_m
 parameter over dp (its estimators' 18 psi / N); with HSDP (``shard``) the states shard over that
 group only; with ZeRO-Offload (``offload``) the optimizer state (and with ZeRO 2-3 the gradient
 partition) lives on the host (:func:`offload_seconds` prices its traffic and step); activations
-(NOTE: [Activation memory]); the headroom.
+(NOTE: [Activation memory]); the loss's logits and their fp32 copy on the last stage; the headroom.
 Inference: the weights over tp x pp and the KV cache of the batch's context.
-Time per step (training): each stage's forward per microbatch is the graph's time for its share
-(NOTE: [Scaling the traced graph]); backward twice the forward plus the recomputed share;
+Time per step (training): each stage's forward per microbatch is the graph's time for the busiest
+rank's share (NOTE: [Scaling the traced graph]), eager PyTorch's host cost per op included; backward twice the forward plus the recomputed share;
 tensor parallelism adds 2 all-reduces of the hidden state per layer in each direction (Megatron-LM)
 on the node's link (NOTE: [All-reduce algorithms]); a stage boundary sends the hidden state of a
-microbatch; context parallelism passes every layer's keys and values around its ring (their
+microbatch at each of a rank's chunks; context parallelism passes every layer's keys and values around its ring (their
 gradients back: twice); expert parallelism adds two all-to-alls per MoE layer in each direction
 (each token's hidden state to its top-k experts and back); the schedule's simulation gives the
 step and its bubble; data parallelism reduces the gradients (ring all-reduce, 2 (dp - 1) / dp of
 the bytes; ZeRO-3 1.5 times that for its parameter gathers) on the slowest link of its group,
 overlapped with the last microbatch's backward (as DDP's buckets are; the experts' gradients over
-their dp / ep replicas): only what exceeds that backward is added. Kernel launch overheads are
-left out. Assumptions: stages hold equal shares of the layers (the first and last also hold the
-embedding and head: an under-estimate of the largest stage).
+their dp / ep replicas): only what exceeds that backward is added; FSDP (ZeRO-3) repeats its
+gathers and reductions every microbatch, each hidden under that microbatch's compute. What the
+engine costs beyond (the loss at scale, zero-bubble's stash) and the band: NOTE: [Engine costs]
+and NOTE: [Bands] in :mod:`partitioner.cluster.engine`.
 
 # NOTE: [Activation memory]
 What autograd keeps (:mod:`partitioner.cluster.saved`: the traced forward's saved values, per layer
 and token, Korthikanti et al. 2022's accounting) for a microbatch's tokens on a device (its
 sequence share under context parallelism): the tensor-parallel part over tp, the rest over tp only
 with sequence parallelism; selective recomputation drops what grows with the sequence (eager
-attention's scores; fused attention keeps none). A stage holds its layers' share for every
+attention's scores) or, where attention is fused and keeps none, keeps what torchtitan's per-op
+policy keeps (NOTE: [Per-op selective recomputation] in :mod:`partitioner.cluster.saved`). A stage holds its layers' share for every
 microbatch in flight (the first rank's peak stash, its chunks together: NOTE: [Interleaved stash] in
 :mod:`partitioner.pipeline.steps`). Full recomputation keeps each
 layer's input for every microbatch in flight and one layer's working set once (the layer being
-recomputed). Min-cut keeps its measured share. Profiles without their graph fall back to every op
+recomputed); K layers recomputed do so for K of the rank's layers, the rest keep all. Min-cut keeps its measured share. Profiles without their graph fall back to every op
 output over tp.
 
 # NOTE: [All-reduce algorithms]
