@@ -110,7 +110,9 @@ def workload_ui() -> cluster.Workload:
     return cluster.Workload(kind, batch, seq, precision.bytes, optimizer, train_tokens, generate)
 
 
-def hardware_ui() -> dict[str, Any]:
+def hardware_ui(kind: str = "training") -> dict[str, Any]:
+    """The accelerator, nodes, links, price, headroom and the engine the times are for (``kind``:
+    the workload's, which picks the engine's default)."""
     cols = st.columns(4)
     names = list(cluster.ACCELERATORS)
     accelerator = cols[0].selectbox("Accelerator", names, index=names.index("h100-80gb"), key="cl_accelerator")
@@ -164,9 +166,16 @@ def hardware_ui() -> dict[str, Any]:
             help="kept free on every device: CUDA context, fragmentation",
         )
     )
-    engine = panels.engine_ui("cl_engine", lambda e: preset.with_engine(e).assumes)
+    # Serving is priced as vLLM, SGLang and TensorRT-LLM serve (CUDA graphs, fused kernels) unless a
+    # person picks eager; training keeps eager PyTorch unless they pick graphs: one radio each.
+    serving = kind == "inference"
+    engine = panels.engine_ui(
+        "cl_serve_engine" if serving else "cl_engine",
+        lambda e: preset.with_engine(e).assumes,
+        default="graphs" if serving else "eager",
+    )
     return dict(
-        accelerator=accelerator if engine == "eager" else f"{accelerator}@{engine}",
+        accelerator=f"{accelerator}@{engine}" if serving or engine != "eager" else accelerator,
         per_node=per_node,
         max_nodes=max_nodes,
         intra=intra,

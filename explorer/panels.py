@@ -280,12 +280,13 @@ def render_cost_models(plan: Plan, graph: Graph) -> None:
         st.caption("The Learn page explains the differences with a tiny example each.")
 
 
-def engine_ui(key: str, assumes: Callable[[str], str]) -> str:
-    """The engine a page's times are for (partitioner.kernels.ENGINES), a radio under ``key``,
-    with what the times then assume (``assumes(engine)``) said under it."""
+def engine_ui(key: str, assumes: Callable[[str], str], default: str = "eager") -> str:
+    """The engine a page's times are for (partitioner.kernels.ENGINES), a radio under ``key``
+    (``default`` until a person picks), with what the times then assume (``assumes(engine)``) said
+    under it."""
     from partitioner.kernels import ENGINES
 
-    st.session_state.setdefault(key, "eager")
+    st.session_state.setdefault(key, default)
     engine = st.radio(
         "Engine the times are for",
         list(ENGINES),

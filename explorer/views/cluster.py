@@ -306,7 +306,7 @@ def main() -> None:
     config, graph = loaded
     st.markdown(f"#### Plan a cluster for {md(config.model.label)}")
     work = workload_ui()
-    hw = hardware_ui()
+    hw = hardware_ui(work.kind)
     prof = _profile(graph, graph.fingerprint(), config.model.label)
     min_cut = min_cut_ui(graph, prof) if work.kind == "training" else ()
     try:

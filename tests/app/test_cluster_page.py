@@ -273,3 +273,18 @@ def test_the_cluster_page_names_its_engine_and_what_its_times_assume():
     at.selectbox(key="cl_accelerator").set_value("a100-80gb").run()
     assert "derived from the measured h100-80gb" in " ".join(shown(c.value) for c in at.caption)
     assert at.query_params["cl_engine"] in ("graphs", ["graphs"])
+
+
+def test_serving_is_priced_on_the_serving_engines_unless_eager_is_picked():
+    """Inference defaults to CUDA graphs and fused kernels (what vLLM and SGLang run), said under
+    the radio and in the answers; picking eager prices eager PyTorch, slower a token."""
+    at = _page()
+    at.selectbox(key="cl_kind").set_value("inference").run()
+    assert not at.exception and not errors(at)
+    assert at.session_state["cl_serve_engine"] == "graphs"
+    graphs = " ".join(shown(c.value) for c in at.caption)
+    assert "CUDA graphs" in graphs
+    at.radio(key="cl_serve_engine").set_value("eager").run()
+    assert not at.exception and not errors(at)
+    eager = " ".join(shown(c.value) for c in at.caption)
+    assert "engine: eager" in eager and graphs != eager
