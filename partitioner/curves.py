@@ -12,27 +12,80 @@ from typing import Any, Iterable, Sequence
 
 from partitioner.errors import DeviceSpecError
 
-__all__ = ["Curve", "MAX_CURVE_POINTS", "AlphaBeta", "fit_alpha_beta", "check_curve", "interp", "interp_through_zero"]
+__all__ = [
+    "Curve",
+    "MAX_CURVE_POINTS",
+    "MAX_PROFILE_POINTS",
+    "AlphaBeta",
+    "fit_alpha_beta",
+    "check_curve",
+    "check_length",
+    "real",
+    "interp",
+    "interp_through_zero",
+]
 
 Curve = tuple[tuple[float, float], ...]  # (x, seconds) sorted by x
 MAX_CURVE_POINTS = 10_000  # a measured curve has tens of points; more is not a measurement
+# All of one profile's curves, pairs and rows together (NOTE: [Bounded profiles]).
+MAX_PROFILE_POINTS = 20_000
+
+# NOTE: [Bounded profiles]
+# A profile is read from a file anyone can write, by the command line and by the app's cached
+# device types: every list in it has a length limit, checked before a value of it is read, and
+# all its curves together hold at most MAX_PROFILE_POINTS points, so reading the largest accepted
+# profile costs O(MAX_PROFILE_POINTS log MAX_PROFILE_POINTS) (the measured H100 profile holds
+# about 600 points). A refusal names the list, its length, its limit and the command that
+# measures it again. Numbers are JSON numbers: a boolean or a string is refused, never converted.
+
+
+def check_length(owner: str, what: str, value: Any, limit: int, unit: str, remedy: str) -> int:
+    """``len(value)``, or a :class:`DeviceSpecError` naming the list ``what``, its length, ``limit``
+    and ``remedy`` when it is longer (or not a list). O(1)."""
+    if not isinstance(value, (list, tuple, dict)):
+        raise DeviceSpecError(
+            f"{owner}: {what} must be a list (got {type(value).__name__}); measure it again with `{remedy}`"
+        )
+    if len(value) > limit:
+        raise DeviceSpecError(
+            f"{owner}: {what} has {len(value):,} {unit} (at most {limit:,}; a measurement makes tens); "
+            f"measure it again with `{remedy}`"
+        )
+    return len(value)
+
+
+def real(owner: str, what: str, value: Any) -> float:
+    """``value`` as a float when it is a JSON number; a boolean, a string or anything else is
+    refused with :class:`DeviceSpecError` (``true`` is not 1)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise DeviceSpecError(f"{owner}: {what} must be a number (got {type(value).__name__} {_short(value)})")
+    try:
+        return float(value)
+    except OverflowError:
+        raise DeviceSpecError(f"{owner}: {what} is out of range (got {_short(value)})") from None
+
+
+def _short(value: Any, limit: int = 80) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text):,} characters)"
 
 
 def check_curve(owner: str, what: str, points: Iterable[Any], remedy: str = "partition-explorer calibrate") -> Curve:
     """``points`` as a sorted curve, or a :class:`DeviceSpecError` naming ``owner`` (``"profile 'x'"``),
-    the curve, the rule and the command that measures it again. O(n log n)."""
+    the curve, the rule and the command that measures it again. O(n log n), n at most
+    :data:`MAX_CURVE_POINTS` (checked before a point is read)."""
+    if not isinstance(points, (list, tuple)):
+        points = list(points) if not isinstance(points, (str, bytes, dict)) and hasattr(points, "__iter__") else points
+    check_length(owner, what, points, MAX_CURVE_POINTS, "points", remedy)
     try:
-        out = tuple(sorted((float(x), float(y)) for x, y in points))
+        out = tuple(sorted((real(owner, what, x), real(owner, what, y)) for x, y in points))
+    except DeviceSpecError:
+        raise
     except (TypeError, ValueError):
-        raise DeviceSpecError(f"{owner}: {what} must be a list of [x, seconds] pairs (got {points!r})") from None
-    if len(out) > MAX_CURVE_POINTS:
-        raise DeviceSpecError(
-            f"{owner}: {what} has {len(out)} points (at most {MAX_CURVE_POINTS}); a measured curve has tens: "
-            f"measure it again with `{remedy}`"
-        )
+        raise DeviceSpecError(f"{owner}: {what} must be a list of [x, seconds] pairs (got {_short(points)})") from None
     if not out or any(not (x > 0 and 0 < y < 3600 and math.isfinite(x) and math.isfinite(y)) for x, y in out):
         raise DeviceSpecError(
-            f"{owner}: {what} needs positive, finite [x, seconds] pairs below an hour (got {points!r}); "
+            f"{owner}: {what} needs positive, finite [x, seconds] pairs below an hour (got {_short(points)}); "
             f"measure it again with `{remedy}`"
         )
     return out

@@ -47,7 +47,7 @@ from partitioner.profile_cache import (
     is_profile_data,
     profile_path,
 )
-from partitioner.profile_schema import SCHEMA_VERSION, check_profile, profile_dict, profile_fields
+from partitioner.profile_schema import MAX_PROFILE_BYTES, SCHEMA_VERSION, check_profile, profile_dict, profile_fields
 
 __all__ = [
     "DeviceProfile",
@@ -293,6 +293,12 @@ def load_profile(path: str | Path) -> DeviceProfile:
     """A profile from a JSON file; :class:`DeviceSpecError` naming the file and the fix."""
     source = Path(path)
     try:
+        size = source.stat().st_size if source.is_file() else 0
+        if size > MAX_PROFILE_BYTES:
+            raise DeviceSpecError(
+                f"device profile {str(source)[:200]!r} is {size:,} bytes (at most {MAX_PROFILE_BYTES:,}; a "
+                "measured one is about 20 KB); measure it again with `partition-explorer calibrate`"
+            )
         data = json.loads(source.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise DeviceSpecError(

@@ -68,7 +68,7 @@ import statistics
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping, Sequence
 
-from partitioner.curves import MAX_CURVE_POINTS, Curve, check_curve, interp
+from partitioner.curves import MAX_CURVE_POINTS, MAX_PROFILE_POINTS, Curve, check_curve, check_length, interp, real
 from partitioner.errors import DeviceSpecError
 from partitioner.units import find_dtype
 
@@ -105,6 +105,15 @@ FOREACH_BANDWIDTH_SHARE = 0.94
 UNALIGNED_MATMUL_SHARE = 0.128  # of the best measured rate (NOTE: [Unaligned matrix products])
 UNALIGNED_BACKWARD_SHARE = 0.178  # each of its backward's two products, likewise
 _ALIGN_BYTES = 16
+_REMEDY = "partition-explorer calibrate --gpu"
+# How long each part of a GPU profile may be (NOTE: [Bounded profiles] in partitioner.curves).
+GPU_LIMITS = {
+    "matmul": 16,  # dtypes
+    "elementwise": 64,  # op kinds
+    "attention": 2,  # causal, full
+    "derived_dtypes": 16,
+}
+MAX_WEIGHT_SHAPES = 256  # distinct (k, n) a dtype: every product's price scans them (12 measured)
 
 
 def gpu_curve(name: str, what: str, points: Iterable[Any]) -> Curve:
@@ -182,12 +191,19 @@ class GpuKernels:
                 )
         if not self.matmul or not self.elementwise or not self.attention:
             raise DeviceSpecError(f"GPU profile {self.gpu!r}: needs matmul, elementwise and attention curves")
+        owner = f"GPU profile {self.gpu!r}"
+        for field, limit in GPU_LIMITS.items():
+            check_length(owner, field, getattr(self, field), limit, "entries", _REMEDY)
+        points = sum(len(rows) for _, rows in self.matmul) + len(self.embedding) + len(self.loss)
+        points += sum(len(c) for _, c in self.elementwise) + sum(len(c) for _, c in self.attention)
+        if points > MAX_PROFILE_POINTS:
+            raise DeviceSpecError(
+                f"{owner}: its curves hold {points:,} points together (at most {MAX_PROFILE_POINTS:,}; a "
+                f"measurement makes a few hundred); measure it again with `{_REMEDY}`"
+            )
         groups: dict[str, dict[tuple[float, float], list[tuple[float, float]]]] = {}
         for dtype, rows in self.matmul:
-            if len(rows) > MAX_CURVE_POINTS:
-                raise DeviceSpecError(
-                    f"GPU profile {self.gpu!r}: matmul[{dtype}] has {len(rows)} points (at most {MAX_CURVE_POINTS})"
-                )
+            check_length(owner, f"matmul[{dtype}]", rows, MAX_CURVE_POINTS, "rows", _REMEDY)
             for m, k, n, s in rows:
                 if not all(math.isfinite(v) and v > 0 for v in (m, k, n, s)) or s >= 3600:
                     raise DeviceSpecError(
@@ -195,6 +211,11 @@ class GpuKernels:
                         f"m, k, n and seconds (got {(m, k, n, s)})"
                     )
                 groups.setdefault(dtype, {}).setdefault((k, n), []).append((m, s))
+            if len(groups.get(dtype, ())) > MAX_WEIGHT_SHAPES:
+                raise DeviceSpecError(
+                    f"{owner}: matmul[{dtype}] has {len(groups[dtype]):,} weight shapes (k, n) (at most "
+                    f"{MAX_WEIGHT_SHAPES}; a measurement times about a dozen); measure it again with `{_REMEDY}`"
+                )
         # Lookup tables, built once (the record stays frozen and comparable).
         object.__setattr__(
             self, "_mm", {d: [((k, n), _merged(pts)) for (k, n), pts in g.items()] for d, g in groups.items()}
@@ -328,36 +349,68 @@ class GpuKernels:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "GpuKernels":
-        name = str(data.get("gpu", ""))[:200]
+        if not isinstance(data, Mapping):
+            raise DeviceSpecError(
+                f"a GPU profile is a JSON object (got {type(data).__name__}); measure it with `{_REMEDY}`"
+            )
+        name = _text("GPU profile", "gpu", data.get("gpu", ""))[:200]
+        owner = f"GPU profile {name!r}"
         try:
-            raw = {str(d): [tuple(float(v) for v in r) for r in rows] for d, rows in dict(data["matmul"]).items()}
+            # Every list's length first, before a value of any is read (NOTE: [Bounded profiles]).
+            for field, limit in GPU_LIMITS.items():
+                if data.get(field) is not None:
+                    check_length(owner, field, data[field], limit, "entries", _REMEDY)
+            points = 0
+            for field in ("matmul", "elementwise", "attention"):
+                for key, rows in _items(owner, field, data[field]):
+                    points += check_length(owner, f"{field}[{key!s:.40}]", rows, MAX_CURVE_POINTS, "points", _REMEDY)
+            for field in ("embedding", "loss"):
+                points += check_length(owner, field, data[field], MAX_CURVE_POINTS, "points", _REMEDY)
+            if points > MAX_PROFILE_POINTS:
+                raise DeviceSpecError(
+                    f"{owner}: its curves hold {points:,} points together (at most {MAX_PROFILE_POINTS:,}; a "
+                    f"measurement makes a few hundred); measure it again with `{_REMEDY}`"
+                )
+            raw = {
+                _text(owner, "a matmul dtype", d): [tuple(real(owner, f"matmul[{d}]", v) for v in r) for r in rows]
+                for d, rows in _items(owner, "matmul", data["matmul"])
+            }
             if any(len(r) != 4 for rows in raw.values() for r in rows):
                 raise DeviceSpecError(f"GPU profile {name!r}: matmul rows are [m, k, n, seconds]")
             matmul = tuple(
                 sorted((d, tuple(sorted((r[0], r[1], r[2], r[3]) for r in rows))) for d, rows in raw.items())
             )
+            kinds = [
+                _text(owner, "an attention curve's name", k) for k, _ in _items(owner, "attention", data["attention"])
+            ]
+            if any(k not in ("causal", "full") for k in kinds):
+                raise DeviceSpecError(f"{owner}: attention curves are named causal and full (got {kinds!r})")
             return cls(
                 gpu=name,
-                launch_s=float(data["launch_s"]),
-                host_op_s=float(data["host_op_s"]),
+                launch_s=real(owner, "launch_s", data["launch_s"]),
+                host_op_s=real(owner, "host_op_s", data["host_op_s"]),
                 matmul=matmul,
                 elementwise=tuple(
                     sorted(
-                        (str(k), gpu_curve(name, f"elementwise[{k}]", c)) for k, c in dict(data["elementwise"]).items()
+                        (_text(owner, "an elementwise kind", k), gpu_curve(name, f"elementwise[{k}]", c))
+                        for k, c in _items(owner, "elementwise", data["elementwise"])
                     )
                 ),
                 attention=tuple(
                     sorted(
-                        (str(k) == "causal", gpu_curve(name, f"attention[{k}]", c))
-                        for k, c in dict(data["attention"]).items()
+                        (k == "causal", gpu_curve(name, f"attention[{k}]", c))
+                        for k, c in _items(owner, "attention", data["attention"])
                     )
                 ),
                 embedding=gpu_curve(name, "embedding", data["embedding"]),
                 loss=gpu_curve(name, "loss", data["loss"]),
-                derived_from=str(data.get("derived_from", ""))[:500],
-                source=str(data.get("source", ""))[:500],
+                derived_from=_text(owner, "derived_from", data.get("derived_from", ""))[:500],
+                source=_text(owner, "source", data.get("source", ""))[:500],
                 derived_dtypes=tuple(
-                    sorted((str(d), float(r)) for d, r in dict(data.get("derived_dtypes") or {}).items())
+                    sorted(
+                        (_text(owner, "a derived dtype", d), real(owner, f"derived_dtypes[{d}]", r))
+                        for d, r in _items(owner, "derived_dtypes", data.get("derived_dtypes") or {})
+                    )
                 ),
             )
         except DeviceSpecError:
@@ -369,10 +422,26 @@ class GpuKernels:
             ) from None
 
 
+def _items(owner: str, what: str, value: Any) -> list[tuple[Any, Any]]:
+    if not isinstance(value, Mapping):
+        raise DeviceSpecError(f"{owner}: {what} must be an object of curves by name (got {type(value).__name__})")
+    return list(value.items())
+
+
+def _text(owner: str, what: str, value: Any) -> str:
+    if not isinstance(value, str):
+        raise DeviceSpecError(f"{owner}: {what} must be text (got {type(value).__name__} {str(value)[:40]!r})")
+    return value
+
+
 def _merged(points: Sequence[tuple[float, float]]) -> Curve:
-    """A curve from (x, seconds) points, repeated measurements of one x averaged."""
-    xs = sorted({x for x, _ in points})
-    return tuple((x, statistics.fmean(y for px, y in points if px == x)) for x in xs)
+    """A curve from (x, seconds) points, repeated measurements of one x averaged. O(n log n): the
+    points grouped by x once (a scan of every point per x was O(n^2): 10,000 rows of one weight
+    shape took 1.5 s of CPU)."""
+    by_x: dict[float, list[float]] = {}
+    for x, y in points:
+        by_x.setdefault(x, []).append(y)
+    return tuple((x, statistics.fmean(by_x[x])) for x in sorted(by_x))
 
 
 def dtype_name(dtype: str | None) -> str:
