@@ -14,6 +14,7 @@ from typing import Callable
 
 import streamlit as st
 from streamlit.delta_generator import DeltaGenerator
+from streamlit.errors import StreamlitAPIException
 
 import sample_models
 from explorer import compute
@@ -29,6 +30,7 @@ from explorer.builders.links import (
     page_kind,
     read_link,
     read_page_link,
+    shown,
 )
 from explorer.builders.text import md
 from partitioner import Graph
@@ -119,9 +121,13 @@ def restore_from_url(
     view = read_page_link(params, page_choices())
     st.session_state[LINK_BOUND] = {k: params[k] for k in BOUND_KEYS if k in params}
     notes = read.notes + view.notes
+    for key, value in view.values.items():  # each alone: one Streamlit refuses costs the page nothing
+        try:
+            st.session_state[key] = value
+        except StreamlitAPIException:
+            notes += (f"{shown(key)} in the link was ignored: its widget cannot be set from a link",)
     if notes:
         st.warning(md("The link's settings were checked: " + "; ".join(notes) + "."))
-    st.session_state.update(view.values)
     if not read.values:
         return
     model = params["model"]

@@ -11,7 +11,15 @@ binding dropped. The sidebar is not bound: its links are checked beyond what a w
 (a memory size parsed, a size knob checked by the model's config, a number out of range clamped
 rather than dropped). The Plan a cluster and Training memory pages' keys are carried here too, and
 the Learn page's (its player sets the step before the slider is drawn; a bound algorithm box would
-put its label, not its name, in the URL)."""
+put its label, not its name, in the URL).
+
+NOTE: [Page keys] A link carries only the keys of :data:`PAGE_URL_KEYS` and the per-accelerator
+patterns of ``_PAGE_PATTERNS``: the widgets that take a value. Any other key is dropped with a note
+naming it, never put in session state: a button's key set from a link (``cl_min_cut_run=1``)
+makes Streamlit refuse the page (StreamlitValueAssignmentNotAllowedError), and a key no widget
+reads would ride along in every link after. A widget added to a page is added to the table. A
+value is said in a note cut to :data:`SHOWN_CHARS` characters; a text value longer than
+:data:`MAX_LINK_TEXT` is dropped (a layout or a preset name is tens of characters)."""
 
 from __future__ import annotations
 
@@ -21,6 +29,7 @@ import typing
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
+from explorer.builders.stepping import MAX_GROUPS
 from partitioner.units import parse_bytes
 
 __all__ = [
@@ -36,7 +45,13 @@ __all__ = [
     "RANGES",
     "BOUND_KEYS",
     "bound_notes",
+    "MAX_LINK_TEXT",
+    "SHOWN_CHARS",
+    "shown",
 ]
+
+MAX_LINK_TEXT = 500  # characters of one value a link carries
+SHOWN_CHARS = 60  # of a value or a key, in a note
 
 # Page widgets bound to the URL by Streamlit (NOTE: [Bound keys]).
 BOUND_KEYS = (
@@ -71,7 +86,7 @@ RANGES: dict[str, tuple[float | None, float | None]] = {
     "dev_headroom": (0.0, 90.0),
     "hf_batch": (1, 4096),
     "hf_seq": (1, 1 << 20),
-    "learn_step": (1, None),
+    "learn_step": (1, MAX_GROUPS),  # the player's steps (explorer.builders.stepping.MAX_GROUPS)
     "cl_batch": (1, 1 << 20),
     "cl_serve_batch": (1, 1 << 20),
     "cl_prompt": (1, 1 << 20),
@@ -81,10 +96,10 @@ RANGES: dict[str, tuple[float | None, float | None]] = {
     "cl_per_node": (1, 64),
     "cl_max_nodes": (1, 4096),  # Llama 3's 16,384 H100s are 2,048 nodes of 8; the CLI's --max-nodes too
     "cl_headroom": (0.0, 64.0),
+    "cl_price_": (0.0, 1000.0),  # every accelerator's $ per device-hour (its number box's range)
 }
 # What each page's own widgets hold (its view), carried by a link to that page: the key's prefix
-# names the page. Keys of the cluster page not listed here (a widget added since) are carried
-# too, typed as their text reads (NOTE: [Page keys]).
+# names the page; only the keys listed below are carried (NOTE: [Page keys]).
 PAGE_PREFIXES: dict[str, str] = {
     "explore": "explore_",
     "learn": "learn_",
@@ -101,6 +116,7 @@ PAGE_URL_KEYS: dict[str, type] = {  # the page keys Streamlit does not bind
     "tm_optimizer": str,
     "cl_kind": str,
     "cl_engine": str,
+    "cl_serve_engine": str,
     "cl_serve_batch": int,
     "cl_prompt": int,
     "cl_batch": int,
@@ -165,15 +181,32 @@ def _typed(name: str, kind: type, text: str) -> Any:
     return text
 
 
+def shown(text: Any, limit: int = SHOWN_CHARS) -> str:
+    """``text`` as a note says it: cut to ``limit`` characters, with its length when cut."""
+    text = str(text)
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text):,} characters)"
+
+
+def _range(key: str) -> tuple[float | None, float | None]:
+    if key in RANGES:
+        return RANGES[key]
+    return next((r for k, r in RANGES.items() if k.endswith("_") and key.startswith(k)), (None, None))
+
+
 def _clamped(key: str, value: Any, text: str, notes: list[str]) -> Any:
-    low, high = RANGES.get(key, (None, None))
+    low, high = _range(key)
     if low is not None and value < low:
-        notes.append(f"{key}={text} in the link is below the least, {low:g}: set to {low:g}")
+        notes.append(f"{key}={shown(text)} in the link is below the least, {low:g}: set to {low:g}")
         return type(value)(low)
     if high is not None and value > high:
-        notes.append(f"{key}={text} in the link is above the most, {high:g}: set to {high:g}")
+        notes.append(f"{key}={shown(text)} in the link is above the most, {high:g}: set to {high:g}")
         return type(value)(high)
     return value
+
+
+def _ignored(key: str, text: str | None, why: str) -> str:
+    said = shown(key) if text is None else f"{shown(key)}={shown(text)}"
+    return f"{said} in the link was ignored: {why}"
 
 
 def _knobs(
@@ -191,18 +224,18 @@ def _knobs(
     for key, text in sorted(given.items()):
         field = key.removeprefix(f"knob_{model}_") if key.startswith(f"knob_{model}_") else None
         if field not in fields or fields[field] not in (bool, int, float):
-            notes.append(f"{key} in the link was ignored: it is not a size knob of {model}")
+            notes.append(_ignored(key, None, f"it is not a size knob of {model}"))
             continue
         try:
             typed[field] = _typed(field, fields[field], text)
         except ValueError as exc:
-            notes.append(f"{key}={text} in the link was ignored: {exc}")
+            notes.append(_ignored(key, text, str(exc)))
     out: dict[str, Any] = {}
     for field, value in typed.items():
         try:
             cls(**{field: value})  # the config's own checks (e.g. sizes > 0)
         except (ValueError, TypeError) as exc:
-            notes.append(f"knob_{model}_{field}={given[f'knob_{model}_{field}']} in the link was ignored: {exc}")
+            notes.append(_ignored(f"knob_{model}_{field}", given[f"knob_{model}_{field}"], str(exc)))
             continue
         out[f"knob_{model}_{field}"] = value
     return out
@@ -227,7 +260,7 @@ def read_link(
         return LinkValues({}, ())
     hf = model == hf_model
     if model not in models and not hf:
-        return LinkValues({}, (f"model={model} in the link was ignored: choose one of {', '.join(models)}",))
+        return LinkValues({}, (_ignored("model", model, f"choose one of {', '.join(models)}"),))
     kinds = {**URL_KEYS, **(HF_URL_KEYS if hf else {})}
     choices: dict[str, Sequence[str]] = {"mode": modes, "dev_preset": presets, "dev_engine": ("eager", "graphs")}
     values: dict[str, Any] = {}
@@ -235,42 +268,38 @@ def read_link(
         if key.startswith("knob_") or (key not in kinds and any(key.startswith(p) for p in PAGE_PREFIXES.values())):
             continue  # a size knob (read below) or a page's own setting (read_page_link)
         if key not in kinds:
-            notes.append(f"{key} in the link was ignored: it is not a setting a link carries")
+            notes.append(_ignored(key, None, "it is not a setting a link carries"))
             continue
         try:
+            if len(text) > MAX_LINK_TEXT:
+                raise ValueError(f"a link's value is at most {MAX_LINK_TEXT} characters")
             value = _typed(key, kinds[key], text)
             if key in choices and value not in choices[key]:
                 raise ValueError(f"{key} must be one of {', '.join(choices[key])}")
             if key == "dev_memory":
                 parse_bytes(value)  # the sidebar's own reader; a PartitionError (a ValueError) names the rule
         except ValueError as exc:
-            notes.append(f"{key}={text} in the link was ignored: {exc}")
+            notes.append(_ignored(key, text, str(exc)))
             continue
-        values[key] = _clamped(key, value, text, notes) if key in RANGES else value
+        values[key] = _clamped(key, value, text, notes)
     if not hf:
         values.update(_knobs(model, params, config_class, notes))
     return LinkValues(values, tuple(notes))
 
 
 def page_kind(key: str, value: Any = None) -> type | None:
-    """The type a page key holds (None: not a key a link carries). NOTE: [Page keys] a cluster-page
-    key this table does not know yet is carried as its session value's type when writing, and
-    read back as the type its text has (true/false, a whole number, a number, else text)."""
+    """The type a page key holds (None: not a key a link carries, NOTE: [Page keys]). ``value``:
+    the session value being written, which must be of that type (a button's state is a bool)."""
     if key in BOUND_KEYS:
         return None
-    if key in PAGE_URL_KEYS:
-        return PAGE_URL_KEYS[key]
-    for prefix, kind in _PAGE_PATTERNS:
-        if key.startswith(prefix):
-            return kind
-    if any(key == k or (k.endswith("_") and key.startswith(k)) for k in _NOT_CARRIED):
+    kind = PAGE_URL_KEYS.get(key) or next((k for prefix, k in _PAGE_PATTERNS if key.startswith(prefix)), None)
+    if kind is None or any(key == k or (k.endswith("_") and key.startswith(k)) for k in _NOT_CARRIED):
         return None
-    if key.startswith(PAGE_PREFIXES["cluster"]):
-        if value is None:
-            return object  # reading: from the text
-        # a number or text; never a bool, which may be a button's state (not settable from code)
-        return type(value) if isinstance(value, (int, float, str)) and not isinstance(value, bool) else None
-    return None
+    if value is not None and (
+        isinstance(value, bool) is not (kind is bool) or not isinstance(value, (int, float, str))
+    ):
+        return None
+    return kind
 
 
 def page_keys(page: str, state: Mapping[str, Any]) -> dict[str, str]:
@@ -284,22 +313,10 @@ def page_keys(page: str, state: Mapping[str, Any]) -> dict[str, str]:
         if not isinstance(key, str) or not key.startswith(prefix) or value is None:
             continue
         kind = page_kind(key, value)
-        if kind is None or (kind is not object and not isinstance(value, (bool, int, float, str))):
+        if kind is None:
             continue
         out[key] = repr(float(value)) if kind is float else str(value)
     return dict(sorted(out.items()))
-
-
-def _guess(text: str) -> Any:
-    try:
-        return int(text)
-    except ValueError:
-        pass
-    try:
-        value = float(text)
-        return value if math.isfinite(value) else text
-    except ValueError:
-        return text
 
 
 def read_page_link(params: Mapping[str, str], choices: Mapping[str, Sequence[Any]] | None = None) -> LinkValues:
@@ -309,24 +326,30 @@ def read_page_link(params: Mapping[str, str], choices: Mapping[str, Sequence[Any
     one. Parameters that are neither a page key nor a sidebar one are left to :func:`read_link`.
     O(number of parameters)."""
     choices = choices or {}
+    accelerators = choices.get("cl_accelerator")
     notes: list[str] = []
     values: dict[str, Any] = {}
     for key, text in params.items():
         if key in BOUND_KEYS or not any(key.startswith(p) for p in PAGE_PREFIXES.values()):
             continue  # a bound key is Streamlit's to read; a sidebar key read_link's
         kind = page_kind(key)
+        pattern = next((p for p, _ in _PAGE_PATTERNS if key.startswith(p)), None)
+        if kind is not None and pattern and accelerators is not None and key.removeprefix(pattern) not in accelerators:
+            kind = None  # an accelerator the page has no widget for
         if kind is None:
-            notes.append(f"{key} in the link was ignored: it is not a setting a link carries")
+            notes.append(_ignored(key, None, "no widget of the page takes it (only its settings go in a link)"))
             continue
         try:
-            value = _guess(text) if kind is object else _typed(key, kind, text)
+            if len(text) > MAX_LINK_TEXT:
+                raise ValueError(f"a link's value is at most {MAX_LINK_TEXT} characters")
+            value = _typed(key, kind, text)
             options = choices.get(key)
             if options is not None and value not in options:
                 raise ValueError(f"{key} must be one of {', '.join(map(str, options))}")
         except ValueError as exc:
-            notes.append(f"{key}={text} in the link was ignored: {exc}")
+            notes.append(_ignored(key, text, str(exc)))
             continue
-        values[key] = _clamped(key, value, text, notes) if key in RANGES else value
+        values[key] = _clamped(key, value, text, notes)
     return LinkValues(values, tuple(notes))
 
 
@@ -345,5 +368,5 @@ def bound_notes(link: Mapping[str, str], state: Mapping[str, Any]) -> tuple[str,
         except ValueError:
             same = False
         if not same:
-            notes.append(f"{key}={text} in the link was ignored: its widget cannot hold it (it shows {value})")
+            notes.append(_ignored(key, text, f"its widget cannot hold it (it shows {shown(value)})"))
     return tuple(notes)

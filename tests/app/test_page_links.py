@@ -40,9 +40,8 @@ def test_page_keys_are_typed_and_an_unholdable_value_is_dropped_with_a_note():
         "cl_batch": "1024",
         "cl_intra_h100-80gb": "nvlink4",
         "cl_kind": "inference",
-        "cl_new_box": "3",
         "cl_tokens": "1000000000000.0",
-    }
+    }  # cl_new_box: no widget of the page takes it (NOTE: [Page keys])
     assert page_keys("explore", state) == {}  # bound to the URL by Streamlit: not written here
     read = read_page_link(
         {
@@ -56,7 +55,8 @@ def test_page_keys_are_typed_and_an_unholdable_value_is_dropped_with_a_note():
         },
         {"cl_kind": ["training", "inference"]},
     )
-    assert read.values == {"cl_batch": 1024, "cl_tokens": 1e12, "cl_seq": 1, "cl_new_box": 3}
+    assert read.values == {"cl_batch": 1024, "cl_tokens": 1e12, "cl_seq": 1}
+    assert any("cl_new_box in the link was ignored: no widget" in n for n in read.notes)
     assert any("cl_kind=serving" in n and "training, inference" in n for n in read.notes)
     assert any("cl_seq=0" in n and "set to 1" in n for n in read.notes)
     # the sidebar's reader leaves a page's keys alone: no "not a setting a link carries" for them
@@ -123,3 +123,50 @@ def test_a_link_naming_only_a_preset_builds_it_at_its_real_size():
     assert not fresh.exception, fresh.exception
     assert fresh.text_input(key="hf_set").value == ""  # not gpt2's n_layer=2
     assert fresh.session_state["config"].model.label == "hf:llama-3-8b"
+
+
+# --- issue 54: a link names only keys whose widget takes a value; every clamp or drop is said; long
+# values are cut in the note.
+CHOICES = {"cl_accelerator": ["h100-80gb", "h200-141gb"], "cl_kind": ["training", "inference"]}
+
+
+def test_a_buttons_key_or_a_key_no_widget_reads_is_dropped_with_a_note_naming_it():
+    for key in ("cl_min_cut_run", "cl_run", "cl_open", "cl_dl_eager", "cl_runs", "cl_min_cut", "cl_pareto", "cl_x"):
+        read = read_page_link({key: "1"}, CHOICES)
+        assert read.values == {}, key
+        assert len(read.notes) == 1 and read.notes[0].startswith(f"{key} in the link was ignored"), read.notes
+    read = read_page_link({"cl_price_nosuchcard": "2", "cl_intra_nosuchcard": "nvlink4"}, CHOICES)
+    assert read.values == {} and len(read.notes) == 2, read.notes
+    assert page_keys("cluster", {"cl_min_cut_run": True, "cl_runs": {}, "cl_serve_engine": "graphs"}) == {
+        "cl_serve_engine": "graphs"
+    }
+
+
+def test_out_of_range_prices_and_a_huge_step_are_clamped_and_said():
+    read = read_page_link({"cl_price_h100-80gb": "1e300", "cl_price_h200-141gb": "-5", "learn_step": "9" * 30}, CHOICES)
+    assert read.values == {"cl_price_h100-80gb": 1000.0, "cl_price_h200-141gb": 0.0, "learn_step": 60}
+    assert len(read.notes) == 3, read.notes
+    assert any("cl_price_h100-80gb=1e300" in n and "set to 1000" in n for n in read.notes)
+    assert any("cl_price_h200-141gb=-5" in n and "set to 0" in n for n in read.notes)
+    assert any(n.startswith("learn_step=") and "set to 60" in n for n in read.notes)
+    read = read_page_link({"learn_step": "9" * 5000}, CHOICES)  # past Python's digits limit
+    assert read.values == {} and "learn_step=" in read.notes[0] and "5,000 characters" in read.notes[0]
+
+
+def test_a_long_value_is_cut_in_its_note():
+    long = "dp2 " * 20_000
+    read = read_page_link({"cl_write": long, "cl_kind": "x" * 80_000}, CHOICES)
+    assert read.values == {}
+    assert len(read.notes) == 2 and all(len(n) < 400 for n in read.notes), [len(n) for n in read.notes]
+    assert any("80,000 characters" in n for n in read.notes)
+    sidebar = read_link({"model": "mlp", "dev_memory": "9" * 80_000, "k" * 80_000: "1"}, ["mlp"], ["m"], ["c"], "hf")
+    assert len(sidebar.notes) == 2 and all(len(n) < 400 for n in sidebar.notes), [len(n) for n in sidebar.notes]
+
+
+def test_a_link_to_a_button_keeps_the_cluster_page_and_says_why():
+    fresh = _open(
+        {"model": "mlp", "cl_min_cut_run": "1", "cl_run": "true", "cl_price_h100-80gb": "1e300"}, "views/cluster.py"
+    )
+    said = " ".join(shown(w.value) for w in fresh.warning)
+    assert "cl_min_cut_run in the link was ignored" in said and "cl_run in the link was ignored" in said
+    assert "cl_price_h100-80gb=1e300" in said and "set to 1000" in said
