@@ -24,14 +24,16 @@ two-shot ``2 (n - 1) / n B / bw`` and a second synchronisation; NCCL's ring and 
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 
 from partitioner.cluster.hardware import Cluster, Link
 from partitioner.cluster.layout_types import Layout, Workload
 from partitioner.cluster.profile import ModelProfile
-from partitioner.cluster.rules import _params, check_layout
+from partitioner.cluster.rules import _params, check_layout, stage_layers, stage_share
 from partitioner.cost.training import state_bytes
+from partitioner.pipeline.schedules import virtual_stages
 
 __all__ = [
     "Collective",
@@ -164,6 +166,7 @@ def collectives(p: ModelProfile, w: Workload, c: Cluster, lay: Layout) -> list[C
     scale = w.element_bytes / p.element_bytes  # the profile's bytes at the workload's precision
     if w.kind == "inference":
         return _inference_rows(p, w, c, lay, scale)
+    scale = max(2, w.element_bytes) / p.element_bytes  # activations stay bf16 under FP8 training
     mb = _Microbatches.of(p, w, lay, scale)
     rows = [
         _tensor_parallel_row(p, c, lay, mb),
@@ -171,7 +174,15 @@ def collectives(p: ModelProfile, w: Workload, c: Cluster, lay: Layout) -> list[C
         _context_row(p, c, lay, mb, scale),
         _expert_row(p, c, lay, mb),
     ]
-    return [row for row in rows if row is not None] + _data_parallel_rows(p, w, c, lay)
+    data = _data_parallel_rows(p, w, c, lay)
+    if lay.zero == 3 and lay.dp * lay.cp > 1:  # FSDP gathers and reduces every microbatch
+        data = [
+            dataclasses.replace(
+                r, count=r.count * mb.count, phase="each microbatch", overlap="its forward and backward"
+            )
+            for r in data
+        ]
+    return [row for row in rows if row is not None] + data
 
 
 def _link_spanning(c: Cluster, devices: int) -> Link:
@@ -253,7 +264,7 @@ def _tensor_parallel_row(p: ModelProfile, c: Cluster, lay: Layout, mb: _Microbat
         group="tp",
         ranks=lay.tp,
         link=c.intra.name,
-        count=mb.count * 4 * (p.layers / lay.pp),
+        count=mb.count * 4 * stage_layers(p, lay),
         bytes_each=mb.hidden_bytes,
         seconds_each=seconds,
         phase="forward + backward",
@@ -270,7 +281,7 @@ def _pipeline_row(c: Cluster, lay: Layout, mb: _Microbatches) -> Collective | No
         group="pp",
         ranks=2,
         link=link.name,
-        count=mb.count * 2,
+        count=mb.count * 2 * virtual_stages(lay.schedule, lay.virtual),  # at each of a rank's chunks
         bytes_each=mb.hidden_bytes,
         seconds_each=mb.hidden_bytes / link.bandwidth_bytes_per_s + link.latency_s,
         phase="forward + backward",
@@ -289,8 +300,8 @@ def _context_row(p: ModelProfile, c: Cluster, lay: Layout, mb: _Microbatches, sc
         ranks=lay.cp,
         link=link.name,
         count=mb.count * 3,
-        bytes_each=p.kv_bytes_per_token * scale * mb.tokens * lay.cp / lay.tp / lay.pp,
-        seconds_each=_context_exchange_s(p, c, lay, mb.tokens * lay.cp * scale) / lay.pp,
+        bytes_each=p.kv_bytes_per_token * scale * mb.tokens * lay.cp / lay.tp * stage_share(p, lay),
+        seconds_each=_context_exchange_s(p, c, lay, mb.tokens * lay.cp * scale) * stage_share(p, lay),
         phase="forward + backward",
     )
 
@@ -307,7 +318,7 @@ def _expert_row(p: ModelProfile, c: Cluster, lay: Layout, mb: _Microbatches) -> 
         group="ep",
         ranks=lay.ep,
         link=link.name,
-        count=mb.count * 2 * 2 * p.moe_layers / lay.pp,
+        count=mb.count * 2 * 2 * p.moe_layers * stage_share(p, lay),
         bytes_each=sent,
         seconds_each=all_to_all_s(sent, lay.ep, link.bandwidth_bytes_per_s, link.latency_s),
         phase="forward + backward",

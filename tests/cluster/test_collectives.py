@@ -78,14 +78,18 @@ def test_megatrons_count_four_all_reduces_per_layer_per_microbatch():
     st.sampled_from([1, 2, 4]),
     st.booleans(),
     st.sampled_from(["training", "inference"]),
+    st.sampled_from(["1f1b", "interleaved_1f1b"]),
+    st.sampled_from([4, 6]),
 )
-def test_the_rows_sum_to_the_steps_communication(dp, tp, pp, mb, zero, rc, ep, moe, kind):
-    p = hand_profile(params=50_000_000, layers=4)
+def test_the_rows_sum_to_the_steps_communication(dp, tp, pp, mb, zero, rc, ep, moe, kind, schedule, layers):
+    """Every layout's rows sum to its step's parts: uneven stages (6 layers over 4), interleaving's
+    sends at each chunk, FSDP's every microbatch."""
+    p = hand_profile(params=50_000_000, layers=layers)
     if moe:
-        p = dataclasses.replace(p, expert_param_count=30_000_000, experts=4, experts_per_token=2, moe_layers=4)
+        p = dataclasses.replace(p, expert_param_count=30_000_000, experts=4, experts_per_token=2, moe_layers=layers)
     w = cluster.Workload(kind=kind, global_batch=16, seq_len=64, generate_tokens=8)
     lay = cluster.Layout(
-        dp, tp, pp, mb, "1f1b" if pp > 1 else "none", zero if dp > 1 else 0, rc, ep if moe and dp % ep == 0 else 1
+        dp, tp, pp, mb, schedule if pp > 1 else "none", zero if dp > 1 else 0, rc, ep if moe and dp % ep == 0 else 1
     )
     try:
         r = cluster.evaluate(p, w, TOY, lay, step_simulator())
@@ -106,9 +110,11 @@ def test_the_rows_sum_to_the_steps_communication(dp, tp, pp, mb, zero, rc, ep, m
         # FSDP gathers and reduces every microbatch, 3 ring collectives a layer of the stage, each
         # paying n - 1 steps of latency, hidden under that microbatch's forward and backward
         link = TOY.intra if lay.tp * lay.dp <= TOY.devices_per_node else TOY.inter
-        latency = 3 * (p.layers / lay.pp) * (lay.dp - 1) * link.latency_s
+        chunks = 2 if lay.schedule == "interleaved_1f1b" else 1
+        rank_layers = -(-p.layers // (lay.pp * chunks)) * chunks  # the busiest rank's (uneven stages)
+        latency = 3 * rank_layers * (lay.dp - 1) * link.latency_s
         both = (r.parts_s["compute"] + r.parts_s.get("recomputation", 0.0)) / m
-        expected = m * max(0.0, groups.get("dp", 0.0) + latency - both)
+        expected = m * max(0.0, groups.get("dp", 0.0) / m + latency - both)  # the rows count every microbatch
     else:
         expected = max(0.0, groups.get("dp", 0.0) - backward)
     assert r.parts_s["gradient reduction (exposed)"] == pytest.approx(expected, abs=1e-15)
