@@ -10,7 +10,40 @@ from cli.report import format_table
 from partitioner import cluster
 from partitioner.units import format_bytes, format_seconds
 
-__all__ = ["checked_layout", "open_layout", "json_opened"]
+__all__ = ["checked_layout", "idle_words", "open_layout", "json_opened"]
+
+
+def idle_words(text: str, layout: cluster.Layout, budgets: tuple[float, ...]) -> list[str]:
+    """The words of the layout string ``text`` that cannot act on ``layout`` (parsed from it), each
+    with its reason and fix; ``budgets`` are the min-cut budgets --min-cut-budgets will measure.
+    Read before the model is loaded: none of it needs the model. O(words)."""
+    import re
+
+    from partitioner.cluster.rules import min_cut_label
+    from partitioner.pipeline.schedules import SCHEDULES
+
+    words = [w for w in re.split(r"[\s,]+", text.strip().lower()) if w]
+    broken = []
+    virtual = next((w for w in words if re.fullmatch(r"v=?[0-9]+", w)), None)
+    chooses = [name for name, s in SCHEDULES.items() if s.choose_virtual]
+    if virtual and layout.schedule not in chooses:
+        broken.append(
+            f"{virtual!r} sets the chunks a pipeline rank holds, which only {' and '.join(chooses)} chooses "
+            f"(the schedule here: {layout.schedule}); add pp2 or more and {chooses[0]}, or drop {virtual!r}"
+        )
+    if "sp" in words and layout.tp == 1:
+        broken.append(
+            "'sp' (sequence parallelism) splits a tensor-parallel group's activations and tp1 has none; "
+            "add tp2 or more, or drop 'sp'"
+        )
+    if layout.recompute.startswith("min-cut-") and layout.recompute not in {min_cut_label(b) for b in budgets}:
+        measured = ", ".join(f"{b:g}" for b in budgets) or "none"
+        budget = layout.recompute.removeprefix("min-cut-")
+        broken.append(
+            f"'recompute-{layout.recompute}' reads the min-cut measured at budget {budget} and "
+            f"--min-cut-budgets measures {measured}; add --min-cut-budgets {budget}"
+        )
+    return broken
 
 
 def checked_layout(
@@ -20,8 +53,11 @@ def checked_layout(
     batch and the cluster (--max-nodes) before any search: the rules --run applies before it
     starts a process."""
     from partitioner.cluster.layouts import check_layout
+    from partitioner.cluster.rules import min_cut_shares
 
     check_layout(prof, layout, work, max_devices)
+    if layout.recompute.startswith("min-cut-"):  # a budget the sweep did not measure: before the search
+        min_cut_shares(prof, layout.recompute)
     return layout
 
 

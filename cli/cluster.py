@@ -8,7 +8,7 @@ import json
 from typing import TYPE_CHECKING, Any
 
 from cli import cluster_report
-from cli._cluster_open import checked_layout, json_opened, open_layout
+from cli._cluster_open import checked_layout, idle_words, json_opened, open_layout
 from cli.arguments import add_model_arguments, bounded, time_limit
 from cli.cluster_run import run_layout
 from cli.commands import COMMON_EPILOG
@@ -33,6 +33,7 @@ MAX_SEQUENCES = 1 << 20  # sequences a step, and tokens a sequence
 MAX_GENERATE = 1 << 16  # tokens generated per sequence
 MAX_TOP = 1000  # rows of the table
 MAX_HEADROOM = 64 * 2**30
+MAX_LAYOUT_CHARS = 500  # --open's and --run's words (a layout is tens of characters)
 MAX_BUDGETS = 11  # min-cut budgets measured (0, 0.1, ..., 1)
 
 
@@ -186,19 +187,29 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
     p.set_defaults(func=run)
 
 
-def _words(args: argparse.Namespace) -> cluster.Layout | None:
+def _words(args: argparse.Namespace, budgets: tuple[float, ...] = ()) -> cluster.Layout | None:
     """``--open``'s or ``--run``'s layout as words, read before the model is loaded and traced
-    (minutes for a large model): a misspelt word, a value out of range, or (--open) more devices
-    than --max-nodes holds is refused at once; the rules that need the model are checked after."""
+    (minutes for a large model): a misspelt word, a value out of range, a word that cannot act on
+    the layout (v4 without an interleaved schedule, sp at tp1, a min-cut budget --min-cut-budgets
+    does not measure), or (--open) more devices than --max-nodes holds is refused at once; the
+    rules that need the model are checked after."""
     from partitioner.cluster.words import parse_layout
 
     flag, text = ("--open", args.open) if args.open else ("--run", args.run) if args.run else ("", None)
     if text is None:
         return None
+    if len(text) > MAX_LAYOUT_CHARS:
+        raise CLIError(
+            f"{flag} {text[:60]!r}... is {len(text):,} characters (at most {MAX_LAYOUT_CHARS}); a layout is "
+            'a few words, e.g. "dp4 tp2 pp2 1f1b mb2 zero1"'
+        )
     try:
         layout = parse_layout(text)
     except PartitionError as exc:
         raise CLIError(f"{flag} {text!r}: {exc}") from None
+    idle = idle_words(text, layout, budgets)
+    if idle:
+        raise CLIError(f"{flag} {text!r}: " + "; ".join(idle))
     most = args.devices_per_node * args.max_nodes
     if flag == "--open" and layout.devices > most:
         raise CLIError(
@@ -215,7 +226,7 @@ def run(args: argparse.Namespace) -> int:
     headroom = parse_bytes(args.headroom)
     if not 0 <= headroom <= MAX_HEADROOM:
         raise CLIError(f"--headroom must be from 0 B to 64 GiB (got {args.headroom})")
-    words = _words(args)  # before the (slow) load and trace
+    words = _words(args, budgets)  # before the (slow) load and trace
     model = load_model(args.model, args.set)
     prof: cluster.ModelProfile = cluster.profile(model.graph, model.label)
     if budgets:

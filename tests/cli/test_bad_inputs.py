@@ -58,7 +58,43 @@ def files(tmp_path_factory) -> Path:
     (d / "spec_nested.json").write_text(json.dumps({"layers.0.weight": [[2], 1]}))
     (d / "spec_bool.json").write_text(json.dumps({"layers.0.weight": [True, 2]}))
     (d / "spec_float.json").write_text(json.dumps({"layers.0.weight": [2.5, 1]}))
+    # issue 54: device profiles with a value of the wrong type or a list past its limit
+    from partitioner.profiles import gpu_profile
+
+    good = gpu_profile("h100-80gb").to_dict()
+    pair = {"kind": "p2p", "processes": 2, "latency_s": 1e-5, "bandwidth_bytes_per_s": 1e9}
+    for name, profile in PROFILES(good, pair).items():
+        (d / f"{name}.json").write_text(json.dumps(profile))
     return d
+
+
+def PROFILES(good: dict, pair: dict) -> dict[str, dict]:
+    """name -> a hostile profile, each what issue 54 found accepted, converted or named wrongly."""
+    gpu = good["gpu"]
+    return {
+        "profile_memory_true": {**good, "memory_bytes": True},
+        "profile_cores_true": {**good, "cores": True},
+        "profile_memory_text": {**good, "memory_bytes": "80000000000"},
+        "profile_4097_collectives": {**good, "collectives": [pair] * 4097},
+        "profile_1025_slowdown": {**good, "slowdown": [[k + 1, 1.0] for k in range(1025)]},
+        "profile_17_dtypes": {**good, "matmul": {f"d{i}": [[1.0, 1e-6]] for i in range(17)}},
+        "profile_gpu_17_dtypes": {
+            **good,
+            "gpu": {**gpu, "matmul": {f"d{i}": [[1.0, 8.0, 8.0, 1e-5]] for i in range(17)}},
+        },
+    }
+
+
+# what each hostile profile's refusal must name (the list or field, and its limit)
+PROFILE_WORDS = {
+    "profile_memory_true": ("memory_bytes", "must be a number"),
+    "profile_cores_true": ("cores", "must be a number"),
+    "profile_memory_text": ("memory_bytes", "must be a number"),
+    "profile_4097_collectives": ("collectives has 4,097", "at most 4,096"),
+    "profile_1025_slowdown": ("slowdown has 1,025", "at most 1,024"),
+    "profile_17_dtypes": ("matmul has 17", "at most 16"),
+    "profile_gpu_17_dtypes": ("matmul has 17", "at most 16"),
+}
 
 
 BAD = [
@@ -136,12 +172,14 @@ BAD = [
     ["cluster", *MLP, "--timeout", "1e12"],
     ["remat", *MLP, "--timeout", "1e12"],
     ["run", "{plan_text.json}", *MLP, "--repeats", "1000000000"],
+    # issue 54: profiles that were read as 1 B, passed, or refused naming a valid value
+    *(["plan", *MLP, "--devices", f"2x{{{name}.json}}"] for name in PROFILE_WORDS),
 ]
 
 
 @pytest.mark.parametrize("argv", BAD, ids=[" ".join(a[:1] + a[-2:]) for a in BAD])
 def test_bad_input_is_exit_2_with_a_message(argv, files, capsys):
-    args = [str(files / a[1:-1]) if a.startswith("{") and a.endswith("}") else a for a in argv]
+    args = [_file(files, a) for a in argv]
     try:
         code = main(args)
     except SystemExit as exc:  # argparse's own usage errors
@@ -155,6 +193,62 @@ def test_bad_input_is_exit_2_with_a_message(argv, files, capsys):
         value = argv[argv.index(flag) + 1]
         assert flag in err and (value in err or repr(value) in err), err
         assert " from " in err or "at most" in err, f"the allowed range is not said: {err}"
+
+
+def _file(files: Path, arg: str) -> str:
+    """``{name}`` -> the fixture file's path; ``2x{name}`` -> a device group of it."""
+    if "{" in arg and arg.endswith("}"):
+        head, _, name = arg.partition("{")
+        return head + str(files / name[:-1])
+    return arg
+
+
+@pytest.mark.parametrize("name", sorted(PROFILE_WORDS))
+@pytest.mark.parametrize("flag", ["--devices", "--accelerator"])
+def test_a_hostile_profile_is_refused_naming_the_list_and_its_limit(name, flag, files, capsys):
+    path = str(files / f"{name}.json")
+    argv = ["plan", *MLP, "--devices", f"2x{path}"] if flag == "--devices" else ["cluster", *MLP, "--accelerator", path]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and "got 'eager'" not in err
+    assert all(word in err for word in PROFILE_WORDS[name]), err
+    assert "calibrate" in err or "must be a number" in err, err
+
+
+OPEN_BEFORE_THE_WORK = [
+    ("recompute-min-cut-0.5", ["--min-cut-budgets 0.5", "measures none"]),
+    ("v4", ["interleaved_1f1b", "drop 'v4'"]),
+    ("pp2 1f1b v4", ["interleaved_1f1b", "the schedule here: 1f1b"]),
+    ("sp", ["tp1", "add tp2"]),
+    ("dp2 " * 20_000, ["80,000 characters", "at most 500"]),
+]
+
+
+@pytest.mark.parametrize("words, said", OPEN_BEFORE_THE_WORK, ids=[w[:20] for w, _ in OPEN_BEFORE_THE_WORK])
+@pytest.mark.parametrize("flag", ["--open", "--run"])
+def test_a_layout_word_that_cannot_act_is_refused_before_the_model_loads(words, said, flag, monkeypatch, capsys):
+    import cli.cluster
+
+    def never(*args, **kwargs):
+        raise AssertionError("the model was loaded")
+
+    monkeypatch.setattr(cli.cluster, "load_model", never)
+    assert main(["cluster", *MLP, flag, words]) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and all(s in err for s in said), err
+    assert len(err) < 1000, len(err)  # a long layout is cut, not echoed
+
+
+def test_a_min_cut_budget_the_sweep_did_not_measure_is_refused_before_the_search():
+    from cli._cluster_open import checked_layout
+    from partitioner import cluster
+    from partitioner.cluster.words import parse_layout
+
+    graph = synthetic_graph([(0, 1)], [1000, 1000])
+    prof = cluster.profile(graph, "tiny")
+    work = cluster.Workload("training", 8, 16)
+    with pytest.raises(PartitionError, match="recomputation 'min-cut-0.5' is not one of this profile's"):
+        checked_layout(parse_layout("recompute-min-cut-0.5"), prof, work, 8)
 
 
 def test_nan_and_infinite_node_latencies_are_refused_everywhere():
