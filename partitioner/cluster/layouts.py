@@ -110,7 +110,7 @@ from partitioner.cluster.rules import (
 from partitioner.cluster.serving import experts_touched, serve
 from partitioner.cost.training import StateBytes, state_bytes
 from partitioner.pipeline.schedules import get_schedule, virtual_stages
-from partitioner.pipeline.steps import StepSimulator, step_simulator
+from partitioner.pipeline.steps import StepSimulator, rank_stash, step_simulator
 
 __all__ = [
     "Workload",
@@ -293,12 +293,21 @@ def _compute_s(p: ModelProfile, w: Workload, acc: Accelerator, lay: Layout, toke
     return fwd, bwd
 
 
-def evaluate(p: ModelProfile, w: Workload, c: Cluster, lay: Layout, sim: StepSimulator | None = None) -> LayoutResult:
+def evaluate(
+    p: ModelProfile,
+    w: Workload,
+    c: Cluster,
+    lay: Layout,
+    sim: StepSimulator | None = None,
+    time_unfit: bool = True,
+) -> LayoutResult:
     """Memory and time of ``lay`` (NOTE: [Layout costs]), the time with its band and what it
     assumes (NOTE: [Engine costs], NOTE: [Bands] in :mod:`partitioner.cluster.engine`);
     ``sim(schedule, pp, m, backward_ratio, v)`` gives (unit step, bubble fraction, the first rank's
     peak stash) of the schedule with unit forward stages (default:
-    :class:`partitioner.pipeline.steps.StepSimulator`, one cache shared by every call)."""
+    :class:`partitioner.pipeline.steps.StepSimulator`, one cache shared by every call). Without
+    ``time_unfit`` (the search's), a layout over the memory is answered by its memory alone (its
+    step infinite), the stash from the closed forms the simulator equals."""
     sim = sim or shared_simulator()
     check_layout(p, lay, w)
     if w.kind == "inference":
@@ -308,6 +317,10 @@ def evaluate(p: ModelProfile, w: Workload, c: Cluster, lay: Layout, sim: StepSim
     mem = _states(p, w, lay)
     per_replica = w.global_batch // lay.dp
     m = per_replica // lay.microbatch_size
+    if not time_unfit:
+        over = _over_memory(p, w, c, lay, mem, m)
+        if over is not None:
+            return over
     tokens_mb = lay.microbatch_size * w.seq_len / lay.cp  # on one device of the cp group
     hidden_mb = p.hidden_bytes_per_token * scale * tokens_mb
     share = stage_share(p, lay)
@@ -404,6 +417,24 @@ def _causal(p: ModelProfile) -> bool:
     if key not in p._cache:
         p._cache[key] = float(any(op.kind == "attention" and op.causal for op in p.node_ops))
     return bool(p._cache[key])
+
+
+def _over_memory(
+    p: ModelProfile, w: Workload, c: Cluster, lay: Layout, states: dict[str, float], m: int
+) -> LayoutResult | None:
+    """The layout answered by its memory alone when it is over the device's (NOTE:
+    [Interleaved stash] in :mod:`partitioner.pipeline.steps`: the closed form is the simulator's
+    stash at every count torch accepts); None when it fits and its time is wanted."""
+    if lay.pp > 1:
+        stash = rank_stash(lay.schedule, lay.pp, m, lay.virtual)
+        split = get_schedule(lay.schedule).step_form.name == "BOUND"
+        pending = 1.0 / virtual_stages(lay.schedule, lay.virtual) if split else 0.0
+    else:
+        stash, pending = 1.0, 0.0
+    mem = {**states, **activation_bytes(p, w, lay, stash, pending), "headroom": float(c.headroom_bytes)}
+    if sum(mem.values()) <= c.accelerator.memory_bytes:
+        return None
+    return LayoutResult(lay, False, mem, math.inf, {}, "memory", 0.0, 0.0, math.inf, m)
 
 
 def _fsdp_latency_s(p: ModelProfile, c: Cluster, lay: Layout) -> float:

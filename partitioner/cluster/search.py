@@ -207,7 +207,7 @@ def _partial_recompute(
     activations = ("activations", "loss logits", "weight-gradient stash", "recomputed layer")
     if none.memory_bytes - sum(none.memory.get(k, 0.0) for k in activations) >= c.accelerator.memory_bytes:
         return None  # the states alone are over: no recomputation helps
-    full = evaluate(p, w, c, replace(none.layout, recompute=f"layers-{layers - 1}"), sim)
+    full = evaluate(p, w, c, replace(none.layout, recompute=f"layers-{layers - 1}"), sim, time_unfit=False)
     saved_a_layer = (none.memory["activations"] - full.memory["activations"]) / (layers - 1)
     if not full.fits or saved_a_layer <= 0:
         return None
@@ -215,7 +215,7 @@ def _partial_recompute(
     k = max(1, min(layers - 1, math.ceil(over / saved_a_layer)))
     best = None
     for _ in range(layers):  # from the estimate, down while it fits, else up until it does
-        r = evaluate(p, w, c, replace(none.layout, recompute=f"layers-{k}"), sim)
+        r = evaluate(p, w, c, replace(none.layout, recompute=f"layers-{k}"), sim, time_unfit=False)
         if r.fits:
             best = r
             if k == 1:
@@ -248,7 +248,7 @@ def search(p: ModelProfile, w: Workload, c: Cluster, device_range: Sequence[int]
     evaluated = 0
     for devices in device_range:
         for lay in _layouts(p, w, c, devices, refused, sim.check):
-            r = evaluate(p, w, c, lay, sim)
+            r = evaluate(p, w, c, lay, sim, time_unfit=False)  # a layout over the memory: no time
             evaluated += 1
             if not r.fits and lay.recompute == "none" and w.kind == "training":
                 partial = _partial_recompute(p, w, c, r, sim)  # the fewest layers recomputed that fit
@@ -256,7 +256,7 @@ def search(p: ModelProfile, w: Workload, c: Cluster, device_range: Sequence[int]
                     evaluated += 1
                     fitting.append(partial)
             if not r.fits and lay.zero >= 2 and w.kind == "training":  # ZeRO-Offload, where the devices are short
-                r = evaluate(p, w, c, replace(lay, offload=True), sim)  # the same layout, its optimizer moved
+                r = evaluate(p, w, c, replace(lay, offload=True), sim, time_unfit=False)  # its optimizer moved
             if r.fits:
                 fitting.append(r)
     fitting.sort(key=lambda r: (r.step_s, r.devices))

@@ -208,3 +208,23 @@ def test_fp8_training_keeps_bf16_activations_and_runs_its_products_faster(llama8
     assert fp8.memory["activations"] == pytest.approx(bf16.memory["activations"])
     assert fp8.memory["loss logits"] == pytest.approx(bf16.memory["loss logits"])
     assert fp8.parts_s["compute"] < 0.8 * bf16.parts_s["compute"]
+
+
+def test_the_search_answers_a_layout_over_the_memory_by_its_memory_alone(llama8b):
+    """The search skips the time of a layout over the memory: its memory comes from the closed-form
+    stash, which is the simulator's; every layout gets the same verdict and memory either way."""
+    import sys
+
+    search_module = sys.modules["partitioner.cluster.search"]
+    w = cluster.Workload(global_batch=64, seq_len=8192)
+    c = cluster.cluster("h100-80gb")
+    layouts = search_module._layouts(llama8b, w, c, 16, {}, step_simulator().check)
+    assert len(layouts) > 100
+    over = 0
+    for lay in layouts[::7]:
+        quick = cluster.evaluate(llama8b, w, c, lay, time_unfit=False)
+        whole = cluster.evaluate(llama8b, w, c, lay)
+        assert quick.fits == whole.fits, lay.label()
+        assert quick.memory_bytes == pytest.approx(whole.memory_bytes), lay.label()
+        over += not whole.fits
+    assert over > 10
