@@ -228,3 +228,66 @@ def test_the_search_answers_a_layout_over_the_memory_by_its_memory_alone(llama8b
         assert quick.memory_bytes == pytest.approx(whole.memory_bytes), lay.label()
         over += not whole.fits
     assert over > 10
+
+
+def test_the_op_policy_keeps_what_torchtitans_policy_keeps_on_the_aten_ops():
+    """torchtitan's per-op policy applied to the aten ops a Llama block really runs (recorded with a
+    TorchDispatchMode): the outputs of the 1st, 3rd, ... ``aten.mm`` and of the fused attention, and
+    the block's input, are what the planner keeps a token; the 2nd, 4th, ... products' FLOPs what it
+    computes again."""
+    import torch
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    aten = torch.ops.aten
+    attention = {
+        aten._scaled_dot_product_flash_attention_for_cpu.default,
+        aten._scaled_dot_product_efficient_attention.default,
+        aten._scaled_dot_product_flash_attention.default,
+    }
+    sizes = dict(
+        num_hidden_layers=2,
+        hidden_size=256,
+        intermediate_size=768,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=64,
+        vocab_size=1000,
+    )
+    module, inputs, kwargs = sample_models.load("hf:llama-3-8b", overrides=sizes)
+    saved = cluster.profile(partitioner.trace(module, inputs, example_kwargs=kwargs)).saved
+
+    class Record(TorchDispatchMode):
+        def __init__(self) -> None:
+            super().__init__()
+            self.ops: list = []
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            self.ops.append((func, args, out))
+            return out
+
+    block_inputs: dict = {}
+    hook = module.model.layers[0].register_forward_pre_hook(
+        lambda mod, args, kw: block_inputs.update(args=args, kw=kw), with_kwargs=True
+    )
+    with torch.no_grad():
+        module(*inputs, **(kwargs or {}))
+    hook.remove()
+    record = Record()
+    with torch.no_grad(), record:
+        module.model.layers[0](*block_inputs["args"], **block_inputs["kw"])
+    hidden = block_inputs["args"][0] if block_inputs["args"] else block_inputs["kw"]["hidden_states"]
+    tokens = hidden.shape[0] * hidden.shape[1]
+    kept, again, products = hidden.numel(), 0.0, 0
+    for func, args, out in record.ops:
+        if func == aten.mm.default:
+            products += 1
+            if products % 2 == 0:
+                again += 2 * args[0].shape[0] * args[0].shape[1] * args[1].shape[1]
+                continue
+            kept += out.numel()
+        elif func in attention:
+            kept += out[0].numel()
+    assert products == 7  # q, k, v, o, gate, up, down
+    assert saved.op_policy_sp_elements + saved.op_policy_tp_elements == pytest.approx(kept / tokens)
+    assert saved.op_policy_recompute_flops == pytest.approx(again / tokens)
