@@ -36,6 +36,7 @@ VIEWS = [
 PAGES = [st.Page(script, title=title, icon=icon, default=i == 0) for i, (script, title, icon, _) in enumerate(VIEWS)]
 NAMES = {title: name for _, title, _, name in VIEWS}
 
+state.install_exit_hook()  # SIGTERM mid-run: no abort (NOTE: [Stopping while a script runs])
 page = st.navigation(PAGES, position="top")
 state.set_page(NAMES.get(page.title, ""))
 state.restore_from_url(sample_models.names(), sidebar.PLAN_MODES, devices_panel.default_device_controls)
