@@ -6,6 +6,7 @@ the server is killed with SIGKILL during a min-cut sweep.
     .venv/bin/python bench/bench_soak.py                      # hf:llama-3-70b, 50 actions
     .venv/bin/python bench/bench_soak.py --model hf:llama-3-8b --actions 20
     .venv/bin/python bench/bench_soak.py --kill-only --kill-after-s 20   # the SIGKILL alone, mid-sweep
+    .venv/bin/python bench/bench_soak.py --term-only          # SIGTERM while a session is inside torch
 
 Loopback only: the server listens on 127.0.0.1 and headless Chromium visits nothing else.
 Bounded: every wait has a time limit (--wait-s), the whole run a deadline (--deadline-s), and
@@ -13,7 +14,10 @@ the server is killed on the way out. Prints, and asserts nothing: every session 
 per wave), the time each took, the waves' medians and their ratio, the server's peak memory
 (its own RSS and with its child processes), memory growth per repeated action, and the
 processes left 5 s after the SIGKILL (they should be 0; by default the kill comes as the sweep's
-worker starts, the harshest moment), with the machine's load.
+worker starts, the harshest moment), with the machine's load. --term-only: a SIGTERM while a
+session traces and searches the large model on Plan a cluster: the server's exit code, whether its
+log has an abort ("terminate called", NOTE: [Stopping while a script runs] in explorer/state.py)
+and the processes left 5 s later.
 
 Sessions of a wave (as the attack that found issue 47 opened them): 3 x Explore with the model
 graph by module, 2 x Plan a cluster, on the large model; 2 x Compare modes and 1 x Training
@@ -59,6 +63,9 @@ WAVE = 8
 # -- the server and its processes --------------------------------------------------------------
 
 
+LOGS: dict[int, list[str]] = {}  # server pid -> its last lines of output
+
+
 def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
@@ -85,10 +92,13 @@ def start_server(cache: str, wait_s: float) -> tuple[subprocess.Popen[str], str]
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "PARTITION_EXPLORER_CACHE": cache}
     proc = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     started = threading.Event()
+    LOGS[proc.pid] = []
 
     def pump() -> None:  # read the output all along, so the server never blocks on a full pipe
         assert proc.stdout is not None
         for line in proc.stdout:
+            LOGS[proc.pid].append(line[:500])
+            del LOGS[proc.pid][:-200]  # the last 200 lines
             if "URL:" in line:
                 started.set()
 
@@ -313,6 +323,36 @@ async def kill_during_min_cut(
     return len(children), len(left)
 
 
+async def term_while_busy(
+    browser, base: str, proc: subprocess.Popen[str], model: str, wait_s: float, after_s: float
+) -> tuple[object, bool, int]:
+    """Open Plan a cluster on ``model`` (a trace, then a search), SIGTERM the server ``after_s``
+    later, wait for it to exit (at most 30 s, then SIGKILL): (its exit code, whether its log has an
+    abort, its child processes still running 5 s after the exit)."""
+    context = await browser.new_context()
+    page = await context.new_page()
+    query = {"model": HF_MODEL, "hf_name": model} if model.startswith("hf:") else {"model": model}
+    await page.goto(f"{base}/cluster?{urlencode(query)}", wait_until="commit")
+    await asyncio.sleep(after_s)
+    children = descendants(proc.pid)
+    proc.send_signal(signal.SIGTERM)
+    try:
+        code: object = await asyncio.wait_for(asyncio.to_thread(proc.wait), min(wait_s, 30))
+    except asyncio.TimeoutError:
+        proc.kill()
+        proc.wait()
+        code = "did not exit in 30 s (SIGKILL)"
+    await asyncio.sleep(5)
+    await context.close()
+    left = [c for c in children if alive(c)]
+    for c in left:
+        print(f"  still running 5 s after the SIGTERM: pid {c}: {command_line(c)}")
+        with contextlib.suppress(OSError):
+            os.kill(c, signal.SIGKILL)
+    aborted = any("terminate called" in line for line in LOGS.get(proc.pid, []))
+    return code, aborted, len(left)
+
+
 # -- the run ----------------------------------------------------------------------------------
 
 
@@ -340,6 +380,16 @@ async def main_async(args: argparse.Namespace) -> None:
             async with async_playwright() as p:
                 browser = await p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
                 try:
+                    if args.term_only:
+                        code, aborted, left = await term_while_busy(
+                            browser, base, proc, args.model, args.wait_s, args.term_after_s
+                        )
+                        print(
+                            f"SIGTERM of the server {args.term_after_s:g} s into Plan a cluster on {args.model}: exit "
+                            f"{code}; {'an abort in its log' if aborted else 'no abort in its log'}; {left} child "
+                            "process(es) still running 5 s later"
+                        )
+                        return
                     if args.kill_only:
                         had, left = await kill_during_min_cut(
                             browser, base, proc, min(args.wait_s, 60), args.kill_after_s
@@ -401,6 +451,13 @@ def main() -> None:
         type=float,
         default=0.0,
         help="SIGKILL this long after the sweep's worker appears (default 0: while it starts)",
+    )
+    parser.add_argument("--term-only", action="store_true", help="only the SIGTERM while a session is inside torch")
+    parser.add_argument(
+        "--term-after-s",
+        type=float,
+        default=8.0,
+        help="SIGTERM this long after the session opens Plan a cluster (default 8: in its trace or search)",
     )
     args = parser.parse_args()
     if not os.path.exists(CHROMIUM):

@@ -275,11 +275,11 @@ def current_plan() -> tuple[PlanConfig, Graph, compute.PlanResult] | None:
 # server stops and Python exits while a session may still be inside torch (a trace, a search).
 # exit() then runs C++'s static destructors, and torch's thread pool, joinable in that thread,
 # calls std::terminate: "terminate called without an active exception", exit 134 (reproduced
-# with a daemon thread in a matrix product loop: 3 of 3 runs). When a script thread is alive at
-# exit, the hook below ends the process at the end of Python's own shutdown instead: the
-# multiprocessing children are ended and joined, logs flushed, then os._exit skips the
-# destructors. Worker processes started otherwise end as on SIGKILL (they watch their parent).
-_SCRIPT_THREAD = "ScriptRunner.scriptThread"
+# with a daemon thread in a matrix product loop: 3 of 3 runs). When a server told to stop exits
+# with a thread still running, the hook below ends the process at the end of Python's own
+# shutdown instead: multiprocessing's children ended and joined, the logs flushed, then os._exit
+# skips the destructors. Worker processes started otherwise end as on SIGKILL (they watch their
+# parent). Any other exit (a test process, an error) keeps its own course and exit code.
 _hook: list[bool] = []
 
 
@@ -314,10 +314,12 @@ def exit_busy(
     shut_down: Callable[[], None] = _shut_down,
     stopped: Callable[[], bool] = server_stopped,
 ) -> bool:
-    """At exit: when a script thread still runs, end the process without C++'s static destructors
-    (NOTE: [Stopping while a script runs]); True when it did."""
-    if not any(t.name.startswith(_SCRIPT_THREAD) and t.is_alive() for t in threading.enumerate()):
-        return False
+    """At exit of a server told to stop: when a thread still runs (a session's script thread, a
+    worker thread it started), end the process without C++'s static destructors (NOTE: [Stopping
+    while a script runs]); True when it did."""
+    me = threading.current_thread()
+    if not any(t is not me and t.daemon and t.is_alive() for t in threading.enumerate()):
+        return False  # nothing left running: Python's own exit is clean
     if not stopped():  # another exit (a test process, an error) keeps its own code and course
         return False
     shut_down()

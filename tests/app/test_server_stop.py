@@ -43,16 +43,16 @@ def test_a_process_exiting_while_a_script_thread_is_in_torch_ends_cleanly():
     assert "terminate called" not in done.stderr and "main thread done" in done.stdout
 
 
-def test_the_hook_acts_only_while_a_script_thread_runs():
+def test_the_hook_acts_only_in_a_server_told_to_stop():
     calls: list[int] = []
     shut: list[bool] = []
-    assert not state.exit_busy(calls.append, lambda: shut.append(True), lambda: True) and calls == [] and shut == []
     release = threading.Event()
     thread = threading.Thread(target=release.wait, name="ScriptRunner.scriptThread", daemon=True)
     thread.start()
     try:
         # not a stopped server (a test process, an exit on an error): its own exit, its own code
-        assert not state.exit_busy(calls.append, lambda: shut.append(True)) and calls == []
+        assert not state.exit_busy(calls.append, lambda: shut.append(True)) and calls == [] and shut == []
+        assert not state.exit_busy(calls.append, lambda: shut.append(True), lambda: False) and calls == []
         assert (
             state.exit_busy(calls.append, lambda: shut.append(True), lambda: True) and calls == [0] and shut == [True]
         )
