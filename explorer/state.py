@@ -92,6 +92,7 @@ def page_choices() -> dict[str, list]:
         "tm_budget": [0.0, 0.25, 0.5, 0.75, 1.0],
         "cl_kind": ["training", "inference"],
         "cl_engine": ["eager", "graphs"],
+        "cl_serve_engine": ["eager", "graphs"],
         "cl_precision": [d.label for d in PRECISIONS],
         "cl_optimizer": list(OPTIMIZERS),
         "cl_accelerator": list(cluster.ACCELERATORS),

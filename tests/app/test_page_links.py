@@ -170,3 +170,13 @@ def test_a_link_to_a_button_keeps_the_cluster_page_and_says_why():
     said = " ".join(shown(w.value) for w in fresh.warning)
     assert "cl_min_cut_run in the link was ignored" in said and "cl_run in the link was ignored" in said
     assert "cl_price_h100-80gb=1e300" in said and "set to 1000" in said
+
+
+def test_every_carried_cluster_choice_is_checked_against_its_widgets_options():
+    from explorer.state import page_choices
+
+    choices = page_choices()
+    read = read_page_link({"cl_serve_engine": "graphs", "cl_engine": "turbo"}, choices)
+    assert read.values == {"cl_serve_engine": "graphs"}
+    assert len(read.notes) == 1 and "cl_engine=turbo" in read.notes[0] and "eager, graphs" in read.notes[0]
+    assert {"cl_serve_engine", "cl_engine", "cl_accelerator"} <= set(choices)
