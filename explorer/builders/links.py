@@ -51,6 +51,7 @@ __all__ = [
 ]
 
 MAX_LINK_TEXT = 500  # characters of one value a link carries
+MAX_SAFE_INTEGER = 2**53 - 1  # a browser's number box holds no larger whole number (JavaScript's)
 SHOWN_CHARS = 60  # of a value or a key, in a note
 
 # Page widgets bound to the URL by Streamlit (NOTE: [Bound keys]).
@@ -227,7 +228,10 @@ def _knobs(
             notes.append(_ignored(key, None, f"it is not a size knob of {model}"))
             continue
         try:
-            typed[field] = _typed(field, fields[field], text)
+            value = _typed(field, fields[field], text)
+            if fields[field] in (int, float) and abs(value) > MAX_SAFE_INTEGER:
+                raise ValueError(f"{field} must be at most {MAX_SAFE_INTEGER:,} (what a number box holds)")
+            typed[field] = value
         except ValueError as exc:
             notes.append(_ignored(key, text, str(exc)))
     out: dict[str, Any] = {}

@@ -180,3 +180,19 @@ def test_every_carried_cluster_choice_is_checked_against_its_widgets_options():
     assert read.values == {"cl_serve_engine": "graphs"}
     assert len(read.notes) == 1 and "cl_engine=turbo" in read.notes[0] and "eager, graphs" in read.notes[0]
     assert {"cl_serve_engine", "cl_engine", "cl_accelerator"} <= set(choices)
+
+
+def test_a_size_knob_past_what_a_number_box_holds_is_dropped_with_a_note():
+    import sample_models
+
+    read = read_link(
+        {"model": "mlp", "knob_mlp_hidden": "1" + "0" * 20, "knob_mlp_n_layer": "2"},
+        ["mlp"],
+        ["m"],
+        ["c"],
+        "hf",
+        sample_models.config_class,
+    )
+    assert read.values.get("knob_mlp_n_layer") == 2 and "knob_mlp_hidden" not in read.values
+    assert len(read.notes) == 1 and "knob_mlp_hidden=100000000000000000000" in read.notes[0]
+    assert "9,007,199,254,740,991" in read.notes[0]
