@@ -24,20 +24,18 @@ two-shot ``2 (n - 1) / n B / bw`` and a second synchronisation; NCCL's ring and 
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from dataclasses import dataclass
 
 from partitioner.cluster.hardware import Cluster, Link
 from partitioner.cluster.layout_types import Layout, Workload
 from partitioner.cluster.profile import ModelProfile
-from partitioner.cluster.rules import _params, check_layout, stage_layers, stage_share
+from partitioner.cluster.rules import _params, stage_layers, stage_share
 from partitioner.cost.training import state_bytes
 from partitioner.pipeline.schedules import virtual_stages
 
 __all__ = [
     "Collective",
-    "collectives",
     "ring_allreduce_s",
     "allreduce_s",
     "all_to_all_s",
@@ -154,87 +152,10 @@ class Collective:
         return self.count * self.seconds_each
 
 
-def collectives(p: ModelProfile, w: Workload, c: Cluster, lay: Layout) -> list[Collective]:
-    """The communication :func:`evaluate` prices, one row a kind (NOTE: [Layout costs]): per step
-    for training, in the tensor-parallel, pipeline, context, expert and data-parallel groups; for
-    inference the prompt's prefill and each generated token. Rows sum to ``evaluate``'s parts (a
-    test holds them equal); the counts are Megatron-LM's (Shoeybi et al. 2019, sec. 3: two
-    all-reduces per layer in the forward and two in the backward), GShard's and the ZeRO paper's
-    (sec. 7: ZeRO-3 moves 1.5 times data parallelism's bytes); each all-reduce names the algorithm
-    that prices it (NOTE: [All-reduce algorithms])."""
-    check_layout(p, lay)
-    scale = w.element_bytes / p.element_bytes  # the profile's bytes at the workload's precision
-    if w.kind == "inference":
-        return _inference_rows(p, w, c, lay, scale)
-    scale = max(2, w.element_bytes) / p.element_bytes  # activations stay bf16 under FP8 training
-    mb = _Microbatches.of(p, w, lay, scale)
-    rows = [
-        _tensor_parallel_row(p, c, lay, mb),
-        _pipeline_row(c, lay, mb),
-        _context_row(p, c, lay, mb, scale),
-        _expert_row(p, c, lay, mb),
-    ]
-    data = _data_parallel_rows(p, w, c, lay)
-    if lay.zero == 3 and lay.dp * lay.cp > 1:  # FSDP gathers and reduces every microbatch
-        data = [
-            dataclasses.replace(
-                r, count=r.count * mb.count, phase="each microbatch", overlap="its forward and backward"
-            )
-            for r in data
-        ]
-    return [row for row in rows if row is not None] + data
-
-
 def _link_spanning(c: Cluster, devices: int) -> Link:
     """The link a group of ``devices`` consecutive ranks talks over: the node's own when it fits
     in one node, else the network between nodes."""
     return c.intra if devices <= c.devices_per_node else c.inter
-
-
-def _inference_rows(p: ModelProfile, w: Workload, c: Cluster, lay: Layout, scale: float) -> list[Collective]:
-    """Inference's rows, as :func:`partitioner.cluster.serving.serve` prices them: the prompt's
-    prefill moves every prompt token's hidden state in chunked passes (NOTE: [Chunked prefill] in
-    :mod:`partitioner.cluster.serving`), each generated token one a sequence; tensor parallelism
-    all-reduces it twice a layer at the serving all-reduce's price (NOTE: [Serving all-reduce]) and
-    each pipeline stage but the last sends it on. The hidden state stays bf16 in FP8 serving."""
-    from partitioner.cluster.hardware import serving_chunk_tokens
-    from partitioner.cluster.serving import ACTIVATION_BYTES, prefill_chunks
-
-    hidden_scale = max(w.element_bytes, ACTIVATION_BYTES) / p.element_bytes
-    batch = w.global_batch / lay.dp
-    pipe_link = _link_spanning(c, lay.tp * lay.pp)
-    passes = prefill_chunks(batch * w.seq_len, serving_chunk_tokens(c.accelerator))
-    rows: list[Collective] = []
-    for phase, tokens, count in (*(("prefill", t, n) for t, n in passes), ("each token", batch, 1)):
-        hidden = p.hidden_bytes_per_token * hidden_scale * tokens
-        if lay.tp > 1:
-            seconds, algorithm = _serving_tp_allreduce(c, hidden, lay.tp)
-            rows.append(
-                Collective(
-                    name=f"all-reduce of the hidden state ({algorithm})",
-                    group="tp",
-                    ranks=lay.tp,
-                    link=c.intra.name,
-                    count=2 * p.layers * count,
-                    bytes_each=hidden,
-                    seconds_each=seconds,
-                    phase=phase,
-                )
-            )
-        if lay.pp > 1:
-            rows.append(
-                Collective(
-                    name="send of the hidden state to the next stage",
-                    group="pp",
-                    ranks=2,
-                    link=pipe_link.name,
-                    count=(lay.pp - 1) * count,
-                    bytes_each=hidden,
-                    seconds_each=hidden / pipe_link.bandwidth_bytes_per_s + pipe_link.latency_s,
-                    phase=phase,
-                )
-            )
-    return rows
 
 
 @dataclass(frozen=True)

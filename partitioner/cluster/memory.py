@@ -1,0 +1,155 @@
+"""What a training layout holds on its fullest device: the model states (the ZeRO paper's
+formulas over the busiest rank's share), the saved activations under its recomputation and
+schedule, the loss's logits, and ZeRO-Offload's traffic to the host. Torch-free. (NOTE: [Layout
+costs] in :mod:`partitioner.cluster.layouts` says how the parts add up.)
+
+# NOTE: [Activation memory]
+What autograd keeps (:mod:`partitioner.cluster.saved`: the traced forward's saved values, per layer
+and token, Korthikanti et al. 2022's accounting) for a microbatch's tokens on a device (its
+sequence share under context parallelism): the tensor-parallel part over tp, the rest over tp only
+with sequence parallelism; selective recomputation drops what grows with the sequence (eager
+attention's scores) or, where attention is fused and keeps none, keeps what torchtitan's per-op
+policy keeps (NOTE: [Per-op selective recomputation] in :mod:`partitioner.cluster.saved`). A stage holds its layers' share for every
+microbatch in flight (the first rank's peak stash, its chunks together: NOTE: [Interleaved stash] in
+:mod:`partitioner.pipeline.steps`). Full recomputation keeps each
+layer's input for every microbatch in flight and one layer's working set once (the layer being
+recomputed); K layers recomputed do so for K of the rank's layers, the rest keep all. Min-cut keeps its measured share. Profiles without their graph fall back to every op
+output over tp.
+"""
+
+from __future__ import annotations
+
+from partitioner.cluster.layout_types import Layout, Workload, recompute_layers
+from partitioner.cluster.profile import ModelProfile
+from partitioner.cluster.rules import _params, _saved, largest_layer_params, min_cut_shares, stage_layers
+from partitioner.cost.training import StateBytes, state_bytes
+
+__all__ = [
+    "workload_state",
+    "activation_bytes",
+    "loss_logits_bytes",
+    "offload_seconds",
+    "HOST_LINK_BYTES_PER_S",
+    "HOST_BYTES_PER_S",
+]
+
+
+def workload_state(w: Workload) -> StateBytes:
+    """Bytes a parameter holds under ``w`` (NOTE: [Training state] in
+    :mod:`partitioner.cost.training`): the weights alone for inference."""
+    return state_bytes(None if w.kind == "inference" else w.optimizer, w.element_bytes)
+
+
+def _states(p: ModelProfile, w: Workload, lay: Layout) -> dict[str, float]:
+    dense, expert = _params(p, lay)
+    held = workload_state(w)
+    if w.kind == "inference":
+        return {"weights": (dense + expert) * held.weights}
+    wb, gb, kb = held.weights, held.gradients, held.state
+    out = {"weights": 0.0, "gradients": 0.0, "optimizer": 0.0}
+    # ZeRO shards each parameter over the ranks holding a copy of it: the dp x cp group for dense
+    # ones (context-parallel ranks hold the same weights), dp x cp / ep for the experts (the
+    # expert-data-parallel group, as DeepSpeed-MoE shards them).
+    group = lay.dp * lay.cp
+    sharded = lay.shard or group  # HSDP: shard within lay.shard ranks, replicate across the rest
+    for psi, dp in ((dense, sharded), (expert, min(sharded, group // lay.ep))):
+        shard = {0: (1, 1, 1), 1: (1, 1, dp), 2: (1, dp, dp), 3: (dp, dp, dp)}[lay.zero]
+        out["weights"] += wb * psi / shard[0]
+        if lay.grad_fp32 and kb:  # DeepSpeed: an fp32 partition beside the 16-bit gradients (ZeRO-3:
+            # the 16-bit ones live in the gathered layer only)
+            out["gradients"] += 4 * psi / shard[1] + (gb * psi / shard[1] if lay.zero < 3 else 0.0)
+        else:
+            out["gradients"] += gb * psi / shard[1]
+        out["optimizer"] += kb * psi / shard[2]
+    if lay.offload:  # ZeRO-Offload: the state and the gradient partition live on the host
+        out["optimizer"] = 0.0
+        out["gradients"] = 0.0 if lay.zero >= 2 else out["gradients"]
+    if lay.zero == 3 and group > 1:  # the layer computed now, gathered whole, and its whole gradient
+        out["gathered layer"] = (wb + gb) * largest_layer_params(p) / lay.tp
+    return out
+
+
+def _layer_saved(p: ModelProfile, w: Workload, lay: Layout) -> tuple[float, float, float]:
+    """(a layer's saved bytes a token under the layout's recomputation, a layer's input a token,
+    the bytes a token outside the layers), on one of tp ranks."""
+    scale = max(2, w.element_bytes) / p.element_bytes  # activations stay bf16 under FP8 (torchtitan's float8)
+    saved = _saved(p)
+    sp = lay.sp or lay.tp == 1
+    if saved is None:  # a profile without its graph: every op output, split over tp
+        return (
+            p.act_bytes_per_token * scale / max(1, p.layers) / lay.tp,
+            p.hidden_bytes_per_token * scale / lay.tp,
+            0.0,
+        )
+    act = max(2, w.element_bytes)  # activations stay bf16 under FP8 (torchtitan's float8)
+    if lay.recompute == "selective" and not saved.score_elements:  # fused attention: torchtitan's op policy
+        layer = saved.op_policy_bytes_per_token(act, lay.tp, sp)
+    else:
+        layer = saved.layer_bytes_per_token(act, w.seq_len, lay.tp, sp, scores=lay.recompute != "selective")
+    return (
+        layer,
+        saved.input_bytes_per_token(act, lay.tp, sp),
+        saved.outside_elements * act / lay.tp,
+    )
+
+
+def loss_logits_bytes(p: ModelProfile, lay: Layout, tokens: float) -> float:
+    """The loss's logits on the last stage for ``tokens`` tokens of a microbatch: the head's output
+    and its fp32 copy, which Hugging Face's and torchtitan's cross-entropy keep for the backward
+    (4 + 2 bytes an element at their peak), over tp where the layout shards the vocabulary
+    (Megatron-LM's vocabulary-parallel cross-entropy, torchtitan's loss parallel). O(1)."""
+    return tokens * p.vocab * 6.0 / lay.tp if p.vocab else 0.0
+
+
+def activation_bytes(
+    p: ModelProfile, w: Workload, lay: Layout, stash: float, pending_weight: float = 0.0
+) -> dict[str, float]:
+    """Saved activations on the fullest device (NOTE: [Activation memory]): by kind, in bytes.
+    ``stash``: the first rank's microbatches in flight; ``pending_weight``: those awaiting their
+    weight-gradient step under a split backward (NOTE: [Weight-gradient stash] in
+    :mod:`partitioner.cluster.engine`)."""
+    tokens = lay.microbatch_size * w.seq_len / lay.cp  # a microbatch's tokens on one device
+    rank_layers = stage_layers(p, lay)
+    layer, layer_input, outside = _layer_saved(p, w, lay)
+    redo_layers = min(rank_layers, recompute_layers(lay.recompute)) if lay.recompute != "full" else rank_layers
+    kept = min_cut_shares(p, lay.recompute)[0] if lay.recompute.startswith("min-cut-") else 1.0
+    # per microbatch in flight: the recomputed layers' inputs, the others' saved values
+    per_mb = (layer_input * redo_layers + kept * layer * (rank_layers - redo_layers)) * tokens
+    out: dict[str, float] = {"activations": per_mb * stash}
+    if redo_layers:  # one layer's working set once: the layer being recomputed
+        out["recomputed layer"] = layer * tokens
+    saved = _saved(p)
+    if pending_weight and saved is not None:
+        out["weight-gradient stash"] = (
+            saved.weight_input_share() * layer * tokens * (rank_layers - redo_layers) * pending_weight
+        )
+    logits = loss_logits_bytes(p, lay, tokens)
+    if lay.pp == 1:
+        out["activations"] += outside * tokens
+        if logits:
+            out["loss logits"] = logits
+    elif logits and per_mb + logits > per_mb * stash:  # the last rank, one microbatch in flight, is fuller
+        out["activations"] = per_mb
+        out["loss logits"] = logits
+        out.pop("weight-gradient stash", None)
+    return out
+
+
+HOST_LINK_BYTES_PER_S = 25e9  # a device's PCIe share to the host, each way (PCIe 5 x16 at about 40 % in practice)
+
+HOST_BYTES_PER_S = 12.5e9  # host memory bandwidth a device's optimizer step gets (100 GB/s a socket over 8)
+
+
+def offload_seconds(p: ModelProfile, w: Workload, lay: Layout) -> float:
+    """ZeRO-Offload's step on the host (Ren et al. 2021): the device's gradient partition goes down
+    the PCIe link, the host's Adam reads and writes the fp32 state, the updated 16-bit weights come
+    back; none of it hidden (DeepSpeed overlaps part of it: an upper bound). The two host figures are
+    assumptions (:data:`HOST_LINK_BYTES_PER_S`, :data:`HOST_BYTES_PER_S`), not measurements."""
+    if not lay.offload:
+        return 0.0
+    held = workload_state(w)
+    wb, gb, kb = held.weights, held.gradients, held.state
+    dense, expert = _params(p, lay)
+    shard = lay.shard or lay.dp * lay.cp
+    psi = dense / shard + expert / max(1, min(shard, lay.dp * lay.cp // lay.ep))
+    return psi * (gb + wb) / HOST_LINK_BYTES_PER_S + psi * (2 * kb + gb) / HOST_BYTES_PER_S
