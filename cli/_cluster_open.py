@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from cli.cluster_report import duration_band, mfu_band, run_days, seconds_band, tokens_band
 from cli.report import format_table
 from partitioner import cluster
+from partitioner.cluster.bands import duration_band, mfu_band, run_days, seconds_band, tokens_band
 from partitioner.units import format_bytes, format_seconds
 
 __all__ = ["checked_layout", "idle_words", "open_layout", "json_opened"]

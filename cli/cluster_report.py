@@ -29,21 +29,7 @@ from partitioner.units import format_bytes
 if TYPE_CHECKING:
     from partitioner.cluster import ClusterPlan, LayoutResult, Workload
 
-__all__ = [
-    "print_answers",
-    "table_best",
-    "ANSWERS",
-    "band",
-    "seconds_band",
-    "mfu_band",
-    "duration_band",
-    "tokens_band",
-    "dollars_band",
-    "run_days",
-    "cost_band",
-    "within_band",
-    "assumptions",
-]
+__all__ = ["print_answers", "table_best"]
 
 
 def _row(r: LayoutResult, work: Workload) -> list[str]:

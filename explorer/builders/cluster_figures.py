@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Sequence
 import pandas as pd
 import plotly.graph_objects as go
 
-from explorer.builders import bands
+from partitioner.cluster import bands
 from partitioner.units import format_bytes, format_seconds
 
 if TYPE_CHECKING:

@@ -12,8 +12,8 @@ from typing import Any, Sequence
 
 import pandas as pd
 
-from explorer.builders.bands import seconds_band
 from partitioner import Device, Graph, Plan, cluster, format_bytes, format_seconds, pipeline
+from partitioner.cluster.bands import seconds_band
 from partitioner.cluster.run.compose import parse_layout
 from partitioner.devices import DEFAULT_SPEEDS
 

@@ -10,10 +10,11 @@ from typing import Any
 import streamlit as st
 
 from explorer import cluster_panels, state
-from explorer.builders import bands, cluster_figures
+from explorer.builders import cluster_figures
 from explorer.builders.text import md
 from explorer.cluster_inputs import hardware_ui, min_cut_ui, workload_ui
 from partitioner import Graph, cluster, format_bytes, format_seconds
+from partitioner.cluster import bands
 from partitioner.cluster.search import at_the_edge, stops_paying
 from partitioner.interop.engines import ENGINES, engine_file
 

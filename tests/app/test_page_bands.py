@@ -13,8 +13,10 @@ import re
 import pytest
 from app_helpers import errors, shown, start
 
-from explorer.builders import bands, cluster_figures, techniques
+from explorer.builders import cluster_figures, techniques
 from partitioner import cluster
+from partitioner.cluster import bands
+from tests.band_helpers import banded, banded_plan
 
 GiB = 2**30
 WIDTH = (0.1, 0.25)  # the band: 10 % under the point, 25 % over
@@ -25,24 +27,11 @@ RANGE = re.compile(r"\d[\d,.]*-\d[\d,.]*")
 
 
 def _banded(r: cluster.LayoutResult, width: tuple[float, float] = WIDTH) -> cluster.LayoutResult:
-    return dataclasses.replace(r, band_s=(r.step_s * (1 - width[0]), r.step_s * (1 + width[1])), assumes=ASSUMES)
+    return banded(r, width[0], width[1], ASSUMES)
 
 
 def _banded_plan(found: cluster.ClusterPlan, width: tuple[float, float] = WIDTH) -> cluster.ClusterPlan:
-    one = {r.layout: _banded(r, width) for r in found.fitting}
-
-    def b(r: cluster.LayoutResult | None) -> cluster.LayoutResult | None:
-        return None if r is None else one.get(r.layout, _banded(r, width))
-
-    return dataclasses.replace(
-        found,
-        fitting=tuple(one.values()),
-        fewest_devices=b(found.fewest_devices),
-        fastest=b(found.fastest),
-        cheapest=b(found.cheapest),
-        front=tuple(map(b, found.front)),
-        by_devices={n: b(r) for n, r in found.by_devices.items()},
-    )
+    return banded_plan(found, width[0], width[1], ASSUMES)
 
 
 @pytest.fixture(scope="module")

@@ -5,14 +5,14 @@ tests hold whether or not the planner computes them yet."""
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import re
 
 import pytest
 
-from cli.cluster_report import band, duration_band, mfu_band, run_days, seconds_band, tokens_band, within_band
 from partitioner import cluster
+from partitioner.cluster.bands import band, duration_band, mfu_band, run_days, seconds_band, tokens_band, within_band
+from tests.band_helpers import banded, banded_plan
 
 MLP = ("mlp", "--set", "n_layer=4", "--set", "hidden=32")
 SEARCH = ("--max-nodes", "2", "--global-batch", "16", "--seq-len", "8", "--top", "5")
@@ -44,27 +44,12 @@ def test_each_unit_is_chosen_by_the_high_end():
 
 
 def _banded(r: cluster.LayoutResult, width: float | None) -> cluster.LayoutResult:
-    """``r`` with a band of +-``width`` of its step (None: no band, as the library leaves one it has
-    not computed) and :data:`ASSUMES`."""
-    band_s = (0.0, 0.0) if width is None else (r.step_s * (1 - width), r.step_s * (1 + width))
-    return dataclasses.replace(r, band_s=band_s, assumes=ASSUMES)
+    """``r`` with a band of +-``width`` of its step (None: no band) and :data:`ASSUMES`."""
+    return banded(r, width, width or 0.0, ASSUMES)
 
 
 def _banded_plan(found: cluster.ClusterPlan, width: float | None) -> cluster.ClusterPlan:
-    one = {r.layout: _banded(r, width) for r in found.fitting}
-
-    def b(r: cluster.LayoutResult | None) -> cluster.LayoutResult | None:
-        return None if r is None else one.get(r.layout, _banded(r, width))
-
-    return dataclasses.replace(
-        found,
-        fitting=tuple(one.values()),
-        fewest_devices=b(found.fewest_devices),
-        fastest=b(found.fastest),
-        cheapest=b(found.cheapest),
-        front=tuple(map(b, found.front)),
-        by_devices={n: b(r) for n, r in found.by_devices.items()},
-    )
+    return banded_plan(found, width, width or 0.0, ASSUMES)
 
 
 @pytest.fixture(scope="module")
