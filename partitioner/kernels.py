@@ -66,9 +66,9 @@ import dataclasses
 import math
 import statistics
 from dataclasses import dataclass
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Iterable, Sequence
 
-from partitioner.curves import MAX_CURVE_POINTS, MAX_PROFILE_POINTS, Curve, check_curve, check_length, interp, real
+from partitioner.curves import MAX_CURVE_POINTS, MAX_PROFILE_POINTS, Curve, check_curve, check_length, interp
 from partitioner.errors import DeviceSpecError
 from partitioner.units import find_dtype
 
@@ -87,6 +87,8 @@ __all__ = [
     "backward_times",
     "dtype_name",
     "gpu_curve",
+    "GPU_LIMITS",
+    "CALIBRATE_GPU",
 ]
 
 ENGINES = {
@@ -105,14 +107,9 @@ FOREACH_BANDWIDTH_SHARE = 0.94
 UNALIGNED_MATMUL_SHARE = 0.128  # of the best measured rate (NOTE: [Unaligned matrix products])
 UNALIGNED_BACKWARD_SHARE = 0.178  # each of its backward's two products, likewise
 _ALIGN_BYTES = 16
-_REMEDY = "partition-explorer calibrate --gpu"
+CALIBRATE_GPU = "partition-explorer calibrate --gpu"
 # How long each part of a GPU profile may be (NOTE: [Bounded profiles] in partitioner.curves).
-GPU_LIMITS = {
-    "matmul": 16,  # dtypes
-    "elementwise": 64,  # op kinds
-    "attention": 2,  # causal, full
-    "derived_dtypes": 16,
-}
+GPU_LIMITS = {"matmul": 16, "elementwise": 64, "attention": 2, "derived_dtypes": 16}  # dtypes, kinds, causal/full
 MAX_WEIGHT_SHAPES = 256  # distinct (k, n) a dtype: every product's price scans them (12 measured)
 
 
@@ -193,17 +190,17 @@ class GpuKernels:
             raise DeviceSpecError(f"GPU profile {self.gpu!r}: needs matmul, elementwise and attention curves")
         owner = f"GPU profile {self.gpu!r}"
         for field, limit in GPU_LIMITS.items():
-            check_length(owner, field, getattr(self, field), limit, "entries", _REMEDY)
+            check_length(owner, field, getattr(self, field), limit, "entries", CALIBRATE_GPU)
         points = sum(len(rows) for _, rows in self.matmul) + len(self.embedding) + len(self.loss)
         points += sum(len(c) for _, c in self.elementwise) + sum(len(c) for _, c in self.attention)
         if points > MAX_PROFILE_POINTS:
             raise DeviceSpecError(
                 f"{owner}: its curves hold {points:,} points together (at most {MAX_PROFILE_POINTS:,}; a "
-                f"measurement makes a few hundred); measure it again with `{_REMEDY}`"
+                f"measurement makes a few hundred); measure it again with `{CALIBRATE_GPU}`"
             )
         groups: dict[str, dict[tuple[float, float], list[tuple[float, float]]]] = {}
         for dtype, rows in self.matmul:
-            check_length(owner, f"matmul[{dtype}]", rows, MAX_CURVE_POINTS, "rows", _REMEDY)
+            check_length(owner, f"matmul[{dtype}]", rows, MAX_CURVE_POINTS, "rows", CALIBRATE_GPU)
             for m, k, n, s in rows:
                 if not all(math.isfinite(v) and v > 0 for v in (m, k, n, s)) or s >= 3600:
                     raise DeviceSpecError(
@@ -214,7 +211,7 @@ class GpuKernels:
             if len(groups.get(dtype, ())) > MAX_WEIGHT_SHAPES:
                 raise DeviceSpecError(
                     f"{owner}: matmul[{dtype}] has {len(groups[dtype]):,} weight shapes (k, n) (at most "
-                    f"{MAX_WEIGHT_SHAPES}; a measurement times about a dozen); measure it again with `{_REMEDY}`"
+                    f"{MAX_WEIGHT_SHAPES}; a measurement times about a dozen); measure it again with `{CALIBRATE_GPU}`"
                 )
         # Lookup tables, built once (the record stays frozen and comparable).
         object.__setattr__(
@@ -331,107 +328,6 @@ class GpuKernels:
     def best_flops(self, dtype: str = "bfloat16") -> float:
         """The best measured matmul throughput at ``dtype`` (0 when not measured)."""
         return self._best.get(dtype_name(dtype), 0.0)  # type: ignore[attr-defined]
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "gpu": self.gpu,
-            "launch_s": self.launch_s,
-            "host_op_s": self.host_op_s,
-            "matmul": {d: [list(r) for r in rows] for d, rows in self.matmul},
-            "elementwise": {k: [list(p) for p in c] for k, c in self.elementwise},
-            "attention": {("causal" if c else "full"): [list(p) for p in curve] for c, curve in self.attention},
-            "embedding": [list(p) for p in self.embedding],
-            "loss": [list(p) for p in self.loss],
-            "derived_from": self.derived_from,
-            "source": self.source,
-            **({"derived_dtypes": {d: r for d, r in self.derived_dtypes}} if self.derived_dtypes else {}),
-        }
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> "GpuKernels":
-        if not isinstance(data, Mapping):
-            raise DeviceSpecError(
-                f"a GPU profile is a JSON object (got {type(data).__name__}); measure it with `{_REMEDY}`"
-            )
-        name = _text("GPU profile", "gpu", data.get("gpu", ""))[:200]
-        owner = f"GPU profile {name!r}"
-        try:
-            # Every list's length first, before a value of any is read (NOTE: [Bounded profiles]).
-            for field, limit in GPU_LIMITS.items():
-                if data.get(field) is not None:
-                    check_length(owner, field, data[field], limit, "entries", _REMEDY)
-            points = 0
-            for field in ("matmul", "elementwise", "attention"):
-                for key, rows in _items(owner, field, data[field]):
-                    points += check_length(owner, f"{field}[{key!s:.40}]", rows, MAX_CURVE_POINTS, "points", _REMEDY)
-            for field in ("embedding", "loss"):
-                points += check_length(owner, field, data[field], MAX_CURVE_POINTS, "points", _REMEDY)
-            if points > MAX_PROFILE_POINTS:
-                raise DeviceSpecError(
-                    f"{owner}: its curves hold {points:,} points together (at most {MAX_PROFILE_POINTS:,}; a "
-                    f"measurement makes a few hundred); measure it again with `{_REMEDY}`"
-                )
-            raw = {
-                _text(owner, "a matmul dtype", d): [tuple(real(owner, f"matmul[{d}]", v) for v in r) for r in rows]
-                for d, rows in _items(owner, "matmul", data["matmul"])
-            }
-            if any(len(r) != 4 for rows in raw.values() for r in rows):
-                raise DeviceSpecError(f"GPU profile {name!r}: matmul rows are [m, k, n, seconds]")
-            matmul = tuple(
-                sorted((d, tuple(sorted((r[0], r[1], r[2], r[3]) for r in rows))) for d, rows in raw.items())
-            )
-            kinds = [
-                _text(owner, "an attention curve's name", k) for k, _ in _items(owner, "attention", data["attention"])
-            ]
-            if any(k not in ("causal", "full") for k in kinds):
-                raise DeviceSpecError(f"{owner}: attention curves are named causal and full (got {kinds!r})")
-            return cls(
-                gpu=name,
-                launch_s=real(owner, "launch_s", data["launch_s"]),
-                host_op_s=real(owner, "host_op_s", data["host_op_s"]),
-                matmul=matmul,
-                elementwise=tuple(
-                    sorted(
-                        (_text(owner, "an elementwise kind", k), gpu_curve(name, f"elementwise[{k}]", c))
-                        for k, c in _items(owner, "elementwise", data["elementwise"])
-                    )
-                ),
-                attention=tuple(
-                    sorted(
-                        (k == "causal", gpu_curve(name, f"attention[{k}]", c))
-                        for k, c in _items(owner, "attention", data["attention"])
-                    )
-                ),
-                embedding=gpu_curve(name, "embedding", data["embedding"]),
-                loss=gpu_curve(name, "loss", data["loss"]),
-                derived_from=_text(owner, "derived_from", data.get("derived_from", ""))[:500],
-                source=_text(owner, "source", data.get("source", ""))[:500],
-                derived_dtypes=tuple(
-                    sorted(
-                        (_text(owner, "a derived dtype", d), real(owner, f"derived_dtypes[{d}]", r))
-                        for d, r in _items(owner, "derived_dtypes", data.get("derived_dtypes") or {})
-                    )
-                ),
-            )
-        except DeviceSpecError:
-            raise
-        except (KeyError, TypeError, ValueError, AttributeError) as exc:
-            raise DeviceSpecError(
-                f"GPU profile {name!r} is malformed ({type(exc).__name__}: {exc}); measure it "
-                "again with `partition-explorer calibrate --gpu`"
-            ) from None
-
-
-def _items(owner: str, what: str, value: Any) -> list[tuple[Any, Any]]:
-    if not isinstance(value, Mapping):
-        raise DeviceSpecError(f"{owner}: {what} must be an object of curves by name (got {type(value).__name__})")
-    return list(value.items())
-
-
-def _text(owner: str, what: str, value: Any) -> str:
-    if not isinstance(value, str):
-        raise DeviceSpecError(f"{owner}: {what} must be text (got {type(value).__name__} {str(value)[:40]!r})")
-    return value
 
 
 def _merged(points: Sequence[tuple[float, float]]) -> Curve:

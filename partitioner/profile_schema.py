@@ -9,7 +9,8 @@ from typing import Any, Mapping
 
 from partitioner.curves import MAX_PROFILE_POINTS, AlphaBeta, check_curve, check_length, real
 from partitioner.errors import DeviceSpecError
-from partitioner.kernels import ENGINES, GpuKernels
+from partitioner.gpu_kernels_json import gpu_kernels_from_json, gpu_kernels_to_json
+from partitioner.kernels import ENGINES
 from partitioner.profile_cache import NAME as _NAME
 from partitioner.profile_cache import PROFILE_KIND
 
@@ -136,7 +137,7 @@ def profile_dict(p: Any) -> dict[str, Any]:
         "measured_at": p.measured_at,
         "calibration_s": p.calibration_s,
         "engine": p.engine,
-        **({"gpu": p.gpu.to_dict()} if p.gpu is not None else {}),
+        **({"gpu": gpu_kernels_to_json(p.gpu)} if p.gpu is not None else {}),
     }
 
 
@@ -227,7 +228,7 @@ def profile_fields(data: Mapping[str, Any]) -> dict[str, Any]:
             load_average=real(owner, "load_average", data.get("load_average", 0.0)),
             measured_at=_text(owner, "measured_at", data.get("measured_at", "")),
             calibration_s=real(owner, "calibration_s", data.get("calibration_s", 0.0)),
-            gpu=GpuKernels.from_dict(data["gpu"]) if data.get("gpu") is not None else None,
+            gpu=gpu_kernels_from_json(data["gpu"]) if data.get("gpu") is not None else None,
             engine=_text(owner, "engine", data.get("engine", "eager")),
         )
     except DeviceSpecError:

@@ -12,8 +12,9 @@ import sample_models
 from partitioner import cluster
 from partitioner.cluster.hardware import ACCELERATORS
 from partitioner.cost.training import StateBytes, state_bytes
+from partitioner.gpu_kernels_json import gpu_kernels_from_json, gpu_kernels_to_json
 from partitioner.hardware import HARDWARE
-from partitioner.kernels import GpuKernels, KernelOp
+from partitioner.kernels import KernelOp
 
 
 @pytest.fixture(scope="module")
@@ -32,7 +33,7 @@ def test_fp8_products_run_at_the_datasheets_ratio_of_the_bf16_curves(card):
         fp8 = kernels.kernel_s(KernelOp("matmul", "float8_e4m3fn", m, k, n))
         assert fp8 == pytest.approx(bf16 / ratio, rel=1e-6)
     assert kernels.best_flops("fp8") == pytest.approx(ratio * kernels.best_flops("bfloat16"))
-    assert GpuKernels.from_dict(kernels.to_dict()).derived_dtypes == kernels.derived_dtypes
+    assert gpu_kernels_from_json(gpu_kernels_to_json(kernels)).derived_dtypes == kernels.derived_dtypes
 
 
 def test_a_card_without_fp8_keeps_bf16_speed():
