@@ -14,28 +14,13 @@ __all__ = ["checked_layout", "idle_words", "open_layout", "json_opened"]
 
 
 def idle_words(text: str, layout: cluster.Layout, budgets: tuple[float, ...]) -> list[str]:
-    """The words of the layout string ``text`` that cannot act on ``layout`` (parsed from it), each
-    with its reason and fix; ``budgets`` are the min-cut budgets --min-cut-budgets will measure.
-    Read before the model is loaded: none of it needs the model. O(words)."""
-    import re
-
+    """The words of the layout string ``text`` that cannot act on ``layout`` (parsed from it) with
+    the budgets --min-cut-budgets will measure (``budgets``), each with its reason and fix; the
+    words that cannot act on the layout itself are refused by its parser. Read before the model is
+    loaded: none of it needs the model. O(1)."""
     from partitioner.cluster.rules import min_cut_label
-    from partitioner.pipeline.schedules import SCHEDULES
 
-    words = [w for w in re.split(r"[\s,]+", text.strip().lower()) if w]
     broken = []
-    virtual = next((w for w in words if re.fullmatch(r"v=?[0-9]+", w)), None)
-    chooses = [name for name, s in SCHEDULES.items() if s.choose_virtual]
-    if virtual and layout.schedule not in chooses:
-        broken.append(
-            f"{virtual!r} sets the chunks a pipeline rank holds, which only {' and '.join(chooses)} chooses "
-            f"(the schedule here: {layout.schedule}); add pp2 or more and {chooses[0]}, or drop {virtual!r}"
-        )
-    if "sp" in words and layout.tp == 1:
-        broken.append(
-            "'sp' (sequence parallelism) splits a tensor-parallel group's activations and tp1 has none; "
-            "add tp2 or more, or drop 'sp'"
-        )
     if layout.recompute.startswith("min-cut-") and layout.recompute not in {min_cut_label(b) for b in budgets}:
         measured = ", ".join(f"{b:g}" for b in budgets) or "none"
         budget = layout.recompute.removeprefix("min-cut-")

@@ -188,11 +188,12 @@ def _render_table(
     written = right.text_input(
         "...or write one",
         key="cl_write",
+        max_chars=500,  # a layout is a few words (partitioner.cluster.words.MAX_LAYOUT_CHARS)
         placeholder="e.g. dp4 tp2 pp2 1f1b mb2 zero1",
         help="words: dp, tp, pp, cp, ep, mb (sequences a microbatch) with a number, "
         "zero0-3, shard8 (HSDP: ZeRO over 8 ranks, replicated across), gpipe / 1f1b / "
         "interleaved_1f1b (v4: 4 chunks a rank), "
-        "recompute-selective / -full, no-sp (no sequence parallelism), offload (the optimizer on the "
+        "recompute-selective / -full / -layers-4, no-sp (no sequence parallelism), offload (the optimizer on the "
         "host), fp32-grads "
         "(DeepSpeed's fp32 gradient partition); what is left out is 1 or none",
     )
@@ -201,14 +202,14 @@ def _render_table(
     from partitioner import PartitionError
     from partitioner.cluster.layouts import check_layout
     from partitioner.cluster.run.compose import parse_layout
-    from partitioner.pipeline.steps import step_simulator
 
     try:
         layout = parse_layout(written)
         check_layout(prof, layout, work)
-        mine = cluster.evaluate(prof, work, target, layout, step_simulator())
+        mine = cluster.evaluate(prof, work, target, layout)
     except PartitionError as exc:
-        st.error(f"Cannot open {md(written)}: {md(exc)}")
+        shown = written if len(written) <= 60 else written[:57] + "..."
+        st.error(f"Cannot open {md(shown)}: {md(exc)}")
         return chosen
     if not mine.fits:
         st.warning(

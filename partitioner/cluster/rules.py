@@ -110,6 +110,12 @@ def check_layout(p: ModelProfile, lay: Layout, w: Workload | None = None, max_de
             + f" need a layer each (or the embedding or the head) and the model has {p.layers} layers; "
             "choose fewer stages or chunks"
         )
+    if lay.recompute.startswith("min-cut-") and lay.recompute not in {min_cut_label(b) for b, _, _ in p.min_cut}:
+        measured = ", ".join(f"{b:g}" for b, _, _ in p.min_cut) or "none"
+        broken.append(
+            f"recompute-{lay.recompute} reads functorch's min-cut at that budget and this profile measured "
+            f"{measured}; measure it first (cluster.with_min_cut, the CLI's --min-cut-budgets)"
+        )
     redo = recompute_layers(lay.recompute)
     if redo and redo > stage_layers(p, lay):
         broken.append(

@@ -14,6 +14,7 @@ from partitioner.pipeline.schedules import SCHEDULES
 __all__ = ["parse_layout", "SCHEDULE_NAMES", "LAYOUT_WORDS"]
 
 SCHEDULE_NAMES = tuple(SCHEDULES)
+MAX_LAYOUT_CHARS = 500  # a layout is a few words: longer is not one
 _TOKEN = re.compile(r"^(dp|tp|pp|ep|cp|mb|zero|shard|v)=?([0-9]+)$", re.ASCII)
 _FLAGS = {"sp": ("sp", True), "no-sp": ("sp", False), "fp32-grads": ("grad_fp32", True), "offload": ("offload", True)}
 LAYOUT_WORDS = (
@@ -28,13 +29,21 @@ def parse_layout(text: str, batch: int | None = None) -> Layout:
     ``"recompute-selective"``, ``"zero3 fp32-grads"``. ASCII digits only; each word once. Without
     ``mb`` and with ``batch`` (the example's rows), a replica's whole share is one microbatch;
     pipeline stages without a schedule run GPipe. The :class:`Layout` checks its own values;
-    :func:`partitioner.cluster.layouts.check_layout` checks it against a model."""
+    :func:`partitioner.cluster.layouts.check_layout` checks it against a model. A word that cannot
+    act on the layout it is in (``v4`` without a schedule that chooses its chunks, ``sp`` at tp1) is
+    refused with the reason."""
+    if len(text) > MAX_LAYOUT_CHARS:
+        raise PartitionError(
+            f"a layout is a few words (got {len(text):,} characters, at most {MAX_LAYOUT_CHARS}); "
+            'write e.g. "dp2 tp2 zero3"'
+        )
+    shown = text if len(text) <= 60 else text[:57] + "..."
     values: dict[str, Any] = {}
 
     def put(key: str, value: Any, token: str) -> None:
         if key in values:
             raise PartitionError(
-                f"a layout names each setting once ({key} twice in {text!r}, at {token!r}); write it once"
+                f"a layout names each setting once ({key} twice in {shown!r}, at {token[:40]!r}); write it once"
             )
         values[key] = value
 
@@ -43,7 +52,7 @@ def parse_layout(text: str, batch: int | None = None) -> Layout:
         if m:
             key = {"mb": "microbatch_size", "v": "virtual"}.get(m.group(1), m.group(1))
             if len(m.group(2)) > 8:
-                raise PartitionError(f"{key} {m.group(2)} in {text!r} is beyond any cluster; write at most 8 digits")
+                raise PartitionError(f"{key} {m.group(2)} in {shown!r} is beyond any cluster; write at most 8 digits")
             put(key, int(m.group(2)), token)
         elif token in SCHEDULE_NAMES:
             put("schedule", token, token)
@@ -55,16 +64,28 @@ def parse_layout(text: str, batch: int | None = None) -> Layout:
             put("recompute", token[len("recompute-") :], token)
         else:
             raise PartitionError(
-                f"a layout is words like {LAYOUT_WORDS} (got {token!r} in {text!r}); "
+                f"a layout is words like {LAYOUT_WORDS} (got {token[:40]!r} in {shown!r}); "
                 f'write e.g. "dp2 tp2 zero3" with ASCII digits'
             )
     for key in ("dp", "tp", "pp", "ep", "cp", "microbatch_size", "virtual"):
         if values.get(key, 1) < 1:
-            raise PartitionError(f"{key} must be at least 1 (got {values[key]} in {text!r})")
+            raise PartitionError(f"{key} must be at least 1 (got {values[key]} in {shown!r})")
     if values.get("zero", 0) not in (0, 1, 2, 3):
-        raise PartitionError(f"zero must be 0, 1, 2 or 3 (got {values['zero']} in {text!r})")
+        raise PartitionError(f"zero must be 0, 1, 2 or 3 (got {values['zero']} in {shown!r})")
     if values.get("pp", 1) > 1 and "schedule" not in values:
         values["schedule"] = "gpipe"
+    chooses = [name for name, sch in SCHEDULES.items() if sch.choose_virtual]
+    if "virtual" in values and values.get("schedule") not in chooses:
+        raise PartitionError(
+            f"v{values['virtual']} sets the chunks a pipeline rank holds, which only {' and '.join(chooses)} "
+            f"chooses (the schedule in {shown!r}: {values.get('schedule', 'none')}); add pp2 or more and "
+            f"{chooses[0]}, or drop v{values['virtual']}"
+        )
+    if values.get("sp") is True and values.get("tp", 1) == 1:
+        raise PartitionError(
+            f"'sp' (sequence parallelism) splits a tensor-parallel group's activations and tp1 has none "
+            f"(in {shown!r}); add tp2 or more, or drop 'sp'"
+        )
     if "microbatch_size" not in values and batch is not None:
         values["microbatch_size"] = max(1, batch // values.get("dp", 1))
     return Layout(**values)

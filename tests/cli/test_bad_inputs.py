@@ -217,8 +217,8 @@ def test_a_hostile_profile_is_refused_naming_the_list_and_its_limit(name, flag, 
 
 OPEN_BEFORE_THE_WORK = [
     ("recompute-min-cut-0.5", ["--min-cut-budgets 0.5", "measures none"]),
-    ("v4", ["interleaved_1f1b", "drop 'v4'"]),
-    ("pp2 1f1b v4", ["interleaved_1f1b", "the schedule here: 1f1b"]),
+    ("v4", ["interleaved_1f1b", "drop v4"]),
+    ("pp2 1f1b v4", ["interleaved_1f1b", "'pp2 1f1b v4': 1f1b"]),
     ("sp", ["tp1", "add tp2"]),
     ("dp2 " * 20_000, ["80,000 characters", "at most 500"]),
 ]
@@ -247,7 +247,7 @@ def test_a_min_cut_budget_the_sweep_did_not_measure_is_refused_before_the_search
     graph = synthetic_graph([(0, 1)], [1000, 1000])
     prof = cluster.profile(graph, "tiny")
     work = cluster.Workload("training", 8, 16)
-    with pytest.raises(PartitionError, match="recomputation 'min-cut-0.5' is not one of this profile's"):
+    with pytest.raises(PartitionError, match="recompute-min-cut-0.5 reads functorch's min-cut at that budget"):
         checked_layout(parse_layout("recompute-min-cut-0.5"), prof, work, 8)
 
 
