@@ -208,8 +208,8 @@ def _render_table(
         check_layout(prof, layout, work)
         mine = cluster.evaluate(prof, work, target, layout)
     except PartitionError as exc:
-        shown = written if len(written) <= 60 else written[:57] + "..."
-        st.error(f"Cannot open {md(shown)}: {md(exc)}")
+        cut = written if len(written) <= 60 else written[:57] + "..."
+        st.error(f"Cannot open {md(cut)}: {md(exc)}")
         return chosen
     if not mine.fits:
         st.warning(

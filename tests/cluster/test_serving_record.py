@@ -37,7 +37,6 @@ MISSED = {
     ): "TensorRT-LLM 0.6.1's decode at batch 480 over tp4 is 2.6x the planner's roofline-bound step",
     ("llama-2-70b", 64, 2048, 2048): "TensorRT-LLM 0.6.1's decode at batch 64 over tp2 is 2.2x the planner's",
     ("llama-2-7b", 1, 128, 1): "TensorRT-LLM 0.5's first token carries a fixed cost the planner's prefill does not",
-    ("llama-2-7b", 1, 2048, 1): "TensorRT-LLM 0.5's first token carries a fixed cost the planner's prefill does not",
     ("llama-2-70b", 1, 128, 1): "TensorRT-LLM 0.5's first token at tp4 is 2x the planner's",
     ("llama-2-70b", 1, 2048, 1): "TensorRT-LLM 0.5's first token carries a fixed cost the planner's prefill does not",
 }
