@@ -32,7 +32,10 @@ def test_a_min_cut_budget_keeps_and_recomputes_its_measured_shares():
     fwd = none.parts_s["compute"] / none.microbatches / 3  # forward + a backward of twice it
     assert cut.parts_s["recomputation"] == pytest.approx(none.microbatches * 0.3 * fwd)
     assert cut.step_s == pytest.approx(none.step_s + none.microbatches * 0.3 * fwd)
-    with pytest.raises(PartitionError, match="recompute-min-cut-0.25 reads functorch's min-cut at that budget and this profile measured 0.5"):
+    with pytest.raises(
+        PartitionError,
+        match="recompute-min-cut-0.25 reads functorch's min-cut at that budget and this profile measured 0.5",
+    ):
         cluster.evaluate(p, w, TOY, cluster.Layout(recompute="min-cut-0.25"), sim)
 
 
