@@ -210,13 +210,8 @@ def test_blocks_of_different_sizes_are_no_run_and_a_model_without_blocks_is_trac
 def test_llama_3_1_405b_traces_from_three_layers_to_its_126():
     module, inputs, _ = _loading.load("hf:llama-3.1-405b", {"dtype": "bf16"})
     graph, outcome = trace_repeated(module, inputs, name="405b")  # deep enough to cut by default
-    if outcome.repeated:
-        assert (outcome.traced_layers, outcome.layers) == (3, 126)
-        assert cache.weights_on_meta(graph) is True and not cache.module_loaded(graph)  # said without a trace
-    else:
-        # under transformers 5.17 (the floor) this preset's trace names a call submod_N out of its
-        # running count: the expander refuses it and the model is traced whole, saying why
-        assert "running count" in outcome.reason and outcome.traced_layers == 126, outcome
+    assert outcome.repeated and (outcome.traced_layers, outcome.layers) == (3, 126)
+    assert cache.weights_on_meta(graph) is True and not cache.module_loaded(graph)  # said without a trace
     layers = [[n for n in graph.nodes if n.module_path.startswith(f"model.layers.{i}.")] for i in range(126)]
     assert all(len(nodes) == len(layers[1]) > 0 for nodes in layers)
     assert {sum(n.flops for n in nodes) for nodes in layers[1:]} == {sum(n.flops for n in layers[0])}
