@@ -8,7 +8,7 @@ import bisect
 import math
 import statistics
 from dataclasses import dataclass
-from typing import Any, Iterable, Sequence
+from typing import Any, Iterable, Mapping, Sequence
 
 from partitioner.errors import DeviceSpecError
 
@@ -21,6 +21,8 @@ __all__ = [
     "check_curve",
     "check_length",
     "real",
+    "text",
+    "named_items",
     "interp",
     "interp_through_zero",
 ]
@@ -65,9 +67,23 @@ def real(owner: str, what: str, value: Any) -> float:
         raise DeviceSpecError(f"{owner}: {what} is out of range (got {_short(value)})") from None
 
 
+def text(owner: str, what: str, value: Any) -> str:
+    """``value`` when it is a JSON string; anything else is refused, never converted."""
+    if not isinstance(value, str):
+        raise DeviceSpecError(f"{owner}: {what} must be text (got {type(value).__name__} {str(value)[:40]!r})")
+    return value
+
+
+def named_items(owner: str, what: str, value: Any) -> list[tuple[Any, Any]]:
+    """The (name, value) pairs of a JSON object of curves by name; anything else is refused."""
+    if not isinstance(value, Mapping):
+        raise DeviceSpecError(f"{owner}: {what} must be an object of curves by name (got {type(value).__name__})")
+    return list(value.items())
+
+
 def _short(value: Any, limit: int = 80) -> str:
-    text = repr(value)
-    return text if len(text) <= limit else f"{text[:limit]}... ({len(text):,} characters)"
+    shown = repr(value)
+    return shown if len(shown) <= limit else f"{shown[:limit]}... ({len(shown):,} characters)"
 
 
 def check_curve(owner: str, what: str, points: Iterable[Any], remedy: str = "partition-explorer calibrate") -> Curve:

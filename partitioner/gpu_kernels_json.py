@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from partitioner.curves import MAX_CURVE_POINTS, MAX_PROFILE_POINTS, check_length, real
+from partitioner.curves import MAX_CURVE_POINTS, MAX_PROFILE_POINTS, check_length, named_items, real, text
 from partitioner.errors import DeviceSpecError
 from partitioner.kernels import CALIBRATE_GPU, GPU_LIMITS, GpuKernels, gpu_curve
 
@@ -37,7 +37,7 @@ def gpu_kernels_from_json(data: Mapping[str, Any]) -> GpuKernels:
         raise DeviceSpecError(
             f"a GPU profile is a JSON object (got {type(data).__name__}); measure it with `{CALIBRATE_GPU}`"
         )
-    name = _text("GPU profile", "gpu", data.get("gpu", ""))[:200]
+    name = text("GPU profile", "gpu", data.get("gpu", ""))[:200]
     owner = f"GPU profile {name!r}"
     try:
         # Every list's length first, before a value of any is read (NOTE: [Bounded profiles]).
@@ -46,7 +46,7 @@ def gpu_kernels_from_json(data: Mapping[str, Any]) -> GpuKernels:
                 check_length(owner, field, data[field], limit, "entries", CALIBRATE_GPU)
         points = 0
         for field in ("matmul", "elementwise", "attention"):
-            for key, rows in _items(owner, field, data[field]):
+            for key, rows in named_items(owner, field, data[field]):
                 points += check_length(owner, f"{field}[{key!s:.40}]", rows, MAX_CURVE_POINTS, "points", CALIBRATE_GPU)
         for field in ("embedding", "loss"):
             points += check_length(owner, field, data[field], MAX_CURVE_POINTS, "points", CALIBRATE_GPU)
@@ -56,13 +56,15 @@ def gpu_kernels_from_json(data: Mapping[str, Any]) -> GpuKernels:
                 f"measurement makes a few hundred); measure it again with `{CALIBRATE_GPU}`"
             )
         raw = {
-            _text(owner, "a matmul dtype", d): [tuple(real(owner, f"matmul[{d}]", v) for v in r) for r in rows]
-            for d, rows in _items(owner, "matmul", data["matmul"])
+            text(owner, "a matmul dtype", d): [tuple(real(owner, f"matmul[{d}]", v) for v in r) for r in rows]
+            for d, rows in named_items(owner, "matmul", data["matmul"])
         }
         if any(len(r) != 4 for rows in raw.values() for r in rows):
             raise DeviceSpecError(f"GPU profile {name!r}: matmul rows are [m, k, n, seconds]")
         matmul = tuple(sorted((d, tuple(sorted((r[0], r[1], r[2], r[3]) for r in rows))) for d, rows in raw.items()))
-        kinds = [_text(owner, "an attention curve's name", k) for k, _ in _items(owner, "attention", data["attention"])]
+        kinds = [
+            text(owner, "an attention curve's name", k) for k, _ in named_items(owner, "attention", data["attention"])
+        ]
         if any(k not in ("causal", "full") for k in kinds):
             raise DeviceSpecError(f"{owner}: attention curves are named causal and full (got {kinds!r})")
         return GpuKernels(
@@ -72,24 +74,24 @@ def gpu_kernels_from_json(data: Mapping[str, Any]) -> GpuKernels:
             matmul=matmul,
             elementwise=tuple(
                 sorted(
-                    (_text(owner, "an elementwise kind", k), gpu_curve(name, f"elementwise[{k}]", c))
-                    for k, c in _items(owner, "elementwise", data["elementwise"])
+                    (text(owner, "an elementwise kind", k), gpu_curve(name, f"elementwise[{k}]", c))
+                    for k, c in named_items(owner, "elementwise", data["elementwise"])
                 )
             ),
             attention=tuple(
                 sorted(
                     (k == "causal", gpu_curve(name, f"attention[{k}]", c))
-                    for k, c in _items(owner, "attention", data["attention"])
+                    for k, c in named_items(owner, "attention", data["attention"])
                 )
             ),
             embedding=gpu_curve(name, "embedding", data["embedding"]),
             loss=gpu_curve(name, "loss", data["loss"]),
-            derived_from=_text(owner, "derived_from", data.get("derived_from", ""))[:500],
-            source=_text(owner, "source", data.get("source", ""))[:500],
+            derived_from=text(owner, "derived_from", data.get("derived_from", ""))[:500],
+            source=text(owner, "source", data.get("source", ""))[:500],
             derived_dtypes=tuple(
                 sorted(
-                    (_text(owner, "a derived dtype", d), real(owner, f"derived_dtypes[{d}]", r))
-                    for d, r in _items(owner, "derived_dtypes", data.get("derived_dtypes") or {})
+                    (text(owner, "a derived dtype", d), real(owner, f"derived_dtypes[{d}]", r))
+                    for d, r in named_items(owner, "derived_dtypes", data.get("derived_dtypes") or {})
                 )
             ),
         )
@@ -100,15 +102,3 @@ def gpu_kernels_from_json(data: Mapping[str, Any]) -> GpuKernels:
             f"GPU profile {name!r} is malformed ({type(exc).__name__}: {exc}); measure it "
             "again with `partition-explorer calibrate --gpu`"
         ) from None
-
-
-def _items(owner: str, what: str, value: Any) -> list[tuple[Any, Any]]:
-    if not isinstance(value, Mapping):
-        raise DeviceSpecError(f"{owner}: {what} must be an object of curves by name (got {type(value).__name__})")
-    return list(value.items())
-
-
-def _text(owner: str, what: str, value: Any) -> str:
-    if not isinstance(value, str):
-        raise DeviceSpecError(f"{owner}: {what} must be text (got {type(value).__name__} {str(value)[:40]!r})")
-    return value

@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 from typing import Any, Mapping
 
-from partitioner.curves import MAX_PROFILE_POINTS, AlphaBeta, check_curve, check_length, real
+from partitioner.curves import MAX_PROFILE_POINTS, AlphaBeta, check_curve, check_length, named_items, real, text
 from partitioner.errors import DeviceSpecError
 from partitioner.gpu_kernels_json import gpu_kernels_from_json, gpu_kernels_to_json
 from partitioner.kernels import ENGINES
@@ -90,11 +90,11 @@ def check_profile(p: Any) -> None:
     if isinstance(p.cores, bool) or not isinstance(p.cores, int) or not 1 <= p.cores <= 100_000:
         raise DeviceSpecError(f"profile {p.name!r}: cores must be an integer in [1, 100000] (got {p.cores!r})")
     for field in ("backend", "host", "measured_at"):
-        text = getattr(p, field)
-        if not isinstance(text, str) or len(text) > MAX_TEXT:
+        given = getattr(p, field)
+        if not isinstance(given, str) or len(given) > MAX_TEXT:
             raise DeviceSpecError(
                 f"profile {p.name!r}: {field} must be text of at most {MAX_TEXT} characters "
-                f"(got {type(text).__name__} of {len(str(text)):,}); measure it again with `{_REMEDY}`"
+                f"(got {type(given).__name__} of {len(str(given)):,}); measure it again with `{_REMEDY}`"
             )
     if p.engine not in ENGINES:
         raise DeviceSpecError(
@@ -182,14 +182,14 @@ def profile_fields(data: Mapping[str, Any]) -> dict[str, Any]:
     try:
         matmul = tuple(
             sorted(
-                (_text(owner, "a matmul dtype", dtype), check_curve(owner, f"matmul[{dtype}]", curve))
-                for dtype, curve in _mapping(owner, "matmul", data["matmul"])
+                (text(owner, "a matmul dtype", dtype), check_curve(owner, f"matmul[{dtype}]", curve))
+                for dtype, curve in named_items(owner, "matmul", data["matmul"])
             )
         )
         collectives = tuple(
             sorted(
                 (
-                    _text(owner, "a collective's kind", c["kind"]),
+                    text(owner, "a collective's kind", c["kind"]),
                     _integer(owner, "a collective's processes", c["processes"]),
                     AlphaBeta(
                         real(owner, "latency_s", c["latency_s"]),
@@ -217,19 +217,19 @@ def profile_fields(data: Mapping[str, Any]) -> dict[str, Any]:
             training_step_factor=real(owner, "training_step_factor", data.get("training_step_factor", 3.0)),
             elementwise=tuple(
                 sorted(
-                    (_text(owner, "an elementwise kind", k), check_curve(owner, f"elementwise[{k}]", c))
-                    for k, c in _mapping(owner, "elementwise", data.get("elementwise", {}))
+                    (text(owner, "an elementwise kind", k), check_curve(owner, f"elementwise[{k}]", c))
+                    for k, c in named_items(owner, "elementwise", data.get("elementwise", {}))
                 )
             ),
             graph_op_overhead_s=real(owner, "graph_op_overhead_s", data.get("graph_op_overhead_s", 0.0)),
             cores=_integer(owner, "cores", data.get("cores", 1)),
-            backend=_text(owner, "backend", data.get("backend", "gloo")),
-            host=_text(owner, "host", data.get("host", "")),
+            backend=text(owner, "backend", data.get("backend", "gloo")),
+            host=text(owner, "host", data.get("host", "")),
             load_average=real(owner, "load_average", data.get("load_average", 0.0)),
-            measured_at=_text(owner, "measured_at", data.get("measured_at", "")),
+            measured_at=text(owner, "measured_at", data.get("measured_at", "")),
             calibration_s=real(owner, "calibration_s", data.get("calibration_s", 0.0)),
             gpu=gpu_kernels_from_json(data["gpu"]) if data.get("gpu") is not None else None,
-            engine=_text(owner, "engine", data.get("engine", "eager")),
+            engine=text(owner, "engine", data.get("engine", "eager")),
         )
     except DeviceSpecError:
         raise
@@ -240,24 +240,12 @@ def profile_fields(data: Mapping[str, Any]) -> dict[str, Any]:
         ) from None
 
 
-def _mapping(owner: str, what: str, value: Any) -> list[tuple[Any, Any]]:
-    if not isinstance(value, Mapping):
-        raise DeviceSpecError(f"{owner}: {what} must be an object of curves by name (got {type(value).__name__})")
-    return list(value.items())
-
-
 def _integer(owner: str, what: str, value: Any) -> int:
     """A JSON integer (or a float with no fraction, 8e10); a boolean, a string or a fraction is refused."""
     number = real(owner, what, value)
     if not number.is_integer():
         raise DeviceSpecError(f"{owner}: {what} must be an integer (got {value!r})")
     return int(number)
-
-
-def _text(owner: str, what: str, value: Any) -> str:
-    if not isinstance(value, str):
-        raise DeviceSpecError(f"{owner}: {what} must be text (got {type(value).__name__} {str(value)[:40]!r})")
-    return value
 
 
 def _pairs(data: Mapping[str, Any], key: str, default: Any = ()) -> tuple[tuple[int, float], ...]:
