@@ -275,7 +275,7 @@ def evaluate(
         m,
         stage_s=(stage_f, stage_b),
         band_s=band,
-        assumes=_training_assumes(p, acc, lay),
+        assumes=_training_assumes(acc, lay),
         mfu_causal=mfu * causal_flops / model_flops if model_flops else 0.0,
     )
 
@@ -361,7 +361,7 @@ def _step_band(
     return min(ends[0], step), max(ends[1], step)
 
 
-def _training_assumes(p: ModelProfile, acc: Accelerator, lay: Layout) -> tuple[str, ...]:
+def _training_assumes(acc: Accelerator, lay: Layout) -> tuple[str, ...]:
     """What a training step's time assumes, in words (NOTE: [Engine costs])."""
     split = lay.pp > 1 and get_schedule(lay.schedule).step_form.name == "BOUND"
     return _assumes(acc.assumes, split)

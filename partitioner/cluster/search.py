@@ -199,8 +199,10 @@ def _partial_recompute(
     """The layout of ``none`` (no recomputation, over the memory) with the fewest of each rank's
     layers recomputed whole that fits (Megatron-LM's ``--recompute-num-layers``): each layer
     recomputed trades its saved values for its input in every microbatch in flight, so the count
-    follows from ``none``'s memory; checked by evaluating it (and one more layer). None when even
-    all but one layer recomputed does not fit (full recomputation is searched on its own). O(1)."""
+    follows from ``none``'s memory and that of all but one layer recomputed; from that estimate the
+    count goes down while it fits, else up until it does. None when even all but one layer
+    recomputed does not fit (full recomputation is searched on its own). O(layers) evaluations at
+    most, a few in practice."""
     layers = int(stage_layers(p, none.layout))
     if layers < 2 or "activations" not in none.memory:
         return None
