@@ -15,7 +15,7 @@ import logging
 import sys
 from typing import Sequence
 
-from cli import calibrate, cluster, commands, execute, pipeline, remat, shard
+from cli import calibrate, cluster, commands, execute, pipeline, remat, review, shard
 from cli.inputs import EXIT_FAIL, EXIT_INTERNAL, EXIT_OK, EXIT_RUN, EXIT_USAGE, CLIError, refuse_overwriting
 from partitioner import __version__
 from partitioner.errors import InfeasibleError, InvalidPlanError, PartitionError, RunError
@@ -25,7 +25,7 @@ __all__ = ["main", "build_parser", "PROG"]
 PROG = "partition-explorer"
 
 # Each module has register(subparsers, common) adding its commands with set_defaults(func=...).
-COMMAND_MODULES = (commands, execute, pipeline, remat, shard, cluster, calibrate)
+COMMAND_MODULES = (commands, execute, pipeline, remat, shard, cluster, review, calibrate)
 
 
 def build_parser() -> argparse.ArgumentParser:

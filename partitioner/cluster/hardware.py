@@ -113,8 +113,13 @@ class Cluster:
     intra: Link = LINKS["nvlink4"]
     inter: Link = LINKS["infiniband-ndr"]
     headroom_bytes: int = 4 * GiB
+    # serving: the share of each card the engine takes (vLLM's --gpu-memory-utilization, SGLang's
+    # --mem-fraction-static); the rest is the CUDA context's and other processes'
+    memory_utilization: float = GPU_MEMORY_UTILIZATION
 
     def __post_init__(self) -> None:
+        if not 0 < self.memory_utilization <= 1:
+            raise PartitionError(f"memory_utilization must be in (0, 1] (got {self.memory_utilization})")
         if not 1 <= self.devices_per_node <= 64:
             raise PartitionError(f"devices_per_node must be in [1, 64] (got {self.devices_per_node})")
         if not 0 <= self.headroom_bytes < self.accelerator.memory_bytes:

@@ -9,6 +9,7 @@ from typing import Any
 from partitioner.cost.training import check_optimizer
 from partitioner.errors import PartitionError
 from partitioner.pipeline.schedules import NO_SCHEDULE, SCHEDULES, get_schedule
+from partitioner.units import dtype_for_bytes, find_dtype
 
 __all__ = [
     "Workload",
@@ -51,7 +52,11 @@ def _is_min_cut(text: str) -> bool:
 class Workload:
     """Training: ``global_batch`` sequences of ``seq_len`` tokens a step, weights of
     ``element_bytes`` (2: bf16 mixed precision), ``optimizer``, ``train_tokens`` to price a run.
-    Inference: ``global_batch`` sequences, a prompt of ``seq_len`` tokens, ``generate_tokens``."""
+    Inference: ``global_batch`` sequences, a prompt of ``seq_len`` tokens, ``generate_tokens``.
+    ``dtype`` names the precision (a short name of :data:`partitioner.units.DTYPES`: ``bf16``,
+    ``fp16``, ``fp8``, ``fp32``): given, it sets ``element_bytes``; left out, it is the floating
+    type of ``element_bytes`` (2: bf16). The exports write it (Megatron-LM's ``--bf16``/``--fp16``,
+    DeepSpeed's blocks, torchtitan's mixed precision)."""
 
     kind: str = "training"
     global_batch: int = 512
@@ -60,14 +65,28 @@ class Workload:
     optimizer: str = "adam"
     train_tokens: float = 1e12
     generate_tokens: int = 256
+    dtype: str = ""
 
     def __post_init__(self) -> None:
         if self.kind not in ("training", "inference"):
             raise PartitionError(f"kind must be 'training' or 'inference' (got {self.kind!r})")
         if self.global_batch < 1 or self.seq_len < 1 or self.generate_tokens < 0:
             raise PartitionError(f"global_batch and seq_len must be >= 1 (got {self.global_batch}, {self.seq_len})")
+        if self.dtype:
+            named = find_dtype(self.dtype)
+            if named is None or not named.floating or named.bytes not in (1, 2, 4):
+                raise PartitionError(f"dtype must be one of fp8, bf16, fp16 or fp32 (got {self.dtype!r})")
+            if self.element_bytes not in (2, named.bytes):  # 2: the default, which a named dtype sets
+                raise PartitionError(
+                    f"dtype {self.dtype} takes {named.bytes} byte(s) an element and element_bytes says "
+                    f"{self.element_bytes}; give one of them"
+                )
+            object.__setattr__(self, "element_bytes", named.bytes)
+            object.__setattr__(self, "dtype", named.short)
         if self.element_bytes not in (1, 2, 4):
             raise PartitionError(f"element_bytes must be 1, 2 or 4 (got {self.element_bytes})")
+        if not self.dtype:
+            object.__setattr__(self, "dtype", dtype_for_bytes(self.element_bytes).short)
         check_optimizer(self.optimizer)
 
 

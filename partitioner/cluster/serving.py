@@ -44,7 +44,6 @@ import math
 from partitioner.cluster.comms import _serving_tp_allreduce
 from partitioner.cluster.engine import COLLECTIVE_SPREAD, KERNEL_SPREAD, host_per_op_range_s
 from partitioner.cluster.hardware import (
-    GPU_MEMORY_UTILIZATION,
     KV_BLOCK_TOKENS,
     Accelerator,
     Cluster,
@@ -120,8 +119,8 @@ def serve(p: ModelProfile, w: Workload, c: Cluster, lay: Layout) -> LayoutResult
     kv_per_sequence = p.kv_bytes_per_token * scale * blocks / lay.tp / lay.pp
     mem["kv_cache"] = kv_per_sequence * batch
     mem["activations"] = p.act_bytes_per_token * act_scale * pass_tokens / lay.tp / max(1, p.layers)
-    # the engine takes GPU_MEMORY_UTILIZATION of the card; the rest is the CUDA context's and others'
-    mem["headroom"] = max(float(c.headroom_bytes), (1 - GPU_MEMORY_UTILIZATION) * acc.memory_bytes)
+    # the engine takes c.memory_utilization of the card; the rest is the CUDA context's and others'
+    mem["headroom"] = max(float(c.headroom_bytes), (1 - c.memory_utilization) * acc.memory_bytes)
     bw, peak = acc.memory_bandwidth_bytes_per_s, acc.peak_for(elem)
     link = c.intra if lay.tp * lay.pp <= c.devices_per_node else c.inter
     fused_acc = dataclasses.replace(acc, engine=SERVING_ENGINE)
@@ -180,7 +179,7 @@ def serve(p: ModelProfile, w: Workload, c: Cluster, lay: Layout) -> LayoutResult
     tps = w.global_batch / per_token
     mfu = flops / (per_token * lay.tp * lay.pp * acc.peak_flops)
     cost = acc.price_per_hour * lay.devices / 3600 * run_s / generated * 1e6
-    engine_room = GPU_MEMORY_UTILIZATION * acc.memory_bytes - mem["weights"] - mem["activations"]
+    engine_room = c.memory_utilization * acc.memory_bytes - mem["weights"] - mem["activations"]
     extra = {
         "time_to_first_token_s": ttft,
         "prefill_s": prefill_s,
@@ -242,7 +241,7 @@ def _assumes(acc: Accelerator, c: Cluster, lay: Layout, w: Workload, chunk: int)
     out = [
         engine,
         f"chunked prefill {chunk} tokens a pass (vLLM's max_num_batched_tokens on this card)",
-        f"KV cache in blocks of {KV_BLOCK_TOKENS} tokens; the engine takes {GPU_MEMORY_UTILIZATION:.0%} of memory",
+        f"KV cache in blocks of {KV_BLOCK_TOKENS} tokens; the engine takes {c.memory_utilization:.0%} of memory",
     ]
     if lay.tp > 1:
         seconds, algorithm = _serving_tp_allreduce(c, 8192.0, lay.tp)

@@ -21,12 +21,22 @@ import json
 import shlex
 from typing import Any
 
+from partitioner.cluster.layout_types import recompute_layers
 from partitioner.cluster.layouts import Layout, Workload
 from partitioner.errors import PartitionError
 from partitioner.pipeline.schedules import NO_SCHEDULE, get_schedule, virtual_stages
-from partitioner.units import dtype_for_bytes
+from partitioner.units import dtype
 
-__all__ = ["to_torchtitan", "to_torchtitan_args", "to_megatron", "to_deepspeed", "ENGINES", "toml_text", "engine_file"]
+__all__ = [
+    "steps",
+    "to_torchtitan",
+    "to_torchtitan_args",
+    "to_megatron",
+    "to_deepspeed",
+    "ENGINES",
+    "toml_text",
+    "engine_file",
+]
 
 
 def to_torchtitan(layout: Layout, workload: Workload) -> dict[str, Any]:
@@ -57,9 +67,12 @@ def to_torchtitan(layout: Layout, workload: Workload) -> dict[str, Any]:
             "local_batch_size": per_replica if layout.pp > 1 else layout.microbatch_size,
             "global_batch_size": workload.global_batch,
             "seq_len": workload.seq_len,
-            "mixed_precision_param": dtype_for_bytes(max(workload.element_bytes, 2)).name,
+            "steps": steps(workload),
+            "mixed_precision_param": _titan_param_dtype(workload),
         },
     }
+    if workload.dtype == "fp8":  # torchtitan's float8 converter (torchao) on the linear layers
+        config["model"] = {"converters": ["float8"]}
     if layout.recompute.startswith("min-cut-"):
         config["compile"] = {"enable": True}  # memory_budget mode runs under torch.compile
     notes = []
@@ -75,6 +88,18 @@ def to_torchtitan(layout: Layout, workload: Workload) -> dict[str, Any]:
     if notes:
         config["note"] = "; ".join(notes)
     return config
+
+
+def steps(workload: Workload) -> int:
+    """The optimizer steps that train ``workload.train_tokens`` (torchtitan's ``training.steps``,
+    Megatron-LM's ``--train-iters``)."""
+    return max(1, round(workload.train_tokens / (workload.global_batch * workload.seq_len)))
+
+
+def _titan_param_dtype(workload: Workload) -> str:
+    """torchtitan's ``mixed_precision_param``: the workload's precision (fp8's products run in
+    float8 under the converter; its parameters and activations stay bf16)."""
+    return dtype(workload.dtype).name if workload.dtype != "fp8" else dtype("bf16").name
 
 
 def _titan_checkpoint(layout: Layout) -> dict[str, Any]:
@@ -120,7 +145,9 @@ def to_megatron(layout: Layout, workload: Workload) -> list[str]:
         str(workload.global_batch),
         "--seq-length",
         str(workload.seq_len),
-        "--bf16",
+        "--train-iters",
+        str(steps(workload)),
+        *_megatron_precision(workload),
     ]
     if layout.tp > 1 and layout.sp:
         args.append("--sequence-parallel")
@@ -139,9 +166,20 @@ def to_megatron(layout: Layout, workload: Workload) -> list[str]:
             args += ["--num-distributed-optimizer-instances", str(layout.dp * layout.cp // layout.shard)]
     if layout.recompute == "full":
         args += ["--recompute-granularity", "full", "--recompute-method", "uniform", "--recompute-num-layers", "1"]
+    elif recompute_layers(layout.recompute):  # K layers of each pipeline rank, the rest keep all
+        count = str(recompute_layers(layout.recompute))
+        args += ["--recompute-granularity", "full", "--recompute-method", "block", "--recompute-num-layers", count]
     elif layout.recompute == "selective":  # the attention core (Korthikanti et al. 2022)
         args += ["--recompute-granularity", "selective"]
     return args
+
+
+def _megatron_precision(workload: Workload) -> list[str]:
+    """Megatron-LM's precision flags: ``--bf16`` or ``--fp16`` (mixed, fp32 master weights), none
+    for fp32, and for fp8 Transformer Engine's ``--fp8-format hybrid`` beside bf16."""
+    if workload.dtype == "fp8":
+        return ["--bf16", "--fp8-format", "hybrid"]
+    return [] if workload.element_bytes == 4 else [f"--{workload.dtype}"]
 
 
 def to_deepspeed(layout: Layout, workload: Workload) -> dict[str, Any]:
@@ -150,7 +188,8 @@ def to_deepspeed(layout: Layout, workload: Workload) -> dict[str, Any]:
         "train_batch_size": workload.global_batch,
         "train_micro_batch_size_per_gpu": layout.microbatch_size,
         "gradient_accumulation_steps": per_replica // layout.microbatch_size,
-        "bf16": {"enabled": workload.element_bytes == 2},
+        "bf16": {"enabled": workload.dtype in ("bf16", "fp8")},
+        "fp16": {"enabled": workload.dtype == "fp16"},
         "zero_optimization": {
             "stage": layout.zero,
             **({"zero_hpz_partition_size": layout.shard} if layout.shard and layout.zero == 3 else {}),
@@ -158,8 +197,13 @@ def to_deepspeed(layout: Layout, workload: Workload) -> dict[str, Any]:
         },
         "activation_checkpointing": {"partition_activations": layout.recompute == "full"},
     }
+    comments = []
     if layout.ep > 1:  # DeepSpeed-MoE takes ep_size in the model's MoE layers, not in this file
-        config["comment"] = f"expert parallelism: deepspeed.moe.layer.MoE(..., ep_size={layout.ep})"
+        comments.append(f"expert parallelism: deepspeed.moe.layer.MoE(..., ep_size={layout.ep})")
+    if workload.dtype == "fp8":
+        comments.append("fp8: DeepSpeed runs FP8 products through Transformer Engine's layers in the model")
+    if comments:
+        config["comment"] = "; ".join(comments)
     return config
 
 
@@ -172,16 +216,17 @@ def toml_text(config: dict[str, Any]) -> str:
             continue
         lines.append(f"[{section}]")
         for key, value in values.items():
-            text = (
-                f'"{value}"'
-                if isinstance(value, str)
-                else str(value).lower()
-                if isinstance(value, bool)
-                else str(value)
-            )
-            lines.append(f"{key} = {text}")
+            lines.append(f"{key} = {_toml_value(value)}")
         lines.append("")
     return "\n".join(lines)
+
+
+def _toml_value(value: Any) -> str:
+    if isinstance(value, list):
+        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
+    if isinstance(value, str):
+        return json.dumps(value)  # a TOML basic string: JSON's escapes are TOML's
+    return str(value).lower() if isinstance(value, bool) else str(value)
 
 
 ENGINES = {
