@@ -247,6 +247,9 @@ def engine_file(engine: str, layout: Layout, workload: Workload) -> tuple[str, s
     if engine in ("torchtitan-args", "megatron"):
         args = ENGINES[engine](layout, workload)
         note = to_torchtitan(layout, workload).get("note") if engine == "torchtitan-args" else None
+        if engine == "torchtitan-args" and workload.dtype == "fp8":
+            fp8 = "fp8: torchtitan 0.3 sets float8 in the Python config (the model's Float8LinearConverter)"
+            note = f"{note}; {fp8}" if note else fp8
         if engine == "megatron" and layout.schedule == "zero_bubble":
             note = (
                 "Megatron-LM has no zero-bubble schedule: this runs interleaved 1F1B with 2 chunks a rank "

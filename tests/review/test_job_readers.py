@@ -40,8 +40,10 @@ def test_a_misspelt_torchtitan_field_is_named_with_the_nearest_one():
         ("[parallelism]\ndata_parallel_shard_degree = -1\n", "give --devices N"),
         ("[parallelism\n", "is not TOML"),
         ("[activation_checkpoint]\nmode = 'sometimes'\n[parallelism]\ndata_parallel_shard_degree = 1\n", "mode"),
-        ("[training]\nlocal_batch_size = 3\nglobal_batch_size = 64\n[parallelism]\ndata_parallel_shard_degree = 2\n",
-         "not a multiple of local_batch_size"),
+        (
+            "[training]\nlocal_batch_size = 3\nglobal_batch_size = 64\n[parallelism]\ndata_parallel_shard_degree = 2\n",
+            "not a multiple of local_batch_size",
+        ),
     ],
 )
 def test_a_malformed_torchtitan_config_names_the_field(text, named):
@@ -68,8 +70,22 @@ def test_a_scripts_variables_arrays_and_ifs_expand_as_bash_would():
         'if [ ! -f "$SCRIPT" ]; then\n  exit 1\nfi\n'
         "torchrun --nproc_per_node $GPUS --nnodes $NODES run.py ${A[@]} ${B[@]} --w $WORLD  # done\n"
     )
-    assert launch.words == ["torchrun", "--nproc_per_node", "8", "--nnodes", "2", "run.py", "--x", "1", "--y", "2",
-                            "--z", "--yes", "--w", "16"]
+    assert launch.words == [
+        "torchrun",
+        "--nproc_per_node",
+        "8",
+        "--nnodes",
+        "2",
+        "run.py",
+        "--x",
+        "1",
+        "--y",
+        "2",
+        "--z",
+        "--yes",
+        "--w",
+        "16",
+    ]
     assert expand_script("X=$((2**99**99))\nrun --x $X").words[-1] == "0"  # no power is computed
 
 
