@@ -13,6 +13,7 @@ from explorer import cluster_panels, state
 from explorer.builders import cluster_figures
 from explorer.builders.text import md
 from explorer.cluster_inputs import hardware_ui, min_cut_ui, workload_ui
+from explorer.views import review_job
 from partitioner import Graph, cluster, format_bytes, format_seconds
 from partitioner.cluster import bands
 from partitioner.cluster.search import at_the_edge, stops_paying
@@ -310,6 +311,7 @@ def main() -> None:
     work = workload_ui()
     hw = hardware_ui(work.kind)
     prof = _profile(graph, graph.fingerprint(), config.model.label)
+    review_job.render(prof, config.model.label, hw)
     min_cut = min_cut_ui(graph, prof) if work.kind == "training" else ()
     try:
         found = _search(graph, graph.fingerprint(), config.model.label, work, **hw, min_cut=min_cut)
