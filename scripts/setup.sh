@@ -2,7 +2,7 @@
 # Set up Partition Explorer on a fresh Debian/Ubuntu machine:
 #   system packages (Graphviz's `dot`; with --test also Chromium for the browser test),
 #   a virtualenv in .venv, and the project with its dependencies (torch pinned by constraints.txt).
-# Usage: bash scripts/setup.sh          # for the app and the CLI
+# Usage: bash scripts/setup.sh          # for the app and the CLI (with transformers: Hugging Face models)
 #        bash scripts/setup.sh --test   # also the test dependencies and Chromium
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -30,8 +30,10 @@ if [ "${#need[@]}" -gt 0 ]; then
 fi
 
 [ -x .venv/bin/python ] || python3 -m venv .venv
-extra=""
-[ "$want_test" = 1 ] && extra="[dev]"
+# The app's Start here box sends a newcomer to Hugging Face presets: the hf extra (transformers,
+# accelerate) comes with the plain set-up too.
+extra="[hf]"
+[ "$want_test" = 1 ] && extra="[hf,dev]"
 echo "setup: installing the project into .venv (torch pinned by constraints.txt)"
 .venv/bin/python -m pip install -q --disable-pip-version-check -c constraints.txt -e ".${extra}"
 if [ "$want_test" = 1 ]; then

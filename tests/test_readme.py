@@ -1,5 +1,9 @@
-"""Every example in the README runs as written: the command-line block top to bottom (in a fresh
-folder holding only the set-up's .venv and the example factory), and the library snippet."""
+"""Every example of the documentation runs as written: the README and every page under docs/.
+The examples with something to check are run by a test of their own (the command-line block top
+to bottom, in a fresh folder holding only the set-up's .venv and the example factory; the library
+snippets; each technique's commands); every other bash or python block of any page, a page added
+later included, is run by ``test_other_examples_run`` (a page's bash blocks in order in one fresh
+folder, its python blocks from the repository root), so no example goes untested."""
 
 from __future__ import annotations
 
@@ -13,19 +17,111 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-README = (ROOT / "README.md").read_text()
+PAGES = ["README.md"] + sorted(f"docs/{p.name}" for p in (ROOT / "docs").glob("*.md"))
+BLOCK = re.compile(r"^```(bash|python)\n(.*?)^```", re.S | re.M)
+
+# The blocks a test of their own runs: (page, the text the block follows, language).
+CLAIMED = {
+    ("docs/cli.md", "# Command line", "bash"),
+    ("docs/library.md", "# The library", "python"),
+    ("docs/library.md", "## Cost models", "python"),
+    ("docs/hugging-face.md", "# Hugging Face models", "bash"),
+    ("docs/running.md", "# Running a plan for real", "bash"),
+    ("docs/pipelines.md", "# Pipelines", "bash"),
+    ("docs/training-memory.md", "# Training memory", "bash"),
+    ("docs/sharding.md", "# Sharding", "bash"),
+    ("docs/cluster.md", "# Planning a cluster", "bash"),
+    ("docs/cluster.md", "`--run LAYOUT` runs", "bash"),
+}
 
 
-def _block(after: str, language: str) -> str:
-    section = README[README.index(after) :]
-    match = re.search(rf"```{language}\n(.*?)```", section, re.S)
-    assert match, f"no {language} block after {after!r}"
-    return match.group(1)
+def _text(page: str) -> str:
+    return (ROOT / page).read_text()
+
+
+def _find(page: str, after: str, language: str) -> re.Match:
+    text = _text(page)
+    assert after in text, f"{page} has no {after!r}"
+    match = BLOCK.search(text, text.index(after))
+    while match and match.group(1) != language:
+        match = BLOCK.search(text, match.end())
+    assert match, f"no {language} block after {after!r} in {page}"
+    return match
+
+
+def _block(page: str, after: str, language: str) -> str:
+    return _find(page, after, language).group(2)
+
+
+def _all_blocks() -> list[tuple[str, int, str, str]]:
+    """Every bash and python block of every page: (page, offset, language, code), in page order."""
+    return [(page, m.start(), m.group(1), m.group(2)) for page in PAGES for m in BLOCK.finditer(_text(page))]
+
+
+def _unclaimed() -> dict[str, list[tuple[str, str]]]:
+    claimed = {(page, _find(page, after, language).start()) for page, after, language in CLAIMED}
+    found: dict[str, list[tuple[str, str]]] = {}
+    for page, start, language, code in _all_blocks():
+        if (page, start) not in claimed:
+            found.setdefault(page, []).append((language, code))
+    return found
+
+
+def test_the_readme_first_screen_says_what_it_is_for_shows_the_app_and_gives_the_two_commands():
+    """The first screen (its first 20 lines): the purpose, the picture kept in the repository, and
+    the two commands CI runs (.ci/run runs the test one verbatim)."""
+    head = "\n".join(_text("README.md").splitlines()[:20])
+    assert "before you buy, book or deploy" in head
+    picture = re.search(r"!\[[^\]]+\]\((docs/img/[\w.-]+\.png)\)", head)
+    assert picture and (ROOT / picture.group(1)).stat().st_size > 20_000
+    start = "bash scripts/setup.sh && .venv/bin/streamlit run explorer/app.py"
+    test = 'bash scripts/setup.sh --test && .venv/bin/python -m pytest -q -m "not slow"'
+    assert f"    {start}\n" in head and f"    {test}\n" in head
+    assert test in (ROOT / ".ci" / "run").read_text()
+    assert len(_text("README.md").splitlines()) < 80  # the reference lives in docs/
+
+
+def test_every_docs_page_is_linked_from_the_readme_and_every_link_resolves():
+    readme = _text("README.md")
+    for page in PAGES[1:]:
+        if page != "docs/review.md":  # its author links it
+            assert f"({page})" in readme, f"the README does not link {page}"
+    for page in PAGES:
+        for target in re.findall(r"\]\(([^)#\s]+\.(?:md|png))\)", _text(page)):
+            assert (ROOT / page).parent.joinpath(target).resolve().exists(), f"{page} links a missing {target}"
+
+
+def test_every_claimed_example_exists_and_other_blocks_are_run_generically():
+    """Each test's block is where it says (``_find`` fails naming the page otherwise), and the blocks no
+    test claims are exactly what ``test_other_examples_run`` runs (today: the GPU page's two plans)."""
+    unclaimed = _unclaimed()
+    assert sum(len(blocks) for blocks in unclaimed.values()) + len(CLAIMED) == len(_all_blocks())
+    assert "docs/gpu.md" in unclaimed and "@graphs" in unclaimed["docs/gpu.md"][0][1]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("page", sorted(_unclaimed()))
+def test_other_examples_run(page, tmp_path):
+    """The page's blocks no other test runs: bash in order in one fresh folder holding the set-up's
+    .venv and the example factory, python from the repository root."""
+    (tmp_path / ".venv").symlink_to(Path(sys.executable).parents[1])
+    (tmp_path / "examples").symlink_to(ROOT / "examples")
+    for language, code in _unclaimed()[page]:
+        command = ["bash", "-euo", "pipefail", "-c", code] if language == "bash" else [sys.executable, "-c", code]
+        done = subprocess.run(
+            command,
+            cwd=tmp_path if language == "bash" else ROOT,
+            capture_output=True,
+            text=True,
+            timeout=600,
+            env={**os.environ, "PYTHONPATH": ""} if language == "bash" else None,
+        )
+        assert done.returncode == 0, f"{page}:\n{code}\n" + done.stdout[-3000:] + done.stderr[-3000:]
 
 
 @pytest.mark.slow
 def test_command_line_examples_run_in_order(tmp_path):
-    script = _block("## Command line", "bash")
+    script = _block("docs/cli.md", "# Command line", "bash")
     assert ".venv/bin/partition-explorer" in script and "my_models:build" in script
     (tmp_path / ".venv").symlink_to(Path(sys.executable).parents[1])
     (tmp_path / "examples").symlink_to(ROOT / "examples")
@@ -50,14 +146,14 @@ def test_command_line_examples_run_in_order(tmp_path):
 
 @pytest.mark.slow
 def test_library_snippet_runs():
-    code = _block("## The library", "python")
+    code = _block("docs/library.md", "# The library", "python")
     done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
 
 
 @pytest.mark.slow
 def test_optimal_snippet_runs():
-    code = _block("### Cost models", "python")
+    code = _block("docs/library.md", "## Cost models", "python")
     assert 'mode="optimal"' in code
     done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
@@ -67,18 +163,18 @@ def test_optimal_snippet_runs():
 
 @pytest.mark.slow
 def test_hugging_face_examples_run(tmp_path):
-    _run_block("## Hugging Face models", tmp_path)
+    _run_block("docs/hugging-face.md", "# Hugging Face models", tmp_path)
     plan = json.loads((tmp_path / "llama_plan.json").read_text())
     assert plan["model"] == "hf:llama-3-8b(dtype=bf16)" and len(plan["partitions"]) >= 2
     device_map = json.loads((tmp_path / "device_map.json").read_text())["device_map"]
     assert set(device_map.values()) == {0, 1} and any(k.startswith("model.layers.") for k in device_map)
 
 
-def _run_block(after: str, tmp_path: Path) -> subprocess.CompletedProcess:
+def _run_block(page: str, after: str, tmp_path: Path) -> subprocess.CompletedProcess:
     """The section's bash block, in a fresh folder holding only the set-up's .venv."""
     (tmp_path / ".venv").symlink_to(Path(sys.executable).parents[1])
     done = subprocess.run(
-        ["bash", "-euo", "pipefail", "-c", _block(after, "bash")],
+        ["bash", "-euo", "pipefail", "-c", _block(page, after, "bash")],
         cwd=tmp_path,
         capture_output=True,
         text=True,
@@ -90,13 +186,13 @@ def _run_block(after: str, tmp_path: Path) -> subprocess.CompletedProcess:
 
 @pytest.mark.slow
 def test_real_run_example_runs(tmp_path):
-    done = _run_block("## Running a plan for real", tmp_path)
+    done = _run_block("docs/running.md", "# Running a plan for real", tmp_path)
     assert "outputs equal the model" in done.stdout and "calibrated on this machine" in done.stdout
 
 
 @pytest.mark.slow
 def test_pipeline_examples_run(tmp_path):
-    done = _run_block("## Pipelines", tmp_path)
+    done = _run_block("docs/pipelines.md", "# Pipelines", tmp_path)
     pipe = json.loads((tmp_path / "pipe.json").read_text())
     assert pipe["kind"] == "pipeline" and len(pipe["stages"]) == 4 and pipe["training"] == "adam"
     assert "outputs equal the model in one process; gradients equal the model's" in done.stdout
@@ -105,7 +201,7 @@ def test_pipeline_examples_run(tmp_path):
 
 @pytest.mark.slow
 def test_training_memory_examples_run(tmp_path):
-    done = _run_block("## Training memory", tmp_path)
+    done = _run_block("docs/training-memory.md", "# Training memory", tmp_path)
     assert "recomputed:" in done.stdout
     results = json.loads((tmp_path / "remat.json").read_text())["results"]
     assert [r["budget"] for r in results] == [i / 10 for i in range(11)] and all(r["gradients_equal"] for r in results)
@@ -113,7 +209,7 @@ def test_training_memory_examples_run(tmp_path):
 
 @pytest.mark.slow
 def test_sharding_examples_run(tmp_path):
-    done = _run_block("## Sharding", tmp_path)
+    done = _run_block("docs/sharding.md", "# Sharding", tmp_path)
     assert "as predicted" in done.stdout and "outputs equal the model" in done.stdout
     report = json.loads((tmp_path / "shard.json").read_text())
     assert (
@@ -123,7 +219,7 @@ def test_sharding_examples_run(tmp_path):
 
 
 def _run_bash(script: str, tmp_path: Path) -> subprocess.CompletedProcess:
-    """Run a README bash block in ``tmp_path`` with this interpreter's venv as ``.venv``."""
+    """Run a documentation bash block in ``tmp_path`` with this interpreter's venv as ``.venv``."""
     (tmp_path / ".venv").symlink_to(Path(sys.executable).parents[1])
     done = subprocess.run(
         ["bash", "-euo", "pipefail", "-c", script],
@@ -139,13 +235,13 @@ def _run_bash(script: str, tmp_path: Path) -> subprocess.CompletedProcess:
 
 @pytest.mark.slow
 def test_cluster_run_example_runs(tmp_path):
-    done = _run_bash(_block("`--run LAYOUT` runs", "bash"), tmp_path)
+    done = _run_bash(_block("docs/cluster.md", "`--run LAYOUT` runs", "bash"), tmp_path)
     assert "gradients equal: yes" in done.stdout and "equals one process's" in done.stdout
 
 
 @pytest.mark.slow
 def test_cluster_examples_run(tmp_path):
-    done = _run_bash(_block("## Planning a cluster", "bash"), tmp_path)
+    done = _run_bash(_block("docs/cluster.md", "# Planning a cluster", "bash"), tmp_path)
     assert done.stdout.count("fewest devices:") == 3 and "cheapest:" in done.stdout
     assert "dp2 tp2 pp2 1f1b mb2 zero1 on 8 x a100-40gb" in done.stdout  # the opened layout
     assert "all-reduce of the hidden state" in done.stdout and "send of the hidden state" in done.stdout
@@ -160,34 +256,36 @@ def _written(script: str) -> list[str]:
     return re.findall(r"(?:--(?:[a-z-]+-)?out|>)\s+([\w./-]+\.\w+)", script)
 
 
-def test_readme_examples_never_overwrite_an_earlier_examples_file():
+def test_examples_never_overwrite_an_earlier_examples_file():
     """Run in order in one clone, a later example must not replace a file an earlier one made (and
     that the text may still speak of)."""
-    blocks = re.findall(r"```bash\n(.*?)```", README, re.S)
-    seen: dict[str, int] = {}
-    for i, block in enumerate(blocks):
+    blocks = [
+        (f"{page} bash block {i}", code) for i, (page, _, lang, code) in enumerate(_all_blocks()) if lang == "bash"
+    ]
+    seen: dict[str, str] = {}
+    for where, block in blocks:
         for name in _written(block):
-            assert seen.setdefault(name, i) == i, f"{name} is written by README bash blocks {seen[name]} and {i}"
+            assert seen.setdefault(name, where) == where, f"{name} is written by {seen[name]} and by {where}"
     assert "split.json" in seen and "plan.json" in seen
 
 
-def test_readme_command_line_examples_each_say_what_they_show():
-    lines = [line for line in _block("## Command line", "bash").splitlines() if line.strip()]
+def test_command_line_examples_each_say_what_they_show():
+    lines = [line for line in _block("docs/cli.md", "# Command line", "bash").splitlines() if line.strip()]
     for before, line in zip([""] + lines, lines):
         if line.startswith(".venv/"):
             assert before.startswith("#") or before.startswith(".venv/"), line  # a comment opens each group
     assert lines[0].startswith("#")
 
 
-def test_readme_examples_write_only_git_ignored_files():
+def test_examples_write_only_git_ignored_files():
     """Run from the repository root, the examples leave nothing git would see: every file a bash
     block writes is ignored (.gitignore), so `git status` stays clean."""
-    blocks = re.findall(r"```bash\n(.*?)```", README, re.S)
+    blocks = [code for _, _, lang, code in _all_blocks() if lang == "bash"]
     written = sorted({name for block in blocks for name in _written(block)})
     assert "plan.json" in written and "titan.toml" in written
     done = subprocess.run(["git", "check-ignore", "--no-index", *written], cwd=ROOT, capture_output=True, text=True)
     ignored = set(done.stdout.split())
-    assert ignored == set(written), f"README examples write files git would track: {sorted(set(written) - ignored)}"
+    assert ignored == set(written), f"the examples write files git would track: {sorted(set(written) - ignored)}"
 
 
 def test_no_machine_profile_is_tracked():
