@@ -11,6 +11,7 @@ import dataclasses
 import functools
 import importlib.util
 import inspect
+import math
 import re
 from typing import Any
 
@@ -18,9 +19,10 @@ import streamlit as st
 
 import partitioner
 import sample_models
-from explorer import state
+from explorer import compute, state
 from explorer.builders.config import DEFAULT_MODEL, PLAN_MODES, ModelChoice, PlanConfig
 from explorer.builders.inputs import (
+    DEFAULT_HEADROOM_PERCENT,
     InputError,
     hf_default_fields,
     hf_fields_for,
@@ -44,6 +46,8 @@ __all__ = [
 
 USER_MODEL = "your own model..."
 HF_MODEL = state.HF_MODEL
+HF_DEVICE_TYPE = "h100-80gb"  # what a Hugging Face model runs on when the devices follow the model
+HF_SPARE = 1.1  # room for the inputs a partition reads from others, beyond the model's own bytes
 
 
 def config_ui() -> PlanConfig | None:
@@ -76,7 +80,11 @@ def model_ui() -> ModelChoice | None:
     )
     follow_model_devices(name, sample=name not in (USER_MODEL, HF_MODEL))
     if name == HF_MODEL:
-        return hf_ui()
+        choice = hf_ui()
+        if choice is not None:
+            follow_hf_devices(choice)
+        return choice
+    st.session_state.pop(state.HF_DEVICES_FOR, None)  # the next hf: model chosen gets its devices
     if name == USER_MODEL:
         spec = st.text_input(
             "Model factory (package.module:factory)",
@@ -168,8 +176,50 @@ def hf_ui() -> ModelChoice | None:
             overrides[key] = value
         else:
             overrides.pop(key, None)
-    st.caption("Built from its config with transformers. A real-size model takes seconds to trace.")
+    typed = "dtype=" in sets
+    st.caption(
+        f"Built from its config with transformers, in **{md(overrides.get('dtype', 'fp32'))}**"
+        + ("" if typed or "dtype" not in overrides else " (its checkpoint's; `dtype=fp32` in the fields to change)")
+        + ". A real-size model takes up to minutes to trace the first time, then a fraction of a second."
+    )
     return ModelChoice(spec, tuple(sorted(overrides.items())))
+
+
+def hf_device_count(need_bytes: int, device_bytes: int, headroom_percent: float) -> int:
+    """The fewest devices of ``device_bytes`` each (less the headroom) that hold ``need_bytes`` with
+    :data:`HF_SPARE` to spare, 2 to 1024: at least two, so every page has devices to split it over."""
+    usable = device_bytes * (1 - min(max(headroom_percent, 0.0), 90.0) / 100)
+    return int(min(1024, max(2, math.ceil(need_bytes * HF_SPARE / usable))))
+
+
+def follow_hf_devices(choice: ModelChoice) -> None:
+    """With *Switch to each model's default devices* ticked, a newly named hf: architecture or preset
+    gets the fewest :data:`HF_DEVICE_TYPE` devices that hold it (the sample models' few MiB would
+    hold none of it), and the sidebar says so. It is traced here (the page reuses the trace); one
+    that cannot be traced keeps the devices and its page says why. A link's devices stand."""
+    seen = st.session_state.get(state.HF_DEVICES_FOR)
+    if seen == state.LINK_DEVICES or not st.session_state.get("follow_model", True):
+        st.session_state[state.HF_DEVICES_FOR] = choice.name
+        st.session_state.pop(state.HF_DEVICES_NOTE, None)
+        return
+    if seen != choice.name:
+        try:
+            graph = compute.trace(choice)
+        except (ValueError, RuntimeError, TypeError):  # the page says why; tried again once it traces
+            return
+        st.session_state[state.HF_DEVICES_FOR] = choice.name
+        device_bytes = int(partitioner.PRESETS[HF_DEVICE_TYPE]["memory_bytes"])
+        headroom = st.session_state.get("dev_headroom", DEFAULT_HEADROOM_PERCENT)
+        count = hf_device_count(graph.total_size_bytes, device_bytes, float(headroom or 0))
+        st.session_state.update({"dev_preset": HF_DEVICE_TYPE, "dev_count": count})
+        st.session_state[state.HF_DEVICES_NOTE] = (
+            f"Devices set to {count} x {HF_DEVICE_TYPE}: the fewest (two at least) that hold its "
+            f"{partitioner.format_bytes(graph.total_size_bytes)} (untick *Switch to each model's default "
+            "devices* to keep your own)."
+        )
+    note = st.session_state.get(state.HF_DEVICES_NOTE)
+    if note:
+        st.caption(md(note))
 
 
 @functools.lru_cache(maxsize=None)

@@ -65,6 +65,9 @@ MODEL_GENERATION = "model_generation"  # bumped by "Reload the model"
 GOTO_PAGE = "goto_page"  # a page another page asked to open on the next run
 MODE = "mode"  # the sidebar's mode selectbox
 HF_MODEL = "Hugging Face architecture..."  # the model selectbox's choice for hf: architectures
+HF_DEVICES_FOR = "hf_devices_for"  # the hf: model the devices were last set for (sidebar.follow_hf_devices)
+HF_DEVICES_NOTE = "hf_devices_note"  # what the sidebar said it set them to
+LINK_DEVICES = "(the link's)"  # HF_DEVICES_FOR when a link set the devices: they stand
 URL_RESTORED = "url_restored"
 LINK_BOUND = "link_bound"  # the link's values for bound widgets, until their widgets have read them
 PAGE = "current_page"  # the page this run draws (a key of PAGE_PREFIXES), whose view the URL carries
@@ -144,6 +147,8 @@ def restore_from_url(
         st.session_state.update({"dev_count": count, "dev_memory": memory, "dev_preset": CUSTOM})
     st.session_state.update(read.values)
     st.session_state["devices_for_model"] = model  # the link's devices, not reset again
+    if model == HF_MODEL:
+        st.session_state[HF_DEVICES_FOR] = LINK_DEVICES
 
 
 def set_page(name: str) -> None:

@@ -29,118 +29,19 @@ from sample_models._hf_fields import (
     check_rope,
     from_text,
 )
+from sample_models._hf_presets import PRESETS, PUBLISHED_IN_BF16, published_dtype
 from sample_models._user import LoaderError, ModelSpecError
 
-__all__ = ["load_hf", "PRESETS", "REAL_WEIGHTS_MAX_PARAMS", "is_meta", "weight_scale", "layer_fields"]
-
-# The configs of the published checkpoints (their config.json), as (model type, fields).
-PRESETS: dict[str, tuple[str, dict[str, Any]]] = {
-    "llama-3-8b": (
-        "llama",
-        dict(
-            hidden_size=4096,
-            intermediate_size=14336,
-            num_hidden_layers=32,
-            num_attention_heads=32,
-            num_key_value_heads=8,
-            vocab_size=128256,
-            max_position_embeddings=8192,
-            rope_theta=500000.0,
-            rms_norm_eps=1e-5,
-        ),
-    ),
-    "llama-3-70b": (
-        "llama",
-        dict(
-            hidden_size=8192,
-            intermediate_size=28672,
-            num_hidden_layers=80,
-            num_attention_heads=64,
-            num_key_value_heads=8,
-            vocab_size=128256,
-            max_position_embeddings=8192,
-            rope_theta=500000.0,
-            rms_norm_eps=1e-5,
-        ),
-    ),
-    # Llama 3.1 405B's config.json (Meta): 126 layers, rope scaled for 128k positions
-    "llama-3.1-405b": (
-        "llama",
-        dict(
-            hidden_size=16384,
-            intermediate_size=53248,
-            num_hidden_layers=126,
-            num_attention_heads=128,
-            num_key_value_heads=8,
-            vocab_size=128256,
-            max_position_embeddings=131072,
-            rope_theta=500000.0,
-            rope_scaling=dict(
-                rope_type="llama3",
-                factor=8.0,
-                low_freq_factor=1.0,
-                high_freq_factor=4.0,
-                original_max_position_embeddings=8192,
-            ),
-            rms_norm_eps=1e-5,
-        ),
-    ),
-    "mistral-7b": (
-        "mistral",
-        dict(
-            hidden_size=4096,
-            intermediate_size=14336,
-            num_hidden_layers=32,
-            num_attention_heads=32,
-            num_key_value_heads=8,
-            vocab_size=32000,
-            max_position_embeddings=32768,
-            rope_theta=1000000.0,
-        ),
-    ),
-    "mixtral-8x7b": (
-        "mixtral",
-        dict(
-            hidden_size=4096,
-            intermediate_size=14336,
-            num_hidden_layers=32,
-            num_attention_heads=32,
-            num_key_value_heads=8,
-            vocab_size=32000,
-            num_local_experts=8,
-            num_experts_per_tok=2,
-            max_position_embeddings=32768,
-            rope_theta=1000000.0,
-        ),
-    ),
-    "gpt2-xl": ("gpt2", dict(n_embd=1600, n_layer=48, n_head=25, vocab_size=50257, n_positions=1024)),
-    "bert-large": (
-        "bert",
-        dict(
-            hidden_size=1024,
-            num_hidden_layers=24,
-            num_attention_heads=16,
-            intermediate_size=4096,
-            vocab_size=30522,
-            max_position_embeddings=512,
-        ),
-    ),
-    "t5-base": (
-        "t5",
-        dict(d_model=768, d_ff=3072, num_layers=12, num_decoder_layers=12, num_heads=12, d_kv=64, vocab_size=32128),
-    ),
-    "vit-l-16": (
-        "vit",
-        dict(
-            hidden_size=1024,
-            num_hidden_layers=24,
-            num_attention_heads=16,
-            intermediate_size=4096,
-            image_size=224,
-            patch_size=16,
-        ),
-    ),
-}
+__all__ = [
+    "load_hf",
+    "PRESETS",
+    "PUBLISHED_IN_BF16",
+    "published_dtype",
+    "REAL_WEIGHTS_MAX_PARAMS",
+    "is_meta",
+    "weight_scale",
+    "layer_fields",
+]
 
 # Model types read as encoders (hidden states out), as encoder-decoders, or as vision models;
 # every other type is built as a causal language model.
@@ -179,7 +80,7 @@ def weight_scale(overrides: Mapping[str, Any]) -> float:
     """The share of bf16 bytes the weights take under ``overrides``' dtype: quantized weights (fp8,
     int8, int4) run in bf16 and their parameters are counted at this share after tracing
     (Graph.with_weight_bytes); 1 when unquantized (:attr:`partitioner.units.DType.weight_scale`)."""
-    kind = find_dtype(overrides.get("dtype", "fp32"))
+    kind = find_dtype(str(overrides.get("dtype", "fp32")))
     return kind.weight_scale if kind is not None else 1.0
 
 
@@ -241,7 +142,8 @@ def _check_layers(name: str, config: Any) -> None:
 
 def load_hf(name: str, overrides: Mapping[str, Any]) -> tuple[nn.Module, tuple[torch.Tensor, ...], dict[str, Any]]:
     """``name`` is a preset (:data:`PRESETS`) or a ``transformers`` model type; ``overrides`` are
-    config fields, and ``dtype`` (fp32, bf16, fp16) the weights' and activations' type; fp8,
+    config fields, and ``dtype`` (fp32, bf16, fp16) the weights' and activations' type (by default
+    the preset's published one, :func:`published_dtype`); fp8,
     int8 and int4 build bf16 weights whose bytes :func:`weight_scale` scales after tracing.
     One build at a time in a process: configs and models import their architecture's modules
     lazily on first use (NOTE: [Optional imports and threads] in partitioner/optional.py)."""
@@ -252,7 +154,7 @@ def load_hf(name: str, overrides: Mapping[str, Any]) -> tuple[nn.Module, tuple[t
 def _load_hf(name: str, overrides: Mapping[str, Any]) -> tuple[nn.Module, tuple[torch.Tensor, ...], dict[str, Any]]:
     transformers = _transformers()
     overrides = dict(overrides)
-    dtype_name = str(overrides.pop("dtype", "fp32"))
+    dtype_name = str(overrides.pop("dtype", published_dtype(name)))
     shape = {}
     for key, default in TOKEN_SETTINGS.items():
         value = overrides.pop(key, default)

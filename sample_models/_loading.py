@@ -23,6 +23,7 @@ from sample_models._user import LoaderError, ModelSpecError, load_factory
 __all__ = [
     "load",
     "label",
+    "with_published_dtype",
     "parse_overrides",
     "is_factory",
     "is_hf",
@@ -77,9 +78,23 @@ def is_hf(spec: str) -> bool:
     return spec.startswith("hf:")
 
 
+def with_published_dtype(spec: str, overrides: Mapping[str, Any] | None) -> dict[str, Any]:
+    """``overrides`` with an hf: preset's published dtype filled in when none is given
+    (``hf:llama-3-8b`` -> ``{"dtype": "bf16"}``), so the same model has the same name, bytes and
+    trace on every page and command however it was asked for; other specs unchanged."""
+    overrides = dict(overrides or {})
+    if is_hf(spec) and "dtype" not in overrides:
+        from sample_models import _hf as hf
+
+        if spec[3:].strip() in hf.PRESETS:
+            overrides["dtype"] = hf.published_dtype(spec[3:])
+    return overrides
+
+
 def label(spec: str, overrides: Mapping[str, Any] | None = None) -> str:
-    """``"transformer(n_layer=2)"``: the name a plan records for ``spec`` with ``overrides``."""
-    shown = ",".join(f"{k}={v}" for k, v in sorted((overrides or {}).items()))
+    """``"transformer(n_layer=2)"``: the name a plan records for ``spec`` with ``overrides``; an hf:
+    preset's names its dtype (``"hf:llama-3-8b(dtype=bf16)"``) given or not."""
+    shown = ",".join(f"{k}={v}" for k, v in sorted(with_published_dtype(spec, overrides).items()))
     return f"{spec}({shown})" if shown else spec
 
 
@@ -160,7 +175,7 @@ def parse_overrides(spec: str, items: typing.Sequence[str]) -> dict[str, Any]:
     """``["n_layer=4", "bias=false"]`` -> ``{"n_layer": 4, "bias": False}``, typed by the sample
     model's config dataclass (hf: models take JSON-like values)."""
     if is_hf(spec):  # dicts and lists as canonical JSON text: hashable (the app's cache key)
-        return {k: _hashable(_convert(v, None)) for k, v in _pairs(items)}
+        return with_published_dtype(spec, {k: _hashable(_convert(v, None)) for k, v in _pairs(items)})
     if is_factory(spec):
         if items:
             raise ModelSpecError(

@@ -42,7 +42,7 @@ def test_a_typed_preset_is_its_real_size_and_an_override_warns_on_every_page():
             expect(fields).to_have_value("n_layer=2")
             name.fill("llama-3-8b")
             name.press("Enter")
-            expect(page.get_by_text("hf:llama-3-8b on 2 devices")).to_be_visible(timeout=TIMEOUT_MS)
+            expect(page.get_by_text("hf:llama-3-8b(dtype=bf16) on 2 devices")).to_be_visible(timeout=TIMEOUT_MS)
             expect(fields).to_have_value("")  # the gpt2 default did not carry over onto the preset
             expect(page.get_by_text("with 2 of 32 layers")).to_have_count(0)
             fields.fill("num_hidden_layers=2")

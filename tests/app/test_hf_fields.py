@@ -59,7 +59,7 @@ def test_typing_a_preset_answers_for_its_real_size_and_an_override_warns_on_ever
     at.button(key="hf_build").click().run()
     assert not at.exception, at.exception
     assert "layers" not in at.text_input(key="hf_set").value  # the gpt2 default did not carry over
-    assert at.session_state["config"].model.label == "hf:llama-3-8b"
+    assert at.session_state["config"].model.label == "hf:llama-3-8b(dtype=bf16)"  # its checkpoint's dtype
     assert not _heading_warnings(at)
     at.text_input(key="hf_set").set_value("num_hidden_layers=2")
     at.button(key="hf_build").click().run()

@@ -122,7 +122,7 @@ def test_a_link_naming_only_a_preset_builds_it_at_its_real_size():
     fresh.run()
     assert not fresh.exception, fresh.exception
     assert fresh.text_input(key="hf_set").value == ""  # not gpt2's n_layer=2
-    assert fresh.session_state["config"].model.label == "hf:llama-3-8b"
+    assert fresh.session_state["config"].model.label == "hf:llama-3-8b(dtype=bf16)"  # its checkpoint's dtype
 
 
 # --- issue 54: a link names only keys whose widget takes a value; every clamp or drop is said; long
