@@ -63,6 +63,6 @@ def change_line(index: int, rv: Review, which: int) -> str:
     speed = (
         f"{c.speedup:.2f}x the tokens/s ({tokens_band(*r.tokens_per_s_band)})"
         if rv.job.workload.kind == "inference"
-        else f"{c.speedup:.2f}x faster ({seconds_band(r.step_low_s, r.step_high_s)} a step, MFU {mfu_band(r)})"
+        else f"{c.speedup:.2f}x the job's speed ({seconds_band(r.step_low_s, r.step_high_s)} a step, MFU {mfu_band(r)})"
     )
     return f"{index}. {r.layout.label()}: {speed}, {format_bytes(int(r.memory_bytes))} a GPU; {c.differs}"
