@@ -274,6 +274,7 @@ def test_bad_inputs_in_the_app_are_messages_not_tracebacks():
 def test_a_hugging_face_architecture_by_name():
     pytest.importorskip("transformers")
     at = start()
+    at.checkbox(key="follow_model").uncheck().run()  # its own tiny devices below, not the H100s a model gets
     at.selectbox(key="model").set_value(HF_MODEL).run()
     at.text_input(key="hf_name").set_value("gpt2")
     at.text_input(key="hf_set").set_value("n_layer=2 n_embd=64 n_head=4 vocab_size=1000")

@@ -72,6 +72,7 @@ def test_typing_a_preset_answers_for_its_real_size_and_an_override_warns_on_ever
 @pytest.mark.slow
 def test_switching_to_llama_builds_without_an_error():
     at = start()
+    at.checkbox(key="follow_model").uncheck().run()  # the custom devices below, not the H100s a model gets
     at.selectbox(key="model").set_value(HF_MODEL).run()
     at.text_input(key="dev_memory").set_value("4 GiB").run()  # llama's default width: 2.5 GiB at 2 layers
     assert at.text_input(key="hf_set").value == "n_layer=2"
