@@ -28,6 +28,7 @@ __all__ = [
     "DType",
     "DTYPES",
     "PRECISIONS",
+    "HALF_FLOATS",
     "dtype",
     "find_dtype",
     "dtype_for_bytes",
@@ -228,6 +229,9 @@ DTYPES: tuple[DType, ...] = (
 PRECISIONS: tuple[DType, ...] = tuple(
     sorted((d for d in DTYPES if d.precision), key=lambda d: (d.name != "bfloat16", d.bytes))
 )
+# The 16-bit floating types (bf16, fp16): the mixed precisions an engine switches on by name
+# (Megatron-LM's --bf16 / --fp16, DeepSpeed's "bf16" / "fp16" blocks).
+HALF_FLOATS: tuple[str, ...] = tuple(d.short for d in DTYPES if d.bits == 16 and d.floating)
 _BY_NAME = {n.lower(): d for d in DTYPES for n in d.names}
 
 

@@ -25,7 +25,7 @@ from partitioner.cluster.layout_types import recompute_layers
 from partitioner.cluster.layouts import Layout, Workload
 from partitioner.errors import PartitionError
 from partitioner.pipeline.schedules import NO_SCHEDULE, get_schedule, virtual_stages
-from partitioner.units import dtype
+from partitioner.units import HALF_FLOATS, dtype
 
 __all__ = [
     "steps",
@@ -188,8 +188,10 @@ def to_deepspeed(layout: Layout, workload: Workload) -> dict[str, Any]:
         "train_batch_size": workload.global_batch,
         "train_micro_batch_size_per_gpu": layout.microbatch_size,
         "gradient_accumulation_steps": per_replica // layout.microbatch_size,
-        "bf16": {"enabled": workload.dtype in ("bf16", "fp8")},
-        "fp16": {"enabled": workload.dtype == "fp16"},
+        **{
+            half: {"enabled": workload.dtype == half or (workload.dtype == "fp8" and half == HALF_FLOATS[0])}
+            for half in HALF_FLOATS
+        },
         "zero_optimization": {
             "stage": layout.zero,
             **({"zero_hpz_partition_size": layout.shard} if layout.shard and layout.zero == 3 else {}),

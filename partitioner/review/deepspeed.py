@@ -11,6 +11,7 @@ import json
 from typing import Any
 
 from partitioner.review.job import Job, JobError, Taken, nearest_name
+from partitioner.units import HALF_FLOATS
 
 __all__ = ["read_deepspeed", "TOP_LEVEL", "ZERO_FIELDS"]
 
@@ -18,8 +19,7 @@ TOP_LEVEL = (
     "train_batch_size",
     "train_micro_batch_size_per_gpu",
     "gradient_accumulation_steps",
-    "bf16",
-    "fp16",
+    *HALF_FLOATS,
     "zero_optimization",
     "activation_checkpointing",
     "optimizer",
@@ -125,8 +125,7 @@ def read_deepspeed(
         "train_batch_size",
         "train_micro_batch_size_per_gpu",
         "gradient_accumulation_steps",
-        "bf16",
-        "fp16",
+        *HALF_FLOATS,
         "zero_optimization",
         "activation_checkpointing",
         "comment",
@@ -169,7 +168,7 @@ def read_deepspeed(
     hpz = zero.get("zero_hpz_partition_size", 1)
     if stage == 3 and isinstance(hpz, int) and hpz > 1:
         t.take("shard", hpz, f"zero_optimization.zero_hpz_partition_size = {hpz}")
-    for flag in ("bf16", "fp16"):
+    for flag in HALF_FLOATS:
         section = data.get(flag, {})
         if isinstance(section, dict) and section.get("enabled") in (True, "auto"):
             t.take("dtype", flag, f"{flag}.enabled = true")

@@ -19,6 +19,7 @@ from typing import Any
 from partitioner.review.job import Job, JobError, Taken
 from partitioner.review.models import from_sizes
 from partitioner.review.shell import split_launcher
+from partitioner.units import HALF_FLOATS
 
 __all__ = ["read_megatron", "PRICED", "FLAGS"]
 
@@ -50,8 +51,7 @@ WORDS = ("recompute-granularity", "recompute-method", "fp8-format", "optimizer",
 # Arguments that are switches.
 FLAGS = (
     "sequence-parallel",
-    "bf16",
-    "fp16",
+    *HALF_FLOATS,
     "use-distributed-optimizer",
     "optimizer-cpu-offload",
     "swiglu",

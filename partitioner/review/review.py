@@ -28,7 +28,9 @@ from partitioner.errors import PartitionError
 from partitioner.pipeline.schedules import get_schedule
 from partitioner.review.job import SERVING_FORMATS, Job, JobError
 
-__all__ = ["Review", "Change", "review_job", "expressible"]
+__all__ = ["Review", "Change", "review_job", "expressible", "MEGATRON_SCHEDULE"]
+
+MEGATRON_SCHEDULE = "1f1b"  # Megatron-LM's schedule without virtual stages (interleaved with them)
 
 
 @dataclass(frozen=True)
@@ -87,7 +89,7 @@ def expressible(fmt: str, lay: Layout) -> bool:
     if fmt == "megatron":
         return (
             lay.zero in (0, 1)
-            and (lay.pp == 1 or lay.schedule in ("1f1b", "interleaved_1f1b"))
+            and (lay.pp == 1 or lay.schedule == MEGATRON_SCHEDULE or get_schedule(lay.schedule).choose_virtual)
             and not lay.recompute.startswith("min-cut-")
             and not lay.grad_fp32
         )

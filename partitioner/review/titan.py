@@ -26,7 +26,7 @@ from partitioner.errors import PartitionError
 from partitioner.pipeline.schedules import get_schedule
 from partitioner.review.job import Job, JobError, Taken, nearest_name
 from partitioner.review.models import from_titan
-from partitioner.units import find_dtype
+from partitioner.units import dtype, find_dtype
 
 __all__ = ["read_titan_toml", "read_titan_args", "SUBSET", "SECTIONS"]
 
@@ -37,8 +37,8 @@ SUBSET: dict[str, dict[str, Any]] = {
         "global_batch_size": -1,
         "seq_len": 2048,
         "steps": 10000,
-        "dtype": "float32",
-        "mixed_precision_param": "bfloat16",
+        "dtype": dtype("fp32").name,
+        "mixed_precision_param": dtype("bf16").name,
         "batch_size": 8,
         "compile": False,
         "enable_cpu_offload": False,
@@ -323,7 +323,7 @@ def _batch_and_schedule(data: dict[str, Any], t: Taken, field: Any, where: str, 
 def _precision_and_recompute(data: dict[str, Any], t: Taken, field: Any, where: str) -> None:
     param, p_src = field("training", "mixed_precision_param", str)
     found = find_dtype(param)
-    if found is None or found.short not in ("bf16", "fp16", "fp32"):
+    if found is None or not found.floating or found.bits not in (16, 32):
         raise JobError(f"{where}: training.mixed_precision_param {param!r} must be bfloat16, float16 or float32")
     precision, src = found.short, p_src
     converters = data.get("model", {}).get("converters", [])
