@@ -95,7 +95,7 @@ def render(prof: cluster.ModelProfile, label: str, hw: dict[str, Any]) -> None:
 
 def _show(rv: review.Review, accelerator: str) -> None:
     job = rv.job
-    st.markdown(md(f"**{FORMAT_NAMES[job.format]}**, read by {job.reader}"))
+    st.markdown(f"**{md(FORMAT_NAMES[job.format])}**, read by {md(job.reader)}")
     rows = [{"setting": s.name, "value": str(s.value), "from": s.source} for s in job.settings if s.name != "model"]
     st.dataframe(rows, hide_index=True, width="stretch")
     if job.unknown:

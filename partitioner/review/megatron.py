@@ -205,7 +205,8 @@ def _batch(args: dict[str, Any], arg: Any, t: Taken, where: str, dp: int) -> Non
     else:
         t.take("dtype", "fp32", "neither --bf16 nor --fp16: fp32")
     optimizer = str(args.get("optimizer", "adam"))
-    t.take("optimizer", "sgd" if optimizer == "sgd" else "adam", f"--optimizer {optimizer}")
+    source = f"--optimizer {optimizer}" if "optimizer" in args else "Megatron-LM's default --optimizer adam"
+    t.take("optimizer", "sgd" if optimizer == "sgd" else "adam", source)
 
 
 def _schedule(args: dict[str, Any], arg: Any, t: Taken, where: str, pp: int) -> None:
