@@ -35,7 +35,10 @@ EXAMPLES = """examples:
   partition-explorer review ds_config.json --model hf:llama-3-8b --seq-len 4096 --devices 16
   partition-explorer review "vllm serve meta-llama/Llama-3.1-70B-Instruct --tensor-parallel-size 8 --max-num-seqs 64"
 
-JOB is a file (.toml, .json, or a launch script) or the command line itself, in quotes. The format
+JOB is a file (.toml, .json, or a launch script) or the command line itself, in quotes. An
+Accelerate device map (JSON: module path -> device id) is reviewed with --model on --devices GPUs:
+each device's bytes against its memory, the forward's latency, and the partitioner's plan on the
+same devices (--export writes it as a device map Accelerate runs). The format
 is told from the file's suffix and first words, or named with --format. A launch script is read,
 never run: its variables, arrays and simple ifs are expanded (see partitioner.review.shell). Every
 setting the review takes is printed with where it came from (the file's field, the engine's
@@ -94,6 +97,9 @@ def run(args: argparse.Namespace) -> int:
     from partitioner.units import parse_bytes
 
     text, name = _text(args.job)
+    mapped = _device_map(args, text, name) if args.format is None else None
+    if mapped is not None:
+        return mapped
     try:
         job = review.read_job(text, name, args.format, args.devices, args.seq_len, args.prompt, args.generate)
     except review.JobError as exc:
@@ -162,3 +168,51 @@ def _print(rv: review.Review, label: str, accelerator: str) -> None:
             print("  " + change_line(i + 1, rv, i))
     else:
         print("no change on the same GPUs is surely faster (none's band lies below the job's)")
+
+
+def _device_map(args: argparse.Namespace, text: str, name: str) -> int | None:
+    """An Accelerate device map (JSON) reviewed with --model on --devices x --accelerator; None
+    when ``text`` is not one."""
+    from partitioner import parse_devices
+    from partitioner.review.device_map import is_device_map, read_device_map, review_device_map
+    from partitioner.units import format_bytes, format_seconds
+
+    try:
+        data = json.loads(text)
+    except ValueError:
+        return None
+    if not is_device_map(data):
+        return None
+    device_map = read_device_map(text, name or "device map")
+    if not args.model:
+        raise CLIError("an Accelerate device map names module paths, not the model; give --model (e.g. hf:llama-3-8b)")
+    used = [v for v in device_map.values() if isinstance(v, int)]
+    count = args.devices or (max(used) + 1 if used else 1)
+    sets = list(args.set) + (
+        ["dtype=bf16"] if args.model.startswith("hf:") and not any(s.startswith("dtype=") for s in args.set) else []
+    )
+    model = load_model(args.model, sets, devices="")
+    try:
+        rv = review_device_map(model.graph, device_map, parse_devices(f"{count}x{args.accelerator}"))
+    except review.JobError as exc:
+        raise CLIError(str(exc)) from None
+    print(f"Accelerate device map of {len(device_map)} module(s), on {count} x {args.accelerator} ({model.label})")
+    over = set(rv.plan.over_capacity())
+    for device, held in sorted(rv.plan.device_memory_bytes().items()):
+        cap = rv.plan.device(device).memory_bytes
+        print(f"  device {device}: {format_bytes(held)} of {format_bytes(cap)}" + ("  OVER" if device in over else ""))
+    print(
+        f"forward of the example batch: {format_seconds(rv.plan.latency_s)}, one device after another; "
+        + ("fits" if rv.fits else "does NOT fit")
+    )
+    if rv.better is not None and rv.better_map is not None:
+        print(
+            f"the cost-aware plan on the same devices, as a device map Accelerate runs: "
+            f"{format_seconds(rv.better.latency_s)}, each device within its memory, "
+            f"{len(set(rv.better_map.values()))} device(s) used"
+        )
+        if args.export:
+            write_output(args.export, json.dumps({"device_map": rv.better_map}, indent=2), "device map")
+    if args.out:
+        write_output(args.out, json.dumps({"model": model.label, **rv.to_dict()}, indent=2), "review")
+    return EXIT_OK if rv.fits else EXIT_FAIL

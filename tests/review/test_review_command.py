@@ -111,3 +111,49 @@ def test_the_docs_review_examples_run_as_written(tmp_path):
     assert "1.3" in done.stdout.split("changes Megatron-LM")[1].splitlines()[1]
     assert (tmp_path / "better.sh").read_text().startswith("torchrun --nnodes 2 --nproc_per_node 8")
     assert "vLLM serve command" in done.stdout
+
+
+def _map(tmp_path, mapping) -> str:
+    path = tmp_path / "device_map.json"
+    path.write_text(json.dumps(mapping))
+    return str(path)
+
+
+def test_an_accelerate_device_map_is_reviewed_on_its_devices(tmp_path, capsys):
+    """The transformer sample on 6 MiB devices: all of it on device 0 overfills it (exit 1), and the
+    cost-aware plan on the same devices is offered as a device map Accelerate runs (its tied
+    embedding and head together), which fits."""
+    crowded = {"wte": 0, "wpe": 0, "blocks": 0, "ln_f": 0, "lm_head": 0}
+    better = tmp_path / "better.json"
+    code = main(
+        [
+            "review",
+            _map(tmp_path, crowded),
+            "--model",
+            "transformer",
+            "--devices",
+            "4",
+            "--accelerator",
+            "6MiB",
+            "--export",
+            str(better),
+        ]
+    )
+    text = capsys.readouterr().out
+    assert (
+        code == 1
+        and "device 0:" in text
+        and "OVER" in text
+        and "the cost-aware plan on the same devices, as a device map Accelerate runs" in text
+    )
+    offered = json.loads(better.read_text())["device_map"]
+    assert len(set(offered.values())) > 1
+    assert main(["review", str(better), "--model", "transformer", "--devices", "4", "--accelerator", "6MiB"]) == 0
+    assert "fits" in capsys.readouterr().out
+
+
+def test_a_device_map_offloading_to_the_host_is_refused_naming_it(tmp_path, capsys):
+    code = main(["review", _map(tmp_path, {"wte": 0, "blocks": "cpu", "lm_head": 0}), "--model", "transformer"])
+    assert code == 2 and "offloads 1 module(s) to cpu or disk" in capsys.readouterr().err
+    assert main(["review", _map(tmp_path, {"wte": 0})]) == 2
+    assert "give --model" in capsys.readouterr().err
