@@ -20,8 +20,10 @@ with both roofs measured as curves (log-log interpolation between the measured p
 flat beyond them). Throughput at F FLOPs is F / (t(F) - overhead), t the measured matmul
 time, so the overhead is not counted twice. A ``call_module`` op pays the module-call overhead
 (Python's ``nn.Module.__call__``), a function op the dispatch overhead; ops that only index or
-view pay the overhead alone. Collectives: alpha-beta (Hockney 1994) per kind and process count,
-the nearest measured count when the asked one was not measured.
+view (the op table's views, :mod:`partitioner.op_table`; a module call of ``Identity``, ``Dropout``
+or ``Flatten`` too) pay the overhead alone, as the cost model's kernels launch none for them.
+Collectives: alpha-beta (Hockney 1994) per kind and process count, the nearest measured count when
+the asked one was not measured.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ from typing import Any, Mapping, Sequence
 from partitioner.curves import AlphaBeta, Curve, fit_alpha_beta, interp_through_zero
 from partitioner.errors import DeviceSpecError
 from partitioner.kernels import ENGINES, GpuKernels
+from partitioner.op_table import is_view, module_op, op_name
 from partitioner.profile_cache import (
     NAME as _NAME,
 )  # noqa: E501
@@ -73,28 +76,6 @@ COLLECTIVE_KINDS = (
     "concurrent_all_reduce",
     "concurrent_dtensor_all_reduce",
 )  # concurrent_*: groups of that size side by side on every rank
-# Ops that index, view or reshape: no bytes move, only the dispatch is paid.
-_FREE_OPS = (
-    "getitem",
-    "getattr",
-    "size",
-    "view",
-    "reshape",
-    "flatten",
-    "unflatten",
-    "unsqueeze",
-    "squeeze",
-    "permute",
-    "transpose",
-    "t",
-    "expand",
-    "contiguous",
-    "split",
-    "chunk",
-    "dim",
-    "unbind",
-)
-
 # Ops that compute more than a copy per byte (transcendentals, reductions): each gets its own
 # measured (bytes moved, seconds) curve; a module of that type (GELU, LayerNorm...) uses it too.
 ELEMENTWISE_KINDS = ("gelu", "layer_norm", "softmax", "silu", "sigmoid", "tanh")
@@ -177,17 +158,18 @@ class DeviceProfile:
         kind: str = "",
     ) -> tuple[float, float]:
         """(memory seconds, compute seconds) of one op, each with its overhead (NOTE: [Op time
-        from a profile]). ``kind``: a module's type name (``"GELU"``), for its measured curve."""
+        from a profile]). ``kind``: a ``call_module``'s type name (``"GELU"``): the op it is, for its
+        measured curve."""
         overhead = self.module_overhead_s + self.op_overhead_s if op == "call_module" else self.op_overhead_s
         # Inside a model's forward an op pays more than in a tight loop of one op (the generated
         # code's Python, allocations, caches shared with the ops around it): the measured extra.
         extra = max(0.0, self.graph_op_overhead_s - self.op_overhead_s)
         overhead += extra
-        short = target.rpartition(".")[2].strip("_").removesuffix(".default").lower()
-        if op != "call_module" and (short in _FREE_OPS or short.split(".")[0] in _FREE_OPS):
+        name = module_op(kind) if op == "call_module" else op_name(target)
+        if is_view(name):  # no bytes move (NOTE: [One op table] in partitioner.op_table)
             return (overhead, overhead)
         curves = {_kind_key(k): c for k, c in self.elementwise}
-        curve = curves.get(_kind_key(kind or ("" if op == "call_module" else short.split(".")[0])))
+        curve = curves.get(_kind_key(name))
         if curve is not None and moved_bytes > 0:  # measured through the op itself, its dispatch included
             t = (
                 interp_through_zero(curve, moved_bytes)

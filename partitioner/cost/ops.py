@@ -9,146 +9,20 @@ from __future__ import annotations
 from typing import Any
 
 from partitioner.kernels import GpuKernels, KernelOp, dtype_name
+from partitioner.op_table import OPS, module_op, op_name
 from partitioner.units import find_dtype
 
 __all__ = ["op_kind", "kernel_op", "is_causal", "op_times", "module_kind"]
 
-_VIEWS = frozenset(
-    {
-        "view",
-        "_unsafe_view",
-        "reshape",
-        "unsqueeze",
-        "squeeze",
-        "transpose",
-        "t",
-        "permute",
-        "expand",
-        "slice",
-        "select",
-        "alias",
-        "detach",
-        "unflatten",
-        "flatten",
-        "split",
-        "split_with_sizes",
-        "chunk",
-        "unbind",
-        "getitem",
-        "size",
-        "sym_size",
-        "dim",
-        "lift_fresh_copy",
-        "dropout",
-        "as_strided",
-        "expand_as",
-        "view_as",
-        "narrow",
-        "movedim",
-        "_assert_tensor_metadata",
-        "getattr",
-        "identity",
-        "flatten_using_ints",
-        "numel",
-    }
-)
-_MATMUL = frozenset(
-    {
-        "linear",
-        "mm",
-        "addmm",
-        "bmm",
-        "matmul",
-        "baddbmm",
-        "einsum",
-        "conv1d",
-        "conv2d",
-        "conv3d",
-        "convolution",
-        "_grouped_mm",
-        "grouped_mm_fallback",
-        "grouped_mm",
-        "addmv",
-        "mv",
-        "dot",
-        "conv_transpose2d",
-    }
-)
-_ATTENTION = frozenset(
-    {
-        "scaled_dot_product_attention",
-        "_scaled_dot_product_flash_attention",
-        "_scaled_dot_product_efficient_attention",
-        "_scaled_dot_product_cudnn_attention",
-    }
-)
-_LOSS = frozenset({"cross_entropy", "nll_loss", "cross_entropy_loss", "log_softmax", "_log_softmax"})
-_NAMED = {
-    "softmax": "softmax",
-    "_softmax": "softmax",
-    "layer_norm": "layer_norm",
-    "native_layer_norm": "layer_norm",
-    "group_norm": "layer_norm",
-    "batch_norm": "layer_norm",
-    "rms_norm": "rms_norm",
-    "_fused_rms_norm": "rms_norm",
-    "gelu": "gelu",
-    "silu": "silu",
-    "sigmoid": "silu",
-    "tanh": "gelu",
-    "add": "add",
-    "sub": "add",
-    "mul": "add",
-    "div": "add",
-    "where": "add",
-    "maximum": "add",
-    "minimum": "add",
-    "masked_fill": "add",
-    "embedding": "embedding",
-}
-_MODULES = {
-    "linear": "linear",
-    "conv1d": "conv1d",
-    "conv2d": "conv2d",
-    "layernorm": "layer_norm",
-    "rmsnorm": "rms_norm",
-    "gelu": "gelu",
-    "silu": "silu",
-    "relu": "add",
-    "softmax": "softmax",
-    "embedding": "embedding",
-    "dropout": "dropout",
-    "identity": "identity",
-    "crossentropyloss": "cross_entropy",
-    "batchnorm2d": "batch_norm",
-    "groupnorm": "group_norm",
-    "multiheadattention": "linear",
-}
-
-
-def _short(target: str) -> str:
-    """``aten::mul.Tensor`` -> ``mul``; ``torch.nn.functional.gelu`` -> ``gelu``."""
-    base = target.split("::")[-1].rpartition(".")[2] if "::" not in target else target.split("::")[-1].split(".")[0]
-    return (
-        base.strip("_")
-        if base not in ("_softmax", "_log_softmax", "_grouped_mm", "_unsafe_view", "_fused_rms_norm")
-        else base
-    )
-
 
 def op_kind(op: str, target: str, module_kind: str = "") -> str:
-    """The kernel class of an op (see :class:`KernelOp`); ``module_kind`` is a ``call_module``'s
-    class name (``"Linear"``)."""
-    short = _MODULES.get(module_kind.lower(), module_kind.lower()) if op == "call_module" else _short(target)
-    if short in _VIEWS:
-        return "view"
-    if short in _MATMUL:
-        return "matmul"
-    if short in _ATTENTION:
-        return "attention"
-    if short in _LOSS:
-        return "loss"
-    return _NAMED.get(short, "copy")
+    """The kernel class of an op (see :class:`KernelOp`) by the op table (NOTE: [One op table] in
+    :mod:`partitioner.op_table`); ``module_kind`` is a ``call_module``'s class name (``"Linear"``).
+    A cast is a copy here: :func:`kernel_op` makes it a view when it keeps dtype and shape."""
+    found = OPS.get(module_op(module_kind) if op == "call_module" else op_name(target))
+    if found is None or found.kernel == "cast":
+        return "copy"
+    return found.kernel
 
 
 def kernel_op(graph: Any, v: int, kind: str, causal: bool = True) -> KernelOp:
@@ -160,8 +34,8 @@ def kernel_op(graph: Any, v: int, kind: str, causal: bool = True) -> KernelOp:
     numel = 1.0
     for d in shape:
         numel *= d
-    casts = ("to", "_to_copy", "contiguous", "clone", "type_as", "float", "half", "bfloat16", "type")
-    if kind == "view" or (kind == "copy" and _short(node.target) in casts and _same_as_input(graph, v)):
+    cast = OPS.get(op_name(node.target))
+    if kind == "view" or (kind == "copy" and cast is not None and cast.kernel == "cast" and _same_as_input(graph, v)):
         return KernelOp("view", dtype)  # a cast to the same dtype, or contiguous on a contiguous tensor
     if kind == "matmul" and node.flops > 0 and numel > 0:
         if len(shape) == 4 and node.op == "call_module" or "conv" in node.target:

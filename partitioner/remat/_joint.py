@@ -31,6 +31,7 @@ import torch.fx as fx
 from partitioner.devices import DEFAULT_SPEEDS
 from partitioner.errors import PartitionError
 from partitioner.graph import Graph
+from partitioner.op_table import VIEWS, is_view
 from partitioner.remat._portable import PortableGraph, from_portable, materialize, to_portable
 from partitioner.remat.memory import RematResult, check_request
 
@@ -199,24 +200,7 @@ def _loss(out: Any, kind: str) -> torch.Tensor:
     return sum((t.sum() if kind == "sum" else t.mean()) for t in leaves)  # type: ignore[return-value]
 
 
-VIEW_OPS = frozenset(
-    {
-        "t",
-        "view",
-        "_unsafe_view",
-        "transpose",
-        "permute",
-        "expand",
-        "unsqueeze",
-        "squeeze",
-        "reshape",
-        "slice",
-        "select",
-        "as_strided",
-        "alias",
-        "detach",
-    }
-)
+VIEW_OPS = VIEWS  # the op table's views (partitioner.op_table)
 
 
 def _origin(node: fx.Node) -> str | None:
@@ -275,7 +259,7 @@ def _read(budget: float, seen: dict[str, Any], flops_per_s: float, gradients_equ
         if n.op == "call_function"
         and n.meta.get("partitioner_tag") == "is_forward"
         and n.name in fw_names
-        and getattr(n.target, "_opname", None) not in VIEW_OPS
+        and not is_view(getattr(n.target, "_opname", ""))
     ]
     flops = sum(_flops(n) for n in recomputed)
     order = {n.name: i for i, n in enumerate(fw_ops)}

@@ -14,6 +14,7 @@ from typing import Mapping
 
 from partitioner.errors import ShardingError
 from partitioner.graph import Graph
+from partitioner.op_table import lookup
 
 __all__ = [
     "Call",
@@ -29,7 +30,6 @@ __all__ = [
 # The weight axis that holds a layer's output features: nn.Linear's weight is (out, in), GPT-2's
 # Conv1D's is (in, out) (transposed), an Embedding's table is (rows, features).
 OUT_AXIS = {"linear": 0, "conv1d": 1, "embedding": 1}
-_VIEWS = ("view", "reshape", "unflatten", "_unsafe_view")
 
 
 @dataclass(frozen=True)
@@ -115,11 +115,11 @@ def heads_after(graph: Graph, out: int, features: int) -> int | None:
         if len(users) != 1:
             return None
         nd = graph.nodes[users[0]]
-        base = str(nd.target).split("::")[-1].split(".")[0].rsplit(".", 1)[-1]
+        op = lookup(nd.target)  # a reshape into heads, or a cast or copy on the way (partitioner.op_table)
         shape = nd.shape
-        if base in _VIEWS and shape and len(shape) >= 2 and shape[-2] * shape[-1] == features:
+        if op is not None and op.shape == "reshape" and shape and len(shape) >= 2 and shape[-2] * shape[-1] == features:
             return shape[-2]
-        if base not in ("contiguous", "to", "clone"):
+        if op is None or op.shape != "same":
             return None
         current = users[0]
     return None

@@ -21,6 +21,7 @@ import torch.fx as fx
 
 from partitioner.errors import TraceError
 from partitioner.graph import Graph, ModelInfo, Node
+from partitioner.op_table import is_view
 from partitioner.tracing.annotate import Annotation, annotate
 from partitioner.tracing.capture import merge_tied_attributes, to_graph_module, user_frame
 from partitioner.tracing.flops import unpriced
@@ -168,31 +169,12 @@ def trace(
                 c.use_cache = True
 
 
-_VIEW_OPS = frozenset(
-    {
-        "t",
-        "transpose",
-        "permute",
-        "view",
-        "_unsafe_view",
-        "expand",
-        "alias",
-        "unsqueeze",
-        "squeeze",
-        "slice",
-        "select",
-        "as_strided",
-        "detach",
-        "unflatten",
-    }
-)
-
-
 def _is_view(fx_node: fx.Node) -> bool:
-    """Whether the node is an aten view op (its output shares its input's storage)."""
+    """Whether the node is an aten view op (its output shares its input's storage): a view of the
+    op table (:mod:`partitioner.op_table`) that torch's schema says aliases its input."""
     target = fx_node.target
     if isinstance(target, torch._ops.OpOverload):
-        return target._schema.name.split("::")[-1] in _VIEW_OPS and target.is_view
+        return is_view(target._schema.name) and target.is_view
     return False
 
 
