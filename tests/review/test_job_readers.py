@@ -139,3 +139,11 @@ def test_vllm_and_sglang_lines_read_their_flags():
     assert sg.format == "sglang" and sg.model == "hf:mistral-7b" and sg.layout.tp == 2
     with pytest.raises(JobError, match="--tensor-parallel-size takes a whole number"):
         read_job("vllm serve m --tensor-parallel-size x")
+
+
+def test_torchtitans_shipped_405b_config_reads_float8_and_compile():
+    job = read_job((FIXTURES / "torchtitan_llama3_405b_128xh100.toml").read_text(), "llama3_405b.toml")
+    assert job.model == "hf:llama-3.1-405b" and job.devices == 128
+    assert job.layout == cluster.Layout(dp=16, tp=8, zero=3, recompute="full", microbatch_size=2)
+    assert job.workload.dtype == "fp8" and job.engine == "graphs"  # float8 converter, torch.compile
+    assert "parallelism.enable_async_tensor_parallel" not in job.unknown
