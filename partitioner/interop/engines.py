@@ -199,6 +199,8 @@ def to_deepspeed(layout: Layout, workload: Workload) -> dict[str, Any]:
         },
         "activation_checkpointing": {"partition_activations": layout.recompute == "full"},
     }
+    if layout.tp > 1:  # DeepSpeed's AutoTP (tensor parallelism without sequence parallelism)
+        config["tensor_parallel"] = {"autotp_size": layout.tp}
     comments = []
     if layout.ep > 1:  # DeepSpeed-MoE takes ep_size in the model's MoE layers, not in this file
         comments.append(f"expert parallelism: deepspeed.moe.layer.MoE(..., ep_size={layout.ep})")

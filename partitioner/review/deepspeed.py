@@ -22,6 +22,7 @@ TOP_LEVEL = (
     *HALF_FLOATS,
     "zero_optimization",
     "activation_checkpointing",
+    "tensor_parallel",
     "optimizer",
     "scheduler",
     "gradient_clipping",
@@ -122,6 +123,7 @@ def read_deepspeed(
     known, reader = _known_top_level()
     t = Taken()
     priced = (
+        "tensor_parallel",
         "train_batch_size",
         "train_micro_batch_size_per_gpu",
         "gradient_accumulation_steps",
@@ -153,8 +155,16 @@ def read_deepspeed(
         number("train_micro_batch_size_per_gpu"),
         number("gradient_accumulation_steps"),
     )
-    dp, src = _batch_rule(batch, micro, accum, devices, where, t)
-    t.take("dp", dp, src)
+    autotp = data.get("tensor_parallel", {})
+    tp = autotp.get("autotp_size", 1) if isinstance(autotp, dict) else 1
+    if isinstance(tp, bool) or not isinstance(tp, int) or tp < 1:
+        raise JobError(f"{where}: tensor_parallel.autotp_size must be a whole number of at least 1 (got {tp!r})")
+    if devices and devices % tp:
+        raise JobError(f"{where}: {devices} GPUs (--devices) do not divide by tensor_parallel.autotp_size {tp}")
+    dp, src = _batch_rule(batch, micro, accum, devices // tp if devices else None, where, t)
+    t.take("dp", dp, src + (f" (the GPUs over tensor_parallel.autotp_size {tp})" if tp > 1 and devices else ""))
+    t.take("tp", tp, f"tensor_parallel.autotp_size = {tp} (DeepSpeed's AutoTP)" if tp > 1 else "no tensor_parallel: 1")
+    t.take("sp", tp == 1, "AutoTP splits no sequence" if tp > 1 else "no tensor parallelism")
     if seq_len is None:
         raise JobError(f"{where}: a DeepSpeed config does not hold the sequence length; give --seq-len N")
     t.take("seq_len", seq_len, "the sequence length given (--seq-len)")
@@ -185,7 +195,7 @@ def read_deepspeed(
     comment = data.get("comment")
     if isinstance(comment, str) and "ep_size=" in comment:
         t.notes.append(f"expert parallelism is set in the model's MoE layers: {comment}")
-    return t.job("deepspeed", where, devices=dp, reader=reader)
+    return t.job("deepspeed", where, devices=dp * tp, reader=reader)
 
 
 def _batch_rule(

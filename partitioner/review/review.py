@@ -7,7 +7,8 @@ The changes are the planner's search at the job's own GPU count, kept to what th
 run from the same kind of file (:func:`expressible`): torchtitan has no ZeRO-1, no optimizer
 offload and no K-layer recomputation, and sets interleaving to 2 stages a rank; Megatron-LM runs
 ZeRO 0 or 1 (its distributed optimizer), 1F1B or interleaved 1F1B and no min-cut; a DeepSpeed JSON
-sets data parallelism and ZeRO alone (tensor and pipeline parallelism live in the model's code);
+sets data parallelism, ZeRO and AutoTP's tensor parallelism (no sequence parallelism; pipeline
+stages live in the model's code);
 a serving engine's line sets tensor, pipeline and data parallelism. A change is listed when its
 step band lies below the job's (surely faster), or when the job does not fit and the change does.
 """
@@ -94,7 +95,8 @@ def expressible(fmt: str, lay: Layout) -> bool:
             and not lay.grad_fp32
         )
     if fmt == "deepspeed":
-        return lay.tp == lay.pp == lay.cp == lay.ep == 1 and lay.recompute in ("none", "full")
+        autotp = lay.tp == 1 or not lay.sp  # AutoTP splits the weights, not the sequence
+        return lay.pp == lay.cp == lay.ep == 1 and autotp and lay.recompute in ("none", "full")
     return False
 
 

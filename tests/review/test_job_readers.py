@@ -147,3 +147,20 @@ def test_torchtitans_shipped_405b_config_reads_float8_and_compile():
     assert job.layout == cluster.Layout(dp=16, tp=8, zero=3, recompute="full", microbatch_size=2)
     assert job.workload.dtype == "fp8" and job.engine == "graphs"  # float8 converter, torch.compile
     assert "parallelism.enable_async_tensor_parallel" not in job.unknown
+
+
+def test_deepspeeds_autotp_example_names_its_auto_batch_and_reads_once_filled():
+    text = (FIXTURES / "deepspeed_autotp_zero2.json").read_text()
+    with pytest.raises(JobError, match='train_batch_size is "auto", which the Hugging Face Trainer fills'):
+        read_job(text, "ds_config.json", devices=8, seq_len=2048)
+    import json
+
+    filled = {
+        **json.loads(text),
+        "train_batch_size": 16,
+        "train_micro_batch_size_per_gpu": 2,
+        "gradient_accumulation_steps": 4,
+    }
+    job = read_job(json.dumps(filled), "ds_config.json", devices=8, seq_len=2048)
+    assert job.layout == cluster.Layout(dp=2, tp=4, microbatch_size=2, zero=2, sp=False) and job.devices == 8
+    assert job.workload.dtype == "bf16" and "comment" not in job.unknown

@@ -21,6 +21,7 @@ LAYOUTS = [
     cluster.Layout(dp=32, microbatch_size=2, zero=2),
     cluster.Layout(dp=8, cp=2, tp=4, zero=3, recompute="full", shard=8),
     cluster.Layout(dp=64, microbatch_size=1, zero=3, offload=True, recompute="full"),
+    cluster.Layout(dp=8, tp=4, microbatch_size=1, zero=2, sp=False),  # DeepSpeed's AutoTP
 ]
 WORKLOADS = [
     cluster.Workload(global_batch=256, seq_len=4096, train_tokens=256 * 4096 * 1000.0),
