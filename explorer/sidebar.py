@@ -31,6 +31,7 @@ from explorer.builders.inputs import (
 )
 from explorer.builders.text import md
 from explorer.devices_panel import devices_ui, follow_model_devices
+from explorer.fields import bounded_number, clear_range_notes
 
 __all__ = [
     "config_ui",
@@ -52,6 +53,7 @@ HF_SPARE = 1.1  # room for the inputs a partition reads from others, beyond the 
 
 def config_ui() -> PlanConfig | None:
     """The whole sidebar; None while an input there is unreadable (the sidebar says why)."""
+    clear_range_notes()
     with st.sidebar:
         st.subheader("Model")
         choice = model_ui()
@@ -145,19 +147,23 @@ def hf_ui() -> ModelChoice | None:
             "dtype=bf16, fp16 or fp32 sets the weights' and activations' type",
         )
         left, right = st.columns(2)
-        batch = left.number_input(
+        batch = bounded_number(
+            left,
             "Batch size",
-            min_value=1,
-            max_value=4096,
+            1,
+            4096,
+            fallback=TOKEN_SETTINGS["batch_size"],
             step=1,
             key="hf_batch",
             persist_state="session",
             help="sequences (or images) in the example input",
         )
-        seq = right.number_input(
+        seq = bounded_number(
+            right,
             "Sequence length",
-            min_value=1,
-            max_value=1 << 20,
+            1,
+            1 << 20,
+            fallback=TOKEN_SETTINGS["seq_len"],
             step=1,
             key="hf_seq",
             persist_state="session",
@@ -167,7 +173,7 @@ def hf_ui() -> ModelChoice | None:
         st.form_submit_button("Build and trace", key="hf_build", help="Apply every field above at once")
     spec = "hf:" + name.strip().removeprefix("hf:")
     try:
-        overrides = sample_models.parse_overrides(spec, sets.split())
+        overrides = sample_models.parse_overrides(spec, sets.split(), where="Config fields")
     except ValueError as exc:
         st.error(md(exc))
         return None
@@ -321,19 +327,23 @@ def mode_ui() -> tuple[str, dict[str, Any] | None]:
     st.session_state.setdefault("search_budget", 0)
     st.session_state.setdefault("time_limit_s", 10)
     with st.expander("Advanced", expanded=mode == "optimal"):
-        budget = st.number_input(
+        budget = bounded_number(
+            st,
             "Search budget (cost-model evaluations, 0 = automatic)",
-            min_value=0,
-            max_value=1_000_000,
+            0,
+            1_000_000,
+            fallback=0,
             step=100,
             key="search_budget",
             persist_state="session",
             help="Caps the work of cost_aware and kl_based",
         )
-        limit = st.number_input(
+        limit = bounded_number(
+            st,
             "Solver time limit (s)",
-            min_value=1,
-            max_value=600,
+            1,
+            600,
+            fallback=10,
             step=5,
             key="time_limit_s",
             persist_state="session",

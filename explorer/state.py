@@ -221,7 +221,13 @@ def set_config(config: PlanConfig | None) -> None:
 
 def show_size_warning() -> None:
     """Above every page: a warning when the model is a preset with its size overridden ("llama-3-70b
-    with 2 of 80 layers"), since every figure then answers for the smaller model."""
+    with 2 of 80 layers"), since every figure then answers for the smaller model; and each sidebar
+    value this run did not apply (out of its range: :mod:`explorer.fields`), since the answer below
+    is still for the previous one."""
+    from explorer.fields import range_notes
+
+    for note in range_notes():
+        st.warning(note, icon=":material/block:")
     config = st.session_state.get(CONFIG)
     if config is None or config.model.user:
         return

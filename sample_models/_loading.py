@@ -171,11 +171,12 @@ def _check_known(spec: str) -> None:
         )
 
 
-def parse_overrides(spec: str, items: typing.Sequence[str]) -> dict[str, Any]:
+def parse_overrides(spec: str, items: typing.Sequence[str], where: str = "--set") -> dict[str, Any]:
     """``["n_layer=4", "bias=false"]`` -> ``{"n_layer": 4, "bias": False}``, typed by the sample
-    model's config dataclass (hf: models take JSON-like values)."""
+    model's config dataclass (hf: models take JSON-like values). ``where``: what a message calls the
+    place the pairs were written (the app's "Config fields")."""
     if is_hf(spec):  # dicts and lists as canonical JSON text: hashable (the app's cache key)
-        return with_published_dtype(spec, {k: _hashable(_convert(v, None)) for k, v in _pairs(items)})
+        return with_published_dtype(spec, {k: _hashable(_convert(v, None)) for k, v in _pairs(items, where)})
     if is_factory(spec):
         if items:
             raise ModelSpecError(
@@ -209,12 +210,14 @@ def parse_overrides(spec: str, items: typing.Sequence[str]) -> dict[str, Any]:
     return values
 
 
-def _pairs(items: typing.Sequence[str]) -> list[tuple[str, str]]:
+def _pairs(items: typing.Sequence[str], where: str = "--set") -> list[tuple[str, str]]:
     out = []
     for item in items:
         key, sep, raw = str(item).partition("=")
         if not sep or not key.strip():
-            raise ModelSpecError(f"--set expects KEY=VALUE (got {item!r}); e.g. --set n_layer=4")
+            if where == "--set":
+                raise ModelSpecError(f"--set expects KEY=VALUE (got {item!r}); e.g. --set n_layer=4")
+            raise ModelSpecError(f"{where} take field=value pairs, separated by spaces (got {item!r}); e.g. n_layer=4")
         out.append((key.strip(), raw.strip()))
     return out
 

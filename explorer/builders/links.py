@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
 from explorer.builders.stepping import MAX_GROUPS
+from explorer.builders.text import number
 from partitioner.units import parse_bytes
 
 __all__ = [
@@ -197,10 +198,10 @@ def _range(key: str) -> tuple[float | None, float | None]:
 def _clamped(key: str, value: Any, text: str, notes: list[str]) -> Any:
     low, high = _range(key)
     if low is not None and value < low:
-        notes.append(f"{key}={shown(text)} in the link is below the least, {low:g}: set to {low:g}")
+        notes.append(f"{key}={shown(text)} in the link is below the least, {number(low)}: set to {number(low)}")
         return type(value)(low)
     if high is not None and value > high:
-        notes.append(f"{key}={shown(text)} in the link is above the most, {high:g}: set to {high:g}")
+        notes.append(f"{key}={shown(text)} in the link is above the most, {number(high)}: set to {number(high)}")
         return type(value)(high)
     return value
 

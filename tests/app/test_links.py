@@ -71,12 +71,13 @@ def test_an_unreadable_value_is_dropped_with_its_rule(key, text, rule):
 
 
 @pytest.mark.parametrize(
-    "key, text, expected", [("dev_count", "1024000", 1024), ("dev_count", "0", 1), ("transfer_gbps", "-5", 0.0)]
+    "key, text, expected, said",
+    [("dev_count", "1024000", 1024, "1,024"), ("dev_count", "0", 1, "1"), ("transfer_gbps", "-5", 0.0, "0")],
 )
-def test_an_out_of_range_number_is_clamped_to_the_widgets_range(key, text, expected):
+def test_an_out_of_range_number_is_clamped_to_the_widgets_range(key, text, expected, said):
     r = read(model="mlp", **{key: text})
     assert r.values[key] == expected and type(r.values[key]) is type(expected)
-    assert len(r.notes) == 1 and f"set to {expected:g}" in r.notes[0]
+    assert len(r.notes) == 1 and f"set to {said}" in r.notes[0]  # a count as people write it
 
 
 def test_hf_settings_are_checked_with_the_hf_model():

@@ -146,7 +146,7 @@ def test_out_of_range_prices_and_a_huge_step_are_clamped_and_said():
     read = read_page_link({"cl_price_h100-80gb": "1e300", "cl_price_h200-141gb": "-5", "learn_step": "9" * 30}, CHOICES)
     assert read.values == {"cl_price_h100-80gb": 1000.0, "cl_price_h200-141gb": 0.0, "learn_step": 60}
     assert len(read.notes) == 3, read.notes
-    assert any("cl_price_h100-80gb=1e300" in n and "set to 1000" in n for n in read.notes)
+    assert any("cl_price_h100-80gb=1e300" in n and "set to 1,000" in n for n in read.notes)  # as people write it
     assert any("cl_price_h200-141gb=-5" in n and "set to 0" in n for n in read.notes)
     assert any(n.startswith("learn_step=") and "set to 60" in n for n in read.notes)
     read = read_page_link({"learn_step": "9" * 5000}, CHOICES)  # past Python's digits limit
@@ -169,7 +169,7 @@ def test_a_link_to_a_button_keeps_the_cluster_page_and_says_why():
     )
     said = " ".join(shown(w.value) for w in fresh.warning)
     assert "cl_min_cut_run in the link was ignored" in said and "cl_run in the link was ignored" in said
-    assert "cl_price_h100-80gb=1e300" in said and "set to 1000" in said
+    assert "cl_price_h100-80gb=1e300" in said and "set to 1,000" in said  # as people write it
 
 
 def test_every_carried_cluster_choice_is_checked_against_its_widgets_options():

@@ -51,7 +51,7 @@ def test_an_out_of_range_link_number_is_clamped_with_a_message():
     assert at.number_input(key="dev_count").value == 1024 and url(at)["dev_count"] == "1024"
     assert at.number_input(key="transfer_gbps").value == 0.0
     text = " ".join(w.value.replace("\\", "") for w in at.warning)
-    assert "dev_count=5000 in the link is above the most, 1024: set to 1024" in text
+    assert "dev_count=5000 in the link is above the most, 1,024: set to 1,024" in text
 
 
 def test_a_link_past_the_graph_cap_is_refused_before_anything_is_built():
