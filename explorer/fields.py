@@ -5,7 +5,7 @@ browser: the field turns red with a hover-only "!", nothing reaches the server, 
 on showing the previous answer without a word. :func:`bounded_number` takes any number instead,
 checks the range here, and for a value it cannot take keeps the last one it could, with a note
 beside the field and above the page (:func:`explorer.state.show_size_warning` shows
-:func:`range_notes`) naming the rule, the value and what the answer is still for."""
+:func:`range_notes`) naming the rule, the value and what the answer is for."""
 
 from __future__ import annotations
 
@@ -21,24 +21,25 @@ _NOTES = "range_notes"  # this run's notes, for the top of the page
 
 
 def out_of_range_note(label: str, value: float | None, low: float, high: float, kept: float) -> str:
-    """ "Batch size must be from 1 to 4,096 (got 0): not applied; the answer is still for 1."."""
+    """ "Batch size must be from 1 to 4,096 (got 0): not applied; the answer is for 1."."""
     got = "nothing" if value is None else number(value)
     return (
         f"{label} must be from {number(low)} to {number(high)} (got {got}): not applied; "
-        f"the answer is still for {number(kept)}."
+        f"the answer is for {number(kept)}."
     )
 
 
 def bounded_number(box: Any, label: str, low: float, high: float, *, key: str, fallback: float, **kwargs: Any) -> Any:
     """``box.number_input(label, key=key, **kwargs)`` without bounds in the browser: a value in
     [``low``, ``high``] is returned (and remembered); another is not applied, said beside the field
-    and above the page, and the last value that was (``fallback`` before any) is returned."""
+    and above the page, and the last value that was (``fallback`` before any), brought into the
+    range (a range that shrank, such as fewer devices, moves it), is returned."""
     value = box.number_input(label, key=key, **kwargs)
     good = f"_{key}_applied"
     if value is not None and low <= value <= high:
         st.session_state[good] = value
         return value
-    kept = st.session_state.get(good, fallback)
+    kept = min(max(st.session_state.get(good, fallback), low), high)
     got = "nothing" if value is None else number(value)
     box.warning(f"Not applied: from {number(low)} to {number(high)} (got {got}).", icon=":material/block:")
     st.session_state.setdefault(_NOTES, []).append(out_of_range_note(label, value, low, high, kept))

@@ -12,6 +12,7 @@ import streamlit as st
 from explorer import compute, graph_panels, panels, state
 from explorer.builders import pipeline_figures, pipeline_tables
 from explorer.builders.text import md
+from explorer.fields import bounded_number
 from partitioner import Graph, pipeline
 from partitioner.pipeline.schedules import SCHEDULES, stages_per_rank
 from partitioner.pipeline.stages import BOTTLENECK_NOTE
@@ -25,24 +26,27 @@ def _controls(device_count: int) -> tuple[int, int, str, str | None]:
     cols = st.columns(4)
     # held in the link by Streamlit's binding, which keeps a widget's own default out of the URL:
     # the defaults are the widgets' (value=, index=), not set in session state
-    if st.session_state.get("pp_ranks", 0) > device_count:  # fewer devices in the sidebar since
-        st.session_state["pp_ranks"] = device_count
-    ranks = cols[0].number_input(
+    # a count out of range (more than the sidebar's devices, typed or since fewer) is said, not applied
+    ranks = bounded_number(
+        cols[0],
         "Devices in the pipeline",
+        1,
+        max(1, device_count),
+        fallback=min(4, device_count),
         value=min(4, device_count),
-        min_value=1,
-        max_value=max(1, device_count),
         step=1,
         key="pp_ranks",
         bind="query-params",
         persist_state="session",
         help="the first N devices of the sidebar, one pipeline rank each",
     )
-    microbatches = cols[1].number_input(
+    microbatches = bounded_number(
+        cols[1],
         "Microbatches",
+        1,
+        1024,
+        fallback=8,
         value=8,
-        min_value=1,
-        max_value=1024,
         step=1,
         key="pp_microbatches",
         bind="query-params",

@@ -39,7 +39,7 @@ def test_long_words_are_cut_with_their_length_and_short_text_is_left_alone():
 
 def test_the_note_names_the_rule_the_value_and_what_the_answer_is_still_for():
     assert out_of_range_note("Batch size", 0, 1, 4096, 1) == (
-        "Batch size must be from 1 to 4,096 (got 0): not applied; the answer is still for 1."
+        "Batch size must be from 1 to 4,096 (got 0): not applied; the answer is for 1."
     )
     assert "(got nothing)" in out_of_range_note("Solver time limit (s)", None, 1, 600, 10)
 
