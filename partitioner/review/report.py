@@ -25,7 +25,7 @@ def verdict(rv: Review, accelerator: str) -> str:
     return (
         f"{r.layout.label()} on {r.devices} x {accelerator}: "
         + ("fits" if rv.fits else "does NOT fit")
-        + f", {format_bytes(int(r.memory_bytes))} a GPU of {format_bytes(int(rv.capacity_bytes))} usable"
+        + f", {format_bytes(int(r.memory_bytes))} a GPU of its {format_bytes(int(rv.capacity_bytes))} (headroom included)"
     )
 
 
@@ -35,13 +35,16 @@ def memory_line(rv: Review) -> str:
 
 
 def speed_line(rv: Review) -> str:
-    r, work = rv.result, rv.job.workload
+    r, work = rv.result, rv.workload or rv.job.workload
     if work.kind == "inference":
         low, high = r.extra.get("seconds_per_token_low", 0.0), r.extra.get("seconds_per_token_high", 0.0)
+        held = r.extra.get("kv_cache_sequences", 0.0)
+        context = work.seq_len + work.generate_tokens
         return (
             f"first token {seconds_band(r.step_low_s, r.step_high_s)}; each generated token "
             f"{seconds_band(low, high)} at {work.global_batch} sequences; {tokens_band(*r.tokens_per_s_band)} "
-            f"tokens/s generated (MFU {mfu_band(r)})"
+            f"tokens/s generated (MFU {mfu_band(r)}); the KV cache holds {held:,.0f} sequences of {context:,} "
+            "tokens a replica (vLLM's maximum concurrency)"
         )
     return (
         f"step {seconds_band(r.step_low_s, r.step_high_s)} (MFU {mfu_band(r)}, {tokens_band(*r.tokens_per_s_band)} "
@@ -50,9 +53,13 @@ def speed_line(rv: Review) -> str:
 
 
 def dominant_line(rv: Review) -> str:
+    """The three largest parts of the step (training) or of a generated token (serving)."""
     r = rv.result
-    total = sum(r.parts_s.values())
-    top = sorted(r.parts_s.items(), key=lambda kv: -kv[1])[:3]
+    parts = r.parts_s
+    if rv.job.workload.kind == "inference":  # a token's parts; the prefill is the first token's
+        parts = {k.removesuffix(" per token"): v for k, v in parts.items() if k.endswith(" per token")}
+    total = sum(parts.values())
+    top = sorted(parts.items(), key=lambda kv: -kv[1])[:3]
     shares = ", ".join(f"{k} {format_seconds(v)}" + (f" ({v / total:.0%})" if total else "") for k, v in top)
     return f"what dominates: {shares}; limited by {r.limit}"
 

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from partitioner.cluster.hardware import Cluster
-from partitioner.cluster.layout_types import Layout, LayoutResult, recompute_layers
+from partitioner.cluster.layout_types import Layout, LayoutResult, Workload, recompute_layers
 from partitioner.cluster.layouts import evaluate, shared_simulator
 from partitioner.cluster.profile import ModelProfile
 from partitioner.cluster.rules import check_layout
@@ -48,9 +48,11 @@ class Change:
 class Review:
     job: Job
     result: LayoutResult
-    capacity_bytes: float  # what a GPU holds for the job: the card less the headroom
+    capacity_bytes: float  # the card's memory, against the parts (which count the headroom kept free)
     changes: tuple[Change, ...]
     notes: tuple[str, ...] = ()
+    # the workload priced: the job's, or (serving) the sequences the engine admits at once
+    workload: Workload | None = None
 
     @property
     def fits(self) -> bool:
@@ -109,21 +111,22 @@ def _differs(a: Layout, b: Layout) -> str:
     )
 
 
-def _served(prof: ModelProfile, job: Job, target: Cluster, r: LayoutResult) -> tuple[LayoutResult, list[str]]:
+def _served(prof: ModelProfile, job: Job, target: Cluster, r: LayoutResult) -> tuple[LayoutResult, list[str], Workload]:
     """A serving engine admits the sequences its KV cache holds and queues the rest: a batch over
     the cache is priced at the cache's count, and it fits when the cache holds one whole sequence."""
     held = r.extra.get("kv_cache_sequences", 0.0)
     batch = job.workload.global_batch / job.layout.dp
     if r.fits or held < 1:
-        return r, []
+        return r, [], job.workload
     admitted = max(1, int(held)) * job.layout.dp
     work = dataclasses.replace(job.workload, global_batch=admitted)
     again = evaluate(prof, work, target, job.layout, shared_simulator())
-    return again, [
-        f"the KV cache holds {held:.0f} sequences of {job.workload.seq_len + job.workload.generate_tokens} tokens a "
-        f"replica, so the engine runs {admitted} at once of the {job.workload.global_batch} asked ({batch:.0f} a "
-        "replica) and queues the rest: priced at that batch"
+    notes = [
+        f"the KV cache holds {held:,.0f} sequences of {job.workload.seq_len + job.workload.generate_tokens:,} tokens "
+        f"a replica, so the engine runs {admitted:,} at once of the {job.workload.global_batch:,} asked ({batch:,.0f} "
+        "a replica) and queues the rest: priced at that batch"
     ]
+    return again, notes, work
 
 
 def review_job(prof: ModelProfile, job: Job, target: Cluster, top: int = 3) -> Review:
@@ -133,14 +136,18 @@ def review_job(prof: ModelProfile, job: Job, target: Cluster, top: int = 3) -> R
     layout at all (tensor parallelism that does not divide the heads, a batch that does not split)."""
     if job.memory_utilization is not None:
         target = dataclasses.replace(target, memory_utilization=job.memory_utilization)
+    if job.workload.kind == "inference":  # the engine keeps its own share free (--gpu-memory-utilization)
+        target = dataclasses.replace(target, headroom_bytes=0)
     try:
         check_layout(prof, job.layout, job.workload)
     except PartitionError as exc:
         raise JobError(f"{job.layout.label()} cannot run this model: {exc}") from None
     r = evaluate(prof, job.workload, target, job.layout, shared_simulator())
     notes: list[str] = []
+    workload = job.workload
+    capacity = float(target.accelerator.memory_bytes)  # the parts count the headroom kept free
     if job.workload.kind == "inference":
-        r, notes = _served(prof, job, target, r)
+        r, notes, workload = _served(prof, job, target, r)
     found = search(prof, job.workload, target, [job.layout.devices])
     changes: list[Change] = []
     for other in found.fitting:
@@ -156,4 +163,4 @@ def review_job(prof: ModelProfile, job: Job, target: Cluster, top: int = 3) -> R
             changes.append(Change(other, gain, _differs(job.layout, other.layout)))
     if job.workload.kind == "inference":
         changes.sort(key=lambda c: -c.speedup)
-    return Review(job, r, float(target.usable_bytes), tuple(changes), tuple(notes))
+    return Review(job, r, capacity, tuple(changes), tuple(notes), workload)

@@ -157,3 +157,15 @@ def test_a_device_map_offloading_to_the_host_is_refused_naming_it(tmp_path, caps
     assert code == 2 and "offloads 1 module(s) to cpu or disk" in capsys.readouterr().err
     assert main(["review", _map(tmp_path, {"wte": 0})]) == 2
     assert "give --model" in capsys.readouterr().err
+
+
+def test_a_vllm_line_asking_more_sequences_than_its_cache_holds_is_priced_at_what_it_admits(capsys):
+    line = "vllm serve meta-llama/Meta-Llama-3-8B --tensor-parallel-size 2 --max-num-seqs 4096 --max-model-len 2048"
+    assert main(["review", line, "--accelerator", "l4-24gb", "--prompt", "1024", "--generate", "256"]) == 0
+    text = capsys.readouterr().out
+    assert "vLLM serve command" in text and "tp = 2  <- --tensor-parallel-size 2" in text
+    note = next(line for line in text.splitlines() if line.startswith("note: the KV cache holds"))
+    admitted = int(note.split("runs ")[1].split(" at once")[0].replace(",", ""))
+    assert 1 <= admitted < 4096 and "queues the rest" in note
+    assert f"at {admitted} sequences" in text  # the token is priced at the batch the cache admits
+    assert "what dominates: " in text and "prefill" not in text.split("what dominates: ")[1].splitlines()[0]
