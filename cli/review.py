@@ -140,12 +140,14 @@ def run(args: argparse.Namespace) -> int:
 def _print(rv: review.Review, label: str, accelerator: str) -> None:
     job = rv.job
     print(f"{FORMAT_NAMES[job.format]}, read by {job.reader}")
-    print(f"model: {label}" + (f" ({job.setting('model').source})" if job.setting("model") else " (--model)"))
+    named = job.setting("model")
+    print(f"model: {label}" + (f" ({named.source})" if named else " (--model)"))
     for s in job.settings:
         if s.name not in ("model", "model_sets", "engine"):
             print(f"  {s.name} = {s.value}  <- {s.source}")
     if job.engine:
-        print(f"  engine = {job.engine}  <- {job.setting('engine').source if job.setting('engine') else ''}")
+        engine = job.setting("engine")
+        print(f"  engine = {job.engine}  <- {engine.source if engine else ''}")
     if job.unknown:
         print("unknown (not fields of this format; not read): " + ", ".join(job.unknown))
     if job.unpriced:

@@ -215,8 +215,10 @@ def _batch_rule(
         dp, src = batch // (micro * accum), f"train_batch_size {batch} / (micro {micro} x accumulation {accum})"
     elif devices:
         dp, src = devices, "the GPUs given (--devices)"
-        micro = micro or batch // (dp * (accum or 1))
-        batch = batch or micro * (accum or 1) * dp
+        micro = micro if micro is not None else (batch or 0) // (dp * (accum or 1))
+        batch = batch if batch is not None else micro * (accum or 1) * dp
+        if micro < 1:
+            raise JobError(f"{where}: train_batch_size {batch} is less than one sequence a GPU over {dp} GPUs")
     else:
         raise JobError(
             f"{where}: the batch rule is open (two of train_batch_size, train_micro_batch_size_per_gpu, "

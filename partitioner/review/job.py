@@ -102,8 +102,21 @@ class Taken:
 
     def layout(self, where: str) -> Layout:
         """The layout of the values taken; a value the layout refuses names its source and the fix."""
-        keys = ("dp", "tp", "pp", "cp", "ep", "microbatch_size", "schedule", "zero", "recompute", "sp", "virtual")
-        keys += ("shard", "offload")
+        keys = (
+            "dp",
+            "tp",
+            "pp",
+            "cp",
+            "ep",
+            "microbatch_size",
+            "schedule",
+            "zero",
+            "recompute",
+            "sp",
+            "virtual",
+            "shard",
+            "offload",
+        )
         try:
             return Layout(**{k: self.values[k] for k in keys if k in self.values})
         except PartitionError as exc:

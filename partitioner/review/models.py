@@ -81,6 +81,7 @@ def from_sizes(sizes: Mapping[str, int], swiglu: bool) -> tuple[str, tuple[str, 
             f"max_position_embeddings={positions}",
         )
         return "hf:llama", sets
-    sets = (f"n_layer={layers}", f"n_embd={hidden}", f"n_head={heads}", f"n_positions={positions}")
-    inner = (f"n_inner={ffn}",) if ffn != 4 * hidden else ()
-    return "hf:gpt2", (*sets, *inner, f"vocab_size={vocab or 50257}")
+    gpt2 = [f"n_layer={layers}", f"n_embd={hidden}", f"n_head={heads}", f"n_positions={positions}"]
+    if ffn != 4 * hidden:
+        gpt2.append(f"n_inner={ffn}")
+    return "hf:gpt2", (*gpt2, f"vocab_size={vocab or 50257}")
