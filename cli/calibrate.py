@@ -69,7 +69,7 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from partitioner.runtime.calibrate import calibrate
+    from partitioner.calibration.host import calibrate
 
     if not 2 <= args.processes <= 8:
         raise CLIError(f"--processes must be 2 to 8 (got {args.processes}); 4 measures runs of 2 and 4 processes")
@@ -105,8 +105,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _calibrate_gpu(args: argparse.Namespace) -> DeviceProfile:
+    from partitioner.calibration.gpu import calibrate_gpu
     from partitioner.processes.worker import run_in_worker
-    from partitioner.runtime.calibrate_gpu import calibrate_gpu
 
     if not run_in_worker(_has_cuda, (), 60.0, "the CUDA check"):
         raise CLIError(

@@ -26,29 +26,17 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from partitioner.calibration.loops import loop_median_s
 from partitioner.pipeline.steps import step_slots
 from partitioner.processes.timing import step_seconds
 
-__all__ = ["engine_costs", "EngineCosts", "loop_median_s"]
+__all__ = ["engine_costs", "EngineCosts"]
 
 PAIR_ROWS = 16
 PAIR_WIDTHS = (64, 512, 2048)  # a pair's shared width: 4 KiB to 128 KiB all-reduced (16 rows, fp32)
 HANDOFF_BYTES = (1024, 65536, 1 << 20)
 CHAIN = 4  # modules or pairs in a timed chain
 PIPELINE_MICROBATCHES = 4
-
-
-def loop_median_s(fn: Callable[[], Any], loops: int = 10, repeats: int = 5) -> float:
-    """Median over ``repeats`` of the mean time of ``loops`` calls of ``fn`` (called once first:
-    the warm-up; NOTE: [One statistic] in :mod:`partitioner.processes.timing`)."""
-    fn()
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        for _ in range(loops):
-            fn()
-        times.append((time.perf_counter() - start) / loops)
-    return step_seconds(times)
 
 
 def _work() -> Callable[[], Any]:

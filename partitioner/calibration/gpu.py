@@ -18,6 +18,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from partitioner.calibration.host import host_memory_bytes
 from partitioner.device_profile import DeviceProfile
 from partitioner.units import DTYPES
 
@@ -185,9 +186,7 @@ def _memory_bytes(device: str) -> int:
 
     if device == "cuda":
         return int(torch.cuda.get_device_properties(0).total_memory)
-    from partitioner.runtime.calibrate import _memory_bytes as host_memory
-
-    return int(host_memory())
+    return host_memory_bytes()
 
 
 def _measure(device: str, quick: bool) -> tuple[list[dict[str, Any]], int]:

@@ -7,7 +7,7 @@ Everything runs on ranks started by :func:`partitioner.processes.launch.launch` 
 one thread each, as every real run here starts them), so the figures are those a run's ranks see:
 rank 0 times the ops alone while the others wait in a barrier, then 1, 2 and all ranks time the
 same matmuls at once (the slowdown), then the collectives run on 2 ranks (a subgroup) and on all, raw and through DTensor, and a
-pipelining schedule's action is timed (:mod:`partitioner.runtime._engine_costs`).
+pipelining schedule's action is timed (:mod:`partitioner.calibration.distributed`).
 Each figure is the median of several timed repeats. The result is a
 :class:`~partitioner.device_profile.DeviceProfile`, cached under
 :func:`~partitioner.device_profile.cache_dir` by :func:`local_profile`. About 15 s of timing on top
@@ -24,6 +24,9 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from partitioner.calibration.distributed import EngineCosts, engine_costs
+from partitioner.calibration.loops import budget_median_s, loop_median_s
+from partitioner.calibration.ops import measure_ops
 from partitioner.device_profile import (
     DeviceProfile,
     cache_off,
@@ -32,10 +35,8 @@ from partitioner.device_profile import (
     profile_path,
 )
 from partitioner.errors import PartitionError
-from partitioner.runtime._calibrate_ops import _median_s, _ops
-from partitioner.runtime._engine_costs import EngineCosts, engine_costs, loop_median_s
 
-__all__ = ["calibrate", "local_profile", "CalibrationRank", "MESSAGE_BYTES"]
+__all__ = ["calibrate", "local_profile", "host_memory_bytes", "CalibrationRank", "MESSAGE_BYTES"]
 
 MESSAGE_BYTES = (4, 1024, 16384, 1 << 20, 1 << 21, 1 << 22)
 
@@ -123,7 +124,7 @@ def _entry(rank: int, world_size: int) -> CalibrationRank:
     import torch.distributed as dist
 
     dist.barrier()
-    ops = _ops() if rank == 0 else None
+    ops = measure_ops() if rank == 0 else None
     dist.barrier()
     busy = _slowdown(rank, world_size)
     pair = dist.new_group([0, 1]) if world_size > 2 else None
@@ -162,13 +163,14 @@ def _sharded_overhead(rank: int, world_size: int) -> float:
     if rank == 0:
         with torch.no_grad():
             extra = statistics.median(
-                _median_s(lambda: sharded(x), 0.03) - _median_s(lambda: plain(x), 0.03) for _ in range(3)
+                budget_median_s(lambda: sharded(x), 0.03) - budget_median_s(lambda: plain(x), 0.03) for _ in range(3)
             )
     dist.barrier()
     return max(0.0, extra)
 
 
-def _memory_bytes() -> int:
+def host_memory_bytes() -> int:
+    """This machine's physical memory (16 GiB where the system does not say)."""
     try:
         return int(os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))
     except (ValueError, OSError, AttributeError):
@@ -244,7 +246,7 @@ def calibrate(
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     return DeviceProfile(
         name=name,
-        memory_bytes=_memory_bytes(),
+        memory_bytes=host_memory_bytes(),
         op_overhead_s=ops["op"],
         module_overhead_s=ops["module"],
         training_step_factor=ops["backward"],

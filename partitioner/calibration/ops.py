@@ -1,4 +1,4 @@
-"""What one calibration process measures alone (:mod:`partitioner.runtime.calibrate` assembles the
+"""What one calibration process measures alone (:mod:`partitioner.calibration.host` assembles the
 profile): an op's and a module call's dispatch, square matrix products per dtype, copies and the
 elementwise ops with curves of their own by bytes, an op inside a traced module, and the training
 step over the forward. Torch loads inside the functions (they run on a launched rank)."""
@@ -6,12 +6,13 @@ step over the forward. Torch loads inside the functions (they run on a launched 
 from __future__ import annotations
 
 import statistics
-import time
-from typing import Any, Callable
+from typing import Any
 
 from partitioner import units
+from partitioner.calibration.loops import budget_median_s
 from partitioner.device_profile import ELEMENTWISE_KINDS
-from partitioner.runtime._engine_costs import loop_median_s
+
+__all__ = ["measure_ops"]
 
 MATMUL_SIZES = (8, 16, 32, 64, 96, 128, 192, 256, 384, 512)  # square n x n @ n x n
 COPY_BYTES = (256, 4096, 65536, 1 << 20, 1 << 23, 1 << 25)  # bytes moved: read + written
@@ -19,26 +20,18 @@ DTYPES = tuple(d.name for d in units.DTYPES if d.calibrated)  # float32 and bflo
 ELEMENT_BYTES = (4096, 65536, 1 << 20, 1 << 22)  # an elementwise op's input
 
 
-def _median_s(fn: Callable[[], Any], budget_s: float = 0.05, repeats: int = 5) -> float:
-    """Median over ``repeats`` of the mean time of a loop sized to take about ``budget_s / repeats``."""
-    fn()
-    start = time.perf_counter()
-    fn()
-    one = max(time.perf_counter() - start, 1e-7)
-    return loop_median_s(fn, max(1, min(2000, int(budget_s / repeats / one))), repeats)
-
-
-def _ops() -> dict[str, Any]:
+def measure_ops() -> dict[str, Any]:
     """Rank 0 alone: overheads, matmul and copy curves."""
     import torch
 
     a, b = torch.ones(1), torch.ones(1)
-    op = statistics.median(_median_s(lambda: torch.add(a, b), 0.02) for _ in range(3))
+    op = statistics.median(budget_median_s(lambda: torch.add(a, b), 0.02) for _ in range(3))
     linear = torch.nn.Linear(1, 1)
     func = torch.nn.functional.linear
     with torch.no_grad():  # interleaved pairs: the machine's load shifts between measurements
         module = statistics.median(
-            _median_s(lambda: linear(a), 0.02) - _median_s(lambda: func(a, linear.weight, linear.bias), 0.02)
+            budget_median_s(lambda: linear(a), 0.02)
+            - budget_median_s(lambda: func(a, linear.weight, linear.bias), 0.02)
             for _ in range(5)
         )
         matmul: dict[str, list[tuple[float, float]]] = {}
@@ -47,12 +40,14 @@ def _ops() -> dict[str, Any]:
             points = []
             for n in MATMUL_SIZES:
                 x, w, bias = (torch.randn(n, n).to(dtype), torch.randn(n, n).to(dtype), torch.randn(n).to(dtype))
-                points.append((2.0 * n**3, _median_s(lambda: func(x, w, bias), 0.08 if n >= 256 else 0.03)))
+                points.append((2.0 * n**3, budget_median_s(lambda: func(x, w, bias), 0.08 if n >= 256 else 0.03)))
             matmul[name] = points
     copy = []
     for nbytes in COPY_BYTES:
         x = torch.ones(max(1, nbytes // 8))  # float32: half the bytes read, half written
-        copy.append((float(2 * x.nbytes), _median_s(lambda: torch.mul(x, 2.0), 0.05 if nbytes < 1 << 24 else 0.15)))
+        copy.append(
+            (float(2 * x.nbytes), budget_median_s(lambda: torch.mul(x, 2.0), 0.05 if nbytes < 1 << 24 else 0.15))
+        )
     return {
         "op": op,
         "module": max(0.0, module),
@@ -88,7 +83,7 @@ def _graph_op() -> float:
     count = sum(1 for n in gm.graph.nodes if n.op in ("call_function", "call_method", "call_module"))
     x = torch.ones(8, 8)
     with torch.no_grad():
-        return statistics.median(_median_s(lambda: gm(x), 0.03) for _ in range(3)) / max(1, count)
+        return statistics.median(budget_median_s(lambda: gm(x), 0.03) for _ in range(3)) / max(1, count)
 
 
 def _elementwise() -> dict[str, list[tuple[float, float]]]:
@@ -113,7 +108,7 @@ def _elementwise() -> dict[str, list[tuple[float, float]]]:
             points = []
             for nbytes in ELEMENT_BYTES:
                 x = torch.randn(max(1, nbytes // 1024), 256)
-                points.append((float(2 * x.nbytes), _median_s(lambda: fn(x), 0.03 if nbytes < 1 << 22 else 0.08)))
+                points.append((float(2 * x.nbytes), budget_median_s(lambda: fn(x), 0.03 if nbytes < 1 << 22 else 0.08)))
             curves[kind] = points
     return curves
 
@@ -136,4 +131,4 @@ def _backward_factor() -> float:
         chain.zero_grad(set_to_none=True)
         chain(x).sum().backward()
 
-    return statistics.median(_median_s(step, 0.03) / _median_s(forward, 0.03) for _ in range(3))
+    return statistics.median(budget_median_s(step, 0.03) / budget_median_s(forward, 0.03) for _ in range(3))

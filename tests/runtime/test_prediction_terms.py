@@ -47,12 +47,13 @@ def _profile(**changes: object) -> DeviceProfile:
 
 
 def test_runs_and_calibration_reduce_repeats_with_one_statistic():
+    from partitioner.calibration import distributed, loops
     from partitioner.cluster.run import records as _records
     from partitioner.pipeline import runner
-    from partitioner.runtime import _engine_costs, walk
+    from partitioner.runtime import walk
     from partitioner.sharding import tp_run
 
-    for module in (walk, runner, _records, tp_run, _engine_costs):
+    for module in (walk, runner, _records, tp_run, distributed, loops):
         assert module.step_seconds is timing.step_seconds, module.__name__
     assert timing.STATISTIC == "median"
     times = [0.9, 0.3, 0.5, 4.0]  # the best (0.3) would sit 30 % below what calibration reports
@@ -182,7 +183,7 @@ def test_the_in_model_op_overhead_is_added_to_every_op(tmp_path):
 def test_engine_costs_are_a_typed_record_read_by_field():
     import dataclasses
 
-    from partitioner.runtime._engine_costs import EngineCosts
+    from partitioner.calibration.distributed import EngineCosts
 
     costs = EngineCosts(barrier={2: 4e-4}, row={2: [(4096.0, 1e-4)]})
     assert costs.barrier[2] == 4e-4 and costs.row == {2: [(4096.0, 1e-4)]}  # the calibration reads by field

@@ -143,10 +143,10 @@ def _check_with(
     import torch
 
     import partitioner
+    from partitioner.calibration.host import local_profile
     from partitioner.cluster.run.compose import run_layout
     from partitioner.cluster.run.predict import composed_step
     from partitioner.cluster.run.tp_plans import linear_pairs_plan
-    from partitioner.runtime.calibrate import local_profile
 
     inputs = (example_inputs,) if isinstance(example_inputs, torch.Tensor) else tuple(example_inputs)
     if profile is None:
