@@ -20,7 +20,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu"]
-VIEWPORT = {"width": 1440, "height": 1000}
+WIDTH, HEIGHT = 1440, 1000  # the first screen of a laptop, the sidebar open
 TIMEOUT_MS = 120_000
 
 
@@ -60,7 +60,7 @@ def take(out: Path, url_path: str) -> None:
         with sync_playwright() as p:
             browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
             try:
-                page = browser.new_page(viewport=VIEWPORT)
+                page = browser.new_page(viewport={"width": WIDTH, "height": HEIGHT})
                 page.goto(f"{url}{url_path}")
                 expect(page.locator(".pe-stage svg").first).to_be_visible(timeout=TIMEOUT_MS)
                 expect(page.locator(".js-plotly-plot").first).to_be_visible(timeout=TIMEOUT_MS)
