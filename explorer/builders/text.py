@@ -12,7 +12,7 @@ import html
 import math
 import re
 
-__all__ = ["md", "plain", "JOINER", "cut_long_words", "number", "LONG_WORD"]
+__all__ = ["md", "plain", "JOINER", "cut_long_words", "number", "counted", "LONG_WORD"]
 
 _SPECIAL = re.compile(r"([\\`*_{}\[\]()#+\-.!|<>~$:&])")
 
@@ -77,3 +77,8 @@ def number(value: float) -> str:
     decimals = max(0, 3 - math.floor(math.log10(abs(v))))
     text = f"{v:,.{decimals}f}"
     return text.rstrip("0").rstrip(".") if "." in text else text
+
+
+def counted(count: int, noun: str) -> str:
+    """ "1 device", "4 devices", "1,024 devices": a count with its noun as people write them."""
+    return f"{number(count)} {noun}{'' if count == 1 else 's'}"

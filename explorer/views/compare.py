@@ -6,7 +6,7 @@ import streamlit as st
 
 import sample_models
 from explorer import compute, graph_panels, panels, sidebar, state
-from explorer.builders.text import md
+from explorer.builders.text import counted, md
 from partitioner import Graph, PartitionError
 from partitioner.accelerator.compare import ModeResult
 from partitioner.plan.size import plan_from_json
@@ -17,7 +17,7 @@ def main() -> None:
     if inputs is None:
         return
     config, graph = inputs
-    st.markdown(f"#### Every mode on {md(config.model.label)}, {len(config.devices)} devices")
+    st.markdown(f"#### Every mode on {md(config.model.label)}, {counted(len(config.devices), 'device')}")
     modes = sidebar.PLAN_MODES
     results = []
     with st.status(f"Running {len(modes)} modes...", expanded=False) as status:

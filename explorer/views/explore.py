@@ -6,7 +6,7 @@ import streamlit as st
 
 from explorer import graph_panels, panels, state
 from explorer.builders import teaching
-from explorer.builders.text import md
+from explorer.builders.text import counted, md
 
 
 def start_here() -> None:
@@ -38,7 +38,7 @@ def main() -> None:
     if loaded is None:
         return
     config, graph, result = loaded
-    st.markdown(f"#### {md(config.model.label)} on {len(config.devices)} devices, mode `{config.mode}`")
+    st.markdown(f"#### {md(config.model.label)} on {counted(len(config.devices), 'device')}, mode `{config.mode}`")
     if result.plan is None:
         st.error(f"No plan: {md(result.error)}")
         st.caption(md(teaching.devices_needed(graph, config.device_list())[1]))

@@ -13,7 +13,7 @@ import streamlit as st
 import sample_models
 from explorer import panels, state
 from explorer.builders import measured_figures, sharding_tables, training_figures
-from explorer.builders.text import md
+from explorer.builders.text import counted, md
 from partitioner import Device, Graph, ShardingError, format_bytes, sharding
 from partitioner.sharding import tensor_parallel
 from partitioner.units import format_seconds
@@ -166,7 +166,7 @@ def main() -> None:
         return
     config, graph = inputs
     devices = config.device_list()
-    st.markdown(f"#### Sharding {md(config.model.label)} over {len(devices)} devices")
+    st.markdown(f"#### Sharding {md(config.model.label)} over {counted(len(devices), 'device')}")
     if len(devices) < 2 or graph.graph_module is None:
         st.info("Sharding needs at least two devices (set them in the sidebar) and a traced model.")
         return

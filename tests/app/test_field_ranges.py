@@ -97,3 +97,9 @@ def test_a_config_fields_pair_without_a_value_speaks_of_the_field_not_the_comman
         sample_models.parse_overrides("hf:gpt2", ["n_layer"], where="Config fields")
     with pytest.raises(ValueError, match=r"^--set expects KEY=VALUE"):  # the command line's words stay
         sample_models.parse_overrides("hf:gpt2", ["n_layer"])
+
+
+def test_a_count_takes_its_noun_in_the_right_number():
+    from explorer.builders.text import counted
+
+    assert [counted(n, "device") for n in (1, 2, 1024)] == ["1 device", "2 devices", "1,024 devices"]
