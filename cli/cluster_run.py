@@ -83,6 +83,7 @@ def _module_and_inputs(args: argparse.Namespace, graph: Any, layout: cluster.Lay
     """What the ranks run: the traced graph made picklable, or a Hugging Face model as built (its
     exported graph cannot be pickled), with its inputs and keyword inputs."""
     import sample_models
+    from partitioner.cluster.run.runnable import EXPORTED_PIPELINE
     from partitioner.runtime.execute import picklable
 
     inputs = graph.example_inputs or ()
@@ -90,10 +91,7 @@ def _module_and_inputs(args: argparse.Namespace, graph: Any, layout: cluster.Lay
     kwargs: dict[str, Any] = {}
     if sample_models.is_hf(args.model):
         if layout.pp > 1:
-            raise CLIError(
-                "--run: pipeline stages of a Hugging Face model are not run here (its exported graph "
-                "cannot be sent to other processes): run it with pp1"
-            )
+            raise CLIError(f"--run: {EXPORTED_PIPELINE}")
         module, inputs, kwargs = sample_models.load(args.model, sample_models.parse_overrides(args.model, args.set))
     return module, inputs, kwargs
 

@@ -4,7 +4,6 @@ machine's processes, beside the prediction on this machine's measured profile)."
 
 from __future__ import annotations
 
-import dataclasses
 import os
 from typing import Any
 
@@ -13,17 +12,17 @@ import streamlit as st
 from explorer import graph_panels, panels, state
 from explorer.builders import cluster_run_figures
 from explorer.builders.text import md
-from partitioner import Graph, cluster, format_bytes, format_seconds
-from partitioner.pipeline.schedules import NO_SCHEDULE, SCHEDULES, get_schedule
+from partitioner import Graph, PartitionError, cluster, format_bytes, format_seconds
 
 RUNS = "cl_runs"  # session state: (graph fingerprint, layout) -> the checked run
 
 
 def _runnable(lay: cluster.Layout, graph: Graph, hf: bool = False) -> tuple[cluster.Layout | None, str]:
-    """The layout as this machine can run it (:func:`partitioner.cluster.run.compose.run_layout`): the
-    same tensor and pipeline degrees, ZeRO stage and schedule, data parallelism reduced to the
-    processes this machine runs and the traced example's rows, microbatches that divide the
-    example, no recomputation; or None and why not."""
+    """The layout as this machine can run it (the library's rule,
+    :func:`partitioner.cluster.run.runnable.local_layout`: the same tensor and pipeline degrees,
+    ZeRO stage and schedule, data parallelism and microbatches reduced to this machine's processes
+    and the traced example's rows, no recomputation); or None and why not."""
+    from partitioner.cluster.run.runnable import local_layout
     from partitioner.processes.launch import MAX_LOCAL_PROCESSES
     from partitioner.tracing import cache as trace_cache
 
@@ -33,33 +32,14 @@ def _runnable(lay: cluster.Layout, graph: Graph, hf: bool = False) -> tuple[clus
     )
     if trace_cache.weights_on_meta(graph):  # known without tracing the whole module again
         return None, meta
-    inputs = graph.example_inputs or ()
-    if graph.graph_module is None or not inputs or not hasattr(inputs[0], "shape") or not inputs[0].dim():
-        return None, "the model has no traced example with a batch dimension to split"
+    if graph.graph_module is None:
+        return None, "the model has no traced graph to run"
     if any(p.is_meta for p in graph.graph_module.parameters()):
         return None, meta
-    if lay.ep > 1:
-        return None, "expert parallelism is not run here: open a layout with ep1"
-    if hf and lay.pp > 1:
-        return None, (
-            "pipeline stages of a Hugging Face model are not run here (its exported graph cannot be sent "
-            "to other processes): open a layout with pp1"
-        )
-    if lay.pp > 1 and lay.schedule != NO_SCHEDULE and not get_schedule(lay.schedule).runs_composed:
-        runnable = " or ".join(s.name for s in SCHEDULES.values() if s.runs_composed)
-        return None, f"pipelines run here with {runnable} (this layout uses {lay.schedule}): open another layout"
-    if lay.pp > 1 and lay.zero >= 2:
-        return None, f"pipelines run here with ZeRO 0 or 1 (this layout uses ZeRO-{lay.zero}): open another layout"
-    if lay.tp * lay.pp > MAX_LOCAL_PROCESSES:
-        return None, (
-            f"tp{lay.tp} x pp{lay.pp} needs {lay.tp * lay.pp} processes and this machine runs at most "
-            f"{MAX_LOCAL_PROCESSES}: open a layout with fewer tensor-parallel ranks or stages"
-        )
-    batch = int(inputs[0].shape[0])
-    dp = max(d for d in range(1, min(lay.dp, MAX_LOCAL_PROCESSES // (lay.tp * lay.pp)) + 1) if batch % d == 0)
-    share = batch // dp
-    mb = max(d for d in range(1, min(lay.microbatch_size, share) + 1) if share % d == 0)
-    return dataclasses.replace(lay, dp=dp, microbatch_size=mb, recompute="none", zero=lay.zero if dp > 1 else 0), ""
+    try:
+        return local_layout(lay, graph.example_inputs or (), MAX_LOCAL_PROCESSES, exported=hf), ""
+    except PartitionError as exc:
+        return None, str(exc)
 
 
 def run_here(chosen: cluster.Layout, graph: Graph, prof: cluster.ModelProfile, config: state.PlanConfig) -> None:
@@ -67,7 +47,6 @@ def run_here(chosen: cluster.Layout, graph: Graph, prof: cluster.ModelProfile, c
     processes (a process per rank, with a time limit) and show it beside the prediction on this
     machine's measured profile (measured first when none is cached)."""
     import sample_models
-    from partitioner import PartitionError
     from partitioner.cluster.run.checked import check_layout
     from partitioner.cluster.run.tp_plans import model_tp_plan
     from partitioner.pipeline.steps import step_simulator
@@ -172,7 +151,7 @@ def run_here(chosen: cluster.Layout, graph: Graph, prof: cluster.ModelProfile, c
 def stage_dag(chosen: cluster.LayoutResult, graph: Graph, target: cluster.Cluster) -> None:
     """The traced graph cut into the layout's pipeline stages by the Pipeline page's splitter (on
     request: a large model's split takes seconds), drawn as a plan of stages."""
-    from partitioner import Device, InfeasibleError, PartitionError, pipeline
+    from partitioner import Device, InfeasibleError, pipeline
     from partitioner.pipeline.schedules import virtual_stages
 
     lay = chosen.layout

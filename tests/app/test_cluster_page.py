@@ -143,7 +143,10 @@ def test_a_layout_too_large_for_this_machine_runs_reduced_and_says_so():
     assert reduced and "data parallelism and microbatches reduced to fit" in reduced[0]
     at.text_input(key="cl_write").set_value("dp2 tp2 pp2 interleaved_1f1b mb1").run()
     assert not at.exception  # a schedule the composed run does not take: said before any process starts
-    assert any("Cannot run this layout here: pipelines run here with gpipe or 1f1b" in shown(i.value) for i in at.info)
+    assert any(
+        "Cannot run this layout here: pipeline stages run here with one stage a rank, gpipe or 1f1b" in shown(i.value)
+        for i in at.info
+    )
 
 
 @pytest.mark.slow

@@ -3,8 +3,8 @@ torchtitan composes them: ``init_device_mesh(device, (pp, dp, tp), mesh_dim_name
 "tp"))``; each rank builds its stage (``build_stage_modules``: the traced model cut after whole
 Linear pairs, NOTE: [Linear pairs] in :mod:`partitioner.cluster.run.tp_plans`), applies
 ``parallelize_module`` on its ``"tp"`` sub-mesh, wraps it in a ``PipelineStage`` on its ``"pp"``
-group and runs the layout's schedule (GPipe for ``"none"``) over its replica's share of the batch in
-microbatches; the loss is the sum of the outputs (``scale_grads=False``: microbatch gradients
+group and runs the layout's schedule (:func:`~partitioner.cluster.run.runnable.run_schedule`)
+over its replica's share of the batch in microbatches; the loss is the sum of the outputs (``scale_grads=False``: microbatch gradients
 add up to the batch's); data parallelism all-reduces and averages each gradient's local shard
 over ``"dp"`` (ZeRO 0 and 1; FSDP2 with pipeline stages is refused). Rank ``r`` sits at
 ``(pp, dp, tp) = unravel(r, (pp, dp, tp))``; it sends back a
@@ -18,8 +18,8 @@ from typing import TYPE_CHECKING, Any, Sequence
 
 from partitioner.cluster.layouts import Layout
 from partitioner.cluster.run.records import measure_step
+from partitioner.cluster.run.runnable import run_schedule
 from partitioner.errors import PartitionError
-from partitioner.pipeline.schedules import NO_SCHEDULE, Schedule, get_schedule
 from partitioner.processes.records import RankStep
 from partitioner.processes.timing import step_seconds
 
@@ -28,12 +28,7 @@ if TYPE_CHECKING:
 
     from partitioner.graph import Graph
 
-__all__ = ["coordinates", "role", "stage_cuts", "pipelined_entry", "run_schedule"]
-
-
-def run_schedule(layout: Layout) -> Schedule:
-    """The schedule a composed run runs ``layout``'s stages with: its own, GPipe for ``"none"``."""
-    return get_schedule("gpipe" if layout.schedule == NO_SCHEDULE else layout.schedule)
+__all__ = ["coordinates", "role", "stage_cuts", "pipelined_entry", "run_schedule"]  # run_schedule: from .runnable
 
 
 def coordinates(rank: int, layout: Layout) -> tuple[int, int, int]:

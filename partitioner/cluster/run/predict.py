@@ -72,7 +72,8 @@ def _stage_of(
     """The schedule the run takes and each node's stage (empty with one stage)."""
     if layout.pp == 1:
         return "gpipe", {}
-    from partitioner.cluster.run.pipelined import run_schedule, stage_cuts
+    from partitioner.cluster.run.pipelined import stage_cuts
+    from partitioner.cluster.run.runnable import run_schedule
 
     linears = [
         graph.nodes[v].target
