@@ -28,7 +28,7 @@ EXAMPLES = """examples:
 Starts one process per device of the plan that holds a partition (gloo on CPU, NCCL on GPUs;
 an idle device gets none), each running its partitions; checks the outputs against the model in one process; prints each partition's
 measured compute time and input wait beside the plan's prediction. Exit 1 when the outputs
-differ. Across hosts, run the same plan under torchrun (see the README).
+differ. Across hosts, run the same plan under torchrun (see docs/running.md).
 """
 
 

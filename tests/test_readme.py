@@ -258,8 +258,8 @@ def test_cluster_examples_run(tmp_path):
 
 
 def _written(script: str) -> list[str]:
-    """The files a bash block writes (``--out F``, ``--...-out F``, ``> F``), in order."""
-    return re.findall(r"(?:--(?:[a-z-]+-)?out|>)\s+([\w./-]+\.\w+)", script)
+    """The files a bash block writes (``--out F``, ``--...-out F``, ``--export F``, ``> F``), in order."""
+    return re.findall(r"(?:--(?:[a-z-]+-)?out|--export|>)\s+([\w./-]+\.\w+)", script)
 
 
 def test_examples_never_overwrite_an_earlier_examples_file():
