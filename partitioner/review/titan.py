@@ -157,7 +157,7 @@ def read_titan_args(words: list[str], where: str = "torchtitan command line", de
         section, _, name = key.partition(".")
         if not eq and (i >= len(words) or words[i].startswith("--") or ":" in words[i]):
             negated = name.startswith("no-") or name.startswith("no_")
-            data.setdefault(section, {})[name[3:] if negated else name] = not negated
+            data.setdefault(section, {})[(name[3:] if negated else name).replace("-", "_")] = not negated
             continue
         if not eq:
             value = words[i]

@@ -164,3 +164,14 @@ def test_deepspeeds_autotp_example_names_its_auto_batch_and_reads_once_filled():
     job = read_job(json.dumps(filled), "ds_config.json", devices=8, seq_len=2048)
     assert job.layout == cluster.Layout(dp=2, tp=4, microbatch_size=2, zero=2, sp=False) and job.devices == 8
     assert job.workload.dtype == "bf16" and "comment" not in job.unknown
+
+
+def test_a_torchtitan_03_command_line_reads_tyros_forms():
+    job = read_job(
+        "--module llama3 --config llama3_70b --parallelism.tensor-parallel-degree 8 "
+        "--parallelism.no-enable-sequence-parallel --parallelism.data_parallel_shard_degree 4 "
+        "activation_checkpoint:full --training.local_batch_size 2 --training.sequence_length 4096"
+    )
+    assert job.format == "torchtitan-args" and job.model == "hf:llama-3-70b"
+    assert job.layout == cluster.Layout(dp=4, tp=8, zero=3, recompute="full", microbatch_size=2, sp=False)
+    assert job.unknown == ("training.sequence_length (did you mean seq_len?)",)
