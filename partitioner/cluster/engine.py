@@ -51,8 +51,15 @@ Two answers whose bands overlap are not surely apart: the search and the pages s
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import Any
+
+from partitioner.cluster.hardware import Accelerator, Cluster
+from partitioner.cluster.layout_types import Layout
+from partitioner.cluster.profile import ModelProfile
+from partitioner.cluster.rules import stage_share
+from partitioner.pipeline.schedules import get_schedule
 
 __all__ = [
     "SCALE_LOSS_PER_DOUBLING",
@@ -61,6 +68,8 @@ __all__ = [
     "COLLECTIVE_SPREAD",
     "scale_factor",
     "host_per_op_range_s",
+    "step_band",
+    "training_assumes",
 ]
 
 SCALE_LOSS_PER_DOUBLING = 0.02  # Megatron-LM's H100 strong scaling, 47 % -> 42 % over 5.6 doublings
@@ -83,3 +92,69 @@ def scale_factor(devices: int, devices_per_node: int, slope: float = SCALE_LOSS_
     1 + slope x log2(nodes), 1 within a node. O(1)."""
     nodes = devices / max(1, devices_per_node)
     return 1.0 + slope * math.log2(nodes) if nodes > 1 else 1.0
+
+
+def _host_ops(p: ModelProfile) -> float:
+    """Ops eager PyTorch launches for one forward of the whole traced model (each kernel op's
+    launches; views launch none). Cached on the profile."""
+    key = ("host ops",)
+    if key not in p._cache:
+        p._cache[key] = float(sum(op.launches for op in p.node_ops if op.kind != "view"))
+    return p._cache[key]
+
+
+def step_band(
+    p: ModelProfile,
+    c: Cluster,
+    lay: Layout,
+    slots: float,
+    compute: tuple[float, float, float],
+    comm: tuple[float, float],
+    step: float,
+) -> tuple[float, float]:
+    """(low, high) of ``step`` (NOTE: [Bands]). Eager PyTorch runs a stage as fast as the slower of
+    its host (ops x the host's cost per op) and its GPU: at the host's fast end (6 us an op) the
+    compute is the GPU's, -3 %; at its slow end (17 us) the larger of the GPU's +5 % and the host's.
+    The collectives by their evidence, the loss at scale from none to 1.5x its slope. O(1)."""
+    fwd, bwd, redo = compute
+    per_slot_comm, exposed = comm
+    gpu = getattr(c.accelerator, "kernels", None)
+    eager = gpu is not None and getattr(c.accelerator, "engine", "eager") == "eager"
+    # a forward, the backward's two passes (about twice the ops), the recomputed share again
+    ops = _host_ops(p) * stage_share(p, lay) * (3 + redo) if eager else 0.0
+    work = fwd + bwd
+    low_work = work * KERNEL_SPREAD[0]
+    high_work = max(work * KERNEL_SPREAD[1], ops * host_per_op_range_s(gpu)[1]) if eager else work * KERNEL_SPREAD[1]
+    ends = []
+    for w_s, collective, slope in (
+        (low_work, COLLECTIVE_SPREAD[0], 0.0),
+        (high_work, COLLECTIVE_SPREAD[1], 1.5 * SCALE_LOSS_PER_DOUBLING),
+    ):
+        ends.append(
+            (slots * (w_s + per_slot_comm * collective) + max(0.0, exposed) * collective)
+            * scale_factor(lay.devices, c.devices_per_node, slope)
+        )
+    return min(ends[0], step), max(ends[1], step)
+
+
+def training_assumes(acc: Accelerator, lay: Layout) -> tuple[str, ...]:
+    """What a training step's time assumes, in words (NOTE: [Engine costs])."""
+    split = lay.pp > 1 and get_schedule(lay.schedule).step_form.name == "BOUND"
+    return _assumes(acc.assumes, split)
+
+
+@functools.lru_cache(maxsize=64)
+def _assumes(engine: str, split_backward: bool) -> tuple[str, ...]:
+    out = [
+        engine,
+        "tensor-parallel collectives and pipeline sends exposed; the gradient reduction hidden under "
+        "the last microbatch's backward",
+        f"{SCALE_LOSS_PER_DOUBLING:.0%} of the step lost a doubling of the nodes (stragglers, collectives at "
+        "scale: Megatron-LM's H100 strong scaling)",
+        "MFU: the model's FLOPs (the traced forward's, 3x for a training step; attention's whole s x s "
+        "products, as torchtitan counts them; mfu_causal halves a causal model's attention, as the "
+        "kernel's work) over the devices' dense BF16 peak; recomputation not counted",
+    ]
+    if split_backward:
+        out.append("zero-bubble: torch's split backward, the weight products' inputs held until their W step")
+    return tuple(out)

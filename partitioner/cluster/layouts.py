@@ -66,11 +66,9 @@ from partitioner.cluster.comms import (
     ring_allreduce_s,
 )
 from partitioner.cluster.engine import (
-    COLLECTIVE_SPREAD,
-    KERNEL_SPREAD,
-    SCALE_LOSS_PER_DOUBLING,
-    host_per_op_range_s,
     scale_factor,
+    step_band,
+    training_assumes,
 )
 from partitioner.cluster.hardware import Accelerator, Cluster
 from partitioner.cluster.layout_types import (
@@ -84,8 +82,13 @@ from partitioner.cluster.layout_types import (
     recompute_layers,
 )
 from partitioner.cluster.memory import (
-    _states,
+    Memo,
+    _activations_of,
+    _memo,
+    _over_memory,
+    _states_of,
     activation_bytes,
+    memory_fits,
     offload_seconds,
 )
 from partitioner.cluster.profile import ModelProfile
@@ -100,8 +103,8 @@ from partitioner.cluster.rules import (
     stage_share,
 )
 from partitioner.cluster.serving import experts_touched, serve
-from partitioner.pipeline.schedules import get_schedule, virtual_stages
-from partitioner.pipeline.steps import StepSimulator, rank_stash, step_simulator
+from partitioner.pipeline.schedules import virtual_stages
+from partitioner.pipeline.steps import StepSimulator, step_simulator
 
 __all__ = [
     "Workload",
@@ -120,6 +123,8 @@ __all__ = [
     "activation_bytes",
     "offload_seconds",
     "largest_layer_params",
+    "memory_fits",
+    "Memo",
     "RECOMPUTE",
     "ZERO_STAGES",
     "SCHEDULE_CHOICES",
@@ -163,39 +168,16 @@ def _compute_s(p: ModelProfile, w: Workload, acc: Accelerator, lay: Layout, toke
     return fwd, bwd
 
 
-def evaluate(
-    p: ModelProfile,
-    w: Workload,
-    c: Cluster,
-    lay: Layout,
-    sim: StepSimulator | None = None,
-    time_unfit: bool = True,
-) -> LayoutResult:
-    """Memory and time of ``lay`` (NOTE: [Layout costs]), the time with its band and what it
-    assumes (NOTE: [Engine costs], NOTE: [Bands] in :mod:`partitioner.cluster.engine`);
-    ``sim(schedule, pp, m, backward_ratio, v)`` gives (unit step, bubble fraction, the first rank's
-    peak stash) of the schedule with unit forward stages (default:
-    :class:`partitioner.pipeline.steps.StepSimulator`, one cache shared by every call). Without
-    ``time_unfit`` (the search's), a layout over the memory is answered by its memory alone (its
-    step infinite), the stash from the closed forms the simulator equals."""
-    sim = sim or shared_simulator()
-    check_layout(p, lay, w)
-    if w.kind == "inference":
-        return serve(p, w, c, lay)
-    acc = c.accelerator
+def _stage(p: ModelProfile, w: Workload, c: Cluster, lay: Layout) -> tuple[float, ...]:
+    """One microbatch on the busiest stage: (forward, backward with the recomputation, the
+    recomputed share, tensor-parallel, pipeline, context and expert seconds, the communication
+    forward and backward)."""
     scale = max(2, w.element_bytes) / p.element_bytes  # activations stay bf16 under FP8 (torchtitan's float8)
-    mem = _states(p, w, lay)
-    per_replica = w.global_batch // lay.dp
-    m = per_replica // lay.microbatch_size
-    if not time_unfit:
-        over = _over_memory(p, w, c, lay, mem, m)
-        if over is not None:
-            return over
     tokens_mb = lay.microbatch_size * w.seq_len / lay.cp  # on one device of the cp group
     hidden_mb = p.hidden_bytes_per_token * scale * tokens_mb
     share = stage_share(p, lay)
     redo = _redo_share(p, w, lay)
-    fwd, bwd = _compute_s(p, w, acc, lay, tokens_mb)
+    fwd, bwd = _compute_s(p, w, c.accelerator, lay, tokens_mb)
     bwd += redo * fwd
     in_node = lay.tp * lay.pp * lay.cp <= c.devices_per_node
     tp_s = 2 * stage_layers(p, lay) * _tp_allreduce(c, hidden_mb, lay.tp)[0]
@@ -205,36 +187,107 @@ def evaluate(
     p2p = chunks * (hidden_mb / link.bandwidth_bytes_per_s + link.latency_s) if lay.pp > 1 else 0.0
     cp_s = _context_exchange_s(p, c, lay, tokens_mb * lay.cp * scale) * share
     ep_s = _expert_exchange_s(p, c, lay, tokens_mb * p.hidden_bytes_per_token * scale / lay.tp) * share
-    comm_f, comm_b = tp_s + p2p + ep_s + cp_s, tp_s + p2p + ep_s + 2 * cp_s
-    stage_f, stage_b = fwd + comm_f, bwd + comm_b
-    ratio = bwd / fwd if fwd else 2.0
-    pending = 0.0
-    if lay.pp > 1:  # the compute's backward ratio; communication scales with the stage time
-        unit, _, stash = sim(lay.schedule, lay.pp, m, ratio, lay.virtual)
-        pending = sim.pending_weight(lay.schedule, lay.pp, m, ratio, lay.virtual)
-        slots = unit / (1 + ratio)  # the step in stage-microbatch slots
-    else:
-        stash, slots = 1, float(m)
-    pipe = slots * (stage_f + stage_b)
-    mem.update(activation_bytes(p, w, lay, stash, pending))
-    mem["headroom"] = float(c.headroom_bytes)
+    return fwd, bwd, redo, tp_s, p2p, cp_s, ep_s, tp_s + p2p + ep_s + cp_s, tp_s + p2p + ep_s + 2 * cp_s
+
+
+def _replicas(p: ModelProfile, w: Workload, c: Cluster, lay: Layout) -> tuple[float, float, float, float]:
+    """(the data-parallel reduction's seconds, FSDP's latency a microbatch, ZeRO-Offload's seconds,
+    the optimizer step's seconds) of a step."""
     dense, expert = _params(p, lay)
     group = lay.dp * lay.cp
     dp_s = sum(row.seconds for row in _data_parallel_rows(p, w, c, lay))
-    if lay.zero == 3 and group > 1:  # FSDP: every microbatch gathers and reduces layer by layer
-        exposed = m * max(0.0, dp_s + _fsdp_latency_s(p, c, lay) - (fwd + bwd))
-    else:
-        exposed = max(0.0, dp_s - bwd)
-    exposed += offload_seconds(p, w, lay)
+    fsdp = _fsdp_latency_s(p, c, lay) if lay.zero == 3 and group > 1 else 0.0
     # ZeRO-1 and up: each rank steps its shard of the state (HSDP: of its shard group); offloaded: the host's
     shard = (lay.shard or group) if lay.zero else 1
     opt_s = (
         0.0
         if lay.offload
         else p.optimizer_seconds(
-            dense / shard + expert / max(1, shard // lay.ep if lay.zero else 1), w.optimizer, w.element_bytes, acc
+            dense / shard + expert / max(1, shard // lay.ep if lay.zero else 1),
+            w.optimizer,
+            w.element_bytes,
+            c.accelerator,
         )
     )
+    return dp_s, fsdp, offload_seconds(p, w, lay), opt_s
+
+
+def _pipeline(lay: Layout, m: int, ratio: float, sim: StepSimulator, memo: Memo | None) -> tuple[float, float, float]:
+    """(the step in stage-microbatch slots, the first rank's peak stash, its microbatches awaiting
+    their weight-gradient step) from the schedule's simulation."""
+    if lay.pp <= 1:
+        return float(m), 1, 0.0
+
+    def run() -> tuple[float, float, float]:
+        unit, _, stash = sim(lay.schedule, lay.pp, m, ratio, lay.virtual)
+        return unit / (1 + ratio), stash, sim.pending_weight(lay.schedule, lay.pp, m, ratio, lay.virtual)
+
+    return _memo(memo, ("pipeline", lay.schedule, lay.pp, m, ratio, lay.virtual), run)
+
+
+def evaluate(
+    p: ModelProfile,
+    w: Workload,
+    c: Cluster,
+    lay: Layout,
+    sim: StepSimulator | None = None,
+    time_unfit: bool = True,
+    memo: Memo | None = None,
+) -> LayoutResult:
+    """Memory and time of ``lay`` (NOTE: [Layout costs]), the time with its band and what it
+    assumes (NOTE: [Engine costs], NOTE: [Bands] in :mod:`partitioner.cluster.engine`);
+    ``sim(schedule, pp, m, backward_ratio, v)`` gives (unit step, bubble fraction, the first rank's
+    peak stash) of the schedule with unit forward stages (default:
+    :class:`partitioner.pipeline.steps.StepSimulator`, one cache shared by every call). Without
+    ``time_unfit`` (the search's), a layout over the memory is answered by its memory alone (its
+    step infinite), the stash from the closed forms the simulator equals. ``memo``: a search's,
+    for one workload and cluster (NOTE: [A search's memo] in :mod:`partitioner.cluster.memory`)."""
+    sim = sim or shared_simulator()
+    check_layout(p, lay, w)
+    if w.kind == "inference":
+        return serve(p, w, c, lay)
+    acc = c.accelerator
+    per_replica = w.global_batch // lay.dp
+    m = per_replica // lay.microbatch_size
+    states = _states_of(p, w, lay, memo)
+    if not time_unfit:
+        over = _over_memory(p, w, c, lay, states, m, memo)
+        if over is not None:
+            return over
+    stage = _memo(
+        memo,
+        ("stage", lay.tp, lay.pp, lay.schedule, lay.virtual, lay.cp, lay.ep, lay.microbatch_size, lay.recompute),
+        lambda: _stage(p, w, c, lay),
+    )
+    fwd, bwd, redo, tp_s, p2p, cp_s, ep_s, comm_f, comm_b = stage
+    stage_f, stage_b = fwd + comm_f, bwd + comm_b
+    ratio = bwd / fwd if fwd else 2.0  # the compute's backward ratio; communication scales with the stage time
+    slots, stash, pending = _pipeline(lay, m, ratio, sim, memo)
+    pipe = slots * (stage_f + stage_b)
+    mem = {**states, **_activations_of(p, w, lay, stash, pending, memo), "headroom": float(c.headroom_bytes)}
+    group = lay.dp * lay.cp
+    dp_s, fsdp, offload_s, opt_s = _memo(
+        memo,
+        (
+            "replicas",
+            lay.tp,
+            lay.pp,
+            lay.schedule,
+            lay.virtual,
+            lay.ep,
+            lay.dp,
+            lay.cp,
+            lay.zero,
+            lay.shard,
+            lay.offload,
+        ),
+        lambda: _replicas(p, w, c, lay),
+    )
+    if lay.zero == 3 and group > 1:  # FSDP: every microbatch gathers and reduces layer by layer
+        exposed = m * max(0.0, dp_s + fsdp - (fwd + bwd))
+    else:
+        exposed = max(0.0, dp_s - bwd)
+    exposed += offload_s
     at_scale = scale_factor(lay.devices, c.devices_per_node)
     step = (pipe + exposed + opt_s) * at_scale
     busy = m * (fwd + bwd)
@@ -252,14 +305,13 @@ def evaluate(
     if redo:  # the forward and its backward; the recomputed share apart
         parts["compute"] = busy - m * redo * fwd
         parts["recomputation"] = m * redo * fwd
-    band = _step_band(p, c, lay, slots, (fwd, bwd, redo), (comm_f + comm_b, exposed), step)
+    band = step_band(p, c, lay, slots, (fwd, bwd, redo), (comm_f + comm_b, exposed), step)
     fits = sum(mem.values()) <= acc.memory_bytes
     limit = "memory" if not fits else max(parts, key=lambda k: parts[k])
     tokens = w.global_batch * w.seq_len
-    model_flops = 3 * p.forward_flops(tokens, w.seq_len)
+    model_flops, causal_flops = _memo(memo, ("flops",), lambda: _model_flops(p, w))
     devices = lay.devices
     mfu = model_flops / (step * devices * acc.peak_flops) if step > 0 else 0.0
-    causal_flops = model_flops - 1.5 * tokens * p.attention_flops_per_token * w.seq_len / p.seq0 * _causal(p)
     tps = tokens / step if step > 0 else math.inf
     cost = acc.price_per_hour * devices / 3600 * step / tokens * 1e6
     return LayoutResult(
@@ -275,9 +327,16 @@ def evaluate(
         m,
         stage_s=(stage_f, stage_b),
         band_s=band,
-        assumes=_training_assumes(acc, lay),
+        assumes=training_assumes(acc, lay),
         mfu_causal=mfu * causal_flops / model_flops if model_flops else 0.0,
     )
+
+
+def _model_flops(p: ModelProfile, w: Workload) -> tuple[float, float]:
+    """(the step's model FLOPs, with a causal model's attention halved) (NOTE: [Engine costs])."""
+    tokens = w.global_batch * w.seq_len
+    model_flops = 3 * p.forward_flops(tokens, w.seq_len)
+    return model_flops, model_flops - 1.5 * tokens * p.attention_flops_per_token * w.seq_len / p.seq0 * _causal(p)
 
 
 def _causal(p: ModelProfile) -> bool:
@@ -289,24 +348,6 @@ def _causal(p: ModelProfile) -> bool:
     return bool(p._cache[key])
 
 
-def _over_memory(
-    p: ModelProfile, w: Workload, c: Cluster, lay: Layout, states: dict[str, float], m: int
-) -> LayoutResult | None:
-    """The layout answered by its memory alone when it is over the device's (NOTE:
-    [Interleaved stash] in :mod:`partitioner.pipeline.steps`: the closed form is the simulator's
-    stash at every count torch accepts); None when it fits and its time is wanted."""
-    if lay.pp > 1:
-        stash = rank_stash(lay.schedule, lay.pp, m, lay.virtual)
-        split = get_schedule(lay.schedule).step_form.name == "BOUND"
-        pending = 1.0 / virtual_stages(lay.schedule, lay.virtual) if split else 0.0
-    else:
-        stash, pending = 1.0, 0.0
-    mem = {**states, **activation_bytes(p, w, lay, stash, pending), "headroom": float(c.headroom_bytes)}
-    if sum(mem.values()) <= c.accelerator.memory_bytes:
-        return None
-    return LayoutResult(lay, False, mem, math.inf, {}, "memory", 0.0, 0.0, math.inf, m)
-
-
 def _fsdp_latency_s(p: ModelProfile, c: Cluster, lay: Layout) -> float:
     """The latency of one microbatch's FSDP collectives (NOTE: [Engine costs] in
     :mod:`partitioner.cluster.engine`): FSDP2 gathers each layer's weights in the forward and again
@@ -316,69 +357,3 @@ def _fsdp_latency_s(p: ModelProfile, c: Cluster, lay: Layout) -> float:
     group = lay.shard or lay.dp * lay.cp
     link = c.intra if lay.tp * group <= c.devices_per_node else c.inter
     return 3 * stage_layers(p, lay) * (group - 1) * link.latency_s
-
-
-def _host_ops(p: ModelProfile) -> float:
-    """Ops eager PyTorch launches for one forward of the whole traced model (each kernel op's
-    launches; views launch none). Cached on the profile."""
-    key = ("host ops",)
-    if key not in p._cache:
-        p._cache[key] = float(sum(op.launches for op in p.node_ops if op.kind != "view"))
-    return p._cache[key]
-
-
-def _step_band(
-    p: ModelProfile,
-    c: Cluster,
-    lay: Layout,
-    slots: float,
-    compute: tuple[float, float, float],
-    comm: tuple[float, float],
-    step: float,
-) -> tuple[float, float]:
-    """(low, high) of ``step`` (NOTE: [Bands]). Eager PyTorch runs a stage as fast as the slower of
-    its host (ops x the host's cost per op) and its GPU: at the host's fast end (6 us an op) the
-    compute is the GPU's, -3 %; at its slow end (17 us) the larger of the GPU's +5 % and the host's.
-    The collectives by their evidence, the loss at scale from none to 1.5x its slope. O(1)."""
-    fwd, bwd, redo = compute
-    per_slot_comm, exposed = comm
-    gpu = getattr(c.accelerator, "kernels", None)
-    eager = gpu is not None and getattr(c.accelerator, "engine", "eager") == "eager"
-    # a forward, the backward's two passes (about twice the ops), the recomputed share again
-    ops = _host_ops(p) * stage_share(p, lay) * (3 + redo) if eager else 0.0
-    work = fwd + bwd
-    low_work = work * KERNEL_SPREAD[0]
-    high_work = max(work * KERNEL_SPREAD[1], ops * host_per_op_range_s(gpu)[1]) if eager else work * KERNEL_SPREAD[1]
-    ends = []
-    for w_s, collective, slope in (
-        (low_work, COLLECTIVE_SPREAD[0], 0.0),
-        (high_work, COLLECTIVE_SPREAD[1], 1.5 * SCALE_LOSS_PER_DOUBLING),
-    ):
-        ends.append(
-            (slots * (w_s + per_slot_comm * collective) + max(0.0, exposed) * collective)
-            * scale_factor(lay.devices, c.devices_per_node, slope)
-        )
-    return min(ends[0], step), max(ends[1], step)
-
-
-def _training_assumes(acc: Accelerator, lay: Layout) -> tuple[str, ...]:
-    """What a training step's time assumes, in words (NOTE: [Engine costs])."""
-    split = lay.pp > 1 and get_schedule(lay.schedule).step_form.name == "BOUND"
-    return _assumes(acc.assumes, split)
-
-
-@functools.lru_cache(maxsize=64)
-def _assumes(engine: str, split_backward: bool) -> tuple[str, ...]:
-    out = [
-        engine,
-        "tensor-parallel collectives and pipeline sends exposed; the gradient reduction hidden under "
-        "the last microbatch's backward",
-        f"{SCALE_LOSS_PER_DOUBLING:.0%} of the step lost a doubling of the nodes (stragglers, collectives at "
-        "scale: Megatron-LM's H100 strong scaling)",
-        "MFU: the model's FLOPs (the traced forward's, 3x for a training step; attention's whole s x s "
-        "products, as torchtitan counts them; mfu_causal halves a causal model's attention, as the "
-        "kernel's work) over the devices' dense BF16 peak; recomputation not counted",
-    ]
-    if split_backward:
-        out.append("zero-bubble: torch's split backward, the weight products' inputs held until their W step")
-    return tuple(out)

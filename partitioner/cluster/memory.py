@@ -19,10 +19,16 @@ output over tp.
 
 from __future__ import annotations
 
-from partitioner.cluster.layout_types import Layout, Workload, recompute_layers
+import math
+from typing import Any, Callable, TypeVar
+
+from partitioner.cluster.hardware import Cluster
+from partitioner.cluster.layout_types import Layout, LayoutResult, Workload, recompute_layers
 from partitioner.cluster.profile import ModelProfile
 from partitioner.cluster.rules import _params, _saved, largest_layer_params, min_cut_shares, stage_layers
 from partitioner.cost.training import StateBytes, state_bytes
+from partitioner.pipeline.schedules import get_schedule, virtual_stages
+from partitioner.pipeline.steps import StepSimulator, rank_stash
 
 __all__ = [
     "workload_state",
@@ -31,6 +37,8 @@ __all__ = [
     "offload_seconds",
     "HOST_LINK_BYTES_PER_S",
     "HOST_BYTES_PER_S",
+    "Memo",
+    "memory_fits",
 ]
 
 
@@ -153,3 +161,78 @@ def offload_seconds(p: ModelProfile, w: Workload, lay: Layout) -> float:
     shard = lay.shard or lay.dp * lay.cp
     psi = dense / shard + expert / max(1, min(shard, lay.dp * lay.cp // lay.ep))
     return psi * (gb + wb) / HOST_LINK_BYTES_PER_S + psi * (2 * kb + gb) / HOST_BYTES_PER_S
+
+
+# NOTE: [A search's memo]
+# A search evaluates tens of thousands of layouts of one model, workload and cluster; most of the
+# work of one depends on a few of its degrees only: the model states on the degrees and ZeRO (not
+# the microbatch or the recomputation), the activations on the microbatch, tp, the stages and the
+# recomputation (not dp or ZeRO), a stage's compute and communication on tp, the stages, cp, ep,
+# the microbatch and the recomputation, the data-parallel reduction and optimizer step on the
+# degrees and ZeRO. :func:`search` passes one dict (``memo``) for the search: each part is computed
+# once per distinct key, by the same code as without it, so the answers are the same to the bit. A
+# part held there is never changed: each result merges the parts into a dict of its own.
+
+Memo = dict[tuple, Any]
+_T = TypeVar("_T")
+
+
+def _memo(memo: Memo | None, key: tuple, make: Callable[[], _T]) -> _T:
+    """``make()``, once per ``key`` of ``memo`` (NOTE: [A search's memo]); every time without one."""
+    if memo is None:
+        return make()
+    if key not in memo:
+        memo[key] = make()
+    return memo[key]  # type: ignore[no-any-return]
+
+
+def _states_of(p: ModelProfile, w: Workload, lay: Layout, memo: Memo | None) -> dict[str, float]:
+    key = ("states", lay.tp, lay.pp, lay.schedule, lay.virtual, lay.ep, lay.dp, lay.cp, lay.shard, lay.zero)
+    return _memo(memo, (*key, lay.grad_fp32, lay.offload), lambda: _states(p, w, lay))
+
+
+def _activations_of(
+    p: ModelProfile, w: Workload, lay: Layout, stash: float, pending: float, memo: Memo | None
+) -> dict[str, float]:
+    key = ("activations", lay.microbatch_size, lay.cp, lay.tp, lay.sp, lay.pp, lay.schedule, lay.virtual)
+    return _memo(memo, (*key, lay.recompute, stash, pending), lambda: activation_bytes(p, w, lay, stash, pending))
+
+
+def memory_fits(
+    p: ModelProfile, w: Workload, c: Cluster, lay: Layout, sim: StepSimulator, memo: Memo | None = None
+) -> tuple[dict[str, float], bool]:
+    """(memory by kind, whether it fits) of a training layout, as :func:`evaluate` without
+    ``time_unfit`` answers them, without its time: the closed forms' stash first, then, where that
+    fits, the simulator's (:meth:`~partitioner.pipeline.steps.StepSimulator.stash`, the same at any
+    backward ratio). O(1) after the schedule's first replay."""
+    m = w.global_batch // lay.dp // lay.microbatch_size
+    states = _states_of(p, w, lay, memo)
+    over = _over_memory(p, w, c, lay, states, m, memo)
+    if over is not None:
+        return over.memory, False
+    stash, pending = sim.stash(lay.schedule, lay.pp, m, lay.virtual) if lay.pp > 1 else (1, 0.0)
+    mem = {**states, **_activations_of(p, w, lay, stash, pending, memo), "headroom": float(c.headroom_bytes)}
+    return mem, sum(mem.values()) <= c.accelerator.memory_bytes
+
+
+def _over_memory(
+    p: ModelProfile, w: Workload, c: Cluster, lay: Layout, states: dict[str, float], m: int, memo: Memo | None = None
+) -> LayoutResult | None:
+    """The layout answered by its memory alone when it is over the device's (NOTE:
+    [Interleaved stash] in :mod:`partitioner.pipeline.steps`: the closed form is the simulator's
+    stash at every count torch accepts); None when it fits and its time is wanted."""
+    stash, pending = _memo(memo, ("closed stash", lay.schedule, lay.pp, m, lay.virtual), lambda: _closed_stash(lay, m))
+    mem = {**states, **_activations_of(p, w, lay, stash, pending, memo), "headroom": float(c.headroom_bytes)}
+    if sum(mem.values()) <= c.accelerator.memory_bytes:
+        return None
+    return LayoutResult(lay, False, mem, math.inf, {}, "memory", 0.0, 0.0, math.inf, m)
+
+
+def _closed_stash(lay: Layout, m: int) -> tuple[float, float]:
+    """(the first rank's peak stash, its microbatches awaiting a weight-gradient step) by the
+    closed forms (:func:`partitioner.pipeline.steps.rank_stash`)."""
+    if lay.pp <= 1:
+        return 1.0, 0.0
+    split = get_schedule(lay.schedule).step_form.name == "BOUND"
+    pending = 1.0 / virtual_stages(lay.schedule, lay.virtual) if split else 0.0
+    return rank_stash(lay.schedule, lay.pp, m, lay.virtual), pending

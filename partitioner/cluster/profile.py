@@ -64,7 +64,7 @@ class ModelProfile:
     min_cut: tuple[tuple[float, float, float], ...] = ()
     node_ops: tuple[KernelOp, ...] = field(default=(), compare=False, repr=False)  # each op as a kernel, at tokens0
     vocab: int = 0  # a language model's vocabulary (its head's width), 0 without one
-    _cache: dict[tuple, float] = field(default_factory=dict, compare=False, repr=False)
+    _cache: dict[tuple, Any] = field(default_factory=dict, compare=False, repr=False)  # per-profile memos
 
     def forward_flops(self, tokens: float, seq: int) -> float:
         """Forward FLOPs for ``tokens`` tokens in sequences of ``seq``."""
@@ -145,17 +145,30 @@ class ModelProfile:
             return moved / float(acc.memory_bandwidth_bytes_per_s)
         return moved / (gpu.best_bandwidth_bytes_per_s * (FOREACH_BANDWIDTH_SHARE if eager else 1.0))
 
+    def _unique_ops(self) -> tuple[tuple[KernelOp, ...], tuple[int, ...]]:
+        """The distinct ops of :attr:`node_ops` and each op's index among them: a model of identical
+        layers has a few dozen distinct ops among thousands, each priced once. Cached. O(N)."""
+        key = ("distinct ops",)
+        if key not in self._cache:
+            index: dict[KernelOp, int] = {}
+            at = tuple(index.setdefault(op, len(index)) for op in self.node_ops)
+            self._cache[key] = (tuple(index), at)
+        return self._cache[key]
+
     def _kernel_seconds(
         self, gpu: Any, engine: str, tokens: float, seq: int, tp: int, decode: bool, backward: bool, element_bytes: int
     ) -> list[float]:
+        """Each op's seconds in program order; each distinct op scaled and priced once (equal ops
+        price equal: :meth:`_unique_ops`). O(N + distinct ops)."""
         r, q = tokens / self.tokens0, seq / self.seq0
         dtype = dtype_for_bytes(element_bytes).peak_key
         size = element_bytes / self.element_bytes
         # FP8 runs its matrix products in fp8 and the rest (norms, attention, pointwise) in bf16, as
         # torchtitan's float8 and Transformer Engine do
         rest = dtype_for_bytes(max(2, element_bytes)).peak_key, max(2, element_bytes) / self.element_bytes
+        distinct, at = self._unique_ops()
         ops = []
-        for op in self.node_ops:
+        for op in distinct:
             if op.kind != "view":  # the workload's dtype, not the traced one
                 kind, scale = (dtype, size) if op.kind == "matmul" else rest
                 op = dataclasses.replace(op, dtype=kind, nbytes=op.nbytes * scale, fixed_bytes=op.fixed_bytes * scale)
@@ -167,14 +180,17 @@ class ModelProfile:
                 op = op.scaled(r, q, tp)
             ops.append(op)
         if backward:
-            pairs = kernels.backward_times(ops, gpu, padded=engine == "graphs")
+            each = kernels.backward_times(ops, gpu, padded=engine == "graphs")
+            pairs = [each[i] for i in at]
             if engine == "graphs":
                 return [k for _, k in pairs]
             return kernels.eager_increments([h for h, _ in pairs[::-1]], [k for _, k in pairs[::-1]])
         times = [gpu.kernel_s(op) for op in ops]
         if engine == "graphs":
-            return [kernels.fused_s(gpu, op, t) for op, t in zip(ops, times)]
-        return kernels.eager_increments([gpu.host_per_op_s * op.launches for op in ops], times)
+            fused = [kernels.fused_s(gpu, op, t) for op, t in zip(ops, times)]
+            return [fused[i] for i in at]
+        host = [gpu.host_per_op_s * op.launches for op in ops]
+        return kernels.eager_increments([host[i] for i in at], [times[i] for i in at])
 
     def _roofline_seconds(self, tokens: float, seq: int, peak_flops: float, bandwidth: float) -> float:
         ratio = seq / self.seq0

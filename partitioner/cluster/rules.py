@@ -54,8 +54,11 @@ def _params(p: ModelProfile, lay: Layout) -> tuple[float, float]:
 
 def largest_layer_params(p: ModelProfile) -> float:
     """The most parameters one op reads (an embedding, a fused projection): what ZeRO-3 gathers at
-    once, as DeepSpeed's estimators take it (``largest_layer_params``)."""
-    return max(p.node_weight_bytes, default=0) / p.element_bytes
+    once, as DeepSpeed's estimators take it (``largest_layer_params``). Cached on the profile."""
+    key = ("largest layer",)
+    if key not in p._cache:
+        p._cache[key] = max(p.node_weight_bytes, default=0) / p.element_bytes
+    return float(p._cache[key])
 
 
 def min_cut_label(budget: float) -> str:
@@ -78,6 +81,27 @@ def _saved(p: ModelProfile) -> SavedActivations | None:
     return getattr(p, "saved", None)
 
 
+def _tp_rule(p: ModelProfile, tp: int) -> str:
+    """What ``tp``-way tensor parallelism breaks on the model (the heads and widths it does not
+    divide), "" when nothing. Cached on the profile."""
+    key = ("tensor-parallel rule", tp)
+    if key not in p._cache:
+        saved = _saved(p)
+        widths = set(saved.widths) if saved else set()
+        hidden = saved.hidden if saved else round(p.hidden_bytes_per_token / p.element_bytes) if p.element_bytes else 0
+        if hidden:
+            widths.add(int(hidden))
+        heads = sorted({h for h in ((saved.heads, saved.kv_heads) if saved else ()) if h})
+        bad = [f"{h} heads" for h in heads if h % tp] + [f"width {d}" for d in sorted(widths) if d % tp]
+        p._cache[key] = (
+            f"tensor parallelism tp{tp} must divide the attention heads and the widths ({', '.join(bad[:4])}); "
+            "choose a tp that divides them"
+            if bad
+            else ""
+        )
+    return str(p._cache[key])
+
+
 def check_layout(p: ModelProfile, lay: Layout, w: Workload | None = None, max_devices: int | None = None) -> None:
     """Raise :class:`PartitionError` for a layout no engine can run on this model: tensor
     parallelism must divide the attention heads (and key-value heads), the hidden width and every
@@ -86,20 +110,8 @@ def check_layout(p: ModelProfile, lay: Layout, w: Workload | None = None, max_de
     data parallelism times the microbatch the global batch (training); the devices the cluster's
     ``max_devices``. One message lists every rule broken."""
     broken: list[str] = []
-    saved = _saved(p)
-    widths = set(saved.widths) if saved else set()
-    hidden = saved.hidden if saved else round(p.hidden_bytes_per_token / p.element_bytes) if p.element_bytes else 0
-    if hidden:
-        widths.add(int(hidden))
-    if lay.tp > 1:
-        heads = sorted({h for h in ((saved.heads, saved.kv_heads) if saved else ()) if h})
-        bad = [f"{h} heads" for h in heads if h % lay.tp] + [f"width {d}" for d in sorted(widths) if d % lay.tp]
-        if bad:
-            raise_tp = ", ".join(bad[:4])
-            broken.append(
-                f"tensor parallelism tp{lay.tp} must divide the attention heads and the widths "
-                f"({raise_tp}); choose a tp that divides them"
-            )
+    if lay.tp > 1 and _tp_rule(p, lay.tp):
+        broken.append(_tp_rule(p, lay.tp))
     per_rank = virtual_stages(lay.schedule, lay.virtual)
     chunks = lay.pp * per_rank
     # uneven stages run (NOTE: [Uneven stages]); a chunk holds a layer, or the embedding or the head alone

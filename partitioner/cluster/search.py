@@ -16,8 +16,13 @@ heads and widths (:func:`partitioner.cluster.layouts.check_layout`), interleavin
 sharding inside a node, replication across nodes) where the data-parallel group spans nodes,
 ZeRO-Offload (the optimizer on the host) for ZeRO 2 and 3 layouts that do not fit without it, and
 for sequences of 16k tokens and more context parallelism up to 16. The pipeline's step and stash come
-from the Pipeline page's simulator, cached per (schedule, stages, microbatches). O(sizes x
-layouts) evaluations of O(1) each after the first forward time of each microbatch size.
+from the Pipeline page's simulator: each schedule's order replayed once per (schedule, stages,
+microbatches) and its times per backward ratio (NOTE: [Replaying one order] in
+:mod:`partitioner.pipeline.steps`). The parts layouts share (states, activations, a stage's time, the
+data-parallel step) are computed once a search (NOTE: [A search's memo] in
+:mod:`partitioner.cluster.memory`); partial recomputation's counts are tried by their memory alone,
+the one found timed. O(sizes x layouts) evaluations of O(1) each after the first forward time of
+each microbatch size; ``progress`` hears how far it is.
 """
 
 from __future__ import annotations
@@ -32,9 +37,11 @@ from partitioner.cluster.knee import serving_knee
 from partitioner.cluster.layouts import (
     Layout,
     LayoutResult,
+    Memo,
     Workload,
     check_layout,
     evaluate,
+    memory_fits,
     min_cut_label,
     shared_simulator,
 )
@@ -44,10 +51,20 @@ from partitioner.errors import PartitionError
 from partitioner.pipeline.schedules import NO_SCHEDULE, searched_schedules
 from partitioner.pipeline.steps import StepSimulator
 
-__all__ = ["ClusterPlan", "search", "device_counts", "SCHEDULES", "pareto", "at_the_edge", "stops_paying"]
+__all__ = [
+    "ClusterPlan",
+    "SearchProgress",
+    "search",
+    "device_counts",
+    "SCHEDULES",
+    "pareto",
+    "at_the_edge",
+    "stops_paying",
+]
 
 SCHEDULES = tuple(s.name for s in searched_schedules())  # what the search tries, read from the one table
 MICROBATCH_SIZES = (1, 2, 4, 8, 16, 32)
+PROGRESS_EVERY = 2000  # layouts between two reports to a search's progress callback
 MAX_MICROBATCHES = 512  # more is a simulation of little use (and slow): larger microbatches win
 LONG_SEQUENCE = 16384  # context parallelism is searched from this sequence length on  # stages x microbatches simulated; beyond, the closed forms (equal stages)
 
@@ -194,32 +211,36 @@ def _layouts(
 
 
 def _partial_recompute(
-    p: ModelProfile, w: Workload, c: Cluster, none: LayoutResult, sim: StepSimulator
+    p: ModelProfile, w: Workload, c: Cluster, none: LayoutResult, sim: StepSimulator, memo: Memo
 ) -> LayoutResult | None:
     """The layout of ``none`` (no recomputation, over the memory) with the fewest of each rank's
     layers recomputed whole that fits (Megatron-LM's ``--recompute-num-layers``): each layer
     recomputed trades its saved values for its input in every microbatch in flight, so the count
     follows from ``none``'s memory and that of all but one layer recomputed; from that estimate the
     count goes down while it fits, else up until it does. None when even all but one layer
-    recomputed does not fit (full recomputation is searched on its own). O(layers) evaluations at
-    most, a few in practice."""
+    recomputed does not fit (full recomputation is searched on its own). O(layers) memory checks
+    at most, a few in practice (:func:`~partitioner.cluster.layouts.memory_fits`), and the count
+    found timed once."""
     layers = int(stage_layers(p, none.layout))
     if layers < 2 or "activations" not in none.memory:
         return None
     activations = ("activations", "loss logits", "weight-gradient stash", "recomputed layer")
     if none.memory_bytes - sum(none.memory.get(k, 0.0) for k in activations) >= c.accelerator.memory_bytes:
         return None  # the states alone are over: no recomputation helps
-    full = evaluate(p, w, c, replace(none.layout, recompute=f"layers-{layers - 1}"), sim, time_unfit=False)
-    saved_a_layer = (none.memory["activations"] - full.memory["activations"]) / (layers - 1)
-    if not full.fits or saved_a_layer <= 0:
+
+    def fits(k: int) -> tuple[dict[str, float], bool]:
+        return memory_fits(p, w, c, replace(none.layout, recompute=f"layers-{k}"), sim, memo)
+
+    full, full_fits = fits(layers - 1)
+    saved_a_layer = (none.memory["activations"] - full["activations"]) / (layers - 1)
+    if not full_fits or saved_a_layer <= 0:
         return None
-    over = none.memory_bytes - c.accelerator.memory_bytes + full.memory.get("recomputed layer", 0.0)
+    over = none.memory_bytes - c.accelerator.memory_bytes + full.get("recomputed layer", 0.0)
     k = max(1, min(layers - 1, math.ceil(over / saved_a_layer)))
     best = None
     for _ in range(layers):  # from the estimate, down while it fits, else up until it does
-        r = evaluate(p, w, c, replace(none.layout, recompute=f"layers-{k}"), sim, time_unfit=False)
-        if r.fits:
-            best = r
+        if fits(k)[1]:
+            best = k
             if k == 1:
                 break
             k -= 1
@@ -227,7 +248,8 @@ def _partial_recompute(
             break
         else:
             k += 1
-    return best or full
+    chosen = replace(none.layout, recompute=f"layers-{best if best is not None else layers - 1}")
+    return evaluate(p, w, c, chosen, sim, time_unfit=False, memo=memo)
 
 
 def pareto(results: Sequence[LayoutResult]) -> tuple[LayoutResult, ...]:
@@ -239,8 +261,28 @@ def pareto(results: Sequence[LayoutResult]) -> tuple[LayoutResult, ...]:
     return tuple(front)
 
 
-def search(p: ModelProfile, w: Workload, c: Cluster, device_range: Sequence[int]) -> ClusterPlan:
-    """Evaluate every layout at each device count of ``device_range`` (see the module doc)."""
+@dataclass(frozen=True)
+class SearchProgress:
+    """Where a search stands, as :func:`search` reports it to its ``progress`` callback."""
+
+    tried: int  # layouts of the sizes searched taken so far
+    total: int  # layouts of every size (each may add its partial recomputation or offload variant)
+    evaluated: int  # layouts evaluated so far, the variants included
+    fitting: int  # of them, those that fit
+    devices: int  # the size being searched
+    elapsed_s: float
+
+
+def search(
+    p: ModelProfile,
+    w: Workload,
+    c: Cluster,
+    device_range: Sequence[int],
+    progress: Callable[[SearchProgress], None] | None = None,
+) -> ClusterPlan:
+    """Evaluate every layout at each device count of ``device_range`` (see the module doc);
+    ``progress`` is told where the search stands every :data:`PROGRESS_EVERY` layouts and at the
+    end (a page's progress bar: ``tried / total``)."""
     if not device_range:
         raise PartitionError("no device count to search; give at least one node")
     began = time.perf_counter()
@@ -248,19 +290,26 @@ def search(p: ModelProfile, w: Workload, c: Cluster, device_range: Sequence[int]
     refused: dict[str, int] = {}
     fitting: list[LayoutResult] = []
     evaluated = 0
-    for devices in device_range:
-        for lay in _layouts(p, w, c, devices, refused, sim.check):
-            r = evaluate(p, w, c, lay, sim, time_unfit=False)  # a layout over the memory: no time
+    memo: Memo = {}  # the parts layouts share (NOTE: [A search's memo] in partitioner.cluster.memory)
+    sizes = [(devices, _layouts(p, w, c, devices, refused, sim.check)) for devices in device_range]
+    total, tried, reported = sum(len(found) for _, found in sizes), 0, 0
+    for devices, found in sizes:
+        for lay in found:
+            tried += 1
+            r = evaluate(p, w, c, lay, sim, time_unfit=False, memo=memo)  # a layout over the memory: no time
             evaluated += 1
             if not r.fits and lay.recompute == "none" and w.kind == "training":
-                partial = _partial_recompute(p, w, c, r, sim)  # the fewest layers recomputed that fit
+                partial = _partial_recompute(p, w, c, r, sim, memo)  # the fewest layers recomputed that fit
                 if partial is not None:
                     evaluated += 1
                     fitting.append(partial)
             if not r.fits and lay.zero >= 2 and w.kind == "training":  # ZeRO-Offload, where the devices are short
-                r = evaluate(p, w, c, replace(lay, offload=True), sim, time_unfit=False)  # its optimizer moved
+                r = evaluate(p, w, c, replace(lay, offload=True), sim, time_unfit=False, memo=memo)  # optimizer moved
             if r.fits:
                 fitting.append(r)
+            if progress is not None and (tried - reported >= PROGRESS_EVERY or tried == total):
+                reported = tried
+                progress(SearchProgress(tried, total, evaluated, len(fitting), devices, time.perf_counter() - began))
     fitting.sort(key=lambda r: (r.step_s, r.devices))
     by_devices: dict[int, LayoutResult] = {}
     for r in fitting:

@@ -6,8 +6,17 @@ simulator and caches. Torch-free."""
 
 from __future__ import annotations
 
-from partitioner.pipeline.schedules import StepForm, check_microbatches, get_schedule, virtual_stages
-from partitioner.pipeline.simulate import simulate
+from dataclasses import dataclass
+
+from partitioner.pipeline.schedules import (
+    ActionKind,
+    StepForm,
+    actions,
+    check_microbatches,
+    get_schedule,
+    virtual_stages,
+)
+from partitioner.pipeline.simulate import _Replay, simulate
 
 __all__ = ["closed_form", "rank_stash", "step_slots", "step_simulator", "SIMULATE_UP_TO", "StepSimulator"]
 
@@ -83,6 +92,7 @@ class StepSimulator:
     def __init__(self) -> None:
         self._cache: dict[tuple[str, int, int, float, int], tuple[float, float, float]] = {}
         self._pending: dict[tuple[str, int, int, float, int], float] = {}
+        self._orders: dict[tuple[str, int, int, int], _Order | None] = {}  # by (schedule, pp, m, chunks)
 
     @staticmethod
     def check(schedule: str, pp: int, m: int) -> None:
@@ -101,17 +111,48 @@ class StepSimulator:
         key = (schedule, pp, m, ratio, chunks)
         if key not in self._cache:
             if pp * m <= SIMULATE_UP_TO:
-                out = simulate(
-                    [1.0 / chunks] * (pp * chunks), m, schedule, backward_s=[ratio / chunks] * (pp * chunks), virtual=v
-                )
-                self._cache[key] = (out.step_time_s, out.bubble_fraction, out.rank_peak_stash[0])
-                self._pending[key] = out.rank_peak_pending_weight[0] if out.rank_peak_pending_weight else 0.0
+                lists = (schedule, pp, m, chunks)
+                if lists not in self._orders:
+                    self._orders[lists] = _replay_order(schedule, pp, m, v)
+                order = self._orders[lists]
+                if order is not None:  # the order replayed at this ratio (NOTE: [Replaying one order])
+                    self._cache[key] = order.step(1.0 / chunks, ratio / chunks)
+                    self._pending[key] = order.pending
+                else:
+                    out = simulate(
+                        [1.0 / chunks] * (pp * chunks),
+                        m,
+                        schedule,
+                        backward_s=[ratio / chunks] * (pp * chunks),
+                        virtual=v,
+                    )
+                    self._cache[key] = (out.step_time_s, out.bubble_fraction, out.rank_peak_stash[0])
+                    self._pending[key] = out.rank_peak_pending_weight[0] if out.rank_peak_pending_weight else 0.0
             else:
                 self._cache[key] = closed_form(schedule, pp, m, ratio, v)
                 # torch's zero-bubble order leaves one chunk's microbatch awaiting its W on the first
                 # rank at most (the simulator's figure at every count it runs): 1 / chunks
                 self._pending[key] = 1.0 / chunks if get_schedule(schedule).step_form == StepForm.BOUND else 0.0
         return self._cache[key]
+
+    def stash(self, schedule: str, pp: int, m: int, v: int = 2) -> tuple[float, float]:
+        """(the first rank's peak stash, :meth:`pending_weight`) as :meth:`__call__` gives them at
+        any backward ratio: the order the simulator runs the actions in, and so what it holds, does
+        not depend on the durations (NOTE: [Replaying one order]). Cached."""
+        s = get_schedule(schedule)
+        if s.step_form == StepForm.FLUSH:
+            check_microbatches(schedule, pp, m)
+            return rank_stash(schedule, pp, m), 0.0
+        chunks = virtual_stages(schedule, v)
+        if pp * m > SIMULATE_UP_TO:
+            return rank_stash(schedule, pp, m, v), 1.0 / chunks if s.step_form == StepForm.BOUND else 0.0
+        key = (schedule, pp, m, chunks)
+        if key not in self._orders:
+            self._orders[key] = _replay_order(schedule, pp, m, v)
+        order = self._orders[key]
+        if order is None:
+            return self(schedule, pp, m, 2.0, v)[2], self.pending_weight(schedule, pp, m, 2.0, v)
+        return order.stash, order.pending
 
     def pending_weight(self, schedule: str, pp: int, m: int, ratio: float, v: int = 2) -> float:
         """The first rank's most microbatches (of its whole share) past their input-gradient step
@@ -132,3 +173,73 @@ def _rounded(pp: int, m: int, ratio: float) -> float:
 def step_simulator() -> StepSimulator:
     """A fresh :class:`StepSimulator` (its own cache)."""
     return StepSimulator()
+
+
+# NOTE: [Replaying one order]
+# The simulator (:func:`partitioner.pipeline.simulate.simulate_actions`) runs each rank's actions in
+# list order, an action once every action it waits on has run: the order it processes them in, and
+# so the stash it counts, depend on the action lists alone, not on the durations. A search asks for
+# the same lists at many backward-to-forward ratios (each layout's compute gives its own): the
+# order, its waits and the first rank's stash are taken once from one replay (:func:`_replay_order`),
+# and each ratio replays only the times, with the simulator's own operations in its order (start =
+# the later of the rank free and the latest input done; end = start + duration; the rank's busy time
+# summed in its list order), so the step and bubble are the simulator's to the bit (a test holds
+# them equal).
+
+_SPLIT = 0.5  # the simulator's share of a split backward taken by the input-gradient step
+
+
+@dataclass(frozen=True)
+class _Order:
+    """One replay's order: each action's rank, kind and the positions of the actions it waits on;
+    the first rank's peak stash and pending weight-gradient microbatches (duration-free)."""
+
+    ranks: int
+    steps: tuple[tuple[int, ActionKind, tuple[int, ...]], ...]
+    stash: float
+    pending: float
+
+    def step(self, forward: float, backward: float) -> tuple[float, float, float]:
+        """(step, bubble fraction, the first rank's peak stash) with every stage's forward
+        ``forward`` and backward ``backward`` a microbatch, no transfer: the simulator's figures."""
+        durations = {
+            ActionKind.F: forward,
+            ActionKind.B: backward,
+            ActionKind.I: backward * _SPLIT,
+            ActionKind.W: backward * (1.0 - _SPLIT),
+        }
+        free = [0.0] * self.ranks
+        busy = [0.0] * self.ranks
+        end: list[float] = []
+        for r, kind, deps in self.steps:
+            at = 0.0
+            for d in deps:
+                at = max(at, end[d])
+            start = max(free[r], at)
+            done = start + durations[kind]
+            end.append(done)
+            free[r] = done
+            busy[r] += done - start
+        step = max(free) if free else 0.0
+        bubble = 1.0 - sum(busy) / (self.ranks * step) if step > 0 else 0.0
+        return step, bubble, self.stash
+
+
+def _replay_order(schedule: str, pp: int, m: int, v: int) -> _Order | None:
+    """The order the simulator runs ``schedule``'s actions in over ``pp`` ranks and ``m``
+    microbatches (NOTE: [Replaying one order]); None where an action repeats (the simulator is then
+    asked directly). O(actions x ranks), once per lists."""
+    chunks = virtual_stages(schedule, v)
+    lists = actions(schedule, pp, m, True, v)
+    stages = pp * chunks
+    replay = _Replay(lists, [1.0] * stages, [2.0] * stages, 0.0, _SPLIT)
+    replay.replay()
+    index = {(e.stage, e.kind, e.microbatch): i for i, e in enumerate(replay.timeline)}
+    if len(index) != len(replay.timeline) or len(replay.free) != pp:
+        return None
+    steps = tuple(
+        (e.rank, e.kind, tuple(index[k] for k, _ in replay.needs(e.stage, e.kind, e.microbatch, e.rank)))
+        for e in replay.timeline
+    )
+    pending = replay.pending_weight_peaks()
+    return _Order(pp, steps, replay.rank_peaks()[0], pending[0] if pending else 0.0)
