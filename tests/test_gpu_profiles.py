@@ -254,7 +254,44 @@ def test_gpu_calibration_measures_the_carried_format(tmp_path):
 
 
 def test_rows_build_the_same_kernels_as_the_carried_profile():
-    assert from_rows(_rows("h200-141gb")).matmul == gpu_kernels("h200-141gb").matmul
+    """Each measured row lands where the cost model reads it: a tiny exact case, then the carried
+    profile read row by row from its file (tf32 rows are torch's fp32 with TF32 on: left out)."""
+    rows = [
+        {"kind": "info", "gpu": "Test GPU"},
+        {"kind": "overhead", "what": "add 1 element, back to back", "per_op_s": 5e-6},
+        {"kind": "overhead", "what": "host wall per tiny op", "per_op_s": 7e-6},
+        {"kind": "matmul", "dtype": "bfloat16", "m": 64, "k": 32, "n": 16, "s": 2e-5},
+        {"kind": "matmul", "dtype": "bfloat16", "m": 8, "k": 32, "n": 16, "s": 1e-5},
+        {"kind": "matmul", "dtype": "tf32", "m": 8, "k": 8, "n": 8, "s": 1e-5},
+        {"kind": "elementwise", "op": "add", "bytes": 4096, "s": 6e-6},
+        {"kind": "elementwise", "op": "add", "bytes": 1 << 20, "s": 9e-6},
+        {"kind": "attention", "seq": 128, "causal": True, "s": 3e-5},
+        {"kind": "attention", "seq": 256, "causal": True, "s": 5e-5},
+        {"kind": "embedding", "tokens": 128, "dim": 64, "s": 8e-6},
+        {"kind": "cross_entropy", "tokens": 128, "vocab": 1000, "s": 9e-6},
+    ]
+    tiny = from_rows(rows, source="here")
+    assert (tiny.gpu, tiny.launch_s, tiny.host_op_s, tiny.source) == ("Test GPU", 5e-6, 7e-6, "here")
+    assert tiny.matmul == (("bfloat16", ((8.0, 32.0, 16.0, 1e-5), (64.0, 32.0, 16.0, 2e-5))),)
+    assert tiny.elementwise == (("add", ((4096.0, 6e-6), (1048576.0, 9e-6))),)
+    assert tiny.attention == ((True, ((128.0, 3e-5), (256.0, 5e-5))),)
+    assert tiny.embedding == ((2.0 * 2 * 128 * 64, 8e-6),)  # bytes moved: 2-byte rows read and written
+    assert tiny.loss == ((128.0 * 1000, 9e-6),)  # logit elements
+
+    carried, kernels = _rows("h200-141gb"), gpu_kernels("h200-141gb")
+    assert kernels is not None
+    by_dtype: dict[str, list[tuple[float, ...]]] = {}
+    for r in carried:
+        if r["kind"] == "matmul" and r["dtype"] != "tf32":
+            by_dtype.setdefault(r["dtype"], []).append((r["m"], r["k"], r["n"], r["s"]))
+    assert {d: sorted(points) for d, points in by_dtype.items()} == {d: list(points) for d, points in kernels.matmul}
+    assert sum(len(points) for _, points in kernels.matmul) == 56 + 56 + 49
+    overhead = {r["what"]: r["per_op_s"] for r in carried if r["kind"] == "overhead"}
+    assert kernels.launch_s == overhead["add 1 element, back to back"]
+    assert kernels.host_op_s == overhead["host wall per tiny op"]
+
+
+def test_an_unknown_engine_is_refused_by_the_cluster():
     with pytest.raises(PartitionError, match="engine"):
         cluster.cluster("h100-80gb", engine="turbo")
 
