@@ -18,6 +18,7 @@ a person's own ``package.module:factory``, and Hugging Face architectures built 
 
 from __future__ import annotations
 
+from sample_models._hf_presets import PRESETS as HF_PRESETS  # hf:<preset> -> (model type, config fields)
 from sample_models._loading import (
     ModelSpecError,
     is_factory,
@@ -38,12 +39,15 @@ from sample_models._registry import (
     names,
     spec,
 )
+from sample_models._user import LoaderError
 
 __all__ = [
     "load",
     "label",
     "parse_overrides",
+    "LoaderError",
     "ModelSpecError",
+    "HF_PRESETS",
     "is_factory",
     "is_hf",
     "weight_scale",

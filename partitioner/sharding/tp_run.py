@@ -30,7 +30,7 @@ from partitioner.processes.records import RankStep
 from partitioner.processes.timing import step_seconds
 from partitioner.sharding.tensor_parallel import TPPlan
 
-__all__ = ["ShardRun", "run_sharded"]
+__all__ = ["ShardRun", "run_sharded", "as_linear"]
 
 _COLLECTIVES = {
     "all_reduce": "all_reduce",
@@ -86,8 +86,9 @@ def _kinds(counts: dict[Any, int]) -> dict[str, int]:
     return out
 
 
-def _as_linear(module: torch.nn.Module, paths: Sequence[str]) -> None:
-    """Replace each Conv1D at ``paths`` (weight (in, out), ``x @ W + b``) by the equal Linear."""
+def as_linear(module: torch.nn.Module, paths: Sequence[str]) -> None:
+    """Replace each Conv1D at ``paths`` (weight (in, out), ``x @ W + b``) by the equal Linear, in
+    place (GPT-2's Conv1D as the Linear that DTensor's styles take). O(parameters)."""
     for path in paths:
         conv = module.get_submodule(path)
         weight, bias = conv.get_parameter("weight"), getattr(conv, "bias", None)
@@ -121,7 +122,7 @@ def _entry(
         return Shard(-1) if name == "shard" else Replicate()
 
     torch.set_num_threads(1)
-    _as_linear(module, transposed)
+    as_linear(module, transposed)
     mesh = init_device_mesh("cpu", (world_size,))
     plan: dict[str, Any] = {}
     for path, s in styles.items():

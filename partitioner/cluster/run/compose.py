@@ -265,10 +265,10 @@ def run_layout(
             progress=progress,
         )
     if transposed:  # GPT-2's Conv1D as the equal Linear, which DTensor's styles take
-        from partitioner.sharding.tp_run import _as_linear
+        from partitioner.sharding.tp_run import as_linear
 
         module = copy.deepcopy(module)
-        _as_linear(module, transposed)
+        as_linear(module, transposed)
     try:
         results = launch(
             _entry,
