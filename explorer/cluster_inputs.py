@@ -10,12 +10,23 @@ import streamlit as st
 
 from explorer import panels
 from explorer.builders.links import RANGES
-from explorer.builders.text import md
+from explorer.builders.text import md, number
+from explorer.fields import bounded_number, range_notes
 from partitioner import Graph, cluster, format_bytes, units
 from partitioner.cost.training import OPTIMIZERS
 
-__all__ = ["workload_ui", "hardware_ui", "min_cut_ui", "MIN_CUT", "MIN_CUT_BUDGETS", "PRECISIONS"]
+__all__ = [
+    "show_page_notes",
+    "tokens_in_words",
+    "workload_ui",
+    "hardware_ui",
+    "min_cut_ui",
+    "MIN_CUT",
+    "MIN_CUT_BUDGETS",
+    "PRECISIONS",
+]
 
+_PAGE_NOTES = "cl_range_notes"  # this run's notes of the page's own fields (show_page_notes)
 MIN_CUT = "cl_min_cut"  # session state: graph fingerprint -> measured min-cut shares
 MIN_CUT_BUDGETS = (0.0, 0.25, 0.5, 0.75)
 PRECISIONS = {d.label: d for d in units.PRECISIONS}  # "bf16 (mixed)", "fp32"
@@ -58,25 +69,59 @@ def min_cut_ui(graph: Graph, prof: cluster.ModelProfile) -> tuple[tuple[float, f
     return shares
 
 
+def tokens_in_words(count: float) -> str:
+    """ "1 trillion", "300 billion", "15.6 trillion", "2,000,000": a token count as people say it."""
+    for size, word in ((1e12, "trillion"), (1e9, "billion"), (1e6, "million")):
+        if count >= size:
+            return f"{number(round(count / size, 2))} {word}"
+    return number(count)
+
+
+def _bounded(box: Any, label: str, key: str, default: float, **kwargs: Any) -> Any:
+    """A number field in its link range (:data:`RANGES`, the command line's too): a value out of it is
+    said beside the field and above the page, not dropped in the browser. The default is set in
+    session state, not as the widget's value, since a link sets the same key (Streamlit warns of both)."""
+    low, high = RANGES[key]
+    st.session_state.setdefault(key, default)
+    before = len(range_notes())
+    value = bounded_number(
+        box, label, low or 0, high if high is not None else float("inf"), key=key, fallback=default, **kwargs
+    )
+    _page_notes().extend(range_notes()[before:])
+    return value
+
+
+def _page_notes() -> list[str]:
+    return st.session_state.setdefault(_PAGE_NOTES, [])
+
+
+def show_page_notes() -> None:
+    """This page's fields not applied, said once more above the answers they did not change (the
+    notes above the page are drawn before the page's own fields are read)."""
+    for note in st.session_state.pop(_PAGE_NOTES, []):
+        st.warning(note, icon=":material/block:")
+
+
 def workload_ui() -> cluster.Workload:
+    st.session_state[_PAGE_NOTES] = []  # hardware_ui shows this page's notes after its own fields
     cols = st.columns(4)
     kind = cols[0].selectbox("Work", ["training", "inference"], key="cl_kind")
     training = kind == "training"
     if training:
-        batch = int(cols[1].number_input("Global batch (sequences a step)", 1, 1 << 20, 512, key="cl_batch"))
-        seq = int(cols[2].number_input("Sequence length (tokens)", 1, 1 << 20, 4096, key="cl_seq"))
+        batch = int(_bounded(cols[1], "Global batch (sequences a step)", "cl_batch", 512, step=1))
+        seq = int(_bounded(cols[2], "Sequence length (tokens)", "cl_seq", 4096, step=1))
     else:  # serving has its own inputs: one conversation at a time unless told otherwise
         batch = int(
-            cols[1].number_input(
+            _bounded(
+                cols[1],
                 "Sequences served at once",
+                "cl_serve_batch",
                 1,
-                1 << 20,
-                1,
-                key="cl_serve_batch",
+                step=1,
                 help="concurrent sequences decoded together (the serving batch)",
             )
         )
-        seq = int(cols[2].number_input("Prompt length (tokens)", 1, 1 << 20, 4096, key="cl_prompt"))
+        seq = int(_bounded(cols[2], "Prompt length (tokens)", "cl_prompt", 4096, step=1))
     precision = PRECISIONS[
         cols[3].selectbox(
             "Precision",
@@ -94,16 +139,18 @@ def workload_ui() -> cluster.Workload:
         disabled=not training,
     )
     train_tokens = float(
-        cols[1].number_input(
+        _bounded(
+            cols[1],
             "Tokens to train (for time and cost)",
-            1e6,
-            1e15,
+            "cl_tokens",
             1e12,
-            format="%.2e",
-            key="cl_tokens",
+            format="%.0f",  # 1000000000000, with the count in words below (Streamlit's formats have no commas)
+            step=1e11,
             disabled=not training,
         )
     )
+    if training:
+        cols[1].caption(md(f"{tokens_in_words(train_tokens)} tokens"))
     generate = int(
         cols[2].number_input("Tokens generated per sequence", 0, 1 << 16, 256, key="cl_generate", disabled=training)
     )
@@ -124,14 +171,13 @@ def hardware_ui(kind: str = "training") -> dict[str, Any]:
         )
     )
     per_node = int(cols[2].number_input("Devices per node", 1, 64, 8, key="cl_per_node"))
-    low, high = RANGES["cl_max_nodes"]  # the command line's --max-nodes range too (cli/cluster.py)
-    max_nodes = int(
-        cols[3].number_input(
+    max_nodes = int(  # RANGES: the command line's --max-nodes range too (cli/cluster.py)
+        _bounded(
+            cols[3],
             "Up to nodes",
-            int(low or 1),
-            int(high or 1),
+            "cl_max_nodes",
             64,
-            key="cl_max_nodes",
+            step=1,
             help="sizes searched: 1, 2, 4, ... devices of one node, then 1, 2, 4, ... nodes up to this",
         )
     )
@@ -174,6 +220,7 @@ def hardware_ui(kind: str = "training") -> dict[str, Any]:
         lambda e: preset.with_engine(e).assumes,
         default="graphs" if serving else "eager",
     )
+    show_page_notes()
     return dict(
         accelerator=f"{accelerator}@{engine}" if serving or engine != "eager" else accelerator,
         per_node=per_node,

@@ -21,6 +21,7 @@ from explorer.builders.inputs import (
     with_headroom,
 )
 from explorer.builders.text import md
+from explorer.fields import bounded_number
 from explorer.panels import engine_ui
 from partitioner import Device
 
@@ -28,6 +29,7 @@ __all__ = ["devices_ui", "default_device_controls", "follow_model_devices", "DEF
 
 # A PCIe-class link: with free transfers every mode finds the same plan, which hides what they do.
 DEFAULT_TRANSFER_GBPS = 25.0
+MAX_TRANSFER_GBPS = 1e6  # 1 PB/s: far above any link (NVLink 5 is 1.8 TB/s), a bound a typo meets
 
 
 def default_device_controls(name: str) -> tuple[int, str]:
@@ -73,8 +75,9 @@ def devices_ui() -> tuple[list[Device] | None, float | None]:
     engine = "eager"
     if kernels_of is not None and kernels_of.gpu is not None:
         engine = engine_ui("dev_engine", lambda e: kernels_of.with_engine(e).assumes)  # type: ignore[union-attr]
-    count = st.number_input(
-        "Number of devices", min_value=1, max_value=1024, step=1, key="dev_count", persist_state="session"
+    # a value out of range (0, 99999) is said beside the field and above the page, not dropped in the browser
+    count = bounded_number(
+        st, "Number of devices", 1, 1024, fallback=4, step=1, key="dev_count", persist_state="session"
     )
     if preset == CUSTOM:
         memory = st.text_input(
@@ -140,10 +143,12 @@ def _headroom_and_rate() -> tuple[float, float]:
     """The memory headroom (% of each device) and the transfer rate between devices (GB/s; 0: from the
     devices' link bandwidth), with the follow-the-model switch under them."""
     st.session_state.setdefault("dev_headroom", DEFAULT_HEADROOM_PERCENT)
-    headroom = st.number_input(
+    headroom = bounded_number(
+        st,
         "Memory headroom (% of each device)",
-        min_value=0.0,
-        max_value=90.0,
+        0.0,
+        90.0,
+        fallback=DEFAULT_HEADROOM_PERCENT,
         step=5.0,
         format="%g",
         key="dev_headroom",
@@ -153,9 +158,12 @@ def _headroom_and_rate() -> tuple[float, float]:
         "by default: 4 GiB of an 80 GiB H100, as Plan a cluster keeps; 0 fills devices to the last byte",
     )
     st.session_state.setdefault("transfer_gbps", DEFAULT_TRANSFER_GBPS)
-    rate_gbps = st.number_input(
+    rate_gbps = bounded_number(
+        st,
         "Transfer rate between devices (GB/s)",
-        min_value=0.0,
+        0.0,
+        MAX_TRANSFER_GBPS,
+        fallback=DEFAULT_TRANSFER_GBPS,
         step=1.0,
         format="%g",
         key="transfer_gbps",

@@ -70,8 +70,8 @@ def render_summary(
     util = plan.memory_utilisation()
     cols[3].metric(
         "Peak memory utilisation",
-        f"{util:.0%}" if math.isfinite(util) else "inf",
-        delta(util, None if ref is None else ref.memory_utilisation(), lambda x: f"{x:.0%}"),
+        tables.percent(util) if math.isfinite(util) else "inf",
+        delta(util, None if ref is None else ref.memory_utilisation(), tables.percent),
         delta_color="inverse",
     )
     if seconds is not None:

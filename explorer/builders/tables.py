@@ -17,6 +17,13 @@ from partitioner.draw.dag import partition_capacity
 from partitioner.plan.diff import PlanDiff, match_partitions
 from partitioner.units import format_seconds, format_share, format_signed
 
+
+def percent(fraction: float | None) -> str:
+    """A share of memory as every page writes it (issue 56: Compare said 99.5 % where Explore said
+    100 % for the same plan): one decimal, "99.5%"; "-" for none or an infinite one."""
+    return "-" if fraction is None or not math.isfinite(fraction) else f"{fraction:.1%}"
+
+
 __all__ = [
     "schedule",
     "incoming_transfer_s",
@@ -108,7 +115,7 @@ def readable_partition_table(plan: Plan) -> pd.DataFrame:
             "Devices": data["devices"],
             "Nodes": [f"{n} node{'s' if n != 1 else ''}" for n in nodes],
             "Memory": data["memory"],
-            "Of capacity": ["-" if not math.isfinite(u) else f"{u:.1%}" for u in data["utilisation"]],
+            "Of capacity": [percent(u) for u in data["utilisation"]],
             "Latency": [t(v) for v in data["latency_s"]],
             "Compute": [t(v) for v in data["compute_s"]],
             "Memory time": [t(v) for v in data["memory_s"]],
@@ -254,7 +261,7 @@ def comparison_table(results: Sequence[ModeResult], op_count: int | None = None)
                 "Best": "\u2605 best" if r.mode == best else "",
                 "Latency": format_seconds(r.latency_s) if r.ok else "-",
                 "Partitions": "-" if r.partitions is None else str(r.partitions),
-                "Peak memory": "-" if util is None else f"{util:.1%}",
+                "Peak memory": "-" if util is None else percent(util),
                 "Gap to bound": "-" if to_bound is None else format_share(to_bound, 1.0),
                 "Gap to optimal": "-" if to_best is None else format_signed(to_best),
                 "Time to plan": format_seconds(r.seconds),
@@ -331,8 +338,8 @@ def cost_model_table(plan: Plan, other: Plan) -> pd.DataFrame:
             "": "whole plan",
             "latency, physical": format_seconds(phys.latency_s),
             "latency, torch": format_seconds(torch_.latency_s),
-            "peak memory, physical": f"{phys.memory_utilisation():.1%}",
-            "peak memory, torch": f"{torch_.memory_utilisation():.1%}",
+            "peak memory, physical": percent(phys.memory_utilisation()),
+            "peak memory, torch": percent(torch_.memory_utilisation()),
         }
     ]
     for a, b in zip(sorted(phys.partitions, key=lambda p: p.id), sorted(torch_.partitions, key=lambda p: p.id)):

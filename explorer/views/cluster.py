@@ -12,7 +12,7 @@ import streamlit as st
 from explorer import cluster_panels, state
 from explorer.builders import cluster_figures
 from explorer.builders.text import md
-from explorer.cluster_inputs import hardware_ui, min_cut_ui, workload_ui
+from explorer.cluster_inputs import hardware_ui, min_cut_ui, tokens_in_words, workload_ui
 from explorer.views import review_job
 from partitioner import Graph, cluster, format_bytes, format_seconds
 from partitioner.cluster import bands
@@ -61,7 +61,7 @@ def _answer(title: str, r: cluster.LayoutResult | None, work: cluster.Workload, 
     overlaps its own (``within``)."""
     if r is None:
         return
-    step = "time to first token" if work.kind == "inference" else "step"
+    serving = work.kind == "inference"
     column.metric(
         title,
         f"{r.devices} device{'s' if r.devices != 1 else ''}",
@@ -69,16 +69,17 @@ def _answer(title: str, r: cluster.LayoutResult | None, work: cluster.Workload, 
     )
     column.caption(
         md(
-            f"{bands.seconds_band(r.step_low_s, r.step_high_s)} a {step}; {r.layout.label()}; "
+            f"{'time to first token ' if serving else ''}{bands.seconds_band(r.step_low_s, r.step_high_s)}"
+            f"{'' if serving else ' a step'}; {r.layout.label()}; "
             f"{bands.dollars_band(*bands.cost_band(r, r.cost_per_million_tokens))} per million tokens; "
-            f"MFU {bands.mfu_band(r)}; limited by {r.limit}"
+            f"MFU {bands.mfu_band(r)}; {limited_by(r, serving)}"
         )
     )
     if work.kind == "training" and r.tokens_per_s:
         dollars = bands.cost_band(r, r.cost_per_million_tokens * work.train_tokens / 1e6)
         column.caption(
             md(
-                f"{work.train_tokens:.3g} tokens: {bands.duration_band(*bands.run_days(r, work.train_tokens))}, "
+                f"{tokens_in_words(work.train_tokens)} tokens: {bands.duration_band(*bands.run_days(r, work.train_tokens))}, "
                 f"{bands.dollars_band(*dollars)}"
             )
         )
@@ -89,20 +90,44 @@ def _answer(title: str, r: cluster.LayoutResult | None, work: cluster.Workload, 
             f"{bands.band(low * per_sequence, high * per_sequence)} tokens/s per sequence, "
             f"{bands.band(low * per_device, high * per_device)} tokens/s per device"
         )
-        x = r.extra
-        column.caption(
-            md(
-                f"Each token {format_seconds(x['seconds_per_token'])}: weights read "
-                f"{format_seconds(x['weights_read_s_per_token'])}, KV cache read "
-                f"{format_seconds(x['kv_read_s_per_token'])}, arithmetic at peak "
-                f"{format_seconds(x['compute_floor_s_per_token'])}; the first token's arithmetic at peak "
-                f"{format_seconds(x['prefill_compute_floor_s'])} of {bands.seconds_band(r.step_low_s, r.step_high_s)}"
-            )
-        )
+        column.caption(md(token_breakdown(r)))
     if r.band_s[1] <= 0:  # the library gave this answer no band (yet): say so rather than look sure
         column.caption("A point: the planner gives no band for this answer.")
     if within:
         column.caption(f"Within the band of the {' and the '.join(within)}: neither is surely faster.")
+
+
+# What a serving answer's largest part of a token is (partitioner.cluster.serving.TOKEN_PARTS), in words.
+TOKEN_PART_WORDS = {
+    "launch": "the host's kernel launches",
+    "weights": "reading the weights",
+    "KV cache": "reading the KV cache",
+    "arithmetic": "arithmetic",
+    "communication": "communication",
+}
+
+
+def limited_by(r: cluster.LayoutResult, serving: bool) -> str:
+    """ "limited by memory" (does not fit), or a serving token's largest part ("most of a token:
+    reading the weights"): the one the breakdown beside it shows largest."""
+    if serving and r.limit in TOKEN_PART_WORDS:
+        return f"most of a token: {TOKEN_PART_WORDS[r.limit]}"
+    return f"limited by {r.limit}"
+
+
+def token_breakdown(r: cluster.LayoutResult) -> str:
+    """ "Each token 56 ms: reading the weights 40 ms, ... (they add up to it); at full speed reading
+    the weights would take 13 ms ...": the parts the time is made of, then the floors under them."""
+    x = r.extra
+    parts = [(TOKEN_PART_WORDS[k], r.parts_s.get(f"{k} per token", 0.0)) for k in TOKEN_PART_WORDS]
+    shown = ", ".join(f"{words} {format_seconds(s)}" for words, s in sorted(parts, key=lambda p: -p[1]) if s > 0)
+    return (
+        f"Each token {format_seconds(x['seconds_per_token'])}: {shown}. At the card's full bandwidth and "
+        f"peak, reading the weights would take {format_seconds(x['weights_read_s_per_token'])}, the KV cache "
+        f"{format_seconds(x['kv_read_s_per_token'])} and the arithmetic "
+        f"{format_seconds(x['compute_floor_s_per_token'])}; the first token's arithmetic at peak "
+        f"{format_seconds(x['prefill_compute_floor_s'])} of {bands.seconds_band(r.step_low_s, r.step_high_s)}."
+    )
 
 
 def _summary(prof: cluster.ModelProfile, found: cluster.ClusterPlan) -> None:
@@ -358,7 +383,8 @@ def main() -> None:
         "together (the Pipeline page's simulator; interleaving adds Megatron-LM's 1 + (pp - 1)/(pp v)), time "
         "from the graph, NCCL's ring, tree or one-shot all-reduce by size on each link and the simulated "
         "schedule; expert parallelism adds two all-to-alls per MoE layer each way, context parallelism a "
-        "ring of keys and values. Left out: kernel launch overheads, uneven expert routing."
+        "ring of keys and values; kernel launches as the engine named above makes them (eager: the host's "
+        "measured cost per op, 6 to 17 us; CUDA graphs: none from the host). Left out: uneven expert routing."
     )
 
 
