@@ -130,7 +130,7 @@ def _plan(
 def _run_sharded(args: argparse.Namespace, model: Any, plan: TPPlan) -> ShardRun:
     """``--run``: the sharded model on local processes; progress goes to stderr unless the JSON
     goes to stdout."""
-    from partitioner.runtime.execute import picklable
+    from partitioner.processes.portable import picklable
     from partitioner.sharding.tp_run import run_sharded
 
     quiet = args.out == "-"

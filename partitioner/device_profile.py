@@ -1,5 +1,5 @@
 """A device profile measured on the machine it describes: what the cost model needs in place of a
-flat peak (torch-free; :mod:`partitioner.runtime.calibrate` measures one).
+flat peak (torch-free; :mod:`partitioner.calibration.host` measures one).
 
 A profile holds curves, not single figures: matmul seconds by FLOPs per dtype (the efficiency
 curve), elementwise seconds by bytes moved (the bandwidth curve), the dispatch overhead of one op
@@ -7,7 +7,7 @@ and of one module call, alpha-beta fits (latency + bytes / bandwidth) of point-t
 of collectives per process count, and how much slower a rank computes when several ranks share
 the cores. Beside them, what torch's engines add as runs meet them, measured in place on every
 rank at once after compute (NOTE: [Engine costs in place] in
-:mod:`partitioner.runtime._engine_costs`): a barrier, a hand-off between computing ranks, DTensor's
+:mod:`partitioner.calibration.distributed`): a barrier, a hand-off between computing ranks, DTensor's
 dispatch of a sharded module, a row-parallel pair's all-reduce (alone and with groups side by
 side), a pipelining action; the training step's time over the forward's; and curves of their
 own for ops that compute more than a copy (gelu, layer_norm, softmax...). It is a device type like the presets: ``--devices 2xlocal`` (a profile cached under
@@ -67,15 +67,6 @@ __all__ = [
     "is_profile_data",
 ]
 
-COLLECTIVE_KINDS = (
-    "p2p",
-    "handoff",
-    "all_reduce",
-    "all_gather",
-    "dtensor_all_reduce",
-    "concurrent_all_reduce",
-    "concurrent_dtensor_all_reduce",
-)  # concurrent_*: groups of that size side by side on every rank
 # Ops that compute more than a copy per byte (transcendentals, reductions): each gets its own
 # measured (bytes moved, seconds) curve; a module of that type (GELU, LayerNorm...) uses it too.
 ELEMENTWISE_KINDS = ("gelu", "layer_norm", "softmax", "silu", "sigmoid", "tanh")

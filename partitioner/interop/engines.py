@@ -23,8 +23,9 @@ from typing import Any
 
 from partitioner.cluster.layout_types import recompute_layers
 from partitioner.cluster.layouts import Layout, Workload
+from partitioner.cluster.run.runnable import run_schedule
 from partitioner.errors import PartitionError
-from partitioner.pipeline.schedules import NO_SCHEDULE, get_schedule, virtual_stages
+from partitioner.pipeline.schedules import virtual_stages
 from partitioner.units import HALF_FLOATS, dtype
 
 __all__ = [
@@ -57,8 +58,8 @@ def to_torchtitan(layout: Layout, workload: Workload) -> dict[str, Any]:
     if sharded and layout.dp > 1:
         parallelism["fsdp_reshard_after_forward"] = "always" if layout.zero == 3 else "never"
     if layout.pp > 1:
-        schedule = layout.schedule if layout.schedule != NO_SCHEDULE else "gpipe"
-        parallelism["pipeline_parallel_schedule"] = get_schedule(schedule).torch_name  # torchtitan's = torch's
+        # torchtitan's names are torch's; a layout without a schedule runs GPipe, as a local run does
+        parallelism["pipeline_parallel_schedule"] = run_schedule(layout).torch_name
         parallelism["pipeline_parallel_microbatch_size"] = layout.microbatch_size
     config: dict[str, Any] = {
         "parallelism": parallelism,

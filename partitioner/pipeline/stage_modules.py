@@ -34,7 +34,7 @@ from torch.utils._pytree import tree_flatten
 
 from partitioner.errors import PartitionError
 from partitioner.graph import Graph
-from partitioner.runtime.execute import picklable
+from partitioner.processes.portable import picklable
 
 __all__ = ["build_stage_modules", "DenseGrad"]
 

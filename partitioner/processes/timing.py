@@ -2,7 +2,7 @@
 untimed warm-up (NOTE: [One statistic]).
 
 # NOTE: [One statistic]
-A device profile's figures are medians of repeated timings (:mod:`partitioner.runtime.calibrate`),
+A device profile's figures are medians of repeated timings (:mod:`partitioner.calibration.host`),
 so a run that reported its best step would be compared with a prediction built from medians: on a
 shared machine the best of seven is often 20-40 % below the median. Every real run (an fx plan's
 walk, a pipeline's step, a tensor-parallel forward, a composed layout's step) and every

@@ -19,14 +19,10 @@ from partitioner.kernels import ENGINES, GpuKernels
 from partitioner.profiles.build import derive, from_rows
 from partitioner.units import DTYPES
 
-__all__ = ["MEASURED", "gpu_profile", "gpu_kernels", "is_measured", "profile_from_kernels"]
+__all__ = ["MEASURED", "gpu_profile", "gpu_kernels", "profile_from_kernels"]
 
 _HERE = Path(__file__).resolve().parent
 MEASURED = {"h100-80gb": "h100-80gb.jsonl", "h200-141gb": "h200-141gb.jsonl"}  # preset -> carried curves
-
-
-def is_measured(name: str) -> bool:
-    return name in MEASURED
 
 
 def _rows(path: Path) -> list[dict]:

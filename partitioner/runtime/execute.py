@@ -27,6 +27,7 @@ from partitioner.graph import Graph
 from partitioner.plan.records import Plan
 from partitioner.plan.validate import ViolationKind
 from partitioner.processes.launch import default_backend, launch
+from partitioner.processes.portable import picklable  # re-exported: its old home
 from partitioner.runtime.splitting import split
 from partitioner.runtime.walk import RankResult, rank_entry
 
@@ -81,21 +82,6 @@ class RunResult:
                 for p in self.partitions
             ],
         }
-
-
-def picklable(gm: fx.GraphModule) -> fx.GraphModule:
-    """Drop type annotations that are strings (a model written with ``from __future__ import
-    annotations``): fx would emit them as globals that cannot be pickled for the ranks."""
-    for module in [gm, *gm.modules()]:
-        if isinstance(module, fx.GraphModule):
-            changed = False
-            for n in module.graph.nodes:
-                if isinstance(n.type, str):
-                    n.type = None
-                    changed = True
-            if changed:
-                module.recompile()
-    return gm
 
 
 _RUN_IGNORES = frozenset({ViolationKind.MEMORY, ViolationKind.MEMORY_BUDGET, ViolationKind.LATENCY_BUDGET})

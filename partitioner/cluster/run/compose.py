@@ -237,7 +237,7 @@ def run_layout(
     import torch.fx as fx
 
     from partitioner.processes.launch import default_backend, launch
-    from partitioner.runtime.execute import picklable
+    from partitioner.processes.portable import picklable
 
     inputs = (example_inputs,) if isinstance(example_inputs, torch.Tensor) else tuple(example_inputs)
     kwargs = dict(example_kwargs or {})
