@@ -239,7 +239,7 @@ def microbatch_figure(points: Sequence[tuple[int, float, float]], chosen: int) -
     fig.update_yaxes(
         title="bubble (%)", range=[0, 100], tickvals=[0, 25, 50, 75, 100], showgrid=False, secondary_y=True
     )
-    return _layout(fig, "Step time and bubble against the microbatch count (dashed: chosen)")
+    return _layout(fig, "Step time and bubble against the microbatch count (each count planned; dashed: chosen)")
 
 
 def stage_span(graph: Graph, nodes: Sequence[str]) -> str:

@@ -168,6 +168,9 @@ def main() -> None:
         st.error(f"No pipeline plan: {md(result.error)}")
         return
     pp = result.plan
+    too_fine = pipeline_tables.microbatch_warning(pipeline_tables.example_sequences(graph), microbatches)
+    if too_fine:
+        st.warning(too_fine, icon=":material/warning:")
     _headline(pp, ranks, microbatches, training, result.seconds)
     sim = pipeline_tables.resimulate(pp, microbatches)
     st.plotly_chart(
@@ -177,7 +180,9 @@ def main() -> None:
     other = pipeline_tables.twin_simulation(pp, microbatches, schedule)
     st.caption(md(pipeline_figures.bubble_note(sim, training is not None, other)))
     left, right = st.columns(2)
-    sweep = pipeline_tables.microbatch_sweep(pp)
+    sweep = pipeline_tables.microbatch_sweep(
+        pp, plan_at=lambda m: compute.pipeline_plan(config, ranks, ranks * per_rank, m, schedule, training).plan
+    )
     caps = [next(d.memory_bytes for d in devices if d.logical_id == i) for i in pp.device_ids]
     with left:
         st.plotly_chart(pipeline_figures.microbatch_figure(sweep, microbatches), key="pp_sweep_chart")

@@ -7,7 +7,7 @@ from __future__ import annotations
 import streamlit as st
 
 from explorer import compute, state
-from explorer.builders import techniques
+from explorer.builders import pipeline_tables, techniques
 from explorer.builders.text import md
 
 
@@ -15,6 +15,14 @@ from explorer.builders.text import md
 def _cluster_rows(_graph, _devices: list, fingerprint: str, devices_key: tuple, rate: float | None, name: str) -> list:
     del fingerprint, devices_key  # the cache key: the graph and devices themselves are not hashed
     return techniques.cluster_rows(_graph, _devices, rate, name)
+
+
+def _why_count(devices: int, sequences: int | None) -> str:
+    """Why the pipeline row's microbatch count is what it is, in a few words."""
+    if sequences is not None and sequences < devices:
+        noun = "sequence" if sequences == 1 else "sequences"
+        return f"as many as devices, but no more than the example batch's {sequences:,} {noun}"
+    return "as many as devices"
 
 
 def main() -> None:
@@ -34,7 +42,11 @@ def main() -> None:
     with st.spinner("Planning each technique..."):
         result = compute.plan(config)
         n = len(devices)
-        pp = compute.pipeline_plan(config, n, n, max(1, n), "gpipe", None)
+        # no more microbatches than the example batch has sequences: a quarter of a one-sequence batch
+        # is a cut no schedule makes, and priced as one it made pipelining look 4.8x slower (issue 56)
+        sequences = pipeline_tables.example_sequences(graph)
+        microbatches = max(1, min(n, sequences or n))
+        pp = compute.pipeline_plan(config, n, n, microbatches, "gpipe", None)
         rows = [
             techniques.fx_row(result.plan, result.error, devices),
             techniques.pipeline_row(pp.plan, pp.error, devices),
@@ -75,7 +87,8 @@ def main() -> None:
     st.caption(
         md(
             f"Partitions: the sidebar's mode, {config.mode} (its plan's critical path). Pipeline: {n} contiguous stages, "
-            f"one a device, GPipe over {max(1, n)} microbatches. Tensor parallel and the best layout: the cluster "
+            f"one a device, GPipe over {microbatches} microbatch{'' if microbatches == 1 else 'es'} "
+            f"({_why_count(n, sequences)}). Tensor parallel and the best layout: the cluster "
             "planner's inference prefill (a language model's time to the first token) on these devices as one node, "
             "at the sidebar's transfer rate; its layouts add data parallelism and pipelines to tensor parallelism. "
             "On a GPU type every row is priced by the same measured kernels (the card's curves and launches, op by "
