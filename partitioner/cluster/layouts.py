@@ -90,6 +90,7 @@ from partitioner.cluster.memory import (
     activation_bytes,
     memory_fits,
     offload_seconds,
+    over_by_states,
 )
 from partitioner.cluster.profile import ModelProfile
 from partitioner.cluster.rules import (
@@ -124,6 +125,7 @@ __all__ = [
     "offload_seconds",
     "largest_layer_params",
     "memory_fits",
+    "over_by_states",
     "Memo",
     "RECOMPUTE",
     "ZERO_STAGES",

@@ -19,6 +19,7 @@ output over tp.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from typing import Any, Callable, TypeVar
 
@@ -39,6 +40,8 @@ __all__ = [
     "HOST_BYTES_PER_S",
     "Memo",
     "memory_fits",
+    "over_by_states",
+    "STATES_MARGIN",
 ]
 
 
@@ -186,32 +189,87 @@ def _memo(memo: Memo | None, key: tuple, make: Callable[[], _T]) -> _T:
     return memo[key]  # type: ignore[no-any-return]
 
 
+def _states_key(lay: Layout) -> tuple:
+    """What the model states of ``lay`` depend on."""
+    return (
+        lay.tp,
+        lay.pp,
+        lay.schedule,
+        lay.virtual,
+        lay.ep,
+        lay.dp,
+        lay.cp,
+        lay.shard,
+        lay.zero,
+        lay.grad_fp32,
+        lay.offload,
+    )
+
+
 def _states_of(p: ModelProfile, w: Workload, lay: Layout, memo: Memo | None) -> dict[str, float]:
-    key = ("states", lay.tp, lay.pp, lay.schedule, lay.virtual, lay.ep, lay.dp, lay.cp, lay.shard, lay.zero)
-    return _memo(memo, (*key, lay.grad_fp32, lay.offload), lambda: _states(p, w, lay))
+    return _memo(memo, ("states", *_states_key(lay)), lambda: _states(p, w, lay))
 
 
 def _activations_of(
-    p: ModelProfile, w: Workload, lay: Layout, stash: float, pending: float, memo: Memo | None
+    p: ModelProfile, w: Workload, lay: Layout, stash: float, pending: float, memo: Memo | None, recompute: str = ""
 ) -> dict[str, float]:
+    """:func:`activation_bytes` of ``lay``, or of ``lay`` recomputing ``recompute`` instead (that
+    layout made only where the memo has not its activations)."""
+    rc = recompute or lay.recompute
     key = ("activations", lay.microbatch_size, lay.cp, lay.tp, lay.sp, lay.pp, lay.schedule, lay.virtual)
-    return _memo(memo, (*key, lay.recompute, stash, pending), lambda: activation_bytes(p, w, lay, stash, pending))
+
+    def make() -> dict[str, float]:
+        return activation_bytes(
+            p, w, dataclasses.replace(lay, recompute=rc) if rc != lay.recompute else lay, stash, pending
+        )
+
+    return _memo(memo, (*key, rc, stash, pending), make)
+
+
+STATES_MARGIN = 1e-9  # over by more than a sum's rounding: relative to the device's memory
+
+
+def over_by_states(
+    p: ModelProfile, w: Workload, c: Cluster, lay: Layout, memo: Memo | None = None, offload: bool = False
+) -> bool:
+    """Whether a training layout's model states and the headroom alone are over the device, by more
+    than :data:`STATES_MARGIN` (its rounding): no activations and no recomputation make it fit, so
+    :func:`~partitioner.cluster.layouts.evaluate` would answer it over the memory and partial
+    recomputation would find nothing (the states alone are over). ``offload``: of ``lay`` with its
+    optimizer offloaded (ZeRO-Offload), the layout made only where the memo has not its states.
+    O(1) with a search's memo."""
+    key = (*_states_key(lay)[:-1], lay.offload or offload)
+
+    def total_bytes() -> float:
+        moved = dataclasses.replace(lay, offload=True) if offload and not lay.offload else lay
+        return sum(_states_of(p, w, moved, memo).values())
+
+    total = _memo(memo, ("states total", *key), total_bytes)
+    return total + c.headroom_bytes > c.accelerator.memory_bytes * (1 + STATES_MARGIN)
 
 
 def memory_fits(
-    p: ModelProfile, w: Workload, c: Cluster, lay: Layout, sim: StepSimulator, memo: Memo | None = None
+    p: ModelProfile,
+    w: Workload,
+    c: Cluster,
+    lay: Layout,
+    sim: StepSimulator,
+    memo: Memo | None = None,
+    recompute: str = "",
 ) -> tuple[dict[str, float], bool]:
-    """(memory by kind, whether it fits) of a training layout, as :func:`evaluate` without
-    ``time_unfit`` answers them, without its time: the closed forms' stash first, then, where that
-    fits, the simulator's (:meth:`~partitioner.pipeline.steps.StepSimulator.stash`, the same at any
-    backward ratio). O(1) after the schedule's first replay."""
+    """(memory by kind, whether it fits) of a training layout (or of it recomputing ``recompute``
+    instead), as :func:`~partitioner.cluster.layouts.evaluate` without ``time_unfit`` answers them,
+    without its time: the closed forms' stash first, then, where that fits, the simulator's
+    (:meth:`~partitioner.pipeline.steps.StepSimulator.stash`, the same at any backward ratio). O(1)
+    after the schedule's first replay."""
     m = w.global_batch // lay.dp // lay.microbatch_size
-    states = _states_of(p, w, lay, memo)
-    over = _over_memory(p, w, c, lay, states, m, memo)
-    if over is not None:
-        return over.memory, False
+    states = _states_of(p, w, lay, memo)  # the recomputation changes none of them
+    stash, pending = _memo(memo, ("closed stash", lay.schedule, lay.pp, m, lay.virtual), lambda: _closed_stash(lay, m))
+    mem = {**states, **_activations_of(p, w, lay, stash, pending, memo, recompute), "headroom": float(c.headroom_bytes)}
+    if sum(mem.values()) > c.accelerator.memory_bytes:  # as _over_memory answers it
+        return mem, False
     stash, pending = sim.stash(lay.schedule, lay.pp, m, lay.virtual) if lay.pp > 1 else (1, 0.0)
-    mem = {**states, **_activations_of(p, w, lay, stash, pending, memo), "headroom": float(c.headroom_bytes)}
+    mem = {**states, **_activations_of(p, w, lay, stash, pending, memo, recompute), "headroom": float(c.headroom_bytes)}
     return mem, sum(mem.values()) <= c.accelerator.memory_bytes
 
 

@@ -43,6 +43,7 @@ from partitioner.cluster.layouts import (
     evaluate,
     memory_fits,
     min_cut_label,
+    over_by_states,
     shared_simulator,
 )
 from partitioner.cluster.profile import ModelProfile
@@ -229,7 +230,7 @@ def _partial_recompute(
         return None  # the states alone are over: no recomputation helps
 
     def fits(k: int) -> tuple[dict[str, float], bool]:
-        return memory_fits(p, w, c, replace(none.layout, recompute=f"layers-{k}"), sim, memo)
+        return memory_fits(p, w, c, none.layout, sim, memo, recompute=f"layers-{k}")
 
     full, full_fits = fits(layers - 1)
     saved_a_layer = (none.memory["activations"] - full["activations"]) / (layers - 1)
@@ -250,6 +251,35 @@ def _partial_recompute(
             k += 1
     chosen = replace(none.layout, recompute=f"layers-{best if best is not None else layers - 1}")
     return evaluate(p, w, c, chosen, sim, time_unfit=False, memo=memo)
+
+
+def _evaluate_one(
+    p: ModelProfile, w: Workload, c: Cluster, lay: Layout, sim: StepSimulator, memo: Memo, fitting: list[LayoutResult]
+) -> int:
+    """Evaluate ``lay`` as the search does, what fits appended to ``fitting``: the layout (over the
+    memory: no time), else the fewest of its layers recomputed that fit where it has no
+    recomputation, and ZeRO-Offload for ZeRO 2-3 where the devices are short. A layout whose states
+    alone are over (:func:`~partitioner.cluster.memory.over_by_states`) is over whatever its
+    activations, and partial recomputation finds nothing for it: neither is computed. Returns the
+    evaluations beyond the layout's own (1 for a partial recomputation found)."""
+    training, extra = w.kind == "training", 0
+    check_layout(p, lay, w)  # what evaluate refuses, refused here too
+    if not (training and over_by_states(p, w, c, lay, memo)):
+        r = evaluate(p, w, c, lay, sim, time_unfit=False, memo=memo)
+        if r.fits:
+            fitting.append(r)
+            return 0
+        if lay.recompute == "none" and training:
+            partial = _partial_recompute(p, w, c, r, sim, memo)  # the fewest layers recomputed that fit
+            if partial is not None:
+                extra = 1
+                fitting.append(partial)
+    if training and lay.zero >= 2 and not over_by_states(p, w, c, lay, memo, offload=True):
+        # ZeRO-Offload, where the devices are short: its optimizer moved
+        r = evaluate(p, w, c, replace(lay, offload=True), sim, time_unfit=False, memo=memo)
+        if r.fits:
+            fitting.append(r)
+    return extra
 
 
 def pareto(results: Sequence[LayoutResult]) -> tuple[LayoutResult, ...]:
@@ -296,17 +326,7 @@ def search(
     for devices, found in sizes:
         for lay in found:
             tried += 1
-            r = evaluate(p, w, c, lay, sim, time_unfit=False, memo=memo)  # a layout over the memory: no time
-            evaluated += 1
-            if not r.fits and lay.recompute == "none" and w.kind == "training":
-                partial = _partial_recompute(p, w, c, r, sim, memo)  # the fewest layers recomputed that fit
-                if partial is not None:
-                    evaluated += 1
-                    fitting.append(partial)
-            if not r.fits and lay.zero >= 2 and w.kind == "training":  # ZeRO-Offload, where the devices are short
-                r = evaluate(p, w, c, replace(lay, offload=True), sim, time_unfit=False, memo=memo)  # optimizer moved
-            if r.fits:
-                fitting.append(r)
+            evaluated += 1 + _evaluate_one(p, w, c, lay, sim, memo, fitting)
             if progress is not None and (tried - reported >= PROGRESS_EVERY or tried == total):
                 reported = tried
                 progress(SearchProgress(tried, total, evaluated, len(fitting), devices, time.perf_counter() - began))

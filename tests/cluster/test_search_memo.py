@@ -14,6 +14,7 @@ import partitioner
 import sample_models
 from partitioner import cluster, kernels
 from partitioner.cluster.layouts import memory_fits
+from partitioner.cluster.rules import stage_layers
 from partitioner.cluster.search import SearchProgress
 from partitioner.errors import PartitionError
 from partitioner.pipeline.schedules import virtual_stages
@@ -126,6 +127,11 @@ def test_the_memory_check_answers_as_the_evaluation(small):
     for lay in layouts:
         full = cluster.evaluate(small, w, c, lay, step_simulator(), time_unfit=False)
         assert memory_fits(small, w, c, lay, sim) == (full.memory, full.fits)
+        if lay.recompute == "none" and stage_layers(small, lay) >= 2:  # another recomputation, asked without its layout
+            one = cluster.evaluate(
+                small, w, c, dataclasses.replace(lay, recompute="layers-1"), step_simulator(), time_unfit=False
+            )
+            assert memory_fits(small, w, c, lay, sim, {}, recompute="layers-1") == (one.memory, one.fits)
 
 
 def test_the_search_says_how_far_it_is(small):
