@@ -13,7 +13,27 @@ import pandas as pd
 from partitioner import Device, Graph, format_bytes, sharding
 from partitioner.units import format_seconds
 
-__all__ = ["parameter_table", "spec_from_rows", "collectives_table", "MemoryHeadline", "memory_headline", "run_verdict"]
+__all__ = [
+    "parameter_table",
+    "spec_from_rows",
+    "collectives_table",
+    "MemoryHeadline",
+    "memory_headline",
+    "run_verdict",
+    "TRAINING_OPTIMIZER",
+    "training_copies",
+    "with_training_state",
+    "devices_for_training",
+]
+
+# NOTE: [Training memory on Sharding]
+# The page's toggle trains with Adam: every device holds its shard of the weights, of their
+# gradients and of Adam's two states (the ZeRO paper's 2 + 2 + 12 bytes a parameter in mixed
+# precision, 4 copies of the weights in fp32: partitioner.cost.training.training_copies), beside the
+# activations, which do not shard here. :func:`sharding.device_memory` counts the weights and the
+# activations; the weights' part is scaled by the copies. Issue 56: the toggle counted the
+# backward's collectives only, and "Every device fits" read as "TP4 on 4 x H100 trains the 70B".
+TRAINING_OPTIMIZER = "adam"
 
 
 def parameter_table(graph: Graph, spec: Mapping[str, str]) -> pd.DataFrame:
@@ -80,6 +100,42 @@ def memory_headline(devices: Sequence[Device], before: Mapping[int, int], after:
         saved_bytes=max(before.values()) - max(after.values()),
         over=tuple(d.name for d in devices if after[d.logical_id] > d.memory_bytes),
     )
+
+
+def training_copies(graph: Graph) -> float:
+    """Bytes held in training per byte of weights as traced (NOTE: [Training memory on Sharding])."""
+    from partitioner.cost.training import traced_element_bytes
+    from partitioner.cost.training import training_copies as copies
+
+    return copies(TRAINING_OPTIMIZER, traced_element_bytes(graph))
+
+
+def _activations(graph: Graph, unsharded: Mapping[int, int]) -> int:
+    """The activations every device holds: its unsharded bytes less the whole model's weights."""
+    weights = sum(math.prod(shape) * itemsize for shape, itemsize, _ in sharding.parameter_shapes(graph).values())
+    return max(0, min(unsharded.values()) - weights)
+
+
+def with_training_state(
+    graph: Graph, unsharded: Mapping[int, int], used: Mapping[int, int], copies: float
+) -> dict[int, int]:
+    """``used`` (each device's bytes from :func:`sharding.device_memory`) with its weights held
+    ``copies`` times: weights, gradients and optimizer state (NOTE: [Training memory on Sharding])."""
+    act = _activations(graph, unsharded)
+    return {d: int(act + (v - act) * copies) for d, v in used.items()}
+
+
+def devices_for_training(graph: Graph, devices: Sequence[Device], unsharded: Mapping[int, int], copies: float) -> list:
+    """``devices`` with the memory that makes a spec fit them in inference exactly when it fits
+    the real ones in training: act + w x copies <= cap iff act + w <= act + (cap - act) / copies.
+    What the suggestion is asked with, so that it suggests a spec that trains."""
+    import dataclasses
+
+    act = _activations(graph, unsharded)
+    return [
+        dataclasses.replace(d, memory_bytes=int(act + max(0, d.memory_bytes - act) / copies)) if copies > 1 else d
+        for d in devices
+    ]
 
 
 def run_verdict(result: Any) -> tuple[bool, str]:

@@ -122,7 +122,13 @@ def _spec_ui(graph: Graph, devices: list[Device], rate: float | None) -> tuple[d
     spec = specs.setdefault(key, {})
     cols = st.columns([1, 1, 2])
     training = cols[1].toggle(
-        "Training (count the backward)", key="sh_training", bind="query-params", persist_state="session"
+        "Training with Adam",
+        key="sh_training",
+        bind="query-params",
+        persist_state="session",
+        help="each device holds its shard of the weights, their gradients and Adam's two states "
+        "(16 bytes a parameter in mixed precision, 4 copies of the weights in fp32), and the backward's "
+        "collectives are counted; off: inference, the weights alone",
     )
     if graph.model_info.tp_plan and cols[1].button(
         "Use the model's own plan",
@@ -136,10 +142,21 @@ def _spec_ui(graph: Graph, devices: list[Device], rate: float | None) -> tuple[d
             st.error(f"The model's plan does not apply: {md(exc)}")
     if cols[0].button("Suggest a spec that fits", key="sh_suggest"):
         try:
-            spec = specs[key] = tensor_parallel.suggest(graph, devices, rate)
+            asked = devices
+            if training:  # a spec that fits with the gradients and optimizer state
+                unsharded = sharding.device_memory(graph, devices, {})
+                copies = sharding_tables.training_copies(graph)
+                asked = sharding_tables.devices_for_training(graph, devices, unsharded, copies)
+            spec = specs[key] = tensor_parallel.suggest(graph, asked, rate)
             st.session_state[VERSION] = st.session_state.get(VERSION, 0) + 1
-        except ShardingError as exc:
-            st.error(f"No suggestion: {md(exc)}")
+        except ShardingError as exc:  # in training its figures are of the devices asked, not the real ones
+            st.error(
+                "No suggestion that trains with Adam: sharding everything that splits still leaves a device "
+                "over its memory once the gradients and Adam's two states are counted; add devices or memory, "
+                "turn training off, or also cut the model into stages (pipeline)"
+                if training
+                else f"No suggestion: {md(exc)}"
+            )
     cols[2].caption(
         'A Linear\'s weight split by rows ("n,1") runs column-parallel, by columns ("1,n") '
         "row-parallel; an Embedding split by rows, row-parallel; GPT-2's Conv1D weight is (in, out), so "
@@ -176,6 +193,9 @@ def main() -> None:
         plan = tensor_parallel.tp_plan(graph, spec, len(devices), rate, training=training)
         before = sharding.device_memory(graph, devices, {})
         after = sharding.device_memory(graph, devices, plan.spec)
+        if training:  # NOTE: [Training memory on Sharding]
+            copies = sharding_tables.training_copies(graph)
+            before, after = (sharding_tables.with_training_state(graph, before, m, copies) for m in (before, after))
     except ShardingError as exc:
         st.error(f"{md(exc)}. Your edits are kept; fix the spec in the table.")
         return
@@ -194,6 +214,14 @@ def main() -> None:
         f"Over capacity: {md(', '.join(head.over))}." if head.over else "Every device fits."
     )
     st.plotly_chart(training_figures.shard_memory_figure(before, after, devices), key="sh_memory_chart")
+    st.caption(
+        "Memory of training with Adam: each device's shard of the weights, their gradients and Adam's two "
+        "states (the ZeRO paper's 16 bytes a parameter in mixed precision, 4 copies of the weights in fp32), "
+        "and the activations, which tensor parallelism does not shard here."
+        if training
+        else "Memory of inference: each device's shard of the weights and the activations; turn on Training "
+        "with Adam to count gradients and optimizer state."
+    )
     st.markdown("##### Collectives the spec adds")
     if plan.collectives:
         st.dataframe(

@@ -56,3 +56,24 @@ def test_a_run_verdict_says_what_differs():
     good, words = sharding_tables.run_verdict(run)
     assert not good and "Outputs equal" in words and "not as predicted" in words and "3e-08" in words
     assert "{counted}" in words  # the page puts the escaped counts there
+
+
+def test_training_counts_the_gradients_and_adams_state_on_every_device(mlp):
+    """Issue 56: the toggle counted no training memory. fp32 Adam: 4 copies of each device's
+    weights (weights, gradients, two states) beside the same activations."""
+    devices = partitioner.parse_devices("2x24000B")
+    spec = {"layers.0.weight": "2,1"}
+    before = sharding.device_memory(mlp, devices, {})
+    after = sharding.device_memory(mlp, devices, spec)
+    copies = sharding_tables.training_copies(mlp)
+    assert copies == 4  # the sample is traced in fp32
+    weights = sum(p.numel() * p.element_size() for p in mlp.graph_module.parameters())
+    act = min(before.values()) - weights
+    trained = sharding_tables.with_training_state(mlp, before, after, copies)
+    assert trained == {d: act + 4 * (v - act) for d, v in after.items()}
+    assert sharding_tables.with_training_state(mlp, before, before, copies) == {d: act + 4 * weights for d in before}
+    # the devices a suggestion is asked with: a spec fits them exactly when it trains on the real ones
+    asked = sharding_tables.devices_for_training(mlp, devices, before, copies)
+    for d, a in zip(devices, asked):
+        fits_asked = after[d.logical_id] <= a.memory_bytes
+        assert fits_asked == (trained[d.logical_id] <= d.memory_bytes + 3)  # to the byte, less rounding
