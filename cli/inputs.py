@@ -120,7 +120,7 @@ def load_model(spec: str, sets: Sequence[str] = (), devices: str | None = "") ->
     devices: a factory or ``hf:`` model without them is refused before the (slow) build and trace."""
     import sample_models
     from partitioner.tracing import cache as trace_cache
-    from sample_models._user import LoaderError
+    from sample_models import LoaderError
 
     if (sample_models.is_factory(spec) or sample_models.is_hf(spec)) and devices is None:
         raise CLIError(

@@ -25,7 +25,7 @@ from partitioner.accelerator import steps
 from partitioner.accelerator.api import partition_with
 from partitioner.accelerator.compare import ModeResult
 from partitioner.tracing import cache as trace_cache
-from sample_models._user import LoaderError
+from sample_models import LoaderError
 
 __all__ = ["trace", "plan", "compare", "PlanResult", "explain_error", "pipeline_plan", "PipelineResult"]
 

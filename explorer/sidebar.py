@@ -115,7 +115,8 @@ def hf_ui() -> ModelChoice | None:
             '`.venv/bin/pip install -c constraints.txt -e ".[hf]"` and restart the app.'
         )
         return None
-    from sample_models._hf import PRESETS, TOKEN_SETTINGS
+    from sample_models import HF_PRESETS as PRESETS
+    from sample_models import TOKEN_SETTINGS
 
     st.session_state.setdefault("hf_name", "gpt2")
     st.session_state.setdefault("hf_set", hf_default_fields(st.session_state["hf_name"]))  # a link's preset: none

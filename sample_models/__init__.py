@@ -18,6 +18,8 @@ a person's own ``package.module:factory``, and Hugging Face architectures built 
 
 from __future__ import annotations
 
+from typing import Any
+
 from sample_models._hf_presets import PRESETS as HF_PRESETS  # hf:<preset> -> (model type, config fields)
 from sample_models._loading import (
     ModelSpecError,
@@ -60,4 +62,18 @@ __all__ = [
     "describe",
     "names",
     "spec",
+    "layer_fields",
+    "TOKEN_SETTINGS",
 ]
+
+_HF_LAZY = ("layer_fields", "TOKEN_SETTINGS")  # read from sample_models._hf, which imports torch, on first use
+
+
+def __getattr__(name: str) -> Any:
+    """``layer_fields`` and ``TOKEN_SETTINGS`` of the Hugging Face loader, imported when first read
+    (PEP 562), so ``import sample_models`` stays light."""
+    if name in _HF_LAZY:
+        from sample_models import _hf
+
+        return getattr(_hf, name)
+    raise AttributeError(f"module 'sample_models' has no attribute {name!r}")

@@ -234,7 +234,7 @@ def _bare(name: str) -> str:
 
 def _preset_fields(name: str) -> dict[str, Any]:
     """The fields preset ``name`` sets (its checkpoint's config); {} for an architecture."""
-    from sample_models._hf import PRESETS
+    from sample_models import HF_PRESETS as PRESETS
 
     return dict(PRESETS[_bare(name)][1]) if _bare(name) in PRESETS else {}
 
@@ -244,7 +244,7 @@ def hf_default_fields(name: str) -> str:
     the field names of its architecture (``n_layer=2`` for gpt2, ``num_hidden_layers=2`` for llama);
     for a preset, none (a preset is chosen to ask about the checkpoint's real size); "" when the
     architecture is unknown."""
-    from sample_models._hf import layer_fields
+    from sample_models import layer_fields
 
     if _preset_fields(name):
         return ""
@@ -257,7 +257,7 @@ def hf_fields_for(text: str, old: str, new: str) -> str:
     moves to ``new``'s (``n_layer=4 dtype=bf16`` -> ``num_hidden_layers=4 dtype=bf16``); other
     fields are kept as the person wrote them. Choosing a preset clears the fields the preset sets
     (its layers, widths, vocabulary): ``n_layer=2 dtype=bf16`` -> ``dtype=bf16`` for llama-3-70b."""
-    from sample_models._hf import layer_fields
+    from sample_models import layer_fields
 
     if text.strip() == hf_default_fields(old):
         return hf_default_fields(new)
@@ -275,7 +275,7 @@ def hf_fields_for(text: str, old: str, new: str) -> str:
 
 
 def _preset_arch(name: str) -> str:
-    from sample_models._hf import PRESETS
+    from sample_models import HF_PRESETS as PRESETS
 
     return PRESETS[_bare(name)][0] if _bare(name) in PRESETS else ""
 
@@ -297,7 +297,7 @@ def size_warning(spec: str, overrides: Mapping[str, Any]) -> str | None:
     changed = preset_overrides(spec, overrides)
     if not changed:
         return None
-    from sample_models._hf import layer_fields
+    from sample_models import layer_fields
 
     layers = set(layer_fields(_bare(spec)))
     said = [
