@@ -1,21 +1,23 @@
 """Pure builders for the Plan a cluster page: the Pareto chart of devices against step time, a
 layout's memory against the device and its time by cause, the best layouts as a table, and a
-layout's engine config as the text of a file. No Streamlit here."""
+layout's engine config as the text of a file (the tables live in :mod:`explorer.builders.cluster_tables`).
+No Streamlit here."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Sequence
 
-import pandas as pd
 import plotly.graph_objects as go
 
+from explorer.builders.cluster_tables import collectives_table, layouts_table
+from explorer.builders.figures import dollars, round_ticks
 from partitioner.cluster import bands
-from partitioner.units import format_bytes, format_seconds
+from partitioner.units import format_bytes
 
 if TYPE_CHECKING:
     from partitioner.pipeline.simulate import Simulation
 
-from partitioner.cluster import ClusterPlan, Collective, LayoutResult
+from partitioner.cluster import ClusterPlan, LayoutResult
 
 __all__ = [
     "pareto_figure",
@@ -172,9 +174,13 @@ def scaling_figure(found: ClusterPlan, step_label: str = "step time", stops: int
             name="$ per million tokens",
             yaxis="y2",
             line=dict(dash="dot", color="#e45756"),
-            hoverinfo="x+y",
+            text=[
+                f"{bands.dollars_band(*bands.cost_band(r, r.cost_per_million_tokens))} per million tokens" for r in best
+            ],
+            hoverinfo="text+x",
         )
     )
+    ticks = round_ticks(max((r.cost_per_million_tokens for r in best), default=0.0))
     if stops is not None:
         fig.add_vline(
             x=stops, line_dash="dash", line_color="#888888", annotation_text=f"more than {stops} devices pays little"
@@ -183,7 +189,16 @@ def scaling_figure(found: ClusterPlan, step_label: str = "step time", stops: int
         title=f"{step_label[0].upper()}{step_label[1:]} and cost against devices (the fastest at each size)",
         xaxis=dict(title="devices (count, log)", type="log"),
         yaxis=dict(title=f"{step_label} (s, log)", type="log"),
-        yaxis2=dict(title="$ per million tokens", overlaying="y", side="right", rangemode="tozero"),
+        yaxis2=dict(
+            title="$ per million tokens",
+            overlaying="y",
+            side="right",
+            range=[0, ticks[-1]],
+            tickmode="array",  # round dollars, not Plotly's ticks synced to the left axis (0.021, 0.232, ...)
+            tickvals=ticks,
+            ticktext=[dollars(t) for t in ticks],
+            showgrid=False,
+        ),
         height=400,
         legend=dict(orientation="h", y=-0.25),
     )
@@ -247,49 +262,6 @@ def time_figure(result: LayoutResult, inference: bool = False) -> go.Figure:
     return fig
 
 
-def layouts_table(results: Sequence[LayoutResult], train_tokens: float | None = None) -> pd.DataFrame:
-    """One row a layout: numbers stay numbers (seconds, GiB, fractions, dollars), each time-derived
-    one with its band's ends (``_low``, ``_high``) and the band as text to show (``step``,
-    ``mfu_text``, ``usd_text``); with ``train_tokens``, the days and dollars such a training run
-    takes (``train_text``, ``train_usd_text``)."""
-    rows = []
-    for r in results:
-        usd = bands.cost_band(r, r.cost_per_million_tokens)
-        mfu_low, mfu_high = r.mfu_band
-        row = {
-            "devices": r.devices,
-            "layout": r.layout.label(),
-            "dp": r.layout.dp,
-            "tp": r.layout.tp,
-            "pp": r.layout.pp,
-            "ep": r.layout.ep,
-            "zero": r.layout.zero,
-            "recompute": r.layout.recompute,
-            "step_s": r.step_s,
-            "step_low_s": r.step_low_s,
-            "step_high_s": r.step_high_s,
-            "step": bands.seconds_band(r.step_low_s, r.step_high_s),
-            "mfu": r.mfu,
-            "mfu_low": mfu_low,
-            "mfu_high": mfu_high,
-            "mfu_text": bands.mfu_band(r),
-            "memory_gib": r.memory_bytes / GiB,
-            "limit": r.limit,
-            "usd_per_million_tokens": r.cost_per_million_tokens,
-            "usd_text": bands.dollars_band(*usd),
-        }
-        if train_tokens:
-            seconds = bands.run_days(r, train_tokens)
-            dollars = bands.cost_band(r, r.cost_per_million_tokens * train_tokens / 1e6)
-            row["train_days"] = train_tokens / r.tokens_per_s / 86400 if r.tokens_per_s else float("inf")
-            row["train_days_low"], row["train_days_high"] = (s / 86400 for s in seconds)
-            row["train_text"] = bands.duration_band(*seconds)
-            row["train_usd"] = r.cost_per_million_tokens * train_tokens / 1e6
-            row["train_usd_text"] = bands.dollars_band(*dollars)
-        rows.append(row)
-    return pd.DataFrame(rows)
-
-
 TIMELINE_ACTIONS = 2048  # stages x microbatches drawn at most (a Plotly bar per action)
 
 
@@ -320,27 +292,6 @@ def layout_timeline(r: LayoutResult) -> go.Figure | None:
 
     sim = _simulate(r)
     return None if sim is None else schedule_figure(sim, r.layout.pp)
-
-
-def collectives_table(rows: Sequence[Collective]) -> pd.DataFrame:
-    """One row a kind of communication (:func:`partitioner.cluster.collectives`), in words: the
-    group, its ranks and link, how many a step (or a token), each one's size and time, their
-    total, and what hides them."""
-    return pd.DataFrame(
-        [
-            {
-                "collective": r.name,
-                "group": f"{r.group}: {r.ranks} ranks, {r.link}",
-                "when": r.phase,
-                "count": f"{r.count:,.0f}" if float(r.count).is_integer() else f"{r.count:,.2f}",
-                "size each": format_bytes(r.bytes_each),
-                "time each": format_seconds(r.seconds_each),
-                "total": format_seconds(r.seconds),
-                "hidden behind": r.overlap or "nothing",
-            }
-            for r in rows
-        ]
-    )
 
 
 def rank_stash(r: LayoutResult) -> list[float] | None:

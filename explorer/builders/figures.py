@@ -7,6 +7,7 @@ the DAG and in every chart. Each builder is O(P + E) and imports no Streamlit.
 
 from __future__ import annotations
 
+import math
 from typing import Any, Sequence
 
 import plotly.graph_objects as go
@@ -35,6 +36,8 @@ __all__ = [
     "COMPUTE_COLOUR",
     "MEMORY_COLOUR",
     "TRANSFER_COLOUR",
+    "round_ticks",
+    "dollars",
 ]
 
 COMPUTE_COLOUR = "#4c78a8"
@@ -316,3 +319,20 @@ def comparison_figure(results: Sequence[ModeResult]) -> go.Figure:
     _layout(fig, "", height=320)
     fig.update_layout(margin={"t": 30})
     return fig
+
+
+def round_ticks(high: float, most: int = 6) -> list[float]:
+    """Ticks from 0 past ``high`` at a round step (1, 2 or 5 x 10^k), at most ``most`` of them:
+    0, 0.05, 0.1, 0.15 or 0, 500, 1,000, ..."""
+    if not math.isfinite(high) or high <= 0:
+        return [0.0, 1.0]
+    raw = high / (most - 1)
+    power = 10 ** math.floor(math.log10(raw))
+    step = next(m * power for m in (1, 2, 5, 10) if m * power >= raw)
+    count = math.ceil(high / step - 1e-9)
+    return [round(i * step, 12) for i in range(count + 1)]
+
+
+def dollars(value: float) -> str:
+    """ "$0.05", "$1.5", "$1,280": a tick's dollars as people write them."""
+    return "$" + (f"{value:,.0f}" if value >= 100 or value == int(value) else f"{value:,.4g}")

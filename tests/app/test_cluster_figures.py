@@ -221,3 +221,20 @@ def test_no_pipeline_rank_holds_more_than_the_planner_checked(pp, schedule, m):
     figure = cluster_figures.rank_memory_figure(r, c.accelerator.memory_bytes)
     totals = [sum(trace.y[k] for trace in figure.data) for k in range(pp)]
     assert max(totals) == pytest.approx(r.memory_bytes / 2**30)  # rank 0's is the planner's figure
+
+
+def test_the_cost_axis_has_round_dollar_ticks(found):
+    """Issue 56: the right axis read 0.021, 0.232, 0.443 (Plotly's ticks synced to the left axis)."""
+    from explorer.builders.figures import dollars, round_ticks
+
+    assert round_ticks(0.443) == [0.0, 0.1, 0.2, 0.3, 0.4, 0.5]
+    assert round_ticks(1280) == [0.0, 500.0, 1000.0, 1500.0]
+    assert round_ticks(0.0) == [0.0, 1.0]
+    assert [dollars(v) for v in (0.0, 0.05, 1.5, 1280.0)] == ["$0", "$0.05", "$1.5", "$1,280"]
+    fig = cluster_figures.scaling_figure(found)
+    axis = fig.layout.yaxis2
+    top = max(r.cost_per_million_tokens for r in found.by_devices.values())
+    assert axis.tickmode == "array" and axis.tickvals[0] == 0 and axis.tickvals[-1] >= top
+    steps = {round(b - a, 9) for a, b in zip(axis.tickvals, axis.tickvals[1:])}
+    assert len(steps) == 1 and f"{steps.pop():.0e}"[0] in "125"  # one round step
+    assert all(t.startswith("$") for t in axis.ticktext)
