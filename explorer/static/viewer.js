@@ -25,6 +25,66 @@ function parseBox(svg) {
   return [0, 0, w, h];
 }
 
+// The title (Graphviz's graph label: <text> right under the top group) and the node named
+// "legend" (partitioner.draw.dag), copied into a header above the stage and hidden below.
+function pinHeader(root, stage, svg) {
+  const top = svg.querySelector("g.graph");
+  if (!top) return null;
+  const title = Array.from(top.children).filter((e) => e.tagName.toLowerCase() === "text");
+  const legend = Array.from(top.querySelectorAll("g.node")).find((g) => {
+    const t = g.querySelector("title");
+    return t && t.textContent.trim() === "legend";
+  });
+  if (!title.length && !legend) return null;
+  const head = document.createElement("div");
+  head.className = "pe-head";
+  if (title.length) {
+    const text = document.createElement("div");
+    text.className = "pe-title";
+    text.textContent = title.map((t) => t.textContent).join(" ");
+    head.appendChild(text);
+    title.forEach((t) => t.setAttribute("visibility", "hidden"));
+  }
+  if (legend) {
+    let b = null;
+    try {
+      b = legend.getBBox();
+    } catch (e) {
+      b = null;
+    }
+    if (b && b.width > 0 && b.height > 0) {
+      const NS = "http://www.w3.org/2000/svg";
+      const box = document.createElementNS(NS, "svg");
+      box.setAttribute("viewBox", [b.x - 1, b.y - 1, b.width + 2, b.height + 2].join(" "));
+      box.setAttribute("width", String(Math.round(b.width + 2)));
+      box.setAttribute("height", String(Math.round(b.height + 2)));
+      box.setAttribute("class", "pe-legend");
+      box.setAttribute("role", "img");
+      box.setAttribute("aria-label", "Devices: " + legend.textContent.replace(/\s+/g, " ").trim().slice(0, 300));
+      const copy = legend.cloneNode(true);
+      copy.removeAttribute("id");
+      copy.querySelectorAll("title").forEach((t) => t.remove());
+      box.appendChild(copy);
+      head.appendChild(box);
+      legend.setAttribute("visibility", "hidden");
+    }
+  }
+  root.insertBefore(head, stage);
+  // Where the drawing starts below them (the view box's units): the opening view begins there,
+  // not at the blank the hidden title and legend leave.
+  let y = Infinity;
+  top.querySelectorAll("g.node, g.edge, g.cluster").forEach((g) => {
+    if (g === legend) return;
+    try {
+      y = Math.min(y, g.getBBox().y);
+    } catch (e) {
+      /* not drawn */
+    }
+  });
+  const m = top.transform && top.transform.baseVal.consolidate();
+  return Number.isFinite(y) ? y * (m ? m.matrix.d : 1) + (m ? m.matrix.f : 0) : null;
+}
+
 export default function (component) {
   const { data, parentElement, setTriggerValue } = component;
   if (!data || !data.svg) return;
@@ -66,6 +126,13 @@ export default function (component) {
   const natural = span ? (span[1] * width) / span[0] : (full[3] * width) / full[2];
   const maxHeight = data.height || 560;
   stage.style.height = Math.round(Math.max(160, Math.min(maxHeight, natural))) + "px";
+
+  // The graph's title and device legend, when the whole graph does not open in view (a wide
+  // graph opens at its readable scale): drawn in a header above the stage at one unit a pixel
+  // and hidden in the drawing, so they show without Fit (issue 56: cut off at 1500 px).
+  const widthAtOpen = root.clientWidth || width;
+  const wholeFits = Math.min(widthAtOpen / full[2], (parseFloat(stage.style.height) || maxHeight) / full[3]) >= 0.8;
+  const drawingTop = !data.span && !wholeFits ? pinHeader(root, stage, svg) : null;
 
   // Tooltips: Graphviz writes them as xlink:title on an <a>; keep them as data and drop the
   // <title> elements so the browser's own tooltip does not show over ours.
@@ -131,7 +198,12 @@ export default function (component) {
   const s = span ? Math.min(stageW / span[0], stageH / span[1]) : Math.max(READABLE, Math.min(1.5, stageW / full[2]));
   const fits = !data.span && Math.min(stageW / full[2], stageH / full[3]) >= READABLE;
   const opening = fits ? full.slice()
-    : [full[0] + (data.span ? 0 : Math.max(0, (full[2] - stageW / s) / 2)), full[1], stageW / s, stageH / s];
+    : [
+        full[0] + (data.span ? 0 : Math.max(0, (full[2] - stageW / s) / 2)),
+        drawingTop === null ? full[1] : Math.max(full[1], drawingTop - 8),
+        stageW / s,
+        stageH / s,
+      ];
   let box = saved && saved.layout === layout ? saved.box.slice() : opening;
   // The focus this view has been centred on: kept with the view box, so a rerun with the same
   // layout and focus keeps the user's pan, and a new layout (the box back at its opening) or a
