@@ -151,7 +151,7 @@ def test_llama_3_8b_traces_on_meta_weights_without_their_memory():
     assert done.returncode == 0, done.stderr[-2000:]
     ops, size, rss, _ = done.stdout.split()
     assert int(ops) > 1000
-    assert int(size) > 30 * 2**30  # 8 billion fp32 parameters are in the graph's figures...
+    assert int(size) > 15 * 2**30  # 8 billion bf16 parameters (the checkpoint's dtype) are in the graph's figures...
     assert int(rss) < 2 * 2**30  # ...but never in this process's memory
 
 
