@@ -150,7 +150,8 @@ def stages_table(
 ) -> pd.DataFrame:
     """One row per stage: its device (``names``: logical id -> name), span, times and memory
     against its device's capacity ``caps[stage]``, and what the device holds with its other
-    stages (interleaved schedules put several on one)."""
+    stages (interleaved schedules put several on one; the column only then, and the backward only
+    in training)."""
     rows = []
     held = pp.device_memory_bytes()
     for s, nodes in enumerate(pp.stages):
@@ -169,7 +170,14 @@ def stages_table(
                 "Device holds": format_share(held[pp.device_ids[s]], caps[s]),
             }
         )
-    return pd.DataFrame(rows)
+    table = pd.DataFrame(rows)
+    # Columns that would say nothing are left out, so the table reads whole at 1,280 px: the
+    # backward in inference, what a device holds where it holds one stage (the "Of device" share).
+    if not pp.training:
+        table = table.drop(columns=["Backward"])
+    if len(set(pp.device_ids)) == len(pp.stages):
+        table = table.drop(columns=["Device holds"])
+    return table
 
 
 def why_not_runnable(pp: pipeline.PipelinePlan, graph: Graph) -> str:

@@ -75,21 +75,22 @@ def _controls(device_count: int) -> tuple[int, int, str, str | None]:
     return int(ranks), int(microbatches), schedule, TRAINING[training]
 
 
-STAGE_COLUMNS = {  # narrow columns, so the table fits the page; the names' column takes the rest
-    "Stage": st.column_config.TextColumn(width="small"),
-    "Ops": st.column_config.NumberColumn(width="small", help="operations of the traced graph in the stage"),
+STAGE_COLUMNS = {  # widths in pixels: the nine columns of an inference plan read whole at 1,280 px
+    "Stage": st.column_config.TextColumn(width=52),
+    "Device": st.column_config.TextColumn(width=72),
+    "Ops": st.column_config.NumberColumn(width=50, help="operations of the traced graph in the stage"),
     "Nodes": st.column_config.TextColumn(
-        width="medium",
+        width=180,
         help="the stage's first and last layer (its first and last operation in a model without numbered blocks)",
     ),
-    "Forward": st.column_config.TextColumn(width="small", help="forward time per microbatch"),
-    "Backward": st.column_config.TextColumn(width="small", help="backward time per microbatch"),
-    "Transfer out": st.column_config.TextColumn(width="small"),
-    "Memory": st.column_config.TextColumn(width="small"),
-    "Stashed": st.column_config.TextColumn(width="small", help="activations stashed for the microbatches in flight"),
-    "Of device": st.column_config.TextColumn(width="small"),
+    "Forward": st.column_config.TextColumn(width=75, help="forward time per microbatch"),
+    "Backward": st.column_config.TextColumn(width=75, help="backward time per microbatch"),
+    "Transfer out": st.column_config.TextColumn(width=90),
+    "Memory": st.column_config.TextColumn(width=75),
+    "Stashed": st.column_config.TextColumn(width=75, help="activations stashed for the microbatches in flight"),
+    "Of device": st.column_config.TextColumn(width=75),
     "Device holds": st.column_config.TextColumn(
-        width="small", help="the device's share held by all its stages (interleaved schedules put two on one)"
+        width=95, help="the device's share held by all its stages (interleaved schedules put two on one)"
     ),
 }
 

@@ -59,24 +59,13 @@ def main() -> None:
                 config.model.label,
             ),
         ]
-    st.dataframe(
-        techniques.table(rows, n),
-        hide_index=True,
-        width="stretch",
-        column_config={
-            "technique": st.column_config.TextColumn(width="large"),
-            "devices used": st.column_config.TextColumn(width="small"),
-            "forward pass": st.column_config.TextColumn(width="small", help="one forward pass of the example batch"),
-            "priced by": st.column_config.TextColumn(
-                width="small",
-                help="whose cost model the time is: compare times "
-                "within one (measured kernels: a GPU type's curves and launches "
-                "for every row; the roofline is a lower bound)",
-            ),
-            "fullest device": st.column_config.TextColumn(width="medium", help="its memory of its capacity"),
-            "fits": st.column_config.TextColumn(width="small"),
-            "how": st.column_config.TextColumn(width="large"),
-        },
+    # A static table: its texts wrap, so every column reads whole at 1,280 px (a data frame cut
+    # them and scrolled the last two out of view; issue 56).
+    st.table(techniques.table(rows, n), hide_index=True)
+    st.caption(
+        "Forward pass: one forward pass of the example batch. Priced by: whose cost model the time is; "
+        "compare times within one (measured kernels: a GPU type's curves and launches for every row; the "
+        "roofline is a lower bound). Fullest device: its memory of its capacity."
     )
     assumed = techniques.assumptions(rows)
     if assumed:

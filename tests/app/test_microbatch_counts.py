@@ -79,7 +79,7 @@ def test_techniques_cuts_the_batch_no_finer_than_its_sequences():
     at = start()
     at.switch_page("views/techniques.py").run()
     assert not at.exception and not errors(at), errors(at)
-    row = at.dataframe[0].value.set_index("technique", drop=False)
+    row = at.table[0].value
     how = next(h for t, h in zip(row["technique"], row["how"]) if t.startswith("Pipeline"))
     assert "2 microbatches" in how, how  # 4 devices, 2 sequences
     said = " ".join(shown(c.value) for c in at.caption)

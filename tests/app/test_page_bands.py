@@ -157,7 +157,7 @@ def test_the_techniques_page_shows_the_planners_band(banded_planner):
     at = start()
     at.switch_page("views/techniques.py").run()
     assert not at.exception and not errors(at), errors(at)
-    table = at.dataframe[0].value
+    table = at.table[0].value  # a static table: its texts wrap (issue 56)
     planner = table[table["priced by"] == techniques.PLANNER]
     assert len(planner) == 2 and planner["forward pass"].str.match(RANGE).all()
     assert any(HOSTILE in shown(c.value) for c in at.caption)
