@@ -230,7 +230,7 @@ def memory_figure(result: LayoutResult, capacity_bytes: int) -> go.Figure:
     used = result.memory_bytes / capacity_bytes if capacity_bytes else 0.0
     fig.update_layout(
         barmode="stack",
-        title=f"Memory per device: {result.layout.label()} ({used:.0%} of the device)",
+        title=f"Memory per device: {used:.0%} of it<br><sup>{result.layout.label()}</sup>",  # fits half of 1,280 px
         yaxis_title="memory (GiB)",
         xaxis_title="the fullest device",
         height=400,
@@ -253,8 +253,8 @@ def time_figure(result: LayoutResult, inference: bool = False) -> go.Figure:
     what = "inference: prefill, and per generated token" if inference else "one training step"
     total = "time to first token" if inference else "step"
     fig.update_layout(
-        title=f"Time by cause ({what}): {result.layout.label()}; "
-        f"{total} {bands.seconds_band(result.step_low_s, result.step_high_s)}",
+        title=f"Time by cause: {total} {bands.seconds_band(result.step_low_s, result.step_high_s)}"
+        f"<br><sup>{what}; {result.layout.label()}</sup>",
         yaxis_title="time (s)" if inference else "time per step (s)",
         xaxis_title="cause",
         height=400,

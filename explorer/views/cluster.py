@@ -69,7 +69,7 @@ def _answer(title: str, r: cluster.LayoutResult | None, work: cluster.Workload, 
     )
     column.caption(
         md(
-            f"{'time to first token ' if serving else ''}{bands.seconds_band(r.step_low_s, r.step_high_s)}"
+            f"{'Time to first token ' if serving else ''}{bands.seconds_band(r.step_low_s, r.step_high_s)}"
             f"{'' if serving else ' a step'}; {r.layout.label()}; "
             f"{bands.dollars_band(*bands.cost_band(r, r.cost_per_million_tokens))} per million tokens; "
             f"MFU {bands.mfu_band(r)}; {limited_by(r, serving)}"
@@ -199,7 +199,7 @@ def _render_table(
         column_order=shown,
         column_config={
             "devices": st.column_config.NumberColumn("devices", width="small"),
-            "layout": st.column_config.TextColumn("layout", width="large"),
+            "layout": st.column_config.TextColumn("layout", width="medium"),  # every column in view at 1,280 px
             "step": st.column_config.TextColumn(step, help="low-high: the band of the prediction"),
             "mfu_text": st.column_config.TextColumn("MFU"),
             "memory_gib": st.column_config.NumberColumn("memory/device (GiB)", format="%.1f"),

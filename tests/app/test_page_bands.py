@@ -63,7 +63,7 @@ def test_the_charts_draw_each_band_as_bars(found):
         assert all(b > 0 for b in line.error_y.array) and "band" in line.name
     r = found.fastest
     title = cluster_figures.time_figure(r).layout.title.text
-    assert title.endswith(f"step {bands.seconds_band(r.step_low_s, r.step_high_s)}")
+    assert title.startswith(f"Time by cause: step {bands.seconds_band(r.step_low_s, r.step_high_s)}<br>")
 
 
 def test_answers_within_each_others_band_are_named():
