@@ -211,7 +211,9 @@ def main() -> None:
     metrics[1].metric("Collectives per step", sum(plan.counts(None).values()))
     metrics[2].metric("Communication time", format_seconds(plan.comm_time_s))
     (st.warning if head.over else st.success)(
-        f"Over capacity: {md(', '.join(head.over))}." if head.over else "Every device fits."
+        f"Over capacity: {md(', '.join(head.over))}."
+        if head.over
+        else "Every device fits" + (", with the gradients and Adam's two states." if training else ".")
     )
     st.plotly_chart(training_figures.shard_memory_figure(before, after, devices), key="sh_memory_chart")
     st.caption(
