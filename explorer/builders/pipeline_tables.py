@@ -105,8 +105,8 @@ def example_sequences(graph: Graph) -> int | None:
     """The sequences (or images) in the model's example batch: its first input's first dimension,
     the one the pipeline cuts into microbatches; None without an example input."""
     inputs = graph.example_inputs or ()
-    shape = getattr(inputs[0], "shape", ()) if inputs else ()
-    return int(shape[0]) if len(shape) else None
+    shape: tuple[int, ...] = tuple(getattr(inputs[0], "shape", ())) if inputs else ()
+    return int(shape[0]) if shape else None
 
 
 def microbatch_warning(sequences: int | None, microbatches: int) -> str | None:
