@@ -8,10 +8,10 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 import pytest
-import tomllib
 from packaging.version import Version
 
 ROOT = Path(__file__).resolve().parents[1]

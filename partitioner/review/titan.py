@@ -17,9 +17,8 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from typing import Any
-
 import tomllib
+from typing import Any
 
 from partitioner.cost.training import OPTIMIZERS
 from partitioner.errors import PartitionError

@@ -8,9 +8,9 @@ import json
 import math
 import subprocess
 import sys
+import tomllib
 
 import pytest
-import tomllib
 from cluster_helpers import hand_profile
 from hypothesis import given, settings
 from hypothesis import strategies as st
