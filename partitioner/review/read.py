@@ -3,6 +3,7 @@ the format a person names."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from partitioner.review.deepspeed import read_deepspeed
@@ -55,6 +56,11 @@ def read_job(
     if len(text.encode()) > MAX_JOB_BYTES:
         raise JobError(f"{name or 'the job'} is {len(text.encode()):,} bytes; a job config is a few kilobytes")
     fmt = format or detect_format(text, name)
+    if fmt == "deepspeed" and _is_device_map(text):
+        raise JobError(
+            f"{name or 'this JSON'} is an Accelerate device map, not a job config: review it with "
+            "`partition-explorer review FILE --model MODEL` (the page reviews training and serving configs)"
+        )
     if fmt not in FORMATS:
         raise JobError(f"format {fmt!r} is not one of {', '.join(FORMATS)}")
     where = Path(name).name if name else f"the {fmt} job"
@@ -68,3 +74,12 @@ def read_job(
     if fmt == "megatron":
         return read_megatron(words, where, devices)
     return read_serve_line(words, where, prompt, generate)
+
+
+def _is_device_map(text: str) -> bool:
+    from partitioner.review.device_map import is_device_map
+
+    try:
+        return is_device_map(json.loads(text))
+    except ValueError:
+        return False

@@ -175,3 +175,8 @@ def test_a_torchtitan_03_command_line_reads_tyros_forms():
     assert job.format == "torchtitan-args" and job.model == "hf:llama-3-70b"
     assert job.layout == cluster.Layout(dp=4, tp=8, zero=3, recompute="full", microbatch_size=2, sp=False)
     assert job.unknown == ("training.sequence_length (did you mean seq_len?)",)
+
+
+def test_a_device_map_given_as_a_job_says_how_it_is_reviewed():
+    with pytest.raises(JobError, match="is an Accelerate device map, not a job config: review it with"):
+        read_job('{"model.layers": 0, "lm_head": 1}', "map.json")
