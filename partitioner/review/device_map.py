@@ -17,6 +17,7 @@ from partitioner.errors import PartitionError
 from partitioner.graph import Graph
 from partitioner.interop.device_map import from_device_map, to_device_map
 from partitioner.plan import Plan
+from partitioner.review.deepspeed import TOP_LEVEL
 from partitioner.review.job import JobError
 
 __all__ = [
@@ -40,9 +41,11 @@ MIN_GAIN = 0.02  # a plan this much faster is a change worth making; less is wit
 
 def is_device_map(data: Any) -> bool:
     """Whether parsed JSON is a device map: ``{"device_map": {...}}`` (this project's export) or a
-    flat object of module paths to a device id, "cpu" or "disk"."""
+    flat object of module paths to a device id, "cpu" or "disk" (none of them a DeepSpeed setting)."""
     if isinstance(data, dict) and isinstance(data.get("device_map"), dict):
         return True
+    if isinstance(data, dict) and set(data) & set(TOP_LEVEL):  # a DeepSpeed config of whole numbers
+        return False
     return (
         isinstance(data, dict)
         and bool(data)
