@@ -72,8 +72,7 @@ def job_file(job: Job, layout: Layout, workload: Workload, devices_per_node: int
 
 
 def _serve_line(job: Job, layout: Layout, workload: Workload) -> tuple[str, str, str]:
-    model = job.setting("model")
-    repo = str(model.source.split(" ", 2)[1]) if model and model.source.startswith("--model") else (job.model or "")
+    repo = job.model_name or job.model or ""
     sequences = max(1, workload.global_batch // layout.dp)
     if job.format == "vllm":
         words = [

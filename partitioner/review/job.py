@@ -46,6 +46,7 @@ class Job:
     settings: tuple[Setting, ...]
     model: str | None = None
     model_sets: tuple[str, ...] = ()
+    model_name: str | None = None  # the model as the job names it (a repository id), for its exports
     devices: int | None = None
     devices_per_node: int | None = None
     accelerator: str | None = None

@@ -158,6 +158,7 @@ def _job(
         fmt,
         where,
         model=t.get("model"),
+        model_name=str(repo),
         devices=found.get("tp", 1) * found.get("pp", 1) * found.get("dp", 1),
         memory_utilization=utilization,
         engine=t.get("engine"),

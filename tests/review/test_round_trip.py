@@ -71,3 +71,20 @@ def test_a_read_back_export_prices_the_same():
     for change in rv.changes:  # each surely faster, and runnable by Megatron-LM
         assert change.result.step_high_s < rv.result.step_low_s and expressible("megatron", change.result.layout)
     assert rv.job.layout.devices == 64 and all(c.result.devices == 64 for c in rv.changes)
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "vllm serve meta-llama/Llama-3.1-70B-Instruct --tensor-parallel-size 4 --max-num-seqs 64 "
+        "--max-model-len 4096 --gpu-memory-utilization 0.92 --quantization fp8",
+        "python -m sglang.launch_server --model-path mistralai/Mistral-7B-v0.1 --tp 2 --max-running-requests 32",
+    ],
+)
+def test_a_serving_line_reads_back_from_its_own_export(line):
+    job = read_job(line, prompt=1000, generate=200)
+    name, text, _ = job_file(job, job.layout, job.workload)
+    again = read_job(text, name, prompt=1000, generate=200)
+    assert (again.format, again.model, again.model_name) == (job.format, job.model, job.model_name)
+    assert again.layout == job.layout and again.workload == job.workload
+    assert again.memory_utilization == job.memory_utilization
