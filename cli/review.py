@@ -112,11 +112,9 @@ def run(args: argparse.Namespace) -> int:
     sets = list(args.set) if args.model else [*job.model_sets, *args.set]
     if spec.startswith("hf:") and not any(s.startswith("dtype=") for s in sets):
         sets.append("dtype=bf16")  # the checkpoints' own type; the planner prices the job's precision
-    target = cluster.cluster(args.accelerator, args.devices_per_node, None, args.inter, parse_bytes(args.headroom))
-    if job.engine:
-        target = cluster.cluster(
-            f"{args.accelerator}@{job.engine}", args.devices_per_node, None, args.inter, parse_bytes(args.headroom)
-        )
+    target = cluster.cluster(
+        args.accelerator, args.devices_per_node, None, args.inter, parse_bytes(args.headroom), engine=job.engine
+    )
     model = load_model(spec, sets, devices="")
     prof = cluster.profile(model.graph, model.label)
     try:

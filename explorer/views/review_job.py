@@ -78,12 +78,13 @@ def render(prof: cluster.ModelProfile, label: str, hw: dict[str, Any]) -> None:
             )
             return
         target = cluster.cluster(
-            hw["accelerator"] + (f"@{job.engine}" if job.engine else ""),
+            hw["accelerator"],
             hw["per_node"],
             hw["intra"],
             hw["inter"],
             int(hw["headroom_gib"] * 2**30),
             hw["price"],
+            engine=job.engine,
         )
         try:
             rv = review.review_job(prof, job, target)

@@ -91,6 +91,7 @@ from partitioner.cluster.memory import (
     memory_fits,
     offload_seconds,
     over_by_states,
+    states_key,
 )
 from partitioner.cluster.profile import ModelProfile
 from partitioner.cluster.rules import (
@@ -270,19 +271,7 @@ def evaluate(
     group = lay.dp * lay.cp
     dp_s, fsdp, offload_s, opt_s = _memo(
         memo,
-        (
-            "replicas",
-            lay.tp,
-            lay.pp,
-            lay.schedule,
-            lay.virtual,
-            lay.ep,
-            lay.dp,
-            lay.cp,
-            lay.zero,
-            lay.shard,
-            lay.offload,
-        ),
+        ("replicas", *states_key(lay)),
         lambda: _replicas(p, w, c, lay),
     )
     if lay.zero == 3 and group > 1:  # FSDP: every microbatch gathers and reduces layer by layer

@@ -189,8 +189,8 @@ def _memo(memo: Memo | None, key: tuple, make: Callable[[], _T]) -> _T:
     return memo[key]  # type: ignore[no-any-return]
 
 
-def _states_key(lay: Layout) -> tuple:
-    """What the model states of ``lay`` depend on."""
+def states_key(lay: Layout) -> tuple:
+    """What the model states of ``lay`` depend on (and the data-parallel step, which reads them)."""
     return (
         lay.tp,
         lay.pp,
@@ -207,7 +207,7 @@ def _states_key(lay: Layout) -> tuple:
 
 
 def _states_of(p: ModelProfile, w: Workload, lay: Layout, memo: Memo | None) -> dict[str, float]:
-    return _memo(memo, ("states", *_states_key(lay)), lambda: _states(p, w, lay))
+    return _memo(memo, ("states", *states_key(lay)), lambda: _states(p, w, lay))
 
 
 def _activations_of(
@@ -238,7 +238,7 @@ def over_by_states(
     recomputation would find nothing (the states alone are over). ``offload``: of ``lay`` with its
     optimizer offloaded (ZeRO-Offload), the layout made only where the memo has not its states.
     O(1) with a search's memo."""
-    key = (*_states_key(lay)[:-1], lay.offload or offload)
+    key = (*states_key(lay)[:-1], lay.offload or offload)
 
     def total_bytes() -> float:
         moved = dataclasses.replace(lay, offload=True) if offload and not lay.offload else lay
