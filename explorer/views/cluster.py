@@ -34,7 +34,7 @@ def _profile(_graph: Graph, fingerprint: str, name: str) -> cluster.ModelProfile
     return cluster.profile(_graph, name)
 
 
-@st.cache_data(max_entries=16, show_spinner="Searching the layouts...")
+@st.cache_data(max_entries=16, show_spinner=False)
 def _search(
     _graph: Graph,
     fingerprint: str,
@@ -49,11 +49,25 @@ def _search(
     price: float,
     min_cut: tuple[tuple[float, float, float], ...] = (),
 ) -> cluster.ClusterPlan:
-    """Every layout of every size (O(sizes x layouts), well under a second for Llama-3-8B over
-    1 to 512 devices), cached by the inputs and the graph's fingerprint."""
+    """Every layout of every size (a few seconds for Llama-3-70B over 8 to 512 devices), cached
+    by the inputs and the graph's fingerprint for every session of the server (a second session
+    asking the same waits for the first's answer, not a search of its own). The progress bar is
+    drawn inside, so a cached answer replays it to its end and empties it."""
     target = cluster.cluster(accelerator, per_node, intra, inter, int(headroom_gib * GiB), price)
     prof = dataclasses.replace(_profile(_graph, fingerprint, name), min_cut=min_cut, _cache={})
-    return cluster.search(prof, work, target, cluster.device_counts(per_node, max_nodes))
+    bar = st.progress(0.0, text="Searching the layouts...")
+
+    def show(at: cluster.SearchProgress) -> None:
+        bar.progress(
+            min(1.0, at.tried / max(at.total, 1)),
+            text=f"Searching the layouts: {at.tried:,} of {at.total:,} tried ({at.devices:,} devices), "
+            f"{at.fitting:,} fit, {at.elapsed_s:.1f} s",
+        )
+
+    try:
+        return cluster.search(prof, work, target, cluster.device_counts(per_node, max_nodes), progress=show)
+    finally:
+        bar.empty()
 
 
 def _answer(title: str, r: cluster.LayoutResult | None, work: cluster.Workload, column: Any, within: list[str]) -> None:

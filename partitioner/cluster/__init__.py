@@ -36,7 +36,7 @@ from partitioner.cluster.layouts import (
 )
 from partitioner.cluster.profile import ModelProfile, with_min_cut
 from partitioner.cluster.saved import PlannerProfile, SavedActivations, profile, saved_activations
-from partitioner.cluster.search import ClusterPlan, device_counts, pareto, search
+from partitioner.cluster.search import ClusterPlan, SearchProgress, device_counts, pareto, search
 
 __all__ = [
     "ACCELERATORS",
@@ -60,6 +60,7 @@ __all__ = [
     "saved_activations",
     "profile",
     "ClusterPlan",
+    "SearchProgress",
     "device_counts",
     "pareto",
     "search",

@@ -67,7 +67,7 @@ SCHEDULES = tuple(s.name for s in searched_schedules())  # what the search tries
 MICROBATCH_SIZES = (1, 2, 4, 8, 16, 32)
 PROGRESS_EVERY = 2000  # layouts between two reports to a search's progress callback
 MAX_MICROBATCHES = 512  # more is a simulation of little use (and slow): larger microbatches win
-LONG_SEQUENCE = 16384  # context parallelism is searched from this sequence length on  # stages x microbatches simulated; beyond, the closed forms (equal stages)
+LONG_SEQUENCE = 16384  # context parallelism is searched from this sequence length on
 
 
 @dataclass(frozen=True)

@@ -7,10 +7,21 @@ closed forms, the cluster search, the layout records, the real runs and the engi
 An action is :class:`Action` ``(stage, kind, microbatch)`` with kind ``F`` (forward), ``B`` (full
 backward), ``I`` (backward for inputs) or ``W`` (backward for weights); its text form is torch's
 ``_Action``'s (``"1F3"``: stage 1, forward, microbatch 3) and :meth:`Action.parse` reads it back.
-GPipe and 1F1B are generated here (pure Python) and equal torch's lists except where torch 2.13's
-own ``Schedule1F1B`` list numbers the last rank's forwards 1..m (the runtime is right; its list
-is not). Interleaved 1F1B and the zero-bubble schedules come from torch's own generator
-(``_schedule_visualizer.get_schedule_ops``), read once per shape.
+Every schedule's lists are generated here, in pure Python, and equal torch's lists (torch's own
+``_schedule_visualizer.get_schedule_ops`` in the tests) except where torch 2.13's own
+``Schedule1F1B`` list numbers the last rank's forwards 1..m (the runtime is right; its list is
+not).
+
+# NOTE: [Interleaved orders written here]
+``ScheduleInterleaved1F1B`` and ``ScheduleInterleavedZeroBubble`` make their order in
+``_calculate_single_rank_operations`` (torch 2.13: ``_get_warmup_ops`` and ``_get_1f1b_rank_ops``
+in ``torch/distributed/pipelining/schedules.py``); :func:`_interleaved` restates those two
+functions without the idle slots (torch's ``None``; zero bubble's ``_add_bubbles_to_actions``
+adds only those). Reading the order from torch instead (its visualizer builds each class over
+mocked stages) imports ``torch.distributed.pipelining`` (about 2.5 s) and costs about 70 ms a
+shape, which made the first cluster search of a process seconds slower;
+``tests/pipeline/test_schedules.py`` holds the two equal over a grid of ranks, microbatches and
+stages a rank.
 
 # NOTE: [Microbatch counts torch accepts]
 Read from ``torch/distributed/pipelining/schedules.py`` (2.13), the checks in the schedule
@@ -117,9 +128,9 @@ class Schedule:
     microbatches: MicrobatchRule
     step_form: StepForm
     forwards_first: bool = False  # every forward before any backward (GPipe): a stage stashes all m
-    actions_here: bool = False  # action lists generated here in Python, else by torch's generator
     choose_virtual: bool = False  # a layout chooses its chunks a rank (``virtual``); else stages_per_rank
     searched_virtual: tuple[int, ...] = ()  # chunks a rank the cluster search tries (): the layout's default
+    splits_backward: bool = False  # the backward runs as I (inputs) then W (weights), as zero bubble
     searched: bool = True  # the cluster search tries it
     runs: bool = False  # pipeline.run runs it (torch's class over our stages)
     runs_composed: bool = False  # a composed pp x dp x tp run runs it (one stage a rank)
@@ -141,7 +152,6 @@ SCHEDULES: dict[str, Schedule] = {
             MicrobatchRule.ANY,
             StepForm.FLUSH,
             forwards_first=True,
-            actions_here=True,
             runs=True,
             runs_composed=True,
         ),
@@ -152,7 +162,6 @@ SCHEDULES: dict[str, Schedule] = {
             1,
             MicrobatchRule.AT_LEAST_RANKS,
             StepForm.FLUSH,
-            actions_here=True,
             runs=True,
             runs_composed=True,
         ),
@@ -174,6 +183,7 @@ SCHEDULES: dict[str, Schedule] = {
             2,
             MicrobatchRule.ROUNDS,
             StepForm.BOUND,
+            splits_backward=True,
         ),
     )
 }
@@ -310,29 +320,41 @@ def _one_f_one_b(ranks: int, m: int) -> list[list[Action]]:
     return out
 
 
-_TORCH_KINDS = {
-    "FORWARD": ActionKind.F,
-    "FULL_BACKWARD": ActionKind.B,
-    "BACKWARD_INPUT": ActionKind.I,
-    "BACKWARD_WEIGHT": ActionKind.W,
-}
+@lru_cache(maxsize=256)
+def _interleaved(ranks: int, m: int, per_rank: int, zero_bubble: bool) -> tuple[tuple[Action, ...], ...]:
+    """Each rank's actions under ``ScheduleInterleaved1F1B`` (``zero_bubble``: the backward split
+    into I and W as ``ScheduleInterleavedZeroBubble``), in torch's order without its idle slots.
+    NOTE: [Interleaved orders written here]."""
+    rounds = max(1, m // ranks)
+    per_round = m // rounds
+    total = per_rank * m  # forwards a rank runs (and backwards)
+    out: list[tuple[Action, ...]] = []
+    for rank in range(ranks):
+        # torch's _get_warmup_ops: multiply_factor 2 for 1F1B, 1 for zero bubble
+        warmup = min((per_rank - 1) * per_round + (1 if zero_bubble else 2) * (ranks - 1 - rank), total)
+        seen: dict[tuple[int, ActionKind], int] = {}  # (stage, kind) -> next microbatch
+        backward_ops: list[int] = []  # the op that ran each backward, in order (W follows them)
+        weights = 0
+        acts: list[Action] = []
 
+        def add(stage: int, kind: ActionKind) -> None:
+            seen[stage, kind] = (k := seen.get((stage, kind), 0)) + 1
+            acts.append(Action(stage, kind, k))
 
-@lru_cache(maxsize=64)
-def _from_torch(name: str, ranks: int, m: int, per_rank: int) -> tuple[tuple[Action, ...], ...]:
-    from torch.distributed.pipelining._schedule_visualizer import get_schedule_ops
+        def stage_b(op: int) -> int:
+            return (per_rank - 1 - ((op - warmup) // per_round) % per_rank) * ranks + rank
 
-    ops = get_schedule_ops(name, ranks, m, num_stages_per_rank=per_rank)
-    out = []
-    for rank_ops in ops:
-        acts = []
-        for a in rank_ops:
-            if a is None:
-                continue
-            text = str(a.computation_type).rsplit(".", 1)[-1]
-            kind = _TORCH_KINDS.get(text) or (ActionKind(text) if text in ActionKind.__members__ else None)
-            if kind is not None and a.microbatch_index is not None:
-                acts.append(Action(int(a.stage_index), kind, int(a.microbatch_index)))
+        for op in range(warmup + total):  # warm-up forwards, steady F + B, cool-down backwards
+            if op < total:
+                add(((op // per_round) % per_rank) * ranks + rank, ActionKind.F)
+            if op >= warmup:
+                add(stage_b(op), ActionKind.I if zero_bubble else ActionKind.B)
+                backward_ops.append(op)
+                if zero_bubble and op - warmup >= rank:  # ZB1P: a rank's W trails its I by ``rank`` ops
+                    add(stage_b(backward_ops[weights]), ActionKind.W)
+                    weights += 1
+        for op in backward_ops[weights:] if zero_bubble else ():
+            add(stage_b(op), ActionKind.W)
         out.append(tuple(acts))
     return tuple(out)
 
@@ -346,13 +368,13 @@ def actions(
     Raises :class:`MicrobatchError` for a microbatch count torch's schedule refuses."""
     check_microbatches(schedule, ranks, microbatches)
     s = get_schedule(schedule)
-    if s.actions_here and s.forwards_first:
+    if s.forwards_first:
         return _gpipe(ranks, microbatches, training)
-    if s.actions_here:
-        lists = _one_f_one_b(ranks, microbatches)
-    else:
+    if s.interleaved:
         per_rank = s.stages_per_rank if virtual is None else virtual_stages(schedule, virtual)
-        lists = [list(r) for r in _from_torch(s.torch_name, ranks, microbatches, per_rank)]
+        lists = [list(r) for r in _interleaved(ranks, microbatches, per_rank, s.splits_backward)]
+    else:
+        lists = _one_f_one_b(ranks, microbatches)
     if not training:
         lists = [[a for a in acts if a.kind == ActionKind.F] for acts in lists]
     return lists

@@ -95,6 +95,26 @@ def test_torchs_generated_actions_print_as_ours():
     assert [[str(a) for a in rank] for rank in ours] == theirs
 
 
+@pytest.mark.parametrize("schedule", ["interleaved_1f1b", "zero_bubble"])
+def test_interleaved_orders_written_here_are_torchs(schedule):
+    """NOTE: [Interleaved orders written here]: the lists equal torch's own, shape for shape,
+    over the ranks, microbatch counts (every one torch takes) and stages a rank of a search."""
+    from torch.distributed.pipelining._schedule_visualizer import get_schedule_ops
+
+    s = SCHEDULES[schedule]
+    checked = 0
+    for ranks in (1, 2, 3, 4, 8):
+        for per_rank in (2, 3, 4) if s.choose_virtual else (s.stages_per_rank,):
+            for m in pipeline.accepted_microbatches(schedule, ranks, up_to=3 * ranks + 1, limit=64):
+                theirs = get_schedule_ops(s.torch_name, ranks, m, num_stages_per_rank=per_rank)
+                ours = pipeline.actions(schedule, ranks, m, virtual=per_rank)
+                assert [[str(a) for a in r] for r in ours] == [
+                    [str(a) for a in r if a is not None and a.microbatch_index is not None] for r in theirs
+                ], (ranks, m, per_rank)
+                checked += 1
+    assert checked > 40
+
+
 def test_timeline_entries_are_named():
     sim = pipeline.simulate([0.01, 0.02], 2, "gpipe")
     first = sim.timeline[0]
