@@ -7,7 +7,7 @@ from typing import Any
 
 from cli.report import format_table
 from partitioner import cluster
-from partitioner.cluster.bands import duration_band, mfu_band, run_days, seconds_band, tokens_band
+from partitioner.cluster.bands import duration_band, host_memory_line, mfu_band, run_days, seconds_band, tokens_band
 from partitioner.units import format_bytes, format_seconds
 
 __all__ = ["checked_layout", "idle_words", "open_layout", "json_opened"]
@@ -72,6 +72,8 @@ def open_layout(
     print(
         "memory per device: " + ", ".join(f"{k.replace('_', ' ')} {format_bytes(int(v))}" for k, v in r.memory.items())
     )
+    if host_memory_line(r):
+        print(host_memory_line(r))
     print("time by cause: " + ", ".join(f"{k} {format_seconds(v)}" for k, v in r.parts_s.items() if v > 0))
     rows = [
         [

@@ -33,6 +33,7 @@ MAX_SEQUENCES = 1 << 20  # sequences a step, and tokens a sequence
 MAX_GENERATE = 1 << 16  # tokens generated per sequence
 MAX_TOP = 1000  # rows of the table
 MAX_HEADROOM = 64 * 2**30
+MAX_HOST_MEMORY = 64 * 2**40  # a node's host memory: beyond any node sold
 MAX_LAYOUT_CHARS = 500  # --open's and --run's words (a layout is tens of characters)
 MAX_BUDGETS = 11  # min-cut budgets measured (0, 0.1, ..., 1)
 
@@ -114,6 +115,12 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
         help=f"USD per device-hour, 0 to {MAX_PRICE:g} (default: the preset's)",
     )
     p.add_argument("--headroom", default="4GiB", help="memory kept free on each device, up to 64GiB (default 4GiB)")
+    p.add_argument(
+        "--host-memory",
+        default="2TiB",
+        help="host (CPU) memory of a node, which ZeRO-Offload's optimizer state fills; an offload layout "
+        "needing more does not fit (default 2TiB, a DGX H100's; up to 64TiB)",
+    )
     p.add_argument(
         "--global-batch",
         type=bounded(int, 1, MAX_SEQUENCES),
@@ -226,6 +233,9 @@ def run(args: argparse.Namespace) -> int:
     headroom = parse_bytes(args.headroom)
     if not 0 <= headroom <= MAX_HEADROOM:
         raise CLIError(f"--headroom must be from 0 B to 64 GiB (got {args.headroom})")
+    host_memory = parse_bytes(args.host_memory)
+    if not 0 < host_memory <= MAX_HOST_MEMORY:
+        raise CLIError(f"--host-memory must be above 0 B and at most 64 TiB (got {args.host_memory}); e.g. 2TiB")
     words = _words(args, budgets)  # before the (slow) load and trace
     model = load_model(args.model, args.set)
     prof: cluster.ModelProfile = cluster.profile(model.graph, model.label)
@@ -234,7 +244,13 @@ def run(args: argparse.Namespace) -> int:
     if args.run:
         return run_layout(args, model.graph, prof)
     target = cluster.cluster(
-        args.accelerator, args.devices_per_node, args.intra, args.inter, headroom, args.price_per_hour
+        args.accelerator,
+        args.devices_per_node,
+        args.intra,
+        args.inter,
+        headroom,
+        args.price_per_hour,
+        host_memory_bytes=host_memory,
     )
     work = _workload(args)
     # --open's layout is checked against the model before the search, which may take seconds.

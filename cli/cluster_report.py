@@ -18,6 +18,7 @@ from partitioner.cluster.bands import (
     cost_band,
     dollars_band,
     duration_band,
+    host_memory_line,
     mfu_band,
     run_days,
     seconds_band,
@@ -76,6 +77,8 @@ def print_answers(work: Workload, found: ClusterPlan) -> None:
             share = r.extra["tokens_per_s_per_sequence"] / r.tokens_per_s if r.tokens_per_s else 0.0
             slow, fast = r.tokens_per_s_band
             line += f"; {band(slow * share, fast * share)} tokens/s per sequence"
+        if host_memory_line(r):
+            line += f"; {host_memory_line(r)}"
         if r.band_s[1] <= 0:  # the library gave this answer no band (yet): say so rather than look sure
             line += "; a point: the planner gives no band for this answer"
         if within.get(title):

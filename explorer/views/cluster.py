@@ -87,6 +87,7 @@ def _answer(title: str, r: cluster.LayoutResult | None, work: cluster.Workload, 
             f"{'' if serving else ' a step'}; {r.layout.label()}; "
             f"{bands.dollars_band(*bands.cost_band(r, r.cost_per_million_tokens))} per million tokens; "
             f"MFU {bands.mfu_band(r)}; {limited_by(r, serving)}"
+            + (f"; {bands.host_memory_line(r)}" if r.layout.offload else "")
         )
     )
     if work.kind == "training" and r.tokens_per_s:
@@ -276,6 +277,8 @@ def _render_layout(
     left, right = st.columns(2)
     left.plotly_chart(cluster_figures.memory_figure(chosen, capacity), key="cl_memory")
     right.plotly_chart(cluster_figures.time_figure(chosen, not training), key="cl_time")
+    if bands.host_memory_line(chosen):
+        left.caption(bands.host_memory_line(chosen).capitalize() + ".")
     if chosen.assumes:
         right.caption(md(f"The time assumes: {'; '.join(chosen.assumes)}."))
     schedule, memory, comms, dag, export, here = st.tabs(
@@ -347,9 +350,9 @@ def main() -> None:
         return
     config, graph = loaded
     st.markdown(f"#### Plan a cluster for {md(config.model.label)}")
-    work = workload_ui()
-    hw = hardware_ui(work.kind)
     prof = _profile(graph, graph.fingerprint(), config.model.label)
+    work = workload_ui(prof.element_bytes, graph.fingerprint())
+    hw = hardware_ui(work.kind)
     review_job.render(prof, config.model.label, hw)
     min_cut = min_cut_ui(graph, prof) if work.kind == "training" else ()
     try:

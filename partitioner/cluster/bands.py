@@ -26,6 +26,7 @@ __all__ = [
     "cost_band",
     "within_band",
     "assumptions",
+    "host_memory_line",
 ]
 
 # The search's answers: (the words a person reads, the ClusterPlan field); the knee only for serving
@@ -130,3 +131,15 @@ def assumptions(results: list[LayoutResult | None]) -> str:
         if r is not None:
             seen.update(dict.fromkeys(r.assumes))
     return "; ".join(seen)
+
+
+def host_memory_line(r: LayoutResult) -> str:
+    """ "host memory: 476.8 GiB of 2 TiB a node" for a layout with ZeRO-Offload (NOTE: [Host memory
+    under ZeRO-Offload] in :mod:`partitioner.cluster.memory`), "over" when it does not fit there;
+    "" for any other layout. O(1)."""
+    if not r.layout.offload or not r.host_memory_bytes:
+        return ""
+    from partitioner.units import format_bytes
+
+    over = " (over: does not fit)" if r.limit == "host memory" else ""
+    return f"host memory: {format_bytes(int(r.host_bytes))} of {format_bytes(int(r.host_memory_bytes))} a node{over}"

@@ -41,6 +41,7 @@ __all__ = [
     "serving_chunk_tokens",
     "GPU_MEMORY_UTILIZATION",
     "KV_BLOCK_TOKENS",
+    "HOST_MEMORY_BYTES",
 ]
 
 GPU_MEMORY_UTILIZATION = 0.9  # vLLM's --gpu-memory-utilization default (NOTE: [Serving engine defaults])
@@ -100,6 +101,9 @@ def _accelerator(name: str) -> Accelerator:
 
 
 GiB = 2**30
+# A node's host (CPU) memory, which ZeRO-Offload fills: NVIDIA's DGX H100 datasheet gives its 8-GPU node
+# 2 TB of system memory (32 DIMMs of 64 GiB: 2 TiB); settable per cluster (``--host-memory``).
+HOST_MEMORY_BYTES = 2 * 2**40
 ACCELERATORS: dict[str, Accelerator] = {name: _accelerator(name) for name in ACCELERATOR_NAMES}
 
 
@@ -116,8 +120,15 @@ class Cluster:
     # serving: the share of each card the engine takes (vLLM's --gpu-memory-utilization, SGLang's
     # --mem-fraction-static); the rest is the CUDA context's and other processes'
     memory_utilization: float = GPU_MEMORY_UTILIZATION
+    # the host (CPU) memory of a node, which ZeRO-Offload's optimizer state must fit in
+    # (:func:`partitioner.cluster.memory.host_bytes`); default: a DGX H100's 2 TiB
+    host_memory_bytes: int = HOST_MEMORY_BYTES
 
     def __post_init__(self) -> None:
+        if isinstance(self.host_memory_bytes, bool) or not self.host_memory_bytes > 0:
+            raise PartitionError(
+                f"host_memory_bytes must be > 0 (got {self.host_memory_bytes}); e.g. 2 TiB for a DGX H100 node"
+            )
         if not 0 < self.memory_utilization <= 1:
             raise PartitionError(f"memory_utilization must be in (0, 1] (got {self.memory_utilization})")
         if not 1 <= self.devices_per_node <= 64:
@@ -172,12 +183,14 @@ def cluster(
     price_per_hour: float | None = None,
     overrides: Mapping[str, float] | None = None,
     engine: str | None = None,
+    host_memory_bytes: int = HOST_MEMORY_BYTES,
 ) -> Cluster:
     """A :class:`Cluster` from preset names (``intra`` defaults to the accelerator's own link).
-    ``engine`` names what the times assume (:data:`partitioner.kernels.ENGINES`; unnamed: eager for
-    training, the serving engines' for inference, NOTE: [Serving engine]); ``overrides``
-    of the peak FLOP/s or bandwidth price the compute by the roofline of those figures (the card's
-    kernel curves no longer describe it)."""
+        ``engine`` names what the times assume (:data:`partitioner.kernels.ENGINES`; unnamed: eager for
+        training, the serving engines' for inference, NOTE: [Serving engine]); ``overrides``
+        of the peak FLOP/s or bandwidth price the compute by the roofline of those figures (the card's
+        kernel curves no longer describe it). ``host_memory_bytes``: a node's host memory, which
+    ZeRO-Offload fills (default :data:`HOST_MEMORY_BYTES`, a DGX H100's)."""
     if "@" in accelerator:  # "h100-80gb@graphs"
         accelerator, _, engine = accelerator.rpartition("@")
     if engine is not None and engine not in ENGINES:
@@ -193,7 +206,14 @@ def cluster(
         if price_per_hour is not None:
             acc = dataclasses.replace(acc, price_per_hour=float(price_per_hour))
         acc = _named_engine(_overridden(acc, overrides), engine)
-        return Cluster(acc, devices_per_node, LINKS[intra] if intra else own, LINKS.get(inter, own), headroom_bytes)
+        return Cluster(
+            acc,
+            devices_per_node,
+            LINKS[intra] if intra else own,
+            LINKS.get(inter, own),
+            headroom_bytes,
+            host_memory_bytes=host_memory_bytes,
+        )
     acc = ACCELERATORS[accelerator]
     if price_per_hour is not None:
         if not price_per_hour >= 0:
@@ -204,7 +224,9 @@ def cluster(
     for name in (intra, inter):
         if name not in LINKS:
             raise PartitionError(f"unknown link {name!r}; choose one of {', '.join(LINKS)}")
-    return Cluster(acc, devices_per_node, LINKS[intra], LINKS[inter], headroom_bytes)
+    return Cluster(
+        acc, devices_per_node, LINKS[intra], LINKS[inter], headroom_bytes, host_memory_bytes=host_memory_bytes
+    )
 
 
 def _named_engine(acc: Accelerator, engine: str | None) -> Accelerator:

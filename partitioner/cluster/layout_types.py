@@ -194,6 +194,10 @@ class LayoutResult:
     # MFU with a causal model's attention FLOPs halved (the work a causal kernel does); ``mfu``
     # counts attention's whole s x s products, as traced and as torchtitan counts them
     mfu_causal: float = 0.0
+    # ZeRO-Offload: the host memory a node needs (NOTE: [Host memory under ZeRO-Offload] in
+    # partitioner.cluster.memory) and the node's host memory it was checked against; 0 without offload
+    host_bytes: float = 0.0
+    host_memory_bytes: float = 0.0
 
     @property
     def devices(self) -> int:
@@ -257,4 +261,9 @@ class LayoutResult:
             "mfu_high": self.mfu_band[1],
             "assumes": list(self.assumes),
             **({"inference": self.extra} if self.extra else {}),
+            **(
+                {"host_bytes_per_node": self.host_bytes, "host_memory_bytes_per_node": self.host_memory_bytes}
+                if self.layout.offload
+                else {}
+            ),
         }

@@ -21,7 +21,8 @@ computed, gathered whole with its whole gradient (DeepSpeed's ``estimate_zero3_m
 4 x the largest layer in bf16); DeepSpeed's fp32 gradient partition (``grad_fp32``) adds 4 bytes a
 parameter over dp (its estimators' 18 psi / N); with HSDP (``shard``) the states shard over that
 group only; with ZeRO-Offload (``offload``) the optimizer state (and with ZeRO 2-3 the gradient
-partition) lives on the host (:func:`offload_seconds` prices its traffic and step); activations
+partition) lives on the host (:func:`offload_seconds` prices its traffic and step; :func:`host_bytes` the host
+memory a node needs, NOTE: [Host memory under ZeRO-Offload]); activations
 (NOTE: [Activation memory] in :mod:`partitioner.cluster.memory`); the loss's logits and their fp32 copy on the last stage; the headroom.
 Inference: the weights over tp x pp and the KV cache of the batch's context.
 Time per step (training): each stage's forward per microbatch is the graph's time for the busiest
@@ -88,6 +89,8 @@ from partitioner.cluster.memory import (
     _over_memory,
     _states_of,
     activation_bytes,
+    host_bytes,
+    host_over,
     memory_fits,
     offload_seconds,
     over_by_states,
@@ -124,6 +127,7 @@ __all__ = [
     "experts_touched",
     "activation_bytes",
     "offload_seconds",
+    "host_bytes",
     "largest_layer_params",
     "memory_fits",
     "over_by_states",
@@ -297,8 +301,10 @@ def evaluate(
         parts["compute"] = busy - m * redo * fwd
         parts["recomputation"] = m * redo * fwd
     band = step_band(p, c, lay, slots, (fwd, bwd, redo), (comm_f + comm_b, exposed), step)
+    host = _memo(memo, ("host", *states_key(lay)), lambda: host_bytes(p, w, c, lay))
     fits = sum(mem.values()) <= acc.memory_bytes
-    limit = "memory" if not fits else max(parts, key=lambda k: parts[k])
+    limit = "memory" if not fits else "host memory" if host_over(host, c) else max(parts, key=lambda k: parts[k])
+    fits = fits and limit != "host memory"
     tokens = w.global_batch * w.seq_len
     model_flops, causal_flops = _memo(memo, ("flops",), lambda: _model_flops(p, w))
     devices = lay.devices
@@ -320,6 +326,8 @@ def evaluate(
         band_s=band,
         assumes=training_assumes(acc, lay),
         mfu_causal=mfu * causal_flops / model_flops if model_flops else 0.0,
+        host_bytes=host,
+        host_memory_bytes=float(c.host_memory_bytes) if lay.offload else 0.0,
     )
 
 

@@ -36,6 +36,8 @@ __all__ = [
     "activation_bytes",
     "loss_logits_bytes",
     "offload_seconds",
+    "host_bytes",
+    "host_over",
     "HOST_LINK_BYTES_PER_S",
     "HOST_BYTES_PER_S",
     "Memo",
@@ -160,10 +162,43 @@ def offload_seconds(p: ModelProfile, w: Workload, lay: Layout) -> float:
         return 0.0
     held = workload_state(w)
     wb, gb, kb = held.weights, held.gradients, held.state
+    psi = _offloaded_params(p, lay)
+    return psi * (gb + wb) / HOST_LINK_BYTES_PER_S + psi * (2 * kb + gb) / HOST_BYTES_PER_S
+
+
+def _offloaded_params(p: ModelProfile, lay: Layout) -> float:
+    """The parameters whose optimizer step the busiest rank's host runs: its ZeRO shard."""
     dense, expert = _params(p, lay)
     shard = lay.shard or lay.dp * lay.cp
-    psi = dense / shard + expert / max(1, min(shard, lay.dp * lay.cp // lay.ep))
-    return psi * (gb + wb) / HOST_LINK_BYTES_PER_S + psi * (2 * kb + gb) / HOST_BYTES_PER_S
+    return dense / shard + expert / max(1, min(shard, lay.dp * lay.cp // lay.ep))
+
+
+# NOTE: [Host memory under ZeRO-Offload]
+# DeepSpeed's CPU offload (``offload_optimizer: cpu``, ZeRO 1-3) keeps each rank's partition of the
+# fp32 weights, of the optimizer's state and of the fp32 gradients in the host's (pinned) memory:
+# 4 + 8 + 4 = 16 bytes a parameter of the shard with Adam (Ren et al. 2021, sec. 4), the figure of
+# DeepSpeed's ``estimate_zero3_model_states_mem_needs`` with ``cpu_offload_params=False`` and
+# ``zero_init=True``: 16 x params / nodes a node; ``estimate_zero2_model_states_mem_needs`` says
+# max(4 x GPUs, 16) x params, the 4 x GPUs being every process loading the whole fp32 model before
+# it partitions (what ``zero.Init`` avoids), a moment at start-up not counted here. A node's host
+# holds the shards of the layout's ranks on it (the busiest rank's, each: an upper bound under
+# uneven stages). DeepSpeed's estimators multiply by ``additional_buffer_factor`` 1.5 for margin;
+# the figure here is the states alone, checked against :attr:`Cluster.host_memory_bytes`.
+
+
+def host_bytes(p: ModelProfile, w: Workload, c: Cluster, lay: Layout) -> float:
+    """The host memory a node needs for ``lay``'s offloaded optimizer (NOTE: [Host memory under
+    ZeRO-Offload]): 0 without offload or for inference. O(1)."""
+    if not lay.offload or w.kind == "inference":
+        return 0.0
+    held = workload_state(w)
+    per_param = max(4, held.master) + held.optimizer + 4  # fp32 weights, the state, fp32 gradients
+    return _offloaded_params(p, lay) * per_param * min(lay.devices, c.devices_per_node)
+
+
+def host_over(host: float, c: Cluster) -> bool:
+    """Whether a node's host need ``host`` is over its host memory (by more than a sum's rounding)."""
+    return host > c.host_memory_bytes * (1 + STATES_MARGIN)
 
 
 # NOTE: [A search's memo]
@@ -270,7 +305,8 @@ def memory_fits(
         return mem, False
     stash, pending = sim.stash(lay.schedule, lay.pp, m, lay.virtual) if lay.pp > 1 else (1, 0.0)
     mem = {**states, **_activations_of(p, w, lay, stash, pending, memo, recompute), "headroom": float(c.headroom_bytes)}
-    return mem, sum(mem.values()) <= c.accelerator.memory_bytes
+    host_fits = not lay.offload or not host_over(host_bytes(p, w, c, lay), c)
+    return mem, sum(mem.values()) <= c.accelerator.memory_bytes and host_fits
 
 
 def _over_memory(
@@ -283,7 +319,21 @@ def _over_memory(
     mem = {**states, **_activations_of(p, w, lay, stash, pending, memo), "headroom": float(c.headroom_bytes)}
     if sum(mem.values()) <= c.accelerator.memory_bytes:
         return None
-    return LayoutResult(lay, False, mem, math.inf, {}, "memory", 0.0, 0.0, math.inf, m)
+    host = host_bytes(p, w, c, lay)
+    return LayoutResult(
+        lay,
+        False,
+        mem,
+        math.inf,
+        {},
+        "memory",
+        0.0,
+        0.0,
+        math.inf,
+        m,
+        host_bytes=host,
+        host_memory_bytes=float(c.host_memory_bytes) if host else 0.0,
+    )
 
 
 def _closed_stash(lay: Layout, m: int) -> tuple[float, float]:
