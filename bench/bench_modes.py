@@ -31,21 +31,24 @@ beside them. Usage:
 from __future__ import annotations
 
 import argparse
+import contextlib
+import gc
 import multiprocessing as mp
 import os
 import statistics
 import sys
 import time
 from typing import Any, Callable
+from unittest import mock
 
 import partitioner
 from partitioner import Device
+from partitioner.accelerator import api
 from partitioner.accelerator._base import node_alone_bytes
 from partitioner.testing.reference import reference_partition
 from partitioner.testing.synthetic import blocks_graph, random_fx_module
 
 LONG_KINDS = ["chain", "residual", "blocks"]
-
 RATIO_FROM = 150  # op nodes from which cost_aware and kl_based must be 100x the reference
 MODES = ["size_based", "cost_aware", "kl_based", "aot_based", "size_based+saturate_host"]
 SEARCHES = ["largest_first", "cost_aware", "kl_based"]
@@ -71,9 +74,8 @@ def setup(case: int | str, seed: int = 0) -> tuple[partitioner.Graph, list[Devic
         import sample_models
 
         name, _, fields = case.partition(":")
-        model, inputs = sample_models.build(
-            name, **sample_models.parse_overrides(name, [f for f in fields.split(",") if f])
-        )
+        overrides = sample_models.parse_overrides(name, [f for f in fields.split(",") if f])
+        model, inputs = sample_models.build(name, **overrides)
         graph = partitioner.trace(model, inputs)
     else:
         gm, inputs = random_fx_module(seed, case, width=8)
@@ -93,45 +95,9 @@ def mode_args(mode: str, graph, devices, kw) -> tuple[str, list[Device], dict[st
         return "size_based", devices + extra, {**kw, "saturate_host": True}
     if mode == "aot_based":
         base = partitioner.partition(graph, devices, mode="size_based", **kw)
-        return (
-            "aot_based",
-            devices,
-            {**kw, "node_to_partition": base.node_to_partition(), "partition_to_devices": base.partition_to_devices()},
-        )
+        given = {"node_to_partition": base.node_to_partition(), "partition_to_devices": base.partition_to_devices()}
+        return "aot_based", devices, {**kw, **given}
     return mode, devices, kw
-
-
-def _reference_child(n_ops: int | str, mode: str, queue: mp.Queue) -> None:
-    import logging
-
-    logging.disable(logging.CRITICAL)
-    import contextlib
-    import io
-
-    graph, devices, kw = setup(n_ops)
-    name, devices, kw = mode_args(mode, graph, devices, kw)
-    start = time.perf_counter()
-    try:
-        with contextlib.redirect_stdout(io.StringIO()):  # the reference's saturate_host prints
-            result = reference_partition(graph, devices, name, **kw)
-        seconds = time.perf_counter() - start
-        valid = not result.plan.violations(graph)
-        queue.put((seconds, result.plan.latency_s, result.reported_latency_s, valid, None))
-    except Exception as exc:  # report, don't crash the benchmark
-        queue.put((time.perf_counter() - start, None, None, False, f"{type(exc).__name__}: {exc}"))
-
-
-def run_reference(n_ops: int | str, mode: str, limit: float) -> tuple[Any, ...] | None:
-    ctx = mp.get_context("fork")
-    queue: mp.Queue = ctx.Queue()
-    child = ctx.Process(target=_reference_child, args=(n_ops, mode, queue))
-    child.start()
-    child.join(limit)
-    if child.is_alive():
-        child.kill()
-        child.join()
-        return None
-    return queue.get() if not queue.empty() else None
 
 
 def time_ours(graph, devices, mode, kw, repeat: int) -> tuple[float, partitioner.Plan]:
@@ -156,8 +122,7 @@ def reference_table(cases: list[int | str], modes: list[str], limit: float) -> i
         f"{'our lat':>10}{'ref lat':>10}{'ref own':>10}{'our gap':>9}  note"
     )
     print(f"\n1. Against torch's reference (target: 100x from {RATIO_FROM} op nodes up; {load()})")
-    print(header)
-    print("-" * len(header))
+    print(f"{header}\n{'-' * len(header)}")
     timed_out: set[str] = set()
     failures = 0
     for n_ops in cases:
@@ -173,7 +138,7 @@ def reference_table(cases: list[int | str], modes: list[str], limit: float) -> i
                 ref = None
                 note += "reference skipped (timed out on a smaller graph)"
             else:
-                ref = run_reference(n_ops, mode, limit)
+                ref = reference_on(graph, devs, name, _reference_kw(mkw), limit)
                 if ref is None:
                     timed_out.add(mode)
                     note += f"reference over the {limit:.0f} s limit"
@@ -216,8 +181,7 @@ def timed_table(
     """Tables 2 and 3: our time per mode against a target in seconds; returns the failures."""
     header = f"{'mode':<26}{'nodes':>7}{'ours s':>10}{'target s':>10}{'latency':>12}{'parts':>6}  note"
     print(f"\n{title} ({load()})")
-    print(header)
-    print("-" * len(header))
+    print(f"{header}\n{'-' * len(header)}")
     failures = 0
     for case in cases:
         graph, devices, kw = setup(case)
@@ -261,6 +225,13 @@ def long_graph(kind: str, nodes: int) -> partitioner.Graph:
     return partitioner.trace(Chain(max(1, (nodes - 2) // per_layer)), (torch.randn(4, 16),))
 
 
+def long_devices(graph: partitioner.Graph) -> tuple[list[Device], dict[str, Any]]:
+    """4 devices of 1.3x a quarter of the model (or room for its largest node), 1 GB/s between."""
+    largest = max(node_alone_bytes(graph, v) for v in graph.op_indices)
+    memory = max(int(graph.total_size_bytes / 4 * 1.3), largest)
+    return [Device(f"dev_{i}", memory, i) for i in range(4)], dict(transfer_rate_bytes_per_s=1e9)
+
+
 def _reference_of(
     graph: partitioner.Graph, devices: list[Device], mode: str, kw: dict[str, Any], queue: mp.Queue
 ) -> None:
@@ -271,11 +242,18 @@ def _reference_of(
     logging.disable(logging.CRITICAL)
     start = time.perf_counter()
     try:
-        with contextlib.redirect_stdout(io.StringIO()):
+        with contextlib.redirect_stdout(io.StringIO()):  # the reference's saturate_host prints
             result = reference_partition(graph, devices, mode, **kw)
-        queue.put((time.perf_counter() - start, result.plan.latency_s, not result.plan.violations(graph), None))
+        seconds = time.perf_counter() - start
+        queue.put((seconds, result.plan.latency_s, result.reported_latency_s, not result.plan.violations(graph), None))
     except Exception as exc:  # report, don't crash the benchmark
-        queue.put((time.perf_counter() - start, None, False, f"{type(exc).__name__}: {exc}"))
+        queue.put((time.perf_counter() - start, None, None, False, f"{type(exc).__name__}: {exc}"))
+
+
+def _reference_kw(kw: dict[str, Any]) -> dict[str, Any]:
+    """The options torch's reference takes."""
+    keep = ("transfer_rate_bytes_per_s", "node_latency", "saturate_host", "node_to_partition", "partition_to_devices")
+    return {k: v for k, v in kw.items() if k in keep}
 
 
 def reference_on(
@@ -305,18 +283,13 @@ def long_table(kinds: list[str], sizes: list[int], modes: list[str], limit: floa
         f"\n4. Long graphs: chains, residual chains, blocks (targets: under 1 s to 10,000 nodes, "
         f"under 2 s at 50,000; {load()})"
     )
-    print(header)
-    print("-" * len(header))
+    print(f"{header}\n{'-' * len(header)}")
     failures = 0
     for kind in kinds:
         timed_out: set[str] = set()
         for size in sizes:
             graph = long_graph(kind, size)
-            memory = max(
-                int(graph.total_size_bytes / 4 * 1.3), max(node_alone_bytes(graph, v) for v in graph.op_indices)
-            )
-            devices = [Device(f"dev_{i}", memory, i) for i in range(4)]
-            kw: dict[str, Any] = dict(transfer_rate_bytes_per_s=1e9)
+            devices, kw = long_devices(graph)
             target = 1.0 if len(graph) <= 10_500 else 2.0
             for mode in modes:
                 name, devs, mkw = mode_args(mode, graph, devices, kw)
@@ -334,19 +307,13 @@ def long_table(kinds: list[str], sizes: list[int], modes: list[str], limit: floa
                 elif mode in timed_out:
                     note += "reference skipped (ran out of time on a shorter graph)"
                 else:
-                    rkw = {
-                        k: v
-                        for k, v in mkw.items()
-                        if k
-                        in ("transfer_rate_bytes_per_s", "saturate_host", "node_to_partition", "partition_to_devices")
-                    }
-                    ref = reference_on(graph, devs, name, rkw, limit)
+                    ref = reference_on(graph, devs, name, _reference_kw(mkw), limit)
                     if ref is None:
                         timed_out.add(mode)
                         ref_s, speedup = f">{limit:.0f}", f">{limit / ours_s:.0f}x"
                         note += f"reference over the {limit:.0f} s limit"
                     else:
-                        seconds, lat, valid, error = ref
+                        seconds, lat, _, valid, error = ref
                         ref_s, speedup = f"{seconds:.3f}", f"{seconds / ours_s:.1f}x"
                         if error:
                             reason = error.replace("PartitionError: reference partitioner failed: ", "")
@@ -363,69 +330,69 @@ def long_table(kinds: list[str], sizes: list[int], modes: list[str], limit: floa
     return failures
 
 
+def collector_table(sizes: list[int], mode: str) -> None:
+    """Table 5: the first plan after a trace of a residual chain, with the cyclic collector running
+    during the plan (as before NOTE: [Collector paused] in partitioner/accelerator/api.py) and
+    paused (as now); each after a fresh trace, whose young objects the collector would walk."""
+    header = f"{'graph':<10}{'nodes':>7}{'running s':>11}{'gc s':>8}{'paused s':>10}{'gc s':>8}{'ratio':>9}  same"
+    print(f"\n5. First {mode} plan after a trace: collector running vs paused ({load()})")
+    print(f"{header}\n{'-' * len(header)}")
+    spent = [0.0, 0.0]  # seconds in collections, and when the one under way began
+
+    def clock(phase: str, info: dict[str, Any]) -> None:
+        if phase == "start":
+            spent[1] = time.perf_counter()
+        else:
+            spent[0] += time.perf_counter() - spent[1]
+
+    gc.callbacks.append(clock)
+    for size in sizes:
+        row = []
+        running = mock.patch.object(api, "collector_paused", contextlib.nullcontext)
+        for how in (running, contextlib.nullcontext()):
+            graph = long_graph("residual", size)
+            devices, kw = long_devices(graph)
+            with how:
+                spent[0] = 0.0
+                ours_s, plan = time_ours(graph, devices, mode, kw, repeat=1)
+            row.append((ours_s, spent[0], plan.node_to_partition()))
+        (before, gc_before, a), (after, gc_after, b) = row
+        line = f"{'residual':<10}{len(graph):>7}{before:>11.3f}{gc_before:>8.3f}{after:>10.3f}{gc_after:>8.3f}"
+        print(f"{line}{before / after:>8.1f}x  {a == b}", flush=True)
+    gc.callbacks.remove(clock)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument(
-        "--sizes",
-        type=int,
-        nargs="*",
-        default=[100, 150, 500],
-        help="random graphs (op nodes) timed against the reference",
-    )
-    parser.add_argument(
-        "--models",
-        nargs="*",
-        default=["gpt2_small:n_layer=2", "moe"],
-        help="sample models as name:field=value,... (the reference runs on them too)",
-    )
-    parser.add_argument("--modes", nargs="+", default=MODES)
-    parser.add_argument("--limit", type=float, default=60.0, help="seconds the reference may take")
-    parser.add_argument(
-        "--small",
-        type=int,
-        nargs="*",
-        default=[30, 49, 75, 99, 149],
-        help="random graphs below 150 op nodes (each search under 50 ms below 50, 120 ms below 150)",
-    )
-    parser.add_argument("--large", type=int, nargs="*", default=[10000], help="random graphs timed against 1 s")
-    parser.add_argument(
-        "--blocks", type=int, nargs="*", default=[400], help="block graphs (125 op nodes a block) timed against 2 s"
-    )
-    parser.add_argument(
-        "--long",
-        type=int,
-        nargs="*",
-        default=[2000, 10000, 50000],
-        help="nodes of the chains, residual chains and blocks of table 4",
-    )
-    parser.add_argument("--long-kinds", nargs="+", default=LONG_KINDS, choices=LONG_KINDS)
-    parser.add_argument("--long-limit", type=float, default=60.0, help="seconds the reference may take on a long graph")
+    add = parser.add_argument
+    add("--sizes", type=int, nargs="*", default=[100, 150, 500], help="random graphs (op nodes) against the reference")
+    add("--models", nargs="*", default=["gpt2_small:n_layer=2", "moe"], help="sample models as name:field=value,...")
+    add("--modes", nargs="+", default=MODES)
+    add("--limit", type=float, default=60.0, help="seconds the reference may take")
+    add("--small", type=int, nargs="*", default=[30, 49, 75, 99, 149], help="random graphs below 150 op nodes")
+    add("--large", type=int, nargs="*", default=[10000], help="random graphs timed against 1 s")
+    add("--blocks", type=int, nargs="*", default=[400], help="block graphs (125 op nodes a block) timed against 2 s")
+    add("--long", type=int, nargs="*", default=[2000, 10000, 50000], help="nodes of the graphs of table 4")
+    add("--long-kinds", nargs="+", default=LONG_KINDS, choices=LONG_KINDS)
+    add("--long-limit", type=float, default=60.0, help="seconds the reference may take on a long graph")
+    add("--collector", type=int, nargs="*", default=[10000], help="residual chains (nodes) of table 5")
     args = parser.parse_args(argv)
     failures = 0
     if args.sizes or args.models:
         failures += reference_table([*args.sizes, *args.models], args.modes, args.limit)
     if args.small:
-        failures += timed_table(
-            "2. Searches below 150 op nodes (targets: under 50 ms below 50, under 120 ms below 150)",
-            list(args.small),
-            SEARCHES,
-            small_target_s,
-            repeat=5,
-        )
+        title = "2. Searches below 150 op nodes (targets: under 50 ms below 50, under 120 ms below 150)"
+        failures += timed_table(title, list(args.small), SEARCHES, small_target_s, repeat=5)
     if args.large:
-        failures += timed_table(
-            "3. Every mode at 10,000 op nodes (target: under 1 s)", list(args.large), LARGE_MODES, 1.0, repeat=1
-        )
+        title = "3. Every mode at 10,000 op nodes (target: under 1 s)"
+        failures += timed_table(title, list(args.large), LARGE_MODES, 1.0, repeat=1)
     if args.blocks:
-        failures += timed_table(
-            "   and at 50,000 op nodes (target: under 2 s)",
-            [f"blocks:{b}" for b in args.blocks],
-            LARGE_MODES,
-            2.0,
-            repeat=1,
-        )
+        blocks = [f"blocks:{b}" for b in args.blocks]
+        failures += timed_table("   and at 50,000 op nodes (target: under 2 s)", blocks, LARGE_MODES, 2.0, repeat=1)
     if args.long:
         failures += long_table(args.long_kinds, list(args.long), LARGE_MODES, args.long_limit)
+    if args.collector:
+        collector_table(list(args.collector), "kl_based")
     return 1 if failures else 0
 
 

@@ -6,8 +6,9 @@ Modes propose; :func:`partitioner.partition` applies (torch.fx's capability part
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
-from typing import Any, Protocol, Sequence
+from typing import Any, Callable, Protocol, Sequence
 
 from partitioner.cost.model import CostModel, best_index
 from partitioner.devices import Device
@@ -16,7 +17,16 @@ from partitioner.graph import Graph
 from partitioner.options import PartitionOptions
 from partitioner.units import format_bytes
 
-__all__ = ["Problem", "Recorder", "Assignment", "pick_best", "compact", "node_alone_bytes", "largest_node_check"]
+__all__ = [
+    "Problem",
+    "Recorder",
+    "Progress",
+    "Assignment",
+    "pick_best",
+    "compact",
+    "node_alone_bytes",
+    "largest_node_check",
+]
 
 
 @dataclass(frozen=True)
@@ -54,6 +64,20 @@ class Recorder(Protocol):
     ) -> Any: ...
 
 
+@dataclass(frozen=True)
+class Progress:
+    """What a long run (the ``optimal`` mode's solver) is doing: the ``phase`` ("heuristics",
+    "branch and bound", "cp-sat", "done"), a sentence for a person, and the most seconds the
+    phase may take (None: not bounded by a time limit; the heuristics are O(budget (N + E)))."""
+
+    phase: str
+    message: str
+    at_most_s: float | None = None
+
+
+_logger = logging.getLogger("partitioner.accelerator")
+
+
 @dataclass
 class Problem:
     graph: Graph
@@ -61,10 +85,22 @@ class Problem:
     cost: CostModel
     options: PartitionOptions = field(default_factory=PartitionOptions)
     record: Recorder | None = None  # a decision trace is being kept (the Learn page's steps)
+    progress: Callable[[Progress], Any] | None = None  # told of a long run's phases (:meth:`say`)
     # (latency, critical path) of the plans the searches scored, keyed by the plan: a search that
     # meets a plan again reads it back (NOTE: [Scored plans] in _search.py). Not copied by
     # dataclasses.replace: a Problem with another cost model starts empty.
     scored: dict[int, Any] = field(default_factory=dict, init=False, repr=False, compare=False)
+    # Whether a plan fits and its latency, keyed by the plan (an Assignment is frozen): the
+    # searches' starts are checked when made and again when the best is picked, and a search
+    # that moved nothing returns its start (NOTE: [Known plans]).
+    _fitting: dict[Assignment, bool] = field(default_factory=dict, init=False, repr=False, compare=False)
+    _latencies: dict[Assignment, float] = field(default_factory=dict, init=False, repr=False, compare=False)
+
+    def say(self, phase: str, message: str, at_most_s: float | None = None) -> None:
+        """Log a long run's phase and tell ``progress`` of it."""
+        _logger.info("%s: %s", phase, message)
+        if self.progress is not None:
+            self.progress(Progress(phase, message, at_most_s))
 
     @property
     def capacity(self) -> dict[int, int]:
@@ -77,17 +113,38 @@ class Problem:
     def fits(self, assignment: Assignment) -> bool:
         """True when every device holds at most its memory, with the partitions in the order
         the plan will number them (by first node unless ``ordered``): torch's memory rule charges
-        a device's later partitions less than its first, so the order can decide it."""
+        a device's later partitions less than its first, so the order can decide it. Known plans
+        are read back (NOTE: [Known plans])."""
+        known = self._fitting.get(assignment)
+        if known is not None:
+            return known
         members: dict[int, list[int]] = {}
         for v, p in enumerate(assignment.part):
             if p >= 0:
                 members.setdefault(p, []).append(v)
         pids = sorted(members) if assignment.ordered else sorted(members, key=lambda p: members[p][0])
         used = self.cost.device_memory([members[p] for p in pids], [assignment.devices_of[p] for p in pids])
-        return all(used.get(d.logical_id, 0) <= d.memory_bytes for d in self.devices)
+        fits = all(used.get(d.logical_id, 0) <= d.memory_bytes for d in self.devices)
+        self._fitting[assignment] = fits
+        return fits
 
     def latency(self, assignment: Assignment) -> float:
-        return self.cost.evaluate(assignment.part, assignment.devices_of).latency_s
+        """The plan's latency (:meth:`CostModel.evaluate`), read back when known. # NOTE: [Known plans]
+        Under either cost model a plan's latency and whether it fits are functions of the plan
+        alone (its ``part``, ``devices_of`` and ``ordered``, all in the Assignment's equality):
+        the searches score each start, refine it and pick the best, and at 50,000 nodes scoring
+        the same plans again cost a fifth of a search (O(N + E) each). A search that knows the
+        latency of the plan it returns, exactly as :meth:`CostModel.evaluate` gives it (the
+        incremental model's tries equal full evaluations to the bit: a test checks it), records
+        it with :meth:`know_latency`. Looking a plan up hashes and compares its tuples (C speed)."""
+        known = self._latencies.get(assignment)
+        if known is None:
+            known = self._latencies[assignment] = self.cost.evaluate(assignment.part, assignment.devices_of).latency_s
+        return known
+
+    def know_latency(self, assignment: Assignment, latency_s: float) -> None:
+        """Record the latency of ``assignment`` found by a search (NOTE: [Known plans])."""
+        self._latencies[assignment] = latency_s
 
 
 def pick_best(problem: Problem, candidates: Sequence[Assignment]) -> Assignment:

@@ -249,10 +249,13 @@ def fill_in_order(problem: Problem, order: Sequence[int], pack: bool = False) ->
     extra = tally.added  # in topological order nothing on the device reads v yet
 
     current = -1
+    held = tally.bytes
     for v in order:
         device = devices_of[current][0] if current >= 0 else -1
+        need = -1  # v's bytes on ``device`` once priced (each device priced once a node)
         if pack:
-            slack = [(free[d] - more, d) for d in free if (more := extra(v, d)) <= free[d]]
+            mores = {d: extra(v, d) for d in free}
+            slack = [(free[d] - more, d) for d, more in mores.items() if more <= free[d]]
             if slack:
                 best = min(slack)[1]
                 if best != device:
@@ -261,7 +264,10 @@ def fill_in_order(problem: Problem, order: Sequence[int], pack: bool = False) ->
                         unused.remove(device)
                     devices_of.append([device])
                     current = len(devices_of) - 1
-        if device < 0 or extra(v, device) > free[device]:
+            need = mores.get(device, -1)
+        elif device >= 0:
+            need = extra(v, device)
+        if device < 0 or need > free[device]:
             alone = node_alone_bytes(graph, v)
             fresh = [d for d in unused if free[d] >= alone]
             if fresh:
@@ -280,7 +286,8 @@ def fill_in_order(problem: Problem, order: Sequence[int], pack: bool = False) ->
                     )
             devices_of.append([device])
             current = len(devices_of) - 1
-        free[device] -= extra(v, device)
+        before = held[device]
         tally.add(v, device)
+        free[device] -= held[device] - before  # what add() added: extra(v, device)
         part[v] = current
     return Assignment(part, devices_of)

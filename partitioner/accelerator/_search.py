@@ -219,7 +219,9 @@ def improve_by_moves(problem: Problem, a: Assignment, budget: int, swaps: bool =
         s.settle(best_latency, evaluation_is_current=not rollback and s.latency == best_latency)
         if not best_latency < start_latency - _EPS:
             break
-    return s.assignment()
+    found = s.assignment()
+    problem.know_latency(found, s.latency)  # scored exactly: NOTE: [Known plans] in _base.py
+    return found
 
 
 _KL_STEPS = 8  # moves a KL pass may take through worse plans before rolling back

@@ -58,6 +58,7 @@ def partition(problem: Problem) -> Assignment:
             "pip install ortools (or reinstall partition-explorer), or use kl_based"
         )
     limit = problem.options.time_limit_s or DEFAULT_TIME_LIMIT_S
+    problem.say("heuristics", "kl_based, largest_first and size_based plans: the solver's start and upper bound")
     heuristics = _heuristics(problem)  # (latency, assignment), each scored once
     upper, best = min(heuristics, key=lambda la: (la[0], _count(la[1])), default=(math.inf, None))
     cost = problem.cost
@@ -69,8 +70,14 @@ def partition(problem: Problem) -> Assignment:
             raise InfeasibleError("no plan fits the devices' memory")
         return best
     if not cost.torch and len(ops) <= MAX_OPS:
+        problem.say(
+            "branch and bound",
+            f"every plan of the {len(ops)} ops on {len(devices)} devices, up to {0.8 * limit:.1f} s",
+            0.8 * limit,
+        )
         exact, better = _enumerate(problem, upper if best is not None else math.inf, best, 0.8 * limit)
         if exact is not None:
+            problem.say("done", exact.note, 0.0)
             return exact
         if better is not None:  # the search's best plan, unproven, starts the solver instead
             best, upper = better, problem.latency(better)
@@ -91,6 +98,12 @@ def partition(problem: Problem) -> Assignment:
         relax_input = RelaxInput(
             base.unit_w, base.unit_preds, base.unit_bytes, base.tensors, base.capacity, dev_hint, 0.4 * limit
         )
+    problem.say(
+        "cp-sat",
+        f"CP-SAT on {len(units)} {'groups of ops' if coarse else 'ops'} in up to {k} partitions a device, "
+        f"up to {limit:.1f} s (plan model {0.6 * limit:.1f} s, relaxation bound {0.4 * limit:.1f} s)",
+        limit,
+    )
     try:
         answer = run_in_worker(
             solve, (slot_input, relax_input), timeout_s=1.5 * limit + 30, what="the optimal mode's solver"
@@ -140,6 +153,7 @@ def partition(problem: Problem) -> Assignment:
         else "it proved no bound above the heaviest path of nodes"
     )
     note = f"CP-SAT searched {space} for {slots.wall_s:.1f} s ({slots.status.lower()}); {kept}; {proved}"
+    problem.say("done", note, 0.0)
     return dataclasses.replace(chosen, lower_bound_s=bound_s, note=note)
 
 
