@@ -11,15 +11,17 @@ from cli.arguments import positive_float
 from cli.commands import COMMON_EPILOG
 from cli.inputs import EXIT_OK, CLIError
 from cli.report import format_table
+from partitioner.calibration.naming import calibrated_words, dated_name, newest_calibrated
 from partitioner.device_profile import DeviceProfile, cache_dir, cache_off, find_profile, load_profile, profile_path
 from partitioner.units import format_bytes, format_seconds
 
 __all__ = ["register"]
 
 EXAMPLES = """examples:
-  partition-explorer calibrate                       # measure, cache as "local"
+  partition-explorer calibrate                       # measure, cache as "local-<UTC date-time>"
   partition-explorer calibrate --name box --out box.json
-  partition-explorer calibrate --show                # the cached profile, measured if none is
+  partition-explorer calibrate --name local          # replace the shared "local" profile
+  partition-explorer calibrate --show                # the newest cached calibration, measured if none is
   partition-explorer plan mlp --devices 2xlocal      # a measured profile as the device type
   partition-explorer run plan.json mlp --calibrate   # re-score with the cached profile, then run
   partition-explorer calibrate --gpu --name my-h100  # a CUDA GPU's kernel curves (a few minutes)
@@ -31,7 +33,10 @@ and all ranks compute at once on these cores, and point-to-point, all-reduce and
 latency and bandwidth on 2 and all ranks. Writes the profile as JSON under the cache folder
 (PARTITION_EXPLORER_CACHE, else ~/.cache/partition-explorer) as NAME.json: NAME or the file is
 then a device type wherever one is asked (--devices 2xNAME, 2xFILE.json; cluster --accelerator
-NAME). Takes 20-60 s, most of it the processes importing torch.
+NAME). Without --name the profile is its own, local-<UTC date-time>: the shared "local" (what
+`run --calibrate` and --devices 2xlocal read) changes only with --name local. The profile records
+when (UTC) and at what load (the 1-minute load average) it was measured; every figure it prices
+says so ("calibrated <date> at load <x>"). Takes 20-60 s, most of it the processes importing torch.
 
 --gpu measures this machine's CUDA GPU the way the GPU presets (h100-80gb, h200-141gb) were
 measured: launch cost per kernel, Linear by shape and dtype, elementwise and normalisation ops by
@@ -50,7 +55,11 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog=EXAMPLES + COMMON_EPILOG,
     )
-    p.add_argument("--name", default="local", help="the profile's name, its device type (default local)")
+    p.add_argument(
+        "--name",
+        help="the profile's name, its device type (default local-<UTC date-time>, a profile of its own; "
+        "--name local replaces the shared one other runs read)",
+    )
     p.add_argument("--processes", type=int, default=4, help="ranks to measure on, 2 to 8 (default 4)")
     p.add_argument("--out", metavar="FILE", help="also write the profile here")
     p.add_argument("--show", action="store_true", help="print the cached profile (measure only if none is cached)")
@@ -78,15 +87,17 @@ def run(args: argparse.Namespace) -> int:
     if args.profile:
         profile = load_profile(args.profile)
     elif args.show:
-        profile = find_profile(args.name)
+        shown = args.name or newest_calibrated()
+        profile = find_profile(shown) if shown else None
+    name = args.name or dated_name()  # a profile of its own: the shared "local" only when named
     if profile is None and args.gpu:
-        profile = _calibrate_gpu(args)
+        profile = _calibrate_gpu(args, name)
         if not cache_off():
-            profile.save(profile_path(args.name))
+            profile.save(profile_path(name))
     if profile is None:
-        profile = calibrate(args.name, args.processes, timeout_s=args.timeout, progress=progress)
+        profile = calibrate(name, args.processes, timeout_s=args.timeout, progress=progress)
         if not cache_off():
-            profile.save(profile_path(args.name))
+            profile.save(profile_path(name))
     if args.out:
         profile.save(args.out)
     if args.json:
@@ -95,7 +106,8 @@ def run(args: argparse.Namespace) -> int:
         print(summary(profile))
         cached = not cache_off() and profile_path(profile.name).exists()
         print(
-            f"\ncached as {profile_path(profile.name)}"
+            f"\ncached as {profile_path(profile.name)}: a device type as --devices 2x{profile.name}, "
+            f"cluster --accelerator {profile.name}"
             if cached
             else "\nnot cached (the cache is off: PARTITION_EXPLORER_CACHE=off)"
             if cache_off()
@@ -104,7 +116,7 @@ def run(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _calibrate_gpu(args: argparse.Namespace) -> DeviceProfile:
+def _calibrate_gpu(args: argparse.Namespace, name: str) -> DeviceProfile:
     from partitioner.calibration.gpu import calibrate_gpu
     from partitioner.processes.worker import run_in_worker
 
@@ -113,9 +125,7 @@ def _calibrate_gpu(args: argparse.Namespace) -> DeviceProfile:
             "--gpu needs a CUDA GPU and torch with CUDA (none here); `partition-explorer calibrate` "
             "without --gpu measures this host, and the presets h100-80gb, h200-141gb carry measured curves"
         )
-    return calibrate_gpu(
-        args.name, timeout_s=max(args.timeout, 900.0) if not args.quick else args.timeout, quick=args.quick
-    )
+    return calibrate_gpu(name, timeout_s=max(args.timeout, 900.0) if not args.quick else args.timeout, quick=args.quick)
 
 
 def _has_cuda() -> bool:
@@ -129,7 +139,8 @@ def gpu_summary(profile: DeviceProfile) -> str:
     gpu = profile.gpu
     assert gpu is not None
     lines = [
-        f"profile {profile.name!r}: {gpu.gpu}, {format_bytes(profile.memory_bytes)}; {profile.assumes}",
+        f"profile {profile.name!r}: {gpu.gpu}, {format_bytes(profile.memory_bytes)}; {profile.assumes}"
+        + (f"; {calibrated_words(profile)}" if calibrated_words(profile) else ""),
         f"launch: {format_seconds(gpu.launch_s)} a kernel back to back, {format_seconds(gpu.host_op_s)} of "
         f"host time a bare op, {format_seconds(gpu.host_per_op_s)} an op of a model (eager)",
         "",
@@ -155,8 +166,8 @@ def summary(profile: DeviceProfile) -> str:
         return gpu_summary(profile)
     lines = [
         f"profile {profile.name!r}: {profile.cores} cores, {format_bytes(profile.memory_bytes)}, "
-        f"{profile.backend}; measured {profile.measured_at or '?'} on {profile.host or '?'} at load "
-        f"{profile.load_average:g} in {profile.calibration_s:.0f} s",
+        f"{profile.backend}; {calibrated_words(profile) or 'calibrated ? at load ?'} on {profile.host or '?'} "
+        f"in {profile.calibration_s:.0f} s",
         f"overhead: {format_seconds(profile.op_overhead_s)} an op, {format_seconds(profile.module_overhead_s)} "
         f"more a module call; peak {profile.peak_flops / 1e9:.1f} GFLOP/s, memory "
         f"{profile.memory_bandwidth_bytes_per_s / 1e9:.1f} GB/s",

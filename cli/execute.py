@@ -13,6 +13,8 @@ from cli.commands import COMMON_EPILOG
 from cli.inputs import EXIT_FAIL, EXIT_OK, CLIError, load_model, load_plan, other_model
 from cli.report import format_table
 from partitioner.accelerator.api import evaluate_plan
+from partitioner.calibration.naming import calibrated_words
+from partitioner.device_profile import DeviceProfile
 from partitioner.devices import with_profile
 from partitioner.runtime.calibrate import local_profile
 from partitioner.units import format_bytes, format_seconds, format_signed
@@ -81,6 +83,7 @@ def run(args: argparse.Namespace) -> int:
     if args.torchrun:
         return _torchrun(args, plan, model.graph, inputs)
     progress = None if args.json else (lambda text: print(f"  {text}", file=sys.stderr))
+    profile: DeviceProfile | None = None
     if args.calibrate:  # this machine's profile (cached, or measured now) as every device's type
         profile = local_profile(progress=progress)
         plan = evaluate_plan(
@@ -125,7 +128,11 @@ def run(args: argparse.Namespace) -> int:
                 right=(2, 3, 4, 5, 6, 7),
             )
         )
-        how = "calibrated on this machine" if args.calibrate else "roofline"
+        how = (
+            ", ".join(filter(None, ("calibrated on this machine", calibrated_words(profile))))
+            if profile
+            else "roofline"
+        )
         print(
             f"\nend to end ({how}): predicted {format_seconds(result.predicted_latency_s)}, measured "
             f"{format_seconds(result.measured_latency_s)} "

@@ -247,6 +247,10 @@ def _print_run(result: PipelineRun, devices: Sequence[Any]) -> None:
     the outputs (and gradients) equal the model's in one process."""
     profile = device_profile(devices)
     how = f"on profile {profile.name!r}" if profile is not None else "roofline estimates"
+    if profile is not None and profile.measured_at:
+        from partitioner.calibration.naming import calibrated_words
+
+        how += f" ({calibrated_words(profile)})"
     print(
         f"\nran on {result.world_size} processes ({result.backend}): step measured "
         f"{format_seconds(result.measured_step_s)} against {format_seconds(result.simulated_step_s)} "

@@ -23,7 +23,8 @@ __all__ = [
 
 
 def describe_devices(devices: Sequence[Device]) -> str:
-    """``4 devices (4 x 16 GiB)``; groups consecutive devices of one kind and size."""
+    """``4 devices (4 x 16 GiB)``; groups consecutive devices of one kind and size; a calibrated
+    profile says when and at what load it was measured."""
     groups: list[list[Any]] = []
     for d in devices:
         key = (d.kind, d.memory_bytes)
@@ -36,7 +37,11 @@ def describe_devices(devices: Sequence[Device]) -> str:
         size = format_bytes(memory)
         parts.append(f"{count} x " + (f"{kind} ({size})" if kind != "custom" else size))
     n = len(devices)
-    return f"{n} device{'s' if n != 1 else ''} ({' + '.join(parts)})"
+    from partitioner.calibration.naming import calibrated_words
+
+    measured = {d.profile.name: calibrated_words(d.profile) for d in devices if d.profile and d.profile.measured_at}
+    when = "".join(f"; profile {name!r} {words}" for name, words in sorted(measured.items()))
+    return f"{n} device{'s' if n != 1 else ''} ({' + '.join(parts)}){when}"
 
 
 def _rate_text(plan: Plan) -> str:

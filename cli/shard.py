@@ -241,6 +241,7 @@ def _print_run(graph: Any, plan: TPPlan, devices: Sequence[Device], result: Shar
 def forward_line(graph: Any, plan: Any, devices: Any, measured_s: float) -> str:
     """The measured forward beside the one predicted on the devices' measured profile (by part),
     or the reason there is no prediction."""
+    from partitioner.calibration.naming import calibrated_words
     from partitioner.cost.model import device_profile
     from partitioner.cost.runs import tp_forward
 
@@ -257,7 +258,9 @@ def forward_line(graph: Any, plan: Any, devices: Any, measured_s: float) -> str:
     comm = predicted.total_s - predicted.part("compute") - dispatch
     return (
         f"forward: measured {format_seconds(measured_s)} (median of 5 warm ones on rank 0), predicted "
-        f"{format_seconds(predicted.total_s)} on profile {profile.name!r} (compute "
+        f"{format_seconds(predicted.total_s)} on profile {profile.name!r}"
+        + (f", {calibrated_words(profile)}" if profile.measured_at else "")
+        + " (compute "
         f"{format_seconds(predicted.part('compute'))}, DTensor dispatch {format_seconds(dispatch)}, "
         f"collectives {format_seconds(comm)}): error {format_signed(error)}"
     )

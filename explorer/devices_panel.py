@@ -24,6 +24,7 @@ from explorer.builders.text import md
 from explorer.fields import bounded_number
 from explorer.panels import engine_ui
 from partitioner import Device
+from partitioner.calibration.naming import calibrated_words
 
 __all__ = ["devices_ui", "default_device_controls", "follow_model_devices", "DEFAULT_TRANSFER_GBPS"]
 
@@ -72,6 +73,8 @@ def devices_ui() -> tuple[list[Device] | None, float | None]:
         "measured here (partition-explorer calibrate) brings this machine's curves",
     )
     _, kernels_of = type_spec(preset)
+    if kernels_of is not None and kernels_of.measured_at:  # a calibrated profile: when and at what load
+        st.caption(md(f"Profile {preset!r}: {calibrated_words(kernels_of)}."))
     engine = "eager"
     if kernels_of is not None and kernels_of.gpu is not None:
         engine = engine_ui("dev_engine", lambda e: kernels_of.with_engine(e).assumes)  # type: ignore[union-attr]

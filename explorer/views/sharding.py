@@ -15,6 +15,7 @@ from explorer import panels, state
 from explorer.builders import measured_figures, sharding_tables, training_figures
 from explorer.builders.text import counted, md
 from partitioner import Device, Graph, ShardingError, format_bytes, sharding
+from partitioner.calibration.naming import calibrated_words
 from partitioner.sharding import tensor_parallel
 from partitioner.units import format_seconds
 
@@ -107,7 +108,9 @@ def _forward_against_prediction(
     )
     st.caption(
         md(
-            f"Predicted on the measured profile {profile.name!r}: compute of each rank's shard, DTensor's "
+            f"Predicted on the measured profile {profile.name!r}"
+            + (f" ({calibrated_words(profile)})" if profile.measured_at else "")
+            + ": compute of each rank's shard, DTensor's "
             "dispatch per sharded module and each collective; measured: the median of 5 warm forwards on "
             "rank 0."
         )

@@ -13,12 +13,14 @@ which is how the tests check it; a CPU's own profile comes from ``partition-expl
 
 from __future__ import annotations
 
+import socket
 import statistics
 import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
 from partitioner.calibration.host import host_memory_bytes
+from partitioner.calibration.naming import load_now, utc_now
 from partitioner.device_profile import DeviceProfile
 from partitioner.units import DTYPES
 
@@ -208,11 +210,16 @@ def calibrate_gpu(
     from partitioner.profiles import profile_from_kernels
     from partitioner.profiles.build import from_rows
 
+    load = load_now()  # before the measurement's own load
     rows, memory = run_in_worker(_measure, (device, quick), timeout_s, f"the {device} kernel measurement")
     kernels = from_rows(rows, source=f"measured by partition-explorer calibrate --gpu on {rows[0].get('gpu', device)}")
     profile = profile_from_kernels(name, memory, kernels, link_bandwidth_bytes_per_s, link_latency_s)
     import dataclasses
 
     return dataclasses.replace(
-        profile, measured_at=time.strftime("%Y-%m-%d %H:%M:%S"), backend="nccl" if device == "cuda" else "gloo"
+        profile,
+        measured_at=utc_now(),
+        load_average=load,
+        host=socket.gethostname(),
+        backend="nccl" if device == "cuda" else "gloo",
     )

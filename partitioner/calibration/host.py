@@ -16,7 +16,6 @@ of the processes' start (torch's import).
 
 from __future__ import annotations
 
-import datetime
 import os
 import socket
 import statistics
@@ -26,6 +25,7 @@ from typing import Any, Callable
 
 from partitioner.calibration.distributed import EngineCosts, engine_costs
 from partitioner.calibration.loops import budget_median_s, loop_median_s
+from partitioner.calibration.naming import load_now, utc_now
 from partitioner.calibration.ops import measure_ops
 from partitioner.device_profile import (
     DeviceProfile,
@@ -189,7 +189,7 @@ def calibrate(
             f"calibration runs on 2 to 8 processes (got {processes}); 4 measures what runs of 2 and 4 processes see"
         )
     began = time.perf_counter()
-    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0
+    load = load_now()  # before the ranks add their own
     # NOTE: [Calibration measures the host] The ops, collectives and engine costs are timed on CPU
     # tensors over gloo, what runs here use; a GPU's profile (CUDA tensors, NCCL, one GPU a rank)
     # is not measured yet, so on a GPU machine this still describes its host.
@@ -263,8 +263,8 @@ def calibrate(
         cores=cores,
         backend=backend,
         host=socket.gethostname(),
-        load_average=round(load, 2),
-        measured_at=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        load_average=load,
+        measured_at=utc_now(),
         calibration_s=round(time.perf_counter() - began, 2),
     )
 

@@ -60,14 +60,20 @@ class Accelerator:
     # whether a person named the engine (``h100-80gb@eager``); serving prices an unnamed one as the
     # serving engines run (NOTE: [Serving engine] in partitioner.cluster.serving)
     engine_chosen: bool = dataclasses.field(default=False, compare=False)
+    # a calibrated profile's "calibrated <UTC date> at load <x>" (partitioner.calibration.naming); "" for a preset
+    calibrated: str = dataclasses.field(default="", compare=False)
 
     @property
     def assumes(self) -> str:
-        """What a time on this accelerator assumes, in words."""
+        """What a time on this accelerator assumes, in words: with a calibrated profile, when and at
+        what load it was measured."""
+        when = f"; {self.calibrated}" if self.calibrated else ""
         if self.kernels is None:
+            if self.calibrated:
+                return f"the peak FLOP/s and memory bandwidth measured on {self.name}{when}"
             return "the roofline of the datasheet's peak FLOP/s and memory bandwidth (no kernel curves)"
         where = self.kernels.derived_from or f"kernel curves measured on {self.kernels.gpu}"
-        return f"{ENGINES[self.engine]}; {where}"
+        return f"{ENGINES[self.engine]}; {where}{when}"
 
     def with_engine(self, engine: str) -> "Accelerator":
         if engine not in ENGINES:
@@ -152,7 +158,10 @@ def serving_chunk_tokens(acc: Accelerator) -> int:
 
 def from_profile(profile: DeviceProfile, price_per_hour: float = 0.0) -> tuple[Accelerator, Link]:
     """A measured device profile as the planner's accelerator (its best measured FLOP/s and
-    bandwidth) and link (its measured point-to-point latency and bandwidth)."""
+    bandwidth) and link (its measured point-to-point latency and bandwidth), saying when and at what
+    load it was measured."""
+    from partitioner.calibration.naming import calibrated_words
+
     link = profile.link
     return (
         Accelerator(
@@ -163,6 +172,7 @@ def from_profile(profile: DeviceProfile, price_per_hour: float = 0.0) -> tuple[A
             price_per_hour,
             kernels=profile.gpu,
             engine=profile.engine,
+            calibrated=calibrated_words(profile),
         ),
         Link(f"{profile.name}-p2p", link.bandwidth_bytes_per_s if link else 10e9, link.latency_s if link else 5e-6),
     )

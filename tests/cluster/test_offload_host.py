@@ -9,7 +9,9 @@ import dataclasses
 import pytest
 from cluster_helpers import hand_profile
 
+from cli.cluster_report import print_answers
 from partitioner import cluster
+from partitioner.cluster.bands import host_memory_line
 from partitioner.cluster.hardware import HOST_MEMORY_BYTES
 from partitioner.cluster.memory import host_bytes
 from partitioner.errors import PartitionError
@@ -77,17 +79,23 @@ def test_a_layout_over_the_hosts_memory_does_not_fit():
     assert data["host_bytes_per_node"] == pytest.approx(16 * PARAMS)
     assert data["host_memory_bytes_per_node"] == 16 * PARAMS - 2**20
     plain = cluster.evaluate(p, w, small, dataclasses.replace(lay, offload=False), step_simulator())
-    assert plain.host_bytes == 0.0 and "host_bytes_per_node" not in plain.to_dict()
+    assert plain.host_bytes == 0.0 and "host_bytes_per_node" not in plain.to_dict() and not host_memory_line(plain)
+    assert host_memory_line(tight) == "host memory: 29.8 GiB of 29.8 GiB a node (over: does not fit)"
 
 
-def test_the_search_keeps_no_offload_layout_over_the_host():
+def test_the_search_keeps_no_offload_layout_over_the_host(capsys):
     """40 B parameters on 8 devices need ZeRO-Offload (the states are over the devices): 640 GB of
     host a node fits a DGX H100's 2 TiB, not a node of 512 GiB."""
     p = hand_profile(params=40_000_000_000, layers=8)
     c = cluster.Cluster(ACC80, devices_per_node=8, headroom_bytes=4 * 2**30)
     w = cluster.Workload(global_batch=8, seq_len=256)
-    offloaded = [r for r in cluster.search(p, w, c, [8]).fitting if r.layout.offload]
+    found = cluster.search(p, w, c, [8])
+    offloaded = [r for r in found.fitting if r.layout.offload]
     assert offloaded and all(0 < r.host_bytes <= c.host_memory_bytes for r in offloaded)
+    assert found.fewest_devices is not None and found.fewest_devices.layout.offload
+    assert host_memory_line(found.fewest_devices) == "host memory: 596 GiB of 2 TiB a node"
+    print_answers(w, found)
+    assert "; host memory: 596 GiB of 2 TiB a node" in capsys.readouterr().out
     small = dataclasses.replace(c, host_memory_bytes=512 * 2**30)
     assert not [r for r in cluster.search(p, w, small, [8]).fitting if r.layout.offload]
 

@@ -34,7 +34,7 @@ def test_runtime_imports_neither_calibration_nor_the_planner_above_it():
     }
     assert {n: t for n, t in reached.items() if t} == {}
     calibration = {n: p for n, p in found.items() if n.startswith("partitioner.calibration")}
-    assert len(calibration) == 6  # the package, host, ops, distributed, loops, gpu
+    assert len(calibration) == 7  # the package, host, ops, distributed, loops, gpu, naming
     assert not any(
         t.startswith("partitioner.runtime")
         for n, p in calibration.items()
