@@ -19,6 +19,7 @@ __all__ = [
     "show_page_notes",
     "tokens_in_words",
     "workload_ui",
+    "precision_for",
     "hardware_ui",
     "min_cut_ui",
     "MIN_CUT",
@@ -27,6 +28,7 @@ __all__ = [
 ]
 
 _PAGE_NOTES = "cl_range_notes"  # this run's notes of the page's own fields (show_page_notes)
+_PRECISION_MODEL = "cl_precision_model"  # the model the precision field was last drawn for
 MIN_CUT = "cl_min_cut"  # session state: graph fingerprint -> measured min-cut shares
 MIN_CUT_BUDGETS = (0.0, 0.25, 0.5, 0.75)
 PRECISIONS = {d.label: d for d in units.PRECISIONS}  # "bf16 (mixed)", "fp32"
@@ -102,7 +104,18 @@ def show_page_notes() -> None:
         st.warning(note, icon=":material/block:")
 
 
-def workload_ui() -> cluster.Workload:
+def precision_for(traced_bytes: int) -> str:
+    """The precision a model traced at ``traced_bytes`` an element is planned in unless the user
+    picks another: its own (an fp32 model in fp32), a 16-bit model in bf16 mixed precision."""
+    return next((d.label for d in units.PRECISIONS if d.bytes == traced_bytes), units.PRECISIONS[0].label)
+
+
+def workload_ui(traced_bytes: int = 2, model_key: str = "") -> cluster.Workload:
+    """The workload's fields; the precision starts at the model's own (:func:`precision_for`) and
+    starts there again when ``model_key`` (the model's fingerprint) changes."""
+    if st.session_state.get(_PRECISION_MODEL, model_key) != model_key:
+        st.session_state.pop("cl_precision", None)  # another model: its own precision, not the last one's
+    st.session_state[_PRECISION_MODEL] = model_key
     st.session_state[_PAGE_NOTES] = []  # hardware_ui shows this page's notes after its own fields
     cols = st.columns(4)
     kind = cols[0].selectbox("Work", ["training", "inference"], key="cl_kind")
@@ -126,6 +139,7 @@ def workload_ui() -> cluster.Workload:
         cols[3].selectbox(
             "Precision",
             list(PRECISIONS),
+            index=list(PRECISIONS).index(precision_for(traced_bytes)),
             key="cl_precision",
             help="bf16: bf16 weights and activations with fp32 master weights and state",
         )
@@ -154,7 +168,7 @@ def workload_ui() -> cluster.Workload:
     generate = int(
         cols[2].number_input("Tokens generated per sequence", 0, 1 << 16, 256, key="cl_generate", disabled=training)
     )
-    return cluster.Workload(kind, batch, seq, precision.bytes, optimizer, train_tokens, generate)
+    return cluster.Workload(kind, batch, seq, precision.bytes, optimizer, train_tokens, generate, dtype=precision.short)
 
 
 def hardware_ui(kind: str = "training") -> dict[str, Any]:
