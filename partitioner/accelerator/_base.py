@@ -95,6 +95,9 @@ class Problem:
     # that moved nothing returns its start (NOTE: [Known plans]).
     _fitting: dict[Assignment, bool] = field(default_factory=dict, init=False, repr=False, compare=False)
     _latencies: dict[Assignment, float] = field(default_factory=dict, init=False, repr=False, compare=False)
+    # The memory tally (DeviceMemory) a fill kept for the plan it made, for the search that starts
+    # from it: given once, then the search's to change.
+    _tallies: dict[Assignment, Any] = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def say(self, phase: str, message: str, at_most_s: float | None = None) -> None:
         """Log a long run's phase and tell ``progress`` of it."""
@@ -145,6 +148,15 @@ class Problem:
     def know_latency(self, assignment: Assignment, latency_s: float) -> None:
         """Record the latency of ``assignment`` found by a search (NOTE: [Known plans])."""
         self._latencies[assignment] = latency_s
+
+    def keep_tally(self, assignment: Assignment, tally: Any) -> None:
+        """Keep the memory tally a fill built for ``assignment`` (its devices' bytes, counts and
+        readers: what a tally built from the plan holds, the same integers in another order)."""
+        self._tallies[assignment] = tally
+
+    def take_tally(self, assignment: Assignment) -> Any:
+        """The tally kept for ``assignment``, once (None when there is none)."""
+        return self._tallies.pop(assignment, None)
 
 
 def pick_best(problem: Problem, candidates: Sequence[Assignment]) -> Assignment:

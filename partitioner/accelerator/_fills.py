@@ -290,4 +290,6 @@ def fill_in_order(problem: Problem, order: Sequence[int], pack: bool = False) ->
         tally.add(v, device)
         free[device] -= held[device] - before  # what add() added: extra(v, device)
         part[v] = current
-    return Assignment(part, devices_of)
+    found = Assignment(part, devices_of)
+    problem.keep_tally(found, tally)  # the search from this plan starts from its tally
+    return found

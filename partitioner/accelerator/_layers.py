@@ -33,9 +33,14 @@ def block_units(problem: Problem) -> list[list[int]]:
     graph = problem.graph
     keys: list[tuple[str, int] | None] = []
     prefixes: Counter[str] = Counter()
+    seen: dict[str, tuple[str, int] | None] = {}  # a path's key: a block's ops share a few paths
     for v in graph.op_indices:
-        parts = graph.nodes[v].module_path.split(".")
-        key = next(((".".join(parts[:i]), int(p)) for i, p in enumerate(parts) if p.isdigit()), None)
+        path = graph.nodes[v].module_path
+        if path in seen:
+            key = seen[path]
+        else:
+            parts = path.split(".")
+            key = seen[path] = next(((".".join(parts[:i]), int(p)) for i, p in enumerate(parts) if p.isdigit()), None)
         keys.append(key)
         if key is not None:
             prefixes[key[0]] += 1

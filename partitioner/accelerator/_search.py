@@ -21,6 +21,7 @@ __all__ = ["improve_by_moves", "default_budget"]
 
 _EPS = 1e-12
 _CHECKS_PER_EVAL = 20  # memory checks that cost the budget one evaluation
+_KL_STEPS = 8  # moves a KL pass may take through worse plans before rolling back
 
 
 def default_budget(problem: Problem) -> int:
@@ -40,7 +41,7 @@ class _State:
         self.part = list(a.part)
         self.devices_of = [list(d) for d in a.devices_of]
         self.capacity = problem.capacity
-        self.memory = DeviceMemory(self.cost, self.part, self.devices_of, self.capacity)
+        self.memory = problem.take_tally(a) or DeviceMemory(self.cost, self.part, self.devices_of, self.capacity)
         # Physical model: each try updates the touched partitions only (NOTE: [Incremental]).
         self.inc = None if self.cost.torch else IncrementalCost(self.cost, self.part, self.devices_of)
         if self.inc is not None:
@@ -146,15 +147,19 @@ class _State:
         self.critical = set(self.path)
 
     def boundary(self) -> list[tuple[int, int]]:
-        """(node, other partition) pairs where the node has an op neighbour in that partition."""
+        """(node, other partition) pairs where the node has an op neighbour in that partition:
+        each op edge read once, for both its ends. O(N + E)."""
         pairs = set()
-        cost = self.cost
-        for v, p in enumerate(self.part):
-            if p < 0:
-                continue
-            for w in cost.op_preds[v] + cost.op_users[v]:
-                if self.part[w] != p:
-                    pairs.add((v, self.part[w]))
+        part, op_users = self.part, self.cost.op_users
+        for u in self.cost.op_order:
+            p = part[u]
+            for w in op_users[u]:
+                q = part[w]
+                if q != p:
+                    if p >= 0:
+                        pairs.add((u, q))
+                    if q >= 0:
+                        pairs.add((w, p))
         return sorted(pairs)
 
     def apply(self, moves: Iterable[tuple[int, int]]) -> None:
@@ -222,9 +227,6 @@ def improve_by_moves(problem: Problem, a: Assignment, budget: int, swaps: bool =
     found = s.assignment()
     problem.know_latency(found, s.latency)  # scored exactly: NOTE: [Known plans] in _base.py
     return found
-
-
-_KL_STEPS = 8  # moves a KL pass may take through worse plans before rolling back
 
 
 def _candidates(s: _State, budget: int, locked: set[int]) -> list[tuple[int, int]]:
