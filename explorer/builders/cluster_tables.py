@@ -1,5 +1,6 @@
-"""Pure table builders for the Plan a cluster page: the best layouts (numbers kept as numbers,
-each band beside them as text) and the collectives of an opened layout. No Streamlit here."""
+"""Pure table and text builders for the Plan a cluster page: the best layouts (numbers kept as
+numbers, each band beside them as text), the collectives of an opened layout, and a serving
+answer's words for what a token is made of. No Streamlit here."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import pandas as pd
 from partitioner.cluster import Collective, LayoutResult, bands
 from partitioner.units import format_bytes, format_seconds
 
-__all__ = ["layouts_table", "collectives_table"]
+__all__ = ["layouts_table", "collectives_table", "limited_by", "token_breakdown", "TOKEN_PART_WORDS"]
 
 GiB = 2**30
 
@@ -76,4 +77,37 @@ def collectives_table(rows: Sequence[Collective]) -> pd.DataFrame:
             }
             for r in rows
         ]
+    )
+
+
+# What a serving answer's largest part of a token is (partitioner.cluster.serving.TOKEN_PARTS), in words.
+TOKEN_PART_WORDS = {
+    "launch": "the host's kernel launches",
+    "weights": "reading the weights",
+    "KV cache": "reading the KV cache",
+    "arithmetic": "arithmetic",
+    "communication": "communication",
+}
+
+
+def limited_by(r: LayoutResult, serving: bool) -> str:
+    """ "limited by memory" (does not fit), or a serving token's largest part ("most of a token:
+    reading the weights"): the one the breakdown beside it shows largest."""
+    if serving and r.limit in TOKEN_PART_WORDS:
+        return f"most of a token: {TOKEN_PART_WORDS[r.limit]}"
+    return f"limited by {r.limit}"
+
+
+def token_breakdown(r: LayoutResult) -> str:
+    """ "Each token 56 ms: reading the weights 40 ms, ... (they add up to it); at full speed reading
+    the weights would take 13 ms ...": the parts the time is made of, then the floors under them."""
+    x = r.extra
+    parts = [(TOKEN_PART_WORDS[k], r.parts_s.get(f"{k} per token", 0.0)) for k in TOKEN_PART_WORDS]
+    shown = ", ".join(f"{words} {format_seconds(s)}" for words, s in sorted(parts, key=lambda p: -p[1]) if s > 0)
+    return (
+        f"Each token {format_seconds(x['seconds_per_token'])}: {shown}. At the card's full bandwidth and "
+        f"peak, reading the weights would take {format_seconds(x['weights_read_s_per_token'])}, the KV cache "
+        f"{format_seconds(x['kv_read_s_per_token'])} and the arithmetic "
+        f"{format_seconds(x['compute_floor_s_per_token'])}; the first token's arithmetic at peak "
+        f"{format_seconds(x['prefill_compute_floor_s'])} of {bands.seconds_band(r.step_low_s, r.step_high_s)}."
     )

@@ -11,6 +11,7 @@ import streamlit as st
 
 from explorer import cluster_panels, state
 from explorer.builders import cluster_figures
+from explorer.builders.cluster_tables import limited_by, token_breakdown
 from explorer.builders.text import md
 from explorer.cluster_inputs import hardware_ui, min_cut_ui, tokens_in_words, workload_ui
 from explorer.views import review_job
@@ -110,39 +111,6 @@ def _answer(title: str, r: cluster.LayoutResult | None, work: cluster.Workload, 
         column.caption("A point: the planner gives no band for this answer.")
     if within:
         column.caption(f"Within the band of the {' and the '.join(within)}: neither is surely faster.")
-
-
-# What a serving answer's largest part of a token is (partitioner.cluster.serving.TOKEN_PARTS), in words.
-TOKEN_PART_WORDS = {
-    "launch": "the host's kernel launches",
-    "weights": "reading the weights",
-    "KV cache": "reading the KV cache",
-    "arithmetic": "arithmetic",
-    "communication": "communication",
-}
-
-
-def limited_by(r: cluster.LayoutResult, serving: bool) -> str:
-    """ "limited by memory" (does not fit), or a serving token's largest part ("most of a token:
-    reading the weights"): the one the breakdown beside it shows largest."""
-    if serving and r.limit in TOKEN_PART_WORDS:
-        return f"most of a token: {TOKEN_PART_WORDS[r.limit]}"
-    return f"limited by {r.limit}"
-
-
-def token_breakdown(r: cluster.LayoutResult) -> str:
-    """ "Each token 56 ms: reading the weights 40 ms, ... (they add up to it); at full speed reading
-    the weights would take 13 ms ...": the parts the time is made of, then the floors under them."""
-    x = r.extra
-    parts = [(TOKEN_PART_WORDS[k], r.parts_s.get(f"{k} per token", 0.0)) for k in TOKEN_PART_WORDS]
-    shown = ", ".join(f"{words} {format_seconds(s)}" for words, s in sorted(parts, key=lambda p: -p[1]) if s > 0)
-    return (
-        f"Each token {format_seconds(x['seconds_per_token'])}: {shown}. At the card's full bandwidth and "
-        f"peak, reading the weights would take {format_seconds(x['weights_read_s_per_token'])}, the KV cache "
-        f"{format_seconds(x['kv_read_s_per_token'])} and the arithmetic "
-        f"{format_seconds(x['compute_floor_s_per_token'])}; the first token's arithmetic at peak "
-        f"{format_seconds(x['prefill_compute_floor_s'])} of {bands.seconds_band(r.step_low_s, r.step_high_s)}."
-    )
 
 
 def _summary(prof: cluster.ModelProfile, found: cluster.ClusterPlan) -> None:
