@@ -136,7 +136,7 @@ class Problem:
         Under either cost model a plan's latency and whether it fits are functions of the plan
         alone (its ``part``, ``devices_of`` and ``ordered``, all in the Assignment's equality):
         the searches score each start, refine it and pick the best, and at 50,000 nodes scoring
-        the same plans again cost a fifth of a search (O(N + E) each). A search that knows the
+        the same plans again cost a tenth of a search (O(N + E) each). A search that knows the
         latency of the plan it returns, exactly as :meth:`CostModel.evaluate` gives it (the
         incremental model's tries equal full evaluations to the bit: a test checks it), records
         it with :meth:`know_latency`. Looking a plan up hashes and compares its tuples (C speed)."""

@@ -75,7 +75,7 @@ def layer_start(problem: Problem) -> Assignment | None:
         # A device holds at least its run's own bytes (under either cost model), so a count of
         # runs whose devices together hold less than the blocks, or a cut with a run over its
         # device, cannot fit: skipped without building and pricing the plan (at 16,000 blocks
-        # that was a quarter of a second a count).
+        # that was a tenth of a second a count).
         if sum(weight) > sum(room[:runs]):
             continue
         cuts = _balanced(weight, runs)

@@ -112,6 +112,7 @@ def partition(problem: Problem) -> Assignment:
         if best is None:
             raise
         logger.warning("solver failed (%s); keeping the best heuristic plan", exc)
+        problem.say("done", f"the solver failed ({str(exc).splitlines()[0]}); the best heuristic plan is kept", 0.0)
         return dataclasses.replace(
             best, ordered=True, note=f"solver failed ({str(exc).splitlines()[0]}); the best heuristic plan is shown"
         )
