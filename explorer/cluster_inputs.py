@@ -4,7 +4,7 @@ budgets measured for the model. The precisions and optimizers are the library's 
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Mapping
 
 import streamlit as st
 
@@ -13,12 +13,14 @@ from explorer.builders.links import RANGES
 from explorer.builders.text import md, number
 from explorer.fields import bounded_number, range_notes
 from partitioner import Graph, cluster, format_bytes, units
+from partitioner.cluster.hardware import HOST_MEMORY_BYTES
 from partitioner.cost.training import OPTIMIZERS
 
 __all__ = [
     "show_page_notes",
     "tokens_in_words",
     "workload_ui",
+    "hardware_cluster",
     "precision_for",
     "hardware_ui",
     "min_cut_ui",
@@ -27,6 +29,7 @@ __all__ = [
     "PRECISIONS",
 ]
 
+GiB = 2**30
 _PAGE_NOTES = "cl_range_notes"  # this run's notes of the page's own fields (show_page_notes)
 _PRECISION_MODEL = "cl_precision_model"  # the model the precision field was last drawn for
 MIN_CUT = "cl_min_cut"  # session state: graph fingerprint -> measured min-cut shares
@@ -171,6 +174,21 @@ def workload_ui(traced_bytes: int = 2, model_key: str = "") -> cluster.Workload:
     return cluster.Workload(kind, batch, seq, precision.bytes, optimizer, train_tokens, generate, dtype=precision.short)
 
 
+def hardware_cluster(hw: Mapping[str, Any], engine: str | None = None) -> cluster.Cluster:
+    """The :class:`~partitioner.cluster.Cluster` of :func:`hardware_ui`'s fields (the one place the
+    page's fields become a cluster: the search, the opened layout and the job review all read it)."""
+    return cluster.cluster(
+        hw["accelerator"],
+        hw["per_node"],
+        hw["intra"],
+        hw["inter"],
+        int(hw["headroom_gib"] * GiB),
+        hw["price"],
+        engine=engine,
+        host_memory_bytes=int(hw.get("host_gib", HOST_MEMORY_BYTES / GiB) * GiB),
+    )
+
+
 def hardware_ui(kind: str = "training") -> dict[str, Any]:
     """The accelerator, nodes, links, price, headroom and the engine the times are for (``kind``:
     the workload's, which picks the engine's default)."""
@@ -226,6 +244,18 @@ def hardware_ui(kind: str = "training") -> dict[str, Any]:
             help="kept free on every device: CUDA context, fragmentation",
         )
     )
+    cols = st.columns(4)
+    host = float(
+        _bounded(
+            cols[0],
+            "Host memory per node (GiB)",
+            "cl_host_gib",
+            HOST_MEMORY_BYTES / GiB,
+            step=256.0,
+            help="the CPU memory of a node: ZeRO-Offload keeps each rank's optimizer state, fp32 weights "
+            "and gradients there (2 TiB: a DGX H100's)",
+        )
+    )
     # Serving is priced as vLLM, SGLang and TensorRT-LLM serve (CUDA graphs, fused kernels) unless a
     # person picks eager; training keeps eager PyTorch unless they pick graphs: one radio each.
     serving = kind == "inference"
@@ -243,4 +273,5 @@ def hardware_ui(kind: str = "training") -> dict[str, Any]:
         inter=inter,
         headroom_gib=headroom,
         price=price,
+        host_gib=host,
     )

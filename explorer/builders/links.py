@@ -98,6 +98,7 @@ RANGES: dict[str, tuple[float | None, float | None]] = {
     "cl_per_node": (1, 64),
     "cl_max_nodes": (1, 4096),  # Llama 3's 16,384 H100s are 2,048 nodes of 8; the CLI's --max-nodes too
     "cl_headroom": (0.0, 64.0),
+    "cl_host_gib": (1.0, 65536.0),  # host memory a node, GiB (the command line's --host-memory, up to 64 TiB)
     "cl_price_": (0.0, 1000.0),  # every accelerator's $ per device-hour (its number box's range)
 }
 # What each page's own widgets hold (its view), carried by a link to that page: the key's prefix
@@ -132,6 +133,7 @@ PAGE_URL_KEYS: dict[str, type] = {  # the page keys Streamlit does not bind
     "cl_max_nodes": int,
     "cl_inter": str,
     "cl_headroom": float,
+    "cl_host_gib": float,
     "cl_write": str,
 }
 _PAGE_PATTERNS: tuple[tuple[str, type], ...] = (("cl_intra_", str), ("cl_price_", float))

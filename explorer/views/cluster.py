@@ -13,7 +13,7 @@ from explorer import cluster_panels, state
 from explorer.builders import cluster_figures
 from explorer.builders.cluster_tables import limited_by, token_breakdown
 from explorer.builders.text import md
-from explorer.cluster_inputs import hardware_ui, min_cut_ui, tokens_in_words, workload_ui
+from explorer.cluster_inputs import hardware_cluster, hardware_ui, min_cut_ui, tokens_in_words, workload_ui
 from explorer.views import review_job
 from partitioner import Graph, cluster, format_bytes, format_seconds
 from partitioner.cluster import bands
@@ -48,13 +48,24 @@ def _search(
     inter: str,
     headroom_gib: float,
     price: float,
+    host_gib: float = 2048.0,
     min_cut: tuple[tuple[float, float, float], ...] = (),
 ) -> cluster.ClusterPlan:
     """Every layout of every size (a few seconds for Llama-3-70B over 8 to 512 devices), cached
     by the inputs and the graph's fingerprint for every session of the server (a second session
     asking the same waits for the first's answer, not a search of its own). The progress bar is
     drawn inside, so a cached answer replays it to its end and empties it."""
-    target = cluster.cluster(accelerator, per_node, intra, inter, int(headroom_gib * GiB), price)
+    target = hardware_cluster(
+        dict(
+            accelerator=accelerator,
+            per_node=per_node,
+            intra=intra,
+            inter=inter,
+            headroom_gib=headroom_gib,
+            price=price,
+            host_gib=host_gib,
+        )
+    )
     prof = dataclasses.replace(_profile(_graph, fingerprint, name), min_cut=min_cut, _cache={})
     bar = st.progress(0.0, text="Searching the layouts...")
 
@@ -354,9 +365,7 @@ def main() -> None:
                 "or costs half as much again per token: adding devices stops paying there."
             )
         )
-    target = cluster.cluster(
-        hw["accelerator"], hw["per_node"], hw["intra"], hw["inter"], int(hw["headroom_gib"] * GiB), hw["price"]
-    )
+    target = hardware_cluster(hw)
     chosen = _render_table(found, work, prof, target)
     _render_layout(chosen, work, target, prof, graph, config)
     st.caption(

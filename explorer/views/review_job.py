@@ -13,6 +13,7 @@ from typing import Any
 import streamlit as st
 
 from explorer.builders.text import md
+from explorer.cluster_inputs import hardware_cluster
 from partitioner import cluster, review
 from partitioner.review.read import MAX_JOB_BYTES
 from partitioner.review.report import (
@@ -77,15 +78,7 @@ def render(prof: cluster.ModelProfile, label: str, hw: dict[str, Any]) -> None:
                 )
             )
             return
-        target = cluster.cluster(
-            hw["accelerator"],
-            hw["per_node"],
-            hw["intra"],
-            hw["inter"],
-            int(hw["headroom_gib"] * 2**30),
-            hw["price"],
-            engine=job.engine,
-        )
+        target = hardware_cluster(hw, engine=job.engine)
         try:
             rv = review.review_job(prof, job, target)
         except (review.JobError, ValueError) as exc:

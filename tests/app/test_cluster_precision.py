@@ -27,3 +27,16 @@ def test_the_page_starts_at_the_models_precision_and_keeps_the_users_pick():
     assert not at.exception and at.selectbox(key="cl_precision").value == "bf16 (mixed)"
     at.run()  # a rerun of the same model keeps the pick
     assert at.selectbox(key="cl_precision").value == "bf16 (mixed)"
+
+
+def test_host_memory_a_node_is_a_field_that_reaches_the_search():
+    from explorer.cluster_inputs import hardware_cluster
+
+    at = start()
+    at.switch_page("views/cluster.py").run()
+    assert at.number_input(key="cl_host_gib").value == 2048.0  # a DGX H100's 2 TiB
+    at.number_input(key="cl_host_gib").set_value(512.0).run()
+    assert not at.exception and not errors(at)
+    hw = dict(accelerator="h100-80gb", per_node=8, intra="nvlink4", inter="infiniband-ndr", headroom_gib=4.0, price=3.0)
+    assert hardware_cluster({**hw, "host_gib": 512.0}).host_memory_bytes == 512 * 2**30
+    assert hardware_cluster(hw).host_memory_bytes == 2 * 2**40  # the field's default when a caller has none
