@@ -93,6 +93,7 @@ def page_choices() -> dict[str, list]:
     return {
         "learn_algorithm": list(steps.ALGORITHMS),
         "tm_budget": [0.0, 0.25, 0.5, 0.75, 1.0],
+        "sh_spec_from": ["model", "suggest"],
         "cl_kind": ["training", "inference"],
         "cl_engine": ["eager", "graphs"],
         "cl_serve_engine": ["eager", "graphs"],

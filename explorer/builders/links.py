@@ -117,6 +117,7 @@ PAGE_URL_KEYS: dict[str, type] = {  # the page keys Streamlit does not bind
     "tm_budget": float,
     "tm_loss": str,
     "tm_optimizer": str,
+    "sh_spec_from": str,  # the Sharding spec's origin ("model", "suggest"), made again by the receiver
     "cl_kind": str,
     "cl_engine": str,
     "cl_serve_engine": str,

@@ -21,6 +21,7 @@ from partitioner.units import format_seconds
 
 SPECS = "shard_specs"  # graph fingerprint -> {parameter: partition list}, the person's edits
 VERSION = "shard_editor_version"  # bumped when a suggestion replaces the table
+SPEC_FROM = "sh_spec_from"  # how the shown spec was made ("model", "suggest"): a link carries it
 RUNS = "shard_runs"  # spec hash -> its last real run
 
 
@@ -117,11 +118,40 @@ def _forward_against_prediction(
     )
 
 
+def _made_spec(
+    made: str, graph: Graph, devices: list[Device], rate: float | None, training: bool
+) -> dict[str, str] | None:
+    """The spec ``made`` names: ``"model"`` the model's own plan, ``"suggest"`` the suggestion that
+    fits (with the gradients and Adam's states when ``training``); None with the reason said."""
+    try:
+        if made == "model":
+            return tensor_parallel.from_model_plan(graph, len(devices))
+        asked = devices
+        if training:  # a spec that fits with the gradients and optimizer state
+            unsharded = sharding.device_memory(graph, devices, {})
+            copies = sharding_tables.training_copies(graph)
+            asked = sharding_tables.devices_for_training(graph, devices, unsharded, copies)
+        return tensor_parallel.suggest(graph, asked, rate)
+    except ShardingError as exc:  # in training its figures are of the devices asked, not the real ones
+        if made == "model":
+            st.error(f"The model's plan does not apply: {md(exc)}")
+        else:
+            st.error(
+                "No suggestion that trains with Adam: sharding everything that splits still leaves a device "
+                "over its memory once the gradients and Adam's two states are counted; add devices or memory, "
+                "turn training off, or also cut the model into stages (pipeline)"
+                if training
+                else f"No suggestion: {md(exc)}"
+            )
+        return None
+
+
 def _spec_ui(graph: Graph, devices: list[Device], rate: float | None) -> tuple[dict[str, str], bool]:
     """The spec editor: training or not, the model's own plan or a suggestion, and the table a
     person edits (kept per model in session state); returns (the spec, training)."""
     specs = st.session_state.setdefault(SPECS, {})
     key = graph.fingerprint()
+    fresh = key not in specs  # this model's first view in the session: a link's spec is made
     spec = specs.setdefault(key, {})
     cols = st.columns([1, 1, 2])
     training = cols[1].toggle(
@@ -133,33 +163,24 @@ def _spec_ui(graph: Graph, devices: list[Device], rate: float | None) -> tuple[d
         "(16 bytes a parameter in mixed precision, 4 copies of the weights in fp32), and the backward's "
         "collectives are counted; off: inference, the weights alone",
     )
+    made = None
     if graph.model_info.tp_plan and cols[1].button(
         "Use the model's own plan",
         key="sh_model_plan",
         help="transformers' config.base_model_tp_plan: attention by heads, MLPs column then row",
     ):
-        try:
-            spec = specs[key] = tensor_parallel.from_model_plan(graph, len(devices))
-            st.session_state[VERSION] = st.session_state.get(VERSION, 0) + 1
-        except ShardingError as exc:
-            st.error(f"The model's plan does not apply: {md(exc)}")
+        made = "model"
     if cols[0].button("Suggest a spec that fits", key="sh_suggest"):
-        try:
-            asked = devices
-            if training:  # a spec that fits with the gradients and optimizer state
-                unsharded = sharding.device_memory(graph, devices, {})
-                copies = sharding_tables.training_copies(graph)
-                asked = sharding_tables.devices_for_training(graph, devices, unsharded, copies)
-            spec = specs[key] = tensor_parallel.suggest(graph, asked, rate)
+        made = "suggest"
+    if made is None and fresh and st.session_state.get(SPEC_FROM) in ("model", "suggest"):
+        made = st.session_state[SPEC_FROM]  # a link's: the spec its sender made, made again here
+    if made is not None:
+        made_spec = _made_spec(made, graph, devices, rate, training)
+        if made_spec is not None:
+            spec = specs[key] = made_spec
+            st.session_state[SPEC_FROM] = made  # a link carries how the spec was made (not later edits)
             st.session_state[VERSION] = st.session_state.get(VERSION, 0) + 1
-        except ShardingError as exc:  # in training its figures are of the devices asked, not the real ones
-            st.error(
-                "No suggestion that trains with Adam: sharding everything that splits still leaves a device "
-                "over its memory once the gradients and Adam's two states are counted; add devices or memory, "
-                "turn training off, or also cut the model into stages (pipeline)"
-                if training
-                else f"No suggestion: {md(exc)}"
-            )
+            state.write_url()
     cols[2].caption(
         'A Linear\'s weight split by rows ("n,1") runs column-parallel, by columns ("1,n") '
         "row-parallel; an Embedding split by rows, row-parallel; GPT-2's Conv1D weight is (in, out), so "
