@@ -95,8 +95,9 @@ class Problem:
     # that moved nothing returns its start (NOTE: [Known plans]).
     _fitting: dict[Assignment, bool] = field(default_factory=dict, init=False, repr=False, compare=False)
     _latencies: dict[Assignment, float] = field(default_factory=dict, init=False, repr=False, compare=False)
-    # The memory tally (DeviceMemory) a fill kept for the plan it made, for the search that starts
-    # from it: given once, then the search's to change.
+    # What a search from a plan can start from instead of building it again: the memory tally
+    # (DeviceMemory) of the fill that made the plan, or the state of the search that ended in it.
+    # Given once, then the new search's to change.
     _tallies: dict[Assignment, Any] = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def say(self, phase: str, message: str, at_most_s: float | None = None) -> None:
@@ -151,11 +152,12 @@ class Problem:
 
     def keep_tally(self, assignment: Assignment, tally: Any) -> None:
         """Keep the memory tally a fill built for ``assignment`` (its devices' bytes, counts and
-        readers: what a tally built from the plan holds, the same integers in another order)."""
+        readers: what a tally built from the plan holds, the same integers in another order), or
+        the state of the search that ended in it (its tally and incremental cost, as above)."""
         self._tallies[assignment] = tally
 
     def take_tally(self, assignment: Assignment) -> Any:
-        """The tally kept for ``assignment``, once (None when there is none)."""
+        """The tally or search state kept for ``assignment``, once (None when there is none)."""
         return self._tallies.pop(assignment, None)
 
 

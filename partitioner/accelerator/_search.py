@@ -38,19 +38,21 @@ class _State:
     def __init__(self, problem: Problem, a: Assignment) -> None:
         self.problem = problem
         self.cost = problem.cost
-        self.part = list(a.part)
-        self.devices_of = [list(d) for d in a.devices_of]
         self.capacity = problem.capacity
-        self.memory = problem.take_tally(a) or DeviceMemory(self.cost, self.part, self.devices_of, self.capacity)
-        # Physical model: each try updates the touched partitions only (NOTE: [Incremental]).
-        self.inc = None if self.cost.torch else IncrementalCost(self.cost, self.part, self.devices_of)
-        if self.inc is not None:
-            self.members = self.inc.members  # kept by inc.move
-        else:
-            self.members = [set() for _ in self.devices_of]
-            for v, p in enumerate(self.part):
+        # A fill's tally of this plan, or the state of a search that ended in it: O(N deg) saved.
+        kept = problem.take_tally(a)
+        if not isinstance(kept, tuple):
+            self.part = list(a.part)
+            self.devices_of = [list(d) for d in a.devices_of]
+            self.memory = kept or DeviceMemory(self.cost, self.part, self.devices_of, self.capacity)
+            # Physical model: each try updates the touched partitions only (NOTE: [Incremental]).
+            self.inc = None if self.cost.torch else IncrementalCost(self.cost, self.part, self.devices_of)
+            self.members = self.inc.members if self.inc is not None else [set() for _ in self.devices_of]
+            for v, p in enumerate(self.part if self.inc is None else ()):  # inc.move keeps its own
                 if p >= 0:
                     self.members[p].add(v)
+        else:
+            self.part, self.devices_of, self.memory, self.inc, self.members = kept
         self.path: list[int] = []  # critical path of the plan scored last
         # Plans scored before on this problem (NOTE: [Scored plans]); physical model only. The
         # plan's key: an XOR of (node, partition) hashes kept per move, and the placement's hash.
@@ -226,6 +228,8 @@ def improve_by_moves(problem: Problem, a: Assignment, budget: int, swaps: bool =
             break
     found = s.assignment()
     problem.know_latency(found, s.latency)  # scored exactly: NOTE: [Known plans] in _base.py
+    # A search from this plan starts where this one ended (not the state: it holds the problem).
+    problem.keep_tally(found, (s.part, s.devices_of, s.memory, s.inc, s.members))
     return found
 
 
@@ -307,16 +311,12 @@ def _move_partitions(s: _State, budget: int) -> bool:
                 lat = s.score()
             taken = lat < s.latency - _EPS
             if s.record is not None:
+                said = (
+                    f"latency {format_seconds(lat)}, {'taken' if taken else 'not shorter'}" if fits else "does not fit"
+                )
                 s.record(
                     "device",
-                    f"P{p} to device {d}: "
-                    + (
-                        f"latency {format_seconds(lat)}, taken"
-                        if taken
-                        else "does not fit"
-                        if not fits
-                        else f"latency {format_seconds(lat)}, not shorter"
-                    ),
+                    f"P{p} to device {d}: {said}",
                     devices=[(p, [d])],
                     accepted=taken,
                     latency_s=lat if fits else None,

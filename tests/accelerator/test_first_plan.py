@@ -193,3 +193,25 @@ def test_a_fills_tally_equals_one_built_from_its_plan(problem, pack):
         d: {v: n for v, n in r.items() if n} for d, r in fresh.readers.items()
     }
     assert p.take_tally(a) is None  # given once
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(problems(), st.sampled_from(["cost_aware", "kl_based"]), st.booleans())
+def test_starting_from_a_kept_tally_or_search_state_changes_no_plan(problem, mode, torch_model):
+    """Same partitions, devices and latency (to the bit) as searches that build every start
+    afresh (nothing handed on)."""
+    from partitioner.accelerator._base import Problem
+
+    graph, devices, latency, rate = problem
+    kw = dict(node_latency=latency, transfer_rate_bytes_per_s=rate, cost_model="torch" if torch_model else "physical")
+
+    def plan():
+        try:
+            found = partitioner.partition(graph, devices, mode=mode, **kw)
+        except InfeasibleError as exc:
+            return str(exc)
+        return found.latency_s, sorted(found.node_to_partition().items()), sorted(found.partition_to_devices().items())
+
+    with mock.patch.object(Problem, "take_tally", lambda self, a: None):
+        fresh = plan()
+    assert plan() == fresh
