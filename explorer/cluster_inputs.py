@@ -252,6 +252,7 @@ def hardware_ui(kind: str = "training") -> dict[str, Any]:
             "cl_host_gib",
             HOST_MEMORY_BYTES / GiB,
             step=256.0,
+            format="%.0f",
             help="the CPU memory of a node: ZeRO-Offload keeps each rank's optimizer state, fp32 weights "
             "and gradients there (2 TiB: a DGX H100's)",
         )

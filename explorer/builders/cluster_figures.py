@@ -11,6 +11,7 @@ import plotly.graph_objects as go
 
 from explorer.builders.cluster_tables import collectives_table, layouts_table
 from explorer.builders.figures import dollars, round_ticks
+from explorer.builders.text import counted
 from partitioner.cluster import bands
 from partitioner.units import format_bytes
 
@@ -183,7 +184,10 @@ def scaling_figure(found: ClusterPlan, step_label: str = "step time", stops: int
     ticks = round_ticks(max((r.cost_per_million_tokens for r in best), default=0.0))
     if stops is not None:
         fig.add_vline(
-            x=stops, line_dash="dash", line_color="#888888", annotation_text=f"more than {stops} devices pays little"
+            x=stops,
+            line_dash="dash",
+            line_color="#888888",
+            annotation_text=f"more than {counted(stops, 'device')} pays little",
         )
     fig.update_layout(
         title=f"{step_label[0].upper()}{step_label[1:]} and cost against devices (the fastest at each size)",

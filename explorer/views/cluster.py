@@ -12,7 +12,7 @@ import streamlit as st
 from explorer import cluster_panels, state
 from explorer.builders import cluster_figures
 from explorer.builders.cluster_tables import limited_by, token_breakdown
-from explorer.builders.text import md
+from explorer.builders.text import counted, md
 from explorer.cluster_inputs import hardware_cluster, hardware_ui, min_cut_ui, tokens_in_words, workload_ui
 from explorer.views import review_job
 from partitioner import Graph, cluster, format_bytes, format_seconds
@@ -192,14 +192,18 @@ def _render_table(
         hide_index=True,
         column_order=shown,
         column_config={
-            "devices": st.column_config.NumberColumn("devices", width="small"),
-            "layout": st.column_config.TextColumn("layout", width="medium"),  # every column in view at 1,280 px
-            "step": st.column_config.TextColumn(step, help="low-high: the band of the prediction"),
-            "mfu_text": st.column_config.TextColumn("MFU"),
-            "memory_gib": st.column_config.NumberColumn("memory/device (GiB)", format="%.1f"),
-            "usd_text": st.column_config.TextColumn("$ / M tokens"),
-            "train_text": st.column_config.TextColumn("training run"),
-            "train_usd_text": st.column_config.TextColumn("training ($)"),
+            # short headers and widths in pixels: every column in view at 1,280 px
+            "devices": st.column_config.NumberColumn("devices", width=62),
+            "layout": st.column_config.TextColumn("layout", width=212),
+            "step": st.column_config.TextColumn(step, width=70, help="low-high: the band of the prediction"),
+            "mfu_text": st.column_config.TextColumn("MFU", width=80),
+            "memory_gib": st.column_config.NumberColumn("GiB", format="%.1f", width=44, help="memory a device holds"),
+            "limit": st.column_config.TextColumn("limit", width=74),
+            "usd_text": st.column_config.TextColumn("$/M tok", width=104, help="dollars per million tokens"),
+            "train_text": st.column_config.TextColumn(
+                "run", width=88, help="the training run's time (tokens to train)"
+            ),
+            "train_usd_text": st.column_config.TextColumn("run $", width=90, help="the training run's cost"),
         },
     )
     labels = [f"{r.devices} device{'s' if r.devices != 1 else ''}: {r.layout.label()}" for r in best]
@@ -361,7 +365,7 @@ def main() -> None:
     if stops is not None:
         st.caption(
             md(
-                f"From {stops:,} devices on, the next size searched cuts the {step_label} by less than 10 % "
+                f"From {counted(stops, 'device')} on, the next size searched cuts the {step_label} by less than 10 % "
                 "or costs half as much again per token: adding devices stops paying there."
             )
         )
