@@ -20,11 +20,13 @@ import streamlit as st
 import partitioner
 import sample_models
 from explorer.builders.config import ModelChoice, PlanConfig
+from explorer.builders.text import md
 from partitioner import Graph, Plan, pipeline
 from partitioner.accelerator import steps
-from partitioner.accelerator.api import partition_with
+from partitioner.accelerator.api import Progress, partition_with
 from partitioner.accelerator.compare import ModeResult
 from partitioner.tracing import cache as trace_cache
+from partitioner.units import format_seconds
 from sample_models import LoaderError
 
 __all__ = ["trace", "plan", "compare", "PlanResult", "explain_error", "pipeline_plan", "PipelineResult"]
@@ -123,12 +125,22 @@ class PlanResult:
 
 @st.cache_data(show_spinner=False, max_entries=256)
 def _plan(config: PlanConfig, fingerprint: str) -> PlanResult:
+    """The plan; a long run (the optimal mode's solver) says each phase it enters and how long it
+    may take, in a line drawn here and emptied at the end (a cached plan replays it to empty)."""
     graph = trace(config.model)
     start = time.perf_counter()
+    line = st.empty()
+
+    def said(at: Progress) -> None:
+        bound = f" (at most {format_seconds(at.at_most_s)}, its time limit)" if at.at_most_s else ""
+        line.caption(f"{md(at.message)}{bound}; {format_seconds(time.perf_counter() - start)} so far")
+
     try:
-        result = partition_with(graph, config.device_list(), config.mode, config.options)
+        result = partition_with(graph, config.device_list(), config.mode, config.options, progress=said)
     except Exception as exc:  # shown to the person; a bug in a mode must not crash the page
         return PlanResult(None, explain_error(exc), time.perf_counter() - start)
+    finally:
+        line.empty()
     return PlanResult(result, None, time.perf_counter() - start)
 
 
