@@ -253,32 +253,51 @@ def evaluate(
     check_layout(p, lay, w)
     if w.kind == "inference":
         return serve(p, w, c, lay)
-    acc = c.accelerator
-    per_replica = w.global_batch // lay.dp
-    m = per_replica // lay.microbatch_size
+    m = (w.global_batch // lay.dp) // lay.microbatch_size  # microbatches a replica runs a step
     states = _states_of(p, w, lay, memo)
     if not time_unfit:
         over = _over_memory(p, w, c, lay, states, m, memo)
         if over is not None:
             return over
+    # 1. a stage's time: its compute and the collectives inside it (tp, cp, ep, pipeline sends)
     stage = _memo(
         memo,
         ("stage", lay.tp, lay.pp, lay.schedule, lay.virtual, lay.cp, lay.ep, lay.microbatch_size, lay.recompute),
         lambda: _stage(p, w, c, lay),
     )
+    fwd, bwd, redo, *_, comm_f, comm_b = stage
+    # 2. the schedule: its slots, and the microbatches the first rank stashes and has pending
+    slots, stash, pending = _pipeline(lay, m, bwd / fwd if fwd else 2.0, sim, memo)
+    # 3. the memory a device holds
+    mem = {**states, **_activations_of(p, w, lay, stash, pending, memo), "headroom": float(c.headroom_bytes)}
+    host = _memo(memo, ("host", *states_key(lay)), lambda: host_bytes(p, w, c, lay))
+    # 4. the data-parallel collectives, the step and its parts
+    replicas = _memo(memo, ("replicas", *states_key(lay)), lambda: _replicas(p, w, c, lay))
+    step, parts, exposed = _step_parts(lay, c, m, stage, slots, replicas)
+    band = step_band(p, c, lay, slots, (fwd, bwd, redo), (comm_f + comm_b, exposed), step)
+    # 5. the result
+    fits = sum(mem.values()) <= c.accelerator.memory_bytes
+    limit = "memory" if not fits else "host memory" if host_over(host, c) else max(parts, key=lambda k: parts[k])
+    flops = _memo(memo, ("flops",), lambda: _model_flops(p, w))
+    memory = (fits and limit != "host memory", mem, host)
+    return _result(w, c, lay, memory, (step, parts, limit, band), m, (fwd + comm_f, bwd + comm_b), flops)
+
+
+def _step_parts(
+    lay: Layout,
+    c: Cluster,
+    m: int,
+    stage: tuple[float, ...],
+    slots: float,
+    replicas: tuple[float, float, float, float],
+) -> tuple[float, dict[str, float], float]:
+    """(the step, its parts by cause, the gradient reduction left exposed) from a stage's times
+    (:func:`_stage`), the schedule's ``slots`` and the data-parallel times (:func:`_replicas`)."""
     fwd, bwd, redo, tp_s, p2p, cp_s, ep_s, comm_f, comm_b = stage
     stage_f, stage_b = fwd + comm_f, bwd + comm_b
-    ratio = bwd / fwd if fwd else 2.0  # the compute's backward ratio; communication scales with the stage time
-    slots, stash, pending = _pipeline(lay, m, ratio, sim, memo)
     pipe = slots * (stage_f + stage_b)
-    mem = {**states, **_activations_of(p, w, lay, stash, pending, memo), "headroom": float(c.headroom_bytes)}
-    group = lay.dp * lay.cp
-    dp_s, fsdp, offload_s, opt_s = _memo(
-        memo,
-        ("replicas", *states_key(lay)),
-        lambda: _replicas(p, w, c, lay),
-    )
-    if lay.zero == 3 and group > 1:  # FSDP: every microbatch gathers and reduces layer by layer
+    dp_s, fsdp, offload_s, opt_s = replicas
+    if lay.zero == 3 and lay.dp * lay.cp > 1:  # FSDP: every microbatch gathers and reduces layer by layer
         exposed = m * max(0.0, dp_s + fsdp - (fwd + bwd))
     else:
         exposed = max(0.0, dp_s - bwd)
@@ -300,17 +319,29 @@ def evaluate(
     if redo:  # the forward and its backward; the recomputed share apart
         parts["compute"] = busy - m * redo * fwd
         parts["recomputation"] = m * redo * fwd
-    band = step_band(p, c, lay, slots, (fwd, bwd, redo), (comm_f + comm_b, exposed), step)
-    host = _memo(memo, ("host", *states_key(lay)), lambda: host_bytes(p, w, c, lay))
-    fits = sum(mem.values()) <= acc.memory_bytes
-    limit = "memory" if not fits else "host memory" if host_over(host, c) else max(parts, key=lambda k: parts[k])
-    fits = fits and limit != "host memory"
+    return step, parts, exposed
+
+
+def _result(
+    w: Workload,
+    c: Cluster,
+    lay: Layout,
+    memory: tuple[bool, dict[str, float], float],
+    time: tuple[float, dict[str, float], str, tuple[float, float]],
+    m: int,
+    stage_s: tuple[float, float],
+    flops: tuple[float, float],
+) -> LayoutResult:
+    """The :class:`LayoutResult` of a training layout: ``memory`` (fits, bytes by part, host bytes)
+    and ``time`` (step, parts, limit, band), with the rates and cost they give; ``stage_s``: a
+    stage's forward and backward with their collectives; ``flops``: the
+    step's model FLOPs, and with a causal model's attention halved (:func:`_model_flops`)."""
+    fits, mem, host = memory
+    step, parts, limit, band = time
+    acc = c.accelerator
     tokens = w.global_batch * w.seq_len
-    model_flops, causal_flops = _memo(memo, ("flops",), lambda: _model_flops(p, w))
-    devices = lay.devices
-    mfu = model_flops / (step * devices * acc.peak_flops) if step > 0 else 0.0
-    tps = tokens / step if step > 0 else math.inf
-    cost = acc.price_per_hour * devices / 3600 * step / tokens * 1e6
+    model_flops, causal_flops = flops
+    mfu = model_flops / (step * lay.devices * acc.peak_flops) if step > 0 else 0.0
     return LayoutResult(
         lay,
         fits,
@@ -319,10 +350,10 @@ def evaluate(
         parts,
         limit,
         mfu,
-        tps,
-        cost,
+        tokens / step if step > 0 else math.inf,
+        acc.price_per_hour * lay.devices / 3600 * step / tokens * 1e6,
         m,
-        stage_s=(stage_f, stage_b),
+        stage_s=stage_s,
         band_s=band,
         assumes=training_assumes(acc, lay),
         mfu_causal=mfu * causal_flops / model_flops if model_flops else 0.0,
