@@ -84,7 +84,8 @@ def trace(choice: ModelChoice) -> Graph:
         return cached
     waiting = (
         "Building the model from its config (weights on the meta device when large) and tracing it: "
-        "about 5 s per thousand operations; the trace is kept on disk, so opening it again takes "
+        "a few layers, repeated to its depth where its layers are identical (seconds), else the whole "
+        "model (about 5 s per thousand operations); the trace is kept on disk, so opening it again takes "
         "a fraction of a second..."
         if sample_models.is_hf(choice.name)
         else "Tracing the model..."

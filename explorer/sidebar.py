@@ -187,7 +187,8 @@ def hf_ui() -> ModelChoice | None:
     st.caption(
         f"Built from its config with transformers, in **{md(overrides.get('dtype', 'fp32'))}**"
         + ("" if typed or "dtype" not in overrides else " (its checkpoint's; `dtype=fp32` in the fields to change)")
-        + ". A real-size model takes up to minutes to trace the first time, then a fraction of a second."
+        + ". A model of identical layers is traced a few layers deep and repeated (seconds, Llama 3.1 405B "
+        "included); one that is not is traced whole, up to minutes at real size; then the trace is on disk."
     )
     return ModelChoice(spec, tuple(sorted(overrides.items())))
 
