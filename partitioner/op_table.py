@@ -1,8 +1,10 @@
 """One table of the ops a traced graph holds: each op's name as one normaliser writes it, and one
 record an op (is it a view, the kernel class it is priced by, what autograd keeps of it for the
-backward). Torch-free, and imports nothing of the house: the cost model (:mod:`partitioner.cost.ops`),
-the device profile, the cluster planner (:mod:`partitioner.cluster.op_kinds`), the tracer, the
-recomputation reader and tensor parallelism all read it, so they cannot disagree on an op.
+backward, how a tensor-parallel shard passes it). Torch-free, and imports nothing of the house: the
+cost model (:mod:`partitioner.cost.ops`), the device profile, the cluster planner
+(:mod:`partitioner.cluster.op_kinds`, its profile and forward scan), the tracer and its FLOP check,
+the recomputation reader, tensor parallelism and a composed run's Linear pairs all read it, so they
+cannot disagree on an op.
 
     >>> op_name("aten::transpose.int"), op_name("torch.nn.functional.gelu"), op_name("add_")
     ('transpose', 'gelu', 'add')
@@ -23,13 +25,14 @@ hold is a copy of its bytes to the cost model and keeps its inputs to the planne
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 __all__ = [
     "OpInfo",
     "KERNELS",
     "SAVES",
     "SHAPES",
+    "TP_RULES",
     "OPS",
     "MODULES",
     "VIEWS",
@@ -38,6 +41,7 @@ __all__ = [
     "lookup",
     "is_view",
     "names",
+    "stems",
 ]
 
 # The kernel classes the cost model prices ops by (partitioner.kernels.KernelOp's kinds, plus
@@ -66,6 +70,10 @@ SAVES = ("same", "product", "norm", "attention", "softmax", "linear", "nonlinear
 # How the output's shape follows the input's: "reshape" any shape of the same elements (how a
 # projection's features become heads); "same" the same elements in the same shape; "" otherwise.
 SHAPES = ("reshape", "same", "")
+# How a tensor-parallel shard passes the op (NOTE: [Shards through ops]): "activation" an activation
+# layer or function, "pointwise" another op on one tensor, "elementwise" an op on tensors all
+# sharded alike; "" it does not.
+TP_RULES = ("activation", "pointwise", "elementwise", "")
 
 
 @dataclass(frozen=True)
@@ -76,6 +84,9 @@ class OpInfo:
     kernel: str = "copy"  # KERNELS
     saves: str = ""  # SAVES
     shape: str = ""  # SHAPES
+    tp: str = ""  # TP_RULES
+    batched: bool = False  # a batched product: how eager attention writes Q K^T and scores x V
+    bilinear: bool = False  # linear in each operand apart: of two activations, its backward reads both
 
     @property
     def is_view(self) -> bool:
@@ -83,12 +94,27 @@ class OpInfo:
         (only its dispatch is paid)."""
         return self.kernel == "view"
 
+    @property
+    def is_matmul(self) -> bool:
+        """Whether the op is a matrix product (a linear, a convolution, a batched or grouped matmul)."""
+        return self.kernel == "matmul"
+
+    @property
+    def is_attention(self) -> bool:
+        """Whether the op is attention in one kernel (sdpa and its fused forms, flex attention)."""
+        return self.kernel == "attention"
+
+    @property
+    def is_product(self) -> bool:
+        """Whether the op does matmul-sized work: a matrix product or attention."""
+        return self.is_matmul or self.is_attention
+
 
 def _ops(kernel: str, saves: str, names: str, shape: str = "") -> list[OpInfo]:
     return [OpInfo(name, kernel, saves, shape) for name in names.split()]
 
 
-_TABLE = (
+_ROWS = (
     # Views: a new shape or an index over the input's storage.
     _ops("view", "same", "view _unsafe_view reshape unflatten", "reshape")
     + _ops(
@@ -108,7 +134,7 @@ _TABLE = (
         "matmul",
         "product",
         "linear mm addmm bmm matmul baddbmm einsum addmv mv dot conv1d conv2d conv3d convolution "
-        "conv_transpose2d _grouped_mm grouped_mm grouped_mm_fallback multi_head_attention",
+        "conv_transpose2d _grouped_mm grouped_mm grouped_mm_fallback _scaled_mm multi_head_attention",
     )
     + _ops(
         "attention",
@@ -135,6 +161,24 @@ _TABLE = (
     )
     + _ops("copy", "reduction", "mean var sum amax var_mean std norm")
     + _ops("embedding", "", "embedding")
+)
+# NOTE: [Shards through ops]
+# A column-parallel layer's output is split along its features; an op on that one tensor alone
+# (an activation, a power, an exponential) or on tensors all split alike (a gated MLP's gate * up)
+# keeps it split, so it may stand between the column- and the row-parallel layer of a pair
+# (Megatron-LM's MLP). The planner (partitioner.sharding) passes shards through "activation" and
+# "pointwise" ops and through "elementwise" ones; a composed run's Linear pairs
+# (partitioner.cluster.run.tp_plans) accept "activation" layers and functions alone.
+_TP = {
+    "activation": "relu gelu silu tanh sigmoid mish leaky_relu elu dropout identity",
+    "pointwise": "alias pow neg exp erf sqrt",
+    "elementwise": "mul add sub div",
+}
+_BATCHED = "bmm baddbmm matmul einsum".split()
+_BILINEAR = "mul div".split()
+_RULE = {name: rule for rule, words in _TP.items() for name in words.split()}
+_TABLE = tuple(
+    replace(op, tp=_RULE.get(op.name, ""), batched=op.name in _BATCHED, bilinear=op.name in _BILINEAR) for op in _ROWS
 )
 OPS: dict[str, OpInfo] = {op.name: op for op in _TABLE}
 VIEWS = frozenset(name for name, op in OPS.items() if op.is_view)
@@ -219,12 +263,30 @@ def is_view(target: object) -> bool:
     return found is not None and found.is_view
 
 
-def names(*, kernel: str | None = None, saves: str | None = None, shape: str | None = None) -> frozenset[str]:
-    """The ops with that kernel class, that saved-value class and that shape rule (each when given)."""
+def names(
+    *,
+    kernel: str | None = None,
+    saves: str | None = None,
+    shape: str | None = None,
+    tp: str | None = None,
+    batched: bool | None = None,
+    bilinear: bool | None = None,
+) -> frozenset[str]:
+    """The ops with that kernel class, saved-value class, shape rule, tensor-parallel rule and
+    batched and bilinear flags (each when given). O(ops)."""
     return frozenset(
         op.name
         for op in _TABLE
         if (kernel is None or op.kernel == kernel)
         and (saves is None or op.saves == saves)
         and (shape is None or op.shape == shape)
+        and (tp is None or op.tp == tp)
+        and (batched is None or op.batched == batched)
+        and (bilinear is None or op.bilinear == bilinear)
     )
+
+
+def stems(name: str, of: frozenset[str]) -> bool:
+    """Whether op ``name`` is one of ``of`` or a variant of one (``grouped_mm_fallback``,
+    ``convolution_backward``: an entry then ``_``): how a custom or backward op is matched. O(|of|)."""
+    return name in of or any(name.startswith(f"{op}_") for op in of)

@@ -22,9 +22,13 @@ from partitioner.cluster.op_kinds import (
     op_base,
 )
 from partitioner.graph import Graph
+from partitioner.op_table import names
 from partitioner.units import find_dtype
 
 __all__ = ["ForwardScan"]
+
+BATCHED = names(batched=True)  # how eager attention writes its scores and their product with V
+BILINEAR = names(bilinear=True)  # of two activations, nonlinear in its inputs
 
 
 def _blocks(graph: Graph) -> dict[int, str]:
@@ -206,7 +210,7 @@ class ForwardScan:
 
     def _multiplies_activations(self, v: int) -> bool:
         """Whether ``v`` multiplies (or divides) two activations: nonlinear in its inputs."""
-        return self.kind[v] in ("mul", "div") and len(self.acts(v)) >= 2
+        return self.kind[v] in BILINEAR and len(self.acts(v)) >= 2
 
     def _keep_region(self, kept: dict[int, int], r: int) -> None:
         """What fused pointwise region ``r`` keeps: nothing when it is linear in its inputs (residual
@@ -237,7 +241,7 @@ class ForwardScan:
             if not self._square(self.nodes[v].shape or ()) or self.weight[v]:
                 continue
             acts = self.acts(v)
-            if self.kind[v] in ("matmul", "bmm", "baddbmm", "einsum") and len(acts) >= 2:
+            if self.kind[v] in BATCHED and len(acts) >= 2:
                 score[v] = not any(score[u] for u in acts)  # Q K^T; the scores times V is the attention's output
             elif acts and all(score[u] for u in acts):
                 score[v] = True
@@ -318,6 +322,6 @@ class ForwardScan:
             shape = nd.shape or ()
             if self.kind[v] in PRODUCT and self.reads_weight(v) and shape:
                 widths.add(int(shape[-1]))
-            elif not heads and self.kind[v] in ("matmul", "bmm") and len(shape) == 4 and self._square(shape):
+            elif not heads and self.kind[v] in BATCHED and len(shape) == 4 and self._square(shape):
                 heads = kv_heads = int(shape[1])  # eager attention's scores: (batch, heads, s, s)
         return int(heads), int(kv_heads), tuple(sorted(widths))

@@ -24,7 +24,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
-from partitioner import kernels
+from partitioner import kernels, op_table
 from partitioner.cluster.model_shape import example_tokens, moe_experts, repeated_blocks
 from partitioner.cost import ops as gpu_ops
 from partitioner.cost.training import step_bytes, traced_element_bytes
@@ -201,14 +201,12 @@ class ModelProfile:
         return total
 
 
-_ATTENTION = ("scaled_dot_product", "attention", "bmm", "matmul", "einsum", "baddbmm")
-
-
 def _grows_with_sequence(target: str) -> bool:
-    """Attention's products of two activations (their FLOPs grow with tokens x sequence); a
-    grouped or plain matmul with weights (reached through views) does not."""
-    base = target.split("::")[-1].lower()
-    return any(a in base for a in _ATTENTION) and "grouped" not in base
+    """Attention's products of two activations (their FLOPs grow with tokens x sequence): attention
+    in one kernel, or a batched product (the op table's ``batched``); a grouped or plain matmul
+    with weights (reached through views) does not."""
+    found = op_table.lookup(target)
+    return found is not None and (found.is_attention or found.batched)
 
 
 def profile(graph: Graph, name: str = "") -> ModelProfile:

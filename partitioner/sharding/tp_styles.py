@@ -10,6 +10,7 @@ from typing import Mapping, Sequence
 
 from partitioner.errors import ShardingError
 from partitioner.graph import Graph
+from partitioner.op_table import names
 from partitioner.sharding._modules import OUT_AXIS, Call, module_kinds, tied_elsewhere
 from partitioner.sharding.specs import format_partition_list, parameter_shapes, shard_axis, validate_partition_list
 
@@ -24,26 +25,11 @@ __all__ = [
     "kept_sharded",
 ]
 
-# Ops a sharded activation passes through unchanged (elementwise on one tensor).
-POINTWISE = (
-    "relu",
-    "gelu",
-    "silu",
-    "tanh",
-    "sigmoid",
-    "dropout",
-    "identity",
-    "newgelu",
-    "gelu_new",
-    "alias",
-    "pow",
-    "neg",
-    "exp",
-    "erf",
-    "sqrt",
-)
+# Ops a sharded activation passes through unchanged, on one tensor (NOTE: [Shards through ops] in
+# partitioner.op_table); matched within an op's text, so ``gelu`` finds ``NewGELU`` and ``gelu_new``.
+POINTWISE = tuple(sorted(names(tp="activation") | names(tp="pointwise")))
 # Elementwise ops on tensors that are all sharded alike (a gated MLP's gate * up).
-ELEMENTWISE = ("mul", "add", "sub", "div")
+ELEMENTWISE = tuple(sorted(names(tp="elementwise")))
 
 
 @dataclass(frozen=True)

@@ -19,26 +19,13 @@ from collections import Counter
 from typing import Any, Iterable
 
 from partitioner import optional
+from partitioner.op_table import names, op_name, stems
 
 __all__ = ["register_formulas", "unpriced", "describe_unpriced", "MATMUL_LIKE"]
 
-# aten ops that do matmul-sized work: one counted as free by the counter is reported.
-MATMUL_LIKE = (
-    "mm",
-    "bmm",
-    "addmm",
-    "baddbmm",
-    "matmul",
-    "linear",
-    "einsum",
-    "_grouped_mm",
-    "grouped_mm",
-    "_scaled_mm",
-    "convolution",
-    "scaled_dot_product",
-    "_flash_attention",
-    "_efficient_attention",
-)
+# The ops that do matmul-sized work (the op table's matrix products and attention): one counted as
+# free by the counter is reported.
+MATMUL_LIKE = names(kernel="matmul") | names(kernel="attention")
 
 _DONE = False
 
@@ -86,12 +73,12 @@ def register_formulas() -> None:
 
 
 def unpriced(targets_and_flops: Iterable[tuple[str, int]]) -> tuple[tuple[str, int], ...]:
-    """The matmul-like ops (by target name) that came out at zero FLOPs, with their counts,
-    most frequent first."""
+    """The matmul-like ops (by target name: one of :data:`MATMUL_LIKE` or a variant,
+    :func:`partitioner.op_table.stems`) that came out at zero FLOPs, with their counts, most
+    frequent first."""
     found: Counter[str] = Counter()
     for target, flops in targets_and_flops:
-        base = target.split("::")[-1].removeprefix("aten.").split(".")[0]
-        if flops == 0 and any(base == m or base.startswith(m) for m in MATMUL_LIKE):
+        if flops == 0 and stems(op_name(target), MATMUL_LIKE):
             found[target] += 1
     return tuple(sorted(found.items(), key=lambda kv: (-kv[1], kv[0])))
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from partitioner.errors import PartitionError
+from partitioner.op_table import names
 
 if TYPE_CHECKING:
     import torch
@@ -25,7 +26,9 @@ if TYPE_CHECKING:
 
 __all__ = ["linear_pairs_plan", "model_tp_plan"]
 
-_ELEMENTWISE = ("relu", "gelu", "silu", "tanh", "sigmoid", "dropout", "identity", "mish", "leaky_relu", "elu")
+# The activation layers and functions a Linear pair may hold (NOTE: [Shards through ops] in
+# partitioner.op_table).
+_ELEMENTWISE = names(tp="activation")
 
 
 def _elementwise(gm: Any, node: Any) -> bool:
