@@ -22,8 +22,8 @@ __all__ = ["cmd_check", "add_check_arguments", "as_flags"]
 
 def cmd_check(args: argparse.Namespace) -> int:
     plan = load_plan(args.plan)
+    devices = parse_devices(args.devices) if args.devices else list(plan.devices)  # before the trace
     model = load_model(args.model, args.set)
-    devices = parse_devices(args.devices) if args.devices else list(plan.devices)
     rate = args.transfer_rate  # None: the rate the plan was made with
     node_latency = read_node_latency(args.node_latency) if args.node_latency else None
     models = ["physical", "torch"] if args.cost_model == "both" else [args.cost_model or plan.cost_model]

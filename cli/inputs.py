@@ -117,7 +117,8 @@ class LoadedModel:
 def load_model(spec: str, sets: Sequence[str] = (), devices: str | None = "") -> LoadedModel:
     """Build and trace MODEL (a sample model or ``package.module:factory``) with
     ``sample_models.load``. Pass the ``--devices`` value as ``devices`` where the command needs
-    devices: a factory or ``hf:`` model without them is refused before the (slow) build and trace."""
+    devices: a factory or ``hf:`` model without them is refused before the (slow) build and trace,
+    and so is a ``devices`` spec that does not parse."""
     import sample_models
     from partitioner.tracing import cache as trace_cache
     from sample_models import LoaderError
@@ -126,6 +127,8 @@ def load_model(spec: str, sets: Sequence[str] = (), devices: str | None = "") ->
         raise CLIError(
             f"--devices is required for {spec!r} (only sample models have default devices); e.g. --devices 4x16GiB"
         )
+    if devices:
+        parse_devices(devices)  # a bad spec is refused now, not after the trace (minutes for a large model)
     if sample_models.is_factory(spec) and os.getcwd() not in sys.path and "" not in sys.path:
         sys.path.insert(0, os.getcwd())  # as `python -m` does: factories next to the user
     try:

@@ -239,6 +239,23 @@ def test_a_layout_word_that_cannot_act_is_refused_before_the_model_loads(words, 
     assert len(err) < 1000, len(err)  # a long layout is cut, not echoed
 
 
+@pytest.mark.parametrize("command", ["plan", "compare", "pipeline", "shard", "check"])
+def test_a_bad_device_spec_is_refused_before_the_model_is_traced(command, base_plan, tmp_path, monkeypatch, capsys):
+    """Llama-3-70B's trace takes minutes: a device spec that does not parse is said first."""
+    from partitioner.tracing import cache
+
+    def never(*args, **kwargs):
+        raise AssertionError("the model was traced")
+
+    monkeypatch.setattr(cache, "cached_trace", never)
+    (tmp_path / "plan.json").write_text(base_plan.to_json())
+    head = ["check", str(tmp_path / "plan.json")] if command == "check" else [command]
+    tail = ["--suggest"] if command == "shard" else []
+    assert main([*head, "hf:llama-3-70b", "--devices", "4xlots", *tail]) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and "4xlots" in err, err
+
+
 def test_a_min_cut_budget_the_sweep_did_not_measure_is_refused_before_the_search():
     from cli._cluster_open import checked_layout
     from partitioner import cluster
