@@ -145,20 +145,25 @@ def test_algorithm_packages_import_no_torch():
     assert _fresh(f"import sys, {', '.join(TORCH_FREE)}; print('torch' in sys.modules)") == "False"
 
 
-def test_library_imports_no_ui_library():
+@pytest.fixture(scope="module")
+def fresh_library() -> list[str]:
+    """One fresh interpreter for both tests below (each imports torch: seconds): the UI libraries
+    the library's modules import, then the ops of a trace after importing its package."""
     code = (
         "import sys, partitioner, partitioner.draw.dag, partitioner.accelerator.compare, "
         "partitioner.plan.diff, partitioner.interop.export, partitioner.tracing; "
         "import partitioner.remat, partitioner.sharding.tensor_parallel, partitioner.runtime.execute; "
         "print(sorted(m for m in sys.modules if m.split('.')[0] in "
-        "{'streamlit', 'plotly', 'graphviz', 'pandas'}))"
-    )
-    assert _fresh(code) == "[]"
-
-
-def test_trace_is_the_function_after_importing_its_package():
-    code = (
-        "import partitioner, partitioner.tracing, torch; "
+        "{'streamlit', 'plotly', 'graphviz', 'pandas'})); "
+        "import torch; "
         "g = partitioner.trace(torch.nn.Linear(2, 2), (torch.randn(1, 2),)); print(len(g.op_names))"
     )
-    assert _fresh(code) == "1"
+    return _fresh(code).splitlines()
+
+
+def test_library_imports_no_ui_library(fresh_library):
+    assert fresh_library[0] == "[]"
+
+
+def test_trace_is_the_function_after_importing_its_package(fresh_library):
+    assert fresh_library[1] == "1"

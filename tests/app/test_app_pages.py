@@ -3,8 +3,6 @@ Hugging Face models (Pipeline, Training memory and Sharding: test_split_pages.py
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 from app_helpers import APP, TIMEOUT, charts, errors, review, shown, start, summary
 from streamlit.testing.v1 import AppTest
@@ -87,8 +85,7 @@ def test_reload_the_model_shows_the_edited_factory(monkeypatch, tmp_path):
 
 
 def test_the_app_and_the_command_line_make_the_same_plan(tmp_path):
-    import subprocess
-    import sys
+    from cli.main import main
 
     at = start()
     at.selectbox(key="model").set_value("mlp").run()
@@ -98,22 +95,10 @@ def test_the_app_and_the_command_line_make_the_same_plan(tmp_path):
     assert ours is not None
     count, memory = sample_models.default_devices("mlp")
     out = tmp_path / "plan.json"
-    cmd = [
-        sys.executable,
-        "-m",
-        "cli",
-        "plan",
-        "mlp",
-        "--devices",
-        f"{count}x{memory}B",
-        "--mode",
-        "kl_based",
-        "--out",
-        str(out),
-    ]
+    argv = ["plan", "mlp", "--devices", f"{count}x{memory}B", "--mode", "kl_based", "--out", str(out)]
     if config.transfer_rate_bytes_per_s:
-        cmd += ["--transfer-rate", repr(config.transfer_rate_bytes_per_s)]
-    subprocess.run(cmd, check=True, capture_output=True, cwd=Path(APP).parents[1])
+        argv += ["--transfer-rate", repr(config.transfer_rate_bytes_per_s)]
+    assert main(argv) == 0
     theirs = partitioner.Plan.from_json(out.read_text())
     assert theirs.model == ours.model == "mlp"
     assert theirs.node_to_partition() == ours.node_to_partition()

@@ -101,7 +101,25 @@ def _searched(at: AppTest) -> int:
     return int(summary.split("searched ")[1].split(" layouts")[0].replace(",", ""))
 
 
-def test_measured_min_cut_budgets_join_the_search():
+def _min_cut_shares(graph, inputs, budgets, timeout_s=None):
+    """A stand-in for ``partitioner.remat.sweep`` (seconds a budget on the sample: its joint trace
+    and min-cut are tested in tests/remat and tests/cluster/test_min_cut_layouts.py): min-cut at
+    budget b keeps (20 + 60 b) % of the activations and recomputes (40 - 40 b) % of the forward."""
+    from partitioner.remat import RematResult
+
+    assert graph.graph_module is not None and inputs and timeout_s  # the page's trace, in a worker
+    prof = cluster.profile(graph)
+    acts, flops = prof.act_bytes_per_token * prof.tokens0, prof.flops_per_token * prof.tokens0
+    return [RematResult(b, (), (), int((0.2 + 0.6 * b) * acts), 0, int((0.4 - 0.4 * b) * flops), 0.0) for b in budgets]
+
+
+@pytest.mark.parametrize(
+    "measured",
+    [pytest.param("stand-in"), pytest.param("functorch", marks=pytest.mark.slow)],  # the real one: 30 s
+)
+def test_measured_min_cut_budgets_join_the_search(measured, monkeypatch: pytest.MonkeyPatch):
+    if measured == "stand-in":
+        monkeypatch.setattr("partitioner.remat.sweep", _min_cut_shares)
     at = _page()
     before = _searched(at)
     at.button(key="cl_min_cut_run").click().run(timeout=300)
@@ -177,8 +195,8 @@ def test_a_written_layout_opens_fitting_or_not_and_a_typo_is_named():
     at.text_input(key="cl_write").set_value("dp2 tp2 pp2 1f1b mb2 zero1").run()
     assert not at.exception and not errors(at)
     assert any("dp2 tp2 pp2 1f1b mb2 zero1" in t for t in _figures(at) if t.startswith("Memory per device"))
-    at.selectbox(key="cl_accelerator").set_value("l4-24gb").run()
-    at.number_input(key="cl_seq").set_value(32768).run()
+    at.selectbox(key="cl_accelerator").set_value("l4-24gb")  # one run (one search) for the three
+    at.number_input(key="cl_seq").set_value(32768)
     at.text_input(key="cl_write").set_value("dp1 tp1 mb512").run()  # 512 sequences of 32k at once on one L4
     assert not at.exception
     assert any("does not fit" in shown(w.value) for w in at.warning)

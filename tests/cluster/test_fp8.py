@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import pytest
 
-import partitioner
-import sample_models
 from partitioner import cluster
 from partitioner.cluster.hardware import ACCELERATORS
 from partitioner.cost.training import StateBytes, state_bytes
@@ -17,10 +15,10 @@ from partitioner.hardware import HARDWARE
 from partitioner.kernels import KernelOp
 
 
-@pytest.fixture(scope="module")
-def llama():
-    module, inputs, kwargs = sample_models.load("hf:llama-3-8b", overrides={"num_hidden_layers": 4, "dtype": "bf16"})
-    return cluster.profile(partitioner.trace(module, inputs, example_kwargs=kwargs))
+@pytest.fixture
+def llama(llama_4_layers):
+    """Llama-3-8B's block at Meta's widths, 4 layers (conftest.py: traced once a session)."""
+    return llama_4_layers
 
 
 @pytest.mark.parametrize("card", ["h100-80gb", "h200-141gb", "b200-192gb", "mi300x-192gb"])

@@ -10,7 +10,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import partitioner
 import sample_models
 from partitioner import cluster
 from partitioner.cluster.knee import KNEE_ELASTICITY, price_speed_front, serving_knee
@@ -82,8 +81,8 @@ def _same(a, b) -> bool:
 
 @pytest.fixture(scope="module")
 def llama():
-    module, inputs, kwargs = sample_models.load("hf:llama-3-8b", overrides={"dtype": "bf16"})
-    return cluster.profile(partitioner.trace(module, inputs, example_kwargs=kwargs))
+    spec, overrides = "hf:llama-3-8b", {"dtype": "bf16"}  # its 32 layers traced as a block repeated
+    return cluster.profile(sample_models.trace_loaded(spec, overrides, sample_models.load(spec, overrides), spec))
 
 
 def test_llama_8b_served_to_64_users_knees_before_the_largest_layout(llama):

@@ -8,7 +8,6 @@ import math
 
 import pytest
 
-import partitioner
 import sample_models
 from partitioner import cluster
 from partitioner.cluster.hardware import GPU_MEMORY_UTILIZATION, KV_BLOCK_TOKENS, serving_chunk_tokens
@@ -16,11 +15,10 @@ from partitioner.cluster.serving import TOKEN_PARTS, prefill_chunks, serving_acc
 from partitioner.pipeline.steps import step_simulator
 
 
-@pytest.fixture(scope="module")
-def llama():
-    """Llama-3-8B's block at Meta's widths, 4 layers (the repeated block traced once)."""
-    module, inputs, kwargs = sample_models.load("hf:llama-3-8b", overrides={"num_hidden_layers": 4, "dtype": "bf16"})
-    return cluster.profile(partitioner.trace(module, inputs, example_kwargs=kwargs))
+@pytest.fixture
+def llama(llama_4_layers):
+    """Llama-3-8B's block at Meta's widths, 4 layers (conftest.py: traced once a session)."""
+    return llama_4_layers
 
 
 def _serve(p, acc="h100-80gb", batch=1, seq=1024, generate=16, tp=1, pp=1, element_bytes=2):
@@ -105,8 +103,8 @@ def test_llama_70b_with_32_users_of_8k_fits_two_h200s():
     """Llama-3-70B (80 layers, traced once a block), 32 prompts of 8,192 tokens: chunked prefill
     keeps one pass's activations, so it fits tensor-parallel over 2 H200s in bf16 (where a prefill
     of the whole batch kept 95 GiB of activations a GPU), and one H200 in FP8."""
-    module, inputs, kwargs = sample_models.load("hf:llama-3-70b", overrides={"dtype": "bf16"})
-    p = cluster.profile(partitioner.trace(module, inputs, example_kwargs=kwargs))
+    spec, overrides = "hf:llama-3-70b", {"dtype": "bf16"}
+    p = cluster.profile(sample_models.trace_loaded(spec, overrides, sample_models.load(spec, overrides), spec))
     assert _serve(p, "h200-141gb", 32, 8192, 256, tp=2).fits
     assert not _serve(p, "h200-141gb", 32, 8192, 256, tp=1).fits
     fp8 = _serve(p, "h200-141gb", 32, 8192, 256, tp=1, element_bytes=1)

@@ -61,6 +61,7 @@ SCRIPT = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow  # a fresh interpreter switching threads every 10 us: 15 s of the fast suite
 def test_first_uses_of_transformers_from_many_threads_all_answer():
     done = subprocess.run([sys.executable, "-c", SCRIPT], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]

@@ -3,9 +3,6 @@ command line, checked against the model's positions before anything is built."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
 import pytest
 
 import sample_models
@@ -35,34 +32,12 @@ def test_bad_shapes_are_named(bad, message):
         sample_models.load("hf:gpt2", overrides={**TINY, **bad})
 
 
-def test_the_command_line_flags_set_them():
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "cli",
-            "plan",
-            "hf:gpt2",
-            "--set",
-            "n_layer=1",
-            "--set",
-            "n_embd=32",
-            "--set",
-            "n_head=2",
-            "--set",
-            "vocab_size=100",
-            "--batch-size",
-            "2",
-            "--seq-len",
-            "16",
-            "--devices",
-            "2x1GiB",
-            "--out",
-            "-",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert done.returncode == 0, done.stderr
-    assert "batch_size=2" in done.stdout and "seq_len=16" in done.stdout
+def test_the_command_line_flags_set_them(capsys: pytest.CaptureFixture[str]):
+    from cli.main import main
+
+    sets = [a for k, v in TINY.items() for a in ("--set", f"{k}={v}")]
+    argv = ["plan", "hf:gpt2", *sets, "--batch-size", "2", "--seq-len", "16", "--devices", "2x1GiB", "--out", "-"]
+    code = main(argv)
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    assert "batch_size=2" in out and "seq_len=16" in out

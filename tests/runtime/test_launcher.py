@@ -74,13 +74,19 @@ def test_ranks_and_workers_die_with_a_killed_parent(tmp_path):
     assert alive == [], f"ranks outlived their parent: {alive}"
 
 
-def test_a_plan_that_breaks_a_rule_is_refused_before_any_rank_starts():
+def test_a_plan_that_breaks_a_rule_is_refused_before_any_rank_starts(monkeypatch):
     import dataclasses
 
     import torch
 
     import partitioner
     from partitioner import InvalidPlanError
+    from partitioner.runtime import execute
+
+    def started(*args, **kwargs):
+        raise AssertionError("a rank was launched for a plan that breaks a rule")
+
+    monkeypatch.setattr(execute, "launch", started)
 
     model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.ReLU(), torch.nn.Linear(4, 4))
     x = torch.randn(2, 4)
@@ -90,10 +96,9 @@ def test_a_plan_that_breaks_a_rule_is_refused_before_any_rank_starts():
         plan, partitions=(dataclasses.replace(plan.partitions[0], device_ids=()), *plan.partitions[1:])
     )
     before = faults.child_pids()
-    began = time.monotonic()
     with pytest.raises(InvalidPlanError, match="no device"):
         partitioner.run(homeless, graph, (x,))
-    assert time.monotonic() - began < 5 and faults.child_pids() <= before
+    assert faults.child_pids() <= before
 
 
 @pytest.mark.slow
