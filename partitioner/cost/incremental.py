@@ -43,8 +43,9 @@ class IncrementalCost:
         for v, p in enumerate(part):
             if p >= 0:
                 self.members[p].add(v)
-        self.readers: dict[tuple[int, int], int] = {}  # (op u, partition p) -> members of p reading u
-        self._links: dict[tuple[int, int], int] = {}  # (src, dst) -> (u, dst) pairs behind the edge
+        # readers[u][p]: members of partition p reading op u (indexed lists of dicts: no key tuples)
+        self.readers: list[dict[int, int]] = [{} for _ in range(cost.n)]
+        self._links: list[dict[int, int]] = [{} for _ in range(num)]  # [dst][src] -> (u, dst) pairs behind the edge
         # The partition DAG both ways: parents[dst][src] = bytes, as evaluate() counts them.
         self.parents: list[dict[int, int]] = [{} for _ in range(num)]
         self.children: list[set[int]] = [set() for _ in range(num)]
@@ -55,9 +56,9 @@ class IncrementalCost:
             if p < 0:
                 continue
             for u in op_preds[v]:
-                key = (u, p)
-                n = self.readers.get(key, 0)
-                self.readers[key] = n + 1
+                read = self.readers[u]
+                n = read.get(p, 0)
+                read[p] = n + 1
                 if not n and part[u] != p and part[u] >= 0:
                     self._link(part[u], p, out[u])
         self._best = [0.0] * cost.n  # scratch: the longest path ending at each node, within its partition
@@ -71,8 +72,9 @@ class IncrementalCost:
         return {(a, b): n for b, ps in enumerate(self.parents) for a, n in ps.items()}
 
     def _link(self, a: int, b: int, nbytes: int) -> None:
-        n = self._links.get((a, b), 0)
-        self._links[(a, b)] = n + 1
+        links = self._links[b]
+        n = links.get(a, 0)
+        links[a] = n + 1
         into = self.parents[b]
         if n:
             into[a] += nbytes
@@ -82,41 +84,45 @@ class IncrementalCost:
             self._backward += a > b
 
     def _unlink(self, a: int, b: int, nbytes: int) -> None:
-        left = self._links[(a, b)] - 1
+        links = self._links[b]
+        left = links[a] - 1
         if left:
-            self._links[(a, b)] = left
+            links[a] = left
             self.parents[b][a] -= nbytes
         else:
-            del self._links[(a, b)], self.parents[b][a]
+            del links[a], self.parents[b][a]
             self.children[a].discard(b)
             self._backward -= a > b
 
     def move(self, v: int, q: int) -> None:
         """Node v into partition q: O(deg v) now, O(|p| + |q|) at the next :meth:`schedule`."""
-        part, out = self.part, self.cost.out
+        part, out, readers = self.part, self.cost.out, self.readers
         p = part[v]
         if p == q:
             return
         for u in self.cost.op_preds[v]:  # v reads u: from p's readers to q's
             r = part[u]
-            n = self.readers[(u, p)] - 1
+            read = readers[u]
+            n = read[p] - 1
             if n:
-                self.readers[(u, p)] = n
+                read[p] = n
             else:
-                del self.readers[(u, p)]
+                del read[p]
                 if r != p and r >= 0:
                     self._unlink(r, p, out[u])
-            n = self.readers.get((u, q), 0)
-            self.readers[(u, q)] = n + 1
+            n = read.get(q, 0)
+            read[q] = n + 1
             if not n and r != q and r >= 0:
                 self._link(r, q, out[u])
-        for r in {part[w] for w in self.cost.op_users[v]}:  # v's output now leaves from q
-            if r < 0 or (v, r) not in self.readers:
-                continue
-            if r != p:
-                self._unlink(p, r, out[v])
-            if r != q:
-                self._link(q, r, out[v])
+        read = readers[v]
+        if read:
+            for r in {part[w] for w in self.cost.op_users[v]}:  # v's output now leaves from q
+                if r < 0 or r not in read:
+                    continue
+                if r != p:
+                    self._unlink(p, r, out[v])
+                if r != q:
+                    self._link(q, r, out[v])
         part[v] = q
         self.members[p].discard(v)
         self.members[q].add(v)
@@ -220,8 +226,7 @@ class IncrementalCost:
         order = self._order() if self._backward else range(num)
         if order is None:  # a cycle
             return math.inf, []
-        free_t: dict[int, float] = {}  # device -> when it is free
-        free_p: dict[int, int] = {}  # device -> the partition it ran last
+        on: dict[int, int] = {}  # device -> the partition it ran last (free at that one's finish)
         for p in order:
             start, came = 0.0, -1
             dst = devices_of[p]
@@ -242,15 +247,21 @@ class IncrementalCost:
                             t = finish[q] + alpha + nbytes / rate  # type: ignore[operator]  # not free: a rate
                         if t > start or t == start and (came < 0 or q < came):
                             start, came = t, q
-            for d in dst:
-                t = free_t.get(d, 0.0)  # start is never below 0: an unused device never delays
-                if t > start:
-                    start, came = t, free_p[d]
-            end = start + inner[p]
-            finish[p], came_from[p] = end, came
-            for d in dst:
-                free_t[d] = end
-                free_p[d] = p
+            # An unused device never delays: start is never below 0.
+            if len(dst) == 1:
+                d = dst[0]
+                last = on.get(d, -1)
+                if last >= 0 and finish[last] > start:
+                    start, came = finish[last], last
+                on[d] = p
+            else:
+                for d in dst:
+                    last = on.get(d, -1)
+                    if last >= 0 and finish[last] > start:
+                        start, came = finish[last], last
+                for d in dst:
+                    on[d] = p
+            finish[p], came_from[p] = start + inner[p], came
         total = max(finish)
         p = finish.index(total)  # the first of equals: the lowest id
         path = []
