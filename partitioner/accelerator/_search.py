@@ -13,6 +13,7 @@ import math
 from typing import Iterable, Iterator, Sequence
 
 from partitioner.accelerator._base import Assignment, Problem
+from partitioner.accelerator._described import describe as _describe
 from partitioner.accelerator._scored import SCORED_NODES, scored_trial
 from partitioner.cost.incremental import DeviceMemory, IncrementalCost
 from partitioner.units import format_seconds
@@ -93,8 +94,13 @@ class _State:
         if len(moves) == 1:
             ((v, q),) = moves
             old, new = self.devices_of[self.part[v]], self.devices_of[q]
-            touched = {*old, *new}
             memory, capacity = self.memory, self.capacity
+            if len(old) == 1 == len(new) and old != new and not self.cost.torch:  # the common case
+                a, b = old[0], new[0]
+                return memory.bytes[a] - memory.removed(v, a) <= capacity[a] and (
+                    memory.bytes[b] + memory.added(v, b) <= capacity[b]
+                )
+            touched = {*old, *new}
             ok = all(
                 memory.bytes[d] + (0 if d in old else memory.added(v, d)) - (0 if d in new else memory.removed(v, d))
                 <= capacity[d]
@@ -362,14 +368,6 @@ def _best_step(
         if lat is not None and math.isfinite(lat) and (best is None or lat < best[0] - _EPS):
             best = (lat, moves)
     return best
-
-
-def _describe(s: _State, moves: Sequence[tuple[int, int]], lat: float | None, outcome: str) -> str:
-    """One line on a tried move or swap for a decision trace."""
-    names = s.cost.graph.nodes
-    what = " and ".join(f"{names[v].name} P{s.part[v]} -> P{q}" for v, q in moves)
-    result = "does not fit" if lat is None else f"latency {format_seconds(lat)}"
-    return f"{what}: {result}, {outcome}"
 
 
 def _try(s: _State, moves: tuple[tuple[int, int], ...]) -> float | None:

@@ -182,7 +182,7 @@ class IncrementalCost:
         so the pops are the few, not all P. O(P log P + E)."""
         parents, children = self.parents, self.children
         num = len(parents)
-        indeg = [len(ps) for ps in parents]
+        indeg = list(map(len, parents))
         waiting: list[int] = []  # ready partitions passed over by the scan: a heap
         order = []
         nxt = 0  # the scan: every id below it is in order or passed over
