@@ -75,7 +75,7 @@ def test_the_readme_first_screen_says_what_it_is_for_shows_the_app_and_gives_the
     picture = re.search(r"!\[[^\]]+\]\((docs/img/[\w.-]+\.png)\)", head)
     assert picture and (ROOT / picture.group(1)).stat().st_size > 20_000
     start = "bash scripts/setup.sh && .venv/bin/streamlit run explorer/app.py"
-    test = 'bash scripts/setup.sh --test && .venv/bin/python -m pytest -q -m "not slow"'
+    test = 'bash scripts/setup.sh --test && .venv/bin/python -m pytest -q -m "not slow" -n auto'
     assert f"    {start}\n" in head and f"    {test}\n" in head
     assert test in (ROOT / ".ci" / "run").read_text()
     assert len(_text("README.md").splitlines()) < 80  # the reference lives in docs/
