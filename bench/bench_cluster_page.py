@@ -24,11 +24,11 @@ import json
 import os
 import subprocess
 import sys
-import tarfile
 import tempfile
 import time
-from io import BytesIO
 from pathlib import Path
+
+from bench_search import unpack_commit  # bench/ is the script's folder, first on sys.path
 
 ROOT = Path(__file__).resolve().parents[1]
 BEFORE = "1a4e1db"  # the release before issue 57 (its page opened the 70B question in 9.0 s at load 12.7)
@@ -72,15 +72,6 @@ def _run(root: Path, seq: int, folder: Path) -> dict:
     return json.loads(out.read_text())
 
 
-def _unpack(rev: str, folder: Path) -> Path:
-    """The tree of commit ``rev`` under ``folder``."""
-    data = subprocess.run(["git", "-C", str(ROOT), "archive", rev], check=True, capture_output=True).stdout
-    target = folder / "before"
-    with tarfile.open(fileobj=BytesIO(data)) as tar:
-        tar.extractall(target, filter="data")
-    return target
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--seq", type=int, default=8192, help="the page's sequence length (default 8192)")
@@ -93,7 +84,7 @@ def main() -> None:
     print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores; before = {args.before}")
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
-        old = _run(_unpack(args.before, folder), args.seq, folder)
+        old = _run(unpack_commit(args.before, folder), args.seq, folder)
         new = _run(ROOT, args.seq, folder)
     header = ("Llama-3-70B, seq " + str(args.seq), "before wall", "before cpu", "now wall", "now cpu", "cpu ratio")
     rows = [

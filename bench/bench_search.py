@@ -102,8 +102,8 @@ def _run(root: Path, case: str, profile: Path, folder: Path) -> dict:
     return pickle.loads(out.read_bytes())
 
 
-def _unpack(rev: str, folder: Path) -> Path:
-    """The tree of commit ``rev`` under ``folder``."""
+def unpack_commit(rev: str, folder: Path) -> Path:
+    """The tree of commit ``rev`` of this repository under ``folder`` (bench_cluster_page.py too)."""
     data = subprocess.run(["git", "-C", str(ROOT), "archive", rev], check=True, capture_output=True).stdout
     target = folder / "before"
     with tarfile.open(fileobj=BytesIO(data)) as tar:
@@ -122,7 +122,7 @@ def main() -> None:
         return
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
-        before = _unpack(args.before, folder)
+        before = unpack_commit(args.before, folder)
         print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores; before = {args.before[:10]}")
         header = ("case", "layouts", "before cpu", "before wall", "after cpu", "after wall", "cpu ratio", "answers")
         rows = []
