@@ -7,6 +7,7 @@ the server is killed with SIGKILL during a min-cut sweep.
     .venv/bin/python bench/bench_soak.py --model hf:llama-3-8b --actions 20
     .venv/bin/python bench/bench_soak.py --kill-only --kill-after-s 20   # the SIGKILL alone, mid-sweep
     .venv/bin/python bench/bench_soak.py --term-only          # SIGTERM while a session is inside torch
+    .venv/bin/python bench/bench_soak.py --cluster-only 5     # 5 sessions open Plan a cluster at once
 
 Loopback only: the server listens on 127.0.0.1 and headless Chromium visits nothing else.
 Bounded: every wait has a time limit (--wait-s), the whole run a deadline (--deadline-s), and
@@ -236,8 +237,14 @@ async def session(browser, base: str, name: str, path: str, answered: Callable[.
         await context.close()
 
 
-async def wave(browser, base: str, hf_spec: str, wait_ms: float) -> list[Answer]:
-    return list(await asyncio.gather(*(session(browser, base, n, p, a) for n, p, a in views(hf_spec, wait_ms))))
+async def wave(browser, base: str, hf_spec: str, wait_ms: float, cluster_only: int = 0) -> list[Answer]:
+    """A wave's sessions at once: :func:`views`, or ``cluster_only`` sessions of its Plan a cluster
+    view at seq 8192 (issue 57's 70B question: identical work shared, not repeated a session)."""
+    shown = views(hf_spec, wait_ms)
+    if cluster_only:
+        name, path, answered = next(v for v in shown if v[0].startswith("plan a cluster"))
+        shown = [(name, f"{path}&cl_seq=8192", answered)] * cluster_only
+    return list(await asyncio.gather(*(session(browser, base, n, p, a) for n, p, a in shown)))
 
 
 async def repeated(
@@ -399,6 +406,10 @@ async def main_async(args: argparse.Namespace) -> None:
                             f"{left} still running 5 s later"
                         )
                         return
+                    if args.cluster_only:
+                        answers = await wave(browser, base, args.model, wait_ms, args.cluster_only)
+                        report(f"{args.cluster_only} sessions opening Plan a cluster at once (fresh server)", answers)
+                        return
                     first = await wave(browser, base, args.model, wait_ms)
                     m1 = report("first wave (fresh server, nothing traced)", first)
                     second = await wave(browser, base, args.model, wait_ms)
@@ -451,6 +462,9 @@ def main() -> None:
         type=float,
         default=0.0,
         help="SIGKILL this long after the sweep's worker appears (default 0: while it starts)",
+    )
+    parser.add_argument(
+        "--cluster-only", type=int, default=0, help="only N sessions opening Plan a cluster at seq 8192 together"
     )
     parser.add_argument("--term-only", action="store_true", help="only the SIGTERM while a session is inside torch")
     parser.add_argument(
