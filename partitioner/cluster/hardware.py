@@ -196,11 +196,11 @@ def cluster(
     host_memory_bytes: int = HOST_MEMORY_BYTES,
 ) -> Cluster:
     """A :class:`Cluster` from preset names (``intra`` defaults to the accelerator's own link).
-        ``engine`` names what the times assume (:data:`partitioner.kernels.ENGINES`; unnamed: eager for
-        training, the serving engines' for inference, NOTE: [Serving engine]); ``overrides``
-        of the peak FLOP/s or bandwidth price the compute by the roofline of those figures (the card's
-        kernel curves no longer describe it). ``host_memory_bytes``: a node's host memory, which
-    ZeRO-Offload fills (default :data:`HOST_MEMORY_BYTES`, a DGX H100's)."""
+    ``engine`` names what the times assume (:data:`partitioner.kernels.ENGINES`; unnamed: eager for
+    training, the serving engines' for inference, NOTE: [Serving engine]); ``overrides`` of the
+    peak FLOP/s or bandwidth price the compute by the roofline of those figures (the card's kernel
+    curves no longer describe it). ``host_memory_bytes``: a node's host memory, which ZeRO-Offload
+    fills (default :data:`HOST_MEMORY_BYTES`, a DGX H100's)."""
     if "@" in accelerator:  # "h100-80gb@graphs"
         accelerator, _, engine = accelerator.rpartition("@")
     if engine is not None and engine not in ENGINES:
