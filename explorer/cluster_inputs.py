@@ -54,7 +54,9 @@ def min_cut_ui(graph: Graph, prof: cluster.ModelProfile) -> tuple[tuple[float, f
         if st.button("Measure min-cut budgets", key="cl_min_cut_run"):
             try:
                 results = panels.run_with_status(
-                    lambda progress: remat.sweep(graph, graph.example_inputs or (), MIN_CUT_BUDGETS, timeout_s=600)
+                    lambda progress: remat.sweep(graph, graph.example_inputs or (), MIN_CUT_BUDGETS, timeout_s=600),
+                    starting=f"Tracing the joint graph and running min-cut at {len(MIN_CUT_BUDGETS)} budgets in a "
+                    "worker (stopped after 10 minutes)...",
                 )
             except PartitionError as exc:
                 st.error(f"Cannot trace the joint graph: {md(exc)}")

@@ -213,12 +213,15 @@ def too_many_processes(count: int) -> str | None:
     )
 
 
-def run_with_status(start: Callable[[Callable[[str], None]], Any]) -> Any | None:
-    """Call ``start(progress)`` (a run on local processes) under a status box that shows its
-    progress; its :class:`~partitioner.RunError` becomes a message and None."""
+def run_with_status(
+    start: Callable[[Callable[[str], None]], Any], starting: str = "Starting processes..."
+) -> Any | None:
+    """Call ``start(progress)`` (a run on local processes, or work in a worker) under a status box
+    that says ``starting`` (what it does and how long it may take), then its progress; its
+    :class:`~partitioner.RunError` becomes a message and None."""
     from partitioner import RunError
 
-    with st.status("Starting processes...", expanded=True) as status:
+    with st.status(starting, expanded=True) as status:
         try:
             result = start(lambda text: status.update(label=text))
         except RunError as exc:

@@ -41,7 +41,9 @@ def _sweep(graph: Graph, loss: str) -> list[remat.RematResult] | None:
         done = panels.run_with_status(
             lambda progress: remat.sweep(
                 graph, graph.example_inputs or (), BUDGETS, loss, timeout_s=_time_limit_s(graph)
-            )
+            ),
+            starting=f"Tracing the joint graph and running min-cut at {len(BUDGETS)} budgets in a worker "
+            f"(stopped after {_minutes(_time_limit_s(graph))})...",
         )
     except PartitionError as exc:
         st.error(f"Cannot analyse training for this model: {md(exc)}")
