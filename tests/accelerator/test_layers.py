@@ -2,7 +2,6 @@
 
 import itertools
 import math
-import time
 
 import pytest
 from hypothesis import given, settings
@@ -162,17 +161,16 @@ def _residual_chain(layers):
     return Graph(nodes, name="residual_chain")
 
 
-def test_a_residual_chain_of_10000_nodes_is_partitioned_in_seconds():
+def test_a_residual_chain_of_10000_nodes_is_partitioned_by_every_mode():
     """Each of its 5,000 layers is a block: the layer-aligned start's quadratic cut made
-    cost_aware take 16 s here (and 5 s of its 5.3 s on a traced one of 8,000 nodes); the bound
-    is generous (bench/bench_modes.py times them against their targets)."""
+    cost_aware take 16 s here (and 5 s of its 5.3 s on a traced one of 8,000 nodes). Every mode
+    plans it validly; their time is the benchmark's (bench/bench_modes.py table 4 times residual
+    chains of 10,000 and 50,000 nodes against 1 s and 2 s), not a test's."""
     graph = _residual_chain(5000)
     assert len(graph) > 10_000
     devices = [Device(f"d{i}", int(graph.total_size_bytes / 4 * 1.3), i) for i in range(4)]
     problem, _ = _problem(graph, 4, 0.325)
     assert len(block_units(problem)) == 5000
     for mode in ("size_based", "largest_first", "cost_aware", "kl_based"):
-        start = time.perf_counter()
         plan = partitioner.partition(graph, devices, mode=mode, transfer_rate_bytes_per_s=1e9)
-        assert time.perf_counter() - start < 10.0, mode
-        assert plan.violations(graph) == []
+        assert plan.violations(graph) == [], mode
