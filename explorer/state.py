@@ -148,8 +148,8 @@ def restore_from_url(
         st.session_state.update({"dev_count": count, "dev_memory": memory, "dev_preset": CUSTOM})
     st.session_state.update(read.values)
     st.session_state["devices_for_model"] = model  # the link's devices, not reset again
-    if model == HF_MODEL:
-        st.session_state[HF_DEVICES_FOR] = LINK_DEVICES
+    if model == HF_MODEL and any(k in params for k in ("dev_preset", "dev_count", "dev_memory")):
+        st.session_state[HF_DEVICES_FOR] = LINK_DEVICES  # the link's devices stand; else the model's own
 
 
 def set_page(name: str) -> None:

@@ -53,3 +53,22 @@ def test_unticked_the_devices_stay_the_persons_own():
     _choose(at, "mistral-7b")
     assert at.session_state["dev_count"] == 3 and at.session_state["dev_memory"] == "4 MiB"
     assert not any("Devices set to" in shown(c.value) for c in at.sidebar.caption)
+
+
+def test_a_link_naming_a_preset_but_no_devices_opens_on_the_models_default_devices():
+    from app_helpers import APP, TIMEOUT
+    from streamlit.testing.v1 import AppTest
+
+    fresh = AppTest.from_file(APP, default_timeout=TIMEOUT)
+    fresh.query_params.update({"model": HF_MODEL, "hf_name": "gpt2", "hf_set": "n_layer=2 n_embd=64 n_head=4"})
+    fresh.run()
+    assert not fresh.exception, fresh.exception
+    assert fresh.session_state["dev_preset"] == HF_DEVICE_TYPE and fresh.session_state["dev_count"] == 2
+    assert not [e for e in errors(fresh) if e.startswith("No plan")], errors(fresh)
+    named = AppTest.from_file(APP, default_timeout=TIMEOUT)  # a link that names its devices keeps them
+    named.query_params.update(
+        {"model": HF_MODEL, "hf_name": "gpt2", "hf_set": "n_layer=2 n_embd=64 n_head=4", "dev_count": "3"}
+    )
+    named.run()
+    assert not named.exception and named.session_state["dev_count"] == 3
+    assert named.session_state["dev_preset"] != HF_DEVICE_TYPE
