@@ -9,27 +9,17 @@ import datetime
 import re
 
 import pytest
+from test_calibrate import _profile as _box
 
 from cli.main import main
 from partitioner import cluster
 from partitioner.calibration.naming import calibrated_words, dated_name, newest_calibrated
-from partitioner.device_profile import AlphaBeta, DeviceProfile, find_profile, profile_path
+from partitioner.device_profile import DeviceProfile, find_profile, profile_path
 
 
 def _profile(name: str, measured_at: str = "2026-01-01T00:00:00+00:00", load: float = 1.5) -> DeviceProfile:
-    return DeviceProfile(
-        name=name,
-        memory_bytes=8 * 2**30,
-        op_overhead_s=1e-6,
-        module_overhead_s=2e-6,
-        matmul=(("float32", ((2e3, 1e-6 + 2e-6), (2e6, 1e-6 + 2e-4))),),
-        copy=((1e3, 1e-6 + 1e-6), (1e6, 1e-6 + 1e-4)),
-        collectives=(("all_reduce", 2, AlphaBeta(50e-6, 1e9)), ("p2p", 2, AlphaBeta(20e-6, 2e9))),
-        slowdown=((1, 1.0), (2, 1.5)),
-        cores=2,
-        load_average=load,
-        measured_at=measured_at,
-    )
+    """test_calibrate's measured box, dated ``measured_at`` at ``load``."""
+    return dataclasses.replace(_box(name), load_average=load, measured_at=measured_at)
 
 
 @pytest.fixture
