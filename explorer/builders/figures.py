@@ -38,6 +38,8 @@ __all__ = [
     "TRANSFER_COLOUR",
     "round_ticks",
     "dollars",
+    "titled",
+    "partition_label",
 ]
 
 COMPUTE_COLOUR = "#4c78a8"
@@ -46,7 +48,8 @@ TRANSFER_COLOUR = "#b279a2"
 _CAPACITY_COLOUR = "#333333"
 
 
-def _layout(fig: go.Figure, title: str, height: int = 360) -> go.Figure:
+def titled(fig: go.Figure, title: str, height: int = 360) -> go.Figure:
+    """``fig`` with the house layout: ``title`` left-aligned, ``height`` pixels, narrow margins."""
     fig.update_layout(
         title={"text": title, "x": 0, "xanchor": "left"},
         height=height,
@@ -57,7 +60,8 @@ def _layout(fig: go.Figure, title: str, height: int = 360) -> go.Figure:
     return fig
 
 
-def _label(pid: int) -> str:
+def partition_label(pid: int) -> str:
+    """A partition's name on an axis or a bar ("P3")."""
     return f"P{pid}"
 
 
@@ -76,7 +80,7 @@ def memory_figure(plan: Plan, overlay: str = "device", graph: Graph | None = Non
         _device_bars(fig, plan, parts, names, capacities, scale)
     fig.add_scatter(
         name="device capacity",
-        x=[_label(p.id) for p in parts],
+        x=[partition_label(p.id) for p in parts],
         y=[(c or 0) / scale for c in capacities],
         mode="lines+markers",
         line={"color": _CAPACITY_COLOUR, "dash": "dash", "shape": "hvh"},
@@ -84,14 +88,14 @@ def memory_figure(plan: Plan, overlay: str = "device", graph: Graph | None = Non
         hovertext=[f"capacity {format_bytes(c or 0)}" for c in capacities],
         hoverinfo="text",
     )
-    fig.update_xaxes(type="category", categoryorder="array", categoryarray=[_label(p.id) for p in parts])
+    fig.update_xaxes(type="category", categoryorder="array", categoryarray=[partition_label(p.id) for p in parts])
     fig.update_yaxes(title=f"memory ({unit})", rangemode="tozero")
     title = (
         "Memory per partition against its device's capacity"
         if overlay == "device"
         else f"Memory per partition, coloured by {overlay}"
     )
-    return _layout(fig, title)
+    return titled(fig, title)
 
 
 def _device_bars(
@@ -128,7 +132,7 @@ def _device_bars(
         )
         fig.add_bar(
             name=key,
-            x=[_label(parts[i].id) for i in members],
+            x=[partition_label(parts[i].id) for i in members],
             y=[parts[i].memory_bytes / scale for i in members],
             marker={"color": colour, "line": {"color": "#333333", "width": 0.5}},
             hovertext=[
@@ -173,7 +177,7 @@ def _overlay_bars(
     fmt = formatter(overlay)
     fig.add_bar(
         name=f"coloured by {overlay}",
-        x=[_label(p.id) for p in parts],
+        x=[partition_label(p.id) for p in parts],
         y=[p.memory_bytes / scale for p in parts],
         marker={
             "color": [values[p.id] for p in parts],
@@ -223,7 +227,7 @@ def device_memory_figure(plan: Plan) -> go.Figure:
     )
     fig.update_xaxes(type="category")
     fig.update_yaxes(title=f"memory ({unit})", rangemode="tozero")
-    return _layout(fig, "Memory per device (shared inputs counted once)", height=300)
+    return titled(fig, "Memory per device (shared inputs counted once)", height=300)
 
 
 def latency_figure(plan: Plan) -> go.Figure:
@@ -235,7 +239,7 @@ def latency_figure(plan: Plan) -> go.Figure:
     critical = set(plan.critical_path)
     largest = max([max(p.compute_latency_s, p.memory_latency_s, p.latency_s, comm[p.id]) for p in parts] + [0.0])
     unit, scale = time_unit(largest)
-    x = [_label(p.id) for p in parts]
+    x = [partition_label(p.id) for p in parts]
     fig = go.Figure()
     for name, values, colour in (
         ("compute", [p.compute_latency_s for p in parts], COMPUTE_COLOUR),
@@ -262,7 +266,7 @@ def latency_figure(plan: Plan) -> go.Figure:
     crit = [p for p in parts if p.id in critical]
     fig.add_scatter(
         name="critical path",
-        x=[_label(p.id) for p in crit],
+        x=[partition_label(p.id) for p in crit],
         y=[max(p.latency_s, p.compute_latency_s, p.memory_latency_s, comm[p.id]) / scale * 1.08 for p in crit],
         mode="markers",
         marker={"symbol": "star", "size": 13, "color": CRITICAL_COLOUR},
@@ -272,7 +276,7 @@ def latency_figure(plan: Plan) -> go.Figure:
     fig.update_layout(barmode="group")
     fig.update_xaxes(type="category", categoryorder="array", categoryarray=x)
     fig.update_yaxes(title=f"time ({unit})", rangemode="tozero")
-    return _layout(fig, f"Latency per partition (end to end {format_seconds(plan.latency_s)})")
+    return titled(fig, f"Latency per partition (end to end {format_seconds(plan.latency_s)})")
 
 
 def comparison_figure(results: Sequence[ModeResult]) -> go.Figure:
@@ -316,7 +320,7 @@ def comparison_figure(results: Sequence[ModeResult]) -> go.Figure:
                 )
     fig.update_yaxes(rangemode="tozero")
     fig.update_annotations(font_size=13)
-    _layout(fig, "", height=320)
+    titled(fig, "", height=320)
     fig.update_layout(margin={"t": 30})
     return fig
 

@@ -7,7 +7,7 @@ from typing import Any, Sequence
 
 import plotly.graph_objects as go
 
-from explorer.builders.figures import _layout
+from explorer.builders.figures import titled
 from explorer.builders.tables import time_unit
 from explorer.builders.text import plain
 from partitioner.units import format_signed
@@ -27,7 +27,7 @@ def run_figure(partitions: Sequence[Any], unit_s: float | None = None) -> go.Fig
     fig.add_bar(name="waiting for inputs", x=names, y=[p.wait_s / scale for p in partitions], marker_color="#fdae6b")
     fig.update_layout(barmode="group")
     fig.update_yaxes(title=f"time ({unit})")
-    return _layout(fig, "Predicted against measured, per partition", height=320)
+    return titled(fig, "Predicted against measured, per partition", height=320)
 
 
 def predicted_parts_figure(parts: Sequence[tuple[str, float]], measured_s: float, title: str) -> go.Figure:
@@ -53,4 +53,4 @@ def predicted_parts_figure(parts: Sequence[tuple[str, float]], measured_s: float
     fig.update_layout(barmode="stack")
     fig.update_yaxes(title=f"time ({unit})")
     error = (measured_s - total) / total if total > 0 else float("nan")
-    return _layout(fig, f"{plain(title)}: predicted against measured (error {format_signed(error)})", height=340)
+    return titled(fig, f"{plain(title)}: predicted against measured (error {format_signed(error)})", height=340)

@@ -12,7 +12,7 @@ from typing import Sequence
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from explorer.builders.figures import _layout
+from explorer.builders.figures import titled
 from explorer.builders.tables import byte_unit, time_unit
 from partitioner import Graph
 from partitioner.draw.nodeview import block_of
@@ -145,7 +145,7 @@ def schedule_figure(sim: Simulation, ranks: int, transfer_s: Sequence[float] | f
         f"Schedule {sim.schedule}: step {format_seconds(sim.step_time_s)}, "
         f"bubble {sim.bubble_fraction:.1%} (labels: {'stage:' if several else ''}microbatch, where they fit)"
     )
-    fig = _layout(fig, title, height=max(260, 130 + 40 * ranks))
+    fig = titled(fig, title, height=max(260, 130 + 40 * ranks))
     # The legend above the plot, under the title: below it, it met the x-axis title.
     fig.update_layout(
         legend={"orientation": "h", "yanchor": "bottom", "y": 1.0, "xanchor": "left", "x": 0},
@@ -239,7 +239,7 @@ def microbatch_figure(points: Sequence[tuple[int, float, float]], chosen: int) -
     fig.update_yaxes(
         title="bubble (%)", range=[0, 100], tickvals=[0, 25, 50, 75, 100], showgrid=False, secondary_y=True
     )
-    fig = _layout(  # two lines: the whole title fits half a 1,280 px page
+    fig = titled(  # two lines: the whole title fits half a 1,280 px page
         fig,
         "Step time and bubble by microbatch count<br><sup>each count planned as the command line plans it; "
         "dashed: chosen</sup>",
@@ -311,7 +311,7 @@ def stage_memory_figure(pp: PipelinePlan, capacity: Sequence[int]) -> go.Figure:
     fig.update_layout(barmode="stack")
     top = max([*held, *limits], default=0) / scale
     fig.update_yaxes(title=f"memory ({unit})", range=[0, top * 1.08 or 1])  # the capacity marks always drawn
-    return _layout(fig, "Memory per device, its stages together" if shared else "Memory per stage against its device")
+    return titled(fig, "Memory per device, its stages together" if shared else "Memory per stage against its device")
 
 
 def run_figure(stages: Sequence[int], simulated_s: Sequence[float], measured_s: Sequence[float]) -> go.Figure:
@@ -324,4 +324,4 @@ def run_figure(stages: Sequence[int], simulated_s: Sequence[float], measured_s: 
     fig.update_layout(barmode="group")
     fig.update_yaxes(title=f"forward per microbatch ({unit})")
     fig.update_xaxes(title="stage")
-    return _layout(fig, "Simulated against measured, per stage")
+    return titled(fig, "Simulated against measured, per stage")

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import plotly.graph_objects as go
 
-from explorer.builders.figures import _label, _layout
+from explorer.builders.figures import partition_label, titled
 from explorer.builders.tables import schedule, time_unit
 from explorer.builders.text import plain
 from partitioner import Plan, format_bytes
@@ -32,7 +32,7 @@ def timeline_figure(plan: Plan) -> go.Figure:
             xref="paper",
             yref="paper",
         )
-        return _layout(fig, "Timeline per device", height=200)
+        return titled(fig, "Timeline per device", height=200)
     finish = max(f for _, f in times.values())
     unit, scale = time_unit(finish)
     rows: dict[int, list] = {}
@@ -48,7 +48,7 @@ def timeline_figure(plan: Plan) -> go.Figure:
             y=[names.get(d, f"unknown {d}")] * len(members),
             base=[times[p.id][0] / scale for p in members],
             x=[max(p.latency_s, 0.0) / scale for p in members],
-            text=[_label(p.id) for p in members],
+            text=[partition_label(p.id) for p in members],
             textposition="inside",
             insidetextanchor="middle",
             textangle=0,
@@ -102,7 +102,7 @@ def timeline_figure(plan: Plan) -> go.Figure:
     )
     fig.update_xaxes(title=f"time ({unit})", range=[0, finish / scale * 1.02 if finish > 0 else 1])
     height = max(220, 60 + 40 * len(categories))
-    return _layout(  # the key on a line of its own: the title fits half of 1,280 px
+    return titled(  # the key on a line of its own: the title fits half of 1,280 px
         fig, "Timeline per device<br><sup>red outline: critical path; hatched: transfers</sup>", height=height
     )
 

@@ -12,7 +12,7 @@ from typing import Mapping, Sequence
 
 import plotly.graph_objects as go
 
-from explorer.builders.figures import _layout
+from explorer.builders.figures import titled
 from explorer.builders.tables import byte_unit, time_unit
 from explorer.builders.text import plain
 from partitioner import Device, Graph
@@ -68,7 +68,7 @@ def tradeoff_figure(results: Sequence[RematResult], budget: float) -> go.Figure:
         )
     fig.update_xaxes(title=f"recomputation added to the backward ({t_unit})", rangemode="tozero")
     fig.update_yaxes(title=f"saved activations ({b_unit})", rangemode="tozero")
-    return _layout(fig, "Activation memory against recomputation (labels: budget)")
+    return titled(fig, "Activation memory against recomputation (labels: budget)")
 
 
 def training_memory_figure(used: Mapping[int, Mapping[str, int]], devices: Sequence[Device]) -> go.Figure:
@@ -101,7 +101,7 @@ def training_memory_figure(used: Mapping[int, Mapping[str, int]], devices: Seque
     )
     fig.update_layout(barmode="stack")
     fig.update_yaxes(title=f"memory ({unit})")
-    return _layout(fig, "Training memory per device against capacity")
+    return titled(fig, "Training memory per device against capacity")
 
 
 def remat_to_dot(graph: Graph, result: RematResult, max_nodes: int = 600) -> str:
@@ -171,4 +171,4 @@ def shard_memory_figure(before: Mapping[int, int], after: Mapping[int, int], dev
     )
     fig.update_layout(barmode="group")
     fig.update_yaxes(title=f"memory ({unit})", rangemode="tozero")
-    return _layout(fig, "Memory per device, unsharded and with the spec")
+    return titled(fig, "Memory per device, unsharded and with the spec")
