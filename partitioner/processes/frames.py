@@ -46,7 +46,7 @@ class Reply(NamedTuple):
     value: Any
 
 
-_CHANNEL: IO[bytes] | None = None  # in a rank: its result pipe (set by the rank's main)
+_CHANNEL: IO[bytes] | None = None  # in a rank or a worker: its result pipe (set by its main)
 _LOCK = threading.Lock()
 
 
@@ -55,8 +55,9 @@ def set_channel(stream: IO[bytes]) -> None:
     _CHANNEL = stream
 
 
-def send(message: Message) -> None:
-    """In a rank: write ``message`` to the launcher (from any thread); elsewhere nothing."""
+def send(message: Message | Reply) -> None:
+    """In a rank or a worker: write ``message`` to the process that started it (from any thread);
+    elsewhere nothing."""
     if _CHANNEL is not None:
         with _LOCK:
             write_frame(_CHANNEL, message)
