@@ -12,6 +12,7 @@ set while an ``fx.Interpreter`` runs the traced graph under ``preserve_node_meta
 The joint trace imports heavy modules and some of torch's estimators abort the process on CPU,
 so by default the work runs in a fresh worker interpreter with a time limit
 (:func:`partitioner.processes.worker.run_in_worker`); a failure raises :class:`~partitioner.errors.RunError` naming the cause.
+Its progress (the joint graph traced, then each budget done) reaches the caller as it goes.
 The graph travels as :class:`~partitioner.remat._portable.PortableGraph` (``torch.export``'s
 GraphModules do not pickle); weights on the meta device become fake tensors there, so a model of
 any size is analysed with no memory for its weights (Llama-3-8B's 32 layers: about 50 s and
@@ -23,7 +24,7 @@ from __future__ import annotations
 
 import copy
 import time
-from typing import Any, Sequence
+from typing import Any, Callable, NamedTuple, Sequence
 
 import torch
 import torch.fx as fx
@@ -32,6 +33,7 @@ from partitioner.devices import DEFAULT_SPEEDS
 from partitioner.errors import PartitionError
 from partitioner.graph import Graph
 from partitioner.op_table import VIEWS, is_view
+from partitioner.processes.worker import report, run_in_worker
 from partitioner.remat._portable import PortableGraph, from_portable, materialize, to_portable
 from partitioner.remat.memory import RematResult, check_request
 
@@ -48,11 +50,14 @@ def analyze(
     *,
     timeout_s: float | None = 300.0,
     flops_per_s: float = DEFAULT_SPEEDS["peak_flops"],
+    progress: Callable[[str], None] | None = None,
 ) -> RematResult:
     """Run functorch's min-cut on ``model``'s joint graph at ``budget``. The loss is the sum (or
     mean) of every floating-point output. ``timeout_s=None`` runs in this process (tests,
     benchmarks); otherwise in a worker process that is stopped at the limit."""
-    return sweep(model, example_inputs, (budget,), loss, timeout_s=timeout_s, flops_per_s=flops_per_s)[0]
+    return sweep(
+        model, example_inputs, (budget,), loss, timeout_s=timeout_s, flops_per_s=flops_per_s, progress=progress
+    )[0]
 
 
 def sweep(
@@ -63,8 +68,11 @@ def sweep(
     *,
     timeout_s: float | None = 300.0,
     flops_per_s: float = DEFAULT_SPEEDS["peak_flops"],
+    progress: Callable[[str], None] | None = None,
 ) -> list[RematResult]:
-    """:func:`analyze` at each budget, in one worker (the imports are paid once)."""
+    """:func:`analyze` at each budget, in one worker (the imports are paid once). ``progress``
+    gets a status line when the joint graph is traced and when each budget is done (in the
+    calling thread; whatever it raises stops the worker and comes out of this call)."""
     for b in budgets:
         check_request(b, loss)
     inputs = (example_inputs,) if isinstance(example_inputs, torch.Tensor) else tuple(example_inputs)
@@ -78,10 +86,8 @@ def sweep(
         gm = partitioner.trace(model, inputs).graph_module
     args = (to_portable(gm), inputs, tuple(float(b) for b in budgets), loss, flops_per_s)
     if timeout_s is None:
-        return _sweep(*args)
-    from partitioner.processes.worker import run_in_worker
-
-    return run_in_worker(_sweep, args, timeout_s, "the joint trace and min-cut")
+        return _sweep(*args, progress=progress)
+    return run_in_worker(_sweep, args, timeout_s, "the joint trace and min-cut", progress=progress)
 
 
 class _Tagged(torch.nn.Module):
@@ -98,14 +104,44 @@ class _Tagged(torch.nn.Module):
         return fx.Interpreter(self.gm).run(*args)
 
 
-def _sweep(
-    portable: PortableGraph, inputs: tuple[Any, ...], budgets: tuple[float, ...], loss: str, flops_per_s: float
-) -> list[RematResult]:
-    import torch._functorch.config as functorch_config
-    import torch.fx.traceback as fx_traceback
-    from torch._functorch.aot_autograd import aot_function, make_boxed_func
-    from torch._functorch.partitioners import min_cut_rematerialization_partition
+class _Model(NamedTuple):
+    """The traced graph ready to train: its module, its parameters and buffers by name (tied
+    ones once), the inputs, and whether they are fake (weights on the meta device)."""
 
+    module: _Tagged
+    state: dict[str, torch.Tensor]
+    inputs: tuple[Any, ...]
+    fake: bool
+
+
+def _sweep(
+    portable: PortableGraph,
+    inputs: tuple[Any, ...],
+    budgets: tuple[float, ...],
+    loss: str,
+    flops_per_s: float,
+    progress: Callable[[str], None] | None = None,
+) -> list[RematResult]:
+    """The work of :func:`sweep`, in the worker (``progress`` None: its lines go to the caller
+    by :func:`~partitioner.processes.worker.report`) or in this process."""
+    say = progress or report
+    began = time.perf_counter()
+    model = _prepare(portable, inputs)
+    results = []
+    joint_once: dict[str, Any] = {}
+    for i, budget in enumerate(budgets):
+        if model.fake and joint_once:  # NOTE: [One joint trace for fake weights]
+            seen = _cut_again(joint_once, budget)
+        else:
+            seen = _trace_and_cut(model, budget, loss, joint_once if model.fake else None, say if i == 0 else None)
+        # The split forward and backward must give eager's gradients (fake weights have no values).
+        equal = None if model.fake else _gradients_equal(model, loss)
+        results.append(_read(budget, seen, flops_per_s, equal))
+        say(f"min-cut at budget {budget:g}: {i + 1} of {len(budgets)} done ({time.perf_counter() - began:.1f} s)")
+    return results
+
+
+def _prepare(portable: PortableGraph, inputs: tuple[Any, ...]) -> _Model:
     gm = from_portable(portable)
     inputs, fake = materialize(gm, inputs)
     module = _Tagged(gm)
@@ -114,70 +150,79 @@ def _sweep(
         isinstance(x, torch.Tensor) and x.requires_grad for x in inputs
     ):
         raise PartitionError("the model has no trainable parameters: there is no backward to analyse")
+    return _Model(module, state, inputs, fake)
+
+
+def _trace_and_cut(
+    model: _Model, budget: float, loss: str, keep_joint: dict[str, Any] | None, say: Callable[[str], None] | None
+) -> dict[str, Any]:
+    """AOT autograd's joint trace of one training step, min-cut at ``budget`` as its partitioner,
+    and the step run (the gradients land in the parameters). Returns what min-cut gave and the
+    times; the joint graph goes into ``keep_joint`` where given, and its size to ``say``."""
+    import torch._functorch.config as functorch_config
+    import torch.fx.traceback as fx_traceback
+    from torch._functorch.aot_autograd import aot_function, make_boxed_func
+    from torch._functorch.partitioners import min_cut_rematerialization_partition
+
+    seen: dict[str, Any] = {}
 
     def forward(params: dict[str, torch.Tensor], *args: Any) -> Any:
-        return torch.func.functional_call(module, params, args)
+        return torch.func.functional_call(model.module, params, args)
 
-    results = []
-    joint_once: dict[str, Any] = {}
-    for budget in budgets:
-        seen: dict[str, Any] = {}
-        if fake and joint_once:  # NOTE: [One joint trace for fake weights]
-            start = time.perf_counter()
-            with functorch_config.patch(activation_memory_budget=budget):
-                fw, bw = min_cut_rematerialization_partition(
-                    copy.deepcopy(joint_once["joint"]), joint_once["inputs"], compiler="inductor", **joint_once["kw"]
-                )
-            seen.update(
-                fw=fw,
-                bw=bw,
-                outputs=joint_once["kw"].get("num_fwd_outputs", 1),
-                joint_s=0.0,
-                solver_s=time.perf_counter() - start,
-            )
-            results.append(_read(budget, seen, flops_per_s, None))
-            continue
+    def partition(joint: fx.GraphModule, joint_inputs: Any, **kw: Any) -> Any:
+        seen["joint_s"] = time.perf_counter() - seen["start"]
+        if say is not None:
+            say(f"joint graph traced: {len(joint.graph.nodes):,} nodes ({seen['joint_s']:.1f} s)")
+        if keep_joint is not None:
+            keep_joint.update(joint=copy.deepcopy(joint), inputs=joint_inputs, kw=kw)
+        start = time.perf_counter()
+        fw, bw = min_cut_rematerialization_partition(joint, joint_inputs, compiler="inductor", **kw)
+        seen.update(fw=fw, bw=bw, outputs=kw.get("num_fwd_outputs", 1), solver_s=time.perf_counter() - start)
+        return fw, bw
 
-        def partition(joint: fx.GraphModule, joint_inputs: Any, **kw: Any) -> Any:
-            seen["joint_s"] = time.perf_counter() - seen["start"]
-            if fake:
-                joint_once.update(joint=copy.deepcopy(joint), inputs=joint_inputs, kw=kw)
-            start = time.perf_counter()
-            fw, bw = min_cut_rematerialization_partition(joint, joint_inputs, compiler="inductor", **kw)
-            seen.update(fw=fw, bw=bw, outputs=kw.get("num_fwd_outputs", 1), solver_s=time.perf_counter() - start)
-            return fw, bw
+    def keep(gm: fx.GraphModule, example_inputs: Any) -> Any:  # aot_function's compiler protocol
+        return make_boxed_func(gm)
 
-        def keep(gm: fx.GraphModule, example_inputs: Any) -> Any:  # aot_function's compiler protocol
-            return make_boxed_func(gm)
+    seen["start"] = time.perf_counter()
+    for p in _trainable(model).values():
+        p.grad = None
+    with fx_traceback.preserve_node_meta(), functorch_config.patch(activation_memory_budget=budget):
+        compiled = aot_function(forward, fw_compiler=keep, bw_compiler=keep, partition_fn=partition)
+        _loss(compiled(model.state, *model.inputs), loss).backward()
+    return seen
 
-        seen["start"] = time.perf_counter()
-        trainable = {k: v for k, v in state.items() if v.requires_grad}
-        for p in trainable.values():
-            p.grad = None
-        with fx_traceback.preserve_node_meta(), functorch_config.patch(activation_memory_budget=budget):
-            compiled = aot_function(
-                forward,
-                fw_compiler=keep,
-                bw_compiler=keep,
-                partition_fn=partition,
-            )
-            _loss(compiled(state, *inputs), loss).backward()
-        # The split forward and backward must give eager's gradients (fake weights have no values).
-        if fake:
-            results.append(_read(budget, seen, flops_per_s, None))
-            continue
-        eager = torch.autograd.grad(_loss(module(*inputs), loss), list(trainable.values()), allow_unused=True)
-        equal = all(
-            torch.allclose(
-                p.grad if p.grad is not None else torch.zeros_like(p),
-                e if e is not None else torch.zeros_like(p),
-                rtol=1e-4,
-                atol=1e-6,
-            )
-            for p, e in zip(trainable.values(), eager)
+
+def _cut_again(joint_once: dict[str, Any], budget: float) -> dict[str, Any]:
+    """Min-cut at ``budget`` on a copy of the joint graph kept from the first trace."""
+    import torch._functorch.config as functorch_config
+    from torch._functorch.partitioners import min_cut_rematerialization_partition
+
+    start = time.perf_counter()
+    with functorch_config.patch(activation_memory_budget=budget):
+        fw, bw = min_cut_rematerialization_partition(
+            copy.deepcopy(joint_once["joint"]), joint_once["inputs"], compiler="inductor", **joint_once["kw"]
         )
-        results.append(_read(budget, seen, flops_per_s, equal))
-    return results
+    outputs = joint_once["kw"].get("num_fwd_outputs", 1)
+    return dict(fw=fw, bw=bw, outputs=outputs, joint_s=0.0, solver_s=time.perf_counter() - start)
+
+
+def _trainable(model: _Model) -> dict[str, torch.Tensor]:
+    return {k: v for k, v in model.state.items() if v.requires_grad}
+
+
+def _gradients_equal(model: _Model, loss: str) -> bool:
+    """Whether the gradients the split step left in the parameters are eager autograd's."""
+    trainable = _trainable(model)
+    eager = torch.autograd.grad(_loss(model.module(*model.inputs), loss), list(trainable.values()), allow_unused=True)
+    return all(
+        torch.allclose(
+            p.grad if p.grad is not None else torch.zeros_like(p),
+            e if e is not None else torch.zeros_like(p),
+            rtol=1e-4,
+            atol=1e-6,
+        )
+        for p, e in zip(trainable.values(), eager)
+    )
 
 
 # NOTE: [One joint trace for fake weights]
