@@ -218,7 +218,11 @@ def run_with_status(
 ) -> Any | None:
     """Call ``start(progress)`` (a run on local processes, or work in a worker) under a status box
     that says ``starting`` (what it does and how long it may take), then its progress; its
-    :class:`~partitioner.RunError` becomes a message and None."""
+    :class:`~partitioner.RunError` becomes a message and None.
+
+    Streamlit's Stop button (and a rerun) arrive as an exception from a status update, in
+    ``progress``: the run and its processes stop there, and the exception goes on up, as does any
+    other; the box then says the run did not finish."""
     from partitioner import RunError
 
     with st.status(starting, expanded=True) as status:
@@ -228,8 +232,20 @@ def run_with_status(
             status.update(label="The run failed", state="error")
             st.error(f"The run failed: {md(exc)}")
             return None
+        except BaseException:
+            _unfinished(status)
+            raise
         status.update(label="Run finished", state="complete")
         return result
+
+
+def _unfinished(status: Any) -> None:
+    """Label the box of a run that an exception ended; after a Stop every later update raises
+    Stop again (the page is going away), which the caller's own exception stands for."""
+    try:
+        status.update(label="The run did not finish", state="error")
+    except BaseException:  # noqa: BLE001 - the exception being raised already says what happened
+        pass
 
 
 def render_real_run(plan: Plan, graph: Graph) -> None:
