@@ -14,6 +14,7 @@ import threading
 import time
 from collections import OrderedDict
 from dataclasses import dataclass
+from typing import Callable
 
 import streamlit as st
 
@@ -86,29 +87,86 @@ def trace(choice: ModelChoice) -> Graph:
         "Building the model from its config (weights on the meta device when large) and tracing it: "
         "a few layers, repeated to its depth where its layers are identical (seconds), else the whole "
         "model (about 5 s per thousand operations); the trace is kept on disk, so opening it again takes "
-        "a fraction of a second..."
+        "a fraction of a second"
         if sample_models.is_hf(choice.name)
-        else "Tracing the model..."
+        else "Tracing the model"
     )
 
     def build() -> Graph:
         loaded = sample_models.load(choice.name, dict(choice.overrides), reload=choice.generation > 0)
         return sample_models.trace_loaded(choice.name, dict(choice.overrides), loaded, choice.label)
 
-    # NOTE: [One trace at a time]; the disk cache is shared with the command line (partitioner.tracing.cache)
-    with st.spinner(waiting), _TRACE_LOCK:
-        cached = _cached(choice)
-        if cached is not None:
-            return cached
-        graph = trace_cache.cached_trace(
-            None if choice.user else trace_cache.model_key(choice.name, dict(choice.overrides)), build
-        )
-        size = _graph_bytes(graph)
-        with _LOCK:  # cached before the next trace starts, so a session that waited finds it
-            _GRAPHS[choice] = (graph, size)
-            while len(_GRAPHS) > 1 and sum(b for _, b in _GRAPHS.values()) > MAX_CACHE_BYTES:
-                _GRAPHS.popitem(last=False)
-    return graph
+    def traced() -> Graph:
+        # NOTE: [One trace at a time]; the disk cache is shared with the command line (partitioner.tracing.cache)
+        with _TRACE_LOCK:
+            cached = _cached(choice)
+            if cached is not None:
+                return cached
+            graph = trace_cache.cached_trace(
+                None if choice.user else trace_cache.model_key(choice.name, dict(choice.overrides)), build
+            )
+            size = _graph_bytes(graph)
+            with _LOCK:  # cached before the next trace starts, so a session that waited finds it
+                _GRAPHS[choice] = (graph, size)
+                while len(_GRAPHS) > 1 and sum(b for _, b in _GRAPHS.values()) > MAX_CACHE_BYTES:
+                    _GRAPHS.popitem(last=False)
+            return graph
+
+    return _waited(choice, traced, waiting)
+
+
+# NOTE: [A trace runs beside the page] A trace runs in a thread of its own while the page's script
+# waits for it and redraws one line a second (what it does, the time so far). Streamlit stops or
+# reruns a script by raising from its next drawing call, so Stop, or a changed widget, ends the wait
+# within a second; the trace goes on to its end and lands in the cache, where the next run (the same
+# session's or another's) finds it, instead of being cut off inside torch.fx's patching (NOTE: [One
+# trace at a time]). A run that comes back while the trace is still going waits for the same thread.
+# Daemon threads: a server told to stop does not wait for them (NOTE: [Stopping while a script runs]
+# in explorer.state).
+@dataclass
+class _Tracing:
+    started: float
+    done: threading.Event
+    graph: Graph | None = None
+    error: BaseException | None = None
+
+
+_TRACING: dict[ModelChoice, _Tracing] = {}
+
+
+def _waited(choice: ModelChoice, traced: Callable[[], Graph], waiting: str) -> Graph:
+    """``traced()``'s graph, computed in the trace thread of ``choice`` (started here unless one
+    runs), while a line says ``waiting`` and the seconds so far (NOTE: [A trace runs beside the page])."""
+    with _LOCK:
+        job = _TRACING.get(choice)
+        if job is None:
+            job = _TRACING[choice] = _Tracing(time.monotonic(), threading.Event())
+            threading.Thread(target=_run, args=(choice, job, traced), name="trace", daemon=True).start()
+    line = st.empty()
+    try:
+        while not job.done.wait(0.25 if time.monotonic() - job.started < 0.25 else 1.0):
+            so_far = format_seconds(time.monotonic() - job.started)
+            line.info(
+                f"{waiting}. {so_far} so far (Stop ends the wait; the trace finishes and is kept).",  # our words
+                icon=":material/hourglass_top:",
+            )
+    finally:
+        line.empty()
+    if job.error is not None:
+        raise job.error
+    assert job.graph is not None
+    return job.graph
+
+
+def _run(choice: ModelChoice, job: _Tracing, traced: Callable[[], Graph]) -> None:
+    try:
+        job.graph = traced()
+    except BaseException as exc:  # noqa: BLE001 - handed to the page that waits, which shows it
+        job.error = exc
+    finally:
+        with _LOCK:
+            _TRACING.pop(choice, None)
+        job.done.set()
 
 
 def cached_graph_bytes() -> int:
