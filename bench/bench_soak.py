@@ -8,6 +8,7 @@ the server is killed with SIGKILL during a min-cut sweep.
     .venv/bin/python bench/bench_soak.py --kill-only --kill-after-s 20   # the SIGKILL alone, mid-sweep
     .venv/bin/python bench/bench_soak.py --term-only          # SIGTERM while a session is inside torch
     .venv/bin/python bench/bench_soak.py --cluster-only 5     # 5 sessions open Plan a cluster at once
+    .venv/bin/python bench/bench_soak.py --markup-only        # hostile markup in every surface (soak_markup.py)
 
 Loopback only: the server listens on 127.0.0.1 and headless Chromium visits nothing else.
 Bounded: every wait has a time limit (--wait-s), the whole run a deadline (--deadline-s), and
@@ -43,6 +44,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Awaitable, Callable
 from urllib.parse import urlencode
+
+import soak_markup  # bench/ is the script's folder, so on sys.path
 
 ROOT = Path(__file__).resolve().parents[1]
 CHROMIUM = "/usr/bin/chromium"
@@ -387,6 +390,11 @@ async def main_async(args: argparse.Namespace) -> None:
             async with async_playwright() as p:
                 browser = await p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
                 try:
+                    if args.markup_only:
+                        soak_markup.report(
+                            *await soak_markup.sweep(browser, base, min(args.wait_s, 60), args.deadline_s)
+                        )
+                        return
                     if args.term_only:
                         code, aborted, left = await term_while_busy(
                             browser, base, proc, args.model, args.wait_s, args.term_after_s
@@ -465,6 +473,9 @@ def main() -> None:
     )
     parser.add_argument(
         "--cluster-only", type=int, default=0, help="only N sessions opening Plan a cluster at seq 8192 together"
+    )
+    parser.add_argument(
+        "--markup-only", action="store_true", help="only the markup sweep (every surface x 6 payloads, by --deadline-s)"
     )
     parser.add_argument("--term-only", action="store_true", help="only the SIGTERM while a session is inside torch")
     parser.add_argument(
