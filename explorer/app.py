@@ -40,11 +40,10 @@ state.install_exit_hook()  # SIGTERM mid-run: no abort (NOTE: [Stopping while a 
 page = st.navigation(PAGES, position="top")
 state.set_page(NAMES.get(page.title, ""))
 state.restore_from_url(sample_models.names(), sidebar.PLAN_MODES, devices_panel.default_device_controls)
-state.keep_widget_state()
 state.follow_page_request()
 state.set_config(sidebar.config_ui())
 state.write_url()
 state.show_size_warning()
-link_notes = st.container()  # above the page: the link's values its bound widgets could not hold
+link_notes = st.container()  # above the page: the link's page keys no widget of it holds
 page.run()
 state.show_bound_notes(link_notes)

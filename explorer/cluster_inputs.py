@@ -1,6 +1,8 @@
 """The Plan a cluster page's input panels: the workload (training or serving, batch, precision,
 optimizer), the hardware (accelerator, nodes, links, price, headroom, engine) and the min-cut
-budgets measured for the model. The precisions and optimizers are the library's own tables."""
+budgets measured for the model. The precisions and optimizers are the library's own tables. Every
+field is held in the URL by Streamlit's binding (NOTE: [Bound keys] in ``explorer.builders.links``):
+its default is the widget's own (``value=``, ``index=``), which the binding keeps out of the URL."""
 
 from __future__ import annotations
 
@@ -84,16 +86,16 @@ def tokens_in_words(count: float) -> str:
     return number(count)
 
 
+BOUND: dict[str, Any] = {"bind": "query-params", "persist_state": "session"}  # a field in the link, kept across pages
+
+
 def _bounded(box: Any, label: str, key: str, default: float, **kwargs: Any) -> Any:
-    """A number field in its link range (:data:`RANGES`, the command line's too): a value out of it is
-    said beside the field and above the page, not dropped in the browser. The default is set in
-    session state, not as the widget's value, since a link sets the same key (Streamlit warns of both)."""
+    """A number field in its range (:data:`RANGES`, the command line's too): a value out of it, typed
+    or from a link, is said beside the field and above the page, not dropped in the browser."""
     low, high = RANGES[key]
-    st.session_state.setdefault(key, default)
     before = len(range_notes())
-    value = bounded_number(
-        box, label, low or 0, high if high is not None else float("inf"), key=key, fallback=default, **kwargs
-    )
+    high = high if high is not None else float("inf")
+    value = bounded_number(box, label, low or 0, high, key=key, fallback=default, value=default, **BOUND, **kwargs)
     _page_notes().extend(range_notes()[before:])
     return value
 
@@ -123,7 +125,7 @@ def workload_ui(traced_bytes: int = 2, model_key: str = "") -> cluster.Workload:
     st.session_state[_PRECISION_MODEL] = model_key
     st.session_state[_PAGE_NOTES] = []  # hardware_ui shows this page's notes after its own fields
     cols = st.columns(4)
-    kind = cols[0].selectbox("Work", ["training", "inference"], key="cl_kind")
+    kind = cols[0].selectbox("Work", ["training", "inference"], key="cl_kind", **BOUND)
     training = kind == "training"
     if training:
         batch = int(_bounded(cols[1], "Global batch (sequences a step)", "cl_batch", 512, step=1))
@@ -146,6 +148,7 @@ def workload_ui(traced_bytes: int = 2, model_key: str = "") -> cluster.Workload:
             list(PRECISIONS),
             index=list(PRECISIONS).index(precision_for(traced_bytes)),
             key="cl_precision",
+            **BOUND,
             help="bf16: bf16 weights and activations with fp32 master weights and state",
         )
     ]
@@ -154,8 +157,9 @@ def workload_ui(traced_bytes: int = 2, model_key: str = "") -> cluster.Workload:
         "Optimizer",
         list(OPTIMIZERS),
         format_func=lambda name: f"{name}: {OPTIMIZERS[name].label}",
-        key="cl_optimizer",
+        key="cl_optimizer",  # the link holds its label (format_func), as the box shows it
         disabled=not training,
+        **BOUND,
     )
     train_tokens = float(
         _bounded(
@@ -171,7 +175,9 @@ def workload_ui(traced_bytes: int = 2, model_key: str = "") -> cluster.Workload:
     if training:
         cols[1].caption(md(f"{tokens_in_words(train_tokens)} tokens"))
     generate = int(
-        cols[2].number_input("Tokens generated per sequence", 0, 1 << 16, 256, key="cl_generate", disabled=training)
+        cols[2].number_input(
+            "Tokens generated per sequence", 0, 1 << 16, 256, key="cl_generate", disabled=training, **BOUND
+        )
     )
     return cluster.Workload(kind, batch, seq, precision.bytes, optimizer, train_tokens, generate, dtype=precision.short)
 
@@ -196,7 +202,7 @@ def hardware_ui(kind: str = "training") -> dict[str, Any]:
     the workload's, which picks the engine's default)."""
     cols = st.columns(4)
     names = list(cluster.ACCELERATORS)
-    accelerator = cols[0].selectbox("Accelerator", names, index=names.index("h100-80gb"), key="cl_accelerator")
+    accelerator = cols[0].selectbox("Accelerator", names, index=names.index("h100-80gb"), key="cl_accelerator", **BOUND)
     preset = cluster.ACCELERATORS[accelerator]
     cols[1].caption(
         md(
@@ -204,7 +210,7 @@ def hardware_ui(kind: str = "training") -> dict[str, Any]:
             f"{preset.memory_bandwidth_bytes_per_s / 1e12:.2f} TB/s memory"
         )
     )
-    per_node = int(cols[2].number_input("Devices per node", 1, 64, 8, key="cl_per_node"))
+    per_node = int(cols[2].number_input("Devices per node", 1, 64, 8, key="cl_per_node", **BOUND))
     max_nodes = int(  # RANGES: the command line's --max-nodes range too (cli/cluster.py)
         _bounded(
             cols[3],
@@ -223,9 +229,10 @@ def hardware_ui(kind: str = "training") -> dict[str, Any]:
         links,
         index=links.index(own),
         key=f"cl_intra_{accelerator}",
+        **BOUND,
         help="defaults to the accelerator's own link",
     )
-    inter = cols[1].selectbox("Link between nodes", links, index=links.index("infiniband-ndr"), key="cl_inter")
+    inter = cols[1].selectbox("Link between nodes", links, index=links.index("infiniband-ndr"), key="cl_inter", **BOUND)
     price = float(
         cols[2].number_input(
             "$ per device-hour",
@@ -233,6 +240,7 @@ def hardware_ui(kind: str = "training") -> dict[str, Any]:
             1000.0,
             float(preset.price_per_hour),
             key=f"cl_price_{accelerator}",
+            **BOUND,
             help="defaults to the preset's list price",
         )
     )
@@ -243,6 +251,7 @@ def hardware_ui(kind: str = "training") -> dict[str, Any]:
             64.0,
             4.0,
             key="cl_headroom",
+            **BOUND,
             help="kept free on every device: CUDA context, fragmentation",
         )
     )

@@ -3,9 +3,9 @@ and loaders that fetch the cached graph and plan, showing any error with ``st.er
 
 Session state holds only small things: the config (a frozen dataclass of tuples) and the
 hand-edited mapping (``explorer.builders.editing.Edit``). A link's settings: the sidebar's and the
-Plan a cluster and Training memory pages' are read and written here (checked, with notes); the
-other pages' widgets are bound to the URL by Streamlit (NOTE: [Bound keys] in
-``explorer.builders.links``), and only what that binding dropped is said here.
+few page values no widget binding can hold are read and written here (checked, with notes); the
+pages' widgets are bound to the URL by Streamlit (NOTE: [Bound keys] in
+``explorer.builders.links``), and only what that binding did not take is said here.
 """
 
 from __future__ import annotations
@@ -23,19 +23,17 @@ from streamlit.errors import StreamlitAPIException
 
 import sample_models
 from explorer import compute
-from explorer.builders.config import PlanConfig
+from explorer.builders.config import DEFAULT_MODEL, PlanConfig
 from explorer.builders.inputs import CUSTOM, device_types, size_warning
 from explorer.builders.links import (
-    BOUND_KEYS,
+    HAND_KEYS,
     HF_URL_KEYS,
     PAGE_PREFIXES,
     URL_KEYS,
     bound_notes,
     page_keys,
-    page_kind,
     read_link,
     read_page_link,
-    shown,
 )
 from explorer.builders.text import md
 from partitioner import Graph
@@ -69,80 +67,55 @@ HF_DEVICES_FOR = "hf_devices_for"  # the hf: model the devices were last set for
 HF_DEVICES_NOTE = "hf_devices_note"  # what the sidebar said it set them to
 LINK_DEVICES = "(the link's)"  # HF_DEVICES_FOR when a link set the devices: they stand
 URL_RESTORED = "url_restored"
-LINK_BOUND = "link_bound"  # the link's values for bound widgets, until their widgets have read them
+LINK_BOUND = "link_bound"  # the link's page keys, until the page has drawn its widgets
 PAGE = "current_page"  # the page this run draws (a key of PAGE_PREFIXES), whose view the URL carries
 
 
-def _kept(key: str) -> bool:
-    """A view key of another page that Streamlit does not keep on its own: the hand-carried page keys
-    (NOTE: [Bound keys] in explorer.builders.links) of the pages whose widgets are not bound."""
-    here = PAGE_PREFIXES.get(st.session_state.get(PAGE, ""))
-    return any(key.startswith(p) for p in PAGE_PREFIXES.values() if p != here) and page_kind(
-        key, st.session_state.get(key)
-    ) not in (None, object)
-
-
 def page_choices() -> dict[str, list]:
-    """The options of the pages' choice widgets, to check a link's values against."""
-    from partitioner import cluster
+    """The options of the hand-carried choices (NOTE: [Bound keys]), to check a link's values against."""
     from partitioner.accelerator import steps
-    from partitioner.cost.training import OPTIMIZERS
-    from partitioner.units import PRECISIONS
 
-    links = list(cluster.LINKS)
+    engines = ["eager", "graphs"]
     return {
         "learn_algorithm": list(steps.ALGORITHMS),
-        "tm_budget": [0.0, 0.25, 0.5, 0.75, 1.0],
         "sh_spec_from": ["model", "suggest"],
-        "cl_kind": ["training", "inference"],
-        "cl_engine": ["eager", "graphs"],
-        "cl_serve_engine": ["eager", "graphs"],
-        "cl_precision": [d.label for d in PRECISIONS],
-        "cl_optimizer": list(OPTIMIZERS),
-        "cl_accelerator": list(cluster.ACCELERATORS),
-        "cl_inter": links,
-        **{f"cl_intra_{name}": links for name in cluster.ACCELERATORS},
+        "cl_engine": engines,
+        "cl_serve_engine": engines,
     }
 
 
 EXPLORE_VIEWS = ("Partition DAG", "Model graph by module")
 
 
-def keep_widget_state() -> None:
-    """Re-own other pages' hand-carried view keys at the start of a run, so a page switch keeps them
-    (Streamlit drops the state of widgets a run did not draw). The sidebar's and the bound page
-    widgets keep theirs with ``persist_state="session"``."""
-    for key in list(st.session_state.keys()):
-        if isinstance(key, str) and _kept(key):
-            st.session_state[key] = st.session_state[key]
+def _page_key(key: str) -> bool:
+    """A key Streamlit's binding reads (a page's prefix), not one carried here."""
+    return key not in HAND_KEYS and any(key.startswith(p) for p in PAGE_PREFIXES.values())
 
 
 def restore_from_url(
     models: list[str], modes: list[str], device_defaults: Callable[[str], tuple[int, str]] | None = None
 ) -> None:
-    """On a session's first run, set the sidebar from the URL's query parameters (those a
-    shared link carries), each checked as its widget would check it
-    (:func:`explorer.builders.links.read_link`): a value out of its range is clamped, one a widget
-    could not hold is dropped; a warning says which, and :func:`write_url` then leaves them out of
-    the URL. Never raises."""
+    """On a session's first run, set the sidebar (for the link's model, else the sidebar's own) and
+    the hand-carried page values from the URL's query parameters (those a shared link carries),
+    each checked as its widget would check it (:func:`explorer.builders.links.read_link`): a value
+    out of its range is clamped, one a widget could not hold is dropped; a warning says which, and
+    :func:`write_url` then leaves them out of the URL. The page keys are Streamlit's binding's, said
+    by :func:`show_bound_notes`. Never raises."""
     if st.session_state.get(URL_RESTORED):
         return
     st.session_state[URL_RESTORED] = True
     params = st.query_params.to_dict()
-    read = read_link(params, models, modes, device_types(), HF_MODEL, sample_models.config_class)
+    model = params.get("model") or st.session_state.get("model") or DEFAULT_MODEL  # none named: the sidebar's
+    config_class = sample_models.config_class
+    read = read_link(params, models, modes, device_types(), HF_MODEL, config_class, default_model=model)
     view = read_page_link(params, page_choices())
-    st.session_state[LINK_BOUND] = {k: params[k] for k in BOUND_KEYS if k in params}
+    st.session_state[LINK_BOUND] = {k: v for k, v in params.items() if _page_key(k)}
+    st.session_state.update(view.values)
     notes = read.notes + view.notes
-    for key, value in view.values.items():  # each alone: one Streamlit refuses costs the page nothing
-        try:
-            st.session_state[key] = value
-        except StreamlitAPIException:
-            notes += (f"{shown(key)} in the link was ignored: its widget cannot be set from a link",)
     if notes:
         st.warning(md("The link's settings were checked: " + "; ".join(notes) + "."))
     if not read.values:
         return
-    model = params["model"]
     if device_defaults is not None and model != HF_MODEL:  # what the link leaves out is the model's default devices
         count, memory = device_defaults(model)
         st.session_state.update({"dev_count": count, "dev_memory": memory, "dev_preset": CUSTOM})
@@ -158,21 +131,26 @@ def set_page(name: str) -> None:
 
 
 def show_bound_notes(box: DeltaGenerator) -> None:
-    """After the page drew its widgets, in ``box`` (a container above the page): which of the link's
-    values Streamlit's binding dropped (:func:`explorer.builders.links.bound_notes`). Once a value."""
-    link = st.session_state.get(LINK_BOUND)
+    """After the page the link opened drew its widgets, in ``box`` (a container above the page):
+    which of the link's page keys no widget holds (:func:`explorer.builders.links.bound_notes`),
+    each then taken out of the URL unless a widget is bound to it. Once a link."""
+    link = st.session_state.pop(LINK_BOUND, None)
     if not link:
         return
-    notes = bound_notes(link, st.session_state.to_dict())
-    for key in [k for k in link if k in st.session_state]:  # read by its widget: said once
-        del link[key]
+    left = st.query_params.to_dict()
+    notes = bound_notes(link, st.session_state.to_dict(), st.session_state.get(PAGE, ""), left)
+    for key in [k for k in notes if left.get(k) == link[k]]:
+        try:
+            del st.query_params[key]  # no widget reads it: not carried on
+        except StreamlitAPIException:  # bound to a widget: Streamlit's own
+            pass
     if notes:
-        box.warning(md("The link's settings were checked: " + "; ".join(notes) + "."))
+        box.warning(md("The link's settings were checked: " + "; ".join(notes.values()) + "."))
 
 
 def write_url() -> None:
-    """Put the sidebar's current settings and the current page's hand-carried view in the URL (a
-    link that reopens this view), leaving the keys Streamlit binds to their widgets as they are.
+    """Put the sidebar's current settings and the current page's hand-carried values in the URL (a
+    link that reopens this view), leaving the page keys to Streamlit's binding.
     Pages call it again after changing their own state mid-run."""
     params = {}
     model = st.session_state.get("model")
@@ -185,7 +163,7 @@ def write_url() -> None:
             params[key] = str(st.session_state[key])
     params.update(page_keys(st.session_state.get(PAGE, ""), st.session_state.to_dict()))
     current = st.query_params.to_dict()
-    for key in [k for k in current if k not in params and k not in BOUND_KEYS]:
+    for key in [k for k in current if k not in params and not _page_key(k)]:
         del st.query_params[key]
     changed = {k: v for k, v in params.items() if current.get(k) != v}
     if changed:

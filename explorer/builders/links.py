@@ -3,23 +3,23 @@ typed and checked against its widget's rule (a number's range, a choice among th
 size knob of the model's config), out-of-range numbers clamped and unreadable values dropped,
 each with a note that says why. Pure: the app's ``explorer.state`` applies the result.
 
-NOTE: [Bound keys] The page widgets in :data:`BOUND_KEYS` are held in the URL by Streamlit's own
-binding (``bind="query-params"``): Streamlit reads them from a link (dropping a value the widget
-cannot hold), writes them back as they change, and keeps them out of the URL at their defaults.
-Nothing here reads or writes them; :func:`bound_notes` only says which of a link's values the
-binding dropped. The sidebar is not bound: its links are checked beyond what a widget checks
-(a memory size parsed, a size knob checked by the model's config, a number out of range clamped
-rather than dropped). The Plan a cluster and Training memory pages' keys are carried here too, and
-the Learn page's (its player sets the step before the slider is drawn; a bound algorithm box would
-put its label, not its name, in the URL).
-
-NOTE: [Page keys] A link carries only the keys of :data:`PAGE_URL_KEYS` and the per-accelerator
-patterns of ``_PAGE_PATTERNS``: the widgets that take a value. Any other key is dropped with a note
-naming it, never put in session state: a button's key set from a link (``cl_min_cut_run=1``)
-makes Streamlit refuse the page (StreamlitValueAssignmentNotAllowedError), and a key no widget
-reads would ride along in every link after. A widget added to a page is added to the table. A
-value is said in a note cut to :data:`SHOWN_CHARS` characters; a text value longer than
-:data:`MAX_LINK_TEXT` is dropped (a layout or a preset name is tens of characters)."""
+NOTE: [Bound keys] A page's widgets are held in the URL by Streamlit's own binding
+(``bind="query-params"``, with ``persist_state="session"`` so a page switch keeps them): Streamlit
+reads them from a link (dropping a value the widget cannot hold: not an option, out of its range),
+writes them back as they change, and keeps them out of the URL at their defaults. A key names its
+page by its prefix (:data:`PAGE_PREFIXES`); nothing here lists a page's widgets. After the page drew
+its widgets, :func:`bound_notes` says which of the link's page keys no widget holds: dropped by the
+binding, a button's or a chart's key, or a key no widget of the page reads; the app then takes them
+out of the URL. None is put in session state: a button's key set from a link
+(``cl_min_cut_run=1``) makes Streamlit refuse the page (StreamlitValueAssignmentNotAllowedError).
+Only :data:`HAND_KEYS` are carried here, since no binding can hold them: the Learn player sets
+``learn_step`` before its slider is drawn (a bound widget's value cannot be set then), the
+algorithm box shows a label (``format_func``) that the binding would put in the URL,
+``sh_spec_from`` is no widget, and the engine radios (``explorer.panels.engine_ui``) start at a
+default set in session state, which a bound widget would write into every link. The sidebar is not bound: its links are checked beyond what a widget
+checks (a memory size parsed, a size knob checked by the model's config, a number out of range
+clamped rather than dropped). A value is said in a note cut to :data:`SHOWN_CHARS` characters; a
+text value longer than :data:`MAX_LINK_TEXT` is dropped (a preset name is tens of characters)."""
 
 from __future__ import annotations
 
@@ -38,13 +38,11 @@ __all__ = [
     "read_link",
     "read_page_link",
     "page_keys",
-    "page_kind",
     "URL_KEYS",
     "HF_URL_KEYS",
-    "PAGE_URL_KEYS",
+    "HAND_KEYS",
     "PAGE_PREFIXES",
     "RANGES",
-    "BOUND_KEYS",
     "bound_notes",
     "MAX_LINK_TEXT",
     "SHOWN_CHARS",
@@ -54,18 +52,6 @@ __all__ = [
 MAX_LINK_TEXT = 500  # characters of one value a link carries
 MAX_SAFE_INTEGER = 2**53 - 1  # a browser's number box holds no larger whole number (JavaScript's)
 SHOWN_CHARS = 60  # of a value or a key, in a note
-
-# Page widgets bound to the URL by Streamlit (NOTE: [Bound keys]).
-BOUND_KEYS = (
-    "explore_view",
-    "explore_overlay",
-    "explore_search",
-    "pp_ranks",
-    "pp_microbatches",
-    "pp_schedule",
-    "pp_training",
-    "sh_training",
-)
 
 URL_KEYS: dict[str, type] = {
     "model": str,
@@ -81,7 +67,8 @@ URL_KEYS: dict[str, type] = {
     "torch_cost_model": bool,
 }
 HF_URL_KEYS: dict[str, type] = {"hf_name": str, "hf_set": str, "hf_batch": int, "hf_seq": int}  # with hf: only
-# The sidebar widgets' own bounds (None: unbounded on that side).
+# The bounds of the fields that take any number and say a value out of range (explorer.fields), the
+# sidebar's and the Plan a cluster page's (the command line's too); None: unbounded on that side.
 RANGES: dict[str, tuple[float | None, float | None]] = {
     "dev_count": (1, 1024),
     "transfer_gbps": (0.0, None),
@@ -94,15 +81,10 @@ RANGES: dict[str, tuple[float | None, float | None]] = {
     "cl_prompt": (1, 1 << 20),
     "cl_seq": (1, 1 << 20),
     "cl_tokens": (1e6, 1e15),
-    "cl_generate": (0, 1 << 16),
-    "cl_per_node": (1, 64),
     "cl_max_nodes": (1, 4096),  # Llama 3's 16,384 H100s are 2,048 nodes of 8; the CLI's --max-nodes too
-    "cl_headroom": (0.0, 64.0),
     "cl_host_gib": (1.0, 65536.0),  # host memory a node, GiB (the command line's --host-memory, up to 64 TiB)
-    "cl_price_": (0.0, 1000.0),  # every accelerator's $ per device-hour (its number box's range)
 }
-# What each page's own widgets hold (its view), carried by a link to that page: the key's prefix
-# names the page; only the keys listed below are carried (NOTE: [Page keys]).
+# The page a key belongs to, by its prefix (NOTE: [Bound keys]).
 PAGE_PREFIXES: dict[str, str] = {
     "explore": "explore_",
     "learn": "learn_",
@@ -111,47 +93,14 @@ PAGE_PREFIXES: dict[str, str] = {
     "sharding": "sh_",
     "cluster": "cl_",
 }
-PAGE_URL_KEYS: dict[str, type] = {  # the page keys Streamlit does not bind
-    "learn_algorithm": str,  # not bound: the URL would hold its label (format_func), not its name
-    "learn_step": int,  # the player sets it before its slider is drawn
-    "tm_budget": float,
-    "tm_loss": str,
-    "tm_optimizer": str,
-    "sh_spec_from": str,  # the Sharding spec's origin ("model", "suggest"), made again by the receiver
-    "cl_kind": str,
+# Not bound (NOTE: [Bound keys]); the engine radios' default is set in session state (explorer.panels).
+HAND_KEYS: dict[str, type] = {
+    "learn_algorithm": str,
+    "learn_step": int,
+    "sh_spec_from": str,
     "cl_engine": str,
     "cl_serve_engine": str,
-    "cl_serve_batch": int,
-    "cl_prompt": int,
-    "cl_batch": int,
-    "cl_seq": int,
-    "cl_precision": str,
-    "cl_optimizer": str,
-    "cl_tokens": float,
-    "cl_generate": int,
-    "cl_accelerator": str,
-    "cl_per_node": int,
-    "cl_max_nodes": int,
-    "cl_inter": str,
-    "cl_headroom": float,
-    "cl_host_gib": float,
-    "cl_write": str,
 }
-_PAGE_PATTERNS: tuple[tuple[str, type], ...] = (("cl_intra_", str), ("cl_price_", float))
-# Plan a cluster keys that are actions or files, never a view: buttons, downloads, charts, run state.
-_NOT_CARRIED = (
-    "cl_open",
-    "cl_run",
-    "cl_min_cut",
-    "cl_dl_",
-    "cl_stage_dag",
-    "cl_memory",
-    "cl_time",
-    "cl_timeline",
-    "cl_rank_memory",
-    "cl_pareto",
-    "cl_run_chart",
-)
 _TRUE, _FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
 
 
@@ -193,9 +142,7 @@ def shown(text: Any, limit: int = SHOWN_CHARS) -> str:
 
 
 def _range(key: str) -> tuple[float | None, float | None]:
-    if key in RANGES:
-        return RANGES[key]
-    return next((r for k, r in RANGES.items() if k.endswith("_") and key.startswith(k)), (None, None))
+    return RANGES.get(key, (None, None))
 
 
 def _clamped(key: str, value: Any, text: str, notes: list[str]) -> Any:
@@ -256,14 +203,16 @@ def read_link(
     presets: Sequence[str],
     hf_model: str,
     config_class: Callable[[str], type] | None = None,
+    default_model: str | None = None,
 ) -> LinkValues:
     """The sidebar values of a link's query ``params``. ``models`` are the sample models' names
     (``hf_model`` the choice for Hugging Face architectures), ``modes`` and ``presets`` the
     selectboxes' options, ``config_class(model)`` a sample model's config dataclass (its fields are
-    the size knobs). Nothing raises: what a widget could not hold is clamped or dropped, with a note.
+    the size knobs). A link naming no model sets ``default_model`` (the sidebar's current choice),
+    when given. Nothing raises: what a widget could not hold is clamped or dropped, with a note.
     O(number of parameters)."""
     notes: list[str] = []
-    model = params.get("model")
+    model = params.get("model", default_model)
     if model is None:
         return LinkValues({}, ())
     hf = model == hf_model
@@ -295,62 +244,32 @@ def read_link(
     return LinkValues(values, tuple(notes))
 
 
-def page_kind(key: str, value: Any = None) -> type | None:
-    """The type a page key holds (None: not a key a link carries, NOTE: [Page keys]). ``value``:
-    the session value being written, which must be of that type (a button's state is a bool)."""
-    if key in BOUND_KEYS:
-        return None
-    kind = PAGE_URL_KEYS.get(key) or next((k for prefix, k in _PAGE_PATTERNS if key.startswith(prefix)), None)
-    if kind is None or any(key == k or (k.endswith("_") and key.startswith(k)) for k in _NOT_CARRIED):
-        return None
-    if value is not None and (
-        isinstance(value, bool) is not (kind is bool) or not isinstance(value, (int, float, str))
-    ):
-        return None
-    return kind
+def _page_of(key: str) -> str | None:
+    return next((page for page, prefix in PAGE_PREFIXES.items() if key.startswith(prefix)), None)
 
 
 def page_keys(page: str, state: Mapping[str, Any]) -> dict[str, str]:
-    """The query parameters of ``page``'s view (a key of :data:`PAGE_PREFIXES`): its widgets'
-    values in ``state`` (session state) as text. O(len(state))."""
-    prefix = PAGE_PREFIXES.get(page)
-    if prefix is None:
-        return {}
-    out = {}
-    for key, value in state.items():
-        if not isinstance(key, str) or not key.startswith(prefix) or value is None:
-            continue
-        kind = page_kind(key, value)
-        if kind is None:
-            continue
-        out[key] = repr(float(value)) if kind is float else str(value)
-    return dict(sorted(out.items()))
+    """The hand-carried keys (:data:`HAND_KEYS`) of ``page`` (a key of :data:`PAGE_PREFIXES`) in
+    ``state`` (session state), as text: the rest of a page's view is Streamlit's to write."""
+    kinds = {k: kind for k, kind in HAND_KEYS.items() if _page_of(k) == page}
+    return {k: str(state[k]) for k in sorted(kinds) if isinstance(state.get(k), kinds[k])}
 
 
 def read_page_link(params: Mapping[str, str], choices: Mapping[str, Sequence[Any]] | None = None) -> LinkValues:
-    """The page widgets' values of a link's query ``params`` (keys of :data:`PAGE_URL_KEYS`, the
-    cluster page's other ``cl_`` keys): typed, a number clamped to its widget's range, a choice
-    checked against ``choices[key]`` (the widget's options) and dropped with a note when it is not
-    one. Parameters that are neither a page key nor a sidebar one are left to :func:`read_link`.
-    O(number of parameters)."""
+    """The hand-carried page values of a link's query ``params`` (:data:`HAND_KEYS`): typed, a
+    number clamped to its range, a choice checked against ``choices[key]`` (the widget's options),
+    dropped with a note when it is not one. Other page keys are left to Streamlit's binding and
+    :func:`bound_notes`; the sidebar's to :func:`read_link`. O(number of parameters)."""
     choices = choices or {}
-    accelerators = choices.get("cl_accelerator")
     notes: list[str] = []
     values: dict[str, Any] = {}
     for key, text in params.items():
-        if key in BOUND_KEYS or not any(key.startswith(p) for p in PAGE_PREFIXES.values()):
-            continue  # a bound key is Streamlit's to read; a sidebar key read_link's
-        kind = page_kind(key)
-        pattern = next((p for p, _ in _PAGE_PATTERNS if key.startswith(p)), None)
-        if kind is not None and pattern and accelerators is not None and key.removeprefix(pattern) not in accelerators:
-            kind = None  # an accelerator the page has no widget for
-        if kind is None:
-            notes.append(_ignored(key, None, "no widget of the page takes it (only its settings go in a link)"))
+        if key not in HAND_KEYS:
             continue
         try:
             if len(text) > MAX_LINK_TEXT:
                 raise ValueError(f"a link's value is at most {MAX_LINK_TEXT} characters")
-            value = _typed(key, kind, text)
+            value = _typed(key, HAND_KEYS[key], text)
             options = choices.get(key)
             if options is not None and value not in options:
                 raise ValueError(f"{key} must be one of {', '.join(map(str, options))}")
@@ -361,20 +280,32 @@ def read_page_link(params: Mapping[str, str], choices: Mapping[str, Sequence[Any
     return LinkValues(values, tuple(notes))
 
 
-def bound_notes(link: Mapping[str, str], state: Mapping[str, Any]) -> tuple[str, ...]:
-    """A note for each value a link gave a bound widget (NOTE: [Bound keys]) that the widget does not
-    hold after Streamlit's binding read it (not one of its options, out of its range, not a number):
-    ``link`` the link's parameters, ``state`` session state after the page drew its widgets. A key
-    whose widget was not drawn says nothing. O(len(BOUND_KEYS))."""
-    notes = []
-    for key in BOUND_KEYS:
-        if key not in link or key not in state:
+def bound_notes(
+    link: Mapping[str, str], state: Mapping[str, Any], page: str, left: Mapping[str, str] | None = None
+) -> dict[str, str]:
+    """A note for each page key of a link (a key with a page's prefix, not in :data:`HAND_KEYS`) that
+    no widget holds after ``page`` drew its widgets: ``link`` the link's parameters, ``state`` session
+    state then, ``left`` the URL's parameters then (Streamlit's binding takes out or corrects a value its
+    widget cannot hold, and leaves alone a key no widget is bound to). A key of another page, a key no widget
+    drawn is bound to (a button's, a chart's, a field not shown) and a value the binding dropped (not
+    an option, out of the widget's range, not of its type) are each named (NOTE: [Bound keys]).
+    Returns key -> note. O(len(link))."""
+    notes = {}
+    left = left or {}
+    for key, text in link.items():
+        owner = _page_of(key)
+        if owner is None or key in HAND_KEYS:
             continue
-        value, text = state[key], link[key]
+        value = state.get(key) if owner == page else None
         try:
-            same = value is not None and _typed(key, type(value), text) == value
+            held = isinstance(value, (bool, int, float, str)) and _typed(key, type(value), text) == value
         except ValueError:
-            same = False
-        if not same:
-            notes.append(_ignored(key, text, f"its widget cannot hold it (it shows {shown(value)})"))
-    return tuple(notes)
+            held = False
+        if held:
+            continue
+        if owner != page or key not in state or left.get(key) == text:
+            notes[key] = _ignored(key, None, "no widget of the page takes it (only its settings go in a link)")
+        else:
+            why = f"out of its widget's range, not one of its options or not of its type (it shows {shown(value)})"
+            notes[key] = _ignored(key, text, why)
+    return notes

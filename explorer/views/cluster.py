@@ -212,6 +212,8 @@ def _render_table(
     written = right.text_input(
         "...or write one",
         key="cl_write",
+        bind="query-params",  # in the link, kept across pages
+        persist_state="session",
         max_chars=500,  # a layout is a few words (partitioner.cluster.words.MAX_LAYOUT_CHARS)
         placeholder="e.g. dp4 tp2 pp2 1f1b mb2 zero1",
         help="words: dp, tp, pp, cp, ep, mb (sequences a microbatch) with a number, "

@@ -98,6 +98,7 @@ def _player(count: int, decisions: int) -> None:
             1,
             count,
             key="learn_step",
+            persist_state="session",  # a page switch keeps it (a link carries it: explorer.builders.links)
             help=f"{decisions} decisions in {count} steps (a partition filled, a pass, a merge)",
         )
 
@@ -121,6 +122,7 @@ def _step_through(config: PlanConfig, plan: Plan, graph: Graph) -> None:
             names,
             format_func=lambda a: steps.ALGORITHMS[a],
             key="learn_algorithm",
+            persist_state="session",
             on_change=lambda: st.session_state.update(learn_step=1, learn_playing=False),
         )
         or names[0]

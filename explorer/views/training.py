@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from typing import Any
 
 import pandas as pd
 import streamlit as st
@@ -122,15 +123,19 @@ def main() -> None:
     config, graph = inputs
     st.markdown(f"#### Training memory for {md(config.model.label)}")
     cols = st.columns(3)
-    st.session_state.setdefault("tm_budget", 0.5)  # kept across pages; no default beside it (Streamlit warns)
+    bound: dict[str, Any] = {"bind": "query-params", "persist_state": "session"}  # in the link, kept across pages
     budget = cols[0].select_slider(
         "Activation memory budget",
         options=list(BUDGETS),
+        value=0.5,
         key="tm_budget",
         help="torch's activation_memory_budget: 1 saves what min-cut would, 0 recomputes all it can",
+        **bound,
     )
-    loss = cols[1].selectbox("Loss", list(remat.LOSSES), key="tm_loss", help="of every floating-point output")
-    optimizer = OPTIMIZER_BY_LABEL[cols[2].selectbox("Optimizer", list(OPTIMIZER_BY_LABEL), key="tm_optimizer")]
+    loss = cols[1].selectbox("Loss", list(remat.LOSSES), key="tm_loss", help="of every floating-point output", **bound)
+    optimizer = OPTIMIZER_BY_LABEL[
+        cols[2].selectbox("Optimizer", list(OPTIMIZER_BY_LABEL), key="tm_optimizer", **bound)
+    ]
     results = _sweep(graph, loss)
     if not results:
         return

@@ -90,3 +90,17 @@ def test_an_unknown_model_sets_nothing_and_says_so():
     r = read(model="nosuch", dev_count="3")
     assert r.values == {} and "model=nosuch" in r.notes[0]
     assert read(dev_count="3").values == {}  # no model: the link is not a view's link
+
+
+def test_a_link_naming_no_model_applies_to_the_default_one():
+    r = read_link(
+        {"mode": "kl_based", "dev_count": "0"},
+        sample_models.names(),
+        PLAN_MODES,
+        ["custom"],
+        HF,
+        sample_models.config_class,
+        default_model="mlp",
+    )
+    assert r.values == {"mode": "kl_based", "dev_count": 1}  # the sidebar keeps its model
+    assert len(r.notes) == 1 and "set to 1" in r.notes[0]

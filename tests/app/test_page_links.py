@@ -1,16 +1,18 @@
-"""Every page's view in its link: the cluster page's workload and hardware, Explore's view,
-colour and search, Learn's algorithm and step, the Pipeline page's settings. A link opened in a
-fresh session brings back exactly what was shared; a value its widget could not hold is dropped
-with a note (explorer.builders.links.read_page_link; for the widgets Streamlit binds to the URL,
-links.bound_notes). Streamlit's browser side writes the bound widgets' values into the URL, which
-AppTest has not: test_browser_links.py shares such a link in Chromium."""
+"""Every page's view in its link: the cluster page's workload and hardware, the Training memory
+page's budget, loss and optimizer, Explore's view, colour and search, Learn's algorithm and step,
+the Pipeline page's settings. A link opened in a fresh session brings back exactly what was shared;
+a value its widget could not hold is dropped with a note. The pages' widgets are bound to the URL
+by Streamlit (NOTE: [Bound keys] in explorer.builders.links; links.bound_notes names what no
+widget took); Learn's and the engine radios' values are carried by hand (links.read_page_link).
+Streamlit's browser side writes the bound widgets' values into the URL, which AppTest has not:
+test_browser_links.py shares such a link in Chromium."""
 
 from __future__ import annotations
 
 from app_helpers import APP, TIMEOUT, shown, start
 from streamlit.testing.v1 import AppTest
 
-from explorer.builders.links import BOUND_KEYS, bound_notes, page_keys, read_link, read_page_link
+from explorer.builders.links import HAND_KEYS, bound_notes, page_keys, read_link, read_page_link
 
 
 def _params(at: AppTest) -> dict[str, str]:
@@ -25,68 +27,73 @@ def _open(params: dict[str, str], page: str) -> AppTest:
     return fresh
 
 
-def test_page_keys_are_typed_and_an_unholdable_value_is_dropped_with_a_note():
-    state = {
-        "cl_batch": 1024,
-        "cl_tokens": 1e12,
-        "cl_kind": "inference",
-        "cl_run": False,
-        "cl_new_box": 3,
-        "explore_view": "Partition DAG",
-        "model": "mlp",
-        "cl_intra_h100-80gb": "nvlink4",
-    }
-    assert page_keys("cluster", state) == {
-        "cl_batch": "1024",
-        "cl_intra_h100-80gb": "nvlink4",
-        "cl_kind": "inference",
-        "cl_tokens": "1000000000000.0",
-    }  # cl_new_box: no widget of the page takes it (NOTE: [Page keys])
-    assert page_keys("explore", state) == {}  # bound to the URL by Streamlit: not written here
+def _said(at: AppTest) -> str:
+    return " ".join(shown(w.value) for w in at.warning)
+
+
+def test_hand_carried_keys_are_typed_checked_and_written_for_their_page_only():
+    state = {"learn_step": 3, "learn_algorithm": "kl_pass", "cl_engine": "graphs", "cl_batch": 1024, "cl_run": False}
+    assert page_keys("learn", state) == {"learn_algorithm": "kl_pass", "learn_step": "3"}
+    assert page_keys("cluster", state) == {"cl_engine": "graphs"}  # cl_batch: Streamlit's binding writes it
+    assert page_keys("explore", state) == {}
+    choices = {"learn_algorithm": ["size_based", "kl_pass"], "cl_engine": ["eager", "graphs"]}
     read = read_page_link(
-        {
-            "cl_batch": "1024",
-            "cl_tokens": "1000000000000.0",
-            "cl_kind": "serving",
-            "cl_seq": "0",
-            "cl_new_box": "3",
-            "explore_overlay": "memory",  # Streamlit's binding reads it
-            "model": "mlp",
-        },
-        {"cl_kind": ["training", "inference"]},
+        {"learn_step": "4", "learn_algorithm": "fastest", "cl_engine": "graphs", "cl_batch": "9", "model": "mlp"},
+        choices,
     )
-    assert read.values == {"cl_batch": 1024, "cl_tokens": 1e12, "cl_seq": 1}
-    assert any("cl_new_box in the link was ignored: no widget" in n for n in read.notes)
-    assert any("cl_kind=serving" in n and "training, inference" in n for n in read.notes)
-    assert any("cl_seq=0" in n and "set to 1" in n for n in read.notes)
+    assert read.values == {"learn_step": 4, "cl_engine": "graphs"}  # cl_batch: bound, not read here
+    assert len(read.notes) == 1 and "learn_algorithm=fastest" in read.notes[0] and "kl_pass" in read.notes[0]
     # the sidebar's reader leaves a page's keys alone: no "not a setting a link carries" for them
     assert not read_link({"model": "mlp", "cl_batch": "1024"}, ["mlp"], ["size_based"], ["custom"], "hf").notes
 
 
-def test_a_cluster_link_reopens_its_workload():
-    at = start()
-    at.switch_page("views/cluster.py").run()
-    at.number_input(key="cl_batch").set_value(1024).run()
-    at.number_input(key="cl_seq").set_value(8192).run()
-    at.number_input(key="cl_max_nodes").set_value(128).run()
-    assert not at.exception, at.exception
-    params = _params(at)
-    assert params["cl_batch"] == "1024" and params["cl_seq"] == "8192" and params["cl_max_nodes"] == "128"
-    fresh = _open(params, "views/cluster.py")
+def test_a_cluster_link_reopens_its_workload_and_hardware():
+    link = {
+        "model": "mlp",
+        "cl_batch": "1024",
+        "cl_seq": "8192",
+        "cl_max_nodes": "128",
+        "cl_price_h100-80gb": "3.5",
+        "cl_intra_h100-80gb": "pcie5",
+        "cl_per_node": "4",
+    }
+    fresh = _open(link, "views/cluster.py")
     assert fresh.number_input(key="cl_batch").value == 1024
     assert fresh.number_input(key="cl_seq").value == 8192
     assert fresh.number_input(key="cl_max_nodes").value == 128
-    assert [m.value for m in fresh.metric] == [m.value for m in at.metric]  # the same answers
+    assert fresh.number_input(key="cl_price_h100-80gb").value == 3.5
+    assert fresh.selectbox(key="cl_intra_h100-80gb").value == "pcie5"
+    assert fresh.number_input(key="cl_per_node").value == 4
+    assert not any("link" in w for w in _said(fresh).split(". ")), _said(fresh)
+    assert {k: v for k, v in _params(fresh).items() if k.startswith("cl_")} == {
+        k: v for k, v in link.items() if k != "model"
+    }  # the link stays as it was shared
+    at = start()  # the same fields set by hand: the same answers
+    at.switch_page("views/cluster.py").run()
+    for key, value in (("cl_batch", 1024), ("cl_seq", 8192), ("cl_max_nodes", 128), ("cl_per_node", 4)):
+        at.number_input(key=key).set_value(value).run()
+    at.number_input(key="cl_price_h100-80gb").set_value(3.5).run()
+    at.selectbox(key="cl_intra_h100-80gb").set_value("pcie5").run()
+    assert not at.exception, at.exception
+    assert [m.value for m in fresh.metric] == [m.value for m in at.metric]
 
 
-def test_bound_notes_name_what_the_binding_dropped():
-    assert {"explore_view", "explore_overlay", "explore_search", "pp_microbatches", "pp_schedule"} <= set(BOUND_KEYS)
+def test_a_training_memory_link_reopens_its_budget_loss_and_optimizer():
+    fresh = _open({"model": "mlp", "tm_budget": "0.25", "tm_loss": "mean"}, "views/training.py")
+    assert fresh.select_slider(key="tm_budget").value == 0.25 and fresh.selectbox(key="tm_loss").value == "mean"
+    assert "link" not in _said(fresh)
+
+
+def test_bound_notes_name_what_no_widget_took():
     link = {"explore_overlay": "rainbow", "pp_microbatches": "4", "pp_ranks": "99", "explore_search": "fc"}
     state = {"explore_overlay": "device", "pp_microbatches": 4, "pp_ranks": 4}  # explore_search: not drawn
-    notes = bound_notes(link, state)
-    assert len(notes) == 2, notes
-    assert "explore_overlay=rainbow" in notes[0] and "it shows device" in notes[0]
-    assert "pp_ranks=99" in notes[1]
+    notes = bound_notes(link, state, "pipeline", {"pp_microbatches": "4"})
+    assert set(notes) == {"explore_overlay", "pp_ranks", "explore_search"}, notes
+    assert "explore_overlay in the link was ignored: no widget of the page" in notes["explore_overlay"]  # Explore's
+    assert "pp_ranks=99" in notes["pp_ranks"] and "it shows 4" in notes["pp_ranks"]
+    notes = bound_notes(link, state, "explore", {"explore_overlay": "rainbow"})  # left in the URL: no binding
+    assert "no widget of the page" in notes["explore_overlay"] and "explore_search" in notes
+    assert not bound_notes({"learn_step": "4", "model": "mlp"}, {}, "learn")  # carried by hand; the sidebar's
 
 
 def test_explores_view_colour_and_search_are_in_the_link():
@@ -125,61 +132,70 @@ def test_a_link_naming_only_a_preset_builds_it_at_its_real_size():
     assert fresh.session_state["config"].model.label == "hf:llama-3-8b(dtype=bf16)"  # its checkpoint's dtype
 
 
-# --- issue 54: a link names only keys whose widget takes a value; every clamp or drop is said; long
+# --- a link names only keys whose widget takes a value; every clamp or drop is said; long
 # values are cut in the note.
-CHOICES = {"cl_accelerator": ["h100-80gb", "h200-141gb"], "cl_kind": ["training", "inference"]}
 
 
-def test_a_buttons_key_or_a_key_no_widget_reads_is_dropped_with_a_note_naming_it():
-    for key in ("cl_min_cut_run", "cl_run", "cl_open", "cl_dl_eager", "cl_runs", "cl_min_cut", "cl_pareto", "cl_x"):
-        read = read_page_link({key: "1"}, CHOICES)
-        assert read.values == {}, key
-        assert len(read.notes) == 1 and read.notes[0].startswith(f"{key} in the link was ignored"), read.notes
-    read = read_page_link({"cl_price_nosuchcard": "2", "cl_intra_nosuchcard": "nvlink4"}, CHOICES)
-    assert read.values == {} and len(read.notes) == 2, read.notes
-    assert page_keys("cluster", {"cl_min_cut_run": True, "cl_runs": {}, "cl_serve_engine": "graphs"}) == {
-        "cl_serve_engine": "graphs"
-    }
+def test_a_link_to_a_button_or_a_key_no_widget_reads_keeps_the_cluster_page_and_says_why():
+    keys = ("cl_min_cut_run", "cl_open", "cl_dl_eager", "cl_pareto", "cl_x", "cl_intra_nosuchcard", "tm_budget")
+    fresh = _open(
+        {"model": "mlp", **{k: "1" for k in keys}, "cl_price_h100-80gb": "1e300", "cl_per_node": "999"},
+        "views/cluster.py",
+    )
+    said = _said(fresh)
+    for key in keys:
+        assert f"{key} in the link was ignored: no widget" in said, (key, said)
+        assert key not in fresh.query_params, key  # not carried on
+    assert not {"cl_x", "cl_intra_nosuchcard", "tm_budget"} & set(fresh.session_state)  # nor put in session state
+    assert fresh.session_state["cl_min_cut_run"] is False  # the button was not pressed by the link
+    assert "cl_price_h100-80gb=1e300 in the link was ignored: out of its widget's range" in said
+    assert "cl_per_node=999" in said and "it shows 8" in said  # dropped by the binding: the widget's default
+    assert fresh.number_input(key="cl_per_node").value == 8
+    fresh.run()  # said once
+    assert "in the link" not in _said(fresh)
 
 
-def test_out_of_range_prices_and_a_huge_step_are_clamped_and_said():
-    read = read_page_link({"cl_price_h100-80gb": "1e300", "cl_price_h200-141gb": "-5", "learn_step": "9" * 30}, CHOICES)
-    assert read.values == {"cl_price_h100-80gb": 1000.0, "cl_price_h200-141gb": 0.0, "learn_step": 60}
-    assert len(read.notes) == 3, read.notes
-    assert any("cl_price_h100-80gb=1e300" in n and "set to 1,000" in n for n in read.notes)  # as people write it
-    assert any("cl_price_h200-141gb=-5" in n and "set to 0" in n for n in read.notes)
-    assert any(n.startswith("learn_step=") and "set to 60" in n for n in read.notes)
-    read = read_page_link({"learn_step": "9" * 5000}, CHOICES)  # past Python's digits limit
+def test_a_bound_value_out_of_a_bounded_fields_range_is_said_beside_it():
+    fresh = _open({"model": "mlp", "cl_seq": "0"}, "views/cluster.py")
+    assert "Sequence length (tokens) must be from 1" in _said(fresh) and "not applied" in _said(fresh)
+
+
+def test_out_of_range_and_huge_steps_are_clamped_and_said():
+    read = read_page_link({"learn_step": "9" * 30}, {})
+    assert read.values == {"learn_step": 60}
+    assert len(read.notes) == 1 and read.notes[0].startswith("learn_step=") and "set to 60" in read.notes[0]
+    read = read_page_link({"learn_step": "9" * 5000})  # past Python's digits limit
     assert read.values == {} and "learn_step=" in read.notes[0] and "5,000 characters" in read.notes[0]
 
 
 def test_a_long_value_is_cut_in_its_note():
     long = "dp2 " * 20_000
-    read = read_page_link({"cl_write": long, "cl_kind": "x" * 80_000}, CHOICES)
-    assert read.values == {}
-    assert len(read.notes) == 2 and all(len(n) < 400 for n in read.notes), [len(n) for n in read.notes]
-    assert any("80,000 characters" in n for n in read.notes)
+    notes = bound_notes({"cl_write": long, "cl_kind": "x" * 80_000}, {"cl_kind": "training"}, "cluster", {})
+    assert len(notes) == 2 and all(len(n) < 400 for n in notes.values()), [len(n) for n in notes.values()]
+    assert "80,000 characters" in notes["cl_kind"]
+    read = read_page_link({"learn_algorithm": "x" * 80_000, "sh_spec_from": long})
+    assert read.values == {} and len(read.notes) == 2 and all(len(n) < 400 for n in read.notes)
     sidebar = read_link({"model": "mlp", "dev_memory": "9" * 80_000, "k" * 80_000: "1"}, ["mlp"], ["m"], ["c"], "hf")
     assert len(sidebar.notes) == 2 and all(len(n) < 400 for n in sidebar.notes), [len(n) for n in sidebar.notes]
 
 
-def test_a_link_to_a_button_keeps_the_cluster_page_and_says_why():
-    fresh = _open(
-        {"model": "mlp", "cl_min_cut_run": "1", "cl_run": "true", "cl_price_h100-80gb": "1e300"}, "views/cluster.py"
-    )
-    said = " ".join(shown(w.value) for w in fresh.warning)
-    assert "cl_min_cut_run in the link was ignored" in said and "cl_run in the link was ignored" in said
-    assert "cl_price_h100-80gb=1e300" in said and "set to 1,000" in said  # as people write it
-
-
-def test_every_carried_cluster_choice_is_checked_against_its_widgets_options():
+def test_every_hand_carried_choice_is_checked_against_its_widgets_options():
     from explorer.state import page_choices
 
     choices = page_choices()
+    assert {k for k in HAND_KEYS if HAND_KEYS[k] is str} <= set(choices)
     read = read_page_link({"cl_serve_engine": "graphs", "cl_engine": "turbo"}, choices)
     assert read.values == {"cl_serve_engine": "graphs"}
     assert len(read.notes) == 1 and "cl_engine=turbo" in read.notes[0] and "eager, graphs" in read.notes[0]
-    assert {"cl_serve_engine", "cl_engine", "cl_accelerator"} <= set(choices)
+
+
+def test_a_sidebar_link_without_a_model_applies_to_the_default_model():
+    from explorer.builders.config import DEFAULT_MODEL
+
+    fresh = _open({"mode": "kl_based", "dev_count": "3"}, "views/explore.py")
+    assert fresh.selectbox(key="model").value == DEFAULT_MODEL
+    assert fresh.session_state["config"].mode == "kl_based" and fresh.session_state["dev_count"] == 3
+    assert _params(fresh)["mode"] == "kl_based"
 
 
 def test_a_size_knob_past_what_a_number_box_holds_is_dropped_with_a_note():
