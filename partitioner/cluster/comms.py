@@ -254,80 +254,68 @@ def _data_parallel_rows(p: ModelProfile, w: Workload, c: Cluster, lay: Layout) -
     dense, expert = _params(p, lay)
     grad_bytes = state_bytes(w.optimizer, w.element_bytes).gradients
     group = lay.dp * lay.cp
-    node = c.devices_per_node
-    link = c.intra if lay.tp * group <= node else c.inter
-    overlap = "last microbatch's backward"
+    link = _link_spanning(c, lay.tp * group)
     rows: list[Collective] = []
     for what, psi, ranks in (("gradients", dense, group), ("expert gradients", expert, group // lay.ep)):
         nbytes = psi * grad_bytes
         if ranks <= 1 or nbytes <= 0:
             continue
         shard = min(lay.shard, ranks) if lay.shard else ranks
-        if shard < ranks:  # HSDP
-            inner = c.intra if lay.tp * shard <= node else c.inter
-            half = ring_allreduce_s(nbytes, shard, inner.bandwidth_bytes_per_s, inner.latency_s) / 2
-            across = ring_allreduce_s(nbytes / shard, ranks // shard, link.bandwidth_bytes_per_s, link.latency_s)
-            weights = what.replace("gradients", "weights")
-            rows += [
-                Collective(
-                    f"reduce-scatter of the {what} in the shard group",
-                    "dp",
-                    shard,
-                    inner.name,
-                    1,
-                    nbytes,
-                    half,
-                    "once a step",
-                    overlap,
-                ),
-                Collective(
-                    f"all-reduce of each {what.removesuffix('s')} shard across replicas",
-                    "dp",
-                    ranks // shard,
-                    link.name,
-                    1,
-                    nbytes / shard,
-                    across,
-                    "once a step",
-                    overlap,
-                ),
-                Collective(
-                    f"all-gather of the {weights} in the shard group"
-                    + (" (forward, backward)" if lay.zero == 3 else ""),
-                    "dp",
-                    shard,
-                    inner.name,
-                    2 if lay.zero == 3 else 1,
-                    nbytes,
-                    half,
-                    "once a step",
-                    overlap,
-                ),
-            ]
-            continue
-        ring = ring_allreduce_s(nbytes, ranks, link.bandwidth_bytes_per_s, link.latency_s)
-        if lay.zero == 3:  # a reduce-scatter of the gradients, an all-gather of the weights each way
-            rows.append(
-                Collective(
-                    f"reduce-scatter of the {what}", "dp", ranks, link.name, 1, nbytes, ring / 2, "once a step", overlap
-                )
-            )
-            rows.append(
-                Collective(
-                    f"all-gather of the {what.replace('gradients', 'weights')} (forward, backward)",
-                    "dp",
-                    ranks,
-                    link.name,
-                    2,
-                    nbytes,
-                    ring / 2,
-                    "once a step",
-                    overlap,
-                )
-            )
+        if shard < ranks:
+            rows += _hsdp_rows(c, lay, what, nbytes, ranks, shard, link)
         else:
-            name = f"all-reduce of the {what}" + (
-                f" (ZeRO-{lay.zero}: reduce-scatter + all-gather)" if lay.zero else ""
-            )
-            rows.append(Collective(name, "dp", ranks, link.name, 1, nbytes, ring, "once a step", overlap))
+            rows += _whole_group_rows(lay, what, nbytes, ranks, link)
     return rows
+
+
+def _once_a_step(name: str, ranks: int, link: Link, count: float, nbytes: float, seconds: float) -> Collective:
+    """A data-parallel collective run once a step, overlapped with the last microbatch's backward."""
+    return Collective(name, "dp", ranks, link.name, count, nbytes, seconds, "once a step", "last microbatch's backward")
+
+
+def _hsdp_rows(
+    c: Cluster, lay: Layout, what: str, nbytes: float, ranks: int, shard: int, link: Link
+) -> list[Collective]:
+    """HSDP's rows for ``nbytes`` of ``what`` over ``ranks`` ranks sharded over groups of
+    ``shard``: a reduce-scatter and the all-gathers of the weights inside the sharding group (on
+    the node's link when it fits in one), an all-reduce of each shard across the replicas on
+    ``link``."""
+    inner = _link_spanning(c, lay.tp * shard)
+    half = ring_allreduce_s(nbytes, shard, inner.bandwidth_bytes_per_s, inner.latency_s) / 2
+    across = ring_allreduce_s(nbytes / shard, ranks // shard, link.bandwidth_bytes_per_s, link.latency_s)
+    weights = what.replace("gradients", "weights")
+    gathers = " (forward, backward)" if lay.zero == 3 else ""
+    return [
+        _once_a_step(f"reduce-scatter of the {what} in the shard group", shard, inner, 1, nbytes, half),
+        _once_a_step(
+            f"all-reduce of each {what.removesuffix('s')} shard across replicas",
+            ranks // shard,
+            link,
+            1,
+            nbytes / shard,
+            across,
+        ),
+        _once_a_step(
+            f"all-gather of the {weights} in the shard group{gathers}",
+            shard,
+            inner,
+            2 if lay.zero == 3 else 1,
+            nbytes,
+            half,
+        ),
+    ]
+
+
+def _whole_group_rows(lay: Layout, what: str, nbytes: float, ranks: int, link: Link) -> list[Collective]:
+    """The rows for ``nbytes`` of ``what`` over all ``ranks`` ranks on ``link``: ZeRO-3's
+    reduce-scatter of the gradients and its all-gather of the weights each way, else one ring
+    all-reduce (ZeRO 1-2 as a reduce-scatter and an all-gather of the same bytes)."""
+    ring = ring_allreduce_s(nbytes, ranks, link.bandwidth_bytes_per_s, link.latency_s)
+    if lay.zero == 3:
+        weights = what.replace("gradients", "weights")
+        return [
+            _once_a_step(f"reduce-scatter of the {what}", ranks, link, 1, nbytes, ring / 2),
+            _once_a_step(f"all-gather of the {weights} (forward, backward)", ranks, link, 2, nbytes, ring / 2),
+        ]
+    zero = f" (ZeRO-{lay.zero}: reduce-scatter + all-gather)" if lay.zero else ""
+    return [_once_a_step(f"all-reduce of the {what}{zero}", ranks, link, 1, nbytes, ring)]

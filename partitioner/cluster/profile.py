@@ -217,9 +217,43 @@ def profile(graph: Graph, name: str = "") -> ModelProfile:
     nodes = graph.nodes
     weight_bytes = graph.parameter_bytes
     element = traced_element_bytes(graph)
-    # Weight-derived values (NOTE: [Scaling the traced graph]): attributes, and what ops without
-    # FLOPs make from them as their first input (a transpose, an expert's weights gathered by
-    # index): their bytes do not grow with the tokens.
+    is_attr = _weight_derived(graph)
+    ops = list(graph.op_indices)
+    node_ops = _kernel_ops(graph, ops, is_attr, seq0)
+    w_bytes, a_bytes, flops, att = _node_costs(graph, ops, is_attr, tokens0, seq0)
+    blocks = repeated_blocks(graph)
+    expert_params, experts, moe_layers = moe_experts(graph)
+    return ModelProfile(
+        name=name or graph.name,
+        tokens0=tokens0,
+        seq0=seq0,
+        weight_bytes=int(weight_bytes),
+        param_count=int(weight_bytes // element),
+        element_bytes=element,
+        layers=max(1, len(blocks)),
+        hidden_bytes_per_token=_hidden_bytes_per_token(graph, ops, blocks, tokens0),
+        kv_bytes_per_token=_kv_bytes_per_token(graph, ops, tokens0),
+        act_bytes_per_token=sum(nodes[v].output_bytes for v in ops if not is_attr[v]) / tokens0,
+        flops_per_token=sum(flops),
+        attention_flops_per_token=sum(f for f, t in zip(flops, att) if t),
+        node_weight_bytes=w_bytes,
+        node_act_bytes=a_bytes,
+        node_flops=flops,
+        node_attention=att,
+        node_ops=node_ops,
+        vocab=_vocab(graph, ops, node_ops),
+        expert_param_count=expert_params,
+        experts=experts,
+        experts_per_token=graph.model_info.experts_per_token if experts else 0,
+        moe_layers=moe_layers,
+    )
+
+
+def _weight_derived(graph: Graph) -> list[bool]:
+    """Whether each node is weight-derived (NOTE: [Scaling the traced graph]): attributes, and what
+    ops without FLOPs make from them as their first input (a transpose, an expert's weights
+    gathered by index): their bytes do not grow with the tokens. O(N + E)."""
+    nodes = graph.nodes
     is_attr = [nd.op == "get_attr" for nd in nodes]
     for v in graph.op_indices:
         nd = nodes[v]
@@ -234,12 +268,23 @@ def profile(graph: Graph, name: str = "") -> ModelProfile:
             and _reads_no_activation(graph, v, is_attr)
         ):
             is_attr[v] = True
-    ops = list(graph.op_indices)
-    w_bytes, a_bytes, flops, att = [], [], [], []
-    node_ops = _kernel_ops(graph, ops, is_attr, seq0)
+    return is_attr
+
+
+def _node_costs(
+    graph: Graph, ops: Sequence[int], is_attr: Sequence[bool], tokens0: int, seq0: int
+) -> tuple[tuple[int, ...], tuple[float, ...], tuple[float, ...], tuple[bool, ...]]:
+    """Each op's roofline figures (NOTE: [Scaling the traced graph]): (weight bytes read,
+    activation bytes per token, FLOPs per token at seq0, whether it grows with the sequence); a
+    weight-derived op has no work that grows with the tokens. O(N + E)."""
+    nodes = graph.nodes
+    w_bytes: list[int] = []
+    a_bytes: list[float] = []
+    flops: list[float] = []
+    att: list[bool] = []
     for v in ops:
         nd = nodes[v]
-        if is_attr[v]:  # weight-derived: no work that grows with the tokens
+        if is_attr[v]:
             w_bytes.append(0)
             a_bytes.append(0.0)
             flops.append(0.0)
@@ -252,51 +297,37 @@ def profile(graph: Graph, name: str = "") -> ModelProfile:
         a_bytes.append(a / tokens0)
         flops.append(nd.flops / tokens0)
         att.append(seq0 > 1 and not reads_weight and _grows_with_sequence(nd.target))
-    blocks = repeated_blocks(graph)
-    layers = max(1, len(blocks))
+    return tuple(w_bytes), tuple(a_bytes), tuple(flops), tuple(att)
+
+
+def _hidden_bytes_per_token(graph: Graph, ops: Sequence[int], blocks: dict[str, list[int]], tokens0: int) -> float:
+    """What crosses a block boundary per token: the median over the boundaries between the
+    repeated ``blocks`` of the bytes made before and used after it; 0 with fewer than two blocks.
+    O(blocks x (N + E))."""
+    if len(blocks) < 2:
+        return 0.0
     position = {v: i for i, v in enumerate(ops)}
-    hidden = 0.0
-    if len(blocks) >= 2:
-        starts = sorted(min(position[v] for v in vs) for vs in blocks.values())
-        crossing = []
-        for s in starts[1:]:
-            cut = sum(graph.output_bytes[v] for v in ops[:s] if any(position.get(u, -1) >= s for u in graph.users[v]))
-            crossing.append(cut)
-        crossing.sort()
-        hidden = crossing[len(crossing) // 2] / tokens0
+    starts = sorted(min(position[v] for v in vs) for vs in blocks.values())
+    crossing = []
+    for s in starts[1:]:
+        cut = sum(graph.output_bytes[v] for v in ops[:s] if any(position.get(u, -1) >= s for u in graph.users[v]))
+        crossing.append(cut)
+    crossing.sort()
+    return crossing[len(crossing) // 2] / tokens0
+
+
+def _kv_bytes_per_token(graph: Graph, ops: Sequence[int], tokens0: int) -> float:
+    """The KV cache one token adds: the outputs of every layer's key and value projections (two
+    thirds of GPT-2's fused ``c_attn``). O(N)."""
     kv = 0.0
     for v in ops:
-        path = nodes[v].module_path
-        leaf = path.rsplit(".", 1)[-1]
-        if leaf in ("k_proj", "v_proj", "key", "value") and nodes[v].flops:
-            kv += nodes[v].output_bytes / tokens0
-        elif leaf == "c_attn" and nodes[v].flops:
-            kv += nodes[v].output_bytes * 2 / 3 / tokens0
-    expert_params, experts, moe_layers = moe_experts(graph)
-    return ModelProfile(
-        name=name or graph.name,
-        tokens0=tokens0,
-        seq0=seq0,
-        weight_bytes=int(weight_bytes),
-        param_count=int(weight_bytes // element),
-        element_bytes=element,
-        layers=layers,
-        hidden_bytes_per_token=hidden,
-        kv_bytes_per_token=kv,
-        act_bytes_per_token=sum(nodes[v].output_bytes for v in ops if not is_attr[v]) / tokens0,
-        flops_per_token=sum(flops),
-        attention_flops_per_token=sum(f for f, t in zip(flops, att) if t),
-        node_weight_bytes=tuple(w_bytes),
-        node_act_bytes=tuple(a_bytes),
-        node_flops=tuple(flops),
-        node_attention=tuple(att),
-        node_ops=node_ops,
-        vocab=_vocab(graph, ops, node_ops),
-        expert_param_count=expert_params,
-        experts=experts,
-        experts_per_token=graph.model_info.experts_per_token if experts else 0,
-        moe_layers=moe_layers,
-    )
+        nd = graph.nodes[v]
+        leaf = nd.module_path.rsplit(".", 1)[-1]
+        if leaf in ("k_proj", "v_proj", "key", "value") and nd.flops:
+            kv += nd.output_bytes / tokens0
+        elif leaf == "c_attn" and nd.flops:
+            kv += nd.output_bytes * 2 / 3 / tokens0
+    return kv
 
 
 def _vocab(graph: Graph, ops: Sequence[int], node_ops: Sequence[KernelOp]) -> int:

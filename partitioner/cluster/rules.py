@@ -109,6 +109,18 @@ def check_layout(p: ModelProfile, lay: Layout, w: Workload | None = None, max_de
     stages]); expert parallelism the experts and the data-parallel degree; context parallelism the sequence;
     data parallelism times the microbatch the global batch (training); the devices the cluster's
     ``max_devices``. One message lists every rule broken."""
+    broken = [*_model_rules(p, lay), *_group_rules(p, lay, w), *_workload_rules(lay, w)]
+    if max_devices is not None and lay.devices > max_devices:
+        broken.append(
+            f"the layout needs {lay.devices} devices and the cluster has {max_devices}; lower its degrees or add nodes"
+        )
+    if broken:
+        raise PartitionError(f"layout {lay.label()!r} cannot run on {p.name or 'this model'}: " + "; ".join(broken))
+
+
+def _model_rules(p: ModelProfile, lay: Layout) -> list[str]:
+    """The rules the model's shape sets: tensor parallelism its heads and widths, pipeline chunks
+    its layers, recomputation the min-cut budgets measured and the layers a rank holds."""
     broken: list[str] = []
     if lay.tp > 1 and _tp_rule(p, lay.tp):
         broken.append(_tp_rule(p, lay.tp))
@@ -134,6 +146,13 @@ def check_layout(p: ModelProfile, lay: Layout, w: Workload | None = None, max_de
             f"recomputing {redo} layers a pipeline rank needs that many on it ({stage_layers(p, lay):g}); "
             "choose fewer layers or recompute-full"
         )
+    return broken
+
+
+def _group_rules(p: ModelProfile, lay: Layout, w: Workload | None) -> list[str]:
+    """The rules between the layout's own settings: pipeline stages need a schedule (training),
+    HSDP's sharding group and offloading ZeRO, expert parallelism the experts and dp."""
+    broken: list[str] = []
     if lay.pp > 1 and lay.schedule == "none" and w is not None and w.kind == "training":
         broken.append(f"pipeline stages pp{lay.pp} need a schedule (gpipe, 1f1b, interleaved_1f1b or zero_bubble)")
     if lay.shard and (not lay.zero or (lay.dp * lay.cp) % lay.shard or lay.shard % lay.cp):
@@ -149,19 +168,22 @@ def check_layout(p: ModelProfile, lay: Layout, w: Workload | None = None, max_de
             f"expert parallelism ep{lay.ep} must divide the experts ({experts}) and the "
             f"data-parallel degree ({lay.dp}); choose ep among their common divisors"
         )
-    if w is not None:
-        if lay.cp > 1 and w.seq_len % lay.cp:
-            broken.append(f"context parallelism cp{lay.cp} must divide the sequence ({w.seq_len} tokens)")
-        if w.kind == "training" and w.global_batch % (lay.dp * lay.microbatch_size):
-            broken.append(
-                f"the global batch ({w.global_batch}) must divide over dp{lay.dp} x mb"
-                f"{lay.microbatch_size}; choose degrees whose product divides it"
-            )
-        if w.kind == "inference" and w.global_batch % lay.dp:
-            broken.append(f"the sequences served ({w.global_batch}) must divide over dp{lay.dp}")
-    if max_devices is not None and lay.devices > max_devices:
+    return broken
+
+
+def _workload_rules(lay: Layout, w: Workload | None) -> list[str]:
+    """The rules the workload sets: context parallelism divides its sequence, data parallelism
+    (times the microbatch, training) its batch."""
+    if w is None:
+        return []
+    broken: list[str] = []
+    if lay.cp > 1 and w.seq_len % lay.cp:
+        broken.append(f"context parallelism cp{lay.cp} must divide the sequence ({w.seq_len} tokens)")
+    if w.kind == "training" and w.global_batch % (lay.dp * lay.microbatch_size):
         broken.append(
-            f"the layout needs {lay.devices} devices and the cluster has {max_devices}; lower its degrees or add nodes"
+            f"the global batch ({w.global_batch}) must divide over dp{lay.dp} x mb"
+            f"{lay.microbatch_size}; choose degrees whose product divides it"
         )
-    if broken:
-        raise PartitionError(f"layout {lay.label()!r} cannot run on {p.name or 'this model'}: " + "; ".join(broken))
+    if w.kind == "inference" and w.global_batch % lay.dp:
+        broken.append(f"the sequences served ({w.global_batch}) must divide over dp{lay.dp}")
+    return broken

@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from dataclasses import dataclass
 
 from partitioner.cluster.comms import _serving_tp_allreduce
 from partitioner.cluster.engine import COLLECTIVE_SPREAD, KERNEL_SPREAD, host_per_op_range_s
@@ -101,122 +102,115 @@ def _first_token_mean_s(batch: int, seq: int, chunk: int, stage_s: float, pp: in
     return (passes / batch + pp - 1) * stage_s
 
 
+@dataclass(frozen=True)
+class _Serving:
+    """One serving question on the serving engine's accelerator (NOTE: [Serving engine]), with
+    the prices its prefill and its decoded tokens share."""
+
+    p: ModelProfile
+    w: Workload
+    c: Cluster
+    lay: Layout
+    acc: Accelerator
+
+    @property
+    def batch(self) -> float:
+        """The sequences a replica serves."""
+        return self.w.global_batch / self.lay.dp
+
+    @property
+    def scale(self) -> float:
+        """The profile's bytes at the workload's precision (weights, KV cache)."""
+        return self.w.element_bytes / self.p.element_bytes
+
+    @property
+    def act_scale(self) -> float:
+        """The profile's activation bytes at the workload's precision (at least bf16)."""
+        return max(self.w.element_bytes, ACTIVATION_BYTES) / self.p.element_bytes
+
+    def comm(self, tokens: float) -> float:
+        """The tensor-parallel all-reduces (twice a layer) and pipeline sends of ``tokens``' hidden states."""
+        p, c, lay = self.p, self.c, self.lay
+        link = c.intra if lay.tp * lay.pp <= c.devices_per_node else c.inter
+        hidden = p.hidden_bytes_per_token * self.act_scale * tokens
+        tp = 2 * p.layers * _serving_tp_allreduce(c, hidden, lay.tp)[0]
+        return tp + (lay.pp - 1) * (hidden / link.bandwidth_bytes_per_s + link.latency_s)
+
+    def weight_floor(self, tokens: float) -> float:
+        """Reading the weights a step touches: the dense ones and the experts its tokens route to
+        (NOTE: [Experts read in decode]), on one device of tp x pp."""
+        p = self.p
+        dense, expert = float(p.param_count - p.expert_param_count), float(p.expert_param_count)
+        if p.experts:
+            expert *= experts_touched(p.experts, p.experts_per_token, tokens) / p.experts
+        return (
+            (dense + expert)
+            * self.w.element_bytes
+            / (self.lay.tp * self.lay.pp)
+            / self.acc.memory_bandwidth_bytes_per_s
+        )
+
+    def prefill_pass(self, tokens: float) -> float:
+        """One prefill pass of ``tokens`` tokens: its forward, at least the weights' read, and its messages."""
+        fwd = self.p.forward_seconds(tokens, self.w.seq_len, self.acc, self.lay.tp, element_bytes=self.w.element_bytes)
+        return max(fwd, self.weight_floor(tokens)) + self.comm(tokens)
+
+
+@dataclass(frozen=True)
+class _Prefill:
+    """The chunked prefill (NOTE: [Chunked prefill]): its passes as (tokens a pass, passes), their
+    compute, a pass's mean time, the whole prefill's and the mean time to the first token."""
+
+    chunk: int
+    passes: list[tuple[float, int]]
+    compute_s: float
+    pass_s: float
+    prefill_s: float
+    first_token_s: float
+
+    @property
+    def count(self) -> int:
+        return sum(n for _, n in self.passes)
+
+
+@dataclass(frozen=True)
+class _Token:
+    """A decoded token (NOTE: [What bounds a token]): its parts by :data:`TOKEN_PARTS`, the forward's
+    FLOPs and the floors of its weights' read and arithmetic, its KV cache's read."""
+
+    parts: dict[str, float]
+    flops: float
+    weights_floor_s: float
+    arithmetic_floor_s: float
+    kv_read_s: float
+
+
 def serve(p: ModelProfile, w: Workload, c: Cluster, lay: Layout) -> LayoutResult:
     """Memory and time of serving ``w`` on ``lay`` as the serving engines serve it: the chunked
     prefill's time to the first token, then each generated token (NOTEs above). O(batch) beside
     the profile's cached forward times."""
-    acc = serving_accelerator(c.accelerator)
-    elem = w.element_bytes
-    scale = elem / p.element_bytes
-    act_scale = max(elem, ACTIVATION_BYTES) / p.element_bytes
-    batch = w.global_batch / lay.dp
-    context = w.seq_len + w.generate_tokens
-    chunk = serving_chunk_tokens(acc)
-    prompt_tokens = batch * w.seq_len
-    pass_tokens = min(float(chunk), prompt_tokens)
-    mem = _weights(p, lay, w)
-    blocks = math.ceil(context / KV_BLOCK_TOKENS) * KV_BLOCK_TOKENS  # a sequence's paged blocks
-    kv_per_sequence = p.kv_bytes_per_token * scale * blocks / lay.tp / lay.pp
-    mem["kv_cache"] = kv_per_sequence * batch
-    mem["activations"] = p.act_bytes_per_token * act_scale * pass_tokens / lay.tp / max(1, p.layers)
-    # the engine takes c.memory_utilization of the card; the rest is the CUDA context's and others'
-    mem["headroom"] = max(float(c.headroom_bytes), (1 - c.memory_utilization) * acc.memory_bytes)
-    bw, peak = acc.memory_bandwidth_bytes_per_s, acc.peak_for(elem)
-    link = c.intra if lay.tp * lay.pp <= c.devices_per_node else c.inter
-    fused_acc = dataclasses.replace(acc, engine=SERVING_ENGINE)
-
-    def comm(tokens: float) -> float:
-        hidden = p.hidden_bytes_per_token * act_scale * tokens
-        tp = 2 * p.layers * _serving_tp_allreduce(c, hidden, lay.tp)[0]
-        return tp + (lay.pp - 1) * (hidden / link.bandwidth_bytes_per_s + link.latency_s)
-
-    def weight_floor(tokens: float) -> float:
-        """Reading the weights a step touches: the dense ones and the experts its tokens route to
-        (NOTE: [Experts read in decode]), on one device of tp x pp."""
-        dense, expert = float(p.param_count - p.expert_param_count), float(p.expert_param_count)
-        if p.experts:
-            expert *= experts_touched(p.experts, p.experts_per_token, tokens) / p.experts
-        return (dense + expert) * elem / (lay.tp * lay.pp) / bw
-
-    def prefill_pass(tokens: float) -> float:
-        fwd = p.forward_seconds(tokens, w.seq_len, acc, lay.tp, element_bytes=elem)
-        return max(fwd, weight_floor(tokens)) + comm(tokens)
-
-    passes = prefill_chunks(prompt_tokens, chunk)
-    prefill_compute = sum(n * prefill_pass(t) for t, n in passes)
-    pass_s = prefill_compute / sum(n for _, n in passes)
-    stage = pass_s / lay.pp
-    prefill_s = (sum(n for _, n in passes) + lay.pp - 1) * stage
-    sequences = max(1, round(batch))
-    ttft = _first_token_mean_s(sequences, w.seq_len, chunk, stage, lay.pp)
-
-    mid = w.seq_len + w.generate_tokens // 2
-    kv_read = p.kv_bytes_per_token * scale * batch * mid / lay.tp / bw
-    decode = p.forward_seconds(batch, mid, acc, lay.tp, decode=True, element_bytes=elem)
-    fused = (
-        decode
-        if acc.engine == SERVING_ENGINE
-        else p.forward_seconds(batch, mid, fused_acc, lay.tp, decode=True, element_bytes=elem)
-    )
-    flops = p.forward_flops(batch, mid)
-    arithmetic_floor = flops / (lay.tp * lay.pp * peak)
-    weights_floor = weight_floor(batch)
-    kernels = max(fused, weights_floor)  # NOTE: [What bounds a token]
-    weights_share = weights_floor / (weights_floor + arithmetic_floor) if weights_floor + arithmetic_floor else 1.0
-    token = {
-        "launch": max(0.0, decode - fused),
-        "weights": kernels * weights_share,
-        "KV cache": kv_read,
-        "arithmetic": kernels * (1 - weights_share),
-        "communication": comm(batch),
-    }
-    per_token = sum(token.values())
-    fits = sum(mem.values()) <= acc.memory_bytes
-    limit = "memory" if not fits else max(TOKEN_PARTS, key=lambda k: token[k])
-    parts = {"prefill compute": prefill_compute, **{f"{k} per token": v for k, v in token.items()}}
+    s = _Serving(p, w, c, lay, serving_accelerator(c.accelerator))
+    chunk = serving_chunk_tokens(s.acc)
+    mem, kv_per_sequence = _serving_memory(s, chunk)
+    pre = _prefill(s, chunk)
+    token = _decoded_token(s)
+    per_token = sum(token.parts.values())
+    fits = sum(mem.values()) <= s.acc.memory_bytes
+    limit = "memory" if not fits else max(TOKEN_PARTS, key=lambda k: token.parts[k])
+    parts = {"prefill compute": pre.compute_s, **{f"{k} per token": v for k, v in token.parts.items()}}
     generated = w.global_batch * max(1, w.generate_tokens)
-    run_s = prefill_s + w.generate_tokens * per_token
+    run_s = pre.prefill_s + w.generate_tokens * per_token
     tps = w.global_batch / per_token
-    mfu = flops / (per_token * lay.tp * lay.pp * acc.peak_flops)
-    cost = acc.price_per_hour * lay.devices / 3600 * run_s / generated * 1e6
-    engine_room = c.memory_utilization * acc.memory_bytes - mem["weights"] - mem["activations"]
-    extra = {
-        "time_to_first_token_s": ttft,
-        "prefill_s": prefill_s,
-        "prefill_chunk_tokens": float(chunk),
-        "prefill_passes": float(sum(n for _, n in passes)),
-        "seconds_per_token": per_token,
-        "tokens_per_s_per_sequence": 1 / per_token,
-        "tokens_per_s_per_device": tps / lay.devices,
-        "kv_cache_bytes_per_token": p.kv_bytes_per_token * scale,
-        "kv_cache_sequences": max(0.0, engine_room) / kv_per_sequence if kv_per_sequence else math.inf,
-        "weights_read_s_per_token": weights_floor,
-        "kv_read_s_per_token": kv_read,
-        "compute_floor_s_per_token": arithmetic_floor,
-        "prefill_compute_floor_s": p.forward_flops(prompt_tokens, w.seq_len) / (lay.tp * lay.pp * peak),
-    }
-    # NOTE: [Bands] in partitioner.cluster.engine: kernels -3/+5 %, collectives -10/+30 %, the host's
-    # launches (eager) over its measured 6-17 us an op
-    fast, slow = host_per_op_range_s(acc.kernels) if acc.kernels is not None else (1.0, 1.0)
-    host = acc.kernels.host_per_op_s if acc.kernels is not None else 1.0
-    launch_low, launch_high = token["launch"] * fast / host, token["launch"] * slow / host
-    on_gpu = token["weights"] + token["KV cache"] + token["arithmetic"]
-    extra["seconds_per_token_low"] = min(
-        per_token, launch_low + on_gpu * KERNEL_SPREAD[0] + token["communication"] * COLLECTIVE_SPREAD[0]
-    )
-    extra["seconds_per_token_high"] = max(
-        per_token, launch_high + on_gpu * KERNEL_SPREAD[1] + token["communication"] * COLLECTIVE_SPREAD[1]
-    )
-    prefill_comm = comm(passes[0][0]) / pass_s if pass_s else 0.0  # the collectives' share of a pass
-    band = (
-        ttft * (KERNEL_SPREAD[0] * (1 - prefill_comm) + COLLECTIVE_SPREAD[0] * prefill_comm),
-        ttft * (KERNEL_SPREAD[1] * (1 - prefill_comm) + COLLECTIVE_SPREAD[1] * prefill_comm),
-    )
+    mfu = token.flops / (per_token * lay.tp * lay.pp * s.acc.peak_flops)
+    cost = s.acc.price_per_hour * lay.devices / 3600 * run_s / generated * 1e6
+    extra = _serving_figures(s, mem, kv_per_sequence, pre, token, per_token)
+    extra.update(_token_band(s.acc, token.parts, per_token))
+    band = _first_token_band(s, pre)
     return LayoutResult(
         lay,
         fits,
         mem,
-        ttft,
+        pre.first_token_s,
         parts,
         limit,
         mfu,
@@ -225,7 +219,120 @@ def serve(p: ModelProfile, w: Workload, c: Cluster, lay: Layout) -> LayoutResult
         1,
         extra,
         band_s=band,
-        assumes=_assumes(acc, c, lay, w, chunk),
+        assumes=_assumes(s.acc, c, lay, w, chunk),
+    )
+
+
+def _serving_memory(s: _Serving, chunk: int) -> tuple[dict[str, float], float]:
+    """(a device's memory by kind, a sequence's KV cache on a device): the weights, the KV cache
+    in paged blocks, a prefill pass's activations of one layer, the headroom."""
+    p, w, c, lay = s.p, s.w, s.c, s.lay
+    context = w.seq_len + w.generate_tokens
+    pass_tokens = min(float(chunk), s.batch * w.seq_len)
+    mem = _weights(p, lay, w)
+    blocks = math.ceil(context / KV_BLOCK_TOKENS) * KV_BLOCK_TOKENS  # a sequence's paged blocks
+    kv_per_sequence = p.kv_bytes_per_token * s.scale * blocks / lay.tp / lay.pp
+    mem["kv_cache"] = kv_per_sequence * s.batch
+    mem["activations"] = p.act_bytes_per_token * s.act_scale * pass_tokens / lay.tp / max(1, p.layers)
+    # the engine takes c.memory_utilization of the card; the rest is the CUDA context's and others'
+    mem["headroom"] = max(float(c.headroom_bytes), (1 - c.memory_utilization) * s.acc.memory_bytes)
+    return mem, kv_per_sequence
+
+
+def _prefill(s: _Serving, chunk: int) -> _Prefill:
+    """The batch's prompts prefilled in passes of ``chunk`` tokens, pipelined over the stages
+    (NOTE: [Chunked prefill])."""
+    passes = prefill_chunks(s.batch * s.w.seq_len, chunk)
+    compute = sum(n * s.prefill_pass(t) for t, n in passes)
+    pass_s = compute / sum(n for _, n in passes)
+    stage = pass_s / s.lay.pp
+    prefill_s = (sum(n for _, n in passes) + s.lay.pp - 1) * stage
+    sequences = max(1, round(s.batch))
+    first = _first_token_mean_s(sequences, s.w.seq_len, chunk, stage, s.lay.pp)
+    return _Prefill(chunk, passes, compute, pass_s, prefill_s, first)
+
+
+def _decoded_token(s: _Serving) -> _Token:
+    """One generated token at the middle of the generation's context, split into its parts
+    (NOTE: [What bounds a token])."""
+    p, w, lay, acc = s.p, s.w, s.lay, s.acc
+    elem = w.element_bytes
+    mid = w.seq_len + w.generate_tokens // 2
+    kv_read = p.kv_bytes_per_token * s.scale * s.batch * mid / lay.tp / acc.memory_bandwidth_bytes_per_s
+    decode = p.forward_seconds(s.batch, mid, acc, lay.tp, decode=True, element_bytes=elem)
+    fused_acc = dataclasses.replace(acc, engine=SERVING_ENGINE)
+    fused = (
+        decode
+        if acc.engine == SERVING_ENGINE
+        else p.forward_seconds(s.batch, mid, fused_acc, lay.tp, decode=True, element_bytes=elem)
+    )
+    flops = p.forward_flops(s.batch, mid)
+    arithmetic_floor = flops / (lay.tp * lay.pp * acc.peak_for(elem))
+    weights_floor = s.weight_floor(s.batch)
+    kernels = max(fused, weights_floor)  # NOTE: [What bounds a token]
+    weights_share = weights_floor / (weights_floor + arithmetic_floor) if weights_floor + arithmetic_floor else 1.0
+    parts = {
+        "launch": max(0.0, decode - fused),
+        "weights": kernels * weights_share,
+        "KV cache": kv_read,
+        "arithmetic": kernels * (1 - weights_share),
+        "communication": s.comm(s.batch),
+    }
+    return _Token(parts, flops, weights_floor, arithmetic_floor, kv_read)
+
+
+def _serving_figures(
+    s: _Serving, mem: dict[str, float], kv_per_sequence: float, pre: _Prefill, token: _Token, per_token: float
+) -> dict[str, float]:
+    """The serving answer's figures beside its step: the prefill, the token rates, the KV cache's
+    room and the floors."""
+    p, w, c, lay, acc = s.p, s.w, s.c, s.lay, s.acc
+    engine_room = c.memory_utilization * acc.memory_bytes - mem["weights"] - mem["activations"]
+    prompt_tokens = s.batch * w.seq_len
+    return {
+        "time_to_first_token_s": pre.first_token_s,
+        "prefill_s": pre.prefill_s,
+        "prefill_chunk_tokens": float(pre.chunk),
+        "prefill_passes": float(pre.count),
+        "seconds_per_token": per_token,
+        "tokens_per_s_per_sequence": 1 / per_token,
+        "tokens_per_s_per_device": w.global_batch / per_token / lay.devices,
+        "kv_cache_bytes_per_token": p.kv_bytes_per_token * s.scale,
+        "kv_cache_sequences": max(0.0, engine_room) / kv_per_sequence if kv_per_sequence else math.inf,
+        "weights_read_s_per_token": token.weights_floor_s,
+        "kv_read_s_per_token": token.kv_read_s,
+        "compute_floor_s_per_token": token.arithmetic_floor_s,
+        "prefill_compute_floor_s": p.forward_flops(prompt_tokens, w.seq_len)
+        / (lay.tp * lay.pp * acc.peak_for(w.element_bytes)),
+    }
+
+
+def _token_band(acc: Accelerator, token: dict[str, float], per_token: float) -> dict[str, float]:
+    """A decoded token's low and high seconds (NOTE: [Bands] in :mod:`partitioner.cluster.engine`):
+    kernels -3/+5 %, collectives -10/+30 %, the host's launches (eager) over its measured 6-17 us
+    an op."""
+    fast, slow = host_per_op_range_s(acc.kernels) if acc.kernels is not None else (1.0, 1.0)
+    host = acc.kernels.host_per_op_s if acc.kernels is not None else 1.0
+    launch_low, launch_high = token["launch"] * fast / host, token["launch"] * slow / host
+    on_gpu = token["weights"] + token["KV cache"] + token["arithmetic"]
+    return {
+        "seconds_per_token_low": min(
+            per_token, launch_low + on_gpu * KERNEL_SPREAD[0] + token["communication"] * COLLECTIVE_SPREAD[0]
+        ),
+        "seconds_per_token_high": max(
+            per_token, launch_high + on_gpu * KERNEL_SPREAD[1] + token["communication"] * COLLECTIVE_SPREAD[1]
+        ),
+    }
+
+
+def _first_token_band(s: _Serving, pre: _Prefill) -> tuple[float, float]:
+    """The time to the first token's band: the kernels' spread on a pass's compute, the
+    collectives' on its messages (their share of the first pass)."""
+    prefill_comm = s.comm(pre.passes[0][0]) / pre.pass_s if pre.pass_s else 0.0
+    ttft = pre.first_token_s
+    return (
+        ttft * (KERNEL_SPREAD[0] * (1 - prefill_comm) + COLLECTIVE_SPREAD[0] * prefill_comm),
+        ttft * (KERNEL_SPREAD[1] * (1 - prefill_comm) + COLLECTIVE_SPREAD[1] * prefill_comm),
     )
 
 

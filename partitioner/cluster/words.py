@@ -38,42 +38,64 @@ def parse_layout(text: str, batch: int | None = None) -> Layout:
             'write e.g. "dp2 tp2 zero3"'
         )
     shown = text if len(text) <= 60 else text[:57] + "..."
-    values: dict[str, Any] = {}
+    values = _settings(text, shown)
+    _check_ranges(values, shown)
+    if values.get("pp", 1) > 1 and "schedule" not in values:
+        values["schedule"] = "gpipe"
+    _check_words_act(values, shown)
+    if "microbatch_size" not in values and batch is not None:
+        values["microbatch_size"] = max(1, batch // values.get("dp", 1))
+    return Layout(**values)
 
-    def put(key: str, value: Any, token: str) -> None:
+
+def _settings(text: str, shown: str) -> dict[str, Any]:
+    """Each word of ``text`` as a :class:`Layout` field and its value, each field once."""
+    values: dict[str, Any] = {}
+    for token in filter(None, re.split(r"[\s,]+", text.strip().lower())):
+        key, value = _setting(token, shown)
         if key in values:
             raise PartitionError(
                 f"a layout names each setting once ({key} twice in {shown!r}, at {token[:40]!r}); write it once"
             )
         values[key] = value
+    return values
 
-    for token in filter(None, re.split(r"[\s,]+", text.strip().lower())):
-        m = _TOKEN.match(token)
-        if m:
-            key = {"mb": "microbatch_size", "v": "virtual"}.get(m.group(1), m.group(1))
-            if len(m.group(2)) > 8:
-                raise PartitionError(f"{key} {m.group(2)} in {shown!r} is beyond any cluster; write at most 8 digits")
-            put(key, int(m.group(2)), token)
-        elif token in SCHEDULE_NAMES:
-            put("schedule", token, token)
-        elif token in _FLAGS:
-            put(*_FLAGS[token], token)
-        elif token.startswith("recompute-") and (
-            token[len("recompute-") :] in RECOMPUTE or token.startswith(("recompute-min-cut-", "recompute-layers-"))
-        ):
-            put("recompute", token[len("recompute-") :], token)
-        else:
-            raise PartitionError(
-                f"a layout is words like {LAYOUT_WORDS} (got {token[:40]!r} in {shown!r}); "
-                f'write e.g. "dp2 tp2 zero3" with ASCII digits'
-            )
+
+def _setting(token: str, shown: str) -> tuple[str, Any]:
+    """One word as (a :class:`Layout` field, its value): a degree with its digits, a schedule, a
+    flag or a recomputation."""
+    m = _TOKEN.match(token)
+    if m:
+        key = {"mb": "microbatch_size", "v": "virtual"}.get(m.group(1), m.group(1))
+        if len(m.group(2)) > 8:
+            raise PartitionError(f"{key} {m.group(2)} in {shown!r} is beyond any cluster; write at most 8 digits")
+        return key, int(m.group(2))
+    if token in SCHEDULE_NAMES:
+        return "schedule", token
+    if token in _FLAGS:
+        return _FLAGS[token]
+    if token.startswith("recompute-") and (
+        token[len("recompute-") :] in RECOMPUTE or token.startswith(("recompute-min-cut-", "recompute-layers-"))
+    ):
+        return "recompute", token[len("recompute-") :]
+    raise PartitionError(
+        f"a layout is words like {LAYOUT_WORDS} (got {token[:40]!r} in {shown!r}); "
+        f'write e.g. "dp2 tp2 zero3" with ASCII digits'
+    )
+
+
+def _check_ranges(values: dict[str, Any], shown: str) -> None:
+    """Degrees at least 1, ZeRO 0-3."""
     for key in ("dp", "tp", "pp", "ep", "cp", "microbatch_size", "virtual"):
         if values.get(key, 1) < 1:
             raise PartitionError(f"{key} must be at least 1 (got {values[key]} in {shown!r})")
     if values.get("zero", 0) not in (0, 1, 2, 3):
         raise PartitionError(f"zero must be 0, 1, 2 or 3 (got {values['zero']} in {shown!r})")
-    if values.get("pp", 1) > 1 and "schedule" not in values:
-        values["schedule"] = "gpipe"
+
+
+def _check_words_act(values: dict[str, Any], shown: str) -> None:
+    """Refuse a word that cannot act on the layout it is in: chunks a rank (``v``) without a
+    schedule that chooses them, sequence parallelism without tensor parallelism."""
     chooses = [name for name, sch in SCHEDULES.items() if sch.choose_virtual]
     if "virtual" in values and values.get("schedule") not in chooses:
         raise PartitionError(
@@ -86,6 +108,3 @@ def parse_layout(text: str, batch: int | None = None) -> Layout:
             f"'sp' (sequence parallelism) splits a tensor-parallel group's activations and tp1 has none "
             f"(in {shown!r}); add tp2 or more, or drop 'sp'"
         )
-    if "microbatch_size" not in values and batch is not None:
-        values["microbatch_size"] = max(1, batch // values.get("dp", 1))
-    return Layout(**values)
