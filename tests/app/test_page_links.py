@@ -78,6 +78,17 @@ def test_a_cluster_link_reopens_its_workload_and_hardware():
     assert [m.value for m in fresh.metric] == [m.value for m in at.metric]
 
 
+def test_a_serving_link_reopens_its_fields_and_a_disabled_ones_value():
+    link = {"model": "mlp", "cl_kind": "inference", "cl_serve_batch": "8", "cl_prompt": "1024", "cl_generate": "512"}
+    fresh = _open({**link, "cl_serve_engine": "eager", "cl_accelerator": "h200-141gb"}, "views/cluster.py")
+    assert fresh.selectbox(key="cl_kind").value == "inference"
+    assert [fresh.number_input(key=k).value for k in ("cl_serve_batch", "cl_prompt", "cl_generate")] == [8, 1024, 512]
+    assert fresh.radio(key="cl_serve_engine").value == "eager"  # carried by hand: its default is in session state
+    assert fresh.selectbox(key="cl_accelerator").value == "h200-141gb"
+    assert "link" not in _said(fresh), _said(fresh)
+    assert _params(fresh)["cl_serve_engine"] == "eager"
+
+
 def test_a_training_memory_link_reopens_its_budget_loss_and_optimizer():
     fresh = _open({"model": "mlp", "tm_budget": "0.25", "tm_loss": "mean"}, "views/training.py")
     assert fresh.select_slider(key="tm_budget").value == 0.25 and fresh.selectbox(key="tm_loss").value == "mean"
