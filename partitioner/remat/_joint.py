@@ -71,8 +71,9 @@ def sweep(
     progress: Callable[[str], None] | None = None,
 ) -> list[RematResult]:
     """:func:`analyze` at each budget, in one worker (the imports are paid once). ``progress``
-    gets a status line when the joint graph is traced and when each budget is done (in the
-    calling thread; whatever it raises stops the worker and comes out of this call)."""
+    gets a status line as the joint trace starts, once it is traced and as each budget is done,
+    each with the seconds since the work began (in the calling thread; whatever it raises stops
+    the worker and comes out of this call)."""
     for b in budgets:
         check_request(b, loss)
     inputs = (example_inputs,) if isinstance(example_inputs, torch.Tensor) else tuple(example_inputs)
@@ -127,18 +128,28 @@ def _sweep(
     say = progress or report
     began = time.perf_counter()
     model = _prepare(portable, inputs)
+    forward_nodes = len(model.module.gm.graph.nodes)
+    say(f"tracing the joint forward and backward of {forward_nodes:,} forward nodes ({_since(began)})")
+
+    def traced(nodes: int) -> None:
+        say(f"joint graph traced: {nodes:,} nodes ({_since(began)})")
+
     results = []
     joint_once: dict[str, Any] = {}
     for i, budget in enumerate(budgets):
         if model.fake and joint_once:  # NOTE: [One joint trace for fake weights]
             seen = _cut_again(joint_once, budget)
         else:
-            seen = _trace_and_cut(model, budget, loss, joint_once if model.fake else None, say if i == 0 else None)
+            seen = _trace_and_cut(model, budget, loss, joint_once if model.fake else None, traced if i == 0 else None)
         # The split forward and backward must give eager's gradients (fake weights have no values).
         equal = None if model.fake else _gradients_equal(model, loss)
         results.append(_read(budget, seen, flops_per_s, equal))
-        say(f"min-cut at budget {budget:g}: {i + 1} of {len(budgets)} done ({time.perf_counter() - began:.1f} s)")
+        say(f"min-cut at budget {budget:g}: {i + 1} of {len(budgets)} done ({_since(began)})")
     return results
+
+
+def _since(began: float) -> str:
+    return f"{time.perf_counter() - began:.1f} s"
 
 
 def _prepare(portable: PortableGraph, inputs: tuple[Any, ...]) -> _Model:
@@ -154,11 +165,11 @@ def _prepare(portable: PortableGraph, inputs: tuple[Any, ...]) -> _Model:
 
 
 def _trace_and_cut(
-    model: _Model, budget: float, loss: str, keep_joint: dict[str, Any] | None, say: Callable[[str], None] | None
+    model: _Model, budget: float, loss: str, keep_joint: dict[str, Any] | None, traced: Callable[[int], None] | None
 ) -> dict[str, Any]:
     """AOT autograd's joint trace of one training step, min-cut at ``budget`` as its partitioner,
     and the step run (the gradients land in the parameters). Returns what min-cut gave and the
-    times; the joint graph goes into ``keep_joint`` where given, and its size to ``say``."""
+    times; the joint graph goes into ``keep_joint`` where given, and its node count to ``traced``."""
     import torch._functorch.config as functorch_config
     import torch.fx.traceback as fx_traceback
     from torch._functorch.aot_autograd import aot_function, make_boxed_func
@@ -171,8 +182,8 @@ def _trace_and_cut(
 
     def partition(joint: fx.GraphModule, joint_inputs: Any, **kw: Any) -> Any:
         seen["joint_s"] = time.perf_counter() - seen["start"]
-        if say is not None:
-            say(f"joint graph traced: {len(joint.graph.nodes):,} nodes ({seen['joint_s']:.1f} s)")
+        if traced is not None:
+            traced(len(joint.graph.nodes))
         if keep_joint is not None:
             keep_joint.update(joint=copy.deepcopy(joint), inputs=joint_inputs, kw=kw)
         start = time.perf_counter()

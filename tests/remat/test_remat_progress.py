@@ -30,10 +30,12 @@ def mlp():
 
 
 def _check_lines(lines: list[str], budgets: tuple[float, ...]) -> None:
-    traced = re.fullmatch(r"joint graph traced: ([\d,]+) nodes \(\d+\.\d s\)", lines[0])
-    assert traced and int(traced.group(1).replace(",", "")) > 0
-    assert len(lines) == 1 + len(budgets)
-    for i, (line, budget) in enumerate(zip(lines[1:], budgets), start=1):
+    tracing = re.fullmatch(r"tracing the joint forward and backward of ([\d,]+) forward nodes \(\d+\.\d s\)", lines[0])
+    traced = re.fullmatch(r"joint graph traced: ([\d,]+) nodes \(\d+\.\d s\)", lines[1])
+    assert tracing and traced
+    assert int(traced.group(1).replace(",", "")) > int(tracing.group(1).replace(",", "")) > 0  # a backward joined
+    assert len(lines) == 2 + len(budgets)
+    for i, (line, budget) in enumerate(zip(lines[2:], budgets), start=1):
         assert re.fullmatch(rf"min-cut at budget {budget:g}: {i} of {len(budgets)} done \(\d+\.\d s\)", line), line
 
 
@@ -57,7 +59,7 @@ def test_a_callback_that_raises_ends_the_sweep_there(mlp):
 
     with pytest.raises(Stopped):
         remat.sweep(graph, inputs, BUDGETS, timeout_s=None, progress=stop_after_the_first_budget)
-    assert len(lines) == 2 and lines[1].startswith("min-cut at budget 0: 1 of 3")
+    assert len(lines) == 3 and lines[2].startswith("min-cut at budget 0: 1 of 3")
 
 
 @pytest.mark.slow
@@ -75,6 +77,6 @@ def test_the_worker_reports_each_budget_and_a_stop_leaves_no_process(mlp):
     def stop(text: str) -> None:
         raise Stopped(text)
 
-    with pytest.raises(Stopped, match="joint graph traced"):
+    with pytest.raises(Stopped, match="tracing the joint"):
         remat.sweep(graph, inputs, BUDGETS, timeout_s=300, progress=stop)
     assert child_pids() <= before
