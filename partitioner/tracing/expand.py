@@ -120,105 +120,151 @@ def expand(graph: Graph, stacks: Sequence[Stack], targets: Sequence[Sequence[int
     ``targets`` names (one sorted sequence a stack, holding the kept layers; ``range(length)`` for
     the whole model), as NOTE: [Expanding a traced block]. The result holds no module. Raises
     :class:`ExpandError` when the trace is laid out otherwise. O(N) for N nodes of the result."""
-    layout = _Layout(graph, stacks)
-    nodes = graph.nodes
-    sanitized = [s.path.replace(".", "_") for s in stacks]
-    positions = [{layer: q for q, layer in enumerate(t)} for t in targets]
-    for stack, t in zip(stacks, targets):
-        if not set(stack.keep) <= set(t):
-            raise ExpandError(f"the target layers of {stack.path} leave out kept layers")
-    region_stack = {item[0]: item[1] for item in layout.order if isinstance(item, tuple)}
-    # each target position's template (as a kept position) and run, a stack at a time
-    kept_at = [{layer: j for j, layer in enumerate(s.keep)} for s in stacks]
-    template = [[kept_at[i][s.template(layer)] for layer in t] for i, (s, t) in enumerate(zip(stacks, targets))]
-    run = [[s.run_of(layer) for layer in t] for s, t in zip(stacks, targets)]
-    # the form of each kept layer's segment, to map a place in one layer to the same in another
-    forms: dict[tuple[int, int], tuple[tuple[str, str, str], ...]] = {}
-    for r, segs in enumerate(layout.segments):
-        stack = stacks[region_stack[r]]
-        for j, seg in segs.items():
-            forms[(r, j)] = tuple(
-                (nodes[i].op, _moved(nodes[i].target, stack.path, j, 0), _moved(nodes[i].module_path, stack.path, j, 0))
-                for i in seg
-            )
-    # emitted nodes: (shallow index, stack or -1, target position), in the longer graph's order
-    emitted: list[tuple[int, int, int]] = []
-    index: dict[tuple[int, int, int], int] = {}  # (region, target position, offset) -> new index
-    single: dict[int, int] = {}  # non-layer shallow node -> new index
-    for item in layout.order:
-        if isinstance(item, int):
-            single[item] = len(emitted)
-            emitted.append((item, -1, -1))
-            continue
-        r, s = item
-        stack = stacks[s]
-        for q, j in enumerate(template[s]):
-            for o, i in enumerate(layout.segments[r].get(j, ())):
-                index[(r, q, o)] = len(emitted)
-                emitted.append((i, s, q))
+    expansion = _Expansion(graph, stacks, targets)
+    names = _Names(graph, expansion.layout, stacks, expansion.region_stack)
+    return _result(graph, stacks, expansion.copies(names))
 
-    def source(u: int, reader_stack: int, q: int) -> int:
+
+class _Expansion:
+    """The shallow trace's nodes in the longer graph's order, each with the kept layer it copies
+    and where each copy reads its inputs."""
+
+    def __init__(self, graph: Graph, stacks: Sequence[Stack], targets: Sequence[Sequence[int]]) -> None:
+        self.layout = _Layout(graph, stacks)
+        self.nodes, self.stacks, self.targets = graph.nodes, stacks, targets
+        self.positions = [{layer: q for q, layer in enumerate(t)} for t in targets]
+        for stack, t in zip(stacks, targets):
+            if not set(stack.keep) <= set(t):
+                raise ExpandError(f"the target layers of {stack.path} leave out kept layers")
+        self.region_stack = {item[0]: item[1] for item in self.layout.order if isinstance(item, tuple)}
+        # each target position's template (as a kept position) and run, a stack at a time
+        kept_at = [{layer: j for j, layer in enumerate(s.keep)} for s in stacks]
+        self.template = [
+            [kept_at[i][s.template(layer)] for layer in t] for i, (s, t) in enumerate(zip(stacks, targets))
+        ]
+        self.run = [[s.run_of(layer) for layer in t] for s, t in zip(stacks, targets)]
+        self.forms = self._forms()
+        # emitted nodes: (shallow index, stack or -1, target position), in the longer graph's order
+        self.emitted: list[tuple[int, int, int]] = []
+        self.index: dict[tuple[int, int, int], int] = {}  # (region, target position, offset) -> new index
+        self.single: dict[int, int] = {}  # non-layer shallow node -> new index
+        self._lay_out()
+
+    def _forms(self) -> dict[tuple[int, int], tuple[tuple[str, str, str], ...]]:
+        """The form of each kept layer's segment, to map a place in one layer to the same in another."""
+        nodes = self.nodes
+        forms: dict[tuple[int, int], tuple[tuple[str, str, str], ...]] = {}
+        for r, segs in enumerate(self.layout.segments):
+            stack = self.stacks[self.region_stack[r]]
+            for j, seg in segs.items():
+                forms[(r, j)] = tuple(
+                    (
+                        nodes[i].op,
+                        _moved(nodes[i].target, stack.path, j, 0),
+                        _moved(nodes[i].module_path, stack.path, j, 0),
+                    )
+                    for i in seg
+                )
+        return forms
+
+    def _lay_out(self) -> None:
+        for item in self.layout.order:
+            if isinstance(item, int):
+                self.single[item] = len(self.emitted)
+                self.emitted.append((item, -1, -1))
+                continue
+            r, s = item
+            for q, j in enumerate(self.template[s]):
+                for o, i in enumerate(self.layout.segments[r].get(j, ())):
+                    self.index[(r, q, o)] = len(self.emitted)
+                    self.emitted.append((i, s, q))
+
+    def source(self, u: int, reader_stack: int, q: int) -> int:
         """The new index of what the emitted copy (at target position ``q``) of a node reads
         where the shallow node read ``u``."""
-        if u not in layout.where:
-            return single[u]
-        r, j_read, o = layout.where[u]
-        s = region_stack[r]
-        stack = stacks[s]
+        if u not in self.layout.where:
+            return self.single[u]
+        r, j_read, o = self.layout.where[u]
+        s = self.region_stack[r]
+        stack = self.stacks[s]
         read_layer = stack.keep[j_read]
-        if reader_stack != s or stack.run_of(read_layer) != run[s][q]:
+        if reader_stack != s or stack.run_of(read_layer) != self.run[s][q]:
             # a node of no layer, of another stack or of another run reads the kept layer itself
-            return index[(r, positions[s][read_layer], o)]
-        q_read = q - (template[s][q] - j_read)  # relative: the layer that many places before
+            return self.index[(r, self.positions[s][read_layer], o)]
+        q_read = q - (self.template[s][q] - j_read)  # relative: the layer that many places before
         if q_read < 0:
-            raise ExpandError(f"layer {targets[s][q]} of {stack.path} would read before the first layer")
-        j_to = template[s][q_read]
-        if j_to != j_read and forms.get((r, j_to)) != forms[(r, j_read)]:
+            raise ExpandError(f"layer {self.targets[s][q]} of {stack.path} would read before the first layer")
+        j_to = self.template[s][q_read]
+        if j_to != j_read and self.forms.get((r, j_to)) != self.forms[(r, j_read)]:
             raise ExpandError(
                 f"layers {stack.keep[j_read]} and {stack.keep[j_to]} of {stack.path} differ in their nodes"
             )
-        return index[(r, q_read, o)]
+        return self.index[(r, q_read, o)]
 
-    layer_named = {
-        i for i, (r, j, _) in layout.where.items() if nodes[i].name.startswith(f"{sanitized[region_stack[r]]}_{j}_")
-    }
-    counted = {i for i in range(len(nodes)) if i not in layer_named}
-    starts = _check_counted(graph, counted)
-    seen: dict[str, int] = {}
-    out: list[Node] = []
-    for i, s, q in emitted:
-        node = nodes[i]
-        inputs = tuple(source(u, s, q) for u in node.inputs)
-        if s < 0:
-            name, target, path = node.name, node.target, node.module_path
-        else:
-            j = layout.where[i][1]
-            stack = stacks[s]
-            path = _moved(node.module_path, stack.path, j, q)
-            target = _moved(node.target, stack.path, j, q) if node.op in ("get_attr", "call_module") else node.target
-            name = node.name
-            if i in layer_named:
-                name = f"{sanitized[s]}_{q}_" + name[len(f"{sanitized[s]}_{j}_") :]
-        if i in counted:
-            base, _ = _split(node.name)
-            n = starts[base] + seen.get(base, 0)
-            seen[base] = seen.get(base, 0) + 1
-            name = base if n == 0 else f"{base}_{n}"
-        out.append(
-            Node(
-                name,
-                node.op,
-                target,
-                inputs,
-                path,
-                node.shape,
-                node.dtype,
-                node.output_bytes,
-                node.param_bytes,
-                node.flops,
-                node.is_embedding,
+    def copies(self, names: _Names) -> list[Node]:
+        """Every emitted node: its template's figures, its place's name, paths and inputs."""
+        out: list[Node] = []
+        for i, s, q in self.emitted:
+            node = self.nodes[i]
+            inputs = tuple(self.source(u, s, q) for u in node.inputs)
+            target, path = node.target, node.module_path
+            if s >= 0:
+                j = self.layout.where[i][1]
+                stack = self.stacks[s]
+                path = _moved(node.module_path, stack.path, j, q)
+                if node.op in ("get_attr", "call_module"):
+                    target = _moved(node.target, stack.path, j, q)
+            out.append(
+                Node(
+                    names.name(i, s, q),
+                    node.op,
+                    target,
+                    inputs,
+                    path,
+                    node.shape,
+                    node.dtype,
+                    node.output_bytes,
+                    node.param_bytes,
+                    node.flops,
+                    node.is_embedding,
+                )
             )
-        )
+        return out
+
+
+class _Names:
+    """The longer graph's node names: a layer's own names (``model_layers_3_...``) take the copy's
+    place, every other name is a running count per base name, counted again over the longer graph."""
+
+    def __init__(self, graph: Graph, layout: _Layout, stacks: Sequence[Stack], region_stack: dict[int, int]) -> None:
+        nodes = graph.nodes
+        self.nodes, self.layout = nodes, layout
+        self.sanitized = [s.path.replace(".", "_") for s in stacks]
+        self.layer_named = {
+            i
+            for i, (r, j, _) in layout.where.items()
+            if nodes[i].name.startswith(f"{self.sanitized[region_stack[r]]}_{j}_")
+        }
+        self.counted = {i for i in range(len(nodes)) if i not in self.layer_named}
+        self.starts = _check_counted(graph, self.counted)
+        self.seen: dict[str, int] = {}
+
+    def name(self, i: int, s: int, q: int) -> str:
+        """The name of the copy of shallow node ``i`` at target position ``q`` of stack ``s``
+        (``s`` -1: a node of no layer); called once a copy, in the longer graph's order."""
+        name = self.nodes[i].name
+        if i in self.counted:
+            base, _ = _split(name)
+            n = self.starts[base] + self.seen.get(base, 0)
+            self.seen[base] = self.seen.get(base, 0) + 1
+            return base if n == 0 else f"{base}_{n}"
+        j = self.layout.where[i][1]  # a layer's own name
+        return f"{self.sanitized[s]}_{q}_" + name[len(f"{self.sanitized[s]}_{j}_") :]
+
+
+def _result(graph: Graph, stacks: Sequence[Stack], out: list[Node]) -> Graph:
+    """The longer graph of ``out``, with the shallow graph's records; refused when a weight is
+    shared within or between layers."""
     try:
         result = Graph(out, None, graph.example_inputs, name=graph.name)
     except TraceError as exc:

@@ -215,10 +215,33 @@ def _trace(
         example_inputs = (example_inputs,)
     args = tuple(example_inputs)
     meta = on_meta(model)  # NOTE: [Meta weights, meta inputs]
-    traced_args, traced_kwargs = (to_meta(args), to_meta(example_kwargs)) if meta else (args, example_kwargs)
-    gm, _ = remove_inplace(to_graph_module(model, traced_args, traced_kwargs))  # NOTE: [In-place ops and partitions]
-    tied = merge_tied_attributes(gm)
+    gm, tied = _capture(model, args, example_kwargs, meta)
     inputs = args + tuple(torch.utils._pytree.tree_leaves(example_kwargs)) if example_kwargs else args
+    _check_input_count(gm, inputs)
+    records = _run_annotation(gm, to_meta(inputs) if meta else inputs)
+    nodes, parameters = _annotated_nodes(gm, records)
+    graph = Graph(nodes, gm, inputs, name=name or type(model).__name__)
+    graph.tied_parameters = tied + parameters.tied()
+    graph.repeated_weights = parameters.repeated
+    graph.unpriced_ops = unpriced((nd.target, nd.flops) for nd in nodes if nd.op == "call_function")
+    graph.model_info = model_info(model)
+    graph.named_parameters = parameter_records(gm)
+    if not graph.op_indices:
+        raise TraceError(f"{graph.name} has no operations to partition (only inputs, attributes and outputs)")
+    return graph
+
+
+def _capture(
+    model: torch.nn.Module | fx.GraphModule, args: tuple[Any, ...], kwargs: dict[str, Any], meta: bool
+) -> tuple[fx.GraphModule, tuple[tuple[str, ...], ...]]:
+    """The model's graph without in-place ops, traced on meta inputs when its weights are on meta,
+    and the tied attributes it merged into one node each."""
+    traced_args, traced_kwargs = (to_meta(args), to_meta(kwargs)) if meta else (args, kwargs)
+    gm, _ = remove_inplace(to_graph_module(model, traced_args, traced_kwargs))  # NOTE: [In-place ops and partitions]
+    return gm, merge_tied_attributes(gm)
+
+
+def _check_input_count(gm: fx.GraphModule, inputs: tuple[Any, ...]) -> None:
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
     if len(placeholders) != len(inputs):
         raise TraceError(
@@ -226,44 +249,60 @@ def _trace(
             f"({', '.join(p.name for p in placeholders)}) but {len(inputs)} example input(s) "
             "were given; pass one example tensor per forward() argument"
         )
-    records = _run_annotation(gm, to_meta(inputs) if meta else inputs)
+
+
+class _SharedParameters:
+    """A parameter two modules share (tied weights) is charged to each module's node, as a device
+    running either must hold it; the graph records the repeat so the model's total counts it once."""
+
+    def __init__(self) -> None:
+        self.counted: dict[int, tuple[str, int]] = {}  # parameter -> (first name, first node)
+        self.shared: dict[int, list[str]] = {}  # parameter -> its names, first first
+        self.repeated: dict[int, tuple[int, int]] = {}  # node -> (node first holding, bytes repeated)
+
+    def charge(self, path: str, module: torch.nn.Module, index: int) -> int:
+        """The bytes of ``module``'s parameters, charged to node ``index`` (the module at ``path``)."""
+        param_bytes = 0
+        for pname, p in module.named_parameters():
+            qualified, size = f"{path}.{pname}", p.numel() * p.element_size()
+            param_bytes += size
+            if id(p) not in self.counted:
+                self.counted[id(p)] = (qualified, index)
+            elif self.counted[id(p)][1] != index:
+                first = self.counted[id(p)]
+                names = self.shared.setdefault(id(p), [first[0]])
+                if qualified not in names:
+                    names.append(qualified)
+                was = self.repeated.get(index, (first[1], 0))
+                self.repeated[index] = (first[1], was[1] + size)
+        return param_bytes
+
+    def tied(self) -> tuple[tuple[str, ...], ...]:
+        """The names of each parameter that more than one module holds."""
+        return tuple(tuple(names) for names in self.shared.values() if len(names) > 1)
+
+
+def _annotated_nodes(gm: fx.GraphModule, records: dict[str, Annotation]) -> tuple[list[Node], _SharedParameters]:
+    """One :class:`Node` per fx node, in graph order, with its annotation and parameter bytes."""
     modules = dict(gm.named_modules())
+    parameters = _SharedParameters()
     position: dict[fx.Node, int] = {}
     nodes: list[Node] = []
-    # A parameter two modules share (tied weights) is charged to each module's node, as a device
-    # running either must hold it; the graph records the repeat so the model's total counts it once.
-    counted: dict[int, tuple[str, int]] = {}
-    shared: dict[int, list[str]] = {}
-    repeated: dict[int, tuple[int, int]] = {}
     weights: set[int] = set()  # get_attr nodes (weights) and views of them
     for fx_node in gm.graph.nodes:
         (shape, dtype, out_bytes), flops = records.get(fx_node.name, ((None, None, 0), 0))
         param_bytes = 0
         if fx_node.op == "call_module":
-            sub = modules[str(fx_node.target)]
-            for pname, p in sub.named_parameters():
-                qualified, size = f"{fx_node.target}.{pname}", p.numel() * p.element_size()
-                param_bytes += size
-                if id(p) not in counted:
-                    counted[id(p)] = (qualified, len(nodes))
-                elif counted[id(p)][1] != len(nodes):
-                    first = counted[id(p)]
-                    names = shared.setdefault(id(p), [first[0]])
-                    if qualified not in names:
-                        names.append(qualified)
-                    was = repeated.get(len(nodes), (first[1], 0))
-                    repeated[len(nodes)] = (first[1], was[1] + size)
-        if fx_node.op == "output":
-            out_bytes = 0
+            param_bytes = parameters.charge(str(fx_node.target), modules[str(fx_node.target)], len(nodes))
         reads = tuple(position[i] for i in _flat_inputs(fx_node))
-        if fx_node.op == "call_function" and reads and _is_view(fx_node) and all(i in weights for i in reads):
-            # NOTE: [Views of weights] A transpose or view of a weight (a mixture of experts'
-            # packed expert weights, transposed for grouped_mm) shares the weight's storage: it
-            # holds no bytes of its own, and counting its output would hold each weight twice
-            # (Mixtral-8x7B: 172 GiB for 87 GiB of weights). Its readers reach the weight through it.
+        # NOTE: [Views of weights] A transpose or view of a weight (a mixture of experts' packed
+        # expert weights, transposed for grouped_mm) shares the weight's storage: it holds no bytes
+        # of its own, and counting its output would hold each weight twice (Mixtral-8x7B: 172 GiB
+        # for 87 GiB of weights). Its readers reach the weight through it.
+        view = fx_node.op == "call_function" and bool(reads) and _is_view(fx_node) and all(i in weights for i in reads)
+        if view or fx_node.op == "output":
             out_bytes = 0
-            weights.add(len(nodes))
-        elif fx_node.op == "get_attr":
+        if view or fx_node.op == "get_attr":
             weights.add(len(nodes))
         position[fx_node] = len(nodes)
         nodes.append(
@@ -281,12 +320,4 @@ def _trace(
                 is_embedding=_is_embedding(fx_node, modules),
             )
         )
-    graph = Graph(nodes, gm, inputs, name=name or type(model).__name__)
-    graph.tied_parameters = tied + tuple(tuple(names) for names in shared.values() if len(names) > 1)
-    graph.repeated_weights = repeated
-    graph.unpriced_ops = unpriced((nd.target, nd.flops) for nd in nodes if nd.op == "call_function")
-    graph.model_info = model_info(model)
-    graph.named_parameters = parameter_records(gm)
-    if not graph.op_indices:
-        raise TraceError(f"{graph.name} has no operations to partition (only inputs, attributes and outputs)")
-    return graph
+    return nodes, parameters
