@@ -168,7 +168,7 @@ def summary(profile: DeviceProfile) -> str:
         f"profile {profile.name!r}: {profile.cores} cores, {format_bytes(profile.memory_bytes)}, "
         f"{profile.backend}; {calibrated_words(profile) or 'calibrated ? at load ?'} on {profile.host or '?'} "
         f"in {profile.calibration_s:.0f} s",
-        f"overhead: {format_seconds(profile.op_overhead_s)} an op, {format_seconds(profile.module_overhead_s)} "
+        f"overhead: {format_seconds(profile.launch_s)} an op, {format_seconds(profile.module_overhead_s)} "
         f"more a module call; peak {profile.peak_flops / 1e9:.1f} GFLOP/s, memory "
         f"{profile.memory_bandwidth_bytes_per_s / 1e9:.1f} GB/s",
         "",

@@ -16,7 +16,7 @@ from cli.inputs import EXIT_FAIL, EXIT_OK, EXIT_RUN, CLIError, load_model, write
 from partitioner import cluster
 from partitioner.cost.training import OPTIMIZERS
 from partitioner.errors import PartitionError
-from partitioner.interop.engines import ENGINES, engine_file
+from partitioner.interop.engines import EXPORT_ENGINES, engine_file
 from partitioner.units import PRECISIONS, dtype, format_bytes
 
 if TYPE_CHECKING:
@@ -176,7 +176,9 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
         help='show one layout\'s memory, time and collectives, e.g. "dp4 tp8 pp2 1f1b mb1 zero1"',
     )
     p.add_argument(
-        "--export", choices=list(ENGINES), help="print the fastest layout (or the --open one) as this engine's config"
+        "--export",
+        choices=list(EXPORT_ENGINES),
+        help="print the fastest layout (or the --open one) as this engine's config",
     )
     p.add_argument("--out", metavar="FILE", help="write the answers as JSON (or the --export config) here")
     p.add_argument(

@@ -21,7 +21,8 @@ flat beyond them). Throughput at F FLOPs is F / (t(F) - overhead), t the measure
 time, so the overhead is not counted twice. A ``call_module`` op pays the module-call overhead
 (Python's ``nn.Module.__call__``), a function op the dispatch overhead; ops that only index or
 view (the op table's views, :mod:`partitioner.op_table`; a module call of ``Identity``, ``Dropout``
-or ``Flatten`` too) pay the overhead alone, as the cost model's kernels launch none for them.
+or ``Flatten`` too) and casts to the dtype their input has (torch returns the input itself) pay the
+overhead alone, as the cost model's kernels launch none for them.
 Collectives: alpha-beta (Hockney 1994) per kind and process count, the nearest measured count when
 the asked one was not measured.
 """
@@ -38,7 +39,7 @@ from typing import Any, Mapping, Sequence
 from partitioner.curves import AlphaBeta, Curve, fit_alpha_beta, interp_through_zero
 from partitioner.errors import DeviceSpecError
 from partitioner.kernels import ENGINES, GpuKernels
-from partitioner.op_table import is_view, module_op, op_name
+from partitioner.op_table import is_view, module_op, op_name, returns_input
 from partitioner.profile_cache import (
     NAME as _NAME,
 )  # noqa: E501
@@ -82,7 +83,7 @@ class DeviceProfile:
 
     name: str
     memory_bytes: int
-    op_overhead_s: float  # one function op on a tiny tensor
+    launch_s: float  # one function op on a tiny tensor, back to back (a GPU's: GpuKernels.launch_s)
     module_overhead_s: float  # one nn.Module call of a tiny Linear, beyond its op
     matmul: tuple[tuple[str, Curve], ...]  # dtype -> (FLOPs, seconds) of square Linear ops (addmm)
     copy: Curve  # (bytes moved, seconds) of an elementwise op reading and writing
@@ -96,7 +97,8 @@ class DeviceProfile:
     ] = ()  # (processes, DTensor dispatch of a sharded Linear, all ranks at once)
     training_step_factor: float = 3.0  # forward + backward over forward, measured (3: the FLOP count's rule)
     elementwise: tuple[tuple[str, Curve], ...] = ()  # kind (ELEMENTWISE_KINDS) -> (bytes moved, seconds)
-    graph_op_overhead_s: float = 0.0  # one small op inside a traced module's forward (0: not measured)
+    # one small op inside a traced module's forward (0: not measured; a GPU's: GpuKernels.host_per_op_s)
+    host_per_op_s: float = 0.0
     cores: int = 1
     backend: str = "gloo"
     host: str = ""
@@ -133,11 +135,11 @@ class DeviceProfile:
     def flops_per_s(self, flops: float, dtype: str | None = None) -> float:
         """The efficiency curve: achieved FLOP/s at ``flops`` (NOTE: [Op time from a profile])."""
         t = self.matmul_seconds(flops, dtype)
-        return flops / max(t - self.op_overhead_s, 0.05 * t)
+        return flops / max(t - self.launch_s, 0.05 * t)
 
     def bandwidth_bytes_per_s(self, nbytes: float) -> float:
         t = interp_through_zero(self.copy, max(nbytes, 1.0))
-        return max(nbytes, 1.0) / max(t - self.op_overhead_s, 0.05 * t)
+        return max(nbytes, 1.0) / max(t - self.launch_s, 0.05 * t)
 
     def op_seconds(
         self,
@@ -147,17 +149,20 @@ class DeviceProfile:
         op: str = "call_function",
         target: str = "",
         kind: str = "",
+        in_dtype: str | None = None,
     ) -> tuple[float, float]:
         """(memory seconds, compute seconds) of one op, each with its overhead (NOTE: [Op time
         from a profile]). ``kind``: a ``call_module``'s type name (``"GELU"``): the op it is, for its
-        measured curve."""
-        overhead = self.module_overhead_s + self.op_overhead_s if op == "call_module" else self.op_overhead_s
+        measured curve. ``in_dtype``: the dtype the op reads (None: unknown), by which a cast to the
+        dtype it has costs its dispatch alone (torch returns its input: ``op_table.returns_input``)."""
+        overhead = self.module_overhead_s + self.launch_s if op == "call_module" else self.launch_s
         # Inside a model's forward an op pays more than in a tight loop of one op (the generated
         # code's Python, allocations, caches shared with the ops around it): the measured extra.
-        extra = max(0.0, self.graph_op_overhead_s - self.op_overhead_s)
+        extra = max(0.0, self.host_per_op_s - self.launch_s)
         overhead += extra
         name = module_op(kind) if op == "call_module" else op_name(target)
-        if is_view(name):  # no bytes move (NOTE: [One op table] in partitioner.op_table)
+        # No bytes move (NOTE: [One op table] in partitioner.op_table): a view, a cast to its own dtype.
+        if is_view(name) or (op != "call_module" and returns_input(name, in_dtype, dtype)):
             return (overhead, overhead)
         curves = {_kind_key(k): c for k, c in self.elementwise}
         curve = curves.get(_kind_key(name))

@@ -18,11 +18,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Mapping
 
-from partitioner.units import find_dtype
+from partitioner.units import GiB, find_dtype
 
 __all__ = ["Hardware", "Link", "HARDWARE", "LINKS", "ACCELERATOR_NAMES", "DTYPES", "hardware"]
 
-GiB = 2**30
 DTYPES = ("float8", "bfloat16", "float16", "tf32", "float32")
 
 

@@ -40,12 +40,13 @@ __all__ = [
     "module_op",
     "lookup",
     "is_view",
+    "returns_input",
     "names",
     "stems",
 ]
 
 # The kernel classes the cost model prices ops by (partitioner.kernels.KernelOp's kinds, plus
-# "cast": no kernel when the op keeps its input's dtype and shape, else a copy).
+# "cast": no kernel when the op keeps its input's dtype, else a copy; see returns_input).
 KERNELS = (
     "view",
     "cast",
@@ -128,8 +129,10 @@ _ROWS = (
     + _ops("view", "", "size sym_size dim numel getattr _assert_tensor_metadata")
     # Dropout launches nothing as traced (inference); training keeps its mask.
     + _ops("view", "mask", "dropout")
-    # Casts and copies: the same elements in the same shape.
-    + _ops("cast", "same", "to _to_copy clone type_as float half bfloat16 type", "same")
+    # Casts: the same elements in the same shape, the input itself when its dtype stays.
+    + _ops("cast", "same", "to type_as float half bfloat16 type", "same")
+    # Copies: a new tensor whatever its dtype (_to_copy: the cast a decomposed graph writes).
+    + _ops("copy", "same", "clone _to_copy", "same")
     + _ops(
         "matmul",
         "product",
@@ -261,6 +264,18 @@ def is_view(target: object) -> bool:
     """Whether ``target`` names a view (:attr:`OpInfo.is_view`)."""
     found = lookup(target)
     return found is not None and found.is_view
+
+
+def returns_input(target: object, in_dtype: object, out_dtype: object) -> bool:
+    """Whether torch answers the op with its input itself: a cast of the table (``to``,
+    ``type_as``, ``float``, ``half``, ``bfloat16``, ``type``) to the dtype its input already has
+    (``t.to(t.dtype) is t``), so no kernel runs and no byte moves: only its dispatch is paid, as a
+    view's. ``clone`` and ``_to_copy`` copy whatever the dtype. Dtypes as a graph writes them
+    (``"torch.float32"`` and ``"float32"`` alike); None is unknown (not the same). O(1)."""
+    found = lookup(target)
+    if found is None or found.kernel != "cast" or in_dtype is None or out_dtype is None:
+        return False
+    return str(in_dtype).removeprefix("torch.") == str(out_dtype).removeprefix("torch.")
 
 
 def names(

@@ -1,6 +1,7 @@
 """The JSON form of a device profile (:class:`partitioner.device_profile.DeviceProfile`): the checks
 every profile passes, writing one and reading one back with an error that names the field and the
-fix. Torch-free."""
+fix. A key renamed since profiles were first written is still read under its former name
+(:data:`KEY_ALIASES`); only the current name is written. Torch-free."""
 
 from __future__ import annotations
 
@@ -14,7 +15,15 @@ from partitioner.kernels import ENGINES
 from partitioner.profile_cache import NAME as _NAME
 from partitioner.profile_cache import PROFILE_KIND
 
-__all__ = ["SCHEMA_VERSION", "LIMITS", "MAX_PROFILE_BYTES", "check_profile", "profile_dict", "profile_fields"]
+__all__ = [
+    "SCHEMA_VERSION",
+    "LIMITS",
+    "MAX_PROFILE_BYTES",
+    "KEY_ALIASES",
+    "check_profile",
+    "profile_dict",
+    "profile_fields",
+]
 
 SCHEMA_VERSION = 1
 _REMEDY = "partition-explorer calibrate"
@@ -32,13 +41,16 @@ LIMITS = {
 _UNITS = {"matmul": "dtypes", "elementwise": "kinds", "collectives": "fits"}
 MAX_TEXT = 200  # characters of host, backend, measured_at
 MAX_PROFILE_BYTES = 16 * 2**20  # a profile file; the largest accepted profile is about 3 MB
+# Keys profiles written before were read under, each with the key written now: the same quantity
+# under the name the code gives it (GpuKernels' ``launch_s`` and ``host_per_op_s``).
+KEY_ALIASES = {"launch_s": "op_overhead_s", "host_per_op_s": "graph_op_overhead_s"}
 
 
 def check_profile(p: Any) -> None:
     """Every rule a profile's fields obey (a profile checks itself when made); O(curve points)."""
     if not isinstance(p.name, str) or not _NAME.match(p.name):
         raise DeviceSpecError(f"profile name must be 1-64 letters, digits, '_', '.', '-' (got {p.name!r})")
-    for field in ("op_overhead_s", "module_overhead_s", "sharded_module_overhead_s", "graph_op_overhead_s"):
+    for field in ("launch_s", "module_overhead_s", "sharded_module_overhead_s", "host_per_op_s"):
         value = getattr(p, field)
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < 1:
             raise DeviceSpecError(f"profile {p.name!r}: {field} must be seconds in [0, 1) (got {value!r})")
@@ -109,7 +121,7 @@ def profile_dict(p: Any) -> dict[str, Any]:
         "schema_version": SCHEMA_VERSION,
         "name": p.name,
         "memory_bytes": p.memory_bytes,
-        "op_overhead_s": p.op_overhead_s,
+        "launch_s": p.launch_s,
         "module_overhead_s": p.module_overhead_s,
         "sharded_module_overhead_s": p.sharded_module_overhead_s,
         "matmul": {dtype: [list(p) for p in curve] for dtype, curve in p.matmul},
@@ -129,7 +141,7 @@ def profile_dict(p: Any) -> dict[str, Any]:
         "dtensor_module_s": [list(p) for p in p.dtensor_module_s],
         "training_step_factor": p.training_step_factor,
         "elementwise": {kind: [list(p) for p in curve] for kind, curve in p.elementwise},
-        "graph_op_overhead_s": p.graph_op_overhead_s,
+        "host_per_op_s": p.host_per_op_s,
         "cores": p.cores,
         "backend": p.backend,
         "host": p.host,
@@ -202,7 +214,7 @@ def profile_fields(data: Mapping[str, Any]) -> dict[str, Any]:
         return dict(
             name=name,
             memory_bytes=_integer(owner, "memory_bytes", data["memory_bytes"]),
-            op_overhead_s=real(owner, "op_overhead_s", data["op_overhead_s"]),
+            launch_s=real(owner, "launch_s", _aliased(data, "launch_s")),
             module_overhead_s=real(owner, "module_overhead_s", data["module_overhead_s"]),
             matmul=matmul,
             copy=check_curve(owner, "copy", data["copy"]),
@@ -221,7 +233,7 @@ def profile_fields(data: Mapping[str, Any]) -> dict[str, Any]:
                     for k, c in named_items(owner, "elementwise", data.get("elementwise", {}))
                 )
             ),
-            graph_op_overhead_s=real(owner, "graph_op_overhead_s", data.get("graph_op_overhead_s", 0.0)),
+            host_per_op_s=real(owner, "host_per_op_s", _aliased(data, "host_per_op_s", 0.0)),
             cores=_integer(owner, "cores", data.get("cores", 1)),
             backend=text(owner, "backend", data.get("backend", "gloo")),
             host=text(owner, "host", data.get("host", "")),
@@ -238,6 +250,17 @@ def profile_fields(data: Mapping[str, Any]) -> dict[str, Any]:
             f"device profile {name!r} is malformed ({type(exc).__name__}: {str(exc)[:200]}); "
             "measure it again with `partition-explorer calibrate`"
         ) from None
+
+
+def _aliased(data: Mapping[str, Any], key: str, *default: Any) -> Any:
+    """``data[key]``, else the value under its former name (:data:`KEY_ALIASES`), else ``default``
+    (a KeyError, read as a malformed profile, when there is none)."""
+    for name in (key, KEY_ALIASES[key]):
+        if name in data:
+            return data[name]
+    if default:
+        return default[0]
+    raise KeyError(key)
 
 
 def _integer(owner: str, what: str, value: Any) -> int:

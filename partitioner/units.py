@@ -15,6 +15,7 @@ from typing import Iterable
 from partitioner.errors import DeviceSpecError, PartitionError
 
 __all__ = [
+    "GiB",
     "BYTE_UNITS",
     "parse_bytes",
     "format_bytes",
@@ -35,6 +36,8 @@ __all__ = [
     "dominant_dtype",
 ]
 
+GiB = 2**30  # one gibibyte: every module that counts in GiB imports this one
+
 BYTE_UNITS = {
     "": 1,
     "B": 1,
@@ -44,7 +47,7 @@ BYTE_UNITS = {
     "TB": 10**12,
     "KIB": 2**10,
     "MIB": 2**20,
-    "GIB": 2**30,
+    "GIB": GiB,
     "TIB": 2**40,
 }
 

@@ -186,7 +186,7 @@ def test_repeated_rows_of_one_shape_average_as_before():
         ((), "memory_bytes", "80000000000"),
         ((), "memory_bytes", 1.5),
         ((), "cores", True),
-        ((), "op_overhead_s", False),
+        ((), "launch_s", False),
         ((), "copy", [[True, 1e-6]]),
         ((), "slowdown", [[True, 1.0]]),
         ((), "host", 7),

@@ -13,7 +13,7 @@ from explorer.builders.cluster_tables import collectives_table, layouts_table
 from explorer.builders.figures import dollars, round_ticks
 from explorer.builders.text import counted
 from partitioner.cluster import bands
-from partitioner.units import format_bytes
+from partitioner.units import GiB, format_bytes
 
 if TYPE_CHECKING:
     from partitioner.pipeline.simulate import Simulation
@@ -33,7 +33,6 @@ __all__ = [
     "scaling_figure",
 ]
 
-GiB = 2**30
 CLOUD_PER_SIZE = 200  # grey points drawn at each device count (thinned evenly over step time)
 # The memory kinds in stacking order, each with one colour on every chart.
 MEMORY_KINDS = {

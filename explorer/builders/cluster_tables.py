@@ -9,11 +9,9 @@ from typing import Sequence
 import pandas as pd
 
 from partitioner.cluster import Collective, LayoutResult, bands
-from partitioner.units import format_bytes, format_seconds
+from partitioner.units import GiB, format_bytes, format_seconds
 
 __all__ = ["layouts_table", "collectives_table", "limited_by", "token_breakdown", "TOKEN_PART_WORDS"]
-
-GiB = 2**30
 
 
 def layouts_table(results: Sequence[LayoutResult], train_tokens: float | None = None) -> pd.DataFrame:

@@ -35,6 +35,7 @@ from partitioner.device_profile import (
     profile_path,
 )
 from partitioner.errors import PartitionError
+from partitioner.units import GiB
 
 __all__ = ["calibrate", "local_profile", "host_memory_bytes", "CalibrationRank", "MESSAGE_BYTES"]
 
@@ -174,7 +175,7 @@ def host_memory_bytes() -> int:
     try:
         return int(os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))
     except (ValueError, OSError, AttributeError):
-        return 16 * 2**30
+        return 16 * GiB
 
 
 def calibrate(
@@ -247,11 +248,11 @@ def calibrate(
     return DeviceProfile(
         name=name,
         memory_bytes=host_memory_bytes(),
-        op_overhead_s=ops["op"],
+        launch_s=ops["launch"],
         module_overhead_s=ops["module"],
         training_step_factor=ops["backward"],
         elementwise=tuple(sorted((k, tuple(sorted(c))) for k, c in ops["elementwise"].items())),
-        graph_op_overhead_s=ops["graph_op"],
+        host_per_op_s=ops["host_per_op"],
         sharded_module_overhead_s=results[0].sharded,
         matmul=tuple(sorted((d, tuple(sorted(c))) for d, c in ops["matmul"].items())),
         copy=tuple(sorted(ops["copy"])),

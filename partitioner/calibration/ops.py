@@ -49,13 +49,13 @@ def measure_ops() -> dict[str, Any]:
             (float(2 * x.nbytes), budget_median_s(lambda: torch.mul(x, 2.0), 0.05 if nbytes < 1 << 24 else 0.15))
         )
     return {
-        "op": op,
+        "launch": op,
         "module": max(0.0, module),
         "matmul": matmul,
         "copy": copy,
         "backward": _backward_factor(),
         "elementwise": _elementwise(),
-        "graph_op": _graph_op(),
+        "host_per_op": _host_per_op(),
     }
 
 
@@ -72,7 +72,7 @@ class _SmallOps:
         return x
 
 
-def _graph_op() -> float:
+def _host_per_op() -> float:
     """Seconds one op of :class:`_SmallOps` takes inside its traced (``torch.fx``) forward, as a
     partition's submodule runs it: the forward's median over its op count."""
     import torch

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Mapping
 from partitioner.errors import PartitionError
 from partitioner.hardware import ACCELERATOR_NAMES, HARDWARE, LINKS, Link
 from partitioner.kernels import ENGINES, GpuKernels
+from partitioner.units import GiB
 
 if TYPE_CHECKING:
     from partitioner.device_profile import DeviceProfile
@@ -106,7 +107,6 @@ def _accelerator(name: str) -> Accelerator:
     )
 
 
-GiB = 2**30
 # A node's host (CPU) memory, which ZeRO-Offload fills: NVIDIA's DGX H100 datasheet gives its 8-GPU node
 # 2 TB of system memory (32 DIMMs of 64 GiB: 2 TiB); settable per cluster (``--host-memory``).
 HOST_MEMORY_BYTES = 2 * 2**40

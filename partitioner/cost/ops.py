@@ -9,16 +9,16 @@ from __future__ import annotations
 from typing import Any
 
 from partitioner.kernels import GpuKernels, KernelOp, dtype_name
-from partitioner.op_table import OPS, module_op, op_name
+from partitioner.op_table import OPS, module_op, op_name, returns_input
 from partitioner.units import find_dtype
 
-__all__ = ["op_kind", "kernel_op", "is_causal", "op_times", "module_kind"]
+__all__ = ["op_kind", "kernel_op", "is_causal", "op_times", "module_kind", "input_dtype", "is_no_op_cast"]
 
 
 def op_kind(op: str, target: str, module_kind: str = "") -> str:
     """The kernel class of an op (see :class:`KernelOp`) by the op table (NOTE: [One op table] in
     :mod:`partitioner.op_table`); ``module_kind`` is a ``call_module``'s class name (``"Linear"``).
-    A cast is a copy here: :func:`kernel_op` makes it a view when it keeps dtype and shape."""
+    A cast is a copy here: :func:`kernel_op` makes it a view when it keeps its input's dtype."""
     found = OPS.get(module_op(module_kind) if op == "call_module" else op_name(target))
     if found is None or found.kernel == "cast":
         return "copy"
@@ -34,9 +34,8 @@ def kernel_op(graph: Any, v: int, kind: str, causal: bool = True) -> KernelOp:
     numel = 1.0
     for d in shape:
         numel *= d
-    cast = OPS.get(op_name(node.target))
-    if kind == "view" or (kind == "copy" and cast is not None and cast.kernel == "cast" and _same_as_input(graph, v)):
-        return KernelOp("view", dtype)  # a cast to the same dtype, or contiguous on a contiguous tensor
+    if kind == "view" or (kind == "copy" and is_no_op_cast(graph, v)):
+        return KernelOp("view", dtype)  # a cast to the dtype it has: torch returns its input
     if kind == "matmul" and node.flops > 0 and numel > 0:
         if len(shape) == 4 and node.op == "call_module" or "conv" in node.target:
             n = float(shape[1]) if len(shape) >= 3 else float(shape[-1])
@@ -69,10 +68,24 @@ def _element_bytes(dtype: str) -> int:
     return found.bytes if found is not None else 4
 
 
-def _same_as_input(graph: Any, v: int) -> bool:
-    node = graph.nodes[v]
-    ins = [graph.nodes[u] for u in node.inputs if graph.nodes[u].op != "get_attr"]
-    return bool(ins) and ins[0].dtype == node.dtype and ins[0].shape == node.shape
+def _first_input(graph: Any, v: int) -> Any:
+    """The node ``v`` reads first, a module's weights (``get_attr``) apart; None when none."""
+    return next((graph.nodes[u] for u in graph.nodes[v].inputs if graph.nodes[u].op != "get_attr"), None)
+
+
+def input_dtype(graph: Any, v: int) -> str | None:
+    """The dtype of the tensor node ``v`` reads first (what a cast casts); None when unknown."""
+    first = _first_input(graph, v)
+    return first.dtype if first is not None else None
+
+
+def is_no_op_cast(graph: Any, v: int) -> bool:
+    """Whether node ``v`` is a cast torch answers with its input itself (the dtype and shape stay:
+    :func:`partitioner.op_table.returns_input`): no kernel, no bytes. O(inputs)."""
+    node, first = graph.nodes[v], _first_input(graph, v)
+    if node.op == "call_module" or first is None or first.shape != node.shape:
+        return False
+    return returns_input(node.target, first.dtype, node.dtype)
 
 
 def is_causal(graph: Any) -> bool:

@@ -34,7 +34,7 @@ __all__ = [
     "to_torchtitan_args",
     "to_megatron",
     "to_deepspeed",
-    "ENGINES",
+    "EXPORT_ENGINES",
     "toml_text",
     "engine_file",
 ]
@@ -234,23 +234,26 @@ def _toml_value(value: Any) -> str:
     return str(value).lower() if isinstance(value, bool) else str(value)
 
 
-ENGINES = {
+# The training frameworks a layout exports to, each with its writer (not the kernel engines a time
+# assumes, eager or graphs: those are partitioner.kernels.ENGINES).
+EXPORT_ENGINES = {
     "torchtitan": to_torchtitan,
     "torchtitan-args": to_torchtitan_args,
     "megatron": to_megatron,
     "deepspeed": to_deepspeed,
 }
+ENGINES = EXPORT_ENGINES  # the former name, still read by explorer.views.cluster
 
 
 def engine_file(engine: str, layout: Layout, workload: Workload) -> tuple[str, str, str]:
     """(file name, text, MIME type) of ``layout`` as ``engine``'s config: torchtitan's TOML, its
     0.3 overrides or Megatron-LM's arguments (one shell line each), DeepSpeed's JSON."""
-    if engine not in ENGINES:
-        raise PartitionError(f"engine must be one of {', '.join(ENGINES)} (got {engine!r})")
+    if engine not in EXPORT_ENGINES:
+        raise PartitionError(f"engine must be one of {', '.join(EXPORT_ENGINES)} (got {engine!r})")
     if engine == "torchtitan":
         return "torchtitan.toml", toml_text(to_torchtitan(layout, workload)), "application/toml"
     if engine in ("torchtitan-args", "megatron"):
-        args = ENGINES[engine](layout, workload)
+        args = EXPORT_ENGINES[engine](layout, workload)
         note = to_torchtitan(layout, workload).get("note") if engine == "torchtitan-args" else None
         if engine == "torchtitan-args" and workload.dtype == "fp8":
             fp8 = "fp8: torchtitan 0.3 sets float8 in the Python config (the model's Float8LinearConverter)"

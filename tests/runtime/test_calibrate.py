@@ -27,7 +27,7 @@ def _profile(name: str = "box") -> DeviceProfile:
     return DeviceProfile(
         name=name,
         memory_bytes=8 * 2**30,
-        op_overhead_s=1e-6,
+        launch_s=1e-6,
         module_overhead_s=2e-6,
         matmul=(("float32", ((2e3, 1e-6 + 2e-6), (2e6, 1e-6 + 2e-4))),),
         copy=((1e3, 1e-6 + 1e-6), (1e6, 1e-6 + 1e-4)),
@@ -158,7 +158,7 @@ def test_calibrate_measures_this_machine_and_the_cli_accepts_it(tmp_path):
     assert done.returncode == 0, done.stderr
     profile = load_profile(tmp_path / "here.json")
     assert profile == load_profile(tmp_path / "profiles" / "here.json")
-    assert profile.op_overhead_s > 0 and profile.peak_flops > 1e8 and profile.memory_bandwidth_bytes_per_s > 1e8
+    assert profile.launch_s > 0 and profile.peak_flops > 1e8 and profile.memory_bandwidth_bytes_per_s > 1e8
     assert {k for k, n, _ in profile.collectives} == {
         "p2p",
         "handoff",
@@ -170,7 +170,7 @@ def test_calibrate_measures_this_machine_and_the_cli_accepts_it(tmp_path):
     assert (
         profile.training_step_factor > 1
         and {k for k, _ in profile.elementwise} == {"gelu", "layer_norm", "softmax", "silu", "sigmoid", "tanh"}
-        and profile.graph_op_overhead_s > 0
+        and profile.host_per_op_s > 0
     )
     done = subprocess.run(
         cli + ["plan", "mlp", "--devices", "2xhere", "--out", str(tmp_path / "plan.json")],

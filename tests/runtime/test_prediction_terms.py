@@ -27,7 +27,7 @@ def _profile(**changes: object) -> DeviceProfile:
     base = DeviceProfile(
         name="box",
         memory_bytes=8 * 2**30,
-        op_overhead_s=1e-6,
+        launch_s=1e-6,
         module_overhead_s=2e-6,
         matmul=(("float32", ((2e3, 3e-6), (2e6, 2.01e-4))),),
         copy=((1e3, 2e-6), (1e6, 1.01e-4)),
@@ -169,7 +169,7 @@ def test_an_op_with_a_measured_curve_is_priced_by_it_not_by_the_copy_curve(tmp_p
 
 
 def test_the_in_model_op_overhead_is_added_to_every_op(tmp_path):
-    plain, inside = _profile(), _profile(graph_op_overhead_s=4e-6)
+    plain, inside = _profile(), _profile(host_per_op_s=4e-6)
     for args in (
         (0, 0, None, "call_method", "transpose"),
         (2e6, 1e4, None, "call_module", "fc"),
