@@ -27,6 +27,7 @@ from partitioner.calibration.distributed import EngineCosts, engine_costs
 from partitioner.calibration.loops import budget_median_s, loop_median_s
 from partitioner.calibration.naming import load_now, utc_now
 from partitioner.calibration.ops import measure_ops
+from partitioner.curves import AlphaBeta
 from partitioner.device_profile import (
     DeviceProfile,
     cache_off,
@@ -196,27 +197,61 @@ def calibrate(
     # is not measured yet, so on a GPU machine this still describes its host.
     backend = "gloo"
     results = launch(_entry, processes, (), timeout_s=timeout_s, backend=backend, progress=progress)
+    return _profile(name, results, backend, load, began)
+
+
+def _profile(name: str, results: list[CalibrationRank], backend: str, load: float, began: float) -> DeviceProfile:
+    """The profile the ranks' measurements make: rank 0's ops, the shared-core factors, the
+    collective fits and the engines' costs at the slowest rank, and this machine's description."""
     ops = results[0].ops
     assert ops is not None  # rank 0 always times the ops
-    busy = [r.busy for r in results]
-    # NOTE: [A robust shared-core factor] Each repeat's factor is the mean of the k ranks' loop
-    # times over rank 0's time alone in the same repeat (the load seen a moment apart), and the
-    # profile keeps the median over repeats: one repeat disturbed by another job moves nothing.
-    # Ranks sharing the cores never compute faster than one alone: a factor below 1 is the other
-    # jobs' load falling between repeats, held at 1.
-    slowdown = [(1, 1.0)] + [
-        (
-            k,
-            max(
-                1.0,
-                statistics.median(
-                    statistics.mean(b[k][r] for b in busy[:k]) / busy[0][1][r] for r in range(len(busy[0][1]))
-                ),
-            ),
-        )
+    engines = [r.engines for r in results]
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return DeviceProfile(
+        name=name,
+        memory_bytes=host_memory_bytes(),
+        launch_s=ops["launch"],
+        module_overhead_s=ops["module"],
+        training_step_factor=ops["backward"],
+        elementwise=tuple(sorted((k, tuple(sorted(c))) for k, c in ops["elementwise"].items())),
+        host_per_op_s=ops["host_per_op"],
+        sharded_module_overhead_s=results[0].sharded,
+        matmul=tuple(sorted((d, tuple(sorted(c))) for d, c in ops["matmul"].items())),
+        copy=tuple(sorted(ops["copy"])),
+        collectives=tuple(sorted(_collective_fits(results))),
+        slowdown=_shared_core_factors([r.busy for r in results]),
+        pipeline_action_s=_slowest(engines, "action"),
+        barrier_s=_slowest(engines, "barrier"),
+        dtensor_module_s=_slowest(engines, "column"),
+        cores=cores,
+        backend=backend,
+        host=socket.gethostname(),
+        load_average=load,
+        measured_at=utc_now(),
+        calibration_s=round(time.perf_counter() - began, 2),
+    )
+
+
+# NOTE: [A robust shared-core factor] Each repeat's factor is the mean of the k ranks' loop
+# times over rank 0's time alone in the same repeat (the load seen a moment apart), and the
+# profile keeps the median over repeats: one repeat disturbed by another job moves nothing.
+# Ranks sharing the cores never compute faster than one alone: a factor below 1 is the other
+# jobs' load falling between repeats, held at 1.
+def _shared_core_factors(busy: list[dict[int, list[float]]]) -> tuple[tuple[int, float], ...]:
+    """(ranks computing at once, how much longer each computes) from every rank's loop times
+    (NOTE: [A robust shared-core factor]); 1 rank: 1."""
+    repeats = range(len(busy[0][1]))
+    factors = [
+        (k, max(1.0, statistics.median(statistics.mean(b[k][r] for b in busy[:k]) / busy[0][1][r] for r in repeats)))
         for k in sorted(busy[0])
         if k > 1
     ]
+    return ((1, 1.0), *factors)
+
+
+def _collective_fits(results: list[CalibrationRank]) -> list[tuple[str, int, AlphaBeta]]:
+    """(kind, processes, alpha-beta fit) of each collective ranks 0 and 1 timed (the slower of the
+    two at each size), then of each engine cost measured in place (the slowest rank's)."""
     collectives = []
     for key, points in sorted(results[0].collectives.items()):
         kind, _, count = key.partition(":")
@@ -236,37 +271,13 @@ def calibrate(
                 for i, (x, _) in enumerate(getattr(engines[0], key)[n])
             ]
             collectives.append((kind, n, fit_alpha_beta(points)))
+    return collectives
 
-    def slowest(key: str) -> tuple[tuple[int, float], ...]:
-        return tuple(
-            (n, max(getattr(e, key)[n] for e in engines if n in getattr(e, key)))
-            for n in sorted(getattr(engines[0], key))
-        )
 
-    actions = slowest("action")
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    return DeviceProfile(
-        name=name,
-        memory_bytes=host_memory_bytes(),
-        launch_s=ops["launch"],
-        module_overhead_s=ops["module"],
-        training_step_factor=ops["backward"],
-        elementwise=tuple(sorted((k, tuple(sorted(c))) for k, c in ops["elementwise"].items())),
-        host_per_op_s=ops["host_per_op"],
-        sharded_module_overhead_s=results[0].sharded,
-        matmul=tuple(sorted((d, tuple(sorted(c))) for d, c in ops["matmul"].items())),
-        copy=tuple(sorted(ops["copy"])),
-        collectives=tuple(sorted(collectives)),
-        slowdown=tuple(slowdown),
-        pipeline_action_s=actions,
-        barrier_s=slowest("barrier"),
-        dtensor_module_s=slowest("column"),
-        cores=cores,
-        backend=backend,
-        host=socket.gethostname(),
-        load_average=load,
-        measured_at=utc_now(),
-        calibration_s=round(time.perf_counter() - began, 2),
+def _slowest(engines: list[EngineCosts], key: str) -> tuple[tuple[int, float], ...]:
+    """(count, seconds) of the engine cost ``key`` at each count rank 0 measured, the slowest rank's."""
+    return tuple(
+        (n, max(getattr(e, key)[n] for e in engines if n in getattr(e, key))) for n in sorted(getattr(engines[0], key))
     )
 
 
