@@ -71,7 +71,10 @@ QUICK_SHAPES = Shapes(
 )
 
 
-def timer(torch: Any, device: str, warmup: int = 3) -> Callable[[Callable[[], Any], int], float]:
+Timed = Callable[[Callable[[], Any], int], float]  # (fn, repeats) -> median seconds
+
+
+def timer(torch: Any, device: str, warmup: int = 3) -> Timed:
     """``timed(fn, reps)``: the median seconds of ``fn`` over ``reps`` runs after ``warmup`` ones,
     by CUDA events on a GPU (what the curves were measured with), by the wall clock on a CPU."""
 
@@ -101,53 +104,73 @@ def measure_rows(device: str = "cuda", quick: bool = False) -> list[dict[str, An
     """The curves of ``device`` as rows (the carried curves' format). Minutes on a GPU with the
     full shapes; ``quick`` measures a few small shapes (seconds), for checks."""
     import torch
-    import torch.nn.functional as F
 
     shapes = QUICK_SHAPES if quick else SHAPES
-    reps = shapes.repeats
     timed = timer(torch, device)
-    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
     name = torch.cuda.get_device_name(0) if device == "cuda" else "cpu"
-    rows: list[dict[str, Any]] = [{"kind": "info", "gpu": name, "torch": torch.__version__}]
+    # The ops between the products run in bf16 on a GPU (fp32 in a quick check): (dtype, bytes).
+    work = (torch.float32, 4) if quick else (torch.bfloat16, 2)
+    return [
+        {"kind": "info", "gpu": name, "torch": torch.__version__},
+        *_launch_rows(torch, device, timed, 200 if quick else 2000),
+        *_matmul_rows(torch, device, timed, shapes),
+        *_elementwise_rows(torch, device, timed, shapes, work),
+        *_attention_rows(torch, device, timed, shapes, work[0], (4, 16) if quick else (32, 128)),
+        *_vocabulary_rows(torch, device, timed, shapes, work[0]),
+    ]
+
+
+def _launch_rows(torch: Any, device: str, timed: Timed, n: int) -> list[dict[str, Any]]:
+    """One tiny op's cost ``n`` times over: back to back on the device, and the host's wall time."""
+    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
     x = torch.ones(1, device=device)
-    n = 200 if quick else 2000
     per = timed(lambda: [torch.add(x, x) for _ in range(n)], 3) / n
-    rows.append({"kind": "overhead", "what": "add 1 element, back to back", "per_op_s": per})
+    rows = [{"kind": "overhead", "what": "add 1 element, back to back", "per_op_s": per}]
     sync()
     start = time.perf_counter()
     for _ in range(n):
         torch.add(x, x)
     sync()
     rows.append({"kind": "overhead", "what": "host wall per tiny op", "per_op_s": (time.perf_counter() - start) / n})
+    return rows
+
+
+def _matmul_rows(torch: Any, device: str, timed: Timed, shapes: Shapes) -> list[dict[str, Any]]:
+    """``F.linear`` of each weight (k, n) at each token count, then the squares, per dtype."""
+    import torch.nn.functional as F
+
+    rows: list[dict[str, Any]] = []
     for dtype_name in shapes.dtypes:
         dtype = getattr(torch, str(dtype_name))
         for tokens in shapes.tokens:
             for k, m in shapes.weights:
                 a = torch.randn(tokens, k, device=device, dtype=dtype)
                 w = torch.randn(m, k, device=device, dtype=dtype)
-                s = timed(lambda: F.linear(a, w), reps)
+                s = timed(lambda: F.linear(a, w), shapes.repeats)
+                flops = 2 * tokens * k * m
                 rows.append(
-                    {
-                        "kind": "matmul",
-                        "dtype": dtype_name,
-                        "m": tokens,
-                        "k": k,
-                        "n": m,
-                        "flops": 2 * tokens * k * m,
-                        "s": s,
-                    }
+                    {"kind": "matmul", "dtype": dtype_name, "m": tokens, "k": k, "n": m, "flops": flops, "s": s}
                 )
         for sq in shapes.squares:
             a = torch.randn(sq, sq, device=device, dtype=dtype)
-            s = timed(lambda: a @ a, reps)
+            s = timed(lambda: a @ a, shapes.repeats)
             rows.append({"kind": "matmul", "dtype": dtype_name, "m": sq, "k": sq, "n": sq, "flops": 2 * sq**3, "s": s})
-    half = torch.bfloat16 if not quick else torch.float32
-    size = 2 if not quick else 4
+    return rows
+
+
+def _elementwise_rows(
+    torch: Any, device: str, timed: Timed, shapes: Shapes, work: tuple[Any, int]
+) -> list[dict[str, Any]]:
+    """Each elementwise and normalisation op by its elements, with the bytes it moves."""
+    import torch.nn.functional as F
+
+    dtype, size = work
+    rows: list[dict[str, Any]] = []
     for numel in shapes.elements:
         width = min(int(numel), shapes.dim)
-        t = torch.randn(max(int(numel) // width, 1), width, device=device, dtype=half)
+        t = torch.randn(max(int(numel) // width, 1), width, device=device, dtype=dtype)
         u = torch.randn_like(t)
-        ones = torch.ones(width, device=device, dtype=half)
+        ones = torch.ones(width, device=device, dtype=dtype)
         for op, fn, moved in (
             ("add", lambda: t + u, 3),
             ("mul_scalar", lambda: t * 2.0, 2),
@@ -158,27 +181,45 @@ def measure_rows(device: str = "cuda", quick: bool = False) -> list[dict[str, An
             ("rms_norm", lambda: F.rms_norm(t, t.shape[-1:], ones), 2),
             ("copy", lambda: t.clone(), 2),
         ):
-            s = timed(fn, reps)
+            s = timed(fn, shapes.repeats)
             rows.append(
                 {"kind": "elementwise", "op": op, "numel": t.numel(), "bytes": moved * t.numel() * size, "s": s}
             )
-    heads, head_dim = (32, 128) if not quick else (4, 16)
+    return rows
+
+
+def _attention_rows(
+    torch: Any, device: str, timed: Timed, shapes: Shapes, dtype: Any, heads_dim: tuple[int, int]
+) -> list[dict[str, Any]]:
+    """Causal and full SDPA at each sequence, scaled to the curves' 32 heads of 128."""
+    import torch.nn.functional as F
+
+    heads, head_dim = heads_dim
+    rows: list[dict[str, Any]] = []
     for seq in shapes.sequences:
-        q = torch.randn(1, heads, seq, head_dim, device=device, dtype=half)
+        q = torch.randn(1, heads, seq, head_dim, device=device, dtype=dtype)
         for causal in (True, False):
-            s = timed(lambda: F.scaled_dot_product_attention(q, q, q, is_causal=causal), reps)
+            s = timed(lambda: F.scaled_dot_product_attention(q, q, q, is_causal=causal), shapes.repeats)
             scale = (32 * 128) / (heads * head_dim)  # the curves are per 32 heads of 128
             rows.append(
                 {"kind": "attention", "seq": seq, "heads": 32, "head_dim": 128, "causal": causal, "s": s * scale}
             )
+    return rows
+
+
+def _vocabulary_rows(torch: Any, device: str, timed: Timed, shapes: Shapes, dtype: Any) -> list[dict[str, Any]]:
+    """The embedding lookup and the cross-entropy over the vocabulary at each token count."""
+    import torch.nn.functional as F
+
     vocab, dim = shapes.vocab, shapes.dim
-    emb = torch.randn(vocab, dim, device=device, dtype=half)
+    emb = torch.randn(vocab, dim, device=device, dtype=dtype)
+    rows: list[dict[str, Any]] = []
     for tokens in shapes.loss_tokens:
         ids = torch.randint(0, vocab, (tokens,), device=device)
-        s = timed(lambda: F.embedding(ids, emb), reps)
+        s = timed(lambda: F.embedding(ids, emb), shapes.repeats)
         rows.append({"kind": "embedding", "tokens": tokens, "dim": dim, "s": s})
-        logits = torch.randn(tokens, vocab, device=device, dtype=half)
-        s = timed(lambda: F.cross_entropy(logits.float(), ids), max(3, reps // 2))
+        logits = torch.randn(tokens, vocab, device=device, dtype=dtype)
+        s = timed(lambda: F.cross_entropy(logits.float(), ids), max(3, shapes.repeats // 2))
         rows.append({"kind": "cross_entropy", "tokens": tokens, "vocab": vocab, "s": s})
     return rows
 
