@@ -30,7 +30,7 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass, replace
-from typing import Callable, Sequence
+from typing import Callable, Iterator, Sequence
 
 from partitioner.cluster.hardware import Cluster
 from partitioner.cluster.knee import serving_knee
@@ -140,15 +140,44 @@ def _layouts(
     check: Callable[[str, int, int], None],
 ) -> list[Layout]:
     found: list[Layout] = []
+    recompute = _recompute_choices(p)
+    for tp, cp, pp, dp in _degrees(p, w, c, devices, refused):
+        if w.kind == "inference":
+            if cp == 1:
+                found.append(Layout(dp, tp, pp))
+            continue
+        eps = [e for e in range(1, dp + 1) if dp % e == 0 and p.experts % e == 0] if p.experts else [1]
+        shards = _shard_groups(c, tp, dp, cp)
+        for mb, m in _microbatchings(w.global_batch // dp):
+            for sched, v in _schedules(p, pp, m, refused, check):
+                for zero in (0, 1, 2, 3) if dp * cp > 1 else (0,):
+                    for rc in recompute:
+                        for shard in shards if zero else [0]:
+                            found.extend(
+                                Layout(dp, tp, pp, mb, sched, zero, rc, ep, cp=cp, virtual=v, shard=shard) for ep in eps
+                            )
+    return found
+
+
+def _recompute_choices(p: ModelProfile) -> tuple[str, ...]:
+    """The recomputations searched: none, selective (Megatron's, the scores, where the model keeps
+    them; torchtitan's per-op policy where attention is fused), full, and min-cut at each budget
+    measured."""
     saved = getattr(p, "saved", None)
-    # Selective recomputation: Megatron's (the scores) where the model keeps them, torchtitan's
-    # per-op policy where attention is fused.
-    recompute = (
+    return (
         "none",
         *(("selective",) if saved is not None else ()),
         "full",
         *(min_cut_label(b) for b, _, _ in p.min_cut),
     )
+
+
+def _degrees(
+    p: ModelProfile, w: Workload, c: Cluster, devices: int, refused: dict[str, int]
+) -> Iterator[tuple[int, int, int, int]]:
+    """(tp, cp, pp, dp) over ``devices``: tp a power of two within a node that divides the
+    model's heads and widths, cp the sequence, pp up to the layers (uneven stages run), dp the
+    rest, dividing the global batch; each refusal counted in ``refused`` as it is met."""
     for tp in _powers(min(devices, c.devices_per_node)):
         if devices % tp:
             continue
@@ -159,56 +188,54 @@ def _layouts(
             rest = devices // (tp * cp)
             for pp in (d for d in range(1, min(rest, p.layers) + 1) if rest % d == 0):  # uneven stages run
                 dp = rest // pp
-                eps = [e for e in range(1, dp + 1) if dp % e == 0 and p.experts % e == 0] if p.experts else [1]
                 if w.global_batch % dp:
                     _count(refused, "global batch does not divide over data parallelism")
                     continue
-                if w.kind == "inference":
-                    if cp == 1:
-                        found.append(Layout(dp, tp, pp))
-                    continue
-                per_replica = w.global_batch // dp
-                for mb in MICROBATCH_SIZES:
-                    if per_replica % mb:
-                        continue
-                    m = per_replica // mb
-                    if m > MAX_MICROBATCHES:
-                        continue
-                    schedules: list[tuple[str, int]] = (
-                        [(NO_SCHEDULE, Layout.virtual)]
-                        if pp == 1
-                        else [
-                            (s.name, v)
-                            for s in searched_schedules()
-                            for v in s.searched_virtual or (Layout.virtual,)
-                            if not s.interleaved or v * pp <= p.layers
-                        ]
-                    )
-                    for sched, v in schedules:
-                        if sched != NO_SCHEDULE:
-                            try:
-                                check(sched, pp, m)
-                            except PartitionError:
-                                _count(refused, "microbatch count the schedule refuses")
-                                continue
-                        # HSDP: shard inside a node, replicate across nodes, where the group spans nodes
-                        node_shard = c.devices_per_node // tp
-                        shards = [0] + (
-                            [node_shard]
-                            if tp * dp * cp > c.devices_per_node
-                            and node_shard > 1
-                            and (dp * cp) % node_shard == 0
-                            and node_shard % cp == 0
-                            else []
-                        )
-                        for zero in (0, 1, 2, 3) if dp * cp > 1 else (0,):
-                            for rc in recompute:
-                                for shard in shards if zero else [0]:
-                                    found.extend(
-                                        Layout(dp, tp, pp, mb, sched, zero, rc, ep, cp=cp, virtual=v, shard=shard)
-                                        for ep in eps
-                                    )
-    return found
+                yield tp, cp, pp, dp
+
+
+def _microbatchings(per_replica: int) -> Iterator[tuple[int, int]]:
+    """(microbatch size, microbatches) that split a replica's ``per_replica`` sequences, at most
+    ``MAX_MICROBATCHES`` of them."""
+    for mb in MICROBATCH_SIZES:
+        if per_replica % mb:
+            continue
+        m = per_replica // mb
+        if m > MAX_MICROBATCHES:
+            continue
+        yield mb, m
+
+
+def _schedules(
+    p: ModelProfile, pp: int, m: int, refused: dict[str, int], check: Callable[[str, int, int], None]
+) -> Iterator[tuple[str, int]]:
+    """(schedule, chunks a rank) of ``pp`` stages running ``m`` microbatches: none without stages,
+    else each searched schedule (interleaved ones at each searched chunk count the layers hold)
+    that ``check`` accepts; each refusal counted in ``refused`` as it is met."""
+    if pp == 1:
+        yield NO_SCHEDULE, Layout.virtual
+        return
+    for s in searched_schedules():
+        for v in s.searched_virtual or (Layout.virtual,):
+            if s.interleaved and v * pp > p.layers:
+                continue
+            try:
+                check(s.name, pp, m)
+            except PartitionError:
+                _count(refused, "microbatch count the schedule refuses")
+                continue
+            yield s.name, v
+
+
+def _shard_groups(c: Cluster, tp: int, dp: int, cp: int) -> list[int]:
+    """ZeRO's sharding groups searched: the whole data-parallel group (0), and HSDP's (shard
+    inside a node, replicate across nodes) where the group spans nodes."""
+    node_shard = c.devices_per_node // tp
+    return [0] + (
+        [node_shard]
+        if tp * dp * cp > c.devices_per_node and node_shard > 1 and (dp * cp) % node_shard == 0 and node_shard % cp == 0
+        else []
+    )
 
 
 def _partial_recompute(
