@@ -69,28 +69,30 @@ class RepeatOutcome:
     plan: str = ""  # the stacks and runs found
 
 
-def _full(
-    model: torch.nn.Module,
-    inputs: tuple[Any, ...],
-    name: str | None,
-    kwargs: Mapping[str, Any] | None,
-    weight_scale: float,
-) -> Graph:
-    graph = trace(model, inputs, name=name, example_kwargs=kwargs)
-    return graph if weight_scale == 1.0 else graph.with_weight_bytes(weight_scale)
+@dataclass(frozen=True)
+class _Request:
+    """What :func:`trace_repeated` was asked to trace, and the whole or cut traces of it."""
 
+    model: torch.nn.Module
+    inputs: tuple[Any, ...]
+    name: str | None
+    kwargs: Mapping[str, Any] | None
+    weight_scale: float
 
-def _cut_trace(
-    model: torch.nn.Module,
-    plan: BlockPlan,
-    selection: Sequence[Sequence[int]],
-    inputs: tuple[Any, ...],
-    name: str | None,
-    kwargs: Mapping[str, Any] | None,
-    weight_scale: float,
-) -> Graph:
-    with selected_layers(model, plan, selection):
-        return _full(model, inputs, name, kwargs, weight_scale)
+    def whole(self) -> Graph:
+        graph = trace(self.model, self.inputs, name=self.name, example_kwargs=self.kwargs)
+        return graph if self.weight_scale == 1.0 else graph.with_weight_bytes(self.weight_scale)
+
+    def cut(self, plan: BlockPlan, selection: Sequence[Sequence[int]]) -> Graph:
+        with selected_layers(self.model, plan, selection):
+            return self.whole()
+
+    def fallback(self, reason: str, plan: str) -> tuple[Graph, RepeatOutcome]:
+        """The whole model traced, and why."""
+        logger.info("%s traced whole: %s", self.name or type(self.model).__name__, reason)
+        graph = self.whole()
+        layers = sum(len(m) for _, m in find_stacks(self.model))
+        return graph, RepeatOutcome(False, layers, layers, reason=reason, plan=plan)
 
 
 def trace_repeated(
@@ -108,45 +110,22 @@ def trace_repeated(
     The graph's module is traced on first use. Takes :data:`TRACE_LOCK` (the model is cut and put
     back meanwhile). O(N) for N nodes, plus two traces of a few layers a stack."""
     inputs = (example_inputs,) if isinstance(example_inputs, torch.Tensor) else tuple(example_inputs)
-    # NOTE: [Tracing a repeated block once]: the cut trace is a shortcut, so whatever fails on the
-    # way (a model whose forward will not run cut) traces the whole model, which says its own errors
-    try:
-        plan = plan_blocks(model)
-    except Exception as exc:
-        plan = f"its blocks could not be read ({type(exc).__name__}: {exc})"
+    request = _Request(model, inputs, name, example_kwargs, weight_scale)
+    plan = _block_plan(model)
     if isinstance(plan, str):
-        return _fallback(model, inputs, name, example_kwargs, weight_scale, plan, "")
+        return request.fallback(plan, "")
     if plan.layers <= plan.kept + plan.checked + TRACE_COST_LAYERS and not even_if_shallow:
         reason = (
             f"too shallow to gain: {plan.layers} layers against {plan.kept} + {plan.checked} traced cut "
             "(NOTE: [Too shallow to cut])"
         )
-        return _fallback(model, inputs, name, example_kwargs, weight_scale, reason, plan.describe())
+        return request.fallback(reason, plan.describe())
     with TRACE_LOCK:
-        keep = [s.keep for s in plan.stacks]
-        check = [s.check for s in plan.stacks]
-        try:
-            cut = _cut_trace(model, plan, keep, inputs, name, example_kwargs, weight_scale)
-            longer = _cut_trace(model, plan, check, inputs, name, example_kwargs, weight_scale)
-            predicted = expand(cut, plan.stacks, check)
-        except Exception as exc:  # an ExpandError, or the cut model failing to trace
-            reason = str(exc) if isinstance(exc, ExpandError) else f"the cut model failed: {type(exc).__name__}: {exc}"
-            return _fallback(model, inputs, name, example_kwargs, weight_scale, reason, plan.describe())
-        with selected_layers(model, plan, check):  # the model's own list, checked on a trace
-            records_match = parameter_records(model) == longer.named_parameters
-        differs = first_difference(predicted, longer)
-        if differs:
-            reason = f"the cut trace repeated by one layer differs from its trace: {differs}"
-            return _fallback(model, inputs, name, example_kwargs, weight_scale, reason, plan.describe())
-        try:
-            whole = expand(cut, plan.stacks, [range(s.length) for s in plan.stacks])
-        except ExpandError as exc:
-            return _fallback(model, inputs, name, example_kwargs, weight_scale, str(exc), plan.describe())
-
-    def rebuild() -> Graph:
-        return _full(model, inputs, name, example_kwargs, weight_scale)
-
-    graph = CachedGraph(list(whole.nodes), whole.name, inputs, rebuild, meta_weights=on_meta(model))
+        made = _cut_and_expand(request, plan)
+        if isinstance(made, str):
+            return request.fallback(made, plan.describe())
+    whole, records_match = made
+    graph = CachedGraph(list(whole.nodes), whole.name, inputs, request.whole, meta_weights=on_meta(model))
     graph.tied_parameters = whole.tied_parameters
     graph.unpriced_ops = whole.unpriced_ops
     graph.model_info = model_info(model)
@@ -157,16 +136,34 @@ def trace_repeated(
     return graph, RepeatOutcome(True, plan.layers, plan.kept, plan=plan.describe())
 
 
-def _fallback(
-    model: torch.nn.Module,
-    inputs: tuple[Any, ...],
-    name: str | None,
-    kwargs: Mapping[str, Any] | None,
-    weight_scale: float,
-    reason: str,
-    plan: str,
-) -> tuple[Graph, RepeatOutcome]:
-    logger.info("%s traced whole: %s", name or type(model).__name__, reason)
-    graph = _full(model, inputs, name, kwargs, weight_scale)
-    layers = sum(len(m) for _, m in find_stacks(model))
-    return graph, RepeatOutcome(False, layers, layers, reason=reason, plan=plan)
+def _block_plan(model: torch.nn.Module) -> BlockPlan | str:
+    """The model's stacks of blocks, or why they cannot be read."""
+    # NOTE: [Tracing a repeated block once]: the cut trace is a shortcut, so whatever fails on the
+    # way (a model whose forward will not run cut) traces the whole model, which says its own errors
+    try:
+        return plan_blocks(model)
+    except Exception as exc:
+        return f"its blocks could not be read ({type(exc).__name__}: {exc})"
+
+
+def _cut_and_expand(request: _Request, plan: BlockPlan) -> tuple[Graph, bool] | str:
+    """The whole model's graph expanded from the cut trace, and whether the model's parameter list
+    matched the longer cut's trace; or why the whole model must be traced instead: the cut model
+    fails, or the cut trace expanded by one more layer a run is not that longer cut's trace."""
+    keep = [s.keep for s in plan.stacks]
+    check = [s.check for s in plan.stacks]
+    try:
+        cut = request.cut(plan, keep)
+        longer = request.cut(plan, check)
+        predicted = expand(cut, plan.stacks, check)
+    except Exception as exc:  # an ExpandError, or the cut model failing to trace
+        return str(exc) if isinstance(exc, ExpandError) else f"the cut model failed: {type(exc).__name__}: {exc}"
+    with selected_layers(request.model, plan, check):  # the model's own list, checked on a trace
+        records_match = parameter_records(request.model) == longer.named_parameters
+    differs = first_difference(predicted, longer)
+    if differs:
+        return f"the cut trace repeated by one layer differs from its trace: {differs}"
+    try:
+        return expand(cut, plan.stacks, [range(s.length) for s in plan.stacks]), records_match
+    except ExpandError as exc:
+        return str(exc)
