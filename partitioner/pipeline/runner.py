@@ -103,17 +103,37 @@ def _entry(
     repeats: int,
 ) -> RankStep:
     """What each rank runs: its stages (stage s on rank s mod world size) under torch's schedule."""
-    from torch.distributed.pipelining import PipelineStage
-    from torch.distributed.pipelining import schedules as torch_schedules
-
     count = len(modules)
     local = [s for s in range(count) if s % world_size == rank]
-    device = (
-        torch.device(f"cuda:{rank}")
-        if torch.cuda.is_available() and default_backend() == "nccl"
-        else torch.device("cpu")
-    )
     forward_times: dict[int, list[float]] = {s: [] for s in local}
+    built = _local_stages(modules, local, _rank_device(rank), forward_times)
+    sched = _torch_schedule(schedule, built, m, target)
+    last_here = (count - 1) in local
+    args = inputs if 0 in local else ()
+    steps, outputs, losses = _timed_steps(sched, built, forward_times, args, target, last_here, repeats)
+    grads = _local_grads(built) if target is not None else {}
+    return RankStep(
+        rank,
+        step_s=step_seconds(steps),
+        outputs=tuple(tree_flatten(outputs)[0]) if last_here else None,
+        grads=grads,
+        loss=float(torch.stack(losses).detach().mean()) if losses else None,
+        stage_forward_s={s: (sum(t) / len(t) if t else 0.0) for s, t in forward_times.items()},
+    )
+
+
+def _rank_device(rank: int) -> torch.device:
+    if torch.cuda.is_available() and default_backend() == "nccl":
+        return torch.device(f"cuda:{rank}")
+    return torch.device("cpu")
+
+
+def _local_stages(
+    modules: list[fx.GraphModule], local: list[int], device: torch.device, forward_times: dict[int, list[float]]
+) -> list[Any]:
+    """This rank's ``PipelineStage``s, each timing its forwards into ``forward_times``."""
+    from torch.distributed.pipelining import PipelineStage
+
     built = []
     for s in local:
         module = modules[s].to(device).eval()  # dropout off: the run must equal the model exactly
@@ -122,16 +142,35 @@ def _entry(
         module.register_forward_hook(
             lambda *_, s=s, started=started: forward_times[s].append(time.perf_counter() - started.pop())
         )
-        built.append(PipelineStage(module, s, count, device))
+        built.append(PipelineStage(module, s, len(modules), device))
+    return built
+
+
+def _torch_schedule(schedule: str, built: list[Any], m: int, target: torch.Tensor | None) -> Any:
+    """torch's schedule class of ``schedule`` over this rank's stages (a loss when training)."""
+    from torch.distributed.pipelining import schedules as torch_schedules
+
     record = get_schedule(schedule)
     cls = getattr(torch_schedules, record.torch_class)
     loss_fn = _mse if target is not None else None
-    sched = cls(built if len(built) > 1 or record.interleaved else built[0], n_microbatches=m, loss_fn=loss_fn)
+    return cls(built if len(built) > 1 or record.interleaved else built[0], n_microbatches=m, loss_fn=loss_fn)
+
+
+def _timed_steps(
+    sched: Any,
+    built: list[Any],
+    forward_times: dict[int, list[float]],
+    args: tuple[Any, ...],
+    target: torch.Tensor | None,
+    last_here: bool,
+    repeats: int,
+) -> tuple[list[float], Any, list[torch.Tensor]]:
+    """The timed steps' seconds, then the last step's outputs (the last stage's rank) and
+    microbatch losses; the first step infers shapes and warms up when there are timed ones."""
     steps: list[float] = []
     outputs: Any = None
     losses: list[torch.Tensor] = []
-    last_here = (count - 1) in local
-    for attempt in range(repeats + 1):  # the first step infers shapes and warms up
+    for attempt in range(repeats + 1):
         for st in built:
             st.submod.zero_grad(set_to_none=True)
         for times in forward_times.values():
@@ -140,7 +179,6 @@ def _entry(
         kwargs: dict[str, Any] = {}
         if target is not None and last_here:
             kwargs = {"target": target, "losses": losses}
-        args = inputs if 0 in local else ()
         torch.distributed.barrier()
         t0 = time.perf_counter()
         if target is None:
@@ -155,20 +193,17 @@ def _entry(
         if last_here:
             outputs = out
         report_progress(f"step {attempt + 1} of {repeats + 1}")
+    return steps, outputs, losses
+
+
+def _local_grads(built: list[Any]) -> dict[str, torch.Tensor]:
+    """Every gradient this rank's stages hold, by the model's parameter names."""
     grads = {}
-    if target is not None:
-        for st in built:
-            for name, p in st.submod.named_parameters():
-                if p.grad is not None:
-                    grads[name] = p.grad.detach().cpu()
-    return RankStep(
-        rank,
-        step_s=step_seconds(steps),
-        outputs=tuple(tree_flatten(outputs)[0]) if last_here else None,
-        grads=grads,
-        loss=float(torch.stack(losses).detach().mean()) if losses else None,
-        stage_forward_s={s: (sum(t) / len(t) if t else 0.0) for s, t in forward_times.items()},
-    )
+    for st in built:
+        for name, p in st.submod.named_parameters():
+            if p.grad is not None:
+                grads[name] = p.grad.detach().cpu()
+    return grads
 
 
 def _close(a: Any, b: Any) -> bool:
@@ -281,21 +316,8 @@ def run(
     backend = backend or default_backend()
     if progress:
         progress(f"{count} stages on {world} processes, {m} microbatches, {pp.schedule}")
-    try:
-        results = launch(
-            _entry,
-            world,
-            (modules, pp.schedule, m, inputs, target, repeats),
-            timeout_s=timeout_s,
-            backend=backend,
-            progress=progress,
-        )
-    except RunError as exc:
-        where = ""
-        if exc.rank is not None:
-            held = [s for s in range(count) if s % world == exc.rank]
-            where = f" (rank {exc.rank} runs stage(s) {held})"
-        raise RunError(f"{exc}{where}", rank=exc.rank) from None
+    args = (modules, pp.schedule, m, inputs, target, repeats)
+    results = _launch_ranks(args, count, world, backend, timeout_s, progress)
     last = results[(count - 1) % world]
     got = list(last.outputs or ())
     outputs_equal = len(got) == len(reference) and all(_close(a, b) for a, b in zip(got, reference))
@@ -305,9 +327,7 @@ def run(
         gradients_equal = set(grads) == set(reference_grads) and all(
             _close(grads[n], reference_grads[n]) for n in reference_grads
         )
-    forward = {}
-    for r in results:
-        forward.update(r.stage_forward_s)
+    forward = {s: t for r in results for s, t in r.stage_forward_s.items()}
     return PipelineRun(
         outputs_equal=outputs_equal,
         gradients_equal=gradients_equal,
@@ -322,3 +342,23 @@ def run(
         schedule=pp.schedule,
         microbatches=m,
     )
+
+
+def _launch_ranks(
+    args: tuple[Any, ...],
+    count: int,
+    world: int,
+    backend: str,
+    timeout_s: float,
+    progress: Callable[[str], None] | None,
+) -> list[RankStep]:
+    """Every rank's :func:`_entry` on ``args``, one process each; a failure names the failing
+    rank's stages."""
+    try:
+        return launch(_entry, world, args, timeout_s=timeout_s, backend=backend, progress=progress)
+    except RunError as exc:
+        where = ""
+        if exc.rank is not None:
+            held = [s for s in range(count) if s % world == exc.rank]
+            where = f" (rank {exc.rank} runs stage(s) {held})"
+        raise RunError(f"{exc}{where}", rank=exc.rank) from None

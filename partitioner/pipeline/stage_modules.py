@@ -84,25 +84,9 @@ def build_stage_modules(
     if gm is None:
         raise PartitionError(f"graph {graph.name!r} has no traced module to run; use partitioner.trace(model, inputs)")
     nodes = list(gm.graph.nodes)
-    stage_of: dict[str, int] = {}
-    for s, names in enumerate(stages):
-        for name in names:
-            stage_of[name] = s
-    is_tensor: dict[str, bool] = {}
-
-    class _Types(fx.Interpreter):
-        def run_node(self, n: fx.Node) -> Any:
-            value = super().run_node(n)
-            is_tensor[n.name] = isinstance(value, torch.Tensor)
-            return value
-
-    with torch.no_grad():
-        _Types(gm).run(*example_inputs)
-    placeholders = [n for n in nodes if n.op == "placeholder"]
-    for p in placeholders:
-        if not is_tensor[p.name]:
-            raise PartitionError(f"input {p.name!r} is not a tensor; a pipeline passes tensors between stages")
-        stage_of[p.name] = -1
+    stage_of = {name: s for s, names in enumerate(stages) for name in names}
+    is_tensor = _tensor_outputs(gm, example_inputs)
+    placeholders = _place_inputs(nodes, stage_of, is_tensor)
     missing = [n.name for n in nodes if n.op not in ("placeholder", "get_attr", "output") and n.name not in stage_of]
     if missing:
         raise PartitionError(
@@ -114,52 +98,101 @@ def build_stage_modules(
     if not all(isinstance(a, fx.Node) and is_tensor[a.name] for a in leaves):
         raise PartitionError("the model returns values that are not tensors; a pipeline's last stage returns tensors")
     count = len(stages)
+    carried = _carried(nodes, output, stage_of, is_tensor, count)
+    modules = []
+    for s in range(count):
+        inputs = [p.name for p in placeholders] if s == 0 else carried[s - 1]
+        last = s == count - 1
+        outputs = [a.name for a in leaves] if last else carried[s]
+        modules.append(_stage_module(gm, nodes, stage_of, s, inputs, outputs, last))
+    return modules
 
-    def needs(n: fx.Node, s: int, into: set[str]) -> None:
-        """Tensors from before stage s that computing ``n`` in stage s reads (through non-tensor
-        values, which the stage recomputes)."""
-        for a in n.all_input_nodes:
-            if a.op == "get_attr" or stage_of.get(a.name) == s:
-                continue
-            if is_tensor[a.name]:
-                into.add(a.name)
-            else:
-                needs(a, s, into)
 
+def _tensor_outputs(gm: fx.GraphModule, example_inputs: Sequence[Any]) -> dict[str, bool]:
+    """Whether each node's value is a tensor, from one run on the example inputs."""
+    is_tensor: dict[str, bool] = {}
+
+    class _Types(fx.Interpreter):
+        def run_node(self, n: fx.Node) -> Any:
+            value = super().run_node(n)
+            is_tensor[n.name] = isinstance(value, torch.Tensor)
+            return value
+
+    with torch.no_grad():
+        _Types(gm).run(*example_inputs)
+    return is_tensor
+
+
+def _place_inputs(nodes: list[fx.Node], stage_of: dict[str, int], is_tensor: dict[str, bool]) -> list[fx.Node]:
+    """The model's inputs, placed before stage 0 (stage -1), each checked to be a tensor."""
+    placeholders = [n for n in nodes if n.op == "placeholder"]
+    for p in placeholders:
+        if not is_tensor[p.name]:
+            raise PartitionError(f"input {p.name!r} is not a tensor; a pipeline passes tensors between stages")
+        stage_of[p.name] = -1
+    return placeholders
+
+
+def _reads_before(n: fx.Node, s: int, stage_of: dict[str, int], is_tensor: dict[str, bool], into: set[str]) -> None:
+    """Tensors from before stage s that computing ``n`` in stage s reads (through non-tensor
+    values, which the stage recomputes)."""
+    for a in n.all_input_nodes:
+        if a.op == "get_attr" or stage_of.get(a.name) == s:
+            continue
+        if is_tensor[a.name]:
+            into.add(a.name)
+        else:
+            _reads_before(a, s, stage_of, is_tensor, into)
+
+
+def _carried(
+    nodes: list[fx.Node], output: fx.Node, stage_of: dict[str, int], is_tensor: dict[str, bool], count: int
+) -> list[list[str]]:
+    """carried[c]: the tensors live after stage c, in graph order."""
     reads: list[set[str]] = [set() for _ in range(count + 1)]  # index count: the model's output
     for n in nodes:
         if n.name in stage_of and stage_of[n.name] >= 0:
-            needs(n, stage_of[n.name], reads[stage_of[n.name]])
-    needs(output, count, reads[count])
+            _reads_before(n, stage_of[n.name], stage_of, is_tensor, reads[stage_of[n.name]])
+    _reads_before(output, count, stage_of, is_tensor, reads[count])
     order = {n.name: i for i, n in enumerate(nodes)}
-    carried = []  # carried[c]: tensors live after stage c, in graph order
+    carried = []
     for c in range(count - 1):
         live = {v for t in range(c + 1, count + 1) for v in reads[t] if stage_of[v] <= c}
         carried.append(sorted(live, key=order.__getitem__))
+    return carried
+
+
+def _stage_module(
+    gm: fx.GraphModule,
+    nodes: list[fx.Node],
+    stage_of: dict[str, int],
+    s: int,
+    inputs: Sequence[str],
+    outputs: Sequence[str],
+    last: bool,
+) -> fx.GraphModule:
+    """Stage ``s`` reading the values named ``inputs`` and returning those named ``outputs``: the
+    model's output leaves on the ``last`` stage, else the tensors carried past its cut."""
     by_name = {n.name: n for n in nodes}
-    modules = []
-    for s in range(count):
-        g = fx.Graph()
-        env: dict[str, fx.Node] = {}
-        inputs = [p.name for p in placeholders] if s == 0 else carried[s - 1]
-        for name in inputs:
-            env[name] = g.placeholder(name)
+    g = fx.Graph()
+    env: dict[str, fx.Node] = {}
+    for name in inputs:
+        env[name] = g.placeholder(name)
 
-        def value(a: fx.Node, g: fx.Graph = g, env: dict[str, fx.Node] = env) -> fx.Node:
-            if a.name not in env:  # a parameter, or a non-tensor to recompute here
-                env[a.name] = g.node_copy(a, lambda b: value(b))
-            return env[a.name]
+    def value(a: fx.Node) -> fx.Node:
+        if a.name not in env:  # a parameter, or a non-tensor to recompute here
+            env[a.name] = g.node_copy(a, lambda b: value(b))
+        return env[a.name]
 
-        for n in nodes:
-            if stage_of.get(n.name) == s and n.op != "placeholder":
-                env[n.name] = g.node_copy(n, value)
-        if s == count - 1:
-            outs = [value(by_name[a.name]) for a in leaves]
-        else:  # gloo sends only contiguous tensors: a carried view (a transpose) is copied first
-            outs = [g.call_method("contiguous", (value(by_name[v]),)) for v in carried[s]]
-        g.output(outs[0] if len(outs) == 1 else tuple(outs))
-        module = fx.GraphModule(gm, g, class_name=f"Stage{s}")
-        if s > 0:  # the gradient sent back over the cut leaves dense (NOTE: [Dense gradients at a cut])
-            module = _dense_inputs(module)
-        modules.append(picklable(module))
-    return modules
+    for n in nodes:
+        if stage_of.get(n.name) == s and n.op != "placeholder":
+            env[n.name] = g.node_copy(n, value)
+    if last:
+        outs = [value(by_name[name]) for name in outputs]
+    else:  # gloo sends only contiguous tensors: a carried view (a transpose) is copied first
+        outs = [g.call_method("contiguous", (value(by_name[v]),)) for v in outputs]
+    g.output(outs[0] if len(outs) == 1 else tuple(outs))
+    module = fx.GraphModule(gm, g, class_name=f"Stage{s}")
+    if s > 0:  # the gradient sent back over the cut leaves dense (NOTE: [Dense gradients at a cut])
+        module = _dense_inputs(module)
+    return picklable(module)
