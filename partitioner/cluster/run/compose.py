@@ -22,11 +22,10 @@ Pipeline stages (``pp > 1``) compose on a three-dimensional mesh (:mod:`partitio
 
 from __future__ import annotations
 
-import time
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from partitioner.cluster.layouts import Layout
-from partitioner.cluster.run.records import ComposedRun, RankReport, compare, measure_step
+from partitioner.cluster.run.records import ComposedRun, RankReport, all_reduce_gradients, compare, measure_step
 from partitioner.cluster.run.runnable import check_runnable
 from partitioner.cluster.run.tp_plans import linear_pairs_plan
 from partitioner.cluster.words import parse_layout
@@ -146,24 +145,13 @@ def _rank_step(
     styles: dict[str, dict[str, str]] | None = None,
     kwargs: dict[str, Any] | None = None,
 ) -> RankStep:
-    import os
-
     import torch
-    import torch.distributed as dist
-    from torch.distributed.tensor import DTensor
 
     dp, tp = layout.dp, layout.tp
     i, j = divmod(rank, tp)
-    device = "cpu"
-    if dist.get_backend() == "nccl":
-        device = "cuda"
-        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", rank)))
-        module, inputs = module.to("cuda"), tuple(x.to("cuda") for x in inputs)
+    device, module, inputs = _on_device(rank, module, inputs)
     mesh = _mesh_and_model(module, device, dp, tp, layout.zero, plan, styles)
-    shard = tuple(x.chunk(dp, dim=0)[i] for x in inputs)
-    m = shard[0].shape[0] // layout.microbatch_size
-    micro = list(zip(*(x.chunk(m, dim=0) for x in shard)))
-    micro_kwargs = _split_kwargs(kwargs or {}, dp, i, m)
+    micro = _microbatches(inputs, kwargs or {}, dp, i, layout.microbatch_size)
     group = mesh.get_group("dp") if dp > 1 else None
     params = list(module.named_parameters())
     synced: list[float] = []  # seconds of each step's gradient all-reduce over dp
@@ -171,18 +159,12 @@ def _rank_step(
     def step() -> list[torch.Tensor]:
         module.zero_grad(set_to_none=True)
         outs = []
-        for mb, kw in zip(micro, micro_kwargs):
+        for mb, kw in micro:
             out = _leaves(module(*mb, **kw))
             sum(t.float().sum() for t in out).backward()  # type: ignore[union-attr]
             outs.append(out)
         if layout.zero <= 1 and group is not None:  # DDP's gradient all-reduce, averaged
-            began = time.perf_counter()
-            for _, p in params:
-                if p.grad is not None:
-                    local = p.grad.to_local() if isinstance(p.grad, DTensor) else p.grad
-                    dist.all_reduce(local, group=group)
-                    local.div_(dp)
-            synced.append(time.perf_counter() - began)
+            synced.append(all_reduce_gradients(params, group, dp))
         return [torch.cat([o[k].detach() for o in outs]) for k in range(len(outs[0]))]
 
     outputs = step()
@@ -197,6 +179,33 @@ def _rank_step(
         gradient_bytes=held[1],
         sync_s=step_seconds(synced[1:]),
     )
+
+
+def _on_device(
+    rank: int, module: torch.nn.Module, inputs: tuple[torch.Tensor, ...]
+) -> tuple[str, torch.nn.Module, tuple[torch.Tensor, ...]]:
+    """The rank's device ("cuda" under NCCL, its local GPU; else "cpu"), the module and the
+    inputs moved there."""
+    import os
+
+    import torch
+    import torch.distributed as dist
+
+    if dist.get_backend() != "nccl":
+        return "cpu", module, inputs
+    torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", rank)))
+    return "cuda", module.to("cuda"), tuple(x.to("cuda") for x in inputs)
+
+
+def _microbatches(
+    inputs: tuple[torch.Tensor, ...], kwargs: dict[str, Any], dp: int, i: int, size: int
+) -> list[tuple[tuple[torch.Tensor, ...], dict[str, Any]]]:
+    """Replica ``i`` of ``dp``'s part of the inputs along dimension 0, cut into microbatches of
+    ``size`` rows: each as (positional inputs, keyword inputs)."""
+    shard = tuple(x.chunk(dp, dim=0)[i] for x in inputs)
+    m = shard[0].shape[0] // size
+    micro = list(zip(*(x.chunk(m, dim=0) for x in shard)))
+    return list(zip(micro, _split_kwargs(kwargs, dp, i, m)))
 
 
 def _reference(
@@ -231,12 +240,9 @@ def run_layout(
     ``example_kwargs`` its keyword inputs (split over dp like the positional ones). Raises
     :class:`PartitionError` for a layout or model it cannot run and :class:`RunError` naming the
     rank and its mesh coordinates when a rank fails."""
-    import copy
-
     import torch
     import torch.fx as fx
 
-    from partitioner.processes.launch import default_backend, launch
     from partitioner.processes.portable import picklable
 
     inputs = (example_inputs,) if isinstance(example_inputs, torch.Tensor) else tuple(example_inputs)
@@ -245,9 +251,7 @@ def run_layout(
     plan, styles, transposed = _shards(module, layout, tp_plan)
     if isinstance(module, fx.GraphModule):
         module = picklable(module)
-    backend = backend or default_backend()
-    if backend == "nccl" and torch.cuda.device_count() < layout.devices:
-        backend = "gloo"  # NCCL needs a GPU per rank; gloo runs every rank on the CPU
+    backend = _backend(backend, layout.devices)
     expected, expected_grads = _reference(module, inputs, kwargs)
     if layout.pp > 1:
         from partitioner.cluster.run.piped import run_pipelined
@@ -265,25 +269,55 @@ def run_layout(
             progress=progress,
         )
     if transposed:  # GPT-2's Conv1D as the equal Linear, which DTensor's styles take
-        from partitioner.sharding.tp_run import as_linear
+        module = _as_linear(module, transposed)
+    args = (module, inputs, layout, plan, repeats, styles, kwargs)
+    results = _launch_ranks(args, layout, timeout_s=timeout_s, backend=backend, progress=progress)
+    return _checked(layout, results, expected, expected_grads, plan, transposed, backend)
 
-        module = copy.deepcopy(module)
-        as_linear(module, transposed)
+
+def _backend(backend: str | None, devices: int) -> str:
+    """The process group's backend: the one named, else the machine's default; gloo where NCCL
+    would lack a GPU per rank (gloo runs every rank on the CPU)."""
+    import torch
+
+    from partitioner.processes.launch import default_backend
+
+    backend = backend or default_backend()
+    if backend == "nccl" and torch.cuda.device_count() < devices:
+        backend = "gloo"
+    return backend
+
+
+def _as_linear(module: torch.nn.Module, transposed: tuple[str, ...]) -> torch.nn.Module:
+    """A copy of ``module`` with the Conv1D layers at ``transposed`` as the equal Linear layers."""
+    import copy
+
+    from partitioner.sharding.tp_run import as_linear
+
+    module = copy.deepcopy(module)
+    as_linear(module, transposed)
+    return module
+
+
+def _launch_ranks(
+    args: tuple[Any, ...],
+    layout: Layout,
+    *,
+    timeout_s: float,
+    backend: str,
+    progress: Callable[[str], None] | None,
+) -> list[RankStep]:
+    """Each rank's :func:`_entry` on ``args``, on its own process; a failed rank named with its
+    mesh coordinates (from its number: the ranks do not name it)."""
+    from partitioner.processes.launch import launch
+
     try:
-        results = launch(
-            _entry,
-            layout.devices,
-            (module, inputs, layout, plan, repeats, styles, kwargs),
-            timeout_s=timeout_s,
-            backend=backend,
-            progress=progress,
-        )
-    except RunError as exc:  # the failed rank's place, from its number (the ranks do not name it)
+        return launch(_entry, layout.devices, args, timeout_s=timeout_s, backend=backend, progress=progress)
+    except RunError as exc:
         if exc.rank is None:
             raise
         i, j = divmod(exc.rank, layout.tp)
         raise RunError(f"rank {exc.rank} (dp={i}, tp={j}): {exc}", rank=exc.rank) from None
-    return _checked(layout, results, expected, expected_grads, plan, transposed, backend)
 
 
 _DATA_PARALLEL = {

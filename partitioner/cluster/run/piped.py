@@ -10,6 +10,7 @@ from partitioner.cluster.layouts import Layout
 from partitioner.cluster.run.pipelined import pipelined_entry, role, stage_cuts
 from partitioner.cluster.run.records import ComposedRun, RankReport, compare
 from partitioner.errors import RunError
+from partitioner.processes.records import RankStep
 
 if TYPE_CHECKING:
     import torch
@@ -30,45 +31,18 @@ def run_pipelined(
     repeats: int,
     progress: Callable[[str], None] | None,
 ) -> ComposedRun:
-    import math
-
-    import torch
-
-    import partitioner
-    from partitioner.pipeline.stage_modules import build_stage_modules
-    from partitioner.processes.launch import launch
-
-    graph = partitioner.trace(module, inputs, name=type(module).__name__)
-    linears = [n for n, m in module.named_modules() if isinstance(m, torch.nn.Linear)]
-    stages = build_stage_modules(graph, stage_cuts(graph, plan, linears, layout.pp), inputs)
-    try:
-        results = launch(
-            pipelined_entry,
-            layout.devices,
-            (stages, inputs, layout, plan, repeats),
-            timeout_s=timeout_s,
-            backend=backend,
-            progress=progress,
-        )
-    except RunError as exc:  # the failed rank's place, from its number (the ranks do not name it)
-        if exc.rank is None:
-            raise
-        raise RunError(f"{role(exc.rank, layout)}: {exc}", rank=exc.rank) from None
+    stages = _stages(module, inputs, layout, plan)
+    args = (stages, inputs, layout, plan, repeats)
+    results = _launch_stages(args, layout, timeout_s=timeout_s, backend=backend, progress=progress)
     last = sorted((r for r in results if r.coords[0] == layout.pp - 1 and r.coords[2] == 0), key=lambda r: r.coords[1])
-    outputs = [torch.cat([r.outputs[k] for r in last if r.outputs]) for k in range(len(last[0].outputs or ()))]
-    grads: dict[str, Any] = {}
-    for r in results:
-        if r.grads is not None:
-            for name, g in r.grads.items():
-                grads[name] = grads[name] + g * layout.dp if name in grads else g * layout.dp
+    outputs = _last_outputs(last)
+    grads = _summed_gradients(results, layout.dp)
     outputs_equal, out_diff, out_why = compare(outputs, expected, "output")
     names = sorted(set(grads) | set(expected_grads))
     gradients_equal, grad_diff, grad_why = compare(
         [grads.get(n) for n in names], [expected_grads.get(n) for n in names], "gradient", names
     )
-    loss = sum(r.loss for r in last if r.loss is not None)
-    want = float(sum(t.float().sum() for t in expected))
-    loss_equal = math.isclose(loss, want, rel_tol=1e-5, abs_tol=1e-4 * max(1.0, abs(want)))
+    loss, loss_equal, want = _loss_check(last, expected)
     ranks = tuple(RankReport.of(r) for r in results)
     why = out_why or grad_why or ("" if loss_equal else f"loss {loss:.6g}, one process {want:.6g}")
     return ComposedRun(
@@ -85,3 +59,63 @@ def run_pipelined(
         loss,
         loss_equal,
     )
+
+
+def _stages(
+    module: torch.nn.Module, inputs: tuple[torch.Tensor, ...], layout: Layout, plan: tuple[tuple[str, str], ...]
+) -> list[Any]:
+    """The traced model cut into ``layout.pp`` stage modules after whole Linear pairs (or Linears)."""
+    import torch
+
+    import partitioner
+    from partitioner.pipeline.stage_modules import build_stage_modules
+
+    graph = partitioner.trace(module, inputs, name=type(module).__name__)
+    linears = [n for n, m in module.named_modules() if isinstance(m, torch.nn.Linear)]
+    return build_stage_modules(graph, stage_cuts(graph, plan, linears, layout.pp), inputs)
+
+
+def _launch_stages(
+    args: tuple[Any, ...],
+    layout: Layout,
+    *,
+    timeout_s: float,
+    backend: str,
+    progress: Callable[[str], None] | None,
+) -> list[RankStep]:
+    """Each rank's :func:`pipelined_entry` on ``args``, on its own process; a failed rank named by
+    its role (from its number: the ranks do not name it)."""
+    from partitioner.processes.launch import launch
+
+    try:
+        return launch(pipelined_entry, layout.devices, args, timeout_s=timeout_s, backend=backend, progress=progress)
+    except RunError as exc:
+        if exc.rank is None:
+            raise
+        raise RunError(f"{role(exc.rank, layout)}: {exc}", rank=exc.rank) from None
+
+
+def _last_outputs(last: list[RankStep]) -> list[Any]:
+    """The model's outputs: the last stage's of each replica (first tensor shard), in replica order."""
+    import torch
+
+    return [torch.cat([r.outputs[k] for r in last if r.outputs]) for k in range(len(last[0].outputs or ()))]
+
+
+def _summed_gradients(results: list[RankStep], dp: int) -> dict[str, Any]:
+    """Every parameter's gradient from the stages that hold it, times ``dp`` (the mean over replicas)."""
+    grads: dict[str, Any] = {}
+    for r in results:
+        if r.grads is not None:
+            for name, g in r.grads.items():
+                grads[name] = grads[name] + g * dp if name in grads else g * dp
+    return grads
+
+
+def _loss_check(last: list[RankStep], expected: list[Any]) -> tuple[float, bool, float]:
+    """(the last stages' loss over every replica, whether it equals one process's, that one's)."""
+    import math
+
+    loss = sum(r.loss for r in last if r.loss is not None)
+    want = float(sum(t.float().sum() for t in expected))
+    return loss, math.isclose(loss, want, rel_tol=1e-5, abs_tol=1e-4 * max(1.0, abs(want))), want

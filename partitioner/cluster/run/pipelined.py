@@ -13,11 +13,10 @@ over ``"dp"`` (ZeRO 0 and 1; FSDP2 with pipeline stages is refused). Rank ``r`` 
 
 from __future__ import annotations
 
-import time
 from typing import TYPE_CHECKING, Any, Sequence
 
 from partitioner.cluster.layouts import Layout
-from partitioner.cluster.run.records import measure_step
+from partitioner.cluster.run.records import all_reduce_gradients, measure_step
 from partitioner.cluster.run.runnable import run_schedule
 from partitioner.errors import PartitionError
 from partitioner.processes.records import RankStep
@@ -82,31 +81,16 @@ def pipelined_entry(
     """One rank's training step of its stage (a failure is named by the parent from the rank's
     number: :func:`role`)."""
     import torch
-    import torch.distributed as dist
     from torch.distributed.device_mesh import init_device_mesh
-    from torch.distributed.pipelining import PipelineStage, schedules
-    from torch.distributed.tensor import DTensor
-    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
 
     s, i, j = coordinates(rank, layout)
-    device = "cuda" if dist.get_backend() == "nccl" else "cpu"
-    if device == "cuda":
-        torch.cuda.set_device(rank % max(1, torch.cuda.device_count()))
+    device = _rank_device(rank)
     mesh = init_device_mesh(device, (layout.pp, layout.dp, layout.tp), mesh_dim_names=("pp", "dp", "tp"))
     module = stages[s].to(device)
-    here = {n: style for n, style in plan if any(n == m for m, _ in module.named_modules())}
-    if here and layout.tp > 1:
-        parallelize_module(
-            module,
-            mesh["tp"],
-            {n: ColwiseParallel() if st == "colwise" else RowwiseParallel() for n, st in here.items()},
-        )
-    stage = PipelineStage(module, s, layout.pp, torch.device(device), group=mesh["pp"].get_group())
+    _tensor_parallel(module, mesh, plan, layout.tp)
     shard = tuple(x.chunk(layout.dp, dim=0)[i].to(device) for x in inputs)
     rows = int(shard[0].shape[0])
-    m = max(1, rows // layout.microbatch_size)
-    cls = getattr(schedules, run_schedule(layout).torch_class)
-    schedule = cls(stage, n_microbatches=m, loss_fn=_loss, scale_grads=False)
+    schedule = _stage_schedule(module, s, layout, mesh, device, rows)
     target = torch.zeros(rows, 1, device=device)
     dp_group = mesh["dp"].get_group() if layout.dp > 1 else None
     params = list(module.named_parameters())
@@ -115,21 +99,9 @@ def pipelined_entry(
 
     def step() -> Any:
         module.zero_grad(set_to_none=True)
-        losses: list[Any] = []
-        if s == 0:
-            out = schedule.step(*shard, target=target if last else None, losses=losses if last else None)
-        elif last:
-            out = schedule.step(target=target, losses=losses)
-        else:
-            out = schedule.step()
+        out, losses = _schedule_step(schedule, s == 0, last, shard, target)
         if dp_group is not None:  # DDP's gradient all-reduce, averaged
-            began = time.perf_counter()
-            for _, p in params:
-                if p.grad is not None:
-                    local = p.grad.to_local() if isinstance(p.grad, DTensor) else p.grad
-                    dist.all_reduce(local, group=dp_group)
-                    local.div_(layout.dp)
-            synced.append(time.perf_counter() - began)
+            synced.append(all_reduce_gradients(params, dp_group, layout.dp))
         return out, losses
 
     out, losses = step()
@@ -148,3 +120,54 @@ def pipelined_entry(
         gradient_bytes=held[1],
         sync_s=step_seconds(synced[1:]),
     )
+
+
+def _rank_device(rank: int) -> str:
+    """The rank's device: "cuda" under NCCL (a GPU a rank, set as the current one), else "cpu"."""
+    import torch
+    import torch.distributed as dist
+
+    device = "cuda" if dist.get_backend() == "nccl" else "cpu"
+    if device == "cuda":
+        torch.cuda.set_device(rank % max(1, torch.cuda.device_count()))
+    return device
+
+
+def _tensor_parallel(module: torch.nn.Module, mesh: Any, plan: tuple[tuple[str, str], ...], tp: int) -> None:
+    """Shard the Linear pairs of ``plan`` that are in this stage's ``module`` over the mesh's "tp"."""
+    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
+
+    here = {n: style for n, style in plan if any(n == m for m, _ in module.named_modules())}
+    if here and tp > 1:
+        parallelize_module(
+            module,
+            mesh["tp"],
+            {n: ColwiseParallel() if st == "colwise" else RowwiseParallel() for n, st in here.items()},
+        )
+
+
+def _stage_schedule(module: torch.nn.Module, s: int, layout: Layout, mesh: Any, device: str, rows: int) -> Any:
+    """Stage ``s`` of the layout's pipeline on the mesh's "pp" group, under the layout's schedule
+    over ``rows`` rows in microbatches; the loss the sum of the outputs, gradients not scaled."""
+    import torch
+    from torch.distributed.pipelining import PipelineStage, schedules
+
+    stage = PipelineStage(module, s, layout.pp, torch.device(device), group=mesh["pp"].get_group())
+    m = max(1, rows // layout.microbatch_size)
+    cls = getattr(schedules, run_schedule(layout).torch_class)
+    return cls(stage, n_microbatches=m, loss_fn=_loss, scale_grads=False)
+
+
+def _schedule_step(
+    schedule: Any, first: bool, last: bool, shard: tuple[torch.Tensor, ...], target: torch.Tensor
+) -> tuple[Any, list[Any]]:
+    """One step of the stage's schedule: the first stage feeds the inputs, the last the target
+    (its losses collected); (the stage's output, the losses)."""
+    losses: list[Any] = []
+    if first:
+        out = schedule.step(*shard, target=target if last else None, losses=losses if last else None)
+    elif last:
+        out = schedule.step(target=target, losses=losses)
+    else:
+        out = schedule.step()
+    return out, losses

@@ -11,7 +11,7 @@ from partitioner.cluster.layouts import Layout
 from partitioner.processes.records import RankStep
 from partitioner.processes.timing import step_seconds
 
-__all__ = ["RankReport", "ComposedRun", "compare"]
+__all__ = ["RankReport", "ComposedRun", "compare", "all_reduce_gradients"]
 
 
 @dataclass(frozen=True)
@@ -126,3 +126,18 @@ def measure_step(
             torch.cuda.synchronize()
         steps.append(time.perf_counter() - start)
     return grads, held, step_seconds(steps)
+
+
+def all_reduce_gradients(params: Sequence[tuple[str, Any]], group: Any, dp: int) -> float:
+    """DDP's gradient all-reduce over ``group``, averaged over its ``dp`` replicas: each gradient's
+    local shard (a DTensor's own) summed in place, then divided; its seconds. Torch, imported here."""
+    import torch.distributed as dist
+    from torch.distributed.tensor import DTensor
+
+    began = time.perf_counter()
+    for _, p in params:
+        if p.grad is not None:
+            local = p.grad.to_local() if isinstance(p.grad, DTensor) else p.grad
+            dist.all_reduce(local, group=group)
+            local.div_(dp)
+    return time.perf_counter() - began
