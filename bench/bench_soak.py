@@ -9,6 +9,7 @@ the server is killed with SIGKILL during a min-cut sweep.
     .venv/bin/python bench/bench_soak.py --term-only          # SIGTERM while a session is inside torch
     .venv/bin/python bench/bench_soak.py --cluster-only 5     # 5 sessions open Plan a cluster at once
     .venv/bin/python bench/bench_soak.py --markup-only        # hostile markup in every surface (soak_markup.py)
+    .venv/bin/python bench/bench_soak.py --markup-only review,job   # only the surfaces so named
 
 Loopback only: the server listens on 127.0.0.1 and headless Chromium visits nothing else.
 Bounded: every wait has a time limit (--wait-s), the whole run a deadline (--deadline-s), and
@@ -475,7 +476,12 @@ def main() -> None:
         "--cluster-only", type=int, default=0, help="only N sessions opening Plan a cluster at seq 8192 together"
     )
     parser.add_argument(
-        "--markup-only", action="store_true", help="only the markup sweep (every surface x 6 payloads, by --deadline-s)"
+        "--markup-only",
+        nargs="?",
+        const="",
+        metavar="WORDS",
+        help="only the markup sweep: every surface x 6 payloads by --deadline-s (or the surfaces whose names "
+        "hold one of WORDS, comma-separated)",
     )
     parser.add_argument("--term-only", action="store_true", help="only the SIGTERM while a session is inside torch")
     parser.add_argument(

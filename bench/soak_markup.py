@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import threading
 import time
 from dataclasses import dataclass
@@ -127,6 +128,12 @@ def surfaces() -> tuple[Surface, ...]:
         ),
     )
     return (*_link_surfaces(), *plans)
+
+
+def chosen(only: str = "") -> tuple[Surface, ...]:
+    """The surfaces whose names hold one of ``only``'s comma-separated words (all when empty)."""
+    words = [w.strip() for w in only.split(",") if w.strip()]
+    return tuple(s for s in surfaces() if not words or any(w in s.name for w in words))
 
 
 def fill(params: tuple[tuple[str, str], ...], text: str) -> tuple[tuple[str, str], ...]:
@@ -280,20 +287,20 @@ async def check(page, base: str, beacon: str, surface: Surface, kind: str, tag: 
     try:
         live, exception, echo, box = await _look(page, beacon.removeprefix("http://"), text)
     except Exception as exc:  # noqa: BLE001
-        live, exception, echo, box = 0, False, -1, f"not looked at: {type(exc).__name__}"
+        live, exception, echo, box = 0, False, -1, f"{why} (not looked at: {type(exc).__name__})".strip()
     await asyncio.sleep(0.5)  # a fetch the page started reaches the beacon
     hits = sum(1 for h in Beacon.hits if h.startswith(f"/{tag}/"))
     return Check(surface.name, kind, hits, live, exception, echo, time.perf_counter() - start, box or why)
 
 
-async def sweep(browser, base: str, wait_s: float, deadline_s: float) -> tuple[list[Check], int]:
-    """Every surface x payload (until ``deadline_s``), :data:`CONCURRENT` pages at once: (the
-    checks, the pairs left out at the deadline)."""
+async def sweep(browser, base: str, wait_s: float, deadline_s: float, only: str = "") -> tuple[list[Check], int]:
+    """Every surface x payload (until ``deadline_s``; the surfaces :func:`chosen` by ``only``),
+    :data:`CONCURRENT` pages at once: (the checks, the pairs left out at the deadline)."""
     server = ThreadingHTTPServer(("127.0.0.1", 0), Beacon)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     beacon = f"http://127.0.0.1:{server.server_address[1]}"
     Beacon.hits.clear()
-    pairs = [(i, s, k) for i, s in enumerate(surfaces()) for k in PAYLOADS]
+    pairs = [(i, s, k) for i, s in enumerate(surfaces()) if s in chosen(only) for k in PAYLOADS]
     queue: asyncio.Queue[tuple[int, Surface, str]] = asyncio.Queue()
     for pair in pairs:
         queue.put_nowait(pair)
@@ -311,6 +318,8 @@ async def sweep(browser, base: str, wait_s: float, deadline_s: float) -> tuple[l
                 i, surface, kind = queue.get_nowait()
                 left_ms = min(wait_s, max(1.0, deadline - time.monotonic())) * 1000
                 checks.append(await check(page, base, beacon, surface, kind, f"s{i}{kind}", left_ms, plans))
+                if len(checks) % 10 == 0:
+                    print(f"  {len(checks)} of {len(pairs)} checked; load {os.getloadavg()[0]:.1f}", flush=True)
         finally:
             await context.close()
 

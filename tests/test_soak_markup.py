@@ -74,3 +74,10 @@ def test_a_page_key_goes_to_its_own_page():
 )
 def test_the_longest_echo_is_the_longest_part_of_the_payload_shown(text, shown, longest):
     assert markup.longest_echo(text, shown) == longest
+
+
+def test_chosen_surfaces_are_those_a_word_names():
+    assert markup.chosen() == markup.surfaces()
+    picked = markup.chosen("review, job")
+    assert picked and all("review" in s.name or "job" in s.name for s in picked)
+    assert {s.how for s in picked} == {"paste", "upload", "job"}
