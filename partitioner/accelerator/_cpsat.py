@@ -126,16 +126,55 @@ def _finish(
                 m.add_hint(var, i == chosen)
 
 
+@dataclass
+class _SlotModel:
+    """The plan model while it is built (NOTE: [Plan model]): CP-SAT's model and its variables,
+    indexed by unit g, slot s (device s // k) and device d."""
+
+    m: Any
+    inp: SlotInput
+    horizon: int
+    x: list[list[Any]]  # unit g in slot s
+    start: list[Any]  # S[s]
+    finish: list[Any]  # F[s]
+    done: list[Any]  # T[g]
+    rank: list[Any]  # R[s], increasing along the partition DAG's edges
+    on: list[list[Any]]  # unit g on device d: its slots' x summed
+    edge: dict[tuple[int, int], Any]  # slot a feeds slot b
+    comm: dict[tuple[int, int], list[Any]]  # transfer ticks along an edge
+    memory: list[list[Any]]  # bytes held on device d
+
+    @property
+    def num_slots(self) -> int:
+        return len(self.start)
+
+    def device(self, s: int) -> int:
+        return s // self.inp.slots_per_device
+
+
 def solve_slots(inp: SlotInput) -> SolveResult:
     """The plan model; ``slot`` per unit (slot s is device s // k, position s % k), the slots'
     start ticks and ranks, the objective and CP-SAT's bound in ticks, and its status."""
     from ortools.sat.python import cp_model
 
-    m = cp_model.CpModel()
+    sm = _slot_variables(cp_model.CpModel(), inp)
+    _add_timing(sm)
+    for tensor in inp.tensors:
+        _add_tensor_memory(sm, tensor)
+        _add_tensor_transfers(sm, tensor)
+    _add_edges(sm)
+    _break_symmetry(sm.m, inp, sm.x, sm.on)
+    # A unit ends no later than its slot: the latest end bounds the units' ends too, which the
+    # solver's bound then reaches through their chains without choosing slots.
+    _finish(sm.m, sm.memory, inp.capacity, sm.finish + sm.done, sm.horizon, sm.x, inp.hint)
+    return _solve_slot_model(sm)
+
+
+def _slot_variables(m: Any, inp: SlotInput) -> _SlotModel:
+    """Every unit in exactly one slot; the slots' and units' times, the slots' ranks, the edges."""
     k = inp.slots_per_device
-    num_units, num_slots = len(inp.unit_w), len(inp.capacity) * k
+    num_units, num_slots, devices = len(inp.unit_w), len(inp.capacity) * k, len(inp.capacity)
     horizon = _horizon(inp.unit_w, inp.tensors)
-    dev = [s // k for s in range(num_slots)]
     x = [[m.new_bool_var("") for _ in range(num_slots)] for _ in range(num_units)]
     for g in range(num_units):
         m.add_exactly_one(x[g])
@@ -143,81 +182,111 @@ def solve_slots(inp: SlotInput) -> SolveResult:
     finish = [m.new_int_var(0, horizon, f"F{s}") for s in range(num_slots)]
     done = [m.new_int_var(0, horizon, f"T{g}") for g in range(num_units)]
     rank = [m.new_int_var(0, num_slots - 1, f"R{s}") for s in range(num_slots)]
-    for s in range(num_slots):
-        m.add(finish[s] >= start[s])
-        for g in range(num_units):
-            m.add(done[g] >= start[s] + inp.unit_w[g]).only_enforce_if(x[g][s])
-            m.add(finish[s] >= done[g]).only_enforce_if(x[g][s])
-        if not inp.torch and s % k < k - 1:  # a device runs its slots one after another
-            m.add(start[s + 1] >= finish[s])
-            m.add(rank[s + 1] >= rank[s] + 1)
-    for g, preds in enumerate(inp.unit_preds):
-        for h in preds:
-            m.add(done[g] >= done[h] + inp.unit_w[g])
-    on = [[sum(x[g][d * k + j] for j in range(k)) for d in range(len(inp.capacity))] for g in range(num_units)]
+    on = [[sum(x[g][d * k + j] for j in range(k)) for d in range(devices)] for g in range(num_units)]
     edge = {(a, b): m.new_bool_var("") for a in range(num_slots) for b in range(num_slots) if a != b}
     comm: dict[tuple[int, int], list[Any]] = {key: [] for key in edge}
-    memory: list[list[Any]] = [
-        [inp.unit_bytes[g] * on[g][d] for g in range(num_units)] for d in range(len(inp.capacity))
-    ]
-    for src, nbytes, readers, ticks, held in inp.tensors:
-        for d in range(len(inp.capacity)):  # memory: an outside tensor read on the device
-            if inp.torch and src >= 0:
-                for h, count in readers:  # counted again for each reading node
-                    there = m.new_bool_var("")
-                    m.add(there >= on[h][d] - on[src][d])
-                    memory[d].append(nbytes * count * there)
-                continue
-            there = m.new_bool_var("")
-            for h, _ in readers:
-                m.add(there >= on[h][d] - (on[src][d] if src >= 0 else 0))
-            memory[d].append((held if inp.torch else nbytes) * there)
-        if src < 0:
-            if inp.torch:  # an input two partitions read counts as sent along their edge
-                reads = []
-                for b in range(num_slots):
-                    r = m.new_bool_var("")
-                    for h, _ in readers:
-                        m.add_implication(x[h][b], r)
-                    reads.append(r)
-                for a, b in edge:
-                    both = m.new_bool_var("")
-                    m.add(both >= reads[a] + reads[b] - 1)
-                    comm[(a, b)].append(ticks * both)
+    memory: list[list[Any]] = [[inp.unit_bytes[g] * on[g][d] for g in range(num_units)] for d in range(devices)]
+    return _SlotModel(m, inp, horizon, x, start, finish, done, rank, on, edge, comm, memory)
+
+
+def _add_timing(sm: _SlotModel) -> None:
+    """A unit ends ``w`` after its slot starts and after each input unit ends; a slot ends after
+    its units; a device runs its slots one after another (the physical cost model)."""
+    m, inp, x = sm.m, sm.inp, sm.x
+    k = inp.slots_per_device
+    for s in range(sm.num_slots):
+        m.add(sm.finish[s] >= sm.start[s])
+        for g in range(len(inp.unit_w)):
+            m.add(sm.done[g] >= sm.start[s] + inp.unit_w[g]).only_enforce_if(x[g][s])
+            m.add(sm.finish[s] >= sm.done[g]).only_enforce_if(x[g][s])
+        if not inp.torch and s % k < k - 1:  # a device runs its slots one after another
+            m.add(sm.start[s + 1] >= sm.finish[s])
+            m.add(sm.rank[s + 1] >= sm.rank[s] + 1)
+    for g, preds in enumerate(inp.unit_preds):
+        for h in preds:
+            m.add(sm.done[g] >= sm.done[h] + inp.unit_w[g])
+
+
+def _add_tensor_memory(sm: _SlotModel, tensor: Tensor) -> None:
+    """An outside tensor read on a device is held there: once (the union rule), or under the
+    torch cost model once per reading node (an input or attribute: its held bytes, once)."""
+    m, inp, on = sm.m, sm.inp, sm.on
+    src, nbytes, readers, _, held = tensor
+    for d in range(len(inp.capacity)):  # memory: an outside tensor read on the device
+        if inp.torch and src >= 0:
+            for h, count in readers:  # counted again for each reading node
+                there = m.new_bool_var("")
+                m.add(there >= on[h][d] - on[src][d])
+                sm.memory[d].append(nbytes * count * there)
             continue
-        for b in range(num_slots):
-            read = m.new_bool_var("")
-            for h, _ in readers:
-                m.add(read >= x[h][b] - x[src][b])
-            for a in range(num_slots):
-                if a == b:
-                    continue
-                if dev[a] == dev[b] and a > b:
-                    m.add_bool_or([x[src][a].Not(), read.Not()])  # a device's slots run in order
-                    continue
-                cross = m.new_bool_var("")
-                m.add(cross >= x[src][a] + read - 1)
-                m.add_implication(cross, edge[(a, b)])
-                if dev[a] != dev[b]:
-                    comm[(a, b)].append(ticks * cross)
-    for (a, b), var in edge.items():
-        m.add(start[b] >= finish[a] + sum(comm[(a, b)])).only_enforce_if(var)
-        m.add(rank[b] >= rank[a] + 1).only_enforce_if(var)
-    _break_symmetry(m, inp, x, on)
-    # A unit ends no later than its slot: the latest end bounds the units' ends too, which the
-    # solver's bound then reaches through their chains without choosing slots.
-    _finish(m, memory, inp.capacity, finish + done, horizon, x, inp.hint)
-    solver = _solver(inp.time_limit_s)
+        there = m.new_bool_var("")
+        for h, _ in readers:
+            m.add(there >= on[h][d] - (on[src][d] if src >= 0 else 0))
+        sm.memory[d].append((held if inp.torch else nbytes) * there)
+
+
+def _add_tensor_transfers(sm: _SlotModel, tensor: Tensor) -> None:
+    """A tensor read in another slot makes an edge from its producer's slot, with its transfer
+    between devices; a device's slots read only from earlier slots of it."""
+    m, x = sm.m, sm.x
+    src, _, readers, ticks, _ = tensor
+    if src < 0:
+        if sm.inp.torch:  # an input two partitions read counts as sent along their edge
+            _add_shared_input(sm, readers, ticks)
+        return
+    for b in range(sm.num_slots):
+        read = m.new_bool_var("")
+        for h, _ in readers:
+            m.add(read >= x[h][b] - x[src][b])
+        for a in range(sm.num_slots):
+            if a == b:
+                continue
+            if sm.device(a) == sm.device(b) and a > b:
+                m.add_bool_or([x[src][a].Not(), read.Not()])  # a device's slots run in order
+                continue
+            cross = m.new_bool_var("")
+            m.add(cross >= x[src][a] + read - 1)
+            m.add_implication(cross, sm.edge[(a, b)])
+            if sm.device(a) != sm.device(b):
+                sm.comm[(a, b)].append(ticks * cross)
+
+
+def _add_shared_input(sm: _SlotModel, readers: tuple[tuple[int, int], ...], ticks: int) -> None:
+    """Under the torch cost model an input both ends of an edge read travels along it."""
+    m = sm.m
+    reads = []
+    for b in range(sm.num_slots):
+        r = m.new_bool_var("")
+        for h, _ in readers:
+            m.add_implication(sm.x[h][b], r)
+        reads.append(r)
+    for a, b in sm.edge:
+        both = m.new_bool_var("")
+        m.add(both >= reads[a] + reads[b] - 1)
+        sm.comm[(a, b)].append(ticks * both)
+
+
+def _add_edges(sm: _SlotModel) -> None:
+    """Along an edge the reader starts after the producer ends and its transfers, ranked later."""
+    for (a, b), var in sm.edge.items():
+        sm.m.add(sm.start[b] >= sm.finish[a] + sum(sm.comm[(a, b)])).only_enforce_if(var)
+        sm.m.add(sm.rank[b] >= sm.rank[a] + 1).only_enforce_if(var)
+
+
+def _solve_slot_model(sm: _SlotModel) -> SolveResult:
+    from ortools.sat.python import cp_model
+
+    solver = _solver(sm.inp.time_limit_s)
     began = time.perf_counter()
-    status = solver.solve(m)
+    status = solver.solve(sm.m)
     found = SolveResult(solver.status_name(status), int(solver.best_objective_bound), time.perf_counter() - began)
     if status in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         found = dataclasses.replace(
             found,
             objective=int(solver.objective_value),
-            slot=tuple(next(s for s in range(num_slots) if solver.value(x[g][s])) for g in range(num_units)),
-            start=tuple(solver.value(v) for v in start),
-            rank=tuple(solver.value(v) for v in rank),
+            slot=tuple(next(s for s in range(sm.num_slots) if solver.value(row[s])) for row in sm.x),
+            start=tuple(solver.value(v) for v in sm.start),
+            rank=tuple(solver.value(v) for v in sm.rank),
         )
     return found
 
