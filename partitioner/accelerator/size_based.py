@@ -37,90 +37,106 @@ def partition(problem: Problem) -> Assignment:
 
 def torch_fill(problem: Problem) -> Assignment:
     """Torch's ``size_based_partition`` over the index graph; raises where torch raises."""
-    graph, cost = problem.graph, problem.cost
-    nodes, preds, extra = graph.nodes, graph.preds, cost.torch_extra
-    devices = list(problem.devices)
-    capacity = problem.capacity
-    members: list[list[int]] = []  # op nodes of each partition, in order
-    held: list[set[int]] = []  # torch's Partition.nodes: ops plus the inputs and attributes they read
-    used: list[int] = []  # torch's used_mem_bytes (recalculate_mem_size), kept incrementally
-    devices_of: list[list[int]] = []
-    occupied: set[int] = set()
-
-    def open_partition() -> int:
-        members.append([])
-        held.append(set())
-        used.append(0)
-        devices_of.append([])
-        return len(members) - 1
-
-    def add(p: int, v: int) -> None:  # Partition.add_node
-        fresh = [u for u in preds[v] if not nodes[u].is_op and u not in held[p]]
-        held[p].update(fresh)
-        held[p].add(v)
-        members[p].append(v)
-        used[p] += sum(graph.total_bytes[u] for u in fresh) + extra(v, held[p])
-
-    def device_for(v: int) -> int:  # find_device_based_on_size
-        need = extra(v, set())
-        for d in devices:
-            if d.logical_id not in occupied and d.memory_bytes >= need:
-                occupied.add(d.logical_id)
-                return d.logical_id
+    fill = _TorchFill(problem)
+    p = fill.open_partition()
+    for v in problem.graph.op_indices:
+        p = fill.place(p, v)
+    if not _map(problem, fill.held, fill.used, fill.devices_of):
+        held, devices_of = fill.held, fill.devices_of
+        name = problem.graph.nodes[max(held[next(q for q, devs in enumerate(devices_of) if not devs)])].name
         raise InfeasibleError(
-            f"torch's size_based finds no free device for node {nodes[v].name!r} ({format_bytes(need)} "
-            f"with its inputs); {_BETTER}, or add a device or memory"
+            f"torch's size_based cannot map the partition of node {name!r} onto a device (\"Cannot "
+            f'Get a Valid Partition to Logical Device Mapping"); {_BETTER}, or add a device or memory'
         )
+    return _assignment(len(problem.graph), fill.members, fill.devices_of)
 
-    record = problem.record
-    alone = "every device has a partition: it gets one of its own, given a device at the end"
 
-    def placed(q: int, v: int, why: str) -> None:
-        if record is not None:
-            record("place", f"{nodes[v].name} -> P{q}: {why}", [(v, q)], [(q, devices_of[q])] if devices_of[q] else [])
+_ALONE = "every device has a partition: it gets one of its own, given a device at the end"
 
-    left: dict[int, int] = {}  # torch's partition_to_left_mem_bytes
-    p = open_partition()
-    for v in graph.op_indices:
-        if len(members) > len(devices):  # every device has a partition: one partition per node
-            add(q := open_partition(), v)
-            placed(q, v, alone)
-            continue
+
+class _TorchFill:
+    """Torch's partitions while ``size_based_partition`` fills them, node by node."""
+
+    def __init__(self, problem: Problem) -> None:
+        self.problem = problem
+        self.devices = list(problem.devices)
+        self.members: list[list[int]] = []  # op nodes of each partition, in order
+        self.held: list[set[int]] = []  # torch's Partition.nodes: ops plus the inputs and attributes they read
+        self.used: list[int] = []  # torch's used_mem_bytes (recalculate_mem_size), kept incrementally
+        self.devices_of: list[list[int]] = []
+        self.occupied: set[int] = set()
+        self.left: dict[int, int] = {}  # torch's partition_to_left_mem_bytes
+
+    def open_partition(self) -> int:
+        self.members.append([])
+        self.held.append(set())
+        self.used.append(0)
+        self.devices_of.append([])
+        return len(self.members) - 1
+
+    def place(self, p: int, v: int) -> int:
+        """Node ``v`` into partition ``p``, a new one on the next free device, or one of its own
+        once every device has a partition, as torch's loop does; the partition filled next."""
+        extra, record, held, left = self.problem.cost.torch_extra, self.problem.record, self.held, self.left
+        if len(self.members) > len(self.devices):  # every device has a partition: one partition per node
+            self.add(q := self.open_partition(), v)
+            self.placed(q, v, _ALONE)
+            return p
         need = extra(v, held[p])
         why = (
             "" if record is None else f"it needs {format_bytes(need)} and P{p} has {format_bytes(left.get(p, 0))} left"
         )
-        if used[p] == 0:
-            d = device_for(v)
-            left[p] = capacity[d]
-            devices_of[p].append(d)
+        if self.used[p] == 0:
+            self.give_device(p, self.device_for(v))
             why = "" if record is None else f"P{p} opens on the first free device that holds it ({format_bytes(need)})"
         elif left[p] < need:
-            if len(members) == len(devices):
-                add(q := open_partition(), v)
-                placed(q, v, "" if record is None else f"P{p} is full ({format_bytes(left[p])} left); " + alone)
-                continue
-            d = device_for(v)
+            if len(self.members) == len(self.devices):
+                self.add(q := self.open_partition(), v)
+                self.placed(q, v, "" if record is None else f"P{p} is full ({format_bytes(left[p])} left); " + _ALONE)
+                return p
+            d = self.device_for(v)
             full = (
                 ""
                 if record is None
                 else f"P{p} is full ({format_bytes(left[p])} left, it needs {format_bytes(need)}); "
             )
-            p = open_partition()
+            p = self.open_partition()
             need = extra(v, held[p])
-            left[p] = capacity[d]
-            devices_of[p].append(d)
+            self.give_device(p, d)
             why = full + f"P{p} opens on the next free device"
-        add(p, v)
+        self.add(p, v)
         left[p] -= need
-        placed(p, v, why)
-    if not _map(problem, held, used, devices_of):
-        name = nodes[max(held[next(q for q, devs in enumerate(devices_of) if not devs)])].name
+        self.placed(p, v, why)
+        return p
+
+    def add(self, p: int, v: int) -> None:  # Partition.add_node
+        graph, held = self.problem.graph, self.held[p]
+        fresh = [u for u in graph.preds[v] if not graph.nodes[u].is_op and u not in held]
+        held.update(fresh)
+        held.add(v)
+        self.members[p].append(v)
+        self.used[p] += sum(graph.total_bytes[u] for u in fresh) + self.problem.cost.torch_extra(v, held)
+
+    def give_device(self, p: int, d: int) -> None:
+        self.left[p] = self.problem.capacity[d]
+        self.devices_of[p].append(d)
+
+    def device_for(self, v: int) -> int:  # find_device_based_on_size
+        need = self.problem.cost.torch_extra(v, set())
+        for d in self.devices:
+            if d.logical_id not in self.occupied and d.memory_bytes >= need:
+                self.occupied.add(d.logical_id)
+                return d.logical_id
         raise InfeasibleError(
-            f"torch's size_based cannot map the partition of node {name!r} onto a device (\"Cannot "
-            f'Get a Valid Partition to Logical Device Mapping"); {_BETTER}, or add a device or memory'
+            f"torch's size_based finds no free device for node {self.problem.graph.nodes[v].name!r} "
+            f"({format_bytes(need)} with its inputs); {_BETTER}, or add a device or memory"
         )
-    return _assignment(len(graph), members, devices_of)
+
+    def placed(self, q: int, v: int, why: str) -> None:
+        record, devices = self.problem.record, self.devices_of[q]
+        if record is not None:
+            name = self.problem.graph.nodes[v].name
+            record("place", f"{name} -> P{q}: {why}", [(v, q)], [(q, devices)] if devices else [])
 
 
 def torch_singletons(problem: Problem) -> Assignment:
