@@ -15,9 +15,11 @@ plan is a candidate wherever it can be found in the time the search may take) an
 from __future__ import annotations
 
 import math
+from typing import Iterable, Sequence
 
 from partitioner.accelerator._base import Assignment, Problem
 from partitioner.accelerator.size_based import map_onto_devices
+from partitioner.cost.model import CostModel
 
 __all__ = ["MAX_OPS", "merge_sequence"]
 
@@ -31,72 +33,105 @@ def merge_sequence(problem: Problem, max_evaluations: int | None = None) -> Assi
     graph = problem.graph
     if len(graph.op_indices) > MAX_OPS:
         return None
-    spent = 0
-    cost = problem.cost
+    scorer = _Scorer(problem, max_evaluations)
     parts: list[frozenset[int]] = [frozenset([v]) for v in graph.op_indices]
-
-    def children(ps: list[frozenset[int]]) -> list[set[int]]:
-        owner = {v: i for i, p in enumerate(ps) for v in p}
-        return [{owner[u] for v in p for u in cost.op_users[v] if owner[u] != i} for i, p in enumerate(ps)]
-
-    def levels(ps: list[frozenset[int]]) -> list[int]:  # get_bfs_level_partition: longest path depth
-        kids = children(ps)
-        indeg = [0] * len(ps)
-        for ks in kids:
-            for k in ks:
-                indeg[k] += 1
-        level = [0] * len(ps)
-        frontier = [i for i in range(len(ps)) if indeg[i] == 0]
-        while frontier:
-            i = frontier.pop()
-            for k in kids[i]:
-                level[k] = max(level[k], level[i] + 1)
-                indeg[k] -= 1
-                if not indeg[k]:
-                    frontier.append(k)
-        return level
-
-    def score(ps: list[frozenset[int]], mapped: bool) -> float:
-        nonlocal spent
-        spent += 1
-        devices_of = map_onto_devices(problem, [sorted(p) for p in ps])
-        if devices_of is None and mapped:
-            return math.inf
-        part = [-1] * len(graph)
-        for i, p in enumerate(ps):
-            for v in p:
-                part[v] = i
-        return cost.evaluate(part, devices_of or [[] for _ in ps]).latency_s
-
-    while len(parts) > 1:
-        current = score(parts, mapped=False)
-        level, kids = levels(parts), children(parts)
-        best: tuple[int, int] | None = None
-        for i in range(len(parts) - 1):
-            for j in range(i + 1, len(parts)):
-                if abs(level[i] - level[j]) > 1 and j not in kids[i] and i not in kids[j]:
-                    continue
-                merged = [p for k, p in enumerate(parts) if k not in (i, j)] + [parts[i] | parts[j]]
-                if _cyclic(merged, children(merged)):
-                    continue
-                if max_evaluations is not None and spent >= max_evaluations:
-                    return None
-                new = score(merged, mapped=True)
-                if new <= current:
-                    best, current = (i, j), new
-        if best is None:
-            break
-        i, j = best
-        parts = [p for k, p in enumerate(parts) if k not in (i, j)] + [parts[i] | parts[j]]
+    try:
+        while len(parts) > 1:
+            pair = _best_pair(problem, parts, scorer)
+            if pair is None:
+                break
+            parts = _merged(parts, *pair)
+    except _OverBudget:
+        return None
     members = [sorted(p) for p in parts]
     devices_of = map_onto_devices(problem, members)
     if devices_of is None:
         return None
-    part = [-1] * len(graph)
-    for i, p in enumerate(members):
+    return Assignment(_part(len(graph), members), devices_of)
+
+
+class _OverBudget(Exception):
+    """The sequence needs more evaluations than it was given."""
+
+
+class _Scorer:
+    """Torch's latency of a list of partitions, re-mapped onto devices, counting evaluations."""
+
+    def __init__(self, problem: Problem, max_evaluations: int | None) -> None:
+        self.problem = problem
+        self.max_evaluations = max_evaluations
+        self.spent = 0
+
+    def score(self, ps: list[frozenset[int]], mapped: bool) -> float:
+        self.spent += 1
+        devices_of = map_onto_devices(self.problem, [sorted(p) for p in ps])
+        if devices_of is None and mapped:
+            return math.inf
+        part = _part(len(self.problem.graph), ps)
+        return self.problem.cost.evaluate(part, devices_of or [[] for _ in ps]).latency_s
+
+    def check_budget(self) -> None:
+        if self.max_evaluations is not None and self.spent >= self.max_evaluations:
+            raise _OverBudget
+
+
+def _best_pair(problem: Problem, parts: list[frozenset[int]], scorer: _Scorer) -> tuple[int, int] | None:
+    """One round: the pair whose merge gives the lowest latency not above the current one (the
+    last on ties), among pairs whose BFS levels differ by at most one or that are connected and
+    whose merge leaves no cycle; None when no pair qualifies."""
+    cost = problem.cost
+    current = scorer.score(parts, mapped=False)
+    level, kids = _levels(cost, parts), _children(cost, parts)
+    best: tuple[int, int] | None = None
+    for i in range(len(parts) - 1):
+        for j in range(i + 1, len(parts)):
+            if abs(level[i] - level[j]) > 1 and j not in kids[i] and i not in kids[j]:
+                continue
+            merged = _merged(parts, i, j)
+            if _cyclic(merged, _children(cost, merged)):
+                continue
+            scorer.check_budget()
+            new = scorer.score(merged, mapped=True)
+            if new <= current:
+                best, current = (i, j), new
+    return best
+
+
+def _merged(parts: list[frozenset[int]], i: int, j: int) -> list[frozenset[int]]:
+    """Partitions ``i`` and ``j`` merged, last, the others in order."""
+    return [p for k, p in enumerate(parts) if k not in (i, j)] + [parts[i] | parts[j]]
+
+
+def _part(n: int, groups: Sequence[Iterable[int]]) -> list[int]:
+    part = [-1] * n
+    for i, p in enumerate(groups):
         for v in p:
             part[v] = i
-    return Assignment(part, devices_of)
+    return part
+
+
+def _children(cost: CostModel, ps: list[frozenset[int]]) -> list[set[int]]:
+    owner = {v: i for i, p in enumerate(ps) for v in p}
+    return [{owner[u] for v in p for u in cost.op_users[v] if owner[u] != i} for i, p in enumerate(ps)]
+
+
+def _levels(cost: CostModel, ps: list[frozenset[int]]) -> list[int]:
+    """Torch's ``get_bfs_level_partition``: each partition's longest path depth."""
+    kids = _children(cost, ps)
+    indeg = [0] * len(ps)
+    for ks in kids:
+        for k in ks:
+            indeg[k] += 1
+    level = [0] * len(ps)
+    frontier = [i for i in range(len(ps)) if indeg[i] == 0]
+    while frontier:
+        i = frontier.pop()
+        for k in kids[i]:
+            level[k] = max(level[k], level[i] + 1)
+            indeg[k] -= 1
+            if not indeg[k]:
+                frontier.append(k)
+    return level
 
 
 def _cyclic(parts: list[frozenset[int]], kids: list[set[int]]) -> bool:
