@@ -24,6 +24,7 @@ import math
 from typing import Sequence
 
 from partitioner.accelerator._base import Assignment, Problem
+from partitioner.devices import Device
 
 __all__ = ["time_orders", "segmentation", "segment_starts", "affordable", "MAX_STEPS"]
 
@@ -68,12 +69,26 @@ def segmentation(problem: Problem, order: Sequence[int]) -> Assignment | None:
     or the work would pass :data:`MAX_STEPS`."""
     if not affordable(problem):
         return None
+    devices = problem.devices_by_memory()
+    table = _table(problem, order, [d.memory_bytes for d in devices])
+    if table is None:
+        return None
+    finish, cut = table
+    n = len(order)
+    runs = min(range(1, len(devices) + 1), key=lambda k: (finish[k][n], k))
+    if finish[runs][n] == math.inf:
+        return None
+    return _runs(problem, order, cut, runs, devices)
+
+
+def _table(problem: Problem, order: Sequence[int], room: list[int]) -> tuple[list[list[float]], list[list[int]]] | None:
+    """The programme of NOTE: [Segmentation DP]: ``finish[k][j]``, the least estimated finish of
+    ``order[:j]`` in ``k`` runs on the ``k`` largest devices (``room``: their memory, largest
+    first), and ``cut[k][j]``, where its last run starts; None past :data:`MAX_STEPS`."""
     cost = problem.cost
     out, total, preds, node_s, is_op = cost.out, cost.total, cost.preds, cost.node_s, cost.is_op
     per_byte = 0.0 if not cost.rate or math.isinf(cost.rate) else 1.0 / cost.rate
-    devices = problem.devices_by_memory()
-    room = [d.memory_bytes for d in devices]
-    kmax, n = len(devices), len(order)
+    kmax, n = len(room), len(order)
     pos = [-1] * cost.n
     for i, v in enumerate(order):
         pos[v] = i
@@ -118,16 +133,20 @@ def segmentation(problem: Problem, order: Sequence[int]) -> Assignment | None:
                     finish[k + 1][j + 1], cut[k + 1][j + 1] = end, i
         if steps > MAX_STEPS:
             return None
-    runs = min(range(1, kmax + 1), key=lambda k: (finish[k][n], k))
-    if finish[runs][n] == inf:
-        return None
+    return finish, cut
+
+
+def _runs(
+    problem: Problem, order: Sequence[int], cut: list[list[int]], runs: int, devices: Sequence[Device]
+) -> Assignment:
+    """The ``runs`` runs the cuts give, the k-th on the k-th largest device."""
     bounds = []
-    j = n
+    j = len(order)
     for k in range(runs, 0, -1):
         bounds.append((cut[k][j], j))
         j = cut[k][j]
     bounds.reverse()
-    part = [-1] * cost.n
+    part = [-1] * problem.cost.n
     for p, (i, j) in enumerate(bounds):
         for v in order[i:j]:
             part[v] = p
