@@ -211,50 +211,65 @@ def _partition_with(
 ) -> Plan:
     problem = build_problem(graph, devices, options)
     problem.progress = progress
-    devices = problem.devices
+    assignment, single, forced = _assign(problem, mode)
+    if options.saturate_host:
+        assignment = saturate(problem, assignment)
+    plan = _build(problem, mode, assignment, single, forced)
+    _check_found(plan, mode)
+    return plan
+
+
+def _assign(problem: Problem, mode: str) -> tuple[Assignment, bool, int | None]:
+    """The mode's assignment, whether it is the single-partition rule's, and the memory cap of
+    NOTE: [Forced partitioning] when one was applied; raises when all devices together are short."""
+    graph, devices = problem.graph, problem.devices
     total = graph.total_size_bytes
     biggest = max(devices, key=lambda d: (d.memory_bytes, -d.logical_id))
     capacity = sum(d.memory_bytes for d in devices)
-    single = False
-    forced: int | None = None
     if mode == "aot_based":
-        assignment = MODES[mode](problem)
-    elif total <= biggest.memory_bytes and not options.force_partition:
+        return MODES[mode](problem), False, None
+    if total <= biggest.memory_bytes and not problem.options.force_partition:
         logger.info("whole model (%d B) fits device %s: one partition", total, biggest.name)
-        single = True
-        assignment = Assignment([0 if nd.is_op else -1 for nd in graph.nodes], [[biggest.logical_id]])
-    elif total > capacity:
+        return Assignment([0 if nd.is_op else -1 for nd in graph.nodes], [[biggest.logical_id]]), True, None
+    if total > capacity:
         raise InfeasibleError(
             f"the model needs {format_bytes(total)} but all {len(devices)} devices together have "
             f"{format_bytes(capacity)} ({format_bytes(total - capacity)} short); add devices or memory"
         )
-    else:
-        largest_node_check(graph, devices)
-        assignment = _run_mode(problem, mode)
-        if total <= biggest.memory_bytes and len(devices) > 1:
-            assignment, forced = _forced(problem, mode, assignment)
-            if forced is not None:  # a solver's bound on capped devices says nothing of these
-                assignment = dataclasses.replace(assignment, lower_bound_s=0.0)
-    if options.saturate_host:
-        assignment = saturate(problem, assignment)
+    largest_node_check(graph, devices)
+    assignment = _run_mode(problem, mode)
+    forced: int | None = None
+    if total <= biggest.memory_bytes and len(devices) > 1:
+        assignment, forced = _forced(problem, mode, assignment)
+        if forced is not None:  # a solver's bound on capped devices says nothing of these
+            assignment = dataclasses.replace(assignment, lower_bound_s=0.0)
+    return assignment, False, forced
+
+
+def _build(problem: Problem, mode: str, assignment: Assignment, single: bool, forced: int | None) -> Plan:
+    """The plan of ``assignment``, recording how it was made."""
     provenance = Provenance(
-        options.replace(aot=None),
+        problem.options.replace(aot=None),
         single_partition=single,
         forced_cap_bytes=forced,
         solver=assignment.note,
         solver_bound=assignment.lower_bound_s > problem.cost.lower_bound_s(),
     )
-    plan = build_plan(
-        graph,
+    return build_plan(
+        problem.graph,
         problem.cost,
         assignment.part,
         assignment.devices_of,
-        devices,
+        problem.devices,
         mode,
         provenance,
         keep_ids=assignment.ordered,
         lower_bound_s=assignment.lower_bound_s,
     )
+
+
+def _check_found(plan: Plan, mode: str) -> None:
+    """Raises, listing every violation, when the plan breaks a rule (memory over capacity)."""
     problems = plan.violations()
     if problems:
         if mode == "aot_based":
@@ -264,7 +279,6 @@ def _partition_with(
             + "\n  - ".join(v.message for v in problems)
             + "\nadd memory or devices, or try another mode"
         )
-    return plan
 
 
 def evaluate_plan(
