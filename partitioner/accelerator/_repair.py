@@ -120,65 +120,90 @@ _TRIES_PER_NODE = 1000  # tries per node and device, up to ``max_tries`` in all
 
 
 def _search(problem: Problem, tally: _Tally, max_tries: int, seed: int = 0) -> Assignment | None:
-    graph = problem.graph
-    ops = list(graph.op_indices)
+    ops = list(problem.graph.op_indices)
     if not ops:
         return None
-    capacity = problem.capacity
-    devices = [d.logical_id for d in problem.devices_by_memory()]
+    search = _TabuSearch(problem, tally, ops, seed)
+    search.place_all()
+    return runs(problem, tally.where) if search.run(max_tries) else None
 
-    def over(d: int, extra: int = 0) -> int:
-        return max(0, tally.bytes[d] + extra - capacity[d])
 
-    rng = random.Random(seed)
-    for v in ops:  # least overflow, then the fewest bytes added, then the least room left
-        if seed:
-            best = rng.choice(devices)
-        else:
-            best = min(
-                devices,
-                key=lambda d: (
-                    over(d, more := tally.change(v, d, 1)) - over(d),
-                    more,
-                    capacity[d] - tally.bytes[d] - more,
-                ),
-            )
-        tally.place(v, best, 1)
-    total = sum(over(d) for d in devices)
-    lowest = total
-    tabu = [0] * len(graph)
-    tries = step = 0
-    while total and tries < max_tries:
-        step += 1
-        full = {d for d in devices if over(d)}
+class _TabuSearch:
+    """One start of NOTE: [Repairing a placement]: every node placed, then single-node moves off
+    the devices over capacity until none is over or the tries run out."""
+
+    def __init__(self, problem: Problem, tally: _Tally, ops: list[int], seed: int) -> None:
+        self.tally, self.ops, self.seed = tally, ops, seed
+        self.capacity = problem.capacity
+        self.devices = [d.logical_id for d in problem.devices_by_memory()]
+        self.rng = random.Random(seed)
+        self.tabu = [0] * len(problem.graph)  # the step until which a moved node stays put
+        self.step = self.tries = 0
+
+    def over(self, d: int, extra: int = 0) -> int:
+        return max(0, self.tally.bytes[d] + extra - self.capacity[d])
+
+    def place_all(self) -> None:
+        """Each node where it adds the least overflow, then the fewest bytes, then leaves the least
+        room (or, from a seed, on a random device)."""
+        tally, capacity = self.tally, self.capacity
+        for v in self.ops:  # least overflow, then the fewest bytes added, then the least room left
+            if self.seed:
+                best = self.rng.choice(self.devices)
+            else:
+                best = min(
+                    self.devices,
+                    key=lambda d: (
+                        self.over(d, more := tally.change(v, d, 1)) - self.over(d),
+                        more,
+                        capacity[d] - tally.bytes[d] - more,
+                    ),
+                )
+            tally.place(v, best, 1)
+
+    def run(self, max_tries: int) -> bool:
+        """Moves until no device is over capacity (True) or the tries or moves run out."""
+        total = sum(self.over(d) for d in self.devices)
+        lowest = total
+        while total and self.tries < max_tries:
+            self.step += 1
+            choice = self.best_move(total, lowest)
+            if choice is None:  # every move tabu: wait for the first to expire
+                pending = [t for t in self.tabu if t > self.step]
+                if not pending:
+                    break
+                self.step = min(pending) - 1
+                continue
+            _, _, v, b, delta = choice
+            self.tally.place(v, self.tally.where[v], -1)
+            self.tally.place(v, b, 1)
+            self.tabu[v] = self.step + 3 + self.rng.randrange(max(2, len(self.ops) // 8))
+            total += delta
+            lowest = min(lowest, total)
+        return not total
+
+    def best_move(self, total: int, lowest: int) -> tuple[float, float, int, int, int] | None:
+        """The move off a device over capacity that lowers the overflow plus the bytes held most
+        (random ties), not tabu unless it gives the lowest overflow yet: (key, v, device, change
+        in overflow)."""
+        tally, over = self.tally, self.over
+        full = {d for d in self.devices if over(d)}
         choice: tuple[float, float, int, int, int] | None = None
-        for v in ops:
+        for v in self.ops:
             a = tally.where[v]
             if a not in full:
                 continue
             gone = tally.change(v, a, -1)
             freed = over(a, gone) - over(a)
-            for b in devices:
+            for b in self.devices:
                 if b == a:
                     continue
-                tries += 1
+                self.tries += 1
                 more = tally.change(v, b, 1)
                 delta = freed + over(b, more) - over(b)
-                if tabu[v] > step and total + delta >= lowest:
+                if self.tabu[v] > self.step and total + delta >= lowest:
                     continue
-                key = (delta + (gone + more) * _HELD_WEIGHT, rng.random(), v, b, delta)
+                key = (delta + (gone + more) * _HELD_WEIGHT, self.rng.random(), v, b, delta)
                 if choice is None or key < choice:
                     choice = key
-        if choice is None:  # every move tabu: wait for the first to expire
-            pending = [t for t in tabu if t > step]
-            if not pending:
-                break
-            step = min(pending) - 1
-            continue
-        _, _, v, b, delta = choice
-        tally.place(v, tally.where[v], -1)
-        tally.place(v, b, 1)
-        tabu[v] = step + 3 + rng.randrange(max(2, len(ops) // 8))
-        total += delta
-        lowest = min(lowest, total)
-    return runs(problem, tally.where) if not total else None
+        return choice
