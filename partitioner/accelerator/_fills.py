@@ -240,56 +240,79 @@ def fill_in_order(problem: Problem, order: Sequence[int], pack: bool = False) ->
     as the reference's device mapping does): fewer gaps, more partitions. O(N + E), or
     O(N D + E) for D devices with ``pack``.
     """
-    graph = problem.graph
-    part = [-1] * len(graph)
-    devices_of: list[list[int]] = []
-    free = dict(problem.capacity)
-    tally = DeviceMemory(problem.cost, [-1] * len(graph), [], free)  # the one union rule
-    unused = [d.logical_id for d in problem.devices_by_memory()]
-    extra = tally.added  # in topological order nothing on the device reads v yet
-
-    current = -1
-    held = tally.bytes
+    fill = _OrderFill(problem)
     for v in order:
-        device = devices_of[current][0] if current >= 0 else -1
+        device = fill.devices_of[fill.current][0] if fill.current >= 0 else -1
         need = -1  # v's bytes on ``device`` once priced (each device priced once a node)
         if pack:
-            mores = {d: extra(v, d) for d in free}
-            slack = [(free[d] - more, d) for d, more in mores.items() if more <= free[d]]
-            if slack:
-                best = min(slack)[1]
-                if best != device:
-                    device = best
-                    if device in unused:
-                        unused.remove(device)
-                    devices_of.append([device])
-                    current = len(devices_of) - 1
-            need = mores.get(device, -1)
+            device, need = fill.best_fit(v, device)
         elif device >= 0:
-            need = extra(v, device)
-        if device < 0 or need > free[device]:
-            alone = node_alone_bytes(graph, v)
-            fresh = [d for d in unused if free[d] >= alone]
-            if fresh:
-                device = fresh[0]
-                unused.remove(device)
-            else:
-                used = [d for d in free if d not in unused]
-                device = max(used, key=lambda d: (free[d] - extra(v, d), -d))
-                if extra(v, device) > free[device]:
-                    node = graph.nodes[v]
-                    raise InfeasibleError(
-                        f"largest-first fill ran out of memory at node {node.name!r}: it needs "
-                        f"{format_bytes(extra(v, device))} more on device {device} but only "
-                        f"{format_bytes(free[device])} is free there (and less elsewhere); add a "
-                        "device or memory"
-                    )
-            devices_of.append([device])
-            current = len(devices_of) - 1
-        before = held[device]
-        tally.add(v, device)
-        free[device] -= held[device] - before  # what add() added: extra(v, device)
-        part[v] = current
-    found = Assignment(part, devices_of)
-    problem.keep_tally(found, tally)  # the search from this plan starts from its tally
+            need = fill.extra(v, device)
+        if device < 0 or need > fill.free[device]:
+            device = fill.open_partition(v)
+        fill.add(v, device)
+    found = Assignment(fill.part, fill.devices_of)
+    problem.keep_tally(found, fill.tally)  # the search from this plan starts from its tally
     return found
+
+
+class _OrderFill:
+    """The partitions of :func:`fill_in_order` while it fills them, with each device's free bytes
+    and the devices no partition is on yet (largest first)."""
+
+    def __init__(self, problem: Problem) -> None:
+        self.graph = graph = problem.graph
+        self.part = [-1] * len(graph)
+        self.devices_of: list[list[int]] = []
+        self.free = dict(problem.capacity)
+        self.tally = DeviceMemory(problem.cost, [-1] * len(graph), [], self.free)  # the one union rule
+        self.unused = [d.logical_id for d in problem.devices_by_memory()]
+        self.extra = self.tally.added  # in topological order nothing on the device reads v yet
+        self.current = -1
+
+    def best_fit(self, v: int, device: int) -> tuple[int, int]:
+        """The device with the least room that still holds ``v`` (a new partition there unless it
+        is ``device``), or ``device`` when none does; with what ``v`` adds there (-1: unpriced)."""
+        free = self.free
+        mores = {d: self.extra(v, d) for d in free}
+        slack = [(free[d] - more, d) for d, more in mores.items() if more <= free[d]]
+        if slack:
+            best = min(slack)[1]
+            if best != device:
+                device = best
+                if device in self.unused:
+                    self.unused.remove(device)
+                self.devices_of.append([device])
+                self.current = len(self.devices_of) - 1
+        return device, mores.get(device, -1)
+
+    def open_partition(self, v: int) -> int:
+        """A new partition for ``v``: on the largest unused device that holds it alone, else on
+        the used device where it costs least room; raises when even that one is short."""
+        extra, free = self.extra, self.free
+        alone = node_alone_bytes(self.graph, v)
+        fresh = [d for d in self.unused if free[d] >= alone]
+        if fresh:
+            device = fresh[0]
+            self.unused.remove(device)
+        else:
+            used = [d for d in free if d not in self.unused]
+            device = max(used, key=lambda d: (free[d] - extra(v, d), -d))
+            if extra(v, device) > free[device]:
+                node = self.graph.nodes[v]
+                raise InfeasibleError(
+                    f"largest-first fill ran out of memory at node {node.name!r}: it needs "
+                    f"{format_bytes(extra(v, device))} more on device {device} but only "
+                    f"{format_bytes(free[device])} is free there (and less elsewhere); add a "
+                    "device or memory"
+                )
+        self.devices_of.append([device])
+        self.current = len(self.devices_of) - 1
+        return device
+
+    def add(self, v: int, device: int) -> None:
+        held = self.tally.bytes
+        before = held[device]
+        self.tally.add(v, device)
+        self.free[device] -= held[device] - before  # what add() added: extra(v, device)
+        self.part[v] = self.current
