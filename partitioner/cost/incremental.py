@@ -218,9 +218,7 @@ class IncrementalCost:
         num = len(self.devices_of)
         if not num:
             return 0.0, []
-        parents, devices_of, inner = self.parents, self.devices_of, self.inner
-        rate, free_transfers = self.cost.rate, self._free_transfers
-        alpha = self.cost.transfer_latency_s
+        devices_of, inner = self.devices_of, self.inner
         finish = [0.0] * num
         came_from = [-1] * num
         order = self._order() if self._backward else range(num)
@@ -228,48 +226,70 @@ class IncrementalCost:
             return math.inf, []
         on: dict[int, int] = {}  # device -> the partition it ran last (free at that one's finish)
         for p in order:
-            start, came = 0.0, -1
-            dst = devices_of[p]
-            ps = parents[p]
-            if ps:
-                if free_transfers:
-                    for q in ps:
-                        t = finish[q]
-                        if t > start or t == start and (came < 0 or q < came):
-                            start, came = t, q
-                else:
-                    one = dst[0] if len(dst) == 1 else None  # one device: no sets
-                    for q, nbytes in ps.items():
-                        src = devices_of[q]
-                        if src and (dst == src or (one in src if one is not None else set(dst) <= set(src))):
-                            t = finish[q]
-                        else:
-                            t = finish[q] + alpha + nbytes / rate  # type: ignore[operator]  # not free: a rate
-                        if t > start or t == start and (came < 0 or q < came):
-                            start, came = t, q
+            start, came = self._arrival(p, finish)
             # An unused device never delays: start is never below 0.
-            if len(dst) == 1:
-                d = dst[0]
-                last = on.get(d, -1)
-                if last >= 0 and finish[last] > start:
-                    start, came = finish[last], last
-                on[d] = p
-            else:
-                for d in dst:
-                    last = on.get(d, -1)
-                    if last >= 0 and finish[last] > start:
-                        start, came = finish[last], last
-                for d in dst:
-                    on[d] = p
+            start, came = _wait_for_devices(p, devices_of[p], on, finish, start, came)
             finish[p], came_from[p] = start + inner[p], came
-        total = max(finish)
-        p = finish.index(total)  # the first of equals: the lowest id
-        path = []
-        while p >= 0:
-            path.append(p)
-            p = came_from[p]
-        path.reverse()
-        return total, path
+        return _critical_path(finish, came_from)
+
+    def _arrival(self, p: int, finish: list[float]) -> tuple[float, int]:
+        """When the last input of partition ``p`` arrives, and from which parent (the lowest id
+        among equals; -1: none)."""
+        start, came = 0.0, -1
+        ps = self.parents[p]
+        if not ps:
+            return start, came
+        if self._free_transfers:
+            for q in ps:
+                t = finish[q]
+                if t > start or t == start and (came < 0 or q < came):
+                    start, came = t, q
+            return start, came
+        devices_of, rate, alpha = self.devices_of, self.cost.rate, self.cost.transfer_latency_s
+        dst = devices_of[p]
+        one = dst[0] if len(dst) == 1 else None  # one device: no sets
+        for q, nbytes in ps.items():
+            src = devices_of[q]
+            if src and (dst == src or (one in src if one is not None else set(dst) <= set(src))):
+                t = finish[q]
+            else:
+                t = finish[q] + alpha + nbytes / rate  # type: ignore[operator]  # not free: a rate
+            if t > start or t == start and (came < 0 or q < came):
+                start, came = t, q
+        return start, came
+
+
+def _wait_for_devices(
+    p: int, dst: list[int], on: dict[int, int], finish: list[float], start: float, came: int
+) -> tuple[float, int]:
+    """Partition ``p`` starts once each of its devices ``dst`` finished the partition it ran
+    last (``on``, then updated to ``p``); its start and the partition it waited for."""
+    if len(dst) == 1:
+        d = dst[0]
+        last = on.get(d, -1)
+        if last >= 0 and finish[last] > start:
+            start, came = finish[last], last
+        on[d] = p
+        return start, came
+    for d in dst:
+        last = on.get(d, -1)
+        if last >= 0 and finish[last] > start:
+            start, came = finish[last], last
+    for d in dst:
+        on[d] = p
+    return start, came
+
+
+def _critical_path(finish: list[float], came_from: list[int]) -> tuple[float, list[int]]:
+    """The latest finish and the path of partitions that led to it."""
+    total = max(finish)
+    p = finish.index(total)  # the first of equals: the lowest id
+    path = []
+    while p >= 0:
+        path.append(p)
+        p = came_from[p]
+    path.reverse()
+    return total, path
 
 
 class DeviceMemory:
