@@ -346,8 +346,8 @@ def report(checks: list[Check], left: int) -> None:
     names = {c.surface for c in checks}
     longest = max((c.echo for c in checks if c.payload == "long"), default=0)
     print(
-        f"markup sweep: {len(checks)} checks ({len(names)} surfaces x {len(PAYLOADS)} payloads; {left} left out at "
-        f"the deadline); beacon hits {sum(c.hits for c in checks)}; live links/sources "
+        f"markup sweep: {len(checks)} checks of {len(checks) + left} surface x payload pairs ({len(names)} surfaces "
+        f"reached, {len(PAYLOADS)} payloads; {left} pairs left out at the deadline); beacon hits {sum(c.hits for c in checks)}; live links/sources "
         f"{sum(c.live for c in checks)}; exceptions {sum(c.exception for c in checks)}; did not settle "
         f"{sum(bool(c.why) and not c.exception for c in checks)}; longest echo of the {LONG_CHARS}-character "
         f"value {longest}"
