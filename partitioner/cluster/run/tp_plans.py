@@ -45,9 +45,22 @@ def linear_pairs_plan(module: torch.nn.Module, tp: int) -> tuple[tuple[str, str]
     """The tensor-parallel styles of ``module``'s Linear layers (NOTE: [Linear pairs]); raises
     :class:`PartitionError` naming what cannot be sharded. O(N) over the traced graph."""
     import torch
-    import torch.fx as fx
 
     linears = [(n, m) for n, m in module.named_modules() if isinstance(m, torch.nn.Linear)]
+    _check_linears_only(module, len(linears))
+    gm, calls = _module_calls(module)
+    plan: list[tuple[str, str]] = []
+    for (a, la), (b, lb) in zip(linears[0::2], linears[1::2]):
+        _check_pair(gm, calls, (a, la), (b, lb), tp)
+        plan += [(a, "colwise"), (b, "rowwise")]
+    return tuple(plan)
+
+
+def _check_linears_only(module: torch.nn.Module, linears: int) -> None:
+    """Refuse a model whose parameters are not all in its ``linears`` Linear layers, or whose
+    Linear layers do not pair up."""
+    import torch
+
     others = sorted(
         f"{n} ({type(m).__name__})"
         for n, m in module.named_modules()
@@ -59,10 +72,16 @@ def linear_pairs_plan(module: torch.nn.Module, tp: int) -> tuple[tuple[str, str]
             f"tensor parallelism here shards Linear layers only; {', '.join(others[:4])}{more} "
             f"hold parameters of other kinds: run this model with tp1"
         )
-    if not linears or len(linears) % 2:
+    if not linears or linears % 2:
         raise PartitionError(
-            f"tensor parallelism pairs Linear layers (colwise, rowwise); the model has {len(linears)}: run it with tp1"
+            f"tensor parallelism pairs Linear layers (colwise, rowwise); the model has {linears}: run it with tp1"
         )
+
+
+def _module_calls(module: torch.nn.Module) -> tuple[Any, dict[str, list[Any]]]:
+    """``module``'s symbolic trace and the nodes that call each of its submodules, by path."""
+    import torch.fx as fx
+
     from partitioner.tracing.lock import TRACE_LOCK
 
     try:
@@ -77,28 +96,32 @@ def linear_pairs_plan(module: torch.nn.Module, tp: int) -> tuple[tuple[str, str]
     for node in gm.graph.nodes:
         if node.op == "call_module":
             calls.setdefault(str(node.target), []).append(node)
-    plan: list[tuple[str, str]] = []
-    for (a, la), (b, lb) in zip(linears[0::2], linears[1::2]):
-        if la.out_features != lb.in_features or la.out_features % tp:
+    return gm, calls
+
+
+def _check_pair(gm: Any, calls: dict[str, list[Any]], first: tuple[str, Any], second: tuple[str, Any], tp: int) -> None:
+    """Refuse a Linear pair that cannot run column- then row-parallel: a shared width that does
+    not match or divide by ``tp``, a layer called more than once, anything but one chain of
+    elementwise ops between them."""
+    (a, la), (b, lb) = first, second
+    if la.out_features != lb.in_features or la.out_features % tp:
+        raise PartitionError(
+            f"Linear pair {a} -> {b}: the shared width must match and divide by tp={tp} "
+            f"(got {la.out_features} -> {lb.in_features}); choose a tp that divides it"
+        )
+    if len(calls.get(a, [])) != 1 or len(calls.get(b, [])) != 1:
+        raise PartitionError(f"Linear pair {a} -> {b}: each must be called once in the forward: run with tp1")
+    node = calls[b][0].args[0] if calls[b][0].args else None
+    while node is not None and node is not calls[a][0]:
+        tensors = [x for x in node.all_input_nodes]
+        if not (_elementwise(gm, node) and len(tensors) == 1 and len(node.users) == 1):
             raise PartitionError(
-                f"Linear pair {a} -> {b}: the shared width must match and divide by tp={tp} "
-                f"(got {la.out_features} -> {lb.in_features}); choose a tp that divides it"
+                f"Linear pair {a} -> {b}: only elementwise ops may stand between a column- "
+                f"and a row-parallel Linear (found {node.op} {node.target}): run with tp1"
             )
-        if len(calls.get(a, [])) != 1 or len(calls.get(b, [])) != 1:
-            raise PartitionError(f"Linear pair {a} -> {b}: each must be called once in the forward: run with tp1")
-        node = calls[b][0].args[0] if calls[b][0].args else None
-        while node is not None and node is not calls[a][0]:
-            tensors = [x for x in node.all_input_nodes]
-            if not (_elementwise(gm, node) and len(tensors) == 1 and len(node.users) == 1):
-                raise PartitionError(
-                    f"Linear pair {a} -> {b}: only elementwise ops may stand between a column- "
-                    f"and a row-parallel Linear (found {node.op} {node.target}): run with tp1"
-                )
-            node = tensors[0]
-        if node is None or len(node.users) != 1:
-            raise PartitionError(f"Linear pair {a} -> {b}: {b} must read {a}'s output alone: run with tp1")
-        plan += [(a, "colwise"), (b, "rowwise")]
-    return tuple(plan)
+        node = tensors[0]
+    if node is None or len(node.users) != 1:
+        raise PartitionError(f"Linear pair {a} -> {b}: {b} must read {a}'s output alone: run with tp1")
 
 
 def model_tp_plan(graph: Any, tp: int) -> TPPlan | None:
