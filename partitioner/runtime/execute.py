@@ -190,17 +190,37 @@ def run(
     if problems:
         raise InvalidPlanError(problems)
     prepared = prepare(plan, graph, example_inputs)
-    gm, owners, shapes, inputs = prepared.module, prepared.owners, prepared.shapes, prepared.inputs
-    reference, part_of_submod = prepared.reference, prepared.partitions
+    world = len(ranked_devices(plan))
+    backend = backend or default_backend()
+    results = _launch_ranks(plan, prepared, backend, timeout_s, repeats, progress)
+    first = results[0]
+    try:
+        torch.testing.assert_close(first.outputs, prepared.reference)
+        equal = True
+    except AssertionError:
+        equal = False
+    runs = _partition_runs(prepared, results)
+    return RunResult(
+        first.outputs, equal, float(first.latency_s), predicted_walk_s(plan, graph, world), runs, world, backend
+    )
+
+
+def _launch_ranks(
+    plan: Plan,
+    prepared: Prepared,
+    backend: str,
+    timeout_s: float,
+    repeats: int,
+    progress: Callable[[str], None] | None,
+) -> list[RankResult]:
+    """Every rank's walk, on one process each; a failure names what the failing rank runs."""
     ranked = ranked_devices(plan)
     rank_of = {d.logical_id: i for i, d in enumerate(ranked)}
-    world = len(ranked)
-    backend = backend or default_backend()
     try:
-        results = launch(
+        return launch(
             rank_entry,
-            world,
-            (gm, owners, inputs, shapes, repeats),
+            len(ranked),
+            (prepared.module, prepared.owners, prepared.inputs, prepared.shapes, repeats),
             timeout_s=timeout_s,
             backend=backend,
             progress=progress,
@@ -211,13 +231,11 @@ def run(
             held = [p.id for p in plan.partitions if any(rank_of[d] == exc.rank for d in p.device_ids)]
             where = f" (rank {exc.rank} runs partition(s) {held} on {ranked[exc.rank].name})"
         raise RunError(f"{exc}{where}", rank=exc.rank) from None
-    first = results[0]
-    try:
-        torch.testing.assert_close(first.outputs, reference)
-        equal = True
-    except AssertionError:
-        equal = False
-    by_name = {n.name: n for n in gm.graph.nodes}
+
+
+def _partition_runs(prepared: Prepared, results: Sequence[RankResult]) -> tuple[PartitionRun, ...]:
+    """Each partition's figures, by id, from its first device's rank."""
+    by_name = {n.name: n for n in prepared.module.graph.nodes}
 
     def source(name: str) -> str:  # glue (getitem) stands for the partition output it reads
         n = by_name[name]
@@ -226,23 +244,21 @@ def run(
         return n.name
 
     runs = []
-    for name, part in sorted(part_of_submod.items(), key=lambda kv: kv[1].id):
-        r = owners[name][0]
+    for name, part in sorted(prepared.partitions.items(), key=lambda kv: kv[1].id):
+        r = prepared.owners[name][0]
         timing = results[r].timings
         inputs_of = sorted({source(a.name) for a in by_name[name].all_input_nodes})
         runs.append(
             PartitionRun(
                 id=part.id,
-                ranks=owners[name],
+                ranks=prepared.owners[name],
                 compute_s=float(timing.compute_s.get(name, 0.0)),
                 wait_s=float(sum(timing.wait_s.get(a, 0.0) for a in inputs_of)),
                 received_bytes=int(sum(timing.received_bytes.get(a, 0) for a in inputs_of)),
                 predicted_s=part.latency_s,
             )
         )
-    return RunResult(
-        first.outputs, equal, float(first.latency_s), predicted_walk_s(plan, graph, world), tuple(runs), world, backend
-    )
+    return tuple(runs)
 
 
 def predicted_walk_s(plan: Plan, graph: Graph, world: int) -> float:

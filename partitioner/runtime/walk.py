@@ -11,7 +11,7 @@ run of the split module in the parent (the reference outputs), so receivers allo
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -81,6 +81,31 @@ def rank_entry(
         return _walk(rank, world_size, gm, owners, inputs, shapes, repeats)
 
 
+@dataclass(frozen=True)
+class _Route:
+    """What every walk of one rank follows: the split module's nodes in their one global order,
+    who owns each partition, the shapes that cross, each node's position (the tags) and the ranks
+    that need each value."""
+
+    rank: int
+    gm: fx.GraphModule
+    nodes: list[fx.Node]
+    owners: dict[str, tuple[int, ...]]
+    shapes: dict[str, Any]
+    position: dict[str, int]
+    need: dict[str, set[int]]
+
+
+@dataclass
+class _Sample:
+    """One walk's figures: seconds computing each owned submodule, seconds waiting for each value
+    received, and the bytes of each."""
+
+    compute: dict[str, float] = field(default_factory=dict)
+    wait: dict[str, float] = field(default_factory=dict)
+    received: dict[str, int] = field(default_factory=dict)
+
+
 def _walk(
     rank: int,
     world_size: int,
@@ -90,10 +115,28 @@ def _walk(
     shapes: dict[str, Any],
     repeats: int,
 ) -> RankResult:
+    route = _route(rank, gm, owners, shapes)
+    walks: list[float] = []
+    samples: list[_Sample] = []
+    outputs: Any = None
+    for attempt in range(repeats + 1):  # the first walk warms up (allocations, lazy init)
+        took, sample, outputs = _one_walk(route, inputs)
+        if attempt > 0 or not repeats:  # the first walk is a warm-up when there are timed ones
+            walks.append(took)
+            samples.append(sample)
+        report_progress(f"walk {attempt + 1} of {repeats + 1} done")
+    return RankResult(outputs, step_seconds(walks), _median_timings(samples))
+
+
+def _route(rank: int, gm: fx.GraphModule, owners: dict[str, tuple[int, ...]], shapes: dict[str, Any]) -> _Route:
     nodes = list(gm.graph.nodes)
     position = {n.name: i for i, n in enumerate(nodes)}
-    # Ranks that need each value: a partition's owners, rank 0 for the model's outputs, and for
-    # glue (getitem on a partition's tuple) whoever needs the glue's result.
+    return _Route(rank, gm, nodes, owners, shapes, position, _needs(nodes, owners))
+
+
+def _needs(nodes: list[fx.Node], owners: dict[str, tuple[int, ...]]) -> dict[str, set[int]]:
+    """Ranks that need each value: a partition's owners, rank 0 for the model's outputs, and for
+    glue (getitem on a partition's tuple) whoever needs the glue's result."""
     need: dict[str, set[int]] = {n.name: set() for n in nodes}
     for n in reversed(nodes):
         if n.op == "output":
@@ -104,71 +147,83 @@ def _walk(
             ranks = need[n.name]
         for arg in n.all_input_nodes:
             need[arg.name] |= ranks
-    walks: list[float] = []
-    samples: list[tuple[dict[str, float], dict[str, float], dict[str, int]]] = []
+    return need
+
+
+def _one_walk(route: _Route, inputs: tuple[Any, ...]) -> tuple[float, _Sample, Any]:
+    """One walk between two barriers: its seconds, its figures and (rank 0) the model's outputs."""
+    sample = _Sample()
+    env: dict[str, Any] = {}
+    pending: list[Any] = []
     outputs: Any = None
-    for attempt in range(repeats + 1):  # the first walk warms up (allocations, lazy init)
-        env: dict[str, Any] = {}
-        pending: list[Any] = []
-        compute: dict[str, float] = {}
-        wait: dict[str, float] = {}
-        received: dict[str, int] = {}
-        args = iter(inputs)
-        dist.barrier()
-        start = time.perf_counter()
-        for n in nodes:
-            if n.op == "placeholder":
-                env[n.name] = next(args)
-                continue
-            if n.op == "output":
-                if rank == 0:
-                    outputs = fx.graph.map_arg(n.args[0], lambda a: env[a.name])
-                break
-            if n.op != "call_module":  # glue: runs wherever its input is
-                if all(a.name in env for a in n.all_input_nodes):
-                    env[n.name] = _glue(gm, n, env)
-                continue
-            own = owners[n.name]
-            if rank in own:
-                a = fx.graph.map_arg(n.args, lambda x: env[x.name])
-                k = fx.graph.map_arg(n.kwargs, lambda x: env[x.name])
-                t0 = time.perf_counter()
-                try:
-                    env[n.name] = gm.get_submodule(str(n.target))(*a, **k)
-                except Exception as exc:
-                    raise RunError(
-                        f"partition {str(n.target).rsplit('_', 1)[1]} failed on rank {rank}: "
-                        f"{type(exc).__name__}: {exc}",
-                        rank=rank,
-                    ) from exc
-                compute[n.name] = time.perf_counter() - t0
-            to = sorted(need[n.name] - set(own))
-            if rank == own[0]:
-                for dst in to:
-                    for j, t in enumerate(_tensors(env[n.name])):
-                        pending.append(dist.isend(t.contiguous(), dst, tag=position[n.name] * 64 + j))
-            elif rank in to:
-                meta, spec = shapes[n.name]
-                t0 = time.perf_counter()
-                parts = []
-                for j, (shape, dtype) in enumerate(meta):
-                    buf = torch.empty(shape, dtype=dtype)
-                    dist.recv(buf, own[0], tag=position[n.name] * 64 + j)
-                    parts.append(buf)
-                wait[n.name] = time.perf_counter() - t0
-                received[n.name] = sum(t.numel() * t.element_size() for t in parts)
-                env[n.name] = tree_unflatten(parts, spec)
-        for work in pending:
-            work.wait()
-        dist.barrier()
-        took = time.perf_counter() - start
-        if attempt > 0 or not repeats:  # the first walk is a warm-up when there are timed ones
-            walks.append(took)
-            samples.append((compute, wait, received))
-        report_progress(f"walk {attempt + 1} of {repeats + 1} done")
-    timings = RankTimings(
-        median_by_key([c for c, _, _ in samples]),
-        median_by_key([w for _, w, _ in samples]),
-        samples[-1][2] if samples else {},
+    args = iter(inputs)
+    dist.barrier()
+    start = time.perf_counter()
+    for n in route.nodes:
+        if n.op == "placeholder":
+            env[n.name] = next(args)
+            continue
+        if n.op == "output":
+            if route.rank == 0:
+                outputs = fx.graph.map_arg(n.args[0], lambda a: env[a.name])
+            break
+        if n.op != "call_module":  # glue: runs wherever its input is
+            if all(a.name in env for a in n.all_input_nodes):
+                env[n.name] = _glue(route.gm, n, env)
+            continue
+        _visit_partition(route, n, env, pending, sample)
+    for work in pending:
+        work.wait()
+    dist.barrier()
+    return time.perf_counter() - start, sample, outputs
+
+
+def _visit_partition(route: _Route, n: fx.Node, env: dict[str, Any], pending: list[Any], sample: _Sample) -> None:
+    """A partition's turn: its owners compute it, its first owner sends it to the ranks that need
+    it, and each of those receives it."""
+    own = route.owners[n.name]
+    if route.rank in own:
+        env[n.name] = _compute(route, n, env, sample)
+    to = sorted(route.need[n.name] - set(own))
+    if route.rank == own[0]:
+        for dst in to:
+            for j, t in enumerate(_tensors(env[n.name])):
+                pending.append(dist.isend(t.contiguous(), dst, tag=route.position[n.name] * 64 + j))
+    elif route.rank in to:
+        env[n.name] = _receive(route, n, own[0], sample)
+
+
+def _compute(route: _Route, n: fx.Node, env: dict[str, Any], sample: _Sample) -> Any:
+    a = fx.graph.map_arg(n.args, lambda x: env[x.name])
+    k = fx.graph.map_arg(n.kwargs, lambda x: env[x.name])
+    t0 = time.perf_counter()
+    try:
+        value = route.gm.get_submodule(str(n.target))(*a, **k)
+    except Exception as exc:
+        raise RunError(
+            f"partition {str(n.target).rsplit('_', 1)[1]} failed on rank {route.rank}: {type(exc).__name__}: {exc}",
+            rank=route.rank,
+        ) from exc
+    sample.compute[n.name] = time.perf_counter() - t0
+    return value
+
+
+def _receive(route: _Route, n: fx.Node, src: int, sample: _Sample) -> Any:
+    meta, spec = route.shapes[n.name]
+    t0 = time.perf_counter()
+    parts = []
+    for j, (shape, dtype) in enumerate(meta):
+        buf = torch.empty(shape, dtype=dtype)
+        dist.recv(buf, src, tag=route.position[n.name] * 64 + j)
+        parts.append(buf)
+    sample.wait[n.name] = time.perf_counter() - t0
+    sample.received[n.name] = sum(t.numel() * t.element_size() for t in parts)
+    return tree_unflatten(parts, spec)
+
+
+def _median_timings(samples: list[_Sample]) -> RankTimings:
+    return RankTimings(
+        median_by_key([s.compute for s in samples]),
+        median_by_key([s.wait for s in samples]),
+        samples[-1].received if samples else {},
     )
-    return RankResult(outputs, step_seconds(walks), timings)
