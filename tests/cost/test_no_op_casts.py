@@ -39,7 +39,9 @@ NAMED = {"float": torch.float32, "half": torch.float16, "bfloat16": torch.bfloat
 
 
 def test_every_cast_and_copy_of_the_table_is_called_here():
-    assert set(CALLS) == names(kernel="cast") | {n for n, op in OPS.items() if op.kernel == "copy" and op.saves == "same"}
+    assert set(CALLS) == names(kernel="cast") | {
+        n for n, op in OPS.items() if op.kernel == "copy" and op.saves == "same"
+    }
 
 
 @pytest.mark.parametrize("name", sorted(CALLS))
