@@ -274,6 +274,12 @@ def _reference(
     return reference, reference_grads, target
 
 
+def _gradients_equal(gm: fx.GraphModule, results: Sequence[RankStep], reference: dict[str, torch.Tensor]) -> bool:
+    """Whether the ranks' gradients, gathered under the model's names, equal the reference's."""
+    grads = _gathered_grads(gm, results)
+    return set(grads) == set(reference) and all(_close(grads[n], reference[n]) for n in reference)
+
+
 def _gathered_grads(gm: fx.GraphModule, results: Sequence[RankStep]) -> dict[str, torch.Tensor]:
     """Every rank's gradients under the model's own names. A tied weight (an LM head sharing the
     embedding) held by two stages gets its gradient in two pieces, under either name: they add up."""
@@ -321,12 +327,7 @@ def run(
     last = results[(count - 1) % world]
     got = list(last.outputs or ())
     outputs_equal = len(got) == len(reference) and all(_close(a, b) for a, b in zip(got, reference))
-    gradients_equal = None
-    if training:
-        grads = _gathered_grads(gm, results)
-        gradients_equal = set(grads) == set(reference_grads) and all(
-            _close(grads[n], reference_grads[n]) for n in reference_grads
-        )
+    gradients_equal = _gradients_equal(gm, results, reference_grads) if training else None
     forward = {s: t for r in results for s, t in r.stage_forward_s.items()}
     return PipelineRun(
         outputs_equal=outputs_equal,
