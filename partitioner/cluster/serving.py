@@ -143,12 +143,8 @@ class _Serving:
         dense, expert = float(p.param_count - p.expert_param_count), float(p.expert_param_count)
         if p.experts:
             expert *= experts_touched(p.experts, p.experts_per_token, tokens) / p.experts
-        return (
-            (dense + expert)
-            * self.w.element_bytes
-            / (self.lay.tp * self.lay.pp)
-            / self.acc.memory_bandwidth_bytes_per_s
-        )
+        lay, bw = self.lay, self.acc.memory_bandwidth_bytes_per_s
+        return (dense + expert) * self.w.element_bytes / (lay.tp * lay.pp) / bw
 
     def prefill_pass(self, tokens: float) -> float:
         """One prefill pass of ``tokens`` tokens: its forward, at least the weights' read, and its messages."""
