@@ -53,7 +53,13 @@ def profile_latencies(graph: Graph, profile: DeviceProfile, batch_fraction: floa
         moved = graph.activation_bytes(i) * batch_fraction + node.param_bytes
         latencies.append(
             profile.op_seconds(
-                node.flops * batch_fraction, moved, node.dtype, node.op, node.target, gpu_ops.module_kind(graph, node)
+                node.flops * batch_fraction,
+                moved,
+                node.dtype,
+                node.op,
+                node.target,
+                gpu_ops.module_kind(graph, node),
+                in_dtype=gpu_ops.input_dtype(graph, i),  # a cast to its own dtype moves nothing
             )
         )
     return latencies

@@ -10,6 +10,7 @@ import torch
 
 import partitioner
 from partitioner.cost import ops as gpu_ops
+from partitioner.cost.measured import profile_latencies
 from partitioner.device_profile import DeviceProfile
 from partitioner.op_table import OPS, names, returns_input
 from partitioner.profiles import gpu_profile
@@ -104,3 +105,12 @@ def test_a_cast_to_its_own_dtype_costs_its_dispatch_alone_on_a_host_profile():
     copied, _ = HOST.op_seconds(0, 1e6, "float32", target="clone", in_dtype="float32")
     unknown, _ = HOST.op_seconds(0, 1e6, "float32", target="to")
     assert changed == copied == unknown > 50e-6  # a copy of 1 MB at about 10 GB/s
+
+
+def test_a_plan_on_a_calibrated_host_prices_a_cast_to_its_own_dtype_as_a_view():
+    x = torch.ones(64, 256)
+    graph = partitioner.trace(Casts(), (x, x))
+    times = dict(zip((nd.name for nd in graph.nodes), profile_latencies(graph, HOST)))
+    view = HOST.op_seconds(0, 0, target="aten::view")
+    assert [times[n] for n in ("to", "float_1", "type_as")] == [view] * 3  # what the cost model plans with
+    assert min(times["to_1"][0], times["clone"][0]) > 10 * view[0]  # the real cast and the copy move their bytes
