@@ -17,7 +17,7 @@ from partitioner import cluster
 from partitioner.cost.training import OPTIMIZERS
 from partitioner.errors import PartitionError
 from partitioner.interop.engines import EXPORT_ENGINES, engine_file
-from partitioner.units import PRECISIONS, dtype, format_bytes
+from partitioner.units import PRECISIONS, GiB, dtype, format_bytes
 
 if TYPE_CHECKING:
     from partitioner.cluster.search import ClusterPlan
@@ -32,7 +32,7 @@ MAX_PRICE = 1000.0  # USD per device-hour
 MAX_SEQUENCES = 1 << 20  # sequences a step, and tokens a sequence
 MAX_GENERATE = 1 << 16  # tokens generated per sequence
 MAX_TOP = 1000  # rows of the table
-MAX_HEADROOM = 64 * 2**30
+MAX_HEADROOM = 64 * GiB
 MAX_HOST_MEMORY = 64 * 2**40  # a node's host memory: beyond any node sold
 MAX_LAYOUT_CHARS = 500  # --open's and --run's words (a layout is tens of characters)
 MAX_BUDGETS = 11  # min-cut budgets measured (0, 0.1, ..., 1)

@@ -27,7 +27,7 @@ from partitioner.accelerator import steps
 from partitioner.accelerator.api import Progress, partition_with
 from partitioner.accelerator.compare import ModeResult
 from partitioner.tracing import cache as trace_cache
-from partitioner.units import format_seconds
+from partitioner.units import GiB, format_seconds
 from sample_models import LoaderError
 
 __all__ = ["trace", "plan", "compare", "PlanResult", "explain_error", "pipeline_plan", "PipelineResult"]
@@ -48,7 +48,7 @@ def explain_error(exc: BaseException) -> str:
 # NOTE: [Graph cache] Traced graphs keep their modules (a split is checked against the weights),
 # so the cache shared by every session is bounded by the bytes those weights and inputs take,
 # not by a count: a few large models evict the oldest ones rather than exhaust the server.
-MAX_CACHE_BYTES = 2 * 2**30
+MAX_CACHE_BYTES = 2 * GiB
 _GRAPHS: OrderedDict[ModelChoice, tuple[Graph, int]] = OrderedDict()
 _LOCK = threading.Lock()
 # NOTE: [One trace at a time] torch.fx's symbolic tracer patches module-level functions (and
