@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from typing import Any
 
 from cli.arguments import add_model_arguments, time_limit
@@ -78,7 +79,14 @@ def run(args: argparse.Namespace) -> int:
     model = load_model(args.model, args.set)
     budgets = SWEEP if args.sweep else (args.budget,)
     try:
-        results = remat.sweep(model.graph, model.graph.example_inputs or (), budgets, args.loss, timeout_s=args.timeout)
+        results = remat.sweep(
+            model.graph,
+            model.graph.example_inputs or (),
+            budgets,
+            args.loss,
+            timeout_s=args.timeout,
+            progress=None if args.out == "-" else (lambda text: print(f"  {text}", file=sys.stderr)),
+        )
     except RunError as exc:
         raise CLIError(f"the min-cut worker failed: {exc}", EXIT_RUN) from None
     if args.out:
