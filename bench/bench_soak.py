@@ -391,10 +391,11 @@ async def main_async(args: argparse.Namespace) -> None:
             async with async_playwright() as p:
                 browser = await p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
                 try:
-                    if args.markup_only:
-                        soak_markup.report(
-                            *await soak_markup.sweep(browser, base, min(args.wait_s, 60), args.deadline_s)
+                    if args.markup_only is not None:
+                        sweep = soak_markup.sweep(
+                            browser, base, min(args.wait_s, 60), args.deadline_s, args.markup_only
                         )
+                        soak_markup.report(*await sweep)
                         return
                     if args.term_only:
                         code, aborted, left = await term_while_busy(
