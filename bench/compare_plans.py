@@ -12,10 +12,15 @@ note and the progress reports: they differ from run to run.
 
 An ``optimal`` plan depends on CP-SAT's parallel search when it stops at its time limit; such
 cases (not proven optimal in either version) are listed apart, compared by their solver inputs
-and models only.
+and models only. NOTE: [Equally fast optimal plans] Where both versions prove optimality, CP-SAT's
+workers may still return a different one of several equally fast plans from run to run (seen with
+one version alone: the torch cost model, 10 ops on three devices, two plans of the same latency
+and bound); those cases are compared by latency, bound, proof and solver note, with the solver
+inputs and models, and the count of identical plans among them is printed.
 
     .venv/bin/python bench/compare_plans.py --before 2a8376e
     .venv/bin/python bench/compare_plans.py --before HEAD~1 --skip-optimal
+    COMPARE_ONLY_OPTIMAL=1 .venv/bin/python bench/compare_plans.py --before HEAD~1  # optimal alone
     .venv/bin/python bench/compare_plans.py --before 2a8376e --after /tmp/copy  # a copy of the tree
 """
 
@@ -114,8 +119,8 @@ def _devices(total: int, shares: tuple[float, ...], rate: float | None) -> list[
 
 def _cases(quick: bool, skip_optimal: bool) -> list[tuple[str, Any, list[Any], dict[str, Any]]]:
     """(label, graph, devices, keyword arguments of ``partition``) for every case, in order."""
-    cases = []
-    for name, graph in _graphs().items():
+    cases: list[tuple[str, Any, list[Any], dict[str, Any]]] = []
+    for name, graph in _graphs().items() if os.environ.get("COMPARE_ONLY_OPTIMAL") != "1" else ():
         total = graph.total_size_bytes
         for s, shares in enumerate(SHARES[:3] if quick else SHARES):
             for cost_model in ("physical", "torch"):
@@ -220,6 +225,13 @@ def _child(root: str, out: str, quick: bool, skip_optimal: bool) -> None:
             data["provenance"]["solver"] = _masked(data["provenance"].get("solver") or "")
             record["outcome"] = _digest(json.dumps(data, sort_keys=True).encode())
             record["proven"] = bool(plan.proven_optimal)
+            value = (
+                data.get("latency_s"),
+                data.get("lower_bound_s"),
+                plan.proven_optimal,
+                data["provenance"]["solver"],
+            )
+            record["value"] = _digest(repr(value).encode())
             if kwargs["mode"] == "size_based":
                 aot[label.rsplit(" ", 1)[0] + " aot_based"] = {
                     "node_to_partition": plan.node_to_partition(),
@@ -237,6 +249,7 @@ def _start(root: Path, out: Path, quick: bool, skip_optimal: bool) -> subprocess
     return subprocess.Popen(
         [sys.executable, __file__, "--child", str(root), str(out), *flags],
         env={**os.environ, "PYTHONHASHSEED": "0"},
+        cwd=root,  # a worker (python -m) puts its folder first on its path: this tree's
     )
 
 
@@ -266,7 +279,7 @@ def main() -> None:
         roots = (before, args.after.resolve())
         runs = [(_start(root, out, args.quick, args.skip_optimal), out) for root, out in zip(roots, outs)]
         old, new = (_results(proc, out) for proc, out in runs)  # the two ran side by side
-    same, differ, unproven = 0, [], []
+    same, same_plan, differ, unproven = 0, 0, [], []
     for label in sorted(set(old) | set(new)):
         a, b = old.get(label), new.get(label)
         if a is None or b is None:
@@ -275,6 +288,9 @@ def main() -> None:
         if "optimal" in label and not (a.get("proven") and b.get("proven")):
             keys = ("inputs", "models")
             unproven.append(label)
+        elif "optimal" in label:  # NOTE: [Equally fast optimal plans]
+            keys = ("value", "progress", "inputs", "models")
+            same_plan += a["outcome"] == b["outcome"]
         else:
             keys = ("outcome", "progress", "inputs", "models")
         if all(a[k] == b[k] for k in keys):
@@ -285,7 +301,8 @@ def main() -> None:
     optimal = [label for label in new if "optimal" in label]
     print(
         f"{len(set(old) | set(new))} cases ({errors} refused with an error, {len(optimal)} optimal, "
-        f"{len(optimal) - len(unproven)} of them proven optimal in both): {same} match, {len(differ)} differ"
+        f"{len(optimal) - len(unproven)} of them proven optimal in both, {same_plan} of those the same plan): "
+        f"{same} match, {len(differ)} differ"
     )
     for label in unproven:
         print(f"  not proven optimal, compared by solver inputs and models only: {label}")
