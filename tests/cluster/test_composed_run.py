@@ -158,3 +158,27 @@ def test_the_cli_runs_a_layout_and_prints_the_comparison(capsys: pytest.CaptureF
     assert "inside the rest" in out and "\nend to end " in out
     assert main(["cluster", "mlp", "--run", "dp2 pp2 zero3"]) == 2  # refused: FSDP with pipeline stages
     assert "ZeRO 0 or 1" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_a_check_in_a_worker_reports_its_progress_and_leaves_no_process():
+    from partitioner.cluster.run.checked import check_layout
+    from partitioner.device_profile import DeviceProfile
+
+    profile = DeviceProfile(  # given, so the worker measures nothing: the run and its progress are tested
+        name="box",
+        memory_bytes=8 * 2**30,
+        launch_s=1e-6,
+        module_overhead_s=2e-6,
+        matmul=(("float32", ((2e3, 3e-6), (2e6, 2.01e-4))),),
+        copy=((1e3, 2e-6), (1e6, 1.01e-4)),
+    )
+    model, inputs = mlp()
+    lines: list[str] = []
+    before = faults.child_pids()
+    check = check_layout(
+        model, inputs, cluster.Layout(dp=2), profile=profile, timeout_s=240, progress=lines.append, in_worker=True
+    )
+    assert check.run.outputs_equal and check.run.gradients_equal, check.run.mismatch
+    assert any(line.startswith("starting 2 processes") for line in lines), lines  # the launcher's, from the worker
+    assert faults.child_pids() <= before

@@ -8,8 +8,9 @@ tensor-parallel pairs. A run times each rank's whole step and, apart, its gradie
 over dp; so the parts compare as: the dp gradient sync (measured on its own), the rest of the
 step (compute, DTensor dispatch, tensor-parallel all-reduces, bubble, pipeline actions and
 hand-offs: predicted one by one, measured together) and the step end to end. ``in_worker=True``
-runs everything in a fresh worker process with a time limit (no progress then), so a Streamlit
-server traces and checks nothing in its own process.
+runs everything in a fresh worker process with a time limit (its progress reported through the
+worker: :func:`partitioner.processes.worker.report`), so a Streamlit server traces and checks nothing
+in its own process.
 """
 
 from __future__ import annotations
@@ -113,19 +114,16 @@ def check_layout(
     ``in_worker``: all of it in a fresh worker process, killed after ``timeout_s`` plus a minute.
     ``tp_plan`` and ``example_kwargs`` are :func:`~partitioner.cluster.run.compose.run_layout`'s;
     ``graph``, the module's trace when the caller holds it (else it is traced here)."""
-    if in_worker:  # no progress from a worker: its callback would not cross the process
-        progress = None
-    args = (module, example_inputs, layout, profile, timeout_s, repeats, progress, tp_plan, example_kwargs, graph)
-    if in_worker:
+    if in_worker:  # the worker's lines come back through its own channel (processes.worker.report)
         from partitioner.processes.worker import run_in_worker
 
-        return run_in_worker(
-            _check_with,
-            args,
-            timeout_s + 60.0,  # type: ignore[no-any-return]
-            f"the run of {layout.label()}",
+        args = (module, example_inputs, layout, profile, timeout_s, repeats, None, tp_plan, example_kwargs, graph)
+        return run_in_worker(  # type: ignore[no-any-return]
+            _check_with, args, timeout_s + 60.0, f"the run of {layout.label()}", progress=progress
         )
-    return _check_with(*args)
+    return _check_with(
+        module, example_inputs, layout, profile, timeout_s, repeats, progress, tp_plan, example_kwargs, graph
+    )
 
 
 def _check_with(
@@ -147,11 +145,12 @@ def _check_with(
     from partitioner.cluster.run.compose import run_layout
     from partitioner.cluster.run.predict import composed_step
     from partitioner.cluster.run.tp_plans import linear_pairs_plan
+    from partitioner.processes.worker import report
 
+    progress = progress or report  # in a worker, its lines go to the caller's callback; elsewhere nowhere
     inputs = (example_inputs,) if isinstance(example_inputs, torch.Tensor) else tuple(example_inputs)
     if profile is None:
-        if progress:
-            progress("reading this machine's profile (measuring it when none is cached)")
+        progress("reading this machine's profile (measuring it when none is cached)")
         profile = local_profile(progress=progress)
     if tp_plan is not None and layout.tp > 1:
         plan = tuple((path, s["style"]) for path, s in tp_plan.styles.items())
