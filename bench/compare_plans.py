@@ -16,7 +16,10 @@ and models only. NOTE: [Equally fast optimal plans] Where both versions prove op
 workers may still return a different one of several equally fast plans from run to run (seen with
 one version alone: the torch cost model, 10 ops on three devices, two plans of the same latency
 and bound); those cases are compared by latency, bound, proof and solver note, with the solver
-inputs and models, and the count of identical plans among them is printed.
+inputs and models, and the count of identical plans among them is printed. The branch and
+bound's own relaxation has a time limit too (a tenth of its share): on a loaded machine it may stop
+before its bound and the search then proves optimality by visiting every plan, with another note
+and bound, in either version; run again when the load is lower.
 
     .venv/bin/python bench/compare_plans.py --before 2a8376e
     .venv/bin/python bench/compare_plans.py --before HEAD~1 --skip-optimal
