@@ -21,6 +21,7 @@ from explorer.builders import editing, tables
 from explorer.builders.config import PlanConfig
 from explorer.builders.text import md
 from partitioner import Device, Graph, Plan, rescore
+from partitioner.draw.dot import shown_name
 from partitioner.plan.size import plan_from_json
 from partitioner.units import format_rate, format_seconds
 
@@ -116,7 +117,7 @@ def edit_ui(edit: editing.Edit, plan: Plan, graph: Graph) -> tuple[str, editing.
     where = plan.node_to_partition()
     names = [n for n in graph.op_names if n in where]
     parts = sorted(plan.partitions, key=lambda p: p.id)
-    device_names = {d.logical_id: d.name for d in plan.devices}
+    device_names = {d.logical_id: shown_name(d.name) for d in plan.devices}  # cut: a plan file's names are any length
 
     def part_label(pid: int) -> str:
         if pid == editing.NEW:

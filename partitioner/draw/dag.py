@@ -47,6 +47,9 @@ from partitioner.draw.dot import (
 from partitioner.draw.dot import (
     quote as _q,
 )
+from partitioner.draw.dot import (
+    shown_name as _shown_name,
+)
 from partitioner.draw.nodeview import partition_to_dot
 from partitioner.draw.overlay import colour_for, formatter, overlay_legend, partition_values
 from partitioner.errors import PartitionError
@@ -86,7 +89,7 @@ def _partition_label(plan: Plan, p: Partition, short: bool) -> str:
 
 
 def _default_title(plan: Plan) -> str:
-    name = plan.model or "model"
+    name = _shown_name(plan.model or "model")
     return (
         f"{name} | {plan.mode} | {len(plan.partitions)} partition"
         f"{'s' if len(plan.partitions) != 1 else ''} | latency {format_seconds(plan.latency_s)}"
@@ -123,7 +126,7 @@ def _legend(plan: Plan, colours: Mapping[int, str], over: set[int], extra: str =
         text = f"{format_bytes(u)} / {format_bytes(d.memory_bytes)} ({_percent(u, d.memory_bytes)})"
         if d.logical_id in over:
             text += " OVER"
-        name = _html(d.name)
+        name = _html(_shown_name(d.name))
         rows.append(f'<TR><TD BGCOLOR="{colours[d.logical_id]}">{name}</TD><TD>{_html(text)}</TD></TR>')
     table = '<TABLE BORDER="0" CELLBORDER="1" CELLSPACING="0" CELLPADDING="3">' + "".join(rows) + extra + "</TABLE>"
     return f"  legend [shape=plaintext, margin=0, label=<{table}>];"

@@ -25,6 +25,8 @@ __all__ = [
     "quote",
     "percent",
     "device_names",
+    "shown_name",
+    "MAX_NAME_CHARS",
     "fill",
     "bar_label",
     "html_text",
@@ -80,9 +82,17 @@ def percent(used: int, capacity: int | None) -> str:
     return f"{used / capacity:.0%}"
 
 
+MAX_NAME_CHARS = 60  # of a plan's name (a device, the model) in a drawing: a plan file's names are any length
+
+
+def shown_name(name: str) -> str:
+    """``name`` as a drawing shows it: cut to :data:`MAX_NAME_CHARS` characters, with its length when cut."""
+    return name if len(name) <= MAX_NAME_CHARS else f"{name[:MAX_NAME_CHARS]}... ({len(name):,} characters)"
+
+
 def device_names(plan: Plan, ids: Iterable[int]) -> str:
-    """The names of devices ``ids`` of ``plan``, comma-separated."""
-    known = {d.logical_id: d.name for d in plan.devices}
+    """The names of devices ``ids`` of ``plan`` (each cut: :func:`shown_name`), comma-separated."""
+    known = {d.logical_id: shown_name(d.name) for d in plan.devices}
     return ", ".join(known.get(i, f"unknown device {i}") for i in ids) or "no device"
 
 

@@ -4,6 +4,7 @@ the SVG it lays out has one box per node or partition, no link or image, and the
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import shutil
 import xml.etree.ElementTree as ET
@@ -13,6 +14,7 @@ import pytest
 import partitioner
 from partitioner.draw.collapse import collapse, collapsed_to_dot
 from partitioner.draw.dag import partition_to_dot, plan_to_dot, render_dot
+from partitioner.draw.dot import MAX_NAME_CHARS
 from partitioner.graph import Graph, Node
 
 pytestmark = pytest.mark.skipif(shutil.which("dot") is None, reason="needs Graphviz's dot binary")
@@ -104,3 +106,14 @@ def test_node_view_and_folded_view_keep_hostile_names_as_text(hostile_plan):
     root = svg_of(folded)
     assert_inert(root)
     assert "blocks" in shown(root)
+
+
+def test_a_plan_files_long_names_are_drawn_cut(hostile_plan):
+    graph, plan = hostile_plan
+    long = "W" * 5000
+    devices = tuple(dataclasses.replace(d, name=long) for d in plan.devices)
+    root = svg_of(plan_to_dot(dataclasses.replace(plan, devices=devices, model=long), graph))
+    text = shown(root)
+    assert long not in text and "W" * (MAX_NAME_CHARS + 1) not in text
+    assert f"{'W' * MAX_NAME_CHARS}... (5,000 characters)" in text  # the title, the legend and every box
+    assert text.count("(5,000 characters)") >= 1 + len(plan.devices) + len(plan.partitions)
