@@ -55,17 +55,8 @@ def _search(
     by the inputs and the graph's fingerprint for every session of the server (a second session
     asking the same waits for the first's answer, not a search of its own). The progress bar is
     drawn inside, so a cached answer replays it to its end and empties it."""
-    target = hardware_cluster(
-        dict(
-            accelerator=accelerator,
-            per_node=per_node,
-            intra=intra,
-            inter=inter,
-            headroom_gib=headroom_gib,
-            price=price,
-            host_gib=host_gib,
-        )
-    )
+    hw = dict(accelerator=accelerator, per_node=per_node, intra=intra, inter=inter, headroom_gib=headroom_gib)
+    target = hardware_cluster({**hw, "price": price, "host_gib": host_gib})
     prof = dataclasses.replace(_profile(_graph, fingerprint, name), min_cut=min_cut, _cache={})
     bar = st.progress(0.0, text="Searching the layouts...")
 
@@ -158,73 +149,45 @@ def _render_answers(found: cluster.ClusterPlan, work: cluster.Workload) -> None:
         st.caption(md(f"Times are bands (low-high, from the spreads this project measured) and assume: {assumed}."))
 
 
-def _render_table(
-    found: cluster.ClusterPlan, work: cluster.Workload, prof: cluster.ModelProfile, target: cluster.Cluster
-) -> cluster.LayoutResult:
-    """The best layouts (the three answers, the fastest at each size, then the fastest overall)
-    as a table; returns the one opened below it: chosen from them, or written (any layout, fitting
-    or not, evaluated as the search evaluates it)."""
+TABLE_COLUMNS = {  # short headers and widths in pixels: every column in view at 1,280 px
+    "devices": st.column_config.NumberColumn("devices", width=62),
+    "layout": st.column_config.TextColumn("layout", width=212),
+    "step": None,  # its header names the work's time (_layouts_table)
+    "mfu_text": st.column_config.TextColumn("MFU", width=80),
+    "memory_gib": st.column_config.NumberColumn("GiB", format="%.1f", width=44, help="memory a device holds"),
+    "limit": st.column_config.TextColumn("limit", width=74),
+    "usd_text": st.column_config.TextColumn("$/M tok", width=104, help="dollars per million tokens"),
+    "train_text": st.column_config.TextColumn("run", width=88, help="the training run's time (tokens to train)"),
+    "train_usd_text": st.column_config.TextColumn("run $", width=90, help="the training run's cost"),
+}
+
+
+def _best_layouts(found: cluster.ClusterPlan) -> list[cluster.LayoutResult]:
+    """The three answers, the fastest at each size, then the fastest overall: fastest first."""
     picked: dict[cluster.Layout, cluster.LayoutResult] = {}
     for r in (found.fastest, found.fewest_devices, found.cheapest, *found.by_devices.values(), *found.best(20)):
         if r is not None:
             picked.setdefault(r.layout, r)
-    best = sorted(picked.values(), key=lambda r: (r.step_s, r.devices))
+    return sorted(picked.values(), key=lambda r: (r.step_s, r.devices))
+
+
+def _layouts_table(best: list[cluster.LayoutResult], work: cluster.Workload) -> None:
+    """The layouts as a table, each time as its band (low and high stay in the table's data)."""
     training = work.kind == "training"
     table = cluster_figures.layouts_table(best, work.train_tokens if training else None)
     step = "step" if training else "first token"
-    shown = [
-        c
-        for c in (
-            "devices",
-            "layout",
-            "step",
-            "mfu_text",
-            "memory_gib",
-            "limit",
-            "usd_text",
-            "train_text",
-            "train_usd_text",
-        )
-        if c in table.columns
-    ]  # dp, tp, ... are in the layout's name; each time as its band (the numbers, low and high, stay in the table)
-    st.dataframe(
-        table,
-        hide_index=True,
-        column_order=shown,
-        column_config={
-            # short headers and widths in pixels: every column in view at 1,280 px
-            "devices": st.column_config.NumberColumn("devices", width=62),
-            "layout": st.column_config.TextColumn("layout", width=212),
-            "step": st.column_config.TextColumn(step, width=70, help="low-high: the band of the prediction"),
-            "mfu_text": st.column_config.TextColumn("MFU", width=80),
-            "memory_gib": st.column_config.NumberColumn("GiB", format="%.1f", width=44, help="memory a device holds"),
-            "limit": st.column_config.TextColumn("limit", width=74),
-            "usd_text": st.column_config.TextColumn("$/M tok", width=104, help="dollars per million tokens"),
-            "train_text": st.column_config.TextColumn(
-                "run", width=88, help="the training run's time (tokens to train)"
-            ),
-            "train_usd_text": st.column_config.TextColumn("run $", width=90, help="the training run's cost"),
-        },
-    )
-    labels = [f"{r.devices} device{'s' if r.devices != 1 else ''}: {r.layout.label()}" for r in best]
-    left, right = st.columns([3, 2])
-    chosen = best[labels.index(left.selectbox("Open a layout", labels, key="cl_open"))]
-    written = right.text_input(
-        "...or write one",
-        key="cl_write",
-        bind="query-params",  # in the link, kept across pages
-        persist_state="session",
-        max_chars=500,  # a layout is a few words (partitioner.cluster.words.MAX_LAYOUT_CHARS)
-        placeholder="e.g. dp4 tp2 pp2 1f1b mb2 zero1",
-        help="words: dp, tp, pp, cp, ep, mb (sequences a microbatch) with a number, "
-        "zero0-3, shard8 (HSDP: ZeRO over 8 ranks, replicated across), gpipe / 1f1b / "
-        "interleaved_1f1b (v4: 4 chunks a rank), "
-        "recompute-selective / -full / -layers-4, no-sp (no sequence parallelism), offload (the optimizer on the "
-        "host), fp32-grads "
-        "(DeepSpeed's fp32 gradient partition); what is left out is 1 or none",
-    )
-    if not written.strip():
-        return chosen
+    config = {
+        **TABLE_COLUMNS,
+        "step": st.column_config.TextColumn(step, width=70, help="low-high: the band of the prediction"),
+    }
+    shown = [c for c in TABLE_COLUMNS if c in table.columns]
+    st.dataframe(table, hide_index=True, column_order=shown, column_config=config)
+
+
+def _written_layout(
+    written: str, work: cluster.Workload, prof: cluster.ModelProfile, target: cluster.Cluster
+) -> cluster.LayoutResult | None:
+    """A written layout evaluated as the search evaluates it; None when it does not read (said)."""
     from partitioner import PartitionError
     from partitioner.cluster.layouts import check_layout
     from partitioner.cluster.run.compose import parse_layout
@@ -236,7 +199,7 @@ def _render_table(
     except PartitionError as exc:
         cut = written if len(written) <= 60 else written[:57] + "..."
         st.error(f"Cannot open {md(cut)}: {md(exc)}")
-        return chosen
+        return None
     if not mine.fits:
         st.warning(
             md(
@@ -245,6 +208,90 @@ def _render_table(
             )
         )
     return mine
+
+
+def _render_table(
+    found: cluster.ClusterPlan, work: cluster.Workload, prof: cluster.ModelProfile, target: cluster.Cluster
+) -> cluster.LayoutResult:
+    """The best layouts as a table; returns the one opened below it: chosen from them, or written
+    (any layout, fitting or not, evaluated as the search evaluates it)."""
+    best = _best_layouts(found)
+    _layouts_table(best, work)
+    labels = [f"{r.devices} device{'s' if r.devices != 1 else ''}: {r.layout.label()}" for r in best]
+    left, right = st.columns([3, 2])
+    chosen = best[labels.index(left.selectbox("Open a layout", labels, key="cl_open"))]
+    written = right.text_input(
+        "...or write one",
+        key="cl_write",
+        bind="query-params",  # in the link, kept across pages
+        persist_state="session",
+        max_chars=500,  # a layout is a few words (partitioner.cluster.words.MAX_LAYOUT_CHARS)
+        placeholder="e.g. dp4 tp2 pp2 1f1b mb2 zero1",
+        help="words: dp, tp, pp, cp, ep, mb (sequences a microbatch) with a number, zero0-3, shard8 (HSDP: ZeRO "
+        "over 8 ranks, replicated across), gpipe / 1f1b / interleaved_1f1b (v4: 4 chunks a rank), recompute-selective "
+        "/ -full / -layers-4, no-sp (no sequence parallelism), offload (the optimizer on the host), fp32-grads "
+        "(DeepSpeed's fp32 gradient partition); what is left out is 1 or none",
+    )
+    mine = _written_layout(written, work, prof, target) if written.strip() else None
+    return chosen if mine is None else mine
+
+
+def _schedule_tab(chosen: cluster.LayoutResult, training: bool) -> None:
+    timeline = cluster_figures.layout_timeline(chosen) if training else None
+    if timeline is not None:
+        st.plotly_chart(timeline, key="cl_timeline")
+        st.caption(
+            md(
+                f"{chosen.layout.label()}: one step's pipeline schedule as the Pipeline page simulates it, "
+                "each stage at this layout's forward and backward of a microbatch (tensor-parallel and "
+                f"stage transfers included); the simulator's step is {format_seconds(chosen.step_s)} "
+                "less the exposed gradient reduction."
+            )
+        )
+    elif chosen.layout.pp > 1 and training:
+        st.caption(
+            f"The schedule has {chosen.layout.pp * chosen.microbatches:,} stage-microbatch actions: too "
+            "many to draw; the step comes from the schedule's closed form."
+        )
+    else:
+        st.caption("No pipeline stages in this layout" + ("." if training else " (inference)."))
+
+
+def _rank_memory_tab(chosen: cluster.LayoutResult, training: bool, capacity: int) -> None:
+    figure = cluster_figures.rank_memory_figure(chosen, capacity) if training else None
+    if figure is not None:
+        st.plotly_chart(figure, key="cl_rank_memory")
+        st.caption(
+            "Each rank holds the same share of the model states (equal stages); activations are what "
+            "its stages hold at once, all together, in the simulated schedule (interleaved: its chunks "
+            "peak at different times). The planner checks rank 0, which holds the most."
+        )
+    else:
+        st.caption("Every device holds the same memory in this layout: the chart above is each device's.")
+
+
+def _collectives_tab(rows: list[Any]) -> None:
+    if rows:
+        st.dataframe(cluster_figures.collectives_table(rows), hide_index=True, width="stretch")
+        st.caption(
+            "Counts per step (inference: the prompt's prefill, then each generated token) on the "
+            "fullest device: Megatron-LM's two all-reduces per layer each way, GShard's all-to-alls, "
+            "the ZeRO paper's gradient reduction (1.5 times with ZeRO-3); ring collectives priced on "
+            "each group's link. Their totals are the time chart's communication bars."
+        )
+    else:
+        st.caption("One device, or data parallelism without gradients to reduce: nothing to communicate.")
+
+
+def _export_tab(chosen: cluster.LayoutResult, work: cluster.Workload, training: bool) -> None:
+    if not training:
+        st.caption("Inference layouts are exported with the training engines' parallelism settings.")
+    cols = st.columns(len(ENGINES))
+    for col, engine in zip(cols, ENGINES):
+        name, text, mime = engine_file(engine, chosen.layout, work)
+        col.download_button(
+            f"{ENGINE_LABELS.get(engine, engine)} config", text, file_name=name, mime=mime, key=f"cl_dl_{engine}"
+        )
 
 
 def _render_layout(
@@ -270,58 +317,15 @@ def _render_layout(
         ["Pipeline schedule", "Memory per rank", "Collectives", "Stage DAG", "Export", "Run it here"]
     )
     with schedule:
-        timeline = cluster_figures.layout_timeline(chosen) if training else None
-        if timeline is not None:
-            st.plotly_chart(timeline, key="cl_timeline")
-            st.caption(
-                md(
-                    f"{chosen.layout.label()}: one step's pipeline schedule as the Pipeline page simulates it, "
-                    "each stage at this layout's forward and backward of a microbatch (tensor-parallel and "
-                    f"stage transfers included); the simulator's step is {format_seconds(chosen.step_s)} "
-                    "less the exposed gradient reduction."
-                )
-            )
-        elif chosen.layout.pp > 1 and training:
-            st.caption(
-                f"The schedule has {chosen.layout.pp * chosen.microbatches:,} stage-microbatch actions: too "
-                "many to draw; the step comes from the schedule's closed form."
-            )
-        else:
-            st.caption("No pipeline stages in this layout" + ("." if training else " (inference)."))
+        _schedule_tab(chosen, training)
     with memory:
-        figure = cluster_figures.rank_memory_figure(chosen, capacity) if training else None
-        if figure is not None:
-            st.plotly_chart(figure, key="cl_rank_memory")
-            st.caption(
-                "Each rank holds the same share of the model states (equal stages); activations are what "
-                "its stages hold at once, all together, in the simulated schedule (interleaved: its chunks "
-                "peak at different times). The planner checks rank 0, which holds the most."
-            )
-        else:
-            st.caption("Every device holds the same memory in this layout: the chart above is each device's.")
+        _rank_memory_tab(chosen, training, capacity)
     with comms:
-        rows = cluster.collectives(prof, work, target, chosen.layout)
-        if rows:
-            st.dataframe(cluster_figures.collectives_table(rows), hide_index=True, width="stretch")
-            st.caption(
-                "Counts per step (inference: the prompt's prefill, then each generated token) on the "
-                "fullest device: Megatron-LM's two all-reduces per layer each way, GShard's all-to-alls, "
-                "the ZeRO paper's gradient reduction (1.5 times with ZeRO-3); ring collectives priced on "
-                "each group's link. Their totals are the time chart's communication bars."
-            )
-        else:
-            st.caption("One device, or data parallelism without gradients to reduce: nothing to communicate.")
+        _collectives_tab(cluster.collectives(prof, work, target, chosen.layout))
     with dag:
         cluster_panels.stage_dag(chosen, graph, target)
     with export:
-        if not training:
-            st.caption("Inference layouts are exported with the training engines' parallelism settings.")
-        cols = st.columns(len(ENGINES))
-        for col, engine in zip(cols, ENGINES):
-            name, text, mime = engine_file(engine, chosen.layout, work)
-            col.download_button(
-                f"{ENGINE_LABELS.get(engine, engine)} config", text, file_name=name, mime=mime, key=f"cl_dl_{engine}"
-            )
+        _export_tab(chosen, work, training)
     with here:
         if training:
             cluster_panels.run_here(chosen.layout, graph, prof, config)
