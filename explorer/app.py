@@ -39,11 +39,15 @@ NAMES = {title: name for _, title, _, name in VIEWS}
 state.install_exit_hook()  # SIGTERM mid-run: no abort (NOTE: [Stopping while a script runs])
 page = st.navigation(PAGES, position="top")
 state.set_page(NAMES.get(page.title, ""))
-state.restore_from_url(sample_models.names(), sidebar.PLAN_MODES, devices_panel.default_device_controls)
+# Above the page, each in a container there on every run, so the page's widgets keep their places
+# (state.load_graph): the link's notes, the size warning, the link's page keys no widget holds.
+notes, warnings, link_notes = st.container(), st.container(), st.container()
+with notes:
+    state.restore_from_url(sample_models.names(), sidebar.PLAN_MODES, devices_panel.default_device_controls)
 state.follow_page_request()
 state.set_config(sidebar.config_ui())
 state.write_url()
-state.show_size_warning()
-link_notes = st.container()  # above the page: the link's page keys no widget of it holds
+with warnings:
+    state.show_size_warning()
 page.run()
 state.show_bound_notes(link_notes)

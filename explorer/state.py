@@ -224,8 +224,13 @@ def current_config() -> PlanConfig | None:
 
 
 def load_graph(config: PlanConfig) -> Graph | None:
+    """The traced model. Its waiting line is drawn in a container of its own, there on every run: a
+    line drawn only while a trace runs would move the page's widgets down a place on that run, and a
+    widget bound to the URL that moves is drawn anew, after which Streamlit's browser side no longer
+    writes its changes into the URL."""
     try:
-        return compute.trace(config.model)
+        with st.container():
+            return compute.trace(config.model)
     except Exception as exc:  # shown in words; the sidebar keeps what was entered
         st.error(md(f"Could not build or trace {config.model.label}: {compute.explain_error(exc)}"))
         return None

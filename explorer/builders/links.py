@@ -141,12 +141,8 @@ def shown(text: Any, limit: int = SHOWN_CHARS) -> str:
     return text if len(text) <= limit else f"{text[:limit]}... ({len(text):,} characters)"
 
 
-def _range(key: str) -> tuple[float | None, float | None]:
-    return RANGES.get(key, (None, None))
-
-
 def _clamped(key: str, value: Any, text: str, notes: list[str]) -> Any:
-    low, high = _range(key)
+    low, high = RANGES.get(key, (None, None))
     if low is not None and value < low:
         notes.append(f"{key}={shown(text)} in the link is below the least, {number(low)}: set to {number(low)}")
         return type(value)(low)

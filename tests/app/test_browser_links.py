@@ -21,6 +21,18 @@ def _settled(page) -> None:
     expect(page.get_by_test_id("stStatusWidget")).to_have_count(0, timeout=TIMEOUT_MS)
 
 
+def _run_over(page) -> None:
+    """Wait for the run a changed field started to end: a field bound to the URL writes it in the
+    browser before the run starts, so the running indicator is awaited (unless it came and went)."""
+    from playwright.sync_api import expect
+
+    try:
+        expect(page.get_by_test_id("stStatusWidget")).to_have_count(1, timeout=10_000)
+    except AssertionError:  # the run was over before the indicator was looked for
+        pass
+    _settled(page)
+
+
 @pytest.mark.slow
 @pytest.mark.browser
 def test_a_typed_preset_is_its_real_size_and_an_override_warns_on_every_page():
@@ -86,8 +98,8 @@ def test_a_shared_cluster_link_reopens_the_workload_in_a_fresh_context():
                 box = page.get_by_label(label, exact=True)
                 box.fill(value)
                 box.press("Enter")
-                page.wait_for_url(f"**{key}={value}**", timeout=TIMEOUT_MS)  # the run with it is over
-                _settled(page)
+                page.wait_for_url(f"**{key}={value}**", timeout=TIMEOUT_MS)  # written in the browser
+                _run_over(page)
                 expect(box).to_have_value(value, timeout=TIMEOUT_MS)
             _settled(page)
             shared = page.url
