@@ -17,6 +17,7 @@ from explorer.fields import bounded_number, range_notes
 from partitioner import Graph, cluster, format_bytes, units
 from partitioner.cluster.hardware import HOST_MEMORY_BYTES
 from partitioner.cost.training import OPTIMIZERS
+from partitioner.units import GiB
 
 __all__ = [
     "show_page_notes",
@@ -31,7 +32,6 @@ __all__ = [
     "PRECISIONS",
 ]
 
-GiB = 2**30
 _PAGE_NOTES = "cl_range_notes"  # this run's notes of the page's own fields (show_page_notes)
 _PRECISION_MODEL = "cl_precision_model"  # the model the precision field was last drawn for
 MIN_CUT = "cl_min_cut"  # session state: graph fingerprint -> measured min-cut shares
@@ -56,7 +56,9 @@ def min_cut_ui(graph: Graph, prof: cluster.ModelProfile) -> tuple[tuple[float, f
         if st.button("Measure min-cut budgets", key="cl_min_cut_run"):
             try:
                 results = panels.run_with_status(
-                    lambda progress: remat.sweep(graph, graph.example_inputs or (), MIN_CUT_BUDGETS, timeout_s=600),
+                    lambda progress: remat.sweep(
+                        graph, graph.example_inputs or (), MIN_CUT_BUDGETS, timeout_s=600, progress=progress
+                    ),
                     starting=f"Tracing the joint graph and running min-cut at {len(MIN_CUT_BUDGETS)} budgets in a "
                     "worker (stopped after 10 minutes)...",
                 )

@@ -18,9 +18,8 @@ from explorer.views import review_job
 from partitioner import Graph, cluster, format_bytes, format_seconds
 from partitioner.cluster import bands
 from partitioner.cluster.search import at_the_edge, stops_paying
-from partitioner.interop.engines import ENGINES, engine_file
+from partitioner.interop.engines import EXPORT_ENGINES, engine_file
 
-GiB = 2**30
 ENGINE_LABELS = {
     "torchtitan": "torchtitan up to 0.2 (TOML)",
     "torchtitan-args": "torchtitan 0.3 (arguments)",
@@ -286,8 +285,8 @@ def _collectives_tab(rows: list[Any]) -> None:
 def _export_tab(chosen: cluster.LayoutResult, work: cluster.Workload, training: bool) -> None:
     if not training:
         st.caption("Inference layouts are exported with the training engines' parallelism settings.")
-    cols = st.columns(len(ENGINES))
-    for col, engine in zip(cols, ENGINES):
+    cols = st.columns(len(EXPORT_ENGINES))
+    for col, engine in zip(cols, EXPORT_ENGINES):
         name, text, mime = engine_file(engine, chosen.layout, work)
         col.download_button(
             f"{ENGINE_LABELS.get(engine, engine)} config", text, file_name=name, mime=mime, key=f"cl_dl_{engine}"

@@ -41,7 +41,7 @@ def _sweep(graph: Graph, loss: str) -> list[remat.RematResult] | None:
     try:
         done = panels.run_with_status(
             lambda progress: remat.sweep(
-                graph, graph.example_inputs or (), BUDGETS, loss, timeout_s=_time_limit_s(graph)
+                graph, graph.example_inputs or (), BUDGETS, loss, timeout_s=_time_limit_s(graph), progress=progress
             ),
             starting=f"Tracing the joint graph and running min-cut at {len(BUDGETS)} budgets in a worker "
             f"(stopped after {_minutes(_time_limit_s(graph))})...",

@@ -242,7 +242,6 @@ EXPORT_ENGINES = {
     "megatron": to_megatron,
     "deepspeed": to_deepspeed,
 }
-ENGINES = EXPORT_ENGINES  # the former name, still read by explorer.views.cluster
 
 
 def engine_file(engine: str, layout: Layout, workload: Workload) -> tuple[str, str, str]:

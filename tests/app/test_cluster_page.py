@@ -101,13 +101,14 @@ def _searched(at: AppTest) -> int:
     return int(summary.split("searched ")[1].split(" layouts")[0].replace(",", ""))
 
 
-def _min_cut_shares(graph, inputs, budgets, timeout_s=None):
+def _min_cut_shares(graph, inputs, budgets, timeout_s=None, progress=None):
     """A stand-in for ``partitioner.remat.sweep`` (seconds a budget on the sample: its joint trace
     and min-cut are tested in tests/remat and tests/cluster/test_min_cut_layouts.py): min-cut at
     budget b keeps (20 + 60 b) % of the activations and recomputes (40 - 40 b) % of the forward."""
     from partitioner.remat import RematResult
 
     assert graph.graph_module is not None and inputs and timeout_s  # the page's trace, in a worker
+    progress(f"min-cut at budget {budgets[-1]:g}: {len(budgets)} of {len(budgets)} done")  # the status box's
     prof = cluster.profile(graph)
     acts, flops = prof.act_bytes_per_token * prof.tokens0, prof.flops_per_token * prof.tokens0
     return [RematResult(b, (), (), int((0.2 + 0.6 * b) * acts), 0, int((0.4 - 0.4 * b) * flops), 0.0) for b in budgets]
