@@ -84,10 +84,8 @@ def trace(choice: ModelChoice) -> Graph:
     if cached is not None:
         return cached
     waiting = (
-        "Building the model from its config (weights on the meta device when large) and tracing it: "
-        "a few layers, repeated to its depth where its layers are identical (seconds), else the whole "
-        "model (about 5 s per thousand operations); the trace is kept on disk, so opening it again takes "
-        "a fraction of a second"
+        "Building the model from its config and tracing it: seconds where its layers are identical (a "
+        "few traced, repeated to its depth), else about 5 s per thousand operations; kept on disk after"
         if sample_models.is_hf(choice.name)
         else "Tracing the model"
     )
