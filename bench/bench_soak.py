@@ -19,7 +19,7 @@ per wave), the time each took, the waves' medians and their ratio, the server's 
 processes left 5 s after the SIGKILL (they should be 0; by default the kill comes as the sweep's
 worker starts, the harshest moment), with the machine's load. --term-only: a SIGTERM while a
 session traces and searches the large model on Plan a cluster: the server's exit code, whether its
-log has an abort ("terminate called", NOTE: [Stopping while a script runs] in explorer/state.py)
+log has an abort ("terminate called", NOTE: [Stopping while a script runs] in explorer/shutdown.py)
 and the processes left 5 s later.
 
 Sessions of a wave (as the attack that found issue 47 opened them): 3 x Explore with the model

@@ -17,7 +17,7 @@ if str(ROOT) not in sys.path:  # `streamlit run explorer/app.py` runs this file 
 import streamlit as st  # noqa: E402
 
 import sample_models  # noqa: E402
-from explorer import devices_panel, sidebar, state
+from explorer import devices_panel, shutdown, sidebar, state
 
 st.set_page_config(page_title="Partition Explorer", page_icon=":material/account_tree:", layout="wide")
 
@@ -36,7 +36,7 @@ VIEWS = [
 PAGES = [st.Page(script, title=title, icon=icon, default=i == 0) for i, (script, title, icon, _) in enumerate(VIEWS)]
 NAMES = {title: name for _, title, _, name in VIEWS}
 
-state.install_exit_hook()  # SIGTERM mid-run: no abort (NOTE: [Stopping while a script runs])
+shutdown.install_exit_hook()  # SIGTERM mid-run: no abort (NOTE: [Stopping while a script runs])
 page = st.navigation(PAGES, position="top")
 state.set_page(NAMES.get(page.title, ""))
 # Above the page, each in a container there on every run, so the page's widgets keep their places

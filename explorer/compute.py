@@ -120,7 +120,7 @@ def trace(choice: ModelChoice) -> Graph:
 # session's or another's) finds it, instead of being cut off inside torch.fx's patching (NOTE: [One
 # trace at a time]). A run that comes back while the trace is still going waits for the same thread.
 # Daemon threads: a server told to stop does not wait for them (NOTE: [Stopping while a script runs]
-# in explorer.state).
+# in explorer.shutdown).
 @dataclass
 class _Tracing:
     started: float

@@ -1,5 +1,5 @@
 """The server stops cleanly while a session is inside torch (NOTE: [Stopping while a script runs] in
-explorer/state.py): Streamlit's script threads are daemons, and a process that exits while one is
+explorer/shutdown.py): Streamlit's script threads are daemons, and a process that exits while one is
 in a matrix product aborted in C++'s static destructors ("terminate called without an active
 exception", exit 134: 3 of 3 runs) until the router's exit hook ended it first. The hook acts only
 in a server told to stop, so a test process or an exit on an error keeps its own exit code."""
@@ -11,7 +11,7 @@ import sys
 import threading
 from pathlib import Path
 
-from explorer import state
+from explorer import shutdown
 
 ROOT = Path(__file__).resolve().parents[2]
 BUSY = """
@@ -20,8 +20,8 @@ sys.path.insert(0, {root!r})
 import torch
 if {hook}:  # as install_exit_hook registers it, with the server told to stop
     import atexit, os
-    from explorer import state
-    atexit.register(state.exit_busy, os._exit, state._shut_down, lambda: True)
+    from explorer import shutdown
+    atexit.register(shutdown.exit_busy, os._exit, shutdown._shut_down, lambda: True)
 def busy():
     a = torch.randn(256, 256)
     while True:
@@ -51,10 +51,12 @@ def test_the_hook_acts_only_in_a_server_told_to_stop():
     thread.start()
     try:
         # not a stopped server (a test process, an exit on an error): its own exit, its own code
-        assert not state.exit_busy(calls.append, lambda: shut.append(True)) and calls == [] and shut == []
-        assert not state.exit_busy(calls.append, lambda: shut.append(True), lambda: False) and calls == []
+        assert not shutdown.exit_busy(calls.append, lambda: shut.append(True)) and calls == [] and shut == []
+        assert not shutdown.exit_busy(calls.append, lambda: shut.append(True), lambda: False) and calls == []
         assert (
-            state.exit_busy(calls.append, lambda: shut.append(True), lambda: True) and calls == [0] and shut == [True]
+            shutdown.exit_busy(calls.append, lambda: shut.append(True), lambda: True)
+            and calls == [0]
+            and shut == [True]
         )
     finally:
         release.set()
