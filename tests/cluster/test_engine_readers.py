@@ -13,12 +13,16 @@ import pytest
 
 READER = textwrap.dedent("""
     import json, os, sys
+    import importlib
     import deepspeed
     from deepspeed.runtime.config import DeepSpeedConfig
     from partitioner import cluster
     from partitioner.interop.engines import to_deepspeed
 
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=sys.argv[1], RANK="0", WORLD_SIZE="1", LOCAL_RANK="0")
+    # Not its shared-memory all-reduce, a C++ op built on first use (minutes, and a lock that a killed
+    # build leaves behind makes every later start wait forever): a config is read without it.
+    importlib.import_module("deepspeed.comm.torch").build_shm_op = lambda: None  # (deepspeed.comm.torch is torch)
     deepspeed.init_distributed(dist_backend="gloo")  # DeepSpeedConfig asks its rank first
 
     class Groups:  # the data-parallel degree, as Megatron's mpu tells it
