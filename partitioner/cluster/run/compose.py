@@ -25,11 +25,18 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from partitioner.cluster.layouts import Layout
-from partitioner.cluster.run.records import ComposedRun, RankReport, all_reduce_gradients, compare, measure_step
+from partitioner.cluster.run.records import (
+    ComposedRun,
+    RankReport,
+    all_reduce_gradients,
+    compare,
+    launch_named,
+    measure_step,
+)
 from partitioner.cluster.run.runnable import check_runnable
 from partitioner.cluster.run.tp_plans import linear_pairs_plan
 from partitioner.cluster.words import parse_layout
-from partitioner.errors import PartitionError, RunError
+from partitioner.errors import PartitionError
 from partitioner.processes.records import RankStep
 from partitioner.processes.timing import step_seconds
 
@@ -271,7 +278,15 @@ def run_layout(
     if transposed:  # GPT-2's Conv1D as the equal Linear, which DTensor's styles take
         module = _as_linear(module, transposed)
     args = (module, inputs, layout, plan, repeats, styles, kwargs)
-    results = _launch_ranks(args, layout, timeout_s=timeout_s, backend=backend, progress=progress)
+    results = launch_named(
+        _entry,
+        layout.devices,
+        args,
+        lambda rank: _mesh_name(rank, layout),
+        timeout_s=timeout_s,
+        backend=backend,
+        progress=progress,
+    )
     return _checked(layout, results, expected, expected_grads, plan, transposed, backend)
 
 
@@ -299,25 +314,10 @@ def _as_linear(module: torch.nn.Module, transposed: tuple[str, ...]) -> torch.nn
     return module
 
 
-def _launch_ranks(
-    args: tuple[Any, ...],
-    layout: Layout,
-    *,
-    timeout_s: float,
-    backend: str,
-    progress: Callable[[str], None] | None,
-) -> list[RankStep]:
-    """Each rank's :func:`_entry` on ``args``, on its own process; a failed rank named with its
-    mesh coordinates (from its number: the ranks do not name it)."""
-    from partitioner.processes.launch import launch
-
-    try:
-        return launch(_entry, layout.devices, args, timeout_s=timeout_s, backend=backend, progress=progress)
-    except RunError as exc:
-        if exc.rank is None:
-            raise
-        i, j = divmod(exc.rank, layout.tp)
-        raise RunError(f"rank {exc.rank} (dp={i}, tp={j}): {exc}", rank=exc.rank) from None
+def _mesh_name(rank: int, layout: Layout) -> str:
+    """A rank as a failure names it: its number and its mesh coordinates."""
+    i, j = divmod(rank, layout.tp)
+    return f"rank {rank} (dp={i}, tp={j})"
 
 
 _DATA_PARALLEL = {

@@ -8,8 +8,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from partitioner.cluster.layouts import Layout
 from partitioner.cluster.run.pipelined import pipelined_entry, role, stage_cuts
-from partitioner.cluster.run.records import ComposedRun, RankReport, compare
-from partitioner.errors import RunError
+from partitioner.cluster.run.records import ComposedRun, RankReport, compare, launch_named
 from partitioner.processes.records import RankStep
 
 if TYPE_CHECKING:
@@ -33,7 +32,15 @@ def run_pipelined(
 ) -> ComposedRun:
     stages = _stages(module, inputs, layout, plan)
     args = (stages, inputs, layout, plan, repeats)
-    results = _launch_stages(args, layout, timeout_s=timeout_s, backend=backend, progress=progress)
+    results = launch_named(
+        pipelined_entry,
+        layout.devices,
+        args,
+        lambda rank: role(rank, layout),
+        timeout_s=timeout_s,
+        backend=backend,
+        progress=progress,
+    )
     last = sorted((r for r in results if r.coords[0] == layout.pp - 1 and r.coords[2] == 0), key=lambda r: r.coords[1])
     outputs = _last_outputs(last)
     grads = _summed_gradients(results, layout.dp)
@@ -73,26 +80,6 @@ def _stages(
     graph = partitioner.trace(module, inputs, name=type(module).__name__)
     linears = [n for n, m in module.named_modules() if isinstance(m, torch.nn.Linear)]
     return build_stage_modules(graph, stage_cuts(graph, plan, linears, layout.pp), inputs)
-
-
-def _launch_stages(
-    args: tuple[Any, ...],
-    layout: Layout,
-    *,
-    timeout_s: float,
-    backend: str,
-    progress: Callable[[str], None] | None,
-) -> list[RankStep]:
-    """Each rank's :func:`pipelined_entry` on ``args``, on its own process; a failed rank named by
-    its role (from its number: the ranks do not name it)."""
-    from partitioner.processes.launch import launch
-
-    try:
-        return launch(pipelined_entry, layout.devices, args, timeout_s=timeout_s, backend=backend, progress=progress)
-    except RunError as exc:
-        if exc.rank is None:
-            raise
-        raise RunError(f"{role(exc.rank, layout)}: {exc}", rank=exc.rank) from None
 
 
 def _last_outputs(last: list[RankStep]) -> list[Any]:

@@ -8,10 +8,11 @@ from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
 from partitioner.cluster.layouts import Layout
+from partitioner.errors import RunError
 from partitioner.processes.records import RankStep
 from partitioner.processes.timing import step_seconds
 
-__all__ = ["RankReport", "ComposedRun", "compare", "all_reduce_gradients"]
+__all__ = ["RankReport", "ComposedRun", "compare", "all_reduce_gradients", "launch_named"]
 
 
 @dataclass(frozen=True)
@@ -141,3 +142,26 @@ def all_reduce_gradients(params: Sequence[tuple[str, Any]], group: Any, dp: int)
             dist.all_reduce(local, group=group)
             local.div_(dp)
     return time.perf_counter() - began
+
+
+def launch_named(
+    entry: Callable[..., Any],
+    ranks: int,
+    args: tuple[Any, ...],
+    name: Callable[[int], str],
+    *,
+    timeout_s: float,
+    backend: str,
+    progress: Callable[[str], None] | None,
+) -> list[Any]:
+    """``entry(*args)`` on ``ranks`` processes of their own (:func:`partitioner.processes.launch.launch`);
+    a failed rank named by ``name(rank)`` (its mesh coordinates, its stage role: the ranks do not
+    name themselves)."""
+    from partitioner.processes.launch import launch
+
+    try:
+        return launch(entry, ranks, args, timeout_s=timeout_s, backend=backend, progress=progress)
+    except RunError as exc:
+        if exc.rank is None:
+            raise
+        raise RunError(f"{name(exc.rank)}: {exc}", rank=exc.rank) from None
