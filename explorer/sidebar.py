@@ -216,7 +216,7 @@ def follow_hf_devices(choice: ModelChoice) -> None:
         except (ValueError, RuntimeError, TypeError):  # the page says why; tried again once it traces
             return
         st.session_state[state.HF_DEVICES_FOR] = choice.name
-        device_bytes = int(partitioner.PRESETS[HF_DEVICE_TYPE]["memory_bytes"])
+        device_bytes = partitioner.hardware.HARDWARE[HF_DEVICE_TYPE].memory_bytes
         headroom = st.session_state.get("dev_headroom", DEFAULT_HEADROOM_PERCENT)
         count = hf_device_count(graph.total_size_bytes, device_bytes, float(headroom or 0))
         st.session_state.update({"dev_preset": HF_DEVICE_TYPE, "dev_count": count})
