@@ -115,7 +115,7 @@ def zero_rows() -> list[str]:
         flops_per_token=0.0,
         attention_flops_per_token=0.0,
     )
-    big = cluster.Cluster(cluster.Accelerator("big", 2**50, 1e15, 1e12, 1.0), devices_per_node=8)
+    big = cluster.Cluster(cluster.Accelerator.custom("big", 2**50, 1e15, 1e12, 1.0), devices_per_node=8)
     out = []
     for stage, published in enumerate((120.0, 31.4, 16.6, 1.88)):
         r = cluster.evaluate(

@@ -17,7 +17,7 @@ from partitioner.accelerator.api import evaluate_plan, partition
 from partitioner.accelerator.check import check_plan
 from partitioner.accelerator.modes import DEFAULT_MODE, DESCRIPTIONS, MODES
 from partitioner.cost.model import node_latencies, roofline_latencies
-from partitioner.devices import PRESETS, Device, parse_devices
+from partitioner.devices import Device, parse_devices
 from partitioner.errors import (
     DeviceSpecError,
     InfeasibleError,
@@ -28,6 +28,7 @@ from partitioner.errors import (
     TraceError,
 )
 from partitioner.graph import Graph, Node
+from partitioner.hardware import HARDWARE as PRESETS  # the device presets: the one hardware table
 from partitioner.options import PartitionOptions
 from partitioner.plan import SCHEMA_VERSION, Edge, Partition, Plan, PlanFormatError, rescore
 from partitioner.plan.validate import Violation

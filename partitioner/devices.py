@@ -20,7 +20,7 @@ from partitioner.units import format_bytes, parse_bytes
 
 __all__ = [
     "Device",
-    "PRESETS",
+    "preset_fields",
     "parse_bytes",
     "format_bytes",
     "parse_devices",
@@ -88,7 +88,7 @@ class Device:
         data = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
         if self.profile is None:
             del data["profile"]
-        elif self.kind in PRESETS and self.profile == preset_profile(self.kind, self.profile.engine):
+        elif self.kind in HARDWARE and self.profile == preset_profile(self.kind, self.profile.engine):
             data["profile"] = self.kind if self.profile.engine == "eager" else f"{self.kind}@{self.profile.engine}"
         else:
             data["profile"] = self.profile.to_dict()
@@ -127,18 +127,18 @@ DEFAULT_SPEEDS = {
     "link_bandwidth_bytes_per_s": 25e9,
 }
 
-# Every device type of partitioner.hardware (the one table), as the fields of a Device: memory,
-# the dense bf16 peak, HBM bandwidth and the node's link. A preset's devices carry the card's
-# GPU profile (measured or derived kernel curves), which the cost model prices ops by.
-PRESETS: dict[str, dict[str, Any]] = {
-    name: dict(
+
+def preset_fields(name: str) -> dict[str, Any]:
+    """The device type ``name`` (a row of :data:`partitioner.hardware.HARDWARE`, the one table and
+    the presets) as the fields of a :class:`Device`: memory, the dense bf16 peak, HBM bandwidth and
+    the node's link. A preset's devices carry the card's GPU profile too (:func:`preset_profile`)."""
+    card = HARDWARE[name]
+    return dict(
         memory_bytes=card.memory_bytes,
         peak_flops=card.peak_flops,
         memory_bandwidth_bytes_per_s=card.memory_bandwidth_bytes_per_s,
         link_bandwidth_bytes_per_s=card.link_bandwidth_bytes_per_s,
     )
-    for name, card in HARDWARE.items()
-}
 
 
 def preset_profile(name: str, engine: str = "eager") -> DeviceProfile | None:
@@ -153,7 +153,7 @@ def _named_profile(body: str) -> DeviceProfile:
     ``partition-explorer calibrate``."""
     if body.endswith(".json"):
         return load_profile(body)
-    preset = preset_profile(body.lower()) if body.lower() in PRESETS else None
+    preset = preset_profile(body.lower()) if body.lower() in HARDWARE else None
     if preset is not None:
         return preset
     found = find_profile(body)
@@ -195,9 +195,9 @@ def with_profile(devices: Iterable[Device], profile: DeviceProfile) -> list[Devi
 
 
 def _preset_device(preset: str, logical_id: int) -> Device:
-    spec = PRESETS[preset]
+    name = f"{preset}_{logical_id}"
     return Device(
-        name=f"{preset}_{logical_id}", logical_id=logical_id, kind=preset, profile=preset_profile(preset), **spec
+        name=name, logical_id=logical_id, kind=preset, profile=preset_profile(preset), **preset_fields(preset)
     )
 
 
@@ -291,7 +291,7 @@ def _device_maker(spec: str, group: str, body: str, engine: str) -> Callable[[in
     ``engine`` ("" for none) from its logical id. Every refusal comes here, before any device of
     the group is made."""
     preset = body.lower()
-    if preset in PRESETS:
+    if preset in HARDWARE:
         if not engine:
             return lambda lid: _preset_device(preset, lid)
         curves = preset_profile(preset)
@@ -325,7 +325,7 @@ def _group_memory(spec: str, group: str, body: str) -> int:
     except DeviceSpecError:
         raise DeviceSpecError(
             f"cannot read device group {group!r}: {body!r} is neither a size "
-            f"(e.g. '16GiB') nor a preset ({', '.join(sorted(PRESETS))}) nor a measured profile "
+            f"(e.g. '16GiB') nor a preset ({', '.join(sorted(HARDWARE))}) nor a measured profile "
             "(`partition-explorer calibrate --name NAME`, then NAME or its .json file)"
         ) from None
     if memory == 0:
@@ -366,9 +366,9 @@ def devices_from_dicts(items: Iterable[Mapping[str, Any]]) -> list[Device]:
         values = dict(item)
         preset = values.pop("preset", None)
         if preset is not None:
-            if str(preset).lower() not in PRESETS:
-                raise DeviceSpecError(f"unknown preset {preset!r}; valid presets are {sorted(PRESETS)}")
-            values = {**PRESETS[str(preset).lower()], "kind": str(preset).lower(), **values}
+            if str(preset).lower() not in HARDWARE:
+                raise DeviceSpecError(f"unknown preset {preset!r}; valid presets are {sorted(HARDWARE)}")
+            values = {**preset_fields(str(preset).lower()), "kind": str(preset).lower(), **values}
             if preset_profile(str(preset).lower()) is not None:
                 values.setdefault("profile", str(preset).lower())
         values.setdefault("logical_id", i)

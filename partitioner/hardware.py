@@ -18,6 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Mapping
 
+from partitioner.errors import DeviceSpecError
 from partitioner.units import GiB, find_dtype
 
 __all__ = ["Hardware", "Link", "HARDWARE", "LINKS", "ACCELERATOR_NAMES", "DTYPES", "hardware"]
@@ -34,8 +35,11 @@ class Link:
 
 @dataclass(frozen=True)
 class Hardware:
-    """One device type. ``peak_flops`` is the dense bf16 (fp16 where the card has no bf16) rate,
-    the figure MFU is quoted against; ``peak_flops_by_dtype`` the rest of the datasheet."""
+    """One device type: the one record of a card's figures (a row of :data:`HARDWARE`, or a card
+    of one's own or a measured one, :meth:`partitioner.cluster.Accelerator.custom`).
+    ``peak_flops`` is the dense bf16 (fp16 where the card has no bf16) rate, the figure MFU is
+    quoted against; ``peak_flops_by_dtype`` the rest of the datasheet (empty: ``peak_flops`` at
+    every dtype)."""
 
     name: str
     memory_bytes: int
@@ -43,9 +47,16 @@ class Hardware:
     memory_bandwidth_bytes_per_s: float
     link: str  # the link between devices of one node (a key of LINKS)
     price_per_hour: float  # one device, USD
-    peak_flops_by_dtype: Mapping[str, float] = field(default_factory=dict)
+    # compared, not hashed (a dict): a card stays hashable, as the planner's records holding it
+    peak_flops_by_dtype: Mapping[str, float] = field(default_factory=dict, hash=False)
     accelerator: bool = True  # False for the host CPU preset
     vendor: str = ""
+
+    def __post_init__(self) -> None:
+        if self.link not in LINKS:
+            raise DeviceSpecError(
+                f"device type {self.name!r}: unknown link {self.link!r}; choose one of {', '.join(LINKS)}"
+            )
 
     def peak_for(self, dtype: str | None) -> float:
         """The datasheet peak at ``dtype`` (``torch.float32`` and ``float32`` alike); the bf16

@@ -36,7 +36,7 @@ def test_parse_devices_homogeneous_and_ids():
 def test_parse_devices_heterogeneous_and_presets():
     devices = parse_devices("2x16GiB,1xa100-40gb")
     assert [d.memory_bytes for d in devices] == [16 * 2**30, 16 * 2**30, 40 * 2**30]
-    assert devices[2].kind == "a100-40gb" and devices[2].peak_flops == partitioner.PRESETS["a100-40gb"]["peak_flops"]
+    assert devices[2].kind == "a100-40gb" and devices[2].peak_flops == partitioner.PRESETS["a100-40gb"].peak_flops
 
 
 def test_parse_devices_file(tmp_path):

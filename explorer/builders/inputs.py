@@ -15,7 +15,7 @@ from typing import Any, Iterable, Mapping, Sequence
 import partitioner
 from partitioner import PRESETS, Device, DeviceSpecError
 from partitioner.device_profile import DeviceProfile, cached_profiles, find_profile
-from partitioner.devices import preset_profile
+from partitioner.devices import preset_fields, preset_profile
 from partitioner.interop.readers import LatencyFileError, read_node_latency_text
 
 __all__ = [
@@ -75,7 +75,7 @@ def type_spec(kind: str) -> tuple[dict[str, Any], DeviceProfile | None]:
     """A device type's memory and speeds (Device fields) and, for a measured one, its profile;
     ``({}, None)`` for custom or a type that is not there (a profile deleted since)."""
     if kind in PRESETS:  # a GPU preset carries its kernel curves (measured or derived)
-        return dict(PRESETS[kind]), preset_profile(kind)
+        return preset_fields(kind), preset_profile(kind)
     profile = find_profile(kind) if kind != CUSTOM else None
     if profile is None:
         return {}, None

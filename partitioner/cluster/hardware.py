@@ -20,12 +20,12 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Mapping
+from typing import TYPE_CHECKING, Any, Mapping
 
 from partitioner.errors import PartitionError
-from partitioner.hardware import ACCELERATOR_NAMES, HARDWARE, LINKS, Link
+from partitioner.hardware import ACCELERATOR_NAMES, HARDWARE, LINKS, Hardware, Link
 from partitioner.kernels import ENGINES, GpuKernels
-from partitioner.units import GiB
+from partitioner.units import GiB, find_dtype
 
 if TYPE_CHECKING:
     from partitioner.device_profile import DeviceProfile
@@ -49,13 +49,19 @@ GPU_MEMORY_UTILIZATION = 0.9  # vLLM's --gpu-memory-utilization default (NOTE: [
 KV_BLOCK_TOKENS = 16  # vLLM's --block-size default on CUDA
 
 
+# The link inside a node of a card of one's own (Accelerator.custom): an H100 node's NVLink, a
+# Cluster's default ``intra``. A Cluster, not its card, says which links a plan runs on.
+CUSTOM_LINK = "nvlink4"
+
+
 @dataclass(frozen=True)
 class Accelerator:
-    name: str
-    memory_bytes: int
-    peak_flops: float  # dense BF16 FLOP/s (what MFU is quoted against)
-    memory_bandwidth_bytes_per_s: float
-    price_per_hour: float  # one device, USD
+    """A device type as the planner times it: the card (:class:`~partitioner.hardware.Hardware`,
+    the one record of its figures: a row of the hardware table, a card of one's own or a measured
+    one) and how its times are made (its kernel curves under an engine, or the roofline of its
+    figures). The card's figures read through: ``acc.memory_bytes``, ``acc.peak_flops``..."""
+
+    card: Hardware
     kernels: GpuKernels | None = dataclasses.field(default=None, compare=False, repr=False)  # per-op curves
     engine: str = "eager"  # what its times assume (partitioner.kernels.ENGINES)
     # whether a person named the engine (``h100-80gb@eager``); serving prices an unnamed one as the
@@ -63,6 +69,52 @@ class Accelerator:
     engine_chosen: bool = dataclasses.field(default=False, compare=False)
     # a calibrated profile's "calibrated <UTC date> at load <x>" (partitioner.calibration.naming); "" for a preset
     calibrated: str = dataclasses.field(default="", compare=False)
+
+    @classmethod
+    def custom(
+        cls,
+        name: str,
+        memory_bytes: int,
+        peak_flops: float,
+        memory_bandwidth_bytes_per_s: float,
+        price_per_hour: float = 0.0,
+        host: bool = False,
+    ) -> "Accelerator":
+        """A card of one's own (no datasheet row, no kernel curves: timed by the roofline of
+        ``peak_flops``, the dense bf16 rate at every dtype, and the memory bandwidth); ``host``:
+        the processes of a host, linked as a host's are."""
+        link = "host" if host else CUSTOM_LINK
+        card = Hardware(
+            name, memory_bytes, peak_flops, memory_bandwidth_bytes_per_s, link, price_per_hour, accelerator=not host
+        )
+        return cls(card)
+
+    @property
+    def name(self) -> str:
+        return self.card.name
+
+    @property
+    def memory_bytes(self) -> int:
+        return self.card.memory_bytes
+
+    @property
+    def peak_flops(self) -> float:
+        """Dense BF16 FLOP/s (what MFU is quoted against)."""
+        return self.card.peak_flops
+
+    @property
+    def memory_bandwidth_bytes_per_s(self) -> float:
+        return self.card.memory_bandwidth_bytes_per_s
+
+    @property
+    def price_per_hour(self) -> float:
+        """One device, USD."""
+        return self.card.price_per_hour
+
+    def with_card(self, **figures: Any) -> "Accelerator":
+        """The same accelerator on a card with other ``figures`` (fields of
+        :class:`~partitioner.hardware.Hardware`: a price, a memory)."""
+        return dataclasses.replace(self, card=dataclasses.replace(self.card, **figures))
 
     @property
     def assumes(self) -> str:
@@ -81,11 +133,13 @@ class Accelerator:
             raise PartitionError(f"unknown engine {engine!r}; choose one of {', '.join(ENGINES)}")
         return dataclasses.replace(self, engine=engine, engine_chosen=True)
 
-    def peak_for(self, element_bytes: int) -> float:
-        """The dense matrix rate at a workload's element size: the datasheet's FP8 figure for 1
-        byte on a card of the hardware table that has one, else :attr:`peak_flops` (bf16)."""
-        if element_bytes == 1 and self.name in HARDWARE:
-            return float(HARDWARE[self.name].peak_flops_by_dtype.get("float8", self.peak_flops))
+    def peak_for(self, dtype: str | None) -> float:
+        """The dense matrix rate a workload of ``dtype`` is floored at: the card's datasheet FP8
+        figure for fp8 where it gives one, else :attr:`peak_flops` (bf16; the times themselves come
+        from the kernel curves at the workload's dtype)."""
+        found = find_dtype(dtype or "bfloat16")
+        if found is not None and found.peak_key == "float8":
+            return self.card.peak_for("float8")
         return self.peak_flops
 
 
@@ -97,14 +151,7 @@ def _accelerator(name: str) -> Accelerator:
     fp8 = card.peak_flops_by_dtype.get("float8")
     if kernels is not None and fp8:  # NOTE: [FP8 from the bf16 curves] in partitioner.kernels
         kernels = kernels.with_derived_dtype("float8_e4m3fn", fp8 / card.peak_flops_by_dtype["bfloat16"])
-    return Accelerator(
-        card.name,
-        card.memory_bytes,
-        card.peak_flops,
-        card.memory_bandwidth_bytes_per_s,
-        card.price_per_hour,
-        kernels=kernels,
-    )
+    return Accelerator(card, kernels=kernels)
 
 
 # A node's host (CPU) memory, which ZeRO-Offload fills: NVIDIA's DGX H100 datasheet gives its 8-GPU node
@@ -163,17 +210,16 @@ def from_profile(profile: DeviceProfile, price_per_hour: float = 0.0) -> tuple[A
     from partitioner.calibration.naming import calibrated_words
 
     link = profile.link
+    measured = Accelerator.custom(
+        profile.name,
+        profile.memory_bytes,
+        profile.peak_flops,
+        profile.memory_bandwidth_bytes_per_s,
+        price_per_hour,
+        host=profile.gpu is None,  # measured on the host's processes, not a GPU's kernels
+    )
     return (
-        Accelerator(
-            profile.name,
-            profile.memory_bytes,
-            profile.peak_flops,
-            profile.memory_bandwidth_bytes_per_s,
-            price_per_hour,
-            kernels=profile.gpu,
-            engine=profile.engine,
-            calibrated=calibrated_words(profile),
-        ),
+        dataclasses.replace(measured, kernels=profile.gpu, engine=profile.engine, calibrated=calibrated_words(profile)),
         Link(f"{profile.name}-p2p", link.bandwidth_bytes_per_s if link else 10e9, link.latency_s if link else 5e-6),
     )
 
@@ -191,15 +237,16 @@ def cluster(
     inter: str = "infiniband-ndr",
     headroom_bytes: int = 4 * GiB,
     price_per_hour: float | None = None,
-    overrides: Mapping[str, float] | None = None,
+    overrides: Mapping[str, Any] | None = None,
     engine: str | None = None,
     host_memory_bytes: int = HOST_MEMORY_BYTES,
 ) -> Cluster:
     """A :class:`Cluster` from preset names (``intra`` defaults to the accelerator's own link).
     ``engine`` names what the times assume (:data:`partitioner.kernels.ENGINES`; unnamed: eager for
-    training, the serving engines' for inference, NOTE: [Serving engine]); ``overrides`` of the
-    peak FLOP/s or bandwidth price the compute by the roofline of those figures (the card's kernel
-    curves no longer describe it). ``host_memory_bytes``: a node's host memory, which ZeRO-Offload
+    training, the serving engines' for inference, NOTE: [Serving engine]); ``overrides`` set the
+    card's figures (fields of :class:`~partitioner.hardware.Hardware`), and of the peak FLOP/s or
+    bandwidth price the compute by the roofline of those figures (the card's kernel curves no
+    longer describe it). ``host_memory_bytes``: a node's host memory, which ZeRO-Offload
     fills (default :data:`HOST_MEMORY_BYTES`, a DGX H100's)."""
     if "@" in accelerator:  # "h100-80gb@graphs"
         accelerator, _, engine = accelerator.rpartition("@")
@@ -214,7 +261,7 @@ def cluster(
     if measured is not None:
         acc, own = from_profile(measured)
         if price_per_hour is not None:
-            acc = dataclasses.replace(acc, price_per_hour=float(price_per_hour))
+            acc = acc.with_card(price_per_hour=float(price_per_hour))
         acc = _named_engine(_overridden(acc, overrides), engine)
         return Cluster(
             acc,
@@ -228,9 +275,9 @@ def cluster(
     if price_per_hour is not None:
         if not price_per_hour >= 0:
             raise PartitionError(f"price_per_hour must be >= 0 (got {price_per_hour})")
-        acc = dataclasses.replace(acc, price_per_hour=float(price_per_hour))
+        acc = acc.with_card(price_per_hour=float(price_per_hour))
     acc = _named_engine(_overridden(acc, overrides), engine)
-    intra = intra or HARDWARE[accelerator].link
+    intra = intra or acc.card.link
     for name in (intra, inter):
         if name not in LINKS:
             raise PartitionError(f"unknown link {name!r}; choose one of {', '.join(LINKS)}")
@@ -244,13 +291,20 @@ def _named_engine(acc: Accelerator, engine: str | None) -> Accelerator:
     return acc if engine is None else acc.with_engine(engine)
 
 
-def _overridden(acc: Accelerator, overrides: Mapping[str, float] | None) -> Accelerator:
+def _overridden(acc: Accelerator, overrides: Mapping[str, Any] | None) -> Accelerator:
+    """``acc`` on its card with ``overrides`` of its figures (fields of the card: name, memory,
+    peak FLOP/s, bandwidth, price). A new peak FLOP/s leaves the datasheet's other dtypes behind
+    (FP8 then runs at that peak), and a new peak or bandwidth the kernel curves (the roofline of
+    those figures prices the compute)."""
     if not overrides:
         return acc
-    changed = {k: v for k, v in overrides.items() if getattr(acc, k, None) != v}
+    changed = {k: v for k, v in overrides.items() if getattr(acc.card, k) != v}
+    if "peak_flops" in changed:
+        changed["peak_flops_by_dtype"] = {}
+    out = acc.with_card(**changed)
     if {"peak_flops", "memory_bandwidth_bytes_per_s"} & set(changed):
-        changed["kernels"] = None  # type: ignore[assignment]
-    return dataclasses.replace(acc, **changed)  # type: ignore[arg-type]
+        out = dataclasses.replace(out, kernels=None)
+    return out
 
 
 def local_cluster(devices: int, gpu: bool = False, accelerator: str = "h100-80gb") -> Cluster:
@@ -266,6 +320,6 @@ def local_cluster(devices: int, gpu: bool = False, accelerator: str = "h100-80gb
         acc, link = from_profile(measured)
         return Cluster(acc, max(1, devices), link, link, headroom_bytes=0)
     cpu = HARDWARE["cpu"]
-    acc = Accelerator("local-cpu", cpu.memory_bytes, cpu.peak_flops, cpu.memory_bandwidth_bytes_per_s, 0.0)
+    acc = Accelerator(dataclasses.replace(cpu, name="local-cpu", price_per_hour=0.0))
     link = Link("local", cpu.link_bandwidth_bytes_per_s, 5e-6)
     return Cluster(acc, max(1, devices), link, link, headroom_bytes=0)

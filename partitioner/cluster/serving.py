@@ -263,7 +263,7 @@ def _decoded_token(s: _Serving) -> _Token:
         else p.forward_seconds(s.batch, mid, fused_acc, lay.tp, decode=True, element_bytes=elem)
     )
     flops = p.forward_flops(s.batch, mid)
-    arithmetic_floor = flops / (lay.tp * lay.pp * acc.peak_for(elem))
+    arithmetic_floor = flops / (lay.tp * lay.pp * acc.peak_for(w.dtype))
     weights_floor = s.weight_floor(s.batch)
     kernels = max(fused, weights_floor)  # NOTE: [What bounds a token]
     weights_share = weights_floor / (weights_floor + arithmetic_floor) if weights_floor + arithmetic_floor else 1.0
@@ -299,7 +299,7 @@ def _serving_figures(
         "kv_read_s_per_token": token.kv_read_s,
         "compute_floor_s_per_token": token.arithmetic_floor_s,
         "prefill_compute_floor_s": p.forward_flops(prompt_tokens, w.seq_len)
-        / (lay.tp * lay.pp * acc.peak_for(w.element_bytes)),
+        / (lay.tp * lay.pp * acc.peak_for(w.dtype)),
     }
 
 

@@ -171,7 +171,7 @@ def test_an_opened_layout_draws_its_schedule_as_the_pipeline_simulator_does():
         node_flops=(2e6,) * 4,
         node_attention=(False,) * 4,
     )
-    c = cluster.Cluster(cluster.Accelerator("t", 2**36, 1e12, 1e11, 1.0), devices_per_node=4)
+    c = cluster.Cluster(cluster.Accelerator.custom("t", 2**36, 1e12, 1e11, 1.0), devices_per_node=4)
     sim = step_simulator()
     r = cluster.evaluate(
         p, cluster.Workload(global_batch=8, seq_len=1), c, cluster.Layout(pp=4, microbatch_size=1, schedule="1f1b"), sim
@@ -210,7 +210,7 @@ def test_no_pipeline_rank_holds_more_than_the_planner_checked(pp, schedule, m):
         node_flops=(2e7,),
         node_attention=(False,),
     )
-    c = cluster.Cluster(cluster.Accelerator("x", 80 * 2**30, 1e14, 1e12, 1.0), devices_per_node=8)
+    c = cluster.Cluster(cluster.Accelerator.custom("x", 80 * 2**30, 1e14, 1e12, 1.0), devices_per_node=8)
     w = cluster.Workload(global_batch=m, seq_len=128)
     try:
         r = cluster.evaluate(p, w, c, cluster.Layout(pp=pp, schedule=schedule), step_simulator())

@@ -25,7 +25,7 @@ from partitioner.pipeline.steps import closed_form, step_simulator
 GiB = 2**30
 
 
-ACC = cluster.Accelerator("toy", 64 * GiB, 1e12, 1e11, 2.0)
+ACC = cluster.Accelerator.custom("toy", 64 * GiB, 1e12, 1e11, 2.0)
 LINK = cluster.Link("toy-link", 1e10, 0.0)
 TOY = cluster.Cluster(ACC, devices_per_node=2, intra=LINK, inter=cluster.Link("slow", 1e9, 0.0), headroom_bytes=GiB)
 
@@ -86,7 +86,7 @@ def test_model_states_reproduce_the_zero_papers_table(stage, expected_gb):
         attention_flops_per_token=0.0,
     )
     w = cluster.Workload(global_batch=64, seq_len=1)
-    big = cluster.Cluster(cluster.Accelerator("big", 2**50, 1e15, 1e12, 1.0), devices_per_node=8)
+    big = cluster.Cluster(cluster.Accelerator.custom("big", 2**50, 1e15, 1e12, 1.0), devices_per_node=8)
     r = cluster.evaluate(p, w, big, cluster.Layout(dp=64, zero=stage), step_simulator())
     states = r.memory["weights"] + r.memory["gradients"] + r.memory["optimizer"]
     assert states / 1e9 == pytest.approx(expected_gb, abs=0.05)
@@ -155,7 +155,7 @@ def test_closed_forms_equal_the_simulator(schedule, v, pp):
 )
 def test_a_layout_fits_exactly_when_every_part_is_within_the_device(dp, tp, pp, mb, zero, rc, memory, opt):
     p = hand_profile(params=3_000_000_000, layers=4)
-    acc = cluster.Accelerator("x", memory + GiB, 1e14, 1e12, 1.0)
+    acc = cluster.Accelerator.custom("x", memory + GiB, 1e14, 1e12, 1.0)
     c = cluster.Cluster(acc, devices_per_node=4, headroom_bytes=GiB)
     w = cluster.Workload(global_batch=16, seq_len=512, optimizer=opt)
     lay = cluster.Layout(dp, tp, pp, mb, "1f1b" if pp > 1 else "none", zero if dp > 1 else 0, rc)
@@ -174,7 +174,7 @@ def test_a_layout_fits_exactly_when_every_part_is_within_the_device(dp, tp, pp, 
 
 def test_the_search_reports_only_layouts_within_capacity_and_its_answers_agree():
     p = hand_profile(params=2_000_000_000, layers=8)
-    acc = cluster.Accelerator("x", 24 * GiB, 1e14, 1e12, 1.0)
+    acc = cluster.Accelerator.custom("x", 24 * GiB, 1e14, 1e12, 1.0)
     c = cluster.Cluster(acc, devices_per_node=4, headroom_bytes=GiB)
     w = cluster.Workload(global_batch=32, seq_len=1024)
     found = cluster.search(p, w, c, cluster.device_counts(4, 4))

@@ -18,7 +18,7 @@ from partitioner.pipeline.steps import step_simulator
 
 GiB = 2**30
 TOY = cluster.Cluster(
-    cluster.Accelerator("toy", 64 * GiB, 1e12, 1e11, 2.0),
+    cluster.Accelerator.custom("toy", 64 * GiB, 1e12, 1e11, 2.0),
     devices_per_node=2,
     intra=cluster.Link("fast", 1e10, 0.0),
     inter=cluster.Link("slow", 1e9, 0.0),

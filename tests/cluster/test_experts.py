@@ -58,7 +58,7 @@ def moe_profile() -> cluster.ModelProfile:
     return dataclasses.replace(p, expert_param_count=750_000, experts=8, experts_per_token=2, moe_layers=2)
 
 
-ACC = cluster.Accelerator("toy", 64 * GiB, 1e12, 1e11, 2.0)
+ACC = cluster.Accelerator.custom("toy", 64 * GiB, 1e12, 1e11, 2.0)
 INTRA, INTER = cluster.Link("fast", 1e10, 1e-6), cluster.Link("slow", 1e9, 1e-5)
 TOY = cluster.Cluster(ACC, devices_per_node=4, intra=INTRA, inter=INTER, headroom_bytes=GiB)
 

@@ -41,8 +41,19 @@ def test_a_card_without_fp8_keeps_bf16_speed():
     assert kernels.kernel_s(KernelOp("matmul", "float8_e4m3fn", **op)) == kernels.kernel_s(
         KernelOp("matmul", "bfloat16", **op)
     )
-    assert ACCELERATORS["a100-80gb"].peak_for(1) == ACCELERATORS["a100-80gb"].peak_flops
-    assert ACCELERATORS["h100-80gb"].peak_for(1) == 1979e12
+    assert ACCELERATORS["a100-80gb"].peak_for("fp8") == ACCELERATORS["a100-80gb"].peak_flops
+    assert ACCELERATORS["h100-80gb"].peak_for("fp8") == 1979e12
+    assert ACCELERATORS["h100-80gb"].peak_for("fp32") == ACCELERATORS["h100-80gb"].peak_for(None) == 989e12
+
+
+def test_a_card_rated_anew_prices_fp8_at_its_own_peak():
+    """The datasheet's FP8 figure belongs to the card it rates: a peak overridden (the sidebar's
+    custom device on the cluster planner) floors FP8 at that peak, and a card of one's own too."""
+    rated = cluster.cluster("h100-80gb", overrides={"name": "custom", "peak_flops": 5e14}).accelerator
+    assert rated.peak_for("fp8") == 5e14 and rated.kernels is None
+    priced = cluster.cluster("h100-80gb", overrides={"memory_bytes": 70 * 2**30, "price_per_hour": 1.0}).accelerator
+    assert priced.peak_for("fp8") == 1979e12 and priced.card.link == "nvlink4" and priced.price_per_hour == 1.0
+    assert cluster.Accelerator.custom("toy", 2**30, 1e12, 1e11).peak_for("fp8") == 1e12
 
 
 def test_fp8_serving_reads_one_byte_a_weight_and_a_cached_value(llama):

@@ -13,7 +13,9 @@ from partitioner.interop.engines import to_deepspeed, to_megatron
 from partitioner.pipeline.steps import step_simulator
 
 INTRA, INTER = cluster.Link("fast", 1e11, 1e-6), cluster.Link("slow", 1e10, 5e-6)
-C = cluster.Cluster(cluster.Accelerator("x", 2**40, 1e15, 1e12, 1.0), devices_per_node=8, intra=INTRA, inter=INTER)
+C = cluster.Cluster(
+    cluster.Accelerator.custom("x", 2**40, 1e15, 1e12, 1.0), devices_per_node=8, intra=INTRA, inter=INTER
+)
 W = cluster.Workload(global_batch=64, seq_len=16)
 
 

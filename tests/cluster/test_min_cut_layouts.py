@@ -18,7 +18,7 @@ from partitioner.interop.engines import to_torchtitan
 from partitioner.pipeline.steps import step_simulator
 
 GiB = 2**30
-ACC = cluster.Accelerator("toy", 64 * GiB, 1e12, 1e11, 2.0)
+ACC = cluster.Accelerator.custom("toy", 64 * GiB, 1e12, 1e11, 2.0)
 TOY = cluster.Cluster(ACC, devices_per_node=2, intra=cluster.Link("l", 1e10, 0.0), headroom_bytes=0)
 
 
@@ -61,7 +61,7 @@ def test_the_search_offers_min_cut_where_it_fits_and_is_faster_than_full():
     p = dataclasses.replace(
         hand_profile(params=1_000_000, layers=2), act_bytes_per_token=1e6, min_cut=((0.0, 0.1, 0.2),)
     )
-    acc = cluster.Accelerator("x", 16_000_000 + 600_000, 1e12, 1e11, 1.0)  # model states + 0.6 of a token
+    acc = cluster.Accelerator.custom("x", 16_000_000 + 600_000, 1e12, 1e11, 1.0)  # model states + 0.6 of a token
     c = cluster.Cluster(acc, devices_per_node=1, headroom_bytes=0)
     w = cluster.Workload(global_batch=8, seq_len=1)
     found = cluster.search(p, w, c, [1])

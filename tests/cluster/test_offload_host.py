@@ -17,7 +17,7 @@ from partitioner.cluster.memory import host_bytes
 from partitioner.errors import PartitionError
 from partitioner.pipeline.steps import step_simulator
 
-ACC80 = cluster.Accelerator("a100-80gb-like", 80 * 10**9, 312e12, 2.0e12, 1.0)
+ACC80 = cluster.Accelerator.custom("a100-80gb-like", 80 * 10**9, 312e12, 2.0e12, 1.0)
 NODE8 = cluster.Cluster(ACC80, devices_per_node=8, headroom_bytes=0)
 PARAMS = 2_000_000_000
 

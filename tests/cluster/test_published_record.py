@@ -18,7 +18,7 @@ from partitioner.cluster.layouts import allreduce_s, experts_touched
 from partitioner.pipeline.steps import step_simulator
 
 GiB, MiB = 2**30, 2**20
-ACC80 = cluster.Accelerator("a100-80gb-like", 80 * 10**9, 312e12, 2.0e12, 1.0)
+ACC80 = cluster.Accelerator.custom("a100-80gb-like", 80 * 10**9, 312e12, 2.0e12, 1.0)
 BIG = cluster.Cluster(
     ACC80,
     devices_per_node=8,

@@ -13,7 +13,7 @@ from partitioner.interop.engines import engine_file
 from partitioner.pipeline.simulate import simulate
 from partitioner.pipeline.steps import closed_form, step_simulator
 
-C = cluster.Cluster(cluster.Accelerator("x", 2**40, 1e14, 1e12, 1.0), devices_per_node=8)
+C = cluster.Cluster(cluster.Accelerator.custom("x", 2**40, 1e14, 1e12, 1.0), devices_per_node=8)
 
 
 def test_zero_bubble_fills_the_bubble_1f1b_leaves():
