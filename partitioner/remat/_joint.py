@@ -49,15 +49,16 @@ def analyze(
     loss: str = "sum",
     *,
     timeout_s: float | None = 300.0,
-    flops_per_s: float = DEFAULT_SPEEDS["peak_flops"],
+    peak_flops: float = DEFAULT_SPEEDS["peak_flops"],
     progress: Callable[[str], None] | None = None,
 ) -> RematResult:
     """Run functorch's min-cut on ``model``'s joint graph at ``budget``. The loss is the sum (or
     mean) of every floating-point output. ``timeout_s=None`` runs in this process (tests,
     benchmarks); otherwise in a worker process that is stopped at the limit."""
-    return sweep(
-        model, example_inputs, (budget,), loss, timeout_s=timeout_s, flops_per_s=flops_per_s, progress=progress
-    )[0]
+    (found,) = sweep(
+        model, example_inputs, (budget,), loss, timeout_s=timeout_s, peak_flops=peak_flops, progress=progress
+    )
+    return found
 
 
 def sweep(
@@ -67,7 +68,7 @@ def sweep(
     loss: str = "sum",
     *,
     timeout_s: float | None = 300.0,
-    flops_per_s: float = DEFAULT_SPEEDS["peak_flops"],
+    peak_flops: float = DEFAULT_SPEEDS["peak_flops"],
     progress: Callable[[str], None] | None = None,
 ) -> list[RematResult]:
     """:func:`analyze` at each budget, in one worker (the imports are paid once). ``progress``
@@ -85,7 +86,7 @@ def sweep(
         import partitioner  # its lazy ``trace`` (importing the submodule would shadow the function)
 
         gm = partitioner.trace(model, inputs).graph_module
-    args = (to_portable(gm), inputs, tuple(float(b) for b in budgets), loss, flops_per_s)
+    args = (to_portable(gm), inputs, tuple(float(b) for b in budgets), loss, peak_flops)
     if timeout_s is None:
         return _sweep(*args, progress=progress)
     return run_in_worker(_sweep, args, timeout_s, "the joint trace and min-cut", progress=progress)
@@ -120,7 +121,7 @@ def _sweep(
     inputs: tuple[Any, ...],
     budgets: tuple[float, ...],
     loss: str,
-    flops_per_s: float,
+    peak_flops: float,
     progress: Callable[[str], None] | None = None,
 ) -> list[RematResult]:
     """The work of :func:`sweep`, in the worker (``progress`` None: its lines go to the caller
@@ -143,7 +144,7 @@ def _sweep(
             seen = _trace_and_cut(model, budget, loss, joint_once if model.fake else None, traced if i == 0 else None)
         # The split forward and backward must give eager's gradients (fake weights have no values).
         equal = None if model.fake else _gradients_equal(model, loss)
-        results.append(_read(budget, seen, flops_per_s, equal))
+        results.append(_read(budget, seen, peak_flops, equal))
         say(f"min-cut at budget {budget:g}: {i + 1} of {len(budgets)} done ({_since(began)})")
     return results
 
@@ -279,7 +280,7 @@ def _flops(node: fx.Node) -> int:
     return sum(t.numel() for t in torch.utils._pytree.tree_leaves(out) if isinstance(t, torch.Tensor))
 
 
-def _read(budget: float, seen: dict[str, Any], flops_per_s: float, gradients_equal: bool | None) -> RematResult:
+def _read(budget: float, seen: dict[str, Any], peak_flops: float, gradients_equal: bool | None) -> RematResult:
     fw: fx.GraphModule = seen["fw"]
     bw: fx.GraphModule = seen["bw"]
     output = next(n for n in fw.graph.nodes if n.op == "output")
@@ -327,7 +328,7 @@ def _read(budget: float, seen: dict[str, Any], flops_per_s: float, gradients_equ
         saved_activation_bytes=sum(by_node.values()),
         saved_input_bytes=input_bytes,
         recompute_flops=flops,
-        recompute_time_s=flops / flops_per_s,
+        recompute_time_s=flops / peak_flops,
         saved_bytes_by_node=by_node,
         recomputed_ops=len(recomputed),
         forward_ops=len(fw_ops),

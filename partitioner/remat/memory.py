@@ -28,7 +28,7 @@ class RematResult:
     saved_activation_bytes: int  # distinct storages saved, parameters and inputs apart
     saved_input_bytes: int  # parameters, buffers and inputs the backward reads (held anyway)
     recompute_flops: int
-    recompute_time_s: float  # the recomputed FLOPs at ``flops_per_s``
+    recompute_time_s: float  # the recomputed FLOPs at ``peak_flops`` (FLOP/s)
     saved_bytes_by_node: dict[str, int] = field(default_factory=dict)
     recomputed_ops: int = 0  # aten ops the backward recomputes (views apart: they are free)
     forward_ops: int = 0  # aten ops in the forward
