@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 
 __all__ = ["register"]
 
-# The ranges a person may give, the app's own (explorer/builders/links.py's RANGES, which its widgets
+# The ranges a person may give, the app's own (explorer/cluster_inputs.py's RANGES, which its widgets
 # read; tests/app/test_cluster_page.py holds them equal): beyond them the search answers nothing
 # useful, and a loop or a figure grows with the number.
 MAX_NODES = 4096  # 32,768 devices of 8 a node: past Llama 3's 16,384 H100s (2,048 nodes)

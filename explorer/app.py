@@ -16,8 +16,7 @@ if str(ROOT) not in sys.path:  # `streamlit run explorer/app.py` runs this file 
 
 import streamlit as st  # noqa: E402
 
-import sample_models  # noqa: E402
-from explorer import devices_panel, shutdown, sidebar, state
+from explorer import shutdown, sidebar, state  # noqa: E402
 
 st.set_page_config(page_title="Partition Explorer", page_icon=":material/account_tree:", layout="wide")
 
@@ -43,7 +42,7 @@ state.set_page(NAMES.get(page.title, ""))
 # (state.load_graph): the link's notes, the size warning, the link's page keys no widget holds.
 notes, warnings, link_notes = st.container(), st.container(), st.container()
 with notes:
-    state.restore_from_url(sample_models.names(), sidebar.PLAN_MODES, devices_panel.default_device_controls)
+    state.restore_from_url()
 state.follow_page_request()
 state.set_config(sidebar.config_ui())
 state.write_url()

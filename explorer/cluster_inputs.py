@@ -11,9 +11,8 @@ from typing import Any, Mapping
 import streamlit as st
 
 from explorer import panels
-from explorer.builders.links import RANGES
 from explorer.builders.text import md, number
-from explorer.fields import bounded_number, range_notes
+from explorer.fields import BOUND, bounded_number, range_notes
 from partitioner import Graph, cluster, format_bytes, units
 from partitioner.cluster.hardware import HOST_MEMORY_BYTES
 from partitioner.cost.training import OPTIMIZERS
@@ -88,7 +87,16 @@ def tokens_in_words(count: float) -> str:
     return number(count)
 
 
-BOUND: dict[str, Any] = {"bind": "query-params", "persist_state": "session"}  # a field in the link, kept across pages
+# The bounds of the page's number fields (the command line's too, cli/cluster.py); None: unbounded.
+RANGES: dict[str, tuple[float | None, float | None]] = {
+    "cl_batch": (1, 1 << 20),
+    "cl_serve_batch": (1, 1 << 20),
+    "cl_prompt": (1, 1 << 20),
+    "cl_seq": (1, 1 << 20),
+    "cl_tokens": (1e6, 1e15),
+    "cl_max_nodes": (1, 4096),  # Llama 3's 16,384 H100s are 2,048 nodes of 8; the CLI's --max-nodes too
+    "cl_host_gib": (1.0, 65536.0),  # host memory a node, GiB (the command line's --host-memory, up to 64 TiB)
+}
 
 
 def _bounded(box: Any, label: str, key: str, default: float, **kwargs: Any) -> Any:

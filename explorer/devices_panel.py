@@ -21,22 +21,16 @@ from explorer.builders.inputs import (
     with_headroom,
 )
 from explorer.builders.text import md
-from explorer.fields import bounded_number
+from explorer.fields import BOUND, bounded_number
 from explorer.panels import engine_ui
 from partitioner import Device
 from partitioner.calibration.naming import calibrated_words
 
-__all__ = ["devices_ui", "default_device_controls", "follow_model_devices", "DEFAULT_TRANSFER_GBPS"]
+__all__ = ["devices_ui", "follow_model_devices", "DEFAULT_TRANSFER_GBPS"]
 
 # A PCIe-class link: with free transfers every mode finds the same plan, which hides what they do.
 DEFAULT_TRANSFER_GBPS = 25.0
 MAX_TRANSFER_GBPS = 1e6  # 1 PB/s: far above any link (NVLink 5 is 1.8 TB/s), a bound a typo meets
-
-
-def default_device_controls(name: str) -> tuple[int, str]:
-    """(count, memory text) of the device controls for sample model ``name``."""
-    count, memory = sample_models.default_devices(name)
-    return int(count), exact_bytes_text(int(memory))
 
 
 def follow_model_devices(name: str, sample: bool) -> None:
@@ -58,17 +52,14 @@ def follow_model_devices(name: str, sample: bool) -> None:
 def devices_ui() -> tuple[list[Device] | None, float | None]:
     """Devices from the quick controls (count, memory or preset) or the per-device table, and
     the transfer rate in bytes/s (None: from the devices' link bandwidth, or free)."""
-    st.session_state.setdefault("dev_count", 4)
-    st.session_state.setdefault("dev_memory", "16 GiB")
-    st.session_state.setdefault("dev_preset", CUSTOM)
-    types = device_types()
-    if st.session_state["dev_preset"] not in types:  # a measured profile deleted since
+    types = device_types()  # custom first: the default
+    if st.session_state.get("dev_preset", CUSTOM) not in types:  # a measured profile deleted since
         st.session_state["dev_preset"] = CUSTOM
     preset = st.selectbox(
         "Device type",
         types,
         key="dev_preset",
-        persist_state="session",
+        **BOUND,
         help="custom: give the memory; a preset brings real memory and speeds; a profile "
         "measured here (partition-explorer calibrate) brings this machine's curves",
     )
@@ -79,15 +70,13 @@ def devices_ui() -> tuple[list[Device] | None, float | None]:
     if kernels_of is not None and kernels_of.gpu is not None:
         engine = engine_ui("dev_engine", lambda e: kernels_of.with_engine(e).assumes)  # type: ignore[union-attr]
     # a value out of range (0, 99999) is said beside the field and above the page, not dropped in the browser
-    count = bounded_number(
-        st, "Number of devices", 1, 1024, fallback=4, step=1, key="dev_count", persist_state="session"
-    )
+    count = bounded_number(st, "Number of devices", 1, 1024, fallback=4, step=1, value=4, key="dev_count", **BOUND)
     if preset == CUSTOM:
         memory = st.text_input(
-            "Memory per device", key="dev_memory", persist_state="session", help="e.g. 16GiB, 512 MiB, 1.5GB"
+            "Memory per device", value="16 GiB", key="dev_memory", help="e.g. 16GiB, 512 MiB, 1.5GB", **BOUND
         )
     else:  # the type's memory shown; the custom memory is kept for when custom is chosen again
-        memory = st.session_state["dev_memory"]
+        memory = st.session_state.get("dev_memory", "16 GiB")
         st.text_input(
             "Memory per device",
             value=exact_bytes_text(type_spec(preset)[0]["memory_bytes"]),
@@ -145,7 +134,6 @@ def _device_table(count: int, memory: str, preset: str, types: list[str]) -> pd.
 def _headroom_and_rate() -> tuple[float, float]:
     """The memory headroom (% of each device) and the transfer rate between devices (GB/s; 0: from the
     devices' link bandwidth), with the follow-the-model switch under them."""
-    st.session_state.setdefault("dev_headroom", DEFAULT_HEADROOM_PERCENT)
     headroom = bounded_number(
         st,
         "Memory headroom (% of each device)",
@@ -154,13 +142,13 @@ def _headroom_and_rate() -> tuple[float, float]:
         fallback=DEFAULT_HEADROOM_PERCENT,
         step=5.0,
         format="%g",
+        value=DEFAULT_HEADROOM_PERCENT,
         key="dev_headroom",
-        persist_state="session",
+        **BOUND,
         help=f"kept free on every device (CUDA context, allocator fragmentation, buffers): the modes plan "
         f"within the rest, and the charts show the rest as each device's capacity. {DEFAULT_HEADROOM_PERCENT:g} % "
         "by default: 4 GiB of an 80 GiB H100, as Plan a cluster keeps; 0 fills devices to the last byte",
     )
-    st.session_state.setdefault("transfer_gbps", DEFAULT_TRANSFER_GBPS)
     rate_gbps = bounded_number(
         st,
         "Transfer rate between devices (GB/s)",
@@ -169,8 +157,9 @@ def _headroom_and_rate() -> tuple[float, float]:
         fallback=DEFAULT_TRANSFER_GBPS,
         step=1.0,
         format="%g",
+        value=DEFAULT_TRANSFER_GBPS,
         key="transfer_gbps",
-        persist_state="session",
+        **BOUND,
         help="0: use the slowest link bandwidth the devices give; with none, transfers are free",
     )
     st.session_state.setdefault("follow_model", True)

@@ -15,7 +15,10 @@ import streamlit as st
 
 from explorer.builders.text import number
 
-__all__ = ["bounded_number", "range_notes", "clear_range_notes", "out_of_range_note"]
+__all__ = ["BOUND", "bounded_number", "range_notes", "clear_range_notes", "out_of_range_note"]
+
+# A field a link carries, kept across pages (NOTE: [Bound keys] in explorer.builders.links).
+BOUND: dict[str, Any] = {"bind": "query-params", "persist_state": "session"}
 
 _NOTES = "range_notes"  # this run's notes, for the top of the page
 

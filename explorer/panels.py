@@ -12,6 +12,7 @@ import streamlit as st
 
 from explorer.builders import figures, measured_figures, tables, teaching, timeline
 from explorer.builders.text import md
+from explorer.fields import BOUND
 from partitioner import Graph, PartitionError, Plan, rescore
 from partitioner.accelerator.compare import ModeResult
 from partitioner.draw.dag import plan_to_dot, render_dot
@@ -312,16 +313,17 @@ def engine_ui(key: str, assumes: Callable[[str], str], default: str = "eager") -
     under it."""
     from partitioner.kernels import ENGINES
 
-    st.session_state.setdefault(key, default)
+    words = {"eager": "eager PyTorch", "graphs": "CUDA graphs, fused kernels"}
     engine = st.radio(
         "Engine the times are for",
         list(ENGINES),
+        index=list(ENGINES).index(default),
+        captions=[words[e] for e in ENGINES],  # the name itself in the link, not a label
         key=key,
-        persist_state="session",
         horizontal=True,
-        format_func={"eager": "eager PyTorch", "graphs": "CUDA graphs, fused kernels"}.get,
         help="eager: a plain PyTorch model call or training loop (one kernel an op, launched from "
         "Python); graphs: a serving engine (vLLM, TensorRT-LLM) or compiled training",
+        **BOUND,
     )
     st.caption(md(f"Times assume {assumes(engine)}."))
     return str(engine)

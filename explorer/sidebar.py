@@ -3,6 +3,8 @@
 Rendered by the router on every page; every widget keeps its value for the session
 (``persist_state="session"``), so what a person entered stays put while they move between pages,
 even on a run a page switch ends before the sidebar is drawn, and size knobs keep theirs per model.
+What a link carries is bound to the URL by Streamlit (:data:`explorer.fields.BOUND`, NOTE: [Bound
+keys] in ``explorer.builders.links``).
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ from explorer.builders.inputs import (
 )
 from explorer.builders.text import md
 from explorer.devices_panel import devices_ui, follow_model_devices
-from explorer.fields import bounded_number, clear_range_notes
+from explorer.fields import BOUND, bounded_number, clear_range_notes
 
 __all__ = [
     "config_ui",
@@ -69,13 +71,12 @@ def config_ui() -> PlanConfig | None:
 def model_ui() -> ModelChoice | None:
     allowed = user_models_allowed()
     options = sample_models.names() + [HF_MODEL] + ([USER_MODEL] if allowed else [])
-    if st.session_state.get("model") not in options:
-        st.session_state["model"] = DEFAULT_MODEL
     name = st.selectbox(
         "Model",
         options,
+        index=options.index(DEFAULT_MODEL),
         key="model",
-        persist_state="session",
+        **BOUND,
         help="A sample model; start the app with PARTITION_EXPLORER_ALLOW_USER_MODELS=1 to load your own."
         if not allowed
         else "A sample model, or your own factory.",
@@ -118,7 +119,7 @@ def hf_ui() -> ModelChoice | None:
     from sample_models import HF_PRESETS as PRESETS
     from sample_models import TOKEN_SETTINGS
 
-    st.session_state.setdefault("hf_name", "gpt2")
+    st.session_state.setdefault("hf_name", st.query_params.get("hf_name", "gpt2"))  # the binding's, on a link
     st.session_state.setdefault("hf_set", hf_default_fields(st.session_state["hf_name"]))  # a link's preset: none
     # The fields follow the architecture: a name sent with the form carries the fields over (its
     # default becomes the new one's, a layer count moves to the new field name) before they show.
@@ -126,15 +127,14 @@ def hf_ui() -> ModelChoice | None:
     if st.session_state["hf_name"].strip() != built_for.strip():
         st.session_state["hf_set"] = hf_fields_for(st.session_state["hf_set"], built_for, st.session_state["hf_name"])
         st.session_state["hf_fields_for"] = st.session_state["hf_name"]
-    st.session_state.setdefault("hf_batch", TOKEN_SETTINGS["batch_size"])
-    st.session_state.setdefault("hf_seq", TOKEN_SETTINGS["seq_len"])
     # One form: a change of any field traces once, with every field applied, when it is sent
     # (Enter in a field, or the button), rather than once per field.
     with st.form("hf_model", border=False, enter_to_submit=True):
         name = st.text_input(
             "Architecture or preset",
+            value="gpt2",
             key="hf_name",
-            persist_state="session",
+            **BOUND,
             help="A transformers model type (llama, gpt2, t5, bert, vit, mixtral, ...) or a "
             f"checkpoint's config: {', '.join(PRESETS)}. Nothing is downloaded; models over "
             "50 M parameters get meta weights (shapes only).",
@@ -142,7 +142,7 @@ def hf_ui() -> ModelChoice | None:
         sets = st.text_input(
             "Config fields",
             key="hf_set",
-            persist_state="session",
+            **BOUND,
             placeholder="num_hidden_layers=2 dtype=bf16",
             help="field=value pairs of its transformers config, space-separated; "
             "dtype=bf16, fp16 or fp32 sets the weights' and activations' type",
@@ -155,8 +155,9 @@ def hf_ui() -> ModelChoice | None:
             4096,
             fallback=TOKEN_SETTINGS["batch_size"],
             step=1,
+            value=TOKEN_SETTINGS["batch_size"],
             key="hf_batch",
-            persist_state="session",
+            **BOUND,
             help="sequences (or images) in the example input",
         )
         seq = bounded_number(
@@ -166,8 +167,9 @@ def hf_ui() -> ModelChoice | None:
             1 << 20,
             fallback=TOKEN_SETTINGS["seq_len"],
             step=1,
+            value=TOKEN_SETTINGS["seq_len"],
             key="hf_seq",
-            persist_state="session",
+            **BOUND,
             help=f"tokens per sequence in the example input (default {TOKEN_SETTINGS['seq_len']}: "
             "a what-if that traces fast; the real length traces on meta weights in seconds)",
         )
@@ -257,14 +259,13 @@ def knobs_ui(name: str) -> tuple[tuple[str, Any], ...]:
             key = f"knob_{name}_{field.name}"
             if not isinstance(default, (bool, int, float)):
                 continue
-            st.session_state.setdefault(key, default)
             tip = comments.get(field.name)
             if isinstance(default, bool):
-                value: Any = st.checkbox(field.name, key=key, help=tip, persist_state="session")
+                value: Any = st.checkbox(field.name, value=default, key=key, help=tip, **BOUND)
             elif isinstance(default, int):
-                value = st.number_input(field.name, step=1, key=key, help=tip, persist_state="session")
+                value = st.number_input(field.name, value=default, step=1, key=key, help=tip, **BOUND)
             else:
-                value = st.number_input(field.name, format="%g", key=key, help=tip, persist_state="session")
+                value = st.number_input(field.name, value=default, format="%g", key=key, help=tip, **BOUND)
             if value != default:
                 overrides[field.name] = value
         st.button("Reset to defaults", key=f"knob_reset_{name}", on_click=_reset_knobs, args=(name,))
@@ -281,21 +282,21 @@ def _reset_knobs(name: str) -> None:
 
 def mode_ui() -> tuple[str, dict[str, Any] | None]:
     """The mode and its options (None when an uploaded latency file cannot be read)."""
-    st.session_state.setdefault("mode", partitioner.DEFAULT_MODE)
     mode = st.selectbox(
-        "Mode", PLAN_MODES, key="mode", persist_state="session", help="See the Learn page for what each mode does"
+        "Mode",
+        PLAN_MODES,
+        index=PLAN_MODES.index(partitioner.DEFAULT_MODE),
+        key="mode",
+        help="See the Learn page for what each mode does",
+        **BOUND,
     )
     st.caption(partitioner.DESCRIPTIONS.get(mode, "").split(". ")[0].strip().rstrip(".") + ".")
-    saturate = st.checkbox(
-        "Saturate host (copy the plan onto idle devices)", key="saturate_host", persist_state="session"
-    )
-    force = st.checkbox(
-        "Force partitioning when the model fits one device", key="force_partition", persist_state="session"
-    )
+    saturate = st.checkbox("Saturate host (copy the plan onto idle devices)", key="saturate_host", **BOUND)
+    force = st.checkbox("Force partitioning when the model fits one device", key="force_partition", **BOUND)
     torch_numbers = st.checkbox(
         "Numbers as torch's partitioner computes them",
         key="torch_cost_model",
-        persist_state="session",
+        **BOUND,
         help="torch.fx's partitioner_utils: an input counted for every node "
         "reading it, partitions on one device overlapping in time. The Learn "
         "page explains the differences.",

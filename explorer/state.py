@@ -2,34 +2,21 @@
 and loaders that fetch the cached graph and plan, showing any error with ``st.error``.
 
 Session state holds only small things: the config (a frozen dataclass of tuples) and the
-hand-edited mapping (``explorer.builders.editing.Edit``). A link's settings: the sidebar's and the
-few page values no widget binding can hold are read and written here (checked, with notes); the
-pages' widgets are bound to the URL by Streamlit (NOTE: [Bound keys] in
-``explorer.builders.links``), and only what that binding did not take is said here.
+hand-edited mapping (``explorer.builders.editing.Edit``). A link's settings are held by Streamlit's
+binding of the widgets to the URL (NOTE: [Bound keys] in ``explorer.builders.links``); the few
+values no binding can hold are read and written here, and what the binding did not take is said.
 """
 
 from __future__ import annotations
-
-from typing import Callable
 
 import streamlit as st
 from streamlit.delta_generator import DeltaGenerator
 from streamlit.errors import StreamlitAPIException
 
-import sample_models
 from explorer import compute
-from explorer.builders.config import DEFAULT_MODEL, PlanConfig
-from explorer.builders.inputs import CUSTOM, device_types, size_warning
-from explorer.builders.links import (
-    HAND_KEYS,
-    HF_URL_KEYS,
-    PAGE_PREFIXES,
-    URL_KEYS,
-    bound_notes,
-    page_keys,
-    read_link,
-    read_page_link,
-)
+from explorer.builders.config import PlanConfig
+from explorer.builders.inputs import size_warning
+from explorer.builders.links import HAND_KEYS, bound_notes, page_keys, read_page_link
 from explorer.builders.text import md
 from partitioner import Graph
 
@@ -60,7 +47,7 @@ HF_DEVICES_FOR = "hf_devices_for"  # the hf: model the devices were last set for
 HF_DEVICES_NOTE = "hf_devices_note"  # what the sidebar said it set them to
 LINK_DEVICES = "(the link's)"  # HF_DEVICES_FOR when a link set the devices: they stand
 URL_RESTORED = "url_restored"
-LINK_BOUND = "link_bound"  # the link's page keys, until the page has drawn its widgets
+LINK_BOUND = "link_bound"  # the link's bound keys, until the page has drawn its widgets
 PAGE = "current_page"  # the page this run draws (a key of PAGE_PREFIXES), whose view the URL carries
 
 
@@ -68,53 +55,27 @@ def page_choices() -> dict[str, list]:
     """The options of the hand-carried choices (NOTE: [Bound keys]), to check a link's values against."""
     from partitioner.accelerator import steps
 
-    engines = ["eager", "graphs"]
-    return {
-        "learn_algorithm": list(steps.ALGORITHMS),
-        "sh_spec_from": ["model", "suggest"],
-        "cl_engine": engines,
-        "cl_serve_engine": engines,
-    }
+    return {"learn_algorithm": list(steps.ALGORITHMS), "sh_spec_from": ["model", "suggest"]}
 
 
 EXPLORE_VIEWS = ("Partition DAG", "Model graph by module")
 
 
-def _page_key(key: str) -> bool:
-    """A key Streamlit's binding reads (a page's prefix), not one carried here."""
-    return key not in HAND_KEYS and any(key.startswith(p) for p in PAGE_PREFIXES.values())
-
-
-def restore_from_url(
-    models: list[str], modes: list[str], device_defaults: Callable[[str], tuple[int, str]] | None = None
-) -> None:
-    """On a session's first run, set the sidebar (for the link's model, else the sidebar's own) and
-    the hand-carried page values from the URL's query parameters (those a shared link carries),
-    each checked as its widget would check it (:func:`explorer.builders.links.read_link`): a value
-    out of its range is clamped, one a widget could not hold is dropped; a warning says which, and
-    :func:`write_url` then leaves them out of the URL. The page keys are Streamlit's binding's, said
-    by :func:`show_bound_notes`. Never raises."""
+def restore_from_url() -> None:
+    """On a session's first run, set the hand-carried values from the URL's query parameters
+    (:func:`explorer.builders.links.read_page_link`: one it cannot read is dropped, and a warning
+    says which) and keep the others for :func:`show_bound_notes`, once the widgets bound to them
+    are drawn. Never raises."""
     if st.session_state.get(URL_RESTORED):
         return
     st.session_state[URL_RESTORED] = True
     params = st.query_params.to_dict()
-    model = params.get("model") or st.session_state.get("model") or DEFAULT_MODEL  # none named: the sidebar's
-    config_class = sample_models.config_class
-    read = read_link(params, models, modes, device_types(), HF_MODEL, config_class, default_model=model)
-    view = read_page_link(params, page_choices())
-    st.session_state[LINK_BOUND] = {k: v for k, v in params.items() if _page_key(k)}
-    st.session_state.update(view.values)
-    notes = read.notes + view.notes
-    if notes:
-        st.warning(md("The link's settings were checked: " + "; ".join(notes) + "."))
-    if not read.values:
-        return
-    if device_defaults is not None and model != HF_MODEL:  # what the link leaves out is the model's default devices
-        count, memory = device_defaults(model)
-        st.session_state.update({"dev_count": count, "dev_memory": memory, "dev_preset": CUSTOM})
+    read = read_page_link(params, page_choices())
+    st.session_state[LINK_BOUND] = {k: v for k, v in params.items() if k not in HAND_KEYS}
     st.session_state.update(read.values)
-    st.session_state["devices_for_model"] = model  # the link's devices, not reset again
-    if model == HF_MODEL and any(k in params for k in ("dev_preset", "dev_count", "dev_memory")):
+    if read.notes:
+        st.warning(md("The link's settings were checked: " + "; ".join(read.notes) + "."))
+    if params.get("model") == HF_MODEL and any(k.startswith("dev_") for k in params):
         st.session_state[HF_DEVICES_FOR] = LINK_DEVICES  # the link's devices stand; else the model's own
 
 
@@ -125,7 +86,7 @@ def set_page(name: str) -> None:
 
 def show_bound_notes(box: DeltaGenerator) -> None:
     """After the page the link opened drew its widgets, in ``box`` (a container above the page):
-    which of the link's page keys no widget holds (:func:`explorer.builders.links.bound_notes`),
+    which of the link's keys no widget holds (:func:`explorer.builders.links.bound_notes`),
     each then taken out of the URL unless a widget is bound to it. Once a link."""
     link = st.session_state.pop(LINK_BOUND, None)
     if not link:
@@ -142,21 +103,11 @@ def show_bound_notes(box: DeltaGenerator) -> None:
 
 
 def write_url() -> None:
-    """Put the sidebar's current settings and the current page's hand-carried values in the URL (a
-    link that reopens this view), leaving the page keys to Streamlit's binding.
-    Pages call it again after changing their own state mid-run."""
-    params = {}
-    model = st.session_state.get("model")
-    for key in (
-        list(URL_KEYS)
-        + (list(HF_URL_KEYS) if model == HF_MODEL else [])
-        + sorted(k for k in st.session_state.keys() if isinstance(k, str) and k.startswith(f"knob_{model}_"))
-    ):
-        if key in st.session_state and st.session_state[key] is not None:
-            params[key] = str(st.session_state[key])
-    params.update(page_keys(st.session_state.get(PAGE, ""), st.session_state.to_dict()))
+    """Put the current page's hand-carried values in the URL (NOTE: [Bound keys]); the widgets'
+    are Streamlit's binding's to write. Pages call it again after changing them mid-run."""
+    params = page_keys(st.session_state.get(PAGE, ""), st.session_state.to_dict())
     current = st.query_params.to_dict()
-    for key in [k for k in current if k not in params and not _page_key(k)]:
+    for key in [k for k in current if k in HAND_KEYS and k not in params]:
         del st.query_params[key]
     changed = {k: v for k, v in params.items() if current.get(k) != v}
     if changed:
@@ -183,8 +134,8 @@ def open_page(page: str, mode: str | None = None) -> None:
 def follow_page_request() -> None:
     """Called by the router before the sidebar is drawn: switch to a page another page asked for."""
     page = st.session_state.pop(GOTO_PAGE, None)
-    if page:
-        st.switch_page(page)
+    if page:  # the widgets write their own keys back (NOTE: [Bound keys]); clearing them is refused
+        st.switch_page(page, query_params={})
 
 
 def set_config(config: PlanConfig | None) -> None:

@@ -57,3 +57,15 @@ def review(at: AppTest) -> AppTest:
     at.switch_page("views/review.py").run()
     assert not at.exception
     return at
+
+
+def shared_link(at: AppTest, *bound: str) -> dict[str, str]:
+    """The link a browser shows for ``at``: the URL's parameters, with the bound widgets ``bound``
+    written as Streamlit's browser side writes a value a person picked (NOTE: [Bound keys] in
+    explorer.builders.links). AppTest has no browser side; test_browser_links.py shares a link in
+    Chromium."""
+    params = {k: v[0] if isinstance(v, list) else v for k, v in dict(at.query_params).items()}
+    for key in bound:
+        value = at.session_state[key]
+        params[key] = str(value).lower() if isinstance(value, bool) else str(value)
+    return params

@@ -4,7 +4,7 @@ Hugging Face models (Pipeline, Training memory and Sharding: test_split_pages.py
 from __future__ import annotations
 
 import pytest
-from app_helpers import APP, TIMEOUT, charts, errors, review, shown, start, summary
+from app_helpers import APP, TIMEOUT, charts, errors, review, shared_link, shown, start, summary
 from streamlit.testing.v1 import AppTest
 
 import partitioner
@@ -111,12 +111,11 @@ def test_settings_live_in_the_url_so_a_view_can_be_shared_and_reloaded():
     at.selectbox(key="model").set_value("mlp").run()
     at.number_input(key="dev_count").set_value(6).run()
     at.selectbox(key="mode").set_value("kl_based").run()
-    params = dict(at.query_params)
-    assert params["model"] == ["mlp"] or params["model"] == "mlp"
+    params = shared_link(at, "model", "dev_count", "mode")
+    assert params["model"] == "mlp"
     # A fresh session opened on that URL (a reload, or a colleague's browser) shows the same view.
     fresh = AppTest.from_file(APP, default_timeout=TIMEOUT)
-    for key, value in params.items():
-        fresh.query_params[key] = value[0] if isinstance(value, list) else value
+    fresh.query_params.update(params)
     fresh.run()
     assert not fresh.exception
     assert fresh.selectbox(key="model").value == "mlp" and fresh.number_input(key="dev_count").value == 6

@@ -300,7 +300,10 @@ def test_the_cluster_page_names_its_engine_and_what_its_times_assume():
     assert "CUDA graphs" in " ".join(shown(c.value) for c in at.caption)
     at.selectbox(key="cl_accelerator").set_value("a100-80gb").run()
     assert "derived from the measured h100-80gb" in " ".join(shown(c.value) for c in at.caption)
-    assert at.query_params["cl_engine"] in ("graphs", ["graphs"])
+    fresh = AppTest.from_file(APP, default_timeout=TIMEOUT)  # the link carries it (Streamlit's binding)
+    fresh.query_params.update({"cl_engine": "graphs", "cl_accelerator": "a100-80gb"})
+    fresh.switch_page("views/cluster.py").run()
+    assert [m.value for m in fresh.metric] == [m.value for m in at.metric]
 
 
 def test_serving_is_priced_on_the_serving_engines_unless_eager_is_picked():

@@ -4,9 +4,9 @@ did not change; long inputs are cut in messages; counts read as people write the
 from __future__ import annotations
 
 import pytest
-from app_helpers import errors, shown, start, summary
+from app_helpers import APP, TIMEOUT, errors, shown, start, summary
+from streamlit.testing.v1 import AppTest
 
-from explorer.builders.links import read_link
 from explorer.builders.text import cut_long_words, md, number
 from explorer.fields import out_of_range_note
 from explorer.sidebar import HF_MODEL
@@ -44,9 +44,12 @@ def test_the_note_names_the_rule_the_value_and_what_the_answer_is_still_for():
     assert "(got nothing)" in out_of_range_note("Solver time limit (s)", None, 1, 600, 10)
 
 
-def test_a_link_clamp_reads_its_bounds_with_commas():
-    read = read_link({"model": "mlp", "dev_count": "5000"}, ["mlp"], ["size_based"], ["custom"], HF_MODEL, None)
-    assert any("above the most, 1,024: set to 1,024" in n for n in read.notes), read.notes
+def test_a_link_out_of_range_reads_its_bounds_with_commas():
+    at = AppTest.from_file(APP, default_timeout=TIMEOUT)
+    at.query_params.update({"model": "mlp", "dev_count": "5000"})
+    at.run()
+    note = "Number of devices must be from 1 to 1,024 (got 5,000): not applied"
+    assert any(note in w for w in _warnings(at)), _warnings(at)
 
 
 def _warnings(at) -> list[str]:

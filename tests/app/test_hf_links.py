@@ -2,10 +2,10 @@
 fields, batch size and sequence length, the devices and the mode all come back from the URL."""
 
 import pytest
+from app_helpers import APP, TIMEOUT, errors, shared_link, start, summary
 from streamlit.testing.v1 import AppTest
 
 from explorer.sidebar import HF_MODEL
-from tests.app.app_helpers import APP, TIMEOUT, errors, start, summary
 
 pytest.importorskip("transformers")
 
@@ -36,7 +36,7 @@ def test_an_hf_view_opens_again_from_its_link():
     assert not at.exception, at.exception
     label = summary(at)["model"]
     assert "batch_size=2" in label and "seq_len=16" in label and label.startswith("hf:gpt2(")
-    params = dict(at.query_params)
+    params = shared_link(at, "model", "hf_name", "hf_set", "hf_batch", "hf_seq", "dev_preset", "dev_count", "mode")
     fresh = _open(params)
     assert fresh.selectbox(key="model").value == HF_MODEL
     assert fresh.text_input(key="hf_name").value == "gpt2" and fresh.text_input(key="hf_set").value == TINY

@@ -168,7 +168,7 @@ def test_the_app_and_the_command_line_reach_the_same_cluster_sizes():
     """Up to 4,096 nodes (Llama 3 ran 16,384 H100s: 2,048 nodes of 8) on the page, in a link and on
     the command line."""
     from cli.cluster import MAX_NODES
-    from explorer.builders.links import RANGES
+    from explorer.cluster_inputs import RANGES
 
     assert RANGES["cl_max_nodes"] == (1, MAX_NODES) and MAX_NODES >= 4096
     at = start()

@@ -3,7 +3,7 @@ page's budget, loss and optimizer, Explore's view, colour and search, Learn's al
 the Pipeline page's settings. A link opened in a fresh session brings back exactly what was shared;
 a value its widget could not hold is dropped with a note. The pages' widgets are bound to the URL
 by Streamlit (NOTE: [Bound keys] in explorer.builders.links; links.bound_notes names what no
-widget took); Learn's and the engine radios' values are carried by hand (links.read_page_link).
+widget took); Learn's values are carried by hand (links.read_page_link).
 Streamlit's browser side writes the bound widgets' values into the URL, which AppTest has not:
 test_browser_links.py shares such a link in Chromium."""
 
@@ -12,7 +12,7 @@ from __future__ import annotations
 from app_helpers import APP, TIMEOUT, shown, start
 from streamlit.testing.v1 import AppTest
 
-from explorer.builders.links import HAND_KEYS, bound_notes, page_keys, read_link, read_page_link
+from explorer.builders.links import HAND_KEYS, bound_notes, page_keys, read_page_link
 
 
 def _params(at: AppTest) -> dict[str, str]:
@@ -32,19 +32,17 @@ def _said(at: AppTest) -> str:
 
 
 def test_hand_carried_keys_are_typed_checked_and_written_for_their_page_only():
-    state = {"learn_step": 3, "learn_algorithm": "kl_pass", "cl_engine": "graphs", "cl_batch": 1024, "cl_run": False}
+    state = {"learn_step": 3, "learn_algorithm": "kl_pass", "sh_spec_from": "model", "cl_batch": 1024, "model": "mlp"}
     assert page_keys("learn", state) == {"learn_algorithm": "kl_pass", "learn_step": "3"}
-    assert page_keys("cluster", state) == {"cl_engine": "graphs"}  # cl_batch: Streamlit's binding writes it
-    assert page_keys("explore", state) == {}
-    choices = {"learn_algorithm": ["size_based", "kl_pass"], "cl_engine": ["eager", "graphs"]}
+    assert page_keys("sharding", state) == {"sh_spec_from": "model"}
+    assert page_keys("cluster", state) == {}  # cl_batch: Streamlit's binding writes it
+    choices = {"learn_algorithm": ["size_based", "kl_pass"], "sh_spec_from": ["model", "suggest"]}
     read = read_page_link(
-        {"learn_step": "4", "learn_algorithm": "fastest", "cl_engine": "graphs", "cl_batch": "9", "model": "mlp"},
+        {"learn_step": "4", "learn_algorithm": "fastest", "sh_spec_from": "suggest", "cl_batch": "9", "model": "mlp"},
         choices,
     )
-    assert read.values == {"learn_step": 4, "cl_engine": "graphs"}  # cl_batch: bound, not read here
+    assert read.values == {"learn_step": 4, "sh_spec_from": "suggest"}  # cl_batch, model: bound, not read here
     assert len(read.notes) == 1 and "learn_algorithm=fastest" in read.notes[0] and "kl_pass" in read.notes[0]
-    # the sidebar's reader leaves a page's keys alone: no "not a setting a link carries" for them
-    assert not read_link({"model": "mlp", "cl_batch": "1024"}, ["mlp"], ["size_based"], ["custom"], "hf").notes
 
 
 def test_a_cluster_link_reopens_its_workload_and_hardware():
@@ -83,7 +81,7 @@ def test_a_serving_link_reopens_its_fields_and_a_disabled_ones_value():
     fresh = _open({**link, "cl_serve_engine": "eager", "cl_accelerator": "h200-141gb"}, "views/cluster.py")
     assert fresh.selectbox(key="cl_kind").value == "inference"
     assert [fresh.number_input(key=k).value for k in ("cl_serve_batch", "cl_prompt", "cl_generate")] == [8, 1024, 512]
-    assert fresh.radio(key="cl_serve_engine").value == "eager"  # carried by hand: its default is in session state
+    assert fresh.radio(key="cl_serve_engine").value == "eager"  # bound: its default is the radio's own
     assert fresh.selectbox(key="cl_accelerator").value == "h200-141gb"
     assert "link" not in _said(fresh), _said(fresh)
     assert _params(fresh)["cl_serve_engine"] == "eager"
@@ -104,7 +102,10 @@ def test_bound_notes_name_what_no_widget_took():
     assert "pp_ranks=99" in notes["pp_ranks"] and "it shows 4" in notes["pp_ranks"]
     notes = bound_notes(link, state, "explore", {"explore_overlay": "rainbow"})  # left in the URL: no binding
     assert "no widget of the page" in notes["explore_overlay"] and "explore_search" in notes
-    assert not bound_notes({"learn_step": "4", "model": "mlp"}, {}, "learn")  # carried by hand; the sidebar's
+    assert not bound_notes({"learn_step": "4", "model": "mlp"}, {"model": "mlp"}, "learn")  # by hand; the sidebar's
+    notes = bound_notes({"model": "nosuch", "dev_count": "x", "nosuch": "1"}, {"model": "mlp", "dev_count": 4}, "learn")
+    assert "model=nosuch" in notes["model"] and "it shows mlp" in notes["model"]  # the sidebar's, on every page
+    assert "dev_count=x" in notes["dev_count"] and "no widget of the page takes it" in notes["nosuch"]
 
 
 def test_explores_view_colour_and_search_are_in_the_link():
@@ -171,10 +172,12 @@ def test_a_bound_value_out_of_a_bounded_fields_range_is_said_beside_it():
     assert "Sequence length (tokens) must be from 1" in _said(fresh) and "not applied" in _said(fresh)
 
 
-def test_out_of_range_and_huge_steps_are_clamped_and_said():
+def test_a_huge_step_shows_the_last_and_one_past_pythons_digits_is_dropped():
+    from explorer.builders.stepping import player_step
+
     read = read_page_link({"learn_step": "9" * 30}, {})
-    assert read.values == {"learn_step": 60}
-    assert len(read.notes) == 1 and read.notes[0].startswith("learn_step=") and "set to 60" in read.notes[0]
+    assert read.values == {"learn_step": int("9" * 30)} and not read.notes
+    assert player_step(read.values["learn_step"], 7, False, False) == (7, False)  # the player shows the last
     read = read_page_link({"learn_step": "9" * 5000})  # past Python's digits limit
     assert read.values == {} and "learn_step=" in read.notes[0] and "5,000 characters" in read.notes[0]
 
@@ -186,8 +189,8 @@ def test_a_long_value_is_cut_in_its_note():
     assert "80,000 characters" in notes["cl_kind"]
     read = read_page_link({"learn_algorithm": "x" * 80_000, "sh_spec_from": long})
     assert read.values == {} and len(read.notes) == 2 and all(len(n) < 400 for n in read.notes)
-    sidebar = read_link({"model": "mlp", "dev_memory": "9" * 80_000, "k" * 80_000: "1"}, ["mlp"], ["m"], ["c"], "hf")
-    assert len(sidebar.notes) == 2 and all(len(n) < 400 for n in sidebar.notes), [len(n) for n in sidebar.notes]
+    sidebar = bound_notes({"dev_memory": "9" * 80_000, "k" * 80_000: "1"}, {"dev_memory": "16 GiB"}, "explore")
+    assert len(sidebar) == 2 and all(len(n) < 400 for n in sidebar.values()), [len(n) for n in sidebar.values()]
 
 
 def test_every_hand_carried_choice_is_checked_against_its_widgets_options():
@@ -195,9 +198,16 @@ def test_every_hand_carried_choice_is_checked_against_its_widgets_options():
 
     choices = page_choices()
     assert {k for k in HAND_KEYS if HAND_KEYS[k] is str} <= set(choices)
-    read = read_page_link({"cl_serve_engine": "graphs", "cl_engine": "turbo"}, choices)
-    assert read.values == {"cl_serve_engine": "graphs"}
-    assert len(read.notes) == 1 and "cl_engine=turbo" in read.notes[0] and "eager, graphs" in read.notes[0]
+    read = read_page_link({"learn_algorithm": "kl_pass", "sh_spec_from": "turbo"}, choices)
+    assert read.values == {"learn_algorithm": "kl_pass"}
+    assert len(read.notes) == 1 and "sh_spec_from=turbo" in read.notes[0] and "model, suggest" in read.notes[0]
+
+
+def test_an_engine_radio_carries_the_engines_name_and_drops_another():
+    fresh = _open({"model": "mlp", "cl_engine": "graphs", "cl_kind": "training"}, "views/cluster.py")
+    assert fresh.radio(key="cl_engine").value == "graphs" and _params(fresh)["cl_engine"] == "graphs"
+    fresh = _open({"model": "mlp", "cl_engine": "turbo"}, "views/cluster.py")
+    assert fresh.radio(key="cl_engine").value == "eager" and "cl_engine=turbo in the link was ignored" in _said(fresh)
 
 
 def test_a_sidebar_link_without_a_model_applies_to_the_default_model():
@@ -210,16 +220,7 @@ def test_a_sidebar_link_without_a_model_applies_to_the_default_model():
 
 
 def test_a_size_knob_past_what_a_number_box_holds_is_dropped_with_a_note():
-    import sample_models
-
-    read = read_link(
-        {"model": "mlp", "knob_mlp_hidden": "1" + "0" * 20, "knob_mlp_n_layer": "2"},
-        ["mlp"],
-        ["m"],
-        ["c"],
-        "hf",
-        sample_models.config_class,
-    )
-    assert read.values.get("knob_mlp_n_layer") == 2 and "knob_mlp_hidden" not in read.values
-    assert len(read.notes) == 1 and "knob_mlp_hidden=100000000000000000000" in read.notes[0]
-    assert "9,007,199,254,740,991" in read.notes[0]
+    fresh = _open({"model": "mlp", "knob_mlp_hidden": "1" + "0" * 20, "knob_mlp_n_layer": "2"}, "views/explore.py")
+    assert fresh.number_input(key="knob_mlp_n_layer").value == 2
+    assert "knob_mlp_hidden=100000000000000000000 in the link was ignored" in _said(fresh), _said(fresh)
+    assert fresh.number_input(key="knob_mlp_hidden").value == 256 and "knob_mlp_hidden" not in fresh.query_params

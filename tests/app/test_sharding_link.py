@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from app_helpers import APP, TIMEOUT, errors, shown, start
+from app_helpers import APP, TIMEOUT, errors, shared_link, shown, start
 from streamlit.testing.v1 import AppTest
 
 
@@ -23,9 +23,8 @@ def test_a_link_to_a_suggested_spec_opens_on_that_spec():
     assert not at.exception and not errors(at)
     fits = [s.value for s in at.success]
     assert any("Every device fits" in s for s in fits) and _largest(at) != over
-    params = {k: v[0] if isinstance(v, list) else v for k, v in dict(at.query_params).items()}
-    assert params.get("sh_spec_from") == "suggest", params
-    params["sh_training"] = "true"  # bound to the URL by Streamlit in the browser (NOTE: [Bound keys]), not here
+    assert at.query_params.get("sh_spec_from") in ("suggest", ["suggest"]), dict(at.query_params)
+    params = shared_link(at, "dev_headroom", "dev_memory", "dev_count", "sh_training")
 
     fresh = AppTest.from_file(APP, default_timeout=TIMEOUT)
     fresh.query_params.update(params)
