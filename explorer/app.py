@@ -16,7 +16,7 @@ if str(ROOT) not in sys.path:  # `streamlit run explorer/app.py` runs this file 
 
 import streamlit as st  # noqa: E402
 
-from explorer import shutdown, sidebar, state  # noqa: E402
+from explorer import loading, shutdown, sidebar, state  # noqa: E402
 
 st.set_page_config(page_title="Partition Explorer", page_icon=":material/account_tree:", layout="wide")
 
@@ -39,7 +39,7 @@ shutdown.install_exit_hook()  # SIGTERM mid-run: no abort (NOTE: [Stopping while
 page = st.navigation(PAGES, position="top")
 state.set_page(NAMES.get(page.title, ""))
 # Above the page, each in a container there on every run, so the page's widgets keep their places
-# (state.load_graph): the link's notes, the size warning, the link's page keys no widget holds.
+# (loading.load_graph): the link's notes, the size warning, the link's keys no widget holds.
 notes, warnings, link_notes = st.container(), st.container(), st.container()
 with notes:
     state.restore_from_url()
@@ -47,6 +47,6 @@ state.follow_page_request()
 state.set_config(sidebar.config_ui())
 state.write_url()
 with warnings:
-    state.show_size_warning()
+    loading.show_size_warning()
 page.run()
 state.show_bound_notes(link_notes)

@@ -166,11 +166,12 @@ def workload_ui(traced_bytes: int = 2, model_key: str = "") -> cluster.Workload:
     optimizer = cols[0].selectbox(
         "Optimizer",
         list(OPTIMIZERS),
-        format_func=lambda name: f"{name}: {OPTIMIZERS[name].label}",
-        key="cl_optimizer",  # the link holds its label (format_func), as the box shows it
+        key="cl_optimizer",  # its name in the link (NOTE: [Bound keys]); what it keeps, said below
         disabled=not training,
+        help="; ".join(f"{name}: {o.label}" for name, o in OPTIMIZERS.items()),
         **BOUND,
     )
+    cols[0].caption(OPTIMIZERS[optimizer].label)
     train_tokens = float(
         _bounded(
             cols[1],

@@ -4,7 +4,7 @@ Streamlit's ``number_input`` with ``min_value``/``max_value`` refuses an out-of-
 browser: the field turns red with a hover-only "!", nothing reaches the server, and the page goes
 on showing the previous answer without a word. :func:`bounded_number` takes any number instead,
 checks the range here, and for a value it cannot take keeps the last one it could, with a note
-beside the field and above the page (:func:`explorer.state.show_size_warning` shows
+beside the field and above the page (:func:`explorer.loading.show_size_warning` shows
 :func:`range_notes`) naming the rule, the value and what the answer is for."""
 
 from __future__ import annotations

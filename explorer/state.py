@@ -1,5 +1,5 @@
-"""What the pages share: the current :class:`PlanConfig` (set by the router from the sidebar)
-and loaders that fetch the cached graph and plan, showing any error with ``st.error``.
+"""What the pages share: the current :class:`PlanConfig` (set by the router from the sidebar;
+:mod:`explorer.loading` fetches its graph and plan), the page asked for, and the link.
 
 Session state holds only small things: the config (a frozen dataclass of tuples) and the
 hand-edited mapping (``explorer.builders.editing.Edit``). A link's settings are held by Streamlit's
@@ -13,26 +13,17 @@ import streamlit as st
 from streamlit.delta_generator import DeltaGenerator
 from streamlit.errors import StreamlitAPIException
 
-from explorer import compute
 from explorer.builders.config import PlanConfig
-from explorer.builders.inputs import size_warning
 from explorer.builders.links import HAND_KEYS, bound_notes, page_keys, read_page_link
 from explorer.builders.text import md
-from partitioner import Graph
 
 __all__ = [
     "set_config",
-    "current_config",
-    "load_graph",
-    "page_inputs",
-    "load_plan",
-    "current_plan",
     "model_generation",
     "bump_model_generation",
     "open_page",
     "follow_page_request",
     "set_page",
-    "show_size_warning",
     "write_url",
     "show_bound_notes",
 ]
@@ -51,16 +42,6 @@ LINK_BOUND = "link_bound"  # the link's bound keys, until the page has drawn its
 PAGE = "current_page"  # the page this run draws (a key of PAGE_PREFIXES), whose view the URL carries
 
 
-def page_choices() -> dict[str, list]:
-    """The options of the hand-carried choices (NOTE: [Bound keys]), to check a link's values against."""
-    from partitioner.accelerator import steps
-
-    return {"learn_algorithm": list(steps.ALGORITHMS), "sh_spec_from": ["model", "suggest"]}
-
-
-EXPLORE_VIEWS = ("Partition DAG", "Model graph by module")
-
-
 def restore_from_url() -> None:
     """On a session's first run, set the hand-carried values from the URL's query parameters
     (:func:`explorer.builders.links.read_page_link`: one it cannot read is dropped, and a warning
@@ -70,7 +51,7 @@ def restore_from_url() -> None:
         return
     st.session_state[URL_RESTORED] = True
     params = st.query_params.to_dict()
-    read = read_page_link(params, page_choices())
+    read = read_page_link(params)
     st.session_state[LINK_BOUND] = {k: v for k, v in params.items() if k not in HAND_KEYS}
     st.session_state.update(read.values)
     if read.notes:
@@ -140,72 +121,3 @@ def follow_page_request() -> None:
 
 def set_config(config: PlanConfig | None) -> None:
     st.session_state[CONFIG] = config
-
-
-def show_size_warning() -> None:
-    """Above every page: a warning when the model is a preset with its size overridden ("llama-3-70b
-    with 2 of 80 layers"), since every figure then answers for the smaller model; and each sidebar
-    value this run did not apply (out of its range: :mod:`explorer.fields`), since the answer below
-    is still for the previous one."""
-    from explorer.fields import range_notes
-
-    for note in range_notes():
-        st.warning(note, icon=":material/block:")
-    config = st.session_state.get(CONFIG)
-    if config is None or config.model.user:
-        return
-    text = size_warning(config.model.name, dict(config.model.overrides))
-    if text:
-        st.warning(md(text), icon=":material/warning:")
-
-
-def current_config() -> PlanConfig | None:
-    """The sidebar's config, or None (with a note) while an input there is unreadable."""
-    config = st.session_state.get(CONFIG)
-    if config is None:
-        st.info("Fix the input marked in the sidebar to see a plan; everything else you entered is kept.")
-    return config
-
-
-def load_graph(config: PlanConfig) -> Graph | None:
-    """The traced model. Its waiting line is drawn in a container of its own, there on every run: a
-    line drawn only while a trace runs would move the page's widgets down a place on that run, and a
-    widget bound to the URL that moves is drawn anew, after which Streamlit's browser side no longer
-    writes its changes into the URL."""
-    try:
-        with st.container():
-            return compute.trace(config.model)
-    except Exception as exc:  # shown in words; the sidebar keeps what was entered
-        st.error(md(f"Could not build or trace {config.model.label}: {compute.explain_error(exc)}"))
-        return None
-
-
-def page_inputs() -> tuple[PlanConfig, Graph] | None:
-    """The sidebar's config and its traced model, or None once a note says what is missing."""
-    config = current_config()
-    if config is None:
-        return None
-    graph = load_graph(config)
-    return None if graph is None else (config, graph)
-
-
-def load_plan(config: PlanConfig) -> tuple[Graph, compute.PlanResult] | None:
-    """The traced graph and the (cached) plan of ``config``; None when tracing failed."""
-    graph = load_graph(config)
-    if graph is None:
-        return None
-    with st.spinner(f"Partitioning with {config.mode}..."):
-        result = compute.plan(config)
-    return graph, result
-
-
-def current_plan() -> tuple[PlanConfig, Graph, compute.PlanResult] | None:
-    """The sidebar's config with its graph and plan; None (the reason already shown) when the
-    config is unreadable or the model does not trace."""
-    config = current_config()
-    if config is None:
-        return None
-    loaded = load_plan(config)
-    if loaded is None:
-        return None
-    return (config, *loaded)

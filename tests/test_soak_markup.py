@@ -36,8 +36,8 @@ def test_a_markup_payload_points_at_the_beacon_under_its_tag(kind):
     assert f"{BEACON}/s3dot/" in text
 
 
-def test_the_long_payload_is_longer_than_a_link_carries():
-    assert len(markup.payload("long", BEACON, "t")) == markup.LONG_CHARS > links.MAX_LINK_TEXT
+def test_the_long_payload_is_longer_than_a_note_shows():
+    assert len(markup.payload("long", BEACON, "t")) == markup.LONG_CHARS > links.SHOWN_CHARS  # cut in a note
 
 
 def test_an_unknown_payload_kind_names_the_valid_ones():

@@ -11,16 +11,17 @@ its widgets, :func:`bound_notes` names the link's keys no widget holds: dropped 
 button's or a chart's key, a key of another page (by its prefix, :data:`PAGE_PREFIXES`) or one no
 widget reads; the app then takes them out of the URL. None is put in session state: a button's key
 set from a link (``cl_min_cut_run=1``) makes Streamlit refuse the page
-(StreamlitValueAssignmentNotAllowedError). Only :data:`HAND_KEYS` are carried here, since no binding
-can hold them: the Learn player sets ``learn_step`` while its slider is drawn by a fragment, the
-algorithm box shows a label (``format_func``) that the binding would put in the URL in place of the
-algorithm's name, and ``sh_spec_from`` is no widget. A value is said in a note cut to
-:data:`SHOWN_CHARS` characters; a hand-carried value longer than :data:`MAX_LINK_TEXT` is dropped."""
+(StreamlitValueAssignmentNotAllowedError). A choice carries its option's name, never a label: the
+binding writes what ``format_func`` shows, so a radio says what its options mean in ``captions``.
+Only :data:`HAND_KEYS` are carried here, since no binding can hold them: ``sh_spec_from`` (how the
+Sharding page made the spec it shows) is no widget's, and the Learn player sets ``learn_step`` while
+its slider's range changes with the algorithm (a bound slider of another range reads the link's step
+again). A value is said in a note cut to :data:`SHOWN_CHARS` characters."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Mapping, Sequence
+from typing import Any, Mapping
 
 __all__ = [
     "LinkValues",
@@ -29,12 +30,10 @@ __all__ = [
     "HAND_KEYS",
     "PAGE_PREFIXES",
     "bound_notes",
-    "MAX_LINK_TEXT",
     "SHOWN_CHARS",
     "shown",
 ]
 
-MAX_LINK_TEXT = 500  # characters of one hand-carried value
 SHOWN_CHARS = 60  # of a value or a key, in a note
 
 # The page a key belongs to, by its prefix (NOTE: [Bound keys]); a key with none is the sidebar's.
@@ -46,8 +45,9 @@ PAGE_PREFIXES: dict[str, str] = {
     "sharding": "sh_",
     "cluster": "cl_",
 }
-# Not bound (NOTE: [Bound keys]).
-HAND_KEYS: dict[str, type] = {"learn_algorithm": str, "learn_step": int, "sh_spec_from": str}
+# Not bound (NOTE: [Bound keys]): key -> the values it takes (int: a whole number from 1).
+HAND_KEYS: dict[str, tuple[str, ...] | type[int]] = {"learn_step": int, "sh_spec_from": ("model", "suggest")}
+MAX_DIGITS = 9  # of a hand-carried number (the player clamps a step past the last)
 SIDEBAR = "sidebar"  # the owner of a key without a page's prefix: drawn on every page
 
 
@@ -59,19 +59,16 @@ class LinkValues:
     notes: tuple[str, ...]
 
 
-def _typed(name: str, kind: type, text: str) -> Any:
-    """``text`` as ``kind``, the way a widget of that type holds it; ValueError names the rule."""
-    if kind is bool:
-        low = text.strip().lower()
-        if low not in ("true", "false"):
-            raise ValueError(f"{name} must be true or false")
-        return low == "true"
-    if kind in (int, float):
+def _holds(value: Any, text: str) -> bool:
+    """Whether a widget showing ``value`` holds a link's ``text`` (as the binding writes it)."""
+    if isinstance(value, bool):
+        return text.strip().lower() == str(value).lower()
+    if isinstance(value, (int, float)):
         try:
-            return kind(text)
-        except ValueError:
-            raise ValueError(f"{name} must be a {'whole ' if kind is int else ''}number") from None
-    return text
+            return float(text) == value
+        except (ValueError, OverflowError):
+            return False
+    return isinstance(value, str) and text == value
 
 
 def shown(text: Any, limit: int = SHOWN_CHARS) -> str:
@@ -92,31 +89,33 @@ def _page_of(key: str) -> str:
 def page_keys(page: str, state: Mapping[str, Any]) -> dict[str, str]:
     """The hand-carried keys (:data:`HAND_KEYS`) of ``page`` (a key of :data:`PAGE_PREFIXES`) in
     ``state`` (session state), as text: the rest of a view is Streamlit's to write."""
-    kinds = {k: kind for k, kind in HAND_KEYS.items() if _page_of(k) == page}
-    return {k: str(state[k]) for k in sorted(kinds) if isinstance(state.get(k), kinds[k])}
+    return {k: str(state[k]) for k in sorted(HAND_KEYS) if _page_of(k) == page and _takes(k, state.get(k))}
 
 
-def read_page_link(params: Mapping[str, str], choices: Mapping[str, Sequence[Any]] | None = None) -> LinkValues:
-    """The hand-carried values of a link's query ``params`` (:data:`HAND_KEYS`): typed, a choice
-    checked against ``choices[key]`` (the widget's options), dropped with a note when it is not
-    one. Every other key is left to Streamlit's binding and :func:`bound_notes`. O(len(params))."""
-    choices = choices or {}
-    notes: list[str] = []
+def _takes(key: str, value: Any) -> bool:
+    rule = HAND_KEYS[key]
+    if isinstance(rule, tuple):
+        return value in rule
+    return isinstance(value, int) and value >= 1
+
+
+def read_page_link(params: Mapping[str, str]) -> LinkValues:
+    """The hand-carried values of a link's query ``params`` (:data:`HAND_KEYS`), each dropped with a
+    note when it is not one of the values its key takes. Every other key is left to Streamlit's
+    binding and :func:`bound_notes`. O(len(params))."""
     values: dict[str, Any] = {}
+    notes = []
     for key, text in params.items():
-        if key not in HAND_KEYS:
+        rule = HAND_KEYS.get(key)
+        if rule is None:
             continue
-        try:
-            if len(text) > MAX_LINK_TEXT:
-                raise ValueError(f"a link's value is at most {MAX_LINK_TEXT} characters")
-            value = _typed(key, HAND_KEYS[key], text)
-            options = choices.get(key)
-            if options is not None and value not in options:
-                raise ValueError(f"{key} must be one of {', '.join(map(str, options))}")
-        except ValueError as exc:
-            notes.append(_ignored(key, text, str(exc)))
-            continue
-        values[key] = value
+        number = not isinstance(rule, tuple) and text.isdecimal() and len(text) <= MAX_DIGITS
+        value = int(text) if number else text
+        if _takes(key, value):
+            values[key] = value
+        else:
+            takes = f"one of {', '.join(rule)}" if isinstance(rule, tuple) else "a whole number from 1"
+            notes.append(_ignored(key, text, f"{key} must be {takes}"))
     return LinkValues(values, tuple(notes))
 
 
@@ -136,11 +135,7 @@ def bound_notes(
         if key in HAND_KEYS:
             continue
         value = state.get(key) if _page_of(key) in (page, SIDEBAR) else None
-        try:
-            held = isinstance(value, (bool, int, float, str)) and _typed(key, type(value), text) == value
-        except ValueError:
-            held = False
-        if held:
+        if _holds(value, text):
             continue
         if value is None or left.get(key) == text:
             notes[key] = _ignored(key, None, "no widget of the page takes it (only its settings go in a link)")

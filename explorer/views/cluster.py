@@ -9,7 +9,7 @@ from typing import Any
 
 import streamlit as st
 
-from explorer import cluster_panels, state
+from explorer import cluster_panels, loading, state
 from explorer.builders import cluster_figures
 from explorer.builders.cluster_tables import limited_by, token_breakdown
 from explorer.builders.text import counted, md
@@ -333,7 +333,7 @@ def _render_layout(
 
 
 def main() -> None:
-    loaded = state.page_inputs()
+    loaded = loading.page_inputs()
     if loaded is None:
         return
     config, graph = loaded

@@ -5,7 +5,7 @@ from __future__ import annotations
 import streamlit as st
 
 import sample_models
-from explorer import compute, graph_panels, panels, sidebar, state
+from explorer import compute, graph_panels, loading, panels, sidebar, state
 from explorer.builders.text import counted, md
 from partitioner import Graph, PartitionError
 from partitioner.accelerator.compare import ModeResult
@@ -13,7 +13,7 @@ from partitioner.plan.size import plan_from_json
 
 
 def main() -> None:
-    inputs = state.page_inputs()
+    inputs = loading.page_inputs()
     if inputs is None:
         return
     config, graph = inputs

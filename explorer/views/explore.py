@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import streamlit as st
 
-from explorer import graph_panels, panels, state
+from explorer import graph_panels, loading, panels
 from explorer.builders import teaching
 from explorer.builders.text import counted, md
+
+EXPLORE_VIEWS = ("Partition DAG", "Model graph by module")
 
 
 def start_here() -> None:
@@ -34,7 +36,7 @@ def start_here() -> None:
 
 def main() -> None:
     start_here()
-    loaded = state.current_plan()
+    loaded = loading.current_plan()
     if loaded is None:
         return
     config, graph, result = loaded
@@ -61,13 +63,13 @@ def main() -> None:
     view = (
         st.segmented_control(
             "Show",
-            list(state.EXPLORE_VIEWS),
-            default=state.EXPLORE_VIEWS[0],
+            list(EXPLORE_VIEWS),
+            default=EXPLORE_VIEWS[0],
             key="explore_view",
             bind="query-params",  # the link carries it (Streamlit's binding)
             persist_state="session",
         )
-        or state.EXPLORE_VIEWS[0]
+        or EXPLORE_VIEWS[0]
     )
     left, right = st.columns([3, 2])
     with left:

@@ -8,6 +8,7 @@ from explorer import compute, graph_panels, state
 from explorer.builders import stepping, teaching
 from explorer.builders.config import PlanConfig
 from explorer.builders.text import md
+from explorer.fields import BOUND
 from partitioner import Graph, Plan
 from partitioner.accelerator import steps
 from partitioner.units import format_seconds
@@ -117,13 +118,13 @@ def _step_through(config: PlanConfig, plan: Plan, graph: Graph) -> None:
     st.markdown(f"#### Step through an algorithm on {md(plan.model)}")
     names: list[str] = list(steps.ALGORITHMS)
     algorithm = (
-        st.selectbox(
+        st.radio(
             "Algorithm",
             names,
-            format_func=lambda a: steps.ALGORITHMS[a],
+            captions=[steps.ALGORITHMS[a] for a in names],  # its name in the link, not a label
             key="learn_algorithm",
-            persist_state="session",
             on_change=lambda: st.session_state.update(learn_step=1, learn_playing=False),
+            **BOUND,
         )
         or names[0]
     )
@@ -173,7 +174,7 @@ def _step_through(config: PlanConfig, plan: Plan, graph: Graph) -> None:
             st.info(note)
     if trace.truncated:
         st.caption("The trace stopped recording after 20,000 decisions; the algorithm itself ran to its end.")
-    state.write_url()  # the step and algorithm in the link (a played step changes without the router's run)
+    state.write_url()  # the step in the link (a played step changes without the router's run)
 
 
 main()

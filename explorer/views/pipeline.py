@@ -9,7 +9,7 @@ import hashlib
 
 import streamlit as st
 
-from explorer import compute, graph_panels, panels, state
+from explorer import compute, graph_panels, loading, panels
 from explorer.builders import pipeline_figures, pipeline_tables
 from explorer.builders.text import md
 from explorer.fields import bounded_number
@@ -155,7 +155,7 @@ def _headline(pp: pipeline.PipelinePlan, ranks: int, microbatches: int, training
 
 
 def main() -> None:
-    inputs = state.page_inputs()
+    inputs = loading.page_inputs()
     if inputs is None:
         return
     config, graph = inputs

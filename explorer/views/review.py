@@ -16,7 +16,7 @@ from typing import Mapping, Sequence
 
 import streamlit as st
 
-from explorer import compute, graph_panels, panels, state
+from explorer import compute, graph_panels, loading, panels
 from explorer.builders import editing, tables
 from explorer.builders.config import PlanConfig
 from explorer.builders.text import md
@@ -160,7 +160,7 @@ def edit_ui(edit: editing.Edit, plan: Plan, graph: Graph) -> tuple[str, editing.
 
 
 def main() -> None:
-    loaded = state.current_plan()
+    loaded = loading.current_plan()
     if loaded is None:
         return
     config, graph, result = loaded

@@ -11,7 +11,7 @@ from typing import Any, Callable
 import streamlit as st
 
 import sample_models
-from explorer import panels, state
+from explorer import loading, panels, state
 from explorer.builders import measured_figures, sharding_tables, training_figures
 from explorer.builders.text import counted, md
 from partitioner import Device, Graph, ShardingError, format_bytes, sharding
@@ -202,7 +202,7 @@ def _spec_ui(graph: Graph, devices: list[Device], rate: float | None) -> tuple[d
 
 
 def main() -> None:
-    inputs = state.page_inputs()
+    inputs = loading.page_inputs()
     if inputs is None:
         return
     config, graph = inputs

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import streamlit as st
 
-from explorer import compute, state
+from explorer import compute, loading
 from explorer.builders import pipeline_tables, techniques
 from explorer.builders.text import md
 
@@ -26,7 +26,7 @@ def _why_count(devices: int, sequences: int | None) -> str:
 
 
 def main() -> None:
-    inputs = state.page_inputs()
+    inputs = loading.page_inputs()
     if inputs is None:
         return
     config, graph = inputs

@@ -11,7 +11,7 @@ from typing import Any
 import pandas as pd
 import streamlit as st
 
-from explorer import compute, panels, state
+from explorer import compute, loading, panels
 from explorer.builders import training_figures
 from explorer.builders.text import md
 from explorer.viewer import show_graph
@@ -65,7 +65,7 @@ def _minutes(seconds: float) -> str:
 
 
 def _memory(graph: Graph, result: remat.RematResult, results: list[remat.RematResult], optimizer: str) -> None:
-    config = state.current_config()
+    config = loading.current_config()
     planned = compute.plan(config) if config is not None else None
     if planned is None or planned.plan is None:
         cause = f": {md(planned.error)}" if planned is not None and planned.error else ""
@@ -117,7 +117,7 @@ def _memory(graph: Graph, result: remat.RematResult, results: list[remat.RematRe
 
 
 def main() -> None:
-    inputs = state.page_inputs()
+    inputs = loading.page_inputs()
     if inputs is None:
         return
     config, graph = inputs

@@ -241,7 +241,7 @@ def test_app_steps_through_the_size_based_fill():
     at.button(key="learn_next").click().run()
     assert at.slider(key="learn_step").value == 3
     assert viewers(at)["learn_steps"]["svg"] != first
-    at.selectbox(key="learn_algorithm").set_value("kl_pass").run()
+    at.radio(key="learn_algorithm").set_value("kl_pass").run()
     assert not at.exception and any("of " in m.value for m in at.metric)
 
 

@@ -5,7 +5,8 @@ and a new algorithm starts at step 1."""
 from __future__ import annotations
 
 import pytest
-from app_helpers import start, summary
+from app_helpers import APP, TIMEOUT, shared_link, start, summary
+from streamlit.testing.v1 import AppTest
 
 import partitioner
 from explorer.builders import stepping
@@ -52,7 +53,7 @@ def _metric(at, label: str) -> str:
 
 def test_the_last_step_of_a_fill_shows_the_latency_it_ends_at():
     at = _learn()
-    at.selectbox(key="learn_algorithm").set_value("size_based").run()
+    at.radio(key="learn_algorithm").set_value("size_based").run()
     last = at.slider(key="learn_step").max
     at.slider(key="learn_step").set_value(last).run()
     assert not at.exception
@@ -65,10 +66,10 @@ def test_the_last_step_of_a_fill_shows_the_latency_it_ends_at():
 
 def test_a_new_algorithm_starts_at_step_one():
     at = _learn()
-    at.selectbox(key="learn_algorithm").set_value("size_based").run()
+    at.radio(key="learn_algorithm").set_value("size_based").run()
     at.slider(key="learn_step").set_value(at.slider(key="learn_step").max).run()
     assert at.slider(key="learn_step").value > 1
-    at.selectbox(key="learn_algorithm").set_value("kl_pass").run()
+    at.radio(key="learn_algorithm").set_value("kl_pass").run()
     assert not at.exception
     assert at.session_state["learn_step"] == 1
     assert _metric(at, "Step").startswith("1 of ")
@@ -77,7 +78,11 @@ def test_a_new_algorithm_starts_at_step_one():
 @pytest.mark.slow
 def test_the_step_and_algorithm_are_in_the_link():
     at = _learn()
-    at.selectbox(key="learn_algorithm").set_value("kl_pass").run()
+    at.radio(key="learn_algorithm").set_value("kl_pass").run()
     at.button(key="learn_next").click().run()
-    assert at.query_params.get("learn_algorithm") in ("kl_pass", ["kl_pass"])
-    assert at.query_params.get("learn_step") in ("2", ["2"])
+    assert at.query_params.get("learn_step") in ("2", ["2"])  # a step the player set: written back
+    fresh = AppTest.from_file(APP, default_timeout=TIMEOUT)
+    fresh.query_params.update(shared_link(at, "learn_algorithm"))
+    fresh.switch_page("views/learn.py").run()
+    assert fresh.radio(key="learn_algorithm").value == "kl_pass" and fresh.slider(key="learn_step").value == 2
+    assert _metric(fresh, "Step") == _metric(at, "Step")

@@ -3,7 +3,7 @@ page's budget, loss and optimizer, Explore's view, colour and search, Learn's al
 the Pipeline page's settings. A link opened in a fresh session brings back exactly what was shared;
 a value its widget could not hold is dropped with a note. The pages' widgets are bound to the URL
 by Streamlit (NOTE: [Bound keys] in explorer.builders.links; links.bound_notes names what no
-widget took); Learn's values are carried by hand (links.read_page_link).
+widget took); how the Sharding page made its spec is carried by hand (links.read_page_link).
 Streamlit's browser side writes the bound widgets' values into the URL, which AppTest has not:
 test_browser_links.py shares such a link in Chromium."""
 
@@ -12,7 +12,7 @@ from __future__ import annotations
 from app_helpers import APP, TIMEOUT, shown, start
 from streamlit.testing.v1 import AppTest
 
-from explorer.builders.links import HAND_KEYS, bound_notes, page_keys, read_page_link
+from explorer.builders.links import bound_notes, page_keys, read_page_link
 
 
 def _params(at: AppTest) -> dict[str, str]:
@@ -31,18 +31,17 @@ def _said(at: AppTest) -> str:
     return " ".join(shown(w.value) for w in at.warning)
 
 
-def test_hand_carried_keys_are_typed_checked_and_written_for_their_page_only():
-    state = {"learn_step": 3, "learn_algorithm": "kl_pass", "sh_spec_from": "model", "cl_batch": 1024, "model": "mlp"}
-    assert page_keys("learn", state) == {"learn_algorithm": "kl_pass", "learn_step": "3"}
-    assert page_keys("sharding", state) == {"sh_spec_from": "model"}
+def test_hand_carried_keys_are_checked_and_written_for_their_page_only():
+    state = {"sh_spec_from": "model", "learn_step": 3, "cl_batch": 1024, "model": "mlp"}
+    assert page_keys("sharding", state) == {"sh_spec_from": "model"} and page_keys("learn", state) == {
+        "learn_step": "3"
+    }
     assert page_keys("cluster", state) == {}  # cl_batch: Streamlit's binding writes it
-    choices = {"learn_algorithm": ["size_based", "kl_pass"], "sh_spec_from": ["model", "suggest"]}
-    read = read_page_link(
-        {"learn_step": "4", "learn_algorithm": "fastest", "sh_spec_from": "suggest", "cl_batch": "9", "model": "mlp"},
-        choices,
-    )
-    assert read.values == {"learn_step": 4, "sh_spec_from": "suggest"}  # cl_batch, model: bound, not read here
-    assert len(read.notes) == 1 and "learn_algorithm=fastest" in read.notes[0] and "kl_pass" in read.notes[0]
+    assert page_keys("sharding", {"sh_spec_from": "<b>"}) == {}
+    read = read_page_link({"sh_spec_from": "suggest", "cl_batch": "9", "model": "mlp"})
+    assert read.values == {"sh_spec_from": "suggest"} and not read.notes  # cl_batch, model: bound
+    read = read_page_link({"sh_spec_from": "fastest"})
+    assert read.values == {} and "sh_spec_from=fastest" in read.notes[0] and "model, suggest" in read.notes[0]
 
 
 def test_a_cluster_link_reopens_its_workload_and_hardware():
@@ -102,7 +101,9 @@ def test_bound_notes_name_what_no_widget_took():
     assert "pp_ranks=99" in notes["pp_ranks"] and "it shows 4" in notes["pp_ranks"]
     notes = bound_notes(link, state, "explore", {"explore_overlay": "rainbow"})  # left in the URL: no binding
     assert "no widget of the page" in notes["explore_overlay"] and "explore_search" in notes
-    assert not bound_notes({"learn_step": "4", "model": "mlp"}, {"model": "mlp"}, "learn")  # by hand; the sidebar's
+    assert not bound_notes(
+        {"sh_spec_from": "model", "model": "mlp"}, {"model": "mlp"}, "learn"
+    )  # by hand; the sidebar's
     notes = bound_notes({"model": "nosuch", "dev_count": "x", "nosuch": "1"}, {"model": "mlp", "dev_count": 4}, "learn")
     assert "model=nosuch" in notes["model"] and "it shows mlp" in notes["model"]  # the sidebar's, on every page
     assert "dev_count=x" in notes["dev_count"] and "no widget of the page takes it" in notes["nosuch"]
@@ -172,14 +173,16 @@ def test_a_bound_value_out_of_a_bounded_fields_range_is_said_beside_it():
     assert "Sequence length (tokens) must be from 1" in _said(fresh) and "not applied" in _said(fresh)
 
 
-def test_a_huge_step_shows_the_last_and_one_past_pythons_digits_is_dropped():
-    from explorer.builders.stepping import player_step
-
-    read = read_page_link({"learn_step": "9" * 30}, {})
-    assert read.values == {"learn_step": int("9" * 30)} and not read.notes
-    assert player_step(read.values["learn_step"], 7, False, False) == (7, False)  # the player shows the last
-    read = read_page_link({"learn_step": "9" * 5000})  # past Python's digits limit
-    assert read.values == {} and "learn_step=" in read.notes[0] and "5,000 characters" in read.notes[0]
+def test_a_learn_link_reopens_its_algorithm_and_step_and_drops_what_they_cannot_hold():
+    fresh = _open({"model": "mlp", "learn_algorithm": "size_based", "learn_step": "2"}, "views/learn.py")
+    assert fresh.radio(key="learn_algorithm").value == "size_based" and fresh.slider(key="learn_step").value == 2
+    assert "link" not in _said(fresh), _said(fresh)
+    fresh = _open({"model": "mlp", "learn_algorithm": "fastest", "learn_step": "9" * 5000}, "views/learn.py")
+    assert fresh.radio(key="learn_algorithm").value == "size_based" and fresh.slider(key="learn_step").value == 1
+    assert "learn_algorithm=fastest" in _said(fresh) and "5,000 characters" in _said(fresh), _said(fresh)
+    read = read_page_link({"learn_step": "999999"})  # past the last step: the player shows the last
+    assert read.values == {"learn_step": 999999} and not read.notes
+    assert read_page_link({"learn_step": "0"}).notes and read_page_link({"learn_step": "-2"}).notes
 
 
 def test_a_long_value_is_cut_in_its_note():
@@ -187,20 +190,10 @@ def test_a_long_value_is_cut_in_its_note():
     notes = bound_notes({"cl_write": long, "cl_kind": "x" * 80_000}, {"cl_kind": "training"}, "cluster", {})
     assert len(notes) == 2 and all(len(n) < 400 for n in notes.values()), [len(n) for n in notes.values()]
     assert "80,000 characters" in notes["cl_kind"]
-    read = read_page_link({"learn_algorithm": "x" * 80_000, "sh_spec_from": long})
-    assert read.values == {} and len(read.notes) == 2 and all(len(n) < 400 for n in read.notes)
+    read = read_page_link({"sh_spec_from": long})
+    assert read.values == {} and len(read.notes) == 1 and len(read.notes[0]) < 400
     sidebar = bound_notes({"dev_memory": "9" * 80_000, "k" * 80_000: "1"}, {"dev_memory": "16 GiB"}, "explore")
     assert len(sidebar) == 2 and all(len(n) < 400 for n in sidebar.values()), [len(n) for n in sidebar.values()]
-
-
-def test_every_hand_carried_choice_is_checked_against_its_widgets_options():
-    from explorer.state import page_choices
-
-    choices = page_choices()
-    assert {k for k in HAND_KEYS if HAND_KEYS[k] is str} <= set(choices)
-    read = read_page_link({"learn_algorithm": "kl_pass", "sh_spec_from": "turbo"}, choices)
-    assert read.values == {"learn_algorithm": "kl_pass"}
-    assert len(read.notes) == 1 and "sh_spec_from=turbo" in read.notes[0] and "model, suggest" in read.notes[0]
 
 
 def test_an_engine_radio_carries_the_engines_name_and_drops_another():

@@ -140,7 +140,7 @@ def test_the_learn_page_steps_gpt2_small_over_its_folded_blocks_and_plays():
     at.button(key="learn_next").click().run()
     assert at.slider(key="learn_step").value == 2
     assert _viewers(at)["learn_steps"]["focus"], "the view follows the step"
-    at.selectbox(key="learn_algorithm").set_value("kl_pass").run()
+    at.radio(key="learn_algorithm").set_value("kl_pass").run()
     assert 3 < at.slider(key="learn_step").max <= stepping.MAX_GROUPS
     at.button(key="learn_play").click().run()
     assert at.session_state["learn_playing"] and at.button(key="learn_play").label == "Pause"
