@@ -1,10 +1,15 @@
-"""Test inputs: the reference partitioner's worked example and small random fx models."""
+"""Test inputs: the reference partitioner's worked example, small random fx models, a host device
+profile given by hand and the command line's ``--set`` arguments."""
 
 from __future__ import annotations
+
+import dataclasses
 
 import torch
 
 import partitioner
+from partitioner import units
+from partitioner.device_profile import DeviceProfile
 
 
 class WorkedExample(torch.nn.Module):
@@ -35,3 +40,23 @@ def reference_latencies(graph: partitioner.Graph) -> dict[str, tuple[float, floa
         for nd in graph.nodes
         if nd.is_op
     }
+
+
+def host_profile(**changes: object) -> DeviceProfile:
+    """A host profile given by hand, so that nothing is measured: 8 GiB, 1 us an op, 2 us more a
+    module call, a float32 matmul curve and a copy at 1 GB/s to 10 GB/s; ``changes`` replace or add
+    fields (collectives, elementwise curves, ...)."""
+    base = DeviceProfile(
+        name="box",
+        memory_bytes=8 * units.GiB,
+        launch_s=1e-6,
+        module_overhead_s=2e-6,
+        matmul=(("float32", ((2e3, 3e-6), (2e6, 2.01e-4))),),
+        copy=((1e3, 2e-6), (1e6, 1.01e-4)),
+    )
+    return dataclasses.replace(base, **changes)  # type: ignore[arg-type]
+
+
+def set_args(**fields: object) -> list[str]:
+    """The command line's ``--set KEY=VALUE`` arguments for ``fields``, in their order."""
+    return [a for k, v in fields.items() for a in ("--set", f"{k}={v}")]

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from examples import host_profile
 from partitioner import hardware, kernels, units
 from partitioner.cluster import hardware as cluster_hardware
 from partitioner.device_profile import DeviceProfile
@@ -18,15 +19,7 @@ from partitioner.profile_schema import KEY_ALIASES
 from partitioner.profiles import gpu_profile
 
 ROOT = Path(__file__).resolve().parents[1]
-HOST = DeviceProfile(
-    name="box",
-    memory_bytes=8 * units.GiB,
-    launch_s=1e-6,
-    module_overhead_s=2e-6,
-    matmul=(("float32", ((2e3, 3e-6), (2e6, 2.01e-4))),),
-    copy=((1e3, 2e-6), (1e6, 1.01e-4)),
-    host_per_op_s=4e-6,
-)
+HOST = host_profile(host_per_op_s=4e-6)
 
 
 def test_a_gibibyte_is_defined_once_in_the_package():

@@ -11,9 +11,10 @@ import pytest
 
 import partitioner
 import sample_models
+from examples import host_profile
 from partitioner.cluster import op_kinds
 from partitioner.cost import ops as gpu_ops
-from partitioner.device_profile import ELEMENTWISE_KINDS, DeviceProfile
+from partitioner.device_profile import ELEMENTWISE_KINDS
 from partitioner.op_table import KERNELS, MODULES, OPS, SAVES, SHAPES, lookup, module_op, names, op_name
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -32,13 +33,7 @@ FORMER_HOMES = (
 )
 # A host profile: 1 us an op, 2 us more a module call, a copy at 1 GB/s to 10 GB/s, curves of their
 # own for the ops that compute more than a copy.
-HOST = DeviceProfile(
-    name="box",
-    memory_bytes=8 * 2**30,
-    launch_s=1e-6,
-    module_overhead_s=2e-6,
-    matmul=(("float32", ((2e3, 3e-6), (2e6, 2.01e-4))),),
-    copy=((1e3, 2e-6), (1e6, 1.01e-4)),
+HOST = host_profile(
     elementwise=tuple((k, ((1e3, 3e-6), (1e6, 2e-4))) for k in ("gelu", "layer_norm", "softmax", "silu")),
 )
 

@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from doc_helpers import run_bash
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGES = ["README.md"] + sorted(f"docs/{p.name}" for p in (ROOT / "docs").glob("*.md"))
@@ -122,17 +123,8 @@ def test_other_examples_run(page, tmp_path):
 def test_command_line_examples_run_in_order(tmp_path):
     script = _block("docs/cli.md", "# Command line", "bash")
     assert ".venv/bin/partition-explorer" in script and "my_models:build" in script
-    (tmp_path / ".venv").symlink_to(Path(sys.executable).parents[1])
     (tmp_path / "examples").symlink_to(ROOT / "examples")
-    done = subprocess.run(
-        ["bash", "-euo", "pipefail", "-c", script],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        env={**os.environ, "PYTHONPATH": ""},
-    )
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    done = run_bash(script, tmp_path)
     plan = json.loads((tmp_path / "plan.json").read_text())
     assert plan["mode"] == "cost_aware" and len(plan["partitions"]) > 1
     big = json.loads((tmp_path / "big_plan.json").read_text())
@@ -217,30 +209,15 @@ def test_sharding_examples_run(tmp_path):
     )
 
 
-def _run_bash(script: str, tmp_path: Path) -> subprocess.CompletedProcess:
-    """Run a documentation bash block in ``tmp_path`` with this interpreter's venv as ``.venv``."""
-    (tmp_path / ".venv").symlink_to(Path(sys.executable).parents[1])
-    done = subprocess.run(
-        ["bash", "-euo", "pipefail", "-c", script],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        env={**os.environ, "PYTHONPATH": ""},
-    )
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    return done
-
-
 @pytest.mark.slow
 def test_cluster_run_example_runs(tmp_path):
-    done = _run_bash(_block("docs/cluster.md", "`--run LAYOUT` runs", "bash"), tmp_path)
+    done = run_bash(_block("docs/cluster.md", "`--run LAYOUT` runs", "bash"), tmp_path)
     assert "gradients equal: yes" in done.stdout and "equals one process's" in done.stdout
 
 
 @pytest.mark.slow
 def test_cluster_examples_run(tmp_path):
-    done = _run_bash(_block("docs/cluster.md", "# Planning a cluster", "bash"), tmp_path)
+    done = run_bash(_block("docs/cluster.md", "# Planning a cluster", "bash"), tmp_path)
     assert done.stdout.count("fewest devices:") == 3 and "cheapest:" in done.stdout
     assert "dp2 tp2 pp2 1f1b mb2 zero1 on 8 x a100-40gb" in done.stdout  # the opened layout
     assert "all-reduce of the hidden state" in done.stdout and "send of the hidden state" in done.stdout

@@ -30,6 +30,16 @@ def problems(draw):
     return graph, devices, latency, rate
 
 
+@st.composite
+def tiny_graphs(draw, max_ops: int):
+    """Torch-free graphs of 2 to ``max_ops`` ops, each fed by at most two earlier ones, outputs of 1
+    to 40 bytes: small enough for a brute-force oracle."""
+    n = draw(st.integers(2, max_ops))
+    edges = sorted({(a, b) for b in range(1, n) for a in draw(st.lists(st.integers(0, b - 1), max_size=2))})
+    sizes = draw(st.lists(st.integers(1, 40), min_size=n, max_size=n))
+    return synthetic_graph(edges, sizes)
+
+
 def independent_memory(graph, names):
     inside = {graph.index[n] for n in names}
     outside = {u for v in inside for u in graph.preds[v] if u not in inside}

@@ -22,6 +22,18 @@ CASES = [(seed, n_ops, share) for seed in range(12) for n_ops, share in ((10, 0.
 LATENCY_MODES = {"kl_based"}
 
 
+def _case(seed: int, n_ops: int, share: float):
+    """Case ``seed``'s random module of ``n_ops`` ops, its inputs, its trace and four devices that
+    each hold ``share`` of its bytes (and at least its largest node)."""
+    gm, inputs = random_fx_module(seed, n_ops)
+    graph = partitioner.trace(gm, inputs)
+    memory = max(
+        int(graph.total_size_bytes * share),
+        max(partitioner.accelerator._base.node_alone_bytes(graph, v) for v in graph.op_indices),
+    )
+    return gm, inputs, graph, [Device(f"dev_{i}", memory, i) for i in range(4)]
+
+
 def _compare(graph, devices, mode, **kw):
     try:
         ref = reference_partition(graph, devices, mode, **kw)
@@ -42,13 +54,7 @@ def _compare(graph, devices, mode, **kw):
 @pytest.mark.parametrize("mode", ["size_based", "cost_aware", "kl_based"])
 @pytest.mark.parametrize("seed, n_ops, share", CASES)
 def test_against_reference(mode, seed, n_ops, share):
-    gm, inputs = random_fx_module(seed, n_ops)
-    graph = partitioner.trace(gm, inputs)
-    memory = max(
-        int(graph.total_size_bytes * share),
-        max(partitioner.accelerator._base.node_alone_bytes(graph, v) for v in graph.op_indices),
-    )
-    devices = [Device(f"dev_{i}", memory, i) for i in range(4)]
+    gm, inputs, graph, devices = _case(seed, n_ops, share)
     ours, ref = _compare(graph, devices, mode, transfer_rate_bytes_per_s=2.0, node_latency=reference_latencies(graph))
     if ref is not None:
         # Torch's partitions scored by our "torch" model: torch's own latency, exactly.
@@ -72,13 +78,7 @@ def test_searches_under_torchs_model_never_slower_than_torch(mode):
     torch's own partitioner reports for its plan, on every case where torch's plan is valid."""
     compared = 0
     for seed, n_ops, share in CASES:
-        gm, inputs = random_fx_module(seed, n_ops)
-        graph = partitioner.trace(gm, inputs)
-        memory = max(
-            int(graph.total_size_bytes * share),
-            max(partitioner.accelerator._base.node_alone_bytes(graph, v) for v in graph.op_indices),
-        )
-        devices = [Device(f"dev_{i}", memory, i) for i in range(4)]
+        _, _, graph, devices = _case(seed, n_ops, share)
         kw = dict(transfer_rate_bytes_per_s=2.0, node_latency=reference_latencies(graph))
         try:
             ref = reference_partition(graph, devices, mode, cost_model="torch", **kw)

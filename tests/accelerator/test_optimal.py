@@ -7,6 +7,7 @@ import math
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from property_problems import tiny_graphs
 
 import partitioner
 from partitioner import Device
@@ -51,10 +52,7 @@ def brute_force(graph, devices, options):
 
 @st.composite
 def tiny(draw):
-    n = draw(st.integers(2, 5))
-    edges = sorted({(a, b) for b in range(1, n) for a in draw(st.lists(st.integers(0, b - 1), max_size=2))})
-    sizes = draw(st.lists(st.integers(1, 40), min_size=n, max_size=n))
-    graph = synthetic_graph(edges, sizes)
+    graph = draw(tiny_graphs(5))
     latency = {name: (0.0, float(draw(st.integers(1, 9)))) for name in graph.op_names}
     need = max(partitioner.accelerator._base.node_alone_bytes(graph, v) for v in graph.op_indices)
     memory = draw(st.integers(need, max(need, graph.total_size_bytes - 1)))

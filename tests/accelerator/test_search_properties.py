@@ -5,7 +5,7 @@ import math
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from property_problems import MODES, check_forward_starts, independent_memory, problems
+from property_problems import MODES, check_forward_starts, independent_memory, problems, tiny_graphs
 
 import partitioner
 from partitioner import Device, InfeasibleError
@@ -31,10 +31,7 @@ def _valid_placement_exists(graph, devices) -> bool:
 
 @st.composite
 def tiny_problems(draw):
-    n = draw(st.integers(2, 7))
-    edges = sorted({(a, b) for b in range(1, n) for a in draw(st.lists(st.integers(0, b - 1), max_size=2))})
-    sizes = draw(st.lists(st.integers(1, 40), min_size=n, max_size=n))
-    graph = synthetic_graph(edges, sizes)
+    graph = draw(tiny_graphs(7))
     k = draw(st.integers(2, 3))
     memory = draw(
         st.integers(

@@ -1,5 +1,5 @@
-"""A real Streamlit server for the browser tests, and headless Chromium's settings: every
-browser test starts the app the same way and leaves no server behind."""
+"""A real Streamlit server for the browser tests, and headless Chromium with its settings: every
+browser test starts the app and the browser the same way and leaves neither behind."""
 
 from __future__ import annotations
 
@@ -12,9 +12,12 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Iterator
+from typing import IO, TYPE_CHECKING, Iterator
 
 import pytest
+
+if TYPE_CHECKING:
+    from playwright.sync_api import Browser, Locator, Page
 
 ROOT = Path(__file__).resolve().parents[2]
 CHROMIUM = "/usr/bin/chromium"
@@ -31,6 +34,8 @@ CHROMIUM_ARGS = [
 ]
 START_TIMEOUT_S = 60
 RENDER_TIMEOUT_MS = 90_000
+TIMEOUT_MS = 120_000  # a page's slower answers (a cluster search, a Hugging Face trace)
+VIEWPORT = {"width": 1600, "height": 1400}
 
 
 def require_chromium() -> None:
@@ -48,17 +53,26 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def wait_for_line(proc: subprocess.Popen, needle: str, timeout_s: float) -> list[str]:
-    """Read the server's output until a line contains ``needle`` (blocking reads in a thread)."""
+def read_output(proc: subprocess.Popen, log: IO[str] | None = None) -> tuple[queue.Queue[str | None], threading.Thread]:
+    """Read the server's output in a thread (blocking reads): each line queued, then None at its end,
+    and each also written to ``log`` when one is given. Returns the queue and the reading thread."""
     lines: queue.Queue[str | None] = queue.Queue()
 
     def pump() -> None:
         assert proc.stdout is not None
         for line in proc.stdout:
+            if log is not None:
+                log.write(line)
             lines.put(line)
         lines.put(None)
 
-    threading.Thread(target=pump, daemon=True).start()
+    thread = threading.Thread(target=pump, daemon=True)
+    thread.start()
+    return lines, thread
+
+
+def wait_for_line(proc: subprocess.Popen, lines: queue.Queue[str | None], needle: str, timeout_s: float) -> list[str]:
+    """Take the server's output lines (:func:`read_output`) until one contains ``needle``."""
     seen: list[str] = []
     deadline = time.monotonic() + timeout_s
     while True:
@@ -74,9 +88,10 @@ def wait_for_line(proc: subprocess.Popen, needle: str, timeout_s: float) -> list
 
 
 @contextlib.contextmanager
-def app_server() -> Iterator[tuple[subprocess.Popen, str]]:
+def app_server(log: Path | None = None) -> Iterator[tuple[subprocess.Popen, str]]:
     """The app served by ``streamlit run`` on a free local port: (its process, its base URL).
-    Stopped on exit (terminated, killed after 15 s)."""
+    Stopped on exit (terminated, killed after 15 s); its whole output is then in ``log`` when one
+    is given."""
     require_chromium()
     ARTIFACTS.mkdir(exist_ok=True)
     port = free_port()
@@ -101,8 +116,10 @@ def app_server() -> Iterator[tuple[subprocess.Popen, str]]:
         stderr=subprocess.STDOUT,
         text=True,
     )
+    out = log.open("w") if log is not None else None
+    lines, reader = read_output(proc, out)
     try:
-        wait_for_line(proc, "URL:", START_TIMEOUT_S)
+        wait_for_line(proc, lines, "URL:", START_TIMEOUT_S)
         yield proc, f"http://127.0.0.1:{port}"
     finally:
         proc.terminate()
@@ -111,3 +128,52 @@ def app_server() -> Iterator[tuple[subprocess.Popen, str]]:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+        reader.join(timeout=15)  # the output's last lines, read to its end
+        if out is not None:
+            out.close()
+
+
+@contextlib.contextmanager
+def chromium() -> Iterator[Browser]:
+    """Headless Chromium with :data:`CHROMIUM_ARGS`, closed on exit."""
+    require_chromium()
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            yield browser
+        finally:
+            browser.close()
+
+
+def fresh_page(browser: Browser) -> Page:
+    """A page in a browser context of its own: another person's browser, no session and no state."""
+    return browser.new_context(viewport=VIEWPORT).new_page()
+
+
+def settled(page: Page) -> None:
+    """Wait until the script run is over (Streamlit's running indicator gone), never a sleep."""
+    from playwright.sync_api import expect
+
+    expect(page.get_by_test_id("stStatusWidget")).to_have_count(0, timeout=TIMEOUT_MS)
+
+
+def enter(page: Page, box: Locator, value: str, written: str) -> None:
+    """Type ``value`` into the field ``box`` and press Enter, then wait until the page's URL holds
+    ``written`` (a field bound to the URL writes it there in the browser)."""
+    box.fill(value)
+    box.press("Enter")
+    page.wait_for_url(f"**{written}**", timeout=TIMEOUT_MS)
+
+
+def run_over(page: Page) -> None:
+    """Wait for the run a changed field started to end: a field bound to the URL writes it in the
+    browser before the run starts, so the running indicator is awaited (unless it came and went)."""
+    from playwright.sync_api import expect
+
+    try:
+        expect(page.get_by_test_id("stStatusWidget")).to_have_count(1, timeout=10_000)
+    except AssertionError:  # the run was over before the indicator was looked for
+        pass
+    settled(page)

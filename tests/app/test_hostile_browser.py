@@ -11,7 +11,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import quote
 
 import pytest
-from browser_helpers import ARTIFACTS, CHROMIUM, CHROMIUM_ARGS, RENDER_TIMEOUT_MS, app_server, require_chromium
+from browser_helpers import ARTIFACTS, RENDER_TIMEOUT_MS, app_server, chromium, require_chromium
 
 import partitioner
 import sample_models
@@ -58,7 +58,7 @@ def hostile_plan(beacon: str) -> tuple[str, str]:
 @pytest.mark.browser
 def test_hostile_names_fetch_nothing_and_show_as_text():
     require_chromium()
-    from playwright.sync_api import expect, sync_playwright
+    from playwright.sync_api import expect
 
     server = ThreadingHTTPServer(("127.0.0.1", 0), Beacon)
     threading.Thread(target=server.serve_forever, daemon=True).start()
@@ -67,49 +67,44 @@ def test_hostile_names_fetch_nothing_and_show_as_text():
     valid, unknown = hostile_plan(beacon)
     requested: list[str] = []
     try:
-        with app_server() as (_, url):
-            with sync_playwright() as p:
-                browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-                try:
-                    page = browser.new_page(viewport={"width": 1600, "height": 2000})
-                    page.on("request", lambda r: requested.append(r.url) if r.url.startswith(beacon) else None)
+        with app_server() as (_, url), chromium() as browser:
+            page = browser.new_page(viewport={"width": 1600, "height": 2000})
+            page.on("request", lambda r: requested.append(r.url) if r.url.startswith(beacon) else None)
 
-                    def paste(text: str, expect_text: str) -> None:
-                        area = page.get_by_label("...or paste plan JSON")
-                        area.fill(text)
-                        area.press("Control+Enter")
-                        page.get_by_role("button", name="Load pasted plan").click()
-                        expect(page.get_by_text(expect_text).first).to_be_visible(timeout=RENDER_TIMEOUT_MS)
+            def paste(text: str, expect_text: str) -> None:
+                area = page.get_by_label("...or paste plan JSON")
+                area.fill(text)
+                area.press("Control+Enter")
+                page.get_by_role("button", name="Load pasted plan").click()
+                expect(page.get_by_text(expect_text).first).to_be_visible(timeout=RENDER_TIMEOUT_MS)
 
-                    page.goto(f"{url}/review")
-                    expect(page.get_by_text("Editing the size_based plan")).to_be_visible(timeout=RENDER_TIMEOUT_MS)
-                    paste(valid, "it breaks these rules")  # made for another graph: its model is named
-                    host = beacon.removeprefix("http://")  # the page has an invisible word joiner before http
-                    expect(page.get_by_text(f"{host}/beacon-model.png)").first).to_be_visible(timeout=RENDER_TIMEOUT_MS)
-                    dag = page.locator(".pe-stage svg").first
-                    expect(dag).to_contain_text('a"];evil[label="x', timeout=RENDER_TIMEOUT_MS)
-                    expect(dag).to_contain_text("<b>bold</b>{braces}|<port>")
-                    expect(page.locator(".js-plotly-plot").first).to_be_visible(timeout=RENDER_TIMEOUT_MS)
-                    expect(page.get_by_test_id("stException")).to_have_count(0)
-                    page.screenshot(path=str(ARTIFACTS / "browser_hostile_review.png"), full_page=True)
-                    paste(unknown, "do not exist in the model")
-                    expect(page.get_by_text(f"{host}/beacon-node.png)").first).to_be_visible(timeout=RENDER_TIMEOUT_MS)
-                    page.screenshot(path=str(ARTIFACTS / "browser_hostile_unknown_node.png"), full_page=True)
-                    # Shared links whose Hugging Face fields are hostile: a message, as text.
-                    rope = '{"rope_type":"![r](' + beacon + '/beacon-config.png)"}'
-                    for name, sets, said in (
-                        ("llama", f"num_hidden_layers=1 rope_parameters={rope}", "rope_type must be"),
-                        (f"![h]({beacon}/beacon-hf-name.png)", "n_layer=1", "is neither a preset"),
-                        ("gpt2", f"n_layer=1 n_head=0 n_inner=[{beacon}/beacon-x]", "must be"),
-                    ):
-                        page.goto(f"{url}/?model={quote(HF_MODEL)}&hf_name={quote(name)}&hf_set={quote(sets)}")
-                        expect(page.get_by_text(said).first).to_be_visible(timeout=RENDER_TIMEOUT_MS)
-                        expect(page.get_by_text("This is a bug")).to_have_count(0)
-                        expect(page.get_by_test_id("stException")).to_have_count(0)
-                    page.screenshot(path=str(ARTIFACTS / "browser_hostile_config.png"), full_page=True)
-                    assert page.locator(f"img[src^='{beacon}'], a[href^='{beacon}']").count() == 0
-                finally:
-                    browser.close()
+            page.goto(f"{url}/review")
+            expect(page.get_by_text("Editing the size_based plan")).to_be_visible(timeout=RENDER_TIMEOUT_MS)
+            paste(valid, "it breaks these rules")  # made for another graph: its model is named
+            host = beacon.removeprefix("http://")  # the page has an invisible word joiner before http
+            expect(page.get_by_text(f"{host}/beacon-model.png)").first).to_be_visible(timeout=RENDER_TIMEOUT_MS)
+            dag = page.locator(".pe-stage svg").first
+            expect(dag).to_contain_text('a"];evil[label="x', timeout=RENDER_TIMEOUT_MS)
+            expect(dag).to_contain_text("<b>bold</b>{braces}|<port>")
+            expect(page.locator(".js-plotly-plot").first).to_be_visible(timeout=RENDER_TIMEOUT_MS)
+            expect(page.get_by_test_id("stException")).to_have_count(0)
+            page.screenshot(path=str(ARTIFACTS / "browser_hostile_review.png"), full_page=True)
+            paste(unknown, "do not exist in the model")
+            expect(page.get_by_text(f"{host}/beacon-node.png)").first).to_be_visible(timeout=RENDER_TIMEOUT_MS)
+            page.screenshot(path=str(ARTIFACTS / "browser_hostile_unknown_node.png"), full_page=True)
+            # Shared links whose Hugging Face fields are hostile: a message, as text.
+            rope = '{"rope_type":"![r](' + beacon + '/beacon-config.png)"}'
+            for name, sets, said in (
+                ("llama", f"num_hidden_layers=1 rope_parameters={rope}", "rope_type must be"),
+                (f"![h]({beacon}/beacon-hf-name.png)", "n_layer=1", "is neither a preset"),
+                ("gpt2", f"n_layer=1 n_head=0 n_inner=[{beacon}/beacon-x]", "must be"),
+            ):
+                page.goto(f"{url}/?model={quote(HF_MODEL)}&hf_name={quote(name)}&hf_set={quote(sets)}")
+                expect(page.get_by_text(said).first).to_be_visible(timeout=RENDER_TIMEOUT_MS)
+                expect(page.get_by_text("This is a bug")).to_have_count(0)
+                expect(page.get_by_test_id("stException")).to_have_count(0)
+            page.screenshot(path=str(ARTIFACTS / "browser_hostile_config.png"), full_page=True)
+            assert page.locator(f"img[src^='{beacon}'], a[href^='{beacon}']").count() == 0
     finally:
         server.shutdown()
         server.server_close()

@@ -15,6 +15,14 @@ def _warnings(at) -> list[str]:
     return [shown(w.value) for w in at.warning]
 
 
+def _refused(at, key: str, bad: float, rule: str) -> None:
+    """Set the field ``key`` to ``bad``: no exception, and a warning says ``rule`` and that it was
+    not applied."""
+    at.number_input(key=key).set_value(bad).run()
+    assert not at.exception, at.exception
+    assert [w for w in _warnings(at) if rule in w and "not applied" in w], _warnings(at)
+
+
 @pytest.mark.parametrize(
     "key, bad, rule",
     [
@@ -28,9 +36,7 @@ def _warnings(at) -> list[str]:
 def test_a_device_field_out_of_range_is_said_and_the_plan_is_unchanged(key, bad, rule):
     at = start()
     before = summary(at)
-    at.number_input(key=key).set_value(bad).run()
-    assert not at.exception, at.exception
-    assert [w for w in _warnings(at) if rule in w and "not applied" in w], _warnings(at)
+    _refused(at, key, bad, rule)
     assert [w for w in _warnings(at) if w.startswith("Not applied: from")]  # beside the field
     assert summary(at) == before
 
@@ -65,9 +71,7 @@ def _answers(at) -> list[str]:
 def test_a_cluster_field_out_of_range_is_said_and_the_answers_are_unchanged(key, bad, rule):
     at = _cluster()
     before = _answers(at)
-    at.number_input(key=key).set_value(bad).run()
-    assert not at.exception, at.exception
-    assert [w for w in _warnings(at) if rule in w and "not applied" in w], _warnings(at)
+    _refused(at, key, bad, rule)
     assert _answers(at) == before and before
 
 

@@ -12,9 +12,14 @@ from explorer.builders import training_figures
 from partitioner.remat.memory import RematResult
 
 
-def test_the_graphs_title_counts_the_recomputed_nodes_and_names_the_aten_ops():
+def gelu_recomputed(
+    width: int, hidden: int, rows: int, flops: int, time_s: float
+) -> tuple[partitioner.Graph, RematResult]:
+    """Linear(width, hidden), GELU, Linear(hidden, width) traced on ``rows`` rows, and a result that
+    recomputes the GELU (3 aten ops) at ``flops`` in ``time_s``."""
     graph = partitioner.trace(
-        torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.GELU(), torch.nn.Linear(4, 4)), (torch.randn(2, 4),)
+        torch.nn.Sequential(torch.nn.Linear(width, hidden), torch.nn.GELU(), torch.nn.Linear(hidden, width)),
+        (torch.randn(rows, width),),
     )
     gelu = graph.nodes[graph.op_indices[1]].name  # the GELU
     result = RematResult(
@@ -23,10 +28,15 @@ def test_the_graphs_title_counts_the_recomputed_nodes_and_names_the_aten_ops():
         recomputed=(gelu,),
         saved_activation_bytes=0,
         saved_input_bytes=0,
-        recompute_flops=8,
-        recompute_time_s=1e-12,
+        recompute_flops=flops,
+        recompute_time_s=time_s,
         recomputed_ops=3,
     )
+    return graph, result
+
+
+def test_the_graphs_title_counts_the_recomputed_nodes_and_names_the_aten_ops():
+    graph, result = gelu_recomputed(4, 4, 2, flops=8, time_s=1e-12)
     dot = training_figures.remat_to_dot(graph, result)
     assert "1 recomputed nodes (3 aten ops)" in dot
     figure = training_figures.tradeoff_figure([result], 0.5)
@@ -49,21 +59,7 @@ def test_too_small_devices_are_named_as_the_cause():
 
 
 def test_flops_read_in_units_in_the_tradeoff_and_the_graph():
-    graph = partitioner.trace(
-        torch.nn.Sequential(torch.nn.Linear(64, 512), torch.nn.GELU(), torch.nn.Linear(512, 64)),
-        (torch.randn(256, 64),),
-    )
-    gelu = graph.nodes[graph.op_indices[1]].name
-    result = RematResult(
-        budget=0.5,
-        saved=(),
-        recomputed=(gelu,),
-        saved_activation_bytes=0,
-        saved_input_bytes=0,
-        recompute_flops=35_362_048,
-        recompute_time_s=1e-6,
-        recomputed_ops=3,
-    )
+    graph, result = gelu_recomputed(64, 512, 256, flops=35_362_048, time_s=1e-6)
     hover = training_figures.tradeoff_figure([result], 0.5).data[0].hovertext[0]
     assert "35.4 MFLOP" in hover and "35,362,048" not in hover
     dot = training_figures.remat_to_dot(graph, result)

@@ -10,10 +10,11 @@ from typing import Any
 import pytest
 
 from cli.main import main
+from examples import set_args
 from partitioner import Plan
 
 SETTINGS = dict(n_layer=4, hidden=64, in_features=64, out_features=64, batch_size=8)
-SETS = [a for k, v in SETTINGS.items() for a in ("--set", f"{k}={v}")]
+SETS = set_args(**SETTINGS)
 MODEL = ["mlp", *SETS]
 DEVICES = "4x28KiB"  # four partitions of the small MLP, one per device
 LABEL = "mlp(batch_size=8,hidden=64,in_features=64,n_layer=4,"  # how the plan names the model

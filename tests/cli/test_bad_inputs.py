@@ -11,23 +11,12 @@ import pytest
 
 import partitioner
 from cli.main import main
+from examples import set_args
 from partitioner import Device, PartitionError
 from partitioner.interop.readers import read_node_latency_text
 from partitioner.testing.synthetic import synthetic_graph
 
-MLP = [
-    "mlp",
-    "--set",
-    "n_layer=2",
-    "--set",
-    "hidden=32",
-    "--set",
-    "in_features=32",
-    "--set",
-    "out_features=32",
-    "--set",
-    "batch_size=2",
-]
+MLP = ["mlp", *set_args(n_layer=2, hidden=32, in_features=32, out_features=32, batch_size=2)]
 
 
 @pytest.fixture(scope="module")

@@ -12,21 +12,10 @@ import partitioner.remat
 import partitioner.runtime.execute
 import partitioner.sharding.tp_run
 from cli.main import main
+from examples import set_args
 from partitioner.errors import RunError
 
-MLP = [
-    "mlp",
-    "--set",
-    "n_layer=2",
-    "--set",
-    "hidden=32",
-    "--set",
-    "in_features=32",
-    "--set",
-    "out_features=32",
-    "--set",
-    "batch_size=4",
-]
+MLP = ["mlp", *set_args(n_layer=2, hidden=32, in_features=32, out_features=32, batch_size=4)]
 
 
 def _fails(*args, **kwargs):

@@ -10,21 +10,10 @@ from pathlib import Path
 import pytest
 
 from cli.main import main
+from examples import set_args
 
 FIXTURES = Path(__file__).resolve().parents[1] / "plan" / "fixtures"
-MLP = [
-    "mlp",
-    "--set",
-    "n_layer=2",
-    "--set",
-    "hidden=32",
-    "--set",
-    "in_features=32",
-    "--set",
-    "out_features=32",
-    "--set",
-    "batch_size=2",
-]
+MLP = ["mlp", *set_args(n_layer=2, hidden=32, in_features=32, out_features=32, batch_size=2)]
 
 
 def run(argv: list[str], capsys) -> tuple[int, str, str]:

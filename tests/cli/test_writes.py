@@ -11,24 +11,11 @@ import stat
 from pathlib import Path
 
 import pytest
+from cli_helpers import MODEL
 
 from cli import inputs
 from cli.inputs import CLIError, write_output
 from cli.main import main
-
-MODEL = [
-    "mlp",
-    "--set",
-    "n_layer=4",
-    "--set",
-    "hidden=64",
-    "--set",
-    "in_features=64",
-    "--set",
-    "out_features=64",
-    "--set",
-    "batch_size=8",
-]
 
 
 @pytest.fixture(scope="module")

@@ -6,6 +6,7 @@ replicated, on 4 gloo processes; outputs and every gradient equal one process's.
 from __future__ import annotations
 
 import pytest
+import tiny_hf
 
 import partitioner
 import sample_models
@@ -14,17 +15,8 @@ from partitioner.cluster.run.tp_plans import model_tp_plan
 from partitioner.cluster.words import parse_layout
 from partitioner.sharding import tensor_parallel
 
-SMALL = {
-    "num_hidden_layers": 2,
-    "hidden_size": 64,
-    "intermediate_size": 128,
-    "num_attention_heads": 4,
-    "num_key_value_heads": 2,
-    "vocab_size": 256,
-    "batch_size": 4,
-    "seq_len": 16,
-}
-GPT2 = {"n_layer": 2, "n_embd": 64, "n_head": 4, "vocab_size": 256, "batch_size": 4, "seq_len": 16}
+SMALL = {**tiny_hf.DECODER, "vocab_size": 256, "batch_size": 4, "seq_len": 16}
+GPT2 = {**tiny_hf.GPT2, "vocab_size": 256, "batch_size": 4, "seq_len": 16}
 
 
 def _plan(name: str, graph: partitioner.Graph) -> tensor_parallel.TPPlan:

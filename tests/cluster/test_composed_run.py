@@ -9,6 +9,7 @@ import pytest
 import torch
 
 import sample_models
+from examples import host_profile, set_args
 from partitioner import cluster
 from partitioner.cluster.run.compose import linear_pairs_plan, parse_layout, run_layout
 from partitioner.errors import PartitionError, RunError
@@ -18,23 +19,6 @@ from partitioner.testing import faults
 
 def mlp() -> tuple[torch.nn.Module, tuple[torch.Tensor, ...]]:
     return sample_models.build("mlp", n_layer=4, hidden=32, in_features=32, out_features=32, batch_size=8)
-
-
-@pytest.fixture
-def rank_steps(monkeypatch: pytest.MonkeyPatch) -> list[RankStep]:
-    """What every rank of the runs in a test sent back, as the parent received it."""
-    from partitioner.processes import launch as launcher
-
-    seen: list[RankStep] = []
-    real = launcher.launch
-
-    def spy(*args, **kwargs):
-        out = real(*args, **kwargs)
-        seen.extend(out)
-        return out
-
-    monkeypatch.setattr(launcher, "launch", spy)
-    return seen
 
 
 class RaisesOnRank(torch.nn.Module):
@@ -136,18 +120,7 @@ def test_a_rank_that_dies_is_named_with_its_mesh_coordinates():
 def test_the_cli_runs_a_layout_and_prints_the_comparison(capsys: pytest.CaptureFixture[str]):
     from cli.main import main
 
-    sets = [
-        "--set",
-        "n_layer=4",
-        "--set",
-        "hidden=32",
-        "--set",
-        "in_features=32",
-        "--set",
-        "out_features=32",
-        "--set",
-        "batch_size=8",
-    ]
+    sets = set_args(n_layer=4, hidden=32, in_features=32, out_features=32, batch_size=8)
     assert main(["cluster", "mlp", *sets, "--run", "dp2 tp2 zero3", "--timeout", "240"]) == 0
     out = capsys.readouterr().out
     assert "outputs equal one process: yes; gradients equal: yes" in out
@@ -163,16 +136,8 @@ def test_the_cli_runs_a_layout_and_prints_the_comparison(capsys: pytest.CaptureF
 @pytest.mark.slow
 def test_a_check_in_a_worker_reports_its_progress_and_leaves_no_process():
     from partitioner.cluster.run.checked import check_layout
-    from partitioner.device_profile import DeviceProfile
 
-    profile = DeviceProfile(  # given, so the worker measures nothing: the run and its progress are tested
-        name="box",
-        memory_bytes=8 * 2**30,
-        launch_s=1e-6,
-        module_overhead_s=2e-6,
-        matmul=(("float32", ((2e3, 3e-6), (2e6, 2.01e-4))),),
-        copy=((1e3, 2e-6), (1e6, 1.01e-4)),
-    )
+    profile = host_profile()  # given, so the worker measures nothing: the run and its progress are tested
     model, inputs = mlp()
     lines: list[str] = []
     before = faults.child_pids()

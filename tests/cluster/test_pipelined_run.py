@@ -46,23 +46,6 @@ def mlp() -> tuple[torch.nn.Module, tuple[torch.Tensor, ...]]:
     return sample_models.build("mlp", n_layer=4, hidden=32, in_features=32, out_features=32, batch_size=8)
 
 
-@pytest.fixture
-def rank_steps(monkeypatch: pytest.MonkeyPatch) -> list[RankStep]:
-    """What every rank of the runs in a test sent back, as the parent received it."""
-    from partitioner.processes import launch as launcher
-
-    seen: list[RankStep] = []
-    real = launcher.launch
-
-    def spy(*args, **kwargs):
-        out = real(*args, **kwargs)
-        seen.extend(out)
-        return out
-
-    monkeypatch.setattr(launcher, "launch", spy)
-    return seen
-
-
 def test_ranks_sit_on_the_mesh_row_major_with_tp_fastest():
     layout = cluster.Layout(pp=2, dp=2, tp=2)
     assert [coordinates(r, layout) for r in range(8)] == [

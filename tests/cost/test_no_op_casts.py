@@ -9,21 +9,14 @@ import pytest
 import torch
 
 import partitioner
+from examples import host_profile
 from partitioner.cost import ops as gpu_ops
 from partitioner.cost.measured import profile_latencies
-from partitioner.device_profile import DeviceProfile
 from partitioner.op_table import OPS, names, returns_input
 from partitioner.profiles import gpu_profile
 
 # A host profile: 1 us an op, a copy at 1 GB/s to 10 GB/s.
-HOST = DeviceProfile(
-    name="box",
-    memory_bytes=8 * 2**30,
-    launch_s=1e-6,
-    module_overhead_s=2e-6,
-    matmul=(("float32", ((2e3, 3e-6), (2e6, 2.01e-4))),),
-    copy=((1e3, 2e-6), (1e6, 1.01e-4)),
-)
+HOST = host_profile()
 # Each cast or copy of the op table as eager PyTorch calls it on ``t``, to the dtype ``d``.
 CALLS = {
     "to": lambda t, d: t.to(d),

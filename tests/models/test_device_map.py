@@ -9,6 +9,7 @@ tensor's storage is on, recording every op whose tensor inputs come from two of 
 import copy
 
 import pytest
+import tiny_hf
 import torch
 from torch.overrides import TorchFunctionMode
 from torch.utils._pytree import tree_flatten
@@ -24,31 +25,10 @@ from accelerate.hooks import attach_align_device_hook_on_blocks  # noqa: E402
 from accelerate.utils import check_device_map, find_tied_parameters  # noqa: E402
 
 TINY = {
-    "hf:gpt2": {"n_layer": 2, "n_embd": 64, "n_head": 4, "vocab_size": 1000, "n_positions": 64},
-    "hf:llama": {
-        "num_hidden_layers": 2,
-        "hidden_size": 64,
-        "intermediate_size": 128,
-        "num_attention_heads": 4,
-        "num_key_value_heads": 2,
-        "vocab_size": 1000,
-    },
-    "hf:t5": {
-        "num_layers": 1,
-        "num_decoder_layers": 1,
-        "d_model": 64,
-        "d_ff": 128,
-        "num_heads": 4,
-        "d_kv": 16,
-        "vocab_size": 1000,
-    },
-    "hf:bert": {
-        "num_hidden_layers": 2,
-        "hidden_size": 64,
-        "intermediate_size": 128,
-        "num_attention_heads": 4,
-        "vocab_size": 1000,
-    },
+    "hf:gpt2": tiny_hf.SMALL["hf:gpt2"],
+    "hf:llama": tiny_hf.DECODER,
+    "hf:t5": {**tiny_hf.SMALL["hf:t5"], "num_layers": 1, "num_decoder_layers": 1, "vocab_size": 1000},
+    "hf:bert": tiny_hf.SMALL["hf:bert"],
 }
 
 

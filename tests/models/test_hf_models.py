@@ -6,6 +6,7 @@ import subprocess
 import sys
 
 import pytest
+import tiny_hf
 import torch
 
 import partitioner
@@ -13,50 +14,7 @@ import sample_models
 
 pytest.importorskip("transformers")  # an optional extra; the dev extra (and CI) installs it
 
-SMALL = {
-    "hf:gpt2": {"n_layer": 2, "n_embd": 64, "n_head": 4, "vocab_size": 1000, "n_positions": 64},
-    "hf:llama": {
-        "num_hidden_layers": 2,
-        "hidden_size": 64,
-        "intermediate_size": 128,
-        "num_attention_heads": 4,
-        "num_key_value_heads": 2,
-        "vocab_size": 1000,
-    },
-    "hf:mixtral": {
-        "num_hidden_layers": 2,
-        "hidden_size": 64,
-        "intermediate_size": 128,
-        "num_attention_heads": 4,
-        "num_key_value_heads": 2,
-        "vocab_size": 1000,
-        "num_local_experts": 4,
-    },
-    "hf:bert": {
-        "num_hidden_layers": 2,
-        "hidden_size": 64,
-        "intermediate_size": 128,
-        "num_attention_heads": 4,
-        "vocab_size": 1000,
-    },
-    "hf:vit": {
-        "num_hidden_layers": 2,
-        "hidden_size": 64,
-        "intermediate_size": 128,
-        "num_attention_heads": 4,
-        "image_size": 32,
-        "patch_size": 8,
-    },
-    "hf:t5": {
-        "num_layers": 2,
-        "num_decoder_layers": 2,
-        "d_model": 64,
-        "d_ff": 128,
-        "num_heads": 4,
-        "d_kv": 16,
-        "vocab_size": 500,
-    },
-}  # decoder-only, MoE, encoder-only, vision, encoder-decoder; the embedding-heavy one is gpt2 (tied)
+SMALL = tiny_hf.SMALL
 
 
 def first_tensor(out):

@@ -5,27 +5,21 @@ the pipeline's stages, sharding and training memory agree with ``model.num_param
 from __future__ import annotations
 
 import pytest
+import tiny_hf
 
 import partitioner
 import sample_models
 from partitioner import pipeline, sharding
 from partitioner.remat.memory import RematResult, training_memory
 
-SMALL = {
-    "num_hidden_layers": 2,
-    "hidden_size": 64,
-    "intermediate_size": 128,
-    "num_attention_heads": 4,
-    "num_key_value_heads": 2,
-    "vocab_size": 1000,
-}
+SMALL = tiny_hf.DECODER
 CONFIGS = {
     "hf:llama": SMALL,
     "hf:qwen2": SMALL,
     "hf:mistral": SMALL,
-    "hf:mixtral": {**SMALL, "num_local_experts": 4},
-    "hf:gpt2": {"n_layer": 2, "n_embd": 64, "n_head": 4, "vocab_size": 1000},
-    "hf:bert": {k: v for k, v in SMALL.items() if k != "num_key_value_heads"},
+    "hf:mixtral": tiny_hf.SMALL["hf:mixtral"],
+    "hf:gpt2": tiny_hf.GPT2,
+    "hf:bert": tiny_hf.SMALL["hf:bert"],
     "hf:t5": {"num_layers": 2, "d_model": 64, "d_ff": 128, "num_heads": 4, "vocab_size": 1000, "d_kv": 16},
 }
 

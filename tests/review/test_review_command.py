@@ -8,6 +8,7 @@ import json
 import pathlib
 
 import pytest
+from doc_helpers import run_bash
 
 from cli.main import main
 
@@ -89,24 +90,12 @@ def test_torchtitans_8b_config_holds_against_its_published_run(capsys):
 
 @pytest.mark.slow
 def test_the_docs_review_examples_run_as_written(tmp_path):
-    import os
     import re
-    import subprocess
-    import sys
 
     doc = (pathlib.Path(__file__).resolve().parents[2] / "docs" / "review.md").read_text()
     blocks = re.findall(r"```bash\n(.*?)```", doc, re.S)
     assert len(blocks) == 2
-    (tmp_path / ".venv").symlink_to(pathlib.Path(sys.executable).parents[1])
-    done = subprocess.run(
-        ["bash", "-euo", "pipefail", "-c", "\n".join(blocks)],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        env={**os.environ, "PYTHONPATH": ""},
-    )
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    done = run_bash("\n".join(blocks), tmp_path)
     assert "dp16 tp1 pp1 mb1 zero1 recompute-full on 16 x h100-80gb: fits" in done.stdout  # as the text says
     assert "1.3" in done.stdout.split("changes Megatron-LM")[1].splitlines()[1]
     assert (tmp_path / "better.sh").read_text().startswith("torchrun --nnodes 2 --nproc_per_node 8")

@@ -146,15 +146,13 @@ def test_the_cost_model_prices_ops_from_the_profile():
 @pytest.mark.slow
 def test_calibrate_measures_this_machine_and_the_cli_accepts_it(tmp_path):
     env = {"PARTITION_EXPLORER_CACHE": str(tmp_path), "PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"}
-    cli = [sys.executable, "-m", "cli"]
-    done = subprocess.run(
-        cli + ["calibrate", "--name", "here", "--processes", "2", "--out", str(tmp_path / "here.json")],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=ROOT,
-        timeout=240,
-    )
+
+    def cli(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "cli", *args], capture_output=True, text=True, env=env, cwd=ROOT, timeout=240
+        )
+
+    done = cli("calibrate", "--name", "here", "--processes", "2", "--out", str(tmp_path / "here.json"))
     assert done.returncode == 0, done.stderr
     profile = load_profile(tmp_path / "here.json")
     assert profile == load_profile(tmp_path / "profiles" / "here.json")
@@ -172,14 +170,7 @@ def test_calibrate_measures_this_machine_and_the_cli_accepts_it(tmp_path):
         and {k for k, _ in profile.elementwise} == {"gelu", "layer_norm", "softmax", "silu", "sigmoid", "tanh"}
         and profile.host_per_op_s > 0
     )
-    done = subprocess.run(
-        cli + ["plan", "mlp", "--devices", "2xhere", "--out", str(tmp_path / "plan.json")],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=ROOT,
-        timeout=240,
-    )
+    done = cli("plan", "mlp", "--devices", "2xhere", "--out", str(tmp_path / "plan.json"))
     assert done.returncode == 0, done.stderr
     plan = partitioner.Plan.from_json((tmp_path / "plan.json").read_text())
     assert plan.devices[0].profile == profile

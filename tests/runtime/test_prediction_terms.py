@@ -13,6 +13,7 @@ import torch
 
 import partitioner
 import sample_models
+from examples import host_profile
 from partitioner.cluster import Layout
 from partitioner.cluster.run.compose import linear_pairs_plan
 from partitioner.cluster.run.predict import composed_step
@@ -24,13 +25,7 @@ from partitioner.sharding import tensor_parallel
 
 
 def _profile(**changes: object) -> DeviceProfile:
-    base = DeviceProfile(
-        name="box",
-        memory_bytes=8 * 2**30,
-        launch_s=1e-6,
-        module_overhead_s=2e-6,
-        matmul=(("float32", ((2e3, 3e-6), (2e6, 2.01e-4))),),
-        copy=((1e3, 2e-6), (1e6, 1.01e-4)),
+    base = host_profile(
         collectives=(
             ("all_reduce", 2, AlphaBeta(50e-6, 1e9)),
             ("dtensor_all_reduce", 2, AlphaBeta(300e-6, 1e8)),

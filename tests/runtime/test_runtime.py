@@ -11,6 +11,7 @@ import pytest
 import torch
 
 import partitioner
+from examples import set_args
 from partitioner import Device, RunError
 from partitioner.processes.launch import free_port, launch
 from partitioner.testing import faults
@@ -101,19 +102,7 @@ def test_the_command_line_runs_a_plan_and_calibrates(tmp_path):
 
     plan = tmp_path / "plan.json"
     cli = [sys.executable, "-m", "cli"]
-    model = [
-        "mlp",
-        "--set",
-        "n_layer=4",
-        "--set",
-        "hidden=64",
-        "--set",
-        "in_features=64",
-        "--set",
-        "out_features=64",
-        "--set",
-        "batch_size=8",
-    ]
+    model = ["mlp", *set_args(n_layer=4, hidden=64, in_features=64, out_features=64, batch_size=8)]
     subprocess.run(
         cli + ["plan", *model, "--devices", "2x64KiB", "--out", str(plan)],
         check=True,

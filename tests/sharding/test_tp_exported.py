@@ -3,18 +3,13 @@ their modules by qualified name and the classes the trace recorded, so Llama's p
 
 from __future__ import annotations
 
+import tiny_hf
+
 import partitioner
 import sample_models
 from partitioner.sharding import tensor_parallel
 
-SMALL = {
-    "num_hidden_layers": 2,
-    "hidden_size": 64,
-    "intermediate_size": 128,
-    "num_attention_heads": 4,
-    "num_key_value_heads": 2,
-    "vocab_size": 1000,
-}
+SMALL = tiny_hf.DECODER
 
 
 def test_llama_projections_shard_and_the_row_parallel_layer_all_reduces():

@@ -5,6 +5,7 @@ with the reason; real runs on 2 gloo ranks equal one process and CommDebugMode's
 from __future__ import annotations
 
 import pytest
+import tiny_hf
 import torch
 
 import partitioner
@@ -13,20 +14,13 @@ from partitioner import Device, ShardingError, sharding
 from partitioner.sharding import tensor_parallel
 from partitioner.sharding.tp_run import run_sharded
 
-SMALL = {
-    "num_hidden_layers": 2,
-    "hidden_size": 64,
-    "intermediate_size": 128,
-    "num_attention_heads": 4,
-    "num_key_value_heads": 2,
-    "vocab_size": 1000,
-}
+SMALL = tiny_hf.DECODER
 CONFIGS = {
     "llama": SMALL,
     "qwen2": SMALL,
     "mistral": SMALL,
     "mixtral": {**SMALL, "num_local_experts": 4, "num_experts_per_tok": 2},
-    "gpt2": {"n_layer": 2, "n_embd": 64, "n_head": 4, "vocab_size": 1000},
+    "gpt2": tiny_hf.GPT2,
 }
 
 

@@ -6,6 +6,7 @@ and the annotation records no autograd graph."""
 import logging
 
 import pytest
+import tiny_hf
 import torch
 import torch.fx as fx
 from torch import nn
@@ -15,35 +16,7 @@ import sample_models
 from partitioner.tracing.annotate import annotate, changes_metadata
 from sample_models._registry import names
 
-TINY = {
-    "hf:llama": {
-        "num_hidden_layers": 2,
-        "hidden_size": 64,
-        "intermediate_size": 128,
-        "num_attention_heads": 4,
-        "num_key_value_heads": 2,
-        "vocab_size": 1000,
-    },
-    "hf:mixtral": {
-        "num_hidden_layers": 2,
-        "hidden_size": 64,
-        "intermediate_size": 128,
-        "num_attention_heads": 4,
-        "num_key_value_heads": 2,
-        "vocab_size": 1000,
-        "num_local_experts": 4,
-    },
-    "hf:gpt2": {"n_layer": 2, "n_embd": 64, "n_head": 4, "vocab_size": 1000, "n_positions": 64},
-    "hf:t5": {
-        "num_layers": 2,
-        "num_decoder_layers": 2,
-        "d_model": 64,
-        "d_ff": 128,
-        "num_heads": 4,
-        "d_kv": 16,
-        "vocab_size": 500,
-    },
-}
+TINY = {spec: tiny_hf.SMALL[spec] for spec in ("hf:llama", "hf:mixtral", "hf:gpt2", "hf:t5")}
 
 
 def _both(gm: fx.GraphModule, inputs: tuple) -> tuple[dict, dict]:

@@ -3,18 +3,13 @@ matmuls and CPU attention priced, checked against the analytic count; unpriced o
 
 from __future__ import annotations
 
+import tiny_hf
+
 import partitioner
 import sample_models
 from partitioner.tracing.flops import describe_unpriced, unpriced
 
-SMALL = {
-    "num_hidden_layers": 2,
-    "hidden_size": 64,
-    "intermediate_size": 128,
-    "num_attention_heads": 4,
-    "num_key_value_heads": 2,
-    "vocab_size": 1000,
-}
+SMALL = tiny_hf.DECODER
 
 
 def test_mixtral_forward_flops_equal_the_analytic_count():
