@@ -70,11 +70,12 @@ def devices_ui() -> tuple[list[Device] | None, float | None]:
     if kernels_of is not None and kernels_of.gpu is not None:
         engine = engine_ui("dev_engine", lambda e: kernels_of.with_engine(e).assumes)  # type: ignore[union-attr]
     # a value out of range (0, 99999) is said beside the field and above the page, not dropped in the browser
-    count = bounded_number(st, "Number of devices", 1, 1024, fallback=4, step=1, value=4, key="dev_count", **BOUND)
+    # set in session state, not as the widgets' values: the sidebar sets them to each model's devices
+    st.session_state.setdefault("dev_count", 4)
+    st.session_state.setdefault("dev_memory", "16 GiB")
+    count = bounded_number(st, "Number of devices", 1, 1024, fallback=4, step=1, key="dev_count", **BOUND)
     if preset == CUSTOM:
-        memory = st.text_input(
-            "Memory per device", value="16 GiB", key="dev_memory", help="e.g. 16GiB, 512 MiB, 1.5GB", **BOUND
-        )
+        memory = st.text_input("Memory per device", key="dev_memory", help="e.g. 16GiB, 512 MiB, 1.5GB", **BOUND)
     else:  # the type's memory shown; the custom memory is kept for when custom is chosen again
         memory = st.session_state.get("dev_memory", "16 GiB")
         st.text_input(

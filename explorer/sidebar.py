@@ -132,7 +132,6 @@ def hf_ui() -> ModelChoice | None:
     with st.form("hf_model", border=False, enter_to_submit=True):
         name = st.text_input(
             "Architecture or preset",
-            value="gpt2",
             key="hf_name",
             **BOUND,
             help="A transformers model type (llama, gpt2, t5, bert, vit, mixtral, ...) or a "

@@ -6,6 +6,7 @@ is a note, a sidebar link without a model applies to the default one, and the se
 
 from __future__ import annotations
 
+import re
 from urllib.parse import parse_qs, urlparse
 
 import pytest
@@ -50,8 +51,11 @@ def test_cluster_fields_bound_to_the_url_reopen_keep_across_pages_and_warn_nothi
         settled(other)
         assert "cl_min_cut_run" not in other.url and "cl_per_node" not in other.url, other.url
         other.goto(f"{url}/?mode=kl_based")
-        other.wait_for_url("**model=**", timeout=TIMEOUT_MS)
+        heading = other.get_by_role("heading", name=re.compile(r"^transformer on 4 devices, mode kl_based"))
+        expect(heading).to_be_visible(timeout=TIMEOUT_MS)
         settled(other)
-        assert parse_qs(urlparse(other.url).query)["mode"] == ["kl_based"], other.url
+        assert parse_qs(urlparse(other.url).query) == {"mode": ["kl_based"]}, (
+            other.url
+        )  # the default model: not written
         expect(other.get_by_test_id("stException")).to_have_count(0)
     assert "created with a default value" not in log.read_text(), log.read_text()[-4000:]
