@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
+import tiny_hf
 from cluster_helpers import hand_profile
 
 import partitioner
@@ -17,16 +18,7 @@ from partitioner.interop.engines import to_deepspeed, to_megatron, to_torchtitan
 from partitioner.pipeline.steps import step_simulator
 
 GiB = 2**30
-TINY = {
-    "num_hidden_layers": 2,
-    "hidden_size": 64,
-    "intermediate_size": 128,
-    "num_attention_heads": 4,
-    "num_key_value_heads": 2,
-    "vocab_size": 1000,
-    "num_local_experts": 4,
-    "num_experts_per_tok": 2,
-}
+TINY = {**tiny_hf.DECODER, "num_local_experts": 4, "num_experts_per_tok": 2}
 
 
 def test_the_profile_finds_the_experts_the_model_has():

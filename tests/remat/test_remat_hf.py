@@ -9,6 +9,7 @@ import subprocess
 import sys
 
 import pytest
+import tiny_hf
 import torch
 import torch.nn.functional as F
 
@@ -20,25 +21,7 @@ from partitioner.remat._portable import from_portable, to_portable
 pytest.importorskip("transformers")
 
 # Tiny configs (real weights); the names and fields are sample_models/_hf.py's.
-TINY = {
-    "gpt2": {"n_layer": 2, "n_embd": 64, "n_head": 4, "vocab_size": 1000},
-    "llama": {
-        "num_hidden_layers": 2,
-        "hidden_size": 64,
-        "intermediate_size": 128,
-        "num_attention_heads": 4,
-        "num_key_value_heads": 2,
-        "vocab_size": 1000,
-    },
-    "qwen2": {
-        "num_hidden_layers": 2,
-        "hidden_size": 64,
-        "intermediate_size": 128,
-        "num_attention_heads": 4,
-        "num_key_value_heads": 2,
-        "vocab_size": 1000,
-    },
-}
+TINY = {"gpt2": tiny_hf.GPT2, "llama": tiny_hf.DECODER, "qwen2": tiny_hf.DECODER}
 
 
 def _traced(name: str, overrides: dict) -> tuple[partitioner.Graph, tuple]:
