@@ -69,7 +69,8 @@ def _child(root: str, case: str, profile: str, out: str) -> None:
 
     from partitioner import cluster
 
-    searched = sys.modules["partitioner.cluster.search"].__file__ or ""
+    module = sys.modules.get("partitioner.cluster.layout_search") or sys.modules["partitioner.cluster.search"]  # before
+    searched = module.__file__ or ""
     if not searched.startswith(root):
         raise SystemExit(f"the search came from {searched}, not from {root}")
     spec, fields, nodes = CASES[case]

@@ -20,7 +20,7 @@ from partitioner.interop.engines import EXPORT_ENGINES, engine_file
 from partitioner.units import PRECISIONS, GiB, dtype, format_bytes
 
 if TYPE_CHECKING:
-    from partitioner.cluster.search import ClusterPlan
+    from partitioner.cluster.layout_search import ClusterPlan
 
 __all__ = ["register"]
 
@@ -311,7 +311,7 @@ def _print_searched(
 
 def _print_edge(args: argparse.Namespace, found: ClusterPlan) -> None:
     """Which of the best layouts sit at the largest size searched: a larger cluster may beat them."""
-    from partitioner.cluster.search import at_the_edge
+    from partitioner.cluster.layout_search import at_the_edge
 
     searched = cluster.device_counts(args.devices_per_node, args.max_nodes)
     edge = at_the_edge(found, searched)

@@ -28,7 +28,7 @@ FORMER_HOMES = (
     "partitioner/sharding/tp_styles.py",  # issue 55: tests/test_op_table_homes.py
     "partitioner/cluster/run/tp_plans.py",
     "partitioner/tracing/flops.py",
-    "partitioner/cluster/profile.py",
+    "partitioner/cluster/model_profile.py",
     "partitioner/cluster/forward_scan.py",
 )
 # A host profile: 1 us an op, 2 us more a module call, a copy at 1 GB/s to 10 GB/s, curves of their

@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 
 from partitioner.cluster import forward_scan
-from partitioner.cluster.profile import _grows_with_sequence
+from partitioner.cluster.model_profile import _grows_with_sequence
 from partitioner.cluster.run import tp_plans
 from partitioner.op_table import OPS, TP_RULES, lookup, names, op_name, stems
 from partitioner.sharding import tp_styles

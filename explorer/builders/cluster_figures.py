@@ -16,7 +16,7 @@ from partitioner.cluster import bands
 from partitioner.units import GiB, format_bytes
 
 if TYPE_CHECKING:
-    from partitioner.pipeline.simulate import Simulation
+    from partitioner.pipeline.simulator import Simulation
 
 from partitioner.cluster import ClusterPlan, LayoutResult
 
@@ -152,7 +152,7 @@ def pareto_figure(found: ClusterPlan, step_label: str = "step time", per_size: i
 def scaling_figure(found: ClusterPlan, step_label: str = "step time", stops: int | None = None) -> go.Figure:
     """The fastest layout at each device count: ``step_label`` (left axis, log) and cost per
     million tokens (right axis) against devices (log), with a dashed line where adding devices
-    stops paying (``stops``: :func:`partitioner.cluster.search.stops_paying`)."""
+    stops paying (``stops``: :func:`partitioner.cluster.layout_search.stops_paying`)."""
     best = list(found.by_devices.values())
     fig = go.Figure()
     fig.add_trace(
@@ -272,7 +272,7 @@ def _simulate(r: LayoutResult) -> Simulation | None:
     """The opened layout's schedule simulated at the planner's per-microbatch forward and backward
     of a stage (equal stages); None without a pipeline or with more actions than can be drawn."""
     from partitioner.pipeline.schedules import virtual_stages
-    from partitioner.pipeline.simulate import simulate
+    from partitioner.pipeline.simulator import simulate
 
     lay = r.layout
     if lay.pp < 2 or r.stage_s == (0.0, 0.0) or lay.pp * r.microbatches > TIMELINE_ACTIONS:

@@ -1,5 +1,5 @@
 """What the Pipeline page shows besides its figures: the plan re-simulated at another microbatch
-count or schedule (``partitioner.pipeline.simulate``), the microbatch sweep, the split and stage
+count or schedule (``partitioner.pipeline.simulator``), the microbatch sweep, the split and stage
 tables, why a real run is refused, and a real run against the simulation. Pure: no Streamlit."""
 
 from __future__ import annotations

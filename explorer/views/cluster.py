@@ -17,7 +17,7 @@ from explorer.cluster_inputs import hardware_cluster, hardware_ui, min_cut_ui, t
 from explorer.views import review_job
 from partitioner import Graph, cluster, format_bytes, format_seconds
 from partitioner.cluster import bands
-from partitioner.cluster.search import at_the_edge, stops_paying
+from partitioner.cluster.layout_search import at_the_edge, stops_paying
 from partitioner.interop.engines import EXPORT_ENGINES, engine_file
 
 ENGINE_LABELS = {

@@ -25,6 +25,7 @@ from partitioner.cluster.hardware import (
     local_cluster,
 )
 from partitioner.cluster.knee import price_speed_front, serving_knee
+from partitioner.cluster.layout_search import ClusterPlan, SearchProgress, device_counts, pareto, search
 from partitioner.cluster.layouts import (
     Collective,
     Layout,
@@ -34,9 +35,8 @@ from partitioner.cluster.layouts import (
     evaluate,
     ring_allreduce_s,
 )
-from partitioner.cluster.profile import ModelProfile, with_min_cut
+from partitioner.cluster.model_profile import ModelProfile, with_min_cut
 from partitioner.cluster.saved import PlannerProfile, SavedActivations, profile, saved_activations
-from partitioner.cluster.search import ClusterPlan, SearchProgress, device_counts, pareto, search
 
 __all__ = [
     "ACCELERATORS",

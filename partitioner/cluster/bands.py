@@ -11,8 +11,8 @@ import math
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from partitioner.cluster.layout_search import ClusterPlan
     from partitioner.cluster.layout_types import LayoutResult
-    from partitioner.cluster.search import ClusterPlan
 
 __all__ = [
     "ANSWERS",

@@ -20,7 +20,7 @@ from partitioner.cluster.comms import (
 )
 from partitioner.cluster.hardware import Cluster, serving_chunk_tokens
 from partitioner.cluster.layout_types import Layout, Workload
-from partitioner.cluster.profile import ModelProfile
+from partitioner.cluster.model_profile import ModelProfile
 from partitioner.cluster.rules import check_layout
 from partitioner.cluster.serving import ACTIVATION_BYTES, prefill_chunks
 

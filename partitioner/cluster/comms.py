@@ -29,7 +29,7 @@ from dataclasses import dataclass
 
 from partitioner.cluster.hardware import Cluster, Link
 from partitioner.cluster.layout_types import Layout, Workload
-from partitioner.cluster.profile import ModelProfile
+from partitioner.cluster.model_profile import ModelProfile
 from partitioner.cluster.rules import _params, stage_layers, stage_share
 from partitioner.cost.training import state_bytes
 from partitioner.pipeline.schedules import virtual_stages

@@ -57,7 +57,7 @@ from typing import Any
 
 from partitioner.cluster.hardware import Accelerator, Cluster
 from partitioner.cluster.layout_types import Layout
-from partitioner.cluster.profile import ModelProfile
+from partitioner.cluster.model_profile import ModelProfile
 from partitioner.cluster.rules import stage_share
 from partitioner.pipeline.schedules import get_schedule
 

@@ -96,7 +96,7 @@ from partitioner.cluster.memory import (
     over_by_states,
     states_key,
 )
-from partitioner.cluster.profile import ModelProfile
+from partitioner.cluster.model_profile import ModelProfile
 from partitioner.cluster.rules import (
     _params,
     _saved,

@@ -25,7 +25,7 @@ from typing import Any, Callable, TypeVar
 
 from partitioner.cluster.hardware import Cluster
 from partitioner.cluster.layout_types import Layout, LayoutResult, Workload, recompute_layers
-from partitioner.cluster.profile import ModelProfile
+from partitioner.cluster.model_profile import ModelProfile
 from partitioner.cluster.rules import _params, _saved, largest_layer_params, min_cut_shares, stage_layers
 from partitioner.cost.training import StateBytes, state_bytes
 from partitioner.pipeline.schedules import get_schedule, virtual_stages

@@ -4,7 +4,7 @@ devices), and the shares of a model a device holds. Torch-free."""
 from __future__ import annotations
 
 from partitioner.cluster.layout_types import RECOMPUTE, Layout, Workload, recompute_layers
-from partitioner.cluster.profile import ModelProfile
+from partitioner.cluster.model_profile import ModelProfile
 from partitioner.cluster.saved import SavedActivations
 from partitioner.errors import PartitionError
 from partitioner.pipeline.schedules import virtual_stages

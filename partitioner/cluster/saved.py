@@ -46,8 +46,8 @@ import dataclasses
 from dataclasses import dataclass
 
 from partitioner.cluster.forward_scan import ForwardScan
-from partitioner.cluster.profile import ModelProfile
-from partitioner.cluster.profile import profile as _profile
+from partitioner.cluster.model_profile import ModelProfile
+from partitioner.cluster.model_profile import profile as _profile
 from partitioner.graph import Graph
 
 __all__ = ["SavedActivations", "saved_activations", "PlannerProfile", "profile"]
@@ -143,14 +143,14 @@ def saved_activations(graph: Graph) -> SavedActivations:
 
 @dataclass(frozen=True)
 class PlannerProfile(ModelProfile):
-    """A :class:`~partitioner.cluster.profile.ModelProfile` with what autograd keeps
+    """A :class:`~partitioner.cluster.model_profile.ModelProfile` with what autograd keeps
     (:func:`saved_activations` of the same graph): the planner's activation memory reads it."""
 
     saved: SavedActivations | None = None
 
 
 def profile(graph: Graph, name: str = "") -> PlannerProfile:
-    """The per-token figures of ``graph`` (:func:`partitioner.cluster.profile.profile`) with its
+    """The per-token figures of ``graph`` (:func:`partitioner.cluster.model_profile.profile`) with its
     saved activations. O(N + E)."""
     base = _profile(graph, name)
     values = {f.name: getattr(base, f.name) for f in dataclasses.fields(base) if f.init and f.name != "_cache"}

@@ -51,7 +51,7 @@ from partitioner.cluster.hardware import (
     serving_chunk_tokens,
 )
 from partitioner.cluster.layout_types import Layout, LayoutResult, Workload
-from partitioner.cluster.profile import ModelProfile
+from partitioner.cluster.model_profile import ModelProfile
 from partitioner.cluster.rules import _params
 from partitioner.cost.training import StateBytes, state_bytes
 

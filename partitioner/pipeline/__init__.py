@@ -20,7 +20,7 @@ from partitioner.pipeline.schedules import (
     actions,
     check_microbatches,
 )
-from partitioner.pipeline.simulate import Event, Simulation, simulate, simulate_actions
+from partitioner.pipeline.simulator import Event, Simulation, simulate, simulate_actions
 from partitioner.pipeline.stages import PipelinePlan, plan
 from partitioner.pipeline.steps import StepSimulator, closed_form, step_simulator
 

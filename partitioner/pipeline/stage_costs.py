@@ -12,7 +12,7 @@ from partitioner.cost.model import device_profile, node_latencies, profile_laten
 from partitioner.cost.training import traced_element_bytes, training_copies
 from partitioner.devices import Device
 from partitioner.graph import Graph
-from partitioner.pipeline.simulate import simulate
+from partitioner.pipeline.simulator import simulate
 
 __all__ = ["StageCosts", "stage_costs"]
 

@@ -41,7 +41,7 @@ from partitioner.cost.training import OPTIMIZERS
 from partitioner.devices import Device
 from partitioner.errors import InfeasibleError, PartitionError
 from partitioner.graph import Graph
-from partitioner.pipeline.simulate import simulate
+from partitioner.pipeline.simulator import simulate
 from partitioner.pipeline.stage_costs import StageCosts, stage_costs
 
 BOTTLENECK_NOTE = (

@@ -16,7 +16,7 @@ from partitioner.pipeline.schedules import (
     get_schedule,
     virtual_stages,
 )
-from partitioner.pipeline.simulate import _Replay, simulate
+from partitioner.pipeline.simulator import _Replay, simulate
 
 __all__ = ["closed_form", "rank_stash", "step_slots", "step_simulator", "SIMULATE_UP_TO", "StepSimulator"]
 
@@ -176,7 +176,7 @@ def step_simulator() -> StepSimulator:
 
 
 # NOTE: [Replaying one order]
-# The simulator (:func:`partitioner.pipeline.simulate.simulate_actions`) runs each rank's actions in
+# The simulator (:func:`partitioner.pipeline.simulator.simulate_actions`) runs each rank's actions in
 # list order, an action once every action it waits on has run: the order it processes them in, and
 # so the stash it counts, depend on the action lists alone, not on the durations. A search asks for
 # the same lists at many backward-to-forward ratios (each layout's compute gives its own): the

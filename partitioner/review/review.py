@@ -20,11 +20,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from partitioner.cluster.hardware import Cluster
+from partitioner.cluster.layout_search import search
 from partitioner.cluster.layout_types import Layout, LayoutResult, Workload, recompute_layers
 from partitioner.cluster.layouts import evaluate, shared_simulator
-from partitioner.cluster.profile import ModelProfile
+from partitioner.cluster.model_profile import ModelProfile
 from partitioner.cluster.rules import check_layout
-from partitioner.cluster.search import search
 from partitioner.errors import PartitionError
 from partitioner.pipeline.schedules import get_schedule
 from partitioner.review.job import SERVING_FORMATS, Job, JobError

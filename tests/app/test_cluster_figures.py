@@ -151,7 +151,7 @@ def test_the_builders_import_no_streamlit():
 
 
 def test_an_opened_layout_draws_its_schedule_as_the_pipeline_simulator_does():
-    from partitioner.pipeline.simulate import simulate
+    from partitioner.pipeline.simulator import simulate
 
     p = cluster.ModelProfile(
         name="x",

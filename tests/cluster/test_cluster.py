@@ -19,7 +19,7 @@ from partitioner import cluster
 from partitioner.cluster.layouts import ring_allreduce_s
 from partitioner.interop.engines import to_deepspeed, to_megatron, to_torchtitan, toml_text
 from partitioner.pipeline.schedules import check_microbatches
-from partitioner.pipeline.simulate import simulate
+from partitioner.pipeline.simulator import simulate
 from partitioner.pipeline.steps import closed_form, step_simulator
 
 GiB = 2**30

@@ -13,12 +13,12 @@ import pytest
 import partitioner
 import sample_models
 from partitioner import cluster, kernels
+from partitioner.cluster.layout_search import SearchProgress
 from partitioner.cluster.layouts import memory_fits
 from partitioner.cluster.rules import stage_layers
-from partitioner.cluster.search import SearchProgress
 from partitioner.errors import PartitionError
 from partitioner.pipeline.schedules import virtual_stages
-from partitioner.pipeline.simulate import simulate
+from partitioner.pipeline.simulator import simulate
 from partitioner.pipeline.steps import step_simulator
 from partitioner.units import dtype_for_bytes
 

@@ -13,7 +13,7 @@ import sample_models
 from partitioner import cluster
 from partitioner.cluster.rules import stage_layers
 from partitioner.errors import PartitionError
-from partitioner.pipeline.simulate import simulate
+from partitioner.pipeline.simulator import simulate
 from partitioner.pipeline.steps import step_simulator
 
 H, K, F = 4096, 1024, 14336  # Llama-3-8B's hidden, key-value and MLP widths
@@ -213,9 +213,8 @@ def test_fp8_training_keeps_bf16_activations_and_runs_its_products_faster(llama8
 def test_the_search_answers_a_layout_over_the_memory_by_its_memory_alone(llama8b):
     """The search skips the time of a layout over the memory: its memory comes from the closed-form
     stash, which is the simulator's; every layout gets the same verdict and memory either way."""
-    import sys
+    from partitioner.cluster import layout_search as search_module
 
-    search_module = sys.modules["partitioner.cluster.search"]
     w = cluster.Workload(global_batch=64, seq_len=8192)
     c = cluster.cluster("h100-80gb")
     layouts = search_module._layouts(llama8b, w, c, 16, {}, step_simulator().check)

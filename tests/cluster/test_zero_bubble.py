@@ -10,7 +10,7 @@ from cluster_helpers import hand_profile
 from partitioner import PartitionError, cluster
 from partitioner.cluster.run.compose import parse_layout
 from partitioner.interop.engines import engine_file
-from partitioner.pipeline.simulate import simulate
+from partitioner.pipeline.simulator import simulate
 from partitioner.pipeline.steps import closed_form, step_simulator
 
 C = cluster.Cluster(cluster.Accelerator.custom("x", 2**40, 1e14, 1e12, 1.0), devices_per_node=8)

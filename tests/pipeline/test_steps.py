@@ -17,7 +17,7 @@ from partitioner.pipeline.schedules import (
     searched_schedules,
     virtual_stages,
 )
-from partitioner.pipeline.simulate import simulate
+from partitioner.pipeline.simulator import simulate
 from partitioner.pipeline.steps import closed_form, step_slots
 
 
@@ -68,14 +68,12 @@ def test_the_composed_prediction_prices_the_same_slots():
 
 
 def test_every_other_table_reads_the_registry():
-    import importlib
-
+    from partitioner.cluster import layout_search as search
     from partitioner.cluster.layout_types import SCHEDULE_CHOICES
     from partitioner.cluster.layouts import Layout, Workload
     from partitioner.interop.engines import to_torchtitan
     from partitioner.pipeline.runner import RUNNABLE
 
-    search = importlib.import_module("partitioner.cluster.search")  # the package's search is the function
     assert SCHEDULE_CHOICES == (NO_SCHEDULE, *SCHEDULES)
     assert search.SCHEDULES == tuple(s.name for s in searched_schedules())
     assert search.SCHEDULES[:2] == ("1f1b", "gpipe")  # ties go to 1F1B: the same step, less stashed

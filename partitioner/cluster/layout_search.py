@@ -46,7 +46,7 @@ from partitioner.cluster.layouts import (
     over_by_states,
     shared_simulator,
 )
-from partitioner.cluster.profile import ModelProfile
+from partitioner.cluster.model_profile import ModelProfile
 from partitioner.cluster.rules import stage_layers
 from partitioner.errors import PartitionError
 from partitioner.pipeline.schedules import NO_SCHEDULE, searched_schedules
