@@ -9,6 +9,8 @@ values no binding can hold are read and written here, and what the binding did n
 
 from __future__ import annotations
 
+from typing import Iterable
+
 import streamlit as st
 from streamlit.delta_generator import DeltaGenerator
 from streamlit.errors import StreamlitAPIException
@@ -55,9 +57,14 @@ def restore_from_url() -> None:
     st.session_state[LINK_BOUND] = {k: v for k, v in params.items() if k not in HAND_KEYS}
     st.session_state.update(read.values)
     if read.notes:
-        st.warning(md("The link's settings were checked: " + "; ".join(read.notes) + "."))
+        st.warning(_checked(read.notes))
     if params.get("model") == HF_MODEL and any(k.startswith("dev_") for k in params):
         st.session_state[HF_DEVICES_FOR] = LINK_DEVICES  # the link's devices stand; else the model's own
+
+
+def _checked(notes: Iterable[str]) -> str:
+    """The warning that names what a link carried and no widget took."""
+    return md("The link's settings were checked: " + "; ".join(notes) + ".")
 
 
 def set_page(name: str) -> None:
@@ -80,7 +87,7 @@ def show_bound_notes(box: DeltaGenerator) -> None:
         except StreamlitAPIException:  # bound to a widget: Streamlit's own
             pass
     if notes:
-        box.warning(md("The link's settings were checked: " + "; ".join(notes.values()) + "."))
+        box.warning(_checked(notes.values()))
 
 
 def write_url() -> None:
